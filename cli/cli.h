@@ -1,0 +1,124 @@
+/*
+ * cli: main() and one file per subcommand. The only code that prints or exits.
+ * Shared option parsing for cluster selection and plan knobs lives in common.c.
+ */
+#ifndef DPLAN_CLI_H
+#define DPLAN_CLI_H
+
+#include <getopt.h>
+#include <stdio.h>
+
+#include "core/core.h"
+
+struct cJSON;
+
+/* Print "dplan: error: <msg>" to stderr and return the exit code for `status`. */
+int cli_fail(const struct dp_err *err);
+/* Usage error: "dplan <cmd>: <msg>" plus a hint; returns 2. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Option ids for the shared options (values above any short-option char). */
+enum {
+    OPT_SYSTEM = 1000,
+    OPT_NODES,
+    OPT_GPU,
+    OPT_GPUS,
+    OPT_GPUS_PER_NODE,
+    OPT_INTRA,
+    OPT_NETWORK,
+    OPT_CLUSTER,
+    OPT_TP,
+    OPT_PP,
+    OPT_DP,
+    OPT_CP,
+    OPT_EP,
+    OPT_VPP,
+    OPT_MBS,
+    OPT_GBS,
+    OPT_SEQ_LEN,
+    OPT_ZERO,
+    OPT_RECOMPUTE,
+    OPT_SP,
+    OPT_PRECISION,
+    OPT_GRAD_DTYPE,
+    OPT_OPTIMIZER,
+    OPT_NO_FLASH,
+    OPT_FIRST_LAYERS,
+    OPT_LAST_LAYERS,
+    OPT_OVERHEAD,
+    OPT_JSON,
+    OPT_COMMON_END,
+};
+
+/* The long options for cluster selection and knobs; commands append their own. */
+#define CLI_CLUSTER_OPTIONS                                                                        \
+    {"system", required_argument, 0, OPT_SYSTEM}, {"nodes", required_argument, 0, OPT_NODES},      \
+        {"gpu", required_argument, 0, OPT_GPU}, {"gpus", required_argument, 0, OPT_GPUS},          \
+        {"gpus-per-node", required_argument, 0, OPT_GPUS_PER_NODE},                                \
+        {"intra", required_argument, 0, OPT_INTRA},                                                \
+        {"network", required_argument, 0, OPT_NETWORK},                                            \
+    {                                                                                              \
+        "cluster", required_argument, 0, OPT_CLUSTER                                               \
+    }
+
+#define CLI_KNOB_OPTIONS                                                                           \
+    {"tp", required_argument, 0, OPT_TP}, {"pp", required_argument, 0, OPT_PP},                    \
+        {"dp", required_argument, 0, OPT_DP}, {"cp", required_argument, 0, OPT_CP},                \
+        {"ep", required_argument, 0, OPT_EP}, {"vpp", required_argument, 0, OPT_VPP},              \
+        {"mbs", required_argument, 0, OPT_MBS}, {"gbs", required_argument, 0, OPT_GBS},            \
+        {"seq-len", required_argument, 0, OPT_SEQ_LEN}, {"zero", required_argument, 0, OPT_ZERO},  \
+        {"recompute", required_argument, 0, OPT_RECOMPUTE}, {"sp", no_argument, 0, OPT_SP},        \
+        {"precision", required_argument, 0, OPT_PRECISION},                                        \
+        {"grad-dtype", required_argument, 0, OPT_GRAD_DTYPE},                                      \
+        {"optimizer", required_argument, 0, OPT_OPTIMIZER},                                        \
+        {"no-flash-attn", no_argument, 0, OPT_NO_FLASH},                                           \
+        {"first-stage-layers", required_argument, 0, OPT_FIRST_LAYERS},                            \
+        {"last-stage-layers", required_argument, 0, OPT_LAST_LAYERS},                              \
+    {                                                                                              \
+        "overhead-gib", required_argument, 0, OPT_OVERHEAD                                         \
+    }
+
+/* What the user typed; unset values are 0 / NULL / -1 so defaults can be derived. */
+struct cli_common {
+    /* cluster */
+    const char *system, *gpu, *intra, *network, *cluster;
+    int nodes, gpus, gpus_per_node;
+    /* knobs */
+    int tp, pp, dp, cp, ep, vpp, zero, first_layers, last_layers;
+    long long mbs, gbs, seq_len;
+    int recompute, precision, grad_fp32, optimizer; /* -1 = unset */
+    bool sp, no_flash, json;
+    double overhead_gib; /* < 0 = unset */
+    bool knob_given[OPT_COMMON_END - OPT_SYSTEM];
+};
+
+void cli_common_init(struct cli_common *c);
+/* Handle a shared option: 1 = handled, 0 = not a shared option, <0 = usage error printed. */
+int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common *c);
+/* True if any cluster-selection option was given. */
+bool cli_has_cluster(const struct cli_common *c);
+/* Build the cluster; usage errors (missing/contradictory options) return DP_EUSAGE. */
+int cli_cluster(const struct cli_common *c, struct dp_cluster *out, struct dp_err *err);
+/*
+ * Fill a layout from the knobs: unset degrees default to 1, dp to what the GPU
+ * count leaves, seq_len to the model's, gbs to fill the pipeline
+ * (mbs * dp * pp), grad dtype to fp32 except for fp16.
+ */
+int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus,
+               struct dp_layout *out, struct dp_err *err);
+/* Help text for the shared options. */
+extern const char cli_cluster_help[];
+extern const char cli_knob_help[];
+
+/* Helpers for printing. */
+double cli_gib(int64_t bytes);
+void cli_print_json(struct cJSON *root); /* prints and deletes */
+void cli_describe_cluster(FILE *f, const struct dp_cluster *c);
+void cli_describe_layout(FILE *f, const struct dp_layout *l, const struct dp_model *m);
+
+/* Subcommands. */
+int cmd_memory(int argc, char **argv);
+int cmd_model(int argc, char **argv);
+int cmd_profiles(int argc, char **argv);
+
+#endif

@@ -1,0 +1,280 @@
+/*
+ * Options shared by the planning subcommands: cluster selection and plan
+ * knobs, their defaults, and small printing helpers.
+ */
+#include "cli.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cli_fail(const struct dp_err *err)
+{
+    fprintf(stderr, "dplan: error: %s\n", err->msg[0] ? err->msg : "unknown error");
+    return dp_status_exit_code(err->code ? err->code : DP_EINVAL);
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "dplan %s: %s (see `dplan %s --help`)\n", cmd, msg, cmd);
+    return 2;
+}
+
+const char cli_cluster_help[] =
+    "Cluster (one of):\n"
+    "  --system NAME --nodes N     a node type from profiles/system (e.g. dgx-h100)\n"
+    "  --gpu NAME --gpus N         GPUs from profiles/gpu; --gpus-per-node K (default 8),\n"
+    "                              --intra LINK (default: the GPU's own link)\n"
+    "  --cluster FILE.json         a cluster file (from `dplan topo -o`)\n"
+    "  --network NAME              inter-node network (profiles/network)\n";
+
+const char cli_knob_help[] =
+    "Plan knobs (defaults in brackets):\n"
+    "  --tp N --pp N --cp N --ep N parallel degrees [1]; --dp N [what the GPU count leaves]\n"
+    "  --vpp N                     model chunks per pipeline rank (interleaved 1F1B) [1]\n"
+    "  --mbs N                     micro-batch size in sequences [1]\n"
+    "  --gbs N                     global batch in sequences [mbs*dp*pp: fills the pipeline]\n"
+    "  --seq-len N                 sequence length [the model's]\n"
+    "  --zero {0,1,2,3}            ZeRO stage; 1 = Megatron distributed optimizer [0]\n"
+    "  --recompute {none,selective,full}  activation recomputation [none]\n"
+    "  --sp                        sequence parallelism (with tp > 1)\n"
+    "  --precision {bf16,fp16,fp32} [bf16]; --grad-dtype {fp32,half} [fp32; half for fp16]\n"
+    "  --optimizer {adam,sgd}      [adam]\n"
+    "  --no-flash-attn             attention stores the s^2 score matrices\n"
+    "  --first-stage-layers N --last-stage-layers N   uneven pipeline split\n"
+    "  --overhead-gib X            runtime overhead per GPU [the GPU profile's]\n";
+
+void cli_common_init(struct cli_common *c)
+{
+    memset(c, 0, sizeof *c);
+    c->recompute = c->precision = c->grad_fp32 = c->optimizer = -1;
+    c->overhead_gib = -1;
+    c->zero = -1;
+}
+
+static int parse_long(const char *cmd, const char *opt, const char *arg, long long lo, long long hi,
+                      long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(arg, &end, 10);
+    if (end == arg || *end || errno || v < lo || v > hi)
+        return cli_usage_error(cmd, "--%s: expected integer in [%lld, %lld], got \"%s\"", opt, lo,
+                               hi, arg),
+               -2;
+    *out = v;
+    return 0;
+}
+
+static int parse_int(const char *cmd, const char *opt, const char *arg, int lo, int hi, int *out)
+{
+    long long v;
+    if (parse_long(cmd, opt, arg, lo, hi, &v))
+        return -2;
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_choice(const char *cmd, const char *opt, const char *arg, const char *const *names,
+                        int n, int *out)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(arg, names[i]) == 0) {
+            *out = i;
+            return 0;
+        }
+    char list[256] = "";
+    size_t len = 0;
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "", names[i]);
+    cli_usage_error(cmd, "--%s: expected one of %s, got \"%s\"", opt, list, arg);
+    return -2;
+}
+
+int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common *c)
+{
+    static const char *const rc_names[] = {"none", "selective", "full"};
+    static const char *const prec_names[] = {"bf16", "fp16", "fp32"};
+    static const char *const grad_names[] = {"half", "fp32"};
+    static const char *const opt_names[] = {"adam", "sgd"};
+    if (opt < OPT_SYSTEM || opt >= OPT_COMMON_END)
+        return 0;
+    c->knob_given[opt - OPT_SYSTEM] = true;
+    int r = 0;
+    switch (opt) {
+    case OPT_SYSTEM: c->system = arg; break;
+    case OPT_GPU: c->gpu = arg; break;
+    case OPT_INTRA: c->intra = arg; break;
+    case OPT_NETWORK: c->network = arg; break;
+    case OPT_CLUSTER: c->cluster = arg; break;
+    case OPT_NODES: r = parse_int(cmd, "nodes", arg, 1, 1000000, &c->nodes); break;
+    case OPT_GPUS: r = parse_int(cmd, "gpus", arg, 1, 100000000, &c->gpus); break;
+    case OPT_GPUS_PER_NODE:
+        r = parse_int(cmd, "gpus-per-node", arg, 1, 1024, &c->gpus_per_node);
+        break;
+    case OPT_TP: r = parse_int(cmd, "tp", arg, 1, 1 << 20, &c->tp); break;
+    case OPT_PP: r = parse_int(cmd, "pp", arg, 1, 1 << 20, &c->pp); break;
+    case OPT_DP: r = parse_int(cmd, "dp", arg, 1, 1 << 26, &c->dp); break;
+    case OPT_CP: r = parse_int(cmd, "cp", arg, 1, 1 << 20, &c->cp); break;
+    case OPT_EP: r = parse_int(cmd, "ep", arg, 1, 1 << 20, &c->ep); break;
+    case OPT_VPP: r = parse_int(cmd, "vpp", arg, 1, 1 << 20, &c->vpp); break;
+    case OPT_MBS: r = parse_long(cmd, "mbs", arg, 1, 1 << 24, &c->mbs); break;
+    case OPT_GBS: r = parse_long(cmd, "gbs", arg, 1, 1LL << 40, &c->gbs); break;
+    case OPT_SEQ_LEN: r = parse_long(cmd, "seq-len", arg, 1, 1LL << 30, &c->seq_len); break;
+    case OPT_ZERO: r = parse_int(cmd, "zero", arg, 0, 3, &c->zero); break;
+    case OPT_RECOMPUTE: r = parse_choice(cmd, "recompute", arg, rc_names, 3, &c->recompute); break;
+    case OPT_SP: c->sp = true; break;
+    case OPT_PRECISION:
+        r = parse_choice(cmd, "precision", arg, prec_names, 3, &c->precision);
+        break;
+    case OPT_GRAD_DTYPE:
+        r = parse_choice(cmd, "grad-dtype", arg, grad_names, 2, &c->grad_fp32);
+        break;
+    case OPT_OPTIMIZER: r = parse_choice(cmd, "optimizer", arg, opt_names, 2, &c->optimizer); break;
+    case OPT_NO_FLASH: c->no_flash = true; break;
+    case OPT_FIRST_LAYERS:
+        r = parse_int(cmd, "first-stage-layers", arg, 1, 100000, &c->first_layers);
+        break;
+    case OPT_LAST_LAYERS:
+        r = parse_int(cmd, "last-stage-layers", arg, 1, 100000, &c->last_layers);
+        break;
+    case OPT_OVERHEAD: {
+        char *end;
+        errno = 0;
+        double v = strtod(arg, &end);
+        if (end == arg || *end || errno || !(v >= 0 && v <= 1e6)) {
+            cli_usage_error(cmd, "--overhead-gib: expected number >= 0, got \"%s\"", arg);
+            return -2;
+        }
+        c->overhead_gib = v;
+        break;
+    }
+    case OPT_JSON: c->json = true; break;
+    default: return 0;
+    }
+    return r ? -2 : 1;
+}
+
+bool cli_has_cluster(const struct cli_common *c)
+{
+    return c->system || c->gpu || c->cluster;
+}
+
+int cli_cluster(const struct cli_common *c, struct dp_cluster *out, struct dp_err *err)
+{
+    int kinds = !!c->system + !!c->gpu + !!c->cluster;
+    if (kinds == 0)
+        return dp_err_set(err, DP_EUSAGE,
+                          "no cluster given: use --system NAME --nodes N, --gpu NAME --gpus N, or "
+                          "--cluster FILE.json (list: `dplan profiles`)");
+    if (kinds > 1)
+        return dp_err_set(err, DP_EUSAGE,
+                          "--system, --gpu and --cluster are alternatives: give only one");
+    if (c->system) {
+        if (c->gpus || c->gpus_per_node || c->intra)
+            return dp_err_set(err, DP_EUSAGE,
+                              "--gpus/--gpus-per-node/--intra go with --gpu, not --system (use "
+                              "--nodes)");
+        return dp_cluster_from_system(c->system, c->nodes ? c->nodes : 1, c->network, out, err);
+    }
+    if (c->gpu) {
+        if (c->nodes)
+            return dp_err_set(err, DP_EUSAGE, "--nodes goes with --system; with --gpu use --gpus");
+        if (!c->gpus)
+            return dp_err_set(err, DP_EUSAGE, "--gpu needs --gpus N");
+        return dp_cluster_from_gpu(c->gpu, c->gpus, c->gpus_per_node, c->intra, c->network, out,
+                                   err);
+    }
+    int rc = dp_cluster_load(c->cluster, out, err);
+    if (rc)
+        return rc;
+    if (c->nodes)
+        out->nodes = c->nodes; /* plan a cluster file's node type at another size */
+    if (c->network) {
+        rc = dp_network_load(c->network, &out->inter, err);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus, struct dp_layout *l,
+               struct dp_err *err)
+{
+    dp_layout_default(l);
+    l->tp = c->tp ? c->tp : 1;
+    l->pp = c->pp ? c->pp : 1;
+    l->cp = c->cp ? c->cp : 1;
+    l->ep = c->ep ? c->ep : 1;
+    l->vpp = c->vpp ? c->vpp : 1;
+    int64_t mp = (int64_t)l->tp * l->pp * l->cp;
+    if (c->dp) {
+        l->dp = c->dp;
+    } else {
+        if (gpus % mp)
+            return dp_err_set(err, DP_EINFEASIBLE,
+                              "tp*pp*cp = %d*%d*%d = %lld does not divide the %d GPUs of the "
+                              "cluster",
+                              l->tp, l->pp, l->cp, (long long)mp, gpus);
+        l->dp = (int)(gpus / mp);
+    }
+    l->mbs = c->mbs ? c->mbs : 1;
+    l->gbs = c->gbs ? c->gbs : l->mbs * l->dp * l->pp;
+    l->seq_len = c->seq_len ? c->seq_len : m->seq_len;
+    l->zero = c->zero >= 0 ? c->zero : 0;
+    if (c->recompute >= 0)
+        l->recompute = (enum dp_recompute)c->recompute;
+    l->sp = c->sp;
+    if (c->precision >= 0)
+        l->precision = (enum dp_precision)c->precision;
+    l->grad_fp32 = c->grad_fp32 >= 0 ? c->grad_fp32 == 1 : l->precision != DP_FP16;
+    if (c->optimizer >= 0)
+        l->optimizer = (enum dp_optimizer)c->optimizer;
+    l->flash_attn = !c->no_flash;
+    l->first_stage_layers = c->first_layers;
+    l->last_stage_layers = c->last_layers;
+    return 0;
+}
+
+double cli_gib(int64_t bytes)
+{
+    return (double)bytes / (1024.0 * 1024.0 * 1024.0);
+}
+
+void cli_print_json(cJSON *root)
+{
+    char *s = cJSON_Print(root);
+    if (s) {
+        fputs(s, stdout);
+        fputc('\n', stdout);
+        free(s);
+    }
+    cJSON_Delete(root);
+}
+
+void cli_describe_cluster(FILE *f, const struct dp_cluster *c)
+{
+    fprintf(f, "cluster  %s: %d node%s x %d %s (%.1f GiB, %.1f GiB usable), %s %.0f GB/s/dir",
+            c->name, c->nodes, c->nodes == 1 ? "" : "s", c->gpus_per_node, c->gpu.name,
+            cli_gib(c->gpu.mem_bytes), cli_gib(dp_gpu_usable_bytes(&c->gpu)), c->intra.name,
+            c->intra.bw_gbps);
+    if (c->nodes > 1)
+        fprintf(f, ", %d x %s per node", c->nics_per_node, c->inter.name);
+    fputc('\n', f);
+}
+
+void cli_describe_layout(FILE *f, const struct dp_layout *l, const struct dp_model *m)
+{
+    char buf[256];
+    dp_layout_format(l, buf, sizeof buf);
+    fprintf(f, "layout   %s gbs=%lld seq=%lld %s, %lld micro-batch%s per step\n", buf,
+            (long long)l->gbs, (long long)l->seq_len, dp_precision_name(l->precision),
+            (long long)dp_layout_microbatches(l), dp_layout_microbatches(l) == 1 ? "" : "es");
+}

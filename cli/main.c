@@ -1,0 +1,52 @@
+/*
+ * dplan: the command dispatcher. Each subcommand parses its own options
+ * (getopt_long) in cli/cmd_<name>.c.
+ */
+#include "cli.h"
+
+#include <string.h>
+
+static const struct dp_cmd {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *help;
+} cmds[] = {
+    /* sorted */
+    {"memory", cmd_memory, "per-GPU memory per pipeline stage; will it fit, and what fixes it"},
+    {"model", cmd_model, "show a model's architecture and exact parameter count"},
+    {"profiles", cmd_profiles, "list the shipped GPU, link, network, system and model profiles"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: dplan <command> [options]\n\n"
+               "Plan, simulate and run distributed training of transformer models.\n\n"
+               "Commands:\n");
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        fprintf(f, "  %-10s %s\n", cmds[i].name, cmds[i].help);
+    fprintf(f, "\nRun `dplan <command> --help` for a command's options.\n"
+               "Profiles are read from $DPLAN_PROFILES or the shipped profiles/ directory.\n");
+}
+
+int main(int argc, char **argv)
+{
+    dp_profiles_set_exe(argv[0]);
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("dplan %s\n", DPLAN_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        if (strcmp(argv[1], cmds[i].name) == 0)
+            return cmds[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "dplan: unknown command \"%s\" (see `dplan --help`)\n", argv[1]);
+    return 2;
+}

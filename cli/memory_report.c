@@ -1,0 +1,115 @@
+/*
+ * The memory report shared by `dplan memory` and (later) `dplan estimate`:
+ * a per-stage table, the verdict, how the peak stage's terms were derived,
+ * and the same as a JSON object whose field names are stable.
+ */
+#include "memory_report.h"
+#include "cli.h"
+
+#include <cjson/cJSON.h>
+
+cJSON *cli_mem_json(const struct dp_mem_report *r)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddBoolToObject(o, "fits", r->fits);
+    cJSON_AddNumberToObject(o, "capacity_bytes", (double)r->capacity_bytes);
+    cJSON_AddNumberToObject(o, "peak_bytes", (double)r->peak_bytes);
+    cJSON_AddNumberToObject(o, "peak_stage", r->peak_stage);
+    cJSON_AddNumberToObject(o, "headroom_bytes", (double)(r->capacity_bytes - r->peak_bytes));
+    cJSON_AddNumberToObject(o, "microbatches", (double)r->microbatches);
+    cJSON *st = cJSON_AddArrayToObject(o, "stages");
+    for (int i = 0; i < r->nstages; i++) {
+        const struct dp_mem_stage *s = &r->stage[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "stage", s->stage);
+        cJSON_AddNumberToObject(e, "layers", s->layers);
+        cJSON_AddNumberToObject(e, "params", (double)s->params);
+        cJSON_AddNumberToObject(e, "params_bytes", (double)s->params_bytes);
+        cJSON_AddNumberToObject(e, "grads_bytes", (double)s->grads_bytes);
+        cJSON_AddNumberToObject(e, "optimizer_bytes", (double)s->optimizer_bytes);
+        cJSON_AddNumberToObject(e, "activations_bytes", (double)s->activations_bytes);
+        cJSON_AddNumberToObject(e, "other_bytes", (double)s->other_bytes);
+        cJSON_AddNumberToObject(e, "total_bytes", (double)s->total_bytes);
+        cJSON_AddNumberToObject(e, "inflight_microbatches", s->inflight);
+        cJSON *a = cJSON_AddObjectToObject(e, "activations");
+        cJSON_AddNumberToObject(a, "layers_bytes", (double)s->act_layers_bytes);
+        cJSON_AddNumberToObject(a, "embedding_bytes", (double)s->act_embed_bytes);
+        cJSON_AddNumberToObject(a, "head_bytes", (double)s->act_head_bytes);
+        cJSON_AddNumberToObject(a, "recompute_working_bytes", (double)s->act_working_bytes);
+        cJSON *ot = cJSON_AddObjectToObject(e, "other");
+        cJSON_AddNumberToObject(ot, "comm_bytes", (double)s->comm_bytes);
+        cJSON_AddNumberToObject(ot, "runtime_bytes", (double)s->runtime_bytes);
+        cJSON_AddItemToArray(st, e);
+    }
+    return o;
+}
+
+void cli_mem_table(FILE *f, const struct dp_mem_report *r)
+{
+    fprintf(f, "%-16s %8s %8s %9s %11s %7s %8s\n", "GiB per GPU", "params", "grads", "optimizer",
+            "activations", "other", "total");
+    for (int i = 0; i < r->nstages; i++) {
+        const struct dp_mem_stage *s = &r->stage[i];
+        char label[32];
+        snprintf(label, sizeof label, "stage %d (%dL)", s->stage, s->layers);
+        fprintf(f, "%-16s %8.2f %8.2f %9.2f %11.2f %7.2f %8.2f%s\n", label,
+                cli_gib(s->params_bytes), cli_gib(s->grads_bytes), cli_gib(s->optimizer_bytes),
+                cli_gib(s->activations_bytes), cli_gib(s->other_bytes), cli_gib(s->total_bytes),
+                s->total_bytes > r->capacity_bytes ? "  OOM" : "");
+    }
+}
+
+void cli_mem_verdict(FILE *f, const struct dp_mem_report *r)
+{
+    int64_t head = r->capacity_bytes - r->peak_bytes;
+    if (r->fits)
+        fprintf(f,
+                "FITS: peak %.2f GiB on stage %d, capacity %.2f GiB, headroom %.2f GiB "
+                "(%.1f%%)\n",
+                cli_gib(r->peak_bytes), r->peak_stage, cli_gib(r->capacity_bytes), cli_gib(head),
+                100.0 * (double)head / (double)r->capacity_bytes);
+    else
+        fprintf(f, "OOM: stage %d needs %.2f GiB per GPU, capacity %.2f GiB (%.2f GiB over)\n",
+                r->peak_stage, cli_gib(r->peak_bytes), cli_gib(r->capacity_bytes), cli_gib(-head));
+    if (r->nstages > 1)
+        fprintf(f, "balance: stages range %.2f-%.2f GiB (spread %.1f%% of peak)\n",
+                cli_gib(r->min_bytes), cli_gib(r->peak_bytes),
+                100.0 * (double)(r->peak_bytes - r->min_bytes) / (double)r->peak_bytes);
+}
+
+void cli_mem_derivation(FILE *f, const struct dp_model *m, const struct dp_cluster *cl,
+                        const struct dp_layout *l, const struct dp_mem_report *r)
+{
+    const struct dp_mem_stage *s = &r->stage[r->peak_stage];
+    int pb, gb, ob;
+    dp_mem_bytes_per_param(l, &pb, &gb, &ob);
+    int64_t shard = (int64_t)l->dp * l->cp;
+    struct dp_act_layer al;
+    dp_act_layer(m, l, &al);
+    fprintf(f, "how (stage %d, each GPU):\n", s->stage);
+    fprintf(f, "  params       %.3fB params held x %d B (%s)%s\n", (double)s->params / 1e9, pb,
+            dp_precision_name(l->precision), l->zero >= 3 ? ", sharded over dp (ZeRO-3)" : "");
+    fprintf(f, "  grads        x %d B (%s)%s\n", gb, gb == 4 ? "fp32 accumulation" : "half",
+            l->zero >= 2 ? ", sharded over dp (ZeRO-2)" : "");
+    fprintf(f, "  optimizer    x %d B (%s%s)%s\n", ob,
+            l->precision == DP_FP32 ? "" : "fp32 master + ",
+            l->optimizer == DP_OPT_ADAM ? "Adam m, v" : "SGD momentum",
+            l->zero >= 1 ? "" : ", not sharded");
+    if (l->zero >= 1)
+        fprintf(f, "               sharded over %lld data-parallel ranks (ZeRO-%d)\n",
+                (long long)shard, l->zero);
+    fprintf(f, "  activations  %.2f micro-batches in flight x %d layers x %.1f MiB/layer (%s)",
+            s->inflight, s->layers, (double)al.stored_bytes / 1048576.0,
+            dp_recompute_name(l->recompute));
+    if (s->act_head_bytes)
+        fprintf(f, " + output layer %.2f GiB", cli_gib(s->act_head_bytes));
+    if (s->act_working_bytes)
+        fprintf(f, " + recompute working set %.2f GiB", cli_gib(s->act_working_bytes));
+    fputc('\n', f);
+    fprintf(f, "  other        runtime %.2f GiB (CUDA context, libraries; --overhead-gib)",
+            cli_gib(s->runtime_bytes));
+    if (s->comm_bytes)
+        fprintf(f, " + communication buffers %.2f GiB", cli_gib(s->comm_bytes));
+    fputc('\n', f);
+    (void)cl;
+}

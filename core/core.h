@@ -1,0 +1,341 @@
+/*
+ * core: the plain data every dplan module shares (model, cluster, layout,
+ * error) and the JSON readers that fill it from files.
+ *
+ * It does not compute costs, plan, probe hardware or print: library code
+ * returns a negative enum dp_status and fills a struct dp_err; only cli/
+ * prints and exits.
+ */
+#ifndef DPLAN_CORE_H
+#define DPLAN_CORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct cJSON;
+
+/* ------------------------------------------------------------------ errors */
+
+enum dp_status {
+    DP_OK = 0,
+    DP_EINVAL = -1,      /* bad input: file contents, field values */
+    DP_EUSAGE = -2,      /* bad command line (exit code 2) */
+    DP_ENOENT = -3,      /* missing file or unknown profile name */
+    DP_EIO = -4,         /* read/write failure */
+    DP_ENOMEM = -5,      /* allocation failure */
+    DP_EINFEASIBLE = -6, /* a layout that cannot run (does not divide, OOM) */
+    DP_ERUNTIME = -7,    /* failure while executing (MPI, CUDA, NaN loss) */
+};
+
+struct dp_err {
+    int code;       /* enum dp_status of the first error, 0 if none */
+    char msg[1024]; /* one line, git style: "where: what" */
+};
+
+/* Record an error (the first one wins) and return `code`. */
+int dp_err_set(struct dp_err *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Prefix the stored message with "prefix: " (adds a location). */
+void dp_err_prefix(struct dp_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void dp_err_clear(struct dp_err *err);
+/* Process exit code for a status: 0, 2 for usage errors, 1 otherwise. */
+int dp_status_exit_code(int status);
+
+/* ------------------------------------------------------------------ JSON */
+
+/*
+ * A reader context: the file being read and the JSON path of the object
+ * currently being read, so that every error names both, e.g.
+ * "profiles/gpu/h100.json: peak_tflops.bf16: expected number > 0, got string".
+ */
+struct dp_jr {
+    const char *file;
+    char path[192];
+    struct dp_err *err;
+};
+
+/* Parse `len` bytes; syntax errors report "file:line:col: JSON syntax error". */
+int dp_json_parse(const char *file, const char *buf, size_t len, struct cJSON **out,
+                  struct dp_err *err);
+/* Read and parse a whole file (at most 64 MiB). */
+int dp_json_load_file(const char *file, struct cJSON **out, struct dp_err *err);
+/* Write `root` pretty-printed to `file` atomically (tmp + rename). */
+int dp_json_save_file(const char *file, const struct cJSON *root, struct dp_err *err);
+
+/* Append ".key" (or "[i]" when key is NULL) to jr->path; returns the old length. */
+size_t dp_jr_push(struct dp_jr *jr, const char *key, int index);
+void dp_jr_pop(struct dp_jr *jr, size_t old_len);
+
+/* Fail with "file: path: unknown field "k" (expected one of: a, b)" for any key not in
+ * `allowed` (NULL-terminated). */
+int dp_jr_check_keys(struct dp_jr *jr, const struct cJSON *obj, const char *const *allowed);
+/* Require `obj` to be a JSON object ("what" names the expected content). */
+int dp_jr_expect_object(struct dp_jr *jr, const struct cJSON *obj, const char *what);
+
+/*
+ * Field readers. Each looks up `key` in `obj` (case-sensitive). If the key is
+ * missing: required -> error "missing", else *out is left unchanged and 0 is
+ * returned. A JSON null counts as missing. Ranges are inclusive.
+ */
+int dp_jr_number(struct dp_jr *jr, const struct cJSON *obj, const char *key, bool required,
+                 double lo, double hi, double *out);
+int dp_jr_int(struct dp_jr *jr, const struct cJSON *obj, const char *key, bool required, int64_t lo,
+              int64_t hi, int64_t *out);
+int dp_jr_bool(struct dp_jr *jr, const struct cJSON *obj, const char *key, bool required,
+               bool *out);
+int dp_jr_string(struct dp_jr *jr, const struct cJSON *obj, const char *key, bool required,
+                 char *out, size_t cap);
+/* A string that must be one of names[0..n); *out gets its index. */
+int dp_jr_enum(struct dp_jr *jr, const struct cJSON *obj, const char *key, bool required,
+               const char *const *names, int n, int *out);
+/* Describe a JSON value's type for messages: "string \"fast\"", "number 3", "null". */
+void dp_json_describe(const struct cJSON *v, char *out, size_t cap);
+
+/* ------------------------------------------------------------------ model */
+
+enum dp_ffn_kind { DP_FFN_GELU = 0, DP_FFN_SWIGLU = 1 };
+enum dp_norm_kind { DP_NORM_LAYERNORM = 0, DP_NORM_RMSNORM = 1 };
+enum dp_pos_kind { DP_POS_ROPE = 0, DP_POS_LEARNED = 1, DP_POS_ALIBI = 2 };
+
+/*
+ * A decoder-only transformer. Shapes follow Megatron's notation: h hidden,
+ * a heads, g kv heads (query groups), d head_dim, f ffn hidden, V vocab.
+ */
+struct dp_model {
+    char name[64];
+    char format[32];    /* "dplan" or "hf:<model_type>" */
+    int64_t layers;     /* L */
+    int64_t hidden;     /* h */
+    int64_t heads;      /* a */
+    int64_t kv_heads;   /* g; == heads for MHA, 1 for MQA */
+    int64_t head_dim;   /* d; usually h / a */
+    int64_t ffn_hidden; /* f: dense MLP width (per expert: moe_ffn_hidden) */
+    int64_t vocab;      /* V, unpadded as published */
+    int64_t seq_len;    /* default training sequence length */
+    int64_t max_pos;    /* learned position embeddings (0 unless pos == LEARNED) */
+    enum dp_ffn_kind ffn;
+    enum dp_norm_kind norm;
+    enum dp_pos_kind pos;
+    bool tied_embeddings;   /* LM head shares the token embedding */
+    bool qkv_bias;          /* biases on the Q, K, V projections */
+    bool out_bias;          /* bias on the attention output projection */
+    bool mlp_bias;          /* biases on the MLP linears */
+    int norms_per_layer;    /* 2, or 1 for Falcon-7B's parallel attention */
+    bool dropout;           /* dropout layers present in training (GPT-2/3 style) */
+    int64_t experts;        /* 0 for dense models */
+    int64_t top_k;          /* experts per token */
+    int64_t moe_ffn_hidden; /* expert MLP width; == ffn_hidden unless given */
+};
+
+/* Parameter counts of the model as published (unpadded vocabulary). */
+struct dp_param_count {
+    int64_t total;     /* every weight */
+    int64_t active;    /* per token: MoE counts top_k experts; == total if dense */
+    int64_t embedding; /* token (+ learned position) embeddings */
+    int64_t lm_head;   /* 0 when tied */
+    int64_t per_layer; /* one transformer layer, all experts */
+    int64_t per_layer_active;
+    int64_t final_norm;
+};
+
+/*
+ * Load a model from `path`, which is a file (dplan model.json or a Hugging
+ * Face config.json, detected by content) or the name of a shipped model in
+ * profiles/models/ (e.g. "llama2-7b"). Fills *m on success.
+ */
+int dp_model_load(const char *path, struct dp_model *m, struct dp_err *err);
+/* The same from an already parsed JSON object (used by plan.json). */
+int dp_model_from_json(struct dp_jr *jr, const struct cJSON *obj, struct dp_model *m);
+/* Check the invariants of a filled model (positive sizes, heads divide hidden...). */
+int dp_model_validate(const struct dp_model *m, const char *file, struct dp_err *err);
+void dp_model_count(const struct dp_model *m, struct dp_param_count *out);
+/* Serialize as a dplan model.json object (caller owns the result). */
+struct cJSON *dp_model_to_json(const struct dp_model *m);
+const char *dp_ffn_name(enum dp_ffn_kind k);
+const char *dp_norm_name(enum dp_norm_kind k);
+const char *dp_pos_name(enum dp_pos_kind k);
+
+/* ------------------------------------------------------------------ hardware */
+
+enum dp_precision { DP_BF16 = 0, DP_FP16 = 1, DP_FP32 = 2, DP_PRECISIONS = 3 };
+const char *dp_precision_name(enum dp_precision p);
+int dp_precision_bytes(enum dp_precision p);
+
+/*
+ * Achievable matrix-multiply efficiency as a function of problem size:
+ * eff(flops) = eff_max * x / (x + half_flops), with x the GEMM's FLOPs.
+ * A saturating curve fitted to published GEMM sweeps; see profiles/README.md.
+ */
+struct dp_gemm_curve {
+    double eff_max;    /* (0, 1]: best fraction of dense peak reached */
+    double half_flops; /* FLOPs at which half of eff_max is reached */
+};
+
+struct dp_gpu {
+    char name[64];
+    char vendor[16];
+    double peak_tflops[DP_PRECISIONS]; /* dense (never 2:4 sparse) TFLOP/s */
+    double fp8_tflops;                 /* 0 if none */
+    int64_t mem_bytes;                 /* physical memory */
+    double usable_fraction;            /* of mem_bytes that training can use */
+    double mem_bw_gbps;                /* GB/s (1e9) */
+    int64_t runtime_overhead_bytes;    /* CUDA context + framework, see profiles/README.md */
+    double tdp_w;
+    char intra_link[64]; /* default GPU-GPU link in a node (interconnect name) */
+    char host_link[64];  /* the GPU's PCIe link to the host (interconnect name) */
+    struct dp_gemm_curve gemm;
+};
+
+enum dp_link_kind {
+    DP_LINK_NVLINK = 0, /* through NVSwitch: all-to-all at full per-GPU rate */
+    DP_LINK_XGMI = 1,   /* AMD Infinity Fabric mesh */
+    DP_LINK_PCIE = 2,   /* through PCIe switches / host */
+    DP_LINK_NET = 3,    /* a NIC-based network between nodes */
+    DP_LINK_LOCAL = 4,  /* same device */
+};
+
+/* An intra-node link class or an inter-node network. */
+struct dp_link {
+    char name[64];
+    enum dp_link_kind kind;
+    double bw_gbps;     /* per GPU (or per NIC port) per direction, GB/s */
+    double latency_us;  /* alpha in the alpha-beta model */
+    double efficiency;  /* achievable fraction of bw_gbps (busbw / peak) */
+    double p2p_bw_gbps; /* one GPU to one peer per direction; 0 = bw_gbps (xGMI: 64) */
+};
+
+/* A node type: GPUs, their intra-node link, its NICs and default network. */
+struct dp_system {
+    char name[64];
+    char description[128];
+    char gpu[64];
+    int gpus_per_node;
+    char intra[64]; /* interconnect profile name */
+    int nics_per_node;
+    char network[64]; /* default network profile name */
+};
+
+/*
+ * What the planner plans for: `nodes` nodes of `gpus_per_node` GPUs each.
+ * `intra` is the link between GPUs of one node (for NVSwitch systems the
+ * full-rate all-to-all; for PCIe boxes the PCIe path); `inter` is one NIC's
+ * network, of which each node has `nics_per_node`.
+ * Topology-derived clusters (topology/) may set `tp_link` overrides later.
+ */
+struct dp_cluster {
+    char name[64];
+    char system[64]; /* system profile name, or "custom"/"topology" */
+    struct dp_gpu gpu;
+    int nodes;
+    int gpus_per_node;
+    struct dp_link intra;
+    struct dp_link inter;
+    int nics_per_node;
+    /*
+     * Link classes for groups of 2^k consecutive GPUs inside a node, from a
+     * measured topology: group_link[k] is the slowest link a group of
+     * size 2^k (k = 1..) must cross. Empty (ngroup_links == 0) for profiles,
+     * where every intra-node group uses `intra`.
+     */
+    int ngroup_links;
+    struct dp_link group_link[8];
+};
+
+static inline int dp_cluster_gpus(const struct dp_cluster *c)
+{
+    return c->nodes * c->gpus_per_node;
+}
+static inline int64_t dp_gpu_usable_bytes(const struct dp_gpu *g)
+{
+    return (int64_t)((double)g->mem_bytes * g->usable_fraction);
+}
+
+/* The profiles directory: $DPLAN_PROFILES, ../profiles or ../share/dplan/profiles next to
+ * the executable, then the source tree. Never NULL. */
+const char *dp_profiles_dir(void);
+/* Set by main() from argv[0] so that dp_profiles_dir can look next to the binary. */
+void dp_profiles_set_exe(const char *argv0);
+
+/* Load profiles by name ("h100-sxm5-80gb") or by path to a JSON file. */
+int dp_gpu_load(const char *name, struct dp_gpu *out, struct dp_err *err);
+int dp_link_load(const char *name, struct dp_link *out, struct dp_err *err); /* interconnect/ */
+int dp_network_load(const char *name, struct dp_link *out, struct dp_err *err);
+int dp_system_load(const char *name, struct dp_system *out, struct dp_err *err);
+/* List the names (file stems) in profiles/<kind>/, sorted; caller frees with dp_names_free. */
+int dp_profile_names(const char *kind, char ***names, int *n, struct dp_err *err);
+void dp_names_free(char **names, int n);
+
+/* Build a cluster from a system profile and a node count (network NULL = system's). */
+int dp_cluster_from_system(const char *system, int nodes, const char *network,
+                           struct dp_cluster *out, struct dp_err *err);
+/* Build from a GPU profile: `gpus` GPUs, `per_node` per node (0 = min(gpus, 8)). The
+ * intra-node link is the GPU's host PCIe link unless `intra` names one. */
+int dp_cluster_from_gpu(const char *gpu, int gpus, int per_node, const char *intra,
+                        const char *network, struct dp_cluster *out, struct dp_err *err);
+/* cluster.json as written by `dplan topo -o` (schema in README). */
+int dp_cluster_load(const char *file, struct dp_cluster *out, struct dp_err *err);
+int dp_cluster_from_json(struct dp_jr *jr, const struct cJSON *obj, struct dp_cluster *out);
+struct cJSON *dp_cluster_to_json(const struct dp_cluster *c);
+
+/* ------------------------------------------------------------------ layout */
+
+enum dp_recompute { DP_RECOMPUTE_NONE = 0, DP_RECOMPUTE_SELECTIVE = 1, DP_RECOMPUTE_FULL = 2 };
+enum dp_optimizer { DP_OPT_ADAM = 0, DP_OPT_SGD = 1 };
+const char *dp_recompute_name(enum dp_recompute r);
+
+/*
+ * One parallel layout. Rank order is Megatron's tp-cp-ep-dp-pp, TP fastest.
+ * world = tp * cp * dp * pp; ep divides dp * cp (experts only).
+ */
+struct dp_layout {
+    int tp, pp, dp, cp, ep;
+    int vpp;     /* model chunks per pipeline rank (1 = plain 1F1B) */
+    int64_t mbs; /* micro-batch size (sequences) */
+    int64_t gbs; /* global batch (sequences) */
+    int64_t seq_len;
+    int zero; /* 0..3; ZeRO-1 == Megatron's distributed optimizer */
+    enum dp_recompute recompute;
+    bool sp;         /* sequence parallel (no-op when tp == 1) */
+    bool flash_attn; /* attention keeps no s^2 tensors */
+    enum dp_precision precision;
+    bool grad_fp32; /* gradients accumulated in fp32 (Megatron main_grad) */
+    enum dp_optimizer optimizer;
+    int first_stage_layers; /* 0 = even split */
+    int last_stage_layers;  /* 0 = even split */
+};
+
+/* Defaults: everything 1, bf16, flash attention, fp32 grads, Adam, recompute none. */
+void dp_layout_default(struct dp_layout *l);
+/* Micro-batches per step: gbs / (mbs * dp). */
+static inline int64_t dp_layout_microbatches(const struct dp_layout *l)
+{
+    return l->gbs / (l->mbs * l->dp);
+}
+/* Layers held by pipeline stage `stage` (0..pp-1) under the split rules. */
+int dp_layout_stage_layers(const struct dp_layout *l, const struct dp_model *m, int stage);
+/*
+ * Check that `l` can run `m` on `gpus` GPUs (gpus_per_node for tp locality is
+ * not checked here). On failure err names the first constraint that fails,
+ * e.g. "tp=3 does not divide heads=32".
+ */
+int dp_layout_validate(const struct dp_layout *l, const struct dp_model *m, int gpus,
+                       struct dp_err *err);
+/* "tp=8 pp=4 dp=2 mbs=1 ..." compact form for tables and messages. */
+void dp_layout_format(const struct dp_layout *l, char *out, size_t cap);
+struct cJSON *dp_layout_to_json(const struct dp_layout *l);
+int dp_layout_from_json(struct dp_jr *jr, const struct cJSON *obj, struct dp_layout *out);
+
+/* Megatron pads the vocabulary to a multiple of 128 * tp (--make-vocab-size-divisible-by). */
+int64_t dp_padded_vocab(int64_t vocab, int tp);
+
+/* ------------------------------------------------------------------ util */
+
+/* Parse "1,2,4" into ints; returns count or a negative status. */
+int dp_parse_int_list(const char *s, int *out, int cap);
+/* Human units: "12.34 GiB", fixed precision. */
+void dp_fmt_bytes(int64_t bytes, char *out, size_t cap);
+/* Read a whole file (NUL-terminated); caller frees. */
+int dp_read_file(const char *file, char **buf, size_t *len, size_t max, struct dp_err *err);
+
+#endif

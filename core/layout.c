@@ -1,0 +1,266 @@
+/*
+ * Parallel layouts: defaults, the divisibility rules Megatron-LM enforces
+ * (megatron/training/arguments.py validate_args), stage layer counts, and
+ * JSON I/O.
+ */
+#include "core.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *const recompute_names[] = {"none", "selective", "full"};
+static const char *const precision_names[] = {"bf16", "fp16", "fp32"};
+static const char *const optimizer_names[] = {"adam", "sgd"};
+
+const char *dp_recompute_name(enum dp_recompute r)
+{
+    return recompute_names[r];
+}
+const char *dp_precision_name(enum dp_precision p)
+{
+    return precision_names[p];
+}
+int dp_precision_bytes(enum dp_precision p)
+{
+    return p == DP_FP32 ? 4 : 2;
+}
+
+void dp_layout_default(struct dp_layout *l)
+{
+    memset(l, 0, sizeof *l);
+    l->tp = l->pp = l->dp = l->cp = l->ep = l->vpp = 1;
+    l->mbs = 1;
+    l->gbs = 1;
+    l->zero = 0;
+    l->recompute = DP_RECOMPUTE_NONE;
+    l->flash_attn = true;
+    l->precision = DP_BF16;
+    l->grad_fp32 = true;
+    l->optimizer = DP_OPT_ADAM;
+}
+
+int64_t dp_padded_vocab(int64_t vocab, int tp)
+{
+    int64_t m = 128 * (int64_t)tp;
+    return (vocab + m - 1) / m * m;
+}
+
+int dp_layout_stage_layers(const struct dp_layout *l, const struct dp_model *m, int stage)
+{
+    int pp = l->pp, L = (int)m->layers;
+    if (pp == 1)
+        return L;
+    int first = l->first_stage_layers, last = l->last_stage_layers;
+    int middle_stages = pp - (first ? 1 : 0) - (last ? 1 : 0);
+    int rest = L - first - last;
+    int each = middle_stages > 0 ? rest / middle_stages : 0;
+    if (stage == 0 && first)
+        return first;
+    if (stage == pp - 1 && last)
+        return last;
+    return each;
+}
+
+int dp_layout_validate(const struct dp_layout *l, const struct dp_model *m, int gpus,
+                       struct dp_err *err)
+{
+    if (l->tp < 1 || l->pp < 1 || l->dp < 1 || l->cp < 1 || l->ep < 1 || l->vpp < 1)
+        return dp_err_set(err, DP_EINFEASIBLE, "parallel degrees must be >= 1");
+    int64_t world = (int64_t)l->tp * l->pp * l->dp * l->cp;
+    if (gpus > 0 && world != gpus)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "tp*pp*dp*cp = %d*%d*%d*%d = %lld does not equal the %d GPUs of the "
+                          "cluster",
+                          l->tp, l->pp, l->dp, l->cp, (long long)world, gpus);
+    if (m->heads % l->tp)
+        return dp_err_set(err, DP_EINFEASIBLE, "tp=%d does not divide heads=%lld", l->tp,
+                          (long long)m->heads);
+    if (m->kv_heads % l->tp)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "tp=%d does not divide kv_heads=%lld (Megatron requires query groups "
+                          "divisible by tp)",
+                          l->tp, (long long)m->kv_heads);
+    int64_t f = m->experts ? m->moe_ffn_hidden : m->ffn_hidden;
+    if (f % l->tp)
+        return dp_err_set(err, DP_EINFEASIBLE, "tp=%d does not divide ffn_hidden=%lld", l->tp,
+                          (long long)f);
+    if (l->pp > m->layers)
+        return dp_err_set(err, DP_EINFEASIBLE, "pp=%d exceeds layers=%lld", l->pp,
+                          (long long)m->layers);
+    if (l->pp == 1 && (l->first_stage_layers || l->last_stage_layers))
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "first/last stage layer counts need pp > 1, got pp=1");
+    if (l->first_stage_layers < 0 || l->last_stage_layers < 0)
+        return dp_err_set(err, DP_EINFEASIBLE, "stage layer counts must be >= 0");
+    {
+        int first = l->first_stage_layers, last = l->last_stage_layers;
+        int middle = l->pp - (first ? 1 : 0) - (last ? 1 : 0);
+        int64_t rest = m->layers - first - last;
+        if (rest < 0 || (middle == 0 && rest != 0) ||
+            (middle > 0 && (rest < middle || rest % middle)))
+            return dp_err_set(err, DP_EINFEASIBLE,
+                              "layers=%lld cannot be split into pp=%d stages%s (the remaining "
+                              "%lld layers must divide evenly among %d middle stages)",
+                              (long long)m->layers, l->pp,
+                              first || last ? " with the given first/last counts" : "",
+                              (long long)rest, middle);
+    }
+    if (l->mbs < 1 || l->gbs < 1 || l->seq_len < 1)
+        return dp_err_set(err, DP_EINFEASIBLE, "mbs, gbs and seq_len must be >= 1");
+    if (l->gbs % (l->mbs * l->dp))
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "gbs=%lld is not a multiple of mbs*dp = %lld*%d = %lld",
+                          (long long)l->gbs, (long long)l->mbs, l->dp, (long long)(l->mbs * l->dp));
+    int64_t M = dp_layout_microbatches(l);
+    if (l->vpp > 1) {
+        if (l->pp == 1)
+            return dp_err_set(err, DP_EINFEASIBLE, "vpp=%d needs pp > 1", l->vpp);
+        if (l->first_stage_layers || l->last_stage_layers)
+            return dp_err_set(err, DP_EINFEASIBLE,
+                              "vpp=%d needs an even layer split (no first/last stage counts)",
+                              l->vpp);
+        if ((m->layers / l->pp) % l->vpp)
+            return dp_err_set(err, DP_EINFEASIBLE,
+                              "vpp=%d does not divide the %lld layers per stage", l->vpp,
+                              (long long)(m->layers / l->pp));
+        if (M % l->pp)
+            return dp_err_set(err, DP_EINFEASIBLE,
+                              "interleaving (vpp=%d) needs micro-batches (%lld) to be a multiple "
+                              "of pp=%d",
+                              l->vpp, (long long)M, l->pp);
+    }
+    if (l->cp > 1 && l->seq_len % (2 * l->cp))
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "cp=%d needs seq_len=%lld divisible by 2*cp (load-balanced chunks)",
+                          l->cp, (long long)l->seq_len);
+    if (l->sp && l->tp > 1 && l->seq_len % l->tp)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "sequence parallel needs seq_len=%lld divisible by tp=%d",
+                          (long long)l->seq_len, l->tp);
+    if (l->ep > 1) {
+        if (m->experts == 0)
+            return dp_err_set(err, DP_EINFEASIBLE, "ep=%d needs a mixture-of-experts model", l->ep);
+        if (m->experts % l->ep)
+            return dp_err_set(err, DP_EINFEASIBLE, "ep=%d does not divide experts=%lld", l->ep,
+                              (long long)m->experts);
+        if (((int64_t)l->dp * l->cp) % l->ep)
+            return dp_err_set(err, DP_EINFEASIBLE, "ep=%d does not divide dp*cp=%d", l->ep,
+                              l->dp * l->cp);
+    }
+    if (l->zero < 0 || l->zero > 3)
+        return dp_err_set(err, DP_EINFEASIBLE, "zero=%d: expected 0, 1, 2 or 3", l->zero);
+    if (l->zero >= 2 && l->pp > 1)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "zero=%d with pp=%d: gradient/parameter sharding does not combine with "
+                          "pipeline parallelism (DeepSpeed's pipeline engine allows ZeRO-1 only)",
+                          l->zero, l->pp);
+    if (l->precision == DP_FP16 && l->ep > 1)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "expert parallelism does not support fp16 (Megatron)");
+    return 0;
+}
+
+void dp_layout_format(const struct dp_layout *l, char *out, size_t cap)
+{
+    int n = snprintf(out, cap, "tp=%d pp=%d dp=%d", l->tp, l->pp, l->dp);
+    if (l->cp > 1)
+        n += snprintf(out + n, cap - (size_t)n, " cp=%d", l->cp);
+    if (l->ep > 1)
+        n += snprintf(out + n, cap - (size_t)n, " ep=%d", l->ep);
+    if (l->vpp > 1)
+        n += snprintf(out + n, cap - (size_t)n, " vpp=%d", l->vpp);
+    n += snprintf(out + n, cap - (size_t)n, " mbs=%lld", (long long)l->mbs);
+    if (l->zero)
+        n += snprintf(out + n, cap - (size_t)n, " zero=%d", l->zero);
+    if (l->recompute != DP_RECOMPUTE_NONE)
+        n += snprintf(out + n, cap - (size_t)n, " rc=%s", recompute_names[l->recompute]);
+    if (l->sp && l->tp > 1)
+        n += snprintf(out + n, cap - (size_t)n, " sp");
+    if (l->first_stage_layers || l->last_stage_layers)
+        snprintf(out + n, cap - (size_t)n, " split=%d/../%d", l->first_stage_layers,
+                 l->last_stage_layers);
+}
+
+cJSON *dp_layout_to_json(const struct dp_layout *l)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "tp", l->tp);
+    cJSON_AddNumberToObject(o, "pp", l->pp);
+    cJSON_AddNumberToObject(o, "dp", l->dp);
+    cJSON_AddNumberToObject(o, "cp", l->cp);
+    cJSON_AddNumberToObject(o, "ep", l->ep);
+    cJSON_AddNumberToObject(o, "vpp", l->vpp);
+    cJSON_AddNumberToObject(o, "mbs", (double)l->mbs);
+    cJSON_AddNumberToObject(o, "gbs", (double)l->gbs);
+    cJSON_AddNumberToObject(o, "seq_len", (double)l->seq_len);
+    cJSON_AddNumberToObject(o, "zero", l->zero);
+    cJSON_AddStringToObject(o, "recompute", recompute_names[l->recompute]);
+    cJSON_AddBoolToObject(o, "sp", l->sp);
+    cJSON_AddBoolToObject(o, "flash_attn", l->flash_attn);
+    cJSON_AddStringToObject(o, "precision", precision_names[l->precision]);
+    cJSON_AddBoolToObject(o, "grad_fp32", l->grad_fp32);
+    cJSON_AddStringToObject(o, "optimizer", optimizer_names[l->optimizer]);
+    cJSON_AddNumberToObject(o, "first_stage_layers", l->first_stage_layers);
+    cJSON_AddNumberToObject(o, "last_stage_layers", l->last_stage_layers);
+    return o;
+}
+
+int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *out)
+{
+    static const char *const keys[] = {"tp",
+                                       "pp",
+                                       "dp",
+                                       "cp",
+                                       "ep",
+                                       "vpp",
+                                       "mbs",
+                                       "gbs",
+                                       "seq_len",
+                                       "zero",
+                                       "recompute",
+                                       "sp",
+                                       "flash_attn",
+                                       "precision",
+                                       "grad_fp32",
+                                       "optimizer",
+                                       "first_stage_layers",
+                                       "last_stage_layers",
+                                       NULL};
+    dp_layout_default(out);
+    int64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1, zero = 0, first = 0, last = 0;
+    int rc_ = 0, prec = 0, opt = 0;
+    if (dp_jr_expect_object(jr, obj, "a layout object") || dp_jr_check_keys(jr, obj, keys) ||
+        dp_jr_int(jr, obj, "tp", true, 1, 1 << 20, &tp) ||
+        dp_jr_int(jr, obj, "pp", true, 1, 1 << 20, &pp) ||
+        dp_jr_int(jr, obj, "dp", true, 1, 1 << 24, &dp) ||
+        dp_jr_int(jr, obj, "cp", false, 1, 1 << 20, &cp) ||
+        dp_jr_int(jr, obj, "ep", false, 1, 1 << 20, &ep) ||
+        dp_jr_int(jr, obj, "vpp", false, 1, 1 << 20, &vpp) ||
+        dp_jr_int(jr, obj, "mbs", true, 1, 1 << 24, &out->mbs) ||
+        dp_jr_int(jr, obj, "gbs", true, 1, INT64_C(1) << 40, &out->gbs) ||
+        dp_jr_int(jr, obj, "seq_len", true, 1, INT64_C(1) << 30, &out->seq_len) ||
+        dp_jr_int(jr, obj, "zero", false, 0, 3, &zero) ||
+        dp_jr_enum(jr, obj, "recompute", false, recompute_names, 3, &rc_) ||
+        dp_jr_bool(jr, obj, "sp", false, &out->sp) ||
+        dp_jr_bool(jr, obj, "flash_attn", false, &out->flash_attn) ||
+        dp_jr_enum(jr, obj, "precision", false, precision_names, 3, &prec) ||
+        dp_jr_bool(jr, obj, "grad_fp32", false, &out->grad_fp32) ||
+        dp_jr_enum(jr, obj, "optimizer", false, optimizer_names, 2, &opt) ||
+        dp_jr_int(jr, obj, "first_stage_layers", false, 0, 100000, &first) ||
+        dp_jr_int(jr, obj, "last_stage_layers", false, 0, 100000, &last))
+        return jr->err->code;
+    out->tp = (int)tp;
+    out->pp = (int)pp;
+    out->dp = (int)dp;
+    out->cp = (int)cp;
+    out->ep = (int)ep;
+    out->vpp = (int)vpp;
+    out->zero = (int)zero;
+    out->recompute = (enum dp_recompute)rc_;
+    out->precision = (enum dp_precision)prec;
+    out->optimizer = (enum dp_optimizer)opt;
+    out->first_stage_layers = (int)first;
+    out->last_stage_layers = (int)last;
+    return 0;
+}

@@ -1,0 +1,268 @@
+/*
+ * Models: dplan's own model.json, parameter counting, and serialization.
+ * Hugging Face config.json reading lives in model_hf.c.
+ *
+ * Parameter counts are exact sums over the weight tensors of the published
+ * architectures (no padding): checked against published totals in
+ * tests/unit/test_core_model.c.
+ */
+#include "core.h"
+#include "internal.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static const char *const ffn_names[] = {"gelu", "swiglu"};
+static const char *const norm_names[] = {"layernorm", "rmsnorm"};
+static const char *const pos_names[] = {"rope", "learned", "alibi"};
+
+const char *dp_ffn_name(enum dp_ffn_kind k)
+{
+    return ffn_names[k];
+}
+const char *dp_norm_name(enum dp_norm_kind k)
+{
+    return norm_names[k];
+}
+const char *dp_pos_name(enum dp_pos_kind k)
+{
+    return pos_names[k];
+}
+
+static void model_defaults(struct dp_model *m)
+{
+    memset(m, 0, sizeof *m);
+    m->norms_per_layer = 2;
+    m->ffn = DP_FFN_GELU;
+    m->norm = DP_NORM_LAYERNORM;
+    m->pos = DP_POS_ROPE;
+}
+
+/* 10^7 layers or a 10^7-wide matrix are far beyond any real model; the bounds keep the
+ * arithmetic below (products of three sizes) inside int64. */
+#define MAXDIM 10000000
+
+int dp_model_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_model *m)
+{
+    static const char *const keys[] = {"name",
+                                       "layers",
+                                       "hidden",
+                                       "heads",
+                                       "kv_heads",
+                                       "head_dim",
+                                       "ffn_hidden",
+                                       "ffn",
+                                       "vocab",
+                                       "seq_len",
+                                       "tied_embeddings",
+                                       "norm",
+                                       "position",
+                                       "max_position",
+                                       "qkv_bias",
+                                       "out_bias",
+                                       "mlp_bias",
+                                       "norms_per_layer",
+                                       "dropout",
+                                       "moe",
+                                       "source",
+                                       "notes",
+                                       NULL};
+    model_defaults(m);
+    if (dp_jr_expect_object(jr, obj, "a model object") || dp_jr_check_keys(jr, obj, keys))
+        return jr->err->code;
+    int ffn = 0, norm = 0, pos = 0;
+    int64_t npl = 2;
+    snprintf(m->format, sizeof m->format, "dplan");
+    if (dp_jr_string(jr, obj, "name", true, m->name, sizeof m->name) ||
+        dp_jr_int(jr, obj, "layers", true, 1, 100000, &m->layers) ||
+        dp_jr_int(jr, obj, "hidden", true, 1, MAXDIM, &m->hidden) ||
+        dp_jr_int(jr, obj, "heads", true, 1, MAXDIM, &m->heads))
+        return jr->err->code;
+    m->kv_heads = m->heads;
+    if (dp_jr_int(jr, obj, "kv_heads", false, 1, MAXDIM, &m->kv_heads) ||
+        dp_jr_int(jr, obj, "head_dim", false, 1, MAXDIM, &m->head_dim) ||
+        dp_jr_int(jr, obj, "ffn_hidden", true, 1, MAXDIM, &m->ffn_hidden) ||
+        dp_jr_enum(jr, obj, "ffn", true, ffn_names, 2, &ffn) ||
+        dp_jr_int(jr, obj, "vocab", true, 1, MAXDIM, &m->vocab) ||
+        dp_jr_int(jr, obj, "seq_len", true, 1, MAXDIM, &m->seq_len) ||
+        dp_jr_bool(jr, obj, "tied_embeddings", true, &m->tied_embeddings) ||
+        dp_jr_enum(jr, obj, "norm", true, norm_names, 2, &norm) ||
+        dp_jr_enum(jr, obj, "position", false, pos_names, 3, &pos) ||
+        dp_jr_int(jr, obj, "max_position", false, 1, MAXDIM, &m->max_pos) ||
+        dp_jr_bool(jr, obj, "qkv_bias", false, &m->qkv_bias) ||
+        dp_jr_bool(jr, obj, "out_bias", false, &m->out_bias) ||
+        dp_jr_bool(jr, obj, "mlp_bias", false, &m->mlp_bias) ||
+        dp_jr_int(jr, obj, "norms_per_layer", false, 1, 2, &npl) ||
+        dp_jr_bool(jr, obj, "dropout", false, &m->dropout))
+        return jr->err->code;
+    m->ffn = (enum dp_ffn_kind)ffn;
+    m->norm = (enum dp_norm_kind)norm;
+    m->pos = (enum dp_pos_kind)pos;
+    m->norms_per_layer = (int)npl;
+    if (m->head_dim == 0 && m->hidden % m->heads == 0)
+        m->head_dim = m->hidden / m->heads;
+    if (m->pos == DP_POS_LEARNED && m->max_pos == 0) {
+        char w[256];
+        snprintf(w, sizeof w, "%s%smax_position", jr->path, jr->path[0] ? "." : "");
+        return dp_err_set(jr->err, DP_EINVAL,
+                          "%s: %s: missing required field (expected integer >= 1 when "
+                          "position is \"learned\")",
+                          jr->file, w);
+    }
+    if (m->pos != DP_POS_LEARNED)
+        m->max_pos = 0;
+    const cJSON *moe = cJSON_GetObjectItemCaseSensitive(obj, "moe");
+    if (moe && !cJSON_IsNull(moe)) {
+        static const char *const moe_keys[] = {"experts", "top_k", "ffn_hidden", NULL};
+        size_t old = dp_jr_push(jr, "moe", 0);
+        if (dp_jr_expect_object(jr, moe, "an object {experts, top_k[, ffn_hidden]}") ||
+            dp_jr_check_keys(jr, moe, moe_keys) ||
+            dp_jr_int(jr, moe, "experts", true, 1, 100000, &m->experts) ||
+            dp_jr_int(jr, moe, "top_k", true, 1, 100000, &m->top_k) ||
+            dp_jr_int(jr, moe, "ffn_hidden", false, 1, MAXDIM, &m->moe_ffn_hidden))
+            return jr->err->code;
+        dp_jr_pop(jr, old);
+        if (m->moe_ffn_hidden == 0)
+            m->moe_ffn_hidden = m->ffn_hidden;
+    }
+    return dp_model_validate(m, jr->file, jr->err);
+}
+
+int dp_model_validate(const struct dp_model *m, const char *file, struct dp_err *err)
+{
+    if (m->layers < 1 || m->hidden < 1 || m->heads < 1 || m->vocab < 1 || m->ffn_hidden < 1 ||
+        m->seq_len < 1)
+        return dp_err_set(err, DP_EINVAL, "%s: model sizes must be positive", file);
+    if (m->head_dim == 0)
+        return dp_err_set(err, DP_EINVAL,
+                          "%s: heads: heads=%lld does not divide hidden=%lld (give head_dim)", file,
+                          (long long)m->heads, (long long)m->hidden);
+    if (m->kv_heads < 1 || m->kv_heads > m->heads || m->heads % m->kv_heads != 0)
+        return dp_err_set(err, DP_EINVAL,
+                          "%s: kv_heads: expected a divisor of heads=%lld, got %lld", file,
+                          (long long)m->heads, (long long)m->kv_heads);
+    if (m->experts > 0 && (m->top_k < 1 || m->top_k > m->experts))
+        return dp_err_set(err, DP_EINVAL, "%s: moe.top_k: expected integer in [1, %lld], got %lld",
+                          file, (long long)m->experts, (long long)m->top_k);
+    if ((double)m->hidden * (double)m->ffn_hidden * (double)(m->experts ? m->experts : 1) *
+            (double)m->layers >
+        1e16)
+        return dp_err_set(err, DP_EINVAL, "%s: model has more than 10^16 parameters", file);
+    return 0;
+}
+
+static int64_t norm_params(const struct dp_model *m)
+{
+    return m->norm == DP_NORM_LAYERNORM ? 2 * m->hidden : m->hidden; /* gain (+ bias) */
+}
+
+static int64_t mlp_params(const struct dp_model *m, int64_t f)
+{
+    int64_t h = m->hidden;
+    if (m->ffn == DP_FFN_SWIGLU) /* gate and up (h x f each), down (f x h) */
+        return 3 * h * f + (m->mlp_bias ? 2 * f + h : 0);
+    return 2 * h * f + (m->mlp_bias ? f + h : 0);
+}
+
+void dp_model_count(const struct dp_model *m, struct dp_param_count *out)
+{
+    int64_t h = m->hidden, a = m->heads, g = m->kv_heads, d = m->head_dim;
+    memset(out, 0, sizeof *out);
+    /* Attention: Q (h x a*d), K and V (h x g*d each), output (a*d x h). */
+    int64_t attn = h * a * d + 2 * h * g * d + a * d * h;
+    if (m->qkv_bias)
+        attn += (a + 2 * g) * d;
+    if (m->out_bias)
+        attn += h;
+    int64_t mlp, mlp_active;
+    if (m->experts > 0) {
+        int64_t one = mlp_params(m, m->moe_ffn_hidden);
+        int64_t router = h * m->experts; /* Mixtral's gate: Linear(h, E, bias=False) */
+        mlp = m->experts * one + router;
+        mlp_active = m->top_k * one + router;
+    } else {
+        mlp = mlp_active = mlp_params(m, m->ffn_hidden);
+    }
+    int64_t norms = m->norms_per_layer * norm_params(m);
+    out->per_layer = attn + mlp + norms;
+    out->per_layer_active = attn + mlp_active + norms;
+    out->embedding = m->vocab * h + (m->pos == DP_POS_LEARNED ? m->max_pos * h : 0);
+    out->lm_head = m->tied_embeddings ? 0 : m->vocab * h;
+    out->final_norm = norm_params(m);
+    int64_t rest = out->embedding + out->lm_head + out->final_norm;
+    out->total = m->layers * out->per_layer + rest;
+    out->active = m->layers * out->per_layer_active + rest;
+}
+
+cJSON *dp_model_to_json(const struct dp_model *m)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", m->name);
+    cJSON_AddNumberToObject(o, "layers", (double)m->layers);
+    cJSON_AddNumberToObject(o, "hidden", (double)m->hidden);
+    cJSON_AddNumberToObject(o, "heads", (double)m->heads);
+    cJSON_AddNumberToObject(o, "kv_heads", (double)m->kv_heads);
+    cJSON_AddNumberToObject(o, "head_dim", (double)m->head_dim);
+    cJSON_AddNumberToObject(o, "ffn_hidden", (double)m->ffn_hidden);
+    cJSON_AddStringToObject(o, "ffn", dp_ffn_name(m->ffn));
+    cJSON_AddNumberToObject(o, "vocab", (double)m->vocab);
+    cJSON_AddNumberToObject(o, "seq_len", (double)m->seq_len);
+    cJSON_AddBoolToObject(o, "tied_embeddings", m->tied_embeddings);
+    cJSON_AddStringToObject(o, "norm", dp_norm_name(m->norm));
+    cJSON_AddStringToObject(o, "position", dp_pos_name(m->pos));
+    if (m->pos == DP_POS_LEARNED)
+        cJSON_AddNumberToObject(o, "max_position", (double)m->max_pos);
+    cJSON_AddBoolToObject(o, "qkv_bias", m->qkv_bias);
+    cJSON_AddBoolToObject(o, "out_bias", m->out_bias);
+    cJSON_AddBoolToObject(o, "mlp_bias", m->mlp_bias);
+    cJSON_AddNumberToObject(o, "norms_per_layer", m->norms_per_layer);
+    cJSON_AddBoolToObject(o, "dropout", m->dropout);
+    if (m->experts > 0) {
+        cJSON *moe = cJSON_AddObjectToObject(o, "moe");
+        cJSON_AddNumberToObject(moe, "experts", (double)m->experts);
+        cJSON_AddNumberToObject(moe, "top_k", (double)m->top_k);
+        cJSON_AddNumberToObject(moe, "ffn_hidden", (double)m->moe_ffn_hidden);
+    }
+    return o;
+}
+
+/* A name without '/' or ".json" that is not an existing file: a shipped model. */
+static int resolve_model_path(const char *path, char *out, size_t cap)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 || strchr(path, '/') || strstr(path, ".json"))
+        return snprintf(out, cap, "%s", path) < (int)cap ? 0 : -1;
+    return snprintf(out, cap, "%s/models/%s.json", dp_profiles_dir(), path) < (int)cap ? 0 : -1;
+}
+
+int dp_model_load(const char *path, struct dp_model *m, struct dp_err *err)
+{
+    char file[4096];
+    if (resolve_model_path(path, file, sizeof file))
+        return dp_err_set(err, DP_EINVAL, "%s: path too long", path);
+    cJSON *root;
+    int rc = dp_json_load_file(file, &root, err);
+    if (rc == DP_ENOENT && strcmp(file, path) != 0) {
+        dp_err_clear(err);
+        return dp_err_set(err, DP_ENOENT,
+                          "%s: no such file or shipped model (see `dplan model --list`)", path);
+    }
+    if (rc)
+        return rc;
+    struct dp_jr jr = {.file = path, .err = err};
+    if (!cJSON_IsObject(root))
+        rc = dp_jr_expect_object(&jr, root, "a JSON object (dplan model or HF config.json)");
+    else if (dp__is_hf_config(root))
+        rc = dp__model_from_hf(&jr, root, m);
+    else if (cJSON_GetObjectItemCaseSensitive(root, "layers"))
+        rc = dp_model_from_json(&jr, root, m);
+    else
+        rc = dp_err_set(err, DP_EINVAL,
+                        "%s: neither a dplan model (no \"layers\") nor a Hugging Face config.json "
+                        "(no \"model_type\" or \"num_hidden_layers\")",
+                        path);
+    cJSON_Delete(root);
+    return rc;
+}

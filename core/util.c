@@ -1,0 +1,33 @@
+/*
+ * Small helpers shared by every module: list parsing and byte formatting.
+ */
+#include "core.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+int dp_parse_int_list(const char *s, int *out, int cap)
+{
+    int n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 1 || v > 1 << 30 || (*end && *end != ','))
+            return DP_EUSAGE;
+        if (n == cap)
+            return DP_EUSAGE;
+        out[n++] = (int)v;
+        p = *end ? end + 1 : end;
+        if (*end == ',' && !*p)
+            return DP_EUSAGE;
+    }
+    return n ? n : DP_EUSAGE;
+}
+
+void dp_fmt_bytes(int64_t bytes, char *out, size_t cap)
+{
+    snprintf(out, cap, "%.2f GiB", (double)bytes / (1024.0 * 1024.0 * 1024.0));
+}

@@ -1,0 +1,226 @@
+/*
+ * What would make an out-of-memory layout fit: single changes, pairs of
+ * changes, and more GPUs, each with the peak memory it reaches and its cost.
+ */
+#include "internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum change_kind {
+    CH_SELECTIVE,
+    CH_FULL,
+    CH_SP,
+    CH_ZERO1,
+    CH_ZERO2,
+    CH_ZERO3,
+    CH_TP2,
+    CH_PP2,
+    CH_MBS_HALF,
+    CH_COUNT
+};
+
+/* Apply one change; false if it does not apply to this layout. */
+static bool apply(enum change_kind k, const struct dp_cluster *cl, struct dp_layout *l, char *opt,
+                  size_t cap)
+{
+    switch (k) {
+    case CH_SELECTIVE:
+        if (l->recompute != DP_RECOMPUTE_NONE)
+            return false;
+        l->recompute = DP_RECOMPUTE_SELECTIVE;
+        snprintf(opt, cap, "--recompute selective");
+        return true;
+    case CH_FULL:
+        if (l->recompute == DP_RECOMPUTE_FULL)
+            return false;
+        l->recompute = DP_RECOMPUTE_FULL;
+        snprintf(opt, cap, "--recompute full");
+        return true;
+    case CH_SP:
+        if (l->tp == 1 || l->sp)
+            return false;
+        l->sp = true;
+        snprintf(opt, cap, "--sp");
+        return true;
+    case CH_ZERO1:
+    case CH_ZERO2:
+    case CH_ZERO3: {
+        int z = 1 + (int)(k - CH_ZERO1);
+        if (l->zero >= z || (int64_t)l->dp * l->cp == 1)
+            return false;
+        l->zero = z;
+        snprintf(opt, cap, "--zero %d", z);
+        return true;
+    }
+    case CH_TP2:
+        if (l->tp * 2 > cl->gpus_per_node || l->dp % 2)
+            return false;
+        l->tp *= 2;
+        l->dp /= 2;
+        snprintf(opt, cap, "--tp %d", l->tp);
+        return true;
+    case CH_PP2:
+        if (l->dp % 2)
+            return false;
+        l->pp *= 2;
+        l->dp /= 2;
+        l->first_stage_layers = l->last_stage_layers = 0;
+        snprintf(opt, cap, "--pp %d", l->pp);
+        return true;
+    case CH_MBS_HALF:
+        if (l->mbs < 2)
+            return false;
+        l->mbs /= 2;
+        snprintf(opt, cap, "--mbs %lld", (long long)l->mbs);
+        return true;
+    default: return false;
+    }
+}
+
+static double bubble(const struct dp_layout *l)
+{
+    /* Narayanan et al. 2021, Sec. 2.2: (p - 1) / (v m). */
+    double M = (double)dp_layout_microbatches(l);
+    return (double)(l->pp - 1) / ((double)l->vpp * M);
+}
+
+static void describe_cost(const struct dp_model *m, const struct dp_layout *from,
+                          const struct dp_layout *to, struct dp_fix *fx)
+{
+    struct dp_flops f0, f1;
+    dp_flops_step(m, from, &f0);
+    dp_flops_step(m, to, &f1);
+    fx->extra_flops = f1.hardware_flops / f0.hardware_flops - 1.0;
+    char parts[4][96];
+    int np = 0;
+    if (fabs(fx->extra_flops) > 1e-4)
+        snprintf(parts[np++], sizeof parts[0], "%+.1f%% FLOPs (recompute)",
+                 100.0 * fx->extra_flops);
+    if (to->tp != from->tp)
+        snprintf(parts[np++], sizeof parts[0],
+                 "tensor-parallel traffic over %d GPUs, smaller GEMMs", to->tp);
+    if (to->pp != from->pp || to->mbs != from->mbs)
+        snprintf(parts[np++], sizeof parts[0], "pipeline bubble %.1f%% -> %.1f%%",
+                 100.0 * bubble(from), 100.0 * bubble(to));
+    if (to->mbs != from->mbs && np < 4)
+        snprintf(parts[np++], sizeof parts[0], "smaller GEMMs");
+    if (to->zero != from->zero && np < 4) {
+        if (to->zero >= 3)
+            snprintf(parts[np++], sizeof parts[0], "1.5x data-parallel traffic (ZeRO-3 gathers)");
+        else
+            snprintf(parts[np++], sizeof parts[0], "same data-parallel traffic (ZeRO-%d)",
+                     to->zero);
+    }
+    if (to->sp != from->sp && np < 4)
+        snprintf(parts[np++], sizeof parts[0], "same traffic (reduce-scatter + all-gather)");
+    fx->cost[0] = '\0';
+    size_t len = 0;
+    for (int i = 0; i < np; i++)
+        len += (size_t)snprintf(fx->cost + len, sizeof fx->cost - len, "%s%s", i ? "; " : "",
+                                parts[i]);
+    if (np == 0)
+        snprintf(fx->cost, sizeof fx->cost, "no extra FLOPs or traffic");
+}
+
+static int cmp_fix(const void *a, const void *b)
+{
+    const struct dp_fix *x = a, *y = b;
+    if (x->fits != y->fits)
+        return x->fits ? -1 : 1;
+    if (!x->fits)
+        return x->peak_bytes < y->peak_bytes ? -1 : x->peak_bytes > y->peak_bytes;
+    if (x->gpus != y->gpus)
+        return x->gpus < y->gpus ? -1 : 1;
+    double cx = x->extra_flops + 0.02 * log2((double)x->layout.tp * x->layout.pp) +
+                (x->layout.zero >= 3 ? 0.05 : 0);
+    double cy = y->extra_flops + 0.02 * log2((double)y->layout.tp * y->layout.pp) +
+                (y->layout.zero >= 3 ? 0.05 : 0);
+    if (cx != cy)
+        return cx < cy ? -1 : 1;
+    return x->peak_bytes < y->peak_bytes ? -1 : x->peak_bytes > y->peak_bytes;
+}
+
+static bool evaluate(const struct dp_model *m, const struct dp_cluster *cl,
+                     const struct dp_layout *from, const struct dp_layout *to,
+                     const struct dp_mem_opts *o, struct dp_fix *fx)
+{
+    struct dp_err e = {0};
+    if (dp_layout_validate(to, m, dp_cluster_gpus(cl), &e))
+        return false;
+    fx->layout = *to;
+    fx->gpus = dp_cluster_gpus(cl);
+    dp_mem_peak(m, cl, to, o, &fx->peak_bytes, NULL, NULL);
+    fx->fits = fx->peak_bytes <= dp_gpu_usable_bytes(&cl->gpu);
+    describe_cost(m, from, to, fx);
+    return true;
+}
+
+int dp_plan_fixes(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
+                  const struct dp_mem_opts *o, struct dp_fix *out, int cap, int *n,
+                  struct dp_err *err)
+{
+    *n = 0;
+    struct dp_fix cand[CH_COUNT * CH_COUNT + 2];
+    int nc = 0;
+    bool any_fits = false;
+    for (int k = 0; k < CH_COUNT; k++) {
+        struct dp_layout t = *l;
+        struct dp_fix fx = {0};
+        if (!apply((enum change_kind)k, cl, &t, fx.change, sizeof fx.change))
+            continue;
+        if (evaluate(m, cl, l, &t, o, &fx)) {
+            cand[nc++] = fx;
+            any_fits |= fx.fits;
+        }
+    }
+    if (!any_fits) {
+        for (int a = 0; a < CH_COUNT; a++)
+            for (int b = a + 1; b < CH_COUNT; b++) {
+                if ((a == CH_SELECTIVE && b == CH_FULL) ||
+                    (a >= CH_ZERO1 && a <= CH_ZERO3 && b >= CH_ZERO1 && b <= CH_ZERO3))
+                    continue;
+                struct dp_layout t = *l;
+                struct dp_fix fx = {0};
+                char o1[48], o2[48];
+                if (!apply((enum change_kind)a, cl, &t, o1, sizeof o1) ||
+                    !apply((enum change_kind)b, cl, &t, o2, sizeof o2))
+                    continue;
+                snprintf(fx.change, sizeof fx.change, "%s %s", o1, o2);
+                if (evaluate(m, cl, l, &t, o, &fx) && fx.fits)
+                    cand[nc++] = fx;
+            }
+    }
+    /* More GPUs of this node type, with whatever layout fits there. */
+    struct dp_min_gpus mg;
+    bool gbs_fixed = false;
+    int rc = dp_plan_min_gpus(m, cl, l, gbs_fixed, o, 1 << 16, &mg, err);
+    if (rc)
+        return rc;
+    if (mg.found && mg.gpus > dp_cluster_gpus(cl)) {
+        struct dp_fix fx = {0};
+        char lay[160];
+        dp_layout_format(&mg.layout, lay, sizeof lay);
+        if (mg.nodes)
+            snprintf(fx.change, sizeof fx.change, "%d GPUs (%d nodes): %s", mg.gpus, mg.nodes, lay);
+        else
+            snprintf(fx.change, sizeof fx.change, "%d GPUs: %s", mg.gpus, lay);
+        fx.layout = mg.layout;
+        fx.gpus = mg.gpus;
+        fx.peak_bytes = mg.peak_bytes;
+        fx.fits = true;
+        struct dp_flops f0, f1;
+        dp_flops_step(m, l, &f0);
+        dp_flops_step(m, &mg.layout, &f1);
+        fx.extra_flops = f1.hardware_flops / f0.hardware_flops - 1.0;
+        snprintf(fx.cost, sizeof fx.cost, "%d more GPUs (%.1fx the hardware)",
+                 mg.gpus - dp_cluster_gpus(cl), (double)mg.gpus / dp_cluster_gpus(cl));
+        cand[nc++] = fx;
+    }
+    qsort(cand, (size_t)nc, sizeof cand[0], cmp_fix);
+    for (int i = 0; i < nc && *n < cap; i++)
+        out[(*n)++] = cand[i];
+    return 0;
+}

@@ -1,0 +1,61 @@
+/*
+ * planner: enumerates layouts, asks costmodel about each, and ranks or
+ * repairs them. Never prints; callers format the results.
+ */
+#ifndef DPLAN_PLANNER_H
+#define DPLAN_PLANNER_H
+
+#include "core/core.h"
+#include "costmodel/costmodel.h"
+
+/* One change that makes (or tries to make) an out-of-memory layout fit. */
+struct dp_fix {
+    char change[96];         /* as command-line options, e.g. "--recompute full --zero 1" */
+    char cost[192];          /* what the change costs, in words */
+    double extra_flops;      /* fraction of extra hardware FLOPs (recompute) */
+    struct dp_layout layout; /* the changed layout */
+    int gpus;                /* GPUs it runs on */
+    int64_t peak_bytes;
+    bool fits;
+};
+
+#define DP_MAX_FIXES 32
+
+/*
+ * Candidate fixes for layout `l` on `cl`: single changes (recompute,
+ * sequence parallel, ZeRO stage, tp x2, pp x2, smaller micro-batch) and, when
+ * none fits alone, pairs of them; then the fewest GPUs of this node type that
+ * fit. Sorted: fitting first, then by cost (extra FLOPs, communication).
+ * *n gets the count (<= cap).
+ */
+int dp_plan_fixes(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
+                  const struct dp_mem_opts *o, struct dp_fix *out, int cap, int *n,
+                  struct dp_err *err);
+
+/* The smallest GPU count of `cl`'s node type on which some layout fits. */
+struct dp_min_gpus {
+    bool found;
+    int gpus;
+    int nodes;               /* 0 when the count is a part of one node */
+    struct dp_layout layout; /* the cheapest fitting layout at that count */
+    int64_t peak_bytes;
+    int64_t best_peak_bytes; /* when not found: the smallest peak reached at max_gpus */
+    struct dp_layout best_layout;
+    long long layouts_tried;
+};
+
+/*
+ * Search GPU counts 1, 2, 4 .. gpus_per_node, then whole nodes (2, 3, 4, ...
+ * nodes) up to max_gpus, enumerating tp (powers of two within a node), pp
+ * (even splits), dp, ZeRO 0-3, recompute and sequence parallelism; `base`
+ * gives mbs, seq_len, precision and, if base_gbs_fixed, the global batch.
+ */
+int dp_plan_min_gpus(const struct dp_model *m, const struct dp_cluster *cl,
+                     const struct dp_layout *base, bool base_gbs_fixed, const struct dp_mem_opts *o,
+                     int max_gpus, struct dp_min_gpus *out, struct dp_err *err);
+
+/* A cost proxy used to rank fitting layouts while no step-time model is asked:
+ * extra FLOPs from recompute, then model-parallel degree, then ZeRO stage. */
+double dp_plan_cost_proxy(const struct dp_model *m, const struct dp_layout *l);
+
+#endif

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Install the Debian packages dplan builds and tests with (Debian 12).
+# CUDA, cuBLAS and NCCL are optional (-DDPLAN_CUDA=ON) and come with the CUDA toolkit,
+# not from here. python3-torch is only for the optional executor benchmark.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config clang libclang-rt-dev clang-format
+      libcjson-dev libgsl-dev libhwloc-dev hwloc
+      libopenmpi-dev openmpi-bin libopenblas-dev libomp-dev)
+sudo=""
+[ "$(id -u)" = 0 ] || sudo="sudo"
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+echo "dplan dependencies installed"

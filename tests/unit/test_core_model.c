@@ -1,0 +1,137 @@
+/*
+ * Model loading and parameter counts: every shipped model and every Hugging
+ * Face fixture against the published totals in tests/fixtures/param_counts.json
+ * (sources cited there), plus format detection and HF defaults.
+ */
+#include "check.h"
+#include "core/core.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+
+static const char *src_dir(void)
+{
+    const char *d = getenv("DPLAN_SOURCE_DIR");
+    return d ? d : ".";
+}
+
+static void test_published_counts(void)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/fixtures/param_counts.json", src_dir());
+    cJSON *root;
+    struct dp_err err = {0};
+    CHECK_EQ(dp_json_load_file(path, &root, &err), 0);
+    if (err.code) {
+        fprintf(stderr, "%s\n", err.msg);
+        return;
+    }
+    int files = 0;
+    for (cJSON *e = root->child; e; e = e->next) {
+        int64_t total = (int64_t)cJSON_GetObjectItem(e, "total")->valuedouble;
+        int64_t active = (int64_t)cJSON_GetObjectItem(e, "active")->valuedouble;
+        cJSON *fl = cJSON_GetObjectItem(e, "files");
+        for (cJSON *f = fl ? fl->child : NULL; f; f = f->next) {
+            char file[4096];
+            snprintf(file, sizeof file, "%s/%s", src_dir(), f->valuestring);
+            struct dp_model m;
+            struct dp_err e2 = {0};
+            if (dp_model_load(file, &m, &e2)) {
+                fprintf(stderr, "%s: %s\n", e->string, e2.msg);
+                check_failures++;
+                continue;
+            }
+            struct dp_param_count pc;
+            dp_model_count(&m, &pc);
+            if (pc.total != total || pc.active != active) {
+                fprintf(stderr, "%s (%s): total %lld active %lld, published %lld / %lld\n",
+                        e->string, f->valuestring, (long long)pc.total, (long long)pc.active,
+                        (long long)total, (long long)active);
+                check_failures++;
+            }
+            files++;
+        }
+    }
+    CHECK(files >= 40);
+    cJSON_Delete(root);
+}
+
+static struct dp_model load(const char *rel)
+{
+    char file[4096];
+    snprintf(file, sizeof file, "%s/%s", src_dir(), rel);
+    struct dp_model m = {0};
+    struct dp_err err = {0};
+    if (dp_model_load(file, &m, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        check_failures++;
+    }
+    return m;
+}
+
+static void test_hf_details(void)
+{
+    /* GPT-2: n_inner null means 4h; tied; learned positions; dropout from *_pdrop. */
+    struct dp_model g = load("tests/fixtures/hf/gpt2.json");
+    CHECK_EQ(g.ffn_hidden, 4 * 768);
+    CHECK(g.tied_embeddings);
+    CHECK_EQ(g.pos, DP_POS_LEARNED);
+    CHECK_EQ(g.max_pos, 1024);
+    CHECK(g.dropout);
+    CHECK_STR(g.format, "hf:gpt2");
+    /* Llama 3.1: trains at original_max_position_embeddings, not 131072. */
+    struct dp_model l = load("tests/fixtures/hf/meta-llama-3.1-8b.json");
+    CHECK_EQ(l.seq_len, 8192);
+    CHECK_EQ(l.kv_heads, 8);
+    CHECK(!l.tied_embeddings);
+    CHECK_EQ(l.ffn, DP_FFN_SWIGLU);
+    CHECK_STR(l.name, "meta-llama-3.1-8b");
+    /* Qwen2: QKV bias only; the 0.5B ties its embeddings. */
+    struct dp_model q = load("tests/fixtures/hf/qwen2-0.5b.json");
+    CHECK(q.qkv_bias && !q.out_bias && !q.mlp_bias);
+    CHECK(q.tied_embeddings);
+    /* Falcon-7B: multi-query, one norm per layer; Falcon-40B: 8 KV heads, two norms. */
+    struct dp_model f7 = load("tests/fixtures/hf/falcon-7b.json");
+    CHECK_EQ(f7.kv_heads, 1);
+    CHECK_EQ(f7.norms_per_layer, 1);
+    struct dp_model f40 = load("tests/fixtures/hf/falcon-40b.json");
+    CHECK_EQ(f40.kv_heads, 8);
+    CHECK_EQ(f40.norms_per_layer, 2);
+    /* Mixtral: experts from num_local_experts, top-k from num_experts_per_tok. */
+    struct dp_model mx = load("tests/fixtures/hf/mixtral-8x7b-v0.1.json");
+    CHECK_EQ(mx.experts, 8);
+    CHECK_EQ(mx.top_k, 2);
+    CHECK_EQ(mx.moe_ffn_hidden, 14336);
+}
+
+static void test_shipped_by_name(void)
+{
+    setenv("DPLAN_PROFILES", "", 0);
+    struct dp_model m;
+    struct dp_err err = {0};
+    CHECK_EQ(dp_model_load("llama2-7b", &m, &err), 0);
+    CHECK_STR(m.format, "dplan");
+    struct dp_param_count pc;
+    dp_model_count(&m, &pc);
+    CHECK_EQ(pc.total, 6738415616LL);
+    /* Round trip through JSON keeps the count. */
+    cJSON *o = dp_model_to_json(&m);
+    struct dp_model m2;
+    struct dp_jr jr = {.file = "roundtrip", .err = &err};
+    CHECK_EQ(dp_model_from_json(&jr, o, &m2), 0);
+    struct dp_param_count pc2;
+    dp_model_count(&m2, &pc2);
+    CHECK_EQ(pc2.total, pc.total);
+    cJSON_Delete(o);
+    struct dp_err e2 = {0};
+    CHECK_EQ(dp_model_load("no-such-model", &m, &e2), DP_ENOENT);
+    CHECK_CONTAINS(e2.msg, "no such file or shipped model");
+}
+
+int main(void)
+{
+    test_published_counts();
+    test_hf_details();
+    test_shipped_by_name();
+    return check_done("test_core_model");
+}
