@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define DP_PLAN_MAX_STAGES_RECORDED 256
+
 struct cJSON;
 
 /* ------------------------------------------------------------------ errors */
@@ -328,6 +330,46 @@ int dp_layout_from_json(struct dp_jr *jr, const struct cJSON *obj, struct dp_lay
 
 /* Megatron pads the vocabulary to a multiple of 128 * tp (--make-vocab-size-divisible-by). */
 int64_t dp_padded_vocab(int64_t vocab, int tp);
+
+/* ------------------------------------------------------------------ plan */
+
+/*
+ * plan.json: the versioned document `dplan suggest -o` writes and `dplan run`
+ * reads (schema in README.md). The model and layout are required; the
+ * cluster and the prediction are optional (a hand-written plan for the CPU
+ * executor needs neither).
+ */
+#define DP_PLAN_VERSION 1
+
+struct dp_prediction {
+    double step_time_s;
+    double tokens_per_s;
+    double mfu;
+    int64_t peak_bytes; /* per GPU, the peak stage */
+    int64_t stage_peak_bytes[DP_PLAN_MAX_STAGES_RECORDED];
+    int nstages; /* entries in stage_peak_bytes */
+};
+
+struct dp_plan {
+    int version;
+    struct dp_model model;
+    bool has_cluster;
+    struct dp_cluster cluster;
+    struct dp_layout layout;
+    bool has_prediction;
+    struct dp_prediction prediction;
+    char created_by[64]; /* "dplan 0.1.0 suggest" */
+};
+
+/* Load and validate plan.json (the layout is checked against the model, and
+ * against the cluster's GPU count when a cluster is present). */
+int dp_plan_load(const char *file, struct dp_plan *out, struct dp_err *err);
+int dp_plan_from_json(struct dp_jr *jr, const struct cJSON *obj, struct dp_plan *out);
+/* The plan as JSON; `prediction_extra` (may be NULL, ownership taken) is merged into
+ * "prediction" so writers can add detail that readers ignore. */
+struct cJSON *dp_plan_to_json(const struct dp_plan *p, struct cJSON *prediction_extra);
+int dp_plan_save(const char *file, const struct dp_plan *p, struct cJSON *prediction_extra,
+                 struct dp_err *err);
 
 /* ------------------------------------------------------------------ util */
 
