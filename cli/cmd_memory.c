@@ -68,7 +68,7 @@ int cmd_memory(int argc, char **argv)
     int ch;
     optind = 1;
     opterr = 0;
-    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
         int r = cli_common_opt("memory", ch, optarg, &c);
         if (r < 0)
             return 2;
@@ -155,8 +155,10 @@ int cmd_memory(int argc, char **argv)
     } else {
         struct dp_param_count pc;
         dp_model_count(&m, &pc);
-        printf("model    %s: %.2fB params, %lld layers, hidden %lld\n", m.name,
-               (double)pc.total / 1e9, (long long)m.layers, (long long)m.hidden);
+        char cnt[32];
+        printf("model    %s: %s params, %lld layers, hidden %lld\n", m.name,
+               cli_count_short(pc.total, cnt, sizeof cnt), (long long)m.layers,
+               (long long)m.hidden);
         cli_describe_cluster(stdout, &cl);
         cli_describe_layout(stdout, &l, &m);
         printf("\n");
@@ -165,10 +167,11 @@ int cmd_memory(int argc, char **argv)
         cli_mem_verdict(stdout, rep);
         cli_mem_derivation(stdout, &m, &cl, &l, rep);
         if (!rep->fits) {
-            printf("\nfixes (peak per GPU after the change; fitting and cheapest first):\n");
+            printf("\nfixes (fitting first, then cheapest):\n");
+            printf("  %9s  %-4s  %s\n", "peak GiB", "fits", "change -> cost");
             for (int i = 0; i < nfix; i++)
-                printf("  %-34s %8.2f GiB  %-4s %s\n", fixes[i].change,
-                       cli_gib(fixes[i].peak_bytes), fixes[i].fits ? "fits" : "OOM", fixes[i].cost);
+                printf("  %9.2f  %-4s  %s -> %s\n", cli_gib(fixes[i].peak_bytes),
+                       fixes[i].fits ? "yes" : "no", fixes[i].change, fixes[i].cost);
             if (nfix == 0)
                 printf("  none found on this node type; try a GPU with more memory\n");
         }

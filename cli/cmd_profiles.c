@@ -44,8 +44,9 @@ static void list_kind(const char *kind)
             if (dp_model_load(names[i], &m, &e) == 0) {
                 struct dp_param_count pc;
                 dp_model_count(&m, &pc);
-                printf("  %-18s %9.2fB params, %lld layers\n", names[i], (double)pc.total / 1e9,
-                       (long long)m.layers);
+                char buf[32];
+                printf("  %-18s %8s params, %lld layers\n", names[i],
+                       cli_count_short(pc.total, buf, sizeof buf), (long long)m.layers);
             }
         }
         if (e.code)

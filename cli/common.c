@@ -243,6 +243,20 @@ int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus, s
     return 0;
 }
 
+const char *cli_count_short(int64_t n, char *buf, size_t cap)
+{
+    double v = (double)n;
+    if (v >= 1e12)
+        snprintf(buf, cap, "%.2fT", v / 1e12);
+    else if (v >= 1e9)
+        snprintf(buf, cap, "%.2fB", v / 1e9);
+    else if (v >= 1e6)
+        snprintf(buf, cap, "%.2fM", v / 1e6);
+    else
+        snprintf(buf, cap, "%.1fK", v / 1e3);
+    return buf;
+}
+
 double cli_gib(int64_t bytes)
 {
     return (double)bytes / (1024.0 * 1024.0 * 1024.0);

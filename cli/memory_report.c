@@ -103,7 +103,7 @@ void cli_mem_derivation(FILE *f, const struct dp_model *m, const struct dp_clust
             dp_recompute_name(l->recompute));
     if (s->act_head_bytes)
         fprintf(f, " + output layer %.2f GiB", cli_gib(s->act_head_bytes));
-    if (s->act_working_bytes)
+    if (s->act_working_bytes >= 10 << 20)
         fprintf(f, " + recompute working set %.2f GiB", cli_gib(s->act_working_bytes));
     fputc('\n', f);
     fprintf(f, "  other        runtime %.2f GiB (CUDA context, libraries; --overhead-gib)",

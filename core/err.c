@@ -8,6 +8,15 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Messages are one line: control characters from user input (a JSON key with a
+ * newline, say) are shown as '?'. */
+static void one_line(char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            *s = '?';
+}
+
 int dp_err_set(struct dp_err *err, int code, const char *fmt, ...)
 {
     if (!err || err->code)
@@ -17,6 +26,7 @@ int dp_err_set(struct dp_err *err, int code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(err->msg, sizeof err->msg, fmt, ap);
     va_end(ap);
+    one_line(err->msg);
     return code;
 }
 
@@ -32,6 +42,7 @@ void dp_err_prefix(struct dp_err *err, const char *fmt, ...)
     char tmp[sizeof err->msg];
     snprintf(tmp, sizeof tmp, "%s: %s", pre, err->msg);
     memcpy(err->msg, tmp, sizeof tmp);
+    one_line(err->msg);
 }
 
 void dp_err_clear(struct dp_err *err)

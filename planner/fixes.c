@@ -163,15 +163,19 @@ int dp_plan_fixes(const struct dp_model *m, const struct dp_cluster *cl, const s
                   struct dp_err *err)
 {
     *n = 0;
-    struct dp_fix cand[CH_COUNT * CH_COUNT + 2];
+    struct dp_fix cand[CH_COUNT * CH_COUNT + 4];
     int nc = 0;
     bool any_fits = false;
+    int64_t base_peak;
+    dp_mem_peak(m, cl, l, o, &base_peak, NULL, NULL);
     for (int k = 0; k < CH_COUNT; k++) {
         struct dp_layout t = *l;
         struct dp_fix fx = {0};
         if (!apply((enum change_kind)k, cl, &t, fx.change, sizeof fx.change))
             continue;
-        if (evaluate(m, cl, l, &t, o, &fx)) {
+        /* A change that saves under 0.5% is no fix (e.g. selective recompute when
+         * flash attention already keeps no score matrices). */
+        if (evaluate(m, cl, l, &t, o, &fx) && fx.peak_bytes < base_peak - base_peak / 200) {
             cand[nc++] = fx;
             any_fits |= fx.fits;
         }
@@ -192,6 +196,33 @@ int dp_plan_fixes(const struct dp_model *m, const struct dp_cluster *cl, const s
                 if (evaluate(m, cl, l, &t, o, &fx) && fx.fits)
                     cand[nc++] = fx;
             }
+    }
+    /* Scale out: the same tp and pp on k times the GPUs, the optimizer sharded over
+     * the larger data-parallel group, the same batch per replica. */
+    for (int k = 2; k <= 64; k *= 2) {
+        struct dp_layout t = *l;
+        t.dp *= k;
+        t.gbs *= k;
+        if (t.zero < 1)
+            t.zero = 1;
+        struct dp_cluster big = *cl;
+        int gpus = dp_cluster_gpus(cl) * k;
+        if (gpus >= cl->gpus_per_node) {
+            if (gpus % cl->gpus_per_node)
+                continue;
+            big.nodes = gpus / cl->gpus_per_node;
+        } else {
+            big.gpus_per_node = gpus;
+        }
+        struct dp_fix fx = {0};
+        if (!evaluate(m, &big, l, &t, o, &fx) || !fx.fits)
+            continue;
+        snprintf(fx.change, sizeof fx.change, "%d GPUs (dp=%d, --zero %d, gbs=%lld)", gpus, t.dp,
+                 t.zero, (long long)t.gbs);
+        snprintf(fx.cost, sizeof fx.cost, "%d more GPUs (%dx the hardware), same per-GPU work",
+                 gpus - dp_cluster_gpus(cl), k);
+        cand[nc++] = fx;
+        break;
     }
     /* More GPUs of this node type, with whatever layout fits there. */
     struct dp_min_gpus mg;
