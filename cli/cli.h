@@ -43,6 +43,7 @@ enum {
     OPT_GRAD_DTYPE,
     OPT_OPTIMIZER,
     OPT_NO_FLASH,
+    OPT_NO_DP_OVERLAP,
     OPT_FIRST_LAYERS,
     OPT_LAST_LAYERS,
     OPT_OVERHEAD,
@@ -87,7 +88,7 @@ struct cli_common {
     int tp, pp, dp, cp, ep, vpp, zero, first_layers, last_layers;
     long long mbs, gbs, seq_len;
     int recompute, precision, grad_fp32, optimizer; /* -1 = unset */
-    bool sp, no_flash, json;
+    bool sp, no_flash, no_dp_overlap, json;
     double overhead_gib; /* < 0 = unset */
     bool knob_given[OPT_COMMON_END - OPT_SYSTEM];
 };
@@ -110,6 +111,9 @@ int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus,
 extern const char cli_cluster_help[];
 extern const char cli_knob_help[];
 
+/* The shipped measured runs, tests/validation/runs.json. */
+const char *cli_default_runs(void);
+
 /* Helpers for printing. */
 double cli_gib(int64_t bytes);
 /* "6.74B", "124.44M": a count with a unit suffix. */
@@ -119,8 +123,10 @@ void cli_describe_cluster(FILE *f, const struct dp_cluster *c);
 void cli_describe_layout(FILE *f, const struct dp_layout *l, const struct dp_model *m);
 
 /* Subcommands. */
+int cmd_calibrate(int argc, char **argv);
 int cmd_memory(int argc, char **argv);
 int cmd_model(int argc, char **argv);
 int cmd_profiles(int argc, char **argv);
+int cmd_validate(int argc, char **argv);
 
 #endif

@@ -48,6 +48,7 @@ const char cli_knob_help[] =
     "  --precision {bf16,fp16,fp32} [bf16]; --grad-dtype {fp32,half} [fp32; half for fp16]\n"
     "  --optimizer {adam,sgd}      [adam]\n"
     "  --no-flash-attn             attention stores the s^2 score matrices\n"
+    "  --no-dp-overlap             gradient reduction after backward, not overlapped\n"
     "  --first-stage-layers N --last-stage-layers N   uneven pipeline split\n"
     "  --overhead-gib X            runtime overhead per GPU [the GPU profile's]\n";
 
@@ -139,6 +140,7 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
         break;
     case OPT_OPTIMIZER: r = parse_choice(cmd, "optimizer", arg, opt_names, 2, &c->optimizer); break;
     case OPT_NO_FLASH: c->no_flash = true; break;
+    case OPT_NO_DP_OVERLAP: c->no_dp_overlap = true; break;
     case OPT_FIRST_LAYERS:
         r = parse_int(cmd, "first-stage-layers", arg, 1, 100000, &c->first_layers);
         break;
@@ -238,6 +240,7 @@ int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus, s
     if (c->optimizer >= 0)
         l->optimizer = (enum dp_optimizer)c->optimizer;
     l->flash_attn = !c->no_flash;
+    l->dp_overlap = !c->no_dp_overlap;
     l->first_stage_layers = c->first_layers;
     l->last_stage_layers = c->last_layers;
     return 0;

@@ -12,9 +12,11 @@ static const struct dp_cmd {
     const char *help;
 } cmds[] = {
     /* sorted */
+    {"calibrate", cmd_calibrate, "fit a GPU's GEMM efficiency curve to measured runs"},
     {"memory", cmd_memory, "per-GPU memory per pipeline stage; will it fit, and what fixes it"},
     {"model", cmd_model, "show a model's architecture and exact parameter count"},
     {"profiles", cmd_profiles, "list the shipped GPU, link, network, system and model profiles"},
+    {"validate", cmd_validate, "compare predicted and measured step times of real training runs"},
 };
 
 static void usage(FILE *f)

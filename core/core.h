@@ -303,11 +303,14 @@ struct dp_layout {
     enum dp_precision precision;
     bool grad_fp32; /* gradients accumulated in fp32 (Megatron main_grad) */
     enum dp_optimizer optimizer;
+    bool dp_overlap;        /* DP gradient reduction overlaps backward (torch DDP
+                               buckets, Megatron --overlap-grad-reduce) */
     int first_stage_layers; /* 0 = even split */
     int last_stage_layers;  /* 0 = even split */
 };
 
-/* Defaults: everything 1, bf16, flash attention, fp32 grads, Adam, recompute none. */
+/* Defaults: everything 1, bf16, flash attention, fp32 grads, Adam, recompute none,
+ * DP overlap on. */
 void dp_layout_default(struct dp_layout *l);
 /* Micro-batches per step: gbs / (mbs * dp). */
 static inline int64_t dp_layout_microbatches(const struct dp_layout *l)
@@ -370,6 +373,34 @@ int dp_plan_from_json(struct dp_jr *jr, const struct cJSON *obj, struct dp_plan 
 struct cJSON *dp_plan_to_json(const struct dp_plan *p, struct cJSON *prediction_extra);
 int dp_plan_save(const char *file, const struct dp_plan *p, struct cJSON *prediction_extra,
                  struct dp_err *err);
+
+/* ------------------------------------------------------------------ measured runs */
+
+/*
+ * A measured training run (tests/validation/runs.json; schema in README):
+ * what ran, where, and what was measured. `dplan validate` compares the
+ * step-time model with it; `dplan calibrate` fits GPU efficiency curves to it.
+ */
+enum dp_flops_convention {
+    DP_FLOPS_NONE = 0,        /* the run reports an iteration time */
+    DP_FLOPS_NARAYANAN21 = 1, /* Narayanan et al. 2021 Eq. 3: hardware FLOPs, full recompute */
+    DP_FLOPS_MODEL = 2,       /* model FLOPs, no recompute (MFU numerator) */
+};
+
+struct dp_run {
+    char id[96];
+    struct dp_model model;
+    struct dp_cluster cluster;
+    struct dp_layout layout;
+    double iteration_time_s;  /* measured, or 0 when tflops_per_gpu is given */
+    double tflops_per_gpu;
+    enum dp_flops_convention flops;
+    bool held_out;            /* not used to set any constant */
+    bool underspecified;      /* the source omits layout details: printed, not scored */
+};
+
+/* Load a runs file; *runs is malloc'ed (free it), *n its length. */
+int dp_runs_load(const char *file, struct dp_run **runs, int *n, struct dp_err *err);
 
 /* ------------------------------------------------------------------ util */
 

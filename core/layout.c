@@ -38,6 +38,7 @@ void dp_layout_default(struct dp_layout *l)
     l->precision = DP_BF16;
     l->grad_fp32 = true;
     l->optimizer = DP_OPT_ADAM;
+    l->dp_overlap = true;
 }
 
 int64_t dp_padded_vocab(int64_t vocab, int tp)
@@ -201,6 +202,7 @@ cJSON *dp_layout_to_json(const struct dp_layout *l)
     cJSON_AddStringToObject(o, "precision", precision_names[l->precision]);
     cJSON_AddBoolToObject(o, "grad_fp32", l->grad_fp32);
     cJSON_AddStringToObject(o, "optimizer", optimizer_names[l->optimizer]);
+    cJSON_AddBoolToObject(o, "dp_overlap", l->dp_overlap);
     cJSON_AddNumberToObject(o, "first_stage_layers", l->first_stage_layers);
     cJSON_AddNumberToObject(o, "last_stage_layers", l->last_stage_layers);
     return o;
@@ -208,25 +210,10 @@ cJSON *dp_layout_to_json(const struct dp_layout *l)
 
 int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *out)
 {
-    static const char *const keys[] = {"tp",
-                                       "pp",
-                                       "dp",
-                                       "cp",
-                                       "ep",
-                                       "vpp",
-                                       "mbs",
-                                       "gbs",
-                                       "seq_len",
-                                       "zero",
-                                       "recompute",
-                                       "sp",
-                                       "flash_attn",
-                                       "precision",
-                                       "grad_fp32",
-                                       "optimizer",
-                                       "first_stage_layers",
-                                       "last_stage_layers",
-                                       NULL};
+    static const char *const keys[] = {
+        "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "gbs", "seq_len", "zero", "recompute", "sp",
+        "flash_attn", "precision", "grad_fp32", "optimizer", "dp_overlap", "first_stage_layers",
+        "last_stage_layers", NULL};
     dp_layout_default(out);
     int64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1, zero = 0, first = 0, last = 0;
     int rc_ = 0, prec = 0, opt = 0;
@@ -247,6 +234,7 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
         dp_jr_enum(jr, obj, "precision", false, precision_names, 3, &prec) ||
         dp_jr_bool(jr, obj, "grad_fp32", false, &out->grad_fp32) ||
         dp_jr_enum(jr, obj, "optimizer", false, optimizer_names, 2, &opt) ||
+        dp_jr_bool(jr, obj, "dp_overlap", false, &out->dp_overlap) ||
         dp_jr_int(jr, obj, "first_stage_layers", false, 0, 100000, &first) ||
         dp_jr_int(jr, obj, "last_stage_layers", false, 0, 100000, &last))
         return jr->err->code;

@@ -107,4 +107,75 @@ struct dp_flops {
 };
 void dp_flops_step(const struct dp_model *m, const struct dp_layout *l, struct dp_flops *out);
 
+/* ------------------------------------------------------------------ communication */
+
+enum dp_coll_kind { DP_ALLREDUCE, DP_REDUCE_SCATTER, DP_ALLGATHER, DP_ALLTOALL, DP_P2P };
+
+/*
+ * The path a communication group uses, per GPU. Placement is Megatron's:
+ * consecutive ranks fill a node, TP fastest, then CP, DP, PP; a group of n
+ * ranks `stride` apart spans n * stride consecutive ranks.
+ */
+struct dp_path {
+    double busbw_gbps;     /* achievable bus bandwidth per GPU (efficiency applied), GB/s */
+    double latency_us;     /* alpha per algorithm step */
+    bool inter_node;
+    int members_per_node;  /* group members sharing a node (inter-node groups) */
+    char desc[96];         /* "nvlink4 (NVSwitch)", "ib-ndr-400, 8 NICs / 8 GPUs" */
+};
+void dp_group_path(const struct dp_cluster *cl, int n, int stride, struct dp_path *out);
+/* Point-to-point path between ranks `stride` apart (pipeline neighbours). */
+void dp_p2p_path(const struct dp_cluster *cl, int stride, struct dp_path *out);
+
+/*
+ * Alpha-beta time of one collective on n ranks, as nccl-tests defines the
+ * sizes: `bytes` is the buffer for all-reduce, the whole gathered/scattered
+ * buffer (count x n) for all-gather and reduce-scatter, the message for p2p.
+ * Bus-bandwidth factors (nccl-tests doc/PERFORMANCE.md): all-reduce 2(n-1)/n,
+ * all-gather, reduce-scatter and all-to-all (n-1)/n, p2p 1. All-reduce takes
+ * the faster of NCCL's ring (2(n-1) latency steps) and tree (2 log2 n steps,
+ * lower bandwidth).
+ */
+double dp_coll_time_s(enum dp_coll_kind k, double bytes, int n, const struct dp_path *p);
+
+/* ------------------------------------------------------------------ step time */
+
+/*
+ * Predicted time of one training step (one optimizer update of gbs
+ * sequences). The breakdown terms are on the critical path and sum to
+ * step_time_s. Per-micro-batch terms are those of the slowest pipeline stage.
+ */
+struct dp_step_cost {
+    double step_time_s;
+    double compute_s;      /* forward + backward GEMMs, attention, element-wise */
+    double recompute_s;    /* recomputed forward work (and its TP communication) */
+    double tp_comm_s;      /* tensor/sequence-parallel collectives, exposed */
+    double cp_comm_s;      /* context-parallel K/V exchange not hidden by attention */
+    double ep_comm_s;      /* expert-parallel all-to-all */
+    double pp_comm_s;      /* pipeline point-to-point on the critical path */
+    double bubble_s;       /* pipeline fill/drain and stage imbalance */
+    double dp_comm_s;      /* data-parallel gradient/parameter communication, exposed */
+    double optimizer_s;    /* optimizer step (memory-bound) */
+    double other_s;        /* tied-embedding gradient sync between first and last stage */
+    double tokens_per_s;
+    double model_tflops_per_gpu;    /* MFU numerator: no recompute */
+    double hardware_tflops_per_gpu; /* HFU numerator: with recompute */
+    double mfu, hfu;                /* against the GPU's dense peak at the layout's precision */
+    int slowest_stage;
+    double stage_fwd_s[3], stage_bwd_s[3]; /* per micro-batch: first, middle, last stage */
+    double dp_comm_total_s;         /* before overlap */
+    struct dp_path tp_path, cp_path, dp_path, pp_path, ep_path;
+};
+
+/* Validates the layout (DP_EINFEASIBLE with the reason) and fills *out. */
+int dp_time_step(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
+                 struct dp_step_cost *out, struct dp_err *err);
+/* The same without validation, for the planner's inner loop. */
+void dp_time_step_fast(const struct dp_model *m, const struct dp_cluster *cl,
+                       const struct dp_layout *l, struct dp_step_cost *out);
+
+/* Achievable fraction of HBM bandwidth for streaming kernels (element-wise ops,
+ * optimizer): see costmodel/time.c. */
+#define DP_MEM_EFFICIENCY 0.80
+
 #endif

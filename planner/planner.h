@@ -58,4 +58,32 @@ int dp_plan_min_gpus(const struct dp_model *m, const struct dp_cluster *cl,
  * extra FLOPs from recompute, then model-parallel degree, then ZeRO stage. */
 double dp_plan_cost_proxy(const struct dp_model *m, const struct dp_layout *l);
 
+/* ------------------------------------------------------------------ measured runs */
+
+/* The measured iteration time of a run, converting reported TFLOP/s back to time on
+ * the source's own FLOP convention. */
+double dp_run_measured_s(const struct dp_run *r);
+
+struct dp_run_result {
+    double measured_s, predicted_s;
+    double error; /* predicted / measured - 1 */
+    struct dp_step_cost cost;
+};
+int dp_run_predict(const struct dp_run *r, struct dp_run_result *out, struct dp_err *err);
+
+/*
+ * Fit a GPU's GEMM efficiency curve (eff_max, and half_flops if fit_half) so that
+ * the step-time model matches the measured runs on that GPU that are neither
+ * held out nor underspecified: least squares on log(predicted / measured), GSL's
+ * trust-region nonlinear solver. The runs' clusters are updated in place.
+ */
+struct dp_fit {
+    int nruns;
+    double eff_max, half_flops;
+    double mean_abs_before, mean_abs_after; /* over the fitted runs */
+    int iterations;
+};
+int dp_calibrate_gemm(struct dp_run *runs, int n, const char *gpu, bool fit_half,
+                      struct dp_fit *out, struct dp_err *err);
+
 #endif

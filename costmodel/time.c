@@ -1,0 +1,423 @@
+/*
+ * Step time of a training step under a layout: compute from FLOPs and an
+ * achievable-efficiency curve per matrix shape, memory-bound element-wise
+ * work from bytes moved, collectives from costmodel/comm.c, and the pipeline
+ * schedule. Sources per term below. What is deliberately not modelled:
+ * data loading and logging, kernel-launch gaps, GPU clock throttling (the
+ * GEMM curve of a profile absorbs what sustained clocks deliver).
+ */
+#include "costmodel.h"
+
+#include <math.h>
+#include <string.h>
+
+/* FlashAttention-2 (Dao 2023, Sec. 4.1): forward kernels reach roughly 3/4 of the
+ * speed of a dense GEMM of the same FLOPs, and the backward pass does 2.5x the
+ * forward's matrix FLOPs (it recomputes the scores) at ~0.8x its rate. With a causal
+ * mask the kernels skip the masked half of the s x s blocks. */
+#define FLASH_FWD_EFF 0.75
+#define FLASH_BWD_OVER_FWD 3.0
+
+/* Bytes each optimizer step moves per parameter it updates (fp32 gradient, master
+ * weight, moments read; master and moments written; half-precision copy written;
+ * one more read of the gradient for the global norm / finiteness check). */
+static double optimizer_bytes_per_param(const struct dp_layout *l)
+{
+    bool mixed = l->precision != DP_FP32;
+    if (l->optimizer == DP_OPT_ADAM)
+        return mixed ? 36 : 32;
+    return mixed ? 24 : 20;
+}
+
+struct ctx {
+    const struct dp_model *m;
+    const struct dp_cluster *cl;
+    const struct dp_layout *l;
+    double peak;  /* FLOP/s */
+    double membw; /* bytes/s achievable */
+    double p;     /* bytes per activation value */
+    double t, u;  /* tp, and the sequence-parallel divisor */
+    double T;     /* GEMM rows: tokens of one micro-batch on this CP rank */
+    struct dp_path tp, cp, ep, dp, dpe, pp, emb;
+};
+
+/* Tile quantization: cuBLAS tiles are 128 wide; a dimension of d computes
+ * ceil(d/128)*128 lanes (NVIDIA Deep Learning Performance Guide, "Matrix
+ * Multiplication Background", tile quantization). */
+static double tileq(double d)
+{
+    if (d <= 0)
+        return 1;
+    double tiles = ceil(d / 128.0);
+    return d / (tiles * 128.0);
+}
+
+/* A GEMM takes the longer of its compute time (FLOPs over the efficiency curve)
+ * and its memory time (A, B read and C written once): the roofline. The
+ * attention-score GEMMs (k = head_dim) are memory-bound on every GPU here. */
+static double gemm_s(const struct ctx *c, double mm, double nn, double kk, double batch)
+{
+    double flops = 2.0 * mm * nn * kk * batch;
+    if (flops <= 0)
+        return 0;
+    const struct dp_gemm_curve *g = &c->cl->gpu.gemm;
+    double eff = g->eff_max * flops / (flops + g->half_flops) * tileq(mm) * tileq(nn) * tileq(kk);
+    if (eff < 1e-3)
+        eff = 1e-3;
+    double compute = flops / (c->peak * eff);
+    double memory = c->p * (mm * kk + kk * nn + mm * nn) * batch / c->membw;
+    return compute > memory ? compute : memory;
+}
+
+struct layer_cost {
+    double gemm_f;     /* forward GEMMs (backward = 2x: input and weight gradients) */
+    double attn_f;     /* attention core forward */
+    double attn_b;     /* attention core backward */
+    double ew_f;       /* element-wise forward (backward = 2x) */
+    double attn_ew_f;  /* the element-wise part of attention (selective recompute redoes it) */
+    double tp_f, tp_b; /* TP collectives */
+    double cp_f, cp_b; /* exposed context-parallel exchange */
+    double ep_f, ep_b; /* expert all-to-all */
+};
+
+static void layer(const struct ctx *c, struct layer_cost *o)
+{
+    const struct dp_model *m = c->m;
+    const struct dp_layout *l = c->l;
+    memset(o, 0, sizeof *o);
+    const double t = c->t, u = c->u, p = c->p, T = c->T;
+    const double h = (double)m->hidden, a = (double)m->heads, g = (double)m->kv_heads;
+    const double d = (double)m->head_dim, b = (double)l->mbs;
+    const double s_loc = (double)l->seq_len / l->cp, s_full = (double)l->seq_len;
+    const double up = m->ffn == DP_FFN_SWIGLU ? 2 : 1;
+
+    /* Projections: column-parallel QKV and fc1, row-parallel out and fc2. */
+    o->gemm_f = gemm_s(c, T, (a + 2 * g) * d / t, h, 1) + gemm_s(c, T, h, a * d / t, 1);
+    double f;
+    if (m->experts > 0) {
+        /* Balanced routing: the EP group's tokens times top_k spread evenly over the
+         * experts; each GPU runs its E/ep local experts. */
+        f = (double)m->moe_ffn_hidden;
+        double E = (double)m->experts, k = (double)m->top_k, ep = l->ep;
+        double rows = T * k * ep / E;
+        o->gemm_f += gemm_s(c, T, E, h, 1);
+        o->gemm_f += gemm_s(c, rows, up * f / t, h, E / ep) + gemm_s(c, rows, h, f / t, E / ep);
+        /* Dispatch and combine: an all-to-all of the routed tokens each way, twice
+         * again in backward. */
+        double bytes = p * T * k * h;
+        o->ep_f = 2 * dp_coll_time_s(DP_ALLTOALL, bytes, l->ep, &c->ep);
+        o->ep_b = o->ep_f;
+    } else {
+        f = (double)m->ffn_hidden;
+        o->gemm_f += gemm_s(c, T, up * f / t, h, 1) + gemm_s(c, T, h, f / t, 1);
+    }
+
+    /* Attention core: QK^T and attention x V over a/t heads. */
+    double heads = a / t;
+    double ew_attn = 0;
+    if (l->flash_attn) {
+        double flops = 4.0 * b * heads * s_loc * s_full * d / 2.0; /* causal half */
+        const struct dp_gemm_curve *gc = &c->cl->gpu.gemm;
+        double eff = FLASH_FWD_EFF * gc->eff_max * flops / (flops + gc->half_flops);
+        o->attn_f = flops / (c->peak * eff);
+        o->attn_b = FLASH_BWD_OVER_FWD * o->attn_f;
+    } else {
+        o->attn_f = gemm_s(c, s_loc, s_full, d, b * heads) + gemm_s(c, s_loc, d, s_full, b * heads);
+        o->attn_b = 2 * o->attn_f;
+        /* Fused scale-mask-softmax reads and writes the scores; dropout reads them and
+         * writes its output and a 1-byte mask; the context is permuted back. */
+        double sc = heads * s_loc * s_full * b;
+        ew_attn = 2 * p * sc + (m->dropout ? (2 * p + 1) * sc : 0) + 2 * p * T * a * d / t;
+    }
+
+    /* Element-wise, forward bytes: norms (read + write), two fused bias-dropout-add
+     * (read output and residual, write; 1-byte masks), the activation function,
+     * rotary embedding on Q and K. */
+    double norms = m->norms_per_layer * 2.0 * p * T * h / u;
+    double bda = 2 * 3.0 * p * T * h / u + (m->dropout ? 2.0 * T * h / u : 0);
+    double act = (m->ffn == DP_FFN_SWIGLU ? 3.0 : 2.0) * p * T * f / t;
+    if (m->experts > 0) /* top_k copies of the activations; permute and un-permute copies */
+        act = act * (double)m->top_k + 4.0 * p * T * (double)m->top_k * h;
+    double rope = m->pos == DP_POS_ROPE ? 2.0 * p * T * (a + g) * d / t : 0;
+    o->attn_ew_f = ew_attn / c->membw;
+    o->ew_f = (norms + bda + act + rope + ew_attn) / c->membw;
+
+    /* Tensor parallel: forward all-reduces after attention-out and fc2, backward
+     * all-reduces of the QKV and fc1 input gradients (Shoeybi et al. 2019, Fig. 3).
+     * With sequence parallelism each all-reduce becomes reduce-scatter + all-gather
+     * of the same bytes, and backward all-gathers the layer inputs again for the
+     * weight gradients (Korthikanti et al. 2022, Sec. 4.2.2). */
+    if (l->tp > 1) {
+        double bytes = p * T * h;
+        if (l->sp) {
+            double rs = dp_coll_time_s(DP_REDUCE_SCATTER, bytes, l->tp, &c->tp);
+            double ag = dp_coll_time_s(DP_ALLGATHER, bytes, l->tp, &c->tp);
+            o->tp_f = 2 * (rs + ag);
+            o->tp_b = 2 * (rs + ag) + 2 * ag;
+        } else {
+            double ar = dp_coll_time_s(DP_ALLREDUCE, bytes, l->tp, &c->tp);
+            o->tp_f = 2 * ar;
+            o->tp_b = 2 * ar;
+        }
+    }
+
+    /* Context parallel (ring attention): cp - 1 exchanges of this rank's K and V
+     * chunk, overlapped with the attention of the chunk in hand; backward also
+     * returns dK and dV. */
+    if (l->cp > 1) {
+        double kv = 2.0 * p * T * g * d / t;
+        double step_f = dp_coll_time_s(DP_P2P, kv, 2, &c->cp);
+        double per_f = o->attn_f / l->cp, per_b = o->attn_b / l->cp;
+        o->cp_f = (l->cp - 1) * fmax(0, step_f - per_f);
+        o->cp_b = (l->cp - 1) * fmax(0, 2 * step_f - per_b);
+    }
+}
+
+/* Per micro-batch forward and backward time of one stage, split by kind. */
+struct stage_cost {
+    double compute_f, compute_b, recompute, tp_f, tp_b, tp_re, pp, cp, ep;
+    double total;
+};
+
+static void stage(const struct ctx *c, const struct layer_cost *lc, int layers, bool first,
+                  bool last, struct stage_cost *o)
+{
+    const struct dp_model *m = c->m;
+    const struct dp_layout *l = c->l;
+    memset(o, 0, sizeof *o);
+    const double t = c->t, u = c->u, p = c->p, T = c->T, h = (double)m->hidden;
+    double L = layers;
+    o->compute_f = L * (lc->gemm_f + lc->attn_f + lc->ew_f);
+    o->compute_b = L * (2 * lc->gemm_f + lc->attn_b + 2 * lc->ew_f);
+    o->tp_f = L * lc->tp_f;
+    o->tp_b = L * lc->tp_b;
+    o->cp = L * (lc->cp_f + lc->cp_b);
+    o->ep = L * (lc->ep_f + lc->ep_b);
+    if (l->recompute == DP_RECOMPUTE_FULL) {
+        /* The whole forward again, collectives included (Megatron checkpoints the
+         * layer input and reruns the layer). */
+        o->recompute = L * (lc->gemm_f + lc->attn_f + lc->ew_f);
+        o->tp_re = L * lc->tp_f;
+        o->ep += L * lc->ep_f;
+    } else if (l->recompute == DP_RECOMPUTE_SELECTIVE) {
+        o->recompute = L * (lc->attn_f + lc->attn_ew_f);
+    }
+    double vpad = (double)dp_padded_vocab(m->vocab, l->tp);
+    if (first) {
+        /* Embedding gather (+ positions), and its vocabulary-parallel all-reduce
+         * (reduce-scatter under SP); backward scatters gradients into the table. */
+        double ew = 3.0 * p * T * h / c->membw;
+        o->compute_f += ew;
+        o->compute_b += 2 * ew;
+        if (l->tp > 1)
+            o->tp_f += dp_coll_time_s(l->sp ? DP_REDUCE_SCATTER : DP_ALLREDUCE, p * T * h, l->tp,
+                                      &c->tp);
+    }
+    if (last) {
+        /* Final norm, LM head GEMM (vocabulary-parallel), cross entropy on fp32
+         * logits: ~5 passes of 4 bytes forward, 3 backward (Megatron
+         * vocab_parallel_cross_entropy), three small all-reduces over TP. */
+        double head = gemm_s(c, T, vpad / t, h, 1);
+        double ce = T * vpad / t * 4.0;
+        double norm = 2.0 * p * T * h / u;
+        o->compute_f += head + (5 * ce + norm) / c->membw;
+        o->compute_b += 2 * head + (3 * ce + 2 * norm) / c->membw;
+        if (l->tp > 1) {
+            o->tp_f += 3 * dp_coll_time_s(DP_ALLREDUCE, 4.0 * T, l->tp, &c->tp);
+            if (l->sp) {
+                double ag = dp_coll_time_s(DP_ALLGATHER, p * T * h, l->tp, &c->tp);
+                o->tp_f += ag;
+                o->tp_b += ag + dp_coll_time_s(DP_REDUCE_SCATTER, p * T * h, l->tp, &c->tp);
+            }
+        }
+    }
+    if (l->pp > 1) {
+        /* Activations to the next stage, gradients back, once per model chunk; each
+         * of the t GPUs sends 1/t of the tensor (Narayanan et al. 2021, Sec. 4.1
+         * scatter/gather). Send and receive of a step overlap each other but not
+         * compute (Megatron's 1F1B issues them around each micro-batch). */
+        double bytes = p * T * h / t;
+        o->pp = 2.0 * l->vpp * dp_coll_time_s(DP_P2P, bytes, 2, &c->pp);
+    }
+    o->total = o->compute_f + o->compute_b + o->recompute + o->tp_f + o->tp_b + o->tp_re + o->pp +
+               o->cp + o->ep;
+}
+
+/* Parameters per GPU of a stage (dense part and expert part), as the memory model
+ * places them. */
+static void stage_params(const struct dp_model *m, const struct dp_cluster *cl,
+                         const struct dp_layout *l, int r, double *dense, double *expert)
+{
+    struct dp_mem_stage st;
+    dp_mem_stage(m, cl, l, NULL, r, &st);
+    /* The expert share: E/ep experts per layer, each split by tp. */
+    double ex = 0;
+    if (m->experts > 0) {
+        double mult = m->ffn == DP_FFN_SWIGLU ? 3 : 2;
+        ex = (double)st.layers * (double)(m->experts / l->ep) * mult * (double)m->hidden *
+             (double)m->moe_ffn_hidden / l->tp;
+    }
+    *expert = ex;
+    *dense = (double)st.params - ex;
+}
+
+void dp_time_step_fast(const struct dp_model *m, const struct dp_cluster *cl,
+                       const struct dp_layout *l, struct dp_step_cost *o)
+{
+    memset(o, 0, sizeof *o);
+    struct ctx c = {.m = m, .cl = cl, .l = l};
+    c.peak = cl->gpu.peak_tflops[l->precision] * 1e12;
+    c.membw = cl->gpu.mem_bw_gbps * 1e9 * DP_MEM_EFFICIENCY;
+    c.p = dp_precision_bytes(l->precision);
+    c.t = l->tp;
+    c.u = (l->sp && l->tp > 1) ? l->tp : 1;
+    c.T = (double)l->seq_len / l->cp * (double)l->mbs;
+    /* Megatron order tp-cp-dp-pp: TP consecutive, CP stride tp, DP (with CP for
+     * gradients) stride tp, experts carved out of DP, PP stride tp*cp*dp. */
+    dp_group_path(cl, l->tp, 1, &c.tp);
+    dp_p2p_path(cl, l->tp, &c.cp);
+    dp_group_path(cl, l->ep, l->tp * l->cp, &c.ep);
+    dp_group_path(cl, l->dp * l->cp, l->tp, &c.dp);
+    dp_group_path(cl, l->dp * l->cp / l->ep, l->tp * l->ep, &c.dpe);
+    dp_p2p_path(cl, l->tp * l->cp * l->dp, &c.pp);
+    dp_p2p_path(cl, (l->pp - 1) * l->tp * l->cp * l->dp, &c.emb);
+    o->tp_path = c.tp;
+    o->cp_path = c.cp;
+    o->ep_path = c.ep;
+    o->dp_path = c.dp;
+    o->pp_path = c.pp;
+
+    struct layer_cost lc;
+    layer(&c, &lc);
+
+    /* Stages: first, a middle one, last (middle stages are alike). */
+    struct stage_cost st[3];
+    int pp = l->pp;
+    int L0 = dp_layout_stage_layers(l, m, 0);
+    int Lm = pp > 2 ? dp_layout_stage_layers(l, m, 1) : 0;
+    int Ll = dp_layout_stage_layers(l, m, pp - 1);
+    stage(&c, &lc, L0, true, pp == 1, &st[0]);
+    if (pp > 2)
+        stage(&c, &lc, Lm, false, false, &st[1]);
+    if (pp > 1)
+        stage(&c, &lc, Ll, false, true, &st[2]);
+    double tmax = st[0].total;
+    int slow = 0;
+    for (int i = 1; i < 3; i++) {
+        bool present = (i == 1 && pp > 2) || (i == 2 && pp > 1);
+        if (present && st[i].total > tmax) {
+            tmax = st[i].total;
+            slow = i;
+        }
+    }
+    double sum = st[0].total + (pp > 2 ? (pp - 2) * st[1].total : 0) + (pp > 1 ? st[2].total : 0);
+    double M = (double)dp_layout_microbatches(l);
+    /*
+     * 1F1B: in steady state every stage runs one forward and one backward per
+     * micro-batch, paced by the slowest; filling and draining the pipeline passes
+     * every other stage once, and interleaving v chunks divides that by v
+     * (Narayanan et al. 2021, Sec. 2.2: bubble (p - 1)/(v m) for equal stages).
+     */
+    double pipe = M * tmax + (sum - tmax) / l->vpp;
+    const struct stage_cost *s = &st[slow];
+    o->slowest_stage = slow == 0 ? 0 : slow == 1 ? 1 : pp - 1;
+    o->compute_s = M * (s->compute_f + s->compute_b);
+    o->recompute_s = M * (s->recompute + s->tp_re);
+    o->tp_comm_s = M * (s->tp_f + s->tp_b);
+    o->cp_comm_s = M * s->cp;
+    o->ep_comm_s = M * s->ep;
+    o->pp_comm_s = M * s->pp;
+    o->bubble_s = pipe - M * tmax;
+    for (int i = 0; i < 3; i++) {
+        o->stage_fwd_s[i] = st[i].compute_f + st[i].tp_f + st[i].pp / 2;
+        o->stage_bwd_s[i] = st[i].compute_b + st[i].recompute + st[i].tp_b + st[i].tp_re +
+                            st[i].pp / 2;
+    }
+
+    /* Data parallel, on the first stage (it finishes its last backward last). */
+    double pdense, pexpert;
+    stage_params(m, cl, l, 0, &pdense, &pexpert);
+    if (pp > 1) {
+        double d2, e2;
+        stage_params(m, cl, l, pp - 1, &d2, &e2);
+        if (d2 + e2 > pdense + pexpert) {
+            pdense = d2;
+            pexpert = e2;
+        }
+    }
+    int pb, gb, ob;
+    dp_mem_bytes_per_param(l, &pb, &gb, &ob);
+    int ndp = l->dp * l->cp, ndpe = ndp / l->ep;
+    double rs = 0, ag = 0, ar = 0;
+    if (l->zero == 0) {
+        ar = dp_coll_time_s(DP_ALLREDUCE, pdense * gb, ndp, &c.dp) +
+             dp_coll_time_s(DP_ALLREDUCE, pexpert * gb, ndpe, &c.dpe);
+    } else {
+        rs = dp_coll_time_s(DP_REDUCE_SCATTER, pdense * gb, ndp, &c.dp) +
+             dp_coll_time_s(DP_REDUCE_SCATTER, pexpert * gb, ndpe, &c.dpe);
+        ag = dp_coll_time_s(DP_ALLGATHER, pdense * pb, ndp, &c.dp) +
+             dp_coll_time_s(DP_ALLGATHER, pexpert * pb, ndpe, &c.dpe);
+    }
+    double fwd0 = o->stage_fwd_s[0], bwd0 = o->stage_bwd_s[0];
+    double exposed;
+    if (l->zero >= 3) {
+        /* ZeRO-3 gathers the weights for every micro-batch's forward and backward and
+         * reduce-scatters every micro-batch's gradients (DeepSpeed stage 3); with
+         * prefetching the gathers hide behind compute. */
+        o->dp_comm_total_s = M * (2 * ag + rs);
+        exposed = l->dp_overlap ? M * (fmax(0, ag - fwd0) + fmax(0, ag + rs - bwd0))
+                                : o->dp_comm_total_s;
+    } else if (l->zero == 2) {
+        /* Gradients are partitioned as they are produced: a reduce-scatter per
+         * micro-batch, one all-gather of the updated weights per step. */
+        o->dp_comm_total_s = M * rs + ag;
+        exposed = l->dp_overlap ? M * fmax(0, rs - bwd0) + fmax(0, ag - fwd0) : o->dp_comm_total_s;
+    } else {
+        /* Once per step, during the last micro-batch's backward (bucketed overlap) and,
+         * for the distributed optimizer, the gather before the next forward. */
+        o->dp_comm_total_s = ar + rs + ag;
+        exposed = l->dp_overlap ? fmax(0, ar + rs - bwd0) + fmax(0, ag - fwd0) : ar + rs + ag;
+    }
+    o->dp_comm_s = exposed;
+
+    /* Tied embeddings across stages: the first and last stage sum their copies'
+     * gradients (Megatron _allreduce_word_embedding_grads). */
+    if (pp > 1 && m->tied_embeddings) {
+        double vpad = (double)dp_padded_vocab(m->vocab, l->tp);
+        o->other_s = dp_coll_time_s(DP_ALLREDUCE, vpad * m->hidden / l->tp * gb, 2, &c.emb);
+    }
+
+    /* Optimizer step over this GPU's shard. */
+    double local = pdense / (l->zero >= 1 ? ndp : 1) + pexpert / (l->zero >= 1 ? ndpe : 1);
+    o->optimizer_s = local * optimizer_bytes_per_param(l) / c.membw;
+
+    o->step_time_s = pipe + o->dp_comm_s + o->other_s + o->optimizer_s;
+    struct dp_flops fl;
+    dp_flops_step(m, l, &fl);
+    double gpus = (double)l->tp * l->pp * l->dp * l->cp;
+    o->tokens_per_s = (double)l->gbs * (double)l->seq_len / o->step_time_s;
+    o->model_tflops_per_gpu = fl.model_flops / o->step_time_s / gpus / 1e12;
+    o->hardware_tflops_per_gpu = fl.hardware_flops / o->step_time_s / gpus / 1e12;
+    o->mfu = o->model_tflops_per_gpu * 1e12 / c.peak;
+    o->hfu = o->hardware_tflops_per_gpu * 1e12 / c.peak;
+}
+
+int dp_time_step(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
+                 struct dp_step_cost *out, struct dp_err *err)
+{
+    memset(out, 0, sizeof *out);
+    int rc = dp_layout_validate(l, m, dp_cluster_gpus(cl), err);
+    if (rc)
+        return rc;
+    if (l->tp > cl->gpus_per_node)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "tp=%d crosses nodes (%d GPUs per node): tensor parallelism needs the "
+                          "intra-node link",
+                          l->tp, cl->gpus_per_node);
+    if (cl->nodes > 1 && cl->nics_per_node < 1)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "%d nodes but no network interfaces per node in the cluster",
+                          cl->nodes);
+    dp_time_step_fast(m, cl, l, out);
+    return 0;
+}
