@@ -127,6 +127,7 @@ int cmd_calibrate(int argc, char **argv);
 int cmd_memory(int argc, char **argv);
 int cmd_model(int argc, char **argv);
 int cmd_profiles(int argc, char **argv);
+int cmd_topo(int argc, char **argv);
 int cmd_validate(int argc, char **argv);
 
 #endif

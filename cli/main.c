@@ -16,6 +16,7 @@ static const struct dp_cmd {
     {"memory", cmd_memory, "per-GPU memory per pipeline stage; will it fit, and what fixes it"},
     {"model", cmd_model, "show a model's architecture and exact parameter count"},
     {"profiles", cmd_profiles, "list the shipped GPU, link, network, system and model profiles"},
+    {"topo", cmd_topo, "describe this node or an hwloc XML export; write a cluster file"},
     {"validate", cmd_validate, "compare predicted and measured step times of real training runs"},
 };
 
