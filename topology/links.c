@@ -427,6 +427,17 @@ int dp_topo_cluster(const struct dp_topo *t, const struct dp_topo_cluster_opts *
                           "--gpu-profile NAME (list: `dplan profiles`)",
                           g0->name, g0->pci_vendor, g0->pci_device);
     }
+    for (int i = 1; i < t->ngpus; i++) {
+        char other[64];
+        if (strcmp(t->gpus[i].name, g0->name) != 0 &&
+            (dp_topo_gpu_profile(&t->gpus[i], other, sizeof other) != 0 ||
+             strcmp(other, ch->gpu_profile) != 0)) {
+            size_t len = strlen(ch->gpu_why);
+            snprintf(ch->gpu_why + len, sizeof ch->gpu_why - len,
+                     "; GPU%d is \"%s\": one GPU type per node is modelled", i, t->gpus[i].name);
+            break;
+        }
+    }
     int rc = dp_gpu_load(ch->gpu_profile, &out->gpu, err);
     if (rc)
         return rc;

@@ -313,6 +313,39 @@ static void test_direct_nvlink(void)
     CHECK_EQ(l.kind, DP_LINK_NVLINK);
     CHECK_EQ(dp_topo_group_link(&t, &gpu, 6, 4, &l, &err), DP_EINVAL);
     dp_topo_release(&t);
+
+    /* One GPU: no groups; the node's link is the GPU itself, which the cluster
+     * reader accepts. */
+    int none[1] = {0};
+    hand_node(&t, 1, none);
+    dp_err_clear(&err);
+    CHECK_EQ(dp_topo_node_links(&t, &gpu, group, &ng, &intra, &err), 0);
+    CHECK_EQ(ng, 0);
+    CHECK_EQ(intra.kind, DP_LINK_LOCAL);
+    struct dp_cluster cl = {.name = "one",
+                            .system = "topology",
+                            .nodes = 1,
+                            .gpus_per_node = 1,
+                            .gpu = gpu,
+                            .intra = intra};
+    CHECK_EQ(dp_network_load("eth-100", &cl.inter, &err), 0);
+    cJSON *j = dp_cluster_to_json(&cl);
+    struct dp_jr jr = {.file = "mem", .err = &err};
+    struct dp_cluster back;
+    CHECK_EQ(dp_cluster_from_json(&jr, j, &back), 0);
+    CHECK_EQ(back.intra.kind, DP_LINK_LOCAL);
+    cJSON_Delete(j);
+    dp_topo_release(&t);
+
+    /* 6 GPUs: pairs and one aligned group of 4; the node's link covers all 6. */
+    int six[36] = {0};
+    hand_node(&t, 6, six);
+    CHECK_EQ(dp_topo_node_links(&t, &gpu, group, &ng, &intra, &err), 0);
+    CHECK_EQ(ng, 2);
+    CHECK_STR(group[0].name, "pcie-gen4 PIX");
+    CHECK_STR(group[1].name, "pcie-gen4 PIX");
+    CHECK_STR(intra.name, "pcie-gen4 SYS");
+    dp_topo_release(&t);
 }
 
 static void test_gpu_names(void)
