@@ -1,0 +1,20 @@
+/*
+ * Launching the ranks of `dplan run` (run_launch.c).
+ */
+#ifndef DPLAN_CLI_RUN_LAUNCH_H
+#define DPLAN_CLI_RUN_LAUNCH_H
+
+/*
+ * Re-execute `dplan run <argv[1..]>` as `np` ranks under mpirun and wait:
+ * --allow-run-as-root as root, --oversubscribe (and yielding MPI waits) when np
+ * exceeds the cores, --bind-to none, OMP_NUM_THREADS = cores / np unless set, the
+ * OpenBLAS core type when dp_exec_blas_hint says so. mpirun's output passes through;
+ * when a rank fails, one closing line names it. Returns the exit code (0, or 1).
+ */
+int cli_run_launch(int np, int argc, char **argv);
+
+/* Single process: re-execute once with OPENBLAS_CORETYPE set when dp_exec_blas_hint
+ * asks for it (OpenBLAS reads it only at load time); returns when nothing to do. */
+void cli_run_reexec_for_blas(int argc, char **argv);
+
+#endif

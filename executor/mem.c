@@ -1,0 +1,47 @@
+/*
+ * Accounted device memory: every executor buffer is allocated through here
+ * (or held through dp__mem_hold for reused activation slots), so each rank
+ * knows the bytes in use and the peak of each pool. The numbers are the
+ * bytes the executor asked for; the allocator's own rounding (to 64 bytes)
+ * is not counted.
+ */
+#include "internal.h"
+
+static void bump(struct dp_mem *mem, enum dp_pool pool, int64_t bytes)
+{
+    mem->in_use[pool] += bytes;
+    mem->total_in_use += bytes;
+    if (mem->in_use[pool] > mem->peak[pool])
+        mem->peak[pool] = mem->in_use[pool];
+    if (mem->total_in_use > mem->total_peak)
+        mem->total_peak = mem->total_in_use;
+}
+
+void *dp__mem_alloc(struct dp_backend *be, struct dp_mem *mem, enum dp_pool pool, size_t bytes)
+{
+    void *p = be->ops->alloc(be, bytes);
+    if (p)
+        bump(mem, pool, (int64_t)bytes);
+    return p;
+}
+
+void dp__mem_free(struct dp_backend *be, struct dp_mem *mem, enum dp_pool pool, void *p,
+                  size_t bytes)
+{
+    if (!p)
+        return;
+    be->ops->free(be, p);
+    bump(mem, pool, -(int64_t)bytes);
+}
+
+void dp__mem_hold(struct dp_mem *mem, enum dp_pool pool, int64_t bytes)
+{
+    bump(mem, pool, bytes);
+}
+
+const char *dp_pool_name(enum dp_pool p)
+{
+    static const char *const names[DP_NPOOLS] = {"params",   "grads",    "optimizer", "act_slots",
+                                                 "act_head", "act_work", "comm"};
+    return (unsigned)p < DP_NPOOLS ? names[p] : "?";
+}

@@ -1,0 +1,431 @@
+/*
+ * The training loop of one rank: set up the backend and the model, run the
+ * steps (forward/backward, gradient norm, clipping, AdamW), report each step
+ * through the caller's callback, write the weights, and gather the per-rank
+ * summary on rank 0. Also what the executor supports (dp_exec_check) and the
+ * heartbeat a watchdog reads.
+ */
+#include "internal.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------ heartbeat */
+
+static _Atomic uint64_t beat_count;
+static _Atomic(const char *) beat_what = "starting";
+static _Atomic int beat_step;
+
+void dp__beat(const char *what)
+{
+    if (what)
+        atomic_store(&beat_what, what);
+    atomic_fetch_add(&beat_count, 1);
+}
+
+uint64_t dp_exec_heartbeat(const char **what, int *step)
+{
+    if (what)
+        *what = atomic_load(&beat_what);
+    if (step)
+        *step = atomic_load(&beat_step);
+    return atomic_load(&beat_count);
+}
+
+void dp_exec_finalize(void)
+{
+    dp_backend_cpu_finalize();
+}
+
+void dp_exec_abort(int code)
+{
+    dp_backend_cpu_abort(code);
+}
+
+/* ------------------------------------------------------------------ options, checks */
+
+void dp_exec_opts_default(struct dp_exec_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->steps = 50;
+    o->seed = 1234;
+    o->lr = 1e-3;
+    o->warmup_steps = 0;
+    o->min_lr_frac = 0.1;
+    o->weight_decay = 0.1;
+    o->beta1 = 0.9;
+    o->beta2 = 0.95;
+    o->eps = 1e-8;
+    o->grad_clip = 1.0;
+}
+
+int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world,
+                  struct dp_err *err)
+{
+    struct dp_err lerr = {0};
+    if (dp_layout_validate(l, m, world > 0 ? world : 0, &lerr))
+        return dp_err_set(err, DP_EINFEASIBLE, "layout: %s", lerr.msg);
+    if (l->cp != 1)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "layout: cp=%d: context parallelism is not supported by the CPU "
+                          "executor yet (cp must be 1)",
+                          l->cp);
+    if (l->ep != 1 || m->experts > 0)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "model %s: mixture-of-experts models are not supported by the CPU "
+                          "executor",
+                          m->name);
+    if (l->vpp != 1)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "layout: vpp=%d: the interleaved schedule is not supported by the CPU "
+                          "executor (vpp must be 1)",
+                          l->vpp);
+    if (l->zero > 1)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "layout: zero=%d: the CPU executor supports ZeRO stages 0 and 1",
+                          l->zero);
+    if (l->optimizer != DP_OPT_ADAM)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "layout: optimizer=sgd: the CPU executor trains with AdamW only");
+    if (m->pos == DP_POS_ALIBI)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "model %s: ALiBi positions are not supported by the CPU executor "
+                          "(learned or rope)",
+                          m->name);
+    if (m->norms_per_layer != 2)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "model %s: norms_per_layer=%d (parallel attention) is not supported by "
+                          "the CPU executor",
+                          m->name, m->norms_per_layer);
+    if (m->pos == DP_POS_LEARNED && l->seq_len > m->max_pos)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "layout: seq_len=%lld exceeds the model's max_position=%lld",
+                          (long long)l->seq_len, (long long)m->max_pos);
+    if (m->pos == DP_POS_ROPE && m->head_dim % 2)
+        return dp_err_set(err, DP_EINFEASIBLE, "model %s: rope needs an even head_dim, got %lld",
+                          m->name, (long long)m->head_dim);
+    if (m->vocab > 65536)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "model %s: vocab=%lld: token files hold uint16 tokens (vocab <= 65536)",
+                          m->name, (long long)m->vocab);
+    /* GEMM dimensions are ints. */
+    int64_t N = l->mbs * l->seq_len;
+    int64_t big = N * (m->heads * m->head_dim + 2 * m->kv_heads * m->head_dim);
+    if (N > (1LL << 30) || big > (1LL << 31) - 1 ||
+        dp_padded_vocab(m->vocab, l->tp) * m->hidden > (1LL << 31) - 1)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "layout: mbs*seq_len = %lld tokens is too large for one micro-batch",
+                          (long long)N);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ setup */
+
+static void dims_init(struct dp_exec *ex)
+{
+    const struct dp_model *m = ex->m;
+    const struct dp_layout *l = &ex->l;
+    struct dp_dims *dm = &ex->dm;
+    dm->tp = l->tp;
+    dm->tp_rank = ex->c.tp_rank;
+    dm->sp = l->sp && l->tp > 1;
+    dm->B = l->mbs;
+    dm->T = l->seq_len;
+    dm->N = dm->B * dm->T;
+    dm->Nl = dm->sp ? dm->N / l->tp : dm->N;
+    dm->h = m->hidden;
+    dm->d = m->head_dim;
+    dm->a = (int)(m->heads / l->tp);
+    dm->g = (int)(m->kv_heads / l->tp);
+    dm->qd = dm->a * dm->d;
+    dm->kvd = dm->g * dm->d;
+    dm->qkvd = dm->qd + 2 * dm->kvd;
+    dm->f = m->ffn_hidden / l->tp;
+    dm->F1 = m->ffn == DP_FFN_SWIGLU ? 2 * dm->f : dm->f;
+    dm->vocab = m->vocab;
+    dm->Vp = dp_padded_vocab(m->vocab, l->tp);
+    dm->Vl = dm->Vp / l->tp;
+    dm->v0 = dm->tp_rank * dm->Vl;
+}
+
+void dp__exec_free(struct dp_exec *ex)
+{
+    if (!ex)
+        return;
+    dp__model_release(ex);
+    free(ex->host_tok);
+    if (ex->be)
+        ex->be->ops->destroy(ex->be);
+    free(ex);
+}
+
+int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const struct dp_exec_opts *o,
+                 struct dp_exec **out, struct dp_err *err)
+{
+    *out = NULL;
+    struct dp_exec *ex = calloc(1, sizeof *ex);
+    if (!ex)
+        return dp_err_set(err, DP_ENOMEM, "out of memory");
+    ex->m = m;
+    ex->l = *l;
+    ex->o = *o;
+    ex->err = err;
+    ex->be = dp_backend_cpu_new(l->tp, l->dp, l->pp, o->threads, err);
+    if (!ex->be) {
+        free(ex);
+        return err->code ? err->code : DP_ERUNTIME;
+    }
+    ex->rank = ex->be->rank;
+    ex->world = ex->be->world;
+    dp_rank_coords(ex->rank, l->tp, l->dp, l->pp, &ex->c);
+    dims_init(ex);
+    ex->layer0 = 0;
+    for (int s = 0; s < ex->c.pp_rank; s++)
+        ex->layer0 += dp_layout_stage_layers(l, m, s);
+    ex->nlayers = dp_layout_stage_layers(l, m, ex->c.pp_rank);
+    ex->first = ex->c.pp_rank == 0;
+    ex->last = ex->c.pp_rank == l->pp - 1;
+    ex->M = dp_layout_microbatches(l);
+    ex->gbs_tokens = l->gbs * l->seq_len;
+    if (o->predicted)
+        memcpy(ex->predicted, o->predicted + (size_t)ex->c.pp_rank * DP_NPOOLS,
+               sizeof ex->predicted);
+    ex->host_tok = malloc((size_t)(2 * ex->dm.N) * sizeof(int32_t));
+    int rc = ex->host_tok ? 0 : dp_err_set(err, DP_ENOMEM, "out of memory");
+    if (!rc)
+        rc = dp__model_build(ex);
+    if (!rc)
+        rc = dp__acts_build(ex);
+    if (rc) {
+        dp__exec_free(ex);
+        return rc;
+    }
+    *out = ex;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ the loop */
+
+static int64_t rss_now(void)
+{
+    long pages = 0, resident = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f)
+        return 0;
+    if (fscanf(f, "%ld %ld", &pages, &resident) != 2)
+        resident = 0;
+    fclose(f);
+    return (int64_t)resident * sysconf(_SC_PAGESIZE);
+}
+
+static int64_t rss_peak(void)
+{
+    char line[256];
+    int64_t kb = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %ld", (long *)&kb) == 1)
+            break;
+    fclose(f);
+    return kb * 1024;
+}
+
+/* Linear warm-up, then cosine decay to lr * min_lr_frac at the last step. */
+static double lr_at(const struct dp_exec_opts *o, int step)
+{
+    if (o->warmup_steps > 0 && step <= o->warmup_steps)
+        return o->lr * (double)step / (double)o->warmup_steps;
+    int span = o->steps - o->warmup_steps;
+    if (span <= 1 || o->min_lr_frac >= 1.0)
+        return o->lr;
+    double t = (double)(step - o->warmup_steps - 1) / (double)(span - 1);
+    double lo = o->lr * o->min_lr_frac;
+    return lo + 0.5 * (o->lr - lo) * (1.0 + cos(3.141592653589793 * t));
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Every rank's summary to rank 0 (as doubles: exact below 2^53 bytes). */
+enum { SUM_FIELDS = 6 + 2 * DP_NPOOLS + 1 };
+static int gather_summary(struct dp_exec *ex, const double *times, int n,
+                          struct dp_exec_result *res)
+{
+    double mine[SUM_FIELDS], *all = NULL;
+    double mean = 0, med = 0;
+    int from = n > 1 ? 1 : 0; /* skip the first step when there are others */
+    if (n > from) {
+        double *t = malloc((size_t)(n - from) * sizeof *t);
+        if (!t)
+            return dp_err_set(ex->err, DP_ENOMEM, "out of memory");
+        for (int i = from; i < n; i++) {
+            t[i - from] = times[i];
+            mean += times[i];
+        }
+        mean /= (double)(n - from);
+        qsort(t, (size_t)(n - from), sizeof *t, cmp_double);
+        int k = n - from;
+        med = k % 2 ? t[k / 2] : 0.5 * (t[k / 2 - 1] + t[k / 2]);
+        free(t);
+    }
+    int j = 0;
+    mine[j++] = ex->rank;
+    mine[j++] = ex->c.pp_rank;
+    mine[j++] = ex->c.tp_rank;
+    mine[j++] = ex->c.dp_rank;
+    mine[j++] = mean;
+    mine[j++] = med;
+    for (int p = 0; p < DP_NPOOLS; p++)
+        mine[j++] = (double)ex->mem.peak[p];
+    for (int p = 0; p < DP_NPOOLS; p++)
+        mine[j++] = (double)ex->predicted[p];
+    mine[j++] = (double)rss_peak();
+    if (ex->rank == 0) {
+        all = malloc((size_t)ex->world * SUM_FIELDS * sizeof *all);
+        res->ranks = calloc((size_t)ex->world, sizeof *res->ranks);
+        if (!all || !res->ranks) {
+            free(all);
+            return dp_err_set(ex->err, DP_ENOMEM, "out of memory");
+        }
+    }
+    int rc = ex->be->ops->gather_host(ex->be, DP_GROUP_WORLD, mine, all, SUM_FIELDS, ex->err);
+    if (!rc && ex->rank == 0)
+        for (int r = 0; r < ex->world; r++) {
+            const double *v = all + (size_t)r * SUM_FIELDS;
+            struct dp_rank_summary *s = &res->ranks[r];
+            int k = 0;
+            s->rank = (int)v[k++];
+            s->stage = (int)v[k++];
+            s->tp_rank = (int)v[k++];
+            s->dp_rank = (int)v[k++];
+            s->step_time_mean_s = v[k++];
+            s->step_time_median_s = v[k++];
+            for (int p = 0; p < DP_NPOOLS; p++)
+                s->pool_peak_bytes[p] = (int64_t)v[k++];
+            for (int p = 0; p < DP_NPOOLS; p++)
+                s->pool_predicted_bytes[p] = (int64_t)v[k++];
+            s->rss_peak_bytes = (int64_t)v[k++];
+        }
+    free(all);
+    return rc;
+}
+
+void dp_exec_result_release(struct dp_exec_result *r)
+{
+    free(r->ranks);
+    r->ranks = NULL;
+}
+
+int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struct dp_exec_opts *o,
+                struct dp_exec_result *res, bool *collective, struct dp_err *err)
+{
+    memset(res, 0, sizeof *res);
+    if (collective)
+        *collective = true; /* checks below fail alike on every rank */
+    int rc = dp_exec_check(m, l, 0, err);
+    if (rc)
+        return rc;
+    if (!o->data || o->data->n < l->seq_len + 1)
+        return dp_err_set(err, DP_EINVAL, "%s: %lld tokens, need at least seq_len + 1 = %lld",
+                          o->data ? o->data->source : "data", (long long)(o->data ? o->data->n : 0),
+                          (long long)(l->seq_len + 1));
+    struct dp_exec *ex;
+    rc = dp__exec_new(m, l, o, &ex, err);
+    if (rc) {
+        /* A world-size mismatch is seen by every rank; allocation failures are not. */
+        if (collective)
+            *collective = rc == DP_EINFEASIBLE;
+        return rc;
+    }
+    if (collective)
+        *collective = false;
+    res->rank = ex->rank;
+    res->world = ex->world;
+    res->tokens_per_step = ex->gbs_tokens;
+    double *times = calloc((size_t)(o->steps > 0 ? o->steps : 1), sizeof *times);
+    if (!times) {
+        dp__exec_free(ex);
+        return dp_err_set(err, DP_ENOMEM, "out of memory");
+    }
+    int64_t pred_total = 0;
+    for (int p = 0; p < DP_NPOOLS; p++)
+        pred_total += ex->predicted[p];
+
+    for (int step = 1; step <= o->steps && !rc; step++) {
+        atomic_store(&beat_step, step);
+        if (o->before_step)
+            o->before_step(step, ex->rank, o->ctx);
+        double t0 = ex->be->ops->wtime(ex->be);
+        double loss, norm;
+        rc = dp__forward_backward(ex, step, &loss);
+        if (!rc)
+            rc = dp__grad_norm(ex, &norm);
+        if (rc)
+            break;
+        if (!isfinite(loss) || !isfinite(norm)) {
+            /* Every rank has the same all-reduced values: all stop here together. */
+            if (collective)
+                *collective = true;
+            rc = dp_err_set(err, DP_ERUNTIME,
+                            "step %d: %s is %s; stopping before the update (try a lower --lr)",
+                            step, isfinite(loss) ? "gradient norm" : "loss",
+                            isnan(isfinite(loss) ? norm : loss) ? "nan" : "inf");
+            break;
+        }
+        double lr = lr_at(o, step);
+        double gscale =
+            o->grad_clip > 0 && norm > o->grad_clip ? o->grad_clip / (norm + 1e-6) : 1.0;
+        rc = dp__optimizer_step(ex, lr, gscale);
+        if (rc)
+            break;
+        double dt = ex->be->ops->wtime(ex->be) - t0;
+        times[step - 1] = dt;
+        res->steps_done = step;
+        if (step == 1)
+            res->first_loss = loss;
+        res->final_loss = loss;
+        if (o->on_step) {
+            struct dp_step_info in = {
+                .rank = ex->rank,
+                .world = ex->world,
+                .stage = ex->c.pp_rank,
+                .tp_rank = ex->c.tp_rank,
+                .dp_rank = ex->c.dp_rank,
+                .step = step,
+                .steps = o->steps,
+                .loss = loss,
+                .lr = lr,
+                .grad_norm = norm,
+                .step_time_s = dt,
+                .tokens_per_s = (double)ex->gbs_tokens / dt,
+                .samples_per_s = (double)l->gbs / dt,
+                .mem_used_bytes = ex->mem.total_in_use,
+                .mem_peak_bytes = ex->mem.total_peak,
+                .mem_predicted_bytes = pred_total,
+                .rss_bytes = rss_now(),
+            };
+            memcpy(in.pool_peak_bytes, ex->mem.peak, sizeof in.pool_peak_bytes);
+            o->on_step(&in, o->ctx);
+        }
+    }
+    if (!rc && o->out_dir) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/model.safetensors", o->out_dir);
+        dp__beat("writing weights");
+        rc = dp__weights_save(ex, path);
+    }
+    if (!rc)
+        rc = gather_summary(ex, times, res->steps_done, res);
+    free(times);
+    dp__exec_free(ex);
+    return rc;
+}

@@ -1,0 +1,250 @@
+/*
+ * One training step on one rank: the micro-batches through the pipeline with
+ * the 1F1B schedule, the gradient reductions (sequence parallel, tied
+ * embeddings, data parallel or ZeRO-1), the global gradient norm and AdamW.
+ *
+ * 1F1B as Megatron-LM schedules.py forward_backward_pipelining_without_
+ * interleaving (Narayanan et al. 2021, Sec. 2.2): stage r of p runs
+ * min(p - r - 1, M) warm-up forwards, then alternates one forward and one
+ * backward, then drains the remaining backwards; at most min(p - r, M)
+ * micro-batches are in flight, which is what the memory model assumes.
+ * Messages pair up as Megatron's send_forward_recv_backward and
+ * send_backward_recv_forward (MPI_Sendrecv), so no ordering can deadlock.
+ *
+ * ZeRO-1 (Rajbhandari et al. 2020, P_os) as llm.c zero.cuh, with padding
+ * instead of falling back: the flat gradient buffer (padded to a multiple
+ * of dp) is reduce-scattered, each DP rank updates its contiguous shard with
+ * AdamW, and the parameters are all-gathered.
+ */
+#include "internal.h"
+
+#include <math.h>
+#include <string.h>
+
+#define OPS (ex->be->ops)
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        int rc_ = (x);                                                                             \
+        if (rc_)                                                                                   \
+            return rc_;                                                                            \
+    } while (0)
+
+enum { TAG_FWD = 1, TAG_BWD = 2 };
+
+/*
+ * The global batch of step s (1-based) is gbs consecutive windows of T + 1 tokens
+ * (overlapping by one: targets are inputs shifted by one), window w starting at token
+ * w * T, wrapping around the data. Sequence j of the batch goes to DP rank j / (gbs / dp),
+ * micro-batch (j mod gbs/dp) / mbs; every layout sees the same sequences each step.
+ */
+void dp__load_batch(struct dp_exec *ex, struct dp_slot *s, int step, int mb)
+{
+    if (!s->inputs && !s->targets)
+        return;
+    const struct dp_tokens *d = ex->o.data;
+    const int64_t T = ex->dm.T, B = ex->dm.B;
+    const int64_t nwin = (d->n - 1) / T;
+    const int64_t per_dp = ex->l.gbs / ex->l.dp;
+    int32_t *in = ex->host_tok, *tg = ex->host_tok + ex->dm.N;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t j = ex->c.dp_rank * per_dp + (int64_t)mb * B + b;
+        int64_t w = ((int64_t)(step - 1) * ex->l.gbs + j) % nwin;
+        const uint16_t *src = d->tok + w * T;
+        for (int64_t t = 0; t < T; t++) {
+            in[b * T + t] = src[t];
+            tg[b * T + t] = src[t + 1];
+        }
+    }
+    size_t bytes = (size_t)ex->dm.N * sizeof(int32_t);
+    if (s->inputs)
+        OPS->upload(ex->be, s->inputs, in, bytes);
+    if (s->targets)
+        OPS->upload(ex->be, s->targets, tg, bytes);
+}
+
+/* Pipeline messages: -1 = no peer. */
+static int pp_xchg(struct dp_exec *ex, int to, const real *sbuf, int stag, int from, real *rbuf,
+                   int rtag)
+{
+    if (to < 0 && from < 0)
+        return 0;
+    int64_t n = ex->dm.Nl * ex->dm.h;
+    dp__beat(to >= 0 && from >= 0 ? "pipeline send+receive"
+             : to >= 0            ? "pipeline send"
+                                  : "pipeline receive");
+    return OPS->sendrecv(ex->be, DP_GROUP_PP, to, sbuf, to >= 0 ? n : 0, stag, from, rbuf,
+                         from >= 0 ? n : 0, rtag, ex->err);
+}
+
+static int forward_mb(struct dp_exec *ex, struct dp_slot *s)
+{
+    dp__beat("forward");
+    TRY(dp__stage_forward(ex, s));
+    dp__beat(NULL);
+    return 0;
+}
+
+static int backward_mb(struct dp_exec *ex, struct dp_slot *s)
+{
+    dp__beat("backward");
+    TRY(dp__stage_backward(ex, s));
+    dp__slot_release(ex, s);
+    dp__beat(NULL);
+    return 0;
+}
+
+static int pipeline(struct dp_exec *ex, int step)
+{
+    const int p = ex->l.pp, r = ex->c.pp_rank;
+    const int64_t M = ex->M;
+    const int prev = ex->first ? -1 : r - 1, next = ex->last ? -1 : r + 1;
+    int64_t warm = p - r - 1 < M ? p - r - 1 : M, rem = M - warm;
+    struct dp_slot *fifo[1024];
+    int head = 0, tail = 0, mb = 0;
+    if (ex->maxslots > 1024)
+        return dp_err_set(ex->err, DP_EINFEASIBLE, "more than 1024 micro-batches in flight");
+#define PUSH(s) (fifo[tail++ % 1024] = (s))
+#define POP()   (fifo[head++ % 1024])
+    struct dp_slot *s;
+    for (int64_t i = 0; i < warm; i++) {
+        if (!(s = dp__slot_acquire(ex, mb)))
+            return ex->err->code;
+        dp__load_batch(ex, s, step, mb++);
+        TRY(pp_xchg(ex, -1, NULL, 0, prev, s->layers[0].x, TAG_FWD));
+        TRY(forward_mb(ex, s));
+        TRY(pp_xchg(ex, next, ex->send_fwd, TAG_FWD, -1, NULL, 0));
+        PUSH(s);
+    }
+    if (rem > 0) {
+        if (!(s = dp__slot_acquire(ex, mb)))
+            return ex->err->code;
+        dp__load_batch(ex, s, step, mb++);
+        TRY(pp_xchg(ex, -1, NULL, 0, prev, s->layers[0].x, TAG_FWD));
+    }
+    for (int64_t i = 0; i < rem; i++) {
+        TRY(forward_mb(ex, s));
+        PUSH(s);
+        TRY(pp_xchg(ex, next, ex->send_fwd, TAG_FWD, next, ex->w.dres, TAG_BWD));
+        TRY(backward_mb(ex, POP()));
+        if (i == rem - 1) {
+            TRY(pp_xchg(ex, prev, ex->w.dres, TAG_BWD, -1, NULL, 0));
+        } else {
+            if (!(s = dp__slot_acquire(ex, mb)))
+                return ex->err->code;
+            dp__load_batch(ex, s, step, mb++);
+            TRY(pp_xchg(ex, prev, ex->w.dres, TAG_BWD, prev, s->layers[0].x, TAG_FWD));
+        }
+    }
+    for (int64_t i = 0; i < warm; i++) {
+        TRY(pp_xchg(ex, -1, NULL, 0, next, ex->w.dres, TAG_BWD));
+        TRY(backward_mb(ex, POP()));
+        TRY(pp_xchg(ex, prev, ex->w.dres, TAG_BWD, -1, NULL, 0));
+    }
+#undef PUSH
+#undef POP
+    return 0;
+}
+
+/* Gradient norm contribution of this rank: each element of the model counted once. */
+static double local_sumsq(struct dp_exec *ex)
+{
+    double s = 0;
+    bool zero = ex->l.zero >= 1;
+    if (!zero && ex->c.dp_rank != 0)
+        return 0; /* DP replicas hold the same reduced gradients */
+    for (int i = 0; i < ex->nsegs; i++) {
+        const struct dp_seg *sg = &ex->segs[i];
+        if (sg->norm_skip || (sg->norm_once && ex->c.tp_rank != 0))
+            continue;
+        size_t lo = sg->off, hi = sg->off + (size_t)(sg->rows * sg->cols);
+        if (zero) {
+            /* Only this rank's shard holds reduced gradients, at grads[0, shard). */
+            lo = lo > ex->shard_off ? lo : ex->shard_off;
+            hi = hi < ex->shard_off + ex->shard ? hi : ex->shard_off + ex->shard;
+            if (lo >= hi)
+                continue;
+            s += OPS->sumsq(ex->be, ex->grads + (lo - ex->shard_off), (int64_t)(hi - lo));
+        } else {
+            s += OPS->sumsq(ex->be, ex->grads + lo, (int64_t)(hi - lo));
+        }
+    }
+    return s;
+}
+
+static int reduce_grads(struct dp_exec *ex)
+{
+    dp__beat("gradient reduction");
+    /* Sequence parallel: replicated parameters saw only this rank's tokens
+     * (Megatron finalize_model_grads, "all-reduce layernorm grads"). */
+    for (int i = 0; i < ex->nsegs; i++) {
+        const struct dp_seg *sg = &ex->segs[i];
+        if (sg->tp_partial)
+            TRY(OPS->allreduce(ex->be, DP_GROUP_TP, ex->grads + sg->off, sg->rows * sg->cols,
+                               DP_OP_SUM, ex->err));
+    }
+    /* Tied embeddings over a pipeline: first and last stage each hold a copy and add
+     * their gradients (Megatron _allreduce_word_embedding_grads). */
+    if (ex->l.pp > 1 && ex->m->tied_embeddings && (ex->first || ex->last)) {
+        size_t off = ex->first ? ex->wte : ex->head;
+        TRY(OPS->allreduce(ex->be, DP_GROUP_EMB, ex->grads + off, ex->dm.Vl * ex->dm.h, DP_OP_SUM,
+                           ex->err));
+    }
+    /* Data parallel: each replica's gradient is already scaled by 1 / (gbs T), so the
+     * sum over replicas is the gradient of the global mean loss. */
+    if (ex->l.zero >= 1)
+        return OPS->reduce_scatter(ex->be, DP_GROUP_DP, ex->grads, (int64_t)ex->shard, ex->err);
+    return OPS->allreduce(ex->be, DP_GROUP_DP, ex->grads, (int64_t)ex->nparams, DP_OP_SUM, ex->err);
+}
+
+int dp__forward_backward(struct dp_exec *ex, int step, double *loss)
+{
+    ex->step = step;
+    OPS->zero(ex->be, ex->grads, ex->nflat * sizeof(real));
+    ex->loss_sum = 0;
+    TRY(pipeline(ex, step));
+    TRY(reduce_grads(ex));
+    /* One world all-reduce: the loss (last stage, one TP rank per replica) and the
+     * squared gradient norm. */
+    double v[2] = {ex->last && ex->c.tp_rank == 0 ? ex->loss_sum : 0.0, local_sumsq(ex)};
+    TRY(OPS->allreduce_host(ex->be, DP_GROUP_WORLD, v, 2, DP_OP_SUM, ex->err));
+    ex->grad_sumsq = v[1];
+    *loss = v[0] / (double)ex->gbs_tokens;
+    return 0;
+}
+
+int dp__grad_norm(struct dp_exec *ex, double *norm)
+{
+    *norm = sqrt(ex->grad_sumsq);
+    return 0;
+}
+
+int dp__optimizer_step(struct dp_exec *ex, double lr, double gscale)
+{
+    const struct dp_exec_opts *o = &ex->o;
+    ex->adam_t++;
+    double bc1 = 1.0 - pow(o->beta1, (double)ex->adam_t);
+    double bc2 = 1.0 - pow(o->beta2, (double)ex->adam_t);
+    bool zero = ex->l.zero >= 1;
+    dp__beat("optimizer");
+    for (int i = 0; i < ex->nsegs; i++) {
+        const struct dp_seg *sg = &ex->segs[i];
+        size_t lo = sg->off, hi = sg->off + (size_t)(sg->rows * sg->cols);
+        size_t base = 0; /* where element `lo` of the flat buffer sits in grads/m/v */
+        if (zero) {
+            lo = lo > ex->shard_off ? lo : ex->shard_off;
+            hi = hi < ex->shard_off + ex->shard ? hi : ex->shard_off + ex->shard;
+            if (lo >= hi)
+                continue;
+            base = lo - ex->shard_off;
+        } else {
+            base = lo;
+        }
+        OPS->adamw(ex->be, ex->params + lo, ex->grads + base, ex->adam_m + base, ex->adam_v + base,
+                   (int64_t)(hi - lo), lr, o->beta1, o->beta2, o->eps,
+                   sg->decay ? o->weight_decay : 0.0, bc1, bc2, gscale);
+    }
+    if (zero)
+        TRY(OPS->allgather(ex->be, DP_GROUP_DP, ex->params, (int64_t)ex->shard, ex->err));
+    dp__beat(NULL);
+    return 0;
+}
