@@ -214,9 +214,16 @@ static int scan_osdev(struct scan *s, hwloc_obj_t os)
     if (!pci)
         return 0; /* CPU OpenCL devices, block devices of virtual disks... */
     unsigned vendor = pci->attr->pcidev.vendor_id;
-    bool gpu_like = OSDEV_IS_GPU(os) || is_compute_gpu_osdev(name) || is_other_gpu_osdev(name);
-    bool gpu = is_compute_gpu_osdev(name) || (gpu_like && is_other_gpu_osdev(name) &&
-                                              (vendor == VENDOR_NVIDIA || vendor == VENDOR_AMD));
+    const char *sub = os->subtype ? os->subtype : "";
+    /* The same NVIDIA GPU is a GPU or a CoProc OS device depending on the hwloc
+     * version and backend, so decide by name, subtype and infos; the type counts
+     * only together with an NVIDIA/AMD PCI vendor. */
+    bool compute = is_compute_gpu_osdev(name) || strcmp(sub, "CUDA") == 0 ||
+                   strcmp(sub, "NVML") == 0 || strcmp(sub, "RSMI") == 0 ||
+                   strcmp(sub, "LevelZero") == 0;
+    bool other = is_other_gpu_osdev(name) || strcmp(sub, "OpenCL") == 0 ||
+                 info(os, "GPUModel")[0] != '\0' || OSDEV_IS_GPU(os);
+    bool gpu = compute || (other && (vendor == VENDOR_NVIDIA || vendor == VENDOR_AMD));
     if (gpu) {
         int i = find_obj(s->gpu_obj, s->t->ngpus, pci);
         if (i < 0) {
