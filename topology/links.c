@@ -472,7 +472,8 @@ int dp_topo_cluster(const struct dp_topo *t, const struct dp_topo_cluster_opts *
     if ((rc = dp_network_load(ch->network, &out->inter, err)))
         return rc;
     const char *base = ch->system[0] ? ch->system : t->hostname[0] ? t->hostname : "node";
-    snprintf(out->name, sizeof out->name, "%s x%d", base, o->nodes);
+    /* No node count in the name: --nodes may change it when the file is used. */
+    snprintf(out->name, sizeof out->name, "%s (topology)", base);
     snprintf(out->system, sizeof out->system, "%s", ch->system[0] ? ch->system : "topology");
     return 0;
 }
