@@ -51,6 +51,10 @@ static void print_machine(const struct dp_topo *t)
     if (t->cpu_model[0])
         printf("CPU       %s%s%s%s\n", t->cpu_model, t->cpu_vendor[0] ? " (" : "", t->cpu_vendor,
                t->cpu_vendor[0] ? ")" : "");
+    if (t->host_bridges)
+        printf("PCI       %d host bridge%s, %d PCIe switch%s\n", t->host_bridges,
+               t->host_bridges == 1 ? "" : "s", t->pcie_switches,
+               t->pcie_switches == 1 ? "" : "es");
     for (int i = 0; i < t->nnuma; i++) {
         const struct dp_topo_numa *n = &t->numa[i];
         printf("%-10snode %d: %.1f GiB", i == 0 ? "NUMA" : "", n->os_index, gib(n->mem_bytes));

@@ -531,6 +531,21 @@ static int read_topology(hwloc_topology_t topo, struct dp_topo *t, struct dp_err
             if (p == DP_PATH_PIX || p == DP_PATH_PXB)
                 t->nics[i].near_gpu = true;
         }
+    /* The PCI tree's shape: host bridges, and switches. Below a host bridge
+     * (depth 0) come root ports (1), then a switch's upstream port (2) over its
+     * downstream ports (3), whose own upstream ports are at 4, and so on: an
+     * upstream port is a bridge at an even depth >= 2 with bridges below. */
+    for (hwloc_obj_t o = NULL; (o = hwloc_get_next_bridge(topo, o));) {
+        if (o->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST) {
+            t->host_bridges++;
+            continue;
+        }
+        bool upstream = o->attr->bridge.depth >= 2 && o->attr->bridge.depth % 2 == 0;
+        bool has_ports = false;
+        for (hwloc_obj_t c = o->io_first_child; c; c = c->next_sibling)
+            has_ports |= c->type == HWLOC_OBJ_BRIDGE;
+        t->pcie_switches += upstream && has_ports;
+    }
     /* NVSwitch PCI endpoints (their NVLink view comes from distances or NVML). */
     int nvs = 0;
     for (hwloc_obj_t o = NULL; (o = hwloc_get_next_pcidev(topo, o));)

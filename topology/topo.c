@@ -235,6 +235,8 @@ cJSON *dp_topo_to_json(const struct dp_topo *t)
     cJSON_AddNumberToObject(o, "numa_nodes", t->nnuma);
     cJSON_AddNumberToObject(o, "cores", t->ncores);
     cJSON_AddNumberToObject(o, "pus", t->npus);
+    cJSON_AddNumberToObject(o, "host_bridges", t->host_bridges);
+    cJSON_AddNumberToObject(o, "pcie_switches", t->pcie_switches);
     if (t->nvlink_source[0])
         cJSON_AddStringToObject(o, "nvlink_source", t->nvlink_source);
     int n = t->ngpus + t->nnics;

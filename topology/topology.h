@@ -91,6 +91,8 @@ struct dp_topo {
                             CPUModelNumber); 0 = unknown */
     int cpu_model_id;
     int npackages, ncores, npus;
+    int host_bridges;  /* PCI host bridges (root complexes) with devices below */
+    int pcie_switches; /* PCIe switches: upstream ports below a bridge, with ports below */
     int64_t mem_bytes;
     int nnuma;
     struct dp_topo_numa *numa;

@@ -61,6 +61,8 @@ static void test_dgx_h100(void)
     CHECK_EQ(t.nnics, 12);
     CHECK_EQ(dp_topo_compute_nics(&t), 8);
     CHECK_EQ(t.nvswitches, 4);
+    CHECK_EQ(t.host_bridges, 7); /* 4 GPU complexes, NVSwitch, 2 storage */
+    CHECK_EQ(t.pcie_switches, 5);
     CHECK_STR(t.nvlink_source, "hwloc NVLinkBandwidth");
     CHECK_STR(t.gpus[0].name, "NVIDIA H100 80GB HBM3");
     CHECK_STR(t.gpus[0].busid, "0000:13:00.0");
@@ -121,6 +123,7 @@ static void test_dgx_a100(void)
     }
     CHECK_EQ(t.nnuma, 8);
     CHECK_EQ(t.ngpus, 8);
+    CHECK_EQ(t.pcie_switches, 4 * 3 + 1); /* per complex: top + GPU + NIC switch; NVSwitch's */
     CHECK_EQ(t.gpus[0].numa, 3);
     CHECK_EQ(t.gpus[2].numa, 1);
     CHECK_EQ(t.gpus[4].numa, 7);
