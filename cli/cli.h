@@ -48,19 +48,23 @@ enum {
     OPT_LAST_LAYERS,
     OPT_OVERHEAD,
     OPT_JSON,
+    OPT_PLAN,
     OPT_COMMON_END,
 };
 
 /* The long options for cluster selection and knobs; commands append their own. */
+// clang-format off
 #define CLI_CLUSTER_OPTIONS                                                                        \
-    {"system", required_argument, 0, OPT_SYSTEM}, {"nodes", required_argument, 0, OPT_NODES},      \
-        {"gpu", required_argument, 0, OPT_GPU}, {"gpus", required_argument, 0, OPT_GPUS},          \
-        {"gpus-per-node", required_argument, 0, OPT_GPUS_PER_NODE},                                \
-        {"intra", required_argument, 0, OPT_INTRA},                                                \
-        {"network", required_argument, 0, OPT_NETWORK},                                            \
-    {                                                                                              \
-        "cluster", required_argument, 0, OPT_CLUSTER                                               \
-    }
+    {"system", required_argument, 0, OPT_SYSTEM},                                                  \
+    {"nodes", required_argument, 0, OPT_NODES},                                                    \
+    {"gpu", required_argument, 0, OPT_GPU},                                                        \
+    {"gpus", required_argument, 0, OPT_GPUS},                                                      \
+    {"gpus-per-node", required_argument, 0, OPT_GPUS_PER_NODE},                                    \
+    {"intra", required_argument, 0, OPT_INTRA},                                                    \
+    {"network", required_argument, 0, OPT_NETWORK},                                                \
+    {"cluster", required_argument, 0, OPT_CLUSTER},                                                \
+    {"plan", required_argument, 0, OPT_PLAN}
+// clang-format on
 
 #define CLI_KNOB_OPTIONS                                                                           \
     {"tp", required_argument, 0, OPT_TP}, {"pp", required_argument, 0, OPT_PP},                    \
@@ -82,7 +86,7 @@ enum {
 /* What the user typed; unset values are 0 / NULL / -1 so defaults can be derived. */
 struct cli_common {
     /* cluster */
-    const char *system, *gpu, *intra, *network, *cluster;
+    const char *system, *gpu, *intra, *network, *cluster, *plan;
     int nodes, gpus, gpus_per_node;
     /* knobs */
     int tp, pp, dp, cp, ep, vpp, zero, first_layers, last_layers;
@@ -96,6 +100,13 @@ struct cli_common {
 void cli_common_init(struct cli_common *c);
 /* Handle a shared option: 1 = handled, 0 = not a shared option, <0 = usage error printed. */
 int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common *c);
+/*
+ * Resolve MODEL/--plan: with --plan FILE the model, cluster and layout come from
+ * the plan (knobs may not be given with it; a --system/--gpu/--cluster replaces
+ * the plan's cluster). `model_arg` may be NULL when a plan is given.
+ */
+int cli_resolve(const struct cli_common *c, const char *model_arg, struct dp_model *m,
+                struct dp_cluster *cl, struct dp_layout *l, struct dp_err *err);
 /* True if any cluster-selection option was given. */
 bool cli_has_cluster(const struct cli_common *c);
 /* Build the cluster; usage errors (missing/contradictory options) return DP_EUSAGE. */
@@ -114,6 +125,11 @@ extern const char cli_knob_help[];
 /* The shipped measured runs, tests/validation/runs.json. */
 const char *cli_default_runs(void);
 
+/* suggest/whatif: the default global batch (~4M tokens) and search options from the knobs. */
+int64_t cli_default_gbs(int64_t seq_len);
+struct dp_search_opts;
+int cli_search_opts(const struct cli_common *c, const struct dp_model *m, struct dp_search_opts *o);
+
 /* Helpers for printing. */
 double cli_gib(int64_t bytes);
 /* "6.74B", "124.44M": a count with a unit suffix. */
@@ -124,10 +140,13 @@ void cli_describe_layout(FILE *f, const struct dp_layout *l, const struct dp_mod
 
 /* Subcommands. */
 int cmd_calibrate(int argc, char **argv);
+int cmd_estimate(int argc, char **argv);
 int cmd_memory(int argc, char **argv);
 int cmd_model(int argc, char **argv);
 int cmd_profiles(int argc, char **argv);
+int cmd_suggest(int argc, char **argv);
 int cmd_topo(int argc, char **argv);
 int cmd_validate(int argc, char **argv);
+int cmd_whatif(int argc, char **argv);
 
 #endif

@@ -11,7 +11,8 @@
 #include <string.h>
 
 static const char help_head[] =
-    "usage: dplan memory MODEL <cluster> [knobs] [--json] [--min-gpus]\n\n"
+    "usage: dplan memory MODEL <cluster> [knobs] [--json] [--min-gpus]\n"
+    "       dplan memory --plan plan.json [--json]\n\n"
     "Per-GPU memory of one training step, per pipeline stage: parameters,\n"
     "gradients, optimizer states, activations and other (runtime, buffers);\n"
     "FITS or OOM against the GPU's usable memory; when it does not fit, the\n"
@@ -81,14 +82,18 @@ int cmd_memory(int argc, char **argv)
         default: return cli_usage_error("memory", "unknown option \"%s\"", argv[optind - 1]);
         }
     }
-    if (optind != argc - 1)
-        return cli_usage_error("memory", "expected one MODEL argument");
+    if (argc - optind > 1 || (optind == argc && !c.plan))
+        return cli_usage_error("memory", "expected one MODEL argument (or --plan FILE)");
     struct dp_err err = {0};
     struct dp_model m;
     struct dp_cluster cl;
     struct dp_layout l;
-    if (dp_model_load(argv[optind], &m, &err) || cli_cluster(&c, &cl, &err))
-        return cli_fail(&err);
+    if (min_gpus) {
+        if (c.plan)
+            return cli_usage_error("memory", "--min-gpus takes MODEL and a cluster, not --plan");
+        if (dp_model_load(argv[optind], &m, &err) || cli_cluster(&c, &cl, &err))
+            return cli_fail(&err);
+    }
     struct dp_mem_opts mo;
     dp_mem_opts_default(&mo);
     if (c.overhead_gib >= 0)
@@ -124,7 +129,7 @@ int cmd_memory(int argc, char **argv)
         return mg.found ? 0 : 1;
     }
 
-    if (cli_layout(&c, &m, dp_cluster_gpus(&cl), &l, &err))
+    if (cli_resolve(&c, optind < argc ? argv[optind] : NULL, &m, &cl, &l, &err))
         return cli_fail(&err);
     struct dp_mem_report *rep = malloc(sizeof *rep);
     if (!rep)

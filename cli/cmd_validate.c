@@ -86,9 +86,8 @@ int cmd_validate(int argc, char **argv)
             char *end;
             max_err = strtod(optarg, &end);
             if (end == optarg || *end || !(max_err >= 0))
-                return cli_usage_error("validate",
-                                       "--max-mean-error: expected percent >= 0, got \"%s\"",
-                                       optarg);
+                return cli_usage_error(
+                    "validate", "--max-mean-error: expected percent >= 0, got \"%s\"", optarg);
             break;
         }
         case 'h': fputs(help, stdout); return 0;
@@ -143,8 +142,8 @@ int cmd_validate(int argc, char **argv)
                 printf("    compute %.3f recompute %.3f tp %.3f pp %.3f bubble %.3f dp %.3f "
                        "(of %.3f) opt %.3f other %.3f cp %.3f ep %.3f | MFU %.1f%% HFU %.1f%%\n",
                        c->compute_s, c->recompute_s, c->tp_comm_s, c->pp_comm_s, c->bubble_s,
-                       c->dp_comm_s, c->dp_comm_total_s, c->optimizer_s, c->other_s,
-                       c->cp_comm_s, c->ep_comm_s, 100 * c->mfu, 100 * c->hfu);
+                       c->dp_comm_s, c->dp_comm_total_s, c->optimizer_s, c->other_s, c->cp_comm_s,
+                       c->ep_comm_s, 100 * c->mfu, 100 * c->hfu);
             }
         }
         printf("\n");

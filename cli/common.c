@@ -33,6 +33,7 @@ const char cli_cluster_help[] =
     "  --gpu NAME --gpus N         GPUs from profiles/gpu; --gpus-per-node K (default 8),\n"
     "                              --intra LINK (default: the GPU's own link)\n"
     "  --cluster FILE.json         a cluster file (from `dplan topo -o`)\n"
+    "  --plan plan.json            model, cluster and layout of a plan (`dplan suggest -o`)\n"
     "  --network NAME              inter-node network (profiles/network)\n";
 
 const char cli_knob_help[] =
@@ -115,6 +116,7 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
     case OPT_INTRA: c->intra = arg; break;
     case OPT_NETWORK: c->network = arg; break;
     case OPT_CLUSTER: c->cluster = arg; break;
+    case OPT_PLAN: c->plan = arg; break;
     case OPT_NODES: r = parse_int(cmd, "nodes", arg, 1, 1000000, &c->nodes); break;
     case OPT_GPUS: r = parse_int(cmd, "gpus", arg, 1, 100000000, &c->gpus); break;
     case OPT_GPUS_PER_NODE:
@@ -258,6 +260,53 @@ const char *cli_count_short(int64_t n, char *buf, size_t cap)
     else
         snprintf(buf, cap, "%.1fK", v / 1e3);
     return buf;
+}
+
+int cli_resolve(const struct cli_common *c, const char *model_arg, struct dp_model *m,
+                struct dp_cluster *cl, struct dp_layout *l, struct dp_err *err)
+{
+    if (!c->plan) {
+        if (!model_arg)
+            return dp_err_set(err, DP_EUSAGE, "expected a MODEL argument (or --plan FILE)");
+        int rc = dp_model_load(model_arg, m, err);
+        if (!rc)
+            rc = cli_cluster(c, cl, err);
+        if (!rc)
+            rc = cli_layout(c, m, dp_cluster_gpus(cl), l, err);
+        return rc;
+    }
+    if (model_arg)
+        return dp_err_set(err, DP_EUSAGE, "give either MODEL or --plan, not both");
+    for (int k = OPT_TP; k <= OPT_LAST_LAYERS; k++)
+        if (c->knob_given[k - OPT_SYSTEM])
+            return dp_err_set(err, DP_EUSAGE,
+                              "layout options cannot be combined with --plan (the plan fixes the "
+                              "layout; edit the plan or use MODEL and knobs)");
+    struct dp_plan *p = malloc(sizeof *p);
+    if (!p)
+        return dp_err_set(err, DP_ENOMEM, "out of memory");
+    int rc = dp_plan_load(c->plan, p, err);
+    if (rc) {
+        free(p);
+        return rc;
+    }
+    *m = p->model;
+    *l = p->layout;
+    if (cli_has_cluster(c))
+        rc = cli_cluster(c, cl, err);
+    else if (p->has_cluster)
+        *cl = p->cluster;
+    else
+        rc = dp_err_set(err, DP_EUSAGE,
+                        "%s has no cluster: add --system NAME --nodes N, --gpu NAME --gpus N or "
+                        "--cluster FILE",
+                        c->plan);
+    free(p);
+    if (!rc && dp_cluster_gpus(cl) != l->tp * l->pp * l->dp * l->cp)
+        rc = dp_err_set(err, DP_EINFEASIBLE,
+                        "the plan's layout needs tp*pp*dp*cp = %d GPUs, the cluster has %d",
+                        l->tp * l->pp * l->dp * l->cp, dp_cluster_gpus(cl));
+    return rc;
 }
 
 double cli_gib(int64_t bytes)

@@ -392,11 +392,11 @@ struct dp_run {
     struct dp_model model;
     struct dp_cluster cluster;
     struct dp_layout layout;
-    double iteration_time_s;  /* measured, or 0 when tflops_per_gpu is given */
+    double iteration_time_s; /* measured, or 0 when tflops_per_gpu is given */
     double tflops_per_gpu;
     enum dp_flops_convention flops;
-    bool held_out;            /* not used to set any constant */
-    bool underspecified;      /* the source omits layout details: printed, not scored */
+    bool held_out;       /* not used to set any constant */
+    bool underspecified; /* the source omits layout details: printed, not scored */
 };
 
 /* Load a runs file; *runs is malloc'ed (free it), *n its length. */

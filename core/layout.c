@@ -210,10 +210,26 @@ cJSON *dp_layout_to_json(const struct dp_layout *l)
 
 int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *out)
 {
-    static const char *const keys[] = {
-        "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "gbs", "seq_len", "zero", "recompute", "sp",
-        "flash_attn", "precision", "grad_fp32", "optimizer", "dp_overlap", "first_stage_layers",
-        "last_stage_layers", NULL};
+    static const char *const keys[] = {"tp",
+                                       "pp",
+                                       "dp",
+                                       "cp",
+                                       "ep",
+                                       "vpp",
+                                       "mbs",
+                                       "gbs",
+                                       "seq_len",
+                                       "zero",
+                                       "recompute",
+                                       "sp",
+                                       "flash_attn",
+                                       "precision",
+                                       "grad_fp32",
+                                       "optimizer",
+                                       "dp_overlap",
+                                       "first_stage_layers",
+                                       "last_stage_layers",
+                                       NULL};
     dp_layout_default(out);
     int64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1, zero = 0, first = 0, last = 0;
     int rc_ = 0, prec = 0, opt = 0;

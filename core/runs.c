@@ -12,10 +12,9 @@
 
 static int run_from_json(struct dp_jr *jr, const cJSON *r, struct dp_run *out)
 {
-    static const char *const keys[] = {"id",      "source",   "model",    "system",
-                                       "nodes",   "network",  "cluster",  "layout",
-                                       "measured", "notes",   "held_out", "underspecified",
-                                       NULL};
+    static const char *const keys[] = {"id",       "source",         "model",  "system",   "nodes",
+                                       "network",  "cluster",        "layout", "measured", "notes",
+                                       "held_out", "underspecified", NULL};
     static const char *const conv[] = {"narayanan21", "model"};
     memset(out, 0, sizeof *out);
     if (dp_jr_expect_object(jr, r, "a run object") || dp_jr_check_keys(jr, r, keys) ||

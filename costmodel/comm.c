@@ -50,14 +50,19 @@ static double nic_share(const struct dp_cluster *cl)
     return (double)nics * cl->inter.bw_gbps / cl->gpus_per_node;
 }
 
-void dp_group_path(const struct dp_cluster *cl, int n, int stride, struct dp_path *out)
+static void group_path(const struct dp_cluster *cl, int n, int stride, struct dp_path *out,
+                       bool describe)
 {
-    memset(out, 0, sizeof *out);
+    out->desc[0] = '\0';
+    out->inter_node = false;
     int gpn = cl->gpus_per_node;
     long span = (long)n * stride;
     if (n <= 1) {
         out->busbw_gbps = 1e9;
-        snprintf(out->desc, sizeof out->desc, "none (1 rank)");
+        out->latency_us = 0;
+        out->members_per_node = 1;
+        if (describe)
+            snprintf(out->desc, sizeof out->desc, "none (1 rank)");
         return;
     }
     if (span <= gpn) {
@@ -65,7 +70,8 @@ void dp_group_path(const struct dp_cluster *cl, int n, int stride, struct dp_pat
         out->busbw_gbps = intra_bw(lk, n);
         out->latency_us = lk->latency_us;
         out->members_per_node = n;
-        snprintf(out->desc, sizeof out->desc, "%s, inside a node", lk->name);
+        if (describe)
+            snprintf(out->desc, sizeof out->desc, "%s, inside a node", lk->name);
         return;
     }
     /*
@@ -83,18 +89,21 @@ void dp_group_path(const struct dp_cluster *cl, int n, int stride, struct dp_pat
     out->latency_us = cl->inter.latency_us;
     out->inter_node = true;
     out->members_per_node = k;
-    snprintf(out->desc, sizeof out->desc, "%s across nodes, %d per node", cl->inter.name, k);
+    if (describe)
+        snprintf(out->desc, sizeof out->desc, "%s across nodes, %d per node", cl->inter.name, k);
 }
 
-void dp_p2p_path(const struct dp_cluster *cl, int stride, struct dp_path *out)
+static void p2p_path(const struct dp_cluster *cl, int stride, struct dp_path *out, bool describe)
 {
-    memset(out, 0, sizeof *out);
+    out->desc[0] = '\0';
+    out->inter_node = false;
     if (stride >= cl->gpus_per_node) {
         out->busbw_gbps = nic_share(cl) * cl->inter.efficiency;
         out->latency_us = cl->inter.latency_us;
         out->inter_node = true;
         out->members_per_node = 1;
-        snprintf(out->desc, sizeof out->desc, "%s across nodes", cl->inter.name);
+        if (describe)
+            snprintf(out->desc, sizeof out->desc, "%s across nodes", cl->inter.name);
         return;
     }
     const struct dp_link *lk = intra_link(cl, 2 * stride);
@@ -102,7 +111,25 @@ void dp_p2p_path(const struct dp_cluster *cl, int stride, struct dp_path *out)
     out->busbw_gbps = bw * lk->efficiency;
     out->latency_us = lk->latency_us;
     out->members_per_node = 2;
-    snprintf(out->desc, sizeof out->desc, "%s, inside a node", lk->name);
+    if (describe)
+        snprintf(out->desc, sizeof out->desc, "%s, inside a node", lk->name);
+}
+
+void dp_group_path(const struct dp_cluster *cl, int n, int stride, struct dp_path *out)
+{
+    group_path(cl, n, stride, out, true);
+}
+void dp_group_path_fast(const struct dp_cluster *cl, int n, int stride, struct dp_path *out)
+{
+    group_path(cl, n, stride, out, false);
+}
+void dp_p2p_path(const struct dp_cluster *cl, int stride, struct dp_path *out)
+{
+    p2p_path(cl, stride, out, true);
+}
+void dp_p2p_path_fast(const struct dp_cluster *cl, int stride, struct dp_path *out)
+{
+    p2p_path(cl, stride, out, false);
 }
 
 double dp_coll_time_s(enum dp_coll_kind k, double bytes, int n, const struct dp_path *p)
@@ -118,14 +145,13 @@ double dp_coll_time_s(enum dp_coll_kind k, double bytes, int n, const struct dp_
     switch (k) {
     case DP_ALLREDUCE: {
         double ring = 2.0 * (n - 1) * a + 2.0 * frac * bytes / bw;
-        double tree = 2.0 * ceil(log2((double)n)) * a + 2.0 * frac * bytes / (bw * TREE_BW_FRACTION);
+        double tree =
+            2.0 * ceil(log2((double)n)) * a + 2.0 * frac * bytes / (bw * TREE_BW_FRACTION);
         return ring < tree ? ring : tree;
     }
     case DP_REDUCE_SCATTER:
     case DP_ALLGATHER:
-    case DP_ALLTOALL:
-        return (n - 1) * a + frac * bytes / bw;
-    default:
-        return 0;
+    case DP_ALLTOALL: return (n - 1) * a + frac * bytes / bw;
+    default: return 0;
     }
 }

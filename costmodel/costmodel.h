@@ -80,7 +80,12 @@ int dp_mem_estimate(const struct dp_model *m, const struct dp_cluster *cl,
                     struct dp_mem_report *out, struct dp_err *err);
 
 /* Fast path for the planner: the peak and the smallest stage total, computing
- * only the stages that can be extreme (first, second, last). No validation. */
+ * only the stages that can be extreme (first, second, last). No validation.
+ * dp_mem_peak_with takes the layer's activations precomputed by dp_act_layer. */
+void dp_mem_peak_with(const struct dp_model *m, const struct dp_cluster *cl,
+                      const struct dp_layout *l, const struct dp_mem_opts *o,
+                      const struct dp_act_layer *al, int64_t *peak_bytes, int64_t *min_bytes,
+                      int *peak_stage);
 void dp_mem_peak(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
                  const struct dp_mem_opts *o, int64_t *peak_bytes, int64_t *min_bytes,
                  int *peak_stage);
@@ -117,15 +122,18 @@ enum dp_coll_kind { DP_ALLREDUCE, DP_REDUCE_SCATTER, DP_ALLGATHER, DP_ALLTOALL, 
  * ranks `stride` apart spans n * stride consecutive ranks.
  */
 struct dp_path {
-    double busbw_gbps;     /* achievable bus bandwidth per GPU (efficiency applied), GB/s */
-    double latency_us;     /* alpha per algorithm step */
+    double busbw_gbps; /* achievable bus bandwidth per GPU (efficiency applied), GB/s */
+    double latency_us; /* alpha per algorithm step */
     bool inter_node;
-    int members_per_node;  /* group members sharing a node (inter-node groups) */
-    char desc[96];         /* "nvlink4 (NVSwitch)", "ib-ndr-400, 8 NICs / 8 GPUs" */
+    int members_per_node; /* group members sharing a node (inter-node groups) */
+    char desc[96];        /* "nvlink4 (NVSwitch)", "ib-ndr-400, 8 NICs / 8 GPUs" */
 };
 void dp_group_path(const struct dp_cluster *cl, int n, int stride, struct dp_path *out);
 /* Point-to-point path between ranks `stride` apart (pipeline neighbours). */
 void dp_p2p_path(const struct dp_cluster *cl, int stride, struct dp_path *out);
+/* The same without the description (hot paths). */
+void dp_group_path_fast(const struct dp_cluster *cl, int n, int stride, struct dp_path *out);
+void dp_p2p_path_fast(const struct dp_cluster *cl, int stride, struct dp_path *out);
 
 /*
  * Alpha-beta time of one collective on n ranks, as nccl-tests defines the
@@ -147,25 +155,49 @@ double dp_coll_time_s(enum dp_coll_kind k, double bytes, int n, const struct dp_
  */
 struct dp_step_cost {
     double step_time_s;
-    double compute_s;      /* forward + backward GEMMs, attention, element-wise */
-    double recompute_s;    /* recomputed forward work (and its TP communication) */
-    double tp_comm_s;      /* tensor/sequence-parallel collectives, exposed */
-    double cp_comm_s;      /* context-parallel K/V exchange not hidden by attention */
-    double ep_comm_s;      /* expert-parallel all-to-all */
-    double pp_comm_s;      /* pipeline point-to-point on the critical path */
-    double bubble_s;       /* pipeline fill/drain and stage imbalance */
-    double dp_comm_s;      /* data-parallel gradient/parameter communication, exposed */
-    double optimizer_s;    /* optimizer step (memory-bound) */
-    double other_s;        /* tied-embedding gradient sync between first and last stage */
+    double compute_s;   /* forward + backward GEMMs, attention, element-wise */
+    double recompute_s; /* recomputed forward work (and its TP communication) */
+    double tp_comm_s;   /* tensor/sequence-parallel collectives, exposed */
+    double cp_comm_s;   /* context-parallel K/V exchange not hidden by attention */
+    double ep_comm_s;   /* expert-parallel all-to-all */
+    double pp_comm_s;   /* pipeline point-to-point on the critical path */
+    double bubble_s;    /* pipeline fill/drain and stage imbalance */
+    double dp_comm_s;   /* data-parallel gradient/parameter communication, exposed */
+    double optimizer_s; /* optimizer step (memory-bound) */
+    double other_s;     /* tied-embedding gradient sync between first and last stage */
     double tokens_per_s;
     double model_tflops_per_gpu;    /* MFU numerator: no recompute */
     double hardware_tflops_per_gpu; /* HFU numerator: with recompute */
     double mfu, hfu;                /* against the GPU's dense peak at the layout's precision */
     int slowest_stage;
     double stage_fwd_s[3], stage_bwd_s[3]; /* per micro-batch: first, middle, last stage */
-    double dp_comm_total_s;         /* before overlap */
+    double dp_comm_total_s;                /* before overlap */
     struct dp_path tp_path, cp_path, dp_path, pp_path, ep_path;
 };
+
+/*
+ * The per-layer costs of one micro-batch, which depend only on tp, sp, cp, ep,
+ * mbs, seq_len, precision and flash attention: the planner computes them once
+ * and assembles many layouts from them with dp_time_step_with.
+ */
+struct dp_layer_time {
+    double gemm_f;     /* forward GEMMs (backward = 2x: input and weight gradients) */
+    double attn_f;     /* attention core forward */
+    double attn_b;     /* attention core backward */
+    double ew_f;       /* element-wise forward (backward = 2x) */
+    double attn_ew_f;  /* the element-wise part of attention (selective recompute redoes it) */
+    double tp_f, tp_b; /* TP collectives */
+    double cp_f, cp_b; /* exposed context-parallel exchange */
+    double ep_f, ep_b; /* expert all-to-all */
+};
+void dp_time_layer(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
+                   struct dp_layer_time *out);
+void dp_time_step_with(const struct dp_model *m, const struct dp_cluster *cl,
+                       const struct dp_layout *l, const struct dp_layer_time *lt,
+                       struct dp_step_cost *out);
+/* Fill the human-readable desc of each path in *out (the fast paths leave them empty). */
+void dp_time_describe_paths(const struct dp_cluster *cl, const struct dp_layout *l,
+                            struct dp_step_cost *out);
 
 /* Validates the layout (DP_EINFEASIBLE with the reason) and fills *out. */
 int dp_time_step(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,

@@ -181,8 +181,9 @@ static double inflight(const struct dp_layout *l, int r, int64_t M)
     return (double)chunks / l->vpp;
 }
 
-void dp_mem_stage(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
-                  const struct dp_mem_opts *o, int r, struct dp_mem_stage *out)
+static void stage_with(const struct dp_model *m, const struct dp_cluster *cl,
+                       const struct dp_layout *l, const struct dp_mem_opts *o, int r,
+                       const struct dp_act_layer *alp, struct dp_mem_stage *out)
 {
     memset(out, 0, sizeof *out);
     const int64_t t = l->tp, h = m->hidden;
@@ -224,8 +225,7 @@ void dp_mem_stage(const struct dp_model *m, const struct dp_cluster *cl, const s
     out->optimizer_bytes = sd.optimizer_bytes + se.optimizer_bytes;
 
     /* Activations. */
-    struct dp_act_layer al;
-    dp_act_layer(m, l, &al);
+    const struct dp_act_layer al = *alp;
     out->inflight = inflight(l, r, M);
     out->act_layers_bytes =
         (int64_t)(out->inflight * (double)(out->layers * al.stored_bytes) + 0.5);
@@ -268,6 +268,14 @@ void dp_mem_stage(const struct dp_model *m, const struct dp_cluster *cl, const s
                        out->activations_bytes + out->other_bytes;
 }
 
+void dp_mem_stage(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
+                  const struct dp_mem_opts *o, int r, struct dp_mem_stage *out)
+{
+    struct dp_act_layer al;
+    dp_act_layer(m, l, &al);
+    stage_with(m, cl, l, o, r, &al, out);
+}
+
 int dp_mem_estimate(const struct dp_model *m, const struct dp_cluster *cl,
                     const struct dp_layout *l, const struct dp_mem_opts *o,
                     struct dp_mem_report *out, struct dp_err *err)
@@ -300,29 +308,33 @@ void dp_mem_peak(const struct dp_model *m, const struct dp_cluster *cl, const st
                  const struct dp_mem_opts *o, int64_t *peak_bytes, int64_t *min_bytes,
                  int *peak_stage)
 {
+    struct dp_act_layer al;
+    dp_act_layer(m, l, &al);
+    dp_mem_peak_with(m, cl, l, o, &al, peak_bytes, min_bytes, peak_stage);
+}
+
+void dp_mem_peak_with(const struct dp_model *m, const struct dp_cluster *cl,
+                      const struct dp_layout *l, const struct dp_mem_opts *o,
+                      const struct dp_act_layer *al, int64_t *peak_bytes, int64_t *min_bytes,
+                      int *peak_stage)
+{
     /* Middle stages hold equal layers and fewer micro-batches the later they are, so the
-     * extremes are among the first, second and last stages. */
-    int cand[3] = {0, 1, l->pp - 1};
-    int n = l->pp >= 3 ? 3 : l->pp;
+     * extremes are among the first, second and last stages, and the smallest may be the
+     * last middle one. */
+    int cand[4] = {0, 1, l->pp - 1, l->pp - 2};
+    int n = l->pp >= 4 ? 4 : l->pp >= 3 ? 3 : l->pp;
     if (l->pp == 2)
         cand[1] = 1;
     int64_t pk = -1, mn = -1;
     int ps = 0;
     for (int i = 0; i < n; i++) {
         struct dp_mem_stage st;
-        dp_mem_stage(m, cl, l, o, cand[i], &st);
+        stage_with(m, cl, l, o, cand[i], al, &st);
         if (st.total_bytes > pk) {
             pk = st.total_bytes;
             ps = cand[i];
         }
         if (mn < 0 || st.total_bytes < mn)
-            mn = st.total_bytes;
-    }
-    /* The last middle stage may be the smallest (fewest in flight). */
-    if (l->pp >= 4) {
-        struct dp_mem_stage st;
-        dp_mem_stage(m, cl, l, o, l->pp - 2, &st);
-        if (st.total_bytes < mn)
             mn = st.total_bytes;
     }
     *peak_bytes = pk;

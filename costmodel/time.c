@@ -15,8 +15,21 @@
  * speed of a dense GEMM of the same FLOPs, and the backward pass does 2.5x the
  * forward's matrix FLOPs (it recomputes the scores) at ~0.8x its rate. With a causal
  * mask the kernels skip the masked half of the s x s blocks. */
-#define FLASH_FWD_EFF 0.75
+#define FLASH_FWD_EFF      0.75
 #define FLASH_BWD_OVER_FWD 3.0
+
+/* Communication hidden behind compute is not free: NCCL's kernels occupy SMs (one
+ * per channel; 16-32 channels on NVLink/IB systems, against 108-132 SMs) and HBM
+ * bandwidth while they run, so the compute they overlap slows down. Overlapped
+ * communication is charged this fraction of its duration. */
+#define OVERLAP_CONTENTION 0.15
+
+/* Exposed time of communication `comm` overlapped with compute `window`. */
+static double overlapped(double comm, double window)
+{
+    double hidden = comm < window ? comm : window;
+    return (comm - hidden) + OVERLAP_CONTENTION * hidden;
+}
 
 /* Bytes each optimizer step moves per parameter it updates (fp32 gradient, master
  * weight, moments read; master and moments written; half-precision copy written;
@@ -69,18 +82,30 @@ static double gemm_s(const struct ctx *c, double mm, double nn, double kk, doubl
     return compute > memory ? compute : memory;
 }
 
-struct layer_cost {
-    double gemm_f;     /* forward GEMMs (backward = 2x: input and weight gradients) */
-    double attn_f;     /* attention core forward */
-    double attn_b;     /* attention core backward */
-    double ew_f;       /* element-wise forward (backward = 2x) */
-    double attn_ew_f;  /* the element-wise part of attention (selective recompute redoes it) */
-    double tp_f, tp_b; /* TP collectives */
-    double cp_f, cp_b; /* exposed context-parallel exchange */
-    double ep_f, ep_b; /* expert all-to-all */
-};
+static void ctx_init(struct ctx *c, const struct dp_model *m, const struct dp_cluster *cl,
+                     const struct dp_layout *l)
+{
+    c->m = m;
+    c->cl = cl;
+    c->l = l;
+    c->peak = cl->gpu.peak_tflops[l->precision] * 1e12;
+    c->membw = cl->gpu.mem_bw_gbps * 1e9 * DP_MEM_EFFICIENCY;
+    c->p = dp_precision_bytes(l->precision);
+    c->t = l->tp;
+    c->u = (l->sp && l->tp > 1) ? l->tp : 1;
+    c->T = (double)l->seq_len / l->cp * (double)l->mbs;
+    /* Megatron order tp-cp-dp-pp: TP consecutive, CP stride tp, DP (with CP for
+     * gradients) stride tp, experts carved out of DP, PP stride tp*cp*dp. */
+    dp_group_path_fast(cl, l->tp, 1, &c->tp);
+    dp_p2p_path_fast(cl, l->tp, &c->cp);
+    dp_group_path_fast(cl, l->ep, l->tp * l->cp, &c->ep);
+    dp_group_path_fast(cl, l->dp * l->cp, l->tp, &c->dp);
+    dp_group_path_fast(cl, l->dp * l->cp / l->ep, l->tp * l->ep, &c->dpe);
+    dp_p2p_path_fast(cl, l->tp * l->cp * l->dp, &c->pp);
+    dp_p2p_path_fast(cl, (l->pp - 1) * l->tp * l->cp * l->dp, &c->emb);
+}
 
-static void layer(const struct ctx *c, struct layer_cost *o)
+static void layer(const struct ctx *c, struct dp_layer_time *o)
 {
     const struct dp_model *m = c->m;
     const struct dp_layout *l = c->l;
@@ -116,9 +141,13 @@ static void layer(const struct ctx *c, struct layer_cost *o)
     double heads = a / t;
     double ew_attn = 0;
     if (l->flash_attn) {
+        /* With context parallelism the attention runs as cp separate kernels, one per
+         * K/V chunk of the ring, each on s_loc x s_loc blocks: the efficiency curve
+         * applies to each step's FLOPs. */
         double flops = 4.0 * b * heads * s_loc * s_full * d / 2.0; /* causal half */
+        double step = flops / l->cp;
         const struct dp_gemm_curve *gc = &c->cl->gpu.gemm;
-        double eff = FLASH_FWD_EFF * gc->eff_max * flops / (flops + gc->half_flops);
+        double eff = FLASH_FWD_EFF * gc->eff_max * step / (step + gc->half_flops);
         o->attn_f = flops / (c->peak * eff);
         o->attn_b = FLASH_BWD_OVER_FWD * o->attn_f;
     } else {
@@ -168,8 +197,8 @@ static void layer(const struct ctx *c, struct layer_cost *o)
         double kv = 2.0 * p * T * g * d / t;
         double step_f = dp_coll_time_s(DP_P2P, kv, 2, &c->cp);
         double per_f = o->attn_f / l->cp, per_b = o->attn_b / l->cp;
-        o->cp_f = (l->cp - 1) * fmax(0, step_f - per_f);
-        o->cp_b = (l->cp - 1) * fmax(0, 2 * step_f - per_b);
+        o->cp_f = (l->cp - 1) * overlapped(step_f, per_f);
+        o->cp_b = (l->cp - 1) * overlapped(2 * step_f, per_b);
     }
 }
 
@@ -179,7 +208,7 @@ struct stage_cost {
     double total;
 };
 
-static void stage(const struct ctx *c, const struct layer_cost *lc, int layers, bool first,
+static void stage(const struct ctx *c, const struct dp_layer_time *lc, int layers, bool first,
                   bool last, struct stage_cost *o)
 {
     const struct dp_model *m = c->m;
@@ -210,8 +239,8 @@ static void stage(const struct ctx *c, const struct layer_cost *lc, int layers, 
         o->compute_f += ew;
         o->compute_b += 2 * ew;
         if (l->tp > 1)
-            o->tp_f += dp_coll_time_s(l->sp ? DP_REDUCE_SCATTER : DP_ALLREDUCE, p * T * h, l->tp,
-                                      &c->tp);
+            o->tp_f +=
+                dp_coll_time_s(l->sp ? DP_REDUCE_SCATTER : DP_ALLREDUCE, p * T * h, l->tp, &c->tp);
     }
     if (last) {
         /* Final norm, LM head GEMM (vocabulary-parallel), cross entropy on fp32
@@ -261,34 +290,35 @@ static void stage_params(const struct dp_model *m, const struct dp_cluster *cl,
     *dense = (double)st.params - ex;
 }
 
+void dp_time_layer(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
+                   struct dp_layer_time *out)
+{
+    struct ctx c;
+    ctx_init(&c, m, cl, l);
+    layer(&c, out);
+}
+
 void dp_time_step_fast(const struct dp_model *m, const struct dp_cluster *cl,
                        const struct dp_layout *l, struct dp_step_cost *o)
 {
+    struct dp_layer_time lt;
+    dp_time_layer(m, cl, l, &lt);
+    dp_time_step_with(m, cl, l, &lt, o);
+}
+
+void dp_time_step_with(const struct dp_model *m, const struct dp_cluster *cl,
+                       const struct dp_layout *l, const struct dp_layer_time *lcp,
+                       struct dp_step_cost *o)
+{
     memset(o, 0, sizeof *o);
-    struct ctx c = {.m = m, .cl = cl, .l = l};
-    c.peak = cl->gpu.peak_tflops[l->precision] * 1e12;
-    c.membw = cl->gpu.mem_bw_gbps * 1e9 * DP_MEM_EFFICIENCY;
-    c.p = dp_precision_bytes(l->precision);
-    c.t = l->tp;
-    c.u = (l->sp && l->tp > 1) ? l->tp : 1;
-    c.T = (double)l->seq_len / l->cp * (double)l->mbs;
-    /* Megatron order tp-cp-dp-pp: TP consecutive, CP stride tp, DP (with CP for
-     * gradients) stride tp, experts carved out of DP, PP stride tp*cp*dp. */
-    dp_group_path(cl, l->tp, 1, &c.tp);
-    dp_p2p_path(cl, l->tp, &c.cp);
-    dp_group_path(cl, l->ep, l->tp * l->cp, &c.ep);
-    dp_group_path(cl, l->dp * l->cp, l->tp, &c.dp);
-    dp_group_path(cl, l->dp * l->cp / l->ep, l->tp * l->ep, &c.dpe);
-    dp_p2p_path(cl, l->tp * l->cp * l->dp, &c.pp);
-    dp_p2p_path(cl, (l->pp - 1) * l->tp * l->cp * l->dp, &c.emb);
+    struct ctx c;
+    ctx_init(&c, m, cl, l);
     o->tp_path = c.tp;
     o->cp_path = c.cp;
     o->ep_path = c.ep;
     o->dp_path = c.dp;
     o->pp_path = c.pp;
-
-    struct layer_cost lc;
-    layer(&c, &lc);
+    const struct dp_layer_time lc = *lcp;
 
     /* Stages: first, a middle one, last (middle stages are alike). */
     struct stage_cost st[3];
@@ -330,8 +360,8 @@ void dp_time_step_fast(const struct dp_model *m, const struct dp_cluster *cl,
     o->bubble_s = pipe - M * tmax;
     for (int i = 0; i < 3; i++) {
         o->stage_fwd_s[i] = st[i].compute_f + st[i].tp_f + st[i].pp / 2;
-        o->stage_bwd_s[i] = st[i].compute_b + st[i].recompute + st[i].tp_b + st[i].tp_re +
-                            st[i].pp / 2;
+        o->stage_bwd_s[i] =
+            st[i].compute_b + st[i].recompute + st[i].tp_b + st[i].tp_re + st[i].pp / 2;
     }
 
     /* Data parallel, on the first stage (it finishes its last backward last). */
@@ -362,21 +392,26 @@ void dp_time_step_fast(const struct dp_model *m, const struct dp_cluster *cl,
     double exposed;
     if (l->zero >= 3) {
         /* ZeRO-3 gathers the weights for every micro-batch's forward and backward and
-         * reduce-scatters every micro-batch's gradients (DeepSpeed stage 3); with
-         * prefetching the gathers hide behind compute. */
-        o->dp_comm_total_s = M * (2 * ag + rs);
-        exposed = l->dp_overlap ? M * (fmax(0, ag - fwd0) + fmax(0, ag + rs - bwd0))
-                                : o->dp_comm_total_s;
+         * reduce-scatters every micro-batch's gradients (DeepSpeed stage 3), one
+         * collective per layer: each pays its latency. With prefetching the gathers
+         * hide behind compute. */
+        double lat = 3.0 * L0 * (ndp - 1) * c.dp.latency_us * 1e-6;
+        o->dp_comm_total_s = M * (2 * ag + rs + lat);
+        exposed =
+            l->dp_overlap
+                ? M * (overlapped(ag + lat / 3, fwd0) + overlapped(ag + rs + 2 * lat / 3, bwd0))
+                : o->dp_comm_total_s;
     } else if (l->zero == 2) {
         /* Gradients are partitioned as they are produced: a reduce-scatter per
          * micro-batch, one all-gather of the updated weights per step. */
         o->dp_comm_total_s = M * rs + ag;
-        exposed = l->dp_overlap ? M * fmax(0, rs - bwd0) + fmax(0, ag - fwd0) : o->dp_comm_total_s;
+        exposed =
+            l->dp_overlap ? M * overlapped(rs, bwd0) + overlapped(ag, fwd0) : o->dp_comm_total_s;
     } else {
         /* Once per step, during the last micro-batch's backward (bucketed overlap) and,
          * for the distributed optimizer, the gather before the next forward. */
         o->dp_comm_total_s = ar + rs + ag;
-        exposed = l->dp_overlap ? fmax(0, ar + rs - bwd0) + fmax(0, ag - fwd0) : ar + rs + ag;
+        exposed = l->dp_overlap ? overlapped(ar + rs, bwd0) + overlapped(ag, fwd0) : ar + rs + ag;
     }
     o->dp_comm_s = exposed;
 
@@ -416,8 +451,18 @@ int dp_time_step(const struct dp_model *m, const struct dp_cluster *cl, const st
                           l->tp, cl->gpus_per_node);
     if (cl->nodes > 1 && cl->nics_per_node < 1)
         return dp_err_set(err, DP_EINFEASIBLE,
-                          "%d nodes but no network interfaces per node in the cluster",
-                          cl->nodes);
+                          "%d nodes but no network interfaces per node in the cluster", cl->nodes);
     dp_time_step_fast(m, cl, l, out);
+    dp_time_describe_paths(cl, l, out);
     return 0;
+}
+
+void dp_time_describe_paths(const struct dp_cluster *cl, const struct dp_layout *l,
+                            struct dp_step_cost *out)
+{
+    dp_group_path(cl, l->tp, 1, &out->tp_path);
+    dp_p2p_path(cl, l->tp, &out->cp_path);
+    dp_group_path(cl, l->ep, l->tp * l->cp, &out->ep_path);
+    dp_group_path(cl, l->dp * l->cp, l->tp, &out->dp_path);
+    dp_p2p_path(cl, l->tp * l->cp * l->dp, &out->pp_path);
 }

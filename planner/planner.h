@@ -58,6 +58,80 @@ int dp_plan_min_gpus(const struct dp_model *m, const struct dp_cluster *cl,
  * extra FLOPs from recompute, then model-parallel degree, then ZeRO stage. */
 double dp_plan_cost_proxy(const struct dp_model *m, const struct dp_layout *l);
 
+/* ------------------------------------------------------------------ search */
+
+#define DP_MAX_TOP   64
+#define DP_MAX_NOTES 24
+
+/* One evaluated layout. */
+struct dp_candidate {
+    struct dp_layout layout;
+    struct dp_step_cost cost;
+    int64_t peak_bytes, min_bytes; /* per GPU, over the pipeline stages */
+    int peak_stage;
+};
+
+/*
+ * What to search. Fields left at their "free" value (0, or -1 where noted) are
+ * searched; others are fixed. gbs and seq_len are required.
+ */
+struct dp_search_opts {
+    int top_k;                   /* 1..DP_MAX_TOP */
+    int tp, pp, dp, cp, ep, vpp; /* 0 = search */
+    int64_t mbs;                 /* 0 = search powers of two up to max_mbs */
+    int max_mbs;                 /* default 64 */
+    int zero;                    /* -1 = search 0..3 */
+    int recompute;               /* -1 = search none/selective/full */
+    int sp;                      /* -1 = search, 0 off, 1 on */
+    bool no_uneven;              /* do not try uneven first/last stage splits */
+    int64_t gbs, seq_len;
+    enum dp_precision precision;
+    int grad_fp32; /* -1 = fp32 unless fp16 */
+    bool flash_attn;
+    bool dp_overlap;
+    enum dp_optimizer optimizer;
+    struct dp_mem_opts mem;
+};
+void dp_search_opts_default(struct dp_search_opts *o);
+
+/* A best layout for one value of one dimension, for "what the runner-ups lose on". */
+struct dp_alternative {
+    char label[48]; /* "tp=4", "recompute=none", "zero=0" */
+    bool found;     /* some layout with that value fits */
+    struct dp_candidate best;
+};
+
+struct dp_search_result {
+    int n; /* entries in top, best first */
+    struct dp_candidate top[DP_MAX_TOP];
+    long long evaluated; /* layouts whose memory (and time, if they fit) was computed */
+    long long fitting, oom;
+    int64_t lowest_peak; /* when nothing fits: the smallest peak seen */
+    struct dp_layout lowest_layout;
+    int nnotes; /* choices pruned before evaluation, and why */
+    char notes[DP_MAX_NOTES][160];
+    int nalt;
+    struct dp_alternative alt[32];
+};
+
+/*
+ * Enumerate every valid layout of `m` on `cl` (tp within a node dividing heads,
+ * kv heads and the MLP; cp; pp with even and uneven first/last splits; vpp; dp;
+ * ep; micro-batch; ZeRO stage; recompute; sequence parallelism), drop those that
+ * do not fit in memory, and rank the rest by step time x (1 + 0.01 x spread),
+ * spread being (peak - smallest stage) / peak: memory balance decides between
+ * layouts within about 1% of each other. `out` is large; allocate it on the heap.
+ */
+int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
+                   const struct dp_search_opts *o, struct dp_search_result *out,
+                   struct dp_err *err);
+
+/* Why `c` is slower than `w`, in words: "+3.2%: bubble +0.41 s, tp comm +0.12 s". */
+void dp_explain_delta(const struct dp_candidate *w, const struct dp_candidate *c, char *buf,
+                      size_t cap);
+/* What dominates a candidate's step: "compute 71%, bubble 9%, tp comm 8%". */
+void dp_explain_shares(const struct dp_step_cost *c, char *buf, size_t cap);
+
 /* ------------------------------------------------------------------ measured runs */
 
 /* The measured iteration time of a run, converting reported TFLOP/s back to time on

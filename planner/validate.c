@@ -100,13 +100,16 @@ int dp_calibrate_gemm(struct dp_run *runs, int n, const char *gpu, bool fit_half
                           "%d calibration run(s) on GPU \"%s\" (not held out, fully specified): "
                           "need at least %d to fit %d parameter(s)",
                           k, gpu, np + 1, np);
-    struct fit_ctx c = {.runs = runs, .idx = idx, .n = k, .fit_half = fit_half,
+    struct fit_ctx c = {.runs = runs,
+                        .idx = idx,
+                        .n = k,
+                        .fit_half = fit_half,
                         .half0 = runs[idx[0]].cluster.gpu.gemm.half_flops};
     out->nruns = k;
     out->mean_abs_before = mean_abs(&c);
 
-    gsl_multifit_nlinear_fdf fdf = {.f = residuals, .df = NULL, .fvv = NULL, .n = (size_t)k,
-                                    .p = (size_t)np, .params = &c};
+    gsl_multifit_nlinear_fdf fdf = {
+        .f = residuals, .df = NULL, .fvv = NULL, .n = (size_t)k, .p = (size_t)np, .params = &c};
     gsl_multifit_nlinear_parameters prm = gsl_multifit_nlinear_default_parameters();
     gsl_multifit_nlinear_workspace *w =
         gsl_multifit_nlinear_alloc(gsl_multifit_nlinear_trust, &prm, (size_t)k, (size_t)np);

@@ -1,0 +1,346 @@
+/*
+ * dplan suggest MODEL <cluster> [--gbs N] [--seq-len N] [--top K] [--json]
+ * [-o plan.json]: search every layout, rank those that fit, explain the choice,
+ * write the winner as plan.json.
+ */
+#include "cli.h"
+#include "memory_report.h"
+#include "planner/planner.h"
+#include "time_report.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char help_head[] =
+    "usage: dplan suggest MODEL <cluster> [--gbs N] [--seq-len N] [--top K] [--json]\n"
+    "                     [-o plan.json] [knobs]\n\n"
+    "Search every parallel layout of MODEL on the cluster (tp, cp, pp with even and\n"
+    "uneven splits, interleaving, dp, ep, micro-batch, ZeRO stage, recompute, sequence\n"
+    "parallelism), drop those that do not fit in memory, rank the rest by predicted\n"
+    "step time (memory balance breaks near-ties), explain the choice, and write the\n"
+    "winner as plan.json for `dplan run`. Knobs given on the command line (--tp 8,\n"
+    "--zero 1, --recompute full, ...) fix that dimension instead of searching it.\n\n"
+    "  --gbs N         global batch in sequences [about 4M tokens: 2^k sequences]\n"
+    "  --top K         rows in the ranking (1..64) [10]\n"
+    "  --no-uneven     do not try uneven first/last pipeline stages\n"
+    "  --timing        also print how long the search took\n"
+    "  --json          machine-readable output\n"
+    "  -o FILE         write the winning plan (plan.json schema: README)\n\n";
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The global batch when none is given: ~4M tokens, a power of two in sequences. */
+int64_t cli_default_gbs(int64_t seq_len)
+{
+    double want = 4.0 * 1024 * 1024 / (double)seq_len;
+    int64_t g = 1;
+    while ((double)(g * 2) <= want * 1.42)
+        g *= 2;
+    return g;
+}
+
+int cli_search_opts(const struct cli_common *c, const struct dp_model *m, struct dp_search_opts *o)
+{
+    dp_search_opts_default(o);
+    o->tp = c->tp;
+    o->pp = c->pp;
+    o->dp = c->dp;
+    o->cp = c->cp;
+    o->ep = c->ep;
+    o->vpp = c->vpp;
+    o->mbs = c->mbs;
+    o->zero = c->zero;
+    o->recompute = c->recompute;
+    o->sp = c->sp ? 1 : -1;
+    o->seq_len = c->seq_len ? c->seq_len : m->seq_len;
+    o->gbs = c->gbs ? c->gbs : cli_default_gbs(o->seq_len);
+    if (c->precision >= 0)
+        o->precision = (enum dp_precision)c->precision;
+    o->grad_fp32 = c->grad_fp32;
+    o->flash_attn = !c->no_flash;
+    o->dp_overlap = !c->no_dp_overlap;
+    if (c->optimizer >= 0)
+        o->optimizer = (enum dp_optimizer)c->optimizer;
+    if (c->overhead_gib >= 0)
+        o->mem.overhead_bytes = (int64_t)(c->overhead_gib * 1073741824.0);
+    return 0;
+}
+
+/* Which alternatives to show: every tp, recompute and ZeRO choice, interleaving on/off,
+ * cp=1 (or the best cp > 1 when the winner has none), and the three closest pp. */
+static int pick_alternatives(const struct dp_search_result *r, const struct dp_candidate *w,
+                             int *idx)
+{
+    int n = 0, npp = 0;
+    int order[32];
+    int no = 0;
+    for (int i = 0; i < r->nalt; i++)
+        order[no++] = i;
+    /* closest first */
+    for (int i = 1; i < no; i++)
+        for (int j = i; j > 0 && r->alt[order[j]].best.cost.step_time_s <
+                                     r->alt[order[j - 1]].best.cost.step_time_s;
+             j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    bool cp_shown = false;
+    for (int k = 0; k < no; k++) {
+        const struct dp_alternative *a = &r->alt[order[k]];
+        if (memcmp(&a->best.layout, &w->layout, sizeof w->layout) == 0)
+            continue;
+        bool show = strncmp(a->label, "tp=", 3) == 0 || strncmp(a->label, "recompute=", 10) == 0 ||
+                    strncmp(a->label, "zero=", 5) == 0 || strncmp(a->label, "vpp=", 4) == 0;
+        if (strncmp(a->label, "pp=", 3) == 0 && npp < 3) {
+            show = true;
+            npp++;
+        }
+        if (strncmp(a->label, "cp=", 3) == 0 && !cp_shown &&
+            (strcmp(a->label, "cp=1") == 0 || w->layout.cp == 1)) {
+            show = true;
+            cp_shown = true;
+        }
+        if (show)
+            idx[n++] = order[k];
+    }
+    return n;
+}
+
+static cJSON *candidate_json(const struct dp_candidate *c, int64_t cap, int rank)
+{
+    cJSON *e = cli_time_json(&c->cost, &c->layout);
+    cJSON_AddNumberToObject(e, "rank", rank);
+    cJSON_AddItemToObject(e, "layout", dp_layout_to_json(&c->layout));
+    cJSON_AddNumberToObject(e, "peak_bytes", (double)c->peak_bytes);
+    cJSON_AddNumberToObject(e, "min_stage_bytes", (double)c->min_bytes);
+    cJSON_AddNumberToObject(e, "headroom_bytes", (double)(cap - c->peak_bytes));
+    return e;
+}
+
+static void print_nothing_fits(const struct dp_model *m, const struct dp_cluster *cl,
+                               const struct dp_search_result *r)
+{
+    char lay[160];
+    dp_layout_format(&r->lowest_layout, lay, sizeof lay);
+    fprintf(stderr,
+            "dplan: error: %s fits no layout on %d x %s: the smallest peak is %.2f GiB per "
+            "GPU (%s) against %.2f GiB; try more GPUs (`dplan memory %s ... --min-gpus`), a "
+            "GPU with more memory, or a shorter --seq-len\n",
+            m->name, dp_cluster_gpus(cl), cl->gpu.name, cli_gib(r->lowest_peak), lay,
+            cli_gib(dp_gpu_usable_bytes(&cl->gpu)), m->name);
+}
+
+int cmd_suggest(int argc, char **argv)
+{
+    static const struct option opts[] = {CLI_CLUSTER_OPTIONS,
+                                         CLI_KNOB_OPTIONS,
+                                         {"json", no_argument, 0, OPT_JSON},
+                                         {"top", required_argument, 0, 'k'},
+                                         {"no-uneven", no_argument, 0, 'u'},
+                                         {"timing", no_argument, 0, 'T'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    struct cli_common c;
+    cli_common_init(&c);
+    int top = 10;
+    bool no_uneven = false, timing = false;
+    const char *outfile = NULL;
+    int ch;
+    optind = 1;
+    opterr = 0;
+    while ((ch = getopt_long(argc, argv, ":ho:", opts, NULL)) != -1) {
+        int r = cli_common_opt("suggest", ch, optarg, &c);
+        if (r < 0)
+            return 2;
+        if (r > 0)
+            continue;
+        switch (ch) {
+        case 'k': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (end == optarg || *end || v < 1 || v > DP_MAX_TOP)
+                return cli_usage_error("suggest", "--top: expected integer in [1, %d], got \"%s\"",
+                                       DP_MAX_TOP, optarg);
+            top = (int)v;
+            break;
+        }
+        case 'u': no_uneven = true; break;
+        case 'T': timing = true; break;
+        case 'o': outfile = optarg; break;
+        case 'h': printf("%s%s\n%s", help_head, cli_cluster_help, cli_knob_help); return 0;
+        case ':':
+            return cli_usage_error("suggest", "option \"%s\" needs a value", argv[optind - 1]);
+        default: return cli_usage_error("suggest", "unknown option \"%s\"", argv[optind - 1]);
+        }
+    }
+    if (optind != argc - 1)
+        return cli_usage_error("suggest", "expected one MODEL argument");
+    struct dp_err err = {0};
+    struct dp_model m;
+    struct dp_cluster cl;
+    if (dp_model_load(argv[optind], &m, &err) || cli_cluster(&c, &cl, &err))
+        return cli_fail(&err);
+    struct dp_search_opts so;
+    cli_search_opts(&c, &m, &so);
+    so.top_k = top;
+    so.no_uneven = no_uneven;
+    struct dp_search_result *r = malloc(sizeof *r);
+    if (!r)
+        return 1;
+    double t0 = now_s();
+    int rc = dp_plan_search(&m, &cl, &so, r, &err);
+    double secs = now_s() - t0;
+    if (rc) {
+        free(r);
+        return cli_fail(&err);
+    }
+    int64_t cap = dp_gpu_usable_bytes(&cl.gpu);
+    if (r->n == 0) {
+        print_nothing_fits(&m, &cl, r);
+        free(r);
+        return 1;
+    }
+    const struct dp_candidate *w = &r->top[0];
+    /* The winner's full memory report, for the plan and the JSON. */
+    struct dp_mem_report *rep = malloc(sizeof *rep);
+    if (!rep || dp_mem_estimate(&m, &cl, &w->layout, &so.mem, rep, &err)) {
+        free(rep);
+        free(r);
+        return rep ? cli_fail(&err) : 1;
+    }
+    char shares[256], buf[256], lay[160];
+    dp_explain_shares(&w->cost, shares, sizeof shares);
+    if (c.json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "model", m.name);
+        cJSON_AddStringToObject(o, "cluster", cl.name);
+        cJSON_AddNumberToObject(o, "gpus", dp_cluster_gpus(&cl));
+        cJSON_AddNumberToObject(o, "gbs", (double)so.gbs);
+        cJSON_AddNumberToObject(o, "seq_len", (double)so.seq_len);
+        cJSON *se = cJSON_AddObjectToObject(o, "search");
+        cJSON_AddNumberToObject(se, "evaluated", (double)r->evaluated);
+        cJSON_AddNumberToObject(se, "fitting", (double)r->fitting);
+        cJSON_AddNumberToObject(se, "out_of_memory", (double)r->oom);
+        if (timing)
+            cJSON_AddNumberToObject(se, "seconds", secs);
+        cJSON *pr = cJSON_AddArrayToObject(se, "pruned");
+        for (int i = 0; i < r->nnotes; i++)
+            cJSON_AddItemToArray(pr, cJSON_CreateString(r->notes[i]));
+        cJSON *a = cJSON_AddArrayToObject(o, "top");
+        for (int i = 0; i < r->n; i++) {
+            cJSON *e = candidate_json(&r->top[i], cap, i + 1);
+            if (i > 0) {
+                dp_explain_delta(w, &r->top[i], buf, sizeof buf);
+                cJSON_AddStringToObject(e, "vs_best", buf);
+            }
+            cJSON_AddItemToArray(a, e);
+        }
+        cJSON *ex = cJSON_AddObjectToObject(o, "explanation");
+        cJSON_AddStringToObject(ex, "winner_time", shares);
+        cJSON *alts = cJSON_AddArrayToObject(ex, "alternatives");
+        int idx[32];
+        int na = pick_alternatives(r, w, idx);
+        for (int k = 0; k < na; k++) {
+            const struct dp_alternative *al = &r->alt[idx[k]];
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "choice", al->label);
+            dp_explain_delta(w, &al->best, buf, sizeof buf);
+            cJSON_AddStringToObject(e, "vs_best", buf);
+            cJSON_AddItemToObject(e, "layout", dp_layout_to_json(&al->best.layout));
+            cJSON_AddItemToArray(alts, e);
+        }
+        cJSON_AddItemToObject(o, "memory", cli_mem_json(rep));
+        cli_print_json(o);
+    } else {
+        char cnt[32];
+        struct dp_param_count pc;
+        dp_model_count(&m, &pc);
+        printf("model    %s: %s params, %lld layers, hidden %lld\n", m.name,
+               cli_count_short(pc.total, cnt, sizeof cnt), (long long)m.layers,
+               (long long)m.hidden);
+        cli_describe_cluster(stdout, &cl);
+        printf("batch    %lld sequences x %lld tokens%s\n", (long long)so.gbs,
+               (long long)so.seq_len, c.gbs ? "" : " (--gbs not given: ~4M tokens)");
+        printf("search   %lld layouts evaluated: %lld fit, %lld out of memory\n", r->evaluated,
+               r->fitting, r->oom);
+        if (timing)
+            printf("time     %.3f s, %.2f M layouts/s\n", secs, (double)r->evaluated / secs / 1e6);
+        if (r->nnotes) {
+            printf("pruned before evaluation:\n");
+            for (int i = 0; i < r->nnotes; i++)
+                printf("  %s\n", r->notes[i]);
+        }
+        printf("\n %2s  %-52s %9s %12s %6s %9s %9s\n", "#", "layout", "step s", "tokens/s", "MFU",
+               "peak GiB", "headroom");
+        for (int i = 0; i < r->n; i++) {
+            const struct dp_candidate *cd = &r->top[i];
+            dp_layout_format(&cd->layout, lay, sizeof lay);
+            printf(" %2d  %-52s %9.3f %12.0f %5.1f%% %9.2f %9.2f\n", i + 1, lay,
+                   cd->cost.step_time_s, cd->cost.tokens_per_s, 100 * cd->cost.mfu,
+                   cli_gib(cd->peak_bytes), cli_gib(cap - cd->peak_bytes));
+        }
+        dp_layout_format(&w->layout, lay, sizeof lay);
+        printf("\nwhy #1: the fastest of %lld layouts that fit; its step goes to %s; MFU %.1f%%; "
+               "fullest stage %d at %.2f GiB (%.2f GiB headroom), stages within %.1f%%\n",
+               r->fitting, shares, 100 * w->cost.mfu, w->peak_stage, cli_gib(w->peak_bytes),
+               cli_gib(cap - w->peak_bytes),
+               100.0 * (double)(w->peak_bytes - w->min_bytes) / (double)w->peak_bytes);
+        if (r->n > 1) {
+            printf("runner-ups:\n");
+            for (int i = 1; i < r->n && i < 4; i++) {
+                dp_explain_delta(w, &r->top[i], buf, sizeof buf);
+                printf("  #%d %s\n", i + 1, buf);
+            }
+        }
+        printf("best layout for other choices (what each loses against #1):\n");
+        int idx[32];
+        int na = pick_alternatives(r, w, idx);
+        for (int k = 0; k < na; k++) {
+            const struct dp_alternative *al = &r->alt[idx[k]];
+            dp_explain_delta(w, &al->best, buf, sizeof buf);
+            dp_layout_format(&al->best.layout, lay, sizeof lay);
+            printf("  %-16s %s  [%s]\n", al->label, buf, lay);
+        }
+        printf("\n");
+        cli_placement_text(stdout, &w->cost, &w->layout);
+    }
+    if (outfile) {
+        struct dp_plan plan = {0};
+        plan.version = DP_PLAN_VERSION;
+        plan.model = m;
+        plan.cluster = cl;
+        plan.has_cluster = true;
+        plan.layout = w->layout;
+        plan.has_prediction = true;
+        snprintf(plan.created_by, sizeof plan.created_by, "dplan %s suggest", DPLAN_VERSION);
+        plan.prediction.step_time_s = w->cost.step_time_s;
+        plan.prediction.tokens_per_s = w->cost.tokens_per_s;
+        plan.prediction.mfu = w->cost.mfu;
+        plan.prediction.peak_bytes = rep->peak_bytes;
+        plan.prediction.nstages = rep->nstages;
+        for (int i = 0; i < rep->nstages && i < DP_PLAN_MAX_STAGES_RECORDED; i++)
+            plan.prediction.stage_peak_bytes[i] = rep->stage[i].total_bytes;
+        cJSON *extra = cli_time_json(&w->cost, &w->layout);
+        cJSON_AddItemToObject(extra, "memory", cli_mem_json(rep));
+        cJSON_AddStringToObject(extra, "why", shares);
+        if (dp_plan_save(outfile, &plan, extra, &err)) {
+            free(rep);
+            free(r);
+            return cli_fail(&err);
+        }
+        if (!c.json)
+            printf("\nwrote %s\n", outfile);
+    }
+    free(rep);
+    free(r);
+    return 0;
+}

@@ -1,0 +1,94 @@
+/*
+ * Step-time reports: breakdown, throughput, FLOP rates (with the FLOP
+ * convention stated), and which link each parallel group uses.
+ */
+#include "time_report.h"
+
+#include <cjson/cJSON.h>
+
+#include "cli.h"
+
+static const char flop_convention[] =
+    "2 FLOPs per multiply-add, backward = 2x forward, full s x s attention (Narayanan et al. "
+    "2021); model FLOPs exclude recompute (MFU), hardware FLOPs include it (HFU)";
+
+cJSON *cli_time_json(const struct dp_step_cost *c, const struct dp_layout *l)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "step_time_s", c->step_time_s);
+    cJSON_AddNumberToObject(o, "tokens_per_s", c->tokens_per_s);
+    cJSON_AddNumberToObject(o, "samples_per_s", c->tokens_per_s / (double)l->seq_len);
+    cJSON *t = cJSON_AddObjectToObject(o, "tflops_per_gpu");
+    cJSON_AddNumberToObject(t, "model", c->model_tflops_per_gpu);
+    cJSON_AddNumberToObject(t, "hardware", c->hardware_tflops_per_gpu);
+    cJSON_AddNumberToObject(o, "mfu", c->mfu);
+    cJSON_AddNumberToObject(o, "hfu", c->hfu);
+    cJSON_AddStringToObject(o, "flop_convention", flop_convention);
+    cJSON *b = cJSON_AddObjectToObject(o, "breakdown_s");
+    cJSON_AddNumberToObject(b, "compute", c->compute_s);
+    cJSON_AddNumberToObject(b, "recompute", c->recompute_s);
+    cJSON_AddNumberToObject(b, "tp_comm", c->tp_comm_s);
+    cJSON_AddNumberToObject(b, "cp_comm", c->cp_comm_s);
+    cJSON_AddNumberToObject(b, "ep_comm", c->ep_comm_s);
+    cJSON_AddNumberToObject(b, "pp_comm", c->pp_comm_s);
+    cJSON_AddNumberToObject(b, "dp_comm", c->dp_comm_s);
+    cJSON_AddNumberToObject(b, "bubble", c->bubble_s);
+    cJSON_AddNumberToObject(b, "optimizer", c->optimizer_s);
+    cJSON_AddNumberToObject(b, "embedding_sync", c->other_s);
+    cJSON_AddNumberToObject(o, "dp_comm_total_s", c->dp_comm_total_s);
+    cJSON *k = cJSON_AddObjectToObject(o, "links");
+    cJSON_AddStringToObject(k, "tp", c->tp_path.desc);
+    cJSON_AddStringToObject(k, "cp", l->cp > 1 ? c->cp_path.desc : "none (1 rank)");
+    cJSON_AddStringToObject(k, "dp", c->dp_path.desc);
+    cJSON_AddStringToObject(k, "pp", l->pp > 1 ? c->pp_path.desc : "none (1 stage)");
+    cJSON_AddStringToObject(k, "ep", c->ep_path.desc);
+    return o;
+}
+
+static void row(FILE *f, const char *name, double v, double total)
+{
+    if (v <= 0)
+        return;
+    fprintf(f, "  %-16s %10.4f s  %5.1f%%\n", name, v, 100 * v / total);
+}
+
+void cli_time_text(FILE *f, const struct dp_step_cost *c, const struct dp_layout *l,
+                   const struct dp_cluster *cl)
+{
+    double T = c->step_time_s;
+    fprintf(f, "step time %.4f s: %.0f tokens/s, %.2f samples/s\n", T, c->tokens_per_s,
+            c->tokens_per_s / (double)l->seq_len);
+    row(f, "compute", c->compute_s, T);
+    row(f, "recompute", c->recompute_s, T);
+    row(f, "tp comm", c->tp_comm_s, T);
+    row(f, "cp comm", c->cp_comm_s, T);
+    row(f, "ep comm", c->ep_comm_s, T);
+    row(f, "pp comm", c->pp_comm_s, T);
+    row(f, "bubble", c->bubble_s, T);
+    if (c->dp_comm_total_s > 0)
+        fprintf(f, "  %-16s %10.4f s  %5.1f%%  (of %.4f s, the rest overlapped)\n", "dp comm",
+                c->dp_comm_s, 100 * c->dp_comm_s / T, c->dp_comm_total_s);
+    row(f, "optimizer", c->optimizer_s, T);
+    row(f, "embedding sync", c->other_s, T);
+    fprintf(f,
+            "per GPU: %.1f TFLOP/s model (MFU %.1f%%), %.1f TFLOP/s hardware (HFU %.1f%%) of "
+            "%.1f dense %s\n",
+            c->model_tflops_per_gpu, 100 * c->mfu, c->hardware_tflops_per_gpu, 100 * c->hfu,
+            cl->gpu.peak_tflops[l->precision], dp_precision_name(l->precision));
+    fprintf(f, "FLOPs: %s\n", flop_convention);
+}
+
+void cli_placement_text(FILE *f, const struct dp_step_cost *c, const struct dp_layout *l)
+{
+    fprintf(f, "placement (Megatron order: TP fastest, then CP, DP, PP):\n");
+    fprintf(f, "  tp=%-3d consecutive ranks         %s\n", l->tp, c->tp_path.desc);
+    if (l->cp > 1)
+        fprintf(f, "  cp=%-3d stride %-5d              %s\n", l->cp, l->tp, c->cp_path.desc);
+    fprintf(f, "  dp=%-3d stride %-5d              %s\n", l->dp, l->tp * l->cp, c->dp_path.desc);
+    if (l->pp > 1)
+        fprintf(f, "  pp=%-3d stride %-5d              %s\n", l->pp, l->tp * l->cp * l->dp,
+                c->pp_path.desc);
+    if (l->ep > 1)
+        fprintf(f, "  ep=%-3d inside dp, stride %-5d   %s\n", l->ep, l->tp * l->cp,
+                c->ep_path.desc);
+}

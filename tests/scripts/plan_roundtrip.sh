@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# suggest -o writes plan.json; estimate --plan and memory --plan read it back and
+# predict exactly what the plan recorded.
+set -eu
+dplan=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$dplan" suggest llama2-13b --system dgx-h100 --nodes 2 -o "$tmp/plan.json" > /dev/null
+grep -q '"dplan_plan":[[:space:]]*1' "$tmp/plan.json"
+want=$(grep -m1 '"step_time_s"' "$tmp/plan.json" | tr -dc '0-9.e-')
+got=$("$dplan" estimate --plan "$tmp/plan.json" --json | grep -m1 '"step_time_s"' | tr -dc '0-9.e-')
+[ "$want" = "$got" ] || { echo "step time: plan $want, estimate --plan $got"; exit 1; }
+want=$(grep -m1 '"peak_bytes"' "$tmp/plan.json" | tr -dc '0-9.e-')
+got=$("$dplan" memory --plan "$tmp/plan.json" --json | grep -m1 '"peak_bytes"' | tr -dc '0-9.e-')
+[ "$want" = "$got" ] || { echo "peak bytes: plan $want, memory --plan $got"; exit 1; }
+echo "plan round trip: ok (step $want s)"

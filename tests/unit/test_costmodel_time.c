@@ -1,0 +1,235 @@
+/*
+ * The step-time model, term by term, against values computed by hand from
+ * the formulas' sources: nccl-tests bus-bandwidth factors, link selection
+ * under Megatron placement, the GEMM roofline, the 1F1B bubble, recompute,
+ * data-parallel exposure, and the FLOP-rate bookkeeping.
+ */
+#include "check.h"
+#include "costmodel/costmodel.h"
+
+#include <stdlib.h>
+
+static struct dp_cluster cluster(int nodes, int gpn)
+{
+    struct dp_cluster c = {0};
+    snprintf(c.gpu.name, sizeof c.gpu.name, "test-gpu");
+    for (int i = 0; i < DP_PRECISIONS; i++)
+        c.gpu.peak_tflops[i] = 100;
+    c.gpu.mem_bytes = 80LL << 30;
+    c.gpu.usable_fraction = 1;
+    c.gpu.mem_bw_gbps = 1000;
+    c.gpu.gemm.eff_max = 1.0;
+    c.gpu.gemm.half_flops = 0;
+    c.nodes = nodes;
+    c.gpus_per_node = gpn;
+    c.intra = (struct dp_link){"nvl", DP_LINK_NVLINK, 200, 0, 1.0, 0};
+    c.inter = (struct dp_link){"net", DP_LINK_NET, 25, 0, 1.0, 0};
+    c.nics_per_node = gpn;
+    return c;
+}
+
+static void test_collectives(void)
+{
+    struct dp_path p = {.busbw_gbps = 100, .latency_us = 0};
+    /* nccl-tests: all-reduce time = S / busbw * 2(n-1)/n. */
+    CHECK_NEAR(dp_coll_time_s(DP_ALLREDUCE, 1e9, 8, &p), 2.0 * 7 / 8 * 1e9 / 100e9, 1e-12);
+    CHECK_NEAR(dp_coll_time_s(DP_REDUCE_SCATTER, 1e9, 8, &p), 7.0 / 8 * 1e9 / 100e9, 1e-12);
+    CHECK_NEAR(dp_coll_time_s(DP_ALLGATHER, 1e9, 4, &p), 3.0 / 4 * 1e9 / 100e9, 1e-12);
+    CHECK_NEAR(dp_coll_time_s(DP_P2P, 1e9, 2, &p), 1e9 / 100e9, 1e-12);
+    CHECK_EQ((long long)(1e12 * dp_coll_time_s(DP_ALLREDUCE, 1e9, 1, &p)), 0);
+    /* Latency: a small all-reduce on 64 ranks takes the tree (2 log2 n steps), not the
+     * ring (2(n-1) steps). */
+    p.latency_us = 10;
+    double t = dp_coll_time_s(DP_ALLREDUCE, 8, 64, &p);
+    CHECK_NEAR(t, 2 * 6 * 10e-6 + 2.0 * 63 / 64 * 8 / (100e9 * 0.9), 1e-9);
+}
+
+static void test_paths(void)
+{
+    struct dp_cluster c = cluster(4, 8);
+    struct dp_path p;
+    /* TP of 8 inside a node: the NVLink rate. */
+    dp_group_path(&c, 8, 1, &p);
+    CHECK(!p.inter_node);
+    CHECK_NEAR(p.busbw_gbps, 200, 1e-12);
+    /* DP of 4 with stride 8: one member per node, each GPU's NIC. */
+    dp_group_path(&c, 4, 8, &p);
+    CHECK(p.inter_node);
+    CHECK_EQ(p.members_per_node, 1);
+    CHECK_NEAR(p.busbw_gbps, 25, 1e-12);
+    /* A full-node ring over 4 nodes: 8 NICs per node carry it, capped by NVLink. */
+    dp_group_path(&c, 32, 1, &p);
+    CHECK_EQ(p.members_per_node, 8);
+    CHECK_NEAR(p.busbw_gbps, 200, 1e-12);
+    c.nics_per_node = 2; /* two NICs for eight GPUs: each GPU's share is a quarter */
+    dp_group_path(&c, 4, 8, &p);
+    CHECK_NEAR(p.busbw_gbps, 25.0 * 2 / 8, 1e-12);
+    /* A full mesh (xGMI): a pair of GPUs gets one link, eight get seven. */
+    c.intra = (struct dp_link){"xgmi", DP_LINK_XGMI, 448, 0, 1.0, 64};
+    dp_group_path(&c, 2, 1, &p);
+    CHECK_NEAR(p.busbw_gbps, 64, 1e-12);
+    dp_group_path(&c, 8, 1, &p);
+    CHECK_NEAR(p.busbw_gbps, 448, 1e-12);
+    /* Topology-derived classes: a group of 4 crossing a slower link. */
+    c.ngroup_links = 3;
+    c.group_link[0] = (struct dp_link){"pix", DP_LINK_PCIE, 24, 0, 1.0, 0};
+    c.group_link[1] = (struct dp_link){"phb", DP_LINK_PCIE, 12, 0, 1.0, 0};
+    c.group_link[2] = (struct dp_link){"sys", DP_LINK_PCIE, 8, 0, 1.0, 0};
+    dp_group_path(&c, 2, 1, &p);
+    CHECK_NEAR(p.busbw_gbps, 24, 1e-12);
+    dp_group_path(&c, 4, 1, &p);
+    CHECK_NEAR(p.busbw_gbps, 12, 1e-12);
+    dp_group_path(&c, 2, 4, &p); /* ranks 0 and 4 lie in a block of 8 */
+    CHECK_NEAR(p.busbw_gbps, 8, 1e-12);
+}
+
+/* A GPT-style model whose step time can be worked out by hand. */
+static struct dp_model model(void)
+{
+    struct dp_model m = {0};
+    snprintf(m.name, sizeof m.name, "hand");
+    m.layers = 8;
+    m.hidden = 1024;
+    m.heads = m.kv_heads = 8;
+    m.head_dim = 128;
+    m.ffn_hidden = 4096;
+    m.vocab = 128;
+    m.seq_len = 1024;
+    m.ffn = DP_FFN_GELU;
+    m.norm = DP_NORM_LAYERNORM;
+    m.pos = DP_POS_LEARNED;
+    m.max_pos = 1024;
+    m.tied_embeddings = false;
+    m.norms_per_layer = 2;
+    return m;
+}
+
+static struct dp_layout layout(void)
+{
+    struct dp_layout l;
+    dp_layout_default(&l);
+    l.seq_len = 1024;
+    l.mbs = 4;
+    l.gbs = 16;
+    l.flash_attn = false;
+    return l;
+}
+
+static void test_layer_gemms(void)
+{
+    /* With eff_max = 1, half_flops = 0 and 128-aligned shapes, a compute-bound GEMM
+     * takes FLOPs / peak: one layer's forward projections are 24 T h^2 FLOPs for
+     * h = 1024, f = 4h, T = 4096 tokens. */
+    struct dp_model m = model();
+    struct dp_cluster c = cluster(1, 1);
+    struct dp_layout l = layout();
+    struct dp_layer_time lt;
+    dp_time_layer(&m, &c, &l, &lt);
+    double T = 4096, h = 1024;
+    CHECK_NEAR(lt.gemm_f, 24 * T * h * h / 100e12, 1e-12);
+    /* Scores: per head [1024 x 128] x [128 x 1024] is memory-bound on this GPU (ridge
+     * 100 FLOP/byte): the roofline charges its bytes, A and B read, C written. */
+    double heads = 8 * 4, s = 1024, d = 128, p = 2;
+    double qk = heads * p * (s * d + d * s + s * s) / (1000e9 * DP_MEM_EFFICIENCY);
+    double av = heads * p * (s * s + s * d + s * d) / (1000e9 * DP_MEM_EFFICIENCY);
+    CHECK_NEAR(lt.attn_f, qk + av, 1e-12);
+    CHECK_NEAR(lt.attn_b, 2 * lt.attn_f, 1e-12);
+    CHECK_NEAR(lt.tp_f, 0, 0);
+}
+
+static void test_step_structure(void)
+{
+    struct dp_model m = model();
+    struct dp_cluster c = cluster(1, 8);
+    c.intra.bw_gbps = 1e9; /* make communication free to isolate the schedule */
+    c.inter.bw_gbps = 1e9;
+    struct dp_layout l = layout();
+    struct dp_step_cost a, b;
+    /* Single GPU, no recompute: compute = M (fwd + 2 fwd) per layer plus ends. */
+    dp_time_step_fast(&m, &c, &l, &a);
+    CHECK_NEAR(a.bubble_s, 0, 0);
+    CHECK_NEAR(a.recompute_s, 0, 0);
+    CHECK_NEAR(a.step_time_s, a.compute_s + a.optimizer_s, 1e-12);
+    CHECK_NEAR(a.tokens_per_s, 16.0 * 1024 / a.step_time_s, 1e-12);
+    /* Full recompute redoes the forward: one third of the layers' work (vocab 128 makes
+     * the embedding and the head negligible). */
+    l.recompute = DP_RECOMPUTE_FULL;
+    dp_time_step_fast(&m, &c, &l, &b);
+    CHECK_NEAR(b.recompute_s, a.compute_s / 3, 0.01);
+    CHECK_NEAR(b.compute_s, a.compute_s, 1e-12);
+    /* 1F1B on 4 stages of 2 layers, M = 4: the bubble is (p - 1) stage-steps, and
+     * interleaving 2 chunks halves it (Narayanan et al. 2021, Sec. 2.2). */
+    l.recompute = DP_RECOMPUTE_NONE;
+    l.pp = 4;
+    l.dp = 1;
+    l.mbs = 1;
+    dp_time_step_fast(&m, &c, &l, &a);
+    double per_mb = a.compute_s / 16; /* M = 16 micro-batches */
+    CHECK_NEAR(a.bubble_s, 3 * per_mb, 0.02);
+    l.vpp = 2;
+    dp_time_step_fast(&m, &c, &l, &b);
+    CHECK_NEAR(b.bubble_s, a.bubble_s / 2, 1e-6); /* p2p is ~free, not zero */
+}
+
+static void test_dp_exposure(void)
+{
+    struct dp_model m = model();
+    struct dp_cluster c = cluster(2, 1);
+    struct dp_layout l = layout();
+    l.dp = 2;
+    l.gbs = 8;
+    l.dp_overlap = false;
+    struct dp_step_cost a;
+    dp_time_step_fast(&m, &c, &l, &a);
+    /* Not overlapped: the whole all-reduce of the fp32 gradients of every parameter
+     * this GPU holds (padded vocabulary 128), over the network path. */
+    struct dp_mem_stage st;
+    dp_mem_stage(&m, &c, &l, NULL, 0, &st);
+    struct dp_path p;
+    dp_group_path(&c, 2, 1, &p);
+    double ar = dp_coll_time_s(DP_ALLREDUCE, (double)st.params * 4, 2, &p);
+    CHECK_NEAR(a.dp_comm_s, ar, 1e-12);
+    CHECK_NEAR(a.dp_comm_total_s, ar, 1e-12);
+    /* Overlapped with the last backward: what the backward hides costs 15%. */
+    l.dp_overlap = true;
+    dp_time_step_fast(&m, &c, &l, &a);
+    double bwd = a.stage_bwd_s[0];
+    double hidden = ar < bwd ? ar : bwd;
+    CHECK_NEAR(a.dp_comm_s, (ar - hidden) + 0.15 * hidden, 1e-9);
+    /* ZeRO-1: reduce-scatter of gradients plus all-gather of bf16 weights. */
+    l.zero = 1;
+    l.dp_overlap = false;
+    dp_time_step_fast(&m, &c, &l, &a);
+    double rs = dp_coll_time_s(DP_REDUCE_SCATTER, (double)st.params * 4, 2, &p);
+    double ag = dp_coll_time_s(DP_ALLGATHER, (double)st.params * 2, 2, &p);
+    CHECK_NEAR(a.dp_comm_s, rs + ag, 1e-12);
+}
+
+static void test_flop_rates(void)
+{
+    struct dp_model m = model();
+    struct dp_cluster c = cluster(1, 2);
+    struct dp_layout l = layout();
+    l.dp = 2;
+    l.gbs = 16;
+    l.recompute = DP_RECOMPUTE_FULL;
+    struct dp_step_cost a;
+    dp_time_step_fast(&m, &c, &l, &a);
+    struct dp_flops f;
+    dp_flops_step(&m, &l, &f);
+    CHECK_NEAR(a.model_tflops_per_gpu, f.model_flops / a.step_time_s / 2 / 1e12, 1e-12);
+    CHECK_NEAR(a.hardware_tflops_per_gpu, f.hardware_flops / a.step_time_s / 2 / 1e12, 1e-12);
+    CHECK_NEAR(a.mfu, a.model_tflops_per_gpu / 100, 1e-12);
+    CHECK(a.hfu > a.mfu);
+}
+
+int main(void)
+{
+    test_collectives();
+    test_paths();
+    test_layer_gemms();
+    test_step_structure();
+    test_dp_exposure();
+    test_flop_rates();
+    return check_done("test_costmodel_time");
+}

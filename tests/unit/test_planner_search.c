@@ -1,0 +1,187 @@
+/*
+ * The planner's search against brute force: on small cases, enumerate every
+ * layout here independently (nested loops over the documented search space,
+ * checked by dp_layout_validate), evaluate each with the cost model, and check
+ * that the planner evaluates exactly as many layouts and finds the same best.
+ */
+#include "check.h"
+#include "planner/planner.h"
+
+#include <stdlib.h>
+
+static struct dp_cluster cluster(int nodes, int gpn, double mem_gib)
+{
+    struct dp_cluster c = {0};
+    snprintf(c.gpu.name, sizeof c.gpu.name, "test-gpu");
+    for (int i = 0; i < DP_PRECISIONS; i++)
+        c.gpu.peak_tflops[i] = 100;
+    c.gpu.mem_bytes = (int64_t)(mem_gib * 1073741824.0);
+    c.gpu.usable_fraction = 1;
+    c.gpu.mem_bw_gbps = 1000;
+    c.gpu.runtime_overhead_bytes = 1LL << 30;
+    c.gpu.gemm.eff_max = 0.8;
+    c.gpu.gemm.half_flops = 1e9;
+    c.nodes = nodes;
+    c.gpus_per_node = gpn;
+    c.intra = (struct dp_link){"nvl", DP_LINK_NVLINK, 200, 2, 0.8, 0};
+    c.inter = (struct dp_link){"net", DP_LINK_NET, 25, 5, 0.9, 0};
+    c.nics_per_node = gpn;
+    return c;
+}
+
+static struct dp_model model(void)
+{
+    struct dp_model m = {0};
+    snprintf(m.name, sizeof m.name, "small");
+    m.layers = 8;
+    m.hidden = 2048;
+    m.heads = m.kv_heads = 16;
+    m.head_dim = 128;
+    m.ffn_hidden = 8192;
+    m.vocab = 32000;
+    m.seq_len = 2048;
+    m.ffn = DP_FFN_SWIGLU;
+    m.norm = DP_NORM_RMSNORM;
+    m.norms_per_layer = 2;
+    return m;
+}
+
+static double score(const struct dp_step_cost *c, int64_t peak, int64_t min)
+{
+    return c->step_time_s * (1.0 + 0.01 * (double)(peak - min) / (double)peak);
+}
+
+struct brute {
+    long long valid;
+    double best;
+    struct dp_layout best_l;
+    bool found;
+};
+
+static void brute_force(const struct dp_model *m, const struct dp_cluster *cl, int64_t gbs,
+                        struct brute *b)
+{
+    memset(b, 0, sizeof *b);
+    int gpus = dp_cluster_gpus(cl);
+    struct dp_mem_opts mo;
+    dp_mem_opts_default(&mo);
+    struct dp_mem_report *rep = malloc(sizeof *rep);
+    for (int tp = 1; tp <= cl->gpus_per_node; tp *= 2)
+        for (int pp = 1; pp <= gpus; pp++)
+            for (int vpp = 1; vpp <= 8; vpp++)
+                for (int64_t mbs = 1; mbs <= 64; mbs *= 2)
+                    for (int zero = 0; zero <= 3; zero++)
+                        for (int rc = 0; rc < 3; rc++)
+                            for (int sp = 0; sp <= 1; sp++) {
+                                if (gpus % (tp * pp) || (sp && tp == 1))
+                                    continue;
+                                struct dp_layout l;
+                                dp_layout_default(&l);
+                                l.tp = tp;
+                                l.pp = pp;
+                                l.dp = gpus / (tp * pp);
+                                l.vpp = vpp;
+                                l.mbs = mbs;
+                                l.gbs = gbs;
+                                l.seq_len = m->seq_len;
+                                l.zero = zero;
+                                l.recompute = (enum dp_recompute)rc;
+                                l.sp = sp;
+                                struct dp_err e = {0};
+                                if (dp_layout_validate(&l, m, gpus, &e))
+                                    continue;
+                                /* The documented space: ZeRO only with something to shard. */
+                                if (zero > 0 && l.dp == 1)
+                                    continue;
+                                b->valid++;
+                                if (dp_mem_estimate(m, cl, &l, &mo, rep, &e) || !rep->fits)
+                                    continue;
+                                struct dp_step_cost c;
+                                dp_time_step_fast(m, cl, &l, &c);
+                                double s = score(&c, rep->peak_bytes, rep->min_bytes);
+                                if (!b->found || s < b->best) {
+                                    b->found = true;
+                                    b->best = s;
+                                    b->best_l = l;
+                                }
+                            }
+    free(rep);
+}
+
+static void compare(const struct dp_model *m, const struct dp_cluster *cl, int64_t gbs)
+{
+    struct brute b;
+    brute_force(m, cl, gbs, &b);
+    struct dp_search_opts o;
+    dp_search_opts_default(&o);
+    o.gbs = gbs;
+    o.seq_len = m->seq_len;
+    o.cp = 1;
+    o.no_uneven = true;
+    o.top_k = 5;
+    struct dp_search_result *r = malloc(sizeof *r);
+    struct dp_err err = {0};
+    CHECK_EQ(dp_plan_search(m, cl, &o, r, &err), 0);
+    CHECK_EQ(r->evaluated, b.valid);
+    CHECK_EQ(r->n > 0, b.found);
+    if (r->n && b.found) {
+        const struct dp_candidate *w = &r->top[0];
+        CHECK_NEAR(score(&w->cost, w->peak_bytes, w->min_bytes), b.best, 1e-12);
+        char x[160], y[160];
+        dp_layout_format(&w->layout, x, sizeof x);
+        dp_layout_format(&b.best_l, y, sizeof y);
+        CHECK_STR(x, y);
+        /* Ranked best first. */
+        for (int i = 1; i < r->n; i++)
+            CHECK(score(&r->top[i].cost, r->top[i].peak_bytes, r->top[i].min_bytes) >=
+                  score(&r->top[i - 1].cost, r->top[i - 1].peak_bytes, r->top[i - 1].min_bytes));
+    }
+    free(r);
+}
+
+int main(void)
+{
+    struct dp_model m = model();
+    /* Plenty of memory, one node of 8. */
+    struct dp_cluster a = cluster(1, 8, 80);
+    compare(&m, &a, 64);
+    /* Two nodes of 4: TP of 8 would cross nodes; tight memory prunes many layouts. */
+    struct dp_cluster b = cluster(2, 4, 9);
+    compare(&m, &b, 32);
+
+    /* So tight that only full recompute (or sharding) fits: the winner must fit. */
+    struct dp_cluster c = cluster(1, 1, 17);
+    struct dp_search_opts o;
+    dp_search_opts_default(&o);
+    o.gbs = 8;
+    o.seq_len = m.seq_len;
+    struct dp_search_result *r = malloc(sizeof *r);
+    struct dp_err err = {0};
+    CHECK_EQ(dp_plan_search(&m, &c, &o, r, &err), 0);
+    if (r->n) {
+        CHECK(r->top[0].peak_bytes <= dp_gpu_usable_bytes(&c.gpu));
+        CHECK(r->oom > 0);
+    }
+    /* Nothing fits: no result, and the smallest peak seen is reported. */
+    struct dp_cluster d = cluster(1, 1, 4);
+    CHECK_EQ(dp_plan_search(&m, &d, &o, r, &err), 0);
+    CHECK_EQ(r->n, 0);
+    CHECK(r->lowest_peak > dp_gpu_usable_bytes(&d.gpu));
+    /* Fixed knobs are respected. */
+    o.tp = 2;
+    o.zero = 1;
+    CHECK_EQ(dp_plan_search(&m, &a, &o, r, &err), 0);
+    for (int i = 0; i < r->n; i++)
+        CHECK(r->top[i].layout.tp == 2 && r->top[i].layout.zero == 1);
+    /* TP beyond a node is pruned, and says why. */
+    dp_search_opts_default(&o);
+    o.gbs = 32;
+    o.seq_len = m.seq_len;
+    CHECK_EQ(dp_plan_search(&m, &b, &o, r, &err), 0);
+    bool said = false;
+    for (int i = 0; i < r->nnotes; i++)
+        said |= strstr(r->notes[i], "tp=8: crosses nodes") != NULL;
+    CHECK(said);
+    free(r);
+    return check_done("test_planner_search");
+}
