@@ -235,10 +235,10 @@ struct dp_cluster {
     struct dp_link inter;
     int nics_per_node;
     /*
-     * Link classes for groups of 2^k consecutive GPUs inside a node, from a
-     * measured topology: group_link[k] is the slowest link a group of
-     * size 2^k (k = 1..) must cross. Empty (ngroup_links == 0) for profiles,
-     * where every intra-node group uses `intra`.
+     * Link classes for aligned blocks of consecutive GPUs inside a node, from
+     * a measured topology (topology/): group_link[k] is the slowest link a
+     * block of 2^(k+1) GPUs (k = 0..) must cross. Empty (ngroup_links == 0)
+     * for profiles, where every intra-node group uses `intra`.
      */
     int ngroup_links;
     struct dp_link group_link[8];
