@@ -245,11 +245,14 @@ static int resolve(struct run *r, int *world, struct dp_err *err)
         int rc = dp_model_load(r->target, &r->m, err);
         if (rc)
             return rc;
+        int tp = r->c.tp ? r->c.tp : 1, pp = r->c.pp ? r->c.pp : 1, cp = r->c.cp ? r->c.cp : 1;
         int gpus = r->np;
-        if (!gpus) {
-            int tp = r->c.tp ? r->c.tp : 1, pp = r->c.pp ? r->c.pp : 1, cp = r->c.cp ? r->c.cp : 1;
+        if (!gpus)
             gpus = tp * pp * cp * (r->c.dp ? r->c.dp : 1);
-        }
+        else if (!r->c.dp && gpus % (tp * pp * cp))
+            return dp_err_set(err, DP_EINFEASIBLE,
+                              "--np %d is not a multiple of tp*pp*cp = %d*%d*%d = %d", gpus, tp, pp,
+                              cp, tp * pp * cp);
         rc = cli_layout(&r->c, &r->m, gpus, &r->l, err);
         if (rc)
             return rc;

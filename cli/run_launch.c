@@ -23,8 +23,10 @@
 #define DPLAN_MPIEXEC "mpirun"
 #endif
 
-/* Exit status of ranks whose error rank 0 already reported (cmd_run.c). */
+/* Exit status of ranks whose error rank 0 already reported, and of a rank whose
+ * watchdog fired (cmd_run.c). */
 #define EXIT_REPORTED 64
+#define EXIT_STALLED  124
 
 static int cores(void)
 {
@@ -172,7 +174,12 @@ int cli_run_launch(int np, int argc, char **argv)
         return 0;
     if (rc == 127 || code == EXIT_REPORTED)
         return 1; /* already said */
-    if (rank >= 0 && sig > 0)
+    if (code == EXIT_STALLED)
+        fprintf(stderr,
+                "dplan: error: the job stalled: rank %d saw no progress for the --timeout "
+                "(a rank hung; see the messages above)\n",
+                rank);
+    else if (rank >= 0 && sig > 0)
         fprintf(stderr,
                 "dplan: error: rank %d was killed by signal %d; mpirun stopped the "
                 "other ranks\n",

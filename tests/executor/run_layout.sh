@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# One executor equivalence test: train MODEL for 20 steps (gbs 8, seq 32) under a layout
+# and compare losses, final weights and memory with the single-process reference.
+#   run_layout.sh DPLAN COMPARE REF_DIR OUT_DIR MODEL [layout options...]
+# With REF_DIR "-" the run is the reference itself (its memory is still checked).
+set -u
+dplan=$1 compare=$2 ref=$3 out=$4 model=$5
+shift 5
+rm -rf "$out"
+mkdir -p "$(dirname "$out")"
+if ! "$dplan" run "$model" --steps 20 --gbs 8 --seq-len 32 --out "$out" "$@" \
+    > "$out.stdout" 2> "$out.stderr"; then
+  echo "run failed: dplan run $model $*"
+  cat "$out.stderr"
+  exit 1
+fi
+if [ "$ref" = - ]; then
+  exec "$compare" --memory "$out"
+fi
+exec "$compare" "$ref" "$out"

@@ -1,0 +1,241 @@
+/*
+ * Token files (llm.c shards, raw uint16 arrays, dplan data prepare, the default
+ * corpus), rank detection from launcher environments, the rank formula, and
+ * memory accounting against the CPU memory model for single-rank layouts.
+ */
+#include "check.h"
+#include "costmodel/costmodel.h"
+#include "executor/internal.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static char dir[256];
+
+static const char *path(const char *name)
+{
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
+    return buf[k];
+}
+
+static void write_bytes(const char *file, const void *p, size_t n)
+{
+    FILE *f = fopen(file, "wb");
+    fwrite(p, 1, n, f);
+    fclose(f);
+}
+
+static void test_prepare_and_load(void)
+{
+    const char *text = "Hello, dplan! \xff\x01";
+    write_bytes(path("a.txt"), text, strlen(text));
+    write_bytes(path("b.txt"), "xyz", 3);
+    char fa[512], fb[512];
+    snprintf(fa, sizeof fa, "%s", path("a.txt"));
+    snprintf(fb, sizeof fb, "%s", path("b.txt"));
+    const char *files[] = {fa, fb};
+    struct dp_err err = {0};
+    int64_t n = 0;
+    CHECK_EQ(dp_data_prepare(files, 2, path("t.bin"), DP_DATA_LLMC, &n, &err), 0);
+    CHECK_EQ(n, (int64_t)strlen(text) + 3);
+    struct dp_tokens t;
+    CHECK_EQ(dp_tokens_load(path("t.bin"), DP_DATA_AUTO, 256, &t, &err), 0);
+    CHECK_EQ(t.n, n);
+    CHECK_EQ(t.tok[0], 'H');
+    CHECK_EQ(t.tok[strlen(text) - 2], 0xff);
+    CHECK_EQ(t.tok[t.n - 1], 'z');
+    dp_tokens_release(&t);
+    /* Raw uint16 (nanoGPT): no magic, detected as raw. */
+    CHECK_EQ(dp_data_prepare(files, 2, path("t.raw"), DP_DATA_RAW, &n, &err), 0);
+    CHECK_EQ(dp_tokens_load(path("t.raw"), DP_DATA_AUTO, 256, &t, &err), 0);
+    CHECK_EQ(t.n, n);
+    CHECK_EQ(t.tok[1], 'e');
+    dp_tokens_release(&t);
+    /* Tokens beyond the model's vocabulary. */
+    dp_err_clear(&err);
+    CHECK(dp_tokens_load(path("t.bin"), DP_DATA_AUTO, 100, &t, &err) != 0);
+    CHECK_CONTAINS(err.msg, "is >= the model's vocab 100");
+}
+
+static void test_bad_files(void)
+{
+    struct dp_err err = {0};
+    struct dp_tokens t;
+    int32_t hdr[256] = {DP_LLMC_MAGIC, 1, 100};
+    uint16_t tok[50] = {0};
+    FILE *f = fopen(path("trunc.bin"), "wb");
+    fwrite(hdr, sizeof hdr, 1, f);
+    fwrite(tok, sizeof tok, 1, f);
+    fclose(f);
+    CHECK(dp_tokens_load(path("trunc.bin"), DP_DATA_AUTO, 256, &t, &err) != 0);
+    CHECK_CONTAINS(err.msg, "size 1124 bytes, expected 1024 + 2*100 = 1224");
+    hdr[1] = 7;
+    write_bytes(path("v7.bin"), hdr, sizeof hdr);
+    dp_err_clear(&err);
+    CHECK(dp_tokens_load(path("v7.bin"), DP_DATA_AUTO, 256, &t, &err) != 0);
+    CHECK_CONTAINS(err.msg, "version 7");
+    write_bytes(path("odd.bin"), "abc", 3);
+    dp_err_clear(&err);
+    CHECK(dp_tokens_load(path("odd.bin"), DP_DATA_AUTO, 256, &t, &err) != 0);
+    CHECK_CONTAINS(err.msg, "is odd");
+    dp_err_clear(&err);
+    CHECK(dp_tokens_load(path("odd.bin"), DP_DATA_LLMC, 256, &t, &err) != 0);
+    CHECK_CONTAINS(err.msg, "shorter than the 1024-byte llm.c header");
+    dp_err_clear(&err);
+    CHECK(dp_tokens_load(path("none.bin"), DP_DATA_AUTO, 256, &t, &err) == DP_ENOENT);
+    CHECK_CONTAINS(err.msg, "none.bin: cannot open");
+}
+
+static void test_default_corpus(void)
+{
+    struct dp_err err = {0};
+    struct dp_tokens t;
+    if (access("/usr/share/common-licenses", R_OK) == 0) {
+        CHECK_EQ(dp_tokens_default(NULL, 256, &t, &err), 0);
+        CHECK(t.n > 100000); /* Debian 12: ~250 k bytes of license texts */
+        CHECK_CONTAINS(t.source, "/usr/share/common-licenses");
+        dp_tokens_release(&t);
+    }
+    dp_err_clear(&err);
+    CHECK(dp_tokens_default(path("no-such-dir"), 256, &t, &err) != 0);
+    CHECK_CONTAINS(err.msg, "default corpus");
+    dp_err_clear(&err);
+    CHECK(dp_tokens_default(NULL, 100, &t, &err) != 0);
+    CHECK_CONTAINS(err.msg, "vocab is 100");
+}
+
+static void test_env(void)
+{
+    struct dp_rank_env e;
+    const char *vars[] = {"OMPI_COMM_WORLD_SIZE",
+                          "OMPI_COMM_WORLD_RANK",
+                          "PMI_SIZE",
+                          "PMI_RANK",
+                          "SLURM_PROCID",
+                          "SLURM_NTASKS",
+                          "SLURM_STEP_ID",
+                          "SLURM_STEPID",
+                          "RANK",
+                          "WORLD_SIZE",
+                          "LOCAL_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        unsetenv(vars[i]);
+    dp_exec_detect_env(&e);
+    CHECK(!e.launched);
+    CHECK_EQ(e.world, 1);
+    setenv("RANK", "3", 1);
+    setenv("WORLD_SIZE", "4", 1);
+    setenv("LOCAL_RANK", "1", 1);
+    dp_exec_detect_env(&e);
+    CHECK_STR(e.source, "torchrun");
+    CHECK_EQ(e.rank, 3);
+    CHECK_EQ(e.world, 4);
+    CHECK_EQ(e.local_rank, 1);
+    /* A Slurm batch script (no step) is not a launch; srun is. */
+    setenv("SLURM_PROCID", "5", 1);
+    setenv("SLURM_NTASKS", "8", 1);
+    dp_exec_detect_env(&e);
+    CHECK_STR(e.source, "torchrun");
+    setenv("SLURM_STEP_ID", "0", 1);
+    dp_exec_detect_env(&e);
+    CHECK_STR(e.source, "slurm");
+    CHECK_EQ(e.rank, 5);
+    setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+    setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+    dp_exec_detect_env(&e);
+    CHECK_STR(e.source, "openmpi");
+    CHECK_EQ(e.rank, 1);
+    CHECK_EQ(e.world, 2);
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        unsetenv(vars[i]);
+}
+
+/* Megatron parallel_state docstring: 16 GPUs, tp=2, pp=4 (so dp=2): TP groups [0,1],
+ * [2,3]...; DP groups [0,2], [1,3], [4,6]...; PP groups [0,4,8,12], [1,5,9,13]... */
+static void test_rank_formula(void)
+{
+    struct dp_coords c;
+    dp_rank_coords(5, 2, 2, 4, &c);
+    CHECK_EQ(c.tp_rank, 1);
+    CHECK_EQ(c.dp_rank, 0);
+    CHECK_EQ(c.pp_rank, 1);
+    dp_rank_coords(6, 2, 2, 4, &c);
+    CHECK_EQ(c.tp_rank, 0);
+    CHECK_EQ(c.dp_rank, 1);
+    CHECK_EQ(c.pp_rank, 1);
+    for (int r = 0; r < 16; r++) {
+        dp_rank_coords(r, 2, 2, 4, &c);
+        CHECK_EQ(dp_rank_of(&c, 2, 2, 4), r);
+    }
+}
+
+/* Single-rank layouts: the executor's accounted pools against dp_mem_estimate_cpu. */
+static void test_memory_single_rank(void)
+{
+    const char *models[] = {"tiny-gpt", "tiny-llama"};
+    struct dp_tokens tok = {0};
+    tok.n = 4096;
+    tok.tok = calloc((size_t)tok.n, sizeof *tok.tok);
+    for (int64_t i = 0; i < tok.n; i++)
+        tok.tok[i] = (uint16_t)(i * 7 % 256);
+    for (int mi = 0; mi < 2; mi++)
+        for (int rc = 0; rc < 3; rc++)
+            for (int mbs = 1; mbs <= 4; mbs *= 4) {
+                struct dp_model m;
+                struct dp_err err = {0};
+                CHECK_EQ(dp_model_load(models[mi], &m, &err), 0);
+                struct dp_layout l;
+                dp_layout_default(&l);
+                l.precision = DP_FP32;
+                l.mbs = mbs;
+                l.gbs = 4;
+                l.seq_len = 32;
+                l.recompute = (enum dp_recompute)rc;
+                struct dp_mem_report rep;
+                CHECK_EQ(dp_mem_estimate_cpu(&m, &l, &rep, &err), 0);
+                struct dp_exec_opts o;
+                dp_exec_opts_default(&o);
+                o.data = &tok;
+                o.threads = 1;
+                struct dp_exec *ex;
+                CHECK_EQ(dp__exec_new(&m, &l, &o, &ex, &err), 0);
+                double loss;
+                CHECK_EQ(dp__forward_backward(ex, 1, &loss), 0);
+                CHECK_EQ(dp__optimizer_step(ex, 1e-3, 1.0), 0);
+                const struct dp_mem_stage *st = &rep.stage[0];
+                CHECK_EQ(ex->mem.peak[DP_POOL_PARAMS], st->params_bytes);
+                CHECK_EQ(ex->mem.peak[DP_POOL_GRADS], st->grads_bytes);
+                CHECK_EQ(ex->mem.peak[DP_POOL_OPTIM], st->optimizer_bytes);
+                CHECK_EQ(ex->mem.peak[DP_POOL_ACT_SLOTS], st->act_layers_bytes);
+                CHECK_EQ(ex->mem.peak[DP_POOL_ACT_HEAD], st->act_head_bytes);
+                CHECK_EQ(ex->mem.peak[DP_POOL_ACT_WORK], st->act_working_bytes);
+                CHECK_EQ(ex->mem.peak[DP_POOL_COMM], st->comm_bytes);
+                dp__exec_free(ex);
+            }
+    free(tok.tok);
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/dplan-test-data-XXXXXX");
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_prepare_and_load();
+    test_bad_files();
+    test_default_corpus();
+    test_env();
+    test_rank_formula();
+    test_memory_single_rank();
+    dp_exec_finalize();
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    return check_done("test_executor_data");
+}
