@@ -140,10 +140,12 @@ void cli_describe_layout(FILE *f, const struct dp_layout *l, const struct dp_mod
 
 /* Subcommands. */
 int cmd_calibrate(int argc, char **argv);
+int cmd_data(int argc, char **argv);
 int cmd_estimate(int argc, char **argv);
 int cmd_memory(int argc, char **argv);
 int cmd_model(int argc, char **argv);
 int cmd_profiles(int argc, char **argv);
+int cmd_run(int argc, char **argv);
 int cmd_suggest(int argc, char **argv);
 int cmd_topo(int argc, char **argv);
 int cmd_validate(int argc, char **argv);

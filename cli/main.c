@@ -13,10 +13,12 @@ static const struct dp_cmd {
 } cmds[] = {
     /* sorted */
     {"calibrate", cmd_calibrate, "fit a GPU's GEMM efficiency curve to measured runs"},
+    {"data", cmd_data, "prepare token files for `dplan run` (byte-level tokeniser)"},
     {"estimate", cmd_estimate, "predict step time, throughput and memory of one layout"},
     {"memory", cmd_memory, "per-GPU memory per pipeline stage; will it fit, and what fixes it"},
     {"model", cmd_model, "show a model's architecture and exact parameter count"},
     {"profiles", cmd_profiles, "list the shipped GPU, link, network, system and model profiles"},
+    {"run", cmd_run, "train for real under a plan (CPU backend over MPI)"},
     {"suggest", cmd_suggest, "search every layout, rank those that fit, write plan.json"},
     {"topo", cmd_topo, "describe this node or an hwloc XML export; write a cluster file"},
     {"validate", cmd_validate, "compare predicted and measured step times of real training runs"},
