@@ -134,18 +134,23 @@ static int cmp_fix(const void *a, const void *b)
         return x->peak_bytes < y->peak_bytes ? -1 : x->peak_bytes > y->peak_bytes;
     if (x->gpus != y->gpus)
         return x->gpus < y->gpus ? -1 : 1;
-    double cx = x->extra_flops + 0.02 * log2((double)x->layout.tp * x->layout.pp) +
-                (x->layout.zero >= 3 ? 0.05 : 0);
-    double cy = y->extra_flops + 0.02 * log2((double)y->layout.tp * y->layout.pp) +
-                (y->layout.zero >= 3 ? 0.05 : 0);
-    if (cx != cy)
-        return cx < cy ? -1 : 1;
+    if (x->slowdown != y->slowdown)
+        return x->slowdown < y->slowdown ? -1 : 1;
     return x->peak_bytes < y->peak_bytes ? -1 : x->peak_bytes > y->peak_bytes;
+}
+
+/* Tokens per second per GPU of a layout on a cluster. */
+static double per_gpu_rate(const struct dp_model *m, const struct dp_cluster *cl,
+                           const struct dp_layout *l)
+{
+    struct dp_step_cost c;
+    dp_time_step_fast(m, cl, l, &c);
+    return c.tokens_per_s / dp_cluster_gpus(cl);
 }
 
 static bool evaluate(const struct dp_model *m, const struct dp_cluster *cl,
                      const struct dp_layout *from, const struct dp_layout *to,
-                     const struct dp_mem_opts *o, struct dp_fix *fx)
+                     const struct dp_mem_opts *o, double base_rate, struct dp_fix *fx)
 {
     struct dp_err e = {0};
     if (dp_layout_validate(to, m, dp_cluster_gpus(cl), &e))
@@ -155,6 +160,12 @@ static bool evaluate(const struct dp_model *m, const struct dp_cluster *cl,
     dp_mem_peak(m, cl, to, o, &fx->peak_bytes, NULL, NULL);
     fx->fits = fx->peak_bytes <= dp_gpu_usable_bytes(&cl->gpu);
     describe_cost(m, from, to, fx);
+    fx->slowdown = base_rate / per_gpu_rate(m, cl, to) - 1;
+    /* Lead with the predicted effect; the reasons follow. */
+    char why[sizeof fx->cost];
+    snprintf(why, sizeof why, "%s", fx->cost);
+    snprintf(fx->cost, sizeof fx->cost, "%+.1f%% time per token per GPU: %s", 100 * fx->slowdown,
+             why);
     return true;
 }
 
@@ -168,6 +179,7 @@ int dp_plan_fixes(const struct dp_model *m, const struct dp_cluster *cl, const s
     bool any_fits = false;
     int64_t base_peak;
     dp_mem_peak(m, cl, l, o, &base_peak, NULL, NULL);
+    double base_rate = per_gpu_rate(m, cl, l);
     for (int k = 0; k < CH_COUNT; k++) {
         struct dp_layout t = *l;
         struct dp_fix fx = {0};
@@ -175,7 +187,8 @@ int dp_plan_fixes(const struct dp_model *m, const struct dp_cluster *cl, const s
             continue;
         /* A change that saves under 0.5% is no fix (e.g. selective recompute when
          * flash attention already keeps no score matrices). */
-        if (evaluate(m, cl, l, &t, o, &fx) && fx.peak_bytes < base_peak - base_peak / 200) {
+        if (evaluate(m, cl, l, &t, o, base_rate, &fx) &&
+            fx.peak_bytes < base_peak - base_peak / 200) {
             cand[nc++] = fx;
             any_fits |= fx.fits;
         }
@@ -193,7 +206,7 @@ int dp_plan_fixes(const struct dp_model *m, const struct dp_cluster *cl, const s
                     !apply((enum change_kind)b, cl, &t, o2, sizeof o2))
                     continue;
                 snprintf(fx.change, sizeof fx.change, "%s %s", o1, o2);
-                if (evaluate(m, cl, l, &t, o, &fx) && fx.fits)
+                if (evaluate(m, cl, l, &t, o, base_rate, &fx) && fx.fits)
                     cand[nc++] = fx;
             }
     }
@@ -215,12 +228,13 @@ int dp_plan_fixes(const struct dp_model *m, const struct dp_cluster *cl, const s
             big.gpus_per_node = gpus;
         }
         struct dp_fix fx = {0};
-        if (!evaluate(m, &big, l, &t, o, &fx) || !fx.fits)
+        if (!evaluate(m, &big, l, &t, o, base_rate, &fx) || !fx.fits)
             continue;
         snprintf(fx.change, sizeof fx.change, "%d GPUs (dp=%d, --zero %d, gbs=%lld)", gpus, t.dp,
                  t.zero, (long long)t.gbs);
-        snprintf(fx.cost, sizeof fx.cost, "%d more GPUs (%dx the hardware), same per-GPU work",
-                 gpus - dp_cluster_gpus(cl), k);
+        snprintf(fx.cost, sizeof fx.cost,
+                 "%d more GPUs (%dx the hardware), %+.1f%% tokens/s per GPU, same work per GPU",
+                 gpus - dp_cluster_gpus(cl), k, -100 * fx.slowdown / (1 + fx.slowdown));
         cand[nc++] = fx;
         break;
     }
@@ -246,8 +260,18 @@ int dp_plan_fixes(const struct dp_model *m, const struct dp_cluster *cl, const s
         dp_flops_step(m, l, &f0);
         dp_flops_step(m, &mg.layout, &f1);
         fx.extra_flops = f1.hardware_flops / f0.hardware_flops - 1.0;
-        snprintf(fx.cost, sizeof fx.cost, "%d more GPUs (%.1fx the hardware)",
-                 mg.gpus - dp_cluster_gpus(cl), (double)mg.gpus / dp_cluster_gpus(cl));
+        struct dp_cluster mgc = *cl;
+        if (mg.nodes) {
+            mgc.nodes = mg.nodes;
+        } else {
+            mgc.nodes = 1;
+            mgc.gpus_per_node = mg.gpus;
+        }
+        fx.slowdown = base_rate / per_gpu_rate(m, &mgc, &mg.layout) - 1;
+        snprintf(fx.cost, sizeof fx.cost,
+                 "%d more GPUs (%.1fx the hardware), %+.1f%% tokens/s per GPU",
+                 mg.gpus - dp_cluster_gpus(cl), (double)mg.gpus / dp_cluster_gpus(cl),
+                 -100 * fx.slowdown / (1 + fx.slowdown));
         cand[nc++] = fx;
     }
     qsort(cand, (size_t)nc, sizeof cand[0], cmp_fix);

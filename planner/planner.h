@@ -13,6 +13,7 @@ struct dp_fix {
     char change[96];         /* as command-line options, e.g. "--recompute full --zero 1" */
     char cost[192];          /* what the change costs, in words */
     double extra_flops;      /* fraction of extra hardware FLOPs (recompute) */
+    double slowdown;         /* predicted loss of tokens/s per GPU: old / new - 1 */
     struct dp_layout layout; /* the changed layout */
     int gpus;                /* GPUs it runs on */
     int64_t peak_bytes;
@@ -25,7 +26,8 @@ struct dp_fix {
  * Candidate fixes for layout `l` on `cl`: single changes (recompute,
  * sequence parallel, ZeRO stage, tp x2, pp x2, smaller micro-batch) and, when
  * none fits alone, pairs of them; then the fewest GPUs of this node type that
- * fit. Sorted: fitting first, then by cost (extra FLOPs, communication).
+ * fit. Sorted: fitting first, then fewest GPUs, then the smallest predicted
+ * loss of per-GPU throughput (the step-time model).
  * *n gets the count (<= cap).
  */
 int dp_plan_fixes(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
@@ -37,7 +39,7 @@ struct dp_min_gpus {
     bool found;
     int gpus;
     int nodes;               /* 0 when the count is a part of one node */
-    struct dp_layout layout; /* the cheapest fitting layout at that count */
+    struct dp_layout layout; /* the fastest fitting layout at that count */
     int64_t peak_bytes;
     int64_t best_peak_bytes; /* when not found: the smallest peak reached at max_gpus */
     struct dp_layout best_layout;
@@ -53,10 +55,6 @@ struct dp_min_gpus {
 int dp_plan_min_gpus(const struct dp_model *m, const struct dp_cluster *cl,
                      const struct dp_layout *base, bool base_gbs_fixed, const struct dp_mem_opts *o,
                      int max_gpus, struct dp_min_gpus *out, struct dp_err *err);
-
-/* A cost proxy used to rank fitting layouts while no step-time model is asked:
- * extra FLOPs from recompute, then model-parallel degree, then ZeRO stage. */
-double dp_plan_cost_proxy(const struct dp_model *m, const struct dp_layout *l);
 
 /* ------------------------------------------------------------------ search */
 

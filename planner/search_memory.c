@@ -4,19 +4,7 @@
  */
 #include "internal.h"
 
-#include <math.h>
 #include <string.h>
-
-double dp_plan_cost_proxy(const struct dp_model *m, const struct dp_layout *l)
-{
-    struct dp_flops f;
-    dp_flops_step(m, l, &f);
-    double extra = f.model_flops > 0 ? f.recompute_flops / f.model_flops : 0;
-    /* Until a step-time model is consulted: recompute FLOPs dominate, then each
-     * doubling of model parallelism, then ZeRO-3's extra all-gathers. */
-    return extra + 0.02 * log2((double)l->tp) + 0.03 * log2((double)l->pp) +
-           (l->zero >= 3 ? 0.05 : 0.001 * l->zero) + (l->sp ? -0.001 : 0);
-}
 
 int dp__enum_memory_layouts(const struct dp_model *m, int gpus, int gpus_per_node,
                             const struct dp_layout *base, bool gbs_fixed, dp__layout_fn fn,
@@ -95,7 +83,9 @@ static int try_layout(const struct dp_layout *l, void *vctx)
     }
     if (peak > c->cap)
         return 0;
-    double cost = dp_plan_cost_proxy(c->m, l);
+    struct dp_step_cost sc;
+    dp_time_step_fast(c->m, c->cl, l, &sc);
+    double cost = sc.step_time_s;
     if (!c->found || cost < c->best_cost || (cost == c->best_cost && peak < c->best_peak)) {
         c->found = true;
         c->best_cost = cost;
