@@ -24,23 +24,70 @@
 
 #ifdef DP_REAL_DOUBLE
 #define CBLAS_GEMM cblas_dgemm
-#define R_EXP      exp
 #define R_LOG      log
 #define R_SQRT     sqrt
-#define R_TANH     tanh
-#define R_COSH     cosh
 #define R_INF      ((real)INFINITY)
 #else
 #define CBLAS_GEMM cblas_sgemm
-#define R_EXP      expf
 #define R_LOG      logf
 #define R_SQRT     sqrtf
-#define R_TANH     tanhf
-#define R_COSH     coshf
 #define R_INF      INFINITY
 #endif
 
 #define MAX_THREADS 256
+
+/*
+ * The hot element-wise loops are compiled for AVX-512, AVX2 and baseline x86-64 and
+ * picked at load time (GCC/Clang function multiversioning), so one binary runs anywhere
+ * and uses the wide vectors where they exist. Reductions use `omp simd`, which lets the
+ * compiler vectorise the sum in a fixed (layout-independent) order.
+ */
+#if defined(__x86_64__) && !defined(DP_REAL_DOUBLE) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define DP_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+#endif
+#ifndef DP_CLONES
+#define DP_CLONES
+#endif
+
+/*
+ * exp for the element-wise kernels. In float, a branch-free version the compiler can
+ * vectorise (glibc's expf is a scalar call, and GELU, softmax, SiLU and the cross-entropy
+ * spend most of their time in it): exp(x) = 2^n p(r), n = round(x / ln 2),
+ * r = x - n ln 2 in two parts, p the degree-6 minimax polynomial of Cephes expf
+ * (Moshier, "Methods and Programs for Mathematical Functions"), within 2 ulp on
+ * [-87, 88]; inputs are clamped to that range. The double build keeps libm.
+ */
+#ifdef DP_REAL_DOUBLE
+#define R_EXPV exp
+#else
+static inline float R_EXPV(float x)
+{
+    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    /* round to nearest by adding and subtracting 1.5 * 2^23 (no libm call) */
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    float p = 1.9875691500E-4f;
+    p = p * r + 1.3981999507E-3f;
+    p = p * r + 8.3334519073E-3f;
+    p = p * r + 4.1665795894E-2f;
+    p = p * r + 1.6666665459E-1f;
+    p = p * r + 5.0000001201E-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t e = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &e, sizeof scale);
+    return p * scale;
+}
+#endif
+
+/* tanh(u) = 1 - 2 / (exp(2u) + 1): one exponential, no cancellation problem for GELU,
+ * which only uses 1 + tanh. */
+static inline real tanh_e(real u)
+{
+    return (real)1 - (real)2 / (R_EXPV((real)2 * u) + (real)1);
+}
 
 /* ------------------------------------------------------------------ GEMM */
 
@@ -214,58 +261,77 @@ void dp__cpu_add_inplace(real *y, const real *x, int64_t n)
 
 #define GELU_S ((real)0.7978845608028654) /* sqrt(2 / pi) */
 
+DP_CLONES static void gelu_fwd(real *out, const real *inp, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        real x = inp[i];
+        real cube = (real)0.044715 * x * x * x;
+        out[i] = (real)0.5 * x * ((real)1 + tanh_e(GELU_S * (x + cube)));
+    }
+}
+
+DP_CLONES static void gelu_bwd(real *dinp, const real *dout, const real *inp, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        real x = inp[i];
+        real cube = (real)0.044715 * x * x * x;
+        real th = tanh_e(GELU_S * (x + cube));
+        real sech2 = (real)1 - th * th; /* d tanh = sech^2 = 1 - tanh^2 */
+        real local = (real)0.5 * ((real)1 + th) +
+                     x * (real)0.5 * sech2 * GELU_S * ((real)1 + (real)3 * (real)0.044715 * x * x);
+        dinp[i] = local * dout[i];
+    }
+}
+
+/* SwiGLU on rows [gate (F) | up (F)]: out = silu(gate) * up. */
+DP_CLONES static void swiglu_fwd(real *out, const real *gt, const real *up, int64_t F)
+{
+    for (int64_t i = 0; i < F; i++) {
+        real sg = (real)1 / ((real)1 + R_EXPV(-gt[i]));
+        out[i] = gt[i] * sg * up[i];
+    }
+}
+
+DP_CLONES static void swiglu_bwd(real *dg, real *du, const real *dy, const real *gt, const real *up,
+                                 int64_t F)
+{
+    for (int64_t i = 0; i < F; i++) {
+        real sg = (real)1 / ((real)1 + R_EXPV(-gt[i]));
+        du[i] = dy[i] * gt[i] * sg;
+        dg[i] = dy[i] * up[i] * sg * ((real)1 + gt[i] * ((real)1 - sg));
+    }
+}
+
+/* Split [0, n) over the threads in blocks of 4096 elements (whole vectors). */
+#define FOR_BLOCKS(n, body)                                                                        \
+    _Pragma("omp parallel for schedule(static)") for (int64_t b0_ = 0; b0_ < (n); b0_ += 4096)     \
+    {                                                                                              \
+        int64_t i0 = b0_, cnt = (n)-b0_ < 4096 ? (n)-b0_ : 4096;                                   \
+        body;                                                                                      \
+    }
+
 void dp__cpu_act_fwd(enum dp_ffn_kind kind, real *out, const real *inp, int64_t N, int64_t F)
 {
     if (kind == DP_FFN_GELU) {
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < N * F; i++) {
-            real x = inp[i];
-            real cube = (real)0.044715 * x * x * x;
-            out[i] = (real)0.5 * x * ((real)1 + R_TANH(GELU_S * (x + cube)));
-        }
+        FOR_BLOCKS(N * F, gelu_fwd(out + i0, inp + i0, cnt));
         return;
     }
-    /* SwiGLU: out = silu(gate) * up, rows of inp are [gate (F) | up (F)]. */
 #pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++) {
-        const real *gt = inp + n * 2 * F, *up = gt + F;
-        for (int64_t i = 0; i < F; i++) {
-            real sg = (real)1 / ((real)1 + R_EXP(-gt[i]));
-            out[n * F + i] = gt[i] * sg * up[i];
-        }
-    }
+    for (int64_t n = 0; n < N; n++)
+        swiglu_fwd(out + n * F, inp + n * 2 * F, inp + n * 2 * F + F, F);
 }
 
 void dp__cpu_act_bwd(enum dp_ffn_kind kind, real *dinp, const real *dout, const real *inp,
                      int64_t N, int64_t F)
 {
     if (kind == DP_FFN_GELU) {
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < N * F; i++) {
-            real x = inp[i];
-            real cube = (real)0.044715 * x * x * x;
-            real arg = GELU_S * (x + cube);
-            real th = R_TANH(arg);
-            real ch = R_COSH(arg);
-            real sech2 = (real)1 / (ch * ch);
-            real local =
-                (real)0.5 * ((real)1 + th) +
-                x * (real)0.5 * sech2 * GELU_S * ((real)1 + (real)3 * (real)0.044715 * x * x);
-            dinp[i] = local * dout[i];
-        }
+        FOR_BLOCKS(N * F, gelu_bwd(dinp + i0, dout + i0, inp + i0, cnt));
         return;
     }
 #pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++) {
-        const real *gt = inp + n * 2 * F, *up = gt + F, *dy = dout + n * F;
-        real *dg = dinp + n * 2 * F, *du = dg + F;
-        for (int64_t i = 0; i < F; i++) {
-            real sg = (real)1 / ((real)1 + R_EXP(-gt[i]));
-            real silu = gt[i] * sg;
-            du[i] = dy[i] * silu;
-            dg[i] = dy[i] * up[i] * sg * ((real)1 + gt[i] * ((real)1 - sg));
-        }
-    }
+    for (int64_t n = 0; n < N; n++)
+        swiglu_bwd(dinp + n * 2 * F, dinp + n * 2 * F + F, dout + n * F, inp + n * 2 * F,
+                   inp + n * 2 * F + F, F);
 }
 
 void dp__cpu_rope(real *x, int64_t ld, int64_t N, int64_t T, int nq, int nk, int d, const real *cs,
@@ -293,7 +359,7 @@ void dp__cpu_rope(real *x, int64_t ld, int64_t N, int64_t T, int nq, int nk, int
 /* ------------------------------------------------------------------ attention */
 
 /* Row-wise causal softmax of a T x T block in place (entries above the diagonal -> 0). */
-static void softmax_causal(real *P, int64_t T)
+DP_CLONES static void softmax_causal(real *P, int64_t T)
 {
     for (int64_t t = 0; t < T; t++) {
         real *row = P + t * T;
@@ -301,8 +367,9 @@ static void softmax_causal(real *P, int64_t T)
         for (int64_t j = 0; j <= t; j++)
             mx = row[j] > mx ? row[j] : mx;
         real sum = 0;
+#pragma omp simd reduction(+ : sum)
         for (int64_t j = 0; j <= t; j++) {
-            row[j] = R_EXP(row[j] - mx);
+            row[j] = R_EXPV(row[j] - mx);
             sum += row[j];
         }
         real inv = (real)1 / sum;
@@ -311,6 +378,43 @@ static void softmax_causal(real *P, int64_t T)
         for (int64_t j = t + 1; j < T; j++)
             row[j] = 0;
     }
+}
+
+/* Softmax backward on a causal T x T block: dS = P * (dP - sum_j dP P), in place in dP. */
+DP_CLONES static void softmax_causal_bwd(real *dP, const real *P, int64_t T)
+{
+    for (int64_t t = 0; t < T; t++) {
+        const real *pr = P + t * T;
+        real *dr = dP + t * T;
+        real s = 0;
+#pragma omp simd reduction(+ : s)
+        for (int64_t u = 0; u <= t; u++)
+            s += dr[u] * pr[u];
+        for (int64_t u = 0; u <= t; u++)
+            dr[u] = pr[u] * (dr[u] - s);
+        for (int64_t u = t + 1; u < T; u++)
+            dr[u] = 0;
+    }
+}
+
+/*
+ * Causal attention per (sequence, head) with the products cut into row blocks of ATT_BS:
+ * block i (rows r0 .. r0 + rows) only needs keys 0 .. r0 + rows, so the masked upper
+ * triangle is never computed (5/8 of the full work at T = 128). Softmax rows read only
+ * their causal entries and write zeros above the diagonal.
+ */
+#define ATT_BS 32
+
+/* S = scale q k^T for the causal blocks, then row softmax, into P [T][T]. */
+static void probs_one(real *P, const real *q, const real *k, int64_t ld, int64_t T, int d,
+                      real scale)
+{
+    for (int64_t r0 = 0; r0 < T; r0 += ATT_BS) {
+        int64_t rows = T - r0 < ATT_BS ? T - r0 : ATT_BS, cols = r0 + rows;
+        dp__cpu_gemm1(false, true, (int)rows, (int)cols, d, scale, q + r0 * ld, (int)ld, k, (int)ld,
+                      0, P + r0 * T, (int)T);
+    }
+    softmax_causal(P, T);
 }
 
 void dp__cpu_attn_probs(real *probs, const real *qkv, int64_t B, int64_t T, int a, int g, int d)
@@ -323,10 +427,7 @@ void dp__cpu_attn_probs(real *probs, const real *qkv, int64_t B, int64_t T, int 
         for (int h = 0; h < a; h++) {
             const real *q = qkv + b * T * ld + (int64_t)h * d;
             const real *k = qkv + b * T * ld + qd + (int64_t)(h / per) * d;
-            real *P = probs + (b * a + h) * T * T;
-            dp__cpu_gemm1(false, true, (int)T, (int)T, d, scale, q, (int)ld, k, (int)ld, 0, P,
-                          (int)T);
-            softmax_causal(P, T);
+            probs_one(probs + (b * a + h) * T * T, q, k, ld, T, d, scale);
         }
 }
 
@@ -336,18 +437,23 @@ void dp__cpu_attn_fwd(real *ctx, real *probs, const real *qkv, int64_t B, int64_
     const int64_t qd = (int64_t)a * d, kvd = (int64_t)g * d, ld = qd + 2 * kvd;
     const int per = a / g;
     const real scale = (real)1 / R_SQRT((real)d);
+    /* The per-head products write strided column blocks; OpenBLAS would clear each one
+     * row by row for beta = 0, so clear the whole buffer once and accumulate. */
+    memset(ctx, 0, (size_t)(B * T * qd) * sizeof(real));
 #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t b = 0; b < B; b++)
         for (int h = 0; h < a; h++) {
             const real *q = qkv + b * T * ld + (int64_t)h * d;
             const real *k = qkv + b * T * ld + qd + (int64_t)(h / per) * d;
-            const real *v = qkv + b * T * ld + qd + kvd + (int64_t)(h / per) * d;
+            const real *v = k + kvd;
             real *P = probs + (b * a + h) * T * T;
-            dp__cpu_gemm1(false, true, (int)T, (int)T, d, scale, q, (int)ld, k, (int)ld, 0, P,
-                          (int)T);
-            softmax_causal(P, T);
-            dp__cpu_gemm1(false, false, (int)T, d, (int)T, 1, P, (int)T, v, (int)ld, 0,
-                          ctx + b * T * qd + (int64_t)h * d, (int)qd);
+            real *c = ctx + b * T * qd + (int64_t)h * d;
+            probs_one(P, q, k, ld, T, d, scale);
+            for (int64_t r0 = 0; r0 < T; r0 += ATT_BS) {
+                int64_t rows = T - r0 < ATT_BS ? T - r0 : ATT_BS, cols = r0 + rows;
+                dp__cpu_gemm1(false, false, (int)rows, d, (int)cols, 1, P + r0 * T, (int)T, v,
+                              (int)ld, 1, c + r0 * qd, (int)qd);
+            }
         }
 }
 
@@ -357,6 +463,7 @@ void dp__cpu_attn_bwd(real *dqkv, real *dprobs, const real *dctx, const real *qk
     const int64_t qd = (int64_t)a * d, kvd = (int64_t)g * d, ld = qd + 2 * kvd;
     const int per = a / g;
     const real scale = (real)1 / R_SQRT((real)d);
+    memset(dqkv, 0, (size_t)(B * T * ld) * sizeof(real)); /* see attn_fwd: beta = 1 below */
     /* One task per (sequence, kv head): the q heads of a group add into the same dK, dV. */
 #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t b = 0; b < B; b++)
@@ -372,29 +479,23 @@ void dp__cpu_attn_bwd(real *dqkv, real *dprobs, const real *dctx, const real *qk
                 const real *P = probs + (b * a + h) * T * T;
                 real *dP = dprobs + (b * a + h) * T * T;
                 const real *dc = dctx + b * T * qd + (int64_t)h * d;
-                real beta = j ? 1 : 0;
-                /* dP = dctx V^T; dV += P^T dctx */
-                dp__cpu_gemm1(false, true, (int)T, (int)T, d, 1, dc, (int)qd, v, (int)ld, 0, dP,
-                              (int)T);
-                dp__cpu_gemm1(true, false, (int)T, d, (int)T, 1, P, (int)T, dc, (int)qd, beta, dv,
-                              (int)ld);
-                /* Softmax backward: dS = P * (dP - sum_j dP P), causal entries only. */
-                for (int64_t t = 0; t < T; t++) {
-                    const real *pr = P + t * T;
-                    real *dr = dP + t * T;
-                    real s = 0;
-                    for (int64_t u = 0; u <= t; u++)
-                        s += dr[u] * pr[u];
-                    for (int64_t u = 0; u <= t; u++)
-                        dr[u] = pr[u] * (dr[u] - s);
-                    for (int64_t u = t + 1; u < T; u++)
-                        dr[u] = 0;
+                /* dP = dctx V^T and dV += P^T dctx, causal blocks only. */
+                for (int64_t r0 = 0; r0 < T; r0 += ATT_BS) {
+                    int64_t rows = T - r0 < ATT_BS ? T - r0 : ATT_BS, cols = r0 + rows;
+                    dp__cpu_gemm1(false, true, (int)rows, (int)cols, d, 1, dc + r0 * qd, (int)qd, v,
+                                  (int)ld, 0, dP + r0 * T, (int)T);
+                    dp__cpu_gemm1(true, false, (int)cols, d, (int)rows, 1, P + r0 * T, (int)T,
+                                  dc + r0 * qd, (int)qd, 1, dv, (int)ld);
                 }
+                softmax_causal_bwd(dP, P, T);
                 /* dQ = scale dS K; dK += scale dS^T Q */
-                dp__cpu_gemm1(false, false, (int)T, d, (int)T, scale, dP, (int)T, k, (int)ld, 0, dq,
-                              (int)ld);
-                dp__cpu_gemm1(true, false, (int)T, d, (int)T, scale, dP, (int)T, q, (int)ld, beta,
-                              dk, (int)ld);
+                for (int64_t r0 = 0; r0 < T; r0 += ATT_BS) {
+                    int64_t rows = T - r0 < ATT_BS ? T - r0 : ATT_BS, cols = r0 + rows;
+                    dp__cpu_gemm1(false, false, (int)rows, d, (int)cols, scale, dP + r0 * T, (int)T,
+                                  k, (int)ld, 1, dq + r0 * ld, (int)ld);
+                    dp__cpu_gemm1(true, false, (int)cols, d, (int)rows, scale, dP + r0 * T, (int)T,
+                                  q + r0 * ld, (int)ld, 1, dk, (int)ld);
+                }
             }
         }
 }
@@ -482,7 +583,7 @@ void dp__cpu_ce_sums(real *sums, const real *logits, const real *gmax, const int
         sums[n] = (t >= 0 && t < nv) ? l[t] : 0;
         real s = 0;
         for (int64_t j = 0; j < valid; j++)
-            s += R_EXP(l[j] - gmax[n]);
+            s += R_EXPV(l[j] - gmax[n]);
         sums[N + n] = s;
     }
 }
@@ -502,7 +603,7 @@ void dp__cpu_ce_grad(real *logits, real *loss, const real *gmax, const real *sum
         real inv = (real)1 / se;
         int64_t t = tgt[n] - v0;
         for (int64_t j = 0; j < valid; j++)
-            l[j] = dloss * (R_EXP(l[j] - gmax[n]) * inv - (j == t ? (real)1 : (real)0));
+            l[j] = dloss * (R_EXPV(l[j] - gmax[n]) * inv - (j == t ? (real)1 : (real)0));
         for (int64_t j = valid; j < nv; j++)
             l[j] = 0;
     }
@@ -545,13 +646,10 @@ double dp__cpu_sumsq(const real *x, int64_t n)
     return reduce_sum(x, n, true);
 }
 
-void dp__cpu_adamw(real *p, const real *grad, real *m, real *v, int64_t n, double lr, double beta1,
-                   double beta2, double eps, double wd, double bc1, double bc2, double gscale)
+DP_CLONES static void adamw_range(real *p, const real *grad, real *m, real *v, int64_t n, real rlr,
+                                  real b1, real b2, real reps, real rwd, real ibc1, real ibc2,
+                                  real gs)
 {
-    const real b1 = (real)beta1, b2 = (real)beta2, gs = (real)gscale;
-    const real rlr = (real)lr, reps = (real)eps, rwd = (real)wd;
-    const real ibc1 = (real)(1.0 / bc1), ibc2 = (real)(1.0 / bc2);
-#pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) {
         real gi = grad[i] * gs;
         real mi = b1 * m[i] + ((real)1 - b1) * gi;
@@ -561,4 +659,14 @@ void dp__cpu_adamw(real *p, const real *grad, real *m, real *v, int64_t n, doubl
         real mhat = mi * ibc1, vhat = vi * ibc2;
         p[i] -= rlr * (mhat / (R_SQRT(vhat) + reps) + rwd * p[i]);
     }
+}
+
+void dp__cpu_adamw(real *p, const real *grad, real *m, real *v, int64_t n, double lr, double beta1,
+                   double beta2, double eps, double wd, double bc1, double bc2, double gscale)
+{
+    const real b1 = (real)beta1, b2 = (real)beta2, gs = (real)gscale;
+    const real rlr = (real)lr, reps = (real)eps, rwd = (real)wd;
+    const real ibc1 = (real)(1.0 / bc1), ibc2 = (real)(1.0 / bc2);
+    FOR_BLOCKS(n, adamw_range(p + i0, grad + i0, m + i0, v + i0, cnt, rlr, b1, b2, reps, rwd, ibc1,
+                              ibc2, gs));
 }
