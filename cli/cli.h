@@ -98,6 +98,14 @@ struct cli_common {
 };
 
 void cli_common_init(struct cli_common *c);
+/*
+ * getopt_long for a subcommand: the next command-specific option id, -1 at the
+ * end of the options, or -2 after printing a usage error (missing value, unknown
+ * option, bad shared-option value: exit 2). Shared options (cluster, knobs,
+ * --json) go into *c when c is not NULL. `shortopts` must start with ':'.
+ */
+int cli_next_opt(const char *cmd, int argc, char **argv, const char *shortopts,
+                 const struct option *opts, struct cli_common *c);
 /* Handle a shared option: 1 = handled, 0 = not a shared option, <0 = usage error printed. */
 int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common *c);
 /*

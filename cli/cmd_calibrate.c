@@ -31,15 +31,13 @@ int cmd_calibrate(int argc, char **argv)
     int ch;
     optind = 1;
     opterr = 0;
-    while ((ch = getopt_long(argc, argv, ":ho:", opts, NULL)) != -1) {
+    while ((ch = cli_next_opt("calibrate", argc, argv, ":ho:", opts, NULL)) != -1) {
         switch (ch) {
         case 'g': gpu = optarg; break;
         case 'f': fit_half = true; break;
         case 'o': outfile = optarg; break;
         case 'h': fputs(help, stdout); return 0;
-        case ':':
-            return cli_usage_error("calibrate", "option \"%s\" needs a value", argv[optind - 1]);
-        default: return cli_usage_error("calibrate", "unknown option \"%s\"", argv[optind - 1]);
+        default: return 2;
         }
     }
     if (!gpu)

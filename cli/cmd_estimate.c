@@ -31,17 +31,10 @@ int cmd_estimate(int argc, char **argv)
     int ch;
     optind = 1;
     opterr = 0;
-    while ((ch = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-        int r = cli_common_opt("estimate", ch, optarg, &c);
-        if (r < 0)
-            return 2;
-        if (r > 0)
-            continue;
+    while ((ch = cli_next_opt("estimate", argc, argv, ":h", opts, &c)) != -1) {
         switch (ch) {
         case 'h': printf("%s%s\n%s", help_head, cli_cluster_help, cli_knob_help); return 0;
-        case ':':
-            return cli_usage_error("estimate", "option \"%s\" needs a value", argv[optind - 1]);
-        default: return cli_usage_error("estimate", "unknown option \"%s\"", argv[optind - 1]);
+        default: return 2;
         }
     }
     if (argc - optind > 1 || (optind == argc && !c.plan))

@@ -69,17 +69,12 @@ int cmd_memory(int argc, char **argv)
     int ch;
     optind = 1;
     opterr = 0;
-    while ((ch = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-        int r = cli_common_opt("memory", ch, optarg, &c);
-        if (r < 0)
-            return 2;
-        if (r > 0)
-            continue;
+    while ((ch = cli_next_opt("memory", argc, argv, ":h", opts, &c)) != -1) {
         switch (ch) {
         case 'm': min_gpus = true; break;
         case 'h': printf("%s%s\n%s", help_head, cli_cluster_help, cli_knob_help); return 0;
         case ':': return cli_usage_error("memory", "option \"%s\" needs a value", argv[optind - 1]);
-        default: return cli_usage_error("memory", "unknown option \"%s\"", argv[optind - 1]);
+        default: return 2;
         }
     }
     if (argc - optind > 1 || (optind == argc && !c.plan))

@@ -68,13 +68,12 @@ int cmd_model(int argc, char **argv)
     int c;
     optind = 1;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
+    while ((c = cli_next_opt("model", argc, argv, ":h", opts, NULL)) != -1) {
         switch (c) {
         case 'j': json = true; break;
         case 'l': list = true; break;
         case 'h': fputs(help, stdout); return 0;
-        case ':': return cli_usage_error("model", "option \"%s\" needs a value", argv[optind - 1]);
-        default: return cli_usage_error("model", "unknown option \"%s\"", argv[optind - 1]);
+        default: return 2;
         }
     }
     if (list)

@@ -157,12 +157,7 @@ int cmd_suggest(int argc, char **argv)
     int ch;
     optind = 1;
     opterr = 0;
-    while ((ch = getopt_long(argc, argv, ":ho:", opts, NULL)) != -1) {
-        int r = cli_common_opt("suggest", ch, optarg, &c);
-        if (r < 0)
-            return 2;
-        if (r > 0)
-            continue;
+    while ((ch = cli_next_opt("suggest", argc, argv, ":ho:", opts, &c)) != -1) {
         switch (ch) {
         case 'k': {
             char *end;
@@ -177,9 +172,7 @@ int cmd_suggest(int argc, char **argv)
         case 'T': timing = true; break;
         case 'o': outfile = optarg; break;
         case 'h': printf("%s%s\n%s", help_head, cli_cluster_help, cli_knob_help); return 0;
-        case ':':
-            return cli_usage_error("suggest", "option \"%s\" needs a value", argv[optind - 1]);
-        default: return cli_usage_error("suggest", "unknown option \"%s\"", argv[optind - 1]);
+        default: return 2;
         }
     }
     if (optind != argc - 1)

@@ -78,7 +78,7 @@ int cmd_validate(int argc, char **argv)
     int ch;
     optind = 1;
     opterr = 0;
-    while ((ch = getopt_long(argc, argv, ":hv", opts, NULL)) != -1) {
+    while ((ch = cli_next_opt("validate", argc, argv, ":hv", opts, NULL)) != -1) {
         switch (ch) {
         case 'j': json = true; break;
         case 'v': verbose = true; break;
@@ -91,9 +91,7 @@ int cmd_validate(int argc, char **argv)
             break;
         }
         case 'h': fputs(help, stdout); return 0;
-        case ':':
-            return cli_usage_error("validate", "option \"%s\" needs a value", argv[optind - 1]);
-        default: return cli_usage_error("validate", "unknown option \"%s\"", argv[optind - 1]);
+        default: return 2;
         }
     }
     if (argc - optind > 1)

@@ -109,12 +109,7 @@ int cmd_whatif(int argc, char **argv)
     int ch;
     optind = 1;
     opterr = 0;
-    while ((ch = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-        int r = cli_common_opt("whatif", ch, optarg, &c);
-        if (r < 0)
-            return 2;
-        if (r > 0)
-            continue;
+    while ((ch = cli_next_opt("whatif", argc, argv, ":h", opts, &c)) != -1) {
         switch (ch) {
         case 's': snprintf(systems_buf, sizeof systems_buf, "%s", optarg); break;
         case 'n':
@@ -138,7 +133,7 @@ int cmd_whatif(int argc, char **argv)
             break;
         case 'h': printf("%s%s", help_head, cli_knob_help); return 0;
         case ':': return cli_usage_error("whatif", "option \"%s\" needs a value", argv[optind - 1]);
-        default: return cli_usage_error("whatif", "unknown option \"%s\"", argv[optind - 1]);
+        default: return 2;
         }
     }
     if (optind != argc - 1)

@@ -166,6 +166,32 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
     return r ? -2 : 1;
 }
 
+int cli_next_opt(const char *cmd, int argc, char **argv, const char *shortopts,
+                 const struct option *opts, struct cli_common *c)
+{
+    for (;;) {
+        int ch = getopt_long(argc, argv, shortopts, opts, NULL);
+        if (ch == -1)
+            return -1;
+        if (ch == ':') {
+            cli_usage_error(cmd, "option \"%s\" needs a value", argv[optind - 1]);
+            return -2;
+        }
+        if (ch == '?') {
+            cli_usage_error(cmd, "unknown option \"%s\"", argv[optind - 1]);
+            return -2;
+        }
+        if (c) {
+            int r = cli_common_opt(cmd, ch, optarg, c);
+            if (r < 0)
+                return -2;
+            if (r > 0)
+                continue;
+        }
+        return ch;
+    }
+}
+
 bool cli_has_cluster(const struct cli_common *c)
 {
     return c->system || c->gpu || c->cluster;
