@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "costmodel/costmodel.h"
 #include "executor/executor.h"
+#include "run_ckpt.h"
 #include "run_launch.h"
 
 #include <cjson/cJSON.h>
@@ -78,6 +79,7 @@ struct run {
     int np, steps, threads, timeout_s, fmt;
     bool log_all;
     struct dp_exec_opts o;
+    struct cli_ckpt ck; /* checkpoints, resume, restarts (run_ckpt.c) */
     /* state */
     struct dp_model m;
     struct dp_layout l;
@@ -137,6 +139,7 @@ static int parse_args(struct run *r, int argc, char **argv)
                                          {"backend", required_argument, 0, OPT_BACKEND},
                                          {"threads", required_argument, 0, OPT_THREADS},
                                          {"timeout", required_argument, 0, OPT_TIMEOUT},
+                                         CLI_CKPT_OPTIONS,
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int ch;
@@ -148,6 +151,10 @@ static int parse_args(struct run *r, int argc, char **argv)
         if (cr < 0)
             return 2;
         if (cr > 0)
+            continue;
+        if ((cr = cli_ckpt_opt(&r->ck, ch, optarg, argc, argv)) == 2)
+            return 2;
+        if (cr)
             continue;
         int bad = 0;
         switch (ch) {
@@ -188,7 +195,7 @@ static int parse_args(struct run *r, int argc, char **argv)
             break;
         case OPT_THREADS: bad = parse_count("threads", optarg, 1, 4096, &r->threads); break;
         case OPT_TIMEOUT: bad = parse_count("timeout", optarg, 1, 100000000, &r->timeout_s); break;
-        case 'h': printf("%s%s", help_head, cli_knob_help); return -1;
+        case 'h': printf("%s%s%s", help_head, cli_ckpt_help, cli_knob_help); return -1;
         case ':': return cli_usage_error("run", "option \"%s\" needs a value", argv[optind - 1]);
         default: return cli_usage_error("run", "unknown option \"%s\"", argv[optind - 1]);
         }
@@ -198,7 +205,7 @@ static int parse_args(struct run *r, int argc, char **argv)
     if (optind != argc - 1)
         return cli_usage_error("run", "expected one PLAN.json or MODEL argument");
     r->target = argv[optind];
-    return 0;
+    return cli_ckpt_finish(&r->ck);
 }
 
 /* A plan file is a JSON object with "dplan_plan"; anything else is a model. */
@@ -347,6 +354,7 @@ static void on_step(const struct dp_step_info *in, void *ctx)
     cJSON_AddNumberToObject(o, "stage", in->stage);
     cJSON_AddNumberToObject(o, "tp_rank", in->tp_rank);
     cJSON_AddNumberToObject(o, "dp_rank", in->dp_rank);
+    cli_ckpt_annotate(&r->ck, o);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!s)
@@ -364,22 +372,14 @@ static void on_step(const struct dp_step_info *in, void *ctx)
 }
 
 /*
- * Fault injection for tests: DPLAN_FAULT_INJECT="RANK:STEP:exit" makes that rank exit
- * with status 3 when the step starts, "RANK:STEP:hang" makes it stop forever.
+ * Fault injection for tests (TEST-ONLY, run_ckpt.c): DPLAN_FAULT_INJECT="RANK:STEP:exit"
+ * makes that rank exit with status 3 when the step starts, "RANK:STEP:hang" makes it stop
+ * forever; also kill, ckpt-crash, enospc and an attempt number (README).
  */
 static void before_step(int step, int rank, void *ctx)
 {
-    const char *f = getenv("DPLAN_FAULT_INJECT");
-    int fr, fs;
-    char mode[16];
-    if (!f || sscanf(f, "%d:%d:%15s", &fr, &fs, mode) != 3 || fr != rank || fs != step)
-        return;
-    fprintf(stderr, "dplan: rank %d: fault injected at step %d (%s)\n", rank, step, mode);
-    fflush(stderr);
-    if (!strcmp(mode, "exit"))
-        _exit(3);
-    for (;;)
-        pause();
+    struct run *r = ctx;
+    cli_ckpt_before_step(&r->ck, step, rank);
 }
 
 /* ------------------------------------------------------------------ watchdog */
@@ -571,7 +571,7 @@ static int run_rank(struct run *r, int world, struct dp_err *err)
             snprintf(path, sizeof path, "%s", logpath);
         else
             snprintf(path, sizeof path, "%s.rank%d", logpath, rank);
-        r->logf = fopen(path, "w");
+        r->logf = fopen(path, cli_ckpt_append_log(&r->ck) ? "a" : "w");
         if (!r->logf) {
             free(pred);
             dp_tokens_release(&tok);
@@ -586,6 +586,11 @@ static int run_rank(struct run *r, int world, struct dp_err *err)
     r->o.on_step = on_step;
     r->o.before_step = before_step;
     r->o.ctx = r;
+    r->o.ckpt = &r->ck.opts;
+    r->ck.rank = rank;
+    r->ck.world = world;
+    r->ck.logf = r->logf;
+    r->ck.logs_here = r->logs_here;
     r->t_start = now_s();
 
     pthread_t th;
@@ -598,12 +603,30 @@ static int run_rank(struct run *r, int world, struct dp_err *err)
     }
     struct dp_exec_result res;
     bool collective = false;
+    cli_heartbeat_start(rank);
     rc = dp_exec_run(&r->m, &r->l, &r->o, &res, &collective, err);
+    cli_heartbeat_stop();
     if (have_wd) {
         atomic_store(&wd.stop, true);
         pthread_join(th, NULL);
     }
     clear_bar(r);
+    if (rc && r->logf && (rank == 0 || !collective)) {
+        /* The log's last record says how the run ended. */
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "rank", rank);
+        cJSON_AddNumberToObject(o, "world_size", world);
+        cJSON_AddStringToObject(o, "backend", "cpu");
+        cJSON_AddStringToObject(o, "status", "failed");
+        cJSON_AddStringToObject(o, "error", err->msg);
+        char *s = cJSON_PrintUnformatted(o);
+        if (s)
+            fprintf(r->logf, "%s\n", s);
+        free(s);
+        cJSON_Delete(o);
+    }
+    if (!rc && r->logs_here)
+        cli_ckpt_finished(&r->ck, r->o.steps, res.final_loss);
     if (r->logf)
         fclose(r->logf);
     if (!rc && rank == 0) {
@@ -632,6 +655,7 @@ int cmd_run(int argc, char **argv)
     struct run r;
     memset(&r, 0, sizeof r);
     cli_common_init(&r.c);
+    cli_ckpt_init(&r.ck);
     dp_exec_opts_default(&r.o);
     int prc = parse_args(&r, argc, argv);
     if (prc)
@@ -667,6 +691,20 @@ int cmd_run(int argc, char **argv)
         if (rc) {
             free(r.plan);
             return cli_fail(&err);
+        }
+        /* A checkpoint that cannot be resumed is refused once, before any rank starts. */
+        if (r.ck.resume && dp_ckpt_check_resume(r.ck.resume_dir, &r.m, &r.l, &err)) {
+            free(r.plan);
+            return cli_fail(&err);
+        }
+        if (cli_ckpt_supervise(&r.ck)) {
+            /* --max-restarts: this process watches the job and relaunches it. */
+            char logpath[4200];
+            const char *dir = r.out ? r.out : "dplan-run";
+            snprintf(logpath, sizeof logpath, "%s%s", r.log ? r.log : dir,
+                     r.log ? "" : "/log.jsonl");
+            free(r.plan);
+            return cli_run_supervise(&r.ck, world, dir, logpath, argc, argv);
         }
         if (world > 1) {
             free(r.plan);

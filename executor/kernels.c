@@ -57,14 +57,18 @@
  * spend most of their time in it): exp(x) = 2^n p(r), n = round(x / ln 2),
  * r = x - n ln 2 in two parts, p the degree-6 minimax polynomial of Cephes expf
  * (Moshier, "Methods and Programs for Mathematical Functions"), within 2 ulp on
- * [-87, 88]; inputs are clamped to that range. The double build keeps libm.
+ * [-87, 88]; other inputs are clamped to that range (+inf gives 1.6e38), NaN stays NaN.
+ * The double build keeps libm.
  */
 #ifdef DP_REAL_DOUBLE
 #define R_EXPV exp
 #else
-static inline float R_EXPV(float x)
+static inline float R_EXPV(float x0)
 {
-    x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+    /* NaN fails both comparisons and becomes -87 here, so the conversion to int below is
+     * always defined; the NaN itself is returned at the end (it must reach the loss). */
+    float x = x0 > -87.0f ? x0 : -87.0f;
+    x = x < 88.0f ? x : 88.0f;
     /* round to nearest by adding and subtracting 1.5 * 2^23 (no libm call) */
     float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = x - n * 0.693359375f + n * 2.12194440e-4f;
@@ -78,7 +82,7 @@ static inline float R_EXPV(float x)
     int32_t e = ((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &e, sizeof scale);
-    return p * scale;
+    return x0 != x0 ? x0 : p * scale;
 }
 #endif
 

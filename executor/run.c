@@ -157,6 +157,7 @@ void dp__exec_free(struct dp_exec *ex)
     if (!ex)
         return;
     dp__model_release(ex);
+    dp__ckpt_free(ex);
     free(ex->host_tok);
     if (ex->be)
         ex->be->ops->destroy(ex->be);
@@ -225,15 +226,15 @@ static int64_t rss_now(void)
 static int64_t rss_peak(void)
 {
     char line[256];
-    int64_t kb = 0;
+    long kb = 0;
     FILE *f = fopen("/proc/self/status", "r");
     if (!f)
         return 0;
     while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmHWM: %ld", (long *)&kb) == 1)
+        if (sscanf(line, "VmHWM: %ld", &kb) == 1)
             break;
     fclose(f);
-    return kb * 1024;
+    return (int64_t)kb * 1024;
 }
 
 /* Linear warm-up, then cosine decay to lr * min_lr_frac at the last step. */
@@ -360,7 +361,13 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struc
     for (int p = 0; p < DP_NPOOLS; p++)
         pred_total += ex->predicted[p];
 
-    for (int step = 1; step <= o->steps && !rc; step++) {
+    /* Continue after a checkpoint's step (ckpt.c), or start at step 1. */
+    int start = 0;
+    bool alike = false;
+    rc = dp__ckpt_resume(ex, &start, &alike);
+    if (rc && collective)
+        *collective = alike;
+    for (int step = start + 1; step <= o->steps && !rc; step++) {
         atomic_store(&beat_step, step);
         if (o->before_step)
             o->before_step(step, ex->rank, o->ctx);
@@ -390,7 +397,7 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struc
         double dt = ex->be->ops->wtime(ex->be) - t0;
         times[step - 1] = dt;
         res->steps_done = step;
-        if (step == 1)
+        if (step == start + 1)
             res->first_loss = loss;
         res->final_loss = loss;
         if (o->on_step) {
@@ -416,6 +423,7 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struc
             memcpy(in.pool_peak_bytes, ex->mem.peak, sizeof in.pool_peak_bytes);
             o->on_step(&in, o->ctx);
         }
+        rc = dp__ckpt_after_step(ex, step);
     }
     if (!rc && o->out_dir) {
         char path[4096];
