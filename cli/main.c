@@ -13,6 +13,7 @@ static const struct dp_cmd {
 } cmds[] = {
     /* sorted */
     {"calibrate", cmd_calibrate, "fit a GPU's GEMM efficiency curve to measured runs"},
+    {"ckpt", cmd_ckpt, "list, verify and export the checkpoints of `dplan run`"},
     {"data", cmd_data, "prepare token files for `dplan run` (byte-level tokeniser)"},
     {"estimate", cmd_estimate, "predict step time, throughput and memory of one layout"},
     {"memory", cmd_memory, "per-GPU memory per pipeline stage; will it fit, and what fixes it"},

@@ -78,9 +78,19 @@ static void scan_line(const char *line, int *rank, int *code, int *sig)
     }
 }
 
-int cli_run_launch(int np, int argc, char **argv)
+const char *cli_run_self_exe(void)
 {
-    char npbuf[32], thr[32];
+    return self_exe();
+}
+
+void cli_run_scan_line(const char *line, int *rank, int *code, int *sig)
+{
+    scan_line(line, rank, code, sig);
+}
+
+const char **cli_run_mpirun_argv(int np, int argc, char **argv)
+{
+    static char npbuf[32], thr[32];
     snprintf(npbuf, sizeof npbuf, "%d", np);
     if (!getenv("OMP_NUM_THREADS")) {
         int t = cores() / np;
@@ -97,7 +107,7 @@ int cli_run_launch(int np, int argc, char **argv)
     const char *mpirun = getenv("DPLAN_MPIRUN") ? getenv("DPLAN_MPIRUN") : DPLAN_MPIEXEC;
     const char **av = calloc((size_t)argc + 40, sizeof *av);
     if (!av)
-        return 1;
+        return NULL;
     int n = 0;
     av[n++] = mpirun;
     av[n++] = "-np";
@@ -114,8 +124,9 @@ int cli_run_launch(int np, int argc, char **argv)
     av[n++] = "--bind-to";
     av[n++] = "none";
     static const char *const fwd[] = {
-        "OMP_NUM_THREADS", "OPENBLAS_CORETYPE",  "DPLAN_PROFILES",      "DPLAN_TTY",
-        "DPLAN_LAUNCHER",  "DPLAN_FAULT_INJECT", "DPLAN_DEFAULT_CORPUS"};
+        "OMP_NUM_THREADS",     "OPENBLAS_CORETYPE",  "DPLAN_PROFILES",       "DPLAN_TTY",
+        "DPLAN_LAUNCHER",      "DPLAN_FAULT_INJECT", "DPLAN_DEFAULT_CORPUS", "DPLAN_SUPERVISED",
+        "DPLAN_HEARTBEAT_DIR", "DPLAN_RESTART_COUNT"};
     for (size_t i = 0; i < sizeof fwd / sizeof fwd[0]; i++)
         if (getenv(fwd[i])) {
             av[n++] = "-x";
@@ -125,6 +136,15 @@ int cli_run_launch(int np, int argc, char **argv)
     for (int i = 0; i < argc; i++) /* argv[0] is "run" */
         av[n++] = argv[i];
     av[n] = NULL;
+    return av;
+}
+
+int cli_run_launch(int np, int argc, char **argv)
+{
+    const char **av = cli_run_mpirun_argv(np, argc, argv);
+    if (!av)
+        return 1;
+    const char *mpirun = av[0];
 
     int pfd[2];
     if (pipe(pfd)) {

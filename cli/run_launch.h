@@ -13,6 +13,14 @@
  */
 int cli_run_launch(int np, int argc, char **argv);
 
+/* cli_run_launch's pieces, for the restart supervisor (run_supervise.c): the mpirun
+ * command line (malloc'ed, NULL-terminated; the environment is set as above), the
+ * parser of mpirun's failure report (rank, exit code, signal; -1 when not seen) and
+ * this program's path. */
+const char **cli_run_mpirun_argv(int np, int argc, char **argv);
+void cli_run_scan_line(const char *line, int *rank, int *code, int *sig);
+const char *cli_run_self_exe(void);
+
 /* Single process: re-execute once with OPENBLAS_CORETYPE set when dp_exec_blas_hint
  * asks for it (OpenBLAS reads it only at load time); returns when nothing to do. */
 void cli_run_reexec_for_blas(int argc, char **argv);

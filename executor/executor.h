@@ -89,6 +89,8 @@ int dp_data_prepare(const char *const *files, int nfiles, const char *out, enum 
 
 /* ------------------------------------------------------------------ run */
 
+struct dp_ckpt_opts;
+
 /* One step as every rank sees it (the loss and norm are global). */
 struct dp_step_info {
     int rank, world, stage, tp_rank, dp_rank;
@@ -140,6 +142,8 @@ struct dp_exec_opts {
     void (*on_step)(const struct dp_step_info *info, void *ctx);
     void (*before_step)(int step, int rank, void *ctx);
     void *ctx;
+    /* Checkpoints and resume (executor/ckpt.h); NULL = neither. */
+    const struct dp_ckpt_opts *ckpt;
 };
 void dp_exec_opts_default(struct dp_exec_opts *o);
 

@@ -154,6 +154,7 @@ struct dp_exec {
     double grad_sumsq; /* global squared gradient norm of the step */
     int32_t *host_tok; /* [2 N] host staging for one micro-batch's inputs and targets */
     uint64_t adam_t;
+    struct dp__ckpt *ck; /* checkpoint state (ckpt.c), NULL until used */
 };
 
 /* model.c */
@@ -191,6 +192,14 @@ void dp__exec_free(struct dp_exec *ex);
 
 /* weights.c: model.safetensors with full (unsharded) tensors, written by rank 0. */
 int dp__weights_save(struct dp_exec *ex, const char *file);
+
+/* ckpt.c: checkpoints (ckpt.h). Before the first step: restore the newest complete
+ * checkpoint of opts->ckpt->resume; *start gets its step (0 = none); *collective is set
+ * when every rank fails alike. After step `step`: save when due (a failed save is
+ * reported through the event callback, not returned; only MPI failures are). */
+int dp__ckpt_resume(struct dp_exec *ex, int *start, bool *collective);
+int dp__ckpt_after_step(struct dp_exec *ex, int step);
+void dp__ckpt_free(struct dp_exec *ex);
 
 /* Heartbeat (run.c). */
 void dp__beat(const char *what);

@@ -1,0 +1,299 @@
+/*
+ * dplan run: the checkpoint options (--ckpt-dir, --ckpt-every,
+ * --ckpt-interval, --keep, --resume, --max-restarts, --hang-timeout), what
+ * the ranks say when checkpoints are saved, fail or are skipped (JSON log
+ * records and one-line messages), and the TEST-ONLY fault injection of
+ * DPLAN_FAULT_INJECT. The executor does the checkpointing (executor/ckpt.c);
+ * the supervisor is run_supervise.c.
+ */
+#include "run_ckpt.h"
+#include "cli.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+const char cli_ckpt_help[] =
+    "Checkpoints and restarts (README \"Checkpoints and restarts\"):\n"
+    "  --ckpt-dir DIR      write checkpoints to DIR/step_N (every rank its shard, a manifest)\n"
+    "  --ckpt-every N      after every N-th step (and after the last step) [0: off]\n"
+    "  --ckpt-interval M   also when M minutes passed since the last one [120; 0 = off]\n"
+    "  --keep K            complete checkpoints kept, older ones deleted [3; 0 = all]\n"
+    "  --resume [DIR]      continue from the newest complete checkpoint under DIR\n"
+    "                      [--ckpt-dir]; any layout (dp, tp, pp, ZeRO) may resume it\n"
+    "  --max-restarts N    supervise the job: when a rank dies or hangs, end the job and\n"
+    "                      relaunch it from the last checkpoint, up to N times [0]\n"
+    "  --hang-timeout S    no progress for S seconds counts as a hang [--timeout, 300]\n\n";
+
+void cli_ckpt_init(struct cli_ckpt *k)
+{
+    memset(k, 0, sizeof *k);
+    k->interval_min = 120;
+    k->keep = 3;
+    k->fault_rank = k->fault_step = -1;
+    dp_ckpt_opts_default(&k->opts);
+}
+
+static int count_arg(const char *opt, const char *arg, double lo, double hi, bool integer,
+                     double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(arg, &end);
+    if (end == arg || *end || errno || !(v >= lo && v <= hi) || (integer && v != floor(v)))
+        return cli_usage_error("run", "--%s: expected %s in [%g, %g], got \"%s\"", opt,
+                               integer ? "an integer" : "a number", lo, hi, arg);
+    *out = v;
+    return 0;
+}
+
+static bool is_dir(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int cli_ckpt_opt(struct cli_ckpt *k, int opt, const char *arg, int argc, char **argv)
+{
+    double v = 0;
+    switch (opt) {
+    case OPT_CKPT_DIR: k->dir = arg; return 1;
+    case OPT_CKPT_EVERY:
+        if (count_arg("ckpt-every", arg, 0, 1e8, true, &v))
+            return 2;
+        k->every = (int)v;
+        return 1;
+    case OPT_CKPT_INTERVAL:
+        if (count_arg("ckpt-interval", arg, 0, 1e7, false, &v))
+            return 2;
+        k->interval_min = v;
+        return 1;
+    case OPT_CKPT_KEEP:
+        if (count_arg("keep", arg, 0, 1e6, true, &v))
+            return 2;
+        k->keep = (int)v;
+        return 1;
+    case OPT_RESUME:
+        k->resume = true;
+        if (arg) {
+            k->resume_dir = arg;
+        } else if (optind < argc && argv[optind][0] != '-' && is_dir(argv[optind])) {
+            k->resume_dir = argv[optind++];
+        }
+        return 1;
+    case OPT_MAX_RESTARTS:
+        if (count_arg("max-restarts", arg, 0, 1000, true, &v))
+            return 2;
+        k->max_restarts = (int)v;
+        return 1;
+    case OPT_HANG_TIMEOUT:
+        if (count_arg("hang-timeout", arg, 1, 1e8, false, &v))
+            return 2;
+        k->hang_timeout_s = v;
+        k->hang_given = true;
+        return 1;
+    default: return 0;
+    }
+}
+
+static int restart_count(void)
+{
+    const char *s = getenv("DPLAN_RESTART_COUNT");
+    return s ? atoi(s) : 0;
+}
+
+/* DPLAN_FAULT_INJECT=RANK:STEP:MODE[:ATTEMPT] (TEST-ONLY): MODE exit, kill, hang,
+ * ckpt-crash or enospc; it fires in launch ATTEMPT only (0, the first, by default). */
+static void parse_fault(struct cli_ckpt *k)
+{
+    const char *f = getenv("DPLAN_FAULT_INJECT");
+    if (!f || !*f)
+        return;
+    char buf[64], mode[16] = "";
+    snprintf(buf, sizeof buf, "%s", f);
+    int rank = -1, step = -1, attempt = 0;
+    char *save = NULL, *tok[4] = {0};
+    int n = 0;
+    for (char *t = strtok_r(buf, ":", &save); t && n < 4; t = strtok_r(NULL, ":", &save))
+        tok[n++] = t;
+    if (n >= 3) {
+        rank = atoi(tok[0]);
+        step = atoi(tok[1]);
+        snprintf(mode, sizeof mode, "%s", tok[2]);
+        if (n == 4)
+            attempt = atoi(tok[3]);
+    }
+    static const char *const modes[] = {"exit", "kill", "hang", "ckpt-crash", "enospc"};
+    bool known = false;
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
+        known |= !strcmp(mode, modes[i]);
+    if (!known || rank < 0 || step < 1) {
+        fprintf(stderr,
+                "dplan: warning: DPLAN_FAULT_INJECT=\"%s\" ignored: expected RANK:STEP:MODE"
+                "[:ATTEMPT] with MODE exit, kill, hang, ckpt-crash or enospc\n",
+                f);
+        return;
+    }
+    if (attempt != restart_count())
+        return;
+    if (!strcmp(mode, "ckpt-crash") || !strcmp(mode, "enospc")) {
+        k->opts.fault = !strcmp(mode, "enospc") ? DP_CKPT_FAULT_ENOSPC : DP_CKPT_FAULT_CRASH;
+        k->opts.fault_rank = rank;
+        k->opts.fault_step = step;
+        return;
+    }
+    k->fault_rank = rank;
+    k->fault_step = step;
+    snprintf(k->fault_mode, sizeof k->fault_mode, "%s", mode);
+}
+
+int cli_ckpt_finish(struct cli_ckpt *k)
+{
+    if (k->resume && !k->resume_dir)
+        k->resume_dir = k->dir;
+    if (k->resume && !k->resume_dir)
+        return cli_usage_error("run",
+                               "--resume needs a directory: --resume DIR, or --ckpt-dir DIR");
+    if (!k->dir && k->resume)
+        k->dir = k->resume_dir; /* new checkpoints go where the old ones are */
+    if (!k->dir && (k->every || k->max_restarts))
+        return cli_usage_error("run", "--%s needs --ckpt-dir DIR",
+                               k->every ? "ckpt-every" : "max-restarts");
+    k->opts.dir = k->dir;
+    k->opts.every = k->every;
+    k->opts.interval_s = 60.0 * k->interval_min;
+    k->opts.keep = k->keep;
+    k->opts.resume = k->resume ? k->resume_dir : NULL;
+    k->opts.on_event = cli_ckpt_event;
+    k->opts.ctx = k;
+    parse_fault(k);
+    return 0;
+}
+
+bool cli_ckpt_supervise(const struct cli_ckpt *k)
+{
+    return k->max_restarts > 0 && !getenv("DPLAN_SUPERVISED");
+}
+
+bool cli_ckpt_append_log(const struct cli_ckpt *k)
+{
+    return k->resume || restart_count() > 0;
+}
+
+/* ------------------------------------------------------------------ records and messages */
+
+void cli_ckpt_record(FILE *logf, cJSON *rec)
+{
+    char *s = cJSON_PrintUnformatted(rec);
+    cJSON_Delete(rec);
+    if (!s)
+        return;
+    printf("%s\n", s);
+    fflush(stdout);
+    if (logf) {
+        fprintf(logf, "%s\n", s);
+        fflush(logf);
+    }
+    free(s);
+}
+
+void cli_ckpt_annotate(const struct cli_ckpt *k, cJSON *rec)
+{
+    if (k->saved_at[0])
+        cJSON_AddStringToObject(rec, "checkpoint_saved_at", k->saved_at);
+}
+
+static cJSON *record(const struct cli_ckpt *k, const char *status, int step)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "rank", k->rank);
+    cJSON_AddNumberToObject(o, "world_size", k->world);
+    cJSON_AddStringToObject(o, "backend", "cpu");
+    cJSON_AddStringToObject(o, "status", status);
+    cJSON_AddNumberToObject(o, "step", step);
+    return o;
+}
+
+void cli_ckpt_event(const struct dp_ckpt_event *ev, void *ctx)
+{
+    struct cli_ckpt *k = ctx;
+    switch (ev->kind) {
+    case DP_CKPT_SAVED: {
+        snprintf(k->saved_at, sizeof k->saved_at, "%s", ev->saved_at);
+        k->saved_step = ev->step;
+        if (!k->logs_here)
+            break;
+        cJSON *o = record(k, "checkpointing", ev->step);
+        cJSON_AddStringToObject(o, "checkpoint", ev->path);
+        cJSON_AddNumberToObject(o, "checkpoint_bytes", (double)ev->bytes);
+        cJSON_AddNumberToObject(o, "checkpoint_write_s", ev->seconds);
+        cli_ckpt_annotate(k, o);
+        cli_ckpt_record(k->logf, o);
+        break;
+    }
+    case DP_CKPT_SAVE_FAILED:
+        if (ev->rank != 0) {
+            fprintf(stderr, "dplan: error: rank %d: checkpoint of step %d: %s\n", ev->rank,
+                    ev->step, ev->msg);
+            break;
+        }
+        if (k->saved_step > 0)
+            fprintf(stderr,
+                    "dplan: error: checkpoint of step %d failed: %s; training continues, the "
+                    "checkpoint of step %d is kept\n",
+                    ev->step, ev->msg, k->saved_step);
+        else
+            fprintf(stderr, "dplan: error: checkpoint of step %d failed: %s; training continues\n",
+                    ev->step, ev->msg);
+        if (k->logs_here) {
+            cJSON *o = record(k, "checkpointing", ev->step);
+            cJSON_AddStringToObject(o, "checkpoint", ev->path);
+            cJSON_AddStringToObject(o, "checkpoint_error", ev->msg);
+            cli_ckpt_annotate(k, o);
+            cli_ckpt_record(k->logf, o);
+        }
+        break;
+    case DP_CKPT_SKIPPED:
+        fprintf(stderr, "dplan: warning: skipping checkpoint %s: %s; trying an older one\n",
+                ev->path, ev->msg);
+        break;
+    case DP_CKPT_RESUMED:
+        snprintf(k->saved_at, sizeof k->saved_at, "%s", ev->saved_at ? ev->saved_at : "");
+        k->saved_step = ev->step;
+        fprintf(stderr, "dplan run: resuming from %s (step %d, saved at %s)\n", ev->path, ev->step,
+                ev->saved_at ? ev->saved_at : "?");
+        break;
+    case DP_CKPT_NOTE: fprintf(stderr, "dplan: note: %s: %s\n", ev->path, ev->msg); break;
+    }
+    fflush(stderr);
+}
+
+void cli_ckpt_finished(const struct cli_ckpt *k, int step, double final_loss)
+{
+    cJSON *o = record(k, "finished", step);
+    cJSON_AddNumberToObject(o, "final_loss", final_loss);
+    const char *rc = getenv("DPLAN_RESTART_COUNT");
+    cJSON_AddNumberToObject(o, "restarts", rc ? atoi(rc) : 0);
+    cli_ckpt_annotate(k, o);
+    cli_ckpt_record(k->logf, o);
+}
+
+void cli_ckpt_before_step(struct cli_ckpt *k, int step, int rank)
+{
+    cli_heartbeat_step(step);
+    if (k->fault_rank != rank || k->fault_step != step)
+        return;
+    fprintf(stderr, "dplan: rank %d: fault injected at step %d (%s)\n", rank, step, k->fault_mode);
+    fflush(stderr);
+    if (!strcmp(k->fault_mode, "exit"))
+        _exit(3);
+    if (!strcmp(k->fault_mode, "kill"))
+        raise(SIGKILL);
+    for (;;)
+        pause();
+}
