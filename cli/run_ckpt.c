@@ -108,7 +108,8 @@ static int restart_count(void)
 }
 
 /* DPLAN_FAULT_INJECT=RANK:STEP:MODE[:ATTEMPT] (TEST-ONLY): MODE exit, kill, hang,
- * ckpt-crash or enospc; it fires in launch ATTEMPT only (0, the first, by default). */
+ * ckpt-crash or enospc; it fires in launch ATTEMPT only (0, the first, by default; "*":
+ * every launch). */
 static void parse_fault(struct cli_ckpt *k)
 {
     const char *f = getenv("DPLAN_FAULT_INJECT");
@@ -126,7 +127,7 @@ static void parse_fault(struct cli_ckpt *k)
         step = atoi(tok[1]);
         snprintf(mode, sizeof mode, "%s", tok[2]);
         if (n == 4)
-            attempt = atoi(tok[3]);
+            attempt = strcmp(tok[3], "*") ? atoi(tok[3]) : -1;
     }
     static const char *const modes[] = {"exit", "kill", "hang", "ckpt-crash", "enospc"};
     bool known = false;
@@ -139,7 +140,7 @@ static void parse_fault(struct cli_ckpt *k)
                 f);
         return;
     }
-    if (attempt != restart_count())
+    if (attempt >= 0 && attempt != restart_count())
         return;
     if (!strcmp(mode, "ckpt-crash") || !strcmp(mode, "enospc")) {
         k->opts.fault = !strcmp(mode, "enospc") ? DP_CKPT_FAULT_ENOSPC : DP_CKPT_FAULT_CRASH;

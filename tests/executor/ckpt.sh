@@ -1,0 +1,217 @@
+#!/usr/bin/env bash
+# Checkpoint, resume, restart and fault-injection tests (README "Checkpoints and restarts").
+#   ckpt.sh CASE DPLAN CKPT_TOOL RUNS_DIR
+# Every case trains tiny-gpt or tiny-llama for 20 steps (gbs 8, seq 32) on up to 4 ranks.
+# "Bit-identical" means the final model.safetensors files compare equal byte for byte (cmp).
+# Faults come from DPLAN_FAULT_INJECT=RANK:STEP:MODE (TEST-ONLY).
+set -u
+case=$1 dplan=$2 tool=$3 runs=$4
+mkdir -p "$runs"
+cd "$runs" || exit 1
+fail=0
+say() { echo "ckpt $case: $*"; }
+bad() { echo "FAIL ckpt $case: $*"; fail=1; }
+
+GPT=(tiny-gpt --steps 20 --gbs 8 --seq-len 32 --dp 2 --tp 2 --mbs 2)
+LLAMA=(tiny-llama --steps 20 --gbs 8 --seq-len 32 --dp 2 --pp 2 --mbs 1 --zero 1)
+
+# run NAME EXPECTED_EXIT ARGS...: dplan run with --out NAME, output in NAME.out/.err
+run() {
+  local name=$1 want=$2
+  shift 2
+  rm -rf "$name"
+  "$dplan" run "$@" --out "$name" > "$name.out" 2> "$name.err"
+  local got=$?
+  sanitized "$name"
+  if [ "$got" != "$want" ]; then
+    bad "dplan run $* --out $name: exit $got, expected $want"
+    tail -20 "$name.err"
+  fi
+}
+# resume NAME EXPECTED_EXIT ARGS...: the same without deleting NAME first
+resume() {
+  local name=$1 want=$2
+  shift 2
+  "$dplan" run "$@" --out "$name" > "$name.out" 2> "$name.err"
+  local got=$?
+  sanitized "$name"
+  if [ "$got" != "$want" ]; then
+    bad "dplan run $* --out $name: exit $got, expected $want"
+    tail -20 "$name.err"
+  fi
+}
+# Sanitizer reports in any rank fail the case (a supervisor restart must not hide them).
+sanitized() {
+  if grep -Eq 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$1.err"; then
+    bad "sanitizer report in $1.err"
+    grep -E -A5 'Sanitizer|runtime error:' "$1.err" | head -30
+  fi
+}
+identical() { # identical A B WHAT
+  if cmp -s "$1/model.safetensors" "$2/model.safetensors"; then
+    say "$3: final weights bit-identical to the uninterrupted run"
+  else
+    bad "$3: $1/model.safetensors differs from $2/model.safetensors"
+  fi
+}
+has() { # has FILE REGEX WHAT
+  grep -Eq -- "$2" "$1" || { bad "$3: $1 lacks /$2/"; tail -5 "$1"; }
+}
+
+case $case in
+ref)
+  # The uninterrupted runs (no checkpoints) the other cases compare with.
+  run ref 0 "${GPT[@]}"
+  ;;
+
+src)
+  # Uninterrupted runs that save checkpoints (sources for resharding and export); saving
+  # must not change training.
+  run src-gpt 0 "${GPT[@]}" --ckpt-dir src-gpt/ck --ckpt-every 10
+  identical src-gpt ref "saving checkpoints"
+  run src-llama 0 "${LLAMA[@]}" --ckpt-dir src-llama/ck --ckpt-every 10
+  has src-gpt/log.jsonl '"status":"checkpointing","step":10,.*"checkpoint_saved_at":"20[0-9-]+T[0-9:]+Z"' "checkpoint record"
+  has src-gpt/log.jsonl '"status":"finished"' "finished record"
+  ;;
+
+kill)
+  # (a) a rank is killed (SIGKILL) at step 7; the supervisor restarts the job from step 5.
+  DPLAN_FAULT_INJECT=1:7:kill run kill 0 "${GPT[@]}" --ckpt-dir kill/ck --ckpt-every 5 \
+    --max-restarts 2 --hang-timeout 10
+  identical kill ref "rank 1 killed at step 7, --max-restarts 2"
+  has kill/log.jsonl '"status":"failed","rank":1,"step":7,"reason":"signal"' "failed record"
+  has kill/log.jsonl '"status":"restarting","restart":1,.*"resume_step":5' "restarting record"
+  has kill/log.jsonl '"status":"finished".*"restarts":1' "finished record"
+  has kill.err 'finished after 1 restart' "supervisor message"
+  ;;
+
+hang)
+  # (b) rank 0 hangs at step 7; no MPI call fails, the heartbeat watchdog notices.
+  start=$(date +%s)
+  DPLAN_FAULT_INJECT=0:7:hang run hang 0 "${GPT[@]}" --ckpt-dir hang/ck --ckpt-every 5 \
+    --max-restarts 2 --hang-timeout 4
+  identical hang ref "rank 0 hung at step 7, --hang-timeout 4"
+  has hang/log.jsonl '"status":"failed","rank":0,"step":7,"reason":"hang"' "failed record"
+  has hang/log.jsonl '"status":"restarting"' "restarting record"
+  took=$(($(date +%s) - start))
+  [ "$took" -le 90 ] || bad "took $took s"
+  # A rank that fails in every attempt: one restart (from the start: no checkpoint yet),
+  # then the supervisor gives up with exit 1.
+  DPLAN_FAULT_INJECT='1:3:exit:*' run giveup 1 "${GPT[@]}" --ckpt-dir giveup/ck \
+    --max-restarts 1 --steps 4
+  has giveup/log.jsonl '"status":"restarting".*"resume_from":null' "restart from the start"
+  has giveup/log.jsonl '"status":"failed","rank":1,"step":3,.*"attempt":1,.*"will_restart":false' "last failure"
+  has giveup.err 'giving up after 1 restart: rank 1, step 3: exit status 3' "message"
+  ;;
+
+crash)
+  # (c) rank 1 dies (SIGKILL) halfway through writing its file of the step-10 checkpoint.
+  DPLAN_FAULT_INJECT=1:10:ckpt-crash run crash 1 "${GPT[@]}" --ckpt-dir crash/ck --ckpt-every 5
+  [ -d crash/ck/step_00000010.tmp ] || bad "no half-written crash/ck/step_00000010.tmp"
+  [ -e crash/ck/step_00000010 ] && bad "crash/ck/step_00000010 was published"
+  "$dplan" ckpt info crash/ck > crash.info 2>&1 || bad "ckpt info failed: $(cat crash.info)"
+  has crash.info ' 5 .* ok ' "step 5 intact"
+  has crash.info ' 10 .* unpublished ' "step 10 unpublished"
+  resume crash 0 "${GPT[@]}" --resume crash/ck
+  has crash.err 'resuming from .*step_00000005' "resumed from step 5"
+  identical crash ref "crash while writing step 10, resumed from step 5"
+  # A full disk: the save fails cleanly, training goes on, the other checkpoints are kept.
+  DPLAN_FAULT_INJECT=1:10:enospc run enospc 0 "${GPT[@]}" --ckpt-dir enospc/ck --ckpt-every 5 \
+    --keep 0
+  has enospc.err 'rank 1: checkpoint of step 10: .*rank_00001.safetensors: write failed: No space left on device' "rank message"
+  has enospc.err 'checkpoint of step 10 failed: .* the checkpoint of step 5 is kept' "rank 0 message"
+  has enospc/log.jsonl '"status":"checkpointing","step":10,.*"checkpoint_error"' "log record"
+  [ "$(ls enospc/ck)" = "$(printf 'step_00000005\nstep_00000015\nstep_00000020')" ] ||
+    bad "enospc/ck holds $(ls enospc/ck | tr '\n' ' ')"
+  identical enospc ref "a failed save"
+  ;;
+
+corrupt)
+  # (d) the newest checkpoint is damaged: resume falls back to the previous one.
+  DPLAN_FAULT_INJECT=1:13:exit run corrupt 1 "${GPT[@]}" --ckpt-dir corrupt/ck --ckpt-every 5
+  cp -r corrupt/ck trunc-ck
+  printf 'X' | dd of=corrupt/ck/step_00000010/rank_00001.safetensors bs=1 seek=4000 \
+    conv=notrunc 2> /dev/null
+  "$dplan" ckpt info corrupt/ck > corrupt.info 2>&1 && bad "ckpt info passed a damaged checkpoint"
+  has corrupt.info ' 10 .*damaged .*rank_00001.safetensors: checksum mismatch' "info names the file"
+  resume corrupt 0 "${GPT[@]}" --resume corrupt/ck
+  has corrupt.err 'skipping checkpoint .*step_00000010: .*rank_00001.safetensors: checksum mismatch' "warning"
+  has corrupt.err 'resuming from .*step_00000005' "fell back to step 5"
+  identical corrupt ref "corrupted step 10, resumed from step 5"
+  # Truncated and half-written checkpoints are skipped too; a foreign directory is ignored.
+  truncate -s 1000 trunc-ck/step_00000010/rank_00000.safetensors
+  mkdir -p trunc-ck/step_00000012 trunc-ck/step_00000011.tmp
+  "$dplan" ckpt info trunc-ck --no-verify > trunc.info 2>&1
+  has trunc.info ' 10 .*damaged .*truncated: 1000 bytes' "truncated"
+  has trunc.info ' 12 .*damaged .*no manifest.json' "half-written"
+  has trunc.info ' 11 .*unpublished' "tmp"
+  "$dplan" ckpt info trunc-ck --json > trunc.json 2> /dev/null
+  has trunc.json '"newest_complete":.*step_00000005' "json newest"
+  # An incompatible model or batch is refused with the reason, before any rank starts.
+  run foreign 1 tiny-llama --steps 20 --gbs 8 --seq-len 32 --resume corrupt/ck
+  has foreign.err 'written for model tiny-gpt, which differs from this run.s tiny-llama: .*ffn gelu vs swiglu' "model refused"
+  run rebatch 1 "${GPT[@]}" --gbs 16 --resume corrupt/ck
+  has rebatch.err 'written with gbs=8 seq_len=32, this run has gbs=16' "batch refused"
+  run nockpt 1 "${GPT[@]}" --resume "$runs"
+  has nockpt.err 'no complete checkpoint' "empty directory"
+  run usage 2 "${GPT[@]}" --ckpt-every 5
+  has usage.err 'ckpt-every needs --ckpt-dir' "usage"
+  ;;
+
+reshard)
+  # (e) resume the step-10 checkpoints under other layouts; the losses of steps 11..20 and
+  # the final weights stay within 1e-5 of the uninterrupted run.
+  run rs-gpt-pp2 0 tiny-gpt --steps 20 --gbs 8 --seq-len 32 --pp 2 --mbs 1 \
+    --resume src-gpt/ck/step_00000010
+  "$tool" losses src-gpt/log.jsonl rs-gpt-pp2/log.jsonl 11 1e-5 || bad "dp2 tp2 -> pp2 losses"
+  "$tool" close src-gpt/model.safetensors rs-gpt-pp2/model.safetensors 1e-5 ||
+    bad "dp2 tp2 -> pp2 weights"
+  run rs-llama-tp2 0 tiny-llama --steps 20 --gbs 8 --seq-len 32 --tp 2 --sp --mbs 2 \
+    --resume src-llama/ck/step_00000010
+  "$tool" losses src-llama/log.jsonl rs-llama-tp2/log.jsonl 11 1e-5 ||
+    bad "dp2 pp2 zero1 -> tp2 sp losses"
+  "$tool" close src-llama/model.safetensors rs-llama-tp2/model.safetensors 1e-5 ||
+    bad "dp2 pp2 zero1 -> tp2 sp weights"
+  # The same layout resumes bit-identically (ZeRO-1 shards and the tied embedding's copy).
+  run rs-llama-same 0 "${LLAMA[@]}" --resume src-llama/ck/step_00000010
+  identical rs-llama-same src-llama "dp2 pp2 zero1 resumed on the same layout"
+  ;;
+
+export)
+  # (f) export to one file; it parses with ckpt_tool's own reader, equals the run's
+  # model.safetensors tensor by tensor, and the Hugging Face names hold the same numbers.
+  "$dplan" ckpt export src-gpt/ck -o gpt.safetensors > export.out 2>&1 || bad "export: $(cat export.out)"
+  "$tool" parse gpt.safetensors wte=256x64 wpe=64x64 h.1.attn.wq=64x64 h.1.mlp.w1=256x64 ||
+    bad "gpt export does not parse"
+  "$tool" same gpt.safetensors src-gpt/model.safetensors || bad "gpt export differs"
+  "$dplan" ckpt export src-gpt/ck -o gpt-hf.safetensors --names hf --json > export.json ||
+    bad "hf export"
+  has export.json '"step":.*20' "json"
+  "$tool" parse gpt-hf.safetensors transformer.wte.weight=256x64 \
+    transformer.h.0.attn.c_attn.weight=64x192 transformer.h.0.attn.c_attn.bias=192 \
+    transformer.h.1.mlp.c_fc.weight=64x256 transformer.h.1.mlp.c_proj.weight=256x64 ||
+    bad "gpt hf export does not parse"
+  "$tool" hf gpt.safetensors gpt-hf.safetensors || bad "gpt hf export"
+  "$dplan" ckpt export src-llama/ck --step 10 -o llama10.safetensors > /dev/null ||
+    bad "llama export"
+  "$dplan" ckpt export src-llama/ck -o llama-hf.safetensors --names hf > /dev/null ||
+    bad "llama hf export"
+  "$dplan" ckpt export src-llama/ck -o llama.safetensors > /dev/null || bad "llama export"
+  "$tool" same llama.safetensors src-llama/model.safetensors || bad "llama export differs"
+  "$tool" parse llama-hf.safetensors model.embed_tokens.weight=256x64 lm_head.weight=256x64 \
+    model.layers.1.self_attn.k_proj.weight=32x64 model.layers.0.mlp.gate_proj.weight=176x64 ||
+    bad "llama hf export does not parse"
+  "$tool" hf llama.safetensors llama-hf.safetensors || bad "llama hf export"
+  # The checkpoint's own per-rank files are standard safetensors too.
+  for f in src-llama/ck/step_00000010/rank_0000[0-3].safetensors; do
+    "$tool" parse "$f" > /dev/null || bad "$f does not parse"
+  done
+  ;;
+
+*)
+  echo "unknown case $case"
+  exit 2
+  ;;
+esac
+[ $fail = 0 ] && say "passed"
+exit $fail
