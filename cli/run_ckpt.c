@@ -72,11 +72,13 @@ int cli_ckpt_opt(struct cli_ckpt *k, int opt, const char *arg, int argc, char **
         if (count_arg("ckpt-interval", arg, 0, 1e7, false, &v))
             return 2;
         k->interval_min = v;
+        k->interval_given = true;
         return 1;
     case OPT_CKPT_KEEP:
         if (count_arg("keep", arg, 0, 1e6, true, &v))
             return 2;
         k->keep = (int)v;
+        k->keep_given = true;
         return 1;
     case OPT_RESUME:
         k->resume = true;
@@ -162,9 +164,16 @@ int cli_ckpt_finish(struct cli_ckpt *k)
                                "--resume needs a directory: --resume DIR, or --ckpt-dir DIR");
     if (!k->dir && k->resume)
         k->dir = k->resume_dir; /* new checkpoints go where the old ones are */
-    if (!k->dir && (k->every || k->max_restarts))
-        return cli_usage_error("run", "--%s needs --ckpt-dir DIR",
-                               k->every ? "ckpt-every" : "max-restarts");
+    const char *needs_dir = k->every            ? "ckpt-every"
+                            : k->interval_given ? "ckpt-interval"
+                            : k->keep_given     ? "keep"
+                            : k->max_restarts   ? "max-restarts"
+                                                : NULL;
+    if (!k->dir && needs_dir)
+        return cli_usage_error("run", "--%s needs --ckpt-dir DIR", needs_dir);
+    if (k->hang_given && !k->max_restarts)
+        return cli_usage_error("run", "--hang-timeout goes with --max-restarts (without a "
+                                      "supervisor, --timeout ends a job that hangs)");
     k->opts.dir = k->dir;
     k->opts.every = k->every;
     k->opts.interval_s = 60.0 * k->interval_min;
@@ -238,7 +247,7 @@ void cli_ckpt_event(const struct dp_ckpt_event *ev, void *ctx)
         break;
     }
     case DP_CKPT_SAVE_FAILED:
-        if (ev->rank != 0) {
+        if (ev->local) {
             fprintf(stderr, "dplan: error: rank %d: checkpoint of step %d: %s\n", ev->rank,
                     ev->step, ev->msg);
             break;

@@ -52,7 +52,7 @@ struct cli_ckpt {
     const char *resume_dir; /* its DIR, NULL = the --ckpt-dir */
     int max_restarts;       /* --max-restarts [0] */
     double hang_timeout_s;  /* --hang-timeout [the --timeout, 300] */
-    bool hang_given;
+    bool hang_given, interval_given, keep_given;
     /* this process */
     struct dp_ckpt_opts opts; /* what the executor gets */
     int rank, world;

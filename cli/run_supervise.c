@@ -407,6 +407,14 @@ static int run_once(const struct cli_ckpt *k, int world, const char *hbdir, char
     child_pgid = pid;
     close(pfd[1]);
     struct rank_hb *h = calloc((size_t)world, sizeof *h);
+    if (!h) {
+        snprintf(f->reason, sizeof f->reason, "out of memory");
+        f->restartable = false;
+        kill(-pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        close(pfd[0]);
+        return 1;
+    }
     char buf[8192], line[4096];
     size_t ll = 0;
     int status = 0;

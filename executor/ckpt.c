@@ -256,6 +256,21 @@ static void emit(const struct dp_exec *ex, enum dp_ckpt_event_kind kind, int ste
     ck->on_event(&ev, ck->ctx);
 }
 
+/* This rank's own write failed (every rank that fails says which file and why). */
+static void emit_local_failure(const struct dp_exec *ex, int step, const char *path,
+                               const char *msg)
+{
+    const struct dp_ckpt_opts *ck = ex->o.ckpt;
+    struct dp_ckpt_event ev = {.kind = DP_CKPT_SAVE_FAILED,
+                               .rank = ex->rank,
+                               .step = step,
+                               .path = path,
+                               .msg = msg,
+                               .local = true};
+    if (ck->on_event)
+        ck->on_event(&ev, ck->ctx);
+}
+
 static uint32_t data_crc(struct dp_exec *ex)
 {
     if (!ex->ck->data_crc_done) {
@@ -705,7 +720,7 @@ static int save(struct dp_exec *ex, int step)
     int64_t size = 0;
     int wrc = write_rank_file(ex, tmp, step, &crc, &size, &lerr);
     if (wrc)
-        emit(ex, DP_CKPT_SAVE_FAILED, step, final, lerr.msg, 0, 0, NULL);
+        emit_local_failure(ex, step, final, lerr.msg);
     double mine[3] = {wrc ? 1.0 : 0.0, (double)crc, (double)size}, *all = NULL;
     if (ex->rank == 0 && !(all = malloc((size_t)ex->world * 3 * sizeof *all)))
         return dp_err_set(ex->err, DP_ENOMEM, "out of memory");
@@ -730,8 +745,9 @@ static int save(struct dp_exec *ex, int step)
         } else {
             char msg[1200];
             if (nfail)
-                snprintf(msg, sizeof msg, "the save failed on rank%s %s (see %s message)",
-                         nfail > 1 ? "s" : "", failed, nfail > 1 ? "their" : "its");
+                snprintf(msg, sizeof msg, "the save failed on rank%s %s (see %s)",
+                         nfail > 1 ? "s" : "", failed,
+                         nfail > 1 ? "their messages" : "its message");
             else
                 snprintf(msg, sizeof msg, "%s", perr.msg);
             rm_dir(tmp);
@@ -1514,10 +1530,10 @@ int dp__ckpt_resume(struct dp_exec *ex, int *start, bool *collective)
     const struct dp_ckpt_opts *ck = ex->o.ckpt;
     *start = 0;
     *collective = true;
-    if (!ck || !ck->resume)
+    if (!ck || (!ck->resume && !ck->dir))
         return 0;
-    int rc = ensure_state(ex);
-    if (rc)
+    int rc = ensure_state(ex); /* --ckpt-interval counts from here */
+    if (rc || !ck->resume)
         return rc;
     int *steps = NULL, n = 0, skipped = 0;
     bool single = false;

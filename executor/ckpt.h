@@ -40,6 +40,7 @@ struct dp_ckpt_event {
     int64_t bytes;        /* SAVED: all files */
     double seconds;       /* SAVED: wall time of the save */
     const char *saved_at; /* SAVED, RESUMED: UTC ISO-8601 "2024-06-15T10:30:00Z" */
+    bool local;           /* SAVE_FAILED: this rank's own write failed (else rank 0's verdict) */
 };
 
 /* TEST-ONLY faults (README "Checkpoints and restarts", DPLAN_FAULT_INJECT). */

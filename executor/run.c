@@ -432,7 +432,8 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struc
         rc = dp__weights_save(ex, path);
     }
     if (!rc)
-        rc = gather_summary(ex, times, res->steps_done, res);
+        rc = gather_summary(ex, times + start,
+                            res->steps_done > start ? res->steps_done - start : 0, res);
     free(times);
     dp__exec_free(ex);
     return rc;

@@ -72,6 +72,13 @@ src)
   run src-llama 0 "${LLAMA[@]}" --ckpt-dir src-llama/ck --ckpt-every 10
   has src-gpt/log.jsonl '"status":"checkpointing","step":10,.*"checkpoint_saved_at":"20[0-9-]+T[0-9:]+Z"' "checkpoint record"
   has src-gpt/log.jsonl '"status":"finished"' "finished record"
+  # --ckpt-interval: a save whenever that much time passed (here 60 us: after every step).
+  run interval 0 tiny-gpt --steps 6 --gbs 8 --seq-len 32 --mbs 4 --ckpt-dir interval/ck \
+    --ckpt-interval 0.000001 --keep 2
+  [ "$(grep -c '"status":"checkpointing"' interval/log.jsonl)" = 6 ] ||
+    bad "--ckpt-interval: $(grep -c checkpointing interval/log.jsonl) saves in 6 steps"
+  [ "$(ls interval/ck | tr '\n' ' ')" = "step_00000005 step_00000006 " ] ||
+    bad "--keep 2 left $(ls interval/ck | tr '\n' ' ')"
   ;;
 
 kill)
