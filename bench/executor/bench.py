@@ -54,6 +54,8 @@ def run_dplan(dplan, threads, dp, steps, tmp):
     with open(os.path.join(out, "log.jsonl")) as f:
         for line in f:
             o = json.loads(line)
+            if "step_time_s" not in o:  # the closing "finished" record
+                continue
             times.append(o["step_time_s"])
             tokens = o["tokens_per_sec"] * o["step_time_s"]
     return round(tokens) / median_step(times)
