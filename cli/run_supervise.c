@@ -65,9 +65,11 @@ static struct {
     int step;
     long long last_ns; /* when the counter (or the step) last moved */
     double written_s;
+    uint64_t step_base; /* the counter when the current step started (cli_heartbeat_step) */
 } hb = {.fd = -1, .mu = PTHREAD_MUTEX_INITIALIZER};
 
-/* "PID COUNT STEP LAST_NS WHAT", padded to one fixed-size record; caller holds hb.mu. */
+/* "PID COUNT STEP STEP_BEATS LAST_NS WHAT", padded to one fixed-size record; STEP_BEATS
+ * counts the beats since the step started. Caller holds hb.mu. */
 static void hb_write(void)
 {
     const char *what = "";
@@ -79,8 +81,10 @@ static void hb_write(void)
         hb.last_ns = real_ns();
     }
     char line[HB_RECORD];
-    int n = snprintf(line, sizeof line, "%d %llu %d %lld %.60s", (int)getpid(),
-                     (unsigned long long)c, step, hb.last_ns, what ? what : "");
+    int n = snprintf(line, sizeof line, "%d %llu %d %llu %lld %.60s", (int)getpid(),
+                     (unsigned long long)c, step,
+                     (unsigned long long)(c >= hb.step_base ? c - hb.step_base : 0), hb.last_ns,
+                     what ? what : "");
     if (n < 0 || n >= HB_RECORD)
         n = HB_RECORD - 1;
     memset(line + n, ' ', (size_t)(HB_RECORD - 1 - n));
@@ -144,6 +148,7 @@ void cli_heartbeat_step(int step)
         return;
     (void)step; /* dp_exec_heartbeat already reports it */
     pthread_mutex_lock(&hb.mu);
+    hb.step_base = dp_exec_heartbeat(NULL, NULL); /* no beat of this step yet */
     hb_write();
     pthread_mutex_unlock(&hb.mu);
 }
@@ -169,7 +174,7 @@ void cli_heartbeat_stop(void)
 struct rank_hb {
     bool seen;
     int pid, step;
-    unsigned long long count;
+    unsigned long long count, step_beats;
     long long last_ns;
     char what[64];
     double moved_at; /* supervisor's clock */
@@ -227,9 +232,9 @@ static void read_heartbeats(const char *dir, struct rank_hb *h, int world, doubl
             continue;
         line[n] = '\0';
         int pid = 0, step = 0, k = 0;
-        unsigned long long count = 0;
+        unsigned long long count = 0, beats = 0;
         long long last = 0;
-        if (sscanf(line, "%d %llu %d %lld %n", &pid, &count, &step, &last, &k) < 4)
+        if (sscanf(line, "%d %llu %d %llu %lld %n", &pid, &count, &step, &beats, &last, &k) < 5)
             continue;
         struct rank_hb *x = &h[r];
         if (!x->seen || count != x->count || step != x->step)
@@ -237,6 +242,7 @@ static void read_heartbeats(const char *dir, struct rank_hb *h, int world, doubl
         x->seen = true;
         x->pid = pid;
         x->count = count;
+        x->step_beats = beats;
         x->step = step;
         x->last_ns = last;
         snprintf(x->what, sizeof x->what, "%s", line + k);
@@ -245,34 +251,53 @@ static void read_heartbeats(const char *dir, struct rank_hb *h, int world, doubl
     }
 }
 
-/* The rank whose counter stopped first (ties: the lower step, then rank). */
+/*
+ * The rank that hung: the one furthest behind, by step, then by beats within the step
+ * (a rank stuck at the start of a step has none, while its peers beat before they block
+ * waiting for it), then by when its counter last moved; ranks of different pipeline
+ * stages beat differently, so this is a suspicion, and the record lists every rank.
+ */
 static int suspect(const struct rank_hb *h, int world)
 {
     int best = -1;
     for (int r = 0; r < world; r++) {
         if (!h[r].seen)
             continue;
-        if (best < 0 || h[r].last_ns < h[best].last_ns ||
-            (h[r].last_ns == h[best].last_ns && h[r].step < h[best].step))
+        const struct rank_hb *a = &h[r], *b = best >= 0 ? &h[best] : NULL;
+        if (!b || a->step < b->step ||
+            (a->step == b->step && (a->step_beats < b->step_beats ||
+                                    (a->step_beats == b->step_beats && a->last_ns < b->last_ns))))
             best = r;
     }
     return best;
 }
 
-/* Kill a leftover rank process, but only one that still runs this program. */
+/* Kill a leftover rank process, but only one of this job: its environment holds this
+ * supervisor's heartbeat directory (a recycled pid does not). */
 static void kill_rank(int pid)
 {
     if (pid <= 1 || kill(pid, 0))
         return;
-    char p[64], cmd[256] = "";
-    snprintf(p, sizeof p, "/proc/%d/cmdline", pid);
+    char p[64], want[4300];
+    snprintf(p, sizeof p, "/proc/%d/environ", pid);
+    snprintf(want, sizeof want, "DPLAN_HEARTBEAT_DIR=%s", getenv("DPLAN_HEARTBEAT_DIR"));
     FILE *f = fopen(p, "r");
-    if (f) {
-        size_t n = fread(cmd, 1, sizeof cmd - 1, f);
-        cmd[n] = '\0';
-        fclose(f);
+    if (!f)
+        return;
+    bool ours = false;
+    char var[4300];
+    size_t n = 0;
+    for (int c; !ours && (c = fgetc(f)) != EOF;) {
+        if (c && n < sizeof var - 1) {
+            var[n++] = (char)c;
+            continue;
+        }
+        var[n] = '\0';
+        ours = !strcmp(var, want);
+        n = 0;
     }
-    if (strstr(cmd, "dplan"))
+    fclose(f);
+    if (ours)
         kill(pid, SIGKILL);
 }
 
@@ -343,9 +368,21 @@ static bool newest_ckpt(const char *dir, struct dp_ckpt_info *out)
     return found;
 }
 
+/* Whether the job's stdout (passed through) ended its last line. */
+static bool out_at_line_start = true;
+
+/* Append a record; a line a killed rank left unfinished is ended first, so that every
+ * line stays one JSON object. */
 static void log_record(const char *log_path, cJSON *rec)
 {
-    FILE *f = fopen(log_path, "a");
+    FILE *f = fopen(log_path, "a+");
+    if (f && fseek(f, -1, SEEK_END) == 0 && fgetc(f) != '\n') {
+        fseek(f, 0, SEEK_END);
+        fputc('\n', f);
+    }
+    if (!out_at_line_start)
+        putchar('\n');
+    out_at_line_start = true;
     cli_ckpt_record(f, rec);
     if (f)
         fclose(f);
@@ -365,6 +402,7 @@ struct failure {
     int rank, step, code, sig;
     bool hang, restartable;
     char reason[256];
+    char ranks[512]; /* hang: "RANK:STEP+BEATS(WHAT)" of every rank */
 };
 
 /* Run one attempt; returns 0 when the job finished, else fills *f. */
@@ -373,9 +411,15 @@ static int run_once(const struct cli_ckpt *k, int world, const char *hbdir, char
 {
     memset(f, 0, sizeof *f);
     f->rank = f->step = f->code = f->sig = -1;
-    int pfd[2];
+    int pfd[2], ofd[2]; /* the job's stderr (scanned for mpirun's report) and stdout */
     if (pipe(pfd)) {
         snprintf(f->reason, sizeof f->reason, "pipe: %s", strerror(errno));
+        return 1;
+    }
+    if (pipe(ofd)) {
+        snprintf(f->reason, sizeof f->reason, "pipe: %s", strerror(errno));
+        close(pfd[0]);
+        close(pfd[1]);
         return 1;
     }
     fflush(stdout);
@@ -385,6 +429,8 @@ static int run_once(const struct cli_ckpt *k, int world, const char *hbdir, char
         snprintf(f->reason, sizeof f->reason, "fork: %s", strerror(errno));
         close(pfd[0]);
         close(pfd[1]);
+        close(ofd[0]);
+        close(ofd[1]);
         return 1;
     }
     if (pid == 0) {
@@ -397,8 +443,11 @@ static int run_once(const struct cli_ckpt *k, int world, const char *hbdir, char
             close(nul);
         }
         close(pfd[0]);
+        close(ofd[0]);
         dup2(pfd[1], 2);
+        dup2(ofd[1], 1);
         close(pfd[1]);
+        close(ofd[1]);
         execvp(av[0], av);
         fprintf(stderr, "dplan: error: cannot run %s: %s\n", av[0], strerror(errno));
         _exit(127);
@@ -406,6 +455,7 @@ static int run_once(const struct cli_ckpt *k, int world, const char *hbdir, char
     setpgid(pid, pid);
     child_pgid = pid;
     close(pfd[1]);
+    close(ofd[1]);
     struct rank_hb *h = calloc((size_t)world, sizeof *h);
     if (!h) {
         snprintf(f->reason, sizeof f->reason, "out of memory");
@@ -413,22 +463,34 @@ static int run_once(const struct cli_ckpt *k, int world, const char *hbdir, char
         kill(-pid, SIGKILL);
         waitpid(pid, NULL, 0);
         close(pfd[0]);
+        close(ofd[0]);
         return 1;
     }
     char buf[8192], line[4096];
     size_t ll = 0;
     int status = 0;
-    bool exited = false, eof = false;
+    bool exited = false, eof = false, oeof = false;
     double exited_at = 0;
     double timeout = k->hang_timeout_s;
-    while (!exited || !eof) {
-        struct pollfd p = {.fd = pfd[0], .events = POLLIN};
-        int pr = eof ? 0 : poll(&p, 1, 100);
-        if (eof) {
+    while (!exited || !eof || !oeof) {
+        struct pollfd p[2] = {{.fd = eof ? -1 : pfd[0], .events = POLLIN},
+                              {.fd = oeof ? -1 : ofd[0], .events = POLLIN}};
+        int pr = eof && oeof ? 0 : poll(p, 2, 100);
+        if (eof && oeof) {
             struct timespec ts = {0, 100000000};
             nanosleep(&ts, NULL);
         }
-        if (pr > 0) {
+        if (pr > 0 && p[1].revents) {
+            ssize_t n = read(ofd[0], buf, sizeof buf);
+            if (n <= 0) {
+                oeof = true;
+            } else {
+                fwrite(buf, 1, (size_t)n, stdout);
+                fflush(stdout);
+                out_at_line_start = buf[n - 1] == '\n';
+            }
+        }
+        if (pr > 0 && p[0].revents) {
             ssize_t n = read(pfd[0], buf, sizeof buf);
             if (n <= 0) {
                 eof = true;
@@ -469,8 +531,15 @@ static int run_once(const struct cli_ckpt *k, int world, const char *hbdir, char
                 f->rank = s;
                 f->step = h[s].step;
                 snprintf(f->reason, sizeof f->reason,
-                         "no progress for %.0f s (rank %d stopped first, at step %d in %s)", limit,
-                         s, h[s].step, h[s].what[0] ? h[s].what : "start-up");
+                         "no progress for %.0f s (rank %d is furthest behind: step %d, last "
+                         "activity %s)",
+                         limit, s, h[s].step, h[s].what[0] ? h[s].what : "start-up");
+                for (int q = 0; q < world; q++) {
+                    size_t len = strlen(f->ranks);
+                    if (h[q].seen && len + 80 < sizeof f->ranks)
+                        snprintf(f->ranks + len, sizeof f->ranks - len, "%s%d:%d+%llu(%s)",
+                                 len ? " " : "", q, h[q].step, h[q].step_beats, h[q].what);
+                }
                 fprintf(stderr,
                         "dplan: error: rank %d made no progress for %.0f s at step %d (%s); "
                         "ending the job\n",
@@ -482,6 +551,7 @@ static int run_once(const struct cli_ckpt *k, int world, const char *hbdir, char
         }
     }
     close(pfd[0]);
+    close(ofd[0]);
     child_pgid = 0;
     if (h) {
         read_heartbeats(hbdir, h, world, mono_s());
@@ -490,6 +560,11 @@ static int run_once(const struct cli_ckpt *k, int world, const char *hbdir, char
                 kill_rank(h[r].pid);
     }
     int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (f->hang && rc == 0) {
+        /* Every rank exited 0 while the job was being ended: it was slow, not hung. */
+        fprintf(stderr, "dplan run: the job completed while it was being ended; not restarting\n");
+        f->hang = false;
+    }
     if (!f->hang && rc == 0) {
         free(h);
         return 0;
@@ -607,6 +682,8 @@ int cli_run_supervise(struct cli_ckpt *k, int world, const char *out_dir, const 
             cJSON_AddNumberToObject(o, "step", f.step);
         cJSON_AddStringToObject(o, "reason", f.hang ? "hang" : f.sig > 0 ? "signal" : "exit");
         cJSON_AddStringToObject(o, "error", f.reason);
+        if (f.ranks[0])
+            cJSON_AddStringToObject(o, "ranks", f.ranks); /* rank:step+beats(last activity) */
         cJSON_AddNumberToObject(o, "attempt", attempt);
         cJSON_AddNumberToObject(o, "max_restarts", k->max_restarts);
         cJSON_AddBoolToObject(o, "will_restart", again);

@@ -93,12 +93,12 @@ kill)
   ;;
 
 hang)
-  # (b) rank 0 hangs at step 7; no MPI call fails, the heartbeat watchdog notices.
+  # (b) rank 2 hangs at step 7; no MPI call fails, the heartbeat watchdog notices and names it.
   start=$(date +%s)
-  DPLAN_FAULT_INJECT=0:7:hang run hang 0 "${GPT[@]}" --ckpt-dir hang/ck --ckpt-every 5 \
+  DPLAN_FAULT_INJECT=2:7:hang run hang 0 "${GPT[@]}" --ckpt-dir hang/ck --ckpt-every 5 \
     --max-restarts 2 --hang-timeout 4
-  identical hang ref "rank 0 hung at step 7, --hang-timeout 4"
-  has hang/log.jsonl '"status":"failed","rank":0,"step":7,"reason":"hang"' "failed record"
+  identical hang ref "rank 2 hung at step 7, --hang-timeout 4"
+  has hang/log.jsonl '"status":"failed","rank":2,"step":7,"reason":"hang"' "failed record"
   has hang/log.jsonl '"status":"restarting"' "restarting record"
   took=$(($(date +%s) - start))
   [ "$took" -le 90 ] || bad "took $took s"
