@@ -49,6 +49,7 @@
 #define DTYPE       (sizeof(real) == 8 ? "F64" : "F32")
 #define TIED_SUFFIX ".tied_copy"
 #define PATHMAX     4200
+#define MAXDIM      2147483648.0 /* bound on a dimension or offset read from a manifest */
 
 enum { K_PARAM = 0, K_M = 1, K_V = 2 };
 static const char *const kind_prefix[3] = {"", "exp_avg.", "exp_avg_sq."};
@@ -942,8 +943,9 @@ static int get_pair(const char *file, const cJSON *o, const char *key, int64_t *
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     const cJSON *x = cJSON_GetArrayItem(v, 0), *y = cJSON_GetArrayItem(v, 1);
     if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 2 || !cJSON_IsNumber(x) ||
-        !cJSON_IsNumber(y) || x->valuedouble < 0 || y->valuedouble < 0)
-        return BAD("%s: %s: expected [a, b] with a, b >= 0", file, key);
+        !cJSON_IsNumber(y) || !(x->valuedouble >= 0 && x->valuedouble <= MAXDIM) ||
+        !(y->valuedouble >= 0 && y->valuedouble <= MAXDIM))
+        return BAD("%s: %s: expected [a, b] with 0 <= a, b <= 2^31", file, key);
     *a = (int64_t)x->valuedouble;
     *b = (int64_t)y->valuedouble;
     return 0;
@@ -968,9 +970,14 @@ static int parse_tensors(struct src *s, const char *mf, const cJSON *arr, struct
         t->ndim = cJSON_GetArraySize(shape);
         if (!cJSON_IsArray(shape) || t->ndim < 1 || t->ndim > 2)
             return BAD("%s: tensors.%s.shape: expected 1 or 2 dimensions", mf, t->name);
-        t->rows = (int64_t)cJSON_GetArrayItem(shape, 0)->valuedouble;
-        t->cols = t->ndim == 2 ? (int64_t)cJSON_GetArrayItem(shape, 1)->valuedouble : 1;
-        if (get_i64(mf, jt, "padded_rows", 1, INT64_MAX / 2, &t->padded_rows, err) ||
+        const cJSON *d0 = cJSON_GetArrayItem(shape, 0), *d1 = cJSON_GetArrayItem(shape, 1);
+        if (!cJSON_IsNumber(d0) || !(d0->valuedouble >= 1 && d0->valuedouble <= MAXDIM) ||
+            (t->ndim == 2 &&
+             (!cJSON_IsNumber(d1) || !(d1->valuedouble >= 1 && d1->valuedouble <= MAXDIM))))
+            return BAD("%s: tensors.%s.shape: expected sizes in [1, 2^31]", mf, t->name);
+        t->rows = (int64_t)d0->valuedouble;
+        t->cols = t->ndim == 2 ? (int64_t)d1->valuedouble : 1;
+        if (get_i64(mf, jt, "padded_rows", 1, (int64_t)MAXDIM, &t->padded_rows, err) ||
             get_i64(mf, jt, "stage", 0, 1 << 20, &v, err))
             return err->code;
         t->stage = (int)v;
@@ -993,7 +1000,7 @@ static int parse_tensors(struct src *s, const char *mf, const cJSON *arr, struct
                 get_str(mf, jp, "key", p->key, sizeof p->key, err) ||
                 get_pair(mf, jp, "offset", &p->r0, &p->c0, err) ||
                 get_pair(mf, jp, "shape", &p->rows, &p->cols, err) ||
-                get_i64(mf, jp, "flat_offset", 0, INT64_MAX / 2, &p->flat_off, err) ||
+                get_i64(mf, jp, "flat_offset", 0, (int64_t)1 << 53, &p->flat_off, err) ||
                 get_i64(mf, jp, "tp_rank", 0, 1 << 20, &v, err))
                 return err->code;
             p->tp_rank = (int)v;
@@ -1024,14 +1031,15 @@ static int parse_zero(struct src *s, const char *mf, const cJSON *z, struct dp_e
         int64_t a = 0, b = 0;
         if (get_i64(mf, jg, "tp_rank", 0, 1 << 20, &a, err) ||
             get_i64(mf, jg, "pp_rank", 0, 1 << 20, &b, err) ||
-            get_i64(mf, jg, "flat_elems", 1, INT64_MAX / 2, &g->flat_elems, err) ||
-            get_i64(mf, jg, "shard_elems", 1, INT64_MAX / 2, &g->shard_elems, err))
+            get_i64(mf, jg, "flat_elems", 1, (int64_t)1 << 53, &g->flat_elems, err) ||
+            get_i64(mf, jg, "shard_elems", 1, (int64_t)1 << 53, &g->shard_elems, err))
             return err->code;
         g->tp_rank = (int)a;
         g->pp_rank = (int)b;
         const cJSON *sh = cJSON_GetObjectItemCaseSensitive(jg, "shards");
         int k = cJSON_GetArraySize(sh);
-        if (!cJSON_IsArray(sh) || k <= 0 || g->shard_elems * k != g->flat_elems)
+        if (!cJSON_IsArray(sh) || k <= 0 || g->flat_elems % k ||
+            g->flat_elems / k != g->shard_elems)
             return BAD("%s: zero1.groups: shards do not tile flat_elems", mf);
         g->s = calloc((size_t)k, sizeof *g->s);
         if (!g->s)

@@ -152,6 +152,21 @@ corrupt)
   has trunc.info ' 10 .*damaged .*truncated: 1000 bytes' "truncated"
   has trunc.info ' 12 .*damaged .*no manifest.json' "half-written"
   has trunc.info ' 11 .*unpublished' "tmp"
+  # Manifests with nonsense in them (the loader must reject them, UBSan watching).
+  for bad in 1e300 -5 '"x"' 2147483649; do
+    rm -rf trunc-ck/step_00000004
+    cp -r trunc-ck/step_00000005 trunc-ck/step_00000004
+    sed -i -E "0,/\"step\":[[:space:]]*5/s//\"step\": 4/; s/\"offset\":[[:space:]]*\[[^]]*\]/\"offset\": [$bad, 0]/" \
+      trunc-ck/step_00000004/manifest.json
+    "$dplan" ckpt info trunc-ck/step_00000004 > nonsense.info 2>&1 &&
+      bad "offset $bad: a nonsense manifest passed"
+    has nonsense.info 'damaged .*offset: expected \[a, b\]' "offset $bad rejected"
+  done
+  rm -rf trunc-ck/step_00000004
+  printf '{"dplan_checkpoint": 1, "step": 3' > trunc-ck/step_00000003.json
+  mkdir -p trunc-ck/step_00000003 && mv trunc-ck/step_00000003.json trunc-ck/step_00000003/manifest.json
+  "$dplan" ckpt info trunc-ck/step_00000003 > syntax.info 2>&1
+  has syntax.info 'damaged .*manifest.json:1:[0-9]+: JSON syntax error' "syntax error"
   "$dplan" ckpt info trunc-ck --json > trunc.json 2> /dev/null
   has trunc.json '"newest_complete":.*step_00000005' "json newest"
   # An incompatible model or batch is refused with the reason, before any rank starts.
