@@ -77,17 +77,21 @@ struct dp_backend_ops {
     void (*norm_bwd)(struct dp_backend *be, enum dp_norm_kind kind, real *dinp, real *dw, real *db,
                      const real *dout, const real *inp, const real *w, const real *stats, int64_t N,
                      int64_t C);
-    void (*bias_add)(struct dp_backend *be, real *out, const real *bias, int64_t N, int64_t C);
+    /* Every row of out = bias [C] (zeros if NULL): the C of a GEMM with beta = 1 that adds
+     * the bias, instead of clearing C (beta = 0) and adding the bias in a second pass. */
+    void (*bias_fill)(struct dp_backend *be, real *out, const real *bias, int64_t N, int64_t C);
     void (*bias_grad)(struct dp_backend *be, real *db, const real *dout, int64_t N, int64_t C);
-    /* out = a + b + bias (bias [C] may be NULL); out may alias a. */
+    /* out = a + b + bias (b [N, C] and bias [C] may be NULL); out may alias a. */
     void (*residual)(struct dp_backend *be, real *out, const real *a, const real *b,
                      const real *bias, int64_t N, int64_t C);
     void (*add_inplace)(struct dp_backend *be, real *y, const real *x, int64_t n);
     /* GELU (tanh approximation, GPT-2) or SwiGLU (inp = [gate | up], F columns each). */
     void (*act_fwd)(struct dp_backend *be, enum dp_ffn_kind kind, real *out, const real *inp,
                     int64_t N, int64_t F);
-    void (*act_bwd)(struct dp_backend *be, enum dp_ffn_kind kind, real *dinp, const real *dout,
-                    const real *inp, int64_t N, int64_t F);
+    /* dinp (overwritten) = d/dinp; dbias (NULL: none) += the sum of dinp over the rows,
+     * the gradient of a bias added to inp (F columns, or 2 F for SwiGLU). */
+    void (*act_bwd)(struct dp_backend *be, enum dp_ffn_kind kind, real *dinp, real *dbias,
+                    const real *dout, const real *inp, int64_t N, int64_t F);
     /* Rotary embedding in place on the first nq + nk heads (of width d) of each row of x
      * (row stride ld); row n has position n % T; cs = [T][d/2] cos then [T][d/2] sin.
      * inverse = true applies the transpose (the backward). */

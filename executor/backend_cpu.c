@@ -162,9 +162,9 @@ static void k_norm_bwd(struct dp_backend *be, enum dp_norm_kind kind, real *dinp
 {
     dp__cpu_norm_bwd(kind, dinp, dw, db, dout, inp, w, stats, N, C);
 }
-static void k_bias_add(struct dp_backend *be, real *out, const real *bias, int64_t N, int64_t C)
+static void k_bias_fill(struct dp_backend *be, real *out, const real *bias, int64_t N, int64_t C)
 {
-    dp__cpu_bias_add(out, bias, N, C);
+    dp__cpu_bias_fill(out, bias, N, C);
 }
 static void k_bias_grad(struct dp_backend *be, real *db, const real *dout, int64_t N, int64_t C)
 {
@@ -184,10 +184,10 @@ static void k_act_fwd(struct dp_backend *be, enum dp_ffn_kind kind, real *out, c
 {
     dp__cpu_act_fwd(kind, out, inp, N, F);
 }
-static void k_act_bwd(struct dp_backend *be, enum dp_ffn_kind kind, real *dinp, const real *dout,
-                      const real *inp, int64_t N, int64_t F)
+static void k_act_bwd(struct dp_backend *be, enum dp_ffn_kind kind, real *dinp, real *dbias,
+                      const real *dout, const real *inp, int64_t N, int64_t F)
 {
-    dp__cpu_act_bwd(kind, dinp, dout, inp, N, F);
+    dp__cpu_act_bwd(kind, dinp, dbias, dout, inp, N, F);
 }
 static void k_rope(struct dp_backend *be, real *x, int64_t ld, int64_t N, int64_t T, int nq, int nk,
                    int d, const real *cs, bool inverse)
@@ -406,7 +406,7 @@ static const struct dp_backend_ops cpu_ops = {
     .init_fill = k_init_fill,
     .norm_fwd = k_norm_fwd,
     .norm_bwd = k_norm_bwd,
-    .bias_add = k_bias_add,
+    .bias_fill = k_bias_fill,
     .bias_grad = k_bias_grad,
     .residual = k_residual,
     .add_inplace = k_add_inplace,

@@ -22,14 +22,14 @@ void dp__cpu_norm_fwd(enum dp_norm_kind kind, real *out, real *stats, const real
                       const real *w, const real *b, int64_t N, int64_t C);
 void dp__cpu_norm_bwd(enum dp_norm_kind kind, real *dinp, real *dw, real *db, const real *dout,
                       const real *inp, const real *w, const real *stats, int64_t N, int64_t C);
-void dp__cpu_bias_add(real *out, const real *bias, int64_t N, int64_t C);
+void dp__cpu_bias_fill(real *out, const real *bias, int64_t N, int64_t C);
 void dp__cpu_bias_grad(real *db, const real *dout, int64_t N, int64_t C);
 void dp__cpu_residual(real *out, const real *a, const real *b, const real *bias, int64_t N,
                       int64_t C);
 void dp__cpu_add_inplace(real *y, const real *x, int64_t n);
 void dp__cpu_act_fwd(enum dp_ffn_kind kind, real *out, const real *inp, int64_t N, int64_t F);
-void dp__cpu_act_bwd(enum dp_ffn_kind kind, real *dinp, const real *dout, const real *inp,
-                     int64_t N, int64_t F);
+void dp__cpu_act_bwd(enum dp_ffn_kind kind, real *dinp, real *dbias, const real *dout,
+                     const real *inp, int64_t N, int64_t F);
 void dp__cpu_rope(real *x, int64_t ld, int64_t N, int64_t T, int nq, int nk, int d, const real *cs,
                   bool inverse);
 void dp__cpu_attn_fwd(real *ctx, real *probs, const real *qkv, int64_t B, int64_t T, int a, int g,

@@ -86,6 +86,107 @@ static inline float R_EXPV(float x0)
 }
 #endif
 
+/*
+ * Explicit 64-byte vectors (GCC/Clang vector extensions: 16 floats or 8 doubles, lowered
+ * to AVX-512, AVX2 or SSE registers by each DP_CLONES target) where the compiler's own
+ * vectorisation falls short: rows of varying length (causal softmax) and register blocks.
+ * Vectors are loaded and stored with memcpy (any alignment) and never passed by value.
+ */
+#define AV ((int)(64 / sizeof(real)))
+typedef real vreal __attribute__((vector_size(64)));
+#ifdef DP_REAL_DOUBLE
+typedef int64_t lane_int; /* an integer as wide as real */
+#else
+typedef int32_t lane_int;
+#endif
+typedef lane_int vint __attribute__((vector_size(64)));
+/* Lane-wise m ? a : b for a comparison mask m (C has no vector ?:). */
+#define VSEL(m, a, b) ((vreal)(((vint)(a) & (m)) | ((vint)(b) & ~(m))))
+
+/* *v = R_EXPV(*v), lane by lane: the same steps on whole vectors. */
+static inline __attribute__((always_inline)) void vexp(vreal *v)
+{
+#ifdef DP_REAL_DOUBLE
+    for (int l = 0; l < AV; l++)
+        (*v)[l] = exp((*v)[l]);
+#else
+    const vreal x0 = *v;
+    vreal x = VSEL(x0 > -87.0f, x0, x0 * 0 - 87.0f);
+    x = VSEL(x < 88.0f, x, x * 0 + 88.0f);
+    vreal n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    vreal r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    vreal p = r * 1.9875691500E-4f + 1.3981999507E-3f;
+    p = p * r + 8.3334519073E-3f;
+    p = p * r + 4.1665795894E-2f;
+    p = p * r + 1.6666665459E-1f;
+    p = p * r + 5.0000001201E-1f;
+    p = p * r * r + r + 1.0f;
+    vint e = (__builtin_convertvector(n, vint) + 127) << 23;
+    vreal y = p * (vreal)e;
+    *v = VSEL(x0 != x0, x0, y); /* NaN stays NaN */
+#endif
+}
+
+/* Horizontal sum and maximum of a vector, by halves (log2 AV dependent steps). */
+typedef real vreal_h __attribute__((vector_size(32)));
+typedef real vreal_q __attribute__((vector_size(16)));
+typedef lane_int vint_h __attribute__((vector_size(32)));
+typedef lane_int vint_q __attribute__((vector_size(16)));
+static inline __attribute__((always_inline)) real vhsum(const vreal *v)
+{
+    vreal_h a, b;
+    memcpy(&a, v, sizeof a);
+    memcpy(&b, (const char *)v + sizeof a, sizeof b);
+    a += b;
+    vreal_q c, d;
+    memcpy(&c, &a, sizeof c);
+    memcpy(&d, (const char *)&a + sizeof c, sizeof d);
+    c += d;
+    real s = 0;
+    for (int l = 0; l < (int)(sizeof c / sizeof(real)); l++)
+        s += c[l];
+    return s;
+}
+
+static inline __attribute__((always_inline)) real vhmax(const vreal *v)
+{
+    vreal_h a, b;
+    memcpy(&a, v, sizeof a);
+    memcpy(&b, (const char *)v + sizeof a, sizeof b);
+    vint_h mh = a > b;
+    a = (vreal_h)(((vint_h)a & mh) | ((vint_h)b & ~mh));
+    vreal_q c, d;
+    memcpy(&c, &a, sizeof c);
+    memcpy(&d, (const char *)&a + sizeof c, sizeof d);
+    vint_q mq = c > d;
+    c = (vreal_q)(((vint_q)c & mq) | ((vint_q)d & ~mq));
+    real m = c[0];
+    for (int l = 1; l < (int)(sizeof c / sizeof(real)); l++)
+        m = c[l] > m ? c[l] : m;
+    return m;
+}
+
+/* Lanes [0, n) of a vector from p (n <= AV), the others `fill`. */
+static inline __attribute__((always_inline)) void vload_part(vreal *v, const real *p, int n,
+                                                             real fill)
+{
+    if (n >= AV) {
+        memcpy(v, p, sizeof *v);
+        return;
+    }
+    for (int l = 0; l < AV; l++)
+        (*v)[l] = l < n ? p[l] : fill;
+}
+
+static inline __attribute__((always_inline)) void vstore_part(real *p, const vreal *v, int n)
+{
+    if (n >= AV)
+        memcpy(p, v, sizeof *v);
+    else
+        for (int l = 0; l < n; l++)
+            p[l] = (*v)[l];
+}
+
 /* tanh(u) = 1 - 2 / (exp(2u) + 1): one exponential, no cancellation problem for GELU,
  * which only uses 1 + tanh. */
 static inline real tanh_e(real u)
@@ -127,12 +228,28 @@ void dp__cpu_gemm(bool ta, bool tb, int m, int n, int k, real alpha, const real 
     }
 }
 
-/* Columns [c0, c1) of C handled by the calling thread of a parallel region. */
+/* Columns [c0, c1) of C handled by the calling thread of a parallel region: whole
+ * 64-byte lines where C allows, so that threads do not share cache lines. */
 static void col_range(int64_t C, int64_t *c0, int64_t *c1)
 {
     int t = omp_get_thread_num(), T = omp_get_num_threads();
+    const int64_t q = 64 / (int64_t)sizeof(real);
+    if (C >= q * T) {
+        int64_t lines = (C + q - 1) / q;
+        *c0 = lines * t / T * q;
+        *c1 = t + 1 == T ? C : lines * (t + 1) / T * q;
+        return;
+    }
     *c0 = C * t / T;
     *c1 = C * (t + 1) / T;
+}
+
+/* Rows [n0, n1) of N handled by the calling thread of a parallel region. */
+static void thread_range(int64_t N, int64_t *n0, int64_t *n1)
+{
+    int t = omp_get_thread_num(), T = omp_get_num_threads();
+    *n0 = N * t / T;
+    *n1 = N * (t + 1) / T;
 }
 
 /* ------------------------------------------------------------------ init */
@@ -150,87 +267,175 @@ void dp__cpu_init_fill(real *dst, int64_t rows, int64_t cols, int64_t gcols, int
 
 /* ------------------------------------------------------------------ norms */
 
-void dp__cpu_norm_fwd(enum dp_norm_kind kind, real *out, real *stats, const real *inp,
-                      const real *w, const real *b, int64_t N, int64_t C)
+/* Rows [n0, n1): mean and variance by two vectorised passes (the variance of x - mean,
+ * not E[x^2] - mean^2), then the scaled output. */
+DP_CLONES static void norm_fwd_rows(bool ln, real *out, real *stats, const real *inp, const real *w,
+                                    const real *b, int64_t n0, int64_t n1, int64_t C)
 {
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++) {
-        const real *x = inp + n * C;
-        real *y = out + n * C;
+    for (int64_t n = n0; n < n1; n++) {
+        const real *restrict x = inp + n * C;
+        real *restrict y = out + n * C;
         real mean = 0, var = 0;
-        if (kind == DP_NORM_LAYERNORM) {
+        if (ln) {
+#pragma omp simd reduction(+ : mean)
             for (int64_t i = 0; i < C; i++)
                 mean += x[i];
             mean /= (real)C;
         }
+#pragma omp simd reduction(+ : var)
         for (int64_t i = 0; i < C; i++) {
             real xm = x[i] - mean;
             var += xm * xm;
         }
         var /= (real)C;
         real rstd = (real)1 / R_SQRT(var + (real)DP_NORM_EPS);
-        for (int64_t i = 0; i < C; i++) {
-            real v = (x[i] - mean) * rstd * w[i];
-            y[i] = b ? v + b[i] : v;
+        if (b) {
+#pragma omp simd
+            for (int64_t i = 0; i < C; i++)
+                y[i] = (x[i] - mean) * rstd * w[i] + b[i];
+        } else {
+#pragma omp simd
+            for (int64_t i = 0; i < C; i++)
+                y[i] = (x[i] - mean) * rstd * w[i];
         }
         stats[2 * n] = mean;
         stats[2 * n + 1] = rstd;
     }
 }
 
-void dp__cpu_norm_bwd(enum dp_norm_kind kind, real *dinp, real *dw, real *db, const real *dout,
-                      const real *inp, const real *w, const real *stats, int64_t N, int64_t C)
+void dp__cpu_norm_fwd(enum dp_norm_kind kind, real *out, real *stats, const real *inp,
+                      const real *w, const real *b, int64_t N, int64_t C)
 {
-    /* Input gradient, row by row:
-     * LayerNorm: dx = rstd (dn - mean(dn) - xhat mean(dn xhat)), dn = dy w;
-     * RMSNorm:   dx = rstd (dn - xhat mean(dn xhat)). */
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++) {
-        const real *x = inp + n * C, *dy = dout + n * C;
-        real *dx = dinp + n * C;
-        real mean = stats[2 * n], rstd = stats[2 * n + 1];
+    const bool ln = kind == DP_NORM_LAYERNORM;
+#pragma omp parallel
+    {
+        int64_t n0, n1;
+        thread_range(N, &n0, &n1);
+        norm_fwd_rows(ln, out, stats, inp, w, b, n0, n1, C);
+    }
+}
+
+/* Input gradient of rows [n0, n1):
+ * LayerNorm: dx = rstd (dn - mean(dn) - xhat mean(dn xhat)), dn = dy w;
+ * RMSNorm:   dx = rstd (dn - xhat mean(dn xhat)).
+ * With dw != NULL the same sweep also accumulates dw += dy xhat (and db += dy), row by
+ * row: the order of norm_bwd_params, so one thread gives the same gradients as several. */
+DP_CLONES static void norm_bwd_rows(bool ln, real *dinp, real *dw, real *db, const real *dout,
+                                    const real *inp, const real *w, const real *stats, int64_t n0,
+                                    int64_t n1, int64_t C)
+{
+    for (int64_t n = n0; n < n1; n++) {
+        const real *restrict x = inp + n * C, *restrict dy = dout + n * C;
+        real *restrict dx = dinp + n * C;
+        const real mean = stats[2 * n], rstd = stats[2 * n + 1];
         real dn_mean = 0, dn_xhat_mean = 0;
+#pragma omp simd reduction(+ : dn_mean, dn_xhat_mean)
         for (int64_t i = 0; i < C; i++) {
             real xhat = (x[i] - mean) * rstd;
             real dn = dy[i] * w[i];
             dn_mean += dn;
             dn_xhat_mean += dn * xhat;
         }
-        dn_mean /= (real)C;
+        dn_mean = ln ? dn_mean / (real)C : 0;
         dn_xhat_mean /= (real)C;
-        if (kind == DP_NORM_RMSNORM)
-            dn_mean = 0;
+#pragma omp simd
         for (int64_t i = 0; i < C; i++) {
             real xhat = (x[i] - mean) * rstd;
             real dn = dy[i] * w[i];
             dx[i] += (dn - dn_mean - xhat * dn_xhat_mean) * rstd;
         }
+        if (dw) {
+            real *restrict gw = dw;
+#pragma omp simd
+            for (int64_t i = 0; i < C; i++)
+                gw[i] += dy[i] * ((x[i] - mean) * rstd);
+        }
+        if (db) {
+            real *restrict gb = db;
+#pragma omp simd
+            for (int64_t i = 0; i < C; i++)
+                gb[i] += dy[i];
+        }
     }
-    /* Weight and bias gradients: columns split over threads, rows in order. */
+}
+
+/* Weight and bias gradients of columns [c0, c1), rows in order. */
+DP_CLONES static void norm_bwd_params(real *dw, real *db, const real *dout, const real *inp,
+                                      const real *stats, int64_t N, int64_t c0, int64_t c1,
+                                      int64_t C)
+{
+    real *restrict gw = dw;
+    for (int64_t n = 0; n < N; n++) {
+        const real *restrict x = inp + n * C, *restrict dy = dout + n * C;
+        const real mean = stats[2 * n], rstd = stats[2 * n + 1];
+#pragma omp simd
+        for (int64_t i = c0; i < c1; i++)
+            gw[i] += dy[i] * ((x[i] - mean) * rstd);
+        if (db) {
+            real *restrict gb = db;
+#pragma omp simd
+            for (int64_t i = c0; i < c1; i++)
+                gb[i] += dy[i];
+        }
+    }
+}
+
+void dp__cpu_norm_bwd(enum dp_norm_kind kind, real *dinp, real *dw, real *db, const real *dout,
+                      const real *inp, const real *w, const real *stats, int64_t N, int64_t C)
+{
+    const bool ln = kind == DP_NORM_LAYERNORM;
+    if (omp_get_max_threads() <= 1 || omp_in_parallel()) {
+        norm_bwd_rows(ln, dinp, dw, db, dout, inp, w, stats, 0, N, C);
+        return;
+    }
+    /* Several threads: rows split for the input gradient, then the parameter gradients
+     * split by columns (rows in order, whatever the thread count). */
 #pragma omp parallel
     {
-        int64_t c0, c1;
+        int64_t n0, n1, c0, c1;
+        thread_range(N, &n0, &n1);
+        norm_bwd_rows(ln, dinp, NULL, NULL, dout, inp, w, stats, n0, n1, C);
         col_range(C, &c0, &c1);
-        for (int64_t n = 0; n < N; n++) {
-            const real *x = inp + n * C, *dy = dout + n * C;
-            real mean = stats[2 * n], rstd = stats[2 * n + 1];
-            for (int64_t i = c0; i < c1; i++) {
-                dw[i] += dy[i] * (x[i] - mean) * rstd;
-                if (db)
-                    db[i] += dy[i];
-            }
-        }
+        norm_bwd_params(dw, db, dout, inp, stats, N, c0, c1, C);
     }
 }
 
 /* ------------------------------------------------------------------ small ops */
 
-void dp__cpu_bias_add(real *out, const real *bias, int64_t N, int64_t C)
+DP_CLONES static void fill_rows(real *out, const real *row, int64_t n0, int64_t n1, int64_t C)
 {
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t i = 0; i < C; i++)
-            out[n * C + i] += bias[i];
+    for (int64_t n = n0; n < n1; n++) {
+        real *restrict y = out + n * C;
+        if (row) {
+#pragma omp simd
+            for (int64_t i = 0; i < C; i++)
+                y[i] = row[i];
+        } else {
+            memset(y, 0, (size_t)C * sizeof(real));
+        }
+    }
+}
+
+void dp__cpu_bias_fill(real *out, const real *bias, int64_t N, int64_t C)
+{
+#pragma omp parallel
+    {
+        int64_t n0, n1;
+        thread_range(N, &n0, &n1);
+        fill_rows(out, bias, n0, n1, C);
+    }
+}
+
+DP_CLONES static void bias_grad_cols(real *db, const real *dout, int64_t N, int64_t c0, int64_t c1,
+                                     int64_t C)
+{
+    real *restrict g = db;
+    for (int64_t n = 0; n < N; n++) {
+        const real *restrict dy = dout + n * C;
+#pragma omp simd
+        for (int64_t i = c0; i < c1; i++)
+            g[i] += dy[i];
+    }
 }
 
 void dp__cpu_bias_grad(real *db, const real *dout, int64_t N, int64_t C)
@@ -239,24 +444,48 @@ void dp__cpu_bias_grad(real *db, const real *dout, int64_t N, int64_t C)
     {
         int64_t c0, c1;
         col_range(C, &c0, &c1);
-        for (int64_t n = 0; n < N; n++)
-            for (int64_t i = c0; i < c1; i++)
-                db[i] += dout[n * C + i];
+        bias_grad_cols(db, dout, N, c0, c1, C);
+    }
+}
+
+DP_CLONES static void residual_rows(real *out, const real *a, const real *b, const real *bias,
+                                    int64_t n0, int64_t n1, int64_t C)
+{
+    for (int64_t n = n0; n < n1; n++) {
+        real *y = out + n * C; /* may alias a */
+        const real *x = a + n * C, *restrict z = b ? b + n * C : NULL;
+        if (z && bias) {
+#pragma omp simd
+            for (int64_t i = 0; i < C; i++)
+                y[i] = x[i] + z[i] + bias[i];
+        } else if (z) {
+#pragma omp simd
+            for (int64_t i = 0; i < C; i++)
+                y[i] = x[i] + z[i];
+        } else if (bias) {
+#pragma omp simd
+            for (int64_t i = 0; i < C; i++)
+                y[i] = x[i] + bias[i];
+        } else if (y != x) {
+            memcpy(y, x, (size_t)C * sizeof(real));
+        }
     }
 }
 
 void dp__cpu_residual(real *out, const real *a, const real *b, const real *bias, int64_t N,
                       int64_t C)
 {
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t i = 0; i < C; i++)
-            out[n * C + i] = a[n * C + i] + b[n * C + i] + (bias ? bias[i] : 0);
+#pragma omp parallel
+    {
+        int64_t n0, n1;
+        thread_range(N, &n0, &n1);
+        residual_rows(out, a, b, bias, n0, n1, C);
+    }
 }
 
 void dp__cpu_add_inplace(real *y, const real *x, int64_t n)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; i++)
         y[i] += x[i];
 }
@@ -274,16 +503,30 @@ DP_CLONES static void gelu_fwd(real *out, const real *inp, int64_t n)
     }
 }
 
-DP_CLONES static void gelu_bwd(real *dinp, const real *dout, const real *inp, int64_t n)
+/* Columns [c0, c1) of every row: dinp = gelu'(inp) dout, and db += dinp row by row (the
+ * fused bias gradient, in the row order of bias_grad). */
+DP_CLONES static void gelu_bwd_cols(real *dinp, real *db, const real *dout, const real *inp,
+                                    int64_t N, int64_t F, int64_t c0, int64_t c1)
 {
-    for (int64_t i = 0; i < n; i++) {
-        real x = inp[i];
-        real cube = (real)0.044715 * x * x * x;
-        real th = tanh_e(GELU_S * (x + cube));
-        real sech2 = (real)1 - th * th; /* d tanh = sech^2 = 1 - tanh^2 */
-        real local = (real)0.5 * ((real)1 + th) +
-                     x * (real)0.5 * sech2 * GELU_S * ((real)1 + (real)3 * (real)0.044715 * x * x);
-        dinp[i] = local * dout[i];
+    for (int64_t n = 0; n < N; n++) {
+        const real *restrict x = inp + n * F, *restrict dy = dout + n * F;
+        real *restrict dx = dinp + n * F;
+        for (int64_t i = c0; i < c1; i++) {
+            real xi = x[i];
+            real cube = (real)0.044715 * xi * xi * xi;
+            real th = tanh_e(GELU_S * (xi + cube));
+            real sech2 = (real)1 - th * th; /* d tanh = sech^2 = 1 - tanh^2 */
+            real local =
+                (real)0.5 * ((real)1 + th) +
+                xi * (real)0.5 * sech2 * GELU_S * ((real)1 + (real)3 * (real)0.044715 * xi * xi);
+            dx[i] = local * dy[i];
+        }
+        if (db) {
+            real *restrict g = db;
+#pragma omp simd
+            for (int64_t i = c0; i < c1; i++)
+                g[i] += dx[i];
+        }
     }
 }
 
@@ -296,13 +539,27 @@ DP_CLONES static void swiglu_fwd(real *out, const real *gt, const real *up, int6
     }
 }
 
-DP_CLONES static void swiglu_bwd(real *dg, real *du, const real *dy, const real *gt, const real *up,
-                                 int64_t F)
+/* Columns [c0, c1) of the gate and of the up half of every row; db = [gate | up] bias. */
+DP_CLONES static void swiglu_bwd_cols(real *dinp, real *db, const real *dout, const real *inp,
+                                      int64_t N, int64_t F, int64_t c0, int64_t c1)
 {
-    for (int64_t i = 0; i < F; i++) {
-        real sg = (real)1 / ((real)1 + R_EXPV(-gt[i]));
-        du[i] = dy[i] * gt[i] * sg;
-        dg[i] = dy[i] * up[i] * sg * ((real)1 + gt[i] * ((real)1 - sg));
+    for (int64_t n = 0; n < N; n++) {
+        const real *restrict gt = inp + n * 2 * F, *restrict up = gt + F,
+                             *restrict dy = dout + n * F;
+        real *restrict dg = dinp + n * 2 * F, *restrict du = dg + F;
+        for (int64_t i = c0; i < c1; i++) {
+            real sg = (real)1 / ((real)1 + R_EXPV(-gt[i]));
+            du[i] = dy[i] * gt[i] * sg;
+            dg[i] = dy[i] * up[i] * sg * ((real)1 + gt[i] * ((real)1 - sg));
+        }
+        if (db) {
+            real *restrict gg = db, *restrict gu = db + F;
+#pragma omp simd
+            for (int64_t i = c0; i < c1; i++) {
+                gg[i] += dg[i];
+                gu[i] += du[i];
+            }
+        }
     }
 }
 
@@ -325,17 +582,19 @@ void dp__cpu_act_fwd(enum dp_ffn_kind kind, real *out, const real *inp, int64_t 
         swiglu_fwd(out + n * F, inp + n * 2 * F, inp + n * 2 * F + F, F);
 }
 
-void dp__cpu_act_bwd(enum dp_ffn_kind kind, real *dinp, const real *dout, const real *inp,
-                     int64_t N, int64_t F)
+void dp__cpu_act_bwd(enum dp_ffn_kind kind, real *dinp, real *dbias, const real *dout,
+                     const real *inp, int64_t N, int64_t F)
 {
-    if (kind == DP_FFN_GELU) {
-        FOR_BLOCKS(N * F, gelu_bwd(dinp + i0, dout + i0, inp + i0, cnt));
-        return;
+    /* Split by columns so that the fused bias gradient sums rows in order on every thread. */
+#pragma omp parallel
+    {
+        int64_t c0, c1;
+        col_range(F, &c0, &c1);
+        if (kind == DP_FFN_GELU)
+            gelu_bwd_cols(dinp, dbias, dout, inp, N, F, c0, c1);
+        else
+            swiglu_bwd_cols(dinp, dbias, dout, inp, N, F, c0, c1);
     }
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++)
-        swiglu_bwd(dinp + n * 2 * F, dinp + n * 2 * F + F, dout + n * F, inp + n * 2 * F,
-                   inp + n * 2 * F + F, F);
 }
 
 void dp__cpu_rope(real *x, int64_t ld, int64_t N, int64_t T, int nq, int nk, int d, const real *cs,
@@ -362,47 +621,89 @@ void dp__cpu_rope(real *x, int64_t ld, int64_t N, int64_t T, int nq, int nk, int
 
 /* ------------------------------------------------------------------ attention */
 
-/* Row-wise causal softmax of a T x T block in place (entries above the diagonal -> 0). */
+/* Lane indices 0 .. AV-1. */
+static inline __attribute__((always_inline)) void viota(vint *v)
+{
+    for (int l = 0; l < AV; l++)
+        (*v)[l] = l;
+}
+
+/* Row-wise causal softmax of a T x T block in place (entries above the diagonal -> 0;
+ * they are never read, so they may hold anything on entry). Row t runs over whole vectors
+ * with the lanes past t masked: rows are 1 to T long, and scalar remainders would cost
+ * as much as the vector loop. */
 DP_CLONES static void softmax_causal(real *P, int64_t T)
 {
+    vint iota;
+    viota(&iota);
     for (int64_t t = 0; t < T; t++) {
         real *row = P + t * T;
-        real mx = -R_INF;
-        for (int64_t j = 0; j <= t; j++)
-            mx = row[j] > mx ? row[j] : mx;
-        real sum = 0;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t j = 0; j <= t; j++) {
-            row[j] = R_EXPV(row[j] - mx);
-            sum += row[j];
+        const int64_t je = t + 1; /* valid entries */
+        vreal vm = (vreal){0} - R_INF;
+        for (int64_t j = 0; j < je; j += AV) {
+            vreal x;
+            vload_part(&x, row + j, (int)(je - j), -R_INF);
+            vm = VSEL(x > vm, x, vm);
         }
-        real inv = (real)1 / sum;
-        for (int64_t j = 0; j <= t; j++)
-            row[j] *= inv;
-        for (int64_t j = t + 1; j < T; j++)
-            row[j] = 0;
+        const real mx = vhmax(&vm);
+        vreal vs = {0};
+        for (int64_t j = 0; j < je; j += AV) {
+            vreal x;
+            vload_part(&x, row + j, (int)(T - j), 0);
+            x -= mx;
+            vexp(&x);
+            x = VSEL(iota + (lane_int)(j - t) <= 0, x, (vreal){0});
+            vs += x;
+            vstore_part(row + j, &x, (int)(T - j));
+        }
+        const real inv = (real)1 / vhsum(&vs);
+        int64_t j = 0;
+        for (; j < je; j += AV) {
+            vreal x;
+            vload_part(&x, row + j, (int)(T - j), 0);
+            x *= inv;
+            vstore_part(row + j, &x, (int)(T - j));
+        }
+        if (j < T)
+            memset(row + j, 0, (size_t)(T - j) * sizeof(real));
     }
 }
 
-/* Softmax backward on a causal T x T block: dS = P * (dP - sum_j dP P), in place in dP. */
+/* Softmax backward on a causal T x T block: dS = P * (dP - sum_j dP P), in place in dP
+ * (entries above the diagonal of dP are not read and become 0). */
 DP_CLONES static void softmax_causal_bwd(real *dP, const real *P, int64_t T)
 {
+    vint iota;
+    viota(&iota);
     for (int64_t t = 0; t < T; t++) {
         const real *pr = P + t * T;
         real *dr = dP + t * T;
-        real s = 0;
-#pragma omp simd reduction(+ : s)
-        for (int64_t u = 0; u <= t; u++)
-            s += dr[u] * pr[u];
-        for (int64_t u = 0; u <= t; u++)
-            dr[u] = pr[u] * (dr[u] - s);
-        for (int64_t u = t + 1; u < T; u++)
-            dr[u] = 0;
+        const int64_t je = t + 1;
+        vreal vs = {0};
+        for (int64_t u = 0; u < je; u += AV) {
+            vreal p, d;
+            vload_part(&p, pr + u, (int)(je - u), 0);
+            vload_part(&d, dr + u, (int)(je - u), 0);
+            vs += p * d;
+        }
+        const real s = vhsum(&vs);
+        int64_t u = 0;
+        for (; u < je; u += AV) {
+            vreal p, d;
+            vload_part(&p, pr + u, (int)(T - u), 0);
+            vload_part(&d, dr + u, (int)(T - u), 0);
+            d = p * (d - s);
+            d = VSEL(iota + (lane_int)(u - t) <= 0, d, (vreal){0});
+            vstore_part(dr + u, &d, (int)(T - u));
+        }
+        if (u < T)
+            memset(dr + u, 0, (size_t)(T - u) * sizeof(real));
     }
 }
 
 /*
- * Causal attention per (sequence, head) with the products cut into row blocks of ATT_BS:
+ * Heads wider than ATT_DMAX: OpenBLAS per (sequence, head), the products cut into row
+ * blocks of ATT_BS:
  * block i (rows r0 .. r0 + rows) only needs keys 0 .. r0 + rows, so the masked upper
  * triangle is never computed (5/8 of the full work at T = 128). Softmax rows read only
  * their causal entries and write zeros above the diagonal.
@@ -421,7 +722,7 @@ static void probs_one(real *P, const real *q, const real *k, int64_t ld, int64_t
     softmax_causal(P, T);
 }
 
-void dp__cpu_attn_probs(real *probs, const real *qkv, int64_t B, int64_t T, int a, int g, int d)
+static void attn_probs_blas(real *probs, const real *qkv, int64_t B, int64_t T, int a, int g, int d)
 {
     const int64_t qd = (int64_t)a * d, kvd = (int64_t)g * d, ld = qd + 2 * kvd;
     const int per = a / g;
@@ -435,8 +736,8 @@ void dp__cpu_attn_probs(real *probs, const real *qkv, int64_t B, int64_t T, int 
         }
 }
 
-void dp__cpu_attn_fwd(real *ctx, real *probs, const real *qkv, int64_t B, int64_t T, int a, int g,
-                      int d)
+static void attn_fwd_blas(real *ctx, real *probs, const real *qkv, int64_t B, int64_t T, int a,
+                          int g, int d)
 {
     const int64_t qd = (int64_t)a * d, kvd = (int64_t)g * d, ld = qd + 2 * kvd;
     const int per = a / g;
@@ -461,8 +762,8 @@ void dp__cpu_attn_fwd(real *ctx, real *probs, const real *qkv, int64_t B, int64_
         }
 }
 
-void dp__cpu_attn_bwd(real *dqkv, real *dprobs, const real *dctx, const real *qkv,
-                      const real *probs, int64_t B, int64_t T, int a, int g, int d)
+static void attn_bwd_blas(real *dqkv, real *dprobs, const real *dctx, const real *qkv,
+                          const real *probs, int64_t B, int64_t T, int a, int g, int d)
 {
     const int64_t qd = (int64_t)a * d, kvd = (int64_t)g * d, ld = qd + 2 * kvd;
     const int per = a / g;
@@ -501,6 +802,307 @@ void dp__cpu_attn_bwd(real *dqkv, real *dprobs, const real *dctx, const real *qk
                                   q + r0 * ld, (int)ld, 1, dk, (int)ld);
                 }
             }
+        }
+}
+
+/*
+ * Causal attention at small head sizes (T = 128, d = 32 in the benchmark) is dominated by
+ * the cost of BLAS calls on 32 x 32 tiles and by packing, so heads up to ATT_DMAX wide
+ * run these kernels instead: every product of a head is a sum of rank-1 updates of an
+ * ATT_RB x AV register block (AV = one 64-byte vector: 16 floats, 8 doubles) over keys or
+ * queries taken in chunks of ATT_KB, from a chunk copied (transposed or padded to whole
+ * vectors) into a scratch array on the stack. Only blocks that touch the causal triangle
+ * are computed; what they compute above the diagonal is never read (the softmax and its
+ * backward write zeros there). Per head the sums run in a fixed order, so results do not
+ * depend on the thread count. Wider heads use OpenBLAS (attn_*_blas below).
+ */
+#define ATT_KB   32  /* keys (or queries) per scratch chunk; a multiple of ATT_RB and AV */
+#define ATT_RB   8   /* rows of a register block */
+#define ATT_DMAX 256 /* widest head for these kernels: scratch ATT_KB x ATT_DMAX reals */
+
+/*
+ * The register blocks: for r < ATT_RB and one or two vectors (nc <= AV or 2 AV columns),
+ *   acc[r] = sum_{k < nk} a[r ars + k aks] y[k ldy + (0 .. AV or 2 AV)]
+ *   c[r ldc + (0 .. nc)] = (add ? c : 0) + scale acc[r]
+ * All ATT_RB rows of a and the whole vectors of each y row must be readable. (Plain
+ * arrays of vectors indexed by constants, which the compilers keep in registers.)
+ */
+/* c[0 .. n) = (add ? c : 0) + scale acc (n <= AV lanes; n >= AV: the whole vector). */
+static inline __attribute__((always_inline)) void att_put(real *c, const vreal *acc, int n,
+                                                          real scale, bool add)
+{
+    vreal out = *acc * scale;
+    if (n >= AV) {
+        if (add) {
+            vreal old;
+            memcpy(&old, c, sizeof old);
+            out += old;
+        }
+        memcpy(c, &out, sizeof out);
+    } else {
+        for (int l = 0; l < n; l++)
+            c[l] = (add ? c[l] : 0) + out[l];
+    }
+}
+
+static inline __attribute__((always_inline)) void
+att_block1(const real *a, int64_t ars, int64_t aks, const real *y, int64_t ldy, int nk, real *c,
+           int64_t ldc, int nc, real scale, bool add)
+{
+    vreal acc[ATT_RB];
+    for (int r = 0; r < ATT_RB; r++)
+        acc[r] = (vreal){0};
+    for (int k = 0; k < nk; k++) {
+        vreal yv;
+        memcpy(&yv, y + k * ldy, sizeof yv);
+        for (int r = 0; r < ATT_RB; r++)
+            acc[r] += a[r * ars + k * aks] * yv;
+    }
+    for (int r = 0; r < ATT_RB; r++)
+        att_put(c + r * ldc, &acc[r], nc, scale, add);
+}
+
+static inline __attribute__((always_inline)) void
+att_block2(const real *a, int64_t ars, int64_t aks, const real *y, int64_t ldy, int nk, real *c,
+           int64_t ldc, int nc, real scale, bool add)
+{
+    vreal lo[ATT_RB], hi[ATT_RB];
+    for (int r = 0; r < ATT_RB; r++)
+        lo[r] = hi[r] = (vreal){0};
+    for (int k = 0; k < nk; k++) {
+        vreal y0, y1;
+        memcpy(&y0, y + k * ldy, sizeof y0);
+        memcpy(&y1, y + k * ldy + AV, sizeof y1);
+        for (int r = 0; r < ATT_RB; r++) {
+            const real ar = a[r * ars + k * aks];
+            lo[r] += ar * y0;
+            hi[r] += ar * y1;
+        }
+    }
+    for (int r = 0; r < ATT_RB; r++) {
+        att_put(c + r * ldc, &lo[r], AV, scale, add);
+        att_put(c + r * ldc + AV, &hi[r], nc - AV, scale, add);
+    }
+}
+
+/* One row, nc <= 2 AV columns, vector by vector. */
+static inline __attribute__((always_inline)) void att_row(const real *a, int64_t aks, const real *y,
+                                                          int64_t ldy, int nk, real *c, int nc,
+                                                          real scale, bool add)
+{
+    for (int v = 0; v * AV < nc; v++) {
+        vreal acc = {0};
+        for (int k = 0; k < nk; k++) {
+            vreal yv;
+            memcpy(&yv, y + k * ldy + v * AV, sizeof yv);
+            acc += a[k * aks] * yv;
+        }
+        att_put(c + v * AV, &acc, nc - v * AV, scale, add);
+    }
+}
+
+/* nr <= ATT_RB rows and nc <= 2 AV columns: a register block, or row by row at the edges. */
+static inline __attribute__((always_inline)) void att_rows(int nr, const real *a, int64_t ars,
+                                                           int64_t aks, const real *y, int64_t ldy,
+                                                           int nk, real *c, int64_t ldc, int nc,
+                                                           real scale, bool add)
+{
+    if (nr == ATT_RB && nc > AV)
+        att_block2(a, ars, aks, y, ldy, nk, c, ldc, nc, scale, add);
+    else if (nr == ATT_RB)
+        att_block1(a, ars, aks, y, ldy, nk, c, ldc, nc, scale, add);
+    else
+        for (int r = 0; r < nr; r++)
+            att_row(a + r * ars, aks, y, ldy, nk, c + r * ldc, nc, scale, add);
+}
+
+static inline int imin(int64_t a, int64_t b)
+{
+    return (int)(a < b ? a : b);
+}
+
+/* Causal blocks of S = scale x y^T into S [T][T] (row stride T): x, y [T][d] with row
+ * strides ldx, ldy. Chunk by chunk of keys, y^T goes to the scratch ([d][ATT_KB]). */
+static inline __attribute__((always_inline)) void att_scores(real *S, const real *x, int64_t ldx,
+                                                             const real *y, int64_t ldy, int64_t T,
+                                                             int d, real scale, real *sc)
+{
+    for (int64_t c0 = 0; c0 < T; c0 += ATT_KB) {
+        const int kc = imin(ATT_KB, T - c0);
+        for (int i = 0; i < d; i++)
+            for (int j = 0; j < ATT_KB; j++)
+                sc[i * ATT_KB + j] = j < kc ? y[(c0 + j) * ldy + i] : 0;
+        for (int64_t t0 = c0; t0 < T; t0 += ATT_RB) {
+            const int nr = imin(ATT_RB, T - t0);
+            /* two vectors of keys at a time, one where the second would lie wholly above
+             * the diagonal */
+            for (int jv = 0; jv < kc && c0 + jv < t0 + nr; jv += 2 * AV) {
+                const int nc = imin(c0 + jv + AV < t0 + nr ? 2 * AV : AV, kc - jv);
+                att_rows(nr, x + t0 * ldx, ldx, 1, sc + jv, ATT_KB, d, S + t0 * T + c0 + jv, T, nc,
+                         scale, false);
+            }
+        }
+    }
+}
+
+/* o [T][d] (row stride ldo) = (add ? o : 0) + scale P y for a causal P [T][T] (zeros above
+ * the diagonal), y [T][d] (row stride ldy). Chunk by chunk of keys, y padded to dp columns
+ * in the scratch ([ATT_KB][dp]); the first chunk writes o, the others add. */
+static inline __attribute__((always_inline)) void att_apply(real *o, int64_t ldo, const real *P,
+                                                            const real *y, int64_t ldy, int64_t T,
+                                                            int d, real scale, bool add, real *sc)
+{
+    /* Whole vectors of d: read y in place, all keys at once; else chunk by chunk through
+     * the padded copy. */
+    const bool direct = d % AV == 0;
+    const int dp = (d + 2 * AV - 1) / (2 * AV) * (2 * AV);
+    const int64_t kb = direct ? T : ATT_KB;
+    for (int64_t c0 = 0; c0 < T; c0 += kb) {
+        const int kc = imin(kb, T - c0);
+        const real *yc = y + c0 * ldy;
+        int64_t ldyc = ldy;
+        if (!direct) {
+            for (int j = 0; j < kc; j++)
+                for (int i = 0; i < dp; i++)
+                    sc[j * dp + i] = i < d ? yc[j * ldy + i] : 0;
+            yc = sc;
+            ldyc = dp;
+        }
+        for (int64_t t0 = c0; t0 < T; t0 += ATT_RB) {
+            const int nr = imin(ATT_RB, T - t0), nk = imin(kc, t0 + nr - c0);
+            for (int dv = 0; dv < d; dv += 2 * AV)
+                att_rows(nr, P + t0 * T + c0, T, 1, yc + dv, ldyc, nk, o + t0 * ldo + dv, ldo,
+                         imin(2 * AV, d - dv), scale, add || c0 > 0);
+        }
+    }
+}
+
+/* z [T][d] (row stride ldz) += scale P^T x for a causal P [T][T], x [T][d] (row stride
+ * ldx): z[j] += scale sum_{t >= j} P[t][j] x[t]. Chunk by chunk of queries t, x padded
+ * in the scratch ([ATT_KB][dp]). */
+static inline __attribute__((always_inline)) void att_apply_t(real *z, int64_t ldz, const real *P,
+                                                              const real *x, int64_t ldx, int64_t T,
+                                                              int d, real scale, real *sc)
+{
+    const bool direct = d % AV == 0;
+    const int dp = (d + 2 * AV - 1) / (2 * AV) * (2 * AV);
+    const int64_t kb = direct ? T : ATT_KB;
+    for (int64_t c0 = 0; c0 < T; c0 += kb) {
+        const int kc = imin(kb, T - c0);
+        const real *xc = x + c0 * ldx;
+        int64_t ldxc = ldx;
+        if (!direct) {
+            for (int t = 0; t < kc; t++)
+                for (int i = 0; i < dp; i++)
+                    sc[t * dp + i] = i < d ? xc[t * ldx + i] : 0;
+            xc = sc;
+            ldxc = dp;
+        }
+        /* keys j0.. of a block see the queries t >= j0 of this chunk */
+        for (int64_t j0 = 0; j0 < c0 + kc; j0 += ATT_RB) {
+            const int nr = imin(ATT_RB, T - j0);
+            const int tt0 = j0 > c0 ? (int)(j0 - c0) : 0;
+            for (int dv = 0; dv < d; dv += 2 * AV)
+                att_rows(nr, P + (c0 + tt0) * T + j0, 1, T, xc + tt0 * ldxc + dv, ldxc, kc - tt0,
+                         z + j0 * ldz + dv, ldz, imin(2 * AV, d - dv), scale, true);
+        }
+    }
+}
+
+/* One (sequence, head): P = softmax(scale q k^T) (causal), ctx = P v unless ctx is NULL. */
+DP_CLONES static void attn_fwd_head(real *ctx, int64_t ldc, real *P, const real *q, const real *k,
+                                    const real *v, int64_t ld, int64_t T, int d, real scale)
+{
+    real sc[ATT_KB * ATT_DMAX];
+    att_scores(P, q, ld, k, ld, T, d, scale, sc);
+    softmax_causal(P, T);
+    if (ctx)
+        att_apply(ctx, ldc, P, v, ld, T, d, 1, false, sc);
+}
+
+/* One (sequence, kv head) and its `per` q heads (GQA): dq written, dk and dv zeroed and
+ * summed over the q heads. q, k, v, dq, dk, dv have row stride ld; dctx and its head
+ * offsets stride qd; P, dP per q head [T][T]. */
+DP_CLONES static void attn_bwd_group(real *dq, real *dk, real *dv, real *dP, const real *dctx,
+                                     int64_t qd, const real *q, const real *k, const real *v,
+                                     const real *P, int64_t ld, int64_t T, int d, int per,
+                                     real scale)
+{
+    real sc[ATT_KB * ATT_DMAX];
+    for (int64_t t = 0; t < T; t++) {
+        memset(dk + t * ld, 0, (size_t)d * sizeof(real));
+        memset(dv + t * ld, 0, (size_t)d * sizeof(real));
+    }
+    for (int j = 0; j < per; j++) {
+        const int64_t off = (int64_t)j * d, po = (int64_t)j * T * T;
+        const real *dc = dctx + off, *qh = q + off, *Ph = P + po;
+        real *dPh = dP + po;
+        att_scores(dPh, dc, qd, v, ld, T, d, 1, sc);                 /* dP = dctx v^T */
+        att_apply_t(dv, ld, Ph, dc, qd, T, d, 1, sc);                /* dv += P^T dctx */
+        softmax_causal_bwd(dPh, Ph, T);                              /* dS, in place */
+        att_apply(dq + off, ld, dPh, k, ld, T, d, scale, false, sc); /* dq = scale dS k */
+        att_apply_t(dk, ld, dPh, qh, ld, T, d, scale, sc);           /* dk += scale dS^T q */
+    }
+}
+
+void dp__cpu_attn_probs(real *probs, const real *qkv, int64_t B, int64_t T, int a, int g, int d)
+{
+    if (d > ATT_DMAX) {
+        attn_probs_blas(probs, qkv, B, T, a, g, d);
+        return;
+    }
+    const int64_t qd = (int64_t)a * d, kvd = (int64_t)g * d, ld = qd + 2 * kvd;
+    const int per = a / g;
+    const real scale = (real)1 / R_SQRT((real)d);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t b = 0; b < B; b++)
+        for (int h = 0; h < a; h++) {
+            const real *q = qkv + b * T * ld + (int64_t)h * d;
+            const real *k = qkv + b * T * ld + qd + (int64_t)(h / per) * d;
+            attn_fwd_head(NULL, 0, probs + (b * a + h) * T * T, q, k, NULL, ld, T, d, scale);
+        }
+}
+
+void dp__cpu_attn_fwd(real *ctx, real *probs, const real *qkv, int64_t B, int64_t T, int a, int g,
+                      int d)
+{
+    if (d > ATT_DMAX) {
+        attn_fwd_blas(ctx, probs, qkv, B, T, a, g, d);
+        return;
+    }
+    const int64_t qd = (int64_t)a * d, kvd = (int64_t)g * d, ld = qd + 2 * kvd;
+    const int per = a / g;
+    const real scale = (real)1 / R_SQRT((real)d);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t b = 0; b < B; b++)
+        for (int h = 0; h < a; h++) {
+            const real *q = qkv + b * T * ld + (int64_t)h * d;
+            const real *k = qkv + b * T * ld + qd + (int64_t)(h / per) * d;
+            attn_fwd_head(ctx + b * T * qd + (int64_t)h * d, qd, probs + (b * a + h) * T * T, q, k,
+                          k + kvd, ld, T, d, scale);
+        }
+}
+
+void dp__cpu_attn_bwd(real *dqkv, real *dprobs, const real *dctx, const real *qkv,
+                      const real *probs, int64_t B, int64_t T, int a, int g, int d)
+{
+    if (d > ATT_DMAX) {
+        attn_bwd_blas(dqkv, dprobs, dctx, qkv, probs, B, T, a, g, d);
+        return;
+    }
+    const int64_t qd = (int64_t)a * d, kvd = (int64_t)g * d, ld = qd + 2 * kvd;
+    const int per = a / g;
+    const real scale = (real)1 / R_SQRT((real)d);
+    /* One task per (sequence, kv head): the q heads of a group add into the same dk, dv. */
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t b = 0; b < B; b++)
+        for (int kh = 0; kh < g; kh++) {
+            const int64_t row = b * T * ld, h0 = (int64_t)kh * per;
+            const int64_t koff = qd + (int64_t)kh * d;
+            attn_bwd_group(dqkv + row + h0 * d, dqkv + row + koff, dqkv + row + koff + kvd,
+                           dprobs + (b * a + h0) * T * T, dctx + b * T * qd + h0 * d, qd,
+                           qkv + row + h0 * d, qkv + row + koff, qkv + row + koff + kvd,
+                           probs + (b * a + h0) * T * T, ld, T, d, per, scale);
         }
 }
 
@@ -615,8 +1217,25 @@ void dp__cpu_ce_grad(real *logits, real *loss, const real *gmax, const real *sum
 
 /* ------------------------------------------------------------------ reductions */
 
+DP_CLONES static double sum_range(const real *x, int64_t n, bool square)
+{
+    double s = 0;
+    if (square) {
+#pragma omp simd reduction(+ : s)
+        for (int64_t i = 0; i < n; i++)
+            s += (double)x[i] * (double)x[i];
+    } else {
+#pragma omp simd reduction(+ : s)
+        for (int64_t i = 0; i < n; i++)
+            s += (double)x[i];
+    }
+    return s;
+}
+
 static double reduce_sum(const real *x, int64_t n, bool square)
 {
+    if (omp_get_max_threads() <= 1 || omp_in_parallel() || n < 65536)
+        return sum_range(x, n, square);
     double part[MAX_THREADS] = {0};
     int used = 1;
 #pragma omp parallel
@@ -626,10 +1245,7 @@ static double reduce_sum(const real *x, int64_t n, bool square)
             T = MAX_THREADS;
         if (t < T) {
             int64_t i0 = n * t / T, i1 = n * (t + 1) / T;
-            double s = 0;
-            for (int64_t i = i0; i < i1; i++)
-                s += square ? (double)x[i] * (double)x[i] : (double)x[i];
-            part[t] = s;
+            part[t] = sum_range(x + i0, i1 - i0, square);
         }
 #pragma omp single
         used = T;
@@ -650,10 +1266,12 @@ double dp__cpu_sumsq(const real *x, int64_t n)
     return reduce_sum(x, n, true);
 }
 
-DP_CLONES static void adamw_range(real *p, const real *grad, real *m, real *v, int64_t n, real rlr,
-                                  real b1, real b2, real reps, real rwd, real ibc1, real ibc2,
-                                  real gs)
+/* Vectorised: kernels.c is built without errno, so sqrt is one instruction. */
+DP_CLONES static void adamw_range(real *restrict p, const real *restrict grad, real *restrict m,
+                                  real *restrict v, int64_t n, real rlr, real b1, real b2,
+                                  real reps, real rwd, real ibc1, real ibc2, real gs)
 {
+#pragma omp simd
     for (int64_t i = 0; i < n; i++) {
         real gi = grad[i] * gs;
         real mi = b1 * m[i] + ((real)1 - b1) * gi;

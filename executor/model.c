@@ -536,6 +536,41 @@ static int reduce_tokens(struct dp_exec *ex, real *buf)
 
 /* ------------------------------------------------------------------ layers */
 
+/* Column-parallel linear: y [N, n] = x W^T + b. The bias (if any) is written first and the
+ * GEMM adds to it (beta = 1): one pass over y fewer than clearing it and adding b later. */
+static void linear_fwd(struct dp_exec *ex, real *y, const real *x, size_t wt, size_t b, int n,
+                       int k)
+{
+    const int N = (int)ex->dm.N;
+    real beta = 0;
+    if (b != NONE) {
+        OPS->bias_fill(ex->be, y, P(ex, b), N, n);
+        beta = 1;
+    }
+    OPS->gemm(ex->be, false, true, N, n, k, 1, x, k, P(ex, wt), k, beta, y, n);
+}
+
+/* Row-parallel linear and residual: out [Nl, h] = res + x W^T + b. Without TP the GEMM
+ * adds straight into out = res + b; with TP the partial products are summed in w->tmp
+ * first (all-reduce, or reduce-scatter under SP) and the bias comes after the sum. */
+static int linear_residual(struct dp_exec *ex, real *out, const real *res, const real *x, size_t wt,
+                           size_t b, int k)
+{
+    const struct dp_dims *dm = &ex->dm;
+    const int N = (int)dm->N, h = (int)dm->h;
+    if (dm->tp == 1) {
+        OPS->residual(ex->be, out, res, NULL, P(ex, b), dm->Nl, dm->h);
+        OPS->gemm(ex->be, false, true, N, h, k, 1, x, k, P(ex, wt), k, 1, out, h);
+        return 0;
+    }
+    OPS->gemm(ex->be, false, true, N, h, k, 1, x, k, P(ex, wt), k, 0, ex->w.tmp, h);
+    int rc = reduce_tokens(ex, ex->w.tmp);
+    if (rc)
+        return rc;
+    OPS->residual(ex->be, out, res, ex->w.tmp, P(ex, b), dm->Nl, dm->h);
+    return 0;
+}
+
 /*
  * One transformer layer forward (pre-norm): x2 = x + Attn(Norm1(x)), y = x2 +
  * MLP(Norm2(x2)). `recompute` (full recompute, in backward) stops once the MLP
@@ -548,42 +583,29 @@ static int layer_forward(struct dp_exec *ex, const struct dp_layer_params *p, st
     const struct dp_model *m = ex->m;
     struct dp_backend *be = ex->be;
     struct dp_work *w = &ex->w;
-    const int N = (int)dm->N, h = (int)dm->h;
+    const int h = (int)dm->h;
     int rc = 0;
 
     OPS->norm_fwd(be, m->norm, A->ln1, A->ln1_st, A->x, P(ex, p->ln1_w), P(ex, p->ln1_b), dm->Nl,
                   dm->h);
     const real *g1 = gather_tokens(ex, A->ln1, w->tmp, &rc);
     TRY(rc);
-    OPS->gemm(be, false, true, N, (int)dm->qkvd, h, 1, g1, h, P(ex, p->wqkv), h, 0, A->qkv,
-              (int)dm->qkvd);
-    if (p->bqkv != NONE)
-        OPS->bias_add(be, A->qkv, P(ex, p->bqkv), dm->N, dm->qkvd);
+    linear_fwd(ex, A->qkv, g1, p->wqkv, p->bqkv, (int)dm->qkvd, h);
     if (m->pos == DP_POS_ROPE)
         OPS->rope(be, A->qkv, dm->qkvd, dm->N, dm->T, dm->a, dm->g, (int)dm->d, w->rope, false);
     real *probs = A->probs ? A->probs : w->probs;
     OPS->attn_fwd(be, A->ctx, probs, A->qkv, dm->B, dm->T, dm->a, dm->g, (int)dm->d);
-    OPS->gemm(be, false, true, N, h, (int)dm->qd, 1, A->ctx, (int)dm->qd, P(ex, p->wo), (int)dm->qd,
-              0, w->tmp, h);
-    TRY(reduce_tokens(ex, w->tmp));
-    OPS->residual(be, A->x2, A->x, w->tmp, P(ex, p->bo), dm->Nl, dm->h);
+    TRY(linear_residual(ex, A->x2, A->x, A->ctx, p->wo, p->bo, (int)dm->qd));
 
     OPS->norm_fwd(be, m->norm, A->ln2, A->ln2_st, A->x2, P(ex, p->ln2_w), P(ex, p->ln2_b), dm->Nl,
                   dm->h);
     const real *g2 = gather_tokens(ex, A->ln2, w->tmp, &rc);
     TRY(rc);
-    OPS->gemm(be, false, true, N, (int)dm->F1, h, 1, g2, h, P(ex, p->w1), h, 0, A->fc1,
-              (int)dm->F1);
-    if (p->b1 != NONE)
-        OPS->bias_add(be, A->fc1, P(ex, p->b1), dm->N, dm->F1);
+    linear_fwd(ex, A->fc1, g2, p->w1, p->b1, (int)dm->F1, h);
     OPS->act_fwd(be, m->ffn, A->act, A->fc1, dm->N, dm->f);
     if (recompute)
         return 0;
-    OPS->gemm(be, false, true, N, h, (int)dm->f, 1, A->act, (int)dm->f, P(ex, p->w2), (int)dm->f, 0,
-              w->tmp, h);
-    TRY(reduce_tokens(ex, w->tmp));
-    OPS->residual(be, out, A->x2, w->tmp, P(ex, p->b2), dm->Nl, dm->h);
-    return 0;
+    return linear_residual(ex, out, A->x2, A->act, p->w2, p->b2, (int)dm->f);
 }
 
 /* Backward of one layer: w->dres holds dL/dy on entry and dL/dx on return. */
@@ -604,9 +626,7 @@ static int layer_backward(struct dp_exec *ex, const struct dp_layer_params *p, s
     TRY(rc);
     OPS->gemm(be, false, false, N, f, h, 1, dy, h, P(ex, p->w2), f, 0, w->dact, f);
     OPS->gemm(be, true, false, h, f, N, 1, dy, h, A->act, f, 1, G(ex, p->w2), f);
-    OPS->act_bwd(be, m->ffn, w->dfc1, w->dact, A->fc1, dm->N, dm->f);
-    if (p->b1 != NONE)
-        OPS->bias_grad(be, G(ex, p->b1), w->dfc1, dm->N, dm->F1);
+    OPS->act_bwd(be, m->ffn, w->dfc1, G(ex, p->b1), w->dact, A->fc1, dm->N, dm->f);
     const real *g2 = gather_tokens(ex, A->ln2, w->tmp, &rc);
     TRY(rc);
     OPS->gemm(be, true, false, F1, h, N, 1, w->dfc1, F1, g2, h, 1, G(ex, p->w1), h);
