@@ -162,8 +162,12 @@ int cli_ckpt_finish(struct cli_ckpt *k)
     if (k->resume && !k->resume_dir)
         return cli_usage_error("run",
                                "--resume needs a directory: --resume DIR, or --ckpt-dir DIR");
-    if (!k->dir && k->resume)
-        k->dir = k->resume_dir; /* new checkpoints go where the old ones are */
+    /* New checkpoints go where the old ones are, unless DIR is one checkpoint: a run
+     * resumed from it (maybe under another layout) must not overwrite its siblings. */
+    char mf[4200];
+    snprintf(mf, sizeof mf, "%s/manifest.json", k->resume ? k->resume_dir : "");
+    if (!k->dir && k->resume && access(mf, F_OK) != 0)
+        k->dir = k->resume_dir;
     const char *needs_dir = k->every            ? "ckpt-every"
                             : k->interval_given ? "ckpt-interval"
                             : k->keep_given     ? "keep"

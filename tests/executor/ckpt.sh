@@ -194,6 +194,8 @@ reshard)
     bad "dp2 pp2 zero1 -> tp2 sp losses"
   "$tool" close src-llama/model.safetensors rs-llama-tp2/model.safetensors 1e-5 ||
     bad "dp2 pp2 zero1 -> tp2 sp weights"
+  [ "$(ls src-gpt/ck/step_00000010 | wc -l)" = 5 ] ||
+    bad "a run resumed from one checkpoint wrote into it: $(ls src-gpt/ck/step_00000010)"
   # The same layout resumes bit-identically (ZeRO-1 shards and the tied embedding's copy).
   run rs-llama-same 0 "${LLAMA[@]}" --resume src-llama/ck/step_00000010
   identical rs-llama-same src-llama "dp2 pp2 zero1 resumed on the same layout"
