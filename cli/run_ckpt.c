@@ -25,10 +25,12 @@ const char cli_ckpt_help[] =
     "  --ckpt-interval M   also when M minutes passed since the last one [120; 0 = off]\n"
     "  --keep K            complete checkpoints kept, older ones deleted [3; 0 = all]\n"
     "  --resume [DIR]      continue from the newest complete checkpoint under DIR\n"
-    "                      [--ckpt-dir]; any layout (dp, tp, pp, ZeRO) may resume it\n"
+    "                      [--ckpt-dir], or from DIR when it is one step_N; any layout\n"
+    "                      (dp, tp, pp, ZeRO) may resume it. New checkpoints go to DIR\n"
+    "                      (not into a step_N: give --ckpt-dir)\n"
     "  --max-restarts N    supervise the job: when a rank dies or hangs, end the job and\n"
     "                      relaunch it from the last checkpoint, up to N times [0]\n"
-    "  --hang-timeout S    no progress for S seconds counts as a hang [--timeout, 300]\n\n";
+    "  --hang-timeout S    with --max-restarts: no progress for S seconds is a hang [300]\n\n";
 
 void cli_ckpt_init(struct cli_ckpt *k)
 {
