@@ -14,6 +14,7 @@
 #include "executor/executor.h"
 #include "run_ckpt.h"
 #include "run_launch.h"
+#include "run_predict.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -88,6 +89,7 @@ struct run {
     FILE *logf;
     bool tty, logs_here;
     double t_start;
+    double cpu_pred_s; /* the step-time model's prediction for this machine (0 = none) */
 };
 
 static double now_s(void)
@@ -420,6 +422,20 @@ static void *watchdog(void *arg)
 
 static void write_summary(struct run *r, const struct dp_exec_result *res, const char *dir)
 {
+    /* The step-time model on this machine as probed (cli/run_predict.c). */
+    /* The threads each rank used: as the CPU backend chooses them (backend_cpu.c). */
+    int threads = r->o.threads;
+    const char *omp = getenv("OMP_NUM_THREADS");
+    if (threads <= 0 && omp && atoi(omp) > 0)
+        threads = atoi(omp);
+    if (threads <= 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        int local = r->env.local_world > 0 ? r->env.local_world : res->world;
+        threads = cores > 0 ? (int)(cores / local) : 1;
+    }
+    struct dp_err pe = {0};
+    if (cli_run_predict_cpu(&r->m, &r->l, res->world, threads, &r->cpu_pred_s, &pe))
+        r->cpu_pred_s = 0;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model", r->m.name);
     cJSON_AddItemToObject(o, "layout", dp_layout_to_json(&r->l));
@@ -429,6 +445,8 @@ static void write_summary(struct run *r, const struct dp_exec_result *res, const
     cJSON_AddNumberToObject(o, "first_loss", res->first_loss);
     cJSON_AddNumberToObject(o, "final_loss", res->final_loss);
     cJSON_AddNumberToObject(o, "tokens_per_step", (double)res->tokens_per_step);
+    if (r->cpu_pred_s > 0)
+        cJSON_AddNumberToObject(o, "predicted_step_time_s", r->cpu_pred_s);
     if (r->plan && r->plan->has_prediction) {
         cJSON *p = cJSON_AddObjectToObject(o, "plan_prediction");
         cJSON_AddNumberToObject(p, "step_time_s", r->plan->prediction.step_time_s);
@@ -516,8 +534,12 @@ static void print_summary(struct run *r, const struct dp_exec_result *res, const
                 r->plan->has_cluster ? r->plan->cluster.gpu.name : "its GPUs",
                 r->plan->prediction.step_time_s, cli_gib(r->plan->prediction.peak_bytes),
                 res->ranks[0].step_time_median_s);
-    else
-        fprintf(stderr, "step time: no prediction for this backend (the time model is for GPUs)\n");
+    if (r->cpu_pred_s > 0)
+        fprintf(stderr,
+                "step time: measured %.1f ms (rank 0 median), predicted %.1f ms (%+.0f%%) by the "
+                "step-time model on this machine as probed (SGEMM and memory bandwidth)\n",
+                1e3 * res->ranks[0].step_time_median_s, 1e3 * r->cpu_pred_s,
+                100.0 * (res->ranks[0].step_time_median_s / r->cpu_pred_s - 1));
     fprintf(stderr, "wrote %s/model.safetensors, %s, %s/summary.json, %s/plan.json\n", dir, logpath,
             dir, dir);
 }

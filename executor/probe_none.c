@@ -1,0 +1,13 @@
+/*
+ * The device probe when the CPU backend is not built (no MPI/OpenBLAS).
+ */
+#include "probe.h"
+
+#include <string.h>
+
+int dp_exec_probe_device(struct dp_device_probe *out, struct dp_err *err)
+{
+    memset(out, 0, sizeof *out);
+    return dp_err_set(err, DP_ERUNTIME,
+                      "device probe: this dplan was built without the CPU backend");
+}
