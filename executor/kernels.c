@@ -338,23 +338,32 @@ DP_CLONES static void norm_bwd_rows(bool ln, real *dinp, real *dw, real *db, con
         }
         dn_mean = ln ? dn_mean / (real)C : 0;
         dn_xhat_mean /= (real)C;
+        if (dw && db) {
+            real *restrict gw = dw, *restrict gb = db;
 #pragma omp simd
-        for (int64_t i = 0; i < C; i++) {
-            real xhat = (x[i] - mean) * rstd;
-            real dn = dy[i] * w[i];
-            dx[i] += (dn - dn_mean - xhat * dn_xhat_mean) * rstd;
-        }
-        if (dw) {
+            for (int64_t i = 0; i < C; i++) {
+                real xhat = (x[i] - mean) * rstd;
+                real dn = dy[i] * w[i];
+                dx[i] += (dn - dn_mean - xhat * dn_xhat_mean) * rstd;
+                gw[i] += dy[i] * xhat;
+                gb[i] += dy[i];
+            }
+        } else if (dw) {
             real *restrict gw = dw;
 #pragma omp simd
-            for (int64_t i = 0; i < C; i++)
-                gw[i] += dy[i] * ((x[i] - mean) * rstd);
-        }
-        if (db) {
-            real *restrict gb = db;
+            for (int64_t i = 0; i < C; i++) {
+                real xhat = (x[i] - mean) * rstd;
+                real dn = dy[i] * w[i];
+                dx[i] += (dn - dn_mean - xhat * dn_xhat_mean) * rstd;
+                gw[i] += dy[i] * xhat;
+            }
+        } else {
 #pragma omp simd
-            for (int64_t i = 0; i < C; i++)
-                gb[i] += dy[i];
+            for (int64_t i = 0; i < C; i++) {
+                real xhat = (x[i] - mean) * rstd;
+                real dn = dy[i] * w[i];
+                dx[i] += (dn - dn_mean - xhat * dn_xhat_mean) * rstd;
+            }
         }
     }
 }
@@ -370,7 +379,7 @@ DP_CLONES static void norm_bwd_params(real *dw, real *db, const real *dout, cons
         const real mean = stats[2 * n], rstd = stats[2 * n + 1];
 #pragma omp simd
         for (int64_t i = c0; i < c1; i++)
-            gw[i] += dy[i] * ((x[i] - mean) * rstd);
+            gw[i] += dy[i] * ((x[i] - mean) * rstd); /* as in norm_bwd_rows */
         if (db) {
             real *restrict gb = db;
 #pragma omp simd
@@ -1022,7 +1031,7 @@ DP_CLONES static void attn_fwd_head(real *ctx, int64_t ldc, real *P, const real 
 
 /* One (sequence, kv head) and its `per` q heads (GQA): dq written, dk and dv zeroed and
  * summed over the q heads. q, k, v, dq, dk, dv have row stride ld; dctx and its head
- * offsets stride qd; P, dP per q head [T][T]. */
+ * offsets stride qd; P per q head [T][T]; dP one [T][T] scratch, reused by each q head. */
 DP_CLONES static void attn_bwd_group(real *dq, real *dk, real *dv, real *dP, const real *dctx,
                                      int64_t qd, const real *q, const real *k, const real *v,
                                      const real *P, int64_t ld, int64_t T, int d, int per,
@@ -1036,7 +1045,7 @@ DP_CLONES static void attn_bwd_group(real *dq, real *dk, real *dv, real *dP, con
     for (int j = 0; j < per; j++) {
         const int64_t off = (int64_t)j * d, po = (int64_t)j * T * T;
         const real *dc = dctx + off, *qh = q + off, *Ph = P + po;
-        real *dPh = dP + po;
+        real *dPh = dP;
         att_scores(dPh, dc, qd, v, ld, T, d, 1, sc);                 /* dP = dctx v^T */
         att_apply_t(dv, ld, Ph, dc, qd, T, d, 1, sc);                /* dv += P^T dctx */
         softmax_causal_bwd(dPh, Ph, T);                              /* dS, in place */
@@ -1093,17 +1102,24 @@ void dp__cpu_attn_bwd(real *dqkv, real *dprobs, const real *dctx, const real *qk
     const int64_t qd = (int64_t)a * d, kvd = (int64_t)g * d, ld = qd + 2 * kvd;
     const int per = a / g;
     const real scale = (real)1 / R_SQRT((real)d);
-    /* One task per (sequence, kv head): the q heads of a group add into the same dk, dv. */
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int64_t b = 0; b < B; b++)
-        for (int kh = 0; kh < g; kh++) {
-            const int64_t row = b * T * ld, h0 = (int64_t)kh * per;
-            const int64_t koff = qd + (int64_t)kh * d;
-            attn_bwd_group(dqkv + row + h0 * d, dqkv + row + koff, dqkv + row + koff + kvd,
-                           dprobs + (b * a + h0) * T * T, dctx + b * T * qd + h0 * d, qd,
-                           qkv + row + h0 * d, qkv + row + koff, qkv + row + koff + kvd,
-                           probs + (b * a + h0) * T * T, ld, T, d, per, scale);
-        }
+    /* One task per (sequence, kv head): the q heads of a group add into the same dk, dv.
+     * dP is needed only within a head, so each thread reuses one [T][T] slice of dprobs,
+     * which stays in cache (with more threads than heads, each task its own slice). */
+#pragma omp parallel
+    {
+        const int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+#pragma omp for collapse(2) schedule(static)
+        for (int64_t b = 0; b < B; b++)
+            for (int kh = 0; kh < g; kh++) {
+                const int64_t row = b * T * ld, h0 = (int64_t)kh * per;
+                const int64_t koff = qd + (int64_t)kh * d;
+                const int64_t slice = nth <= B * a ? tid : b * a + h0;
+                attn_bwd_group(dqkv + row + h0 * d, dqkv + row + koff, dqkv + row + koff + kvd,
+                               dprobs + slice * T * T, dctx + b * T * qd + h0 * d, qd,
+                               qkv + row + h0 * d, qkv + row + koff, qkv + row + koff + kvd,
+                               probs + (b * a + h0) * T * T, ld, T, d, per, scale);
+            }
+    }
 }
 
 /* ------------------------------------------------------------------ embeddings */
