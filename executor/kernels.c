@@ -930,6 +930,67 @@ static inline int imin(int64_t a, int64_t b)
     return (int)(a < b ? a : b);
 }
 
+/* sc [d][ATT_KB] = y^T for a whole chunk (kc = ATT_KB keys) of y [kc][d] (row stride ldy)
+ * in 16 x 16 tiles of shuffles (floats, d a multiple of 16); returns false where it does
+ * not apply, and the caller copies element by element. */
+#if !defined(DP_REAL_DOUBLE) && defined(__has_builtin)
+#if __has_builtin(__builtin_shufflevector)
+#define ATT_TILES 1
+#endif
+#endif
+#ifdef ATT_TILES
+#define SHUF __builtin_shufflevector
+/* In place: m[r] lane l <- m[l] lane r, by swapping off-diagonal blocks of 8, 4, 2, 1. */
+static inline __attribute__((always_inline)) void transpose16(vreal *m)
+{
+    for (int r = 0; r < 8; r++) {
+        vreal a = m[r], b = m[r + 8];
+        m[r] = SHUF(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+        m[r + 8] = SHUF(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+    }
+    for (int q = 0; q < 16; q += 8)
+        for (int r = q; r < q + 4; r++) {
+            vreal a = m[r], b = m[r + 4];
+            m[r] = SHUF(a, b, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27);
+            m[r + 4] = SHUF(a, b, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+        }
+    for (int q = 0; q < 16; q += 4)
+        for (int r = q; r < q + 2; r++) {
+            vreal a = m[r], b = m[r + 2];
+            m[r] = SHUF(a, b, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29);
+            m[r + 2] = SHUF(a, b, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
+        }
+    for (int r = 0; r < 16; r += 2) {
+        vreal a = m[r], b = m[r + 1];
+        m[r] = SHUF(a, b, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30);
+        m[r + 1] = SHUF(a, b, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+    }
+}
+#undef SHUF
+#endif
+
+static inline __attribute__((always_inline)) bool att_transpose_tiles(real *sc, const real *y,
+                                                                      int64_t ldy, int kc, int d)
+{
+#ifdef ATT_TILES
+    if (kc != ATT_KB || d % 16 != 0)
+        return false;
+    for (int j0 = 0; j0 < ATT_KB; j0 += 16)
+        for (int i0 = 0; i0 < d; i0 += 16) {
+            vreal m[16];
+            for (int r = 0; r < 16; r++)
+                memcpy(&m[r], y + (j0 + r) * ldy + i0, sizeof m[r]);
+            transpose16(m);
+            for (int r = 0; r < 16; r++)
+                memcpy(sc + (i0 + r) * ATT_KB + j0, &m[r], sizeof m[r]);
+        }
+    return true;
+#else
+    (void)sc, (void)y, (void)ldy, (void)kc, (void)d;
+    return false;
+#endif
+}
+
 /* Causal blocks of S = scale x y^T into S [T][T] (row stride T): x, y [T][d] with row
  * strides ldx, ldy. Chunk by chunk of keys, y^T goes to the scratch ([d][ATT_KB]). */
 static inline __attribute__((always_inline)) void att_scores(real *S, const real *x, int64_t ldx,
@@ -938,9 +999,10 @@ static inline __attribute__((always_inline)) void att_scores(real *S, const real
 {
     for (int64_t c0 = 0; c0 < T; c0 += ATT_KB) {
         const int kc = imin(ATT_KB, T - c0);
-        for (int i = 0; i < d; i++)
-            for (int j = 0; j < ATT_KB; j++)
-                sc[i * ATT_KB + j] = j < kc ? y[(c0 + j) * ldy + i] : 0;
+        if (!att_transpose_tiles(sc, y + c0 * ldy, ldy, kc, d))
+            for (int i = 0; i < d; i++)
+                for (int j = 0; j < ATT_KB; j++)
+                    sc[i * ATT_KB + j] = j < kc ? y[(c0 + j) * ldy + i] : 0;
         for (int64_t t0 = c0; t0 < T; t0 += ATT_RB) {
             const int nr = imin(ATT_RB, T - t0);
             /* two vectors of keys at a time, one where the second would lie wholly above
@@ -986,12 +1048,12 @@ static inline __attribute__((always_inline)) void att_apply(real *o, int64_t ldo
     }
 }
 
-/* z [T][d] (row stride ldz) += scale P^T x for a causal P [T][T], x [T][d] (row stride
- * ldx): z[j] += scale sum_{t >= j} P[t][j] x[t]. Chunk by chunk of queries t, x padded
- * in the scratch ([ATT_KB][dp]). */
+/* z [T][d] (row stride ldz) = (add ? z : 0) + scale P^T x for a causal P [T][T], x [T][d]
+ * (row stride ldx): z[j] += scale sum_{t >= j} P[t][j] x[t]. All queries at once when x
+ * is read in place, else chunk by chunk of queries through the padded scratch. */
 static inline __attribute__((always_inline)) void att_apply_t(real *z, int64_t ldz, const real *P,
                                                               const real *x, int64_t ldx, int64_t T,
-                                                              int d, real scale, real *sc)
+                                                              int d, real scale, bool add, real *sc)
 {
     const bool direct = d % AV == 0;
     const int dp = (d + 2 * AV - 1) / (2 * AV) * (2 * AV);
@@ -1007,13 +1069,14 @@ static inline __attribute__((always_inline)) void att_apply_t(real *z, int64_t l
             xc = sc;
             ldxc = dp;
         }
-        /* keys j0.. of a block see the queries t >= j0 of this chunk */
+        /* keys j0.. of a block see the queries t >= j0 of this chunk; the chunk holding
+         * j0 is their first (written unless add), the later ones add */
         for (int64_t j0 = 0; j0 < c0 + kc; j0 += ATT_RB) {
             const int nr = imin(ATT_RB, T - j0);
             const int tt0 = j0 > c0 ? (int)(j0 - c0) : 0;
             for (int dv = 0; dv < d; dv += 2 * AV)
                 att_rows(nr, P + (c0 + tt0) * T + j0, 1, T, xc + tt0 * ldxc + dv, ldxc, kc - tt0,
-                         z + j0 * ldz + dv, ldz, imin(2 * AV, d - dv), scale, true);
+                         z + j0 * ldz + dv, ldz, imin(2 * AV, d - dv), scale, add || j0 < c0);
         }
     }
 }
@@ -1029,28 +1092,24 @@ DP_CLONES static void attn_fwd_head(real *ctx, int64_t ldc, real *P, const real 
         att_apply(ctx, ldc, P, v, ld, T, d, 1, false, sc);
 }
 
-/* One (sequence, kv head) and its `per` q heads (GQA): dq written, dk and dv zeroed and
- * summed over the q heads. q, k, v, dq, dk, dv have row stride ld; dctx and its head
- * offsets stride qd; P per q head [T][T]; dP one [T][T] scratch, reused by each q head. */
+/* One (sequence, kv head) and its `per` q heads (GQA): dq written, dk and dv written by
+ * the first q head and summed over the others. q, k, v, dq, dk, dv have row stride ld; dctx and its
+ * head offsets stride qd; P per q head [T][T]; dP one [T][T] scratch, reused by each q head. */
 DP_CLONES static void attn_bwd_group(real *dq, real *dk, real *dv, real *dP, const real *dctx,
                                      int64_t qd, const real *q, const real *k, const real *v,
                                      const real *P, int64_t ld, int64_t T, int d, int per,
                                      real scale)
 {
     real sc[ATT_KB * ATT_DMAX];
-    for (int64_t t = 0; t < T; t++) {
-        memset(dk + t * ld, 0, (size_t)d * sizeof(real));
-        memset(dv + t * ld, 0, (size_t)d * sizeof(real));
-    }
     for (int j = 0; j < per; j++) {
         const int64_t off = (int64_t)j * d, po = (int64_t)j * T * T;
         const real *dc = dctx + off, *qh = q + off, *Ph = P + po;
         real *dPh = dP;
         att_scores(dPh, dc, qd, v, ld, T, d, 1, sc);                 /* dP = dctx v^T */
-        att_apply_t(dv, ld, Ph, dc, qd, T, d, 1, sc);                /* dv += P^T dctx */
+        att_apply_t(dv, ld, Ph, dc, qd, T, d, 1, j > 0, sc);         /* dv += P^T dctx */
         softmax_causal_bwd(dPh, Ph, T);                              /* dS, in place */
         att_apply(dq + off, ld, dPh, k, ld, T, d, scale, false, sc); /* dq = scale dS k */
-        att_apply_t(dk, ld, dPh, qh, ld, T, d, scale, sc);           /* dk += scale dS^T q */
+        att_apply_t(dk, ld, dPh, qh, ld, T, d, scale, j > 0, sc);    /* dk += scale dS^T q */
     }
 }
 
@@ -1180,33 +1239,84 @@ void dp__cpu_pos_bwd(real *dwpe, const real *dout, int64_t n0, int64_t N, int64_
 
 /* ------------------------------------------------------------------ cross-entropy */
 
-void dp__cpu_ce_max(real *rowmax, const real *logits, int64_t N, int64_t nv, int64_t v0,
-                    int64_t vocab)
+/* Rows [n0, n1) of the three passes, over the `valid` (unpadded) local columns. */
+DP_CLONES static void ce_max_rows(real *rowmax, const real *logits, int64_t n0, int64_t n1,
+                                  int64_t nv, int64_t valid)
 {
-    int64_t valid = vocab - v0 < nv ? vocab - v0 : nv; /* padded columns are ignored */
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++) {
-        const real *l = logits + n * nv;
+    for (int64_t n = n0; n < n1; n++) {
+        const real *restrict l = logits + n * nv;
         real mx = -R_INF;
+#pragma omp simd reduction(max : mx)
         for (int64_t j = 0; j < valid; j++)
             mx = l[j] > mx ? l[j] : mx;
         rowmax[n] = mx;
     }
 }
 
+DP_CLONES static void ce_sums_rows(real *sums, const real *logits, const real *gmax,
+                                   const int32_t *tgt, int64_t n0, int64_t n1, int64_t N,
+                                   int64_t nv, int64_t v0, int64_t valid)
+{
+    for (int64_t n = n0; n < n1; n++) {
+        const real *restrict l = logits + n * nv;
+        const int64_t t = tgt[n] - v0;
+        const real m = gmax[n];
+        sums[n] = (t >= 0 && t < nv) ? l[t] : 0;
+        real s = 0;
+#pragma omp simd reduction(+ : s)
+        for (int64_t j = 0; j < valid; j++)
+            s += R_EXPV(l[j] - m);
+        sums[N + n] = s;
+    }
+}
+
+DP_CLONES static void ce_grad_rows(real *logits, real *loss, const real *gmax, const real *sums,
+                                   const int32_t *tgt, int64_t n0, int64_t n1, int64_t N,
+                                   int64_t nv, int64_t v0, int64_t valid, real dloss)
+{
+    for (int64_t n = n0; n < n1; n++) {
+        real *restrict l = logits + n * nv;
+        const real se = sums[N + n], m = gmax[n];
+        loss[n] = R_LOG(se) + m - sums[n];
+        const real inv = (real)1 / se;
+#pragma omp simd
+        for (int64_t j = 0; j < valid; j++)
+            l[j] = dloss * (R_EXPV(l[j] - m) * inv);
+        const int64_t t = tgt[n] - v0;
+        if (t >= 0 && t < valid)
+            l[t] -= dloss;
+        for (int64_t j = valid; j < nv; j++)
+            l[j] = 0;
+    }
+}
+
+static int64_t ce_valid(int64_t nv, int64_t v0, int64_t vocab)
+{
+    int64_t valid = vocab - v0 < nv ? vocab - v0 : nv; /* padded columns are ignored */
+    return valid < 0 ? 0 : valid;
+}
+
+void dp__cpu_ce_max(real *rowmax, const real *logits, int64_t N, int64_t nv, int64_t v0,
+                    int64_t vocab)
+{
+    const int64_t valid = ce_valid(nv, v0, vocab);
+#pragma omp parallel
+    {
+        int64_t n0, n1;
+        thread_range(N, &n0, &n1);
+        ce_max_rows(rowmax, logits, n0, n1, nv, valid);
+    }
+}
+
 void dp__cpu_ce_sums(real *sums, const real *logits, const real *gmax, const int32_t *tgt,
                      int64_t N, int64_t nv, int64_t v0, int64_t vocab)
 {
-    int64_t valid = vocab - v0 < nv ? vocab - v0 : nv;
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++) {
-        const real *l = logits + n * nv;
-        int64_t t = tgt[n] - v0;
-        sums[n] = (t >= 0 && t < nv) ? l[t] : 0;
-        real s = 0;
-        for (int64_t j = 0; j < valid; j++)
-            s += R_EXPV(l[j] - gmax[n]);
-        sums[N + n] = s;
+    const int64_t valid = ce_valid(nv, v0, vocab);
+#pragma omp parallel
+    {
+        int64_t n0, n1;
+        thread_range(N, &n0, &n1);
+        ce_sums_rows(sums, logits, gmax, tgt, n0, n1, N, nv, v0, valid);
     }
 }
 
@@ -1214,20 +1324,12 @@ void dp__cpu_ce_grad(real *logits, real *loss, const real *gmax, const real *sum
                      const int32_t *tgt, int64_t N, int64_t nv, int64_t v0, int64_t vocab,
                      real dloss)
 {
-    int64_t valid = vocab - v0 < nv ? vocab - v0 : nv;
-    if (valid < 0)
-        valid = 0;
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; n++) {
-        real *l = logits + n * nv;
-        real se = sums[N + n];
-        loss[n] = R_LOG(se) + gmax[n] - sums[n];
-        real inv = (real)1 / se;
-        int64_t t = tgt[n] - v0;
-        for (int64_t j = 0; j < valid; j++)
-            l[j] = dloss * (R_EXPV(l[j] - gmax[n]) * inv - (j == t ? (real)1 : (real)0));
-        for (int64_t j = valid; j < nv; j++)
-            l[j] = 0;
+    const int64_t valid = ce_valid(nv, v0, vocab);
+#pragma omp parallel
+    {
+        int64_t n0, n1;
+        thread_range(N, &n0, &n1);
+        ce_grad_rows(logits, loss, gmax, sums, tgt, n0, n1, N, nv, v0, valid, dloss);
     }
 }
 
