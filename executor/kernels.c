@@ -1,12 +1,16 @@
 /*
  * CPU kernels: matrix products through CBLAS (OpenBLAS), everything else
  * as OpenMP loops. Written over `real` so that the same code runs in float
- * (training) and double (the gradient check).
+ * (training) and double (the gradient check). The exception is causal
+ * attention at head sizes up to 256, where the products of one head are
+ * register-blocked loops here (see "attention"): at T = 128, d = 32 a BLAS
+ * call per 32 x 32 tile costs more than its arithmetic.
  *
  * Determinism: every reduction that produces a parameter gradient is split
  * by columns over the threads and runs over rows in order, so gradients do
- * not depend on the thread count. Host sums (loss, norm) add per-thread
- * partials in thread order.
+ * not depend on the thread count (one thread may fuse such a sweep into the
+ * row loop that precedes it: same order, same result). Host sums (loss,
+ * norm) add per-thread partials in thread order.
  *
  * Formulas: LayerNorm and GELU backward as in llm.c train_gpt2.c
  * (layernorm_backward, gelu_backward); RMSNorm (Zhang & Sennrich 2019);
@@ -818,12 +822,14 @@ static void attn_bwd_blas(real *dqkv, real *dprobs, const real *dctx, const real
  * Causal attention at small head sizes (T = 128, d = 32 in the benchmark) is dominated by
  * the cost of BLAS calls on 32 x 32 tiles and by packing, so heads up to ATT_DMAX wide
  * run these kernels instead: every product of a head is a sum of rank-1 updates of an
- * ATT_RB x AV register block (AV = one 64-byte vector: 16 floats, 8 doubles) over keys or
- * queries taken in chunks of ATT_KB, from a chunk copied (transposed or padded to whole
- * vectors) into a scratch array on the stack. Only blocks that touch the causal triangle
- * are computed; what they compute above the diagonal is never read (the softmax and its
- * backward write zeros there). Per head the sums run in a fixed order, so results do not
- * depend on the thread count. Wider heads use OpenBLAS (attn_*_blas below).
+ * ATT_RB x (1 or 2) AV register block (AV = one 64-byte vector: 16 floats, 8 doubles).
+ * Scores x y^T take y in chunks of ATT_KB keys, transposed into a scratch array on the
+ * stack; the products with P or P^T read their right-hand operand in place when d is a
+ * whole number of vectors, else chunk by chunk padded to whole vectors in the scratch.
+ * Only blocks that touch the causal triangle are computed; what they compute above the
+ * diagonal is never read (the softmax and its backward write zeros there). Per head the
+ * sums run in a fixed order, so results do not depend on the thread count. Wider heads
+ * use OpenBLAS (attn_*_blas below).
  */
 #define ATT_KB   32  /* keys (or queries) per scratch chunk; a multiple of ATT_RB and AV */
 #define ATT_RB   8   /* rows of a register block */
