@@ -641,45 +641,71 @@ static inline __attribute__((always_inline)) void viota(vint *v)
         (*v)[l] = l;
 }
 
-/* Row-wise causal softmax of a T x T block in place (entries above the diagonal -> 0;
- * they are never read, so they may hold anything on entry). Row t runs over whole vectors
- * with the lanes past t masked: rows are 1 to T long, and scalar remainders would cost
- * as much as the vector loop. */
-DP_CLONES static void softmax_causal(real *P, int64_t T)
+/* Row t of the causal softmax over whole vectors [0, je), je = t + 1 rounded up to a
+ * vector, the lanes past t masked; `full`: T is a whole number of vectors, so every
+ * vector of the row can be loaded and stored as a whole. */
+static inline __attribute__((always_inline)) void softmax_row(real *row, int64_t T, int64_t t,
+                                                              const vint *iota, bool full)
 {
-    vint iota;
-    viota(&iota);
-    for (int64_t t = 0; t < T; t++) {
-        real *row = P + t * T;
-        const int64_t je = t + 1; /* valid entries */
-        vreal vm = (vreal){0} - R_INF;
-        for (int64_t j = 0; j < je; j += AV) {
-            vreal x;
-            vload_part(&x, row + j, (int)(je - j), -R_INF);
-            vm = VSEL(x > vm, x, vm);
-        }
-        const real mx = vhmax(&vm);
-        vreal vs = {0};
-        for (int64_t j = 0; j < je; j += AV) {
-            vreal x;
+    const int64_t je = (t + AV) / AV * AV;
+    vreal vm = (vreal){0} - R_INF;
+    for (int64_t j = 0; j < je; j += AV) {
+        vreal x;
+        if (full)
+            memcpy(&x, row + j, sizeof x);
+        else
+            vload_part(&x, row + j, (int)(T - j), -R_INF);
+        x = VSEL(*iota + (lane_int)(j - t) <= 0, x, (vreal){0} - R_INF);
+        vm = VSEL(x > vm, x, vm);
+    }
+    const real mx = vhmax(&vm);
+    vreal vs = {0};
+    for (int64_t j = 0; j < je; j += AV) {
+        vreal x;
+        if (full)
+            memcpy(&x, row + j, sizeof x);
+        else
             vload_part(&x, row + j, (int)(T - j), 0);
-            x -= mx;
-            vexp(&x);
-            x = VSEL(iota + (lane_int)(j - t) <= 0, x, (vreal){0});
-            vs += x;
+        x -= mx;
+        vexp(&x);
+        x = VSEL(*iota + (lane_int)(j - t) <= 0, x, (vreal){0});
+        vs += x;
+        if (full)
+            memcpy(row + j, &x, sizeof x);
+        else
             vstore_part(row + j, &x, (int)(T - j));
-        }
-        const real inv = (real)1 / vhsum(&vs);
-        int64_t j = 0;
-        for (; j < je; j += AV) {
-            vreal x;
+    }
+    const real inv = (real)1 / vhsum(&vs);
+    for (int64_t j = 0; j < je; j += AV) {
+        vreal x;
+        if (full) {
+            memcpy(&x, row + j, sizeof x);
+            x *= inv;
+            memcpy(row + j, &x, sizeof x);
+        } else {
             vload_part(&x, row + j, (int)(T - j), 0);
             x *= inv;
             vstore_part(row + j, &x, (int)(T - j));
         }
-        if (j < T)
-            memset(row + j, 0, (size_t)(T - j) * sizeof(real));
     }
+    if (je < T)
+        memset(row + je, 0, (size_t)(T - je) * sizeof(real));
+}
+
+/* Row-wise causal softmax of a T x T block in place (entries above the diagonal -> 0;
+ * they are never read, so they may hold anything on entry). Rows are 1 to T long and
+ * run over whole vectors with masked lanes: scalar remainders would cost as much as
+ * the vector loops. */
+DP_CLONES static void softmax_causal(real *P, int64_t T)
+{
+    vint iota;
+    viota(&iota);
+    if (T % AV == 0)
+        for (int64_t t = 0; t < T; t++)
+            softmax_row(P + t * T, T, t, &iota, true);
+    else
+        for (int64_t t = 0; t < T; t++)
+            softmax_row(P + t * T, T, t, &iota, false);
 }
 
 /* Softmax backward on a causal T x T block: dS = P * (dP - sum_j dP P), in place in dP
