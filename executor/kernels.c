@@ -114,9 +114,9 @@ static inline __attribute__((always_inline)) void vexp(vreal *v)
     for (int l = 0; l < AV; l++)
         (*v)[l] = exp((*v)[l]);
 #else
-    const vreal x0 = *v;
-    vreal x = VSEL(x0 > -87.0f, x0, x0 * 0 - 87.0f);
-    x = VSEL(x < 88.0f, x, x * 0 + 88.0f);
+    const vreal x0 = *v, lo = (vreal){0} - 87.0f, hi = (vreal){0} + 88.0f;
+    vreal x = VSEL(x0 > lo, x0, lo); /* NaN and -inf -> -87: the conversion below is defined */
+    x = VSEL(x < hi, x, hi);
     vreal n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     vreal r = x - n * 0.693359375f + n * 2.12194440e-4f;
     vreal p = r * 1.9875691500E-4f + 1.3981999507E-3f;
@@ -189,13 +189,6 @@ static inline __attribute__((always_inline)) void vstore_part(real *p, const vre
     else
         for (int l = 0; l < n; l++)
             p[l] = (*v)[l];
-}
-
-/* tanh(u) = 1 - 2 / (exp(2u) + 1): one exponential, no cancellation problem for GELU,
- * which only uses 1 + tanh. */
-static inline real tanh_e(real u)
-{
-    return (real)1 - (real)2 / (R_EXPV((real)2 * u) + (real)1);
 }
 
 /* ------------------------------------------------------------------ GEMM */
@@ -507,12 +500,34 @@ void dp__cpu_add_inplace(real *y, const real *x, int64_t n)
 
 #define GELU_S ((real)0.7978845608028654) /* sqrt(2 / pi) */
 
+/*
+ * GELU (tanh form) with e = exp(2u), u = sqrt(2/pi) (x + 0.044715 x^3), q = 1 / (e + 1):
+ * tanh u = 1 - 2q, so gelu = x (1 - q) and, with sech^2 u = 4 q (1 - q),
+ * gelu' = (1 - q) (1 + 2 x q sqrt(2/pi) (1 + 3 0.044715 x^2)). One exponential and one
+ * division per element, on whole vectors (the tail through a partial vector).
+ */
+static inline __attribute__((always_inline)) void gelu_q(const vreal *x, vreal *q)
+{
+    const real c2 = (real)2 * GELU_S, c3 = (real)2 * GELU_S * (real)0.044715;
+    /* 2u, within +-80: tanh is +-1 in float long before, and q stays a normal number
+     * (no slow denormal arithmetic); NaN stays NaN through x */
+    const vreal lim = (vreal){0} + (real)80;
+    vreal e = *x * (*x * *x * c3 + c2);
+    e = VSEL(e < lim, e, lim);
+    e = VSEL(e > -lim, e, -lim);
+    vexp(&e);
+    *q = (real)1 / (e + (real)1);
+}
+
 DP_CLONES static void gelu_fwd(real *out, const real *inp, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++) {
-        real x = inp[i];
-        real cube = (real)0.044715 * x * x * x;
-        out[i] = (real)0.5 * x * ((real)1 + tanh_e(GELU_S * (x + cube)));
+    for (int64_t i = 0; i < n; i += AV) {
+        const int m = (int)(n - i < AV ? n - i : AV);
+        vreal x, q;
+        vload_part(&x, inp + i, m, 0);
+        gelu_q(&x, &q);
+        x -= x * q;
+        vstore_part(out + i, &x, m);
     }
 }
 
@@ -521,24 +536,25 @@ DP_CLONES static void gelu_fwd(real *out, const real *inp, int64_t n)
 DP_CLONES static void gelu_bwd_cols(real *dinp, real *db, const real *dout, const real *inp,
                                     int64_t N, int64_t F, int64_t c0, int64_t c1)
 {
+    const real k1 = (real)2 * GELU_S, k3 = (real)2 * GELU_S * (real)3 * (real)0.044715;
     for (int64_t n = 0; n < N; n++) {
-        const real *restrict x = inp + n * F, *restrict dy = dout + n * F;
-        real *restrict dx = dinp + n * F;
-        for (int64_t i = c0; i < c1; i++) {
-            real xi = x[i];
-            real cube = (real)0.044715 * xi * xi * xi;
-            real th = tanh_e(GELU_S * (xi + cube));
-            real sech2 = (real)1 - th * th; /* d tanh = sech^2 = 1 - tanh^2 */
-            real local =
-                (real)0.5 * ((real)1 + th) +
-                xi * (real)0.5 * sech2 * GELU_S * ((real)1 + (real)3 * (real)0.044715 * xi * xi);
-            dx[i] = local * dy[i];
+        const real *x = inp + n * F, *dy = dout + n * F;
+        real *dx = dinp + n * F;
+        for (int64_t i = c0; i < c1; i += AV) {
+            const int m = (int)(c1 - i < AV ? c1 - i : AV);
+            vreal xv, q, g;
+            vload_part(&xv, x + i, m, 0);
+            vload_part(&g, dy + i, m, 0);
+            gelu_q(&xv, &q);
+            vreal local = ((real)1 - q) * (xv * q * (xv * xv * k3 + k1) + (real)1);
+            g *= local;
+            vstore_part(dx + i, &g, m);
         }
         if (db) {
-            real *restrict g = db;
+            real *restrict gb = db;
 #pragma omp simd
             for (int64_t i = c0; i < c1; i++)
-                g[i] += dx[i];
+                gb[i] += dx[i];
         }
     }
 }
