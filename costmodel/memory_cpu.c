@@ -98,7 +98,8 @@ int dp_mem_estimate_cpu(const struct dp_model *m, const struct dp_layout *l,
         if (last)
             st->act_head_bytes = E * (2 * Nl * h + 2 * Nl + N * Vl + 4 * N);
         int64_t work = 2 * N * h + (u > 1 ? N * h : 0) + Nl * h;
-        work += N * qkvd + N * qd + scores + N * F1 + N * f;
+        /* dfc1 only for SwiGLU: GELU's input gradient overwrites dact */
+        work += N * qkvd + N * qd + scores + (m->ffn == DP_FFN_SWIGLU ? N * F1 : 0) + N * f;
         if (l->recompute == DP_RECOMPUTE_SELECTIVE)
             work += scores;
         if (l->recompute == DP_RECOMPUTE_FULL)

@@ -89,7 +89,8 @@ struct dp_backend_ops {
     void (*act_fwd)(struct dp_backend *be, enum dp_ffn_kind kind, real *out, const real *inp,
                     int64_t N, int64_t F);
     /* dinp (overwritten) = d/dinp; dbias (NULL: none) += the sum of dinp over the rows,
-     * the gradient of a bias added to inp (F columns, or 2 F for SwiGLU). */
+     * the gradient of a bias added to inp (F columns, or 2 F for SwiGLU). For GELU dinp
+     * may be dout (in place). */
     void (*act_bwd)(struct dp_backend *be, enum dp_ffn_kind kind, real *dinp, real *dbias,
                     const real *dout, const real *inp, int64_t N, int64_t F);
     /* Rotary embedding in place on the first nq + nk heads (of width d) of each row of x

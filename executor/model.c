@@ -409,7 +409,8 @@ int dp__acts_build(struct dp_exec *ex)
     W(w->dqkv, dm->N * dm->qkvd);
     W(w->dctx, dm->N * dm->qd);
     W(w->dprobs, S);
-    W(w->dfc1, dm->N * dm->F1);
+    if (ex->m->ffn != DP_FFN_GELU) /* GELU's input gradient overwrites dact */
+        W(w->dfc1, dm->N * dm->F1);
     W(w->dact, dm->N * dm->f);
     if (ex->l.recompute == DP_RECOMPUTE_SELECTIVE)
         W(w->probs, S);
@@ -626,11 +627,13 @@ static int layer_backward(struct dp_exec *ex, const struct dp_layer_params *p, s
     TRY(rc);
     OPS->gemm(be, false, false, N, f, h, 1, dy, h, P(ex, p->w2), f, 0, w->dact, f);
     OPS->gemm(be, true, false, h, f, N, 1, dy, h, A->act, f, 1, G(ex, p->w2), f);
-    OPS->act_bwd(be, m->ffn, w->dfc1, G(ex, p->b1), w->dact, A->fc1, dm->N, dm->f);
+    /* GELU: dfc1 in place of dact (same shape; the written lines are already in cache). */
+    real *dfc1 = m->ffn == DP_FFN_GELU ? w->dact : w->dfc1;
+    OPS->act_bwd(be, m->ffn, dfc1, G(ex, p->b1), w->dact, A->fc1, dm->N, dm->f);
     const real *g2 = gather_tokens(ex, A->ln2, w->tmp, &rc);
     TRY(rc);
-    OPS->gemm(be, true, false, F1, h, N, 1, w->dfc1, F1, g2, h, 1, G(ex, p->w1), h);
-    OPS->gemm(be, false, false, N, h, F1, 1, w->dfc1, F1, P(ex, p->w1), h, 0, w->dtmp, h);
+    OPS->gemm(be, true, false, F1, h, N, 1, dfc1, F1, g2, h, 1, G(ex, p->w1), h);
+    OPS->gemm(be, false, false, N, h, F1, 1, dfc1, F1, P(ex, p->w1), h, 0, w->dtmp, h);
     TRY(reduce_tokens(ex, w->dtmp));
     OPS->norm_bwd(be, m->norm, w->dres, G(ex, p->ln2_w), G(ex, p->ln2_b), w->dtmp, A->x2,
                   P(ex, p->ln2_w), A->ln2_st, dm->Nl, dm->h);
