@@ -13,6 +13,8 @@ machine's load hit all of them alike):
   torch 1 core      torch.set_num_threads(1)              batch 8
   torch 2 cores     torch.set_num_threads(2)              batch 8
   torch DDP dp=2    two processes (gloo), 1 thread each   batch 8 per rank
+  GEMM-only ceiling build/bench_gemm_ceiling: one step's sgemm calls alone, 1 thread
+                    (the most tokens/s anything built on these kernels can reach)
 OpenBLAS 0.3.21 does not know recent Xeons and falls back to generic kernels; dplan
 sets OPENBLAS_CORETYPE for itself (dp_exec_blas_hint), and the PyTorch runs get the
 same value so that both use the same GEMM kernels. --torch-as-installed adds PyTorch
@@ -20,7 +22,9 @@ runs without it.
 
 Each run's figure is the median step time over its steps after the first two; the
 table gives, per configuration, the median over repetitions as tokens/s. Scaling
-efficiency of dp=2 = tokens/s(dp=2) / (2 x tokens/s(1 core)).
+efficiency of dp=2 = tokens/s(dp=2) / (2 x tokens/s(1 core)). The ratios are given twice:
+of the medians, and as the median of the ratios within each repetition (steadier when
+the machine's speed drifts).
 
   python3 bench/executor/bench.py [--dplan build/dplan] [--reps 5] [--steps 15]
 """
@@ -83,6 +87,17 @@ def run_torch(threads, world, steps, coretype):
     return d["tokens_per_step"] / median_step(d["step_time_s"])
 
 
+def run_ceiling(exe, coretype):
+    """Tokens/s of one core if only bench-gpt's GEMMs cost time (bench/executor/gemm_ceiling.c)."""
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    env.pop("OPENBLAS_CORETYPE", None)
+    if coretype:
+        env["OPENBLAS_CORETYPE"] = coretype
+    out = subprocess.run([exe], env=env, check=True, capture_output=True, text=True).stdout
+    line = [x for x in out.splitlines() if x.startswith("ceiling:")][0]
+    return float(line.split()[1])
+
+
 def coretype_hint(dplan):
     """The OPENBLAS_CORETYPE dplan picks (it prints nothing; ask the same way it does)."""
     if os.environ.get("OPENBLAS_CORETYPE"):
@@ -93,6 +108,29 @@ def coretype_hint(dplan):
     if "avx2" in flags and " fma" in flags:
         return "Haswell"
     return None
+
+
+def paired(results):
+    """Ratios within each repetition, whose configurations ran minutes apart at most: on a
+    shared machine whose speed drifts, the median of these is steadier than the ratio of
+    the medians above."""
+    names = {"d1": "dplan 1 core", "d2": "dplan 2 cores (2 threads)",
+             "dd": "dplan dp=2 (2 ranks x 1 thread)", "t1": "torch 1 core",
+             "t2": "torch 2 cores (2 threads)", "td": "torch DDP dp=2 (gloo, 1 thread each)"}
+    v = {k: results.get(name, []) for k, name in names.items()}
+    rows = []
+    if v["d1"] and len(v["d1"]) == len(v["dd"]):
+        rows.append(("dp=2 scaling efficiency",
+                     [b / (2 * a) for a, b in zip(v["d1"], v["dd"])]))
+    if all(len(x) == len(v["d1"]) > 0 for x in v.values()):
+        rows.append(("1 core, dplan / torch", [a / b for a, b in zip(v["d1"], v["t1"])]))
+        rows.append(("2 cores, dplan best / torch best",
+                     [max(a, b) / max(c, d)
+                      for a, b, c, d in zip(v["d2"], v["dd"], v["t2"], v["td"])]))
+    if rows:
+        print(f"per repetition ({len(rows[0][1])} pairs), median (min..max):")
+    for name, xs in rows:
+        print(f"  {name:34s} {statistics.median(xs):6.3f}  ({min(xs):.3f}..{max(xs):.3f})")
 
 
 def main():
@@ -122,6 +160,9 @@ def main():
         ("dplan dp=2 (2 ranks x 1 thread)", 2,
          lambda tmp: run_dplan(args.dplan, 1, 2, args.steps, tmp)),
     ]
+    ceiling = os.path.join(os.path.dirname(os.path.abspath(args.dplan)), "bench_gemm_ceiling")
+    if os.path.exists(ceiling):
+        configs.append(("GEMM-only ceiling, 1 core", 1, lambda tmp: run_ceiling(ceiling, core)))
     if have_torch:
         configs += [
             ("torch 1 core", 1, lambda tmp: run_torch(1, 1, args.steps, core)),
@@ -162,10 +203,20 @@ def main():
                  and "as installed" not in k)
         if d1 and t1:
             print(f"1 core: dplan / torch = {d1 / t1:.2f}x")
+        cg = med.get("GEMM-only ceiling, 1 core")
+        if cg and d1 and t1:
+            print(f"1 core: the GEMM-only ceiling is {cg / t1:.2f}x torch; dplan runs at "
+                  f"{d1 / cg:.0%} of it, torch at {t1 / cg:.0%}")
+        ti1, ti2 = med.get("torch 1 core, as installed"), med.get("torch 2 cores, as installed")
+        if d1 and ti1 and ti2:
+            best2 = max(x for x in (d2, dd) if x)
+            print(f"against torch as installed: 1 core {d1 / ti1:.2f}x, "
+                  f"2 cores {best2 / ti2:.2f}x")
         if t2:
             best2 = max(x for x in (d2, dd) if x)
             print(f"2 cores: dplan best / torch best = {best2 / t2:.2f}x "
                   f"(dplan 2 threads {d2 / t2:.2f}x, dplan dp=2 {dd / t2:.2f}x)")
+    paired(results)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"runs": results, "median": med, "openblas_coretype": core}, f, indent=1)
