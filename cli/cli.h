@@ -143,6 +143,7 @@ double cli_gib(int64_t bytes);
 /* "6.74B", "124.44M": a count with a unit suffix. */
 const char *cli_count_short(int64_t n, char *buf, size_t cap);
 void cli_print_json(struct cJSON *root); /* prints and deletes */
+void cli_describe_model(FILE *f, const struct dp_model *m);
 void cli_describe_cluster(FILE *f, const struct dp_cluster *c);
 void cli_describe_layout(FILE *f, const struct dp_layout *l, const struct dp_model *m);
 

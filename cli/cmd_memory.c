@@ -153,12 +153,7 @@ int cmd_memory(int argc, char **argv)
         }
         cli_print_json(o);
     } else {
-        struct dp_param_count pc;
-        dp_model_count(&m, &pc);
-        char cnt[32];
-        printf("model    %s: %s params, %lld layers, hidden %lld\n", m.name,
-               cli_count_short(pc.total, cnt, sizeof cnt), (long long)m.layers,
-               (long long)m.hidden);
+        cli_describe_model(stdout, &m);
         cli_describe_cluster(stdout, &cl);
         cli_describe_layout(stdout, &l, &m);
         printf("\n");

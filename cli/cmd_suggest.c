@@ -254,12 +254,7 @@ int cmd_suggest(int argc, char **argv)
         cJSON_AddItemToObject(o, "memory", cli_mem_json(rep));
         cli_print_json(o);
     } else {
-        char cnt[32];
-        struct dp_param_count pc;
-        dp_model_count(&m, &pc);
-        printf("model    %s: %s params, %lld layers, hidden %lld\n", m.name,
-               cli_count_short(pc.total, cnt, sizeof cnt), (long long)m.layers,
-               (long long)m.hidden);
+        cli_describe_model(stdout, &m);
         cli_describe_cluster(stdout, &cl);
         printf("batch    %lld sequences x %lld tokens%s\n", (long long)so.gbs,
                (long long)so.seq_len, c.gbs ? "" : " (--gbs not given: ~4M tokens)");

@@ -351,6 +351,15 @@ void cli_print_json(cJSON *root)
     cJSON_Delete(root);
 }
 
+void cli_describe_model(FILE *f, const struct dp_model *m)
+{
+    char cnt[32];
+    struct dp_param_count pc;
+    dp_model_count(m, &pc);
+    fprintf(f, "model    %s: %s params, %lld layers, hidden %lld\n", m->name,
+            cli_count_short(pc.total, cnt, sizeof cnt), (long long)m->layers, (long long)m->hidden);
+}
+
 void cli_describe_cluster(FILE *f, const struct dp_cluster *c)
 {
     fprintf(f, "cluster  %s: %d node%s x %d %s (%.1f GiB, %.1f GiB usable), %s %.0f GB/s/dir",
