@@ -286,21 +286,6 @@ static int load_data(struct run *r, struct dp_tokens *tok, struct dp_err *err)
     return dp_tokens_default(getenv("DPLAN_DEFAULT_CORPUS"), r->m.vocab, tok, err);
 }
 
-static int mkdirs(const char *dir, struct dp_err *err)
-{
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", dir);
-    for (char *p = buf + 1; *p; p++)
-        if (*p == '/') {
-            *p = '\0';
-            mkdir(buf, 0777);
-            *p = '/';
-        }
-    if (mkdir(buf, 0777) && errno != EEXIST)
-        return dp_err_set(err, DP_EIO, "%s: cannot create directory: %s", dir, strerror(errno));
-    return 0;
-}
-
 /* ------------------------------------------------------------------ logging */
 
 static void clear_bar(struct run *r)
@@ -553,7 +538,7 @@ static int run_rank(struct run *r, int world, struct dp_err *err)
     if (rc)
         return rc;
     const char *dir = r->out ? r->out : "dplan-run";
-    rc = mkdirs(dir, err);
+    rc = dp_mkdirs(dir, err);
     if (rc) {
         dp_tokens_release(&tok);
         return rc;

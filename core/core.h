@@ -410,5 +410,7 @@ int dp_parse_int_list(const char *s, int *out, int cap);
 void dp_fmt_bytes(int64_t bytes, char *out, size_t cap);
 /* Read a whole file (NUL-terminated); caller frees. */
 int dp_read_file(const char *file, char **buf, size_t *len, size_t max, struct dp_err *err);
+/* mkdir -p: create dir and its missing parents; an existing directory is fine. */
+int dp_mkdirs(const char *dir, struct dp_err *err);
 
 #endif

@@ -87,21 +87,6 @@ static void utc_now(char *buf, size_t cap)
     strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-static int mkdirs(const char *dir, struct dp_err *err)
-{
-    char buf[PATHMAX];
-    snprintf(buf, sizeof buf, "%s", dir);
-    for (char *p = buf + 1; *p; p++)
-        if (*p == '/') {
-            *p = '\0';
-            mkdir(buf, 0777);
-            *p = '/';
-        }
-    if (mkdir(buf, 0777) && errno != EEXIST)
-        return dp_err_set(err, DP_EIO, "%s: cannot create directory: %s", dir, strerror(errno));
-    return 0;
-}
-
 static int fsync_dir(const char *dir, struct dp_err *err)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -644,7 +629,7 @@ static void prune(const char *dir, int step, int keep)
 static int prepare(struct dp_exec *ex, const char *tmp, struct dp_err *err)
 {
     const char *dir = ex->o.ckpt->dir;
-    int rc = mkdirs(dir, err);
+    int rc = dp_mkdirs(dir, err);
     if (rc)
         return rc;
     if (!ex->ck->cleaned) {
