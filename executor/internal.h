@@ -8,6 +8,16 @@
 #include "backend.h"
 #include "executor.h"
 
+/* The rank's backend operations (needs `ex` in scope). */
+#define OPS (ex->be->ops)
+/* Return the status of x from the enclosing function if it is non-zero. */
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        int rc_ = (x);                                                                             \
+        if (rc_)                                                                                   \
+            return rc_;                                                                            \
+    } while (0)
+
 /* ------------------------------------------------------------------ memory */
 
 /* Accounted allocation: bytes in use and the peak per pool. */

@@ -29,7 +29,6 @@
 #include <string.h>
 
 #define NONE SIZE_MAX
-#define OPS  (ex->be->ops)
 
 static real *P(struct dp_exec *ex, size_t off)
 {
@@ -527,13 +526,6 @@ static int reduce_tokens(struct dp_exec *ex, real *buf)
         return OPS->reduce_scatter(ex->be, DP_GROUP_TP, buf, dm->Nl * dm->h, ex->err);
     return OPS->allreduce(ex->be, DP_GROUP_TP, buf, dm->N * dm->h, DP_OP_SUM, ex->err);
 }
-
-#define TRY(x)                                                                                     \
-    do {                                                                                           \
-        int rc_ = (x);                                                                             \
-        if (rc_)                                                                                   \
-            return rc_;                                                                            \
-    } while (0)
 
 /* ------------------------------------------------------------------ layers */
 

@@ -21,14 +21,6 @@
 #include <math.h>
 #include <string.h>
 
-#define OPS (ex->be->ops)
-#define TRY(x)                                                                                     \
-    do {                                                                                           \
-        int rc_ = (x);                                                                             \
-        if (rc_)                                                                                   \
-            return rc_;                                                                            \
-    } while (0)
-
 enum { TAG_FWD = 1, TAG_BWD = 2 };
 
 /*
