@@ -167,6 +167,17 @@ struct dp_exec {
     struct dp__ckpt *ck; /* checkpoint state (ckpt.c), NULL until used */
 };
 
+/* ZeRO-1: the part [*lo, *hi) of segment sg's flat range [off, off + rows cols) that lies in
+ * this rank's shard [shard_off, shard_off + shard); false when they do not overlap. */
+static inline bool dp__seg_in_shard(const struct dp_exec *ex, const struct dp_seg *sg, size_t *lo,
+                                    size_t *hi)
+{
+    size_t a = sg->off, b = sg->off + (size_t)(sg->rows * sg->cols);
+    *lo = a > ex->shard_off ? a : ex->shard_off;
+    *hi = b < ex->shard_off + ex->shard ? b : ex->shard_off + ex->shard;
+    return *lo < *hi;
+}
+
 /* model.c */
 int dp__model_build(struct dp_exec *ex); /* segments, flat buffers, init */
 int dp__acts_build(struct dp_exec *ex);  /* work, head, send buffers */

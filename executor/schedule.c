@@ -151,9 +151,7 @@ static double local_sumsq(struct dp_exec *ex)
         size_t lo = sg->off, hi = sg->off + (size_t)(sg->rows * sg->cols);
         if (zero) {
             /* Only this rank's shard holds reduced gradients, at grads[0, shard). */
-            lo = lo > ex->shard_off ? lo : ex->shard_off;
-            hi = hi < ex->shard_off + ex->shard ? hi : ex->shard_off + ex->shard;
-            if (lo >= hi)
+            if (!dp__seg_in_shard(ex, sg, &lo, &hi))
                 continue;
             s += OPS->sumsq(ex->be, ex->grads + (lo - ex->shard_off), (int64_t)(hi - lo));
         } else {
@@ -223,9 +221,7 @@ int dp__optimizer_step(struct dp_exec *ex, double lr, double gscale)
         size_t lo = sg->off, hi = sg->off + (size_t)(sg->rows * sg->cols);
         size_t base = 0; /* where element `lo` of the flat buffer sits in grads/m/v */
         if (zero) {
-            lo = lo > ex->shard_off ? lo : ex->shard_off;
-            hi = hi < ex->shard_off + ex->shard ? hi : ex->shard_off + ex->shard;
-            if (lo >= hi)
+            if (!dp__seg_in_shard(ex, sg, &lo, &hi))
                 continue;
             base = lo - ex->shard_off;
         } else {
