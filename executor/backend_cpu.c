@@ -457,20 +457,6 @@ static const struct dp_backend_ops cpu_ops = {
 
 /* ------------------------------------------------------------------ setup */
 
-void dp_rank_coords(int rank, int tp, int dp, int pp, struct dp_coords *out)
-{
-    out->tp_rank = rank % tp;
-    out->dp_rank = (rank / tp) % dp;
-    out->pp_rank = rank / (tp * dp);
-    (void)pp;
-}
-
-int dp_rank_of(const struct dp_coords *c, int tp, int dp, int pp)
-{
-    (void)pp;
-    return c->tp_rank + tp * (c->dp_rank + dp * c->pp_rank);
-}
-
 static int split(struct cpu_backend *cb, enum dp_group g, int color, int key, struct dp_err *err)
 {
     MPI_TRY(cb, err, g, MPI_Comm_split(MPI_COMM_WORLD, color, key, &cb->comm[g]));

@@ -24,18 +24,6 @@ int dp_backend_cpu_world(int *rank, int *world, struct dp_err *err)
     return 0;
 }
 
-void dp_rank_coords(int rank, int tp, int dp, int pp, struct dp_coords *out)
-{
-    out->tp_rank = rank % tp;
-    out->dp_rank = (rank / tp) % dp;
-    out->pp_rank = rank / (tp * dp);
-}
-
-int dp_rank_of(const struct dp_coords *c, int tp, int dp, int pp)
-{
-    return c->tp_rank + tp * (c->dp_rank + dp * c->pp_rank);
-}
-
 const char *dp_exec_blas_hint(void)
 {
     return NULL;
