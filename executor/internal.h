@@ -184,6 +184,8 @@ int dp__acts_build(struct dp_exec *ex);  /* work, head, send buffers */
 struct dp_slot *dp__slot_acquire(struct dp_exec *ex, int mb);
 void dp__slot_release(struct dp_exec *ex, struct dp_slot *s);
 void dp__model_release(struct dp_exec *ex);
+/* Pipeline stage `stage`'s place: first, last, layer0 and nlayers (ex->l and ex->m set). */
+void dp__stage_place(struct dp_exec *ex, int stage);
 /* The segment list of any stage as its tp_rank 0 builds it (caller frees *segs). */
 int dp__segments_for_stage(const struct dp_exec *ex, int stage, struct dp_seg **segs, int *n);
 /* Forward of the stage's part for one micro-batch in `s`: embedding (first stage),

@@ -777,6 +777,16 @@ int dp__stage_backward(struct dp_exec *ex, struct dp_slot *s)
     return 0;
 }
 
+void dp__stage_place(struct dp_exec *ex, int stage)
+{
+    ex->first = stage == 0;
+    ex->last = stage == ex->l.pp - 1;
+    ex->layer0 = 0;
+    for (int s = 0; s < stage; s++)
+        ex->layer0 += dp_layout_stage_layers(&ex->l, ex->m, s);
+    ex->nlayers = dp_layout_stage_layers(&ex->l, ex->m, stage);
+}
+
 int dp__segments_for_stage(const struct dp_exec *ex, int stage, struct dp_seg **segs, int *n)
 {
     struct dp_exec t = *ex;
@@ -789,12 +799,7 @@ int dp__segments_for_stage(const struct dp_exec *ex, int stage, struct dp_seg **
     t.dm.tp_rank = 0;
     t.dm.v0 = 0;
     t.c.pp_rank = stage;
-    t.first = stage == 0;
-    t.last = stage == ex->l.pp - 1;
-    t.layer0 = 0;
-    for (int s = 0; s < stage; s++)
-        t.layer0 += dp_layout_stage_layers(&ex->l, ex->m, s);
-    t.nlayers = dp_layout_stage_layers(&ex->l, ex->m, stage);
+    dp__stage_place(&t, stage);
     int rc = build_segments(&t);
     free(t.lp);
     if (rc) {

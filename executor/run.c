@@ -184,12 +184,7 @@ int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const stru
     ex->world = ex->be->world;
     dp_rank_coords(ex->rank, l->tp, l->dp, l->pp, &ex->c);
     dims_init(ex);
-    ex->layer0 = 0;
-    for (int s = 0; s < ex->c.pp_rank; s++)
-        ex->layer0 += dp_layout_stage_layers(l, m, s);
-    ex->nlayers = dp_layout_stage_layers(l, m, ex->c.pp_rank);
-    ex->first = ex->c.pp_rank == 0;
-    ex->last = ex->c.pp_rank == l->pp - 1;
+    dp__stage_place(ex, ex->c.pp_rank);
     ex->M = dp_layout_microbatches(l);
     ex->gbs_tokens = l->gbs * l->seq_len;
     if (o->predicted)
