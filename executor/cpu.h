@@ -32,6 +32,7 @@ void dp__cpu_act_bwd(enum dp_ffn_kind kind, real *dinp, real *dbias, const real 
                      const real *inp, int64_t N, int64_t F);
 void dp__cpu_rope(real *x, int64_t ld, int64_t N, int64_t T, int nq, int nk, int d, const real *cs,
                   bool inverse);
+/* ctx NULL: the probabilities only (dp__cpu_attn_probs). */
 void dp__cpu_attn_fwd(real *ctx, real *probs, const real *qkv, int64_t B, int64_t T, int a, int g,
                       int d);
 void dp__cpu_attn_probs(real *probs, const real *qkv, int64_t B, int64_t T, int a, int g, int d);

@@ -777,20 +777,6 @@ static void probs_one(real *P, const real *q, const real *k, int64_t ld, int64_t
     softmax_causal(P, T);
 }
 
-static void attn_probs_blas(real *probs, const real *qkv, int64_t B, int64_t T, int a, int g, int d)
-{
-    const int64_t qd = (int64_t)a * d, kvd = (int64_t)g * d, ld = qd + 2 * kvd;
-    const int per = a / g;
-    const real scale = (real)1 / R_SQRT((real)d);
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int64_t b = 0; b < B; b++)
-        for (int h = 0; h < a; h++) {
-            const real *q = qkv + b * T * ld + (int64_t)h * d;
-            const real *k = qkv + b * T * ld + qd + (int64_t)(h / per) * d;
-            probs_one(probs + (b * a + h) * T * T, q, k, ld, T, d, scale);
-        }
-}
-
 static void attn_fwd_blas(real *ctx, real *probs, const real *qkv, int64_t B, int64_t T, int a,
                           int g, int d)
 {
@@ -799,7 +785,8 @@ static void attn_fwd_blas(real *ctx, real *probs, const real *qkv, int64_t B, in
     const real scale = (real)1 / R_SQRT((real)d);
     /* The per-head products write strided column blocks; OpenBLAS would clear each one
      * row by row for beta = 0, so clear the whole buffer once and accumulate. */
-    memset(ctx, 0, (size_t)(B * T * qd) * sizeof(real));
+    if (ctx)
+        memset(ctx, 0, (size_t)(B * T * qd) * sizeof(real));
 #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t b = 0; b < B; b++)
         for (int h = 0; h < a; h++) {
@@ -807,8 +794,10 @@ static void attn_fwd_blas(real *ctx, real *probs, const real *qkv, int64_t B, in
             const real *k = qkv + b * T * ld + qd + (int64_t)(h / per) * d;
             const real *v = k + kvd;
             real *P = probs + (b * a + h) * T * T;
-            real *c = ctx + b * T * qd + (int64_t)h * d;
             probs_one(P, q, k, ld, T, d, scale);
+            if (!ctx)
+                continue; /* probabilities only */
+            real *c = ctx + b * T * qd + (int64_t)h * d;
             for (int64_t r0 = 0; r0 < T; r0 += ATT_BS) {
                 int64_t rows = T - r0 < ATT_BS ? T - r0 : ATT_BS, cols = r0 + rows;
                 dp__cpu_gemm1(false, false, (int)rows, d, (int)cols, 1, P + r0 * T, (int)T, v,
@@ -1163,20 +1152,7 @@ DP_CLONES static void attn_bwd_group(real *dq, real *dk, real *dv, real *dP, con
 
 void dp__cpu_attn_probs(real *probs, const real *qkv, int64_t B, int64_t T, int a, int g, int d)
 {
-    if (d > ATT_DMAX) {
-        attn_probs_blas(probs, qkv, B, T, a, g, d);
-        return;
-    }
-    const int64_t qd = (int64_t)a * d, kvd = (int64_t)g * d, ld = qd + 2 * kvd;
-    const int per = a / g;
-    const real scale = (real)1 / R_SQRT((real)d);
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int64_t b = 0; b < B; b++)
-        for (int h = 0; h < a; h++) {
-            const real *q = qkv + b * T * ld + (int64_t)h * d;
-            const real *k = qkv + b * T * ld + qd + (int64_t)(h / per) * d;
-            attn_fwd_head(NULL, 0, probs + (b * a + h) * T * T, q, k, NULL, ld, T, d, scale);
-        }
+    dp__cpu_attn_fwd(NULL, probs, qkv, B, T, a, g, d);
 }
 
 void dp__cpu_attn_fwd(real *ctx, real *probs, const real *qkv, int64_t B, int64_t T, int a, int g,
@@ -1194,8 +1170,8 @@ void dp__cpu_attn_fwd(real *ctx, real *probs, const real *qkv, int64_t B, int64_
         for (int h = 0; h < a; h++) {
             const real *q = qkv + b * T * ld + (int64_t)h * d;
             const real *k = qkv + b * T * ld + qd + (int64_t)(h / per) * d;
-            attn_fwd_head(ctx + b * T * qd + (int64_t)h * d, qd, probs + (b * a + h) * T * T, q, k,
-                          k + kvd, ld, T, d, scale);
+            real *c = ctx ? ctx + b * T * qd + (int64_t)h * d : NULL;
+            attn_fwd_head(c, qd, probs + (b * a + h) * T * T, q, k, k + kvd, ld, T, d, scale);
         }
 }
 
