@@ -27,8 +27,6 @@ struct dp_mem {
     int64_t total_in_use, total_peak;
 };
 void *dp__mem_alloc(struct dp_backend *be, struct dp_mem *mem, enum dp_pool pool, size_t bytes);
-void dp__mem_free(struct dp_backend *be, struct dp_mem *mem, enum dp_pool pool, void *p,
-                  size_t bytes);
 /* Mark bytes of an allocation as held / no longer held (slot reuse). */
 void dp__mem_hold(struct dp_mem *mem, enum dp_pool pool, int64_t bytes);
 
@@ -201,9 +199,11 @@ int dp__stage_backward(struct dp_exec *ex, struct dp_slot *s);
 void dp__load_batch(struct dp_exec *ex, struct dp_slot *s, int step, int mb);
 /* One step's forward and backward over all micro-batches (1F1B) with gradients
  * accumulated, then reduced (SP, tied embeddings, DP / ZeRO-1 reduce-scatter).
- * *loss gets the global mean loss (every rank). */
+ * *loss gets the global mean loss and ex->grad_sumsq the global squared gradient norm
+ * over all shards (every rank; one all-reduce for both). */
 int dp__forward_backward(struct dp_exec *ex, int step, double *loss);
-/* Global gradient norm over all shards (every rank). */
+/* The step's global gradient norm, sqrt(ex->grad_sumsq) as dp__forward_backward reduced
+ * it; no communication. */
 int dp__grad_norm(struct dp_exec *ex, double *norm);
 /* AdamW with clipping factor `gscale`, then the ZeRO-1 all-gather. */
 int dp__optimizer_step(struct dp_exec *ex, double lr, double gscale);

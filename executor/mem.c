@@ -25,15 +25,6 @@ void *dp__mem_alloc(struct dp_backend *be, struct dp_mem *mem, enum dp_pool pool
     return p;
 }
 
-void dp__mem_free(struct dp_backend *be, struct dp_mem *mem, enum dp_pool pool, void *p,
-                  size_t bytes)
-{
-    if (!p)
-        return;
-    be->ops->free(be, p);
-    bump(mem, pool, -(int64_t)bytes);
-}
-
 void dp__mem_hold(struct dp_mem *mem, enum dp_pool pool, int64_t bytes)
 {
     bump(mem, pool, bytes);
