@@ -393,12 +393,7 @@ static int write_rank_file(struct dp_exec *ex, const char *tmpdir, int step, uin
         w.fault_at = total / 2;
     }
     if (!rc) {
-        unsigned char lenb[8];
-        for (int i = 0; i < 8; i++)
-            lenb[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
-        rc = dp__st_write(&w, lenb, 8);
-        if (!rc)
-            rc = dp__st_write(&w, hdr, hlen);
+        rc = dp__st_write_header(&w, hdr, hlen);
         for (int i = 0; i < n && !rc; i++) {
             size_t done = 0, bytes = (size_t)it[i].t.bytes;
             while (done < bytes && !rc) {
@@ -1945,12 +1940,7 @@ static int export_write(struct src *s, const char *out_file, enum dp_ckpt_names 
     bool opened = false;
     if (!rc && !(rc = dp__st_create(&w, tmp, err))) {
         opened = true;
-        unsigned char lenb[8];
-        for (int i = 0; i < 8; i++)
-            lenb[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
-        rc = dp__st_write(&w, lenb, 8);
-        if (!rc)
-            rc = dp__st_write(&w, hdr, hlen);
+        rc = dp__st_write_header(&w, hdr, hlen);
     }
     int64_t bytes = 8 + (int64_t)hlen;
     for (int i = 0; i < nx && !rc; i++) {

@@ -172,6 +172,12 @@ char *dp__st_header(const struct dp_st_tensor *t, int n, const char *const *meta
     return out;
 }
 
+void dp__st_len_prefix(unsigned char out[8], size_t hlen)
+{
+    for (int i = 0; i < 8; i++)
+        out[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
+}
+
 int dp__st_create(struct dp_st_writer *w, const char *path, struct dp_err *err)
 {
     memset(w, 0, sizeof *w);
@@ -213,6 +219,14 @@ int dp__st_write(struct dp_st_writer *w, const void *buf, size_t n)
         w->bytes += got;
     }
     return 0;
+}
+
+int dp__st_write_header(struct dp_st_writer *w, const char *hdr, size_t hlen)
+{
+    unsigned char lenb[8];
+    dp__st_len_prefix(lenb, hlen);
+    int rc = dp__st_write(w, lenb, 8);
+    return rc ? rc : dp__st_write(w, hdr, hlen);
 }
 
 int dp__st_finish(struct dp_st_writer *w, bool sync)

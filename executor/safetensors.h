@@ -2,7 +2,8 @@
  * safetensors files and CRC32C for the checkpoints (ckpt.c): a streaming
  * writer that checksums what it writes and fsyncs, and a reader that
  * validates a file's header against the format before any tensor is read.
- * Internal to the executor; weights.c keeps its own writer.
+ * Internal to the executor; weights.c uses the header and length prefix with its
+ * own stdio file.
  *
  * Format (huggingface/safetensors README "Format"): an 8-byte little-endian
  * header length N, N bytes of UTF-8 JSON {"NAME": {"dtype", "shape",
@@ -44,6 +45,8 @@ struct dp_st_tensor {
  * of *len bytes (a multiple of 8), or NULL when out of memory.
  */
 char *dp__st_header(const struct dp_st_tensor *t, int n, const char *const *meta, size_t *len);
+/* The 8-byte little-endian header length that starts the file. */
+void dp__st_len_prefix(unsigned char out[8], size_t hlen);
 
 /* TEST-ONLY faults of a writer (DPLAN_FAULT_INJECT, README "Checkpoints and restarts"). */
 enum dp_st_fault { DP_ST_FAULT_NONE = 0, DP_ST_FAULT_ENOSPC, DP_ST_FAULT_CRASH };
@@ -61,6 +64,8 @@ struct dp_st_writer {
 int dp__st_create(struct dp_st_writer *w, const char *path, struct dp_err *err);
 /* Append n bytes (checksummed); errors name the file and errno ("No space left on device"). */
 int dp__st_write(struct dp_st_writer *w, const void *buf, size_t n);
+/* Append the length prefix and the `hlen` bytes of header `hdr` (from dp__st_header). */
+int dp__st_write_header(struct dp_st_writer *w, const char *hdr, size_t hlen);
 /* fsync (when `sync`) and close; the writer is closed whatever happens. */
 int dp__st_finish(struct dp_st_writer *w, bool sync);
 /* Close and delete a failed file. */

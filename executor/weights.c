@@ -12,8 +12,8 @@
  * to a multiple of 8, then the little-endian row-major data.
  */
 #include "internal.h"
+#include "safetensors.h"
 
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,43 +35,30 @@ static int slices(const struct dp_exec *ex, const struct dp_seg *s)
 static char *header_json(const struct dp_exec *ex, struct dp_seg **lists, const int *counts,
                          size_t *len)
 {
-    cJSON *root = cJSON_CreateObject();
-    cJSON *meta = cJSON_AddObjectToObject(root, "__metadata__");
-    cJSON_AddStringToObject(meta, "format", "pt");
-    cJSON_AddStringToObject(meta, "producer", "dplan run");
-    cJSON_AddStringToObject(meta, "model", ex->m->name);
-    int64_t off = 0;
+    int n = 0;
+    for (int s = 0; s < ex->l.pp; s++)
+        n += counts[s];
+    struct dp_st_tensor *t = calloc((size_t)(n ? n : 1), sizeof *t);
+    if (!t)
+        return NULL;
+    int k = 0;
     for (int s = 0; s < ex->l.pp; s++)
         for (int i = 0; i < counts[s]; i++) {
             const struct dp_seg *sg = &lists[s][i];
             if (sg->norm_skip)
                 continue;
-            cJSON *t = cJSON_AddObjectToObject(root, sg->name);
-            cJSON_AddStringToObject(t, "dtype", sizeof(real) == 8 ? "F64" : "F32");
-            cJSON *shape = cJSON_AddArrayToObject(t, "shape");
-            cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)sg->out_rows));
-            if (sg->gcols > 1)
-                cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)sg->gcols));
-            int64_t bytes = out_elems(sg) * (int64_t)sizeof(real);
-            cJSON *offs = cJSON_AddArrayToObject(t, "data_offsets");
-            cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
-            cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(off + bytes)));
-            off += bytes;
+            snprintf(t[k].key, sizeof t[k].key, "%s", sg->name);
+            t[k].dtype = sizeof(real) == 8 ? "F64" : "F32";
+            t[k].ndim = sg->gcols > 1 ? 2 : 1;
+            t[k].shape[0] = sg->out_rows;
+            t[k].shape[1] = sg->gcols;
+            t[k].bytes = out_elems(sg) * (int64_t)sizeof(real);
+            k++;
         }
-    char *js = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
-    if (!js)
-        return NULL;
-    size_t n = strlen(js), padded = (n + 7) / 8 * 8;
-    char *out = realloc(js, padded + 1);
-    if (!out) {
-        free(js);
-        return NULL;
-    }
-    memset(out + n, ' ', padded - n);
-    out[padded] = '\0';
-    *len = padded;
-    return out;
+    const char *meta[] = {"format", "pt", "producer", "dplan run", "model", ex->m->name, NULL};
+    char *hdr = dp__st_header(t, k, meta, len);
+    free(t);
+    return hdr;
 }
 
 /* Rank 0: assemble and write every tensor. */
@@ -91,8 +78,7 @@ static int write_file(struct dp_exec *ex, const char *file, struct dp_seg **list
         return dp_err_set(ex->err, DP_EIO, "%s: cannot create: %s", tmp, strerror(errno));
     }
     unsigned char lenb[8];
-    for (int i = 0; i < 8; i++)
-        lenb[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
+    dp__st_len_prefix(lenb, hlen);
     int rc = 0;
     if (fwrite(lenb, 1, 8, f) != 8 || fwrite(hdr, 1, hlen, f) != hlen)
         rc = dp_err_set(ex->err, DP_EIO, "%s: write failed: %s", tmp, strerror(errno));
