@@ -1765,6 +1765,69 @@ static int gather_full(struct src *s, struct stensor *t, real *buf, struct dp_er
     return 0;
 }
 
+/* dplan name -> Hugging Face name, per model family. */
+struct hf_pair {
+    const char *from, *to;
+};
+
+struct hf_family {
+    const struct hf_pair *top; /* whole names ("wte") */
+    int ntop;
+    const char *layer_prefix;    /* then the layer number and "." */
+    const struct hf_pair *layer; /* per layer, after "h.L." */
+    int nlayer;
+    const struct hf_pair *trans; /* per layer, stored transposed */
+    int ntrans;
+    bool fused_qkv; /* q, k, v as one c_attn weight and bias */
+};
+
+#define HF_N(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+static const struct hf_pair gpt2_top[] = {{"wte", "transformer.wte.weight"},
+                                          {"wpe", "transformer.wpe.weight"},
+                                          {"lnf.w", "transformer.ln_f.weight"},
+                                          {"lnf.b", "transformer.ln_f.bias"}};
+static const struct hf_pair gpt2_layer[] = {
+    {"ln1.w", "ln_1.weight"},     {"ln1.b", "ln_1.bias"},          {"ln2.w", "ln_2.weight"},
+    {"ln2.b", "ln_2.bias"},       {"attn.bo", "attn.c_proj.bias"}, {"mlp.b1", "mlp.c_fc.bias"},
+    {"mlp.b2", "mlp.c_proj.bias"}};
+/* Conv1D stores [in, out]: the transposes of nn.Linear's [out, in]. */
+static const struct hf_pair gpt2_trans[] = {{"attn.wo", "attn.c_proj.weight"},
+                                            {"mlp.w1", "mlp.c_fc.weight"},
+                                            {"mlp.w2", "mlp.c_proj.weight"}};
+static const struct hf_family hf_gpt2 = {.top = gpt2_top,
+                                         .ntop = HF_N(gpt2_top),
+                                         .layer_prefix = "transformer.h.",
+                                         .layer = gpt2_layer,
+                                         .nlayer = HF_N(gpt2_layer),
+                                         .trans = gpt2_trans,
+                                         .ntrans = HF_N(gpt2_trans),
+                                         .fused_qkv = true};
+
+static const struct hf_pair llama_top[] = {{"wte", "model.embed_tokens.weight"},
+                                           {"lnf.w", "model.norm.weight"},
+                                           {"lm_head", "lm_head.weight"}};
+static const struct hf_pair llama_layer[] = {
+    {"ln1.w", "input_layernorm.weight"},    {"ln2.w", "post_attention_layernorm.weight"},
+    {"attn.wq", "self_attn.q_proj.weight"}, {"attn.wk", "self_attn.k_proj.weight"},
+    {"attn.wv", "self_attn.v_proj.weight"}, {"attn.bq", "self_attn.q_proj.bias"},
+    {"attn.bk", "self_attn.k_proj.bias"},   {"attn.bv", "self_attn.v_proj.bias"},
+    {"attn.wo", "self_attn.o_proj.weight"}, {"mlp.w_gate", "mlp.gate_proj.weight"},
+    {"mlp.w_up", "mlp.up_proj.weight"},     {"mlp.w2", "mlp.down_proj.weight"}};
+static const struct hf_family hf_llama = {.top = llama_top,
+                                          .ntop = HF_N(llama_top),
+                                          .layer_prefix = "model.layers.",
+                                          .layer = llama_layer,
+                                          .nlayer = HF_N(llama_layer)};
+
+static const char *hf_lookup(const struct hf_pair *p, int n, const char *from)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(from, p[i].from))
+            return p[i].to;
+    return NULL;
+}
+
 static int hf_plan(struct src *s, struct xt *x, int *nx, struct dp_err *err)
 {
     const struct dp_model *m = &s->model;
@@ -1778,6 +1841,7 @@ static int hf_plan(struct src *s, struct xt *x, int *nx, struct dp_err *err)
                           "positions, biases, tied embeddings) nor Llama style (rmsnorm, swiglu, "
                           "rope, no output/MLP biases); export with dplan names",
                           m->name);
+    const struct hf_family *fam = gpt2 ? &hf_gpt2 : &hf_llama;
     *nx = 0;
     for (int i = 0; i < s->nt; i++) {
         struct stensor *t = &s->t[i];
@@ -1794,39 +1858,21 @@ static int hf_plan(struct src *s, struct xt *x, int *nx, struct dp_err *err)
         char rest[64] = "";
         if (sscanf(t->name, "h.%d.%n", &L, &k) == 1 && k > 0)
             snprintf(rest, sizeof rest, "%s", t->name + k);
-        const char *name = NULL;
+        const char *name = hf_lookup(fam->top, fam->ntop, t->name);
         char buf[96];
-        if (gpt2) {
-            static const char *const map[][2] = {
-                {"ln1.w", "ln_1.weight"},        {"ln1.b", "ln_1.bias"},
-                {"ln2.w", "ln_2.weight"},        {"ln2.b", "ln_2.bias"},
-                {"attn.bo", "attn.c_proj.bias"}, {"mlp.b1", "mlp.c_fc.bias"},
-                {"mlp.b2", "mlp.c_proj.bias"}};
-            if (!strcmp(t->name, "wte"))
-                name = "transformer.wte.weight";
-            else if (!strcmp(t->name, "wpe"))
-                name = "transformer.wpe.weight";
-            else if (!strcmp(t->name, "lnf.w"))
-                name = "transformer.ln_f.weight";
-            else if (!strcmp(t->name, "lnf.b"))
-                name = "transformer.ln_f.bias";
-            for (size_t j = 0; !name && L >= 0 && j < sizeof map / sizeof map[0]; j++)
-                if (!strcmp(rest, map[j][0])) {
-                    snprintf(buf, sizeof buf, "transformer.h.%d.%s", L, map[j][1]);
-                    name = buf;
-                }
-            /* Conv1D stores [in, out]: the transposes of nn.Linear's [out, in]. */
-            const char *tr = !strcmp(rest, "attn.wo")  ? "attn.c_proj.weight"
-                             : !strcmp(rest, "mlp.w1") ? "mlp.c_fc.weight"
-                             : !strcmp(rest, "mlp.w2") ? "mlp.c_proj.weight"
-                                                       : NULL;
-            if (!name && L >= 0 && tr) {
-                snprintf(buf, sizeof buf, "transformer.h.%d.%s", L, tr);
-                name = buf;
-                o->op = X_T;
-                o->shape[0] = t->cols;
-                o->shape[1] = t->rows;
-            }
+        const char *ln = NULL;
+        if (!name && L >= 0 && (ln = hf_lookup(fam->layer, fam->nlayer, rest))) {
+            snprintf(buf, sizeof buf, "%s%d.%s", fam->layer_prefix, L, ln);
+            name = buf;
+        }
+        if (!name && L >= 0 && (ln = hf_lookup(fam->trans, fam->ntrans, rest))) {
+            snprintf(buf, sizeof buf, "%s%d.%s", fam->layer_prefix, L, ln);
+            name = buf;
+            o->op = X_T;
+            o->shape[0] = t->cols;
+            o->shape[1] = t->rows;
+        }
+        if (fam->fused_qkv) {
             /* q, k, v fused as c_attn ([h, 3h] weight, [3h] bias), k and v skipped. */
             bool wq = !strcmp(rest, "attn.wq"), bq = !strcmp(rest, "attn.bq");
             if (!name && L >= 0 && (wq || bq)) {
@@ -1838,7 +1884,7 @@ static int hf_plan(struct src *s, struct xt *x, int *nx, struct dp_err *err)
                 if (!o->in[1] || !o->in[2])
                     return dp_err_set(err, DP_EINVAL, "%s: layer %d lacks k or v", s->dir, L);
                 int64_t out = t->rows + o->in[1]->rows + o->in[2]->rows;
-                snprintf(buf, sizeof buf, "transformer.h.%d.attn.c_attn.%s", L,
+                snprintf(buf, sizeof buf, "%s%d.attn.c_attn.%s", fam->layer_prefix, L,
                          wq ? "weight" : "bias");
                 name = buf;
                 o->op = wq ? X_CAT3_T : X_CAT3;
@@ -1849,30 +1895,6 @@ static int hf_plan(struct src *s, struct xt *x, int *nx, struct dp_err *err)
                 (!strcmp(rest, "attn.wk") || !strcmp(rest, "attn.wv") || !strcmp(rest, "attn.bk") ||
                  !strcmp(rest, "attn.bv")))
                 continue;
-        } else {
-            static const char *const map[][2] = {{"ln1.w", "input_layernorm.weight"},
-                                                 {"ln2.w", "post_attention_layernorm.weight"},
-                                                 {"attn.wq", "self_attn.q_proj.weight"},
-                                                 {"attn.wk", "self_attn.k_proj.weight"},
-                                                 {"attn.wv", "self_attn.v_proj.weight"},
-                                                 {"attn.bq", "self_attn.q_proj.bias"},
-                                                 {"attn.bk", "self_attn.k_proj.bias"},
-                                                 {"attn.bv", "self_attn.v_proj.bias"},
-                                                 {"attn.wo", "self_attn.o_proj.weight"},
-                                                 {"mlp.w_gate", "mlp.gate_proj.weight"},
-                                                 {"mlp.w_up", "mlp.up_proj.weight"},
-                                                 {"mlp.w2", "mlp.down_proj.weight"}};
-            if (!strcmp(t->name, "wte"))
-                name = "model.embed_tokens.weight";
-            else if (!strcmp(t->name, "lnf.w"))
-                name = "model.norm.weight";
-            else if (!strcmp(t->name, "lm_head"))
-                name = "lm_head.weight";
-            for (size_t j = 0; !name && L >= 0 && j < sizeof map / sizeof map[0]; j++)
-                if (!strcmp(rest, map[j][0])) {
-                    snprintf(buf, sizeof buf, "model.layers.%d.%s", L, map[j][1]);
-                    name = buf;
-                }
         }
         if (!name)
             return dp_err_set(err, DP_EINVAL, "--names hf: no Hugging Face name for tensor %s",
