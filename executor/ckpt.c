@@ -204,6 +204,28 @@ static void ckpt_path(char *buf, size_t cap, const char *dir, int step, const ch
     snprintf(buf, cap, "%s/step_%08d%s", dir, step, suffix);
 }
 
+/* The checkpoint to open: `dir` itself when it is a single checkpoint, else its step_N. */
+static void candidate_path(char *buf, size_t cap, const char *dir, bool single, int step)
+{
+    if (single)
+        snprintf(buf, cap, "%s", dir);
+    else
+        ckpt_path(buf, cap, dir, step, "");
+}
+
+static void manifest_path(char *buf, size_t cap, const char *dir)
+{
+    snprintf(buf, cap, "%s/%s", dir, MANIFEST);
+}
+
+/* Whether `dir` is one checkpoint (holds a manifest) rather than a directory of step_N. */
+static bool has_manifest(const char *dir)
+{
+    char mf[PATHMAX + 32];
+    manifest_path(mf, sizeof mf, dir);
+    return access(mf, F_OK) == 0;
+}
+
 static bool split_rows(const struct dp_seg *s)
 {
     return s->rows < s->grows;
@@ -660,7 +682,7 @@ static int publish(struct dp_exec *ex, int step, const char *tmp, const char *fi
     if (!text)
         return dp_err_set(err, DP_ENOMEM, "out of memory");
     char path[PATHMAX + 32];
-    snprintf(path, sizeof path, "%s/%s", tmp, MANIFEST);
+    manifest_path(path, sizeof path, tmp);
     int rc = write_text_synced(path, text, err);
     free(text);
     if (!rc)
@@ -1059,7 +1081,7 @@ static int src_open(const char *dir, struct src *s, struct dp_err *err)
     memset(s, 0, sizeof *s);
     snprintf(s->dir, sizeof s->dir, "%s", dir);
     char mf[PATHMAX + 32];
-    snprintf(mf, sizeof mf, "%s/%s", dir, MANIFEST);
+    manifest_path(mf, sizeof mf, dir);
     if (access(mf, F_OK))
         return dp_err_set(err, DP_ENOENT, "%s: no %s (an unfinished save?)", dir, MANIFEST);
     cJSON *root = NULL;
@@ -1486,9 +1508,7 @@ static int candidates(const char *dir, int **steps, int *n, bool *single)
 {
     *steps = NULL;
     *n = 0;
-    char mf[PATHMAX + 32];
-    snprintf(mf, sizeof mf, "%s/%s", dir, MANIFEST);
-    *single = access(mf, F_OK) == 0;
+    *single = has_manifest(dir);
     if (*single) {
         *steps = malloc(sizeof **steps);
         if (!*steps)
@@ -1545,10 +1565,7 @@ int dp__ckpt_resume(struct dp_exec *ex, int *start, bool *collective)
         }
         int step = (int)prop - 1;
         char path[PATHMAX];
-        if (single)
-            snprintf(path, sizeof path, "%s", ck->resume);
-        else
-            ckpt_path(path, sizeof path, ck->resume, step, "");
+        candidate_path(path, sizeof path, ck->resume, single, step);
         /* 0 good, 1 damaged (try an older one), 2 incompatible (stop). */
         struct dp_err lerr = {0};
         char why[1200] = "";
@@ -1618,10 +1635,7 @@ int dp_ckpt_check_resume(const char *dir, const struct dp_model *m, const struct
     char why[1200] = "";
     for (int i = 0; i < n; i++) {
         char path[PATHMAX];
-        if (single)
-            snprintf(path, sizeof path, "%s", dir);
-        else
-            ckpt_path(path, sizeof path, dir, steps[i], "");
+        candidate_path(path, sizeof path, dir, single, steps[i]);
         struct src s;
         struct dp_err e = {0};
         if (src_open(path, &s, &e))
@@ -1696,9 +1710,7 @@ int dp_ckpt_list(const char *dir, bool verify, struct dp_ckpt_info **out, int *n
     *n = 0;
     if (!is_dir(dir))
         return dp_err_set(err, DP_ENOENT, "%s: no such directory", dir);
-    char mf[PATHMAX + 32];
-    snprintf(mf, sizeof mf, "%s/%s", dir, MANIFEST);
-    if (access(mf, F_OK) == 0) {
+    if (has_manifest(dir)) {
         *out = calloc(1, sizeof **out);
         if (!*out)
             return dp_err_set(err, DP_ENOMEM, "out of memory");
