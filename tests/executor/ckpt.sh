@@ -15,20 +15,7 @@ bad() { echo "FAIL ckpt $case: $*"; fail=1; }
 GPT=(tiny-gpt --steps 20 --gbs 8 --seq-len 32 --dp 2 --tp 2 --mbs 2)
 LLAMA=(tiny-llama --steps 20 --gbs 8 --seq-len 32 --dp 2 --pp 2 --mbs 1 --zero 1)
 
-# run NAME EXPECTED_EXIT ARGS...: dplan run with --out NAME, output in NAME.out/.err
-run() {
-  local name=$1 want=$2
-  shift 2
-  rm -rf "$name"
-  "$dplan" run "$@" --out "$name" > "$name.out" 2> "$name.err"
-  local got=$?
-  sanitized "$name"
-  if [ "$got" != "$want" ]; then
-    bad "dplan run $* --out $name: exit $got, expected $want"
-    tail -20 "$name.err"
-  fi
-}
-# resume NAME EXPECTED_EXIT ARGS...: the same without deleting NAME first
+# resume NAME EXPECTED_EXIT ARGS...: dplan run with --out NAME, output in NAME.out/.err
 resume() {
   local name=$1 want=$2
   shift 2
@@ -39,6 +26,11 @@ resume() {
     bad "dplan run $* --out $name: exit $got, expected $want"
     tail -20 "$name.err"
   fi
+}
+# run NAME EXPECTED_EXIT ARGS...: the same after deleting NAME
+run() {
+  rm -rf "$1"
+  resume "$@"
 }
 # Sanitizer reports in any rank fail the case (a supervisor restart must not hide them).
 sanitized() {
