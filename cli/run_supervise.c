@@ -32,7 +32,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -188,19 +187,6 @@ static void on_signal(int sig)
     got_signal = sig;
     if (child_pgid > 0)
         kill(-child_pgid, sig);
-}
-
-static int mkdir_p(const char *dir)
-{
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", dir);
-    for (char *p = buf + 1; *p; p++)
-        if (*p == '/') {
-            *p = '\0';
-            mkdir(buf, 0777);
-            *p = '/';
-        }
-    return mkdir(buf, 0777) && errno != EEXIST ? -1 : 0;
 }
 
 static void clear_heartbeats(const char *dir)
@@ -608,7 +594,8 @@ int cli_run_supervise(struct cli_ckpt *k, int world, const char *out_dir, const 
 {
     char hbdir[4200];
     snprintf(hbdir, sizeof hbdir, "%s/heartbeat", out_dir);
-    if (mkdir_p(out_dir) || mkdir_p(hbdir)) {
+    /* No dp_err: the message names hbdir whichever mkdir failed, with mkdir's errno. */
+    if (dp_mkdirs(out_dir, NULL) || dp_mkdirs(hbdir, NULL)) {
         fprintf(stderr, "dplan: error: %s: cannot create directory: %s\n", hbdir, strerror(errno));
         return 1;
     }
