@@ -71,9 +71,6 @@ enum {
     OPT_TIMEOUT,
 };
 
-/* Exit status of a rank whose error every rank saw and rank 0 reported. */
-#define EXIT_REPORTED 64
-
 struct run {
     struct cli_common c;
     const char *target, *data, *out, *log;
@@ -397,7 +394,7 @@ static void *watchdog(void *arg)
                     "died or hung; aborting the job\n",
                     wd.rank, wd.timeout_s, step, what);
             fflush(stderr);
-            _exit(124);
+            _exit(CLI_EXIT_STALLED);
         }
     }
     return NULL;
@@ -648,7 +645,7 @@ static int run_rank(struct run *r, int world, struct dp_err *err)
             if (rank == 0)
                 cli_fail(err);
             dp_exec_finalize();
-            exit(getenv("DPLAN_LAUNCHER") ? EXIT_REPORTED : 1);
+            exit(getenv("DPLAN_LAUNCHER") ? CLI_EXIT_REPORTED : 1);
         }
         fprintf(stderr, "dplan: error: rank %d: %s\n", rank, err->msg);
         fflush(stderr);

@@ -39,8 +39,11 @@ enum {
 
 extern const char cli_ckpt_help[];
 
-/* Exit status of ranks whose error every rank saw and rank 0 reported (cmd_run.c). */
+/* Exit status of ranks whose error every rank saw and rank 0 reported, and of a rank
+ * whose watchdog saw no progress for --timeout (cmd_run.c); the launcher and the
+ * supervisor read them. */
 #define CLI_EXIT_REPORTED 64
+#define CLI_EXIT_STALLED  124
 
 struct cli_ckpt {
     /* options */

@@ -11,6 +11,7 @@
 #include "run_launch.h"
 #include "cli.h"
 #include "executor/executor.h"
+#include "run_ckpt.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -22,11 +23,6 @@
 #ifndef DPLAN_MPIEXEC
 #define DPLAN_MPIEXEC "mpirun"
 #endif
-
-/* Exit status of ranks whose error rank 0 already reported, and of a rank whose
- * watchdog fired (cmd_run.c). */
-#define EXIT_REPORTED 64
-#define EXIT_STALLED  124
 
 static int cores(void)
 {
@@ -192,9 +188,9 @@ int cli_run_launch(int np, int argc, char **argv)
     int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (rc == 0)
         return 0;
-    if (rc == 127 || code == EXIT_REPORTED)
+    if (rc == 127 || code == CLI_EXIT_REPORTED)
         return 1; /* already said */
-    if (code == EXIT_STALLED)
+    if (code == CLI_EXIT_STALLED)
         fprintf(stderr,
                 "dplan: error: the job stalled: rank %d saw no progress for the --timeout "
                 "(a rank hung; see the messages above)\n",

@@ -573,7 +573,7 @@ static int run_once(const struct cli_ckpt *k, int world, const char *hbdir, char
         } else if (f->rank >= 0 && f->sig > 0) {
             snprintf(f->reason, sizeof f->reason, "killed by signal %d (%s)", f->sig,
                      strsignal(f->sig));
-        } else if (f->code == 124) {
+        } else if (f->code == CLI_EXIT_STALLED) {
             snprintf(f->reason, sizeof f->reason,
                      "its watchdog saw no progress for the --timeout (a peer died or hung)");
         } else if (f->rank >= 0) {
