@@ -142,7 +142,7 @@ int cmd_ckpt(int argc, char **argv)
     opterr = 0;
     argc--;
     argv++;
-    while ((ch = getopt_long(argc, argv, ":o:h", opts, NULL)) != -1) {
+    while ((ch = cli_next_opt("ckpt", argc, argv, ":o:h", opts, NULL)) != -1) {
         switch (ch) {
         case 'o': out = optarg; break;
         case OPT_JSON_: json = true; break;
@@ -166,8 +166,7 @@ int cmd_ckpt(int argc, char **argv)
                 return cli_usage_error("ckpt", "--names: expected dplan or hf, got \"%s\"", optarg);
             break;
         case 'h': fputs(help, stdout); return 0;
-        case ':': return cli_usage_error("ckpt", "option \"%s\" needs a value", argv[optind - 1]);
-        default: return cli_usage_error("ckpt", "unknown option \"%s\"", argv[optind - 1]);
+        default: return 2;
         }
     }
     if (optind != argc - 1)

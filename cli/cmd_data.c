@@ -34,7 +34,7 @@ int cmd_data(int argc, char **argv)
     opterr = 0;
     argc--;
     argv++;
-    while ((ch = getopt_long(argc, argv, ":o:f:h", opts, NULL)) != -1) {
+    while ((ch = cli_next_opt("data", argc, argv, ":o:f:h", opts, NULL)) != -1) {
         switch (ch) {
         case 'o': out = optarg; break;
         case 'f':
@@ -47,8 +47,7 @@ int cmd_data(int argc, char **argv)
                                        optarg);
             break;
         case 'h': fputs(help, stdout); return 0;
-        case ':': return cli_usage_error("data", "option \"%s\" needs a value", argv[optind - 1]);
-        default: return cli_usage_error("data", "unknown option \"%s\"", argv[optind - 1]);
+        default: return 2;
         }
     }
     if (!out)

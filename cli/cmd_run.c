@@ -145,12 +145,10 @@ static int parse_args(struct run *r, int argc, char **argv)
     double v = 0;
     optind = 1;
     opterr = 0;
-    while ((ch = getopt_long(argc, argv, ":h", opts, NULL)) != -1) {
-        int cr = cli_common_opt("run", ch, optarg, &r->c);
-        if (cr < 0)
+    while ((ch = cli_next_opt("run", argc, argv, ":h", opts, &r->c)) != -1) {
+        int cr;
+        if (ch == -2)
             return 2;
-        if (cr > 0)
-            continue;
         if ((cr = cli_ckpt_opt(&r->ck, ch, optarg, argc, argv)) == 2)
             return 2;
         if (cr)
@@ -195,8 +193,7 @@ static int parse_args(struct run *r, int argc, char **argv)
         case OPT_THREADS: bad = parse_count("threads", optarg, 1, 4096, &r->threads); break;
         case OPT_TIMEOUT: bad = parse_count("timeout", optarg, 1, 100000000, &r->timeout_s); break;
         case 'h': printf("%s%s%s", help_head, cli_ckpt_help, cli_knob_help); return -1;
-        case ':': return cli_usage_error("run", "option \"%s\" needs a value", argv[optind - 1]);
-        default: return cli_usage_error("run", "unknown option \"%s\"", argv[optind - 1]);
+        default: return 2;
         }
         if (bad)
             return 2;
