@@ -293,8 +293,7 @@ void cli_ckpt_finished(const struct cli_ckpt *k, int step, double final_loss)
 {
     cJSON *o = record(k, "finished", step);
     cJSON_AddNumberToObject(o, "final_loss", final_loss);
-    const char *rc = getenv("DPLAN_RESTART_COUNT");
-    cJSON_AddNumberToObject(o, "restarts", rc ? atoi(rc) : 0);
+    cJSON_AddNumberToObject(o, "restarts", restart_count());
     cli_ckpt_annotate(k, o);
     cli_ckpt_record(k->logf, o);
 }

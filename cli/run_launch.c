@@ -30,7 +30,7 @@ static int cores(void)
     return n > 0 ? (int)n : 1;
 }
 
-static const char *self_exe(void)
+const char *cli_run_self_exe(void)
 {
     static char buf[4096];
     ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
@@ -52,12 +52,12 @@ void cli_run_reexec_for_blas(int argc, char **argv)
     av[0] = "dplan";
     for (int i = 0; i < argc; i++)
         av[i + 1] = argv[i];
-    execv(self_exe(), av);
+    execv(cli_run_self_exe(), av);
     free(av); /* exec failed: carry on with the kernels we have */
 }
 
 /* Parse one line of mpirun's report for the failed rank and its status. */
-static void scan_line(const char *line, int *rank, int *code, int *sig)
+void cli_run_scan_line(const char *line, int *rank, int *code, int *sig)
 {
     const char *p;
     if ((p = strstr(line, "Process name: [[")) && *rank < 0) {
@@ -72,16 +72,6 @@ static void scan_line(const char *line, int *rank, int *code, int *sig)
         if (s)
             *sig = atoi(s + 10);
     }
-}
-
-const char *cli_run_self_exe(void)
-{
-    return self_exe();
-}
-
-void cli_run_scan_line(const char *line, int *rank, int *code, int *sig)
-{
-    scan_line(line, rank, code, sig);
 }
 
 const char **cli_run_mpirun_argv(int np, int argc, char **argv)
@@ -128,7 +118,7 @@ const char **cli_run_mpirun_argv(int np, int argc, char **argv)
             av[n++] = "-x";
             av[n++] = fwd[i];
         }
-    av[n++] = self_exe();
+    av[n++] = cli_run_self_exe();
     for (int i = 0; i < argc; i++) /* argv[0] is "run" */
         av[n++] = argv[i];
     av[n] = NULL;
@@ -177,7 +167,7 @@ int cli_run_launch(int np, int argc, char **argv)
     while (in && fgets(line, sizeof line, in)) {
         fputs(line, stderr);
         fflush(stderr);
-        scan_line(line, &rank, &code, &sig);
+        cli_run_scan_line(line, &rank, &code, &sig);
     }
     if (in)
         fclose(in);
