@@ -105,6 +105,10 @@ void dp_mem_peak(const struct dp_model *m, const struct dp_cluster *cl, const st
 /* One stage (used by both of the above). */
 void dp_mem_stage(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
                   const struct dp_mem_opts *o, int stage, struct dp_mem_stage *out);
+/* Parameters held by each GPU of a stage (unsharded), as dp_mem_stage counts them:
+ * the dense part (sharded over dp*cp) and the expert part (over dp*cp/ep). */
+void dp_mem_stage_params(const struct dp_model *m, const struct dp_layout *l, int stage,
+                         int64_t *dense, int64_t *expert);
 
 /*
  * FLOPs of one training step for the whole model (all GPUs together), counting

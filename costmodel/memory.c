@@ -162,6 +162,40 @@ static void layer_params(const struct dp_model *m, const struct dp_layout *l, in
     *dense = n;
 }
 
+/* Parameters held by one GPU of stage r with `layers` layers of ld dense and le expert
+ * parameters each: the dense part gains the embedding (first stage), the final norm
+ * and the LM head (last stage). */
+static void stage_params(const struct dp_model *m, const struct dp_layout *l, int r, int layers,
+                         int64_t ld, int64_t le, int64_t *dense, int64_t *expert)
+{
+    const int64_t t = l->tp, h = m->hidden;
+    const int64_t vpad = dp_padded_vocab(m->vocab, l->tp);
+    int64_t d = layers * ld;
+    if (r == 0) {
+        d += vpad * h / t; /* vocabulary-parallel embedding */
+        if (m->pos == DP_POS_LEARNED)
+            d += m->max_pos * h;
+    }
+    if (r == l->pp - 1) {
+        d += m->norm == DP_NORM_LAYERNORM ? 2 * h : h;
+        /* The LM head: its own weight when untied; when tied and pp > 1 the last
+         * stage keeps a copy of the embedding, kept in sync by an all-reduce
+         * (Megatron _allreduce_word_embedding_grads). */
+        if (!m->tied_embeddings || l->pp > 1)
+            d += vpad * h / t;
+    }
+    *dense = d;
+    *expert = layers * le;
+}
+
+void dp_mem_stage_params(const struct dp_model *m, const struct dp_layout *l, int r, int64_t *dense,
+                         int64_t *expert)
+{
+    int64_t ld, le;
+    layer_params(m, l, &ld, &le);
+    stage_params(m, l, r, dp_layout_stage_layers(l, m, r), ld, le, dense, expert);
+}
+
 /* Micro-batch-equivalents of activations live on stage r at its peak. */
 static double inflight(const struct dp_layout *l, int r, int64_t M)
 {
@@ -198,23 +232,9 @@ static void stage_with(const struct dp_model *m, const struct dp_cluster *cl,
     out->has_head = r == l->pp - 1;
 
     /* Parameters. */
-    int64_t ld, le;
+    int64_t ld, le, dense, expert;
     layer_params(m, l, &ld, &le);
-    int64_t dense = out->layers * ld, expert = out->layers * le;
-    int64_t normp = m->norm == DP_NORM_LAYERNORM ? 2 * h : h;
-    if (out->has_embedding) {
-        dense += vpad * h / t; /* vocabulary-parallel embedding */
-        if (m->pos == DP_POS_LEARNED)
-            dense += m->max_pos * h;
-    }
-    if (out->has_head) {
-        dense += normp;
-        /* The LM head: its own weight when untied; when tied and pp > 1 the last
-         * stage keeps a copy of the embedding, kept in sync by an all-reduce
-         * (Megatron _allreduce_word_embedding_grads). */
-        if (!m->tied_embeddings || l->pp > 1)
-            dense += vpad * h / t;
-    }
+    stage_params(m, l, r, out->layers, ld, le, &dense, &expert);
     out->params = dense + expert;
     struct dp_states sd, se;
     int64_t dpcp = (int64_t)l->dp * l->cp;

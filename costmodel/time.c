@@ -274,20 +274,13 @@ static void stage(const struct ctx *c, const struct dp_layer_time *lc, int layer
 
 /* Parameters per GPU of a stage (dense part and expert part), as the memory model
  * places them. */
-static void stage_params(const struct dp_model *m, const struct dp_cluster *cl,
-                         const struct dp_layout *l, int r, double *dense, double *expert)
+static void stage_params(const struct dp_model *m, const struct dp_layout *l, int r, double *dense,
+                         double *expert)
 {
-    struct dp_mem_stage st;
-    dp_mem_stage(m, cl, l, NULL, r, &st);
-    /* The expert share: E/ep experts per layer, each split by tp. */
-    double ex = 0;
-    if (m->experts > 0) {
-        double mult = m->ffn == DP_FFN_SWIGLU ? 3 : 2;
-        ex = (double)st.layers * (double)(m->experts / l->ep) * mult * (double)m->hidden *
-             (double)m->moe_ffn_hidden / l->tp;
-    }
-    *expert = ex;
-    *dense = (double)st.params - ex;
+    int64_t d, e;
+    dp_mem_stage_params(m, l, r, &d, &e);
+    *dense = (double)d;
+    *expert = (double)e;
 }
 
 void dp_time_layer(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
@@ -366,10 +359,10 @@ void dp_time_step_with(const struct dp_model *m, const struct dp_cluster *cl,
 
     /* Data parallel, on the first stage (it finishes its last backward last). */
     double pdense, pexpert;
-    stage_params(m, cl, l, 0, &pdense, &pexpert);
+    stage_params(m, l, 0, &pdense, &pexpert);
     if (pp > 1) {
         double d2, e2;
-        stage_params(m, cl, l, pp - 1, &d2, &e2);
+        stage_params(m, l, pp - 1, &d2, &e2);
         if (d2 + e2 > pdense + pexpert) {
             pdense = d2;
             pexpert = e2;
