@@ -218,15 +218,9 @@ int dp_plan_fixes(const struct dp_model *m, const struct dp_cluster *cl, const s
         t.gbs *= k;
         if (t.zero < 1)
             t.zero = 1;
-        struct dp_cluster big = *cl;
+        /* cl is whole nodes, so this is k times the nodes. */
         int gpus = dp_cluster_gpus(cl) * k;
-        if (gpus >= cl->gpus_per_node) {
-            if (gpus % cl->gpus_per_node)
-                continue;
-            big.nodes = gpus / cl->gpus_per_node;
-        } else {
-            big.gpus_per_node = gpus;
-        }
+        struct dp_cluster big = dp__cluster_with_gpus(cl, gpus);
         struct dp_fix fx = {0};
         if (!evaluate(m, &big, l, &t, o, base_rate, &fx) || !fx.fits)
             continue;
@@ -260,13 +254,7 @@ int dp_plan_fixes(const struct dp_model *m, const struct dp_cluster *cl, const s
         dp_flops_step(m, l, &f0);
         dp_flops_step(m, &mg.layout, &f1);
         fx.extra_flops = f1.hardware_flops / f0.hardware_flops - 1.0;
-        struct dp_cluster mgc = *cl;
-        if (mg.nodes) {
-            mgc.nodes = mg.nodes;
-        } else {
-            mgc.nodes = 1;
-            mgc.gpus_per_node = mg.gpus;
-        }
+        struct dp_cluster mgc = dp__cluster_with_gpus(cl, mg.gpus);
         fx.slowdown = base_rate / per_gpu_rate(m, &mgc, &mg.layout) - 1;
         snprintf(fx.cost, sizeof fx.cost,
                  "%d more GPUs (%.1fx the hardware), %+.1f%% tokens/s per GPU",

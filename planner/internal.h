@@ -21,4 +21,20 @@ int dp__enum_memory_layouts(const struct dp_model *m, int gpus, int gpus_per_nod
                             const struct dp_layout *base, bool gbs_fixed, dp__layout_fn fn,
                             void *ctx);
 
+/*
+ * `gpus` GPUs of cl's node type: whole nodes of cl->gpus_per_node when gpus is at
+ * least that (then a multiple of it), else one node holding all `gpus`.
+ */
+static inline struct dp_cluster dp__cluster_with_gpus(const struct dp_cluster *cl, int gpus)
+{
+    struct dp_cluster c = *cl;
+    if (gpus >= cl->gpus_per_node) {
+        c.nodes = gpus / cl->gpus_per_node;
+    } else {
+        c.nodes = 1;
+        c.gpus_per_node = gpus;
+    }
+    return c;
+}
+
 #endif

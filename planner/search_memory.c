@@ -102,7 +102,6 @@ int dp_plan_min_gpus(const struct dp_model *m, const struct dp_cluster *cl,
     memset(out, 0, sizeof *out);
     out->best_peak_bytes = -1;
     int gpn = cl->gpus_per_node;
-    struct dp_cluster c2 = *cl;
     int count = 0;
     for (int step = 0;; step++) {
         /* 1, 2, 4, ... within a node, then whole nodes. */
@@ -117,8 +116,7 @@ int dp_plan_min_gpus(const struct dp_model *m, const struct dp_cluster *cl,
         }
         if (count > max_gpus)
             break;
-        c2.nodes = count >= gpn ? count / gpn : 1;
-        c2.gpus_per_node = count >= gpn ? gpn : count;
+        struct dp_cluster c2 = dp__cluster_with_gpus(cl, count);
         struct min_ctx ctx = {
             .m = m, .cl = &c2, .o = o, .cap = dp_gpu_usable_bytes(&cl->gpu), .lowest_peak = -1};
         dp__enum_memory_layouts(m, count, c2.gpus_per_node, base, base_gbs_fixed, try_layout, &ctx);
