@@ -239,28 +239,22 @@ int dp_plan_fixes(const struct dp_model *m, const struct dp_cluster *cl, const s
     if (rc)
         return rc;
     if (mg.found && mg.gpus > dp_cluster_gpus(cl)) {
-        struct dp_fix fx = {0};
-        char lay[160];
-        dp_layout_format(&mg.layout, lay, sizeof lay);
-        if (mg.nodes)
-            snprintf(fx.change, sizeof fx.change, "%d GPUs (%d nodes): %s", mg.gpus, mg.nodes, lay);
-        else
-            snprintf(fx.change, sizeof fx.change, "%d GPUs: %s", mg.gpus, lay);
-        fx.layout = mg.layout;
-        fx.gpus = mg.gpus;
-        fx.peak_bytes = mg.peak_bytes;
-        fx.fits = true;
-        struct dp_flops f0, f1;
-        dp_flops_step(m, l, &f0);
-        dp_flops_step(m, &mg.layout, &f1);
-        fx.extra_flops = f1.hardware_flops / f0.hardware_flops - 1.0;
         struct dp_cluster mgc = dp__cluster_with_gpus(cl, mg.gpus);
-        fx.slowdown = base_rate / per_gpu_rate(m, &mgc, &mg.layout) - 1;
-        snprintf(fx.cost, sizeof fx.cost,
-                 "%d more GPUs (%.1fx the hardware), %+.1f%% tokens/s per GPU",
-                 mg.gpus - dp_cluster_gpus(cl), (double)mg.gpus / dp_cluster_gpus(cl),
-                 -100 * fx.slowdown / (1 + fx.slowdown));
-        cand[nc++] = fx;
+        struct dp_fix fx = {0};
+        if (evaluate(m, &mgc, l, &mg.layout, o, base_rate, &fx)) {
+            char lay[160];
+            dp_layout_format(&mg.layout, lay, sizeof lay);
+            if (mg.nodes)
+                snprintf(fx.change, sizeof fx.change, "%d GPUs (%d nodes): %s", mg.gpus, mg.nodes,
+                         lay);
+            else
+                snprintf(fx.change, sizeof fx.change, "%d GPUs: %s", mg.gpus, lay);
+            snprintf(fx.cost, sizeof fx.cost,
+                     "%d more GPUs (%.1fx the hardware), %+.1f%% tokens/s per GPU",
+                     mg.gpus - dp_cluster_gpus(cl), (double)mg.gpus / dp_cluster_gpus(cl),
+                     -100 * fx.slowdown / (1 + fx.slowdown));
+            cand[nc++] = fx;
+        }
     }
     qsort(cand, (size_t)nc, sizeof cand[0], cmp_fix);
     for (int i = 0; i < nc && *n < cap; i++)
