@@ -98,16 +98,24 @@ static int pick_alternatives(const struct dp_search_result *r, const struct dp_c
         const struct dp_alternative *a = &r->alt[order[k]];
         if (memcmp(&a->best.layout, &w->layout, sizeof w->layout) == 0)
             continue;
-        bool show = strncmp(a->label, "tp=", 3) == 0 || strncmp(a->label, "recompute=", 10) == 0 ||
-                    strncmp(a->label, "zero=", 5) == 0 || strncmp(a->label, "vpp=", 4) == 0;
-        if (strncmp(a->label, "pp=", 3) == 0 && npp < 3) {
-            show = true;
-            npp++;
-        }
-        if (strncmp(a->label, "cp=", 3) == 0 && !cp_shown &&
-            (strcmp(a->label, "cp=1") == 0 || w->layout.cp == 1)) {
-            show = true;
-            cp_shown = true;
+        bool show = false;
+        switch (a->dim) {
+        case DP_ALT_TP:
+        case DP_ALT_RECOMPUTE:
+        case DP_ALT_ZERO:
+        case DP_ALT_VPP: show = true; break;
+        case DP_ALT_PP:
+            if (npp < 3) {
+                show = true;
+                npp++;
+            }
+            break;
+        case DP_ALT_CP:
+            if (!cp_shown && (a->value == 1 || w->layout.cp == 1)) {
+                show = true;
+                cp_shown = true;
+            }
+            break;
         }
         if (show)
             idx[n++] = order[k];

@@ -93,8 +93,12 @@ struct dp_search_opts {
 void dp_search_opts_default(struct dp_search_opts *o);
 
 /* A best layout for one value of one dimension, for "what the runner-ups lose on". */
+enum dp_alt_dim { DP_ALT_TP, DP_ALT_PP, DP_ALT_RECOMPUTE, DP_ALT_ZERO, DP_ALT_CP, DP_ALT_VPP };
+
 struct dp_alternative {
-    char label[48]; /* "tp=4", "recompute=none", "zero=0" */
+    enum dp_alt_dim dim;
+    int value;      /* the degree; enum dp_recompute for RECOMPUTE; 1 (on) or 0 for VPP */
+    char label[48]; /* "tp=4", "recompute=none", "zero=0", "vpp=on" */
     bool found;     /* some layout with that value fits */
     struct dp_candidate best;
 };

@@ -86,18 +86,30 @@ static void keep_top(struct search *s, const struct dp_candidate *c)
     r->top[i] = *c;
 }
 
-static void keep_alt(struct search *s, const char *label, const struct dp_candidate *c)
+static void keep_alt(struct search *s, enum dp_alt_dim dim, int value, const struct dp_candidate *c)
 {
     struct dp_search_result *r = s->r;
     for (int i = 0; i < r->nalt; i++)
-        if (strcmp(r->alt[i].label, label) == 0) {
+        if (r->alt[i].dim == dim && r->alt[i].value == value) {
             if (better(c, &r->alt[i].best))
                 r->alt[i].best = *c;
             return;
         }
     if (r->nalt < (int)(sizeof r->alt / sizeof r->alt[0])) {
         struct dp_alternative *a = &r->alt[r->nalt++];
-        snprintf(a->label, sizeof a->label, "%s", label);
+        a->dim = dim;
+        a->value = value;
+        switch (dim) {
+        case DP_ALT_TP: snprintf(a->label, sizeof a->label, "tp=%d", value); break;
+        case DP_ALT_PP: snprintf(a->label, sizeof a->label, "pp=%d", value); break;
+        case DP_ALT_RECOMPUTE:
+            snprintf(a->label, sizeof a->label, "recompute=%s",
+                     dp_recompute_name((enum dp_recompute)value));
+            break;
+        case DP_ALT_ZERO: snprintf(a->label, sizeof a->label, "zero=%d", value); break;
+        case DP_ALT_CP: snprintf(a->label, sizeof a->label, "cp=%d", value); break;
+        case DP_ALT_VPP: snprintf(a->label, sizeof a->label, "vpp=%s", value ? "on" : "off"); break;
+        }
         a->found = true;
         a->best = *c;
     }
@@ -122,21 +134,13 @@ static void evaluate(struct search *s, const struct dp_layout *l, const struct d
     c.layout = *l;
     dp_time_step_with(s->m, s->cl, l, lt, &c.cost);
     keep_top(s, &c);
-    char label[48];
-    snprintf(label, sizeof label, "tp=%d", l->tp);
-    keep_alt(s, label, &c);
-    snprintf(label, sizeof label, "pp=%d", l->pp);
-    keep_alt(s, label, &c);
-    snprintf(label, sizeof label, "recompute=%s", dp_recompute_name(l->recompute));
-    keep_alt(s, label, &c);
-    snprintf(label, sizeof label, "zero=%d", l->zero);
-    keep_alt(s, label, &c);
-    if (l->cp > 1 || s->o->cp == 0) {
-        snprintf(label, sizeof label, "cp=%d", l->cp);
-        keep_alt(s, label, &c);
-    }
-    snprintf(label, sizeof label, "vpp=%s", l->vpp > 1 ? "on" : "off");
-    keep_alt(s, label, &c);
+    keep_alt(s, DP_ALT_TP, l->tp, &c);
+    keep_alt(s, DP_ALT_PP, l->pp, &c);
+    keep_alt(s, DP_ALT_RECOMPUTE, (int)l->recompute, &c);
+    keep_alt(s, DP_ALT_ZERO, l->zero, &c);
+    if (l->cp > 1 || s->o->cp == 0)
+        keep_alt(s, DP_ALT_CP, l->cp, &c);
+    keep_alt(s, DP_ALT_VPP, l->vpp > 1, &c);
 }
 
 /* Pipeline splits of L layers into pp stages: (first, last) stage layer counts, 0 meaning
