@@ -133,6 +133,9 @@ extern const char cli_knob_help[];
 /* The shipped measured runs, tests/validation/runs.json. */
 const char *cli_default_runs(void);
 
+/* Memory options from the knobs (--overhead-gib), for estimate, memory and the searches. */
+struct dp_mem_opts;
+void cli_mem_opts(const struct cli_common *c, struct dp_mem_opts *o);
 /* suggest/whatif: the default global batch (~4M tokens) and search options from the knobs. */
 int64_t cli_default_gbs(int64_t seq_len);
 struct dp_search_opts;

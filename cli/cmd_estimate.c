@@ -46,9 +46,7 @@ int cmd_estimate(int argc, char **argv)
     if (cli_resolve(&c, optind < argc ? argv[optind] : NULL, &m, &cl, &l, &err))
         return cli_fail(&err);
     struct dp_mem_opts mo;
-    dp_mem_opts_default(&mo);
-    if (c.overhead_gib >= 0)
-        mo.overhead_bytes = (int64_t)(c.overhead_gib * 1073741824.0);
+    cli_mem_opts(&c, &mo);
     struct dp_step_cost sc;
     struct dp_mem_report *rep = malloc(sizeof *rep);
     if (!rep)

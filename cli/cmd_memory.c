@@ -90,9 +90,7 @@ int cmd_memory(int argc, char **argv)
             return cli_fail(&err);
     }
     struct dp_mem_opts mo;
-    dp_mem_opts_default(&mo);
-    if (c.overhead_gib >= 0)
-        mo.overhead_bytes = (int64_t)(c.overhead_gib * 1073741824.0);
+    cli_mem_opts(&c, &mo);
 
     if (min_gpus) {
         struct dp_layout base;

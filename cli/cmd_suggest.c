@@ -37,43 +37,6 @@ static double now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* The global batch when none is given: ~4M tokens, a power of two in sequences. */
-int64_t cli_default_gbs(int64_t seq_len)
-{
-    double want = 4.0 * 1024 * 1024 / (double)seq_len;
-    int64_t g = 1;
-    while ((double)(g * 2) <= want * 1.42)
-        g *= 2;
-    return g;
-}
-
-int cli_search_opts(const struct cli_common *c, const struct dp_model *m, struct dp_search_opts *o)
-{
-    dp_search_opts_default(o);
-    o->tp = c->tp;
-    o->pp = c->pp;
-    o->dp = c->dp;
-    o->cp = c->cp;
-    o->ep = c->ep;
-    o->vpp = c->vpp;
-    o->mbs = c->mbs;
-    o->zero = c->zero;
-    o->recompute = c->recompute;
-    o->sp = c->sp ? 1 : -1;
-    o->seq_len = c->seq_len ? c->seq_len : m->seq_len;
-    o->gbs = c->gbs ? c->gbs : cli_default_gbs(o->seq_len);
-    if (c->precision >= 0)
-        o->precision = (enum dp_precision)c->precision;
-    o->grad_fp32 = c->grad_fp32;
-    o->flash_attn = !c->no_flash;
-    o->dp_overlap = !c->no_dp_overlap;
-    if (c->optimizer >= 0)
-        o->optimizer = (enum dp_optimizer)c->optimizer;
-    if (c->overhead_gib >= 0)
-        o->mem.overhead_bytes = (int64_t)(c->overhead_gib * 1073741824.0);
-    return 0;
-}
-
 /* Which alternatives to show: every tp, recompute and ZeRO choice, interleaving on/off,
  * cp=1 (or the best cp > 1 when the winner has none), and the three closest pp. */
 static int pick_alternatives(const struct dp_search_result *r, const struct dp_candidate *w,

@@ -3,6 +3,7 @@
  * knobs, their defaults, and small printing helpers.
  */
 #include "cli.h"
+#include "planner/planner.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -271,6 +272,49 @@ int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus, s
     l->dp_overlap = !c->no_dp_overlap;
     l->first_stage_layers = c->first_layers;
     l->last_stage_layers = c->last_layers;
+    return 0;
+}
+
+void cli_mem_opts(const struct cli_common *c, struct dp_mem_opts *o)
+{
+    dp_mem_opts_default(o);
+    if (c->overhead_gib >= 0)
+        o->overhead_bytes = (int64_t)(c->overhead_gib * 1073741824.0);
+}
+
+/* The global batch when none is given: ~4M tokens, a power of two in sequences. */
+int64_t cli_default_gbs(int64_t seq_len)
+{
+    double want = 4.0 * 1024 * 1024 / (double)seq_len;
+    int64_t g = 1;
+    while ((double)(g * 2) <= want * 1.42)
+        g *= 2;
+    return g;
+}
+
+int cli_search_opts(const struct cli_common *c, const struct dp_model *m, struct dp_search_opts *o)
+{
+    dp_search_opts_default(o);
+    o->tp = c->tp;
+    o->pp = c->pp;
+    o->dp = c->dp;
+    o->cp = c->cp;
+    o->ep = c->ep;
+    o->vpp = c->vpp;
+    o->mbs = c->mbs;
+    o->zero = c->zero;
+    o->recompute = c->recompute;
+    o->sp = c->sp ? 1 : -1;
+    o->seq_len = c->seq_len ? c->seq_len : m->seq_len;
+    o->gbs = c->gbs ? c->gbs : cli_default_gbs(o->seq_len);
+    if (c->precision >= 0)
+        o->precision = (enum dp_precision)c->precision;
+    o->grad_fp32 = c->grad_fp32;
+    o->flash_attn = !c->no_flash;
+    o->dp_overlap = !c->no_dp_overlap;
+    if (c->optimizer >= 0)
+        o->optimizer = (enum dp_optimizer)c->optimizer;
+    cli_mem_opts(c, &o->mem);
     return 0;
 }
 
