@@ -132,7 +132,6 @@ int cmd_whatif(int argc, char **argv)
                     "whatif", "--price-per-gpu-hour: expected SYSTEM=USD,..., got \"%s\"", optarg);
             break;
         case 'h': printf("%s%s", help_head, cli_knob_help); return 0;
-        case ':': return cli_usage_error("whatif", "option \"%s\" needs a value", argv[optind - 1]);
         default: return 2;
         }
     }
@@ -160,6 +159,10 @@ int cmd_whatif(int argc, char **argv)
     cli_search_opts(&c, &m, &so);
     so.top_k = 1;
     struct dp_search_result *r = malloc(sizeof *r);
+    if (!r) {
+        dp_err_set(&err, DP_ENOMEM, "out of memory for the search results (%zu bytes)", sizeof *r);
+        return cli_fail(&err);
+    }
     cJSON *rows = cJSON_CreateArray();
     if (!c.json) {
         printf("model %s, %.3g tokens, batch %lld x %lld tokens\n\n", m.name, tokens,
