@@ -66,6 +66,16 @@ struct min_ctx {
     int64_t lowest_peak;
     struct dp_layout lowest;
     long long tried;
+    /* A layer's activations and time depend on (tp, cp, ep, mbs, sp, and recompute for
+     * the activations), not on pp, dp or ZeRO; the enumeration fixes everything else
+     * they read. Kept per (sp, recompute) for the last (tp, cp, ep, mbs), computed on
+     * first use. */
+    bool keyed;
+    int key_tp, key_cp, key_ep;
+    int64_t key_mbs;
+    bool have_act[2][3], have_time[2];
+    struct dp_act_layer act[2][3];
+    struct dp_layer_time lt[2];
 };
 
 static int try_layout(const struct dp_layout *l, void *vctx)
@@ -75,16 +85,35 @@ static int try_layout(const struct dp_layout *l, void *vctx)
     c->tried++;
     if (dp_layout_validate(l, c->m, 0, &err))
         return 0;
+    if (!c->keyed || l->tp != c->key_tp || l->cp != c->key_cp || l->ep != c->key_ep ||
+        l->mbs != c->key_mbs) {
+        c->keyed = true;
+        c->key_tp = l->tp;
+        c->key_cp = l->cp;
+        c->key_ep = l->ep;
+        c->key_mbs = l->mbs;
+        memset(c->have_act, 0, sizeof c->have_act);
+        memset(c->have_time, 0, sizeof c->have_time);
+    }
+    const int sp = l->sp, rc = (int)l->recompute;
+    if (!c->have_act[sp][rc]) {
+        dp_act_layer(c->m, l, &c->act[sp][rc]);
+        c->have_act[sp][rc] = true;
+    }
     int64_t peak;
-    dp_mem_peak(c->m, c->cl, l, c->o, &peak, NULL, NULL);
+    dp_mem_peak_with(c->m, c->cl, l, c->o, &c->act[sp][rc], &peak, NULL, NULL);
     if (c->lowest_peak < 0 || peak < c->lowest_peak) {
         c->lowest_peak = peak;
         c->lowest = *l;
     }
     if (peak > c->cap)
         return 0;
+    if (!c->have_time[sp]) {
+        dp_time_layer(c->m, c->cl, l, &c->lt[sp]);
+        c->have_time[sp] = true;
+    }
     struct dp_step_cost sc;
-    dp_time_step_fast(c->m, c->cl, l, &sc);
+    dp_time_step_with(c->m, c->cl, l, &c->lt[sp], &sc);
     double cost = sc.step_time_s;
     if (!c->found || cost < c->best_cost || (cost == c->best_cost && peak < c->best_peak)) {
         c->found = true;
