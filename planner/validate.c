@@ -40,6 +40,7 @@ int dp_run_predict(const struct dp_run *r, struct dp_run_result *out, struct dp_
 struct fit_ctx {
     struct dp_run *runs;
     int *idx;
+    double *measured; /* dp_run_measured_s of runs[idx[i]]: the fit does not change it */
     int n;
     bool fit_half;
     double half0;
@@ -67,7 +68,7 @@ static int residuals(const gsl_vector *x, void *params, gsl_vector *f)
         struct dp_run *r = &c->runs[c->idx[i]];
         struct dp_step_cost sc;
         dp_time_step_fast(&r->model, &r->cluster, &r->layout, &sc);
-        gsl_vector_set(f, (size_t)i, log(sc.step_time_s / dp_run_measured_s(r)));
+        gsl_vector_set(f, (size_t)i, log(sc.step_time_s / c->measured[i]));
     }
     return GSL_SUCCESS;
 }
@@ -79,7 +80,7 @@ static double mean_abs(struct fit_ctx *c)
         struct dp_run *r = &c->runs[c->idx[i]];
         struct dp_step_cost sc;
         dp_time_step_fast(&r->model, &r->cluster, &r->layout, &sc);
-        sum += fabs(sc.step_time_s / dp_run_measured_s(r) - 1);
+        sum += fabs(sc.step_time_s / c->measured[i] - 1);
     }
     return sum / c->n;
 }
@@ -100,8 +101,12 @@ int dp_calibrate_gemm(struct dp_run *runs, int n, const char *gpu, bool fit_half
                           "%d calibration run(s) on GPU \"%s\" (not held out, fully specified): "
                           "need at least %d to fit %d parameter(s)",
                           k, gpu, np + 1, np);
+    double measured[1024];
+    for (int i = 0; i < k; i++)
+        measured[i] = dp_run_measured_s(&runs[idx[i]]);
     struct fit_ctx c = {.runs = runs,
                         .idx = idx,
+                        .measured = measured,
                         .n = k,
                         .fit_half = fit_half,
                         .half0 = runs[idx[0]].cluster.gpu.gemm.half_flops};
