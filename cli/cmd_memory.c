@@ -157,7 +157,7 @@ int cmd_memory(int argc, char **argv)
         cli_mem_table(stdout, rep);
         printf("\n");
         cli_mem_verdict(stdout, rep);
-        cli_mem_derivation(stdout, &m, &cl, &l, rep);
+        cli_mem_derivation(stdout, &l, rep);
         if (!rep->fits) {
             printf("\nfixes (fitting first, then cheapest):\n");
             printf("  %9s  %-4s  %s\n", "peak GiB", "fits", "change -> cost");

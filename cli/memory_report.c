@@ -77,15 +77,12 @@ void cli_mem_verdict(FILE *f, const struct dp_mem_report *r)
                 100.0 * (double)(r->peak_bytes - r->min_bytes) / (double)r->peak_bytes);
 }
 
-void cli_mem_derivation(FILE *f, const struct dp_model *m, const struct dp_cluster *cl,
-                        const struct dp_layout *l, const struct dp_mem_report *r)
+void cli_mem_derivation(FILE *f, const struct dp_layout *l, const struct dp_mem_report *r)
 {
     const struct dp_mem_stage *s = &r->stage[r->peak_stage];
     int pb, gb, ob;
     dp_mem_bytes_per_param(l, &pb, &gb, &ob);
     int64_t shard = (int64_t)l->dp * l->cp;
-    struct dp_act_layer al;
-    dp_act_layer(m, l, &al);
     fprintf(f, "how (stage %d, each GPU):\n", s->stage);
     fprintf(f, "  params       %.3fB params held x %d B (%s)%s\n", (double)s->params / 1e9, pb,
             dp_precision_name(l->precision), l->zero >= 3 ? ", sharded over dp (ZeRO-3)" : "");
@@ -99,7 +96,7 @@ void cli_mem_derivation(FILE *f, const struct dp_model *m, const struct dp_clust
         fprintf(f, "               sharded over %lld data-parallel ranks (ZeRO-%d)\n",
                 (long long)shard, l->zero);
     fprintf(f, "  activations  %.2f micro-batches in flight x %d layers x %.1f MiB/layer (%s)",
-            s->inflight, s->layers, (double)al.stored_bytes / 1048576.0,
+            s->inflight, s->layers, (double)s->act_layer_bytes / 1048576.0,
             dp_recompute_name(l->recompute));
     if (s->act_head_bytes)
         fprintf(f, " + output layer %.2f GiB", cli_gib(s->act_head_bytes));
@@ -111,5 +108,4 @@ void cli_mem_derivation(FILE *f, const struct dp_model *m, const struct dp_clust
     if (s->comm_bytes)
         fprintf(f, " + communication buffers %.2f GiB", cli_gib(s->comm_bytes));
     fputc('\n', f);
-    (void)cl;
 }

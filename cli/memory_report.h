@@ -11,7 +11,6 @@
 struct cJSON *cli_mem_json(const struct dp_mem_report *r);
 void cli_mem_table(FILE *f, const struct dp_mem_report *r);
 void cli_mem_verdict(FILE *f, const struct dp_mem_report *r);
-void cli_mem_derivation(FILE *f, const struct dp_model *m, const struct dp_cluster *cl,
-                        const struct dp_layout *l, const struct dp_mem_report *r);
+void cli_mem_derivation(FILE *f, const struct dp_layout *l, const struct dp_mem_report *r);
 
 #endif

@@ -54,6 +54,7 @@ struct dp_mem_stage {
     int64_t total_bytes;
     /* breakdown of activations_bytes */
     int64_t act_layers_bytes;  /* transformer layers x in-flight micro-batches */
+    int64_t act_layer_bytes;   /* of which one layer, one micro-batch (dp_act_layer stored) */
     int64_t act_embed_bytes;   /* embedding dropout masks (first stage) */
     int64_t act_head_bytes;    /* final norm, output-layer input, fp32 logits (last stage) */
     int64_t act_working_bytes; /* the one layer being recomputed during backward */

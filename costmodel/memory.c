@@ -247,6 +247,7 @@ static void stage_with(const struct dp_model *m, const struct dp_cluster *cl,
     /* Activations. */
     const struct dp_act_layer al = *alp;
     out->inflight = inflight(l, r, M);
+    out->act_layer_bytes = al.stored_bytes;
     out->act_layers_bytes =
         (int64_t)(out->inflight * (double)(out->layers * al.stored_bytes) + 0.5);
     if (l->recompute == DP_RECOMPUTE_FULL)

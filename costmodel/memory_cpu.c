@@ -90,9 +90,11 @@ int dp_mem_estimate_cpu(const struct dp_model *m, const struct dp_layout *l,
 
         int64_t inflight = l->pp - r < M ? l->pp - r : M;
         st->inflight = (double)inflight;
-        int64_t slot = st->layers * layer_kept(B, T, N, Nl, h, a, qd, qkvd, f, F1,
-                                               l->recompute == DP_RECOMPUTE_NONE,
-                                               l->recompute == DP_RECOMPUTE_FULL);
+        int64_t kept =
+            layer_kept(B, T, N, Nl, h, a, qd, qkvd, f, F1, l->recompute == DP_RECOMPUTE_NONE,
+                       l->recompute == DP_RECOMPUTE_FULL);
+        st->act_layer_bytes = E * kept;
+        int64_t slot = st->layers * kept;
         slot += (first ? N : 0) + (last ? N : 0); /* token ids */
         st->act_layers_bytes = E * inflight * slot;
         if (last)
