@@ -438,13 +438,6 @@ static int read_nvlink_distances(struct scan *s)
         }
     }
     if (any) {
-        /* Make direct links symmetric: each end reports the same bundle. */
-        for (int i = 0; i < ng; i++)
-            for (int j = i + 1; j < ng; j++) {
-                int v = direct[i * ng + j] > direct[j * ng + i] ? direct[i * ng + j]
-                                                                : direct[j * ng + i];
-                direct[i * ng + j] = direct[j * ng + i] = v;
-            }
         dp__topo_set_nvlinks(t, direct);
         snprintf(t->nvlink_source, sizeof t->nvlink_source, "hwloc NVLinkBandwidth");
         if (halved)

@@ -31,8 +31,10 @@ int dp__topo_gpu_by_bus(const struct dp_topo *t, unsigned domain, unsigned bus, 
 
 /*
  * Fill the NVLink fields of every GPU pair from `direct` (ngpus x ngpus
- * direct link counts, may be NULL) and each GPU's nvswitch_links and
- * nvlink_gbps: two GPUs on the NVSwitch fabric get min of their switch links.
+ * direct link counts, may be NULL; need not be symmetric: a pair gets the
+ * larger of direct[i][j] and direct[j][i], as each end may report the bundle)
+ * and each GPU's nvswitch_links and nvlink_gbps: two GPUs on the NVSwitch
+ * fabric get min of their switch links.
  */
 void dp__topo_set_nvlinks(struct dp_topo *t, const int *direct);
 

@@ -231,12 +231,6 @@ static int query(struct nvml *n, struct dp_topo *t, struct dp_err *err)
         }
     }
     if (any) {
-        for (int a = 0; a < ng; a++)
-            for (int b = a + 1; b < ng; b++) {
-                int v = direct[a * ng + b] > direct[b * ng + a] ? direct[a * ng + b]
-                                                                : direct[b * ng + a];
-                direct[a * ng + b] = direct[b * ng + a] = v;
-            }
         dp__topo_set_nvlinks(t, direct);
         if (nswitch > 0)
             t->nvswitches = nswitch;

@@ -150,7 +150,12 @@ void dp__topo_set_nvlinks(struct dp_topo *t, const int *direct)
                 continue;
             }
             const struct dp_topo_gpu *a = &t->gpus[i], *b = &t->gpus[j];
-            int links = direct ? direct[i * t->ngpus + j] : 0;
+            /* Each end may report the bundle: take the larger count. */
+            int links = 0;
+            if (direct) {
+                int ij = direct[i * t->ngpus + j], ji = direct[j * t->ngpus + i];
+                links = ij > ji ? ij : ji;
+            }
             if (a->nvswitch_links > 0 && b->nvswitch_links > 0)
                 links +=
                     a->nvswitch_links < b->nvswitch_links ? a->nvswitch_links : b->nvswitch_links;
