@@ -289,19 +289,13 @@ int cmd_topo(int argc, char **argv)
     int ch;
     optind = 1;
     opterr = 0;
-    while ((ch = getopt_long(argc, argv, ":ho:", opts, NULL)) != -1) {
-        int r = cli_common_opt("topo", ch, optarg, &c);
-        if (r < 0)
-            return 2;
-        if (r > 0)
-            continue;
+    while ((ch = cli_next_opt("topo", argc, argv, ":ho:", opts, &c)) != -1) {
         switch (ch) {
         case OPT_TOPOLOGY: xml = optarg; break;
         case OPT_GPU_PROFILE: gpu_profile = optarg; break;
         case 'o': output = optarg; break;
         case 'h': printf("%s", help); return 0;
-        case ':': return cli_usage_error("topo", "option \"%s\" needs a value", argv[optind - 1]);
-        default: return cli_usage_error("topo", "unknown option \"%s\"", argv[optind - 1]);
+        default: return 2; /* -2: cli_next_opt printed the usage error */
         }
     }
     if (optind != argc)
@@ -318,10 +312,9 @@ int cmd_topo(int argc, char **argv)
     struct dp_cluster cl;
     struct dp_topo_choice choice;
     struct dp_err cerr = {0};
-    int crc = t.ngpus ? dp_topo_cluster(&t, &o, &cl, &choice, &cerr) : DP_EINVAL;
+    /* With no GPUs this fails (DP_EINVAL, "no GPUs found") without looking further. */
+    int crc = dp_topo_cluster(&t, &o, &cl, &choice, &cerr);
     if (crc && (c.json || output)) {
-        if (!t.ngpus)
-            dp_topo_cluster(&t, &o, &cl, &choice, &cerr); /* fills the "no GPUs" message */
         dp_topo_release(&t);
         return cli_fail(&cerr);
     }
