@@ -42,27 +42,35 @@ void dp_topo_release(struct dp_topo *t)
     memset(t, 0, sizeof *t);
 }
 
+/* Grow *arr (n entries of `size` bytes) by one zeroed entry; NULL on ENOMEM. */
+static void *grow_one(void **arr, int *n, size_t size)
+{
+    char *p = realloc(*arr, (size_t)(*n + 1) * size);
+    if (!p)
+        return NULL;
+    *arr = p;
+    p += (size_t)(*n)++ * size;
+    memset(p, 0, size);
+    return p;
+}
+
 struct dp_topo_gpu *dp__topo_add_gpu(struct dp_topo *t)
 {
-    struct dp_topo_gpu *g = realloc(t->gpus, (size_t)(t->ngpus + 1) * sizeof *g);
-    if (!g)
-        return NULL;
-    t->gpus = g;
-    g = &t->gpus[t->ngpus++];
-    memset(g, 0, sizeof *g);
-    g->numa = g->package = -1;
+    void *arr = t->gpus;
+    struct dp_topo_gpu *g = grow_one(&arr, &t->ngpus, sizeof *g);
+    t->gpus = arr;
+    if (g)
+        g->numa = g->package = -1;
     return g;
 }
 
 struct dp_topo_nic *dp__topo_add_nic(struct dp_topo *t)
 {
-    struct dp_topo_nic *n = realloc(t->nics, (size_t)(t->nnics + 1) * sizeof *n);
-    if (!n)
-        return NULL;
-    t->nics = n;
-    n = &t->nics[t->nnics++];
-    memset(n, 0, sizeof *n);
-    n->numa = n->package = -1;
+    void *arr = t->nics;
+    struct dp_topo_nic *n = grow_one(&arr, &t->nnics, sizeof *n);
+    t->nics = arr;
+    if (n)
+        n->numa = n->package = -1;
     return n;
 }
 
