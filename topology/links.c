@@ -357,14 +357,20 @@ static bool network_from_nics(const struct dp_topo *t, char *name, size_t cap, c
     return false;
 }
 
-static void match_system(const struct dp_topo *t, const char *gpu_profile,
-                         const struct dp_link *intra, int nics, struct dp_topo_choice *ch)
+/*
+ * Find the shipped node type this node is: its name and why into ch, and the
+ * profile into *matched; false (ch->system "", the closest miss in system_why)
+ * when none matches.
+ */
+static bool match_system(const struct dp_topo *t, const char *gpu_profile,
+                         const struct dp_link *intra, int nics, struct dp_topo_choice *ch,
+                         struct dp_system *matched)
 {
     char **names = NULL;
     int n = 0;
     ch->system[0] = ch->system_why[0] = '\0';
     if (dp_profile_names("system", &names, &n, NULL) != 0)
-        return;
+        return false;
     char closest[256] = "";
     for (int i = 0; i < n; i++) {
         struct dp_system s;
@@ -381,6 +387,7 @@ static void match_system(const struct dp_topo *t, const char *gpu_profile,
             snprintf(ch->system_why, sizeof ch->system_why,
                      "%d x %s, %s, %d compute NIC%s, as profiles/system/%s.json", s.gpus_per_node,
                      s.gpu, s.intra, s.nics_per_node, s.nics_per_node == 1 ? "" : "s", s.name);
+            *matched = s;
             break;
         }
         if (closest[0])
@@ -398,6 +405,7 @@ static void match_system(const struct dp_topo *t, const char *gpu_profile,
     if (!ch->system[0])
         snprintf(ch->system_why, sizeof ch->system_why, "no shipped node type matches%s%s",
                  closest[0] ? ": " : "", closest);
+    return ch->system[0] != '\0';
 }
 
 int dp_topo_cluster(const struct dp_topo *t, const struct dp_topo_cluster_opts *o,
@@ -447,11 +455,8 @@ int dp_topo_cluster(const struct dp_topo *t, const struct dp_topo_cluster_opts *
     out->nodes = o->nodes;
     out->gpus_per_node = t->ngpus;
     out->nics_per_node = dp_topo_compute_nics(t);
-    match_system(t, ch->gpu_profile, &out->intra, out->nics_per_node, ch);
-
     struct dp_system sys;
-    struct dp_err sub = {0};
-    bool have_sys = ch->system[0] && dp_system_load(ch->system, &sys, &sub) == 0;
+    bool have_sys = match_system(t, ch->gpu_profile, &out->intra, out->nics_per_node, ch, &sys);
     if (o->network && o->network[0]) {
         snprintf(ch->network, sizeof ch->network, "%s", o->network);
         snprintf(ch->network_why, sizeof ch->network_why, "given with --network");
