@@ -35,9 +35,6 @@
      (o)->attr->osdev.type == HWLOC_OBJ_OSDEV_COPROC)
 #endif
 
-#define VENDOR_NVIDIA 0x10deu
-#define VENDOR_AMD    0x1002u
-
 /* Devices found so far, with the hwloc PCI object of each (GPUs first, then NICs). */
 struct scan {
     hwloc_topology_t topo;
@@ -413,8 +410,6 @@ static int read_nvlink_distances(struct scan *s)
             struct dp_topo_gpu *g = &t->gpus[gi];
             double per = dp__nvlink_gpu_gbps(g->name, g->pci_device);
             double per_reported = per;
-            if (per == 0)
-                per = per_reported = 25.0; /* unknown generation: the common NVLink 2-4 rate */
             if (old_table && dp__gpu_is_a100(g->name, g->pci_device)) {
                 per_reported = 50.0;
                 halved = true;

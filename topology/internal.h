@@ -20,11 +20,17 @@ void dp__topo_note(struct dp_topo *t, const char *fmt, ...) __attribute__((forma
 double dp__nvlink_version_gbps(int version);
 /*
  * The same from the GPU's generation, for XML input that carries no version:
- * P100 20; V100, A100, H100/H200 25; B100/B200/GB200 50; 0 if not known.
+ * P100 20; V100, A100, H100/H200 25; B100/B200/GB200 50; for a generation not
+ * known, 25 (DP_NVLINK_DEFAULT_GBPS, the common NVLink 2-4 rate).
  */
+#define DP_NVLINK_DEFAULT_GBPS 25.0
 double dp__nvlink_gpu_gbps(const char *name, unsigned pci_device);
 /* True for A100-class GPUs, whose NVLink 3 links hwloc 2.5-2.11 counts as 50 GB/s. */
 bool dp__gpu_is_a100(const char *name, unsigned pci_device);
+
+/* PCI vendor ids. */
+#define VENDOR_NVIDIA 0x10deu
+#define VENDOR_AMD    0x1002u
 
 /* Index of the GPU at a PCI address, or -1. */
 int dp__topo_gpu_by_bus(const struct dp_topo *t, unsigned domain, unsigned bus, unsigned dev);

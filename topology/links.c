@@ -41,10 +41,11 @@
 int dp_topo_gpu_profile(const struct dp_topo_gpu *g, char *out, size_t cap)
 {
     const char *n = g->name;
-    unsigned dev = g->pci_vendor == 0x10de || g->pci_vendor == 0x1002 ? g->pci_device : 0;
+    unsigned dev =
+        g->pci_vendor == VENDOR_NVIDIA || g->pci_vendor == VENDOR_AMD ? g->pci_device : 0;
     double gib = (double)g->mem_bytes / (1024.0 * 1024 * 1024);
     const char *p = NULL;
-    if (dp__contains(n, "MI300X") || (g->pci_vendor == 0x1002 && dev == 0x74a1))
+    if (dp__contains(n, "MI300X") || (g->pci_vendor == VENDOR_AMD && dev == 0x74a1))
         p = "mi300x-192gb";
     else if ((dp__contains(n, "B200") && !dp__contains(n, "GB200")) || dev == 0x2901)
         p = "b200-sxm-180gb";

@@ -200,8 +200,6 @@ static int query(struct nvml *n, struct dp_topo *t, struct dp_err *err)
             }
             if (per == 0)
                 per = dp__nvlink_gpu_gbps(g->name, g->pci_device);
-            if (per == 0)
-                per = 25.0;
             nvmlPciInfo_t rp;
             if (n->link_remote_pci(dev[i], l, &rp) != NVML_SUCCESS)
                 continue;
@@ -210,9 +208,10 @@ static int query(struct nvml *n, struct dp_topo *t, struct dp_err *err)
                 type = -1;
             int peer = dp__topo_gpu_by_bus(t, rp.domain, rp.bus, rp.device);
             if (type < 0) /* older NVML: tell a GPU from an NVSwitch by address and vendor */
-                type = peer >= 0                             ? NVML_NVLINK_DEVICE_TYPE_GPU
-                       : (rp.pciDeviceId & 0xffff) == 0x10de ? NVML_NVLINK_DEVICE_TYPE_SWITCH
-                                                             : NVML_NVLINK_DEVICE_TYPE_IBMNPU;
+                type = peer >= 0 ? NVML_NVLINK_DEVICE_TYPE_GPU
+                       : (rp.pciDeviceId & 0xffff) == VENDOR_NVIDIA
+                           ? NVML_NVLINK_DEVICE_TYPE_SWITCH
+                           : NVML_NVLINK_DEVICE_TYPE_IBMNPU;
             if (type == NVML_NVLINK_DEVICE_TYPE_GPU && peer >= 0 && peer != idx[i]) {
                 direct[idx[i] * ng + peer]++;
             } else if (type == NVML_NVLINK_DEVICE_TYPE_SWITCH) {

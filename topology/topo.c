@@ -144,7 +144,7 @@ double dp__nvlink_gpu_gbps(const char *name, unsigned pci_device)
         return 20.0;
     if (dp__gpu_is_a100(name, pci_device) || (pci_device >= 0x2330 && pci_device <= 0x233f))
         return 25.0;
-    return 0;
+    return DP_NVLINK_DEFAULT_GBPS;
 }
 
 void dp__topo_set_nvlinks(struct dp_topo *t, const int *direct)
