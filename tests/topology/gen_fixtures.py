@@ -166,6 +166,29 @@ def mlx_nic(node, parent, busid, devid, pci_name, ib, rdma, netdev, speed, func_
     return n
 
 
+def nvswitch_distances(node, gpus, switches, mbps):
+    """
+    The NVLinkBandwidth matrix of GPUs wired only to NVSwitch chips, as hwloc's
+    NVML backend writes it: GPU OS devices then switch PCI devices; mbps[k] MB/s
+    each way between every GPU and switch k; 0 between two GPUs or two
+    switches; 1000000 on the diagonal.
+    """
+    objs = [("OSDev", g) for g in gpus] + [("PCIDev", s) for s in switches]
+    ng, n = len(gpus), len(objs)
+    vals = []
+    for i in range(n):
+        for j in range(n):
+            if i == j:
+                vals.append(1000000)
+            elif i < ng <= j:
+                vals.append(mbps[j - ng])
+            elif j < ng <= i:
+                vals.append(mbps[i - ng])
+            else:
+                vals.append(0)
+    node.distances("NVLinkBandwidth", objs, vals, 25)
+
+
 def dgx_h100(nvml, fname, hwloc_version):
     """
     DGX H100: 2x Xeon Platinum 8480C (56 cores, 2 threads), one NUMA node per
@@ -216,21 +239,7 @@ def dgx_h100(nvml, fname, hwloc_version):
     if nvml:
         # hwloc >= 2.12 NVML backend: unidirectional MB/s, 25000 per NVLink 4 link; each GPU's
         # 18 links go 5, 4, 4, 5 to the four NVSwitch chips; 0 = no link; diagonal 1000000.
-        per_switch = [5, 4, 4, 5]
-        objs = [("OSDev", g) for g in gpus] + [("PCIDev", s) for s in switches]
-        n = len(objs)
-        vals = []
-        for i in range(n):
-            for j in range(n):
-                if i == j:
-                    vals.append(1000000)
-                elif i < 8 and j >= 8:
-                    vals.append(per_switch[j - 8] * 25000)
-                elif i >= 8 and j < 8:
-                    vals.append(per_switch[i - 8] * 25000)
-                else:
-                    vals.append(0)
-        node.distances("NVLinkBandwidth", objs, vals, 25)
+        nvswitch_distances(node, gpus, switches, [k * 25000 for k in [5, 4, 4, 5]])
     node.write(fname)
 
 
@@ -285,18 +294,7 @@ def dgx_a100():
             nic += 1
     # 12 NVLink 3 links per GPU, 2 to each of the 6 NVSwitch chips; hwloc 2.9.0 writes
     # 50000 MB/s per link (its old table), so 100000 per GPU-switch pair.
-    objs = [("OSDev", g) for g in gpus] + [("PCIDev", s) for s in switches]
-    n = len(objs)
-    vals = []
-    for i in range(n):
-        for j in range(n):
-            if i == j:
-                vals.append(1000000)
-            elif (i < 8) != (j < 8):
-                vals.append(2 * 50000)
-            else:
-                vals.append(0)
-    node.distances("NVLinkBandwidth", objs, vals, 25)
+    nvswitch_distances(node, gpus, switches, [2 * 50000] * len(switches))
     node.write("dgx-a100.xml")
 
 
