@@ -44,7 +44,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define OPS         (ex->be->ops)
 #define MANIFEST    "manifest.json"
 #define DTYPE       (sizeof(real) == 8 ? "F64" : "F32")
 #define TIED_SUFFIX ".tied_copy"
@@ -1388,10 +1387,8 @@ static int load_state(struct dp_exec *ex, struct src *s)
         memset(buf, 0, ex->shard * sizeof(real));
         for (int i = 0; i < ex->nsegs && !rc; i++) {
             const struct dp_seg *sg = &ex->segs[i];
-            size_t lo = sg->off, hi = sg->off + (size_t)(sg->rows * sg->cols);
-            lo = lo > ex->shard_off ? lo : ex->shard_off;
-            hi = hi < ex->shard_off + ex->shard ? hi : ex->shard_off + ex->shard;
-            if (lo >= hi)
+            size_t lo, hi;
+            if (!dp__seg_in_shard(ex, sg, &lo, &hi))
                 continue;
             struct stensor *t = source_of(s, sg, err);
             rc = t ? fill_range(s, t, k, sg, (int64_t)(lo - sg->off), (int64_t)(hi - sg->off),
