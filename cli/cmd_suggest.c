@@ -151,7 +151,8 @@ int cmd_suggest(int argc, char **argv)
     struct dp_err err = {0};
     struct dp_model m;
     struct dp_cluster cl;
-    if (dp_model_load(argv[optind], &m, &err) || cli_cluster(&c, &cl, &err))
+    if (dp_model_load(argv[optind], &m, &err) || cli_cluster(&c, &cl, &err) ||
+        cli_check_knobs(&c, NULL, &cl.gpu, &err))
         return cli_fail(&err);
     struct dp_search_opts so;
     cli_search_opts(&c, &m, &so);

@@ -52,9 +52,33 @@ void dp_mem_states(int64_t n, int64_t shard, const struct dp_layout *l, struct d
         shard = 1;
     /* Shards are equal slices of the flat buffer, padded: ceil(n / shard) elements each. */
     int64_t sh = ceil_div(n, shard);
-    out->params_bytes = (l->zero >= 3 ? sh : n) * pb;
-    out->grads_bytes = (l->zero >= 2 ? sh : n) * gb;
-    out->optimizer_bytes = (l->zero >= 1 ? sh : n) * ob;
+    /* With pipeline parallelism, sharded weights and gradients stay gathered and
+     * unreduced across a step's micro-batches (torchtitan FSDP2 + PP: the pipeline
+     * schedule turns off reshard-after-backward and gradient sync but for the last
+     * micro-batch), so only the optimizer state stays sharded. */
+    int zero = (l->zero >= 2 && l->pp > 1) ? 1 : l->zero;
+    out->params_bytes = (zero >= 3 ? sh : n) * pb;
+    out->grads_bytes = (zero >= 2 ? sh : n) * gb;
+    out->optimizer_bytes = (zero >= 1 ? sh : n) * ob;
+}
+
+/*
+ * Bytes per linear-layer weight of the FP8 copies Transformer Engine keeps for a
+ * step: the FP8 weight and its transpose (Hopper's FP8 GEMMs take only the TN
+ * layout), cached from the first micro-batch; block-scaled recipes add their scales
+ * (one per 32 values for MXFP8, per 128 for blockwise) to each copy. With FP8
+ * weights (fp8_params: TE fp8_model_init, Megatron --fp8-param-gather) the FP8
+ * weight replaces the half-precision one, whose bytes params_bytes already counts,
+ * so nothing is added.
+ */
+static double fp8_weight_copy_bytes(const struct dp_layout *l)
+{
+    if (dp_layout_gemm(l) != DP_GEMM_FP8 || l->fp8_params)
+        return 0;
+    double scale = l->fp8_recipe == DP_FP8_MXFP8       ? 1.0 / 32
+                   : l->fp8_recipe == DP_FP8_BLOCKWISE ? 1.0 / 128
+                                                       : 0;
+    return 2.0 * (1.0 + scale);
 }
 
 int dp_act_layer(const struct dp_model *m, const struct dp_layout *l, struct dp_act_layer *out)
@@ -68,6 +92,11 @@ int dp_act_layer(const struct dp_model *m, const struct dp_layout *l, struct dp_
     const int64_t p = dp_precision_bytes(l->precision);
     const int64_t sbh = s * b * h;
     const int64_t mask = m->dropout ? 1 : 0; /* dropout masks are 1 byte per element */
+    /* With FP8 GEMMs Transformer Engine saves each linear layer's input for the weight
+     * gradient in FP8 (LayerNormLinear keeps ln_out, Linear the input, LayerNormMLP the
+     * activation output, as their quantized tensors): 1 byte instead of p for the QKV,
+     * out-projection, fc1 and fc2 inputs. Norm inputs and the fc1 outputs stay in p. */
+    const int64_t q = dp_layout_gemm(l) == DP_GEMM_FP8 ? 1 : p;
 
     /*
      * Attention block, Korthikanti Sec. 4.1 (11sbh + 5as^2b with 2-byte values, MHA):
@@ -75,10 +104,10 @@ int dp_act_layer(const struct dp_model *m, const struct dp_layout *l, struct dp_
      * dropout output 2as^2b, V 2sbh, out-proj input 2sbh, dropout mask sbh.
      * Generalized: Q is a*d wide, K and V are g*d wide (GQA), values p bytes.
      */
-    int64_t attn = p * sbh / u;          /* QKV input (norm output) */
+    int64_t attn = q * sbh / u;          /* QKV input (norm output) */
     attn += p * s * b * (a + g) * d / t; /* Q, K */
     attn += p * s * b * g * d / t;       /* V */
-    attn += p * s * b * a * d / t;       /* out-projection input */
+    attn += q * s * b * a * d / t;       /* out-projection input */
     attn += mask * sbh / u;              /* output dropout mask */
     int64_t scores = 0;
     if (!l->flash_attn) {
@@ -102,17 +131,17 @@ int dp_act_layer(const struct dp_model *m, const struct dp_layout *l, struct dp_
         int64_t k = m->top_k, f = m->moe_ffn_hidden;
         mlp += p * sbh / u;            /* router input (norm output) */
         mlp += 4 * s * b * m->experts; /* router logits, fp32 */
-        mlp += p * s * b * k * h / u;  /* permuted tokens: expert fc1 input */
-        mlp += inter_mult * p * s * b * k * f / t;
+        mlp += q * s * b * k * h / u;  /* permuted tokens: expert fc1 input */
+        mlp += ((inter_mult - 1) * p + q) * s * b * k * f / t; /* the last one feeds fc2 */
     } else {
-        mlp += p * sbh / u; /* fc1 input (norm output) */
-        mlp += inter_mult * p * s * b * m->ffn_hidden / t;
+        mlp += q * sbh / u; /* fc1 input (norm output) */
+        mlp += ((inter_mult - 1) * p + q) * s * b * m->ffn_hidden / t;
     }
     /* LayerNorm/RMSNorm inputs, Korthikanti's 4sbh: one per norm. With a single
      * norm (Falcon-7B's parallel attention) its output feeds QKV and fc1 alike. */
     int64_t norms = m->norms_per_layer * p * sbh / u;
     if (m->norms_per_layer == 1 && m->experts == 0)
-        mlp -= p * sbh / u; /* shared norm output, counted once in attn */
+        mlp -= q * sbh / u; /* shared norm output, counted once in attn */
 
     out->attn_bytes = attn + norms;
     out->scores_bytes = scores;
@@ -240,7 +269,14 @@ static void stage_with(const struct dp_model *m, const struct dp_cluster *cl,
     int64_t dpcp = (int64_t)l->dp * l->cp;
     dp_mem_states(dense, dpcp, l, &sd);
     dp_mem_states(expert, dpcp / l->ep, l, &se);
-    out->params_bytes = sd.params_bytes + se.params_bytes;
+    double copy = fp8_weight_copy_bytes(l);
+    if (copy > 0 && l->zero < 3) {
+        /* Linear weights of the stage's layers (the embedding and output layer stay
+         * half precision). */
+        int64_t lin = ld - m->norms_per_layer * (m->norm == DP_NORM_LAYERNORM ? 2 * h : h);
+        out->fp8_copy_bytes = (int64_t)(copy * (double)(out->layers * lin + expert));
+    }
+    out->params_bytes = sd.params_bytes + se.params_bytes + out->fp8_copy_bytes;
     out->grads_bytes = sd.grads_bytes + se.grads_bytes;
     out->optimizer_bytes = sd.optimizer_bytes + se.optimizer_bytes;
 

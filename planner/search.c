@@ -26,8 +26,11 @@ void dp_search_opts_default(struct dp_search_opts *o)
     o->sp = -1;
     o->grad_fp32 = -1;
     o->precision = DP_BF16;
+    o->gemm = DP_GEMM_DEFAULT;
+    o->fp8_recipe = DP_FP8_DELAYED;
     o->flash_attn = true;
     o->dp_overlap = true;
+    o->tp_overlap = o->overlap_param_gather = o->pp_overlap = -1;
     o->optimizer = DP_OPT_ADAM;
     dp_mem_opts_default(&o->mem);
 }
@@ -210,6 +213,25 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
     base.flash_attn = o->flash_attn;
     base.dp_overlap = o->dp_overlap;
     base.optimizer = o->optimizer;
+    base.fp8_recipe = o->fp8_recipe;
+    base.overlap_param_gather =
+        o->overlap_param_gather >= 0 ? o->overlap_param_gather == 1 : o->dp_overlap;
+    /* GEMM compute types to try: the fixed one, or bf16 and (GPUs with FP8 tensor cores
+     * that the recipe runs on) fp8. */
+    enum dp_gemm gemms[2] = {(enum dp_gemm)(o->gemm >= 0 ? o->gemm : DP_GEMM_DEFAULT)};
+    int ngemm = 1;
+    if (o->gemm >= 0) {
+        struct dp_layout g = base;
+        g.gemm = gemms[0];
+        int rc = dp_layout_check_gpu(&g, &cl->gpu, "--precision", err);
+        if (rc)
+            return rc;
+    } else {
+        struct dp_layout f8 = base;
+        f8.gemm = DP_GEMM_FP8;
+        if (dp_layout_check_gpu(&f8, &cl->gpu, "fp8", NULL) == 0)
+            gemms[ngemm++] = DP_GEMM_FP8;
+    }
 
     char nosplit[DP_MAX_PP + 1] = {0};
     for (int tp = 1; tp <= gpus; tp *= 2) {
@@ -252,15 +274,19 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
                     if (sp && o->seq_len % tp)
                         continue;
                     int64_t emax = m->experts > 0 ? m->experts : 1;
-                    for (int ep = 1; ep <= emax; ep++) {
+                    for (int ge = 0; ge < ngemm * emax; ge++) {
+                        int gi = (int)(ge / emax), ep = (int)(ge % emax) + 1;
                         if (emax % ep || (o->ep && ep != o->ep))
                             continue;
                         struct dp_layout l = base;
+                        l.gemm = gemms[gi];
+                        l.fp8_params = l.gemm == DP_GEMM_FP8 && o->fp8_params;
                         l.tp = tp;
                         l.cp = cp;
                         l.mbs = mbs;
                         l.sp = sp;
                         l.ep = ep;
+                        l.tp_overlap = o->tp_overlap != 0 && sp && tp > 1;
                         l.dp = rest; /* for the paths; fixed below per pp */
                         l.pp = 1;
                         struct dp_layer_time lt;
@@ -313,6 +339,7 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
                                             l.recompute = (enum dp_recompute)rc;
                                             l.first_stage_layers = sp_[si][0];
                                             l.last_stage_layers = sp_[si][1];
+                                            l.pp_overlap = o->pp_overlap != 0 && vpp > 1;
                                             evaluate(&s, &l, &lt, &act[rc]);
                                         }
                                     }
