@@ -18,7 +18,10 @@ static const char help_head[] =
     "FITS or OOM against the GPU's usable memory; when it does not fit, the\n"
     "changes that would make it fit, cheapest first, with the peak each reaches.\n\n"
     "  --json        machine-readable report\n"
-    "  --min-gpus    find the fewest GPUs of this node type on which some layout fits\n\n";
+    "  --min-gpus    find the fewest GPUs of this node type on which some layout fits,\n"
+    "                searching what suggest searches (knobs given stay fixed; without\n"
+    "                --gbs the batch is 2 x mbs sequences per GPU), and print the\n"
+    "                fastest layout that fits there\n\n";
 
 static void fix_json(cJSON *arr, const struct dp_fix *fx)
 {
@@ -41,8 +44,8 @@ static void print_min_gpus(const struct dp_min_gpus *mg, const struct dp_cluster
         printf("fewest GPUs: %d x %s", mg->gpus, cl->gpu.name);
         if (mg->nodes)
             printf(" (%d node%s of %s)", mg->nodes, mg->nodes == 1 ? "" : "s", cl->system);
-        printf(" with %s, peak %.2f GiB of %.2f GiB\n", lay, cli_gib(mg->peak_bytes),
-               cli_gib(dp_gpu_usable_bytes(&cl->gpu)));
+        printf(" with %s gbs=%lld, peak %.2f GiB of %.2f GiB\n", lay, (long long)mg->layout.gbs,
+               cli_gib(mg->peak_bytes), cli_gib(dp_gpu_usable_bytes(&cl->gpu)));
     } else {
         printf("fits on no count of %s up to the search limit", cl->gpu.name);
         if (mg->best_peak_bytes >= 0) {
@@ -92,13 +95,13 @@ int cmd_memory(int argc, char **argv)
     cli_mem_opts(&c, &mo);
 
     if (min_gpus) {
-        struct dp_layout base;
-        struct cli_common c1 = c;
-        c1.tp = c1.pp = c1.dp = c1.cp = 0; /* the search picks the degrees */
-        if (cli_layout(&c1, &m, 1, &base, &err))
-            return cli_fail(&err);
+        /* Knobs given fix their dimension, as in suggest; dp is what the count leaves,
+         * and without --gbs the batch follows the count. */
+        struct dp_search_opts so;
+        cli_search_opts(&c, &m, &so);
+        so.gbs = c.gbs;
         struct dp_min_gpus mg;
-        if (dp_plan_min_gpus(&m, &cl, &base, c.gbs > 0, &mo, 1 << 17, &mg, &err))
+        if (dp_plan_min_gpus(&m, &cl, &so, 1 << 17, &mg, &err))
             return cli_fail(&err);
         if (c.json) {
             cJSON *o = cJSON_CreateObject();

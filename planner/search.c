@@ -143,11 +143,7 @@ static void evaluate(struct search *s, const struct dp_layout *l, const struct d
     keep_alt(s, DP_ALT_VPP, l->vpp > 1, &c);
 }
 
-/* Pipeline splits of L layers into pp stages: (first, last) stage layer counts, 0 meaning
- * "like the middle stages". Even splits, and Megatron-style uneven ones where the first
- * and/or last stage holds 1 or 2 layers fewer than the others (they also hold the
- * embedding and the output layer). Returns the count written to out. */
-static int splits(int L, int pp, bool no_uneven, int out[][2], int cap)
+int dp__splits(int L, int pp, bool no_uneven, int out[][2], int cap)
 {
     int n = 0;
     if (pp == 1 || L % pp == 0)
@@ -282,7 +278,7 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
                                 continue;
                             int64_t M = o->gbs / (mbs * dp);
                             int sp_[8][2];
-                            int nsplit = splits(L, pp, o->no_uneven, sp_, 8);
+                            int nsplit = dp__splits(L, pp, o->no_uneven, sp_, 8);
                             if (nsplit == 0) {
                                 if (pp < (int)sizeof nosplit)
                                     nosplit[pp] = 1;
