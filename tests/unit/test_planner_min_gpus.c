@@ -45,11 +45,11 @@ static void test_llama3_405b(void)
     /*
      * By hand: tp=8 cp=2 dp=6 (96 GPUs, 12 nodes), ZeRO-3, full recompute, SP. States:
      * 405.85e9 / 8 = 50.7e9 parameters per TP rank, 2 + 4 + 12 = 18 bytes each over
-     * dp x cp = 12 shards: 76 GB = 70.9 GiB; activations: 126 layer inputs of 4096 x
-     * 16384 x 2 bytes / 8 (cp halves the 8192 tokens, SP splits by 8) = 2.0 GiB, plus
-     * one layer's recompute working set and the logits; so it fits in 79.1 GiB where
-     * cp=1 (dp=12 shards too, but twice the activations and tokens) is what the old
-     * search, blind to cp, could not see below 104.
+     * dp x cp = 12 shards: 76 GB = 70.9 GiB; activations: 126 layer inputs of 4096
+     * tokens (cp halves the 8192) x 16384 x 2 bytes / 8 (SP) = 2.0 GiB, plus one
+     * layer's recompute working set, the logits and 2 GiB of runtime: it fits in 79.1
+     * GiB. With cp=1 (dp=12, the same 12 shards) the activations double and it does
+     * not: the search blind to cp answered 104.
      */
     struct dp_layout l;
     dp_layout_default(&l);
@@ -65,6 +65,10 @@ static void test_llama3_405b(void)
     struct dp_mem_report *rep = malloc(sizeof *rep);
     CHECK_EQ(dp_mem_estimate(&m, &c96, &l, NULL, rep, &err), 0);
     CHECK(rep->fits);
+    l.cp = 1;
+    l.dp = 12;
+    CHECK_EQ(dp_mem_estimate(&m, &c96, &l, NULL, rep, &err), 0);
+    CHECK(!rep->fits);
 
     struct dp_search_opts o = opts(&m, 0);
     struct dp_min_gpus mg;
