@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <hwloc.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -554,39 +555,6 @@ oom:
 
 /* ------------------------------------------------------------------ XML */
 
-/*
- * Check the file before hwloc sees it, so that each failure has one clear
- * message: the <topology> element, its version (hwloc 2.x reads 1.x and 2.x
- * only), and the closing tag of a file cut short.
- */
-static int precheck_xml(const char *file, const char *buf, struct dp_err *err)
-{
-    const char *top = strstr(buf, "<topology");
-    if (!top)
-        return dp_err_set(err, DP_EINVAL,
-                          "%s: not an hwloc XML topology (no <topology> element; export one "
-                          "with `lstopo --of xml FILE.xml`)",
-                          file);
-    const char *end = strchr(top, '>');
-    const char *ver = strstr(top, "version=\"");
-    if (ver && end && ver < end) {
-        int major = atoi(ver + 9), minor = 0;
-        const char *dot = strchr(ver + 9, '.');
-        if (dot && dot < end)
-            minor = atoi(dot + 1);
-        if (major > 2)
-            return dp_err_set(err, DP_EINVAL,
-                              "%s: hwloc XML version %d.%d is newer than the hwloc 2.x dplan uses "
-                              "can read; export it again with hwloc 2.x, or with hwloc 3's "
-                              "`lstopo --export-xml-flags v2`",
-                              file, major, minor);
-    }
-    if (!strstr(top, "</topology>"))
-        return dp_err_set(err, DP_EINVAL,
-                          "%s: truncated hwloc XML topology (no closing </topology>)", file);
-    return 0;
-}
-
 int dp_topo_load_xml(const char *file, struct dp_topo *t, struct dp_err *err)
 {
     memset(t, 0, sizeof *t);
@@ -595,10 +563,16 @@ int dp_topo_load_xml(const char *file, struct dp_topo *t, struct dp_err *err)
     int rc = dp_read_file(file, &buf, &len, 256u << 20, err);
     if (rc)
         return rc;
-    if ((rc = precheck_xml(file, buf, err))) {
-        free(buf);
+    /* hwloc reads the file in a child (xml.c); here it reads only its own export of it. */
+    char *canon = NULL;
+    size_t canon_len = 0;
+    rc = dp__topo_xml_precheck(file, buf, err);
+    if (!rc)
+        rc = dp__topo_xml_isolate(file, buf, len + 1, &canon, &canon_len, err);
+    free(buf);
+    if (rc)
         return rc;
-    }
+    buf = canon;
     hwloc_topology_t topo;
     if (hwloc_topology_init(&topo) != 0) {
         free(buf);
@@ -606,7 +580,8 @@ int dp_topo_load_xml(const char *file, struct dp_topo *t, struct dp_err *err)
     }
     /* Keep every I/O object the file has: bridges give the PCIe paths. */
     hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_ALL);
-    if (hwloc_topology_set_xmlbuffer(topo, buf, (int)len + 1) != 0 ||
+    if (canon_len > (size_t)INT_MAX ||
+        hwloc_topology_set_xmlbuffer(topo, buf, (int)canon_len) != 0 ||
         hwloc_topology_load(topo) != 0) {
         rc = dp_err_set(err, DP_EINVAL,
                         "%s: hwloc cannot read this XML topology (malformed or truncated)", file);

@@ -356,6 +356,24 @@ def t4_box():
     node.write("unknown-gpu.xml")
 
 
+def crash_l3():
+    """
+    A file hwloc 2.9.0's loader crashes on (issue 10, item 7): an hwloc
+    synthetic export whose first L3Cache lacks its complete_cpuset attribute.
+    hwloc dereferences the missing set while sorting the two L3 siblings, so
+    the file is written as is, not round-tripped through lstopo.
+    """
+    xml = subprocess.check_output(["lstopo", "--input", "pack:1 numa:1 l3:2 core:2 pu:1",
+                                   "--of", "xml", "-"]).decode()
+    at = xml.index('type="L3Cache"')
+    start = xml.index(' complete_cpuset="', at)
+    end = xml.index('"', start + len(' complete_cpuset="')) + 1
+    out = os.path.join(OUT, "crash-l3-no-complete-cpuset.xml")
+    with open(out, "w") as f:
+        f.write(xml[:start] + xml[end:])
+    print("wrote", out)
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     dgx_h100(True, "dgx-h100.xml", "2.12.0")
@@ -363,3 +381,4 @@ if __name__ == "__main__":
     dgx_a100()
     pcie_l40s()
     t4_box()
+    crash_l3()
