@@ -173,12 +173,20 @@ static void print_matrix(const struct dp_topo *t)
     if (t->ngpus == 0 || nd < 2)
         return;
     char line[4096] = "", label[16];
+    /* The CPU column fits the longest list ("0,2,4,...,22" on Linux's interleaved
+     * numbering), with at least two spaces before the NUMA column. */
+    int cpu_w = 17;
+    for (int i = 0; i < t->ngpus; i++) {
+        int w = (int)strlen(t->gpus[i].cpus[0] ? t->gpus[i].cpus : "N/A") + 2;
+        if (w > cpu_w)
+            cpu_w = w;
+    }
     cat(line, sizeof line, "%-6s", "");
     for (int i = 0; i < nd; i++) {
         device_label(t, i, label, sizeof label);
         cat(line, sizeof line, "%-6s", label);
     }
-    cat(line, sizeof line, "%-17s", "CPU Affinity");
+    cat(line, sizeof line, "%-*s", cpu_w, "CPU Affinity");
     cat(line, sizeof line, "%s", "NUMA Affinity");
     printf("\n");
     put_line(line);
@@ -196,7 +204,7 @@ static void print_matrix(const struct dp_topo *t)
             char numa[16] = "N/A";
             if (g->numa >= 0)
                 snprintf(numa, sizeof numa, "%d", g->numa);
-            cat(line, sizeof line, "%-17s", g->cpus[0] ? g->cpus : "N/A");
+            cat(line, sizeof line, "%-*s", cpu_w, g->cpus[0] ? g->cpus : "N/A");
             cat(line, sizeof line, "%s", numa);
         }
         put_line(line);

@@ -56,13 +56,25 @@ static const char *info(hwloc_obj_t o, const char *name)
     return v ? v : "";
 }
 
+/*
+ * A PCI device that is a GPU by its class alone: a compute part of a GPU
+ * vendor. From NVIDIA or AMD, class 0x0302 (3D controller: NVIDIA's datacenter
+ * boards), any other 0x03xx but VGA (0x0380, display controller: AMD Instinct
+ * before MI300) and 0x12xx (processing accelerator: MI300). A VGA controller
+ * (0x0300) counts only from NVIDIA, every one of whose VGA parts is a CUDA GPU
+ * (GeForce and RTX workstation boards). AMD's VGA parts include the BMC
+ * display chips of many servers (ATI ES1000, 1002:515e): such a device is a
+ * GPU only with a compute OS device (rsmi, OpenCL), see scan_osdev. Other
+ * vendors' display devices (ASPEED, Matrox BMCs, Intel iGPUs) never are.
+ */
 static bool is_gpu_class(unsigned class_id, unsigned vendor)
 {
-    /* 0x03xx display controllers (0x0302 "3D controller" for datacenter NVIDIA
-     * parts) and 0x12xx processing accelerators (AMD Instinct). Other vendors'
-     * display devices (BMC VGA, Intel iGPU) are not training GPUs. */
     unsigned base = class_id >> 8;
-    return (vendor == VENDOR_NVIDIA || vendor == VENDOR_AMD) && (base == 0x03 || base == 0x12);
+    if (vendor == VENDOR_NVIDIA)
+        return base == 0x03 || base == 0x12;
+    if (vendor == VENDOR_AMD)
+        return (base == 0x03 && class_id != 0x0300) || base == 0x12;
+    return false;
 }
 
 /* OS-device names that mean "a compute GPU", whatever type hwloc gives them. */
@@ -71,10 +83,19 @@ static bool is_compute_gpu_osdev(const char *name)
     return starts_with(name, "nvml") || starts_with(name, "cuda") || starts_with(name, "rsmi") ||
            starts_with(name, "ze");
 }
-/* Names that are GPUs only when the PCI vendor is NVIDIA or AMD. */
-static bool is_other_gpu_osdev(const char *name)
+/*
+ * OpenCL devices are GPUs only when the PCI vendor is NVIDIA or AMD (a CPU or
+ * FPGA can be an OpenCL device too). Linux DRM devices (card0, renderD128)
+ * say only that a display driver is loaded, which BMC display chips have too:
+ * they are recorded for a GPU found otherwise but make none.
+ */
+static bool is_opencl_osdev(const char *name)
 {
-    return starts_with(name, "opencl") || starts_with(name, "card") || starts_with(name, "renderD");
+    return starts_with(name, "opencl");
+}
+static bool is_drm_osdev(const char *name)
+{
+    return starts_with(name, "card") || starts_with(name, "renderD");
 }
 
 /* Preference for the GPU's display name: nvml > cuda > rsmi > others > PCI name. */
@@ -156,6 +177,8 @@ static int add_gpu(struct scan *s, hwloc_obj_t pci)
     dp__busid(g->busid, sizeof g->busid, a->domain, a->bus, a->dev, a->func);
     g->pcie_gbps = a->linkspeed;
     const char *pname = info(pci, "PCIDevice");
+    if (!pname[0] && dp__gpu_pci_name(a->vendor_id, a->device_id))
+        pname = dp__gpu_pci_name(a->vendor_id, a->device_id);
     if (pname[0])
         snprintf(g->name, sizeof g->name, "%s", pname);
     else
@@ -219,11 +242,14 @@ static int scan_osdev(struct scan *s, hwloc_obj_t os)
     bool compute = is_compute_gpu_osdev(name) || strcmp(sub, "CUDA") == 0 ||
                    strcmp(sub, "NVML") == 0 || strcmp(sub, "RSMI") == 0 ||
                    strcmp(sub, "LevelZero") == 0;
-    bool other = is_other_gpu_osdev(name) || strcmp(sub, "OpenCL") == 0 ||
-                 info(os, "GPUModel")[0] != '\0' || OSDEV_IS_GPU(os);
-    bool gpu = compute || (other && (vendor == VENDOR_NVIDIA || vendor == VENDOR_AMD));
-    if (gpu) {
-        int i = find_obj(s->gpu_obj, s->t->ngpus, pci);
+    bool gpu_vendor = vendor == VENDOR_NVIDIA || vendor == VENDOR_AMD;
+    bool opencl =
+        is_opencl_osdev(name) || strcmp(sub, "OpenCL") == 0 || info(os, "GPUModel")[0] != '\0';
+    int known = find_obj(s->gpu_obj, s->t->ngpus, pci);
+    /* A DRM device, or any GPU-typed OS device, of a device already a GPU. */
+    bool of_gpu = known >= 0 && (is_drm_osdev(name) || OSDEV_IS_GPU(os));
+    if (compute || (opencl && gpu_vendor) || of_gpu) {
+        int i = known;
         if (i < 0) {
             int rc = add_gpu(s, pci);
             if (rc)
@@ -339,11 +365,20 @@ static void sort_devices(struct scan *s)
         }
 }
 
+/*
+ * An NVSwitch chip's PCI endpoint: what hwloc's NVML backend marks with the
+ * subtype "NVSwitch" (it found the device at the far end of an NVLink), or an
+ * NVIDIA bridge-class (0x06xx) device. The subtype alone suffices: an endpoint
+ * whose config space could not be read shows class and ids 0000, and on a
+ * DGX-2 one of the 12 switches can look so (tests/topology/xml/dgx-2.xml).
+ */
 static bool is_nvswitch(hwloc_obj_t o)
 {
-    return o && o->type == HWLOC_OBJ_PCI_DEVICE && o->attr->pcidev.vendor_id == VENDOR_NVIDIA &&
-           ((o->attr->pcidev.class_id >> 8) == 0x06 ||
-            (o->subtype && strcmp(o->subtype, "NVSwitch") == 0));
+    if (!o || o->type != HWLOC_OBJ_PCI_DEVICE)
+        return false;
+    if (o->subtype && strcmp(o->subtype, "NVSwitch") == 0)
+        return true;
+    return o->attr->pcidev.vendor_id == VENDOR_NVIDIA && (o->attr->pcidev.class_id >> 8) == 0x06;
 }
 
 /* hwloc version "2.9.0" -> 20900; 0 if unknown. */

@@ -32,6 +32,9 @@ bool dp__gpu_is_a100(const char *name, unsigned pci_device);
 #define VENDOR_NVIDIA 0x10deu
 #define VENDOR_AMD    0x1002u
 
+/* The PCI ID database's name of a GPU board ("GV100GL [Tesla V100 SXM3 32GB]"), or NULL. */
+const char *dp__gpu_pci_name(unsigned vendor, unsigned device);
+
 /*
  * xml.c. The precheck: a <topology> element, of XML version <= 2, closed
  * (buf NUL-terminated). The isolation: hwloc imports buf[0, len) (len counts
