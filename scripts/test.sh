@@ -38,9 +38,9 @@ fuzz() { # target max_len seed-dir...
   done
   if ! DPLAN_PROFILES="$PWD/profiles" ASAN_OPTIONS=detect_leaks=1 \
     build/ci-fuzz/"$target" -max_total_time=20 -max_len="$max_len" -print_final_stats=1 \
-    "$corpus" > "$log" 2>&1; then
+    -artifact_prefix=build/ci-fuzz/ "$corpus" > "$log" 2>&1; then
     tail -40 "$log"
-    echo "$target: failed (the input that failed is named above)"
+    echo "$target: failed; the failing input is in build/ci-fuzz/ (named above)"
     exit 1
   fi
   # libFuzzer's "INITED" line is the seeds' coverage, "DONE" the end's: cov = edges

@@ -3,7 +3,8 @@
  * and NICs with their locality, the PCIe path class of every device pair, and
  * the NVLinkBandwidth distances matrix when the topology carries one (XML
  * exported by an hwloc with its NVML backend). Works on the running machine
- * or on an hwloc 2.x XML export.
+ * or on an hwloc 2.x XML export, which xml.c first has hwloc import in a child
+ * process: this file loads only hwloc's own export of it.
  *
  * It does not talk to NVML (nvml.c does) or choose bandwidths (links.c).
  * hwloc's XML error messages only appear with HWLOC_XML_VERBOSE set, so the
