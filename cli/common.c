@@ -281,8 +281,11 @@ int cli_cluster(const struct cli_common *c, struct dp_cluster *out, struct dp_er
     int rc = dp_cluster_load(c->cluster, out, err);
     if (rc)
         return rc;
-    if (c->nodes)
+    if (c->nodes) {
         out->nodes = c->nodes; /* plan a cluster file's node type at another size */
+        if ((rc = dp_cluster_check_nics(c->cluster, "nics_per_node", out, err)))
+            return rc;
+    }
     if (c->network) {
         rc = dp_network_load(c->network, &out->inter, err);
         if (rc)

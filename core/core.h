@@ -291,7 +291,22 @@ int dp_cluster_from_system(const char *system, int nodes, const char *network,
  * intra-node link is the GPU's host PCIe link unless `intra` names one. */
 int dp_cluster_from_gpu(const char *gpu, int gpus, int per_node, const char *intra,
                         const char *network, struct dp_cluster *out, struct dp_err *err);
-/* cluster.json as written by `dplan topo -o` (schema in README). */
+/*
+ * NICs a node may have: at most DP_MAX_NICS_PER_GPU per GPU. The densest
+ * published node is AWS P5 (p5.48xlarge, p5e): 32 EFA network devices for 8
+ * H100 (docs.aws.amazon.com, AWSEC2 UserGuide efa-acc-inst-types: "32 EFA
+ * devices"), 4 per GPU; DGX/HGX nodes have 1 compute NIC per GPU.
+ */
+#define DP_MAX_NICS_PER_GPU 4
+/*
+ * A cluster's nics_per_node against its node: 0..DP_MAX_NICS_PER_GPU x
+ * gpus_per_node, and >= 1 when nodes > 1 (the nodes talk through them).
+ * DP_EINVAL with "FILE: FIELD: expected ..., got N" when not (`field` is
+ * the JSON path, "nics_per_node" in a cluster file).
+ */
+int dp_cluster_check_nics(const char *file, const char *field, const struct dp_cluster *c,
+                          struct dp_err *err);
+/* cluster.json as written by `dplan topo -o` (schema in README); dp_cluster_check_nics holds. */
 int dp_cluster_load(const char *file, struct dp_cluster *out, struct dp_err *err);
 int dp_cluster_from_json(struct dp_jr *jr, const struct cJSON *obj, struct dp_cluster *out);
 struct cJSON *dp_cluster_to_json(const struct dp_cluster *c);
