@@ -45,23 +45,52 @@ static int hf_int(struct dp_jr *jr, const cJSON *root, const char *const *aliase
     return dp_jr_int(jr, root, k, true, 1, 10000000, out);
 }
 
-static bool any_positive(const cJSON *root, const char *const *keys)
+/* Dropout is on when any of the probabilities is positive, an absent (or null) one
+ * taking the class default `absent`. */
+static bool any_positive(const cJSON *root, const char *const *keys, double absent)
 {
     for (const char *const *k = keys; *k; k++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, *k);
-        if (cJSON_IsNumber(v) && v->valuedouble > 0)
+        double p = cJSON_IsNumber(v) ? v->valuedouble : absent;
+        if (p > 0)
             return true;
     }
     return false;
 }
 
-enum family { FAM_LLAMA, FAM_QWEN2, FAM_MIXTRAL, FAM_GPT2, FAM_NEOX, FAM_FALCON };
+enum family { FAM_LLAMA, FAM_MISTRAL, FAM_QWEN2, FAM_MIXTRAL, FAM_GPT2, FAM_NEOX, FAM_FALCON };
+
+/*
+ * What transformers' config classes default the fields dplan reads to when a
+ * config.json omits them (the keyword defaults of each class's __init__ or
+ * dataclass fields, huggingface/transformers src/transformers/models/<family>/
+ * configuration_<family>.py): the context length (max_position_embeddings, GPT-2's
+ * n_positions), the KV heads (None = the head count, or a number), and whether
+ * dropout is on (GPT2Config: resid_pdrop = embd_pdrop = attn_pdrop = 0.1; every
+ * other family: 0.0). The shape fields (layers, hidden, heads, vocabulary, MLP
+ * width) stay required: a config without them is not a checkpoint's config, and
+ * planning transformers' example model instead would answer another question.
+ */
+static const struct hf_defaults {
+    const char *cls;
+    int64_t max_pos;
+    int64_t kv_heads; /* 0: the head count */
+    double dropout;   /* the dropout probabilities' default */
+} hf_defaults[] = {
+    [FAM_LLAMA] = {"LlamaConfig", 2048, 0, 0.0},
+    [FAM_MISTRAL] = {"MistralConfig", 4096 * 32, 8, 0.0},
+    [FAM_QWEN2] = {"Qwen2Config", 32768, 32, 0.0},
+    [FAM_MIXTRAL] = {"MixtralConfig", 4096 * 32, 8, 0.0},
+    [FAM_GPT2] = {"GPT2Config", 1024, 0, 0.1},
+    [FAM_NEOX] = {"GPTNeoXConfig", 2048, 0, 0.0},
+    [FAM_FALCON] = {"FalconConfig", 2048, 0, 0.0},
+};
 
 static const struct {
     const char *type;
     enum family fam;
 } types[] = {
-    {"llama", FAM_LLAMA},       {"mistral", FAM_LLAMA},
+    {"llama", FAM_LLAMA},       {"mistral", FAM_MISTRAL},
     {"qwen2", FAM_QWEN2},       {"mixtral", FAM_MIXTRAL},
     {"gpt2", FAM_GPT2},         {"gpt_neox", FAM_NEOX},
     {"falcon", FAM_FALCON},     {"RefinedWebModel", FAM_FALCON},
@@ -98,7 +127,7 @@ static int detect_family(struct dp_jr *jr, const cJSON *root, enum family *fam, 
             const char *prefix;
             enum family fam;
             const char *type;
-        } archs[] = {{"Llama", FAM_LLAMA, "llama"},       {"Mistral", FAM_LLAMA, "mistral"},
+        } archs[] = {{"Llama", FAM_LLAMA, "llama"},       {"Mistral", FAM_MISTRAL, "mistral"},
                      {"Mixtral", FAM_MIXTRAL, "mixtral"}, {"Qwen2", FAM_QWEN2, "qwen2"},
                      {"GPT2", FAM_GPT2, "gpt2"},          {"GPTNeoX", FAM_NEOX, "gpt_neox"},
                      {"Falcon", FAM_FALCON, "falcon"},    {"RW", FAM_FALCON, "falcon"}};
@@ -161,12 +190,11 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
     static const char *const k_experts[] = {"num_local_experts", NULL};
     {
         /* Every required key of this family at once, when two or more are missing. */
-        const char *const *req[6] = {k_layers, k_hidden, k_heads, k_vocab, NULL, NULL};
+        const char *const *req[5] = {k_layers, k_hidden, k_heads, k_vocab, NULL};
         int nreq = 4;
-        if (fam == FAM_LLAMA || fam == FAM_QWEN2 || fam == FAM_MIXTRAL || fam == FAM_NEOX)
+        if (fam == FAM_LLAMA || fam == FAM_MISTRAL || fam == FAM_QWEN2 || fam == FAM_MIXTRAL ||
+            fam == FAM_NEOX)
             req[nreq++] = k_inter;
-        if (fam == FAM_MIXTRAL)
-            req[nreq++] = k_experts;
         char list[256] = "";
         size_t n = 0;
         int missing = 0;
@@ -182,7 +210,8 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
         hf_int(jr, root, k_hidden, true, &m->hidden) ||
         hf_int(jr, root, k_heads, true, &m->heads) || hf_int(jr, root, k_vocab, true, &m->vocab))
         return jr->err->code;
-    m->kv_heads = m->heads;
+    const struct hf_defaults *def = &hf_defaults[fam];
+    m->kv_heads = def->kv_heads > 0 ? def->kv_heads : m->heads;
     static const char *const k_headdim[] = {"head_dim", NULL};
     if (hf_int(jr, root, k_headdim, false, &m->head_dim))
         return jr->err->code;
@@ -190,7 +219,7 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
         m->head_dim = m->hidden / m->heads;
     bool tie = false;
     static const char *const k_maxpos[] = {"max_position_embeddings", "n_positions", NULL};
-    int64_t maxpos = 2048;
+    int64_t maxpos = def->max_pos;
     if (hf_int(jr, root, k_maxpos, false, &maxpos))
         return jr->err->code;
     /*
@@ -204,10 +233,16 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
      */
     const char *maxkey = first_key(root, k_maxpos);
     m->seq_len = maxpos;
-    if (!maxkey)
+    if (!maxkey && maxpos <= DP_HF_TRAIN_SEQ)
+        snprintf(m->seq_len_from, sizeof m->seq_len_from, "the config has no %s: %s's default %lld",
+                 k_maxpos[fam == FAM_GPT2], def->cls, (long long)maxpos);
+    else if (!maxkey) {
+        m->seq_len = DP_HF_TRAIN_SEQ;
         snprintf(m->seq_len_from, sizeof m->seq_len_from,
-                 "the config has no max_position_embeddings; 2048 assumed");
-    else if (maxpos <= DP_HF_TRAIN_SEQ)
+                 "dplan's default; the config has no max_position_embeddings and %s's default "
+                 "%lld is a context limit, not a training length",
+                 def->cls, (long long)maxpos);
+    } else if (maxpos <= DP_HF_TRAIN_SEQ)
         snprintf(m->seq_len_from, sizeof m->seq_len_from, "the config's %s", maxkey);
     else {
         m->seq_len = DP_HF_TRAIN_SEQ;
@@ -219,6 +254,7 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
 
     switch (fam) {
     case FAM_LLAMA:
+    case FAM_MISTRAL:
     case FAM_QWEN2:
     case FAM_MIXTRAL: {
         static const char *const k_kv[] = {"num_key_value_heads", NULL};
@@ -235,6 +271,8 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
         if (fam == FAM_QWEN2) {
             /* Qwen2Attention: q/k/v_proj have bias=True, o_proj bias=False. */
             m->qkv_bias = true;
+        } else if (fam == FAM_MISTRAL || fam == FAM_MIXTRAL) {
+            /* MistralAttention / MixtralAttention: no biases, no attention_bias key. */
         } else {
             /* LlamaAttention: attention_bias applies to q, k, v and o. */
             m->qkv_bias = m->out_bias = attn_bias;
@@ -242,8 +280,9 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
         }
         if (fam == FAM_MIXTRAL) {
             static const char *const k_k[] = {"num_experts_per_tok", NULL};
-            m->top_k = 2;
-            if (hf_int(jr, root, k_experts, true, &m->experts) ||
+            m->top_k = 2;   /* MixtralConfig.num_experts_per_tok */
+            m->experts = 8; /* MixtralConfig.num_local_experts */
+            if (hf_int(jr, root, k_experts, false, &m->experts) ||
                 hf_int(jr, root, k_k, false, &m->top_k))
                 return jr->err->code;
             m->moe_ffn_hidden = m->ffn_hidden;
@@ -260,7 +299,7 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
             }
         }
         static const char *const drop[] = {"attention_dropout", NULL};
-        m->dropout = any_positive(root, drop);
+        m->dropout = any_positive(root, drop, def->dropout);
         break;
     }
     case FAM_GPT2: {
@@ -276,7 +315,7 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
         m->qkv_bias = m->out_bias = m->mlp_bias = true;
         tie = true;
         static const char *const drop[] = {"resid_pdrop", "embd_pdrop", "attn_pdrop", NULL};
-        m->dropout = any_positive(root, drop);
+        m->dropout = any_positive(root, drop, def->dropout);
         break;
     }
     case FAM_NEOX: {
@@ -291,7 +330,7 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
         m->qkv_bias = m->out_bias = bias;
         m->mlp_bias = true;
         static const char *const drop[] = {"hidden_dropout", "attention_dropout", NULL};
-        m->dropout = any_positive(root, drop);
+        m->dropout = any_positive(root, drop, def->dropout);
         break;
     }
     case FAM_FALCON: {
@@ -306,16 +345,21 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
             dp_jr_bool(jr, root, "bias", false, &bias) ||
             dp_jr_bool(jr, root, "alibi", false, &alibi))
             return jr->err->code;
-        if (new_arch) {
-            static const char *const k_kv[] = {"num_kv_heads", "n_head_kv", NULL};
-            if (hf_int(jr, root, k_kv, true, &m->kv_heads))
-                return jr->err->code;
-        } else if (multi_query) {
+        /* FalconAttention: num_kv_heads (None = the head count) with the new decoder
+         * architecture or without multi_query, one KV head otherwise. */
+        static const char *const k_kv[] = {"num_kv_heads", "n_head_kv", NULL};
+        if (hf_int(jr, root, k_kv, false, &m->kv_heads))
+            return jr->err->code;
+        if (!new_arch && multi_query)
             m->kv_heads = 1;
-        }
         /* FalconDecoderLayer: parallel attention without the new architecture has one
-         * input_layernorm; otherwise two norms (ln_attn/ln_mlp or post_attention). */
-        m->norms_per_layer = (parallel && !new_arch) ? 1 : 2;
+         * input_layernorm; the new architecture has num_ln_in_parallel_attn of them
+         * (None = 2: ln_attn and ln_mlp); otherwise two (post_attention). */
+        int64_t nln = 2;
+        static const char *const k_nln[] = {"num_ln_in_parallel_attn", NULL};
+        if (new_arch && hf_int(jr, root, k_nln, false, &nln))
+            return jr->err->code;
+        m->norms_per_layer = (parallel && !new_arch) ? 1 : new_arch && nln == 1 ? 1 : 2;
         static const char *const k_ffn[] = {"ffn_hidden_size", NULL};
         m->ffn_hidden = 4 * m->hidden;
         if (hf_int(jr, root, k_ffn, false, &m->ffn_hidden))
@@ -326,7 +370,7 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
         m->qkv_bias = m->out_bias = m->mlp_bias = bias;
         tie = true; /* FalconForCausalLM ties lm_head to word_embeddings */
         static const char *const drop[] = {"hidden_dropout", "attention_dropout", NULL};
-        m->dropout = any_positive(root, drop);
+        m->dropout = any_positive(root, drop, def->dropout);
         break;
     }
     }
