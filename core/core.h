@@ -431,6 +431,9 @@ struct dp_layout {
                                   FSDP prefetch) */
     bool pp_overlap;           /* pipeline send/recv overlap compute (Megatron --overlap-p2p-comm,
                                   interleaved schedule only) */
+    int recompute_layers;      /* with full recompute: layers per pipeline stage that recompute
+                                  (Megatron --recompute-method block --recompute-num-layers;
+                                  torchtitan's every-other-layer checkpointing); 0 = all */
     enum dp_attn attn;         /* the fused attention kernel (with flash_attn) */
     bool eager;                /* element-wise ops run one PyTorch kernel each (no torch.compile or
                                   fused Megatron/TE kernels): more memory passes */
@@ -443,6 +446,13 @@ void dp_layout_default(struct dp_layout *l);
 static inline int64_t dp_layout_microbatches(const struct dp_layout *l)
 {
     return l->gbs / (l->mbs * l->dp);
+}
+/* Layers of a stage of `layers` that recompute under the layout (recompute_layers). */
+static inline int dp_layout_recomputed(const struct dp_layout *l, int layers)
+{
+    if (l->recompute != DP_RECOMPUTE_FULL)
+        return 0;
+    return l->recompute_layers > 0 && l->recompute_layers < layers ? l->recompute_layers : layers;
 }
 /* Layers held by pipeline stage `stage` (0..pp-1) under the split rules. */
 int dp_layout_stage_layers(const struct dp_layout *l, const struct dp_model *m, int stage);

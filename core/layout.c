@@ -390,6 +390,8 @@ cJSON *dp_layout_to_json(const struct dp_layout *l)
         cJSON_AddStringToObject(o, "attention", dp_attn_name(l->attn));
     if (l->eager)
         cJSON_AddBoolToObject(o, "eager", true);
+    if (l->recompute_layers)
+        cJSON_AddNumberToObject(o, "recompute_layers", l->recompute_layers);
     return o;
 }
 
@@ -423,9 +425,10 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
                                        "pp_overlap",
                                        "attention",
                                        "eager",
+                                       "recompute_layers",
                                        NULL};
     dp_layout_default(out);
-    int64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1, zero = 0, first = 0, last = 0;
+    int64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1, zero = 0, first = 0, last = 0, rl = 0;
     int rc_ = 0, prec = 0, opt = 0, gemm = DP_GEMM_DEFAULT, fmt = 0, attn = 0;
     /* "precision": "fp8" is shorthand for bf16 storage with FP8 GEMMs. */
     const cJSON *pv = cJSON_GetObjectItemCaseSensitive(obj, "precision");
@@ -457,8 +460,10 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
         dp_jr_bool(jr, obj, "tp_overlap", false, &out->tp_overlap) ||
         dp_jr_bool(jr, obj, "pp_overlap", false, &out->pp_overlap) ||
         dp_jr_enum(jr, obj, "attention", false, attn_names, DP_ATTNS, &attn) ||
-        dp_jr_bool(jr, obj, "eager", false, &out->eager))
+        dp_jr_bool(jr, obj, "eager", false, &out->eager) ||
+        dp_jr_int(jr, obj, "recompute_layers", false, 0, 100000, &rl))
         return jr->err->code;
+    out->recompute_layers = (int)rl;
     out->attn = (enum dp_attn)attn;
     if (cJSON_GetObjectItemCaseSensitive(obj, "gemm_precision"))
         gemm += 1; /* the enum read skipped "default" */

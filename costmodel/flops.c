@@ -32,9 +32,12 @@ void dp_flops_step(const struct dp_model *m, const struct dp_layout *l, struct d
     double L = (double)m->layers;
     double fwd = micro * (L * out->layer_fwd + out->head_fwd);
     out->model_flops = 3 * fwd;
-    if (l->recompute == DP_RECOMPUTE_FULL)
-        out->recompute_flops = micro * L * out->layer_fwd;
-    else if (l->recompute == DP_RECOMPUTE_SELECTIVE)
+    if (l->recompute == DP_RECOMPUTE_FULL) {
+        double Lr = 0; /* recompute_layers applies per pipeline stage */
+        for (int st = 0; st < l->pp; st++)
+            Lr += dp_layout_recomputed(l, dp_layout_stage_layers(l, m, st));
+        out->recompute_flops = micro * Lr * out->layer_fwd;
+    } else if (l->recompute == DP_RECOMPUTE_SELECTIVE)
         out->recompute_flops = micro * L * out->scores_fwd;
     out->hardware_flops = out->model_flops + out->recompute_flops;
 }

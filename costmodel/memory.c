@@ -284,8 +284,12 @@ static void stage_with(const struct dp_model *m, const struct dp_cluster *cl,
     const struct dp_act_layer al = *alp;
     out->inflight = inflight(l, r, M);
     out->act_layer_bytes = al.stored_bytes;
-    out->act_layers_bytes =
-        (int64_t)(out->inflight * (double)(out->layers * al.stored_bytes) + 0.5);
+    /* With recompute_layers, the other layers keep all their activations. */
+    int64_t lr =
+        l->recompute == DP_RECOMPUTE_FULL ? dp_layout_recomputed(l, out->layers) : out->layers;
+    out->act_layers_bytes = (int64_t)(out->inflight * (double)(lr * al.stored_bytes +
+                                                               (out->layers - lr) * al.full_bytes) +
+                                      0.5);
     if (l->recompute == DP_RECOMPUTE_FULL)
         out->act_working_bytes = al.full_bytes;
     else if (l->recompute == DP_RECOMPUTE_SELECTIVE)

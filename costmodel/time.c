@@ -382,10 +382,11 @@ static void stage(const struct ctx *c, const struct dp_layer_time *lc, int layer
     o->ep = L * (lc->ep_f + lc->ep_b);
     if (l->recompute == DP_RECOMPUTE_FULL) {
         /* The whole forward again, collectives included (Megatron checkpoints the
-         * layer input and reruns the layer). */
-        o->recompute = L * (lc->gemm_f + lc->attn_f + lc->ew_f + lc->cast_f);
-        o->tp_re = L * lc->tp_f;
-        o->ep += L * lc->ep_f;
+         * layer input and reruns the layer), for the layers that recompute. */
+        double Lr = dp_layout_recomputed(l, layers);
+        o->recompute = Lr * (lc->gemm_f + lc->attn_f + lc->ew_f + lc->cast_f);
+        o->tp_re = Lr * lc->tp_f;
+        o->ep += Lr * lc->ep_f;
     } else if (l->recompute == DP_RECOMPUTE_SELECTIVE) {
         o->recompute = L * (lc->attn_f + lc->attn_ew_f);
     }
