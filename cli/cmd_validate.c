@@ -81,9 +81,13 @@ static void print_groups(const struct dp_run *runs, const struct dp_run_result *
         struct dp_val_stats a = dp_val_stats(runs, res, n, -1, s, g);
         struct dp_val_stats f = dp_val_stats(runs, res, n, 0, s, g);
         struct dp_val_stats h = dp_val_stats(runs, res, n, 1, s, g);
-        printf("  %-26s %4d %6.2f%% %6.2f%%   %3d %6.2f%% %6.2f%%   %3d %6.2f%% %6.2f%%\n", keys[j],
-               a.n, 100 * a.mean, 100 * a.worst, f.n, 100 * f.mean, 100 * f.worst, h.n,
-               100 * h.mean, 100 * h.worst);
+        char fs[40] = "  0       -       -", hs[40] = "  0       -       -";
+        if (f.n)
+            snprintf(fs, sizeof fs, "%3d %6.2f%% %6.2f%%", f.n, 100 * f.mean, 100 * f.worst);
+        if (h.n)
+            snprintf(hs, sizeof hs, "%3d %6.2f%% %6.2f%%", h.n, 100 * h.mean, 100 * h.worst);
+        printf("  %-26s %4d %6.2f%% %6.2f%%   %s   %s\n", keys[j], a.n, 100 * a.mean, 100 * a.worst,
+               fs, hs);
     }
     free(keys);
 }

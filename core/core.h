@@ -439,8 +439,8 @@ struct dp_layout {
                                   fused Megatron/TE kernels): more memory passes */
 };
 
-/* Defaults: everything 1, bf16, flash attention, fp32 grads, Adam, recompute none,
- * DP overlap on. */
+/* Defaults: everything 1, bf16 (GEMMs too), flash attention, fp32 grads, Adam, recompute
+ * none, DP gradient and parameter-gather overlap on, TP and pipeline overlap off. */
 void dp_layout_default(struct dp_layout *l);
 /* Micro-batches per step: gbs / (mbs * dp). */
 static inline int64_t dp_layout_microbatches(const struct dp_layout *l)

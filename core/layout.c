@@ -94,11 +94,21 @@ int dp_layout_check_gpu(const struct dp_layout *l, const struct dp_gpu *gpu, con
     /* MXFP8's E8M0 block scales are applied by Blackwell's tensor cores (tcgen05 block-scaled
      * MMA); Hopper has no such instruction (Transformer Engine: MXFP8 needs compute
      * capability 10.0). */
-    if (g == DP_GEMM_FP8 && l->fp8_recipe == DP_FP8_MXFP8 && !gpu->fp8_block_scaling)
+    if (g == DP_GEMM_FP8 && l->fp8_recipe == DP_FP8_MXFP8 && !gpu->fp8_block_scaling) {
+        /* Name the recipe's own field: --fp8-recipe, or the JSON path's fp8_recipe. */
+        char rf[256];
+        const char *k = strstr(field, "gemm_precision");
+        if (strcmp(field, "--precision") == 0)
+            snprintf(rf, sizeof rf, "--fp8-recipe mxfp8");
+        else if (k)
+            snprintf(rf, sizeof rf, "%.*sfp8_recipe", (int)(k - field), field);
+        else
+            snprintf(rf, sizeof rf, "%s", field);
         return dp_err_set(err, DP_EUSAGE,
-                          "%s: fp8 recipe mxfp8 expected a GPU with block-scaled FP8 tensor cores "
-                          "(Blackwell), got %s",
-                          field, gpu->name);
+                          "%s: expected a GPU with block-scaled FP8 tensor cores (Blackwell), "
+                          "got %s",
+                          rf, gpu->name);
+    }
     return 0;
 }
 
@@ -128,6 +138,7 @@ void dp_layout_default(struct dp_layout *l)
     l->grad_fp32 = true;
     l->optimizer = DP_OPT_ADAM;
     l->dp_overlap = true;
+    l->overlap_param_gather = true; /* follows dp_overlap, as a layout in JSON does */
 }
 
 int64_t dp_padded_vocab(int64_t vocab, int tp)
@@ -514,24 +525,28 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
     out->gemm = (enum dp_gemm)gemm;
     out->fp8_format = (enum dp_fp8_format)fmt;
     /* Knobs that need another knob (bad input, exit 2, like a bad command line). */
-    const char *need = NULL, *field = NULL;
+    const char *need = NULL, *field = NULL, *got = NULL;
     if (out->tp_overlap && out->tp > 1 && !out->sp) {
         field = "tp_overlap";
-        need = "sp true (TP communication overlap needs sequence parallelism: Megatron-LM "
-               "validate_args 'Tensor parallel communication/GEMM overlap can happen only when "
-               "sequence parallelism is enabled')";
+        need = "false without sp true (TP communication overlap needs sequence parallelism: "
+               "Megatron-LM validate_args 'Tensor parallel communication/GEMM overlap can "
+               "happen only when sequence parallelism is enabled')";
+        got = "true with sp false";
     } else if (out->pp_overlap && out->vpp < 2) {
         field = "pp_overlap";
-        need = "vpp > 1 (Megatron overlaps pipeline send/recv only in the interleaved schedule: "
-               "'Non-interleaved pipeline parallelism does not support overlapping p2p "
-               "communication')";
+        need = "false without vpp > 1 (Megatron overlaps pipeline send/recv only in the "
+               "interleaved schedule: 'Non-interleaved pipeline parallelism does not support "
+               "overlapping p2p communication')";
+        got = "true with vpp 1";
     } else if (out->fp8_params && dp_layout_gemm(out) != DP_GEMM_FP8) {
         field = "fp8_params";
-        need = "gemm_precision fp8 (FP8 weights need FP8 GEMMs)";
+        need = "false without gemm_precision fp8 (FP8 weights need FP8 GEMMs)";
+        got = "true";
     }
     if (field) {
         size_t o = dp_jr_push(jr, field, 0);
-        dp_err_set(jr->err, DP_EUSAGE, "%s: %s: expected %s, got true", jr->file, jr->path, need);
+        dp_err_set(jr->err, DP_EUSAGE, "%s: %s: expected %s, got %s", jr->file, jr->path, need,
+                   got);
         dp_jr_pop(jr, o);
         return jr->err->code;
     }

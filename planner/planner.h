@@ -79,7 +79,15 @@ struct dp_search_opts {
 void dp_search_opts_default(struct dp_search_opts *o);
 
 /* A best layout for one value of one dimension, for "what the runner-ups lose on". */
-enum dp_alt_dim { DP_ALT_TP, DP_ALT_PP, DP_ALT_RECOMPUTE, DP_ALT_ZERO, DP_ALT_CP, DP_ALT_VPP };
+enum dp_alt_dim {
+    DP_ALT_TP,
+    DP_ALT_PP,
+    DP_ALT_RECOMPUTE,
+    DP_ALT_ZERO,
+    DP_ALT_CP,
+    DP_ALT_VPP,
+    DP_ALT_GEMM, /* the GEMM precision, when searched (--precision auto) */
+};
 
 struct dp_alternative {
     enum dp_alt_dim dim;

@@ -134,6 +134,9 @@ static void keep_alt(struct search *s, enum dp_alt_dim dim, int value, const str
         case DP_ALT_ZERO: snprintf(a->label, sizeof a->label, "zero=%d", value); break;
         case DP_ALT_CP: snprintf(a->label, sizeof a->label, "cp=%d", value); break;
         case DP_ALT_VPP: snprintf(a->label, sizeof a->label, "vpp=%s", value ? "on" : "off"); break;
+        case DP_ALT_GEMM:
+            snprintf(a->label, sizeof a->label, "precision=%s", dp_gemm_name((enum dp_gemm)value));
+            break;
         }
         a->found = true;
         a->best = *c;
@@ -166,6 +169,8 @@ static void evaluate(struct search *s, const struct dp_layout *l, const struct d
     if (l->cp > 1 || s->o->cp == 0)
         keep_alt(s, DP_ALT_CP, l->cp, &c);
     keep_alt(s, DP_ALT_VPP, l->vpp > 1, &c);
+    if (s->ngemm > 1)
+        keep_alt(s, DP_ALT_GEMM, (int)dp_layout_gemm(l), &c);
 }
 
 int dp__splits(int L, int pp, bool no_uneven, int out[][2], int cap)

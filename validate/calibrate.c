@@ -100,8 +100,10 @@ int dp_calibrate_gemm(struct dp_run *runs, int n, const char *gpu, enum dp_fit_c
                         .fit_bf16 = k - k8 > 0,
                         .fit_fp8 = k8 > 0};
     int np = ((int)c.fit_bf16 + (int)c.fit_fp8) * (fit_half ? 2 : 1);
+    if (np == 0) /* no runs: the least a fit needs is one curve's parameters */
+        np = fit_half ? 2 : 1;
     int rc = 0;
-    if (k == 0 || k < np + 1) {
+    if (k < np + 1) {
         rc = dp_err_set(err, DP_EINVAL,
                         "%d calibration run(s) on GPU \"%s\" (scored, not held out%s): need at "
                         "least %d to fit %d parameter(s)",
@@ -109,7 +111,7 @@ int dp_calibrate_gemm(struct dp_run *runs, int n, const char *gpu, enum dp_fit_c
                         which == DP_FIT_FP8    ? ", FP8 GEMMs"
                         : which == DP_FIT_BF16 ? ", bf16 GEMMs"
                                                : "",
-                        np + 1, np > 0 ? np : 1);
+                        np + 1, np);
         goto done;
     }
     for (int i = 0; i < k; i++)
