@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static char tmpdir[] = "/tmp/dplan-runs-XXXXXX";
@@ -26,29 +27,29 @@ static const char *write_file(const char *name, const char *text)
 }
 
 /* One run on 8 tiny-gpt GPUs (dgx-h100: one node of 8); gbs 16 x seq 64 = 1024 tokens. */
-#define RUN(id, meas, extra)                                                                       \
-    "{\"id\": \"" id "\", \"source\": \"test\", \"model\": \"tiny-gpt\", \"system\": "             \
-    "\"dgx-h100\", \"nodes\": 1, \"layout\": {\"tp\": 1, \"pp\": 1, \"dp\": 8, \"mbs\": 2, "       \
-    "\"gbs\": 16, \"seq_len\": 64}, \"measured\": {" meas "}" extra "}"
+static void add_run(char *buf, size_t cap, const char *id, const char *meas, const char *extra)
+{
+    size_t n = strlen(buf);
+    snprintf(buf + n, cap - n,
+             "%s{\"id\": \"%s\", \"source\": \"test\", \"model\": \"tiny-gpt\", "
+             "\"system\": \"dgx-h100\", \"nodes\": 1, \"layout\": {\"tp\": 1, \"pp\": 1, "
+             "\"dp\": 8, \"mbs\": 2, \"gbs\": 16, \"seq_len\": 64}, \"measured\": {%s}%s}",
+             n && buf[n - 1] != '[' ? ", " : "", id, meas, extra);
+}
 
 static void test_held_out_rule(void)
 {
-    const char
-        *file = write_file("rule.json",
-                           "{\"dplan_runs\": 1, \"held_out_rule\": \"every-third\", \"runs\": "
-                           "[" RUN("a", "\"iteration_time_s\": 1", "") "," RUN("u", "\"iteration_time_s\": 1", ", \"underspecified\": true") "," RUN(
-                               "b", "\"tokens_per_s\": 4096",
-                               "") "," RUN("c", "\"tokens_per_s_per_gpu\": 128",
-                                           ", \"held_out\": true") "," RUN("d",
-                                                                           "\"iteration_time_s\": "
-                                                                           "1",
-                                                                           "") "," RUN("e",
-                                                                                       "\"iteration"
-                                                                                       "_time_s\": "
-                                                                                       "1",
-                                                                                       "") "," RUN("f",
-                                                                                                   "\"iteration_time_s\": 1",
-                                                                                                   "") "]}");
+    char text[8192] = "{\"dplan_runs\": 1, \"held_out_rule\": \"every-third\", \"runs\": [";
+    const char *one = "\"iteration_time_s\": 1";
+    add_run(text, sizeof text, "a", one, "");
+    add_run(text, sizeof text, "u", one, ", \"underspecified\": true");
+    add_run(text, sizeof text, "b", "\"tokens_per_s\": 4096", "");
+    add_run(text, sizeof text, "c", "\"tokens_per_s_per_gpu\": 128", ", \"held_out\": true");
+    add_run(text, sizeof text, "d", one, "");
+    add_run(text, sizeof text, "e", one, "");
+    add_run(text, sizeof text, "f", one, "");
+    strcat(text, "]}");
+    const char *file = write_file("rule.json", text);
     struct dp_run *runs;
     int n;
     struct dp_err err = {0};
@@ -71,29 +72,27 @@ static void test_held_out_rule(void)
     free(runs);
 
     /* A run whose held_out disagrees with the rule is refused, naming it. */
-    file = write_file(
-        "bad.json", "{\"dplan_runs\": 1, \"held_out_rule\": \"every-third\", "
-                    "\"runs\": [" RUN("a", "\"iteration_time_s\": 1", ", \"held_out\": true") "]}");
+    char bad[2048] = "{\"dplan_runs\": 1, \"held_out_rule\": \"every-third\", \"runs\": [";
+    add_run(bad, sizeof bad, "a", one, ", \"held_out\": true");
+    strcat(bad, "]}");
+    file = write_file("bad.json", bad);
     dp_err_clear(&err);
     CHECK_EQ(dp_runs_load(file, &runs, &n, &err), DP_EINVAL);
-    CHECK(strstr(err.msg, "runs[0].held_out: expected false") != NULL);
+    CHECK_CONTAINS(err.msg, "runs[0].held_out: expected false");
 }
 
 static void test_waiting_and_stats(void)
 {
     /* A run waiting for a feature: its layout is not checked (pp = 3 does not divide
      * tiny-gpt's 4 layers), and it is not predicted or scored. */
-    const char *file = write_file(
-        "wait.json",
-        "{\"dplan_runs\": 1, \"runs\": [" RUN(
-            "ok", "\"iteration_time_s\": 1",
-            "") ","
-                "{\"id\": \"w\", \"source\": \"t\", \"model\": \"tiny-gpt\", \"system\": "
-                "\"dgx-h100\", "
-                "\"nodes\": 3, \"layout\": {\"tp\": 8, \"pp\": 3, \"dp\": 1, \"mbs\": 1, \"gbs\": "
-                "3, "
-                "\"seq_len\": 64}, \"measured\": {\"iteration_time_s\": 1}, \"excluded\": \"needs "
-                "uneven stages\", \"waiting_for\": \"issue11-layout\"}]}");
+    char text[4096] = "{\"dplan_runs\": 1, \"runs\": [";
+    add_run(text, sizeof text, "ok", "\"iteration_time_s\": 1", "");
+    strcat(text, ", {\"id\": \"w\", \"source\": \"t\", \"model\": \"tiny-gpt\", \"system\": "
+                 "\"dgx-h100\", \"nodes\": 3, \"layout\": {\"tp\": 8, \"pp\": 3, \"dp\": 1, "
+                 "\"mbs\": 1, \"gbs\": 3, \"seq_len\": 64}, \"measured\": "
+                 "{\"iteration_time_s\": 1}, \"excluded\": \"needs uneven stages\", "
+                 "\"waiting_for\": \"issue11-layout\"}]}");
+    const char *file = write_file("wait.json", text);
     struct dp_run *runs;
     int n;
     struct dp_err err = {0};
