@@ -5,20 +5,23 @@
 #include "cli.h"
 #include "memory_report.h"
 #include "planner/planner.h"
+#include "svg_charts.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const char help_head[] =
-    "usage: dplan memory MODEL <cluster> [knobs] [--json] [--min-gpus]\n"
-    "       dplan memory --plan plan.json [--json]\n\n"
+    "usage: dplan memory MODEL <cluster> [knobs] [--json] [--svg FILE] [--min-gpus]\n"
+    "       dplan memory --plan plan.json [--json] [--svg FILE]\n\n"
     "Per-GPU memory of one training step, per pipeline stage: parameters,\n"
     "gradients, optimizer states, activations and other (runtime, buffers);\n"
     "FITS or OOM against the GPU's usable memory; when it does not fit, the\n"
     "changes that would make it fit, cheapest first, with the peak each reaches.\n\n"
     "  --json        machine-readable report\n"
-    "  --min-gpus    find the fewest GPUs of this node type on which some layout fits\n\n";
+    "  --min-gpus    find the fewest GPUs of this node type on which some layout fits\n"
+    "  --svg FILE    also draw each stage's memory, stacked by kind, against the GPU's\n"
+    "                usable memory, as SVG (\"-\": the SVG on stdout instead of the report)\n\n";
 
 static void fix_json(cJSON *arr, const struct dp_fix *fx)
 {
@@ -61,17 +64,20 @@ int cmd_memory(int argc, char **argv)
                                          CLI_KNOB_OPTIONS,
                                          {"json", no_argument, 0, OPT_JSON},
                                          {"min-gpus", no_argument, 0, 'm'},
+                                         {"svg", required_argument, 0, 'S'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     struct cli_common c;
     cli_common_init(&c);
     bool min_gpus = false;
+    const char *svg = NULL;
     int ch;
     optind = 1;
     opterr = 0;
     while ((ch = cli_next_opt("memory", argc, argv, ":h", opts, &c)) != -1) {
         switch (ch) {
         case 'm': min_gpus = true; break;
+        case 'S': svg = optarg; break;
         case 'h': printf("%s%s\n%s", help_head, cli_cluster_help, cli_knob_help); return 0;
         default: return 2;
         }
@@ -82,6 +88,8 @@ int cmd_memory(int argc, char **argv)
     struct dp_model m;
     struct dp_cluster cl;
     struct dp_layout l;
+    if (min_gpus && svg)
+        return cli_usage_error("memory", "--svg draws one layout's stages, not --min-gpus");
     if (min_gpus) {
         if (c.plan)
             return cli_usage_error("memory", "--min-gpus takes MODEL and a cluster, not --plan");
@@ -136,6 +144,17 @@ int cmd_memory(int argc, char **argv)
     if (!rep->fits && dp_plan_fixes(&m, &cl, &l, &mo, fixes, 8, &nfix, &err)) {
         free(rep);
         return cli_fail(&err);
+    }
+    if (svg) {
+        struct dp_buf b = {0};
+        rc = cli_svg_memory(&m, &cl, &l, rep, &b, &err);
+        if (!rc)
+            rc = cli_write_text(svg, &b, &err);
+        dp_buf_release(&b);
+        if (rc || strcmp(svg, "-") == 0) {
+            free(rep);
+            return rc ? cli_fail(&err) : 0;
+        }
     }
     if (c.json) {
         cJSON *o = cli_mem_json(rep);

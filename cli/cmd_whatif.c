@@ -6,6 +6,7 @@
  */
 #include "cli.h"
 #include "planner/planner.h"
+#include "svg_charts.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -14,7 +15,8 @@
 
 static const char help_head[] =
     "usage: dplan whatif MODEL --systems A,B,... --nodes N1,N2,... [--tokens T]\n"
-    "                   [--price-per-gpu-hour SYS=USD,...] [--gbs N] [--seq-len N] [--json]\n\n"
+    "                   [--price-per-gpu-hour SYS=USD,...] [--gbs N] [--seq-len N] [--json]\n"
+    "                   [--svg FILE]\n\n"
     "For each system (profiles/system) and node count: does any layout fit, the\n"
     "fastest one (`dplan suggest`'s search), its tokens/s, the days to train T\n"
     "tokens, and the cost when prices are given. Knobs fix dimensions as in suggest.\n\n"
@@ -22,7 +24,10 @@ static const char help_head[] =
     "  --nodes LIST              node counts to try for each system\n"
     "  --tokens T                training tokens (e.g. 2e12, 300B, 15T) [1T]\n"
     "  --price-per-gpu-hour LIST prices in USD per GPU-hour, e.g. dgx-h100=2.5,dgx-a100-80gb=1.3\n"
-    "  --json                    machine-readable output\n\n";
+    "  --json                    machine-readable output\n"
+    "  --svg FILE                also draw tokens/s and the cost (days without prices) per\n"
+    "                            system and size as grouped bars, as SVG (\"-\": the SVG on\n"
+    "                            stdout instead of the table)\n\n";
 
 static int parse_tokens(const char *s, double *out)
 {
@@ -97,6 +102,7 @@ int cmd_whatif(int argc, char **argv)
                                          {"nodes", required_argument, 0, 'n'},
                                          {"tokens", required_argument, 0, 't'},
                                          {"price-per-gpu-hour", required_argument, 0, 'p'},
+                                         {"svg", required_argument, 0, 'S'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     struct cli_common c;
@@ -106,6 +112,7 @@ int cmd_whatif(int argc, char **argv)
     double tokens = 1e12;
     struct price prices[32];
     int np = 0;
+    const char *svg = NULL;
     int ch;
     optind = 1;
     opterr = 0;
@@ -131,6 +138,7 @@ int cmd_whatif(int argc, char **argv)
                 return cli_usage_error(
                     "whatif", "--price-per-gpu-hour: expected SYSTEM=USD,..., got \"%s\"", optarg);
             break;
+        case 'S': svg = optarg; break;
         case 'h': printf("%s%s", help_head, cli_knob_help); return 0;
         default: return 2;
         }
@@ -159,12 +167,16 @@ int cmd_whatif(int argc, char **argv)
     cli_search_opts(&c, &m, &so);
     so.top_k = 1;
     struct dp_search_result *r = malloc(sizeof *r);
-    if (!r) {
+    struct cli_whatif_row *chart = calloc((size_t)ns * (size_t)nn, sizeof *chart);
+    if (!r || !chart) {
+        free(r);
+        free(chart);
         dp_err_set(&err, DP_ENOMEM, "out of memory for the search results (%zu bytes)", sizeof *r);
         return cli_fail(&err);
     }
+    bool quiet = svg && strcmp(svg, "-") == 0; /* the SVG is the output */
     cJSON *rows = cJSON_CreateArray();
-    if (!c.json) {
+    if (!c.json && !quiet) {
         printf("model %s, %.3g tokens, batch %lld x %lld tokens\n\n", m.name, tokens,
                (long long)so.gbs, (long long)so.seq_len);
         printf("%-16s %5s %6s  %-46s %12s %6s %9s %12s\n", "system", "nodes", "GPUs", "best layout",
@@ -191,6 +203,9 @@ int cmd_whatif(int argc, char **argv)
             cJSON_AddNumberToObject(e, "gpus", gpus);
             bool fits = s == 0 && r->n > 0;
             cJSON_AddBoolToObject(e, "fits", fits);
+            struct cli_whatif_row *cr = &chart[si * nn + ni];
+            cr->fits = fits;
+            cr->cost_usd = -1;
             char lay[160] = "nothing fits";
             if (s != 0)
                 snprintf(lay, sizeof lay, "no valid layout");
@@ -199,6 +214,9 @@ int cmd_whatif(int argc, char **argv)
                 dp_layout_format(&w->layout, lay, sizeof lay);
                 double days = tokens / w->cost.tokens_per_s / 86400.0;
                 double cost = price >= 0 ? days * 24.0 * gpus * price : -1;
+                cr->tokens_per_s = w->cost.tokens_per_s;
+                cr->days = days;
+                cr->cost_usd = cost;
                 cJSON_AddItemToObject(e, "layout", dp_layout_to_json(&w->layout));
                 cJSON_AddNumberToObject(e, "tokens_per_s", w->cost.tokens_per_s);
                 cJSON_AddNumberToObject(e, "mfu", w->cost.mfu);
@@ -207,7 +225,7 @@ int cmd_whatif(int argc, char **argv)
                 cJSON_AddNumberToObject(e, "days", days);
                 if (cost >= 0)
                     cJSON_AddNumberToObject(e, "cost_usd", cost);
-                if (!c.json) {
+                if (!c.json && !quiet) {
                     char costs[32] = "-";
                     if (cost >= 0)
                         snprintf(costs, sizeof costs, "%.0f", cost);
@@ -218,7 +236,7 @@ int cmd_whatif(int argc, char **argv)
             } else {
                 if (s == 0 && r->lowest_peak >= 0)
                     cJSON_AddNumberToObject(e, "lowest_peak_bytes", (double)r->lowest_peak);
-                if (!c.json) {
+                if (!c.json && !quiet) {
                     if (s == 0 && r->lowest_peak >= 0)
                         snprintf(lay, sizeof lay, "nothing fits (best peak %.1f GiB > %.1f)",
                                  cli_gib(r->lowest_peak), cli_gib(dp_gpu_usable_bytes(&cl.gpu)));
@@ -230,7 +248,15 @@ int cmd_whatif(int argc, char **argv)
         }
     }
     free(r);
-    if (rc) {
+    if (!rc && svg) {
+        struct dp_buf b = {0};
+        if (cli_svg_whatif(&m, tokens, &so, systems, ns, nodes, nn, chart, np > 0, &b, &err) ||
+            cli_write_text(svg, &b, &err))
+            rc = cli_fail(&err);
+        dp_buf_release(&b);
+    }
+    free(chart);
+    if (rc || quiet) {
         cJSON_Delete(rows);
         return rc;
     }
