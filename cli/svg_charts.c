@@ -192,10 +192,11 @@ int cli_svg_whatif(const struct dp_model *m, double tokens, const struct dp_sear
                           DP_VIZ_MAX_SERIES, nsys);
     size_t n = (size_t)nsys * (size_t)nnodes;
     double *tps = malloc(n * sizeof *tps), *second = malloc(n * sizeof *second);
+    const char **why = malloc(n * sizeof *why);
     char(*labels)[32] = malloc((size_t)nnodes * sizeof *labels);
     const char **cat = malloc((size_t)nnodes * sizeof *cat);
     int rc = 0;
-    if (!tps || !second || !labels || !cat) {
+    if (!tps || !second || !why || !labels || !cat) {
         rc = dp_err_set(err, DP_ENOMEM, "out of memory for the whatif chart");
         goto out;
     }
@@ -206,6 +207,7 @@ int cli_svg_whatif(const struct dp_model *m, double tokens, const struct dp_sear
             size_t k = (size_t)ni * (size_t)nsys + (size_t)si;
             tps[k] = w->fits ? w->tokens_per_s : NAN;
             second[k] = !w->fits ? NAN : priced ? (w->cost_usd >= 0 ? w->cost_usd : NAN) : w->days;
+            why[k] = w->fits ? "no price" : "no fit";
         }
     for (int ni = 0; ni < nnodes; ni++) {
         snprintf(labels[ni], sizeof labels[ni], "%d node%s", nodes[ni], nodes[ni] == 1 ? "" : "s");
@@ -234,11 +236,12 @@ int cli_svg_whatif(const struct dp_model *m, double tokens, const struct dp_sear
     c.panel[0].log = true; /* sizes grow geometrically; so does throughput */
     c.panel[1].y_label = ylab;
     c.panel[1].v = second;
-    c.panel[1].missing = priced ? "no fit or price" : "no fit";
+    c.panel[1].missing_at = why;
     rc = dp_viz_grouped_bars(&c, out, err);
 out:
     free(tps);
     free(second);
+    free(why);
     free(labels);
     free(cat);
     return rc;

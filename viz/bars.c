@@ -156,7 +156,9 @@ int dp_viz_grouped_bars(const struct dp_viz_grouped *c, struct dp_buf *out, stru
         int nt;
         struct dp_viz_scale ys;
         if (c->panel[p].log) {
-            lo = pow(10.0, floor(log10(vmin)));
+            /* the largest 1, 2 or 5 x 10^k at or below the smallest bar */
+            double e = pow(10.0, floor(log10(vmin)));
+            lo = vmin >= 5 * e ? 5 * e : vmin >= 2 * e ? 2 * e : e;
             hi = vmax * 3;
             nt = dp_viz_log_ticks(lo, hi, ticks, 32);
             step = 1;
@@ -172,9 +174,12 @@ int dp_viz_grouped_bars(const struct dp_viz_grouped *c, struct dp_buf *out, stru
                 double x = gx + j * bw, val = v[i * c->nseries + j];
                 double yb = f.y + f.h;
                 if (isnan(val)) {
-                    if (c->panel[p].missing)
+                    const char *why = c->panel[p].missing_at
+                                          ? c->panel[p].missing_at[i * c->nseries + j]
+                                          : c->panel[p].missing;
+                    if (why)
                         dp_svg_text(&s, x + bw / 2 + 3, yb - 4, DP_SVG_START, 9, "#888888", false,
-                                    -90, c->panel[p].missing);
+                                    -90, why);
                     continue;
                 }
                 double yt = dp_viz_map(&ys, val);

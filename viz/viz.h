@@ -184,8 +184,9 @@ struct dp_viz_grouped {
     struct {
         const char *y_label;
         const double *v;
-        const char *missing; /* printed where a value is NAN, e.g. "no fit" */
-        bool log;            /* logarithmic value axis (values > 0) */
+        const char *missing;           /* printed where a value is NAN, e.g. "no fit" */
+        const char *const *missing_at; /* optional [ncat][nseries]: per-bar text instead */
+        bool log;                      /* logarithmic value axis (values > 0) */
     } panel[DP_VIZ_MAX_PANELS];
 };
 int dp_viz_grouped_bars(const struct dp_viz_grouped *c, struct dp_buf *out, struct dp_err *err);
