@@ -16,6 +16,8 @@ static const struct dp_cmd {
     {"ckpt", cmd_ckpt, "list, verify and export the checkpoints of `dplan run`"},
     {"data", cmd_data, "prepare token files for `dplan run` (byte-level tokeniser)"},
     {"estimate", cmd_estimate, "predict step time, throughput and memory of one layout"},
+    {"export", cmd_export,
+     "write a plan as Megatron-LM, DeepSpeed or torchtitan settings or launchers"},
     {"memory", cmd_memory, "per-GPU memory per pipeline stage; will it fit, and what fixes it"},
     {"model", cmd_model, "show a model's architecture and exact parameter count"},
     {"profiles", cmd_profiles, "list the shipped GPU, link, network, system and model profiles"},
