@@ -229,6 +229,26 @@ int dp_jr_check_keys(struct dp_jr *jr, const cJSON *obj, const char *const *allo
     return 0;
 }
 
+int dp_jr_require_all(struct dp_jr *jr, const cJSON *obj, const char *const *keys)
+{
+    char list[512] = "";
+    size_t n = 0;
+    int missing = 0;
+    for (const char *const *k = keys; *k; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, *k);
+        if (v && !cJSON_IsNull(v))
+            continue;
+        missing++;
+        if (n < sizeof list)
+            n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", missing > 1 ? ", " : "", *k);
+    }
+    if (missing < 2)
+        return 0; /* none, or one: the field's reader says what it expects */
+    char w[512];
+    return dp_err_set(jr->err, DP_EINVAL, "%s: missing required fields: %s",
+                      where(jr, NULL, w, sizeof w), list);
+}
+
 /* Look up key; 1 = found, 0 = missing/null (error set if required), <0 error. */
 static int lookup(struct dp_jr *jr, const cJSON *obj, const char *key, bool required,
                   const char *what, const cJSON **v)
