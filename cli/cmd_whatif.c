@@ -6,6 +6,7 @@
  */
 #include "cli.h"
 #include "planner/planner.h"
+#include "svg_charts.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -14,7 +15,8 @@
 
 static const char help_head[] =
     "usage: dplan whatif MODEL --systems A,B,... --nodes N1,N2,... [--tokens T]\n"
-    "                   [--price-per-gpu-hour SYS=USD,...] [--gbs N] [--seq-len N] [--json]\n\n"
+    "                   [--price-per-gpu-hour SYS=USD,...] [--gbs N] [--seq-len N] [--json]\n"
+    "                   [--svg FILE]\n\n"
     "For each system (profiles/system) and node count: does any layout fit, the\n"
     "fastest one (`dplan suggest`'s search), its tokens/s, the days to train T\n"
     "tokens, and the cost when prices are given. Knobs fix dimensions as in suggest.\n\n"
@@ -22,7 +24,10 @@ static const char help_head[] =
     "  --nodes LIST              node counts to try for each system\n"
     "  --tokens T                training tokens (e.g. 2e12, 300B, 15T), at most 1e15 [1T]\n"
     "  --price-per-gpu-hour LIST prices in USD per GPU-hour, e.g. dgx-h100=2.5,dgx-a100-80gb=1.3\n"
-    "  --json                    machine-readable output\n\n";
+    "  --json                    machine-readable output\n"
+    "  --svg FILE                also draw tokens/s and the cost (days without prices) per\n"
+    "                            system and size as grouped bars, as SVG (\"-\": the SVG on\n"
+    "                            stdout instead of the table)\n\n";
 
 /* 1e15 tokens (1000T) bounds --tokens: ~30x the largest published pre-training runs
  * (Llama 3: 15.6T, Dubey et al. 2024), far beyond any budget, and days stay printable. */
@@ -113,6 +118,7 @@ int cmd_whatif(int argc, char **argv)
                                          {"nodes", required_argument, 0, 'n'},
                                          {"tokens", required_argument, 0, 't'},
                                          {"price-per-gpu-hour", required_argument, 0, 'p'},
+                                         {"svg", required_argument, 0, 'S'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     struct cli_common c;
@@ -122,6 +128,7 @@ int cmd_whatif(int argc, char **argv)
     double tokens = 1e12;
     struct price prices[32];
     int np = 0;
+    const char *svg = NULL;
     int ch;
     optind = 1;
     opterr = 0;
@@ -160,6 +167,7 @@ int cmd_whatif(int argc, char **argv)
                                        "[0, 1e6]), got \"%s\"",
                                        optarg);
             break;
+        case 'S': svg = optarg; break;
         case 'h': printf("%s%s", help_head, cli_plan_knob_help); return 0;
         default: return 2;
         }
@@ -202,9 +210,11 @@ int cmd_whatif(int argc, char **argv)
     }
     struct dp_search_result *r = malloc(sizeof *r);
     struct row *tab = calloc((size_t)(ns * nn), sizeof *tab);
-    if (!r || !tab) {
+    struct cli_whatif_row *chart = calloc((size_t)(ns * nn), sizeof *chart);
+    if (!r || !tab || !chart) {
         free(r);
         free(tab);
+        free(chart);
         dp_err_set(&err, DP_ENOMEM, "out of memory for the search results (%zu bytes)", sizeof *r);
         return cli_fail(&err);
     }
@@ -230,6 +240,9 @@ int cmd_whatif(int argc, char **argv)
             cJSON_AddNumberToObject(e, "gpus", gpus);
             bool fits = s == 0 && r->n > 0;
             cJSON_AddBoolToObject(e, "fits", fits);
+            struct cli_whatif_row *cr = &chart[nt];
+            cr->fits = fits;
+            cr->cost_usd = -1;
             struct row *t = &tab[nt++];
             snprintf(t->system, sizeof t->system, "%s", systems[si]);
             t->nodes = nodes[ni];
@@ -243,6 +256,9 @@ int cmd_whatif(int argc, char **argv)
                 dp_layout_format_model(&w->layout, &m, t->layout, sizeof t->layout);
                 double days = tokens / w->cost.tokens_per_s / 86400.0;
                 double cost = price >= 0 ? days * 24.0 * gpus * price : -1;
+                cr->tokens_per_s = w->cost.tokens_per_s;
+                cr->days = days;
+                cr->cost_usd = cost;
                 cJSON_AddItemToObject(e, "layout", dp_layout_to_json(&w->layout));
                 cJSON_AddNumberToObject(e, "tokens_per_s", w->cost.tokens_per_s);
                 cJSON_AddNumberToObject(e, "mfu", w->cost.mfu);
@@ -275,7 +291,15 @@ int cmd_whatif(int argc, char **argv)
         }
     }
     free(r);
-    if (rc) {
+    if (!rc && svg) {
+        struct dp_buf b = {0};
+        if (cli_svg_whatif(&m, tokens, &so, systems, ns, nodes, nn, chart, np > 0, &b, &err) ||
+            cli_write_text(svg, &b, &err))
+            rc = cli_fail(&err);
+        dp_buf_release(&b);
+    }
+    free(chart);
+    if (rc || (svg && strcmp(svg, "-") == 0)) { /* "-": the SVG is the output */
         free(tab);
         cJSON_Delete(rows);
         return rc;

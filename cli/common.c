@@ -117,7 +117,7 @@ const char cli_knob_help[] =
     "  --[no-]tp-overlap           TP collectives pipelined with their GEMMs (Megatron\n"
     "                              --tp-comm-overlap; needs --sp) [on with --sp]\n"
     "  --[no-]pp-overlap           pipeline send/recv overlapped with compute (Megatron\n"
-    "                              --overlap-p2p-comm; needs --vpp > 1) [on with --vpp > 1]\n"
+    "                              overlap_p2p_comm; needs --vpp > 1) [on with --vpp > 1]\n"
     "  --first-stage-layers N --last-stage-layers N   uneven pipeline split\n"
     "  --overhead-gib X            runtime overhead per GPU [the GPU profile's]\n";
 

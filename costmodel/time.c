@@ -429,7 +429,8 @@ static void stage(const struct ctx *c, const struct dp_layer_time *lc, int layer
         double bytes = p * T * h / t;
         double one = dp_coll_time_s(DP_P2P, bytes, 2, &c->pp);
         o->pp = 2.0 * l->vpp * one;
-        /* --overlap-p2p-comm (interleaved schedule): each chunk's send/receive runs
+        /* overlap_p2p_comm (interleaved schedule; on by default in Megatron, which defines
+         * only --no-overlap-p2p-communication): each chunk's send/receive runs
          * during the next chunk's computation (Megatron schedules.py,
          * forward_backward_pipelining_with_interleaving). */
         if (l->pp_overlap && l->vpp > 1) {
