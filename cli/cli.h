@@ -194,6 +194,7 @@ int cmd_calibrate(int argc, char **argv);
 int cmd_ckpt(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 int cmd_estimate(int argc, char **argv);
+int cmd_export(int argc, char **argv);
 int cmd_memory(int argc, char **argv);
 int cmd_model(int argc, char **argv);
 int cmd_profiles(int argc, char **argv);

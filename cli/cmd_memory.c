@@ -5,15 +5,16 @@
 #include "cli.h"
 #include "memory_report.h"
 #include "planner/planner.h"
+#include "svg_charts.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const char help_head[] =
-    "usage: dplan memory MODEL <cluster> [knobs] [--json] [--check-fit]\n"
+    "usage: dplan memory MODEL <cluster> [knobs] [--json] [--check-fit] [--svg FILE]\n"
     "       dplan memory MODEL <cluster> --min-gpus [--json]\n"
-    "       dplan memory --plan plan.json [--json] [--check-fit]\n\n"
+    "       dplan memory --plan plan.json [--json] [--check-fit] [--svg FILE]\n\n"
     "Per-GPU memory of one training step, per pipeline stage: FITS or OOM against\n"
     "the GPU's usable memory (first), then parameters, gradients, optimizer states,\n"
     "activations and other (runtime, buffers) per stage with its layers; when it\n"
@@ -25,7 +26,9 @@ static const char help_head[] =
     "  --min-gpus    find the fewest GPUs of this node type on which some layout fits,\n"
     "                searching what suggest searches (knobs given stay fixed; without\n"
     "                --gbs the batch is 2 x mbs sequences per GPU), and print the\n"
-    "                fastest layout that fits there (exit status 1 when none does)\n\n"
+    "                fastest layout that fits there (exit status 1 when none does)\n"
+    "  --svg FILE    also draw each stage's memory, stacked by kind, against the GPU's\n"
+    "                usable memory, as SVG (\"-\": the SVG on stdout instead of the report)\n\n"
     "Exit status: 0 (with --check-fit: and it fits), 3 with --check-fit when it does\n"
     "not fit, 1 on errors, 2 on usage errors.\n\n";
 
@@ -73,11 +76,13 @@ int cmd_memory(int argc, char **argv)
                                          {"json", no_argument, 0, OPT_JSON},
                                          {"check-fit", no_argument, 0, 'c'},
                                          {"min-gpus", no_argument, 0, 'm'},
+                                         {"svg", required_argument, 0, 'S'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     struct cli_common c;
     cli_common_init(&c);
     bool min_gpus = false, check_fit = false;
+    const char *svg = NULL;
     int ch;
     optind = 1;
     opterr = 0;
@@ -85,6 +90,7 @@ int cmd_memory(int argc, char **argv)
         switch (ch) {
         case 'm': min_gpus = true; break;
         case 'c': check_fit = true; break;
+        case 'S': svg = optarg; break;
         case 'h': printf("%s%s\n%s", help_head, cli_cluster_help, cli_plan_knob_help); return 0;
         default: return 2;
         }
@@ -100,6 +106,8 @@ int cmd_memory(int argc, char **argv)
             return cli_usage_error("memory", "--min-gpus takes MODEL and a cluster, not --plan");
         if (check_fit)
             return cli_usage_error("memory", "--check-fit tests one layout, not --min-gpus");
+        if (svg)
+            return cli_usage_error("memory", "--svg draws one layout's stages, not --min-gpus");
         if (dp_model_load(argv[optind], &m, &err) || cli_cluster(&c, &cl, &err))
             return cli_fail(&err);
     }
@@ -157,7 +165,21 @@ int cmd_memory(int argc, char **argv)
         free(rep);
         return cli_fail(&err);
     }
-    if (c.json) {
+    bool svg_only = svg && strcmp(svg, "-") == 0; /* the SVG is the output */
+    if (svg) {
+        struct dp_buf b = {0};
+        rc = cli_svg_memory(&m, &cl, &l, rep, &b, &err);
+        if (!rc)
+            rc = cli_write_text(svg, &b, &err);
+        dp_buf_release(&b);
+        if (rc) {
+            free(rep);
+            return cli_fail(&err);
+        }
+    }
+    if (svg_only) {
+        /* nothing else on stdout */
+    } else if (c.json) {
         cJSON *o = cli_mem_json(rep, &l, &m);
         cJSON_AddStringToObject(o, "model", m.name);
         cJSON_AddStringToObject(o, "cluster", cl.name);

@@ -7,6 +7,7 @@
 #include "goodput_report.h"
 #include "memory_report.h"
 #include "planner/planner.h"
+#include "svg_charts.h"
 #include "time_report.h"
 
 #include <cjson/cJSON.h>
@@ -17,7 +18,8 @@
 
 static const char help_head[] =
     "usage: dplan suggest MODEL <cluster> [--gbs N] [--seq-len N] [--top K] [--json]\n"
-    "                     [-o plan.json] [--tokens T] [failure options] [knobs]\n\n"
+    "                     [-o plan.json] [--svg FILE] [--tokens T] [failure options]\n"
+    "                     [knobs]\n\n"
     "Search every parallel layout of MODEL on the cluster (tp, cp, pp with even and\n"
     "uneven splits, interleaving, dp, ep, micro-batch, ZeRO stage, recompute, sequence\n"
     "parallelism), drop those that do not fit in memory, rank the rest by predicted\n"
@@ -32,7 +34,10 @@ static const char help_head[] =
     "  --timing        also print how long the search took\n"
     "  --tokens T      training tokens for the days to train (2e12, 300B, 15T) [1T]\n"
     "  --json          machine-readable output\n"
-    "  -o FILE         write the winning plan (plan.json schema: README)\n\n";
+    "  -o FILE         write the winning plan (plan.json schema: README)\n"
+    "  --svg FILE      also draw step time against peak memory of every layout that fits,\n"
+    "                  the chosen one and the runners-up marked, as SVG (\"-\": the SVG on\n"
+    "                  stdout instead of the report)\n\n";
 
 static double now_s(void)
 {
@@ -135,6 +140,7 @@ int cmd_suggest(int argc, char **argv)
                                          {"no-uneven", no_argument, 0, 'u'},
                                          {"timing", no_argument, 0, 'T'},
                                          {"tokens", required_argument, 0, 'n'},
+                                         {"svg", required_argument, 0, 'S'},
                                          CLI_GOODPUT_OPTIONS,
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -142,7 +148,7 @@ int cmd_suggest(int argc, char **argv)
     cli_common_init(&c);
     int top = 10;
     bool no_uneven = false, timing = false;
-    const char *outfile = NULL;
+    const char *outfile = NULL, *svg = NULL;
     double tokens = 1e12;
     const char *tokens_default = "1T";
     struct cli_goodput_opts go;
@@ -164,6 +170,7 @@ int cmd_suggest(int argc, char **argv)
         case 'u': no_uneven = true; break;
         case 'T': timing = true; break;
         case 'o': outfile = optarg; break;
+        case 'S': svg = optarg; break;
         case 'n':
             if (cli_parse_tokens(optarg, &tokens))
                 return cli_usage_error("suggest",
@@ -196,6 +203,12 @@ int cmd_suggest(int argc, char **argv)
     cli_search_opts(&c, &m, &so, &d);
     so.top_k = top;
     so.no_uneven = no_uneven;
+    /* Only --svg collects the evaluated layouts: without it the search pays nothing. */
+    struct cli_scatter pts = {0};
+    if (svg) {
+        so.on_fit = cli_scatter_collect;
+        so.on_fit_ctx = &pts;
+    }
     struct dp_search_result *r = malloc(sizeof *r);
     if (!r)
         return 1;
@@ -204,12 +217,14 @@ int cmd_suggest(int argc, char **argv)
     double secs = now_s() - t0;
     if (rc) {
         free(r);
+        cli_scatter_release(&pts);
         return cli_fail(&err);
     }
     int64_t cap = dp_gpu_usable_bytes(&cl.gpu);
     if (r->n == 0) {
         nothing_fits(&m, &cl, r, so.gbs, &err);
         free(r);
+        cli_scatter_release(&pts);
         return cli_fail(&err);
     }
     const struct dp_candidate *w = &r->top[0];
@@ -218,6 +233,7 @@ int cmd_suggest(int argc, char **argv)
     if (!rep || dp_mem_estimate(&m, &cl, &w->layout, &so.mem, rep, &err)) {
         free(rep);
         free(r);
+        cli_scatter_release(&pts);
         return rep ? cli_fail(&err) : 1;
     }
     char shares[256], buf[256], lay[160];
@@ -226,6 +242,7 @@ int cmd_suggest(int argc, char **argv)
     if (cli_goodput_eval(&go, &m, &cl, &w->layout, w->cost.step_time_s, &gp, &err)) {
         free(rep);
         free(r);
+        cli_scatter_release(&pts);
         return cli_fail(&err);
     }
     /* The plan first: a failure to write it is the command's one result (and, with
@@ -254,10 +271,27 @@ int cmd_suggest(int argc, char **argv)
         if (dp_plan_save(outfile, &plan, extra, &err)) {
             free(rep);
             free(r);
+            cli_scatter_release(&pts);
             return cli_fail(&err);
         }
     }
-    if (c.json) {
+    if (svg) {
+        struct dp_buf b = {0};
+        rc = cli_svg_suggest(&m, &cl, &so, r, &pts, &b, &err);
+        if (!rc)
+            rc = cli_write_text(svg, &b, &err);
+        dp_buf_release(&b);
+        cli_scatter_release(&pts);
+        if (rc) {
+            free(rep);
+            free(r);
+            return cli_fail(&err);
+        }
+    }
+    bool svg_on_stdout = svg && strcmp(svg, "-") == 0;
+    if (svg_on_stdout) {
+        /* the SVG is the output; -o wrote the plan above */
+    } else if (c.json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "model", m.name);
         cJSON_AddStringToObject(o, "cluster", cl.name);
@@ -371,7 +405,7 @@ int cmd_suggest(int argc, char **argv)
         cli_goodput_text(stdout, &gp, tokens, w->cost.tokens_per_s, tokens_default);
         cli_goodput_assumptions_text(stdout, &go);
     }
-    if (outfile && !c.json)
+    if (outfile && !c.json && !svg_on_stdout)
         printf("\nwrote %s\n", outfile);
     free(rep);
     free(r);

@@ -7,6 +7,7 @@
 #include "cli.h"
 #include "goodput_report.h"
 #include "planner/planner.h"
+#include "svg_charts.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -16,7 +17,7 @@
 static const char help_head[] =
     "usage: dplan whatif MODEL --systems A,B,... --nodes N1,N2,... [--tokens T]\n"
     "                   [--price-per-gpu-hour SYS=USD,...] [--gbs N] [--seq-len N] [--json]\n"
-    "                   [--failure-rate R | --mtbf-hours H] [--ckpt-write-gbps X]\n"
+    "                   [--svg FILE] [--failure-rate R | --mtbf-hours H] [--ckpt-write-gbps X]\n"
     "                   [--storage-gbps X] [--restart-min M]\n\n"
     "For each system (profiles/system) and node count: does any layout fit, the\n"
     "fastest one (`dplan suggest`'s search), its tokens/s, the days to train T\n"
@@ -28,7 +29,10 @@ static const char help_head[] =
     "  --tokens T                training tokens (e.g. 2e12, 300B, 15T), at most 1e15 [1T]\n"
     "  --price-per-gpu-hour LIST prices in USD per GPU-hour, e.g. dgx-h100=2.5,dgx-a100-80gb=1.3;\n"
     "                            the cost is the GPU-hours of the days with failures\n"
-    "  --json                    machine-readable output\n\n";
+    "  --json                    machine-readable output\n"
+    "  --svg FILE                also draw tokens/s and the cost (days with failures without\n"
+    "                            prices) per system and size as grouped bars, as SVG (\"-\": the\n"
+    "                            SVG on stdout instead of the table)\n\n";
 
 struct price {
     char system[64];
@@ -77,6 +81,7 @@ int cmd_whatif(int argc, char **argv)
                                          {"nodes", required_argument, 0, 'n'},
                                          {"tokens", required_argument, 0, 't'},
                                          {"price-per-gpu-hour", required_argument, 0, 'p'},
+                                         {"svg", required_argument, 0, 'S'},
                                          CLI_GOODPUT_OPTIONS,
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -87,6 +92,7 @@ int cmd_whatif(int argc, char **argv)
     double tokens = 1e12;
     struct price prices[32];
     int np = 0;
+    const char *svg = NULL;
     struct cli_goodput_opts go;
     cli_goodput_opts_init(&go);
     int ch;
@@ -127,6 +133,7 @@ int cmd_whatif(int argc, char **argv)
                                        "[0, 1e6]), got \"%s\"",
                                        optarg);
             break;
+        case 'S': svg = optarg; break;
         case 'h': printf("%s%s\n%s", help_head, cli_plan_knob_help, cli_goodput_help); return 0;
         default: {
             int g = cli_goodput_opt("whatif", ch, optarg, &go);
@@ -172,9 +179,11 @@ int cmd_whatif(int argc, char **argv)
     }
     struct dp_search_result *r = malloc(sizeof *r);
     struct row *tab = calloc((size_t)(ns * nn), sizeof *tab);
-    if (!r || !tab) {
+    struct cli_whatif_row *chart = calloc((size_t)(ns * nn), sizeof *chart);
+    if (!r || !tab || !chart) {
         free(r);
         free(tab);
+        free(chart);
         dp_err_set(&err, DP_ENOMEM, "out of memory for the search results (%zu bytes)", sizeof *r);
         return cli_fail(&err);
     }
@@ -200,6 +209,9 @@ int cmd_whatif(int argc, char **argv)
             cJSON_AddNumberToObject(e, "gpus", gpus);
             bool fits = s == 0 && r->n > 0;
             cJSON_AddBoolToObject(e, "fits", fits);
+            struct cli_whatif_row *cr = &chart[nt];
+            cr->fits = fits;
+            cr->cost_usd = -1;
             struct row *t = &tab[nt++];
             snprintf(t->system, sizeof t->system, "%s", systems[si]);
             t->nodes = nodes[ni];
@@ -224,6 +236,9 @@ int cmd_whatif(int argc, char **argv)
                 double fdays = cli_goodput_days(&gp, tokens, w->cost.tokens_per_s);
                 /* GPUs are paid for by the wall-clock day, failures included. */
                 double cost = price >= 0 && isfinite(fdays) ? fdays * 24.0 * gpus * price : -1;
+                cr->tokens_per_s = w->cost.tokens_per_s;
+                cr->days = isfinite(fdays) ? fdays : days;
+                cr->cost_usd = cost;
                 cJSON_AddItemToObject(e, "layout", dp_layout_to_json(&w->layout));
                 cJSON_AddNumberToObject(e, "tokens_per_s", w->cost.tokens_per_s);
                 cJSON_AddNumberToObject(e, "mfu", w->cost.mfu);
@@ -265,7 +280,15 @@ int cmd_whatif(int argc, char **argv)
         }
     }
     free(r);
-    if (rc) {
+    if (!rc && svg) {
+        struct dp_buf b = {0};
+        if (cli_svg_whatif(&m, tokens, &so, systems, ns, nodes, nn, chart, np > 0, &b, &err) ||
+            cli_write_text(svg, &b, &err))
+            rc = cli_fail(&err);
+        dp_buf_release(&b);
+    }
+    free(chart);
+    if (rc || (svg && strcmp(svg, "-") == 0)) { /* "-": the SVG is the output */
         free(tab);
         cJSON_Delete(rows);
         return rc;

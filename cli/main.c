@@ -17,6 +17,8 @@ static const struct dp_cmd {
     {"ckpt", cmd_ckpt, "list, verify and export the checkpoints of `dplan run`", true},
     {"data", cmd_data, "prepare token files for `dplan run` (byte-level tokeniser)", false},
     {"estimate", cmd_estimate, "predict step time, throughput and memory of one layout", true},
+    {"export", cmd_export,
+     "write a plan as Megatron-LM, DeepSpeed or torchtitan settings or launchers", false},
     {"memory", cmd_memory, "per-GPU memory per pipeline stage; will it fit, and what fixes it",
      true},
     {"model", cmd_model, "show a model's architecture and exact parameter count", true},

@@ -458,5 +458,25 @@ void dp_fmt_bytes(int64_t bytes, char *out, size_t cap);
 int dp_read_file(const char *file, char **buf, size_t *len, size_t max, struct dp_err *err);
 /* mkdir -p: create dir and its missing parents; an existing directory is fine. */
 int dp_mkdirs(const char *dir, struct dp_err *err);
+/*
+ * Write `len` bytes to `file` atomically: a temporary file next to it, fsync,
+ * rename. On failure the old file (if any) is untouched and no temporary is left.
+ */
+int dp_write_file_atomic(const char *file, const void *data, size_t len, struct dp_err *err);
+
+/*
+ * A growing text buffer for generated documents (SVG, exported configs).
+ * Zero-initialise it; appends never fail visibly: an allocation failure sets
+ * `failed` and later appends are ignored, so callers check once at the end.
+ * `data` is NUL-terminated whenever len > 0. Free with dp_buf_release.
+ */
+struct dp_buf {
+    char *data;
+    size_t len, cap;
+    bool failed;
+};
+void dp_buf_printf(struct dp_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void dp_buf_puts(struct dp_buf *b, const char *s);
+void dp_buf_release(struct dp_buf *b);
 
 #endif

@@ -67,6 +67,13 @@ struct dp_search_opts {
     bool dp_overlap;
     enum dp_optimizer optimizer;
     struct dp_mem_opts mem;
+    /*
+     * Optional: called once for every layout that fits, in enumeration order, after
+     * its step time is computed (`dplan suggest --svg` plots them). The candidate is
+     * valid during the call only; its paths' descriptions are empty. NULL: none.
+     */
+    void (*on_fit)(const struct dp_candidate *c, void *ctx);
+    void *on_fit_ctx;
 };
 void dp_search_opts_default(struct dp_search_opts *o);
 

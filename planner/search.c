@@ -151,6 +151,8 @@ static void evaluate(struct search *s, const struct dp_layout *l, const struct d
     r->fitting++;
     c.layout = *l;
     dp_time_step_with(s->m, s->cl, l, lt, &c.cost);
+    if (s->o->on_fit)
+        s->o->on_fit(&c, s->o->on_fit_ctx);
     keep_top(s, &c);
     keep_alt(s, DP_ALT_TP, l->tp, &c);
     keep_alt(s, DP_ALT_PP, l->pp, &c);
