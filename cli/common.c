@@ -52,14 +52,37 @@ const char cli_knob_help[] =
     "  --no-flash-attn             attention stores the s^2 score matrices\n"
     "  --no-dp-overlap             gradient reduction after backward, not overlapped\n"
     "  --first-stage-layers N --last-stage-layers N   uneven pipeline split\n"
-    "  --overhead-gib X            runtime overhead per GPU [the GPU profile's]\n";
+    "  --overhead-gib X            runtime overhead per GPU [the GPU profile's]\n"
+    "Mixture of experts (never searched):\n"
+    "  --etp N                     expert tensor parallel size [tp]; the expert layers\n"
+    "                              regroup each stage's tp*cp*dp ranks as etp*ep*edp\n"
+    "  --moe-capacity F            expert capacity factor (tokens beyond it are dropped)\n"
+    "                              [0: dropless]; --moe-pad pads every expert to it\n"
+    "  --moe-imbalance F           dropless: the busiest EP rank's routed tokens over the\n"
+    "                              mean [1.25, Switch Transformer's capacity factor; 1 for\n"
+    "                              runs with forced-balanced routing]\n";
 
 void cli_common_init(struct cli_common *c)
 {
     memset(c, 0, sizeof *c);
     c->recompute = c->precision = c->grad_fp32 = c->optimizer = -1;
     c->overhead_gib = -1;
+    c->moe_imbalance = -1;
     c->zero = -1;
+}
+
+static int parse_double(const char *cmd, const char *opt, const char *arg, double lo, double hi,
+                        const char *what, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(arg, &end);
+    if (end == arg || *end || errno || !(v >= lo && v <= hi)) {
+        cli_usage_error(cmd, "--%s: expected %s, got \"%s\"", opt, what, arg);
+        return -2;
+    }
+    *out = v;
+    return 0;
 }
 
 static int parse_long(const char *cmd, const char *opt, const char *arg, long long lo, long long hi,
@@ -150,17 +173,18 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
     case OPT_LAST_LAYERS:
         r = parse_int(cmd, "last-stage-layers", arg, 1, 100000, &c->last_layers);
         break;
-    case OPT_OVERHEAD: {
-        char *end;
-        errno = 0;
-        double v = strtod(arg, &end);
-        if (end == arg || *end || errno || !(v >= 0 && v <= 1e6)) {
-            cli_usage_error(cmd, "--overhead-gib: expected number >= 0, got \"%s\"", arg);
-            return -2;
-        }
-        c->overhead_gib = v;
+    case OPT_OVERHEAD:
+        r = parse_double(cmd, "overhead-gib", arg, 0, 1e6, "number >= 0", &c->overhead_gib);
         break;
-    }
+    case OPT_ETP: r = parse_int(cmd, "etp", arg, 1, 1 << 20, &c->etp); break;
+    case OPT_MOE_CAPACITY:
+        r = parse_double(cmd, "moe-capacity", arg, 0, 1000, "capacity factor >= 0 (0: dropless)",
+                         &c->moe_capacity);
+        break;
+    case OPT_MOE_PAD: c->moe_pad = true; break;
+    case OPT_MOE_IMBALANCE:
+        r = parse_double(cmd, "moe-imbalance", arg, 1, 1000, "number >= 1", &c->moe_imbalance);
+        break;
     case OPT_JSON: c->json = true; break;
     default: return 0;
     }
@@ -272,6 +296,11 @@ int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus, s
     l->dp_overlap = !c->no_dp_overlap;
     l->first_stage_layers = c->first_layers;
     l->last_stage_layers = c->last_layers;
+    l->etp = c->etp;
+    l->moe_capacity = c->moe_capacity;
+    l->moe_pad = c->moe_pad;
+    if (c->moe_imbalance >= 0)
+        l->moe_imbalance = c->moe_imbalance;
     return 0;
 }
 
@@ -314,6 +343,11 @@ int cli_search_opts(const struct cli_common *c, const struct dp_model *m, struct
     o->dp_overlap = !c->no_dp_overlap;
     if (c->optimizer >= 0)
         o->optimizer = (enum dp_optimizer)c->optimizer;
+    o->etp = c->etp;
+    o->moe_capacity = c->moe_capacity;
+    o->moe_pad = c->moe_pad;
+    if (c->moe_imbalance >= 0)
+        o->moe_imbalance = c->moe_imbalance;
     cli_mem_opts(c, &o->mem);
     return 0;
 }
@@ -347,8 +381,8 @@ int cli_resolve(const struct cli_common *c, const char *model_arg, struct dp_mod
     }
     if (model_arg)
         return dp_err_set(err, DP_EUSAGE, "give either MODEL or --plan, not both");
-    for (int k = OPT_TP; k <= OPT_LAST_LAYERS; k++)
-        if (c->knob_given[k - OPT_SYSTEM])
+    for (int k = OPT_TP; k < OPT_COMMON_END; k++)
+        if (k != OPT_OVERHEAD && k != OPT_JSON && k != OPT_PLAN && c->knob_given[k - OPT_SYSTEM])
             return dp_err_set(err, DP_EUSAGE,
                               "layout options cannot be combined with --plan (the plan fixes the "
                               "layout; edit the plan or use MODEL and knobs)");

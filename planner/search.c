@@ -5,8 +5,9 @@
  *
  * Speed comes from structure, not pruning heuristics: the per-layer time and
  * activation bytes depend only on (tp, cp, mbs, sp, ep), so they are computed
- * once per such tuple and reused for every pipeline/data-parallel/ZeRO/
- * recompute choice; the memory check (cheaper) runs before the time model.
+ * once per such tuple and layer kind (dense, MoE) and reused for every
+ * pipeline/data-parallel/ZeRO/recompute choice; each stage is charged for the
+ * kinds it holds. The memory check (cheaper) runs before the time model.
  */
 #include "internal.h"
 
@@ -29,7 +30,27 @@ void dp_search_opts_default(struct dp_search_opts *o)
     o->flash_attn = true;
     o->dp_overlap = true;
     o->optimizer = DP_OPT_ADAM;
+    o->moe_imbalance = DP_MOE_IMBALANCE_DEFAULT;
     dp_mem_opts_default(&o->mem);
+}
+
+bool dp__tp_divides(const struct dp_model *m, int tp, int etp)
+{
+    if (m->heads % tp || m->kv_heads % tp)
+        return false;
+    if ((m->experts == 0 || m->moe_dense_layers > 0) && m->ffn_hidden % tp)
+        return false;
+    if (m->moe_shared_experts > 0 && m->moe_shared_ffn_hidden % tp)
+        return false;
+    return m->experts == 0 || m->moe_ffn_hidden % (etp ? etp : tp) == 0;
+}
+
+void dp__apply_moe_opts(const struct dp_search_opts *o, struct dp_layout *l)
+{
+    l->etp = o->etp;
+    l->moe_capacity = o->moe_capacity;
+    l->moe_pad = o->moe_pad;
+    l->moe_imbalance = o->moe_imbalance;
 }
 
 struct search {
@@ -115,8 +136,9 @@ static void keep_alt(struct search *s, enum dp_alt_dim dim, int value, const str
     }
 }
 
-static void evaluate(struct search *s, const struct dp_layout *l, const struct dp_layer_time *lt,
-                     const struct dp_act_layer *al)
+static void evaluate(struct search *s, const struct dp_layout *l,
+                     const struct dp_layer_time lt[DP_LAYER_KINDS],
+                     const struct dp_act_layer al[DP_LAYER_KINDS])
 {
     struct dp_search_result *r = s->r;
     r->evaluated++;
@@ -192,7 +214,6 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
                        .gpus = dp_cluster_gpus(cl),
                        .cap = dp_gpu_usable_bytes(&cl->gpu)};
     const int gpus = s.gpus, gpn = cl->gpus_per_node, L = (int)m->layers;
-    const int64_t f = m->experts ? m->moe_ffn_hidden : m->ffn_hidden;
     if (cl->nodes > 1 && cl->nics_per_node < 1)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "%d nodes but no network interfaces per node in the cluster", cl->nodes);
@@ -206,6 +227,7 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
     base.flash_attn = o->flash_attn;
     base.dp_overlap = o->dp_overlap;
     base.optimizer = o->optimizer;
+    dp__apply_moe_opts(o, &base);
 
     char nosplit[DP_MAX_PP + 1] = {0};
     for (int tp = 1; tp <= gpus; tp *= 2) {
@@ -220,9 +242,9 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
             note(&s, "tp=%d: does not divide the %d GPUs of a node", tp, gpn);
             continue;
         }
-        if (m->heads % tp || m->kv_heads % tp || f % tp) {
-            note(&s, "tp=%d: does not divide heads=%lld, kv_heads=%lld and ffn=%lld", tp,
-                 (long long)m->heads, (long long)m->kv_heads, (long long)f);
+        if (!dp__tp_divides(m, tp, o->etp)) {
+            note(&s, "tp=%d: does not divide heads=%lld, kv_heads=%lld and the MLP widths", tp,
+                 (long long)m->heads, (long long)m->kv_heads);
             continue;
         }
         for (int cp = 1; cp <= gpus / tp; cp *= 2) {
@@ -248,8 +270,12 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
                     if (sp && o->seq_len % tp)
                         continue;
                     int64_t emax = m->experts > 0 ? m->experts : 1;
+                    const int64_t etp = o->etp ? o->etp : tp;
                     for (int ep = 1; ep <= emax; ep++) {
                         if (emax % ep || (o->ep && ep != o->ep))
+                            continue;
+                        /* Megatron-Core: expert with tensor parallelism needs SP. */
+                        if (ep > 1 && tp > 1 && !sp)
                             continue;
                         struct dp_layout l = base;
                         l.tp = tp;
@@ -259,12 +285,12 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
                         l.ep = ep;
                         l.dp = rest; /* for the paths; fixed below per pp */
                         l.pp = 1;
-                        struct dp_layer_time lt;
-                        dp_time_layer(m, cl, &l, &lt);
-                        struct dp_act_layer act[3];
+                        struct dp_layer_time lt[DP_LAYER_KINDS];
+                        dp_time_layer(m, cl, &l, lt);
+                        struct dp_act_layer act[3][DP_LAYER_KINDS];
                         for (int rc = 0; rc < 3; rc++) {
                             l.recompute = (enum dp_recompute)rc;
-                            dp_act_layer(m, &l, &act[rc]);
+                            dp_act_layers(m, &l, act[rc]);
                         }
                         for (int pp = 1; pp <= rest && pp <= L && pp <= DP_MAX_PP; pp++) {
                             if (rest % pp || (o->pp && pp != o->pp))
@@ -272,7 +298,7 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
                             int dp = rest / pp;
                             if (o->dp && dp != o->dp)
                                 continue;
-                            if (ep > 1 && (dp * cp) % ep)
+                            if (m->experts && ((int64_t)tp * cp * dp) % (ep * etp))
                                 continue;
                             if (o->gbs % (mbs * dp))
                                 continue;
@@ -309,7 +335,7 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
                                             l.recompute = (enum dp_recompute)rc;
                                             l.first_stage_layers = sp_[si][0];
                                             l.last_stage_layers = sp_[si][1];
-                                            evaluate(&s, &l, &lt, &act[rc]);
+                                            evaluate(&s, &l, lt, act[rc]);
                                         }
                                     }
                                 }
