@@ -53,6 +53,7 @@ enum {
     OPT_MOE_CAPACITY,
     OPT_MOE_PAD,
     OPT_MOE_IMBALANCE,
+    OPT_MOE_DISPATCHER,
     OPT_COMMON_END,
 };
 
@@ -87,6 +88,7 @@ enum {
         {"moe-capacity", required_argument, 0, OPT_MOE_CAPACITY},                                  \
         {"moe-pad", no_argument, 0, OPT_MOE_PAD},                                                  \
         {"moe-imbalance", required_argument, 0, OPT_MOE_IMBALANCE},                                \
+        {"moe-dispatcher", required_argument, 0, OPT_MOE_DISPATCHER},                              \
     {                                                                                              \
         "overhead-gib", required_argument, 0, OPT_OVERHEAD                                         \
     }
@@ -99,7 +101,7 @@ struct cli_common {
     /* knobs */
     int tp, pp, dp, cp, ep, vpp, zero, first_layers, last_layers, etp;
     long long mbs, gbs, seq_len;
-    int recompute, precision, grad_fp32, optimizer; /* -1 = unset */
+    int recompute, precision, grad_fp32, optimizer, dispatcher; /* -1 = unset */
     bool sp, no_flash, no_dp_overlap, json, moe_pad;
     double overhead_gib;  /* < 0 = unset */
     double moe_capacity;  /* 0 = dropless */

@@ -60,12 +60,15 @@ const char cli_knob_help[] =
     "                              [0: dropless]; --moe-pad pads every expert to it\n"
     "  --moe-imbalance F           dropless: the busiest EP rank's routed tokens over the\n"
     "                              mean [1.25, Switch Transformer's capacity factor; 1 for\n"
-    "                              runs with forced-balanced routing]\n";
+    "                              runs with forced-balanced routing]\n"
+    "  --moe-dispatcher {alltoall,dedup}  token dispatch: one copy per (token, expert), or\n"
+    "                              one per destination GPU and node (DeepEP, HybridEP)\n"
+    "                              [alltoall]\n";
 
 void cli_common_init(struct cli_common *c)
 {
     memset(c, 0, sizeof *c);
-    c->recompute = c->precision = c->grad_fp32 = c->optimizer = -1;
+    c->recompute = c->precision = c->grad_fp32 = c->optimizer = c->dispatcher = -1;
     c->overhead_gib = -1;
     c->moe_imbalance = -1;
     c->zero = -1;
@@ -130,6 +133,7 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
     static const char *const prec_names[] = {"bf16", "fp16", "fp32"};
     static const char *const grad_names[] = {"half", "fp32"};
     static const char *const opt_names[] = {"adam", "sgd"};
+    static const char *const disp_names[] = {"alltoall", "dedup"};
     if (opt < OPT_SYSTEM || opt >= OPT_COMMON_END)
         return 0;
     c->knob_given[opt - OPT_SYSTEM] = true;
@@ -182,6 +186,9 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
                          &c->moe_capacity);
         break;
     case OPT_MOE_PAD: c->moe_pad = true; break;
+    case OPT_MOE_DISPATCHER:
+        r = parse_choice(cmd, "moe-dispatcher", arg, disp_names, 2, &c->dispatcher);
+        break;
     case OPT_MOE_IMBALANCE:
         r = parse_double(cmd, "moe-imbalance", arg, 1, 1000, "number >= 1", &c->moe_imbalance);
         break;
@@ -301,6 +308,8 @@ int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus, s
     l->moe_pad = c->moe_pad;
     if (c->moe_imbalance >= 0)
         l->moe_imbalance = c->moe_imbalance;
+    if (c->dispatcher >= 0)
+        l->moe_dispatcher = (enum dp_moe_dispatcher)c->dispatcher;
     return 0;
 }
 
@@ -348,6 +357,8 @@ int cli_search_opts(const struct cli_common *c, const struct dp_model *m, struct
     o->moe_pad = c->moe_pad;
     if (c->moe_imbalance >= 0)
         o->moe_imbalance = c->moe_imbalance;
+    if (c->dispatcher >= 0)
+        o->moe_dispatcher = (enum dp_moe_dispatcher)c->dispatcher;
     cli_mem_opts(c, &o->mem);
     return 0;
 }
@@ -456,4 +467,17 @@ void cli_describe_layout(FILE *f, const struct dp_layout *l, const struct dp_mod
     fprintf(f, "layout   %s gbs=%lld seq=%lld %s, %lld micro-batch%s per step\n", buf,
             (long long)l->gbs, (long long)l->seq_len, dp_precision_name(l->precision),
             (long long)dp_layout_microbatches(l), dp_layout_microbatches(l) == 1 ? "" : "es");
+    if (m->experts > 0) {
+        char route[96];
+        if (l->moe_capacity > 0)
+            snprintf(route, sizeof route, "capacity factor %.2f%s", l->moe_capacity,
+                     l->moe_pad ? ", padded" : "");
+        else
+            snprintf(route, sizeof route, "dropless, imbalance %.2f", l->moe_imbalance);
+        fprintf(f,
+                "experts  etp=%d ep=%d edp=%d, %s, %s dispatch: %.0f token copies per GPU per "
+                "micro-batch (load %.2f)\n",
+                dp_layout_etp(l), l->ep, dp_layout_edp(l), route,
+                dp_dispatcher_name(l->moe_dispatcher), dp_moe_rows(m, l), dp_moe_load(m, l));
+    }
 }

@@ -158,7 +158,10 @@ enum dp_layer_kind dp_model_layer_kind(const struct dp_model *m, int64_t i);
 void dp_model_layer_kinds(const struct dp_model *m, int64_t first, int64_t count,
                           struct dp_layer_kinds *out);
 /* Does the model have layers of more than one kind? */
-bool dp_model_mixed_layers(const struct dp_model *m);
+static inline bool dp_model_mixed_layers(const struct dp_model *m)
+{
+    return m->experts > 0 && m->moe_dense_layers > 0;
+}
 
 /* Parameter counts of the model as published (unpadded vocabulary). */
 struct dp_param_count {
@@ -315,6 +318,11 @@ struct cJSON *dp_cluster_to_json(const struct dp_cluster *c);
 /* ------------------------------------------------------------------ layout */
 
 enum dp_recompute { DP_RECOMPUTE_NONE = 0, DP_RECOMPUTE_SELECTIVE = 1, DP_RECOMPUTE_FULL = 2 };
+/* MoE token dispatch: Megatron-Core's MoEAlltoAllTokenDispatcher sends one copy per
+ * (token, expert); DeepEP/HybridEP (Megatron's flex dispatcher) one per destination
+ * GPU inside a node and one per destination node across nodes, forwarded there. */
+enum dp_moe_dispatcher { DP_DISPATCH_ALLTOALL = 0, DP_DISPATCH_DEDUP = 1 };
+const char *dp_dispatcher_name(enum dp_moe_dispatcher d);
 enum dp_optimizer { DP_OPT_ADAM = 0, DP_OPT_SGD = 1 };
 const char *dp_recompute_name(enum dp_recompute r);
 
@@ -346,6 +354,7 @@ struct dp_layout {
     double moe_capacity;  /* expert capacity factor; 0 = dropless */
     bool moe_pad;         /* pad every expert's input to its capacity */
     double moe_imbalance; /* busiest EP rank's routed tokens over the mean (dropless) */
+    enum dp_moe_dispatcher moe_dispatcher;
 };
 
 /* Default load imbalance of dropless routing: 1.25, the capacity factor Switch
@@ -456,11 +465,14 @@ struct dp_run {
     struct dp_model model;
     struct dp_cluster cluster;
     struct dp_layout layout;
-    double iteration_time_s; /* measured, or 0 when tflops_per_gpu is given */
-    double tflops_per_gpu;
+    double iteration_time_s;     /* measured, or 0 when another measure is given */
+    double tflops_per_gpu;       /* with its FLOP convention `flops` */
+    double tokens_per_s_per_gpu; /* throughput: gbs x seq_len / (this x GPUs) per step */
     enum dp_flops_convention flops;
     bool held_out;       /* not used to set any constant */
     bool underspecified; /* the source omits layout details: printed, not scored */
+    char needs[128];     /* knobs dplan does not model yet ("fp8, hsdp"): the layout holds
+                            the nearest expressible one; printed, not scored */
 };
 
 /* Load a runs file; *runs is malloc'ed (free it), *n its length. */

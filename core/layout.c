@@ -12,6 +12,12 @@
 static const char *const recompute_names[] = {"none", "selective", "full"};
 static const char *const precision_names[] = {"bf16", "fp16", "fp32"};
 static const char *const optimizer_names[] = {"adam", "sgd"};
+static const char *const dispatcher_names[] = {"alltoall", "dedup"};
+
+const char *dp_dispatcher_name(enum dp_moe_dispatcher d)
+{
+    return dispatcher_names[d];
+}
 
 const char *dp_recompute_name(enum dp_recompute r)
 {
@@ -71,6 +77,11 @@ void dp_layout_stage_kinds(const struct dp_layout *l, const struct dp_model *m, 
                            struct dp_layer_kinds *out)
 {
     memset(out, 0, sizeof *out);
+    if (!dp_model_mixed_layers(m)) { /* one kind: no need to find the stage's range */
+        out->n[m->experts > 0 ? DP_LAYER_MOE : DP_LAYER_DENSE] =
+            dp_layout_stage_layers(l, m, stage);
+        return;
+    }
     if (l->vpp > 1) {
         /* Interleaved 1F1B (even split): chunk c of stage r is virtual stage c pp + r
          * (Megatron get_transformer_layer_offset). */
@@ -274,6 +285,8 @@ cJSON *dp_layout_to_json(const struct dp_layout *l)
     }
     if (l->moe_imbalance != DP_MOE_IMBALANCE_DEFAULT)
         cJSON_AddNumberToObject(o, "moe_imbalance", l->moe_imbalance);
+    if (l->moe_dispatcher != DP_DISPATCH_ALLTOALL)
+        cJSON_AddStringToObject(o, "moe_dispatcher", dispatcher_names[l->moe_dispatcher]);
     return o;
 }
 
@@ -302,10 +315,11 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
                                        "moe_capacity",
                                        "moe_pad",
                                        "moe_imbalance",
+                                       "moe_dispatcher",
                                        NULL};
     dp_layout_default(out);
     int64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1, zero = 0, first = 0, last = 0, etp = 0;
-    int rc_ = 0, prec = 0, opt = 0;
+    int rc_ = 0, prec = 0, opt = 0, disp = 0;
     if (dp_jr_expect_object(jr, obj, "a layout object") || dp_jr_check_keys(jr, obj, keys) ||
         dp_jr_int(jr, obj, "tp", true, 1, 1 << 20, &tp) ||
         dp_jr_int(jr, obj, "pp", true, 1, 1 << 20, &pp) ||
@@ -329,8 +343,10 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
         dp_jr_int(jr, obj, "etp", false, 1, 1 << 20, &etp) ||
         dp_jr_number(jr, obj, "moe_capacity", false, 0, 1000, &out->moe_capacity) ||
         dp_jr_bool(jr, obj, "moe_pad", false, &out->moe_pad) ||
-        dp_jr_number(jr, obj, "moe_imbalance", false, 1, 1000, &out->moe_imbalance))
+        dp_jr_number(jr, obj, "moe_imbalance", false, 1, 1000, &out->moe_imbalance) ||
+        dp_jr_enum(jr, obj, "moe_dispatcher", false, dispatcher_names, 2, &disp))
         return jr->err->code;
+    out->moe_dispatcher = (enum dp_moe_dispatcher)disp;
     out->etp = (int)etp;
     out->tp = (int)tp;
     out->pp = (int)pp;

@@ -288,11 +288,6 @@ void dp_model_layer_kinds(const struct dp_model *m, int64_t first, int64_t count
     out->n[DP_LAYER_MOE] = (int)(count - dense);
 }
 
-bool dp_model_mixed_layers(const struct dp_model *m)
-{
-    return m->experts > 0 && m->moe_dense_layers > 0;
-}
-
 void dp_model_count(const struct dp_model *m, struct dp_param_count *out)
 {
     int64_t h = m->hidden;

@@ -181,6 +181,7 @@ static void geometry(const struct family *f, long c, int gpn, bool blocks_matter
 /* A path candidate: one group's bandwidth and latency, and the links it names. */
 struct cand {
     double bw, lat;
+    double a2a_in, a2a_net; /* all-to-alls: the two per-GPU rates */
     struct geo g;
     const struct dp_link *slow, *in; /* slowest link; p2p: the link of the intra-node hops */
 };
@@ -208,6 +209,8 @@ static void cost(const struct dp_cluster *cl, const struct family *f, const stru
         o->bw = ((double)(n - 1) / n) / (t_in > t_net ? t_in : t_net);
         o->lat = cl->inter.latency_us;
         o->slow = t_in > t_net ? lk : &cl->inter;
+        o->a2a_in = k > 1 ? in : intra_bw(lk, 2);
+        o->a2a_net = net;
         return;
     }
     if (f->pat == COLLECTIVE || f->pat == ALLTOALL) {
@@ -216,6 +219,7 @@ static void cost(const struct dp_cluster *cl, const struct family *f, const stru
             o->bw = intra_bw(lk, f->n);
             o->lat = lk->latency_us;
             o->slow = lk;
+            o->a2a_in = o->a2a_net = o->bw;
             return;
         }
         /*
@@ -303,7 +307,7 @@ static void family_path(const struct dp_cluster *cl, const struct family *f, boo
     out->hops = out->hops_inter = 0;
     out->inter_node = false;
     if (f->n <= 1) {
-        out->busbw_gbps = 1e9;
+        out->busbw_gbps = out->in_gbps = out->net_gbps = 1e9;
         out->members_per_node = 1;
         out->nodes = 1;
         if (desc)
@@ -343,6 +347,8 @@ static void family_path(const struct dp_cluster *cl, const struct family *f, boo
     }
     out->busbw_gbps = w.bw;
     out->latency_us = w.lat;
+    out->in_gbps = f->pat == ALLTOALL ? w.a2a_in : 0;
+    out->net_gbps = f->pat == ALLTOALL ? w.a2a_net : 0;
     out->inter_node = w.g.nodes > 1;
     out->members_per_node = w.g.kmin;
     out->nodes = w.g.nodes;

@@ -44,6 +44,16 @@ void dp_act_layers(const struct dp_model *m, const struct dp_layout *l,
  */
 double dp_moe_load(const struct dp_model *m, const struct dp_layout *l);
 double dp_moe_rows(const struct dp_model *m, const struct dp_layout *l);
+/*
+ * Copies of one dispatched token an EP rank sends, per the dispatcher, over an EP
+ * group of n ranks of which g share its node: *in to members on its node (and, for
+ * the deduplicating dispatcher, forwarded inside remote nodes), *net across nodes.
+ * alltoall: k (g - 1)/n and k (n - g)/n. dedup: one copy per destination GPU and
+ * one per destination node, forwarded there over NVLink, for k experts drawn
+ * uniformly from E (balanced routing).
+ */
+void dp_moe_dispatch_copies(const struct dp_model *m, const struct dp_layout *l, int n, int g,
+                            double *in, double *net);
 
 /*
  * Model-state bytes per GPU for n parameters held by this GPU before DP
@@ -201,8 +211,10 @@ struct dp_path {
     int members_per_node; /* collectives: the fewest members on one node of the slowest group */
     int nodes;            /* nodes the slowest group touches */
     int hops, hops_inter; /* pipelines and rings: hops of the slowest group, those across nodes */
-    char link[64];        /* the slowest link crossed (described paths only) */
-    char desc[128];       /* "nvlink4, inside a node", "ib-ndr-400 across nodes: 3 of 7 hops ..." */
+    double in_gbps;  /* all-to-alls: per-GPU rate to members on its node (efficiency applied) */
+    double net_gbps; /* all-to-alls: per-GPU rate to members elsewhere (its NIC share) */
+    char link[64];   /* the slowest link crossed (described paths only) */
+    char desc[128];  /* "nvlink4, inside a node", "ib-ndr-400 across nodes: 3 of 7 hops ..." */
 };
 /* A collective over groups of n ranks `stride` apart, tiling the cluster (blocks of
  * n * stride consecutive ranks, `stride` groups interleaved in each). */

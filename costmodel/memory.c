@@ -236,21 +236,34 @@ static void layer_params(const struct dp_model *m, const struct dp_layout *l,
     *dense = n;
 }
 
+/* One layer's parameters per GPU for each kind (computed once per layout). */
+struct kind_params {
+    int64_t dense[DP_LAYER_KINDS], expert[DP_LAYER_KINDS];
+};
+
+static void kind_params(const struct dp_model *m, const struct dp_layout *l, struct kind_params *kp)
+{
+    memset(kp, 0, sizeof *kp);
+    for (int k = 0; k < DP_LAYER_KINDS; k++) {
+        bool present =
+            k == DP_LAYER_MOE ? m->experts > 0 : m->experts == 0 || m->moe_dense_layers > 0;
+        if (present)
+            layer_params(m, l, (enum dp_layer_kind)k, &kp->dense[k], &kp->expert[k]);
+    }
+}
+
 /* Parameters held by one GPU of stage r: its layers by kind, plus the embedding (first
  * stage), the final norm and the LM head (last stage), all in the dense part. */
 static void stage_params(const struct dp_model *m, const struct dp_layout *l, int r,
-                         const struct dp_layer_kinds *kinds, int64_t *dense, int64_t *expert)
+                         const struct dp_layer_kinds *kinds, const struct kind_params *kp,
+                         int64_t *dense, int64_t *expert)
 {
     const int64_t t = l->tp, h = m->hidden;
     const int64_t vpad = dp_padded_vocab(m->vocab, l->tp);
     int64_t d = 0, e = 0;
     for (int k = 0; k < DP_LAYER_KINDS; k++) {
-        if (!kinds->n[k])
-            continue;
-        int64_t ld, le;
-        layer_params(m, l, (enum dp_layer_kind)k, &ld, &le);
-        d += kinds->n[k] * ld;
-        e += kinds->n[k] * le;
+        d += kinds->n[k] * kp->dense[k];
+        e += kinds->n[k] * kp->expert[k];
     }
     if (r == 0) {
         d += vpad * h / t; /* vocabulary-parallel embedding */
@@ -273,8 +286,10 @@ void dp_mem_stage_params(const struct dp_model *m, const struct dp_layout *l, in
                          int64_t *expert)
 {
     struct dp_layer_kinds kinds;
+    struct kind_params kp;
     dp_layout_stage_kinds(l, m, r, &kinds);
-    stage_params(m, l, r, &kinds, dense, expert);
+    kind_params(m, l, &kp);
+    stage_params(m, l, r, &kinds, &kp, dense, expert);
 }
 
 /* Micro-batch-equivalents of activations live on stage r at its peak. */
@@ -298,7 +313,8 @@ static double inflight(const struct dp_layout *l, int r, int64_t M)
 
 static void stage_with(const struct dp_model *m, const struct dp_cluster *cl,
                        const struct dp_layout *l, const struct dp_mem_opts *o, int r,
-                       const struct dp_act_layer al[DP_LAYER_KINDS], struct dp_mem_stage *out)
+                       const struct dp_act_layer al[DP_LAYER_KINDS], const struct kind_params *kp,
+                       struct dp_mem_stage *out)
 {
     memset(out, 0, sizeof *out);
     const int64_t t = l->tp, h = m->hidden;
@@ -317,7 +333,7 @@ static void stage_with(const struct dp_model *m, const struct dp_cluster *cl,
     struct dp_layer_kinds kinds;
     dp_layout_stage_kinds(l, m, r, &kinds);
     int64_t dense, expert;
-    stage_params(m, l, r, &kinds, &dense, &expert);
+    stage_params(m, l, r, &kinds, kp, &dense, &expert);
     out->params = dense + expert;
     for (int k = 0; k < DP_LAYER_KINDS; k++)
         out->kind_layers[k] = kinds.n[k];
@@ -366,12 +382,9 @@ static void stage_with(const struct dp_model *m, const struct dp_cluster *cl,
         out->comm_bytes += 2 * p * s * b * h / u;
     if (l->zero >= 3) { /* parameters of the current and the prefetched layer, gathered */
         int64_t big = 0;
-        for (int k = 0; k < DP_LAYER_KINDS; k++) {
-            int64_t ld, le;
-            layer_params(m, l, (enum dp_layer_kind)k, &ld, &le);
-            if (kinds.n[k] && ld + le > big)
-                big = ld + le;
-        }
+        for (int k = 0; k < DP_LAYER_KINDS; k++)
+            if (kinds.n[k] && kp->dense[k] + kp->expert[k] > big)
+                big = kp->dense[k] + kp->expert[k];
         out->comm_bytes += 2 * big * pb;
     }
     if (l->zero >= 2) {
@@ -392,8 +405,10 @@ void dp_mem_stage(const struct dp_model *m, const struct dp_cluster *cl, const s
                   const struct dp_mem_opts *o, int r, struct dp_mem_stage *out)
 {
     struct dp_act_layer al[DP_LAYER_KINDS];
+    struct kind_params kp;
     dp_act_layers(m, l, al);
-    stage_with(m, cl, l, o, r, al, out);
+    kind_params(m, l, &kp);
+    stage_with(m, cl, l, o, r, al, &kp, out);
 }
 
 int dp_mem_estimate(const struct dp_model *m, const struct dp_cluster *cl,
@@ -442,23 +457,24 @@ void dp_mem_peak_with(const struct dp_model *m, const struct dp_cluster *cl,
      * extremes are among the first, second and last stages, and the smallest may be the
      * last middle one. Layers of several kinds make middle stages differ: then every
      * stage is a candidate. */
-    int cand[DP_MAX_PP] = {0, 1, l->pp - 1, l->pp - 2};
+    int cand[4] = {0, 1, l->pp - 1, l->pp - 2};
     int n = l->pp >= 4 ? 4 : l->pp >= 3 ? 3 : l->pp;
     if (l->pp == 2)
         cand[1] = 1;
-    if (dp_model_mixed_layers(m) && l->pp > 4) {
+    bool all = dp_model_mixed_layers(m) && l->pp > 4;
+    if (all)
         n = l->pp <= DP_MAX_PP ? l->pp : DP_MAX_PP;
-        for (int i = 0; i < n; i++)
-            cand[i] = i;
-    }
+    struct kind_params kp;
+    kind_params(m, l, &kp);
     int64_t pk = -1, mn = -1;
     int ps = 0;
     for (int i = 0; i < n; i++) {
         struct dp_mem_stage st;
-        stage_with(m, cl, l, o, cand[i], al, &st);
+        int r = all ? i : cand[i];
+        stage_with(m, cl, l, o, r, al, &kp, &st);
         if (st.total_bytes > pk) {
             pk = st.total_bytes;
-            ps = cand[i];
+            ps = r;
         }
         if (mn < 0 || st.total_bytes < mn)
             mn = st.total_bytes;

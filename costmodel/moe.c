@@ -43,3 +43,49 @@ double dp_moe_rows(const struct dp_model *m, const struct dp_layout *l)
     double T = (double)l->seq_len / l->cp * (double)l->mbs;
     return dp_moe_load(m, l) * T * (double)m->top_k * dp_layout_etp(l) / l->tp;
 }
+
+/* P(a token's k experts, drawn uniformly without replacement from E, include at least
+ * one of m given ones) = 1 - C(E - m, k) / C(E, k). */
+static double hit(double E, double m, double k)
+{
+    double miss = 1;
+    for (int i = 0; i < (int)k; i++) {
+        double left = E - m - i;
+        if (left <= 0)
+            return 1;
+        miss *= left / (E - i);
+    }
+    return 1 - miss;
+}
+
+void dp_moe_dispatch_copies(const struct dp_model *m, const struct dp_layout *l, int n, int g,
+                            double *in, double *net)
+{
+    *in = *net = 0;
+    if (m->experts == 0 || n <= 1)
+        return;
+    if (g < 1)
+        g = 1;
+    if (g > n)
+        g = n;
+    const double E = (double)m->experts, k = (double)m->top_k;
+    if (l->moe_dispatcher == DP_DISPATCH_ALLTOALL) {
+        /* Every (token, expert) pair is one copy, spread evenly over the n ranks. */
+        *in = k * (g - 1) / n;
+        *net = k * (double)(n - g) / n;
+        return;
+    }
+    /*
+     * DeepEP normal kernels (deepseek-ai/DeepEP README: intranode over NVLink,
+     * internode RDMA to the same-index GPU of each destination node, then NVLink
+     * forwarding): a token goes once to each GPU hosting one of its experts (E/n
+     * each) and once to each remote node hosting one (E g / n each); on each of the
+     * N = n/g nodes, the GPUs it reaches other than the landing one receive it over
+     * NVLink: N (g - 1) q_gpu copies in all, carried symmetrically by the nodes'
+     * links.
+     */
+    double N = (double)n / g;
+    double q_gpu = hit(E, E / n, k), q_node = hit(E, E * g / n, k);
+    *in = N * (g - 1) * q_gpu;
+    *net = (N - 1) * q_node;
+}

@@ -256,12 +256,17 @@ static void moe_mlp(const struct ctx *c, struct dp_layer_time *o)
     }
     o->ew_f += (router + perm + act) / c->membw;
 
-    /* Dispatch and combine (MoEAlltoAllTokenDispatcher): an all-to-all of this GPU's
-     * share of the routed copies (rows / etp) over EP, each way, forward and again in
-     * backward; with etp > 1 the expert-TP group then gathers the copies and
+    /* Dispatch and combine: an all-to-all of this GPU's tokens (its share rows / (etp k)
+     * of the routed copies' tokens) over EP, each way, forward and again in backward,
+     * the copies split between the intra-node link and the NIC share by the dispatcher
+     * (dp_moe_dispatch_copies) and paced by the slower; (ep - 1) latency steps as for
+     * any all-to-all. With etp > 1 the expert-TP group then gathers the copies and
      * reduce-scatters the outputs. */
     if (l->ep > 1) {
-        double a2a = dp_coll_time_s(DP_ALLTOALL, p * rows / etp * h, l->ep, &c->ep);
+        double in, net, tok = p * h * rows / (etp * k);
+        dp_moe_dispatch_copies(m, l, l->ep, c->ep.members_per_node, &in, &net);
+        double t_in = tok * in / (c->ep.in_gbps * 1e9), t_net = tok * net / (c->ep.net_gbps * 1e9);
+        double a2a = (l->ep - 1) * c->ep.latency_us * 1e-6 + (t_in > t_net ? t_in : t_net);
         o->ep_f += 2 * a2a;
         o->ep_b += 2 * a2a;
     }

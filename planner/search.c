@@ -51,6 +51,7 @@ void dp__apply_moe_opts(const struct dp_search_opts *o, struct dp_layout *l)
     l->moe_capacity = o->moe_capacity;
     l->moe_pad = o->moe_pad;
     l->moe_imbalance = o->moe_imbalance;
+    l->moe_dispatcher = o->moe_dispatcher;
 }
 
 struct search {

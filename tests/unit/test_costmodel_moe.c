@@ -408,6 +408,17 @@ static void test_moe_layer_time(void)
                     4 * gemm_time(2.0 * 768 * 1024 * 1024, half, 1);
     CHECK_NEAR(lt[DP_LAYER_MOE].gemm_f - lt[DP_LAYER_DENSE].gemm_f, router + padded - dense, 1e-9);
 
+    /* DeepEP-style dispatch: one copy per destination GPU. A token's 2 of 8 experts miss
+     * the peer's 4 with probability C(4,2)/C(8,2) = 6/28, so it sends 22/28 copies (not
+     * 2 x 1/2) of its 1024 x 2 bytes: 1024 tokens (2048 copies / k). */
+    l.moe_capacity = 0;
+    l.moe_pad = false;
+    l.moe_imbalance = 1;
+    l.moe_dispatcher = DP_DISPATCH_DEDUP;
+    dp_time_layer(&m, &c, &l, lt);
+    CHECK_NEAR(lt[DP_LAYER_MOE].ep_f, 2 * (22.0 / 28) * 1024 * 2048 / 200e9, 1e-12);
+    l.moe_dispatcher = DP_DISPATCH_ALLTOALL;
+
     /* Tensor parallel 2 with SP, ep 1, etp 2: the routed experts use no TP region of
      * their own (only attention's), but the expert-TP group gathers the 2048 copies
      * (2048 x 1024 x 2 bytes) and reduce-scatters the outputs: 2 x (1/2) x 4,194,304 /
@@ -431,6 +442,32 @@ static void test_moe_layer_time(void)
     m.moe_shared_ffn_hidden = 1024;
     dp_time_layer(&m, &c, &l, lt);
     CHECK_NEAR(lt[DP_LAYER_MOE].tp_f, lt[DP_LAYER_DENSE].tp_f, 1e-12);
+}
+
+static void test_dispatch_copies(void)
+{
+    /* Qwen3-30B-A3B (128 experts, top-8) on EP 16 over two nodes of 8. */
+    struct dp_model m = tiny_ds();
+    m.experts = 128;
+    m.top_k = 8;
+    struct dp_layout l;
+    dp_layout_default(&l);
+    double in, net;
+    /* All-to-all: 8 copies, 7/16 to the node's other members, 8/16 across. */
+    dp_moe_dispatch_copies(&m, &l, 16, 8, &in, &net);
+    CHECK_NEAR(in, 8.0 * 7 / 16, 1e-15);
+    CHECK_NEAR(net, 8.0 * 8 / 16, 1e-15);
+    /* Dedup: the other node holds 64 experts; a token misses them all with probability
+     * C(64,8)/C(128,8), so 1 - that = 0.99690414 copies cross. Each GPU holds 8 experts
+     * (hit with 1 - C(120,8)/C(128,8) = 0.41228205); on each of the 2 nodes the 7
+     * GPUs other than the landing one get their copy over NVLink: 2 x 7 x 0.41228205. */
+    l.moe_dispatcher = DP_DISPATCH_DEDUP;
+    dp_moe_dispatch_copies(&m, &l, 16, 8, &in, &net);
+    CHECK_NEAR(net, 0.9969041357232079, 1e-12);
+    CHECK_NEAR(in, 5.771948709626665, 1e-12);
+    /* Inside one node (n = g = 8): no copy crosses. */
+    dp_moe_dispatch_copies(&m, &l, 8, 8, &in, &net);
+    CHECK_NEAR(net, 0, 0);
 }
 
 static void test_mixed_stages(void)
@@ -493,6 +530,7 @@ int main(void)
     test_flops();
     test_alltoall_path();
     test_moe_layer_time();
+    test_dispatch_copies();
     test_mixed_stages();
     test_validate_rules();
     return check_done("test_costmodel_moe");
