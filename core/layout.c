@@ -82,22 +82,16 @@ void dp_layout_stage_kinds(const struct dp_layout *l, const struct dp_model *m, 
             dp_layout_stage_layers(l, m, stage);
         return;
     }
-    if (l->vpp > 1) {
-        /* Interleaved 1F1B (even split): chunk c of stage r is virtual stage c pp + r
-         * (Megatron get_transformer_layer_offset). */
-        int per = (int)m->layers / (l->pp * l->vpp);
-        for (int c = 0; c < l->vpp; c++) {
-            struct dp_layer_kinds k;
-            dp_model_layer_kinds(m, (int64_t)(c * l->pp + stage) * per, per, &k);
-            for (int i = 0; i < DP_LAYER_KINDS; i++)
-                out->n[i] += k.n[i];
-        }
-        return;
+    /* Each model chunk's layer range (one chunk without interleaving), by kind. */
+    int v = l->vpp > 1 ? l->vpp : 1;
+    for (int c = 0; c < v; c++) {
+        int first, count;
+        dp_layout_chunk_layers(l, m, stage, c, &first, &count);
+        struct dp_layer_kinds k;
+        dp_model_layer_kinds(m, first, count, &k);
+        for (int i = 0; i < DP_LAYER_KINDS; i++)
+            out->n[i] += k.n[i];
     }
-    int64_t first = 0;
-    for (int r = 0; r < stage; r++)
-        first += dp_layout_stage_layers(l, m, r);
-    dp_model_layer_kinds(m, first, dp_layout_stage_layers(l, m, stage), out);
 }
 
 int dp_layout_validate(const struct dp_layout *l, const struct dp_model *m, int gpus,
@@ -154,6 +148,8 @@ int dp_layout_validate(const struct dp_layout *l, const struct dp_model *m, int 
     }
     if (l->mbs < 1 || l->gbs < 1 || l->seq_len < 1)
         return dp_err_set(err, DP_EINFEASIBLE, "mbs, gbs and seq_len must be >= 1");
+    if (dp_model_check_seq_len(m, l->seq_len, err))
+        return err->code;
     if (l->gbs % (l->mbs * l->dp))
         return dp_err_set(err, DP_EINFEASIBLE,
                           "gbs=%lld is not a multiple of mbs*dp = %lld*%d = %lld",
@@ -232,7 +228,82 @@ int dp_layout_validate(const struct dp_layout *l, const struct dp_model *m, int 
     return 0;
 }
 
-void dp_layout_format(const struct dp_layout *l, char *out, size_t cap)
+int dp_layout_stage_first_layer(const struct dp_layout *l, const struct dp_model *m, int stage)
+{
+    int first = 0;
+    for (int s = 0; s < stage && s < l->pp; s++)
+        first += dp_layout_stage_layers(l, m, s);
+    return first;
+}
+
+void dp_layout_chunk_layers(const struct dp_layout *l, const struct dp_model *m, int stage,
+                            int chunk, int *first, int *count)
+{
+    if (l->vpp <= 1) {
+        *first = dp_layout_stage_first_layer(l, m, stage);
+        *count = dp_layout_stage_layers(l, m, stage);
+        return;
+    }
+    /* Megatron's get_transformer_layer_offset for an even split: chunk c of pipeline
+     * rank r starts at c L/v + r L/(p v) (megatron/core/transformer/transformer_layer.py). */
+    int L = (int)m->layers, per = L / (l->pp * l->vpp);
+    *first = chunk * (L / l->vpp) + stage * per;
+    *count = per;
+}
+
+void dp_layout_stage_ranges(const struct dp_layout *l, const struct dp_model *m, int stage,
+                            char *out, size_t cap)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    int v = l->vpp > 1 ? l->vpp : 1;
+    for (int c = 0; c < v && n < cap; c++) {
+        int f, k;
+        dp_layout_chunk_layers(l, m, stage, c, &f, &k);
+        /* two chunks, "...", the last one: enough to read the stride */
+        if (v > 4 && c >= 2 && c < v - 1) {
+            if (c == 2)
+                n += (size_t)snprintf(out + n, cap - n, ",...");
+            continue;
+        }
+        if (k == 1)
+            n += (size_t)snprintf(out + n, cap - n, "%s%d", c ? "," : "", f);
+        else
+            n += (size_t)snprintf(out + n, cap - n, "%s%d-%d", c ? "," : "", f, f + k - 1);
+    }
+}
+
+/* " split=20x3/19": the stages' layer counts, runs of equal counts as NxK. */
+static int format_split(const struct dp_layout *l, const struct dp_model *m, char *out, size_t cap)
+{
+    if (!l->first_stage_layers && !l->last_stage_layers)
+        return 0;
+    if (!m) /* no layer count to derive the middle stages from: the given counts only */
+        return l->first_stage_layers && l->last_stage_layers
+                   ? snprintf(out, cap, " split=%d/../%d", l->first_stage_layers,
+                              l->last_stage_layers)
+               : l->first_stage_layers ? snprintf(out, cap, " split=%d/..", l->first_stage_layers)
+                                       : snprintf(out, cap, " split=../%d", l->last_stage_layers);
+    int n = snprintf(out, cap, " split=");
+    int run = 0, count = -1;
+    for (int s = 0; s <= l->pp; s++) {
+        int k = s < l->pp ? dp_layout_stage_layers(l, m, s) : -1;
+        if (k == count) {
+            run++;
+            continue;
+        }
+        if (run > 0 && (size_t)n < cap)
+            n += run > 1
+                     ? snprintf(out + n, cap - (size_t)n, "%s%dx%d", s > run ? "/" : "", count, run)
+                     : snprintf(out + n, cap - (size_t)n, "%s%d", s > run ? "/" : "", count);
+        count = k;
+        run = 1;
+    }
+    return n;
+}
+
+void dp_layout_format_model(const struct dp_layout *l, const struct dp_model *m, char *out,
+                            size_t cap)
 {
     int n = snprintf(out, cap, "tp=%d pp=%d dp=%d", l->tp, l->pp, l->dp);
     if (l->cp > 1)
@@ -250,9 +321,13 @@ void dp_layout_format(const struct dp_layout *l, char *out, size_t cap)
         n += snprintf(out + n, cap - (size_t)n, " rc=%s", recompute_names[l->recompute]);
     if (l->sp && l->tp > 1)
         n += snprintf(out + n, cap - (size_t)n, " sp");
-    if (l->first_stage_layers || l->last_stage_layers)
-        snprintf(out + n, cap - (size_t)n, " split=%d/../%d", l->first_stage_layers,
-                 l->last_stage_layers);
+    if ((size_t)n < cap)
+        format_split(l, m, out + n, cap - (size_t)n);
+}
+
+void dp_layout_format(const struct dp_layout *l, char *out, size_t cap)
+{
+    dp_layout_format_model(l, NULL, out, cap);
 }
 
 cJSON *dp_layout_to_json(const struct dp_layout *l)

@@ -253,7 +253,7 @@ int dp_plan_fixes(const struct dp_model *m, const struct dp_cluster *cl, const s
         struct dp_fix fx = {0};
         if (evaluate(m, &mgc, l, &mg.layout, o, base_rate, &fx)) {
             char lay[160];
-            dp_layout_format(&mg.layout, lay, sizeof lay);
+            dp_layout_format_model(&mg.layout, m, lay, sizeof lay);
             if (mg.nodes)
                 snprintf(fx.change, sizeof fx.change, "%d GPUs (%d nodes): %s", mg.gpus, mg.nodes,
                          lay);

@@ -74,6 +74,13 @@ struct dp_search_opts {
     double moe_imbalance;
     enum dp_moe_dispatcher moe_dispatcher;
     struct dp_mem_opts mem;
+    /*
+     * Optional: called once for every layout that fits, in enumeration order, after
+     * its step time is computed (`dplan suggest --svg` plots them). The candidate is
+     * valid during the call only; its paths' descriptions are empty. NULL: none.
+     */
+    void (*on_fit)(const struct dp_candidate *c, void *ctx);
+    void *on_fit_ctx;
 };
 void dp_search_opts_default(struct dp_search_opts *o);
 
@@ -95,6 +102,16 @@ struct dp_search_result {
     long long fitting, oom;
     int64_t lowest_peak; /* when nothing fits: the smallest peak seen */
     struct dp_layout lowest_layout;
+    /*
+     * When nothing fits at the requested batch, the batch nearest it at which some
+     * layout fits (0 if none) because that layout's mbs x dp divides it, the layout (its
+     * gbs set) and its peak. gbs_lacks: the factor every skipped layout's mbs x dp needs
+     * that the requested batch lacks (1 or 0 when none is common).
+     */
+    int64_t alt_gbs;
+    struct dp_layout alt_layout;
+    int64_t alt_peak;
+    int64_t gbs_lacks;
     int nnotes; /* choices pruned before evaluation, and why */
     char notes[DP_MAX_NOTES][160];
     int nalt;
@@ -108,6 +125,10 @@ struct dp_search_result {
  * do not fit in memory, and rank the rest by step time x (1 + 0.01 x spread),
  * spread being (peak - smallest stage) / peak: memory balance decides between
  * layouts within about 1% of each other. `out` is large; allocate it on the heap.
+ * When nothing fits, a second pass finds the batch nearest o->gbs at which some layout
+ * fits (out->alt_gbs). Errors (DP_EINFEASIBLE) when no layout is left to evaluate: the
+ * message names the pruning that left none, or the batch that would work. Fixed knobs
+ * (o->tp, ...) are tried as given, also when they are not powers of two.
  */
 int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
                    const struct dp_search_opts *o, struct dp_search_result *out,

@@ -7,6 +7,9 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$dplan" suggest llama2-13b --system dgx-h100 --nodes 2 -o "$tmp/plan.json" > /dev/null
 grep -q '"dplan_plan":[[:space:]]*1' "$tmp/plan.json"
+# each stage's layers are listed (prediction.memory.stages[]: first_layer/last_layer, or
+# chunks when interleaved); 40 layers, so some stage ends at layer 39
+grep -Eq '"last_layer":[[:space:]]*39' "$tmp/plan.json"
 want=$(grep -m1 '"step_time_s"' "$tmp/plan.json" | tr -dc '0-9.e-')
 got=$("$dplan" estimate --plan "$tmp/plan.json" --json | grep -m1 '"step_time_s"' | tr -dc '0-9.e-')
 [ "$want" = "$got" ] || { echo "step time: plan $want, estimate --plan $got"; exit 1; }
