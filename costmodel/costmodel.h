@@ -310,6 +310,149 @@ int dp_time_step(const struct dp_model *m, const struct dp_cluster *cl, const st
 void dp_time_step_fast(const struct dp_model *m, const struct dp_cluster *cl,
                        const struct dp_layout *l, struct dp_step_cost *out);
 
+/* ------------------------------------------------------------------ failures and goodput */
+
+/*
+ * What a checkpoint holds and who writes it (goodput.c). Both formats save
+ * the weights and the optimizer states, never the gradients: per parameter
+ * param_b + opt_b bytes of dp_mem_bytes_per_param (bf16 + Adam: 2 for the
+ * weights + 12 for the fp32 main copy, exp_avg and exp_avg_sq = 14).
+ */
+enum dp_ckpt_writer {
+    /*
+     * Megatron-Core's distributed checkpoint (--ckpt-format torch_dist): the
+     * model's weights and the distributed optimizer's "fp32_param", "exp_avg",
+     * "exp_avg_sq" (megatron/core/optimizer/distrib_optimizer.py), each tensor
+     * once; with fully parallel save, the default (--no-ckpt-fully-parallel-save
+     * turns it off), the saving of replicated tensors is spread "as uniformly as
+     * possible" over the ranks holding them
+     * (megatron/core/dist_checkpointing/strategies/fully_parallel.py).
+     */
+    DP_CKPT_BALANCED = 0,
+    /*
+     * dplan run's checkpoints (executor/ckpt.c, README "Checkpoints"): the
+     * ranks of data-parallel replica 0 write their weight slices and, without
+     * ZeRO, Adam's m and v; with ZeRO-1 every rank writes its optimizer shard.
+     * The busiest rank writes what the memory model says it holds.
+     */
+    DP_CKPT_REPLICA0 = 1,
+};
+
+struct dp_ckpt_size {
+    int64_t total_bytes; /* every tensor once, all ranks together */
+    int64_t rank_bytes;  /* the most one rank writes */
+    int64_t node_bytes;  /* the most one node writes: rank_bytes x ranks per node (a bound) */
+    int64_t held_bytes;  /* weights + optimizer states held by the fullest rank (dp_mem_states) */
+    int bytes_per_param; /* weights + optimizer states per parameter (unsharded) */
+};
+/*
+ * Checkpoint size of `l` for `m`, nodes of `gpus_per_node` GPUs (>= 1).
+ * Replicated norms are counted once per TP rank (a few KiB per layer).
+ * DP_EINFEASIBLE when the layout does not validate for the model.
+ */
+int dp_ckpt_size(const struct dp_model *m, const struct dp_layout *l, int gpus_per_node,
+                 enum dp_ckpt_writer w, struct dp_ckpt_size *out, struct dp_err *err);
+/*
+ * Seconds one save blocks training: each node writes node_bytes at
+ * node_write_gbps, and all of them together total_bytes at most at
+ * storage_write_gbps (GB/s = 1e9 bytes/s; both > 0).
+ */
+double dp_ckpt_write_s(const struct dp_ckpt_size *s, double node_write_gbps,
+                       double storage_write_gbps);
+
+/*
+ * Defaults and their sources (the CLI prints them in --help).
+ *
+ * Failure rate: Llama 3 405B pre-training, a 54-day snapshot on up to 16K H100
+ * (16,384 in its Table 4): 466 job interruptions, 47 planned, 419 unexpected
+ * (Dubey et al. 2024, "The Llama 3 Herd of Models", Sec. 3.3.4). Planned
+ * ones are announced (a checkpoint first, no work lost), so the rate counts
+ * the 419: 419 / (16384 x 54 x 24 GPU-hours) = 1.973e-5 per GPU-hour, a job
+ * MTBF of 3.09 h at 16,384 GPUs. If fewer GPUs ran part of the snapshot the
+ * true rate is higher. Cross-checks, per GPU-hour: OPT-175B, 992 A100, "at
+ * least 35 manual restarts" and an estimated "70+ automatic restarts" over 2
+ * months (Zhang et al. 2022, Sec. 2.5): ~105 / (992 x 60 x 24) = 7.4e-5;
+ * BLOOM-176B, "about 400 GPUs", "1-2 GPU failures a week" (Hugging Face blog
+ * "The Technology Behind BLOOM Training", 2022; 384 A100): 1.5 / (384 x 168)
+ * = 2.3e-5; Meta's RSC-1 A100 cluster, 6.50 failures per 1000 node-days of 8
+ * GPUs (Kokolis et al. 2024, "Revisiting Reliability in Large-Scale Machine
+ * Learning Research Clusters", arXiv:2410.21680, as two secondary sources quote
+ * it; the paper was not read here): 6.5e-3 / (8 x 24) = 3.4e-5.
+ */
+#define DP_FAILURES_PER_GPU_HOUR (419.0 / (16384.0 * 54.0 * 24.0))
+/*
+ * Storage: Llama 3's Tectonic fabric sustains 2 TB/s (peak 7 TB/s) for a job
+ * of up to 16K GPUs, 2,048 nodes of 8 (Dubey et al. 2024, Sec. 3.3.1,
+ * "Storage"): 2000 GB/s in all, 2000 / 2048 = 0.977 GB/s per node.
+ */
+#define DP_STORAGE_WRITE_GBPS 2000.0
+#define DP_NODE_WRITE_GBPS    (2000.0 / 2048.0)
+/*
+ * Restart, from a failure to training again (detection, rescheduling,
+ * initialisation, checkpoint load): 10 minutes, within the 5-20 minutes
+ * Kokolis et al. 2024 give for the restart overhead u0 on Meta's RSC clusters
+ * ("u0 ~5-20 mins", as quoted by a secondary source); MegaScale (Jiang et al.,
+ * NSDI '24, as quoted) puts Megatron-LM's initialisation on 2,048 GPUs at about
+ * 1047 s before its fixes, under 5 s after. Daly's own examples use R = 10 min.
+ */
+#define DP_RESTART_S 600.0
+
+/*
+ * The failure model of Daly 2006 ("A higher order estimate of the optimum
+ * checkpoint interval for restart dumps", Future Generation Computer Systems
+ * 22(3), 303-312): failures arrive as a Poisson process, during compute,
+ * checkpoint writes and restarts alike; a failure loses the work since the
+ * last completed checkpoint and costs a restart.
+ */
+struct dp_failure_model {
+    double rate_per_s;   /* job failures per second (1 / MTBF); 0 = none */
+    double ckpt_write_s; /* delta: training blocked per checkpoint */
+    double restart_s;    /* R */
+};
+/* Job failures per second for `gpus` GPUs at `per_gpu_hour` failures per GPU-hour. */
+double dp_failure_rate_per_s(double per_gpu_hour, int gpus);
+/*
+ * Goodput, the fraction of wall time that is useful training, when a
+ * checkpoint follows every tau_s seconds of compute (> 0): Daly's complete
+ * model, tau / (M e^(R/M) (e^((tau + delta)/M) - 1)), M = 1 / rate;
+ * tau / (tau + delta) without failures. In [0, 1].
+ */
+double dp_goodput(const struct dp_failure_model *f, double tau_s);
+/* Young 1974 ("A first order approximation to the optimum checkpoint
+ * interval", CACM 17(9), 530-531): sqrt(2 delta M). INFINITY without failures. */
+double dp_ckpt_interval_young(const struct dp_failure_model *f);
+/* Daly 2006, Eq. for tau_opt: sqrt(2 delta M) (1 + sqrt(delta / 2M) / 3 + (delta / 2M) / 9)
+ * - delta for delta < 2M, else M. INFINITY without failures. */
+double dp_ckpt_interval_daly(const struct dp_failure_model *f);
+
+/* The checkpoint interval of a run with steps of step_time_s seconds. */
+struct dp_goodput_plan {
+    double young_s;      /* Young's interval */
+    double daly_s;       /* Daly's interval (compute between checkpoints) */
+    int64_t every_steps; /* the whole number of steps near daly_s with the higher goodput
+                            (>= 1); 0 without failures: no checkpoint needed */
+    double interval_s;   /* every_steps x step_time_s (0 when every_steps is 0) */
+    double goodput;      /* at interval_s */
+    double failures_per_day;
+};
+/* DP_EINVAL (err names the field) when step_time_s <= 0 or f has negative or
+ * non-finite fields. */
+int dp_goodput_plan(const struct dp_failure_model *f, double step_time_s,
+                    struct dp_goodput_plan *out, struct dp_err *err);
+
+/* A plan's --ckpt-every against the best interval (for `dplan check`). */
+struct dp_ckpt_every_check {
+    double interval_s; /* every_steps x step_time_s */
+    double best_s;     /* the dp_goodput_plan interval */
+    double ratio;      /* interval_s / best_s (0 without failures: best_s is INFINITY) */
+    double goodput, best_goodput;
+    bool far; /* ratio outside [1/2, 2]: at least 25% more time lost than
+                 at the best interval (Young's first-order waste
+                 delta/tau + tau/2M grows by (k + 1/k)/2 at k x the best) */
+};
+int dp_ckpt_every_check(const struct dp_failure_model *f, double step_time_s, int64_t every_steps,
+                        struct dp_ckpt_every_check *out, struct dp_err *err);
+
 /* Achievable fraction of HBM bandwidth for streaming kernels (element-wise ops,
  * optimizer): see costmodel/time.c. */
 #define DP_MEM_EFFICIENCY 0.80
