@@ -61,6 +61,11 @@ enum {
     OPT_OVERHEAD,
     OPT_JSON,
     OPT_PLAN,
+    OPT_ETP,
+    OPT_MOE_CAPACITY,
+    OPT_MOE_PAD,
+    OPT_MOE_IMBALANCE,
+    OPT_MOE_DISPATCHER,
     OPT_COMMON_END,
 };
 
@@ -92,6 +97,11 @@ enum {
         {"no-flash-attn", no_argument, 0, OPT_NO_FLASH},                                           \
         {"first-stage-layers", required_argument, 0, OPT_FIRST_LAYERS},                            \
         {"last-stage-layers", required_argument, 0, OPT_LAST_LAYERS},                              \
+        {"etp", required_argument, 0, OPT_ETP},                                                    \
+        {"moe-capacity", required_argument, 0, OPT_MOE_CAPACITY},                                  \
+        {"moe-pad", no_argument, 0, OPT_MOE_PAD},                                                  \
+        {"moe-imbalance", required_argument, 0, OPT_MOE_IMBALANCE},                                \
+        {"moe-dispatcher", required_argument, 0, OPT_MOE_DISPATCHER},                              \
     {                                                                                              \
         "overhead-gib", required_argument, 0, OPT_OVERHEAD                                         \
     }
@@ -102,11 +112,13 @@ struct cli_common {
     const char *system, *gpu, *intra, *network, *cluster, *plan;
     int nodes, gpus, gpus_per_node;
     /* knobs */
-    int tp, pp, dp, cp, ep, vpp, zero, first_layers, last_layers;
+    int tp, pp, dp, cp, ep, vpp, zero, first_layers, last_layers, etp;
     long long mbs, gbs, seq_len;
-    int recompute, precision, grad_fp32, optimizer; /* -1 = unset */
-    bool sp, no_flash, no_dp_overlap, json;
-    double overhead_gib; /* < 0 = unset */
+    int recompute, precision, grad_fp32, optimizer, dispatcher; /* -1 = unset */
+    bool sp, no_flash, no_dp_overlap, json, moe_pad;
+    double overhead_gib;  /* < 0 = unset */
+    double moe_capacity;  /* 0 = dropless */
+    double moe_imbalance; /* < 0 = unset */
     bool knob_given[OPT_COMMON_END - OPT_SYSTEM];
 };
 
