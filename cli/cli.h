@@ -69,6 +69,11 @@ enum {
     OPT_OVERHEAD,
     OPT_JSON,
     OPT_PLAN,
+    OPT_ETP,
+    OPT_MOE_CAPACITY,
+    OPT_MOE_PAD,
+    OPT_MOE_IMBALANCE,
+    OPT_MOE_DISPATCHER,
     OPT_COMMON_END,
 };
 
@@ -108,6 +113,11 @@ enum {
         {"no-overlap-param-gather", no_argument, 0, OPT_NO_OPG},                                   \
         {"pp-overlap", no_argument, 0, OPT_PP_OVERLAP},                                            \
         {"no-pp-overlap", no_argument, 0, OPT_NO_PP_OVERLAP},                                      \
+        {"etp", required_argument, 0, OPT_ETP},                                                    \
+        {"moe-capacity", required_argument, 0, OPT_MOE_CAPACITY},                                  \
+        {"moe-pad", no_argument, 0, OPT_MOE_PAD},                                                  \
+        {"moe-imbalance", required_argument, 0, OPT_MOE_IMBALANCE},                                \
+        {"moe-dispatcher", required_argument, 0, OPT_MOE_DISPATCHER},                              \
     {                                                                                              \
         "overhead-gib", required_argument, 0, OPT_OVERHEAD                                         \
     }
@@ -118,14 +128,16 @@ struct cli_common {
     const char *system, *gpu, *intra, *network, *cluster, *plan;
     int nodes, gpus, gpus_per_node;
     /* knobs */
-    int tp, pp, dp, cp, ep, vpp, zero, first_layers, last_layers;
+    int tp, pp, dp, cp, ep, vpp, zero, first_layers, last_layers, etp;
     long long mbs, gbs, seq_len;
-    int recompute, precision, grad_fp32, optimizer; /* -1 = unset */
-    int gemm;                                       /* enum dp_gemm, -1 unset, -2 auto */
-    int fp8_recipe;                                 /* -1 = unset */
-    int tp_overlap, opg, pp_overlap;                /* -1 = framework default, 0 off, 1 on */
-    bool sp, no_flash, no_dp_overlap, fp8_params, json;
-    double overhead_gib; /* < 0 = unset */
+    int recompute, precision, grad_fp32, optimizer, dispatcher; /* -1 = unset */
+    int gemm;                        /* enum dp_gemm, -1 unset, -2 auto */
+    int fp8_recipe;                  /* -1 = unset */
+    int tp_overlap, opg, pp_overlap; /* -1 = framework default, 0 off, 1 on */
+    bool sp, no_flash, no_dp_overlap, fp8_params, json, moe_pad;
+    double overhead_gib;  /* < 0 = unset */
+    double moe_capacity;  /* 0 = dropless */
+    double moe_imbalance; /* < 0 = unset */
     bool knob_given[OPT_COMMON_END - OPT_SYSTEM];
 };
 

@@ -96,8 +96,9 @@ int cmd_calibrate(int argc, char **argv)
     free(runs);
     if (rc)
         return cli_fail(&err);
-    printf("gpu %s: fitted on %d runs (%d with FP8 GEMMs) in %d iterations\n", g.name, fit.nruns,
-           fit.nruns_fp8, fit.iterations);
+    printf("gpu %s: fitted on %d runs (%d with FP8 GEMMs) in %d iterations%s\n", g.name, fit.nruns,
+           fit.nruns_fp8, fit.iterations,
+           fit.stalled ? " (stopped without meeting the tolerance: at or near the optimum)" : "");
     if (fit.fit_bf16)
         printf("  gemm      eff_max %.4f (profile %.4f), half_flops %.4g (profile %.4g)%s\n",
                fit.bf16.eff_max, g.gemm.eff_max, fit.bf16.half_flops, g.gemm.half_flops,

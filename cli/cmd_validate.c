@@ -23,7 +23,9 @@ static const char help[] =
     "the source used (\"narayanan21\": Eq. 3 of Narayanan et al. 2021, hardware FLOPs\n"
     "with full recompute; \"model\": model FLOPs without recompute). Times are\n"
     "compared, not TFLOP/s. Runs marked \"underspecified\" (their source omits\n"
-    "layout details) or \"excluded\" (with the reason) are shown but not scored.\n"
+    "layout details), \"excluded\" (with the reason) or with \"needs\" (knobs dplan\n"
+    "does not model yet, e.g. [\"hsdp\"]; the layout holds the nearest expressible\n"
+    "one) are shown but not scored.\n"
     "Held-out runs (a file's \"held_out_rule\": \"every-third\") were not used to fit\n"
     "any GPU curve and are summarised separately. A directory means all of its\n"
     "*.json files; default: the shipped tests/validation/.\n\n"
@@ -215,6 +217,8 @@ int cmd_validate(int argc, char **argv)
                 cJSON_AddStringToObject(e, "waiting_for", runs[i].waiting_for);
             if (runs[i].excluded)
                 cJSON_AddStringToObject(e, "excluded", runs[i].excluded_why);
+            if (runs[i].needs[0])
+                cJSON_AddStringToObject(e, "needs", runs[i].needs);
             cJSON_AddItemToArray(a, e);
         }
         cJSON_AddNumberToObject(o, "scored_runs", all.n);
@@ -233,10 +237,16 @@ int cmd_validate(int argc, char **argv)
                        dp_run_measured_s(&runs[i]), "-", "-", runs[i].waiting_for);
                 continue;
             }
-            const char *mark = runs[i].underspecified ? "  (underspecified: not scored)"
-                               : runs[i].excluded     ? "  (excluded: not scored)"
-                               : runs[i].held_out     ? "  (held out)"
-                                                      : "";
+            char mark[192] = "";
+            if (runs[i].needs[0])
+                snprintf(mark, sizeof mark, "  (needs %s%s: not scored)", runs[i].needs,
+                         runs[i].underspecified ? "; underspecified" : "");
+            else if (runs[i].underspecified)
+                snprintf(mark, sizeof mark, "  (underspecified: not scored)");
+            else if (runs[i].excluded)
+                snprintf(mark, sizeof mark, "  (excluded: not scored)");
+            else if (runs[i].held_out)
+                snprintf(mark, sizeof mark, "  (held out)");
             printf("%-48s %11.3f %11.3f %+7.2f%%%s\n", runs[i].id, res[i].measured_s,
                    res[i].predicted_s, 100 * res[i].error, mark);
             if (verbose) {

@@ -77,7 +77,42 @@ static int measured_from_json(struct dp_jr *jr, const cJSON *me, struct dp_run *
         out->iteration_time_s = tokens / tps;
     if (tps_gpu > 0)
         out->iteration_time_s = tokens / (tps_gpu * dp_cluster_gpus(&out->cluster));
+    out->tokens_per_s_per_gpu = tps_gpu;
     out->flops = out->tflops_per_gpu > 0 ? (enum dp_flops_convention)(c + 1) : DP_FLOPS_NONE;
+    dp_jr_pop(jr, old);
+    return 0;
+}
+
+/* "needs": ["fp8", "hsdp"]: short lowercase names of what the run used that dplan does
+ * not model yet, joined into out->needs. */
+static int needs_from_json(struct dp_jr *jr, const cJSON *r, struct dp_run *out)
+{
+    const cJSON *nd = cJSON_GetObjectItemCaseSensitive(r, "needs");
+    if (!nd)
+        return 0;
+    size_t old = dp_jr_push(jr, "needs", 0);
+    if (!cJSON_IsArray(nd) || cJSON_GetArraySize(nd) == 0)
+        return dp_err_set(jr->err, DP_EINVAL, "%s: %s: expected a non-empty array of names",
+                          jr->file, jr->path);
+    size_t len = 0;
+    int i = 0;
+    for (const cJSON *e = nd->child; e; e = e->next, i++) {
+        bool ok = cJSON_IsString(e) && e->valuestring[0] && strlen(e->valuestring) <= 24;
+        for (const char *c = ok ? e->valuestring : ""; *c; c++)
+            ok &= (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '-';
+        if (!ok) {
+            char got[128];
+            dp_json_describe(e, got, sizeof got);
+            return dp_err_set(jr->err, DP_EINVAL,
+                              "%s: %s[%d]: expected a name of [a-z0-9-], at most 24 characters, "
+                              "got %s",
+                              jr->file, jr->path, i, got);
+        }
+        if (len + strlen(e->valuestring) + 3 > sizeof out->needs)
+            return dp_err_set(jr->err, DP_EINVAL, "%s: %s: too many names", jr->file, jr->path);
+        len += (size_t)snprintf(out->needs + len, sizeof out->needs - len, "%s%s", len ? ", " : "",
+                                e->valuestring);
+    }
     dp_jr_pop(jr, old);
     return 0;
 }
@@ -89,7 +124,8 @@ static int run_from_json(struct dp_jr *jr, const cJSON *r, struct dp_run *out)
         "framework", "model",          "system",     "nodes",       "gpus",
         "network",   "cluster",        "layout",     "measured",    "flop_convention",
         "inferred",  "unknown_minor",  "missing",    "notes",       "framework_config",
-        "held_out",  "underspecified", "excluded",   "waiting_for", NULL};
+        "held_out",  "underspecified", "excluded",   "waiting_for", "needs",
+        NULL};
     static const char *const docs[] = {"source",        "source_url",      "source_date",
                                        "framework",     "flop_convention", "notes",
                                        "unknown_minor", "missing",         NULL};
@@ -112,6 +148,8 @@ static int run_from_json(struct dp_jr *jr, const cJSON *r, struct dp_run *out)
                           "%s: %s.excluded: expected the reason a run waiting for %s is not "
                           "scored, got none",
                           jr->file, jr->path, out->waiting_for);
+    if (needs_from_json(jr, r, out))
+        return jr->err->code;
     const cJSON *mo = cJSON_GetObjectItemCaseSensitive(r, "model");
     size_t old = dp_jr_push(jr, "model", 0);
     if (cJSON_IsString(mo)) {
@@ -195,17 +233,19 @@ static int load_file(const char *file, struct dp_run **runs, int *n, struct dp_e
     if (rc)
         return rc;
     struct dp_jr jr = {.file = file, .err = err};
-    static const char *const keys[] = {"dplan_runs", "description", "held_out_rule",
-                                       "source_key", "runs",        NULL};
+    static const char *const keys[] = {
+        "dplan_runs", "description", "held_out_rule", "source_key", "fitted", "runs", NULL};
     static const char *const rules[] = {"none", "every-third"};
     int64_t ver;
     int rule = 0;
+    bool fitted = true; /* false: no constant is fitted to the file's runs */
     char key[48];
     stem(file, key, sizeof key);
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, "runs");
     if (dp_jr_expect_object(&jr, root, "a runs object") || dp_jr_check_keys(&jr, root, keys) ||
         dp_jr_int(&jr, root, "dplan_runs", true, 1, 1, &ver) ||
         dp_jr_enum(&jr, root, "held_out_rule", false, rules, 2, &rule) ||
+        dp_jr_bool(&jr, root, "fitted", false, &fitted) ||
         dp_jr_string(&jr, root, "source_key", false, key, sizeof key)) {
         rc = err->code;
         goto out;
@@ -248,6 +288,8 @@ static int load_file(const char *file, struct dp_run **runs, int *n, struct dp_e
             }
             run->held_out = want;
         }
+        if (!fitted) /* held out from every fit: not used to set any constant */
+            run->held_out = true;
         dp_jr_pop(&jr, old);
     }
     *n += count;

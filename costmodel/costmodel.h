@@ -21,7 +21,7 @@ void dp_mem_opts_default(struct dp_mem_opts *o);
 
 /* Bytes of one transformer layer's activations for one micro-batch, by term
  * (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
- * Transformer Models", Sec. 4, generalized to GQA, SwiGLU, f != 4h, MoE). */
+ * Transformer Models", Sec. 4, generalized to GQA, MLA, SwiGLU, f != 4h, MoE). */
 struct dp_act_layer {
     int64_t attn_bytes;   /* norm input, QKV input, Q, K, V, out-proj input, masks */
     int64_t scores_bytes; /* the a*s^2*b terms (softmax, dropout); 0 with flash */
@@ -29,7 +29,31 @@ struct dp_act_layer {
     int64_t stored_bytes; /* what is kept per layer under the layout's recompute mode */
     int64_t full_bytes;   /* what the layer holds with no recompute (recompute working set) */
 };
-int dp_act_layer(const struct dp_model *m, const struct dp_layout *l, struct dp_act_layer *out);
+int dp_act_layer(const struct dp_model *m, const struct dp_layout *l, enum dp_layer_kind kind,
+                 struct dp_act_layer *out);
+/* Both kinds at once: out[DP_LAYER_DENSE], out[DP_LAYER_MOE]. */
+void dp_act_layers(const struct dp_model *m, const struct dp_layout *l,
+                   struct dp_act_layer out[DP_LAYER_KINDS]);
+
+/*
+ * Mixture of experts (costmodel/moe.c). dp_moe_load: the busiest EP rank's routed
+ * token copies over the balanced mean (moe_imbalance when dropless and ep > 1,
+ * capped by the capacity factor, or exactly it when padded). dp_moe_rows: the token
+ * copies one GPU's experts process per micro-batch, load included:
+ * load x (seq_len / cp x mbs) x top_k x etp / tp. Both 1 and 0 for dense models.
+ */
+double dp_moe_load(const struct dp_model *m, const struct dp_layout *l);
+double dp_moe_rows(const struct dp_model *m, const struct dp_layout *l);
+/*
+ * Copies of one dispatched token an EP rank sends, per the dispatcher, over an EP
+ * group of n ranks of which g share its node: *in to members on its node (and, for
+ * the deduplicating dispatcher, forwarded inside remote nodes), *net across nodes.
+ * alltoall: k (g - 1)/n and k (n - g)/n. dedup: one copy per destination GPU and
+ * one per destination node, forwarded there over NVLink, for k experts drawn
+ * uniformly from E (balanced routing).
+ */
+void dp_moe_dispatch_copies(const struct dp_model *m, const struct dp_layout *l, int n, int g,
+                            double *in, double *net);
 
 /*
  * Model-state bytes per GPU for n parameters held by this GPU before DP
@@ -47,6 +71,7 @@ void dp_mem_bytes_per_param(const struct dp_layout *l, int *param_b, int *grad_b
 struct dp_mem_stage {
     int stage;
     int layers;
+    int kind_layers[DP_LAYER_KINDS]; /* of which dense, MoE */
     bool has_embedding, has_head;
     double inflight; /* micro-batches whose activations are live at the peak */
     int64_t params;  /* parameters held by each GPU of the stage (unsharded) */
@@ -55,7 +80,7 @@ struct dp_mem_stage {
     int64_t fp8_copy_bytes; /* of params_bytes: FP8 copies of the linear weights */
     /* breakdown of activations_bytes */
     int64_t act_layers_bytes;  /* transformer layers x in-flight micro-batches */
-    int64_t act_layer_bytes;   /* of which one layer, one micro-batch (dp_act_layer stored) */
+    int64_t act_layer_bytes;   /* of which one layer, one micro-batch (the largest kind's) */
     int64_t act_embed_bytes;   /* embedding dropout masks (first stage) */
     int64_t act_head_bytes;    /* final norm, output-layer input, fp32 logits (last stage) */
     int64_t act_working_bytes; /* the one layer being recomputed during backward */
@@ -95,11 +120,11 @@ int dp_mem_estimate_cpu(const struct dp_model *m, const struct dp_layout *l,
 
 /* Fast path for the planner: the peak and the smallest stage total, computing
  * only the stages that can be extreme (first, second, last). No validation.
- * dp_mem_peak_with takes the layer's activations precomputed by dp_act_layer. */
+ * dp_mem_peak_with takes each kind's layer activations precomputed by dp_act_layers. */
 void dp_mem_peak_with(const struct dp_model *m, const struct dp_cluster *cl,
                       const struct dp_layout *l, const struct dp_mem_opts *o,
-                      const struct dp_act_layer *al, int64_t *peak_bytes, int64_t *min_bytes,
-                      int *peak_stage);
+                      const struct dp_act_layer al[DP_LAYER_KINDS], int64_t *peak_bytes,
+                      int64_t *min_bytes, int *peak_stage);
 void dp_mem_peak(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
                  const struct dp_mem_opts *o, int64_t *peak_bytes, int64_t *min_bytes,
                  int *peak_stage);
@@ -108,7 +133,8 @@ void dp_mem_peak(const struct dp_model *m, const struct dp_cluster *cl, const st
 void dp_mem_stage(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
                   const struct dp_mem_opts *o, int stage, struct dp_mem_stage *out);
 /* Parameters held by each GPU of a stage (unsharded), as dp_mem_stage counts them:
- * the dense part (sharded over dp*cp) and the expert part (over dp*cp/ep). */
+ * the dense part (sharded over dp*cp) and the routed experts (over the expert
+ * data-parallel group, dp_layout_edp). */
 void dp_mem_stage_params(const struct dp_model *m, const struct dp_layout *l, int stage,
                          int64_t *dense, int64_t *expert);
 
@@ -121,11 +147,12 @@ void dp_mem_stage_params(const struct dp_model *m, const struct dp_layout *l, in
  * Appendix B); hardware_flops includes it (HFU).
  */
 struct dp_flops {
-    double layer_fwd;      /* one layer, one micro-batch, forward */
-    double scores_fwd;     /* its attention-score part (QK^T and attention x V) */
-    double head_fwd;       /* output layer (logits), one micro-batch, forward */
-    double model_flops;    /* per step: 3 x forward (forward + 2x backward) */
-    double hardware_flops; /* per step, plus the recomputed forwards */
+    double layer_fwd; /* one layer, one micro-batch, forward (MoE models: a MoE layer) */
+    double kind_fwd[DP_LAYER_KINDS]; /* the same for a dense and a MoE layer */
+    double scores_fwd;               /* its attention-score part (QK^T and attention x V) */
+    double head_fwd;                 /* output layer (logits), one micro-batch, forward */
+    double model_flops;              /* per step: 3 x forward (forward + 2x backward) */
+    double hardware_flops;           /* per step, plus the recomputed forwards */
     double recompute_flops;
 };
 void dp_flops_step(const struct dp_model *m, const struct dp_layout *l, struct dp_flops *out);
@@ -137,20 +164,21 @@ void dp_flops_step(const struct dp_model *m, const struct dp_layout *l, struct d
  * (megatron/core/parallel_state.py, RankGenerator with the default order
  * "tp-cp-ep-dp-pp"). Consecutive ranks fill a node. The dense layers number
  * rank = tp_i + tp (cp_i + cp (dp_i + dp pp_i)); the expert layers regroup
- * the same ranks with context parallelism folded into data parallelism
- * (the expert RankGenerator has cp = 1 and expert tensor parallelism = tp):
- * rank = tp_i + tp (ep_i + ep (edp_i + edp pp_i)), edp = dp cp / ep. So EP
- * is carved out of the dp x cp ranks of a stage, ep ranks tp apart.
+ * the same ranks (the expert RankGenerator has tp = etp, cp = 1 and
+ * dp = edp = tp cp dp / (etp ep)): rank = etp_i + etp (ep_i + ep (edp_i +
+ * edp pp_i)). With etp = tp (the default) EP is carved out of the dp x cp
+ * ranks of a stage, ep ranks tp apart.
  */
 enum dp_place_kind {
     DP_PLACE_TP,   /* tp consecutive ranks */
     DP_PLACE_CP,   /* the context-parallel ring: cp ranks, stride tp */
     DP_PLACE_DP,   /* dp ranks, stride tp * cp */
     DP_PLACE_DPCP, /* dense-gradient reduction: dp * cp ranks, stride tp */
-    DP_PLACE_EP,   /* expert parallel: ep ranks, stride tp */
-    DP_PLACE_EDP,  /* expert-gradient reduction: dp * cp / ep ranks, stride tp * ep */
+    DP_PLACE_EP,   /* expert parallel (token all-to-all): ep ranks, stride etp */
+    DP_PLACE_EDP,  /* expert-gradient reduction: edp ranks, stride etp * ep */
     DP_PLACE_PP,   /* the pipeline: pp ranks, stride tp * cp * dp */
     DP_PLACE_EMB,  /* tied embeddings: the first and last stage, (pp - 1) * tp * cp * dp apart */
+    DP_PLACE_ETP,  /* expert tensor parallel: etp consecutive ranks */
     DP_PLACE_KINDS
 };
 /* Members per group and the rank distance between consecutive members. */
@@ -184,17 +212,23 @@ struct dp_path {
     int members_per_node; /* collectives: the fewest members on one node of the slowest group */
     int nodes;            /* nodes the slowest group touches */
     int hops, hops_inter; /* pipelines and rings: hops of the slowest group, those across nodes */
-    char link[64];        /* the slowest link crossed (described paths only) */
-    char desc[128];       /* "nvlink4, inside a node", "ib-ndr-400 across nodes: 3 of 7 hops ..." */
+    double in_gbps;  /* all-to-alls: per-GPU rate to members on its node (efficiency applied) */
+    double net_gbps; /* all-to-alls: per-GPU rate to members elsewhere (its NIC share) */
+    char link[64];   /* the slowest link crossed (described paths only) */
+    char desc[128];  /* "nvlink4, inside a node", "ib-ndr-400 across nodes: 3 of 7 hops ..." */
 };
 /* A collective over groups of n ranks `stride` apart, tiling the cluster (blocks of
  * n * stride consecutive ranks, `stride` groups interleaved in each). */
 void dp_group_path(const struct dp_cluster *cl, int n, long stride, struct dp_path *out);
 /* Point-to-point along the same groups: a chain (pipeline) or a ring (context parallel). */
 void dp_p2p_path(const struct dp_cluster *cl, int n, long stride, bool ring, struct dp_path *out);
-/* The path of a layout's group kind: collectives for TP, DP, DPCP, EP and EDP, a ring
- * for CP, a chain for PP (a ring with interleaving: the last stage feeds the first
- * stage's next chunk), a pair for EMB. */
+/* An all-to-all over the same groups (MoE token dispatch): of a GPU's traffic, the share
+ * for members on its node goes over the intra-node link, the rest through its NIC share;
+ * busbw_gbps is the resulting bus bandwidth for dp_coll_time_s(DP_ALLTOALL, ...). */
+void dp_alltoall_path(const struct dp_cluster *cl, int n, long stride, struct dp_path *out);
+/* The path of a layout's group kind: collectives for TP, DP, DPCP, ETP and EDP, an
+ * all-to-all for EP, a ring for CP, a chain for PP (a ring with interleaving: the last
+ * stage feeds the first stage's next chunk), a pair for EMB. */
 void dp_place_path(const struct dp_cluster *cl, const struct dp_layout *l, enum dp_place_kind k,
                    struct dp_path *out);
 /* The same without the description and link name (hot paths). */
@@ -240,16 +274,17 @@ struct dp_step_cost {
     int slowest_stage;
     double stage_fwd_s[3], stage_bwd_s[3]; /* per micro-batch: first, middle, last stage */
     double dp_comm_total_s;                /* before overlap */
-    /* The groups' paths (dp: the dp x cp gradient group). dp_time_step and
-     * dp_time_describe_paths fill all five with descriptions; the fast paths fill
-     * tp, dp and pp only, without them. */
-    struct dp_path tp_path, cp_path, dp_path, pp_path, ep_path;
+    /* The groups' paths (dp: the dp x cp gradient group; edp: the expert-gradient
+     * group). dp_time_step and dp_time_describe_paths fill all seven with
+     * descriptions; the fast paths fill tp, dp and pp only, without them. */
+    struct dp_path tp_path, cp_path, dp_path, pp_path, ep_path, etp_path, edp_path;
 };
 
 /*
  * The per-layer costs of one micro-batch, which depend only on tp, sp, cp, ep,
- * mbs, seq_len, precision and flash attention: the planner computes them once
- * and assembles many layouts from them with dp_time_step_with.
+ * etp, mbs, seq_len, precision, flash attention and the MoE load (capacity,
+ * imbalance): the planner computes them once per layer kind and assembles many
+ * layouts from them with dp_time_step_with.
  */
 struct dp_layer_time {
     double gemm_f;     /* forward GEMMs (backward = 2x: input and weight gradients) */
@@ -259,15 +294,16 @@ struct dp_layer_time {
     double attn_ew_f;  /* the element-wise part of attention (selective recompute redoes it) */
     double tp_f, tp_b; /* TP collectives */
     double cp_f, cp_b; /* exposed context-parallel exchange */
-    double ep_f, ep_b; /* expert all-to-all */
+    double ep_f, ep_b; /* expert dispatch/combine: all-to-all, expert-TP gather/scatter */
     double cast_f;     /* FP8 quantization of the linears' inputs, forward */
     double cast_b;     /* FP8 quantization of the output gradients, backward */
     double cast_w;     /* FP8 casts of the layer's weights, once per step */
 };
+/* out[DP_LAYER_DENSE] and out[DP_LAYER_MOE]: a dense and a MoE layer's costs. */
 void dp_time_layer(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
-                   struct dp_layer_time *out);
+                   struct dp_layer_time out[DP_LAYER_KINDS]);
 void dp_time_step_with(const struct dp_model *m, const struct dp_cluster *cl,
-                       const struct dp_layout *l, const struct dp_layer_time *lt,
+                       const struct dp_layout *l, const struct dp_layer_time lt[DP_LAYER_KINDS],
                        struct dp_step_cost *out);
 /* Fill the human-readable desc of each path in *out (the fast paths leave them empty). */
 void dp_time_describe_paths(const struct dp_cluster *cl, const struct dp_layout *l,

@@ -14,6 +14,10 @@
  *    Sec. 4.3 (embedding and output layer).
  *  - vocabulary padding to a multiple of 128 * tp (Megatron-LM
  *    --make-vocab-size-divisible-by).
+ *  - mixture of experts: routed experts split by etp over ep ranks and their
+ *    states sharded over the expert data-parallel group (Megatron-Core MoE
+ *    parallel folding), the router and shared experts with the dense part;
+ *    each stage charged for the layer kinds it holds (dp_layout_stage_kinds).
  * No fudge factor: the runtime overhead is a named term from the GPU
  * profile (profiles/README.md), overridable per run.
  */
@@ -81,34 +85,101 @@ static double fp8_weight_copy_bytes(const struct dp_layout *l)
     return 2.0 * (1.0 + scale);
 }
 
-int dp_act_layer(const struct dp_model *m, const struct dp_layout *l, struct dp_act_layer *out)
+/* Bytes per element of a linear layer's saved input. With FP8 GEMMs Transformer Engine
+ * saves each linear layer's input for the weight gradient in FP8 (LayerNormLinear keeps
+ * ln_out, Linear the input, LayerNormMLP the activation output, as their quantized
+ * tensors): 1 byte instead of the activation precision for the QKV, out-projection, fc1
+ * and fc2 inputs. Norm inputs, Q/K/V and the fc1 outputs other than fc2's input stay in
+ * the activation precision. */
+static int64_t fp8_saved_bytes(const struct dp_layout *l)
+{
+    return dp_layout_gemm(l) == DP_GEMM_FP8 ? 1 : dp_precision_bytes(l->precision);
+}
+
+/*
+ * The attention block's stored bytes without the s^2 terms, Korthikanti Sec. 4.1
+ * (11sbh + 5as^2b with 2-byte values, MHA): QKV input 2sbh, Q and K 4sbh, V 2sbh,
+ * out-proj input 2sbh, dropout mask sbh. Generalized: Q is a*d wide, K and V g*d
+ * (GQA), values p bytes; Qwen3's q/k RMSNorms keep their inputs too.
+ */
+static int64_t attn_act(const struct dp_model *m, const struct dp_layout *l, int64_t T, int64_t u)
+{
+    const int64_t t = l->tp, h = m->hidden, a = m->heads, g = m->kv_heads, d = m->head_dim;
+    const int64_t p = dp_precision_bytes(l->precision);
+    const int64_t q = fp8_saved_bytes(l);    /* a linear layer's saved input */
+    const int64_t mask = m->dropout ? 1 : 0; /* dropout masks are 1 byte per element */
+    int64_t attn = q * T * h / u;            /* the down/QKV projections' input (norm output) */
+    attn += mask * T * h / u;                /* output dropout mask */
+    if (m->mla) {
+        /*
+         * Megatron-Core MLASelfAttention: the down projections (duplicated on every
+         * TP rank) run on the sequence-parallel shard; their outputs are normed,
+         * then gathered into the column-parallel up projections. Kept: q latent and
+         * its norm output, the K/V latent (+ rotary key) and its norm output, Q and
+         * K (a heads of nope + rope), V (a x v_dim), the out-projection input.
+         */
+        int64_t rq = m->mla_q_rank, rkv = m->mla_kv_rank, dv = m->mla_v_dim;
+        attn += (p + q) * T * rq / u; /* q latent, its norm output (the up projection's input) */
+        attn += (p * (rkv + m->mla_rope_dim) + q * rkv) * T / u;
+        attn += 2 * p * T * a * d / t;    /* Q, K */
+        attn += (p + q) * T * a * dv / t; /* V, out-projection input */
+        return attn;
+    }
+    attn += p * T * (a + g) * d / t; /* Q, K */
+    attn += p * T * g * d / t;       /* V */
+    attn += q * T * a * d / t;       /* out-projection input */
+    if (m->qk_norm)                  /* q_norm and k_norm inputs (their outputs are Q and K) */
+        attn += p * T * (a + g) * d / t;
+    return attn;
+}
+
+/* The MLP of one layer of `kind`, Korthikanti Sec. 4.1 (19sbh for f = 4h, GELU): fc1
+ * input 2sbh, GELU input 8sbh, fc2 input 8sbh, dropout mask sbh. SwiGLU keeps both fc1
+ * outputs (gate and up, 2f) and their product (f). */
+static int64_t mlp_act(const struct dp_model *m, const struct dp_layout *l, enum dp_layer_kind kind,
+                       int64_t T, int64_t u)
+{
+    const int64_t t = l->tp, h = m->hidden;
+    const int64_t p = dp_precision_bytes(l->precision);
+    const int64_t inter_mult = m->ffn == DP_FFN_SWIGLU ? 3 : 2;
+    const int64_t q = fp8_saved_bytes(l);           /* a linear layer's saved input */
+    const int64_t inter = (inter_mult - 1) * p + q; /* the last intermediate feeds fc2 */
+    int64_t mlp = (m->dropout ? 1 : 0) * T * h / u; /* dropout mask */
+    if (kind == DP_LAYER_DENSE)
+        return mlp + q * T * h / u /* fc1 input (norm output) */ + inter * T * m->ffn_hidden / t;
+    mlp += p * T * h / u; /* router and dispatcher input (norm output) */
+    /*
+     * MoE (Megatron-Core TopKRouter, MoEAlltoAllTokenDispatcher, TEGroupedMLP): the
+     * router keeps its fp32 scores for the softmax/sigmoid backward and the top-k
+     * indices (int64) and weights (fp32) of each local token; every GPU's experts
+     * keep their input rows (the dispatched token copies) and their intermediates,
+     * the routing weights being applied inside the activation (experts.py
+     * activation_func_with_probs), so the expert outputs are not kept. Shared
+     * experts are an ordinary tensor-parallel MLP over all T tokens.
+     */
+    const int64_t E = m->experts, k = m->top_k, etp = dp_layout_etp(l);
+    const double rows = dp_moe_rows(m, l);
+    mlp += 4 * T * E / u + 12 * T * k / u;
+    mlp += (int64_t)(rows * (double)(q * h) + 0.5);
+    mlp += (int64_t)(rows * (double)(inter * m->moe_ffn_hidden / etp) + 0.5);
+    mlp += inter * T * m->moe_shared_experts * m->moe_shared_ffn_hidden / t;
+    return mlp;
+}
+
+int dp_act_layer(const struct dp_model *m, const struct dp_layout *l, enum dp_layer_kind kind,
+                 struct dp_act_layer *out)
 {
     memset(out, 0, sizeof *out);
     const int64_t t = l->tp;
     const int64_t u = (l->sp && t > 1) ? t : 1; /* sequence parallel splits the rest */
     const int64_t s = l->seq_len / l->cp;       /* context parallel: local sequence */
     const int64_t s_full = l->seq_len;
-    const int64_t b = l->mbs, h = m->hidden, a = m->heads, g = m->kv_heads, d = m->head_dim;
+    const int64_t b = l->mbs, h = m->hidden, a = m->heads;
     const int64_t p = dp_precision_bytes(l->precision);
-    const int64_t sbh = s * b * h;
-    const int64_t mask = m->dropout ? 1 : 0; /* dropout masks are 1 byte per element */
-    /* With FP8 GEMMs Transformer Engine saves each linear layer's input for the weight
-     * gradient in FP8 (LayerNormLinear keeps ln_out, Linear the input, LayerNormMLP the
-     * activation output, as their quantized tensors): 1 byte instead of p for the QKV,
-     * out-projection, fc1 and fc2 inputs. Norm inputs and the fc1 outputs stay in p. */
-    const int64_t q = dp_layout_gemm(l) == DP_GEMM_FP8 ? 1 : p;
+    const int64_t T = s * b, sbh = T * h;
 
-    /*
-     * Attention block, Korthikanti Sec. 4.1 (11sbh + 5as^2b with 2-byte values, MHA):
-     * QKV input 2sbh, Q and K 4sbh, softmax 2as^2b, softmax-dropout mask as^2b,
-     * dropout output 2as^2b, V 2sbh, out-proj input 2sbh, dropout mask sbh.
-     * Generalized: Q is a*d wide, K and V are g*d wide (GQA), values p bytes.
-     */
-    int64_t attn = q * sbh / u;          /* QKV input (norm output) */
-    attn += p * s * b * (a + g) * d / t; /* Q, K */
-    attn += p * s * b * g * d / t;       /* V */
-    attn += q * s * b * a * d / t;       /* out-projection input */
-    attn += mask * sbh / u;              /* output dropout mask */
+    /* The s^2 terms, Korthikanti Sec. 4.1: softmax 2as^2b, its dropout mask as^2b and
+     * dropout output 2as^2b. */
     int64_t scores = 0;
     if (!l->flash_attn) {
         scores = p * a * s * s_full * b / t; /* softmax output */
@@ -117,33 +188,14 @@ int dp_act_layer(const struct dp_model *m, const struct dp_layout *l, struct dp_
     } else {
         scores = 4 * a * s * b / t; /* flash attention keeps the fp32 log-sum-exp only */
     }
-    /*
-     * MLP block, Korthikanti Sec. 4.1 (19sbh for f = 4h, GELU): fc1 input 2sbh,
-     * GELU input 8sbh, fc2 input 8sbh, dropout mask sbh. SwiGLU keeps both fc1
-     * outputs (gate and up, 2f) and their product (f).
-     */
-    int64_t inter_mult = m->ffn == DP_FFN_SWIGLU ? 3 : 2;
-    int64_t mlp = mask * sbh / u; /* dropout mask */
-    if (m->experts > 0) {
-        /* MoE: router input and fp32 logits, then each token's top_k copies are
-         * dispatched to experts (balanced routing): the permuted tokens and the
-         * expert intermediates scale with top_k. */
-        int64_t k = m->top_k, f = m->moe_ffn_hidden;
-        mlp += p * sbh / u;            /* router input (norm output) */
-        mlp += 4 * s * b * m->experts; /* router logits, fp32 */
-        mlp += q * s * b * k * h / u;  /* permuted tokens: expert fc1 input */
-        mlp += ((inter_mult - 1) * p + q) * s * b * k * f / t; /* the last one feeds fc2 */
-    } else {
-        mlp += q * sbh / u; /* fc1 input (norm output) */
-        mlp += ((inter_mult - 1) * p + q) * s * b * m->ffn_hidden / t;
-    }
+    int64_t mlp = mlp_act(m, l, kind, T, u);
     /* LayerNorm/RMSNorm inputs, Korthikanti's 4sbh: one per norm. With a single
      * norm (Falcon-7B's parallel attention) its output feeds QKV and fc1 alike. */
     int64_t norms = m->norms_per_layer * p * sbh / u;
-    if (m->norms_per_layer == 1 && m->experts == 0)
-        mlp -= q * sbh / u; /* shared norm output, counted once in attn */
+    if (m->norms_per_layer == 1 && kind == DP_LAYER_DENSE)
+        mlp -= fp8_saved_bytes(l) * sbh / u; /* shared norm output, counted once in attn */
 
-    out->attn_bytes = attn + norms;
+    out->attn_bytes = attn_act(m, l, T, u) + norms;
     out->scores_bytes = scores;
     out->mlp_bytes = mlp;
     out->full_bytes = out->attn_bytes + scores + mlp;
@@ -161,45 +213,96 @@ int dp_act_layer(const struct dp_model *m, const struct dp_layout *l, struct dp_
     return 0;
 }
 
-/* Parameters of one layer held by one GPU: dense part (sharded over dp*cp) and expert part
- * (sharded over the expert data-parallel group dp*cp/ep). */
-static void layer_params(const struct dp_model *m, const struct dp_layout *l, int64_t *dense,
-                         int64_t *expert)
+void dp_act_layers(const struct dp_model *m, const struct dp_layout *l,
+                   struct dp_act_layer out[DP_LAYER_KINDS])
+{
+    for (int k = 0; k < DP_LAYER_KINDS; k++)
+        dp_act_layer(m, l, (enum dp_layer_kind)k, &out[k]);
+}
+
+static int64_t mlp_params(const struct dp_model *m, int64_t f, int64_t split)
+{
+    /* Column-parallel fc1 (gate and up for SwiGLU) and row-parallel fc2, split by
+     * `split`; fc2's bias is replicated (added after the reduction). */
+    int64_t mult = m->ffn == DP_FFN_SWIGLU ? 3 : 2, fc1_bias = m->ffn == DP_FFN_SWIGLU ? 2 : 1;
+    return mult * m->hidden * f / split + (m->mlp_bias ? fc1_bias * f / split + m->hidden : 0);
+}
+
+/*
+ * Parameters of one layer of `kind` held by one GPU: the part sharded over dp x cp
+ * (attention, norms, router, shared experts, a dense MLP) and the routed experts'
+ * part, sharded over the expert data-parallel group (dp_layout_edp).
+ */
+static void layer_params(const struct dp_model *m, const struct dp_layout *l,
+                         enum dp_layer_kind kind, int64_t *dense, int64_t *expert)
 {
     const int64_t t = l->tp, h = m->hidden, a = m->heads, g = m->kv_heads, d = m->head_dim;
-    /* Column-parallel QKV and row-parallel output are split by t; the row-parallel
-     * bias and the norms are replicated (Megatron RowParallelLinear adds the bias
-     * after the reduction). */
-    int64_t n = (h * a * d + 2 * h * g * d + a * d * h) / t;
-    if (m->qkv_bias)
-        n += (a + 2 * g) * d / t;
-    if (m->out_bias)
-        n += h;
-    n += m->norms_per_layer * (m->norm == DP_NORM_LAYERNORM ? 2 * h : h);
-    int64_t mult = m->ffn == DP_FFN_SWIGLU ? 3 : 2;
-    int64_t fc1_bias = m->ffn == DP_FFN_SWIGLU ? 2 : 1;
-    if (m->experts > 0) {
-        int64_t f = m->moe_ffn_hidden;
-        int64_t one = mult * h * f / t + (m->mlp_bias ? fc1_bias * f / t + h : 0);
-        *expert = (m->experts / l->ep) * one;
-        n += h * m->experts; /* router, replicated */
+    int64_t n;
+    if (m->mla) {
+        /* Megatron-Core MLASelfAttention: the down projections and the latent norms
+         * are duplicated on every TP rank, the up projections column-parallel, the
+         * output projection row-parallel. */
+        int64_t rq = m->mla_q_rank, rkv = m->mla_kv_rank;
+        n = rq ? h * rq + rq + rq * a * d / t : h * a * d / t;
+        n += h * (rkv + m->mla_rope_dim) + rkv + rkv * a * (m->mla_nope_dim + m->mla_v_dim) / t;
+        n += a * m->mla_v_dim * h / t;
     } else {
-        int64_t f = m->ffn_hidden;
-        n += mult * h * f / t + (m->mlp_bias ? fc1_bias * f / t + h : 0);
-        *expert = 0;
+        /* Column-parallel QKV and row-parallel output are split by t; the row-parallel
+         * bias, q/k norms and the layer norms are replicated (Megatron RowParallelLinear
+         * adds the bias after the reduction). */
+        n = (h * a * d + 2 * h * g * d + a * d * h) / t;
+        if (m->qkv_bias)
+            n += (a + 2 * g) * d / t;
+        if (m->out_bias)
+            n += h;
+        if (m->qk_norm)
+            n += 2 * d;
+    }
+    n += m->norms_per_layer * (m->norm == DP_NORM_LAYERNORM ? 2 * h : h);
+    *expert = 0;
+    if (kind == DP_LAYER_DENSE) {
+        n += mlp_params(m, m->ffn_hidden, t);
+    } else {
+        /* Routed experts: E/ep per EP rank, each split by etp. Router (and its bias)
+         * replicated; shared experts and their gate follow the dense TP layout
+         * (Megatron SharedExpertMLP). */
+        *expert = (m->experts / l->ep) * mlp_params(m, m->moe_ffn_hidden, dp_layout_etp(l));
+        n += h * m->experts + (m->moe_router_bias ? m->experts : 0);
+        n += m->moe_shared_experts * mlp_params(m, m->moe_shared_ffn_hidden, t);
+        n += m->moe_shared_gate ? h : 0;
     }
     *dense = n;
 }
 
-/* Parameters held by one GPU of stage r with `layers` layers of ld dense and le expert
- * parameters each: the dense part gains the embedding (first stage), the final norm
- * and the LM head (last stage). */
-static void stage_params(const struct dp_model *m, const struct dp_layout *l, int r, int layers,
-                         int64_t ld, int64_t le, int64_t *dense, int64_t *expert)
+/* One layer's parameters per GPU for each kind (computed once per layout). */
+struct kind_params {
+    int64_t dense[DP_LAYER_KINDS], expert[DP_LAYER_KINDS];
+};
+
+static void kind_params(const struct dp_model *m, const struct dp_layout *l, struct kind_params *kp)
+{
+    memset(kp, 0, sizeof *kp);
+    for (int k = 0; k < DP_LAYER_KINDS; k++) {
+        bool present =
+            k == DP_LAYER_MOE ? m->experts > 0 : m->experts == 0 || m->moe_dense_layers > 0;
+        if (present)
+            layer_params(m, l, (enum dp_layer_kind)k, &kp->dense[k], &kp->expert[k]);
+    }
+}
+
+/* Parameters held by one GPU of stage r: its layers by kind, plus the embedding (first
+ * stage), the final norm and the LM head (last stage), all in the dense part. */
+static void stage_params(const struct dp_model *m, const struct dp_layout *l, int r,
+                         const struct dp_layer_kinds *kinds, const struct kind_params *kp,
+                         int64_t *dense, int64_t *expert)
 {
     const int64_t t = l->tp, h = m->hidden;
     const int64_t vpad = dp_padded_vocab(m->vocab, l->tp);
-    int64_t d = layers * ld;
+    int64_t d = 0, e = 0;
+    for (int k = 0; k < DP_LAYER_KINDS; k++) {
+        d += kinds->n[k] * kp->dense[k];
+        e += kinds->n[k] * kp->expert[k];
+    }
     if (r == 0) {
         d += vpad * h / t; /* vocabulary-parallel embedding */
         if (m->pos == DP_POS_LEARNED)
@@ -214,15 +317,17 @@ static void stage_params(const struct dp_model *m, const struct dp_layout *l, in
             d += vpad * h / t;
     }
     *dense = d;
-    *expert = layers * le;
+    *expert = e;
 }
 
 void dp_mem_stage_params(const struct dp_model *m, const struct dp_layout *l, int r, int64_t *dense,
                          int64_t *expert)
 {
-    int64_t ld, le;
-    layer_params(m, l, &ld, &le);
-    stage_params(m, l, r, dp_layout_stage_layers(l, m, r), ld, le, dense, expert);
+    struct dp_layer_kinds kinds;
+    struct kind_params kp;
+    dp_layout_stage_kinds(l, m, r, &kinds);
+    kind_params(m, l, &kp);
+    stage_params(m, l, r, &kinds, &kp, dense, expert);
 }
 
 /* Micro-batch-equivalents of activations live on stage r at its peak. */
@@ -246,7 +351,8 @@ static double inflight(const struct dp_layout *l, int r, int64_t M)
 
 static void stage_with(const struct dp_model *m, const struct dp_cluster *cl,
                        const struct dp_layout *l, const struct dp_mem_opts *o, int r,
-                       const struct dp_act_layer *alp, struct dp_mem_stage *out)
+                       const struct dp_act_layer al[DP_LAYER_KINDS], const struct kind_params *kp,
+                       struct dp_mem_stage *out)
 {
     memset(out, 0, sizeof *out);
     const int64_t t = l->tp, h = m->hidden;
@@ -260,40 +366,55 @@ static void stage_with(const struct dp_model *m, const struct dp_cluster *cl,
     out->has_embedding = r == 0;
     out->has_head = r == l->pp - 1;
 
-    /* Parameters. */
-    int64_t ld, le, dense, expert;
-    layer_params(m, l, &ld, &le);
-    stage_params(m, l, r, out->layers, ld, le, &dense, &expert);
+    /* Parameters: the dense part sharded over dp x cp, the experts over the expert
+     * data-parallel group (Megatron _EXPERT_DATA_PARALLEL_GROUP). */
+    struct dp_layer_kinds kinds;
+    dp_layout_stage_kinds(l, m, r, &kinds);
+    int64_t dense, expert;
+    stage_params(m, l, r, &kinds, kp, &dense, &expert);
     out->params = dense + expert;
+    for (int k = 0; k < DP_LAYER_KINDS; k++)
+        out->kind_layers[k] = kinds.n[k];
     struct dp_states sd, se;
-    int64_t dpcp = (int64_t)l->dp * l->cp;
-    dp_mem_states(dense, dpcp, l, &sd);
-    dp_mem_states(expert, dpcp / l->ep, l, &se);
+    dp_mem_states(dense, (int64_t)l->dp * l->cp, l, &sd);
+    dp_mem_states(expert, dp_layout_edp(l), l, &se);
     double copy = fp8_weight_copy_bytes(l);
     if (copy > 0 && l->zero < 3) {
-        /* Linear weights of the stage's layers (the embedding and output layer stay
-         * half precision). */
-        int64_t lin = ld - m->norms_per_layer * (m->norm == DP_NORM_LAYERNORM ? 2 * h : h);
-        out->fp8_copy_bytes = (int64_t)(copy * (double)(out->layers * lin + expert));
+        /* Linear weights of the stage's layers (the norms, embedding and output layer
+         * stay half precision). */
+        int64_t lin = expert;
+        for (int k = 0; k < DP_LAYER_KINDS; k++)
+            lin += kinds.n[k] *
+                   (kp->dense[k] - m->norms_per_layer * (m->norm == DP_NORM_LAYERNORM ? 2 * h : h));
+        out->fp8_copy_bytes = (int64_t)(copy * (double)lin);
     }
     out->params_bytes = sd.params_bytes + se.params_bytes + out->fp8_copy_bytes;
     out->grads_bytes = sd.grads_bytes + se.grads_bytes;
     out->optimizer_bytes = sd.optimizer_bytes + se.optimizer_bytes;
 
-    /* Activations. */
-    const struct dp_act_layer al = *alp;
+    /* Activations: each kind's layers at their own bytes; the recompute working set is
+     * the largest layer the stage holds. */
     out->inflight = inflight(l, r, M);
-    out->act_layer_bytes = al.stored_bytes;
-    /* With recompute_layers, the other layers keep all their activations. */
-    int64_t lr =
-        l->recompute == DP_RECOMPUTE_FULL ? dp_layout_recomputed(l, out->layers) : out->layers;
-    out->act_layers_bytes = (int64_t)(out->inflight * (double)(lr * al.stored_bytes +
-                                                               (out->layers - lr) * al.full_bytes) +
-                                      0.5);
-    if (l->recompute == DP_RECOMPUTE_FULL)
-        out->act_working_bytes = al.full_bytes;
-    else if (l->recompute == DP_RECOMPUTE_SELECTIVE)
-        out->act_working_bytes = al.scores_bytes;
+    /* With recompute_layers (full recompute of that many of the stage's layers), the
+     * other layers keep all their activations. */
+    double f = 1;
+    if (l->recompute == DP_RECOMPUTE_FULL && out->layers > 0)
+        f = (double)dp_layout_recomputed(l, out->layers) / (double)out->layers;
+    double stored = 0;
+    for (int k = 0; k < DP_LAYER_KINDS; k++) {
+        if (!kinds.n[k])
+            continue;
+        stored +=
+            kinds.n[k] * (f * (double)al[k].stored_bytes + (1 - f) * (double)al[k].full_bytes);
+        if (al[k].stored_bytes > out->act_layer_bytes)
+            out->act_layer_bytes = al[k].stored_bytes;
+        int64_t work = l->recompute == DP_RECOMPUTE_FULL        ? al[k].full_bytes
+                       : l->recompute == DP_RECOMPUTE_SELECTIVE ? al[k].scores_bytes
+                                                                : 0;
+        if (work > out->act_working_bytes)
+            out->act_working_bytes = work;
+    }
+    out->act_layers_bytes = (int64_t)(out->inflight * stored + 0.5);
     if (out->has_embedding && m->dropout) {
         /* Korthikanti Sec. 4.3: the embedding's dropout mask, one per micro-batch in flight. */
         int64_t mb = (int64_t)(out->inflight + 0.999);
@@ -313,8 +434,13 @@ static void stage_with(const struct dp_model *m, const struct dp_cluster *cl,
     dp_mem_bytes_per_param(l, &pb, &gb, &ob);
     if (l->pp > 1) /* one forward-receive and one backward-receive activation buffer */
         out->comm_bytes += 2 * p * s * b * h / u;
-    if (l->zero >= 3) /* parameters of the current and the prefetched layer, gathered */
-        out->comm_bytes += 2 * (ld + le) * pb;
+    if (l->zero >= 3) { /* parameters of the current and the prefetched layer, gathered */
+        int64_t big = 0;
+        for (int k = 0; k < DP_LAYER_KINDS; k++)
+            if (kinds.n[k] && kp->dense[k] + kp->expert[k] > big)
+                big = kp->dense[k] + kp->expert[k];
+        out->comm_bytes += 2 * big * pb;
+    }
     if (l->zero >= 2) {
         /* DeepSpeed's reduce bucket (zero_optimization.reduce_bucket_size, default 5e8
          * elements) for gradients produced before they are reduce-scattered. */
@@ -332,9 +458,11 @@ static void stage_with(const struct dp_model *m, const struct dp_cluster *cl,
 void dp_mem_stage(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
                   const struct dp_mem_opts *o, int r, struct dp_mem_stage *out)
 {
-    struct dp_act_layer al;
-    dp_act_layer(m, l, &al);
-    stage_with(m, cl, l, o, r, &al, out);
+    struct dp_act_layer al[DP_LAYER_KINDS];
+    struct kind_params kp;
+    dp_act_layers(m, l, al);
+    kind_params(m, l, &kp);
+    stage_with(m, cl, l, o, r, al, &kp, out);
 }
 
 int dp_mem_estimate(const struct dp_model *m, const struct dp_cluster *cl,
@@ -369,31 +497,38 @@ void dp_mem_peak(const struct dp_model *m, const struct dp_cluster *cl, const st
                  const struct dp_mem_opts *o, int64_t *peak_bytes, int64_t *min_bytes,
                  int *peak_stage)
 {
-    struct dp_act_layer al;
-    dp_act_layer(m, l, &al);
-    dp_mem_peak_with(m, cl, l, o, &al, peak_bytes, min_bytes, peak_stage);
+    struct dp_act_layer al[DP_LAYER_KINDS];
+    dp_act_layers(m, l, al);
+    dp_mem_peak_with(m, cl, l, o, al, peak_bytes, min_bytes, peak_stage);
 }
 
 void dp_mem_peak_with(const struct dp_model *m, const struct dp_cluster *cl,
                       const struct dp_layout *l, const struct dp_mem_opts *o,
-                      const struct dp_act_layer *al, int64_t *peak_bytes, int64_t *min_bytes,
-                      int *peak_stage)
+                      const struct dp_act_layer al[DP_LAYER_KINDS], int64_t *peak_bytes,
+                      int64_t *min_bytes, int *peak_stage)
 {
     /* Middle stages hold equal layers and fewer micro-batches the later they are, so the
      * extremes are among the first, second and last stages, and the smallest may be the
-     * last middle one. */
+     * last middle one. Layers of several kinds make middle stages differ: then every
+     * stage is a candidate. */
     int cand[4] = {0, 1, l->pp - 1, l->pp - 2};
     int n = l->pp >= 4 ? 4 : l->pp >= 3 ? 3 : l->pp;
     if (l->pp == 2)
         cand[1] = 1;
+    bool all = dp_model_mixed_layers(m) && l->pp > 4;
+    if (all)
+        n = l->pp <= DP_MAX_PP ? l->pp : DP_MAX_PP;
+    struct kind_params kp;
+    kind_params(m, l, &kp);
     int64_t pk = -1, mn = -1;
     int ps = 0;
     for (int i = 0; i < n; i++) {
         struct dp_mem_stage st;
-        stage_with(m, cl, l, o, cand[i], al, &st);
+        int r = all ? i : cand[i];
+        stage_with(m, cl, l, o, r, al, &kp, &st);
         if (st.total_bytes > pk) {
             pk = st.total_bytes;
-            ps = cand[i];
+            ps = r;
         }
         if (mn < 0 || st.total_bytes < mn)
             mn = st.total_bytes;

@@ -112,7 +112,7 @@ struct ctx {
     double cast_b; /* FP8: bytes moved per quantized element (fp8_cast_bytes) */
     double t, u;   /* tp, and the sequence-parallel divisor */
     double T;      /* GEMM rows: tokens of one micro-batch on this CP rank */
-    struct dp_path tp, cp, ep, dp, dpe, pp, emb;
+    struct dp_path tp, cp, ep, etp, dp, dpe, pp, emb;
 };
 
 /* Tile quantization: cuBLAS tiles are 128 wide; a dimension of d computes
@@ -187,6 +187,7 @@ static void ctx_init(struct ctx *c, const struct dp_model *m, const struct dp_cl
     if (!step) {
         dp_place_path_fast(cl, l, DP_PLACE_CP, &c->cp);
         dp_place_path_fast(cl, l, DP_PLACE_EP, &c->ep);
+        dp_place_path_fast(cl, l, DP_PLACE_ETP, &c->etp);
         return;
     }
     dp_place_path_fast(cl, l, DP_PLACE_DPCP, &c->dp);
@@ -195,162 +196,282 @@ static void ctx_init(struct ctx *c, const struct dp_model *m, const struct dp_cl
     dp_place_path_fast(cl, l, DP_PLACE_EMB, &c->emb);
 }
 
-static void layer(const struct ctx *c, struct dp_layer_time *o)
+/*
+ * A linear layer's GEMM(s) (QKV, out-projection, MLP, MLA projections, experts: the
+ * modules Transformer Engine and torchao run at the compute type), `groups` alike.
+ * Expert GEMMs: TE GroupedLinear (transformer_engine/pytorch/module/grouped_linear.py,
+ * general_grouped_gemm) and the grouped_gemm package Megatron's GroupedMLP used both run
+ * one cuBLAS GEMM per local expert, so each expert's GEMM (its rows, tile quantization
+ * and fixed cost) sets its efficiency: many small experts reach less of the peak than
+ * one GEMM of all their rows. TE's extra streams, which overlap some of the fixed
+ * costs, are not credited. With FP8 it also counts, in o->cast_*,
+ * the elements to quantize per micro-batch: the GEMM's input forward (mm x kk), its
+ * output gradient backward (mm x nn), and its weight (kk x nn), cast once per step
+ * (TE caches the FP8 weights of the first micro-batch: is_first_microbatch); layer()
+ * turns them into time.
+ */
+static double lin(const struct ctx *c, struct dp_layer_time *o, double mm, double nn, double kk,
+                  double groups)
+{
+    o->cast_f += groups * mm * kk;
+    o->cast_b += groups * mm * nn;
+    o->cast_w += groups * kk * nn;
+    return groups * gemm_lin(c, mm, nn, kk, 1);
+}
+
+/*
+ * One sequence-parallel all-gather (fwd) / reduce-scatter pair of `width`-wide
+ * activations over TP, as Korthikanti Sec. 4.2.2 charges each TP region: forward
+ * gather in + scatter out, backward the transposes plus the re-gather of the input
+ * for the weight gradient; without SP an all-reduce each way. g_in is the
+ * column-parallel GEMM the gathered input feeds (QKV, fc1), g_out the row-parallel
+ * GEMM whose output is reduce-scattered (out-projection, fc2).
+ *
+ * With FP8 GEMMs under sequence parallelism the all-gathers move the GEMM inputs
+ * already quantized, 1 byte per element (torchao Float8ColwiseParallel casts to float8
+ * before the all-gather; Transformer Engine quantizes the norm output, or the output
+ * gradient, before gathering it); reduce-scatters carry the bf16 GEMM outputs.
+ *
+ * With tp_overlap each collective is pipelined with its GEMM (see pipelined()):
+ * forward, the all-gather feeds g_in (ring exchange, tp chunks) and the reduce-scatter
+ * drains g_out (4 splits); backward, g_out's input-gradient GEMM takes the gathered
+ * output gradient (ring exchange), g_in's input-gradient reduce-scatter runs under its
+ * weight-gradient GEMM and the re-gather of its input under the input-gradient GEMM
+ * (userbuffers "bulk" overlap: one collective beside one GEMM, no chunking). Backward
+ * GEMMs take as long as the forward one each (dgrad and wgrad have its FLOPs).
+ */
+static void tp_region(const struct ctx *c, double in_width, double out_width, double g_in,
+                      double g_out, double *f, double *b)
+{
+    const struct dp_layout *l = c->l;
+    if (l->tp <= 1)
+        return;
+    double T = c->T, p = c->p, pg = c->fp8 ? 1.0 : p;
+    if (l->sp) {
+        double ag_in = dp_coll_time_s(DP_ALLGATHER, pg * T * in_width, l->tp, &c->tp);
+        double rs_in = dp_coll_time_s(DP_REDUCE_SCATTER, p * T * in_width, l->tp, &c->tp);
+        double rs_out = dp_coll_time_s(DP_REDUCE_SCATTER, p * T * out_width, l->tp, &c->tp);
+        double ag_out = dp_coll_time_s(DP_ALLGATHER, pg * T * out_width, l->tp, &c->tp);
+        if (l->tp_overlap) {
+            *f += pipelined(ag_in, g_in, l->tp) + pipelined(rs_out, g_out, UB_RS_SPLITS);
+            *b +=
+                pipelined(ag_out, g_out, l->tp) + overlapped(rs_in, g_in) + overlapped(ag_in, g_in);
+        } else {
+            *f += ag_in + rs_out;
+            *b += ag_out + rs_in + ag_in;
+        }
+    } else {
+        *f += dp_coll_time_s(DP_ALLREDUCE, p * T * out_width, l->tp, &c->tp);
+        *b += dp_coll_time_s(DP_ALLREDUCE, p * T * in_width, l->tp, &c->tp);
+    }
+}
+
+/*
+ * Bytes moved per element by the element-wise kernels: norms (read + write), the MLP
+ * activation (SwiGLU reads gate and up, writes their product; GELU reads and writes),
+ * rotary embedding (read + write). Eager PyTorch (no torch.compile, no fused kernels)
+ * runs each operator as its own kernel, each reading and writing its tensors: RMSNorm as
+ * written in Llama and torchtitan (x.float(), pow(2), mean, * rsqrt, type_as, * weight)
+ * moves p+4 + 4+4 + 4 + 4+4 + 4+p + p+p = 4p + 28 bytes per element; SwiGLU (silu(gate),
+ * then * up) 5p per element of the MLP width; rotary embedding in complex fp32 (float(),
+ * complex multiply, type_as) 2p + 16. LayerNorm and GELU are single native kernels
+ * either way; residual adds are one kernel either way.
+ */
+static double ew_norm_bytes(const struct ctx *c)
+{
+    return c->l->eager && c->m->norm == DP_NORM_RMSNORM ? 4.0 * c->p + 28.0 : 2.0 * c->p;
+}
+static double ew_act_bytes(const struct ctx *c)
+{
+    if (c->m->ffn == DP_FFN_SWIGLU)
+        return c->l->eager ? 5.0 * c->p : 3.0 * c->p;
+    return 2.0 * c->p;
+}
+static double ew_rope_bytes(const struct ctx *c)
+{
+    return c->l->eager ? 2.0 * c->p + 16.0 : 2.0 * c->p;
+}
+
+/* The attention block: projections, core attention, its element-wise work and TP. */
+static void attention(const struct ctx *c, struct dp_layer_time *o)
 {
     const struct dp_model *m = c->m;
     const struct dp_layout *l = c->l;
-    memset(o, 0, sizeof *o);
     const double t = c->t, u = c->u, p = c->p, T = c->T;
     const double h = (double)m->hidden, a = (double)m->heads, g = (double)m->kv_heads;
     const double d = (double)m->head_dim, b = (double)l->mbs;
     const double s_loc = (double)l->seq_len / l->cp, s_full = (double)l->seq_len;
-    const double up = m->ffn == DP_FFN_SWIGLU ? 2 : 1;
-
-    /* Projections: column-parallel QKV and fc1, row-parallel out and fc2. */
-    const double g_qkv = gemm_lin(c, T, (a + 2 * g) * d / t, h, 1);
-    const double g_proj = gemm_lin(c, T, h, a * d / t, 1);
-    double g_fc1, g_fc2;
-    /* Elements quantized per micro-batch when the linears run in FP8: each GEMM's input
-     * forward (rows x k), its output gradient backward (rows x n), and the weights
-     * (k x n), cast once per step (TE caches the FP8 weights of the first micro-batch:
-     * is_first_microbatch). */
-    double q_in = T * h + T * a * d / t, q_out = T * (a + 2 * g) * d / t + T * h;
-    double q_w = h * (a + 2 * g) * d / t + a * d * h / t;
-    o->gemm_f = g_qkv + g_proj;
-    double f;
-    if (m->experts > 0) {
-        /* Balanced routing: the EP group's tokens times top_k spread evenly over the
-         * experts; each GPU runs its E/ep local experts. */
-        f = (double)m->moe_ffn_hidden;
-        double E = (double)m->experts, k = (double)m->top_k, ep = l->ep;
-        double rows = T * k * ep / E;
-        o->gemm_f += gemm_s(c, T, E, h, 1);
-        g_fc1 = gemm_lin(c, rows, up * f / t, h, E / ep);
-        g_fc2 = gemm_lin(c, rows, h, f / t, E / ep);
-        o->gemm_f += g_fc1 + g_fc2;
-        q_in += rows * E / ep * (h + f / t);
-        q_out += rows * E / ep * (up * f / t + h);
-        q_w += E / ep * (up * f * h / t + f * h / t);
-        /* Dispatch and combine: an all-to-all of the routed tokens each way, twice
-         * again in backward. */
-        double bytes = p * T * k * h;
-        o->ep_f = 2 * dp_coll_time_s(DP_ALLTOALL, bytes, l->ep, &c->ep);
-        o->ep_b = o->ep_f;
+    double dv = d, in_width = h, ew = 0, g_in, g_out;
+    if (m->mla) {
+        /* Megatron-Core MLASelfAttention: the down projections are duplicated on every
+         * TP rank and run on the sequence-parallel shard (T/u rows); their normed
+         * outputs are gathered into the column-parallel up projections, so TP gathers
+         * q_lora + kv_lora + rope wide rows instead of h (h + kv_lora + rope without a
+         * q bottleneck: q_proj takes the gathered hidden). */
+        double rq = (double)m->mla_q_rank, rkv = (double)m->mla_kv_rank;
+        double rope = (double)m->mla_rope_dim, nope = (double)m->mla_nope_dim;
+        dv = (double)m->mla_v_dim;
+        if (rq > 0) {
+            g_in = lin(c, o, T, a * d / t, rq, 1);
+            o->gemm_f += lin(c, o, T / u, rq, h, 1);
+            in_width = rq;
+        } else {
+            g_in = lin(c, o, T, a * d / t, h, 1);
+        }
+        o->gemm_f += lin(c, o, T / u, rkv + rope, h, 1);
+        g_in += lin(c, o, T, a * (nope + dv) / t, rkv, 1);
+        g_out = lin(c, o, T, h, a * dv / t, 1);
+        o->gemm_f += g_in + g_out;
+        in_width += rkv + rope;
+        ew += 2.0 * p * T / u * (rq + rkv); /* the latent RMSNorms */
     } else {
-        f = (double)m->ffn_hidden;
-        g_fc1 = gemm_lin(c, T, up * f / t, h, 1);
-        g_fc2 = gemm_lin(c, T, h, f / t, 1);
-        o->gemm_f += g_fc1 + g_fc2;
-        q_in += T * h + T * f / t;
-        q_out += T * up * f / t + T * h;
-        q_w += up * f * h / t + f * h / t;
-    }
-    if (c->fp8) {
-        o->cast_f = q_in * c->cast_b / c->membw;
-        o->cast_b = q_out * c->cast_b / c->membw;
-        /* FP8 weights (fp8_params) need only the transposed copy: read and write 1 byte. */
-        o->cast_w = q_w * (l->fp8_params ? 2.0 : c->cast_b) / c->membw;
+        /* Column-parallel QKV, row-parallel output projection. */
+        g_in = lin(c, o, T, (a + 2 * g) * d / t, h, 1);
+        g_out = lin(c, o, T, h, a * d / t, 1);
+        o->gemm_f += g_in + g_out;
+        if (m->qk_norm) /* Qwen3's per-head RMSNorm of q and k */
+            ew += 2.0 * p * T * (a + g) * d / t;
     }
 
-    /* Attention core: QK^T and attention x V over a/t heads. */
+    /* Attention core: QK^T (d wide) and attention x V (dv wide) over a/t heads. */
     double heads = a / t;
     double ew_attn = 0;
     if (l->flash_attn) {
         /* With context parallelism the attention runs as cp separate kernels, one per
          * K/V chunk of the ring, each on s_loc x s_loc blocks: the efficiency curve
          * applies to each step's FLOPs. */
-        double flops = 4.0 * b * heads * s_loc * s_full * d / 2.0; /* causal half */
+        double flops = 2.0 * b * heads * s_loc * s_full * (d + dv) / 2.0; /* causal half */
         double step = flops / l->cp;
         const struct dp_gemm_curve *gc = &c->cl->gpu.gemm;
         double eff = attn_rel(&c->cl->gpu, l) * gc->eff_max * step / (step + gc->half_flops);
         o->attn_f = flops / (c->peak * eff);
         o->attn_b = FLASH_BWD_OVER_FWD * o->attn_f;
     } else {
-        o->attn_f = gemm_s(c, s_loc, s_full, d, b * heads) + gemm_s(c, s_loc, d, s_full, b * heads);
+        o->attn_f =
+            gemm_s(c, s_loc, s_full, d, b * heads) + gemm_s(c, s_loc, dv, s_full, b * heads);
         o->attn_b = 2 * o->attn_f;
         /* Fused scale-mask-softmax reads and writes the scores; dropout reads them and
          * writes its output and a 1-byte mask; the context is permuted back. */
         double sc = heads * s_loc * s_full * b;
-        ew_attn = 2 * p * sc + (m->dropout ? (2 * p + 1) * sc : 0) + 2 * p * T * a * d / t;
+        ew_attn = 2 * p * sc + (m->dropout ? (2 * p + 1) * sc : 0) + 2 * p * T * a * dv / t;
+    }
+    /* Rotary embedding on Q and K (MLA: their rope parts, the rotary key shared). */
+    if (m->mla)
+        ew += 2.0 * p * T * (a / t + 1) * (double)m->mla_rope_dim;
+    else if (m->pos == DP_POS_ROPE)
+        ew += ew_rope_bytes(c) * T * (a + g) * d / t;
+    o->attn_ew_f = ew_attn / c->membw;
+    o->ew_f += (ew + ew_attn) / c->membw;
+
+    /* Tensor parallel: the attention region (Shoeybi et al. 2019, Fig. 3). */
+    tp_region(c, in_width, h, g_in, g_out, &o->tp_f, &o->tp_b);
+}
+
+/*
+ * A MoE layer's MLP per GPU (Megatron-Core MoELayer): the router on the local tokens,
+ * the token copies' dispatch over EP, the local experts' grouped GEMMs on
+ * dp_moe_rows rows, the combine, and the shared experts as a TP MLP.
+ */
+static void moe_mlp(const struct ctx *c, struct dp_layer_time *o)
+{
+    const struct dp_model *m = c->m;
+    const struct dp_layout *l = c->l;
+    const double t = c->t, u = c->u, p = c->p, T = c->T, h = (double)m->hidden;
+    const double up = m->ffn == DP_FFN_SWIGLU ? 2 : 1, act_b = ew_act_bytes(c);
+    const double E = (double)m->experts, k = (double)m->top_k, ep = l->ep;
+    const double etp = dp_layout_etp(l), f = (double)m->moe_ffn_hidden;
+    const double rows = dp_moe_rows(m, l), local = E / ep;
+
+    /* Router (TopKRouter): the gate GEMM on the T/u local tokens, then memory-bound
+     * passes over the fp32 scores: the softmax or sigmoid (read logits, write scores),
+     * top-k (read scores, write k indices and weights) and the auxiliary load-balancing
+     * loss (read scores again). */
+    o->gemm_f += gemm_s(c, T / u, E, h, 1);
+    double router = T / u * (3.0 * 4.0 * E + 12.0 * k);
+    /* Permute and unpermute: each routed copy written and read once each way. */
+    double perm = 4.0 * p * rows * h;
+    /* Routed experts: rows spread over the E/ep local experts (their share of the
+     * load), fc1 of up x f/etp, fc2 back to h. */
+    double re = rows / local;
+    o->gemm_f += lin(c, o, re, up * f / etp, h, local) + lin(c, o, re, h, f / etp, local);
+    double act = act_b * rows * f / etp;
+    /* Shared experts: one MLP of S x f_s on every token, column/row parallel over TP
+     * (Megatron SharedExpertMLP), with its own gather/scatter under SP. */
+    double fs = (double)m->moe_shared_experts * (double)m->moe_shared_ffn_hidden;
+    if (fs > 0) {
+        double s1 = lin(c, o, T, up * fs / t, h, 1), s2 = lin(c, o, T, h, fs / t, 1);
+        o->gemm_f += s1 + s2;
+        act += act_b * T * fs / t;
+        tp_region(c, h, h, s1, s2, &o->tp_f, &o->tp_b);
+    }
+    o->ew_f += (router + perm + act) / c->membw;
+
+    /* Dispatch and combine: an all-to-all of this GPU's tokens (its share rows / (etp k)
+     * of the routed copies' tokens) over EP, each way, forward and again in backward,
+     * the copies split between the intra-node link and the NIC share by the dispatcher
+     * (dp_moe_dispatch_copies) and paced by the slower; (ep - 1) latency steps as for
+     * any all-to-all. With etp > 1 the expert-TP group then gathers the copies and
+     * reduce-scatters the outputs. */
+    if (l->ep > 1) {
+        double in, net, tok = p * h * rows / (etp * k);
+        dp_moe_dispatch_copies(m, l, l->ep, c->ep.members_per_node, &in, &net);
+        double t_in = tok * in / (c->ep.in_gbps * 1e9), t_net = tok * net / (c->ep.net_gbps * 1e9);
+        double a2a = (l->ep - 1) * c->ep.latency_us * 1e-6 + (t_in > t_net ? t_in : t_net);
+        o->ep_f += 2 * a2a;
+        o->ep_b += 2 * a2a;
+    }
+    if (etp > 1) {
+        double bytes = p * rows * h;
+        double ag = dp_coll_time_s(DP_ALLGATHER, bytes, (int)etp, &c->etp);
+        double rs = dp_coll_time_s(DP_REDUCE_SCATTER, bytes, (int)etp, &c->etp);
+        o->ep_f += ag + rs;
+        o->ep_b += ag + rs;
+    }
+}
+
+static void layer(const struct ctx *c, enum dp_layer_kind kind, struct dp_layer_time *o)
+{
+    const struct dp_model *m = c->m;
+    const struct dp_layout *l = c->l;
+    memset(o, 0, sizeof *o);
+    const double t = c->t, u = c->u, p = c->p, T = c->T;
+    const double h = (double)m->hidden, g = (double)m->kv_heads, d = (double)m->head_dim;
+
+    attention(c, o);
+    if (kind == DP_LAYER_MOE) {
+        moe_mlp(c, o);
+    } else {
+        /* Column-parallel fc1 (gate and up for SwiGLU), row-parallel fc2, the
+         * activation function; a TP region of its own. */
+        const double up = m->ffn == DP_FFN_SWIGLU ? 2 : 1, f = (double)m->ffn_hidden;
+        double g1 = lin(c, o, T, up * f / t, h, 1), g2 = lin(c, o, T, h, f / t, 1);
+        o->gemm_f += g1 + g2;
+        o->ew_f += ew_act_bytes(c) * T * f / t / c->membw;
+        tp_region(c, h, h, g1, g2, &o->tp_f, &o->tp_b);
     }
 
     /* Element-wise, forward bytes: norms (read + write), two fused bias-dropout-add
-     * (read output and residual, write; 1-byte masks), the activation function,
-     * rotary embedding on Q and K. */
-    double norm_b = 2.0 * p, act_b = (m->ffn == DP_FFN_SWIGLU ? 3.0 : 2.0) * p, rope_b = 2.0 * p;
-    if (l->eager) {
-        /*
-         * Eager PyTorch (no torch.compile, no fused kernels) runs each operator as its own
-         * kernel, each reading and writing its tensors: RMSNorm as written in Llama and
-         * torchtitan (x.float(), pow(2), mean, * rsqrt, type_as, * weight) moves
-         * p+4 + 4+4 + 4 + 4+4 + 4+p + p+p = 4p + 28 bytes per element; SwiGLU (silu(gate),
-         * then * up) 5p per element of the MLP width; rotary embedding in complex fp32
-         * (float(), complex multiply, type_as) 2p + 16. LayerNorm and GELU are single
-         * native kernels either way; residual adds are one kernel either way.
-         */
-        if (m->norm == DP_NORM_RMSNORM)
-            norm_b = 4.0 * p + 28.0;
-        if (m->ffn == DP_FFN_SWIGLU)
-            act_b = 5.0 * p;
-        rope_b = 2.0 * p + 16.0;
-    }
-    double norms = m->norms_per_layer * norm_b * T * h / u;
+     * (read output and residual, write; 1-byte masks). */
+    double norms = m->norms_per_layer * ew_norm_bytes(c) * T * h / u;
     double bda = 2 * 3.0 * p * T * h / u + (m->dropout ? 2.0 * T * h / u : 0);
-    double act = act_b * T * f / t;
-    if (m->experts > 0) /* top_k copies of the activations; permute and un-permute copies */
-        act = act * (double)m->top_k + 4.0 * p * T * (double)m->top_k * h;
-    double rope = m->pos == DP_POS_ROPE ? rope_b * T * (a + g) * d / t : 0;
-    o->attn_ew_f = ew_attn / c->membw;
-    o->ew_f = (norms + bda + act + rope + ew_attn) / c->membw;
-
-    /* Tensor parallel: forward all-reduces after attention-out and fc2, backward
-     * all-reduces of the QKV and fc1 input gradients (Shoeybi et al. 2019, Fig. 3).
-     * With sequence parallelism each all-reduce becomes reduce-scatter + all-gather
-     * of the same bytes, and backward all-gathers the layer inputs again for the
-     * weight gradients (Korthikanti et al. 2022, Sec. 4.2.2). */
-    if (l->tp > 1) {
-        double bytes = p * T * h;
-        /* With FP8 GEMMs under sequence parallelism the all-gathers move the GEMM inputs
-         * already quantized, 1 byte per element (torchao Float8ColwiseParallel casts to
-         * float8 before the all-gather; Transformer Engine quantizes the norm output, or
-         * the output gradient, before gathering it); reduce-scatters carry the bf16 GEMM
-         * outputs. */
-        double ag_bytes = c->fp8 ? T * h : bytes;
-        if (l->sp && l->tp_overlap) {
-            /* Each collective pipelined with its GEMM (see pipelined()): forward, the
-             * all-gathers feed QKV and fc1 (ring exchange, tp chunks) and the
-             * reduce-scatters drain the out-projection and fc2 (4 splits); backward,
-             * the out-projection and fc2 input-gradient GEMMs take the gathered output
-             * gradient (ring exchange), the QKV and fc1 input-gradient reduce-scatters
-             * run under their weight-gradient GEMMs and the re-gather of their inputs
-             * under the input-gradient GEMMs (userbuffers "bulk" overlap: one
-             * collective beside one GEMM, no chunking). Backward GEMMs take as long as
-             * the forward one each (dgrad and wgrad have its FLOPs). */
-            double rs = dp_coll_time_s(DP_REDUCE_SCATTER, bytes, l->tp, &c->tp);
-            double ag = dp_coll_time_s(DP_ALLGATHER, ag_bytes, l->tp, &c->tp);
-            o->tp_f = pipelined(ag, g_qkv, l->tp) + pipelined(ag, g_fc1, l->tp) +
-                      pipelined(rs, g_proj, UB_RS_SPLITS) + pipelined(rs, g_fc2, UB_RS_SPLITS);
-            o->tp_b = pipelined(ag, g_proj, l->tp) + pipelined(ag, g_fc2, l->tp) +
-                      overlapped(rs, g_qkv) + overlapped(rs, g_fc1) + overlapped(ag, g_qkv) +
-                      overlapped(ag, g_fc1);
-        } else if (l->sp) {
-            double rs = dp_coll_time_s(DP_REDUCE_SCATTER, bytes, l->tp, &c->tp);
-            double ag = dp_coll_time_s(DP_ALLGATHER, ag_bytes, l->tp, &c->tp);
-            o->tp_f = 2 * (rs + ag);
-            o->tp_b = 2 * (rs + ag) + 2 * ag;
-        } else {
-            double ar = dp_coll_time_s(DP_ALLREDUCE, bytes, l->tp, &c->tp);
-            o->tp_f = 2 * ar;
-            o->tp_b = 2 * ar;
-        }
+    o->ew_f += (norms + bda) / c->membw;
+    /* FP8 quantization: lin() counted the elements; fp8_cast_bytes moves per element. */
+    if (c->fp8) {
+        o->cast_f *= c->cast_b / c->membw;
+        o->cast_b *= c->cast_b / c->membw;
+        /* FP8 weights (fp8_params) need only the transposed copy: read and write 1 byte. */
+        o->cast_w *= (l->fp8_params ? 2.0 : c->cast_b) / c->membw;
+    } else {
+        o->cast_f = o->cast_b = o->cast_w = 0;
     }
 
     /* Context parallel (ring attention): cp - 1 exchanges of this rank's K and V
      * chunk, overlapped with the attention of the chunk in hand; backward also
      * returns dK and dV. Every rank of the ring sends at once, so each step waits
-     * for the ring's slowest hop (c->cp). */
+     * for the ring's slowest hop (c->cp). MLA exchanges its expanded K and V. */
     if (l->cp > 1) {
-        double kv = 2.0 * p * T * g * d / t;
+        double kvw = m->mla ? (double)m->heads * (d + (double)m->mla_v_dim) : 2.0 * g * d;
+        double kv = p * T * kvw / t;
         double step_f = dp_coll_time_s(DP_P2P, kv, 2, &c->cp);
         double per_f = o->attn_f / l->cp, per_b = o->attn_b / l->cp;
         o->cp_f = (l->cp - 1) * overlapped(step_f, per_f);
@@ -365,30 +486,39 @@ struct stage_cost {
     double weight_cast; /* per step: FP8 casts of the stage's weights */
 };
 
-static void stage(const struct ctx *c, const struct dp_layer_time *lc, int layers, bool first,
-                  bool last, struct stage_cost *o)
+static void stage(const struct ctx *c, const struct dp_layer_time lt[DP_LAYER_KINDS],
+                  const struct dp_layer_kinds *kinds, bool first, bool last, struct stage_cost *o)
 {
     const struct dp_model *m = c->m;
     const struct dp_layout *l = c->l;
     memset(o, 0, sizeof *o);
     const double t = c->t, u = c->u, p = c->p, T = c->T, h = (double)m->hidden;
-    double L = layers;
-    o->compute_f = L * (lc->gemm_f + lc->attn_f + lc->ew_f + lc->cast_f);
-    o->compute_b = L * (2 * lc->gemm_f + lc->attn_b + 2 * lc->ew_f + lc->cast_b);
-    o->weight_cast = L * lc->cast_w;
-    o->tp_f = L * lc->tp_f;
-    o->tp_b = L * lc->tp_b;
-    o->cp = L * (lc->cp_f + lc->cp_b);
-    o->ep = L * (lc->ep_f + lc->ep_b);
-    if (l->recompute == DP_RECOMPUTE_FULL) {
-        /* The whole forward again, collectives included (Megatron checkpoints the
-         * layer input and reruns the layer), for the layers that recompute. */
-        double Lr = dp_layout_recomputed(l, layers);
-        o->recompute = Lr * (lc->gemm_f + lc->attn_f + lc->ew_f + lc->cast_f);
-        o->tp_re = Lr * lc->tp_f;
-        o->ep += Lr * lc->ep_f;
-    } else if (l->recompute == DP_RECOMPUTE_SELECTIVE) {
-        o->recompute = L * (lc->attn_f + lc->attn_ew_f);
+    /* Each kind of layer the stage holds at its own cost (dp_layout_stage_kinds). With
+     * recompute_layers only that share of the stage's layers recomputes. */
+    int layers = kinds->n[DP_LAYER_DENSE] + kinds->n[DP_LAYER_MOE];
+    double fr = layers > 0 ? (double)dp_layout_recomputed(l, layers) / layers : 0;
+    for (int k = 0; k < DP_LAYER_KINDS; k++) {
+        double L = kinds->n[k];
+        const struct dp_layer_time *lc = &lt[k];
+        if (L == 0)
+            continue;
+        o->compute_f += L * (lc->gemm_f + lc->attn_f + lc->ew_f + lc->cast_f);
+        o->compute_b += L * (2 * lc->gemm_f + lc->attn_b + 2 * lc->ew_f + lc->cast_b);
+        o->weight_cast += L * lc->cast_w;
+        o->tp_f += L * lc->tp_f;
+        o->tp_b += L * lc->tp_b;
+        o->cp += L * (lc->cp_f + lc->cp_b);
+        o->ep += L * (lc->ep_f + lc->ep_b);
+        if (l->recompute == DP_RECOMPUTE_FULL) {
+            /* The whole forward again, collectives included (Megatron checkpoints the
+             * layer input and reruns the layer), for the layers that recompute. */
+            double Lr = fr * L;
+            o->recompute += Lr * (lc->gemm_f + lc->attn_f + lc->ew_f + lc->cast_f);
+            o->tp_re += Lr * lc->tp_f;
+            o->ep += Lr * lc->ep_f;
+        } else if (l->recompute == DP_RECOMPUTE_SELECTIVE) {
+            o->recompute += L * (lc->attn_f + lc->attn_ew_f);
+        }
     }
     double vpad = (double)dp_padded_vocab(m->vocab, l->tp);
     if (first) {
@@ -438,6 +568,7 @@ static void stage(const struct ctx *c, const struct dp_layer_time *lc, int layer
             o->pp = 2.0 * l->vpp * overlapped(one, chunk);
         }
     }
+
     o->total = o->compute_f + o->compute_b + o->recompute + o->tp_f + o->tp_b + o->tp_re + o->pp +
                o->cp + o->ep;
 }
@@ -467,23 +598,24 @@ static void stage_params(const struct dp_model *m, const struct dp_layout *l, in
 }
 
 void dp_time_layer(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
-                   struct dp_layer_time *out)
+                   struct dp_layer_time out[DP_LAYER_KINDS])
 {
     struct ctx c;
     ctx_init(&c, m, cl, l, false);
-    layer(&c, out);
+    for (int k = 0; k < DP_LAYER_KINDS; k++)
+        layer(&c, (enum dp_layer_kind)k, &out[k]);
 }
 
 void dp_time_step_fast(const struct dp_model *m, const struct dp_cluster *cl,
                        const struct dp_layout *l, struct dp_step_cost *o)
 {
-    struct dp_layer_time lt;
-    dp_time_layer(m, cl, l, &lt);
-    dp_time_step_with(m, cl, l, &lt, o);
+    struct dp_layer_time lt[DP_LAYER_KINDS];
+    dp_time_layer(m, cl, l, lt);
+    dp_time_step_with(m, cl, l, lt, o);
 }
 
 void dp_time_step_with(const struct dp_model *m, const struct dp_cluster *cl,
-                       const struct dp_layout *l, const struct dp_layer_time *lcp,
+                       const struct dp_layout *l, const struct dp_layer_time lt[DP_LAYER_KINDS],
                        struct dp_step_cost *o)
 {
     memset(o, 0, sizeof *o);
@@ -493,19 +625,43 @@ void dp_time_step_with(const struct dp_model *m, const struct dp_cluster *cl,
     o->tp_path = c.tp;
     o->dp_path = c.dp;
     o->pp_path = c.pp;
-    const struct dp_layer_time lc = *lcp;
 
-    /* Stages: first, a middle one, last (middle stages are alike). */
+    /*
+     * Stages: first, middle, last. Layers of one kind make the middle stages alike,
+     * so one stands for all; with several kinds every middle stage is costed and the
+     * slowest stands for them (st[1]).
+     */
     struct stage_cost st[3];
     int pp = l->pp;
-    int L0 = dp_layout_stage_layers(l, m, 0);
-    int Lm = pp > 2 ? dp_layout_stage_layers(l, m, 1) : 0;
-    int Ll = dp_layout_stage_layers(l, m, pp - 1);
-    stage(&c, &lc, L0, true, pp == 1, &st[0]);
-    if (pp > 2)
-        stage(&c, &lc, Lm, false, false, &st[1]);
-    if (pp > 1)
-        stage(&c, &lc, Ll, false, true, &st[2]);
+    struct dp_layer_kinds kinds;
+    dp_layout_stage_kinds(l, m, 0, &kinds);
+    int L0 = kinds.n[DP_LAYER_DENSE] + kinds.n[DP_LAYER_MOE];
+    stage(&c, lt, &kinds, true, pp == 1, &st[0]);
+    double sum_mid = 0, wcast_mid = 0;
+    int slow_mid = 1;
+    if (pp > 2) {
+        bool mixed = dp_model_mixed_layers(m);
+        for (int r = 1; r < pp - 1; r++) {
+            struct stage_cost sr;
+            dp_layout_stage_kinds(l, m, r, &kinds);
+            stage(&c, lt, &kinds, false, false, &sr);
+            if (r == 1 || sr.total > st[1].total) {
+                st[1] = sr;
+                slow_mid = r;
+            }
+            sum_mid += sr.total;
+            wcast_mid += sr.weight_cast;
+            if (!mixed) { /* all middle stages cost the same */
+                sum_mid = (pp - 2) * sr.total;
+                wcast_mid = (pp - 2) * sr.weight_cast;
+                break;
+            }
+        }
+    }
+    if (pp > 1) {
+        dp_layout_stage_kinds(l, m, pp - 1, &kinds);
+        stage(&c, lt, &kinds, false, true, &st[2]);
+    }
     double tmax = st[0].total;
     int slow = 0;
     for (int i = 1; i < 3; i++) {
@@ -515,7 +671,7 @@ void dp_time_step_with(const struct dp_model *m, const struct dp_cluster *cl,
             slow = i;
         }
     }
-    double sum = st[0].total + (pp > 2 ? (pp - 2) * st[1].total : 0) + (pp > 1 ? st[2].total : 0);
+    double sum = st[0].total + sum_mid + (pp > 1 ? st[2].total : 0);
     double M = (double)dp_layout_microbatches(l);
     /*
      * 1F1B: in steady state every stage runs one forward and one backward per
@@ -526,11 +682,10 @@ void dp_time_step_with(const struct dp_model *m, const struct dp_cluster *cl,
     double pipe = M * tmax + (sum - tmax) / l->vpp;
     /* FP8 weight casts: each stage's first forward of the step, in turn along the pipeline
      * fill. */
-    double wcast = st[0].weight_cast + (pp > 2 ? (pp - 2) * st[1].weight_cast : 0) +
-                   (pp > 1 ? st[2].weight_cast : 0);
+    double wcast = st[0].weight_cast + wcast_mid + (pp > 1 ? st[2].weight_cast : 0);
     pipe += wcast;
     const struct stage_cost *s = &st[slow];
-    o->slowest_stage = slow == 0 ? 0 : slow == 1 ? 1 : pp - 1;
+    o->slowest_stage = slow == 0 ? 0 : slow == 1 ? slow_mid : pp - 1;
     o->compute_s = M * (s->compute_f + s->compute_b) + wcast;
     o->recompute_s = M * (s->recompute + s->tp_re);
     o->tp_comm_s = M * (s->tp_f + s->tp_b);
@@ -544,20 +699,28 @@ void dp_time_step_with(const struct dp_model *m, const struct dp_cluster *cl,
             st[i].compute_b + st[i].recompute + st[i].tp_b + st[i].tp_re + st[i].pp / 2;
     }
 
-    /* Data parallel, on the first stage (it finishes its last backward last). */
+    /* Data parallel: the stage holding the most parameters, against the first stage's
+     * windows (it finishes its last backward last). With layers of several kinds any
+     * stage can hold the most. */
     double pdense, pexpert;
     stage_params(m, l, 0, &pdense, &pexpert);
-    if (pp > 1) {
+    int Lp = L0; /* that stage's layers */
+    for (int r = 1; r < pp; r++) {
+        if (r != pp - 1 && !dp_model_mixed_layers(m))
+            continue;
         double d2, e2;
-        stage_params(m, l, pp - 1, &d2, &e2);
+        stage_params(m, l, r, &d2, &e2);
         if (d2 + e2 > pdense + pexpert) {
             pdense = d2;
             pexpert = e2;
+            Lp = dp_layout_stage_layers(l, m, r);
         }
     }
     int pb, gb, ob;
     dp_mem_bytes_per_param(l, &pb, &gb, &ob);
-    int ndp = l->dp * l->cp, ndpe = ndp / l->ep;
+    /* Dense gradients over dp x cp, expert gradients over the expert data-parallel
+     * group (Megatron-Core: tp cp dp / (ep etp) ranks). */
+    int ndp = l->dp * l->cp, ndpe = dp_layout_edp(l);
     double rs = 0, ag = 0, ar = 0;
     /* With FP8 weights the parameter all-gather moves the linear layers' weights in FP8,
      * half the bytes (NeMo docs, communication overlap: "fp8_param_gather=True conducts
@@ -565,10 +728,10 @@ void dp_time_step_with(const struct dp_model *m, const struct dp_cluster *cl,
      * norms stay in the storage precision. */
     double ag_dense = pdense * pb, ag_expert = pexpert * pb;
     if (c.fp8 && l->fp8_params) {
-        double lin = linear_weights_per_layer(m, l) * (pp > 1 ? (Ll > L0 ? Ll : L0) : L0);
-        if (lin > pdense)
-            lin = pdense;
-        ag_dense = (pdense - lin) * pb + lin;
+        double wlin = linear_weights_per_layer(m, l) * Lp;
+        if (wlin > pdense)
+            wlin = pdense;
+        ag_dense = (pdense - wlin) * pb + wlin;
         ag_expert = pexpert;
     }
     if (l->zero == 0) {
@@ -682,6 +845,8 @@ void dp_time_describe_paths(const struct dp_cluster *cl, const struct dp_layout 
     dp_place_path(cl, l, DP_PLACE_TP, &out->tp_path);
     dp_place_path(cl, l, DP_PLACE_CP, &out->cp_path);
     dp_place_path(cl, l, DP_PLACE_EP, &out->ep_path);
+    dp_place_path(cl, l, DP_PLACE_ETP, &out->etp_path);
+    dp_place_path(cl, l, DP_PLACE_EDP, &out->edp_path);
     dp_place_path(cl, l, DP_PLACE_DPCP, &out->dp_path);
     dp_place_path(cl, l, DP_PLACE_PP, &out->pp_path);
 }

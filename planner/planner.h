@@ -74,6 +74,13 @@ struct dp_search_opts {
      * searching "off" would never win; 0 = off, 1 = on where allowed. */
     int tp_overlap, overlap_param_gather, pp_overlap;
     enum dp_optimizer optimizer;
+    /* Mixture of experts, fixed (never searched): expert tensor parallelism (0 = tp),
+     * capacity factor (0 = dropless), padding, load imbalance, token dispatcher. */
+    int etp;
+    double moe_capacity;
+    bool moe_pad;
+    double moe_imbalance;
+    enum dp_moe_dispatcher moe_dispatcher;
     struct dp_mem_opts mem;
     /*
      * Optional: called once for every layout that fits, in enumeration order, after

@@ -5,8 +5,9 @@
  *
  * Speed comes from structure, not pruning heuristics: the per-layer time and
  * activation bytes depend only on (tp, cp, mbs, sp, ep), so they are computed
- * once per such tuple and reused for every pipeline/data-parallel/ZeRO/
- * recompute choice; the memory check (cheaper) runs before the time model.
+ * once per such tuple and layer kind (dense, MoE) and reused for every
+ * pipeline/data-parallel/ZeRO/recompute choice; each stage is charged for the
+ * kinds it holds. The memory check (cheaper) runs before the time model.
  */
 #include "internal.h"
 
@@ -32,7 +33,28 @@ void dp_search_opts_default(struct dp_search_opts *o)
     o->flash_attn = true;
     o->dp_overlap = true;
     o->optimizer = DP_OPT_ADAM;
+    o->moe_imbalance = DP_MOE_IMBALANCE_DEFAULT;
     dp_mem_opts_default(&o->mem);
+}
+
+bool dp__tp_divides(const struct dp_model *m, int tp, int etp)
+{
+    if (m->heads % tp || m->kv_heads % tp)
+        return false;
+    if ((m->experts == 0 || m->moe_dense_layers > 0) && m->ffn_hidden % tp)
+        return false;
+    if (m->moe_shared_experts > 0 && m->moe_shared_ffn_hidden % tp)
+        return false;
+    return m->experts == 0 || m->moe_ffn_hidden % (etp ? etp : tp) == 0;
+}
+
+void dp__apply_moe_opts(const struct dp_search_opts *o, struct dp_layout *l)
+{
+    l->etp = o->etp;
+    l->moe_capacity = o->moe_capacity;
+    l->moe_pad = o->moe_pad;
+    l->moe_imbalance = o->moe_imbalance;
+    l->moe_dispatcher = o->moe_dispatcher;
 }
 
 struct search {
@@ -143,8 +165,9 @@ static void keep_alt(struct search *s, enum dp_alt_dim dim, int value, const str
     }
 }
 
-static void evaluate(struct search *s, const struct dp_layout *l, const struct dp_layer_time *lt,
-                     const struct dp_act_layer *al)
+static void evaluate(struct search *s, const struct dp_layout *l,
+                     const struct dp_layer_time lt[DP_LAYER_KINDS],
+                     const struct dp_act_layer al[DP_LAYER_KINDS])
 {
     struct dp_search_result *r = s->r;
     r->evaluated++;
@@ -231,7 +254,7 @@ static int64_t gcd64(int64_t a, int64_t b)
  * so that "fits no layout" never hides a batch that would work.
  */
 static void evaluate_other_batch(struct search *s, const struct dp_layout *l,
-                                 const struct dp_act_layer *al)
+                                 const struct dp_act_layer al[DP_LAYER_KINDS])
 {
     struct dp_search_result *r = s->r;
     int64_t peak, min;
@@ -256,7 +279,6 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
     const struct dp_cluster *cl = s->cl;
     const struct dp_search_opts *o = s->o;
     const int gpus = s->gpus, gpn = cl->gpus_per_node, L = (int)m->layers;
-    const int64_t f = m->experts ? m->moe_ffn_hidden : m->ffn_hidden;
     /* A fixed degree is tried as given (any integer); free ones as powers of two. */
     for (int tp = o->tp ? o->tp : 1; tp <= (o->tp ? o->tp : gpus); tp *= 2) {
         if (tp > gpn) {
@@ -268,9 +290,9 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
             note(s, "tp=%d: does not divide the %d GPUs of a node", tp, gpn);
             continue;
         }
-        if (m->heads % tp || m->kv_heads % tp || f % tp) {
-            note(s, "tp=%d: does not divide heads=%lld, kv_heads=%lld and ffn=%lld", tp,
-                 (long long)m->heads, (long long)m->kv_heads, (long long)f);
+        if (!dp__tp_divides(m, tp, o->etp)) {
+            note(s, "tp=%d: does not divide heads=%lld, kv_heads=%lld and the MLP widths", tp,
+                 (long long)m->heads, (long long)m->kv_heads);
             continue;
         }
         for (int cp = o->cp ? o->cp : 1; cp <= (o->cp ? o->cp : gpus / tp); cp *= 2) {
@@ -312,9 +334,13 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                                m->experts ? "ep=%d: does not divide the model's %lld experts"
                                           : "ep=%d: the model has no experts (%lld)",
                                o->ep, (long long)m->experts);
+                    const int64_t etp = o->etp ? o->etp : tp;
                     for (int ge = 0; ge < s->ngemm * emax; ge++) {
                         int gi = (int)(ge / emax), ep = (int)(ge % emax) + 1;
                         if (emax % ep || (o->ep && ep != o->ep))
+                            continue;
+                        /* Megatron-Core: expert with tensor parallelism needs SP. */
+                        if (ep > 1 && tp > 1 && !sp)
                             continue;
                         struct dp_layout l = *base;
                         l.gemm = s->gemms[gi];
@@ -327,13 +353,13 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                         l.tp_overlap = o->tp_overlap != 0 && sp && tp > 1;
                         l.dp = rest; /* for the paths; fixed below per pp */
                         l.pp = 1;
-                        struct dp_layer_time lt;
+                        struct dp_layer_time lt[DP_LAYER_KINDS];
                         if (!other_batch)
-                            dp_time_layer(m, cl, &l, &lt);
-                        struct dp_act_layer act[3];
+                            dp_time_layer(m, cl, &l, lt);
+                        struct dp_act_layer act[3][DP_LAYER_KINDS];
                         for (int rc = 0; rc < 3; rc++) {
                             l.recompute = (enum dp_recompute)rc;
-                            dp_act_layer(m, &l, &act[rc]);
+                            dp_act_layers(m, &l, act[rc]);
                         }
                         for (int pp = 1; pp <= rest && pp <= L && pp <= DP_MAX_PP; pp++) {
                             if (rest % pp || (o->pp && pp != o->pp))
@@ -341,7 +367,7 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                             int dp = rest / pp;
                             if (o->dp && dp != o->dp)
                                 continue;
-                            if (ep > 1 && (dp * cp) % ep)
+                            if (m->experts && ((int64_t)tp * cp * dp) % (ep * etp))
                                 continue;
                             int64_t gbs = o->gbs;
                             if (gbs % (mbs * dp)) {
@@ -391,9 +417,9 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                                             l.last_stage_layers = sp_[si][1];
                                             l.pp_overlap = o->pp_overlap != 0 && vpp > 1;
                                             if (other_batch)
-                                                evaluate_other_batch(s, &l, &act[rc]);
+                                                evaluate_other_batch(s, &l, act[rc]);
                                             else
-                                                evaluate(s, &l, &lt, &act[rc]);
+                                                evaluate(s, &l, lt, act[rc]);
                                         }
                                     }
                                 }
@@ -457,6 +483,7 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
         if (dp_layout_check_gpu(&f8, &cl->gpu, "fp8", NULL) == 0)
             s.gemms[s.ngemm++] = DP_GEMM_FP8;
     }
+    dp__apply_moe_opts(o, &base);
 
     char nosplit[DP_MAX_PP + 1] = {0};
     enumerate(&s, &base, false, nosplit);

@@ -53,6 +53,9 @@ struct dp_fit {
     struct dp_gemm_curve bf16, fp8;         /* the fitted (or kept) curves */
     double mean_abs_before, mean_abs_after; /* over the fitted runs */
     int iterations;
+    bool stalled; /* stopped at the iteration limit or without progress (the start is at or
+                     near the optimum, within the model's non-smooth terms): the best
+                     position reached is reported */
 };
 int dp_calibrate_gemm(struct dp_run *runs, int n, const char *gpu, enum dp_fit_curves which,
                       bool fit_half, struct dp_fit *out, struct dp_err *err);

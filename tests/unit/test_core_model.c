@@ -102,6 +102,81 @@ static void test_hf_details(void)
     CHECK_EQ(mx.experts, 8);
     CHECK_EQ(mx.top_k, 2);
     CHECK_EQ(mx.moe_ffn_hidden, 14336);
+    /* Qwen2-MoE: one shared expert of shared_expert_intermediate_size behind a sigmoid
+     * gate, q/k/v biases, every layer sparse. */
+    struct dp_model q2 = load("tests/fixtures/hf/qwen1.5-moe-a2.7b.json");
+    CHECK_STR(q2.format, "hf:qwen2_moe");
+    CHECK_EQ(q2.experts, 60);
+    CHECK_EQ(q2.top_k, 4);
+    CHECK_EQ(q2.moe_ffn_hidden, 1408);
+    CHECK_EQ(q2.moe_shared_experts, 1);
+    CHECK_EQ(q2.moe_shared_ffn_hidden, 5632);
+    CHECK(q2.moe_shared_gate && q2.qkv_bias && !q2.out_bias);
+    CHECK_EQ(q2.moe_dense_layers, 0);
+    /* Qwen3-MoE: explicit head_dim (32 x 128 != 2048), q/k norms, no shared expert. */
+    struct dp_model q3 = load("tests/fixtures/hf/qwen3-30b-a3b.json");
+    CHECK_EQ(q3.head_dim, 128);
+    CHECK_EQ(q3.kv_heads, 4);
+    CHECK(q3.qk_norm && !q3.qkv_bias);
+    CHECK_EQ(q3.moe_shared_experts, 0);
+    /* DeepSeek-V3: MLA, 3 dense layers, 1 shared expert, noaux_tc router bias; YaRN's
+     * original_max_position_embeddings is the training length. */
+    struct dp_model d3 = load("tests/fixtures/hf/deepseek-v3.json");
+    CHECK(d3.mla);
+    CHECK_EQ(d3.mla_q_rank, 1536);
+    CHECK_EQ(d3.mla_kv_rank, 512);
+    CHECK_EQ(d3.head_dim, 192);
+    CHECK_EQ(d3.mla_v_dim, 128);
+    CHECK_EQ(d3.kv_heads, 128);
+    CHECK_EQ(d3.moe_dense_layers, 3);
+    CHECK_EQ(d3.moe_shared_experts, 1);
+    CHECK_EQ(d3.moe_shared_ffn_hidden, 2048);
+    CHECK(d3.moe_router_bias);
+    CHECK_EQ(d3.seq_len, 4096);
+    /* DeepSeek-V2-Lite: no q bottleneck (q_lora_rank null), greedy routing (no bias). */
+    struct dp_model dl = load("tests/fixtures/hf/deepseek-v2-lite.json");
+    CHECK_EQ(dl.mla_q_rank, 0);
+    CHECK(!dl.moe_router_bias);
+    CHECK_EQ(dl.moe_shared_experts, 2);
+    CHECK_EQ(dl.moe_dense_layers, 1);
+    /* The dplan schema round-trips every new field: the count survives. */
+    cJSON *o = dp_model_to_json(&d3);
+    struct dp_model back;
+    struct dp_err err = {0};
+    struct dp_jr jr = {.file = "roundtrip", .err = &err};
+    CHECK_EQ(dp_model_from_json(&jr, o, &back), 0);
+    if (err.code)
+        fprintf(stderr, "%s\n", err.msg);
+    struct dp_param_count a, b;
+    dp_model_count(&d3, &a);
+    dp_model_count(&back, &b);
+    CHECK_EQ(b.total, 671026419200LL);
+    CHECK_EQ(b.active, a.active);
+    cJSON_Delete(o);
+}
+
+/* Layer ranges to kinds: DeepSeek-V3 with its 3 dense layers. */
+static void test_layer_kinds(void)
+{
+    struct dp_model m = load("tests/fixtures/hf/deepseek-v3.json");
+    struct dp_layer_kinds k;
+    dp_model_layer_kinds(&m, 0, 61, &k);
+    CHECK_EQ(k.n[DP_LAYER_DENSE], 3);
+    CHECK_EQ(k.n[DP_LAYER_MOE], 58);
+    CHECK(dp_model_mixed_layers(&m));
+    /* pp 4 with an uneven 16/15/15/15 split: only stage 0 holds dense layers. */
+    struct dp_layout l;
+    dp_layout_default(&l);
+    l.pp = 4;
+    l.first_stage_layers = 16;
+    dp_layout_stage_kinds(&l, &m, 0, &k);
+    CHECK_EQ(k.n[DP_LAYER_DENSE], 3);
+    CHECK_EQ(k.n[DP_LAYER_MOE], 13);
+    dp_layout_stage_kinds(&l, &m, 1, &k);
+    CHECK_EQ(k.n[DP_LAYER_DENSE], 0);
+    CHECK_EQ(k.n[DP_LAYER_MOE], 15);
+    struct dp_model mx = load("tests/fixtures/hf/mixtral-8x7b-v0.1.json");
+    CHECK(!dp_model_mixed_layers(&mx));
 }
 
 /*
@@ -155,6 +230,17 @@ static void test_hf_seq_len(void)
  *  - FalconConfig: num_kv_heads None (= 16 heads) with new_decoder_architecture and
  *    num_ln_in_parallel_attn None (two norms); without it multi_query True (1 KV head)
  *    and parallel_attn True (one norm); bias False; tied; max 2048.
+ *  - Qwen2MoeConfig: num_key_value_heads 16, num_experts 60, num_experts_per_tok 4,
+ *    max_position_embeddings 32768 (-> 8192), qkv_bias True, one shared expert;
+ *  - Qwen3MoeConfig: num_key_value_heads 4, num_experts 128, num_experts_per_tok 8,
+ *    attention_bias False, q/k norms;
+ *  - DeepseekV2Config: n_routed_experts 64, n_shared_experts 2, first_k_dense_replace
+ *    0, kv_lora_rank 512, q_lora_rank 1536, qk_nope_head_dim 128, qk_rope_head_dim 64
+ *    (head_dim 128 + 64 = 192), v_head_dim 128, max_position_embeddings 2048,
+ *    topk_method greedy (no router bias); num_experts_per_tok None, so the fixture
+ *    gives it;
+ *  - DeepseekV3Config: n_routed_experts 256, n_shared_experts 1, num_experts_per_tok
+ *    8, first_k_dense_replace 3, the same MLA ranks, max 4096, noaux_tc (router bias).
  */
 static void test_hf_defaults(void)
 {
@@ -193,6 +279,37 @@ static void test_hf_defaults(void)
     struct dp_model f7 = load("tests/fixtures/hf/defaults/falcon-7b-style.json");
     CHECK_EQ(f7.kv_heads, 1);
     CHECK_EQ(f7.norms_per_layer, 1);
+    struct dp_model q2 = load("tests/fixtures/hf/defaults/qwen2_moe.json");
+    CHECK_EQ(q2.kv_heads, 16);
+    CHECK_EQ(q2.experts, 60);
+    CHECK_EQ(q2.top_k, 4);
+    CHECK_EQ(q2.seq_len, 8192);
+    CHECK_EQ(q2.moe_shared_experts, 1);
+    CHECK(q2.qkv_bias && !q2.dropout && !q2.tied_embeddings);
+    struct dp_model q3 = load("tests/fixtures/hf/defaults/qwen3_moe.json");
+    CHECK_EQ(q3.kv_heads, 4);
+    CHECK_EQ(q3.experts, 128);
+    CHECK_EQ(q3.top_k, 8);
+    CHECK(q3.qk_norm && !q3.qkv_bias && !q3.dropout);
+    struct dp_model d2 = load("tests/fixtures/hf/defaults/deepseek_v2.json");
+    CHECK(d2.mla);
+    CHECK_EQ(d2.experts, 64);
+    CHECK_EQ(d2.moe_shared_experts, 2);
+    CHECK_EQ(d2.moe_dense_layers, 0);
+    CHECK_EQ(d2.mla_q_rank, 1536);
+    CHECK_EQ(d2.mla_kv_rank, 512);
+    CHECK_EQ(d2.head_dim, 192);
+    CHECK_EQ(d2.mla_v_dim, 128);
+    CHECK_EQ(d2.seq_len, 2048);
+    CHECK(!d2.moe_router_bias && !d2.dropout);
+    struct dp_model d3 = load("tests/fixtures/hf/defaults/deepseek_v3.json");
+    CHECK_EQ(d3.experts, 256);
+    CHECK_EQ(d3.moe_shared_experts, 1);
+    CHECK_EQ(d3.top_k, 8);
+    CHECK_EQ(d3.moe_dense_layers, 3);
+    CHECK_EQ(d3.mla_q_rank, 1536);
+    CHECK_EQ(d3.seq_len, 4096);
+    CHECK(d3.moe_router_bias);
 }
 
 /*
@@ -263,6 +380,7 @@ int main(void)
 {
     test_published_counts();
     test_hf_details();
+    test_layer_kinds();
     test_hf_seq_len();
     test_hf_defaults();
     test_layer_ranges();

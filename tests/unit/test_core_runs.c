@@ -1,7 +1,7 @@
 /*
  * Measured-runs files and the layout fields of issue 11: the every-third held-out
- * rule, throughput turned into time, runs waiting for a feature, the JSON spelling of
- * the precision and overlap knobs and the knobs that need another knob, and the error
+ * rule and "fitted": false, throughput turned into time, runs waiting for a feature, the JSON
+ * spelling of the precision and overlap knobs and the knobs that need another knob, and the error
  * statistics validate/ computes.
  */
 #include "check.h"
@@ -79,6 +79,24 @@ static void test_held_out_rule(void)
     dp_err_clear(&err);
     CHECK_EQ(dp_runs_load(file, &runs, &n, &err), DP_EINVAL);
     CHECK_CONTAINS(err.msg, "runs[0].held_out: expected false");
+
+    /* "fitted": false holds out every run of the file, whatever its own flag; a run
+     * with "needs" is printed but not scored. */
+    char nofit[2048] = "{\"dplan_runs\": 1, \"fitted\": false, \"runs\": [";
+    add_run(nofit, sizeof nofit, "a", one, ", \"held_out\": false");
+    add_run(nofit, sizeof nofit, "b", one, ", \"needs\": [\"hsdp\"]");
+    strcat(nofit, "]}");
+    file = write_file("nofit.json", nofit);
+    dp_err_clear(&err);
+    CHECK_EQ(dp_runs_load(file, &runs, &n, &err), 0);
+    if (err.code) {
+        fprintf(stderr, "%s\n", err.msg);
+        return;
+    }
+    CHECK(runs[0].held_out && runs[1].held_out);
+    CHECK(dp_run_scored(&runs[0]) && !dp_run_scored(&runs[1]));
+    CHECK_STR(runs[1].needs, "hsdp");
+    free(runs);
 }
 
 static void test_waiting_and_stats(void)

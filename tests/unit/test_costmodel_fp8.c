@@ -12,6 +12,15 @@
 
 #define MEMBW (1000e9 * DP_MEM_EFFICIENCY)
 
+/* One dense layer's times (the models here have no experts). */
+static void layer_time(const struct dp_model *m, const struct dp_cluster *c,
+                       const struct dp_layout *l, struct dp_layer_time *out)
+{
+    struct dp_layer_time t[DP_LAYER_KINDS];
+    dp_time_layer(m, c, l, t);
+    *out = t[DP_LAYER_DENSE];
+}
+
 static struct dp_cluster cluster(int nodes, int gpn)
 {
     struct dp_cluster c = {0};
@@ -70,9 +79,9 @@ static void test_fp8_gemms_and_casts(void)
     struct dp_cluster c = cluster(1, 1);
     struct dp_layout l = layout();
     struct dp_layer_time b, f;
-    dp_time_layer(&m, &c, &l, &b);
+    layer_time(&m, &c, &l, &b);
     l.gemm = DP_GEMM_FP8;
-    dp_time_layer(&m, &c, &l, &f);
+    layer_time(&m, &c, &l, &f);
     double T = 4096, h = 1024;
     /* The linears (24 T h^2 FLOPs forward) run at the 200 TFLOP/s FP8 peak, half the
      * bf16 time; compute-bound (QKV: 25.8 GFLOP in 0.13 ms against 32.5 MB in 0.04 ms). */
@@ -93,7 +102,7 @@ static void test_fp8_gemms_and_casts(void)
      * need only their transpose, read 1 byte and write 1. */
     l.fp8_recipe = DP_FP8_CURRENT;
     l.fp8_params = true;
-    dp_time_layer(&m, &c, &l, &f);
+    layer_time(&m, &c, &l, &f);
     CHECK_NEAR(f.cast_f, 4096.0 * 7168 * 6 / MEMBW, 1e-12);
     CHECK_NEAR(f.cast_w, 1024.0 * 12288 * 2 / MEMBW, 1e-12);
 }
@@ -112,7 +121,7 @@ static void test_fp8_step_and_mfu(void)
     /* The weight casts are paid once per step, not per micro-batch: M = 4 micro-batches,
      * 8 layers x cast_w on top of M x the per-micro-batch compute. */
     struct dp_layer_time lt;
-    dp_time_layer(&m, &c, &l, &lt);
+    layer_time(&m, &c, &l, &lt);
     struct dp_layout l1 = l;
     l1.gbs = 4; /* one micro-batch */
     struct dp_step_cost one;
@@ -161,18 +170,18 @@ static void test_tp_overlap(void)
     l.sp = true;
     double cc = 0.5 * 2 * 4096 * 1024 / 200e9;
     struct dp_layer_time a, b;
-    dp_time_layer(&m, &c, &l, &a);
+    layer_time(&m, &c, &l, &a);
     CHECK_NEAR(a.tp_f, 4 * cc, 1e-9);
     CHECK_NEAR(a.tp_b, 6 * cc, 1e-9);
     l.tp_overlap = true;
-    dp_time_layer(&m, &c, &l, &b);
+    layer_time(&m, &c, &l, &b);
     CHECK_NEAR(b.tp_f, 2.1 * cc, 1e-9);
     CHECK_NEAR(b.tp_b, 1.9 * cc, 1e-9);
     /* With FP8 GEMMs the all-gathers move 1-byte elements: c/2 each. Forward without
      * overlap: 2 (c/2 + c) = 3 c. */
     l.tp_overlap = false;
     l.gemm = DP_GEMM_FP8;
-    dp_time_layer(&m, &c, &l, &a);
+    layer_time(&m, &c, &l, &a);
     CHECK_NEAR(a.tp_f, 3 * cc, 1e-9);
 }
 
@@ -263,7 +272,7 @@ static void test_recompute_layers(void)
     struct dp_flops fa, fb;
     dp_flops_step(&m, &l, &fa);
     struct dp_act_layer al;
-    dp_act_layer(&m, &l, &al);
+    dp_act_layer(&m, &l, DP_LAYER_DENSE, &al);
     l.recompute_layers = 2;
     dp_time_step_fast(&m, &c, &l, &b);
     dp_flops_step(&m, &l, &fb);
@@ -292,9 +301,9 @@ static void test_eager(void)
     struct dp_cluster c = cluster(1, 1);
     struct dp_layout l = layout();
     struct dp_layer_time a, b;
-    dp_time_layer(&m, &c, &l, &a);
+    layer_time(&m, &c, &l, &a);
     l.eager = true;
-    dp_time_layer(&m, &c, &l, &b);
+    layer_time(&m, &c, &l, &b);
     double T = 4096;
     double extra = 2 * 32 * T * 1024 + 4 * T * 4096 + 16 * T * 2048;
     CHECK_NEAR(b.ew_f - a.ew_f, extra / MEMBW, 1e-9);
@@ -312,12 +321,12 @@ static void test_attention_kernel(void)
     c.gpu.attn_rel[DP_ATTN_TRITON] = 0.4;
     c.gpu.attn_default = DP_ATTN_FLASH2;
     struct dp_layer_time a, b;
-    dp_time_layer(&m, &c, &l, &a);
+    layer_time(&m, &c, &l, &a);
     /* Causal FLOPs 4 b (a/t) s^2 d / 2 = 4 x 4 x 8 x 1024^2 x 128 / 2 at 0.8 x 100 TFLOP/s. */
     CHECK_NEAR(a.attn_f, 4.0 * 4 * 8 * 1024 * 1024 * 128 / 2 / 80e12, 1e-12);
     CHECK_NEAR(a.attn_b, 3 * a.attn_f, 1e-12);
     l.attn = DP_ATTN_TRITON;
-    dp_time_layer(&m, &c, &l, &b);
+    layer_time(&m, &c, &l, &b);
     CHECK_NEAR(b.attn_f, 2 * a.attn_f, 1e-12);
 }
 
