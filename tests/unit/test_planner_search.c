@@ -93,9 +93,17 @@ static void brute_force(const struct dp_model *m, const struct dp_cluster *cl, i
                                     struct dp_err e = {0};
                                     if (dp_layout_validate(&l, m, gpus, &e))
                                         continue;
-                                    /* The documented space: ZeRO only with something to shard. */
+                                    /* The documented space: ZeRO only with something
+                                     * to shard, ZeRO-2/3 only without pipeline
+                                     * parallelism; the overlaps on where the layout
+                                     * allows them (TP overlap with sequence
+                                     * parallelism, pipeline overlap with interleaving). */
                                     if (zero > 0 && l.dp == 1)
                                         continue;
+                                    if (zero >= 2 && pp > 1)
+                                        continue;
+                                    l.tp_overlap = sp && tp > 1;
+                                    l.pp_overlap = vpp > 1;
                                     b->valid++;
                                     if (dp_mem_estimate(m, cl, &l, &mo, rep, &e) || !rep->fits)
                                         continue;
