@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "costmodel/costmodel.h"
 #include "executor/executor.h"
+#include "run_checks.h"
 #include "run_ckpt.h"
 #include "run_launch.h"
 #include "run_predict.h"
@@ -87,6 +88,7 @@ struct run {
     bool tty, logs_here;
     double t_start;
     double cpu_pred_s; /* the step-time model's prediction for this machine (0 = none) */
+    double epochs;     /* how often the steps read the data */
 };
 
 static double now_s(void)
@@ -225,6 +227,20 @@ static bool any_knob(const struct cli_common *c)
         if (i != OPT_JSON && c->knob_given[i - OPT_SYSTEM])
             return true;
     return false;
+}
+
+static const char *run_dir(const struct run *r)
+{
+    return r->out ? r->out : "dplan-run";
+}
+
+/* The JSON log of rank 0: --log, or OUT/log.jsonl. */
+static void log_path(const struct run *r, char *buf, size_t cap)
+{
+    if (r->log)
+        snprintf(buf, cap, "%s", r->log);
+    else
+        snprintf(buf, cap, "%s/log.jsonl", run_dir(r));
 }
 
 /* Model and layout from the plan or the knobs; the world size; the checks. */
@@ -424,6 +440,7 @@ static void write_summary(struct run *r, const struct dp_exec_result *res, const
     cJSON_AddNumberToObject(o, "first_loss", res->first_loss);
     cJSON_AddNumberToObject(o, "final_loss", res->final_loss);
     cJSON_AddNumberToObject(o, "tokens_per_step", (double)res->tokens_per_step);
+    cJSON_AddNumberToObject(o, "data_epochs", r->epochs);
     if (r->cpu_pred_s > 0)
         cJSON_AddNumberToObject(o, "predicted_step_time_s", r->cpu_pred_s);
     if (r->plan && r->plan->has_prediction) {
@@ -531,7 +548,7 @@ static int run_rank(struct run *r, int world, struct dp_err *err)
     int rc = load_data(r, &tok, err);
     if (rc)
         return rc;
-    const char *dir = r->out ? r->out : "dplan-run";
+    const char *dir = run_dir(r);
     rc = dp_mkdirs(dir, err);
     if (rc) {
         dp_tokens_release(&tok);
@@ -561,10 +578,16 @@ static int run_rank(struct run *r, int world, struct dp_err *err)
 
     int rank = r->env.rank;
     char logpath[4200];
-    if (r->log)
-        snprintf(logpath, sizeof logpath, "%s", r->log);
-    else
-        snprintf(logpath, sizeof logpath, "%s/log.jsonl", dir);
+    log_path(r, logpath, sizeof logpath);
+    /* Batches wrap around the data (schedule.c): say so once when they will. */
+    r->epochs = dp_tokens_epochs(&tok, &r->l, r->o.steps);
+    if (rank == 0 && r->epochs > 1)
+        fprintf(stderr,
+                "dplan: note: %d steps x gbs %lld = %lld sequences of %lld tokens; %s holds "
+                "%lld: the data is read %.2f times (the batches wrap around to its start)\n",
+                r->o.steps, (long long)r->l.gbs, (long long)r->o.steps * r->l.gbs,
+                (long long)r->l.seq_len, tok.source,
+                (long long)dp_tokens_windows(&tok, r->l.seq_len), r->epochs);
     r->logs_here = rank == 0 || r->log_all;
     if (r->logs_here) {
         char path[4300];
@@ -612,21 +635,32 @@ static int run_rank(struct run *r, int world, struct dp_err *err)
         pthread_join(th, NULL);
     }
     clear_bar(r);
-    if (rc && r->logf && (rank == 0 || !collective)) {
+    /* A run whose checkpoints all failed trained, but nothing can resume it: it fails
+     * (after writing its weights and summary), every rank alike. */
+    bool lost = !rc && res.ckpt_tried > 0 && res.ckpt_saved == 0;
+    struct dp_err lerr = {0};
+    if (lost)
+        dp_err_set(&lerr, DP_EIO,
+                   "--ckpt-dir %s: every checkpoint this run requested failed (%d of %d; see "
+                   "the messages above): it trained, but left nothing to resume from",
+                   r->ck.dir, res.ckpt_tried, res.ckpt_tried);
+    if (r->logf && ((rc && (rank == 0 || !collective)) || lost)) {
         /* The log's last record says how the run ended. */
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "rank", rank);
         cJSON_AddNumberToObject(o, "world_size", world);
         cJSON_AddStringToObject(o, "backend", "cpu");
         cJSON_AddStringToObject(o, "status", "failed");
-        cJSON_AddStringToObject(o, "error", err->msg);
+        if (lost)
+            cJSON_AddNumberToObject(o, "step", res.steps_done);
+        cJSON_AddStringToObject(o, "error", lost ? lerr.msg : err->msg);
         char *s = cJSON_PrintUnformatted(o);
         if (s)
             fprintf(r->logf, "%s\n", s);
         free(s);
         cJSON_Delete(o);
     }
-    if (!rc && r->logs_here)
+    if (!rc && !lost && r->logs_here)
         cli_ckpt_finished(&r->ck, r->o.steps, res.final_loss);
     if (r->logf)
         fclose(r->logf);
@@ -637,6 +671,11 @@ static int run_rank(struct run *r, int world, struct dp_err *err)
     dp_exec_result_release(&res);
     free(pred);
     dp_tokens_release(&tok);
+    if (lost) {
+        *err = lerr;
+        rc = lerr.code;
+        collective = true;
+    }
     if (rc && world > 1) {
         if (collective) {
             if (rank == 0)
@@ -670,6 +709,20 @@ int cmd_run(int argc, char **argv)
                         "%s: launched as %d ranks (%s), but the layout needs tp*pp*dp*cp = "
                         "%d*%d*%d*%d = %d",
                         r.target, r.env.world, r.env.source, r.l.tp, r.l.pp, r.l.dp, r.l.cp, world);
+    if (!rc) {
+        char logpath[4200];
+        log_path(&r, logpath, sizeof logpath);
+        struct cli_run_io io = {.target = r.target,
+                                .target_is_plan = r.plan != NULL,
+                                .data = r.data,
+                                .out = run_dir(&r),
+                                .log = logpath,
+                                .log_given = r.log != NULL,
+                                .ckpt_dir = r.ck.dir,
+                                .world = world,
+                                .log_all = r.log_all};
+        rc = cli_run_check_outputs(&io, &err);
+    }
     if (rc) {
         free(r.plan);
         if (r.env.launched && r.env.rank != 0) /* one message per job */
@@ -685,9 +738,7 @@ int cmd_run(int argc, char **argv)
             free(r.plan);
             return cli_fail(&err);
         }
-        if (tok.n < r.l.seq_len + 1)
-            rc = dp_err_set(&err, DP_EINVAL, "%s: %lld tokens, need at least seq_len + 1 = %lld",
-                            tok.source, (long long)tok.n, (long long)(r.l.seq_len + 1));
+        rc = dp_tokens_check(&tok, &r.l, &err);
         dp_tokens_release(&tok);
         if (rc) {
             free(r.plan);
@@ -701,15 +752,16 @@ int cmd_run(int argc, char **argv)
         if (cli_ckpt_supervise(&r.ck)) {
             /* --max-restarts: this process watches the job and relaunches it. */
             char logpath[4200];
-            const char *dir = r.out ? r.out : "dplan-run";
-            snprintf(logpath, sizeof logpath, "%s%s", r.log ? r.log : dir,
-                     r.log ? "" : "/log.jsonl");
+            log_path(&r, logpath, sizeof logpath);
             free(r.plan);
-            return cli_run_supervise(&r.ck, world, dir, logpath, argc, argv);
+            return cli_run_supervise(&r.ck, world, run_dir(&r), logpath, argc, argv);
         }
         if (world > 1) {
+            char logpath[4200];
+            log_path(&r, logpath, sizeof logpath);
+            struct cli_run_end end = {logpath, r.ck.dir};
             free(r.plan);
-            return cli_run_launch(world, argc, argv);
+            return cli_run_launch(world, argc, argv, &end);
         }
         cli_run_reexec_for_blas(argc, argv);
     }
