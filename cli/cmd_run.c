@@ -53,6 +53,42 @@ static const char help_head[] =
     "  --threads N         compute threads per rank [cores / ranks on the node]\n"
     "  --timeout S         abort when a rank makes no progress for S seconds [300]\n\n";
 
+/* The plan knobs this executor runs (the planning commands take more: cli_knob_help). */
+static const char run_knob_help[] =
+    "Layout knobs, with a MODEL (a plan file brings its own layout):\n"
+    "  --tp N --pp N --dp N  tensor, pipeline and data parallel degrees [1; --dp: --np / (tp*pp)]\n"
+    "  --mbs N               micro-batch size in sequences [1]\n"
+    "  --gbs N               global batch in sequences [mbs*dp*pp]; at most the windows\n"
+    "                        of seq_len tokens in the data\n"
+    "  --seq-len N           sequence length [the model's]\n"
+    "  --zero {0,1}          1: ZeRO-1, the AdamW state sharded over dp [0]\n"
+    "  --recompute {none,selective,full}  activation recomputation [none]\n"
+    "  --sp                  sequence parallelism (with tp > 1)\n"
+    "  --first-stage-layers N --last-stage-layers N   uneven pipeline split\n"
+    "  --cp 1 --ep 1 --vpp 1 --optimizer adam         accepted: the only values it runs\n\n"
+    "Refused with an error: --cp, --ep or --vpp above 1 (context and expert parallelism,\n"
+    "the interleaved schedule), --zero 2 or 3, --optimizer sgd; mixture-of-experts,\n"
+    "ALiBi and parallel-attention (one-norm) models; and the planning-only knobs\n"
+    "--precision and --grad-dtype (other than fp32), --no-flash-attn and --overhead-gib:\n"
+    "it computes in fp32 and keeps attention probabilities (a plan file's values for\n"
+    "these are ignored).\n";
+
+/* Planning knobs that would do nothing here: refused rather than silently ignored. */
+static int refuse_planning_knobs(const struct cli_common *c)
+{
+    const bool *given = c->knob_given;
+    if (given[OPT_PRECISION - OPT_SYSTEM] && c->precision != DP_FP32)
+        return cli_usage_error("run", "--precision: the CPU executor computes in fp32 only");
+    if (given[OPT_GRAD_DTYPE - OPT_SYSTEM] && c->grad_fp32 != 1)
+        return cli_usage_error("run", "--grad-dtype: the CPU executor keeps fp32 gradients only");
+    if (given[OPT_NO_FLASH - OPT_SYSTEM])
+        return cli_usage_error("run", "--no-flash-attn is a planning knob: the CPU executor "
+                                      "always keeps the attention probabilities");
+    if (given[OPT_OVERHEAD - OPT_SYSTEM])
+        return cli_usage_error("run", "--overhead-gib is a planning knob (GPU runtime memory)");
+    return 0;
+}
+
 enum {
     OPT_NP = OPT_COMMON_END + 1,
     OPT_STEPS,
@@ -194,12 +230,14 @@ static int parse_args(struct run *r, int argc, char **argv)
             break;
         case OPT_THREADS: bad = parse_count("threads", optarg, 1, 4096, &r->threads); break;
         case OPT_TIMEOUT: bad = parse_count("timeout", optarg, 1, 100000000, &r->timeout_s); break;
-        case 'h': printf("%s%s%s", help_head, cli_ckpt_help, cli_knob_help); return -1;
+        case 'h': printf("%s%s%s", help_head, cli_ckpt_help, run_knob_help); return -1;
         default: return 2;
         }
         if (bad)
             return 2;
     }
+    if (refuse_planning_knobs(&r->c))
+        return 2;
     if (optind != argc - 1)
         return cli_usage_error("run", "expected one PLAN.json or MODEL argument");
     r->target = argv[optind];
