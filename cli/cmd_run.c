@@ -467,8 +467,14 @@ static void write_summary(struct run *r, const struct dp_exec_result *res, const
         threads = cores > 0 ? (int)(cores / local) : 1;
     }
     struct dp_err pe = {0};
-    if (cli_run_predict_cpu(&r->m, &r->l, res->world, threads, &r->cpu_pred_s, &pe))
-        r->cpu_pred_s = 0;
+    struct cli_cpu_run cr = {.world = res->world,
+                             .ranks_per_node =
+                                 r->env.local_world > 0 ? r->env.local_world : res->world,
+                             .threads = threads,
+                             .allreduce_small_s = res->allreduce_small_s,
+                             .allreduce_1mib_s = res->allreduce_1mib_s};
+    struct cli_cpu_prediction cp;
+    r->cpu_pred_s = cli_run_predict_cpu(&r->m, &r->l, &cr, &cp, &pe) ? 0 : cp.step_s;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model", r->m.name);
     cJSON_AddItemToObject(o, "layout", dp_layout_to_json(&r->l));
@@ -479,8 +485,20 @@ static void write_summary(struct run *r, const struct dp_exec_result *res, const
     cJSON_AddNumberToObject(o, "final_loss", res->final_loss);
     cJSON_AddNumberToObject(o, "tokens_per_step", (double)res->tokens_per_step);
     cJSON_AddNumberToObject(o, "data_epochs", r->epochs);
-    if (r->cpu_pred_s > 0)
+    if (r->cpu_pred_s > 0) {
         cJSON_AddNumberToObject(o, "predicted_step_time_s", r->cpu_pred_s);
+        /* The prediction by kind (cli/run_predict.c), for checking it against profiles. */
+        cJSON *b = cJSON_AddObjectToObject(o, "predicted_step_parts_s");
+        cJSON_AddNumberToObject(b, "gemm", cp.gemm_s);
+        cJSON_AddNumberToObject(b, "attention", cp.attention_s);
+        cJSON_AddNumberToObject(b, "elementwise", cp.elementwise_s);
+        cJSON_AddNumberToObject(b, "fork_join", cp.fork_s);
+        cJSON_AddNumberToObject(b, "communication", cp.comm_s);
+        cJSON_AddNumberToObject(b, "optimizer", cp.optimizer_s);
+        cJSON_AddNumberToObject(b, "pipeline_bubble", cp.bubble_s);
+        cJSON_AddNumberToObject(b, "time_sharing", cp.timeshare_s);
+        cJSON_AddNumberToObject(o, "threads_per_rank", threads);
+    }
     if (r->plan && r->plan->has_prediction) {
         cJSON *p = cJSON_AddObjectToObject(o, "plan_prediction");
         cJSON_AddNumberToObject(p, "step_time_s", r->plan->prediction.step_time_s);
@@ -570,10 +588,10 @@ static void print_summary(struct run *r, const struct dp_exec_result *res, const
                 res->ranks[0].step_time_median_s);
     if (r->cpu_pred_s > 0)
         fprintf(stderr,
-                "step time: measured %.1f ms (rank 0 median), predicted %.1f ms (%+.0f%%) by the "
-                "step-time model on this machine as probed (SGEMM and memory bandwidth)\n",
+                "step time: measured %.1f ms (rank 0 median), predicted %.1f ms (%+.0f%%) by "
+                "the CPU step model from this machine's probe (cli/run_predict.c)\n",
                 1e3 * res->ranks[0].step_time_median_s, 1e3 * r->cpu_pred_s,
-                100.0 * (res->ranks[0].step_time_median_s / r->cpu_pred_s - 1));
+                100.0 * (r->cpu_pred_s / res->ranks[0].step_time_median_s - 1));
     fprintf(stderr, "wrote %s/model.safetensors, %s, %s/summary.json, %s/plan.json\n", dir, logpath,
             dir, dir);
 }

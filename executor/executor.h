@@ -150,7 +150,10 @@ struct dp_exec_result {
     int steps_done;
     double first_loss, final_loss;
     int64_t tokens_per_step;
-    int ckpt_tried, ckpt_saved;    /* checkpoints this run attempted and published (all ranks) */
+    int ckpt_tried, ckpt_saved; /* checkpoints this run attempted and published (all ranks) */
+    /* world > 1: medians of a 1-element and a 1 MiB all-reduce over every rank after the
+     * last step (MPI's latency and bandwidth here, for the step-time prediction); else 0 */
+    double allreduce_small_s, allreduce_1mib_s;
     struct dp_rank_summary *ranks; /* world entries on rank 0, else NULL; freed by release */
 };
 void dp_exec_result_release(struct dp_exec_result *r);

@@ -372,6 +372,40 @@ static int gather_summary(struct dp_exec *ex, const double *times, int n,
     return rc;
 }
 
+/* MPI on this machine as the run used it: medians of all-reduces over every rank of one
+ * double (latency) and of 1 MiB (bandwidth), after the last step. Collective. */
+static int probe_comm(struct dp_exec *ex, struct dp_exec_result *res)
+{
+    if (ex->world <= 1)
+        return 0;
+    enum { SMALL = 30, LARGE = 7, NBIG = 1 << 18 };
+    double t[SMALL], x = 0;
+    real *buf = OPS->alloc(ex->be, NBIG * sizeof(real));
+    if (!buf)
+        return dp_err_set(ex->err, DP_ENOMEM, "out of memory");
+    int rc = 0;
+    for (int i = 0; i < SMALL && !rc; i++) {
+        double t0 = OPS->wtime(ex->be);
+        rc = OPS->allreduce_host(ex->be, DP_GROUP_WORLD, &x, 1, DP_OP_SUM, ex->err);
+        t[i] = OPS->wtime(ex->be) - t0;
+    }
+    if (!rc) {
+        qsort(t, SMALL, sizeof *t, cmp_double);
+        res->allreduce_small_s = t[SMALL / 2];
+    }
+    for (int i = 0; i < LARGE && !rc; i++) {
+        double t0 = OPS->wtime(ex->be);
+        rc = OPS->allreduce(ex->be, DP_GROUP_WORLD, buf, NBIG, DP_OP_SUM, ex->err);
+        t[i] = OPS->wtime(ex->be) - t0;
+    }
+    if (!rc) {
+        qsort(t, LARGE, sizeof *t, cmp_double);
+        res->allreduce_1mib_s = t[LARGE / 2] * (1048576.0 / (NBIG * sizeof(real)));
+    }
+    OPS->free(ex->be, buf);
+    return rc;
+}
+
 void dp_exec_result_release(struct dp_exec_result *r)
 {
     free(r->ranks);
@@ -486,6 +520,8 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struc
         rc = dp__weights_save(ex, path);
     }
     dp__ckpt_counts(ex, &res->ckpt_tried, &res->ckpt_saved);
+    if (!rc)
+        rc = probe_comm(ex, res);
     if (!rc)
         rc = gather_summary(ex, times + start,
                             res->steps_done > start ? res->steps_done - start : 0, res);
