@@ -81,7 +81,10 @@ static void region(const struct cm *c, struct parts *p)
 }
 
 /* C[m, n] = A[m, k] B[k, n], split by rows as kernels.c splits it (whole 16-row panels per
- * thread): a fixed call cost and the FLOPs at the probed rate. */
+ * thread): a fixed call cost, the FLOPs at the probed rate, and the packing of the
+ * operands into panels (GotoBLAS/OpenBLAS copy A's rows and all of B, read and write:
+ * 8 bytes per element, at the bandwidth of where they sit). Each thread packs all of B:
+ * what splitting a small product repeats. */
 static void gemm(const struct cm *c, struct parts *p, double m, double n, double k)
 {
     int nth = dp_exec_gemm_threads((int)m, (int)n, (int)k, c->nt);
@@ -92,7 +95,9 @@ static void gemm(const struct cm *c, struct parts *p, double m, double n, double
         rows = rows < m ? rows : m;
     }
     double eff = nth > 1 || c->shared ? c->pr.conc_eff : 1.0;
-    double t = c->pr.gemm_call_s + 2 * rows * n * k / (c->pr.gemm_gflops * 1e9 * eff);
+    double pack = (rows + n) * k;
+    double t = c->pr.gemm_call_s + 2 * rows * n * k / (c->pr.gemm_gflops * 1e9 * eff) +
+               2 * R * pack / bw(c, R * pack);
     p->gemm += t;
     p->core_s += nth * t;
 }

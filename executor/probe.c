@@ -81,10 +81,11 @@ static double gemm_time(int m, int n, int k, int reps)
     return med;
 }
 
-/* Per-thread GEMM rate (GFLOP/s) while `c` threads each run 256^3 products of their own. */
+/* Per-thread GEMM rate (GFLOP/s) while `c` threads each run 256^3 products of their own
+ * (c = 1: alone). */
 static double gemm_rate_concurrent(int c)
 {
-    const int n = 256, reps = 6;
+    const int n = 256, reps = 9;
     double rate = 0;
 #pragma omp parallel num_threads(c) reduction(+ : rate)
     {
@@ -291,7 +292,7 @@ int dp_exec_probe_device(const struct dp_probe_shape *sh, struct dp_device_probe
 
     /* SGEMM: a large product for the rate, a tiny one (whose FLOPs are negligible) for the
      * cost of a call. */
-    double tl = gemm_time(1024, 768, 256, 5);
+    double tl = gemm_time(1024, 768, 256, 9);
     out->gemm_gflops = tl > 0 ? 2.0 * 1024 * 768 * 256 / tl / 1e9 : 0;
     double ts = gemm_time(16, 16, 16, 400);
     if (out->gemm_gflops <= 0 || ts <= 0)
@@ -299,7 +300,11 @@ int dp_exec_probe_device(const struct dp_probe_shape *sh, struct dp_device_probe
     out->gemm_call_s = ts - 2.0 * 16 * 16 * 16 / (out->gemm_gflops * 1e9);
     if (out->gemm_call_s < 0)
         out->gemm_call_s = 0;
-    out->conc_eff = conc > 1 ? gemm_rate_concurrent(conc) / out->gemm_gflops : 1.0;
+    /* The same product alone and with the other threads busy: the ratio is what sharing
+     * the machine (caches, memory, clocks) costs each thread. */
+    out->conc_eff = conc > 1 ? gemm_rate_concurrent(conc) / gemm_rate_concurrent(1) : 1.0;
+    if (out->conc_eff > 1)
+        out->conc_eff = 1; /* noise: sharing never speeds a thread up */
     out->fork_s = nt > 1 ? fork_time(nt) : 0;
 
     int64_t l2 = cache_size(2), l3 = cache_size(3);
