@@ -803,7 +803,8 @@ int cmd_run(int argc, char **argv)
             return cli_fail(&err);
         }
         /* A checkpoint that cannot be resumed is refused once, before any rank starts. */
-        if (r.ck.resume && dp_ckpt_check_resume(r.ck.resume_dir, &r.m, &r.l, &err)) {
+        if (r.ck.resume &&
+            dp_ckpt_check_resume(r.ck.resume_dir, &r.m, &r.l, dp_exec_dtype(), &err)) {
             free(r.plan);
             return cli_fail(&err);
         }

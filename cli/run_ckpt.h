@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "executor/ckpt.h"
+#include "executor/executor.h"
 
 struct cJSON;
 

@@ -9,8 +9,8 @@
  * by a signal "process rank RANK with PID ... exited on signal N".
  */
 #include "run_launch.h"
+#include "ckpt/ckpt.h"
 #include "cli.h"
-#include "executor/ckpt.h"
 #include "executor/executor.h"
 #include "run_ckpt.h"
 

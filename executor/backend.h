@@ -177,16 +177,6 @@ struct dp_backend {
 };
 
 /*
- * Group colours for the process groups, from a rank's coordinates (Megatron's
- * tp-cp-dp-pp order with cp = 1): rank = tp_rank + tp * (dp_rank + dp * pp_rank).
- */
-struct dp_coords {
-    int tp_rank, dp_rank, pp_rank;
-};
-void dp_rank_coords(int rank, int tp, int dp, int pp, struct dp_coords *out);
-int dp_rank_of(const struct dp_coords *c, int tp, int dp, int pp);
-
-/*
  * The CPU backend: initialises MPI (MPI_THREAD_FUNNELED) unless already done,
  * checks that MPI's world size equals tp * pp * dp, and splits the groups.
  * `threads` <= 0 picks OMP_NUM_THREADS or the cores left per local rank.

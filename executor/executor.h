@@ -3,17 +3,17 @@
  * (dp_model) is trained under a dp_layout (DP or ZeRO-1, Megatron TP with
  * optional SP, PP with the 1F1B schedule, micro-batching, recompute) on a
  * backend (backend.h; this issue ships the CPU backend: MPI + OpenBLAS +
- * OpenMP). It uses only core/; it does not plan, predict, print or exit:
- * the CLI (cli/cmd_run.c) launches the ranks, prints the logs and turns
- * errors into exit codes.
+ * OpenMP). It uses only core/ and ckpt/ (the checkpoint format); it does not plan, predict, print
+ * or exit: the CLI (cli/cmd_run.c) launches the ranks, prints the logs and turns errors into exit
+ * codes.
  *
  * Ranks: one process per rank. With cp = 1 (the only value supported here)
  * rank = tp_rank + tp * (dp_rank + dp * pp_rank), Megatron's default order
  * tp-cp-ep-dp-pp with TP fastest (parallel_state.initialize_model_parallel).
  *
  * Memory: every buffer comes from one of the accounted pools below; the
- * table of buffers is in executor/README.md ("Buffer table") and is what
- * costmodel/memory_cpu.c predicts. Measured peaks are per rank and pool.
+ * table of buffers is in executor/README.md ("Buffer table"). Measured peaks
+ * are per rank and pool.
  */
 #ifndef DPLAN_EXECUTOR_H
 #define DPLAN_EXECUTOR_H
@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ckpt/ckpt.h"
 #include "core/core.h"
 
 /* ------------------------------------------------------------------ pools */
@@ -99,28 +100,56 @@ double dp_tokens_epochs(const struct dp_tokens *t, const struct dp_layout *l, in
 int dp_data_prepare(const char *const *files, int nfiles, const char *out, enum dp_data_format fmt,
                     int64_t *ntok, struct dp_err *err);
 
-/* ------------------------------------------------------------------ outputs */
-
-/* An input file and how the user named it (NULL: not said), for messages. */
-struct dp_io {
-    const char *path;
-    const char *what; /* "--data", "the plan", ... */
-};
-/*
- * Whether the output `out` (a file or a directory; it need not exist yet) may be
- * written: refused (DP_EINVAL, err naming both) when it is the same file as one of the
- * `nin` inputs (same st_dev and st_ino, so also through symbolic and hard links), or
- * when it is or lies inside a checkpoint directory (one holding manifest.json or named
- * step_%08d[.tmp|.superseded|.trash], by the path as given or with links resolved).
- * `what` names the option for the message ("-o", "--out"). Inputs that do not exist are
- * skipped. Every writer of the executor also writes to a temporary name and renames.
- */
-int dp_output_check(const char *out, const char *what, const struct dp_io *in, int nin,
-                    struct dp_err *err);
-
 /* ------------------------------------------------------------------ run */
 
-struct dp_ckpt_opts;
+/*
+ * Checkpoints: the executor saves every rank's state with an atomic commit and resumes
+ * from the newest complete checkpoint under the same or another layout; the format is
+ * ckpt/'s (ckpt.h). Events go to the caller's callback: the executor never prints.
+ */
+enum dp_ckpt_event_kind {
+    DP_CKPT_SAVED = 0,   /* rank 0: a checkpoint was published */
+    DP_CKPT_SAVE_FAILED, /* the save failed (on the failing rank, and on rank 0); training goes on
+                          */
+    DP_CKPT_SKIPPED,     /* resume: a checkpoint was damaged or incomplete; an older one is tried */
+    DP_CKPT_RESUMED,     /* rank 0: training continues from this checkpoint */
+    DP_CKPT_NOTE,        /* rank 0: something differs from the checkpoint but resume goes on */
+};
+
+struct dp_ckpt_event {
+    enum dp_ckpt_event_kind kind;
+    int rank;
+    int step;             /* the checkpoint's step */
+    const char *path;     /* its directory */
+    const char *msg;      /* one line, for SAVE_FAILED, SKIPPED, NOTE */
+    int64_t bytes;        /* SAVED: all files */
+    double seconds;       /* SAVED: wall time of the save */
+    const char *saved_at; /* SAVED, RESUMED: UTC ISO-8601 "2024-06-15T10:30:00Z" */
+    bool local;           /* SAVE_FAILED: this rank's own write failed (else rank 0's verdict) */
+};
+
+/* TEST-ONLY faults (DPLAN_FAULT_INJECT, launch/launch.h). */
+enum dp_ckpt_fault {
+    DP_CKPT_FAULT_NONE = 0,
+    DP_CKPT_FAULT_CRASH,  /* the rank kills itself (SIGKILL) halfway through its file */
+    DP_CKPT_FAULT_ENOSPC, /* the rank's write fails with ENOSPC halfway through its file */
+};
+
+struct dp_ckpt_opts {
+    const char *dir;   /* checkpoints are written here (created); NULL = none */
+    int every;         /* save after every N-th step; 0 = not by step count */
+    double interval_s; /* and when this much wall time passed since the last save; 0 = off */
+    int keep;          /* complete checkpoints kept (older ones are deleted); 0 = all */
+    /* Resume from the newest complete checkpoint under this directory (or from this
+     * checkpoint directory itself); NULL = start from initialisation. */
+    const char *resume;
+    void (*on_event)(const struct dp_ckpt_event *ev, void *ctx); /* may be NULL */
+    void *ctx;
+    /* TEST-ONLY: fault `fault` on rank `fault_rank` while saving step `fault_step`. */
+    enum dp_ckpt_fault fault;
+    int fault_rank, fault_step;
+};
+void dp_ckpt_opts_default(struct dp_ckpt_opts *o);
 
 /* One step as every rank sees it (the loss and norm are global). */
 struct dp_step_info {
@@ -177,7 +206,7 @@ struct dp_exec_opts {
     void (*on_step)(const struct dp_step_info *info, void *ctx);
     void (*before_step)(int step, int rank, void *ctx);
     void *ctx;
-    /* Checkpoints and resume (executor/ckpt.h); NULL = neither. */
+    /* Checkpoints and resume (above); NULL = neither. */
     const struct dp_ckpt_opts *ckpt;
 };
 void dp_exec_opts_default(struct dp_exec_opts *o);
@@ -212,6 +241,9 @@ uint64_t dp_exec_heartbeat(const char **what, int *step);
  * (also when OPENBLAS_CORETYPE is already set).
  */
 const char *dp_exec_blas_hint(void);
+
+/* The element type of checkpoints and weights this executor writes ("F32"). */
+const char *dp_exec_dtype(void);
 
 /* Shut MPI down at process end (no-op if not started), or abort every rank. */
 void dp_exec_finalize(void);

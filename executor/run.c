@@ -36,6 +36,11 @@ uint64_t dp_exec_heartbeat(const char **what, int *step)
     return atomic_load(&beat_count);
 }
 
+const char *dp_exec_dtype(void)
+{
+    return DP__DTYPE;
+}
+
 void dp_exec_finalize(void)
 {
     dp_backend_cpu_finalize();

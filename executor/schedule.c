@@ -146,9 +146,9 @@ static double local_sumsq(struct dp_exec *ex)
         return 0; /* DP replicas hold the same reduced gradients */
     for (int i = 0; i < ex->nsegs; i++) {
         const struct dp_seg *sg = &ex->segs[i];
-        if (sg->norm_skip || (sg->norm_once && ex->c.tp_rank != 0))
+        if (sg->t.tied_copy || (sg->norm_once && ex->c.tp_rank != 0))
             continue;
-        size_t lo = sg->off, hi = sg->off + (size_t)(sg->rows * sg->cols);
+        size_t lo = sg->off, hi = sg->off + (size_t)(sg->t.rows * sg->t.cols);
         if (zero) {
             /* Only this rank's shard holds reduced gradients, at grads[0, shard). */
             if (!dp__seg_in_shard(ex, sg, &lo, &hi))
@@ -169,7 +169,7 @@ static int reduce_grads(struct dp_exec *ex)
     for (int i = 0; i < ex->nsegs; i++) {
         const struct dp_seg *sg = &ex->segs[i];
         if (sg->tp_partial)
-            TRY(OPS->allreduce(ex->be, DP_GROUP_TP, ex->grads + sg->off, sg->rows * sg->cols,
+            TRY(OPS->allreduce(ex->be, DP_GROUP_TP, ex->grads + sg->off, sg->t.rows * sg->t.cols,
                                DP_OP_SUM, ex->err));
     }
     /* Tied embeddings over a pipeline: first and last stage each hold a copy and add
@@ -218,7 +218,7 @@ int dp__optimizer_step(struct dp_exec *ex, double lr, double gscale)
     dp__beat("optimizer");
     for (int i = 0; i < ex->nsegs; i++) {
         const struct dp_seg *sg = &ex->segs[i];
-        size_t lo = sg->off, hi = sg->off + (size_t)(sg->rows * sg->cols);
+        size_t lo = sg->off, hi = sg->off + (size_t)(sg->t.rows * sg->t.cols);
         size_t base = 0; /* where element `lo` of the flat buffer sits in grads/m/v */
         if (zero) {
             if (!dp__seg_in_shard(ex, sg, &lo, &hi))

@@ -152,7 +152,7 @@ corrupt)
       trunc-ck/step_00000004/manifest.json
     "$dplan" ckpt info trunc-ck/step_00000004 > nonsense.info 2>&1 &&
       bad "offset $bad: a nonsense manifest passed"
-    has nonsense.info 'damaged .*offset: expected \[a, b\]' "offset $bad rejected"
+    has nonsense.info 'damaged .*manifest.json: tensors\[0\]\.shards\[0\]\.offset: expected \[a, b\]' "offset $bad rejected (with its JSON path)"
   done
   rm -rf trunc-ck/step_00000004
   printf '{"dplan_checkpoint": 1, "step": 3' > trunc-ck/step_00000003.json

@@ -1,8 +1,10 @@
 /*
- * A rank's coordinates in the layout and back (backend.h): plain arithmetic,
- * built with or without the CPU backend.
+ * A rank's coordinates in the layout and back (core.h): Megatron's default
+ * order tp-cp-ep-dp-pp with TP fastest (parallel_state.initialize_model_
+ * parallel), with cp = ep = 1. The executor's process groups, the
+ * checkpoints' file names and the launcher's rank map all use it.
  */
-#include "backend.h"
+#include "core.h"
 
 void dp_rank_coords(int rank, int tp, int dp, int pp, struct dp_coords *out)
 {

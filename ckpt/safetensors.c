@@ -1,9 +1,11 @@
 /*
- * safetensors reading and writing for checkpoints, and CRC32C (see
- * safetensors.h for the format). No knowledge of models or layouts here:
- * ckpt.c decides what goes into which file.
+ * safetensors files (ckpt.h has the format): a streaming writer that
+ * checksums what it writes and fsyncs, and a reader that validates a file's
+ * header against the format before any tensor is read. No knowledge of
+ * models or layouts here: the checkpoint code decides what goes into which
+ * file.
  */
-#include "safetensors.h"
+#include "ckpt.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -19,120 +21,9 @@
 #error "checkpoints store little-endian tensors; this host is big-endian"
 #endif
 
-/* ------------------------------------------------------------------ CRC32C */
-
-static uint32_t crc_table[8][256];
-
-static void crc_init(void)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-        crc_table[0][i] = c;
-    }
-    for (uint32_t i = 0; i < 256; i++)
-        for (int t = 1; t < 8; t++)
-            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xff];
-}
-
-/* Slicing-by-8 (Kounavis and Berry 2008) on the raw (pre/post-inverted) register. */
-static uint32_t crc_sw(uint32_t c, const unsigned char *p, size_t n)
-{
-    while (n >= 8) {
-        uint32_t lo = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                           (uint32_t)p[3] << 24);
-        c = crc_table[7][lo & 0xff] ^ crc_table[6][(lo >> 8) & 0xff] ^
-            crc_table[5][(lo >> 16) & 0xff] ^ crc_table[4][lo >> 24] ^ crc_table[3][p[4]] ^
-            crc_table[2][p[5]] ^ crc_table[1][p[6]] ^ crc_table[0][p[7]];
-        p += 8;
-        n -= 8;
-    }
-    while (n--)
-        c = (c >> 8) ^ crc_table[0][(c ^ *p++) & 0xff];
-    return c;
-}
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t c, const unsigned char *p,
-                                                         size_t n)
-{
-    uint64_t c64 = c;
-    while (n >= 8) {
-        uint64_t v;
-        memcpy(&v, p, 8);
-        c64 = __builtin_ia32_crc32di(c64, v);
-        p += 8;
-        n -= 8;
-    }
-    c = (uint32_t)c64;
-    while (n--)
-        c = __builtin_ia32_crc32qi(c, *p++);
-    return c;
-}
-#define HAVE_CRC_HW 1
-#endif
-
-uint32_t dp__crc32c(uint32_t crc, const void *buf, size_t n)
-{
-    static int mode; /* 0 unknown, 1 software, 2 hardware */
-    if (!mode) {
-        crc_init();
-        mode = 1;
-#ifdef HAVE_CRC_HW
-        __builtin_cpu_init();
-        if (__builtin_cpu_supports("sse4.2"))
-            mode = 2;
-#endif
-    }
-    uint32_t c = ~crc;
-#ifdef HAVE_CRC_HW
-    if (mode == 2)
-        return ~crc_hw(c, buf, n);
-#endif
-    return ~crc_sw(c, buf, n);
-}
-
-int dp__file_crc32c(const char *path, uint32_t *crc, int64_t *size, struct dp_err *err)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return dp_err_set(err, errno == ENOENT ? DP_ENOENT : DP_EIO, "%s: cannot open: %s", path,
-                          strerror(errno));
-    enum { CHUNK = 1 << 20 };
-    unsigned char *buf = malloc(CHUNK);
-    if (!buf) {
-        close(fd);
-        return dp_err_set(err, DP_ENOMEM, "out of memory");
-    }
-    uint32_t c = 0;
-    int64_t total = 0;
-    int rc = 0;
-    for (;;) {
-        ssize_t k = read(fd, buf, CHUNK);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0) {
-            rc = dp_err_set(err, DP_EIO, "%s: read failed: %s", path, strerror(errno));
-            break;
-        }
-        if (k == 0)
-            break;
-        c = dp__crc32c(c, buf, (size_t)k);
-        total += k;
-    }
-    free(buf);
-    close(fd);
-    if (!rc) {
-        *crc = c;
-        *size = total;
-    }
-    return rc;
-}
-
 /* ------------------------------------------------------------------ writing */
 
-char *dp__st_header(const struct dp_st_tensor *t, int n, const char *const *meta, size_t *len)
+char *dp_ckpt_st_header(const struct dp_st_tensor *t, int n, const char *const *meta, size_t *len)
 {
     cJSON *root = cJSON_CreateObject();
     if (!root)
@@ -172,13 +63,13 @@ char *dp__st_header(const struct dp_st_tensor *t, int n, const char *const *meta
     return out;
 }
 
-void dp__st_len_prefix(unsigned char out[8], size_t hlen)
+static void len_prefix(unsigned char out[8], size_t hlen)
 {
     for (int i = 0; i < 8; i++)
         out[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
 }
 
-int dp__st_create(struct dp_st_writer *w, const char *path, struct dp_err *err)
+int dp_ckpt_st_create(struct dp_st_writer *w, const char *path, struct dp_err *err)
 {
     memset(w, 0, sizeof *w);
     w->err = err;
@@ -189,7 +80,7 @@ int dp__st_create(struct dp_st_writer *w, const char *path, struct dp_err *err)
     return 0;
 }
 
-void dp__st_adopt(struct dp_st_writer *w, int fd, const char *path, struct dp_err *err)
+void dp_ckpt_st_adopt(struct dp_st_writer *w, int fd, const char *path, struct dp_err *err)
 {
     memset(w, 0, sizeof *w);
     w->err = err;
@@ -197,10 +88,10 @@ void dp__st_adopt(struct dp_st_writer *w, int fd, const char *path, struct dp_er
     snprintf(w->path, sizeof w->path, "%s", path);
 }
 
-int dp__st_write(struct dp_st_writer *w, const void *buf, size_t n)
+int dp_ckpt_st_write(struct dp_st_writer *w, const void *buf, size_t n)
 {
     const char *p = buf;
-    w->crc = dp__crc32c(w->crc, buf, n);
+    w->crc = dp_ckpt_crc32c(w->crc, buf, n);
     while (n > 0) {
         size_t k = n;
         if (w->fault != DP_ST_FAULT_NONE && w->bytes + (int64_t)k > w->fault_at) {
@@ -229,15 +120,15 @@ int dp__st_write(struct dp_st_writer *w, const void *buf, size_t n)
     return 0;
 }
 
-int dp__st_write_header(struct dp_st_writer *w, const char *hdr, size_t hlen)
+int dp_ckpt_st_write_header(struct dp_st_writer *w, const char *hdr, size_t hlen)
 {
     unsigned char lenb[8];
-    dp__st_len_prefix(lenb, hlen);
-    int rc = dp__st_write(w, lenb, 8);
-    return rc ? rc : dp__st_write(w, hdr, hlen);
+    len_prefix(lenb, hlen);
+    int rc = dp_ckpt_st_write(w, lenb, 8);
+    return rc ? rc : dp_ckpt_st_write(w, hdr, hlen);
 }
 
-int dp__st_finish(struct dp_st_writer *w, bool sync)
+int dp_ckpt_st_finish(struct dp_st_writer *w, bool sync)
 {
     int rc = 0;
     if (sync && fsync(w->fd))
@@ -248,7 +139,7 @@ int dp__st_finish(struct dp_st_writer *w, bool sync)
     return rc;
 }
 
-void dp__st_abandon(struct dp_st_writer *w)
+void dp_ckpt_st_abandon(struct dp_st_writer *w)
 {
     if (w->fd >= 0)
         close(w->fd);
@@ -256,9 +147,50 @@ void dp__st_abandon(struct dp_st_writer *w)
     unlink(w->path);
 }
 
+int dp_ckpt_st_write_file(const char *out_file, const struct dp_st_tensor *t, int n,
+                          const char *const *meta, int (*fill)(int i, void *buf, void *ctx),
+                          void *ctx, int64_t *bytes, struct dp_err *err)
+{
+    size_t hlen = 0, maxb = 1;
+    for (int i = 0; i < n; i++)
+        maxb = (size_t)t[i].bytes > maxb ? (size_t)t[i].bytes : maxb;
+    char *hdr = dp_ckpt_st_header(t, n, meta, &hlen);
+    void *buf = malloc(maxb);
+    if (!hdr || !buf) {
+        free(hdr);
+        free(buf);
+        return dp_err_set(err, DP_ENOMEM, "out of memory");
+    }
+    char tmp[4200];
+    struct dp_st_writer w;
+    int fd = dp_tmp_open(out_file, tmp, sizeof tmp, err);
+    int rc = fd < 0 ? fd : 0;
+    if (!rc) {
+        dp_ckpt_st_adopt(&w, fd, tmp, err);
+        rc = dp_ckpt_st_write_header(&w, hdr, hlen);
+        for (int i = 0; i < n && !rc; i++) {
+            rc = fill(i, buf, ctx);
+            if (!rc)
+                rc = dp_ckpt_st_write(&w, buf, (size_t)t[i].bytes);
+        }
+        if (!rc)
+            rc = dp_ckpt_st_finish(&w, true);
+        else
+            dp_ckpt_st_abandon(&w);
+        if (!rc) {
+            if (bytes)
+                *bytes = w.bytes;
+            rc = dp_tmp_publish(tmp, out_file, err);
+        }
+    }
+    free(hdr);
+    free(buf);
+    return rc;
+}
+
 /* ------------------------------------------------------------------ reading */
 
-int dp__st_dtype_size(const char *dt)
+int dp_ckpt_st_dtype_size(const char *dt)
 {
     static const struct {
         const char *name;
@@ -324,7 +256,7 @@ static int parse_entry(struct dp_st_file *f, const cJSON *t, struct dp_st_entry 
         return dp_err_set(err, DP_EINVAL,
                           "%s: tensor %s: expected {\"dtype\", \"shape\", \"data_offsets\"}", p,
                           e->key);
-    int es = dp__st_dtype_size(dt->valuestring);
+    int es = dp_ckpt_st_dtype_size(dt->valuestring);
     if (!es)
         return dp_err_set(err, DP_EINVAL, "%s: tensor %s: unknown dtype \"%s\"", p, e->key,
                           dt->valuestring);
@@ -355,7 +287,7 @@ static int parse_entry(struct dp_st_file *f, const cJSON *t, struct dp_st_entry 
     return 0;
 }
 
-int dp__st_open(const char *path, struct dp_st_file *f, struct dp_err *err)
+int dp_ckpt_st_open(const char *path, struct dp_st_file *f, struct dp_err *err)
 {
     memset(f, 0, sizeof *f);
     snprintf(f->path, sizeof f->path, "%s", path);
@@ -455,11 +387,11 @@ out:
     free(hdr);
     cJSON_Delete(root);
     if (rc)
-        dp__st_close(f);
+        dp_ckpt_st_close(f);
     return rc;
 }
 
-void dp__st_close(struct dp_st_file *f)
+void dp_ckpt_st_close(struct dp_st_file *f)
 {
     if (f->fd > 0)
         close(f->fd);
@@ -471,14 +403,15 @@ void dp__st_close(struct dp_st_file *f)
     f->meta = NULL;
 }
 
-const struct dp_st_entry *dp__st_find(const struct dp_st_file *f, const char *key)
+const struct dp_st_entry *dp_ckpt_st_find(const struct dp_st_file *f, const char *key)
 {
     struct dp_st_entry k;
     snprintf(k.key, sizeof k.key, "%s", key);
     return f->n ? bsearch(&k, f->e, (size_t)f->n, sizeof *f->e, cmp_entry_key) : NULL;
 }
 
-int dp__st_pread(const struct dp_st_file *f, int64_t off, void *buf, size_t n, struct dp_err *err)
+int dp_ckpt_st_pread(const struct dp_st_file *f, int64_t off, void *buf, size_t n,
+                     struct dp_err *err)
 {
     int r = read_exact(f->fd, f->data_start + off, buf, n);
     if (r)
@@ -488,7 +421,7 @@ int dp__st_pread(const struct dp_st_file *f, int64_t off, void *buf, size_t n, s
     return 0;
 }
 
-const char *dp__st_meta(const struct dp_st_file *f, const char *key)
+const char *dp_ckpt_st_meta(const struct dp_st_file *f, const char *key)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(f->meta, key);
     return cJSON_IsString(v) ? v->valuestring : NULL;
