@@ -222,11 +222,14 @@ static int parse_args(struct run *r, int argc, char **argv)
         case OPT_WD: bad = parse_num("wd", optarg, 0, 1e6, &r->o.weight_decay); break;
         case OPT_CLIP: bad = parse_num("clip", optarg, 0, 1e300, &r->o.grad_clip); break;
         case OPT_BACKEND:
-            if (strcmp(optarg, "cpu") != 0)
+            if (!dp_exec_backend_known(optarg))
                 bad = cli_usage_error("run",
-                                      "--backend: \"%s\" is not built in; this dplan has the cpu "
-                                      "backend only",
-                                      optarg);
+                                      "--backend: \"%s\" is not built in; this dplan has the %s "
+                                      "backend%s",
+                                      optarg, dp_exec_backend_names(),
+                                      strchr(dp_exec_backend_names(), ',') ? "s" : " only");
+            else
+                r->o.backend = optarg;
             break;
         case OPT_THREADS: bad = parse_count("threads", optarg, 1, 4096, &r->threads); break;
         case OPT_TIMEOUT: bad = parse_count("timeout", optarg, 1, 100000000, &r->timeout_s); break;
@@ -458,16 +461,8 @@ static void *watchdog(void *arg)
 static void write_summary(struct run *r, const struct dp_exec_result *res, const char *dir)
 {
     /* The step-time model on this machine as probed (cli/run_predict.c). */
-    /* The threads each rank used: as the CPU backend chooses them (backend_cpu.c). */
-    int threads = r->o.threads;
-    const char *omp = getenv("OMP_NUM_THREADS");
-    if (threads <= 0 && omp && atoi(omp) > 0)
-        threads = atoi(omp);
-    if (threads <= 0) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        int local = r->env.local_world > 0 ? r->env.local_world : res->world;
-        threads = cores > 0 ? (int)(cores / local) : 1;
-    }
+    /* The threads each rank used, as the backend chose them (its thread policy). */
+    int threads = res->threads;
     struct dp_err pe = {0};
     struct cli_cpu_run cr = {.world = res->world,
                              .ranks_per_node =

@@ -18,6 +18,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -43,12 +44,23 @@ const char *cli_run_self_exe(void)
     return buf;
 }
 
+/* The variable the backend wants its ranks started with (dp_exec_rank_env), set here;
+ * false when there is none. */
+static bool set_rank_env(void)
+{
+    const char *e = dp_exec_rank_env(NULL), *eq = e ? strchr(e, '=') : NULL;
+    if (!eq || getenv("DPLAN_NO_BLAS_HINT"))
+        return false;
+    char name[64];
+    snprintf(name, sizeof name, "%.*s", (int)(eq - e), e);
+    setenv(name, eq + 1, 1);
+    return true;
+}
+
 void cli_run_reexec_for_blas(int argc, char **argv)
 {
-    const char *hint = dp_exec_blas_hint();
-    if (!hint || getenv("DPLAN_NO_BLAS_HINT"))
+    if (!set_rank_env())
         return;
-    setenv("OPENBLAS_CORETYPE", hint, 1);
     char **av = calloc((size_t)argc + 2, sizeof *av);
     if (!av)
         return;
@@ -86,9 +98,7 @@ const char **cli_run_mpirun_argv(int np, int argc, char **argv)
         snprintf(thr, sizeof thr, "%d", t < 1 ? 1 : t);
         setenv("OMP_NUM_THREADS", thr, 1);
     }
-    const char *hint = dp_exec_blas_hint();
-    if (hint && !getenv("DPLAN_NO_BLAS_HINT"))
-        setenv("OPENBLAS_CORETYPE", hint, 1);
+    set_rank_env();
     if (isatty(2))
         setenv("DPLAN_TTY", "1", 1);
     setenv("DPLAN_LAUNCHER", "1", 1);

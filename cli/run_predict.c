@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 #include "costmodel/costmodel.h"
-#include "executor/probe.h"
+#include "executor/backend/probe.h"
 
 #define R 4.0 /* bytes per element: the executor computes in fp32 */
 

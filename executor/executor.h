@@ -176,6 +176,7 @@ struct dp_rank_summary {
 
 struct dp_exec_result {
     int rank, world;
+    int threads; /* compute threads per rank, as the backend chose them */
     int steps_done;
     double first_loss, final_loss;
     int64_t tokens_per_step;
@@ -198,7 +199,8 @@ struct dp_exec_opts {
     double grad_clip;             /* global-norm clipping; 0 = off */
     const struct dp_tokens *data; /* borrowed */
     const char *out_dir;          /* model.safetensors is written here; NULL = not written */
-    int threads;                  /* compute threads per rank; 0 = automatic */
+    int threads;                  /* compute threads per rank; 0 = the backend's rule */
+    const char *backend;          /* "cpu" (NULL: the default) */
     /* Predicted bytes per stage and pool, [pp][DP_NPOOLS], from the CPU memory
      * model (cli computes it; the executor only reports it). NULL = none. */
     const int64_t *predicted;
@@ -233,14 +235,14 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l,
  * collective and micro-batch, and what the rank is doing now (static string). */
 uint64_t dp_exec_heartbeat(const char **what, int *step);
 
-/*
- * OpenBLAS picks its kernels at load time from the CPU model; a release older than the
- * CPU falls back to generic SSE3 kernels ("Prescott"), several times slower. This returns
- * the core type to force with OPENBLAS_CORETYPE (the launcher sets it for the ranks) when
- * that happened and the CPU has AVX-512 ("SkylakeX") or AVX2+FMA ("Haswell"), else NULL
- * (also when OPENBLAS_CORETYPE is already set).
- */
-const char *dp_exec_blas_hint(void);
+/* Whether this build has the backend `name` ("cpu"); the names, comma-separated. */
+bool dp_exec_backend_known(const char *name);
+const char *dp_exec_backend_names(void);
+/* An environment variable the ranks of backend `name` (NULL: the default) should be
+ * started with, "NAME=VALUE", or NULL: the CPU backend asks for OPENBLAS_CORETYPE when
+ * OpenBLAS fell back to generic kernels on a CPU with AVX-512 or AVX2 (the launcher sets
+ * it; OpenBLAS reads it only at load time). */
+const char *dp_exec_rank_env(const char *backend);
 
 /* The element type of checkpoints and weights this executor writes ("F32"). */
 const char *dp_exec_dtype(void);

@@ -5,8 +5,8 @@
 #ifndef DPLAN_EXECUTOR_INTERNAL_H
 #define DPLAN_EXECUTOR_INTERNAL_H
 
-#include "backend.h"
 #include "executor.h"
+#include "executor/backend/backend.h"
 
 /* The rank's backend operations (needs `ex` in scope). */
 #define OPS (ex->be->ops)

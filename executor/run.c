@@ -43,12 +43,28 @@ const char *dp_exec_dtype(void)
 
 void dp_exec_finalize(void)
 {
-    dp_backend_cpu_finalize();
+    dp__backend_finalize();
 }
 
 void dp_exec_abort(int code)
 {
-    dp_backend_cpu_abort(code);
+    dp__backend_abort(code);
+}
+
+bool dp_exec_backend_known(const char *name)
+{
+    return dp__backend_kind(name) != NULL;
+}
+
+const char *dp_exec_backend_names(void)
+{
+    return dp__backend_names();
+}
+
+const char *dp_exec_rank_env(const char *backend)
+{
+    const struct dp_backend_kind *k = dp__backend_kind(backend);
+    return k && k->rank_env ? k->rank_env() : NULL;
 }
 
 /* ------------------------------------------------------------------ options, checks */
@@ -239,7 +255,8 @@ int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const stru
     ex->l = *l;
     ex->o = *o;
     ex->err = err;
-    ex->be = dp_backend_cpu_new(l->tp, l->dp, l->pp, o->threads, err);
+    struct dp_backend_cfg cfg = {.tp = l->tp, .dp = l->dp, .pp = l->pp, .threads = o->threads};
+    ex->be = dp__backend_new(o->backend, &cfg, err);
     if (!ex->be) {
         free(ex);
         return err->code ? err->code : DP_ERUNTIME;
@@ -446,6 +463,7 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struc
         *collective = false;
     res->rank = ex->rank;
     res->world = ex->world;
+    res->threads = ex->be->threads;
     res->tokens_per_step = ex->gbs_tokens;
     double *times = calloc((size_t)(o->steps > 0 ? o->steps : 1), sizeof *times);
     if (!times) {

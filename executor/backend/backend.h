@@ -4,8 +4,12 @@
  *
  * The schedule and model code (model.c, schedule.c, run.c) touch tensors
  * only through these operations, so a CUDA + cuBLAS + NCCL backend can slot
- * in by filling the same table; it is not part of this file. The CPU
- * backend (backend_cpu.c: MPI, OpenBLAS CBLAS, OpenMP) is the reference.
+ * in by filling the same table. Backends are made by the factory
+ * (factory.c), the only code that names one: run.c asks for a backend by
+ * the name the user gave. The CPU backend (cpu.c and its kernel families
+ * cpu_gemm.c, cpu_attention.c, cpu_norm.c, cpu_loss.c, cpu_optim.c: MPI,
+ * OpenBLAS CBLAS, OpenMP) is the reference; none.c stands in for it when
+ * the build has no MPI or OpenBLAS.
  *
  * Conventions:
  *  - Pointers named `real *` are device buffers from `alloc`; `int32_t *`
@@ -26,7 +30,7 @@
 #include <stdint.h>
 
 #include "core/core.h"
-#include "real.h"
+#include "executor/real.h"
 
 /* Communicators, Megatron order (executor.h states the rank formula). */
 enum dp_group {
@@ -176,18 +180,42 @@ struct dp_backend {
     int threads; /* compute threads of this rank */
 };
 
-/*
- * The CPU backend: initialises MPI (MPI_THREAD_FUNNELED) unless already done,
- * checks that MPI's world size equals tp * pp * dp, and splits the groups.
- * `threads` <= 0 picks OMP_NUM_THREADS or the cores left per local rank.
- * Returns NULL with err set on failure.
- */
-struct dp_backend *dp_backend_cpu_new(int tp, int dp, int pp, int threads, struct dp_err *err);
-/* MPI_Finalize if this process initialised MPI (idempotent). */
-void dp_backend_cpu_finalize(void);
-/* Abort the whole MPI job with `code` (never returns when MPI is up). */
-void dp_backend_cpu_abort(int code);
-/* MPI world rank/size without creating a backend (initialises MPI). */
-int dp_backend_cpu_world(int *rank, int *world, struct dp_err *err);
+/* ------------------------------------------------------------------ the factory */
+
+struct dp_backend_cfg {
+    int tp, dp, pp; /* the layout's degrees: the backend's world must be tp * dp * pp */
+    int threads;    /* compute threads per rank; <= 0: the backend's own rule */
+};
+
+/* One kind of backend this build has (a file defines it; factory.c lists them). */
+struct dp_backend_kind {
+    const char *name; /* "cpu" */
+    /* A backend for this process's rank; NULL with err set on failure. */
+    struct dp_backend *(*create)(const struct dp_backend_cfg *cfg, struct dp_err *err);
+    void (*finalize)(void);  /* at process end (MPI_Finalize); idempotent */
+    void (*abort)(int code); /* end every rank of the job (MPI_Abort); may return */
+    /* An environment variable the ranks should start with, "NAME=VALUE" (OpenBLAS reads
+     * its core type only at load time), or NULL. */
+    const char *(*rank_env)(void);
+};
+extern const struct dp_backend_kind dp__cpu_kind; /* cpu.c, or none.c without MPI/OpenBLAS */
+
+/* The backend `name` (NULL: the first of this build, "cpu"); NULL with err set when the
+ * name is unknown or its creation fails. */
+struct dp_backend *dp__backend_new(const char *name, const struct dp_backend_cfg *cfg,
+                                   struct dp_err *err);
+const struct dp_backend_kind *dp__backend_kind(const char *name);
+/* Every kind's finalize / abort (only the one in use has anything to do). */
+void dp__backend_finalize(void);
+void dp__backend_abort(int code);
+/* "cpu" (the names of this build, comma-separated). */
+const char *dp__backend_names(void);
+
+/* ------------------------------------------------------------------ from the executor */
+
+/* The heartbeat (run.c): backends bump it after every completed collective. */
+void dp__beat(const char *what);
+/* Counter-based normal N(0,1) for element `idx` of tensor `key` (rng.c). */
+double dp__rng_normal(uint64_t seed, uint64_t key, uint64_t idx);
 
 #endif

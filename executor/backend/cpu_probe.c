@@ -5,8 +5,8 @@
  * shared VM does not decide it. It measures kernels and the machine, never
  * a whole training step.
  */
-#include "probe.h"
 #include "cpu.h"
+#include "probe.h"
 
 #include <cblas.h>
 #include <omp.h>
@@ -232,36 +232,39 @@ static int kernels(const struct dp_probe_shape *sh, struct dp_device_probe *o)
         bool gelu = sh->ffn == DP_FFN_GELU;
         /* SwiGLU reads [gate | up] of 2 F columns per output element. */
         int64_t F = gelu ? C : C / 2;
-        TIME_MEDIAN(t, 20, dp__cpu_act_fwd(sh->ffn, a, b, N, F));
+        TIME_MEDIAN(t, 20, dp__cpu_act_fwd(NULL, sh->ffn, a, b, N, F));
         o->act_fwd_ns = 1e9 * t / (double)(N * F);
-        TIME_MEDIAN(t, 20, dp__cpu_act_bwd(sh->ffn, c, db, a, b, N, F));
+        TIME_MEDIAN(t, 20, dp__cpu_act_bwd(NULL, sh->ffn, c, db, a, b, N, F));
         o->act_bwd_ns = 1e9 * t / (double)(N * F);
         bool ln = sh->norm == DP_NORM_LAYERNORM;
-        TIME_MEDIAN(t, 20, dp__cpu_norm_fwd(sh->norm, a, st, b, w, ln ? w : NULL, N, C));
+        TIME_MEDIAN(t, 20, dp__cpu_norm_fwd(NULL, sh->norm, a, st, b, w, ln ? w : NULL, N, C));
         o->norm_fwd_ns = 1e9 * t / (double)E;
         TIME_MEDIAN(t, 20,
-                    dp__cpu_norm_bwd(sh->norm, c, db, ln ? db + C : NULL, b, a, w, st, N, C));
+                    dp__cpu_norm_bwd(NULL, sh->norm, c, db, ln ? db + C : NULL, b, a, w, st, N, C));
         o->norm_bwd_ns = 1e9 * t / (double)E;
         /* rowmax st[0, N), sums st[N, 3N), loss st[3N, 4N). */
         TIME_MEDIAN(t, 20, {
-            dp__cpu_ce_max(st, a, N, C, 0, C);
-            dp__cpu_ce_sums(st + N, a, st, tgt, N, C, 0, C);
-            dp__cpu_ce_grad(a, st + 3 * N, st, st + N, tgt, N, C, 0, C, (real)1e-3);
+            dp__cpu_ce_max(NULL, st, a, N, C, 0, C);
+            dp__cpu_ce_sums(NULL, st + N, a, st, tgt, N, C, 0, C);
+            dp__cpu_ce_grad(NULL, a, st + 3 * N, st, st + N, tgt, N, C, 0, C, (real)1e-3);
         });
         o->ce_ns = 1e9 * t / (double)E;
-        TIME_MEDIAN(t, 20,
-                    dp__cpu_adamw(a, b, c, w, E / 2, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.1, 0.05, 1));
+        TIME_MEDIAN(
+            t, 20,
+            dp__cpu_adamw(NULL, a, b, c, w, E / 2, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.1, 0.05, 1));
         o->adamw_ns = 1e9 * t / (double)(E / 2);
         /* One causal head of T x d, the executor's attention kernels. */
         real *qkv = a, *probs = b, *dqkv = c, *dprobs = w, *ctx = fill_real((size_t)(T * d), 7),
              *dctx = fill_real((size_t)(T * d), 8);
         if (ctx && dctx) {
-            TIME_MEDIAN(t, 1, dp__cpu_attn_fwd(ctx, probs, qkv, 1, T, 1, 1, (int)d));
+            TIME_MEDIAN(t, 1, dp__cpu_attn_fwd(NULL, ctx, probs, qkv, 1, T, 1, 1, (int)d));
             int reps = reps_for(t, 0.02);
-            TIME_MEDIAN(o->attn_fwd_s, reps, dp__cpu_attn_fwd(ctx, probs, qkv, 1, T, 1, 1, (int)d));
-            TIME_MEDIAN(o->attn_probs_s, reps, dp__cpu_attn_probs(probs, qkv, 1, T, 1, 1, (int)d));
+            TIME_MEDIAN(o->attn_fwd_s, reps,
+                        dp__cpu_attn_fwd(NULL, ctx, probs, qkv, 1, T, 1, 1, (int)d));
+            TIME_MEDIAN(o->attn_probs_s, reps,
+                        dp__cpu_attn_probs(NULL, probs, qkv, 1, T, 1, 1, (int)d));
             TIME_MEDIAN(o->attn_bwd_s, reps,
-                        dp__cpu_attn_bwd(dqkv, dprobs, dctx, qkv, probs, 1, T, 1, 1, (int)d));
+                        dp__cpu_attn_bwd(NULL, dqkv, dprobs, dctx, qkv, probs, 1, T, 1, 1, (int)d));
         } else {
             rc = -1;
         }

@@ -1,8 +1,8 @@
 /*
  * The CPU backend: MPI (OpenMPI, MPI_THREAD_FUNNELED) for the process groups,
  * collectives and pipeline messages; OpenBLAS through CBLAS for matrix
- * products and OpenMP for everything element-wise (kernels.c). Memory is
- * plain 64-byte aligned host memory.
+ * products and OpenMP for everything element-wise (the kernel families in
+ * cpu_*.c). Memory is plain 64-byte aligned host memory.
  *
  * Threads: one OpenMP pool per rank. OpenBLAS is set to one thread and GEMMs
  * are split by rows over the OpenMP threads, so the two libraries never run
@@ -13,7 +13,6 @@
  * back as a dp_err naming the call, rank and host (MPI_ERRORS_RETURN).
  */
 #include "cpu.h"
-#include "internal.h"
 
 #include <cblas.h>
 #include <limits.h>
@@ -81,17 +80,7 @@ static int mpi_up(struct dp_err *err)
     return 0;
 }
 
-int dp_backend_cpu_world(int *rank, int *world, struct dp_err *err)
-{
-    int rc = mpi_up(err);
-    if (rc)
-        return rc;
-    MPI_Comm_rank(MPI_COMM_WORLD, rank);
-    MPI_Comm_size(MPI_COMM_WORLD, world);
-    return 0;
-}
-
-void dp_backend_cpu_finalize(void)
+static void cpu_finalize(void)
 {
     int inited = 0, fin = 0;
     MPI_Initialized(&inited);
@@ -100,7 +89,7 @@ void dp_backend_cpu_finalize(void)
         MPI_Finalize();
 }
 
-void dp_backend_cpu_abort(int code)
+static void cpu_abort(int code)
 {
     int inited = 0, fin = 0;
     MPI_Initialized(&inited);
@@ -153,129 +142,6 @@ static void cpu_zero(struct dp_backend *be, void *dst, size_t bytes)
 {
     if (bytes)
         memset(dst, 0, bytes);
-}
-
-/* ------------------------------------------------------------------ kernels (kernels.c) */
-
-static void k_gemm(struct dp_backend *be, bool ta, bool tb, int m, int n, int k, real alpha,
-                   const real *a, int lda, const real *b, int ldb, real beta, real *c, int ldc)
-{
-    dp__cpu_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-static void k_init_fill(struct dp_backend *be, real *dst, int64_t rows, int64_t cols, int64_t gcols,
-                        int64_t r0, int64_t c0, uint64_t seed, uint64_t key, double std,
-                        double value)
-{
-    dp__cpu_init_fill(dst, rows, cols, gcols, r0, c0, seed, key, std, value);
-}
-static void k_norm_fwd(struct dp_backend *be, enum dp_norm_kind kind, real *out, real *stats,
-                       const real *inp, const real *w, const real *b, int64_t N, int64_t C)
-{
-    dp__cpu_norm_fwd(kind, out, stats, inp, w, b, N, C);
-}
-static void k_norm_bwd(struct dp_backend *be, enum dp_norm_kind kind, real *dinp, real *dw,
-                       real *db, const real *dout, const real *inp, const real *w,
-                       const real *stats, int64_t N, int64_t C)
-{
-    dp__cpu_norm_bwd(kind, dinp, dw, db, dout, inp, w, stats, N, C);
-}
-static void k_bias_fill(struct dp_backend *be, real *out, const real *bias, int64_t N, int64_t C)
-{
-    dp__cpu_bias_fill(out, bias, N, C);
-}
-static void k_bias_grad(struct dp_backend *be, real *db, const real *dout, int64_t N, int64_t C)
-{
-    dp__cpu_bias_grad(db, dout, N, C);
-}
-static void k_residual(struct dp_backend *be, real *out, const real *a, const real *b,
-                       const real *bias, int64_t N, int64_t C)
-{
-    dp__cpu_residual(out, a, b, bias, N, C);
-}
-static void k_add_inplace(struct dp_backend *be, real *y, const real *x, int64_t n)
-{
-    dp__cpu_add_inplace(y, x, n);
-}
-static void k_act_fwd(struct dp_backend *be, enum dp_ffn_kind kind, real *out, const real *inp,
-                      int64_t N, int64_t F)
-{
-    dp__cpu_act_fwd(kind, out, inp, N, F);
-}
-static void k_act_bwd(struct dp_backend *be, enum dp_ffn_kind kind, real *dinp, real *dbias,
-                      const real *dout, const real *inp, int64_t N, int64_t F)
-{
-    dp__cpu_act_bwd(kind, dinp, dbias, dout, inp, N, F);
-}
-static void k_rope(struct dp_backend *be, real *x, int64_t ld, int64_t N, int64_t T, int nq, int nk,
-                   int d, const real *cs, bool inverse)
-{
-    dp__cpu_rope(x, ld, N, T, nq, nk, d, cs, inverse);
-}
-static void k_attn_fwd(struct dp_backend *be, real *ctx, real *probs, const real *qkv, int64_t B,
-                       int64_t T, int a, int g, int d)
-{
-    dp__cpu_attn_fwd(ctx, probs, qkv, B, T, a, g, d);
-}
-static void k_attn_probs(struct dp_backend *be, real *probs, const real *qkv, int64_t B, int64_t T,
-                         int a, int g, int d)
-{
-    dp__cpu_attn_probs(probs, qkv, B, T, a, g, d);
-}
-static void k_attn_bwd(struct dp_backend *be, real *dqkv, real *dprobs, const real *dctx,
-                       const real *qkv, const real *probs, int64_t B, int64_t T, int a, int g,
-                       int d)
-{
-    dp__cpu_attn_bwd(dqkv, dprobs, dctx, qkv, probs, B, T, a, g, d);
-}
-static void k_embed_fwd(struct dp_backend *be, real *out, const int32_t *tok, const real *wte,
-                        int64_t v0, int64_t nv, int64_t N, int64_t C)
-{
-    dp__cpu_embed_fwd(out, tok, wte, v0, nv, N, C);
-}
-static void k_embed_bwd(struct dp_backend *be, real *dwte, const int32_t *tok, const real *dout,
-                        int64_t v0, int64_t nv, int64_t N, int64_t C)
-{
-    dp__cpu_embed_bwd(dwte, tok, dout, v0, nv, N, C);
-}
-static void k_pos_fwd(struct dp_backend *be, real *out, const real *wpe, int64_t n0, int64_t N,
-                      int64_t T, int64_t C)
-{
-    dp__cpu_pos_fwd(out, wpe, n0, N, T, C);
-}
-static void k_pos_bwd(struct dp_backend *be, real *dwpe, const real *dout, int64_t n0, int64_t N,
-                      int64_t T, int64_t C)
-{
-    dp__cpu_pos_bwd(dwpe, dout, n0, N, T, C);
-}
-static void k_ce_max(struct dp_backend *be, real *rowmax, const real *logits, int64_t N, int64_t nv,
-                     int64_t v0, int64_t vocab)
-{
-    dp__cpu_ce_max(rowmax, logits, N, nv, v0, vocab);
-}
-static void k_ce_sums(struct dp_backend *be, real *sums, const real *logits, const real *gmax,
-                      const int32_t *tgt, int64_t N, int64_t nv, int64_t v0, int64_t vocab)
-{
-    dp__cpu_ce_sums(sums, logits, gmax, tgt, N, nv, v0, vocab);
-}
-static void k_ce_grad(struct dp_backend *be, real *logits, real *loss, const real *gmax,
-                      const real *sums, const int32_t *tgt, int64_t N, int64_t nv, int64_t v0,
-                      int64_t vocab, real dloss)
-{
-    dp__cpu_ce_grad(logits, loss, gmax, sums, tgt, N, nv, v0, vocab, dloss);
-}
-static double k_sum(struct dp_backend *be, const real *x, int64_t n)
-{
-    return dp__cpu_sum(x, n);
-}
-static double k_sumsq(struct dp_backend *be, const real *x, int64_t n)
-{
-    return dp__cpu_sumsq(x, n);
-}
-static void k_adamw(struct dp_backend *be, real *p, const real *grad, real *m, real *v, int64_t n,
-                    double lr, double beta1, double beta2, double eps, double wd, double bc1,
-                    double bc2, double gscale)
-{
-    dp__cpu_adamw(p, grad, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2, gscale);
 }
 
 /* ------------------------------------------------------------------ communication */
@@ -419,30 +285,30 @@ static const struct dp_backend_ops cpu_ops = {
     .download = cpu_copy,
     .zero = cpu_zero,
     .copy = cpu_copy,
-    .gemm = k_gemm,
-    .init_fill = k_init_fill,
-    .norm_fwd = k_norm_fwd,
-    .norm_bwd = k_norm_bwd,
-    .bias_fill = k_bias_fill,
-    .bias_grad = k_bias_grad,
-    .residual = k_residual,
-    .add_inplace = k_add_inplace,
-    .act_fwd = k_act_fwd,
-    .act_bwd = k_act_bwd,
-    .rope = k_rope,
-    .attn_fwd = k_attn_fwd,
-    .attn_probs = k_attn_probs,
-    .attn_bwd = k_attn_bwd,
-    .embed_fwd = k_embed_fwd,
-    .embed_bwd = k_embed_bwd,
-    .pos_fwd = k_pos_fwd,
-    .pos_bwd = k_pos_bwd,
-    .ce_max = k_ce_max,
-    .ce_sums = k_ce_sums,
-    .ce_grad = k_ce_grad,
-    .sum = k_sum,
-    .sumsq = k_sumsq,
-    .adamw = k_adamw,
+    .gemm = dp__cpu_gemm,
+    .init_fill = dp__cpu_init_fill,
+    .norm_fwd = dp__cpu_norm_fwd,
+    .norm_bwd = dp__cpu_norm_bwd,
+    .bias_fill = dp__cpu_bias_fill,
+    .bias_grad = dp__cpu_bias_grad,
+    .residual = dp__cpu_residual,
+    .add_inplace = dp__cpu_add_inplace,
+    .act_fwd = dp__cpu_act_fwd,
+    .act_bwd = dp__cpu_act_bwd,
+    .rope = dp__cpu_rope,
+    .attn_fwd = dp__cpu_attn_fwd,
+    .attn_probs = dp__cpu_attn_probs,
+    .attn_bwd = dp__cpu_attn_bwd,
+    .embed_fwd = dp__cpu_embed_fwd,
+    .embed_bwd = dp__cpu_embed_bwd,
+    .pos_fwd = dp__cpu_pos_fwd,
+    .pos_bwd = dp__cpu_pos_bwd,
+    .ce_max = dp__cpu_ce_max,
+    .ce_sums = dp__cpu_ce_sums,
+    .ce_grad = dp__cpu_ce_grad,
+    .sum = dp__cpu_sum,
+    .sumsq = dp__cpu_sumsq,
+    .adamw = dp__cpu_adamw,
     .allreduce = c_allreduce,
     .reduce_scatter = c_reduce_scatter,
     .allgather = c_allgather,
@@ -478,8 +344,22 @@ static int cores_online(void)
     return n > 0 ? (int)n : 1;
 }
 
-struct dp_backend *dp_backend_cpu_new(int tp, int dp, int pp, int threads, struct dp_err *err)
+/*
+ * The thread policy, decided here once: --threads, else OMP_NUM_THREADS, else the cores
+ * of this node shared by its ranks (MPI_COMM_TYPE_SHARED). The executor reports what it
+ * chose (dp_exec_result.threads).
+ */
+static int thread_policy(int requested, int node_ranks)
 {
+    int threads = requested;
+    if (threads <= 0)
+        threads = getenv("OMP_NUM_THREADS") ? omp_get_max_threads() : cores_online() / node_ranks;
+    return threads < 1 ? 1 : threads;
+}
+
+static struct dp_backend *cpu_new(const struct dp_backend_cfg *cfg, struct dp_err *err)
+{
+    const int tp = cfg->tp, dp = cfg->dp, pp = cfg->pp;
     if (mpi_up(err))
         return NULL;
     struct cpu_backend *cb = calloc(1, sizeof *cb);
@@ -528,16 +408,7 @@ struct dp_backend *dp_backend_cpu_new(int tp, int dp, int pp, int threads, struc
     MPI_Comm_size(cb->comm[DP_GROUP_NODE], &cb->size[DP_GROUP_NODE]);
     MPI_Comm_rank(cb->comm[DP_GROUP_NODE], &cb->rank[DP_GROUP_NODE]);
 
-    /* Threads: explicit, else OMP_NUM_THREADS, else the cores shared by the ranks of
-     * this node (MPI_COMM_TYPE_SHARED). */
-    if (threads <= 0) {
-        if (getenv("OMP_NUM_THREADS"))
-            threads = omp_get_max_threads();
-        else
-            threads = cores_online() / cb->size[DP_GROUP_NODE];
-    }
-    if (threads < 1)
-        threads = 1;
+    int threads = thread_policy(cfg->threads, cb->size[DP_GROUP_NODE]);
     cb->base.threads = threads;
     omp_set_num_threads(threads);
     openblas_set_num_threads(1);
@@ -546,7 +417,12 @@ struct dp_backend *dp_backend_cpu_new(int tp, int dp, int pp, int threads, struc
 
 /* ------------------------------------------------------------------ BLAS kernels */
 
-const char *dp_exec_blas_hint(void)
+/*
+ * OpenBLAS picks its kernels at load time from the CPU model; a release older than the
+ * CPU falls back to generic SSE3 kernels ("Prescott"), several times slower. The core type
+ * to force then, when the CPU has AVX-512 ("SkylakeX") or AVX2+FMA ("Haswell").
+ */
+static const char *blas_core(void)
 {
     if (getenv("OPENBLAS_CORETYPE"))
         return NULL;
@@ -568,3 +444,21 @@ const char *dp_exec_blas_hint(void)
         return "Haswell";
     return NULL;
 }
+
+static const char *cpu_rank_env(void)
+{
+    static char buf[64];
+    const char *core = blas_core();
+    if (!core)
+        return NULL;
+    snprintf(buf, sizeof buf, "OPENBLAS_CORETYPE=%s", core);
+    return buf;
+}
+
+const struct dp_backend_kind dp__cpu_kind = {
+    .name = "cpu",
+    .create = cpu_new,
+    .finalize = cpu_finalize,
+    .abort = cpu_abort,
+    .rank_env = cpu_rank_env,
+};
