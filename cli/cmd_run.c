@@ -607,28 +607,6 @@ static int run_rank(struct run *r, int world, struct dp_err *err)
         dp_tokens_release(&tok);
         return rc;
     }
-    /* Predicted pools per stage from the CPU memory model. */
-    struct dp_mem_report *rep = malloc(sizeof *rep);
-    int64_t *pred = calloc((size_t)r->l.pp * DP_NPOOLS, sizeof *pred);
-    if (!rep || !pred || dp_mem_estimate_cpu(&r->m, &r->l, rep, err)) {
-        free(rep);
-        free(pred);
-        dp_tokens_release(&tok);
-        return err->code ? err->code : dp_err_set(err, DP_ENOMEM, "out of memory");
-    }
-    for (int s = 0; s < r->l.pp; s++) {
-        const struct dp_mem_stage *st = &rep->stage[s];
-        int64_t *q = pred + (size_t)s * DP_NPOOLS;
-        q[DP_POOL_PARAMS] = st->params_bytes;
-        q[DP_POOL_GRADS] = st->grads_bytes;
-        q[DP_POOL_OPTIM] = st->optimizer_bytes;
-        q[DP_POOL_ACT_SLOTS] = st->act_layers_bytes;
-        q[DP_POOL_ACT_HEAD] = st->act_head_bytes;
-        q[DP_POOL_ACT_WORK] = st->act_working_bytes;
-        q[DP_POOL_COMM] = st->comm_bytes;
-    }
-    free(rep);
-
     int rank = r->env.rank;
     char logpath[4200];
     log_path(r, logpath, sizeof logpath);
@@ -650,7 +628,6 @@ static int run_rank(struct run *r, int world, struct dp_err *err)
             snprintf(path, sizeof path, "%s.rank%d", logpath, rank);
         r->logf = fopen(path, cli_ckpt_append_log(&r->ck) ? "a" : "w");
         if (!r->logf) {
-            free(pred);
             dp_tokens_release(&tok);
             return dp_err_set(err, DP_EIO, "%s: cannot create: %s", path, strerror(errno));
         }
@@ -659,7 +636,6 @@ static int run_rank(struct run *r, int world, struct dp_err *err)
     r->o.data = &tok;
     r->o.out_dir = dir;
     r->o.threads = r->threads;
-    r->o.predicted = pred;
     r->o.on_step = on_step;
     r->o.before_step = before_step;
     r->o.ctx = r;
@@ -722,7 +698,6 @@ static int run_rank(struct run *r, int world, struct dp_err *err)
         print_summary(r, &res, dir, logpath);
     }
     dp_exec_result_release(&res);
-    free(pred);
     dp_tokens_release(&tok);
     if (lost) {
         *err = lerr;

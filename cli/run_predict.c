@@ -27,8 +27,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "costmodel/costmodel.h"
 #include "executor/backend/probe.h"
+#include "executor/executor.h"
 
 #define R 4.0 /* bytes per element: the executor computes in fp32 */
 
@@ -383,13 +383,6 @@ int cli_run_predict_cpu(const struct dp_model *m, const struct dp_layout *l,
     s.F1 = m->ffn == DP_FFN_SWIGLU ? 2 * s.f : s.f;
     s.Vl = (double)(dp_padded_vocab(m->vocab, l->tp) / l->tp);
 
-    struct dp_mem_report *rep = malloc(sizeof *rep);
-    if (!rep)
-        return dp_err_set(err, DP_ENOMEM, "out of memory");
-    if ((rc = dp_mem_estimate_cpu(m, l, rep, err))) {
-        free(rep);
-        return rc;
-    }
     /* Per stage: a micro-batch and the step's own work; 1F1B paced by the slowest. */
     double M = (double)dp_layout_microbatches(l), sum = 0, tmax = -1, core_s = 0;
     struct parts best_mb = {0}, best_step = {0};
@@ -397,7 +390,10 @@ int cli_run_predict_cpu(const struct dp_model *m, const struct dp_layout *l,
     for (int st = 0; st < l->pp; st++) {
         struct parts mb, stp;
         stage_mb(&c, &s, st, &mb);
-        stage_step(&c, &s, st, (double)rep->stage[st].params_bytes / R, &stp);
+        int64_t pools[DP_NPOOLS];
+        if ((rc = dp_exec_memory(m, l, st, pools, err)))
+            return rc;
+        stage_step(&c, &s, st, (double)pools[DP_POOL_PARAMS] / R, &stp);
         double t = total(&mb);
         sum += t;
         tmax = t > tmax ? t : tmax;
@@ -409,7 +405,6 @@ int cli_run_predict_cpu(const struct dp_model *m, const struct dp_layout *l,
         }
         core_s += (M * mb.core_s + stp.core_s) * l->tp * l->dp;
     }
-    free(rep);
     double pipe = M * tmax + (sum - tmax);
     struct parts all;
     memset(&all, 0, sizeof all);

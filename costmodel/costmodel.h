@@ -106,18 +106,6 @@ int dp_mem_estimate(const struct dp_model *m, const struct dp_cluster *cl,
                     const struct dp_layout *l, const struct dp_mem_opts *o,
                     struct dp_mem_report *out, struct dp_err *err);
 
-/*
- * fp32 CPU mode (memory_cpu.c): the per-rank bytes of the CPU executor
- * (`dplan run --backend cpu`) per stage, from the buffer table in
- * executor/README.md: params/grads/optimizer_bytes, act_layers_bytes (the
- * micro-batches in flight x kept activations and token ids), act_head_bytes,
- * act_working_bytes, comm_bytes; runtime_bytes = 0 and capacity_bytes = 0.
- * Precision and flash_attn are ignored (the executor computes in fp32 and
- * keeps attention probabilities unless recompute drops them).
- */
-int dp_mem_estimate_cpu(const struct dp_model *m, const struct dp_layout *l,
-                        struct dp_mem_report *out, struct dp_err *err);
-
 /* Fast path for the planner: the peak and the smallest stage total, computing
  * only the stages that can be extreme (first, second, last). No validation.
  * dp_mem_peak_with takes each kind's layer activations precomputed by dp_act_layers. */

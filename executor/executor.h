@@ -11,9 +11,10 @@
  * rank = tp_rank + tp * (dp_rank + dp * pp_rank), Megatron's default order
  * tp-cp-ep-dp-pp with TP fastest (parallel_state.initialize_model_parallel).
  *
- * Memory: every buffer comes from one of the accounted pools below; the
- * table of buffers is in executor/README.md ("Buffer table"). Measured peaks
- * are per rank and pool.
+ * Memory: every buffer comes from one of the accounted pools below and is
+ * sized by one table (memplan.c, executor/README.md "Buffer table"), which
+ * is also the estimate (dp_exec_memory). Measured peaks are per rank and
+ * pool.
  */
 #ifndef DPLAN_EXECUTOR_H
 #define DPLAN_EXECUTOR_H
@@ -39,6 +40,15 @@ enum dp_pool {
 };
 /* "params", "grads", "optimizer", "act_slots", "act_head", "act_work", "comm". */
 const char *dp_pool_name(enum dp_pool p);
+
+/*
+ * The bytes each rank of pipeline stage `stage` holds, pool by pool, for `m` under `l`:
+ * the executor's buffer table (README.md "Buffer table"; memplan.c), the same that sizes
+ * what a rank allocates, so a run's accounted peaks equal it (the activation slots: at
+ * most). Not counted: MPI's and OpenBLAS's own buffers, the program, thread stacks.
+ */
+int dp_exec_memory(const struct dp_model *m, const struct dp_layout *l, int stage,
+                   int64_t out[DP_NPOOLS], struct dp_err *err);
 
 /* ------------------------------------------------------------------ ranks */
 
@@ -159,7 +169,7 @@ struct dp_step_info {
     double step_time_s, tokens_per_s, samples_per_s;
     int64_t mem_used_bytes;      /* accounted pools in use now (this rank) */
     int64_t mem_peak_bytes;      /* their peak so far */
-    int64_t mem_predicted_bytes; /* the CPU memory model's total for this rank (0 = none) */
+    int64_t mem_predicted_bytes; /* the buffer table's total for this rank */
     int64_t pool_peak_bytes[DP_NPOOLS];
     int64_t rss_bytes; /* resident set size now */
 };
@@ -201,9 +211,6 @@ struct dp_exec_opts {
     const char *out_dir;          /* model.safetensors is written here; NULL = not written */
     int threads;                  /* compute threads per rank; 0 = the backend's rule */
     const char *backend;          /* "cpu" (NULL: the default) */
-    /* Predicted bytes per stage and pool, [pp][DP_NPOOLS], from the CPU memory
-     * model (cli computes it; the executor only reports it). NULL = none. */
-    const int64_t *predicted;
     /* Called on every rank after each step, and before each step (may be NULL). */
     void (*on_step)(const struct dp_step_info *info, void *ctx);
     void (*before_step)(int step, int rank, void *ctx);

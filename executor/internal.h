@@ -102,7 +102,7 @@ struct dp_work {
     real *dact;       /* [N, f] */
     real *probs;      /* [B, a, T, T] selective: probabilities, computed twice */
     struct dp_act rc; /* full recompute: one layer's activations (x aliases the slot) */
-    void *rc_mem;     /* the allocation behind rc */
+    real *rc_mem;     /* the allocation behind rc */
     real *rope;       /* [2, T, d/2] cos, sin */
 };
 
@@ -171,11 +171,51 @@ static inline bool dp__seg_in_shard(const struct dp_exec *ex, const struct dp_se
 }
 
 /* model.c */
-int dp__model_build(struct dp_exec *ex); /* segments, flat buffers, init */
-int dp__acts_build(struct dp_exec *ex);  /* work, head, send buffers */
+int dp__model_build(struct dp_exec *ex); /* the stage's tensors: segments, offsets, nparams */
+void dp__model_init(struct dp_exec *ex); /* their initial values (buffers allocated) */
+void dp__model_release(struct dp_exec *ex);
+
+/* memplan.c: the buffer table (README "Buffer table"), the one source of the sizes the
+ * rank allocates and of the estimate. */
+enum dp__buf {
+    DP__BUF_PARAMS = 0,
+    DP__BUF_GRADS,
+    DP__BUF_ADAM_M,
+    DP__BUF_ADAM_V,
+    DP__BUF_TMP,
+    DP__BUF_DTMP,
+    DP__BUF_DGATH,
+    DP__BUF_DRES,
+    DP__BUF_DQKV,
+    DP__BUF_DCTX,
+    DP__BUF_DPROBS,
+    DP__BUF_DFC1,
+    DP__BUF_DACT,
+    DP__BUF_PROBS,
+    DP__BUF_RC,
+    DP__BUF_ROPE,
+    DP__BUF_XF,
+    DP__BUF_LNF,
+    DP__BUF_LNF_ST,
+    DP__BUF_LOGITS,
+    DP__BUF_CE,
+    DP__BUF_SEND,
+    DP__NBUF
+};
+struct dp__memplan {
+    int64_t elems[DP__NBUF]; /* reals; 0 = not allocated on this stage */
+    int64_t slot_bytes;      /* one micro-batch's kept activations and token ids */
+    int slots;               /* the most in flight: min(pp - stage, M) */
+    int64_t pool_bytes[DP_NPOOLS];
+};
+/* The plan of ex's stage (ex->m, l, dm, stage place, M and nparams set). */
+void dp__memplan(const struct dp_exec *ex, struct dp__memplan *out);
+/* Allocate every buffer of the plan (and the RoPE table, the slot list); sets nflat,
+ * shard, shard_off and predicted. */
+int dp__mem_build(struct dp_exec *ex);
+void dp__mem_release(struct dp_exec *ex);
 struct dp_slot *dp__slot_acquire(struct dp_exec *ex, int mb);
 void dp__slot_release(struct dp_exec *ex, struct dp_slot *s);
-void dp__model_release(struct dp_exec *ex);
 /* Pipeline stage `stage`'s place: first, last, layer0 and nlayers (ex->l and ex->m set). */
 void dp__stage_place(struct dp_exec *ex, int stage);
 /* Forward of the stage's part for one micro-batch in `s`: embedding (first stage),

@@ -1,8 +1,9 @@
 /*
- * The model on one rank: its parameter slices (Megatron tensor parallelism),
- * their deterministic initialisation, the activation buffers of the buffer
- * table (README.md), and the forward and backward of the embedding, the
- * transformer layers and the head, written out by hand.
+ * The model on one rank: its parameter slices (ckpt's tensor table: Megatron
+ * tensor parallelism) laid out in the flat buffers, their deterministic
+ * initialisation, and the forward and backward of the embedding, the
+ * transformer layers and the head, written out by hand. The buffers they
+ * work in are memplan.c's.
  *
  * Tensor parallelism follows Megatron-LM (Shoeybi et al. 2019, Sec. 3;
  * megatron/core/tensor_parallel/layers.py, mappings.py): QKV and MLP-in are
@@ -133,249 +134,16 @@ static void init_params(struct dp_exec *ex)
 
 int dp__model_build(struct dp_exec *ex)
 {
-    int rc = build_segments(ex);
-    if (rc)
-        return rc;
-    ex->nflat = ex->nparams;
-    int dp = ex->l.dp;
-    if (ex->l.zero >= 1) {
-        ex->nflat = (ex->nparams + (size_t)dp - 1) / (size_t)dp * (size_t)dp;
-        ex->shard = ex->nflat / (size_t)dp;
-        ex->shard_off = (size_t)ex->c.dp_rank * ex->shard;
-    } else {
-        ex->shard = ex->nparams;
-        ex->shard_off = 0;
-    }
-    size_t fb = ex->nflat * sizeof(real), ob = ex->shard * sizeof(real);
-    ex->params = dp__mem_alloc(ex->be, &ex->mem, DP_POOL_PARAMS, fb);
-    ex->grads = dp__mem_alloc(ex->be, &ex->mem, DP_POOL_GRADS, fb);
-    ex->adam_m = dp__mem_alloc(ex->be, &ex->mem, DP_POOL_OPTIM, ob);
-    ex->adam_v = dp__mem_alloc(ex->be, &ex->mem, DP_POOL_OPTIM, ob);
-    if (!ex->params || !ex->grads || !ex->adam_m || !ex->adam_v)
-        return dp_err_set(ex->err, DP_ENOMEM,
-                          "rank %d: cannot allocate %zu parameters (%.1f MiB per buffer)", ex->rank,
-                          ex->nflat, (double)fb / 1048576.0);
+    return build_segments(ex);
+}
+
+void dp__model_init(struct dp_exec *ex)
+{
     init_params(ex);
-    return 0;
-}
-
-/* ------------------------------------------------------------------ activations */
-
-/* Lays buffers out back to back from `base` (no padding: sizes are exact); with
- * base == NULL it only counts. */
-struct carver {
-    char *base;
-    size_t off;
-};
-
-static void *carve(struct carver *cv, int64_t n, size_t esize)
-{
-    void *p = cv->base ? cv->base + cv->off : NULL;
-    cv->off += (size_t)n * esize;
-    return p;
-}
-
-/* One layer's kept activations: the slot's set (x, plus everything unless full
- * recompute) or the full-recompute working set (everything but x, which aliases). */
-static void layer_acts(const struct dp_exec *ex, struct dp_act *A, struct carver *cv,
-                       bool keep_probs, bool full_set)
-{
-    const struct dp_dims *dm = &ex->dm;
-    struct dp_act a = {0};
-    if (!full_set)
-        a.x = carve(cv, dm->Nl * dm->h, sizeof(real));
-    if (full_set || ex->l.recompute != DP_RECOMPUTE_FULL) {
-        a.ln1 = carve(cv, dm->Nl * dm->h, sizeof(real));
-        a.ln1_st = carve(cv, 2 * dm->Nl, sizeof(real));
-        a.qkv = carve(cv, dm->N * dm->qkvd, sizeof(real));
-        if (keep_probs)
-            a.probs = carve(cv, dm->B * dm->a * dm->T * dm->T, sizeof(real));
-        a.ctx = carve(cv, dm->N * dm->qd, sizeof(real));
-        a.x2 = carve(cv, dm->Nl * dm->h, sizeof(real));
-        a.ln2 = carve(cv, dm->Nl * dm->h, sizeof(real));
-        a.ln2_st = carve(cv, 2 * dm->Nl, sizeof(real));
-        a.fc1 = carve(cv, dm->N * dm->F1, sizeof(real));
-        a.act = carve(cv, dm->N * dm->f, sizeof(real));
-    }
-    if (A)
-        *A = a;
-}
-
-/* A slot: every local layer's kept set, then the input tokens (first stage) and the
- * target tokens (last stage). Returns its bytes. */
-static size_t slot_layout(const struct dp_exec *ex, struct dp_slot *s, char *mem)
-{
-    struct carver cv = {mem, 0};
-    bool probs = ex->l.recompute == DP_RECOMPUTE_NONE;
-    for (int i = 0; i < ex->nlayers; i++)
-        layer_acts(ex, s ? &s->layers[i] : NULL, &cv, probs, false);
-    if (ex->first) {
-        int32_t *t = carve(&cv, ex->dm.N, sizeof(int32_t));
-        if (s)
-            s->inputs = t;
-    }
-    if (ex->last) {
-        int32_t *t = carve(&cv, ex->dm.N, sizeof(int32_t));
-        if (s)
-            s->targets = t;
-    }
-    return cv.off;
-}
-
-struct dp_slot *dp__slot_acquire(struct dp_exec *ex, int mb)
-{
-    struct dp_slot *s = NULL;
-    for (int i = 0; i < ex->nslots; i++)
-        if (ex->slots[i].mb < 0) {
-            s = &ex->slots[i];
-            break;
-        }
-    if (!s) {
-        if (ex->nslots == ex->maxslots) {
-            dp_err_set(ex->err, DP_ERUNTIME, "internal: more than %d micro-batches in flight",
-                       ex->maxslots);
-            return NULL;
-        }
-        s = &ex->slots[ex->nslots];
-        s->layers = calloc((size_t)(ex->nlayers ? ex->nlayers : 1), sizeof *s->layers);
-        s->mem = ex->be->ops->alloc(ex->be, ex->slot_bytes);
-        if (!s->layers || !s->mem) {
-            free(s->layers);
-            if (s->mem)
-                ex->be->ops->free(ex->be, s->mem);
-            memset(s, 0, sizeof *s);
-            dp_err_set(ex->err, DP_ENOMEM, "rank %d: cannot allocate activations (%.1f MiB)",
-                       ex->rank, (double)ex->slot_bytes / 1048576.0);
-            return NULL;
-        }
-        s->bytes = ex->slot_bytes;
-        slot_layout(ex, s, s->mem);
-        ex->nslots++;
-    }
-    s->mb = mb;
-    dp__mem_hold(&ex->mem, DP_POOL_ACT_SLOTS, (int64_t)s->bytes);
-    return s;
-}
-
-void dp__slot_release(struct dp_exec *ex, struct dp_slot *s)
-{
-    s->mb = -1;
-    dp__mem_hold(&ex->mem, DP_POOL_ACT_SLOTS, -(int64_t)s->bytes);
-}
-
-static real *work(struct dp_exec *ex, enum dp_pool pool, int64_t n)
-{
-    if (n <= 0)
-        return NULL;
-    return dp__mem_alloc(ex->be, &ex->mem, pool, (size_t)n * sizeof(real));
-}
-
-int dp__acts_build(struct dp_exec *ex)
-{
-    const struct dp_dims *dm = &ex->dm;
-    const int64_t Nh = dm->N * dm->h, Nlh = dm->Nl * dm->h, S = dm->B * dm->a * dm->T * dm->T;
-    struct dp_work *w = &ex->w;
-    bool fail = false;
-#define W(ptr, n)                                                                                  \
-    do {                                                                                           \
-        (ptr) = work(ex, DP_POOL_ACT_WORK, n);                                                     \
-        fail |= !(ptr);                                                                            \
-    } while (0)
-    W(w->tmp, Nh);
-    W(w->dtmp, Nh);
-    if (dm->sp)
-        W(w->dgath, Nh);
-    W(w->dres, Nlh);
-    W(w->dqkv, dm->N * dm->qkvd);
-    W(w->dctx, dm->N * dm->qd);
-    W(w->dprobs, S);
-    if (ex->m->ffn != DP_FFN_GELU) /* GELU's input gradient overwrites dact */
-        W(w->dfc1, dm->N * dm->F1);
-    W(w->dact, dm->N * dm->f);
-    if (ex->l.recompute == DP_RECOMPUTE_SELECTIVE)
-        W(w->probs, S);
-    if (ex->l.recompute == DP_RECOMPUTE_FULL) {
-        struct carver cv = {NULL, 0};
-        layer_acts(ex, NULL, &cv, true, true);
-        w->rc_mem = dp__mem_alloc(ex->be, &ex->mem, DP_POOL_ACT_WORK, cv.off);
-        fail |= !w->rc_mem;
-        if (w->rc_mem) {
-            cv.base = w->rc_mem;
-            cv.off = 0;
-            layer_acts(ex, &w->rc, &cv, true, true);
-        }
-    }
-    if (ex->m->pos == DP_POS_ROPE) {
-        W(w->rope, dm->T * dm->d);
-        if (w->rope) {
-            /* cos and sin of p * 10000^(-2i/d), i < d/2 (Su et al. 2021, Eq. 34). */
-            int64_t half = dm->d / 2;
-            real *host = malloc((size_t)(dm->T * dm->d) * sizeof(real));
-            fail |= !host;
-            if (host) {
-                for (int64_t p = 0; p < dm->T; p++)
-                    for (int64_t i = 0; i < half; i++) {
-                        double th = (double)p * pow(10000.0, -2.0 * (double)i / (double)dm->d);
-                        host[p * half + i] = (real)cos(th);
-                        host[dm->T * half + p * half + i] = (real)sin(th);
-                    }
-                OPS->upload(ex->be, w->rope, host, (size_t)(dm->T * dm->d) * sizeof(real));
-                free(host);
-            }
-        }
-    }
-#undef W
-    if (ex->last) {
-#define H(ptr, n)                                                                                  \
-    do {                                                                                           \
-        (ptr) = work(ex, DP_POOL_ACT_HEAD, n);                                                     \
-        fail |= !(ptr);                                                                            \
-    } while (0)
-        H(ex->hd.xf, Nlh);
-        H(ex->hd.lnf, Nlh);
-        H(ex->hd.lnf_st, 2 * dm->Nl);
-        H(ex->hd.logits, dm->N * dm->Vl);
-        H(ex->hd.ce, 4 * dm->N);
-#undef H
-    }
-    if (ex->l.pp > 1 && !ex->last) {
-        ex->send_fwd = work(ex, DP_POOL_COMM, Nlh);
-        fail |= !ex->send_fwd;
-    }
-    /* Slots: at most min(pp - stage, M) micro-batches are in flight under 1F1B. */
-    int64_t inflight = ex->l.pp - ex->c.pp_rank;
-    ex->maxslots = (int)(inflight < ex->M ? inflight : ex->M);
-    ex->slots = calloc((size_t)ex->maxslots, sizeof *ex->slots);
-    fail |= !ex->slots;
-    for (int i = 0; ex->slots && i < ex->maxslots; i++)
-        ex->slots[i].mb = -1;
-    ex->slot_bytes = slot_layout(ex, NULL, NULL);
-    if (fail)
-        return dp_err_set(ex->err, DP_ENOMEM, "rank %d: cannot allocate activation buffers",
-                          ex->rank);
-    return 0;
 }
 
 void dp__model_release(struct dp_exec *ex)
 {
-    struct dp_backend *be = ex->be;
-    if (!be)
-        return;
-    for (int i = 0; ex->slots && i < ex->nslots; i++) {
-        be->ops->free(be, ex->slots[i].mem);
-        free(ex->slots[i].layers);
-    }
-    free(ex->slots);
-    ex->slots = NULL;
-    /* Pool accounting is not unwound: the peaks are what matters and the rank ends. */
-    void *bufs[] = {ex->params,   ex->grads,   ex->adam_m, ex->adam_v,    ex->w.tmp,
-                    ex->w.dtmp,   ex->w.dgath, ex->w.dres, ex->w.dqkv,    ex->w.dctx,
-                    ex->w.dprobs, ex->w.dfc1,  ex->w.dact, ex->w.probs,   ex->w.rc_mem,
-                    ex->w.rope,   ex->hd.xf,   ex->hd.lnf, ex->hd.lnf_st, ex->hd.logits,
-                    ex->hd.ce,    ex->send_fwd};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        if (bufs[i])
-            be->ops->free(be, bufs[i]);
     free(ex->segs);
     free(ex->lp);
     ex->segs = NULL;

@@ -181,6 +181,7 @@ void dp__exec_free(struct dp_exec *ex)
 {
     if (!ex)
         return;
+    dp__mem_release(ex);
     dp__model_release(ex);
     dp__ckpt_free(ex);
     free(ex->host_tok);
@@ -190,14 +191,12 @@ void dp__exec_free(struct dp_exec *ex)
 }
 
 /*
- * Before anything large is allocated: the CPU memory model's prediction (opts.predicted,
- * per rank and pool) summed over the ranks of each node against that node's MemAvailable.
+ * Before anything large is allocated: the buffer table's bytes (memplan.c, per rank and
+ * pool) summed over the ranks of each node against that node's MemAvailable.
  * Every rank gets the verdict and the worst node's numbers, so that rank 0 reports it.
  */
 static int check_memory(struct dp_exec *ex)
 {
-    if (!ex->o.predicted)
-        return 0;
     double node[DP_NPOOLS];
     for (int p = 0; p < DP_NPOOLS; p++)
         node[p] = (double)ex->predicted[p];
@@ -268,17 +267,19 @@ int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const stru
     dp__stage_place(ex, ex->c.pp_rank);
     ex->M = dp_layout_microbatches(l);
     ex->gbs_tokens = l->gbs * l->seq_len;
-    if (o->predicted)
-        memcpy(ex->predicted, o->predicted + (size_t)ex->c.pp_rank * DP_NPOOLS,
-               sizeof ex->predicted);
-    int rc = check_memory(ex);
-    ex->host_tok = rc ? NULL : malloc((size_t)(2 * ex->dm.N) * sizeof(int32_t));
-    if (!rc && !ex->host_tok)
+    int rc = dp__model_build(ex);
+    if (!rc) {
+        struct dp__memplan plan;
+        dp__memplan(ex, &plan);
+        memcpy(ex->predicted, plan.pool_bytes, sizeof ex->predicted);
+        rc = check_memory(ex);
+    }
+    if (!rc && !(ex->host_tok = malloc((size_t)(2 * ex->dm.N) * sizeof(int32_t))))
         rc = dp_err_set(err, DP_ENOMEM, "out of memory");
     if (!rc)
-        rc = dp__model_build(ex);
+        rc = dp__mem_build(ex);
     if (!rc)
-        rc = dp__acts_build(ex);
+        dp__model_init(ex);
     if (rc) {
         dp__exec_free(ex);
         return rc;
