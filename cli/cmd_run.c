@@ -15,7 +15,6 @@
 #include "run_checks.h"
 #include "run_ckpt.h"
 #include "run_launch.h"
-#include "run_predict.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -460,18 +459,18 @@ static void *watchdog(void *arg)
 
 static void write_summary(struct run *r, const struct dp_exec_result *res, const char *dir)
 {
-    /* The step-time model on this machine as probed (cli/run_predict.c). */
+    /* The step-time model on this machine as probed (executor/predict.c). */
     /* The threads each rank used, as the backend chose them (its thread policy). */
     int threads = res->threads;
     struct dp_err pe = {0};
-    struct cli_cpu_run cr = {.world = res->world,
-                             .ranks_per_node =
-                                 r->env.local_world > 0 ? r->env.local_world : res->world,
-                             .threads = threads,
-                             .allreduce_small_s = res->allreduce_small_s,
-                             .allreduce_1mib_s = res->allreduce_1mib_s};
-    struct cli_cpu_prediction cp;
-    r->cpu_pred_s = cli_run_predict_cpu(&r->m, &r->l, &cr, &cp, &pe) ? 0 : cp.step_s;
+    struct dp_exec_machine cr = {.world = res->world,
+                                 .ranks_per_node =
+                                     r->env.local_world > 0 ? r->env.local_world : res->world,
+                                 .threads = threads,
+                                 .allreduce_small_s = res->allreduce_small_s,
+                                 .allreduce_1mib_s = res->allreduce_1mib_s};
+    struct dp_exec_prediction cp;
+    r->cpu_pred_s = dp_exec_predict(&r->m, &r->l, &cr, &cp, &pe) ? 0 : cp.step_s;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model", r->m.name);
     cJSON_AddItemToObject(o, "layout", dp_layout_to_json(&r->l));
@@ -484,7 +483,7 @@ static void write_summary(struct run *r, const struct dp_exec_result *res, const
     cJSON_AddNumberToObject(o, "data_epochs", r->epochs);
     if (r->cpu_pred_s > 0) {
         cJSON_AddNumberToObject(o, "predicted_step_time_s", r->cpu_pred_s);
-        /* The prediction by kind (cli/run_predict.c), for checking it against profiles. */
+        /* The prediction by kind (executor/predict.c), for checking it against profiles. */
         cJSON *b = cJSON_AddObjectToObject(o, "predicted_step_parts_s");
         cJSON_AddNumberToObject(b, "gemm", cp.gemm_s);
         cJSON_AddNumberToObject(b, "attention", cp.attention_s);
@@ -586,7 +585,7 @@ static void print_summary(struct run *r, const struct dp_exec_result *res, const
     if (r->cpu_pred_s > 0)
         fprintf(stderr,
                 "step time: measured %.1f ms (rank 0 median), predicted %.1f ms (%+.0f%%) by "
-                "the CPU step model from this machine's probe (cli/run_predict.c)\n",
+                "the CPU step model from this machine's probe (executor/predict.c)\n",
                 1e3 * res->ranks[0].step_time_median_s, 1e3 * r->cpu_pred_s,
                 100.0 * (r->cpu_pred_s / res->ranks[0].step_time_median_s - 1));
     fprintf(stderr, "wrote %s/model.safetensors, %s, %s/summary.json, %s/plan.json\n", dir, logpath,

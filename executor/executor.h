@@ -242,6 +242,42 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l,
  * collective and micro-batch, and what the rank is doing now (static string). */
 uint64_t dp_exec_heartbeat(const char **what, int *step);
 
+/* ------------------------------------------------------------------ step time */
+
+/* How a run ran, besides its model and layout. */
+struct dp_exec_machine {
+    int world;                /* ranks */
+    int ranks_per_node;       /* ranks sharing this machine */
+    int threads;              /* compute threads per rank */
+    double allreduce_small_s; /* measured all-reduce of one double over the world (0: none) */
+    double allreduce_1mib_s;  /* ... of 1 MiB */
+};
+
+/* One step, split by kind (seconds, the slowest stage's share; they add up to step_s). */
+struct dp_exec_prediction {
+    double step_s;
+    double gemm_s;        /* OpenBLAS products */
+    double attention_s;   /* the attention kernels */
+    double elementwise_s; /* norms, activations, residuals, biases, embedding, cross-entropy */
+    double fork_s;        /* OpenMP fork/join of the parallel regions (part of the above) */
+    double comm_s;        /* TP, PP, DP and embedding collectives, the loss all-reduce */
+    double optimizer_s;   /* zeroing, the gradient norm, AdamW */
+    double bubble_s;      /* pipeline fill and drain */
+    double timeshare_s;   /* more threads than cores: the wait for a core */
+};
+
+/*
+ * Predict one step of the CPU backend for `m` under `l` on this machine: a probe of it
+ * (about 0.1-0.3 s: SGEMM call cost and rate, OpenMP fork/join, bandwidth per cache
+ * level, the executor's own kernels) prices every call the executor's step code makes
+ * (predict.c). Fails only if the probe fails or the layout does not validate.
+ */
+int dp_exec_predict(const struct dp_model *m, const struct dp_layout *l,
+                    const struct dp_exec_machine *run, struct dp_exec_prediction *out,
+                    struct dp_err *err);
+
+/* ------------------------------------------------------------------ backends */
+
 /* Whether this build has the backend `name` ("cpu"); the names, comma-separated. */
 bool dp_exec_backend_known(const char *name);
 const char *dp_exec_backend_names(void);

@@ -229,6 +229,12 @@ int dp__stage_backward(struct dp_exec *ex, struct dp_slot *s);
 /* schedule.c */
 /* Load micro-batch `mb` of step `step` into slot tokens (first/last stage). */
 void dp__load_batch(struct dp_exec *ex, struct dp_slot *s, int step, int mb);
+/* The pieces of dp__forward_backward (the step-time prediction prices them apart):
+ * zero the gradients; the step's micro-batches through the stage (1F1B, with the
+ * pipeline messages); the gradient reductions and the loss and norm all-reduce. */
+void dp__step_begin(struct dp_exec *ex);
+int dp__pipeline(struct dp_exec *ex, int step);
+int dp__step_reduce(struct dp_exec *ex, double *loss);
 /* One step's forward and backward over all micro-batches (1F1B) with gradients
  * accumulated, then reduced (SP, tied embeddings, DP / ZeRO-1 reduce-scatter).
  * *loss gets the global mean loss and ex->grad_sumsq the global squared gradient norm

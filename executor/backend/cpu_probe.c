@@ -1,6 +1,6 @@
 /*
  * Device probe for the CPU backend (probe.h): the quantities the CPU
- * step-time model needs (cli/run_predict.c), measured here rather than
+ * step-time model needs (executor/predict.c), measured here rather than
  * assumed, each the median of repetitions so that a busy neighbour on a
  * shared VM does not decide it. It measures kernels and the machine, never
  * a whole training step.

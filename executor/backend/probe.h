@@ -4,8 +4,8 @@
  * threads busy; the cost of an OpenMP parallel region; streaming bandwidth
  * at three working-set sizes (L2, the L3 share, DRAM); and the executor's own
  * attention, activation, norm, cross-entropy and AdamW kernels at a
- * cache-resident size. The CLI composes them into a predicted step time
- * (cli/run_predict.c). Uses only core/ and the CPU kernels.
+ * cache-resident size. The step-time prediction prices the executor's calls
+ * with them (executor/predict.c). Internal to the executor.
  */
 #ifndef DPLAN_EXECUTOR_PROBE_H
 #define DPLAN_EXECUTOR_PROBE_H
