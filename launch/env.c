@@ -3,9 +3,10 @@
  * this order (executor-notes Sec. 5): OpenMPI's mpirun (OMPI_COMM_WORLD_*),
  * MPICH/Hydra (PMI_RANK, PMI_SIZE), Slurm's srun (SLURM_PROCID,
  * SLURM_NTASKS; a batch script outside srun has no step id and does not
- * count), torchrun (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE).
+ * count), torchrun (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE); and
+ * what dplan's runner told its ranks (launch.h).
  */
-#include "executor.h"
+#include "launch.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +28,7 @@ static bool has(const char *name)
     return v && *v;
 }
 
-void dp_exec_detect_env(struct dp_rank_env *o)
+void dp_launch_detect_env(struct dp_rank_env *o)
 {
     memset(o, 0, sizeof *o);
     o->world = o->local_world = 1;
@@ -60,4 +61,15 @@ void dp_exec_detect_env(struct dp_rank_env *o)
     }
     o->launched = strcmp(src, "none") != 0;
     snprintf(o->source, sizeof o->source, "%s", src);
+}
+
+bool dp_launch_is_rank(void)
+{
+    const char *v = getenv(DP_ENV_LAUNCHER);
+    return v && !strcmp(v, "1");
+}
+
+int dp_launch_attempt(void)
+{
+    return env_int(DP_ENV_RESTART_COUNT, 0);
 }
