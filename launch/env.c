@@ -28,39 +28,41 @@ static bool has(const char *name)
     return v && *v;
 }
 
+/* The launchers in the order checked: the variables that must be set (need, and also need2
+ * when given; step: one of the two Slurm step ids), then rank, world, local rank and local
+ * world. */
+static const struct launcher {
+    const char *source, *need, *need2, *step1, *step2;
+    const char *rank, *world, *local_rank, *local_world;
+} launchers[] = {
+    {"openmpi", "OMPI_COMM_WORLD_SIZE", NULL, NULL, NULL, "OMPI_COMM_WORLD_RANK",
+     "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"pmi", "PMI_SIZE", "PMI_RANK", NULL, NULL, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID",
+     "MPI_LOCALNRANKS"},
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_ID", "SLURM_STEPID", "SLURM_PROCID",
+     "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
+    {"torchrun", "RANK", "WORLD_SIZE", NULL, NULL, "RANK", "WORLD_SIZE", "LOCAL_RANK",
+     "LOCAL_WORLD_SIZE"},
+};
+
 void dp_launch_detect_env(struct dp_rank_env *o)
 {
     memset(o, 0, sizeof *o);
     o->world = o->local_world = 1;
-    const char *src = "none";
-    if (has("OMPI_COMM_WORLD_SIZE")) {
-        src = "openmpi";
-        o->rank = env_int("OMPI_COMM_WORLD_RANK", 0);
-        o->world = env_int("OMPI_COMM_WORLD_SIZE", 1);
-        o->local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", 0);
-        o->local_world = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", 1);
-    } else if (has("PMI_SIZE") && has("PMI_RANK")) {
-        src = "pmi";
-        o->rank = env_int("PMI_RANK", 0);
-        o->world = env_int("PMI_SIZE", 1);
-        o->local_rank = env_int("MPI_LOCALRANKID", 0);
-        o->local_world = env_int("MPI_LOCALNRANKS", 1);
-    } else if (has("SLURM_PROCID") && has("SLURM_NTASKS") &&
-               (has("SLURM_STEP_ID") || has("SLURM_STEPID"))) {
-        src = "slurm";
-        o->rank = env_int("SLURM_PROCID", 0);
-        o->world = env_int("SLURM_NTASKS", 1);
-        o->local_rank = env_int("SLURM_LOCALID", 0);
-        o->local_world = env_int("SLURM_NTASKS_PER_NODE", 1);
-    } else if (has("RANK") && has("WORLD_SIZE")) {
-        src = "torchrun";
-        o->rank = env_int("RANK", 0);
-        o->world = env_int("WORLD_SIZE", 1);
-        o->local_rank = env_int("LOCAL_RANK", 0);
-        o->local_world = env_int("LOCAL_WORLD_SIZE", 1);
+    snprintf(o->source, sizeof o->source, "none");
+    for (size_t i = 0; i < sizeof launchers / sizeof launchers[0]; i++) {
+        const struct launcher *l = &launchers[i];
+        if (!has(l->need) || (l->need2 && !has(l->need2)) ||
+            (l->step1 && !has(l->step1) && !has(l->step2)))
+            continue;
+        o->launched = true;
+        snprintf(o->source, sizeof o->source, "%s", l->source);
+        o->rank = env_int(l->rank, 0);
+        o->world = env_int(l->world, 1);
+        o->local_rank = env_int(l->local_rank, 0);
+        o->local_world = env_int(l->local_world, 1);
+        return;
     }
-    o->launched = strcmp(src, "none") != 0;
-    snprintf(o->source, sizeof o->source, "%s", src);
 }
 
 bool dp_launch_is_rank(void)

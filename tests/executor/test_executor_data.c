@@ -145,6 +145,13 @@ static void test_env(void)
     dp_launch_detect_env(&e);
     CHECK_STR(e.source, "slurm");
     CHECK_EQ(e.rank, 5);
+    /* MPICH/Hydra (PMI) is checked before Slurm, as launch/env.c orders them. */
+    setenv("PMI_SIZE", "6", 1);
+    setenv("PMI_RANK", "2", 1);
+    dp_launch_detect_env(&e);
+    CHECK_STR(e.source, "pmi");
+    CHECK_EQ(e.rank, 2);
+    CHECK_EQ(e.world, 6);
     setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
     setenv("OMPI_COMM_WORLD_RANK", "1", 1);
     dp_launch_detect_env(&e);
