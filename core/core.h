@@ -14,6 +14,8 @@
 #include <stdint.h>
 
 #define DP_PLAN_MAX_STAGES_RECORDED 256
+/* Model chunks (pp x vpp virtual pipeline stages) a layout may have. */
+#define DP_MAX_CHUNKS 256
 
 struct cJSON;
 
@@ -303,10 +305,22 @@ struct dp_layout {
     enum dp_precision precision;
     bool grad_fp32; /* gradients accumulated in fp32 (Megatron main_grad) */
     enum dp_optimizer optimizer;
-    bool dp_overlap;        /* DP gradient reduction overlaps backward (torch DDP
-                               buckets, Megatron --overlap-grad-reduce) */
-    int first_stage_layers; /* 0 = even split */
-    int last_stage_layers;  /* 0 = even split */
+    bool dp_overlap; /* DP gradient reduction overlaps backward (torch DDP
+                        buckets, Megatron --overlap-grad-reduce) */
+    /*
+     * The pipeline split (core/split.c): which decoder layers each stage and model
+     * chunk holds. With nchunks == 0 it is even (layers / (pp * vpp) per chunk) or,
+     * when first/last_stage_layers are set, Megatron's --decoder-first/last-pipeline-
+     * num-layers (the middle stages share the rest). Otherwise chunk_layers holds
+     * nchunks == pp * vpp counts in model order: entry s = c * pp + r is model chunk c
+     * of stage r. The embedding runs in entry 0 and the final norm, output layer and
+     * loss in entry pp * vpp - 1; either may hold no layer (a stage of its own).
+     * Compare layouts with dp_layout_equal (entries past nchunks are ignored).
+     */
+    int first_stage_layers; /* 0 = like the middle stages */
+    int last_stage_layers;  /* 0 = like the middle stages */
+    int nchunks;            /* 0, or pp * vpp entries of chunk_layers */
+    uint16_t chunk_layers[DP_MAX_CHUNKS];
 };
 
 /* Defaults: everything 1, bf16, flash attention, fp32 grads, Adam, recompute none,
@@ -317,8 +331,24 @@ static inline int64_t dp_layout_microbatches(const struct dp_layout *l)
 {
     return l->gbs / (l->mbs * l->dp);
 }
-/* Layers held by pipeline stage `stage` (0..pp-1) under the split rules. */
+/* Layers held by pipeline stage `stage` (0..pp-1), by its model chunk `chunk`
+ * (0..vpp-1), and the index of that chunk's first layer. Safe on any layout; the
+ * counts mean something once dp_layout_validate accepts it. */
 int dp_layout_stage_layers(const struct dp_layout *l, const struct dp_model *m, int stage);
+int dp_layout_chunk_layers(const struct dp_layout *l, const struct dp_model *m, int stage,
+                           int chunk);
+int dp_layout_chunk_first_layer(const struct dp_layout *l, const struct dp_model *m, int stage,
+                                int chunk);
+/* All pp * vpp chunk counts in model order; returns the count, or -1 if above cap. */
+int dp_layout_expand(const struct dp_layout *l, const struct dp_model *m, int *out, int cap);
+/* Set an explicit split of n = pp * vpp counts (an all-equal list is stored as the even
+ * split); -1 if n or a count is out of range. dp_layout_reset_split: the even split. */
+int dp_layout_set_chunks(struct dp_layout *l, const int *counts, int n);
+void dp_layout_reset_split(struct dp_layout *l);
+/* The split as an explicit list (nchunks = pp * vpp), for writers that must spell it out;
+ * returns -1 when pp * vpp exceeds DP_MAX_CHUNKS. */
+int dp_layout_make_explicit(struct dp_layout *l, const struct dp_model *m);
+bool dp_layout_equal(const struct dp_layout *a, const struct dp_layout *b);
 /*
  * Check that `l` can run `m` on `gpus` GPUs (gpus_per_node for tp locality is
  * not checked here). On failure err names the first constraint that fails,
@@ -330,6 +360,34 @@ int dp_layout_validate(const struct dp_layout *l, const struct dp_model *m, int 
 void dp_layout_format(const struct dp_layout *l, char *out, size_t cap);
 struct cJSON *dp_layout_to_json(const struct dp_layout *l);
 int dp_layout_from_json(struct dp_jr *jr, const struct cJSON *obj, struct dp_layout *out);
+
+/*
+ * Split rules (core/split.c). Each writes pp * vpp counts in model order into out (room for
+ * DP_MAX_CHUNKS) or fails with `code` and "what: expected ..." in err:
+ *  - dp_split_first_last: Megatron --decoder-first/last-pipeline-num-layers (0 = unset);
+ *  - dp_split_account: Megatron --account-for-embedding/loss-in-pipeline-split;
+ *  - dp_split_torchtitan: torchtitan's pipeline_parallel_first/last_stage_less_layers;
+ *  - dp_split_balanced: the planner's family (see split.c), -1 when infeasible;
+ *  - dp_split_check: n == pp * vpp counts summing to L, none empty but the first and last.
+ * Text forms: "7,8*14,7" (--stage-layers, N*K = N repeated K times) and Megatron's
+ * --pipeline-model-parallel-layout strings ("Et|(tt|)*62,tL"); the parsers set *n to the
+ * count of virtual stages. The formatters truncate at cap.
+ */
+int dp_split_first_last(int64_t L, int pp, int vpp, int first, int last, int *out, const char *what,
+                        int code, struct dp_err *err);
+int dp_split_account(int64_t L, int pp, int vpp, bool embedding, bool loss, int *out,
+                     const char *what, int code, struct dp_err *err);
+int dp_split_torchtitan(int64_t L, int pp, int vpp, int in_w, int out_w, int *out, const char *what,
+                        int code, struct dp_err *err);
+int dp_split_balanced(int64_t L, int pp, int vpp, int a, int b, bool early, int *out);
+int dp_split_check(const int *c, int n, int64_t L, int pp, int vpp, const char *what, int code,
+                   struct dp_err *err);
+int dp_split_parse_list(const char *str, int *out, int cap, int *n, const char *what,
+                        struct dp_err *err);
+int dp_split_parse_megatron(const char *str, int pp, int *out, int cap, int *n, const char *what,
+                            int code, struct dp_err *err);
+void dp_split_format_list(const int *c, int n, char *buf, size_t cap);
+void dp_split_format_megatron(const int *c, int n, char *buf, size_t cap);
 
 /* Megatron pads the vocabulary to a multiple of 128 * tp (--make-vocab-size-divisible-by). */
 int64_t dp_padded_vocab(int64_t vocab, int tp);
