@@ -196,94 +196,146 @@ void dp_mem_stage_params(const struct dp_model *m, const struct dp_layout *l, in
     stage_params(m, l, r, dp_layout_stage_layers(l, m, r), ld, le, dense, expert);
 }
 
-/* Micro-batch-equivalents of activations live on stage r at its peak. */
-static double inflight(const struct dp_layout *l, int r, int64_t M)
-{
-    if (l->vpp <= 1) {
-        /* 1F1B: stage r runs pp - r - 1 warm-up forwards before its first backward
-         * (Megatron schedules.py forward_backward_pipelining_without_interleaving). */
-        int64_t n = l->pp - r;
-        return (double)(n < M ? n : M);
-    }
-    /* Interleaved: warm-up (pp - r - 1) * 2 + (v - 1) * pp chunks, plus the current
-     * one; each chunk is 1/v of the stage's layers (Korthikanti Sec. 4.2.3 gives
-     * 1 + (p - 1)/(p v) for the first stage). */
-    int64_t chunks = (int64_t)(l->pp - r - 1) * 2 + (int64_t)(l->vpp - 1) * l->pp + 1;
-    int64_t cap = M * l->vpp;
-    if (chunks > cap)
-        chunks = cap;
-    return (double)chunks / l->vpp;
-}
+/* What every stage of a layout shares, computed once per layout (the planner's memory
+ * check runs for every layout it evaluates). */
+struct mem_ctx {
+    const struct dp_model *m;
+    const struct dp_layout *l;
+    const struct dp_act_layer *al;
+    int64_t ld, le;      /* one layer's dense and expert parameters per GPU */
+    int64_t emb_params;  /* the first stage's embedding (+ positions) */
+    int64_t head_params; /* the last stage's final norm and LM head (or its copy) */
+    int64_t emb_mask;    /* the embedding dropout mask per micro-batch in flight */
+    int64_t head_act;    /* the last stage's output-layer activations */
+    int64_t recv_bytes;  /* pipeline receive buffers */
+    int64_t runtime;     /* runtime overhead */
+    int64_t M, shard_d, shard_e;
+    int pb, gb, ob;
+};
 
-static void stage_with(const struct dp_model *m, const struct dp_cluster *cl,
-                       const struct dp_layout *l, const struct dp_mem_opts *o, int r,
-                       const struct dp_act_layer *alp, struct dp_mem_stage *out)
+static void mem_ctx_init(struct mem_ctx *x, const struct dp_model *m, const struct dp_cluster *cl,
+                         const struct dp_layout *l, const struct dp_mem_opts *o,
+                         const struct dp_act_layer *al)
 {
-    memset(out, 0, sizeof *out);
     const int64_t t = l->tp, h = m->hidden;
     const int64_t u = (l->sp && t > 1) ? t : 1;
     const int64_t s = l->seq_len / l->cp, b = l->mbs;
     const int64_t p = dp_precision_bytes(l->precision);
     const int64_t vpad = dp_padded_vocab(m->vocab, l->tp);
-    const int64_t M = dp_layout_microbatches(l);
+    x->m = m;
+    x->l = l;
+    x->al = al;
+    layer_params(m, l, &x->ld, &x->le);
+    /* Parameters of the ends (stage_params): the vocabulary-parallel embedding; the
+     * final norm and the LM head: its own weight when untied; when tied and pp > 1 the
+     * last stage keeps a copy of the embedding, kept in sync by an all-reduce (Megatron
+     * _allreduce_word_embedding_grads). */
+    x->emb_params = vpad * h / t + (m->pos == DP_POS_LEARNED ? m->max_pos * h : 0);
+    x->head_params = (m->norm == DP_NORM_LAYERNORM ? 2 * h : h) +
+                     ((!m->tied_embeddings || l->pp > 1) ? vpad * h / t : 0);
+    /* Korthikanti Sec. 4.3: the embedding's dropout mask, one per micro-batch in flight
+     * in the first chunk; the final norm input and output-layer input (4sbh/t with SP),
+     * and the fp32 logits kept by the cross entropy (4sbv/t); the last stage holds one
+     * micro-batch at a time. */
+    x->emb_mask = m->dropout ? s * b * h / u : 0;
+    x->head_act = 2 * p * s * b * h / u + 4 * s * b * vpad / t;
+    /* one forward-receive and one backward-receive activation buffer */
+    x->recv_bytes = l->pp > 1 ? 2 * p * s * b * h / u : 0;
+    x->runtime = o && o->overhead_bytes >= 0 ? o->overhead_bytes : cl->gpu.runtime_overhead_bytes;
+    x->M = dp_layout_microbatches(l);
+    x->shard_d = (int64_t)l->dp * l->cp;
+    x->shard_e = x->shard_d / l->ep;
+    dp_mem_bytes_per_param(l, &x->pb, &x->gb, &x->ob);
+}
+
+/* The activation terms of stage r with chunk layer counts nl. */
+static void stage_activations(const struct mem_ctx *x, int r, const int *nl,
+                              struct dp_mem_stage *out)
+{
+    /* Each micro-batch in flight in a chunk keeps its layers' activations (and, in the
+     * embedding's chunk, the embedding dropout mask) until its backward; the schedule
+     * says how many are in flight per chunk at the peak (Korthikanti Sec. 4.2.3 for
+     * 1F1B and equal interleaved chunks; pipeline.c). */
+    const struct dp_layout *l = x->l;
+    const struct dp_act_layer *al = x->al;
+    const int v = l->vpp;
+    int64_t emb = out->has_embedding ? x->emb_mask : 0;
+    int64_t w[DP_MAX_CHUNKS], live[DP_MAX_CHUNKS];
+    for (int c = 0; c < v && c < DP_MAX_CHUNKS; c++)
+        w[c] = nl[c] * al->stored_bytes + (c == 0 ? emb : 0);
+    /* The split by kind needs the counts only where the embedding's mask is in it. */
+    bool by_chunk = emb > 0 || out->layers == 0;
+    int64_t peak = dp_pipe_peak_live(l->pp, v, x->M, r, w, by_chunk ? live : NULL);
+    if (by_chunk) {
+        for (int c = 0; c < v && c < DP_MAX_CHUNKS; c++)
+            out->act_layers_bytes += live[c] * nl[c] * al->stored_bytes;
+        out->act_embed_bytes = live[0] * emb;
+    } else {
+        out->act_layers_bytes = peak;
+    }
+    out->inflight = out->layers > 0 && al->stored_bytes > 0
+                        ? (double)out->act_layers_bytes / ((double)out->layers * al->stored_bytes)
+                        : (double)live[0];
+    if (l->recompute == DP_RECOMPUTE_FULL && out->layers > 0)
+        out->act_working_bytes = al->full_bytes;
+    else if (l->recompute == DP_RECOMPUTE_SELECTIVE && out->layers > 0)
+        out->act_working_bytes = al->scores_bytes;
+    if (out->has_head)
+        out->act_head_bytes = x->head_act;
+    out->activations_bytes =
+        out->act_layers_bytes + out->act_embed_bytes + out->act_head_bytes + out->act_working_bytes;
+}
+
+/* act: the stage's activation bytes when already known (the same layout at another
+ * ZeRO stage), else NULL. */
+static void stage_with(const struct mem_ctx *x, int r, const int64_t *act, struct dp_mem_stage *out)
+{
+    const struct dp_layout *l = x->l;
+    const struct dp_model *m = x->m;
+    memset(out, 0, sizeof *out);
+    const int v = l->vpp;
+    int nl[DP_MAX_CHUNKS];
     out->stage = r;
-    out->layers = dp_layout_stage_layers(l, m, r);
+    for (int c = 0; c < v && c < DP_MAX_CHUNKS; c++) {
+        nl[c] =
+            l->nchunks > 0 ? l->chunk_layers[c * l->pp + r] : dp_layout_chunk_layers(l, m, r, c);
+        out->layers += nl[c];
+    }
     out->has_embedding = r == 0;
     out->has_head = r == l->pp - 1;
 
     /* Parameters. */
-    int64_t ld, le, dense, expert;
-    layer_params(m, l, &ld, &le);
-    stage_params(m, l, r, out->layers, ld, le, &dense, &expert);
+    int64_t dense = out->layers * x->ld + (out->has_embedding ? x->emb_params : 0) +
+                    (out->has_head ? x->head_params : 0);
+    int64_t expert = out->layers * x->le;
     out->params = dense + expert;
-    struct dp_states sd, se;
-    int64_t dpcp = (int64_t)l->dp * l->cp;
-    dp_mem_states(dense, dpcp, l, &sd);
-    dp_mem_states(expert, dpcp / l->ep, l, &se);
+    struct dp_states sd, se = {0, 0, 0};
+    dp_mem_states(dense, x->shard_d, l, &sd);
+    if (expert)
+        dp_mem_states(expert, x->shard_e, l, &se);
     out->params_bytes = sd.params_bytes + se.params_bytes;
     out->grads_bytes = sd.grads_bytes + se.grads_bytes;
     out->optimizer_bytes = sd.optimizer_bytes + se.optimizer_bytes;
 
-    /* Activations. */
-    const struct dp_act_layer al = *alp;
-    out->inflight = inflight(l, r, M);
-    out->act_layer_bytes = al.stored_bytes;
-    out->act_layers_bytes =
-        (int64_t)(out->inflight * (double)(out->layers * al.stored_bytes) + 0.5);
-    if (l->recompute == DP_RECOMPUTE_FULL)
-        out->act_working_bytes = al.full_bytes;
-    else if (l->recompute == DP_RECOMPUTE_SELECTIVE)
-        out->act_working_bytes = al.scores_bytes;
-    if (out->has_embedding && m->dropout) {
-        /* Korthikanti Sec. 4.3: the embedding's dropout mask, one per micro-batch in flight. */
-        int64_t mb = (int64_t)(out->inflight + 0.999);
-        out->act_embed_bytes = mb * s * b * h / u;
-    }
-    if (out->has_head) {
-        /* Korthikanti Sec. 4.3: final norm input and output-layer input (4sbh/t with
-         * SP), and the fp32 logits kept by the cross entropy (4sbv/t); the last stage
-         * holds one micro-batch at a time. */
-        out->act_head_bytes = 2 * p * s * b * h / u + 4 * s * b * vpad / t;
-    }
-    out->activations_bytes =
-        out->act_layers_bytes + out->act_embed_bytes + out->act_head_bytes + out->act_working_bytes;
+    /* Activations (ZeRO does not change them). */
+    out->act_layer_bytes = x->al->stored_bytes;
+    if (act)
+        out->activations_bytes = *act;
+    else
+        stage_activations(x, r, nl, out);
 
     /* Communication buffers. */
-    int pb, gb, ob;
-    dp_mem_bytes_per_param(l, &pb, &gb, &ob);
-    if (l->pp > 1) /* one forward-receive and one backward-receive activation buffer */
-        out->comm_bytes += 2 * p * s * b * h / u;
+    out->comm_bytes = x->recv_bytes;
     if (l->zero >= 3) /* parameters of the current and the prefetched layer, gathered */
-        out->comm_bytes += 2 * (ld + le) * pb;
+        out->comm_bytes += 2 * (x->ld + x->le) * x->pb;
     if (l->zero >= 2) {
         /* DeepSpeed's reduce bucket (zero_optimization.reduce_bucket_size, default 5e8
          * elements) for gradients produced before they are reduce-scattered. */
         int64_t bucket = 500000000;
         int64_t n = out->params < bucket ? out->params : bucket;
-        out->comm_bytes += n * gb;
+        out->comm_bytes += n * x->gb;
     }
-    out->runtime_bytes =
-        o && o->overhead_bytes >= 0 ? o->overhead_bytes : cl->gpu.runtime_overhead_bytes;
+    out->runtime_bytes = x->runtime;
     out->other_bytes = out->comm_bytes + out->runtime_bytes;
     out->total_bytes = out->params_bytes + out->grads_bytes + out->optimizer_bytes +
                        out->activations_bytes + out->other_bytes;
@@ -294,7 +346,9 @@ void dp_mem_stage(const struct dp_model *m, const struct dp_cluster *cl, const s
 {
     struct dp_act_layer al;
     dp_act_layer(m, l, &al);
-    stage_with(m, cl, l, o, r, &al, out);
+    struct mem_ctx x;
+    mem_ctx_init(&x, m, cl, l, o, &al);
+    stage_with(&x, r, NULL, out);
 }
 
 int dp_mem_estimate(const struct dp_model *m, const struct dp_cluster *cl,
@@ -311,8 +365,12 @@ int dp_mem_estimate(const struct dp_model *m, const struct dp_cluster *cl,
     out->nstages = l->pp;
     out->capacity_bytes = dp_gpu_usable_bytes(&cl->gpu);
     out->microbatches = dp_layout_microbatches(l);
+    struct dp_act_layer al;
+    dp_act_layer(m, l, &al);
+    struct mem_ctx x;
+    mem_ctx_init(&x, m, cl, l, o, &al);
     for (int r = 0; r < l->pp; r++) {
-        dp_mem_stage(m, cl, l, o, r, &out->stage[r]);
+        stage_with(&x, r, NULL, &out->stage[r]);
         int64_t tot = out->stage[r].total_bytes;
         if (r == 0 || tot > out->peak_bytes) {
             out->peak_bytes = tot;
@@ -339,25 +397,68 @@ void dp_mem_peak_with(const struct dp_model *m, const struct dp_cluster *cl,
                       const struct dp_act_layer *al, int64_t *peak_bytes, int64_t *min_bytes,
                       int *peak_stage)
 {
-    /* Middle stages hold equal layers and fewer micro-batches the later they are, so the
-     * extremes are among the first, second and last stages, and the smallest may be the
-     * last middle one. */
-    int cand[4] = {0, 1, l->pp - 1, l->pp - 2};
-    int n = l->pp >= 4 ? 4 : l->pp >= 3 ? 3 : l->pp;
-    if (l->pp == 2)
-        cand[1] = 1;
+    dp_mem_peak_reuse(m, cl, l, o, al, NULL, peak_bytes, min_bytes, peak_stage);
+}
+
+void dp_mem_peak_reuse(const struct dp_model *m, const struct dp_cluster *cl,
+                       const struct dp_layout *l, const struct dp_mem_opts *o,
+                       const struct dp_act_layer *al, struct dp_reuse *ru, int64_t *peak_bytes,
+                       int64_t *min_bytes, int *peak_stage)
+{
+    /* Stages with the same chunk counts and neither end hold fewer micro-batches the later
+     * they are (pipeline.c: the warm-up shrinks with the rank), so within each run of such
+     * stages the first is the fullest and the last the emptiest: only those, and the two
+     * ends, are computed. */
+    const int pp = l->pp, v = l->vpp;
     int64_t pk = -1, mn = -1;
     int ps = 0;
-    for (int i = 0; i < n; i++) {
+    struct mem_ctx x;
+    mem_ctx_init(&x, m, cl, l, o, al);
+    if (ru && ru->have_act) {
+        for (int i = 0; i < ru->nact; i++) {
+            struct dp_mem_stage st;
+            stage_with(&x, ru->act_rank[i], &ru->act_bytes[i], &st);
+            if (st.total_bytes > pk) {
+                pk = st.total_bytes;
+                ps = ru->act_rank[i];
+            }
+            if (mn < 0 || st.total_bytes < mn)
+                mn = st.total_bytes;
+        }
+        goto done;
+    }
+    if (ru)
+        ru->nact = 0;
+    for (int r = 0; r < pp; r++) {
+        bool eval = r == 0 || r == pp - 1 || r == 1 || r == pp - 2;
+        if (!eval && l->nchunks > 0) {
+            /* a run starts at r or ends at r */
+            bool same_prev = true, same_next = true;
+            for (int c = 0; c < v; c++) {
+                int n = l->chunk_layers[c * pp + r];
+                same_prev &= n == l->chunk_layers[c * pp + r - 1];
+                same_next &= n == l->chunk_layers[c * pp + r + 1];
+            }
+            eval = !same_prev || !same_next;
+        }
+        if (!eval)
+            continue;
         struct dp_mem_stage st;
-        stage_with(m, cl, l, o, cand[i], al, &st);
+        stage_with(&x, r, NULL, &st);
+        if (ru && ru->nact < DP_MAX_PP) {
+            ru->act_rank[ru->nact] = r;
+            ru->act_bytes[ru->nact++] = st.activations_bytes;
+        }
         if (st.total_bytes > pk) {
             pk = st.total_bytes;
-            ps = cand[i];
+            ps = r;
         }
         if (mn < 0 || st.total_bytes < mn)
             mn = st.total_bytes;
     }
+    if (ru)
+        ru->have_act = true;
+done:
     *peak_bytes = pk;
     if (min_bytes)
         *min_bytes = mn;

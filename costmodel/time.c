@@ -202,74 +202,127 @@ static void layer(const struct ctx *c, struct dp_layer_time *o)
     }
 }
 
-/* Per micro-batch forward and backward time of one stage, split by kind. */
+/* Per micro-batch time of a part of a stage (one layer, the embedding, the output layer),
+ * split by kind; forward and backward as the schedule needs them. */
 struct stage_cost {
-    double compute_f, compute_b, recompute, tp_f, tp_b, tp_re, pp, cp, ep;
-    double total;
+    double compute_f, compute_b, recompute, tp_f, tp_b, tp_re, cp_f, cp_b, ep_f, ep_b, pp;
 };
 
-static void stage(const struct ctx *c, const struct dp_layer_time *lc, int layers, bool first,
-                  bool last, struct stage_cost *o)
+static double fwd_of(const struct stage_cost *x)
 {
-    const struct dp_model *m = c->m;
+    return x->compute_f + x->tp_f + x->cp_f + x->ep_f + x->pp / 2;
+}
+static double bwd_of(const struct stage_cost *x)
+{
+    return x->compute_b + x->recompute + x->tp_b + x->tp_re + x->cp_b + x->ep_b + x->pp / 2;
+}
+static double total_of(const struct stage_cost *x)
+{
+    return fwd_of(x) + bwd_of(x);
+}
+
+/* acc += k x. */
+static void add_scaled(struct stage_cost *acc, const struct stage_cost *x, double k)
+{
+    acc->compute_f += k * x->compute_f;
+    acc->compute_b += k * x->compute_b;
+    acc->recompute += k * x->recompute;
+    acc->tp_f += k * x->tp_f;
+    acc->tp_b += k * x->tp_b;
+    acc->tp_re += k * x->tp_re;
+    acc->cp_f += k * x->cp_f;
+    acc->cp_b += k * x->cp_b;
+    acc->ep_f += k * x->ep_f;
+    acc->ep_b += k * x->ep_b;
+    acc->pp += k * x->pp;
+}
+
+/* One decoder layer. */
+static void layer_part(const struct ctx *c, const struct dp_layer_time *lc, struct stage_cost *o)
+{
     const struct dp_layout *l = c->l;
     memset(o, 0, sizeof *o);
-    const double t = c->t, u = c->u, p = c->p, T = c->T, h = (double)m->hidden;
-    double L = layers;
-    o->compute_f = L * (lc->gemm_f + lc->attn_f + lc->ew_f);
-    o->compute_b = L * (2 * lc->gemm_f + lc->attn_b + 2 * lc->ew_f);
-    o->tp_f = L * lc->tp_f;
-    o->tp_b = L * lc->tp_b;
-    o->cp = L * (lc->cp_f + lc->cp_b);
-    o->ep = L * (lc->ep_f + lc->ep_b);
+    o->compute_f = lc->gemm_f + lc->attn_f + lc->ew_f;
+    o->compute_b = 2 * lc->gemm_f + lc->attn_b + 2 * lc->ew_f;
+    o->tp_f = lc->tp_f;
+    o->tp_b = lc->tp_b;
+    o->cp_f = lc->cp_f;
+    o->cp_b = lc->cp_b;
+    o->ep_f = lc->ep_f;
+    o->ep_b = lc->ep_b;
     if (l->recompute == DP_RECOMPUTE_FULL) {
         /* The whole forward again, collectives included (Megatron checkpoints the
          * layer input and reruns the layer). */
-        o->recompute = L * (lc->gemm_f + lc->attn_f + lc->ew_f);
-        o->tp_re = L * lc->tp_f;
-        o->ep += L * lc->ep_f;
+        o->recompute = lc->gemm_f + lc->attn_f + lc->ew_f;
+        o->tp_re = lc->tp_f;
+        o->ep_b += lc->ep_f;
     } else if (l->recompute == DP_RECOMPUTE_SELECTIVE) {
-        o->recompute = L * (lc->attn_f + lc->attn_ew_f);
+        o->recompute = lc->attn_f + lc->attn_ew_f;
     }
+}
+
+/* The first stage's embedding, the last stage's output layer and loss (from the
+ * per-layer costs, where dp_time_layer put them). */
+static void embed_part(const struct dp_layer_time *lc, struct stage_cost *o)
+{
+    memset(o, 0, sizeof *o);
+    o->compute_f = lc->emb_f;
+    o->compute_b = lc->emb_b;
+    o->tp_f = lc->emb_tp_f;
+}
+
+static void head_part(const struct dp_layer_time *lc, struct stage_cost *o)
+{
+    memset(o, 0, sizeof *o);
+    o->compute_f = lc->head_f;
+    o->compute_b = lc->head_b;
+    o->tp_f = lc->head_tp_f;
+    o->tp_b = lc->head_tp_b;
+}
+
+static void ends(const struct ctx *c, struct dp_layer_time *o)
+{
+    const struct dp_model *m = c->m;
+    const struct dp_layout *l = c->l;
+    const double t = c->t, u = c->u, p = c->p, T = c->T, h = (double)m->hidden;
+    /* Embedding gather (+ positions), and its vocabulary-parallel all-reduce
+     * (reduce-scatter under SP); backward scatters gradients into the table. */
+    double ew = 3.0 * p * T * h / c->membw;
+    o->emb_f = ew;
+    o->emb_b = 2 * ew;
+    o->emb_tp_f = l->tp > 1 ? dp_coll_time_s(l->sp ? DP_REDUCE_SCATTER : DP_ALLREDUCE, p * T * h,
+                                             l->tp, &c->tp)
+                            : 0;
+    /* Final norm, LM head GEMM (vocabulary-parallel), cross entropy on fp32
+     * logits: ~5 passes of 4 bytes forward, 3 backward (Megatron
+     * vocab_parallel_cross_entropy), three small all-reduces over TP. */
     double vpad = (double)dp_padded_vocab(m->vocab, l->tp);
-    if (first) {
-        /* Embedding gather (+ positions), and its vocabulary-parallel all-reduce
-         * (reduce-scatter under SP); backward scatters gradients into the table. */
-        double ew = 3.0 * p * T * h / c->membw;
-        o->compute_f += ew;
-        o->compute_b += 2 * ew;
-        if (l->tp > 1)
-            o->tp_f +=
-                dp_coll_time_s(l->sp ? DP_REDUCE_SCATTER : DP_ALLREDUCE, p * T * h, l->tp, &c->tp);
-    }
-    if (last) {
-        /* Final norm, LM head GEMM (vocabulary-parallel), cross entropy on fp32
-         * logits: ~5 passes of 4 bytes forward, 3 backward (Megatron
-         * vocab_parallel_cross_entropy), three small all-reduces over TP. */
-        double head = gemm_s(c, T, vpad / t, h, 1);
-        double ce = T * vpad / t * 4.0;
-        double norm = 2.0 * p * T * h / u;
-        o->compute_f += head + (5 * ce + norm) / c->membw;
-        o->compute_b += 2 * head + (3 * ce + 2 * norm) / c->membw;
-        if (l->tp > 1) {
-            o->tp_f += 3 * dp_coll_time_s(DP_ALLREDUCE, 4.0 * T, l->tp, &c->tp);
-            if (l->sp) {
-                double ag = dp_coll_time_s(DP_ALLGATHER, p * T * h, l->tp, &c->tp);
-                o->tp_f += ag;
-                o->tp_b += ag + dp_coll_time_s(DP_REDUCE_SCATTER, p * T * h, l->tp, &c->tp);
-            }
+    double head = gemm_s(c, T, vpad / t, h, 1);
+    double ce = T * vpad / t * 4.0;
+    double norm = 2.0 * p * T * h / u;
+    o->head_f = head + (5 * ce + norm) / c->membw;
+    o->head_b = 2 * head + (3 * ce + 2 * norm) / c->membw;
+    o->head_tp_f = o->head_tp_b = 0;
+    if (l->tp > 1) {
+        o->head_tp_f = 3 * dp_coll_time_s(DP_ALLREDUCE, 4.0 * T, l->tp, &c->tp);
+        if (l->sp) {
+            double ag = dp_coll_time_s(DP_ALLGATHER, p * T * h, l->tp, &c->tp);
+            o->head_tp_f += ag;
+            o->head_tp_b = ag + dp_coll_time_s(DP_REDUCE_SCATTER, p * T * h, l->tp, &c->tp);
         }
     }
-    if (l->pp > 1) {
-        /* Activations to the next stage, gradients back, once per model chunk; each
-         * of the t GPUs sends 1/t of the tensor (Narayanan et al. 2021, Sec. 4.1
-         * scatter/gather). Send and receive of a step overlap each other but not
-         * compute (Megatron's 1F1B issues them around each micro-batch). */
-        double bytes = p * T * h / t;
-        o->pp = 2.0 * l->vpp * dp_coll_time_s(DP_P2P, bytes, 2, &c->pp);
-    }
-    o->total = o->compute_f + o->compute_b + o->recompute + o->tp_f + o->tp_b + o->tp_re + o->pp +
-               o->cp + o->ep;
+}
+
+/* Activations to the next stage and gradients back, once per model chunk; each of
+ * the t GPUs sends 1/t of the tensor (Narayanan et al. 2021, Sec. 4.1
+ * scatter/gather). Send and receive of a step overlap each other but not compute
+ * (Megatron's 1F1B issues them around each micro-batch). */
+static double p2p_part(const struct ctx *c)
+{
+    if (c->l->pp <= 1)
+        return 0;
+    double bytes = c->p * c->T * (double)c->m->hidden / c->t;
+    return dp_coll_time_s(DP_P2P, bytes, 2, &c->pp);
 }
 
 /* Parameters per GPU of a stage (dense part and expert part), as the memory model
@@ -289,6 +342,7 @@ void dp_time_layer(const struct dp_model *m, const struct dp_cluster *cl, const 
     struct ctx c;
     ctx_init(&c, m, cl, l);
     layer(&c, out);
+    ends(&c, out);
 }
 
 void dp_time_step_fast(const struct dp_model *m, const struct dp_cluster *cl,
@@ -299,9 +353,102 @@ void dp_time_step_fast(const struct dp_model *m, const struct dp_cluster *cl,
     dp_time_step_with(m, cl, l, &lt, o);
 }
 
+/* The pipeline: each chunk's passes, the schedule, the slowest rank's breakdown;
+ * what ZeRO does not change (struct dp_reuse keeps it). */
+static void pipeline(const struct ctx *c, const struct dp_layer_time *lcp, struct dp_reuse *r)
+{
+    const struct dp_model *m = c->m;
+    const struct dp_layout *l = c->l;
+    const struct dp_layer_time lc = *lcp;
+    /* Each model chunk's forward and backward per micro-batch: its layers, the
+     * embedding in the first, the output layer and loss in the last, its sends. */
+    const int pp = l->pp, v = l->vpp, S = pp * v;
+    struct stage_cost one, emb, head;
+    layer_part(c, &lc, &one);
+    embed_part(&lc, &emb);
+    head_part(&lc, &head);
+    double p2p = p2p_part(c);
+    const double f1 = fwd_of(&one), b1 = bwd_of(&one);
+    double F[DP_MAX_CHUNKS], B[DP_MAX_CHUNKS];
+    int nl[DP_MAX_CHUNKS];
+    for (int k = 0; k < S && k < DP_MAX_CHUNKS; k++) {
+        nl[k] = l->nchunks > 0 ? l->chunk_layers[k] : dp_layout_chunk_layers(l, m, k % pp, k / pp);
+        F[k] = nl[k] * f1 + p2p;
+        B[k] = nl[k] * b1 + p2p;
+    }
+    F[0] += fwd_of(&emb);
+    B[0] += bwd_of(&emb);
+    F[S - 1] += fwd_of(&head);
+    B[S - 1] += bwd_of(&head);
+    double M = (double)dp_layout_microbatches(l);
+    double pipe = dp_pipe_time_s(pp, v, (int64_t)M, F, B, NULL);
+    r->pipe_s = pipe;
+
+    /* The slowest rank's work per micro-batch, for the breakdown. */
+    int slow = 0;
+    double dmax = -1;
+    struct stage_cost st[3]; /* ranks 0, 1 and pp - 1 */
+    for (int d = 0; d < pp; d++) {
+        int n = 0;
+        double D = 0;
+        for (int k = d; k < S; k += pp) {
+            n += nl[k];
+            D += F[k] + B[k];
+        }
+        if (d == 0)
+            r->first_layers = n;
+        if (D > dmax) {
+            dmax = D;
+            slow = d;
+        }
+    }
+    for (int i = 0; i < 3; i++) {
+        int d = i == 0 ? 0 : i == 1 ? (pp > 2 ? 1 : 0) : pp - 1;
+        memset(&st[i], 0, sizeof st[i]);
+        add_scaled(&st[i], &one, dp_layout_stage_layers(l, m, d));
+        if (d == 0)
+            add_scaled(&st[i], &emb, 1);
+        if (d == pp - 1)
+            add_scaled(&st[i], &head, 1);
+        st[i].pp = 2.0 * v * p2p;
+    }
+    struct stage_cost sl;
+    memset(&sl, 0, sizeof sl);
+    add_scaled(&sl, &one, dp_layout_stage_layers(l, m, slow));
+    if (slow == 0)
+        add_scaled(&sl, &emb, 1);
+    if (slow == pp - 1)
+        add_scaled(&sl, &head, 1);
+    sl.pp = 2.0 * v * p2p;
+    r->slowest_stage = slow;
+    r->compute_s = M * (sl.compute_f + sl.compute_b);
+    r->recompute_s = M * (sl.recompute + sl.tp_re);
+    r->tp_comm_s = M * (sl.tp_f + sl.tp_b);
+    r->cp_comm_s = M * (sl.cp_f + sl.cp_b);
+    r->ep_comm_s = M * (sl.ep_f + sl.ep_b);
+    r->pp_comm_s = M * sl.pp;
+    r->bubble_s = pipe - M * total_of(&sl);
+    if (r->bubble_s < 0)
+        r->bubble_s = 0; /* rounding: pipe >= M x the slowest rank */
+    for (int i = 0; i < 3; i++) {
+        r->stage_fwd_s[i] = st[i].compute_f + st[i].tp_f + st[i].pp / 2;
+        r->stage_bwd_s[i] =
+            st[i].compute_b + st[i].recompute + st[i].tp_b + st[i].tp_re + st[i].pp / 2;
+    }
+
+    r->have_pipe = true;
+}
+
 void dp_time_step_with(const struct dp_model *m, const struct dp_cluster *cl,
                        const struct dp_layout *l, const struct dp_layer_time *lcp,
                        struct dp_step_cost *o)
+{
+    dp_time_step_reuse(m, cl, l, lcp, NULL, o);
+}
+
+void dp_time_step_reuse(const struct dp_model *m, const struct dp_cluster *cl,
+                        const struct dp_layout *l, const struct dp_layer_time *lcp,
+                        struct dp_reuse *ru, struct dp_step_cost *o)
 {
     memset(o, 0, sizeof *o);
     struct ctx c;
@@ -311,58 +458,46 @@ void dp_time_step_with(const struct dp_model *m, const struct dp_cluster *cl,
     o->ep_path = c.ep;
     o->dp_path = c.dp;
     o->pp_path = c.pp;
-    const struct dp_layer_time lc = *lcp;
-
-    /* Stages: first, a middle one, last (middle stages are alike). */
-    struct stage_cost st[3];
-    int pp = l->pp;
-    int L0 = dp_layout_stage_layers(l, m, 0);
-    int Lm = pp > 2 ? dp_layout_stage_layers(l, m, 1) : 0;
-    int Ll = dp_layout_stage_layers(l, m, pp - 1);
-    stage(&c, &lc, L0, true, pp == 1, &st[0]);
-    if (pp > 2)
-        stage(&c, &lc, Lm, false, false, &st[1]);
-    if (pp > 1)
-        stage(&c, &lc, Ll, false, true, &st[2]);
-    double tmax = st[0].total;
-    int slow = 0;
-    for (int i = 1; i < 3; i++) {
-        bool present = (i == 1 && pp > 2) || (i == 2 && pp > 1);
-        if (present && st[i].total > tmax) {
-            tmax = st[i].total;
-            slow = i;
-        }
-    }
-    double sum = st[0].total + (pp > 2 ? (pp - 2) * st[1].total : 0) + (pp > 1 ? st[2].total : 0);
-    double M = (double)dp_layout_microbatches(l);
-    /*
-     * 1F1B: in steady state every stage runs one forward and one backward per
-     * micro-batch, paced by the slowest; filling and draining the pipeline passes
-     * every other stage once, and interleaving v chunks divides that by v
-     * (Narayanan et al. 2021, Sec. 2.2: bubble (p - 1)/(v m) for equal stages).
-     */
-    double pipe = M * tmax + (sum - tmax) / l->vpp;
-    const struct stage_cost *s = &st[slow];
-    o->slowest_stage = slow == 0 ? 0 : slow == 1 ? 1 : pp - 1;
-    o->compute_s = M * (s->compute_f + s->compute_b);
-    o->recompute_s = M * (s->recompute + s->tp_re);
-    o->tp_comm_s = M * (s->tp_f + s->tp_b);
-    o->cp_comm_s = M * s->cp;
-    o->ep_comm_s = M * s->ep;
-    o->pp_comm_s = M * s->pp;
-    o->bubble_s = pipe - M * tmax;
+    struct dp_reuse mine;
+    struct dp_reuse *r = ru ? ru : &mine;
+    if (!ru || !ru->have_pipe)
+        pipeline(&c, lcp, r);
+    const double pipe = r->pipe_s, M = (double)dp_layout_microbatches(l);
+    const int pp = l->pp, L0 = r->first_layers;
+    o->slowest_stage = r->slowest_stage;
+    o->compute_s = r->compute_s;
+    o->recompute_s = r->recompute_s;
+    o->tp_comm_s = r->tp_comm_s;
+    o->cp_comm_s = r->cp_comm_s;
+    o->ep_comm_s = r->ep_comm_s;
+    o->pp_comm_s = r->pp_comm_s;
+    o->bubble_s = r->bubble_s;
     for (int i = 0; i < 3; i++) {
-        o->stage_fwd_s[i] = st[i].compute_f + st[i].tp_f + st[i].pp / 2;
-        o->stage_bwd_s[i] =
-            st[i].compute_b + st[i].recompute + st[i].tp_b + st[i].tp_re + st[i].pp / 2;
+        o->stage_fwd_s[i] = r->stage_fwd_s[i];
+        o->stage_bwd_s[i] = r->stage_bwd_s[i];
     }
 
-    /* Data parallel, on the first stage (it finishes its last backward last). */
+    /* Data parallel: the stage with the most parameters sets the time (the first and
+     * last hold the embedding and the output layer, the others only layers: the one
+     * with the most of them). */
     double pdense, pexpert;
     stage_params(m, l, 0, &pdense, &pexpert);
-    if (pp > 1) {
+    int most = -1, most_n = -1;
+    for (int d = 1; d < pp - 1; d++) {
+        int n = dp_layout_stage_layers(l, m, d);
+        if (n > most_n) {
+            most_n = n;
+            most = d;
+        }
+        if (l->nchunks == 0)
+            break; /* the middle stages are alike */
+    }
+    for (int k = 0; k < 2; k++) {
+        int d = k == 0 ? most : pp - 1;
+        if (d <= 0)
+            continue;
         double d2, e2;
-        stage_params(m, l, pp - 1, &d2, &e2);
+        stage_params(m, l, d, &d2, &e2);
         if (d2 + e2 > pdense + pexpert) {
             pdense = d2;
             pexpert = e2;
