@@ -1,5 +1,5 @@
 /*
- * The exhaustive layout search: every valid (tp, cp, pp, split, vpp, dp, ep,
+ * The exhaustive layout search: every valid (tp, cp, pp, vpp, split, dp, ep,
  * mbs, ZeRO, recompute, sp) for a model on a cluster, memory first, then time,
  * keeping the best K and the best per value of each dimension.
  *
@@ -116,12 +116,13 @@ static void keep_alt(struct search *s, enum dp_alt_dim dim, int value, const str
 }
 
 static void evaluate(struct search *s, const struct dp_layout *l, const struct dp_layer_time *lt,
-                     const struct dp_act_layer *al)
+                     const struct dp_act_layer *al, struct dp_reuse *ru)
 {
     struct dp_search_result *r = s->r;
     r->evaluated++;
     struct dp_candidate c;
-    dp_mem_peak_with(s->m, s->cl, l, &s->o->mem, al, &c.peak_bytes, &c.min_bytes, &c.peak_stage);
+    dp_mem_peak_reuse(s->m, s->cl, l, &s->o->mem, al, ru, &c.peak_bytes, &c.min_bytes,
+                      &c.peak_stage);
     if (c.peak_bytes > s->cap) {
         r->oom++;
         if (r->lowest_peak < 0 || c.peak_bytes < r->lowest_peak) {
@@ -132,7 +133,7 @@ static void evaluate(struct search *s, const struct dp_layout *l, const struct d
     }
     r->fitting++;
     c.layout = *l;
-    dp_time_step_with(s->m, s->cl, l, lt, &c.cost);
+    dp_time_step_reuse(s->m, s->cl, l, lt, ru, &c.cost);
     keep_top(s, &c);
     keep_alt(s, DP_ALT_TP, l->tp, &c);
     keep_alt(s, DP_ALT_PP, l->pp, &c);
@@ -143,39 +144,69 @@ static void evaluate(struct search *s, const struct dp_layout *l, const struct d
     keep_alt(s, DP_ALT_VPP, l->vpp > 1, &c);
 }
 
-/* Pipeline splits of L layers into pp stages: (first, last) stage layer counts, 0 meaning
- * "like the middle stages". Even splits, and Megatron-style uneven ones where the first
- * and/or last stage holds 1 or 2 layers fewer than the others (they also hold the
- * embedding and the output layer). Returns the count written to out. */
-static int splits(int L, int pp, bool no_uneven, int out[][2], int cap)
+/*
+ * The pipeline splits tried for (pp, vpp): the even one when L divides into the pp x vpp
+ * model chunks, and dplan's balanced family (dp_split_balanced, core/split.c) with the
+ * embedding and the loss weighing a and b layers, a, b in {0, 1, 2} without
+ * interleaving and {0, 1} with it: the first and last stages one or two layers lighter
+ * (Megatron's --decoder-first/last-pipeline-num-layers and --account-for-*-in-pipeline-
+ * split are members when the rest divides), the remainder of a count that does not
+ * divide spread one layer per GPU. Duplicates are dropped; the cost model ranks the rest.
+ * Returns the count written to out (at most 9); an even split is stored as nchunks 0.
+ */
+#define DP_SEARCH_MAX_UNEVEN_VPP 16
+
+struct split {
+    int nchunks;
+    uint16_t c[DP_MAX_CHUNKS];
+};
+
+static int splits(int L, int pp, int vpp, bool no_uneven, int head_w, struct split *out)
 {
-    int n = 0;
-    if (pp == 1 || L % pp == 0)
-        out[n++][0] = 0, out[n - 1][1] = 0;
-    if (pp == 1 || no_uneven)
+    /* (a, b): without interleaving both 0..2; with it (0, 0), (0, 1), (1, 1); and the
+     * loss weighing what the output layer and loss cost (head_w layers, rounded either
+     * way: it is the heavy end) */
+    int ab[16][2], nab = 0;
+    int amax = vpp == 1 ? 2 : 1;
+    for (int a = 0; a <= amax; a++)
+        for (int b = 0; b <= amax; b++)
+            if (vpp == 1 || b >= a)
+                ab[nab][0] = a, ab[nab++][1] = b;
+    for (int a = 0; a <= 1; a++)
+        for (int b = head_w; b <= head_w + 1; b++)
+            if (b > amax)
+                ab[nab][0] = a, ab[nab++][1] = b;
+    int S = pp * vpp, n = 0;
+    if (S > DP_MAX_CHUNKS)
+        return 0;
+    if (L % S == 0)
+        out[n++].nchunks = 0;
+    if (pp == 1 || no_uneven || vpp > DP_SEARCH_MAX_UNEVEN_VPP)
         return n;
-    for (int k = 1; k <= 2 && n < cap; k++) {
-        /* first and last both reduced: 2f + (pp - 2) m = L, f = m - k */
-        if (pp >= 3 && (L + 2 * k) % pp == 0) {
-            int m = (L + 2 * k) / pp, f = m - k;
-            if (f >= 1 && n < cap) {
-                out[n][0] = f;
-                out[n][1] = f;
-                n++;
-            }
+    int c[DP_MAX_CHUNKS];
+    for (int k = 0; k < 2 * nab; k++) {
+        if (dp_split_balanced(L, pp, vpp, ab[k / 2][0], ab[k / 2][1], k % 2, c))
+            continue;
+        bool even = true;
+        for (int x = 1; x < S; x++)
+            even &= c[x] == c[0];
+        if (even)
+            continue; /* the even split, already there */
+        bool dup = false;
+        for (int i = 0; i < n && !dup; i++) {
+            if (out[i].nchunks != S)
+                continue;
+            bool same = true;
+            for (int x = 0; x < S && same; x++)
+                same = out[i].c[x] == c[x];
+            dup = same;
         }
-        /* only the last (or only the first) reduced: (pp - 1) m + f = L */
-        if ((L + k) % pp == 0) {
-            int m = (L + k) / pp, f = m - k;
-            if (f >= 1 && n + 1 < cap) {
-                out[n][0] = 0;
-                out[n][1] = f;
-                n++;
-                out[n][0] = f;
-                out[n][1] = 0;
-                n++;
-            }
-        }
+        if (dup)
+            continue;
+        out[n].nchunks = S;
+        for (int x = 0; x < S; x++)
+            out[n].c[x] = (uint16_t)c[x];
+        n++;
     }
     return n;
 }
@@ -265,7 +296,16 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
                         l.pp = 1;
                         struct dp_layer_time lt;
                         dp_time_layer(m, cl, &l, &lt);
+                        /* The output layer and loss in layers of forward + backward
+                         * time, for the splits that unload the last stage. */
+                        double layer_fb = 3 * lt.gemm_f + lt.attn_f + lt.attn_b + 3 * lt.ew_f +
+                                          lt.tp_f + lt.tp_b + lt.cp_f + lt.cp_b + lt.ep_f + lt.ep_b;
+                        double head_fb = lt.head_f + lt.head_b + lt.head_tp_f + lt.head_tp_b;
+                        int head_w = layer_fb > 0 ? (int)(head_fb / layer_fb) : 0;
+                        if (head_w > 64)
+                            head_w = 64;
                         struct dp_act_layer act[3];
+                        struct dp_reuse ru[3];
                         for (int rc = 0; rc < 3; rc++) {
                             l.recompute = (enum dp_recompute)rc;
                             dp_act_layer(m, &l, &act[rc]);
@@ -281,21 +321,29 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
                             if (o->gbs % (mbs * dp))
                                 continue;
                             int64_t M = o->gbs / (mbs * dp);
-                            int sp_[8][2];
-                            int nsplit = splits(L, pp, o->no_uneven, sp_, 8);
-                            if (nsplit == 0) {
-                                if (pp < (int)sizeof nosplit)
-                                    nosplit[pp] = 1;
-                                continue;
-                            }
-                            for (int si = 0; si < nsplit; si++) {
-                                bool even = sp_[si][0] == 0 && sp_[si][1] == 0;
-                                int per = L / pp;
-                                for (int vpp = 1; vpp <= (even && pp > 1 ? per : 1); vpp++) {
-                                    if (per % vpp || (o->vpp && vpp != o->vpp))
-                                        continue;
-                                    if (vpp > 1 && M % pp)
-                                        continue;
+                            int vmax = pp == 1 ? 1 : (L + 2) / pp;
+                            if (vmax > DP_MAX_CHUNKS / pp)
+                                vmax = DP_MAX_CHUNKS / pp;
+                            bool any = false;
+                            for (int vpp = 1; vpp <= vmax; vpp++) {
+                                if (o->vpp && vpp != o->vpp)
+                                    continue;
+                                if (vpp > 1 && M % pp)
+                                    continue;
+                                struct split sp_[32];
+                                int nsplit = splits(L, pp, vpp, o->no_uneven, head_w, sp_);
+                                any |= nsplit > 0;
+                                for (int si = 0; si < nsplit; si++) {
+                                    l.pp = pp;
+                                    l.dp = dp;
+                                    l.vpp = vpp;
+                                    l.nchunks = sp_[si].nchunks;
+                                    memcpy(l.chunk_layers, sp_[si].c,
+                                           sizeof l.chunk_layers[0] * (size_t)sp_[si].nchunks);
+                                    /* ZeRO changes neither the schedule nor the
+                                     * activations: computed once per recompute mode */
+                                    for (int k = 0; k < 3; k++)
+                                        ru[k].have_pipe = ru[k].have_act = false;
                                     for (int zero = 0; zero <= 3; zero++) {
                                         if (o->zero >= 0 && zero != o->zero)
                                             continue;
@@ -306,18 +354,15 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
                                         for (int rc = 0; rc < 3; rc++) {
                                             if (o->recompute >= 0 && rc != o->recompute)
                                                 continue;
-                                            l.pp = pp;
-                                            l.dp = dp;
-                                            l.vpp = vpp;
                                             l.zero = zero;
                                             l.recompute = (enum dp_recompute)rc;
-                                            l.first_stage_layers = sp_[si][0];
-                                            l.last_stage_layers = sp_[si][1];
-                                            evaluate(&s, &l, &lt, &act[rc]);
+                                            evaluate(&s, &l, &lt, &act[rc], &ru[rc]);
                                         }
                                     }
                                 }
                             }
+                            if (!any && pp < (int)sizeof nosplit)
+                                nosplit[pp] = 1;
                         }
                     }
                 }
@@ -331,10 +376,8 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
         if (nosplit[pp] && shown++ < 8)
             len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", len ? "," : "", pp);
     if (shown)
-        note(&s,
-             "pp=%s%s: %d layers do not split into that many stages (evenly, or with 1-2 "
-             "fewer on the first/last)",
-             list, shown > 8 ? ",..." : "", L);
+        note(&s, "pp=%s%s: %d layers do not split evenly into that many stages%s", list,
+             shown > 8 ? ",..." : "", L, o->no_uneven ? " (--no-uneven)" : "");
     if (r->evaluated == 0)
         return dp_err_set(
             err, DP_EINFEASIBLE,
