@@ -4,6 +4,7 @@
  */
 #include "cli.h"
 #include "memory_report.h"
+#include "split_report.h"
 #include "time_report.h"
 
 #include <cjson/cJSON.h>
@@ -61,6 +62,7 @@ int cmd_estimate(int argc, char **argv)
         cJSON_AddStringToObject(o, "cluster", cl.name);
         cJSON_AddNumberToObject(o, "gpus", dp_cluster_gpus(&cl));
         cJSON_AddItemToObject(o, "layout", dp_layout_to_json(&l));
+        cJSON_AddItemToObject(o, "pipeline", cli_split_json(&l, &m));
         cJSON_AddItemToObject(o, "memory", cli_mem_json(rep));
         cli_print_json(o);
     } else {
@@ -72,6 +74,10 @@ int cmd_estimate(int argc, char **argv)
         printf("\n");
         cli_placement_text(stdout, &sc, &l);
         printf("\n");
+        if (l.pp > 1) {
+            cli_split_text(stdout, &l, &m);
+            printf("\n");
+        }
         cli_mem_table(stdout, rep);
         printf("\n");
         cli_mem_verdict(stdout, rep);

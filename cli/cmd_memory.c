@@ -5,6 +5,7 @@
 #include "cli.h"
 #include "memory_report.h"
 #include "planner/planner.h"
+#include "split_report.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -85,6 +86,11 @@ int cmd_memory(int argc, char **argv)
     if (min_gpus) {
         if (c.plan)
             return cli_usage_error("memory", "--min-gpus takes MODEL and a cluster, not --plan");
+        if (cli_split_option(&c))
+            return cli_usage_error("memory",
+                                   "%s fixes the pipeline split of one layout; --min-gpus searches "
+                                   "the layouts itself",
+                                   cli_split_option(&c));
         if (dp_model_load(argv[optind], &m, &err) || cli_cluster(&c, &cl, &err))
             return cli_fail(&err);
     }
@@ -143,6 +149,7 @@ int cmd_memory(int argc, char **argv)
         cJSON_AddStringToObject(o, "cluster", cl.name);
         cJSON_AddNumberToObject(o, "gpus", dp_cluster_gpus(&cl));
         cJSON_AddItemToObject(o, "layout", dp_layout_to_json(&l));
+        cJSON_AddItemToObject(o, "pipeline", cli_split_json(&l, &m));
         if (!rep->fits) {
             cJSON *a = cJSON_AddArrayToObject(o, "fixes");
             for (int i = 0; i < nfix; i++)
@@ -154,6 +161,10 @@ int cmd_memory(int argc, char **argv)
         cli_describe_cluster(stdout, &cl);
         cli_describe_layout(stdout, &l, &m);
         printf("\n");
+        if (l.pp > 1) {
+            cli_split_text(stdout, &l, &m);
+            printf("\n");
+        }
         cli_mem_table(stdout, rep);
         printf("\n");
         cli_mem_verdict(stdout, rep);
