@@ -52,7 +52,7 @@ static int run(const char *model, const char *system, int nodes, int64_t gbs, in
     double med = t[reps / 2];
     char lay[160] = "none fits";
     if (r->n)
-        dp_layout_format(&r->top[0].layout, lay, sizeof lay);
+        dp_layout_format_model(&r->top[0].layout, &m, lay, sizeof lay);
     printf("%-12s on %5d x %-14s gbs %5lld: %10lld layouts evaluated (%lld fit) in %7.3f s "
            "median of %d = %6.2f M layouts/s; best %s (%.3f s/step)\n",
            m.name, dp_cluster_gpus(&cl), cl.gpu.name, (long long)gbs, r->evaluated, r->fitting, med,

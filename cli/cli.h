@@ -12,10 +12,22 @@
 
 struct cJSON;
 
+/* Exit status of estimate/memory --check-fit when the layout does not fit in memory. */
+#define CLI_EXIT_NOFIT 3
+
+/* --check-fit found the layout out of memory: one line on stderr, returns CLI_EXIT_NOFIT. */
+int cli_no_fit(const char *cmd, const struct dp_model *m, const struct dp_cluster *cl,
+               int64_t peak_bytes, int stage);
 /* Print "dplan: error: <msg>" to stderr and return the exit code for `status`. */
 int cli_fail(const struct dp_err *err);
 /* Usage error: "dplan <cmd>: <msg>" plus a hint; returns 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/*
+ * With on, cli_fail and cli_usage_error also print {"error": MSG, "exit_code": N} on
+ * stdout, so that a --json caller always gets JSON (main sets it when a command that
+ * takes --json is given --json).
+ */
+void cli_set_json_errors(bool on);
 
 /* Option ids for the shared options (values above any short-option char). */
 enum {
@@ -68,8 +80,9 @@ enum {
     {"gpus-per-node", required_argument, 0, OPT_GPUS_PER_NODE},                                    \
     {"intra", required_argument, 0, OPT_INTRA},                                                    \
     {"network", required_argument, 0, OPT_NETWORK},                                                \
-    {"cluster", required_argument, 0, OPT_CLUSTER},                                                \
-    {"plan", required_argument, 0, OPT_PLAN}
+    {"cluster", required_argument, 0, OPT_CLUSTER}
+/* --plan FILE: estimate and memory only (suggest and whatif search; they take no plan). */
+#define CLI_PLAN_OPTION {"plan", required_argument, 0, OPT_PLAN}
 // clang-format on
 
 #define CLI_KNOB_OPTIONS                                                                           \
@@ -117,6 +130,17 @@ struct cli_common {
     bool knob_given[OPT_COMMON_END - OPT_SYSTEM];
 };
 
+/*
+ * What a planning command assumed for options the user did not give, in words
+ * ("" when given): printed next to the value and under "defaults" in --json, so a
+ * default never silently changes the question.
+ */
+struct cli_defaults {
+    char nodes[96]; /* --system without --nodes */
+    char seq[192];  /* --seq-len: where the model's training length came from */
+    char gbs[192];  /* --gbs: the planning default, ~4M tokens */
+};
+
 void cli_common_init(struct cli_common *c);
 /*
  * getopt_long for a subcommand: the next command-specific option id, -1 at the
@@ -134,7 +158,8 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
  * the plan's cluster). `model_arg` may be NULL when a plan is given.
  */
 int cli_resolve(const struct cli_common *c, const char *model_arg, struct dp_model *m,
-                struct dp_cluster *cl, struct dp_layout *l, struct dp_err *err);
+                struct dp_cluster *cl, struct dp_layout *l, struct cli_defaults *d,
+                struct dp_err *err);
 /* True if any cluster-selection option was given. */
 bool cli_has_cluster(const struct cli_common *c);
 /* Build the cluster; usage errors (missing/contradictory options) return DP_EUSAGE. */
@@ -150,7 +175,8 @@ int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus,
 const char *cli_split_option(const struct cli_common *c);
 /* Help text for the shared options. */
 extern const char cli_cluster_help[];
-extern const char cli_knob_help[];
+extern const char cli_knob_help[];      /* dplan run's */
+extern const char cli_plan_knob_help[]; /* estimate, memory, suggest, whatif */
 
 /* The shipped measured runs, tests/validation/runs.json. */
 const char *cli_default_runs(void);
@@ -158,10 +184,23 @@ const char *cli_default_runs(void);
 /* Memory options from the knobs (--overhead-gib), for estimate, memory and the searches. */
 struct dp_mem_opts;
 void cli_mem_opts(const struct cli_common *c, struct dp_mem_opts *o);
-/* suggest/whatif: the default global batch (~4M tokens) and search options from the knobs. */
-int64_t cli_default_gbs(int64_t seq_len);
+/*
+ * The planning commands' one default global batch (estimate, memory, suggest, whatif):
+ * ~4M tokens, 2^k sequences. `unit` > 1 rounds it to the nearest multiple of unit
+ * (mbs x dp, times pp when interleaving), at least one unit.
+ */
+int64_t cli_default_gbs(int64_t seq_len, int64_t unit);
+/* Fill d->nodes and d->seq for what c leaves out (d->gbs is the caller's). */
+void cli_defaults_fill(const struct cli_common *c, const struct dp_model *m,
+                       struct cli_defaults *d);
 struct dp_search_opts;
-int cli_search_opts(const struct cli_common *c, const struct dp_model *m, struct dp_search_opts *o);
+int cli_search_opts(const struct cli_common *c, const struct dp_model *m, struct dp_search_opts *o,
+                    struct cli_defaults *d);
+/* "batch    1024 sequences x 4096 tokens (--gbs not given: ...)" and, when --seq-len was
+ * not given, "seq      4096 (--seq-len not given: ...)". */
+void cli_describe_batch(FILE *f, int64_t gbs, int64_t seq_len, const struct cli_defaults *d);
+/* d as a "defaults" object ({} when everything was given), added to o. */
+void cli_defaults_json(struct cJSON *o, const struct cli_defaults *d);
 
 /* Helpers for printing. */
 double cli_gib(int64_t bytes);
@@ -169,7 +208,7 @@ double cli_gib(int64_t bytes);
 const char *cli_count_short(int64_t n, char *buf, size_t cap);
 void cli_print_json(struct cJSON *root); /* prints and deletes */
 void cli_describe_model(FILE *f, const struct dp_model *m);
-void cli_describe_cluster(FILE *f, const struct dp_cluster *c);
+void cli_describe_cluster(FILE *f, const struct dp_cluster *c, const struct cli_defaults *d);
 void cli_describe_layout(FILE *f, const struct dp_layout *l, const struct dp_model *m);
 
 /* Subcommands. */
@@ -177,6 +216,7 @@ int cmd_calibrate(int argc, char **argv);
 int cmd_ckpt(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 int cmd_estimate(int argc, char **argv);
+int cmd_export(int argc, char **argv);
 int cmd_memory(int argc, char **argv);
 int cmd_model(int argc, char **argv);
 int cmd_profiles(int argc, char **argv);

@@ -11,30 +11,53 @@
 #include <stdlib.h>
 
 static const char help_head[] =
-    "usage: dplan estimate MODEL <cluster> [knobs] [--json]\n"
-    "       dplan estimate --plan plan.json [--json]\n\n"
-    "Predict one training step of MODEL under the given layout: step time and\n"
-    "its breakdown (compute, recompute, tensor/context/expert/pipeline/data-\n"
-    "parallel communication, pipeline bubble, optimizer), tokens/s, TFLOP/s per\n"
-    "GPU (model and hardware FLOPs), MFU, which link each parallel group uses,\n"
-    "and the per-stage memory report of `dplan memory`.\n\n"
-    "  --json    machine-readable output\n\n";
+    "usage: dplan estimate MODEL <cluster> [knobs] [--json] [--check-fit]\n"
+    "       dplan estimate --plan plan.json [--json] [--check-fit]\n\n"
+    "Predict one training step of MODEL under the given layout: whether it fits\n"
+    "in memory (first), the step time and its breakdown (compute, recompute,\n"
+    "tensor/context/expert/pipeline/data-parallel communication, pipeline bubble,\n"
+    "optimizer), tokens/s, TFLOP/s per GPU (model and hardware FLOPs), MFU, which\n"
+    "link each parallel group uses, and the per-stage memory report of\n"
+    "`dplan memory`. A layout that does not fit is still timed (as if it fit).\n\n"
+    "  --plan FILE   model, cluster and layout of a plan (`dplan suggest -o`)\n"
+    "  --json        machine-readable output (\"fits\" first)\n"
+    "  --check-fit   exit status 3, and one line on stderr, when the layout does not\n"
+    "                fit in memory\n\n"
+    "Exit status: 0 (with --check-fit: and it fits), 3 with --check-fit when it does\n"
+    "not fit, 1 on errors, 2 on usage errors.\n\n";
+
+/* The step-time object with "fits" as its first member. */
+static cJSON *with_fits_first(cJSON *t, bool fits)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddBoolToObject(o, "fits", fits);
+    while (t->child) {
+        cJSON *it = cJSON_DetachItemViaPointer(t, t->child);
+        cJSON_AddItemToObject(o, it->string, it);
+    }
+    cJSON_Delete(t);
+    return o;
+}
 
 int cmd_estimate(int argc, char **argv)
 {
     static const struct option opts[] = {CLI_CLUSTER_OPTIONS,
+                                         CLI_PLAN_OPTION,
                                          CLI_KNOB_OPTIONS,
                                          {"json", no_argument, 0, OPT_JSON},
+                                         {"check-fit", no_argument, 0, 'c'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     struct cli_common c;
     cli_common_init(&c);
+    bool check_fit = false;
     int ch;
     optind = 1;
     opterr = 0;
     while ((ch = cli_next_opt("estimate", argc, argv, ":h", opts, &c)) != -1) {
         switch (ch) {
-        case 'h': printf("%s%s\n%s", help_head, cli_cluster_help, cli_knob_help); return 0;
+        case 'c': check_fit = true; break;
+        case 'h': printf("%s%s\n%s", help_head, cli_cluster_help, cli_plan_knob_help); return 0;
         default: return 2;
         }
     }
@@ -44,7 +67,8 @@ int cmd_estimate(int argc, char **argv)
     struct dp_model m;
     struct dp_cluster cl;
     struct dp_layout l;
-    if (cli_resolve(&c, optind < argc ? argv[optind] : NULL, &m, &cl, &l, &err))
+    struct cli_defaults d;
+    if (cli_resolve(&c, optind < argc ? argv[optind] : NULL, &m, &cl, &l, &d, &err))
         return cli_fail(&err);
     struct dp_mem_opts mo;
     cli_mem_opts(&c, &mo);
@@ -57,31 +81,41 @@ int cmd_estimate(int argc, char **argv)
         return cli_fail(&err);
     }
     if (c.json) {
-        cJSON *o = cli_time_json(&sc, &l);
+        cJSON *o = with_fits_first(cli_time_json(&sc, &l), rep->fits);
         cJSON_AddStringToObject(o, "model", m.name);
         cJSON_AddStringToObject(o, "cluster", cl.name);
         cJSON_AddNumberToObject(o, "gpus", dp_cluster_gpus(&cl));
         cJSON_AddItemToObject(o, "layout", dp_layout_to_json(&l));
+        cli_defaults_json(o, &d);
         cJSON_AddItemToObject(o, "pipeline", cli_split_json(&l, &m));
-        cJSON_AddItemToObject(o, "memory", cli_mem_json(rep));
+        cJSON_AddItemToObject(o, "memory", cli_mem_json(rep, &l, &m));
         cli_print_json(o);
     } else {
         cli_describe_model(stdout, &m);
-        cli_describe_cluster(stdout, &cl);
+        cli_describe_cluster(stdout, &cl, &d);
         cli_describe_layout(stdout, &l, &m);
+        cli_describe_batch(stdout, l.gbs, l.seq_len, &d);
+        printf("\n");
+        /* The verdict first: a layout that does not fit does not run, however fast. */
+        cli_mem_verdict(stdout, rep);
+        if (!rep->fits)
+            printf("the times below are what it would take if it fit; `dplan memory` with the "
+                   "same options lists fixes\n");
         printf("\n");
         cli_time_text(stdout, &sc, &l, &cl);
         printf("\n");
         cli_placement_text(stdout, &sc, &l);
         printf("\n");
-        if (l.pp > 1) {
+        if (cli_split_shown(&l)) {
             cli_split_text(stdout, &l, &m);
             printf("\n");
         }
-        cli_mem_table(stdout, rep);
-        printf("\n");
-        cli_mem_verdict(stdout, rep);
+        cli_mem_table(stdout, rep, &l, &m);
+        cli_mem_balance(stdout, rep);
     }
+    bool fits = rep->fits;
+    int64_t peak = rep->peak_bytes;
+    int stage = rep->peak_stage;
     free(rep);
-    return 0;
+    return check_fit && !fits ? cli_no_fit("estimate", &m, &cl, peak, stage) : 0;
 }

@@ -6,20 +6,32 @@
 #include "memory_report.h"
 #include "planner/planner.h"
 #include "split_report.h"
+#include "svg_charts.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const char help_head[] =
-    "usage: dplan memory MODEL <cluster> [knobs] [--json] [--min-gpus]\n"
-    "       dplan memory --plan plan.json [--json]\n\n"
-    "Per-GPU memory of one training step, per pipeline stage: parameters,\n"
-    "gradients, optimizer states, activations and other (runtime, buffers);\n"
-    "FITS or OOM against the GPU's usable memory; when it does not fit, the\n"
-    "changes that would make it fit, cheapest first, with the peak each reaches.\n\n"
+    "usage: dplan memory MODEL <cluster> [knobs] [--json] [--check-fit] [--svg FILE]\n"
+    "       dplan memory MODEL <cluster> --min-gpus [--json]\n"
+    "       dplan memory --plan plan.json [--json] [--check-fit] [--svg FILE]\n\n"
+    "Per-GPU memory of one training step, per pipeline stage: FITS or OOM against\n"
+    "the GPU's usable memory (first), then parameters, gradients, optimizer states,\n"
+    "activations and other (runtime, buffers) per stage with its layers; when it\n"
+    "does not fit, the changes that would make it fit, cheapest first, with the\n"
+    "peak each reaches.\n\n"
+    "  --plan FILE   model, cluster and layout of a plan (`dplan suggest -o`)\n"
     "  --json        machine-readable report\n"
-    "  --min-gpus    find the fewest GPUs of this node type on which some layout fits\n\n";
+    "  --check-fit   exit status 3, and one line on stderr, when the layout does not fit\n"
+    "  --min-gpus    find the fewest GPUs of this node type on which some layout fits,\n"
+    "                searching what suggest searches (knobs given stay fixed; without\n"
+    "                --gbs the batch is 2 x mbs sequences per GPU), and print the\n"
+    "                fastest layout that fits there (exit status 1 when none does)\n"
+    "  --svg FILE    also draw each stage's memory, stacked by kind, against the GPU's\n"
+    "                usable memory, as SVG (\"-\": the SVG on stdout instead of the report)\n\n"
+    "Exit status: 0 (with --check-fit: and it fits), 3 with --check-fit when it does\n"
+    "not fit, 1 on errors, 2 on usage errors.\n\n";
 
 static void fix_json(cJSON *arr, const struct dp_fix *fx)
 {
@@ -34,20 +46,21 @@ static void fix_json(cJSON *arr, const struct dp_fix *fx)
     cJSON_AddItemToArray(arr, e);
 }
 
-static void print_min_gpus(const struct dp_min_gpus *mg, const struct dp_cluster *cl)
+static void print_min_gpus(const struct dp_min_gpus *mg, const struct dp_model *m,
+                           const struct dp_cluster *cl)
 {
     char lay[160];
     if (mg->found) {
-        dp_layout_format(&mg->layout, lay, sizeof lay);
+        dp_layout_format_model(&mg->layout, m, lay, sizeof lay);
         printf("fewest GPUs: %d x %s", mg->gpus, cl->gpu.name);
         if (mg->nodes)
             printf(" (%d node%s of %s)", mg->nodes, mg->nodes == 1 ? "" : "s", cl->system);
-        printf(" with %s, peak %.2f GiB of %.2f GiB\n", lay, cli_gib(mg->peak_bytes),
-               cli_gib(dp_gpu_usable_bytes(&cl->gpu)));
+        printf(" with %s gbs=%lld, peak %.2f GiB of %.2f GiB\n", lay, (long long)mg->layout.gbs,
+               cli_gib(mg->peak_bytes), cli_gib(dp_gpu_usable_bytes(&cl->gpu)));
     } else {
         printf("fits on no count of %s up to the search limit", cl->gpu.name);
         if (mg->best_peak_bytes >= 0) {
-            dp_layout_format(&mg->best_layout, lay, sizeof lay);
+            dp_layout_format_model(&mg->best_layout, m, lay, sizeof lay);
             printf("; the smallest peak reached is %.2f GiB (%s)", cli_gib(mg->best_peak_bytes),
                    lay);
         }
@@ -59,21 +72,27 @@ static void print_min_gpus(const struct dp_min_gpus *mg, const struct dp_cluster
 int cmd_memory(int argc, char **argv)
 {
     static const struct option opts[] = {CLI_CLUSTER_OPTIONS,
+                                         CLI_PLAN_OPTION,
                                          CLI_KNOB_OPTIONS,
                                          {"json", no_argument, 0, OPT_JSON},
+                                         {"check-fit", no_argument, 0, 'c'},
                                          {"min-gpus", no_argument, 0, 'm'},
+                                         {"svg", required_argument, 0, 'S'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     struct cli_common c;
     cli_common_init(&c);
-    bool min_gpus = false;
+    bool min_gpus = false, check_fit = false;
+    const char *svg = NULL;
     int ch;
     optind = 1;
     opterr = 0;
     while ((ch = cli_next_opt("memory", argc, argv, ":h", opts, &c)) != -1) {
         switch (ch) {
         case 'm': min_gpus = true; break;
-        case 'h': printf("%s%s\n%s", help_head, cli_cluster_help, cli_knob_help); return 0;
+        case 'c': check_fit = true; break;
+        case 'S': svg = optarg; break;
+        case 'h': printf("%s%s\n%s", help_head, cli_cluster_help, cli_plan_knob_help); return 0;
         default: return 2;
         }
     }
@@ -91,6 +110,10 @@ int cmd_memory(int argc, char **argv)
                                    "%s fixes the pipeline split of one layout; --min-gpus searches "
                                    "the layouts itself",
                                    cli_split_option(&c));
+        if (check_fit)
+            return cli_usage_error("memory", "--check-fit tests one layout, not --min-gpus");
+        if (svg)
+            return cli_usage_error("memory", "--svg draws one layout's stages, not --min-gpus");
         if (dp_model_load(argv[optind], &m, &err) || cli_cluster(&c, &cl, &err))
             return cli_fail(&err);
     }
@@ -98,13 +121,17 @@ int cmd_memory(int argc, char **argv)
     cli_mem_opts(&c, &mo);
 
     if (min_gpus) {
-        struct dp_layout base;
-        struct cli_common c1 = c;
-        c1.tp = c1.pp = c1.dp = c1.cp = 0; /* the search picks the degrees */
-        if (cli_layout(&c1, &m, 1, &base, &err))
+        /* Knobs given fix their dimension, as in suggest; dp is what the count leaves,
+         * and without --gbs the batch follows the count. */
+        struct dp_search_opts so;
+        cli_search_opts(&c, &m, &so, NULL);
+        so.gbs = c.gbs;
+        if (dp_model_check_seq_len(&m, so.seq_len, &err)) {
+            dp_err_prefix(&err, "%s", m.name);
             return cli_fail(&err);
+        }
         struct dp_min_gpus mg;
-        if (dp_plan_min_gpus(&m, &cl, &base, c.gbs > 0, &mo, 1 << 17, &mg, &err))
+        if (dp_plan_min_gpus(&m, &cl, &so, 1 << 17, &mg, &err))
             return cli_fail(&err);
         if (c.json) {
             cJSON *o = cJSON_CreateObject();
@@ -122,12 +149,13 @@ int cmd_memory(int argc, char **argv)
             }
             cli_print_json(o);
         } else {
-            print_min_gpus(&mg, &cl);
+            print_min_gpus(&mg, &m, &cl);
         }
         return mg.found ? 0 : 1;
     }
 
-    if (cli_resolve(&c, optind < argc ? argv[optind] : NULL, &m, &cl, &l, &err))
+    struct cli_defaults d;
+    if (cli_resolve(&c, optind < argc ? argv[optind] : NULL, &m, &cl, &l, &d, &err))
         return cli_fail(&err);
     struct dp_mem_report *rep = malloc(sizeof *rep);
     if (!rep)
@@ -143,12 +171,27 @@ int cmd_memory(int argc, char **argv)
         free(rep);
         return cli_fail(&err);
     }
-    if (c.json) {
-        cJSON *o = cli_mem_json(rep);
+    bool svg_only = svg && strcmp(svg, "-") == 0; /* the SVG is the output */
+    if (svg) {
+        struct dp_buf b = {0};
+        rc = cli_svg_memory(&m, &cl, &l, rep, &b, &err);
+        if (!rc)
+            rc = cli_write_text(svg, &b, &err);
+        dp_buf_release(&b);
+        if (rc) {
+            free(rep);
+            return cli_fail(&err);
+        }
+    }
+    if (svg_only) {
+        /* nothing else on stdout */
+    } else if (c.json) {
+        cJSON *o = cli_mem_json(rep, &l, &m);
         cJSON_AddStringToObject(o, "model", m.name);
         cJSON_AddStringToObject(o, "cluster", cl.name);
         cJSON_AddNumberToObject(o, "gpus", dp_cluster_gpus(&cl));
         cJSON_AddItemToObject(o, "layout", dp_layout_to_json(&l));
+        cli_defaults_json(o, &d);
         cJSON_AddItemToObject(o, "pipeline", cli_split_json(&l, &m));
         if (!rep->fits) {
             cJSON *a = cJSON_AddArrayToObject(o, "fixes");
@@ -158,16 +201,18 @@ int cmd_memory(int argc, char **argv)
         cli_print_json(o);
     } else {
         cli_describe_model(stdout, &m);
-        cli_describe_cluster(stdout, &cl);
+        cli_describe_cluster(stdout, &cl, &d);
         cli_describe_layout(stdout, &l, &m);
-        printf("\n");
-        if (l.pp > 1) {
-            cli_split_text(stdout, &l, &m);
+        cli_describe_batch(stdout, l.gbs, l.seq_len, &d);
+        if (cli_split_shown(&l)) {
             printf("\n");
+            cli_split_text(stdout, &l, &m);
         }
-        cli_mem_table(stdout, rep);
         printf("\n");
         cli_mem_verdict(stdout, rep);
+        printf("\n");
+        cli_mem_table(stdout, rep, &l, &m);
+        cli_mem_balance(stdout, rep);
         cli_mem_derivation(stdout, &l, rep);
         if (!rep->fits) {
             printf("\nfixes (fitting first, then cheapest):\n");
@@ -179,7 +224,10 @@ int cmd_memory(int argc, char **argv)
                 printf("  none found on this node type; try a GPU with more memory\n");
         }
     }
-    /* An out-of-memory layout is a result, not an error: exit 0 either way. */
+    /* An out-of-memory layout is a result, not an error: exit 0 unless --check-fit asks. */
+    bool fits = rep->fits;
+    int64_t peak = rep->peak_bytes;
+    int stage = rep->peak_stage;
     free(rep);
-    return 0;
+    return check_fit && !fits ? cli_no_fit("memory", &m, &cl, peak, stage) : 0;
 }

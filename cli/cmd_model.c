@@ -51,8 +51,9 @@ static int list_models(void)
         }
         struct dp_param_count pc;
         dp_model_count(&m, &pc);
-        printf("%-18s %9.2fB %6lld %6lld\n", names[i], (double)pc.total / 1e9, (long long)m.layers,
-               (long long)m.hidden);
+        char cnt[32];
+        printf("%-18s %10s %6lld %6lld\n", names[i], cli_count_short(pc.total, cnt, sizeof cnt),
+               (long long)m.layers, (long long)m.hidden);
     }
     dp_names_free(names, n);
     return 0;

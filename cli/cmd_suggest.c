@@ -6,6 +6,7 @@
 #include "cli.h"
 #include "memory_report.h"
 #include "planner/planner.h"
+#include "svg_charts.h"
 #include "time_report.h"
 
 #include <cjson/cJSON.h>
@@ -16,7 +17,7 @@
 
 static const char help_head[] =
     "usage: dplan suggest MODEL <cluster> [--gbs N] [--seq-len N] [--top K] [--json]\n"
-    "                     [-o plan.json] [knobs]\n\n"
+    "                     [-o plan.json] [--svg FILE] [knobs]\n\n"
     "Search every parallel layout of MODEL on the cluster (tp, cp, pp with even and\n"
     "uneven splits, interleaving, dp, ep, micro-batch, ZeRO stage, recompute, sequence\n"
     "parallelism), drop those that do not fit in memory, rank the rest by predicted\n"
@@ -28,7 +29,10 @@ static const char help_head[] =
     "  --no-uneven     do not try uneven first/last pipeline stages\n"
     "  --timing        also print how long the search took\n"
     "  --json          machine-readable output\n"
-    "  -o FILE         write the winning plan (plan.json schema: README)\n\n";
+    "  -o FILE         write the winning plan (plan.json schema: README)\n"
+    "  --svg FILE      also draw step time against peak memory of every layout that fits,\n"
+    "                  the chosen one and the runners-up marked, as SVG (\"-\": the SVG on\n"
+    "                  stdout instead of the report)\n\n";
 
 static double now_s(void)
 {
@@ -97,17 +101,29 @@ static cJSON *candidate_json(const struct dp_candidate *c, int64_t cap, int rank
     return e;
 }
 
-static void print_nothing_fits(const struct dp_model *m, const struct dp_cluster *cl,
-                               const struct dp_search_result *r)
+/* Nothing fits at this batch: the smallest peak, and the batch that would fit if any. */
+static int nothing_fits(const struct dp_model *m, const struct dp_cluster *cl,
+                        const struct dp_search_result *r, int64_t gbs, struct dp_err *err)
 {
     char lay[160];
-    dp_layout_format(&r->lowest_layout, lay, sizeof lay);
-    fprintf(stderr,
-            "dplan: error: %s fits no layout on %d x %s: the smallest peak is %.2f GiB per "
-            "GPU (%s) against %.2f GiB; try more GPUs (`dplan memory %s ... --min-gpus`), a "
-            "GPU with more memory, or a shorter --seq-len\n",
-            m->name, dp_cluster_gpus(cl), cl->gpu.name, cli_gib(r->lowest_peak), lay,
-            cli_gib(dp_gpu_usable_bytes(&cl->gpu)), m->name);
+    dp_layout_format_model(&r->lowest_layout, m, lay, sizeof lay);
+    if (r->alt_gbs) {
+        char alt[160];
+        dp_layout_format_model(&r->alt_layout, m, alt, sizeof alt);
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "%s fits no layout on %d x %s that divides the global batch %lld (the "
+                          "smallest peak is %.2f GiB per GPU, %s, against %.2f GiB); --gbs %lld "
+                          "fits %s",
+                          m->name, dp_cluster_gpus(cl), cl->gpu.name, (long long)gbs,
+                          cli_gib(r->lowest_peak), lay, cli_gib(dp_gpu_usable_bytes(&cl->gpu)),
+                          (long long)r->alt_gbs, alt);
+    }
+    return dp_err_set(err, DP_EINFEASIBLE,
+                      "%s fits no layout on %d x %s: the smallest peak is %.2f GiB per GPU (%s) "
+                      "against %.2f GiB; try more GPUs (`dplan memory %s ... --min-gpus`), a GPU "
+                      "with more memory, or a shorter --seq-len",
+                      m->name, dp_cluster_gpus(cl), cl->gpu.name, cli_gib(r->lowest_peak), lay,
+                      cli_gib(dp_gpu_usable_bytes(&cl->gpu)), m->name);
 }
 
 int cmd_suggest(int argc, char **argv)
@@ -118,13 +134,14 @@ int cmd_suggest(int argc, char **argv)
                                          {"top", required_argument, 0, 'k'},
                                          {"no-uneven", no_argument, 0, 'u'},
                                          {"timing", no_argument, 0, 'T'},
+                                         {"svg", required_argument, 0, 'S'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     struct cli_common c;
     cli_common_init(&c);
     int top = 10;
     bool no_uneven = false, timing = false;
-    const char *outfile = NULL;
+    const char *outfile = NULL, *svg = NULL;
     int ch;
     optind = 1;
     opterr = 0;
@@ -142,7 +159,8 @@ int cmd_suggest(int argc, char **argv)
         case 'u': no_uneven = true; break;
         case 'T': timing = true; break;
         case 'o': outfile = optarg; break;
-        case 'h': printf("%s%s\n%s", help_head, cli_cluster_help, cli_knob_help); return 0;
+        case 'S': svg = optarg; break;
+        case 'h': printf("%s%s\n%s", help_head, cli_cluster_help, cli_plan_knob_help); return 0;
         default: return 2;
         }
     }
@@ -159,9 +177,16 @@ int cmd_suggest(int argc, char **argv)
     if (dp_model_load(argv[optind], &m, &err) || cli_cluster(&c, &cl, &err))
         return cli_fail(&err);
     struct dp_search_opts so;
-    cli_search_opts(&c, &m, &so);
+    struct cli_defaults d;
+    cli_search_opts(&c, &m, &so, &d);
     so.top_k = top;
     so.no_uneven = no_uneven;
+    /* Only --svg collects the evaluated layouts: without it the search pays nothing. */
+    struct cli_scatter pts = {0};
+    if (svg) {
+        so.on_fit = cli_scatter_collect;
+        so.on_fit_ctx = &pts;
+    }
     struct dp_search_result *r = malloc(sizeof *r);
     if (!r)
         return 1;
@@ -170,13 +195,15 @@ int cmd_suggest(int argc, char **argv)
     double secs = now_s() - t0;
     if (rc) {
         free(r);
+        cli_scatter_release(&pts);
         return cli_fail(&err);
     }
     int64_t cap = dp_gpu_usable_bytes(&cl.gpu);
     if (r->n == 0) {
-        print_nothing_fits(&m, &cl, r);
+        nothing_fits(&m, &cl, r, so.gbs, &err);
         free(r);
-        return 1;
+        cli_scatter_release(&pts);
+        return cli_fail(&err);
     }
     const struct dp_candidate *w = &r->top[0];
     /* The winner's full memory report, for the plan and the JSON. */
@@ -184,17 +211,63 @@ int cmd_suggest(int argc, char **argv)
     if (!rep || dp_mem_estimate(&m, &cl, &w->layout, &so.mem, rep, &err)) {
         free(rep);
         free(r);
+        cli_scatter_release(&pts);
         return rep ? cli_fail(&err) : 1;
     }
     char shares[256], buf[256], lay[160];
     dp_explain_shares(&w->cost, shares, sizeof shares);
-    if (c.json) {
+    /* The plan first: a failure to write it is the command's one result (and, with
+     * --json, its one JSON object). */
+    if (outfile) {
+        struct dp_plan plan = {0};
+        plan.version = DP_PLAN_VERSION;
+        plan.model = m;
+        plan.cluster = cl;
+        plan.has_cluster = true;
+        plan.layout = w->layout;
+        plan.has_prediction = true;
+        snprintf(plan.created_by, sizeof plan.created_by, "dplan %s suggest", DPLAN_VERSION);
+        plan.prediction.step_time_s = w->cost.step_time_s;
+        plan.prediction.tokens_per_s = w->cost.tokens_per_s;
+        plan.prediction.mfu = w->cost.mfu;
+        plan.prediction.peak_bytes = rep->peak_bytes;
+        plan.prediction.nstages = rep->nstages;
+        for (int i = 0; i < rep->nstages && i < DP_PLAN_MAX_STAGES_RECORDED; i++)
+            plan.prediction.stage_peak_bytes[i] = rep->stage[i].total_bytes;
+        cJSON *extra = cli_time_json(&w->cost, &w->layout);
+        cJSON_AddItemToObject(extra, "memory", cli_mem_json(rep, &w->layout, &m));
+        cJSON_AddStringToObject(extra, "why", shares);
+        if (dp_plan_save(outfile, &plan, extra, &err)) {
+            free(rep);
+            free(r);
+            cli_scatter_release(&pts);
+            return cli_fail(&err);
+        }
+    }
+    if (svg) {
+        struct dp_buf b = {0};
+        rc = cli_svg_suggest(&m, &cl, &so, r, &pts, &b, &err);
+        if (!rc)
+            rc = cli_write_text(svg, &b, &err);
+        dp_buf_release(&b);
+        cli_scatter_release(&pts);
+        if (rc) {
+            free(rep);
+            free(r);
+            return cli_fail(&err);
+        }
+    }
+    bool svg_on_stdout = svg && strcmp(svg, "-") == 0;
+    if (svg_on_stdout) {
+        /* the SVG is the output; -o wrote the plan above */
+    } else if (c.json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "model", m.name);
         cJSON_AddStringToObject(o, "cluster", cl.name);
         cJSON_AddNumberToObject(o, "gpus", dp_cluster_gpus(&cl));
         cJSON_AddNumberToObject(o, "gbs", (double)so.gbs);
         cJSON_AddNumberToObject(o, "seq_len", (double)so.seq_len);
+        cli_defaults_json(o, &d);
         cJSON *se = cJSON_AddObjectToObject(o, "search");
         cJSON_AddNumberToObject(se, "evaluated", (double)r->evaluated);
         cJSON_AddNumberToObject(se, "fitting", (double)r->fitting);
@@ -227,13 +300,12 @@ int cmd_suggest(int argc, char **argv)
             cJSON_AddItemToObject(e, "layout", dp_layout_to_json(&al->best.layout));
             cJSON_AddItemToArray(alts, e);
         }
-        cJSON_AddItemToObject(o, "memory", cli_mem_json(rep));
+        cJSON_AddItemToObject(o, "memory", cli_mem_json(rep, &w->layout, &m));
         cli_print_json(o);
     } else {
         cli_describe_model(stdout, &m);
-        cli_describe_cluster(stdout, &cl);
-        printf("batch    %lld sequences x %lld tokens%s\n", (long long)so.gbs,
-               (long long)so.seq_len, c.gbs ? "" : " (--gbs not given: ~4M tokens)");
+        cli_describe_cluster(stdout, &cl, &d);
+        cli_describe_batch(stdout, so.gbs, so.seq_len, &d);
         printf("search   %lld layouts evaluated: %lld fit, %lld out of memory\n", r->evaluated,
                r->fitting, r->oom);
         if (timing)
@@ -243,16 +315,22 @@ int cmd_suggest(int argc, char **argv)
             for (int i = 0; i < r->nnotes; i++)
                 printf("  %s\n", r->notes[i]);
         }
-        printf("\n %2s  %-52s %9s %12s %6s %9s %9s\n", "#", "layout", "step s", "tokens/s", "MFU",
-               "peak GiB", "headroom");
+        /* The layout column is as wide as the longest layout shown. */
+        int lw = (int)strlen("layout");
+        for (int i = 0; i < r->n; i++) {
+            dp_layout_format_model(&r->top[i].layout, &m, lay, sizeof lay);
+            if ((int)strlen(lay) > lw)
+                lw = (int)strlen(lay);
+        }
+        printf("\n %2s  %-*s %9s %12s %6s %9s %9s\n", "#", lw, "layout", "step s", "tokens/s",
+               "MFU", "peak GiB", "headroom");
         for (int i = 0; i < r->n; i++) {
             const struct dp_candidate *cd = &r->top[i];
-            dp_layout_format(&cd->layout, lay, sizeof lay);
-            printf(" %2d  %-52s %9.3f %12.0f %5.1f%% %9.2f %9.2f\n", i + 1, lay,
+            dp_layout_format_model(&cd->layout, &m, lay, sizeof lay);
+            printf(" %2d  %-*s %9.3f %12.0f %5.1f%% %9.2f %9.2f\n", i + 1, lw, lay,
                    cd->cost.step_time_s, cd->cost.tokens_per_s, 100 * cd->cost.mfu,
                    cli_gib(cd->peak_bytes), cli_gib(cap - cd->peak_bytes));
         }
-        dp_layout_format(&w->layout, lay, sizeof lay);
         printf("\nwhy #1: the fastest of %lld layouts that fit; its step goes to %s; MFU %.1f%%; "
                "fullest stage %d at %.2f GiB (%.2f GiB headroom), stages within %.1f%%\n",
                r->fitting, shares, 100 * w->cost.mfu, w->peak_stage, cli_gib(w->peak_bytes),
@@ -268,42 +346,26 @@ int cmd_suggest(int argc, char **argv)
         printf("best layout for other choices (what each loses against #1):\n");
         int idx[32];
         int na = pick_alternatives(r, w, idx);
+        int aw = 0, dw = 0;
         for (int k = 0; k < na; k++) {
             const struct dp_alternative *al = &r->alt[idx[k]];
             dp_explain_delta(w, &al->best, buf, sizeof buf);
-            dp_layout_format(&al->best.layout, lay, sizeof lay);
-            printf("  %-16s %s  [%s]\n", al->label, buf, lay);
+            if ((int)strlen(al->label) > aw)
+                aw = (int)strlen(al->label);
+            if ((int)strlen(buf) > dw)
+                dw = (int)strlen(buf);
+        }
+        for (int k = 0; k < na; k++) {
+            const struct dp_alternative *al = &r->alt[idx[k]];
+            dp_explain_delta(w, &al->best, buf, sizeof buf);
+            dp_layout_format_model(&al->best.layout, &m, lay, sizeof lay);
+            printf("  %-*s  %-*s  [%s]\n", aw, al->label, dw, buf, lay);
         }
         printf("\n");
         cli_placement_text(stdout, &w->cost, &w->layout);
     }
-    if (outfile) {
-        struct dp_plan plan = {0};
-        plan.version = DP_PLAN_VERSION;
-        plan.model = m;
-        plan.cluster = cl;
-        plan.has_cluster = true;
-        plan.layout = w->layout;
-        plan.has_prediction = true;
-        snprintf(plan.created_by, sizeof plan.created_by, "dplan %s suggest", DPLAN_VERSION);
-        plan.prediction.step_time_s = w->cost.step_time_s;
-        plan.prediction.tokens_per_s = w->cost.tokens_per_s;
-        plan.prediction.mfu = w->cost.mfu;
-        plan.prediction.peak_bytes = rep->peak_bytes;
-        plan.prediction.nstages = rep->nstages;
-        for (int i = 0; i < rep->nstages && i < DP_PLAN_MAX_STAGES_RECORDED; i++)
-            plan.prediction.stage_peak_bytes[i] = rep->stage[i].total_bytes;
-        cJSON *extra = cli_time_json(&w->cost, &w->layout);
-        cJSON_AddItemToObject(extra, "memory", cli_mem_json(rep));
-        cJSON_AddStringToObject(extra, "why", shares);
-        if (dp_plan_save(outfile, &plan, extra, &err)) {
-            free(rep);
-            free(r);
-            return cli_fail(&err);
-        }
-        if (!c.json)
-            printf("\nwrote %s\n", outfile);
-    }
+    if (outfile && !c.json && !svg_on_stdout)
+        printf("\nwrote %s\n", outfile);
     free(rep);
     free(r);
     return 0;

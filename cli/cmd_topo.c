@@ -1,6 +1,6 @@
 /*
  * dplan topo [--topology FILE.xml] [--json] [-o cluster.json] [--nodes N]
- *            [--network NAME] [--gpu-profile NAME]
+ *            [--network NAME] [--gpu-profile NAME] [--nics-per-node N]
  *
  * Describes this machine (hwloc + NVML) or an hwloc XML export: a summary,
  * the GPU/NIC matrix in the style of `nvidia-smi topo -m`, and the links the
@@ -17,7 +17,7 @@
 
 static const char help[] =
     "usage: dplan topo [--topology FILE.xml] [--json] [-o cluster.json] [--nodes N]\n"
-    "                  [--network NAME] [--gpu-profile NAME]\n\n"
+    "                  [--network NAME] [--gpu-profile NAME] [--nics-per-node N]\n\n"
     "Describe a node: packages, NUMA nodes, GPUs with memory, NICs, and the GPU/NIC\n"
     "matrix of `nvidia-smi topo -m` (NV#, PIX, PXB, PHB, NODE, SYS), then the link\n"
     "each aligned group of GPUs uses in the cost model. Without --topology, this\n"
@@ -28,9 +28,14 @@ static const char help[] =
     "  -o, --output FILE     also write it to FILE, for `--cluster FILE` when planning\n"
     "  --nodes N             nodes of this kind in the cluster [1]\n"
     "  --network NAME        inter-node network (profiles/network) [from the NICs]\n"
-    "  --gpu-profile NAME    GPU profile when the GPU name is not recognised\n";
+    "  --gpu-profile NAME    GPU profile when the GPU name is not recognised\n"
+    "  --nics-per-node N     NICs per node for inter-node traffic, 1 to 4 per GPU\n"
+    "                        [the compute NICs found: those on a PCIe switch with a\n"
+    "                        GPU, else the RDMA ones, else all]; needed with --nodes > 1\n"
+    "                        when the topology shows no NIC\n\n"
+    "A name given with --gpu-profile or --network must be a profile (`dplan profiles`).\n";
 
-enum { OPT_TOPOLOGY = OPT_COMMON_END + 1, OPT_GPU_PROFILE };
+enum { OPT_TOPOLOGY = OPT_COMMON_END + 1, OPT_GPU_PROFILE, OPT_NICS_PER_NODE };
 
 static double gib(int64_t b)
 {
@@ -173,12 +178,20 @@ static void print_matrix(const struct dp_topo *t)
     if (t->ngpus == 0 || nd < 2)
         return;
     char line[4096] = "", label[16];
+    /* The CPU column fits the longest list ("0,2,4,...,22" on Linux's interleaved
+     * numbering), with at least two spaces before the NUMA column. */
+    int cpu_w = 17;
+    for (int i = 0; i < t->ngpus; i++) {
+        int w = (int)strlen(t->gpus[i].cpus[0] ? t->gpus[i].cpus : "N/A") + 2;
+        if (w > cpu_w)
+            cpu_w = w;
+    }
     cat(line, sizeof line, "%-6s", "");
     for (int i = 0; i < nd; i++) {
         device_label(t, i, label, sizeof label);
         cat(line, sizeof line, "%-6s", label);
     }
-    cat(line, sizeof line, "%-17s", "CPU Affinity");
+    cat(line, sizeof line, "%-*s", cpu_w, "CPU Affinity");
     cat(line, sizeof line, "%s", "NUMA Affinity");
     printf("\n");
     put_line(line);
@@ -196,7 +209,7 @@ static void print_matrix(const struct dp_topo *t)
             char numa[16] = "N/A";
             if (g->numa >= 0)
                 snprintf(numa, sizeof numa, "%d", g->numa);
-            cat(line, sizeof line, "%-17s", g->cpus[0] ? g->cpus : "N/A");
+            cat(line, sizeof line, "%-*s", cpu_w, g->cpus[0] ? g->cpus : "N/A");
             cat(line, sizeof line, "%s", numa);
         }
         put_line(line);
@@ -281,18 +294,28 @@ int cmd_topo(int argc, char **argv)
                                          {"nodes", required_argument, 0, OPT_NODES},
                                          {"network", required_argument, 0, OPT_NETWORK},
                                          {"gpu-profile", required_argument, 0, OPT_GPU_PROFILE},
+                                         {"nics-per-node", required_argument, 0, OPT_NICS_PER_NODE},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     struct cli_common c;
     cli_common_init(&c);
     const char *xml = NULL, *output = NULL, *gpu_profile = NULL;
-    int ch;
+    int ch, nics = 0;
     optind = 1;
     opterr = 0;
     while ((ch = cli_next_opt("topo", argc, argv, ":ho:", opts, &c)) != -1) {
         switch (ch) {
         case OPT_TOPOLOGY: xml = optarg; break;
         case OPT_GPU_PROFILE: gpu_profile = optarg; break;
+        case OPT_NICS_PER_NODE: {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (end == optarg || *end || v < 1 || v > 1 << 20)
+                return cli_usage_error("topo", "--nics-per-node: expected integer >= 1, got \"%s\"",
+                                       optarg);
+            nics = (int)v;
+            break;
+        }
         case 'o': output = optarg; break;
         case 'h': printf("%s", help); return 0;
         default: return 2; /* -2: cli_next_opt printed the usage error */
@@ -302,13 +325,21 @@ int cmd_topo(int argc, char **argv)
         return cli_usage_error("topo", "unexpected argument \"%s\"", argv[optind]);
 
     struct dp_err err = {0};
+    /* Names the user gave must exist, whatever the topology turns out to be. */
+    struct dp_gpu gp;
+    struct dp_link net;
+    if ((gpu_profile && dp_gpu_load(gpu_profile, &gp, &err)) ||
+        (c.network && dp_network_load(c.network, &net, &err)))
+        return cli_fail(&err);
     struct dp_topo t;
     int rc = xml ? dp_topo_load_xml(xml, &t, &err) : dp_topo_discover(&t, &err);
     if (rc)
         return cli_fail(&err);
 
-    struct dp_topo_cluster_opts o = {
-        .gpu_profile = gpu_profile, .nodes = c.nodes ? c.nodes : 1, .network = c.network};
+    struct dp_topo_cluster_opts o = {.gpu_profile = gpu_profile,
+                                     .nodes = c.nodes ? c.nodes : 1,
+                                     .network = c.network,
+                                     .nics_per_node = nics};
     struct dp_cluster cl;
     struct dp_topo_choice choice;
     struct dp_err cerr = {0};

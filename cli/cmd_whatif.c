@@ -6,6 +6,7 @@
  */
 #include "cli.h"
 #include "planner/planner.h"
+#include "svg_charts.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -14,15 +15,23 @@
 
 static const char help_head[] =
     "usage: dplan whatif MODEL --systems A,B,... --nodes N1,N2,... [--tokens T]\n"
-    "                   [--price-per-gpu-hour SYS=USD,...] [--gbs N] [--seq-len N] [--json]\n\n"
+    "                   [--price-per-gpu-hour SYS=USD,...] [--gbs N] [--seq-len N] [--json]\n"
+    "                   [--svg FILE]\n\n"
     "For each system (profiles/system) and node count: does any layout fit, the\n"
     "fastest one (`dplan suggest`'s search), its tokens/s, the days to train T\n"
     "tokens, and the cost when prices are given. Knobs fix dimensions as in suggest.\n\n"
     "  --systems LIST            system profiles to compare\n"
     "  --nodes LIST              node counts to try for each system\n"
-    "  --tokens T                training tokens (e.g. 2e12, 300B, 15T) [1T]\n"
+    "  --tokens T                training tokens (e.g. 2e12, 300B, 15T), at most 1e15 [1T]\n"
     "  --price-per-gpu-hour LIST prices in USD per GPU-hour, e.g. dgx-h100=2.5,dgx-a100-80gb=1.3\n"
-    "  --json                    machine-readable output\n\n";
+    "  --json                    machine-readable output\n"
+    "  --svg FILE                also draw tokens/s and the cost (days without prices) per\n"
+    "                            system and size as grouped bars, as SVG (\"-\": the SVG on\n"
+    "                            stdout instead of the table)\n\n";
+
+/* 1e15 tokens (1000T) bounds --tokens: ~30x the largest published pre-training runs
+ * (Llama 3: 15.6T, Dubey et al. 2024), far beyond any budget, and days stay printable. */
+#define DP_MAX_TOKENS 1e15
 
 static int parse_tokens(const char *s, double *out)
 {
@@ -56,7 +65,7 @@ static int parse_tokens(const char *s, double *out)
         break;
     default: break;
     }
-    if (*end)
+    if (*end || !(v <= DP_MAX_TOKENS))
         return -1;
     *out = v;
     return 0;
@@ -79,14 +88,26 @@ static int parse_prices(const char *s, struct price *p, int cap)
         *eq = '\0';
         char *end;
         double v = strtod(eq + 1, &end);
-        if (end == eq + 1 || *end || v < 0 || !tok[0])
+        if (end == eq + 1 || *end || !(v >= 0 && v <= 1e6) || !tok[0])
             return -1;
+        for (int i = 0; i < n; i++)
+            if (strcmp(p[i].system, tok) == 0)
+                return -2 - i; /* a second price for system i */
         snprintf(p[n].system, sizeof p[n].system, "%s", tok);
         p[n].usd = v;
         n++;
     }
     return n;
 }
+
+/* One row of the text table, formatted. */
+struct row {
+    char system[64];
+    int nodes, gpus;
+    char layout[192];
+    char tps[24], mfu[16], days[32], cost[32];
+    char why[sizeof((struct dp_err *)0)->msg]; /* no valid layout: the planner's reason */
+};
 
 int cmd_whatif(int argc, char **argv)
 {
@@ -97,6 +118,7 @@ int cmd_whatif(int argc, char **argv)
                                          {"nodes", required_argument, 0, 'n'},
                                          {"tokens", required_argument, 0, 't'},
                                          {"price-per-gpu-hour", required_argument, 0, 'p'},
+                                         {"svg", required_argument, 0, 'S'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     struct cli_common c;
@@ -106,6 +128,7 @@ int cmd_whatif(int argc, char **argv)
     double tokens = 1e12;
     struct price prices[32];
     int np = 0;
+    const char *svg = NULL;
     int ch;
     optind = 1;
     opterr = 0;
@@ -117,21 +140,35 @@ int cmd_whatif(int argc, char **argv)
             if (nn < 1)
                 return cli_usage_error("whatif", "--nodes: expected a list like 1,2,4, got \"%s\"",
                                        optarg);
+            for (int i = 0; i < nn; i++) {
+                if (nodes[i] < 1 || nodes[i] > 1000000)
+                    return cli_usage_error(
+                        "whatif", "--nodes: expected counts in [1, 1000000], got %d", nodes[i]);
+                for (int j = 0; j < i; j++)
+                    if (nodes[j] == nodes[i])
+                        return cli_usage_error("whatif", "--nodes: %d is listed twice", nodes[i]);
+            }
             break;
         case 't':
             if (parse_tokens(optarg, &tokens))
                 return cli_usage_error("whatif",
-                                       "--tokens: expected a count like 2e12 or 300B, "
-                                       "got \"%s\"",
+                                       "--tokens: expected a count in (0, 1e15] like 2e12 or "
+                                       "300B, got \"%s\"",
                                        optarg);
             break;
         case 'p':
             np = parse_prices(optarg, prices, 32);
+            if (np <= -2)
+                return cli_usage_error("whatif", "--price-per-gpu-hour: %s has two prices",
+                                       prices[-2 - np].system);
             if (np < 1)
-                return cli_usage_error(
-                    "whatif", "--price-per-gpu-hour: expected SYSTEM=USD,..., got \"%s\"", optarg);
+                return cli_usage_error("whatif",
+                                       "--price-per-gpu-hour: expected SYSTEM=USD,... (USD in "
+                                       "[0, 1e6]), got \"%s\"",
+                                       optarg);
             break;
-        case 'h': printf("%s%s", help_head, cli_knob_help); return 0;
+        case 'S': svg = optarg; break;
+        case 'h': printf("%s%s", help_head, cli_plan_knob_help); return 0;
         default: return 2;
         }
     }
@@ -150,8 +187,14 @@ int cmd_whatif(int argc, char **argv)
         return cli_fail(&err);
     char *systems[32];
     int ns = 0;
-    for (char *tok = strtok(systems_buf, ","); tok && ns < 32; tok = strtok(NULL, ","))
+    for (char *tok = strtok(systems_buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (ns == 32)
+            return cli_usage_error("whatif", "--systems: at most 32 systems");
+        for (int j = 0; j < ns; j++)
+            if (strcmp(systems[j], tok) == 0)
+                return cli_usage_error("whatif", "--systems: %s is listed twice", tok);
         systems[ns++] = tok;
+    }
     for (int i = 0; i < np; i++) {
         bool known = false;
         for (int j = 0; j < ns; j++)
@@ -161,21 +204,25 @@ int cmd_whatif(int argc, char **argv)
                                    prices[i].system);
     }
     struct dp_search_opts so;
-    cli_search_opts(&c, &m, &so);
+    struct cli_defaults d;
+    cli_search_opts(&c, &m, &so, &d);
     so.top_k = 1;
+    if (dp_model_check_seq_len(&m, so.seq_len, &err)) {
+        dp_err_prefix(&err, "%s", m.name);
+        return cli_fail(&err);
+    }
     struct dp_search_result *r = malloc(sizeof *r);
-    if (!r) {
+    struct row *tab = calloc((size_t)(ns * nn), sizeof *tab);
+    struct cli_whatif_row *chart = calloc((size_t)(ns * nn), sizeof *chart);
+    if (!r || !tab || !chart) {
+        free(r);
+        free(tab);
+        free(chart);
         dp_err_set(&err, DP_ENOMEM, "out of memory for the search results (%zu bytes)", sizeof *r);
         return cli_fail(&err);
     }
     cJSON *rows = cJSON_CreateArray();
-    if (!c.json) {
-        printf("model %s, %.3g tokens, batch %lld x %lld tokens\n\n", m.name, tokens,
-               (long long)so.gbs, (long long)so.seq_len);
-        printf("%-16s %5s %6s  %-46s %12s %6s %9s %12s\n", "system", "nodes", "GPUs", "best layout",
-               "tokens/s", "MFU", "days", "cost USD");
-    }
-    int rc = 0;
+    int rc = 0, nt = 0;
     for (int si = 0; si < ns && !rc; si++) {
         for (int ni = 0; ni < nn; ni++) {
             struct dp_cluster cl;
@@ -196,14 +243,25 @@ int cmd_whatif(int argc, char **argv)
             cJSON_AddNumberToObject(e, "gpus", gpus);
             bool fits = s == 0 && r->n > 0;
             cJSON_AddBoolToObject(e, "fits", fits);
-            char lay[160] = "nothing fits";
-            if (s != 0)
-                snprintf(lay, sizeof lay, "no valid layout");
+            struct cli_whatif_row *cr = &chart[nt];
+            cr->fits = fits;
+            cr->cost_usd = -1;
+            struct row *t = &tab[nt++];
+            snprintf(t->system, sizeof t->system, "%s", systems[si]);
+            t->nodes = nodes[ni];
+            t->gpus = gpus;
+            snprintf(t->tps, sizeof t->tps, "-");
+            snprintf(t->mfu, sizeof t->mfu, "-");
+            snprintf(t->days, sizeof t->days, "-");
+            snprintf(t->cost, sizeof t->cost, "-");
             if (fits) {
                 const struct dp_candidate *w = &r->top[0];
-                dp_layout_format(&w->layout, lay, sizeof lay);
+                dp_layout_format_model(&w->layout, &m, t->layout, sizeof t->layout);
                 double days = tokens / w->cost.tokens_per_s / 86400.0;
                 double cost = price >= 0 ? days * 24.0 * gpus * price : -1;
+                cr->tokens_per_s = w->cost.tokens_per_s;
+                cr->days = days;
+                cr->cost_usd = cost;
                 cJSON_AddItemToObject(e, "layout", dp_layout_to_json(&w->layout));
                 cJSON_AddNumberToObject(e, "tokens_per_s", w->cost.tokens_per_s);
                 cJSON_AddNumberToObject(e, "mfu", w->cost.mfu);
@@ -212,30 +270,40 @@ int cmd_whatif(int argc, char **argv)
                 cJSON_AddNumberToObject(e, "days", days);
                 if (cost >= 0)
                     cJSON_AddNumberToObject(e, "cost_usd", cost);
-                if (!c.json) {
-                    char costs[32] = "-";
-                    if (cost >= 0)
-                        snprintf(costs, sizeof costs, "%.0f", cost);
-                    printf("%-16s %5d %6d  %-46s %12.0f %5.1f%% %9.1f %12s\n", systems[si],
-                           nodes[ni], gpus, lay, w->cost.tokens_per_s, 100 * w->cost.mfu, days,
-                           costs);
-                }
+                snprintf(t->tps, sizeof t->tps, "%.0f", w->cost.tokens_per_s);
+                snprintf(t->mfu, sizeof t->mfu, "%.1f%%", 100 * w->cost.mfu);
+                snprintf(t->days, sizeof t->days, "%.1f", days);
+                if (cost >= 0)
+                    snprintf(t->cost, sizeof t->cost, "%.0f", cost);
+            } else if (s != 0) {
+                /* no layout at all: the planner's one-line reason */
+                cJSON_AddStringToObject(e, "error", err.msg);
+                snprintf(t->layout, sizeof t->layout, "no valid layout (see below)");
+                snprintf(t->why, sizeof t->why, "%s", err.msg);
             } else {
-                if (s == 0 && r->lowest_peak >= 0)
-                    cJSON_AddNumberToObject(e, "lowest_peak_bytes", (double)r->lowest_peak);
-                if (!c.json) {
-                    if (s == 0 && r->lowest_peak >= 0)
-                        snprintf(lay, sizeof lay, "nothing fits (best peak %.1f GiB > %.1f)",
-                                 cli_gib(r->lowest_peak), cli_gib(dp_gpu_usable_bytes(&cl.gpu)));
-                    printf("%-16s %5d %6d  %-46s %12s %6s %9s %12s\n", systems[si], nodes[ni], gpus,
-                           lay, "-", "-", "-", "-");
+                cJSON_AddNumberToObject(e, "lowest_peak_bytes", (double)r->lowest_peak);
+                snprintf(t->layout, sizeof t->layout, "nothing fits (best peak %.1f GiB > %.1f)",
+                         cli_gib(r->lowest_peak), cli_gib(dp_gpu_usable_bytes(&cl.gpu)));
+                if (r->alt_gbs) {
+                    cJSON_AddNumberToObject(e, "fits_with_gbs", (double)r->alt_gbs);
+                    snprintf(t->layout, sizeof t->layout,
+                             "nothing fits at this batch (--gbs %lld fits)", (long long)r->alt_gbs);
                 }
             }
             cJSON_AddItemToArray(rows, e);
         }
     }
     free(r);
-    if (rc) {
+    if (!rc && svg) {
+        struct dp_buf b = {0};
+        if (cli_svg_whatif(&m, tokens, &so, systems, ns, nodes, nn, chart, np > 0, &b, &err) ||
+            cli_write_text(svg, &b, &err))
+            rc = cli_fail(&err);
+        dp_buf_release(&b);
+    }
+    free(chart);
+    if (rc || (svg && strcmp(svg, "-") == 0)) { /* "-": the SVG is the output */
+        free(tab);
         cJSON_Delete(rows);
         return rc;
     }
@@ -245,10 +313,32 @@ int cmd_whatif(int argc, char **argv)
         cJSON_AddNumberToObject(o, "tokens", tokens);
         cJSON_AddNumberToObject(o, "gbs", (double)so.gbs);
         cJSON_AddNumberToObject(o, "seq_len", (double)so.seq_len);
+        cli_defaults_json(o, &d);
         cJSON_AddItemToObject(o, "results", rows);
         cli_print_json(o);
     } else {
         cJSON_Delete(rows);
+        printf("model %s, %.3g tokens\n", m.name, tokens);
+        cli_describe_batch(stdout, so.gbs, so.seq_len, &d);
+        printf("\n");
+        /* Columns as wide as their content. */
+        int sw = (int)strlen("system"), lw = (int)strlen("best layout");
+        for (int i = 0; i < nt; i++) {
+            if ((int)strlen(tab[i].system) > sw)
+                sw = (int)strlen(tab[i].system);
+            if ((int)strlen(tab[i].layout) > lw)
+                lw = (int)strlen(tab[i].layout);
+        }
+        printf("%-*s %5s %6s  %-*s %12s %6s %9s %12s\n", sw, "system", "nodes", "GPUs", lw,
+               "best layout", "tokens/s", "MFU", "days", "cost USD");
+        for (int i = 0; i < nt; i++)
+            printf("%-*s %5d %6d  %-*s %12s %6s %9s %12s\n", sw, tab[i].system, tab[i].nodes,
+                   tab[i].gpus, lw, tab[i].layout, tab[i].tps, tab[i].mfu, tab[i].days,
+                   tab[i].cost);
+        for (int i = 0; i < nt; i++)
+            if (tab[i].why[0])
+                printf("%s x%d: %s\n", tab[i].system, tab[i].nodes, tab[i].why);
     }
+    free(tab);
     return 0;
 }

@@ -11,10 +11,41 @@
 #include <stdlib.h>
 #include <string.h>
 
+static bool json_errors;
+
+void cli_set_json_errors(bool on)
+{
+    json_errors = on;
+}
+
+/* With --json, programs read stdout: the error goes there too, as {"error", "exit_code"}. */
+static void json_error(const char *msg, int code)
+{
+    if (!json_errors)
+        return;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "error", msg);
+    cJSON_AddNumberToObject(o, "exit_code", code);
+    cli_print_json(o);
+    fflush(stdout);
+}
+
 int cli_fail(const struct dp_err *err)
 {
-    fprintf(stderr, "dplan: error: %s\n", err->msg[0] ? err->msg : "unknown error");
-    return dp_status_exit_code(err->code ? err->code : DP_EINVAL);
+    const char *msg = err->msg[0] ? err->msg : "unknown error";
+    int code = dp_status_exit_code(err->code ? err->code : DP_EINVAL);
+    fprintf(stderr, "dplan: error: %s\n", msg);
+    json_error(msg, code);
+    return code;
+}
+
+int cli_no_fit(const char *cmd, const struct dp_model *m, const struct dp_cluster *cl,
+               int64_t peak_bytes, int stage)
+{
+    fprintf(stderr, "dplan %s: does not fit: %s stage %d needs %.2f GiB per GPU, %s has %.2f GiB\n",
+            cmd, m->name, stage, cli_gib(peak_bytes), cl->gpu.name,
+            cli_gib(dp_gpu_usable_bytes(&cl->gpu)));
+    return CLI_EXIT_NOFIT;
 }
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)
@@ -25,6 +56,7 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     fprintf(stderr, "dplan %s: %s (see `dplan %s --help`)\n", cmd, msg, cmd);
+    json_error(msg, 2);
     return 2;
 }
 
@@ -34,8 +66,31 @@ const char cli_cluster_help[] =
     "  --gpu NAME --gpus N         GPUs from profiles/gpu; --gpus-per-node K (default 8),\n"
     "                              --intra LINK (default: the GPU's own link)\n"
     "  --cluster FILE.json         a cluster file (from `dplan topo -o`)\n"
-    "  --plan plan.json            model, cluster and layout of a plan (`dplan suggest -o`)\n"
     "  --network NAME              inter-node network (profiles/network)\n";
+
+/* The knobs as the planning commands read them: their --gbs and --seq-len defaults differ
+ * from `dplan run`'s (cli_knob_help). */
+const char cli_plan_knob_help[] =
+    "Plan knobs (defaults in brackets):\n"
+    "  --tp N --pp N --cp N --ep N parallel degrees [1]; --dp N [what the GPU count leaves]\n"
+    "  --vpp N                     model chunks per pipeline rank (interleaved 1F1B) [1]\n"
+    "  --mbs N                     micro-batch size in sequences [1]\n"
+    "  --gbs N                     global batch in sequences [~4M tokens, 2^k sequences;\n"
+    "                              estimate and memory: its nearest multiple of mbs*dp]\n"
+    "  --seq-len N                 sequence length [the model's training length: model.json's\n"
+    "                              seq_len; for a config.json rope_scaling's original length,\n"
+    "                              else max_position_embeddings capped at 8192]\n"
+    "  --zero {0,1,2,3}            ZeRO stage; 1 = Megatron distributed optimizer [0]\n"
+    "  --recompute {none,selective,full}  activation recomputation [none]\n"
+    "  --sp                        sequence parallelism (with tp > 1)\n"
+    "  --precision {bf16,fp16,fp32} [bf16]; --grad-dtype {fp32,half} [fp32; half for fp16]\n"
+    "  --optimizer {adam,sgd}      [adam]\n"
+    "  --no-flash-attn             attention stores the s^2 score matrices\n"
+    "  --no-dp-overlap             gradient reduction after backward, not overlapped\n"
+    "  --first-stage-layers N --last-stage-layers N   uneven pipeline split\n"
+    "  --overhead-gib X            runtime overhead per GPU [the GPU profile's]\n"
+    "The defaults taken are printed (\"--nodes not given: ...\") and listed under\n"
+    "\"defaults\" in --json.\n";
 
 const char cli_knob_help[] =
     "Plan knobs (defaults in brackets):\n"
@@ -253,8 +308,11 @@ int cli_cluster(const struct cli_common *c, struct dp_cluster *out, struct dp_er
     int rc = dp_cluster_load(c->cluster, out, err);
     if (rc)
         return rc;
-    if (c->nodes)
+    if (c->nodes) {
         out->nodes = c->nodes; /* plan a cluster file's node type at another size */
+        if ((rc = dp_cluster_check_nics(c->cluster, "nics_per_node", out, err)))
+            return rc;
+    }
     if (c->network) {
         rc = dp_network_load(c->network, &out->inter, err);
         if (rc)
@@ -385,17 +443,57 @@ void cli_mem_opts(const struct cli_common *c, struct dp_mem_opts *o)
         o->overhead_bytes = (int64_t)(c->overhead_gib * 1073741824.0);
 }
 
-/* The global batch when none is given: ~4M tokens, a power of two in sequences. */
-int64_t cli_default_gbs(int64_t seq_len)
+/*
+ * The global batch when none is given: ~4M tokens (Llama 2 and Llama 3 405B's initial
+ * batch, Touvron et al. 2023 Sec. 2.2, Dubey et al. 2024 Sec. 3.4.1), a power of two in
+ * sequences; then the nearest multiple of `unit`.
+ */
+int64_t cli_default_gbs(int64_t seq_len, int64_t unit)
 {
     double want = 4.0 * 1024 * 1024 / (double)seq_len;
     int64_t g = 1;
     while ((double)(g * 2) <= want * 1.42)
         g *= 2;
+    if (unit > 1) {
+        int64_t k = (g + unit / 2) / unit;
+        g = (k < 1 ? 1 : k) * unit;
+    }
     return g;
 }
 
-int cli_search_opts(const struct cli_common *c, const struct dp_model *m, struct dp_search_opts *o)
+void cli_defaults_fill(const struct cli_common *c, const struct dp_model *m, struct cli_defaults *d)
+{
+    memset(d, 0, sizeof *d);
+    if (c->system && !c->nodes)
+        snprintf(d->nodes, sizeof d->nodes, "1 node");
+    if (!c->seq_len && m)
+        snprintf(d->seq, sizeof d->seq, "%s",
+                 m->seq_len_from[0] ? m->seq_len_from : "the model's seq_len");
+}
+
+void cli_describe_batch(FILE *f, int64_t gbs, int64_t seq_len, const struct cli_defaults *d)
+{
+    fprintf(f, "batch    %lld sequences x %lld tokens", (long long)gbs, (long long)seq_len);
+    if (d && d->gbs[0])
+        fprintf(f, " (--gbs not given: %s)", d->gbs);
+    fputc('\n', f);
+    if (d && d->seq[0])
+        fprintf(f, "seq      %lld (--seq-len not given: %s)\n", (long long)seq_len, d->seq);
+}
+
+void cli_defaults_json(cJSON *o, const struct cli_defaults *d)
+{
+    cJSON *e = cJSON_AddObjectToObject(o, "defaults");
+    if (d->nodes[0])
+        cJSON_AddStringToObject(e, "nodes", d->nodes);
+    if (d->seq[0])
+        cJSON_AddStringToObject(e, "seq_len", d->seq);
+    if (d->gbs[0])
+        cJSON_AddStringToObject(e, "gbs", d->gbs);
+}
+
+int cli_search_opts(const struct cli_common *c, const struct dp_model *m, struct dp_search_opts *o,
+                    struct cli_defaults *d)
 {
     dp_search_opts_default(o);
     o->tp = c->tp;
@@ -409,7 +507,12 @@ int cli_search_opts(const struct cli_common *c, const struct dp_model *m, struct
     o->recompute = c->recompute;
     o->sp = c->sp ? 1 : -1;
     o->seq_len = c->seq_len ? c->seq_len : m->seq_len;
-    o->gbs = c->gbs ? c->gbs : cli_default_gbs(o->seq_len);
+    o->gbs = c->gbs ? c->gbs : cli_default_gbs(o->seq_len, 1);
+    if (d) {
+        cli_defaults_fill(c, m, d);
+        if (!c->gbs)
+            snprintf(d->gbs, sizeof d->gbs, "~4M tokens");
+    }
     if (c->precision >= 0)
         o->precision = (enum dp_precision)c->precision;
     o->grad_fp32 = c->grad_fp32;
@@ -430,14 +533,21 @@ const char *cli_count_short(int64_t n, char *buf, size_t cap)
         snprintf(buf, cap, "%.2fB", v / 1e9);
     else if (v >= 1e6)
         snprintf(buf, cap, "%.2fM", v / 1e6);
+    else if (v >= 1e3)
+        snprintf(buf, cap, "%.2fK", v / 1e3);
     else
-        snprintf(buf, cap, "%.1fK", v / 1e3);
+        snprintf(buf, cap, "%lld", (long long)n);
     return buf;
 }
 
 int cli_resolve(const struct cli_common *c, const char *model_arg, struct dp_model *m,
-                struct dp_cluster *cl, struct dp_layout *l, struct dp_err *err)
+                struct dp_cluster *cl, struct dp_layout *l, struct cli_defaults *d,
+                struct dp_err *err)
 {
+    struct cli_defaults dd;
+    if (!d)
+        d = &dd;
+    cli_defaults_fill(c, NULL, d);
     if (!c->plan) {
         if (!model_arg)
             return dp_err_set(err, DP_EUSAGE, "expected a MODEL argument (or --plan FILE)");
@@ -446,7 +556,24 @@ int cli_resolve(const struct cli_common *c, const char *model_arg, struct dp_mod
             rc = cli_cluster(c, cl, err);
         if (!rc)
             rc = cli_layout(c, m, dp_cluster_gpus(cl), l, err);
-        return rc;
+        if (!rc && (rc = dp_model_check_seq_len(m, l->seq_len, err)))
+            dp_err_prefix(err, "%s", m->name);
+        if (rc)
+            return rc;
+        cli_defaults_fill(c, m, d);
+        if (!c->gbs) {
+            /* suggest's default batch, rounded so that this layout divides it */
+            int64_t unit = l->mbs * l->dp * (l->vpp > 1 ? l->pp : 1);
+            int64_t want = cli_default_gbs(l->seq_len, 1);
+            l->gbs = cli_default_gbs(l->seq_len, unit);
+            if (l->gbs == want)
+                snprintf(d->gbs, sizeof d->gbs, "~4M tokens");
+            else
+                snprintf(d->gbs, sizeof d->gbs,
+                         "~4M tokens, %lld rounded to the nearest multiple of mbs x dp%s = %lld",
+                         (long long)want, l->vpp > 1 ? " x pp" : "", (long long)unit);
+        }
+        return 0;
     }
     if (model_arg)
         return dp_err_set(err, DP_EUSAGE, "give either MODEL or --plan, not both");
@@ -507,7 +634,7 @@ void cli_describe_model(FILE *f, const struct dp_model *m)
             cli_count_short(pc.total, cnt, sizeof cnt), (long long)m->layers, (long long)m->hidden);
 }
 
-void cli_describe_cluster(FILE *f, const struct dp_cluster *c)
+void cli_describe_cluster(FILE *f, const struct dp_cluster *c, const struct cli_defaults *d)
 {
     fprintf(f, "cluster  %s: %d node%s x %d %s (%.1f GiB, %.1f GiB usable), %s %.0f GB/s/dir",
             c->name, c->nodes, c->nodes == 1 ? "" : "s", c->gpus_per_node, c->gpu.name,
@@ -515,13 +642,15 @@ void cli_describe_cluster(FILE *f, const struct dp_cluster *c)
             c->intra.bw_gbps);
     if (c->nodes > 1)
         fprintf(f, ", %d x %s per node", c->nics_per_node, c->inter.name);
+    if (d && d->nodes[0])
+        fprintf(f, " (--nodes not given: %s)", d->nodes);
     fputc('\n', f);
 }
 
 void cli_describe_layout(FILE *f, const struct dp_layout *l, const struct dp_model *m)
 {
     char buf[256];
-    dp_layout_format(l, buf, sizeof buf);
+    dp_layout_format_model(l, m, buf, sizeof buf);
     fprintf(f, "layout   %s gbs=%lld seq=%lld %s, %lld micro-batch%s per step\n", buf,
             (long long)l->gbs, (long long)l->seq_len, dp_precision_name(l->precision),
             (long long)dp_layout_microbatches(l), dp_layout_microbatches(l) == 1 ? "" : "es");

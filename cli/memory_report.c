@@ -7,8 +7,10 @@
 #include "cli.h"
 
 #include <cjson/cJSON.h>
+#include <string.h>
 
-cJSON *cli_mem_json(const struct dp_mem_report *r)
+cJSON *cli_mem_json(const struct dp_mem_report *r, const struct dp_layout *l,
+                    const struct dp_model *m)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddBoolToObject(o, "fits", r->fits);
@@ -23,6 +25,34 @@ cJSON *cli_mem_json(const struct dp_mem_report *r)
         cJSON *e = cJSON_CreateObject();
         cJSON_AddNumberToObject(e, "stage", s->stage);
         cJSON_AddNumberToObject(e, "layers", s->layers);
+        /* 0-based, inclusive; a stage of an interleaved layout holds vpp chunks, which are
+         * not contiguous: then only "chunks" */
+        if (l->vpp <= 1) {
+            int f0, k0;
+            dp_layout_chunk_layers(l, m, s->stage, 0, &f0, &k0);
+            if (k0 > 0) {
+                cJSON_AddNumberToObject(e, "first_layer", f0);
+                cJSON_AddNumberToObject(e, "last_layer", f0 + k0 - 1);
+            } else { /* the embedding or the loss alone */
+                cJSON_AddNullToObject(e, "first_layer");
+                cJSON_AddNullToObject(e, "last_layer");
+            }
+        } else {
+            cJSON *ch = cJSON_AddArrayToObject(e, "chunks");
+            for (int c = 0; c < l->vpp; c++) {
+                int f, k;
+                dp_layout_chunk_layers(l, m, s->stage, c, &f, &k);
+                cJSON *r2 = cJSON_CreateObject();
+                if (k > 0) {
+                    cJSON_AddNumberToObject(r2, "first_layer", f);
+                    cJSON_AddNumberToObject(r2, "last_layer", f + k - 1);
+                } else {
+                    cJSON_AddNullToObject(r2, "first_layer");
+                    cJSON_AddNullToObject(r2, "last_layer");
+                }
+                cJSON_AddItemToArray(ch, r2);
+            }
+        }
         cJSON_AddNumberToObject(e, "params", (double)s->params);
         cJSON_AddNumberToObject(e, "params_bytes", (double)s->params_bytes);
         cJSON_AddNumberToObject(e, "grads_bytes", (double)s->grads_bytes);
@@ -44,15 +74,33 @@ cJSON *cli_mem_json(const struct dp_mem_report *r)
     return o;
 }
 
-void cli_mem_table(FILE *f, const struct dp_mem_report *r)
+/* "stage 0 (20L: 0-19)": the stage, its layer count and its layers (0-based). */
+static void stage_label(const struct dp_mem_report *r, int i, const struct dp_layout *l,
+                        const struct dp_model *m, char *out, size_t cap)
 {
-    fprintf(f, "%-16s %8s %8s %9s %11s %7s %8s\n", "GiB per GPU", "params", "grads", "optimizer",
+    const struct dp_mem_stage *s = &r->stage[i];
+    char ranges[64];
+    dp_layout_stage_ranges(l, m, s->stage, ranges, sizeof ranges);
+    snprintf(out, cap, "stage %d (%dL: %s)", s->stage, s->layers, ranges);
+}
+
+void cli_mem_table(FILE *f, const struct dp_mem_report *r, const struct dp_layout *l,
+                   const struct dp_model *m)
+{
+    /* The stage column is as wide as its longest label: "stage 0 (20L: 0-19)". */
+    char label[96];
+    int w = (int)strlen("GiB per GPU");
+    for (int i = 0; i < r->nstages; i++) {
+        stage_label(r, i, l, m, label, sizeof label);
+        if ((int)strlen(label) > w)
+            w = (int)strlen(label);
+    }
+    fprintf(f, "%-*s %8s %8s %9s %11s %7s %8s\n", w, "GiB per GPU", "params", "grads", "optimizer",
             "activations", "other", "total");
     for (int i = 0; i < r->nstages; i++) {
         const struct dp_mem_stage *s = &r->stage[i];
-        char label[32];
-        snprintf(label, sizeof label, "stage %d (%dL)", s->stage, s->layers);
-        fprintf(f, "%-16s %8.2f %8.2f %9.2f %11.2f %7.2f %8.2f%s\n", label,
+        stage_label(r, i, l, m, label, sizeof label);
+        fprintf(f, "%-*s %8.2f %8.2f %9.2f %11.2f %7.2f %8.2f%s\n", w, label,
                 cli_gib(s->params_bytes), cli_gib(s->grads_bytes), cli_gib(s->optimizer_bytes),
                 cli_gib(s->activations_bytes), cli_gib(s->other_bytes), cli_gib(s->total_bytes),
                 s->total_bytes > r->capacity_bytes ? "  OOM" : "");
@@ -71,6 +119,10 @@ void cli_mem_verdict(FILE *f, const struct dp_mem_report *r)
     else
         fprintf(f, "OOM: stage %d needs %.2f GiB per GPU, capacity %.2f GiB (%.2f GiB over)\n",
                 r->peak_stage, cli_gib(r->peak_bytes), cli_gib(r->capacity_bytes), cli_gib(-head));
+}
+
+void cli_mem_balance(FILE *f, const struct dp_mem_report *r)
+{
     if (r->nstages > 1)
         fprintf(f, "balance: stages range %.2f-%.2f GiB (spread %.1f%% of peak)\n",
                 cli_gib(r->min_bytes), cli_gib(r->peak_bytes),
@@ -84,8 +136,10 @@ void cli_mem_derivation(FILE *f, const struct dp_layout *l, const struct dp_mem_
     dp_mem_bytes_per_param(l, &pb, &gb, &ob);
     int64_t shard = (int64_t)l->dp * l->cp;
     fprintf(f, "how (stage %d, each GPU):\n", s->stage);
-    fprintf(f, "  params       %.3fB params held x %d B (%s)%s\n", (double)s->params / 1e9, pb,
-            dp_precision_name(l->precision), l->zero >= 3 ? ", sharded over dp (ZeRO-3)" : "");
+    char cnt[32];
+    fprintf(f, "  params       %s params held x %d B (%s)%s\n",
+            cli_count_short(s->params, cnt, sizeof cnt), pb, dp_precision_name(l->precision),
+            l->zero >= 3 ? ", sharded over dp (ZeRO-3)" : "");
     fprintf(f, "  grads        x %d B (%s)%s\n", gb, gb == 4 ? "fp32 accumulation" : "half",
             l->zero >= 2 ? ", sharded over dp (ZeRO-2)" : "");
     fprintf(f, "  optimizer    x %d B (%s%s)%s\n", ob,

@@ -8,9 +8,17 @@
 
 #include "costmodel/costmodel.h"
 
-struct cJSON *cli_mem_json(const struct dp_mem_report *r);
-void cli_mem_table(FILE *f, const struct dp_mem_report *r);
+/* The report as JSON; each stage lists its layers (first_layer, last_layer, 0-based,
+ * and its chunks when interleaved). */
+struct cJSON *cli_mem_json(const struct dp_mem_report *r, const struct dp_layout *l,
+                           const struct dp_model *m);
+/* One row per stage, labelled with its layers; columns as wide as their content. */
+void cli_mem_table(FILE *f, const struct dp_mem_report *r, const struct dp_layout *l,
+                   const struct dp_model *m);
+/* "FITS: ..." or "OOM: ...", one line. */
 void cli_mem_verdict(FILE *f, const struct dp_mem_report *r);
+/* "balance: stages range ..." when there is more than one stage. */
+void cli_mem_balance(FILE *f, const struct dp_mem_report *r);
 void cli_mem_derivation(FILE *f, const struct dp_layout *l, const struct dp_mem_report *r);
 
 #endif

@@ -12,8 +12,8 @@
 static void chunk_text(const struct dp_layout *l, const struct dp_model *m, int r, int c, char *buf,
                        size_t cap)
 {
-    int S = l->pp * l->vpp, s = c * l->pp + r;
-    int n = dp_layout_chunk_layers(l, m, r, c), a = dp_layout_chunk_first_layer(l, m, r, c);
+    int S = l->pp * l->vpp, s = c * l->pp + r, a, n;
+    dp_layout_chunk_layers(l, m, r, c, &a, &n);
     size_t at = strlen(buf);
     if (at >= cap)
         return;
@@ -26,10 +26,16 @@ static void chunk_text(const struct dp_layout *l, const struct dp_model *m, int 
         snprintf(buf + at, cap - at, "%s%d-%d%s", e, a, a + n - 1, lo);
 }
 
+bool cli_split_shown(const struct dp_layout *l)
+{
+    return l->pp > 1 &&
+           (l->vpp > 1 || l->nchunks > 0 || l->first_stage_layers || l->last_stage_layers);
+}
+
 static bool same_shape(const struct dp_layout *l, const struct dp_model *m, int r1, int r2)
 {
     for (int c = 0; c < l->vpp; c++)
-        if (dp_layout_chunk_layers(l, m, r1, c) != dp_layout_chunk_layers(l, m, r2, c))
+        if (dp_layout_chunk_count(l, m, r1, c) != dp_layout_chunk_count(l, m, r2, c))
             return false;
     return true;
 }
@@ -47,6 +53,8 @@ void cli_split_text(FILE *f, const struct dp_layout *l, const struct dp_model *m
     if (l->vpp > 1)
         fprintf(f, " x vpp=%d model chunks", l->vpp);
     fprintf(f, " (Megatron --pipeline-model-parallel-layout \"%s\")\n", meg);
+    if (l->vpp == 1)
+        return; /* the memory table's stage labels give the ranges */
     for (int r = 0; r < l->pp; r++) {
         int run = 1;
         if (l->pp > 16 && r > 0)
@@ -55,10 +63,12 @@ void cli_split_text(FILE *f, const struct dp_layout *l, const struct dp_model *m
         char line[1024] = "";
         if (run > 3) {
             int per = dp_layout_stage_layers(l, m, r);
+            int a0, n0;
+            dp_layout_chunk_layers(l, m, r, 0, &a0, &n0);
             fprintf(f, "  stages %d-%d %3d layers each:", r, r + run - 1, per);
             for (int k = 0; k < l->vpp; k++)
-                fprintf(f, "%s%d", k ? "+" : " ", dp_layout_chunk_layers(l, m, r, k));
-            fprintf(f, " per chunk, from layer %d\n", dp_layout_chunk_first_layer(l, m, r, 0));
+                fprintf(f, "%s%d", k ? "+" : " ", dp_layout_chunk_count(l, m, r, k));
+            fprintf(f, " per chunk, from layer %d\n", a0);
             r += run - 1;
             continue;
         }
@@ -80,33 +90,11 @@ cJSON *cli_split_json(const struct dp_layout *l, const struct dp_model *m)
     cJSON_AddNumberToObject(o, "layers", (double)m->layers);
     if (n < 1)
         return o;
+    cJSON *a = cJSON_AddArrayToObject(o, "stage_layers");
+    for (int s = 0; s < n; s++)
+        cJSON_AddItemToArray(a, cJSON_CreateNumber(c[s]));
     char meg[4096];
     dp_split_format_megatron(c, n, meg, sizeof meg);
     cJSON_AddStringToObject(o, "megatron_layout", meg);
-    cJSON *st = cJSON_AddArrayToObject(o, "stages");
-    for (int r = 0; r < l->pp; r++) {
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddNumberToObject(e, "stage", r);
-        cJSON_AddNumberToObject(e, "layers", dp_layout_stage_layers(l, m, r));
-        cJSON_AddBoolToObject(e, "embedding", r == 0);
-        cJSON_AddBoolToObject(e, "loss", r == l->pp - 1);
-        cJSON *ch = cJSON_AddArrayToObject(e, "chunks");
-        for (int k = 0; k < l->vpp; k++) {
-            int nl = dp_layout_chunk_layers(l, m, r, k),
-                a = dp_layout_chunk_first_layer(l, m, r, k);
-            cJSON *x = cJSON_CreateObject();
-            cJSON_AddNumberToObject(x, "chunk", k);
-            cJSON_AddNumberToObject(x, "layers", nl);
-            if (nl > 0) {
-                cJSON_AddNumberToObject(x, "first_layer", a);
-                cJSON_AddNumberToObject(x, "last_layer", a + nl - 1);
-            } else { /* the embedding or the loss alone */
-                cJSON_AddNullToObject(x, "first_layer");
-                cJSON_AddNullToObject(x, "last_layer");
-            }
-            cJSON_AddItemToArray(ch, x);
-        }
-        cJSON_AddItemToArray(st, e);
-    }
     return o;
 }

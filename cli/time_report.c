@@ -12,6 +12,27 @@ static const char flop_convention[] =
     "2 FLOPs per multiply-add, backward = 2x forward, full s x s attention (Narayanan et al. "
     "2021); model FLOPs exclude recompute (MFU), hardware FLOPs include it (HFU)";
 
+/* One group's placement: its size and stride, the slowest link, how far it reaches. */
+static void group_json(cJSON *parent, const char *name, const struct dp_layout *l,
+                       enum dp_place_kind kind, const struct dp_path *p)
+{
+    int n;
+    long stride;
+    dp_place_shape(l, kind, &n, &stride);
+    cJSON *o = cJSON_AddObjectToObject(parent, name);
+    cJSON_AddNumberToObject(o, "size", n);
+    cJSON_AddNumberToObject(o, "stride", (double)stride);
+    cJSON_AddStringToObject(o, "link", n > 1 ? p->link : "none");
+    cJSON_AddBoolToObject(o, "across_nodes", p->inter_node);
+    cJSON_AddNumberToObject(o, "nodes", p->nodes);
+    if (kind == DP_PLACE_CP || kind == DP_PLACE_PP) {
+        cJSON_AddNumberToObject(o, "hops", p->hops);
+        cJSON_AddNumberToObject(o, "hops_across_nodes", p->hops_inter);
+    } else {
+        cJSON_AddNumberToObject(o, "members_per_node", p->members_per_node);
+    }
+}
+
 cJSON *cli_time_json(const struct dp_step_cost *c, const struct dp_layout *l)
 {
     cJSON *o = cJSON_CreateObject();
@@ -42,6 +63,12 @@ cJSON *cli_time_json(const struct dp_step_cost *c, const struct dp_layout *l)
     cJSON_AddStringToObject(k, "dp", c->dp_path.desc);
     cJSON_AddStringToObject(k, "pp", l->pp > 1 ? c->pp_path.desc : "none (1 stage)");
     cJSON_AddStringToObject(k, "ep", c->ep_path.desc);
+    cJSON *g = cJSON_AddObjectToObject(o, "groups");
+    group_json(g, "tp", l, DP_PLACE_TP, &c->tp_path);
+    group_json(g, "cp", l, DP_PLACE_CP, &c->cp_path);
+    group_json(g, "dp", l, DP_PLACE_DPCP, &c->dp_path);
+    group_json(g, "pp", l, DP_PLACE_PP, &c->pp_path);
+    group_json(g, "ep", l, DP_PLACE_EP, &c->ep_path);
     return o;
 }
 
@@ -80,15 +107,21 @@ void cli_time_text(FILE *f, const struct dp_step_cost *c, const struct dp_layout
 
 void cli_placement_text(FILE *f, const struct dp_step_cost *c, const struct dp_layout *l)
 {
-    fprintf(f, "placement (Megatron order: TP fastest, then CP, DP, PP):\n");
+    fprintf(f, "placement (Megatron order: TP fastest, then CP, DP, PP%s):\n",
+            l->ep > 1 ? "; experts: TP, EP, then DP" : "");
     fprintf(f, "  tp=%-3d consecutive ranks         %s\n", l->tp, c->tp_path.desc);
     if (l->cp > 1)
-        fprintf(f, "  cp=%-3d stride %-5d              %s\n", l->cp, l->tp, c->cp_path.desc);
-    fprintf(f, "  dp=%-3d stride %-5d              %s\n", l->dp, l->tp * l->cp, c->dp_path.desc);
+        fprintf(f, "  cp=%-3d ring, stride %-5d        %s\n", l->cp, l->tp, c->cp_path.desc);
+    /* Gradients are reduced over dp x cp ranks, tp apart (Megatron-Core's dp-cp group). */
+    char what[40];
+    if (l->cp > 1)
+        snprintf(what, sizeof what, "x cp=%d, stride %d", l->cp, l->tp);
+    else
+        snprintf(what, sizeof what, "stride %d", l->tp);
+    fprintf(f, "  dp=%-3d %-25s %s\n", l->dp, what, c->dp_path.desc);
     if (l->pp > 1)
         fprintf(f, "  pp=%-3d stride %-5d              %s\n", l->pp, l->tp * l->cp * l->dp,
                 c->pp_path.desc);
     if (l->ep > 1)
-        fprintf(f, "  ep=%-3d inside dp, stride %-5d   %s\n", l->ep, l->tp * l->cp,
-                c->ep_path.desc);
+        fprintf(f, "  ep=%-3d in dp x cp, stride %-5d  %s\n", l->ep, l->tp, c->ep_path.desc);
 }

@@ -74,6 +74,10 @@ void dp_jr_pop(struct dp_jr *jr, size_t old_len);
 /* Fail with "file: path: unknown field "k" (expected one of: a, b)" for any key not in
  * `allowed` (NULL-terminated). */
 int dp_jr_check_keys(struct dp_jr *jr, const struct cJSON *obj, const char *const *allowed);
+/* All of keys (NULL-terminated) present: else, when two or more are missing, one error
+ * naming them all ("FILE: missing required fields: heads, vocab"); one missing field is
+ * left to its reader, whose message says what it expects. */
+int dp_jr_require_all(struct dp_jr *jr, const struct cJSON *obj, const char *const *keys);
 /* Require `obj` to be a JSON object ("what" names the expected content). */
 int dp_jr_expect_object(struct dp_jr *jr, const struct cJSON *obj, const char *what);
 
@@ -108,16 +112,17 @@ enum dp_pos_kind { DP_POS_ROPE = 0, DP_POS_LEARNED = 1, DP_POS_ALIBI = 2 };
  */
 struct dp_model {
     char name[64];
-    char format[32];    /* "dplan" or "hf:<model_type>" */
-    int64_t layers;     /* L */
-    int64_t hidden;     /* h */
-    int64_t heads;      /* a */
-    int64_t kv_heads;   /* g; == heads for MHA, 1 for MQA */
-    int64_t head_dim;   /* d; usually h / a */
-    int64_t ffn_hidden; /* f: dense MLP width (per expert: moe_ffn_hidden) */
-    int64_t vocab;      /* V, unpadded as published */
-    int64_t seq_len;    /* default training sequence length */
-    int64_t max_pos;    /* learned position embeddings (0 unless pos == LEARNED) */
+    char format[32];        /* "dplan" or "hf:<model_type>" */
+    int64_t layers;         /* L */
+    int64_t hidden;         /* h */
+    int64_t heads;          /* a */
+    int64_t kv_heads;       /* g; == heads for MHA, 1 for MQA */
+    int64_t head_dim;       /* d; usually h / a */
+    int64_t ffn_hidden;     /* f: dense MLP width (per expert: moe_ffn_hidden) */
+    int64_t vocab;          /* V, unpadded as published */
+    int64_t seq_len;        /* default training sequence length */
+    char seq_len_from[128]; /* where seq_len came from, for "--seq-len not given: ..." */
+    int64_t max_pos;        /* learned position embeddings (0 unless pos == LEARNED) */
     enum dp_ffn_kind ffn;
     enum dp_norm_kind norm;
     enum dp_pos_kind pos;
@@ -131,6 +136,17 @@ struct dp_model {
     int64_t top_k;          /* experts per token */
     int64_t moe_ffn_hidden; /* expert MLP width; == ffn_hidden unless given */
 };
+
+/*
+ * The training sequence length assumed for a Hugging Face config whose context limit
+ * (max_position_embeddings) is longer: Llama 3's pre-training length. Shorter limits are
+ * taken as the training length; rope_scaling.original_max_position_embeddings wins.
+ */
+#define DP_HF_TRAIN_SEQ 8192
+
+/* DP_EINFEASIBLE when the model cannot take sequences of seq_len tokens: learned
+ * position embeddings stop at max_position. */
+int dp_model_check_seq_len(const struct dp_model *m, int64_t seq_len, struct dp_err *err);
 
 /* Parameter counts of the model as published (unpadded vocabulary). */
 struct dp_param_count {
@@ -277,7 +293,22 @@ int dp_cluster_from_system(const char *system, int nodes, const char *network,
  * intra-node link is the GPU's host PCIe link unless `intra` names one. */
 int dp_cluster_from_gpu(const char *gpu, int gpus, int per_node, const char *intra,
                         const char *network, struct dp_cluster *out, struct dp_err *err);
-/* cluster.json as written by `dplan topo -o` (schema in README). */
+/*
+ * NICs a node may have: at most DP_MAX_NICS_PER_GPU per GPU. The densest
+ * published node is AWS P5 (p5.48xlarge, p5e): 32 EFA network devices for 8
+ * H100 (docs.aws.amazon.com, AWSEC2 UserGuide efa-acc-inst-types: "32 EFA
+ * devices"), 4 per GPU; DGX/HGX nodes have 1 compute NIC per GPU.
+ */
+#define DP_MAX_NICS_PER_GPU 4
+/*
+ * A cluster's nics_per_node against its node: 0..DP_MAX_NICS_PER_GPU x
+ * gpus_per_node, and >= 1 when nodes > 1 (the nodes talk through them).
+ * DP_EINVAL with "FILE: FIELD: expected ..., got N" when not (`field` is
+ * the JSON path, "nics_per_node" in a cluster file).
+ */
+int dp_cluster_check_nics(const char *file, const char *field, const struct dp_cluster *c,
+                          struct dp_err *err);
+/* cluster.json as written by `dplan topo -o` (schema in README); dp_cluster_check_nics holds. */
 int dp_cluster_load(const char *file, struct dp_cluster *out, struct dp_err *err);
 int dp_cluster_from_json(struct dp_jr *jr, const struct cJSON *obj, struct dp_cluster *out);
 struct cJSON *dp_cluster_to_json(const struct dp_cluster *c);
@@ -331,14 +362,12 @@ static inline int64_t dp_layout_microbatches(const struct dp_layout *l)
 {
     return l->gbs / (l->mbs * l->dp);
 }
-/* Layers held by pipeline stage `stage` (0..pp-1), by its model chunk `chunk`
- * (0..vpp-1), and the index of that chunk's first layer. Safe on any layout; the
- * counts mean something once dp_layout_validate accepts it. */
+/* Layers held by pipeline stage `stage` (0..pp-1) and by its model chunk `chunk`
+ * (0..vpp-1). Safe on any layout; the counts mean something once dp_layout_validate
+ * accepts it. */
 int dp_layout_stage_layers(const struct dp_layout *l, const struct dp_model *m, int stage);
-int dp_layout_chunk_layers(const struct dp_layout *l, const struct dp_model *m, int stage,
-                           int chunk);
-int dp_layout_chunk_first_layer(const struct dp_layout *l, const struct dp_model *m, int stage,
-                                int chunk);
+int dp_layout_chunk_count(const struct dp_layout *l, const struct dp_model *m, int stage,
+                          int chunk);
 /* All pp * vpp chunk counts in model order; returns the count, or -1 if above cap. */
 int dp_layout_expand(const struct dp_layout *l, const struct dp_model *m, int *out, int cap);
 /* Set an explicit split of n = pp * vpp counts (an all-equal list is stored as the even
@@ -356,7 +385,26 @@ bool dp_layout_equal(const struct dp_layout *a, const struct dp_layout *b);
  */
 int dp_layout_validate(const struct dp_layout *l, const struct dp_model *m, int gpus,
                        struct dp_err *err);
-/* "tp=8 pp=4 dp=2 mbs=1 ..." compact form for tables and messages. */
+/* First layer (0-based) of pipeline stage `stage` without interleaving: the layers of the
+ * stages before it. */
+int dp_layout_stage_first_layer(const struct dp_layout *l, const struct dp_model *m, int stage);
+/* Model chunk `chunk` (0..vpp-1) of stage `stage`: its first layer (0-based: the layers of
+ * the virtual stages before it in model order) and layer count (with vpp 1 the one chunk
+ * is the stage). */
+void dp_layout_chunk_layers(const struct dp_layout *l, const struct dp_model *m, int stage,
+                            int chunk, int *first, int *count);
+/* The layers of a stage, 0-based and inclusive: "0-19"; interleaved "0-3,16-19,...,64-67";
+ * "E" / "L" for a chunk holding only the embedding / the loss. */
+void dp_layout_stage_ranges(const struct dp_layout *l, const struct dp_model *m, int stage,
+                            char *out, size_t cap);
+/*
+ * "tp=8 pp=4 dp=2 mbs=1 ... split=19,21,21,19" compact form for tables and messages;
+ * an uneven split lists the model chunks' layer counts in model order, as --stage-layers
+ * takes them (runs of 3 or more as N*K). dp_layout_format has no model: it shows an
+ * explicit list, or only the given first/last counts ("split=19/../19", "split=../26").
+ */
+void dp_layout_format_model(const struct dp_layout *l, const struct dp_model *m, char *out,
+                            size_t cap);
 void dp_layout_format(const struct dp_layout *l, char *out, size_t cap);
 struct cJSON *dp_layout_to_json(const struct dp_layout *l);
 int dp_layout_from_json(struct dp_jr *jr, const struct cJSON *obj, struct dp_layout *out);
@@ -470,5 +518,25 @@ void dp_fmt_bytes(int64_t bytes, char *out, size_t cap);
 int dp_read_file(const char *file, char **buf, size_t *len, size_t max, struct dp_err *err);
 /* mkdir -p: create dir and its missing parents; an existing directory is fine. */
 int dp_mkdirs(const char *dir, struct dp_err *err);
+/*
+ * Write `len` bytes to `file` atomically: a temporary file next to it, fsync,
+ * rename. On failure the old file (if any) is untouched and no temporary is left.
+ */
+int dp_write_file_atomic(const char *file, const void *data, size_t len, struct dp_err *err);
+
+/*
+ * A growing text buffer for generated documents (SVG, exported configs).
+ * Zero-initialise it; appends never fail visibly: an allocation failure sets
+ * `failed` and later appends are ignored, so callers check once at the end.
+ * `data` is NUL-terminated whenever len > 0. Free with dp_buf_release.
+ */
+struct dp_buf {
+    char *data;
+    size_t len, cap;
+    bool failed;
+};
+void dp_buf_printf(struct dp_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void dp_buf_puts(struct dp_buf *b, const char *s);
+void dp_buf_release(struct dp_buf *b);
 
 #endif

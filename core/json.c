@@ -126,25 +126,17 @@ int dp_json_save_file(const char *file, const cJSON *root, struct dp_err *err)
     char *text = cJSON_Print(root);
     if (!text)
         return dp_err_set(err, DP_ENOMEM, "%s: out of memory", file);
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", file, (long)getpid());
-    int rc = 0;
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        rc = dp_err_set(err, DP_EIO, "%s: cannot write: %s", file, strerror(errno));
-        goto out;
-    }
     size_t n = strlen(text);
-    bool ok = fwrite(text, 1, n, f) == n && fputc('\n', f) != EOF && fflush(f) == 0 &&
-              fsync(fileno(f)) == 0;
-    if (fclose(f) != 0)
-        ok = false;
-    if (!ok || rename(tmp, file) != 0) {
-        rc = dp_err_set(err, DP_EIO, "%s: cannot write: %s", file, strerror(errno));
-        unlink(tmp);
+    int rc = DP_OK;
+    char *withnl = realloc(text, n + 2);
+    if (!withnl) {
+        free(text);
+        return dp_err_set(err, DP_ENOMEM, "%s: out of memory", file);
     }
-out:
-    free(text);
+    withnl[n] = '\n';
+    withnl[n + 1] = '\0';
+    rc = dp_write_file_atomic(file, withnl, n + 1, err);
+    free(withnl);
     return rc;
 }
 
@@ -235,6 +227,26 @@ int dp_jr_check_keys(struct dp_jr *jr, const cJSON *obj, const char *const *allo
         }
     }
     return 0;
+}
+
+int dp_jr_require_all(struct dp_jr *jr, const cJSON *obj, const char *const *keys)
+{
+    char list[512] = "";
+    size_t n = 0;
+    int missing = 0;
+    for (const char *const *k = keys; *k; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, *k);
+        if (v && !cJSON_IsNull(v))
+            continue;
+        missing++;
+        if (n < sizeof list)
+            n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", missing > 1 ? ", " : "", *k);
+    }
+    if (missing < 2)
+        return 0; /* none, or one: the field's reader says what it expects */
+    char w[512];
+    return dp_err_set(jr->err, DP_EINVAL, "%s: missing required fields: %s",
+                      where(jr, NULL, w, sizeof w), list);
 }
 
 /* Look up key; 1 = found, 0 = missing/null (error set if required), <0 error. */

@@ -110,6 +110,8 @@ int dp_layout_validate(const struct dp_layout *l, const struct dp_model *m, int 
     }
     if (l->mbs < 1 || l->gbs < 1 || l->seq_len < 1)
         return dp_err_set(err, DP_EINFEASIBLE, "mbs, gbs and seq_len must be >= 1");
+    if (dp_model_check_seq_len(m, l->seq_len, err))
+        return err->code;
     if (l->gbs % (l->mbs * l->dp))
         return dp_err_set(err, DP_EINFEASIBLE,
                           "gbs=%lld is not a multiple of mbs*dp = %lld*%d = %lld",
@@ -155,7 +157,69 @@ int dp_layout_validate(const struct dp_layout *l, const struct dp_model *m, int 
     return 0;
 }
 
-void dp_layout_format(const struct dp_layout *l, char *out, size_t cap)
+int dp_layout_stage_first_layer(const struct dp_layout *l, const struct dp_model *m, int stage)
+{
+    int first = 0;
+    for (int s = 0; s < stage && s < l->pp; s++)
+        first += dp_layout_stage_layers(l, m, s);
+    return first;
+}
+
+void dp_layout_stage_ranges(const struct dp_layout *l, const struct dp_model *m, int stage,
+                            char *out, size_t cap)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    int v = l->vpp > 1 ? l->vpp : 1;
+    for (int c = 0; c < v && n < cap; c++) {
+        int f, k;
+        dp_layout_chunk_layers(l, m, stage, c, &f, &k);
+        /* two chunks, "...", the last one: enough to read the stride */
+        if (v > 4 && c >= 2 && c < v - 1) {
+            if (c == 2)
+                n += (size_t)snprintf(out + n, cap - n, ",...");
+            continue;
+        }
+        if (k == 0) /* the embedding or the loss alone */
+            n += (size_t)snprintf(out + n, cap - n, "%s%s", c ? "," : "",
+                                  stage == 0 && c == 0 ? "E" : "L");
+        else if (k == 1)
+            n += (size_t)snprintf(out + n, cap - n, "%s%d", c ? "," : "", f);
+        else
+            n += (size_t)snprintf(out + n, cap - n, "%s%d-%d", c ? "," : "", f, f + k - 1);
+    }
+}
+
+/* " split=19,21,21,19": the chunks' layer counts in model order, as --stage-layers takes
+ * them (N*K for runs of 3 or more). Without the model (dp_layout_format) only an explicit
+ * list or the given first/last counts can be shown. */
+static int format_split(const struct dp_layout *l, const struct dp_model *m, char *out, size_t cap)
+{
+    int c[DP_MAX_CHUNKS], n = 0;
+    if (l->nchunks > 0) {
+        for (int s = 0; s < l->nchunks && s < DP_MAX_CHUNKS; s++)
+            c[s] = l->chunk_layers[s];
+        n = l->nchunks;
+    } else if (l->first_stage_layers || l->last_stage_layers) {
+        if (!m)
+            return l->first_stage_layers && l->last_stage_layers
+                       ? snprintf(out, cap, " split=%d/../%d", l->first_stage_layers,
+                                  l->last_stage_layers)
+                   : l->first_stage_layers
+                       ? snprintf(out, cap, " split=%d/..", l->first_stage_layers)
+                       : snprintf(out, cap, " split=../%d", l->last_stage_layers);
+        n = dp_layout_expand(l, m, c, DP_MAX_CHUNKS);
+    }
+    if (n < 1)
+        return 0;
+    int w = snprintf(out, cap, " split=");
+    if (w > 0 && (size_t)w < cap)
+        dp_split_format_list(c, n, out + w, cap - (size_t)w);
+    return (int)strlen(out);
+}
+
+void dp_layout_format_model(const struct dp_layout *l, const struct dp_model *m, char *out,
+                            size_t cap)
 {
     int n = snprintf(out, cap, "tp=%d pp=%d dp=%d", l->tp, l->pp, l->dp);
     if (l->cp > 1)
@@ -171,16 +235,13 @@ void dp_layout_format(const struct dp_layout *l, char *out, size_t cap)
         n += snprintf(out + n, cap - (size_t)n, " rc=%s", recompute_names[l->recompute]);
     if (l->sp && l->tp > 1)
         n += snprintf(out + n, cap - (size_t)n, " sp");
-    if (l->nchunks > 0 && (size_t)n + 8 < cap) {
-        int c[DP_MAX_CHUNKS];
-        for (int s = 0; s < l->nchunks && s < DP_MAX_CHUNKS; s++)
-            c[s] = l->chunk_layers[s];
-        n += snprintf(out + n, cap - (size_t)n, " split=");
-        dp_split_format_list(c, l->nchunks, out + n, cap - (size_t)n);
-    } else if (l->first_stage_layers || l->last_stage_layers) {
-        snprintf(out + n, cap - (size_t)n, " split=%d/../%d", l->first_stage_layers,
-                 l->last_stage_layers);
-    }
+    if ((size_t)n < cap)
+        format_split(l, m, out + n, cap - (size_t)n);
+}
+
+void dp_layout_format(const struct dp_layout *l, char *out, size_t cap)
+{
+    dp_layout_format_model(l, NULL, out, cap);
 }
 
 cJSON *dp_layout_to_json(const struct dp_layout *l)

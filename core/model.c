@@ -69,8 +69,13 @@ int dp_model_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_model *m)
                                        "source",
                                        "notes",
                                        NULL};
+    /* The ten required fields, all reported at once when several are missing. */
+    static const char *const required[] = {
+        "name",  "layers",  "hidden",          "heads", "ffn_hidden", "ffn",
+        "vocab", "seq_len", "tied_embeddings", "norm",  NULL};
     model_defaults(m);
-    if (dp_jr_expect_object(jr, obj, "a model object") || dp_jr_check_keys(jr, obj, keys))
+    if (dp_jr_expect_object(jr, obj, "a model object") || dp_jr_check_keys(jr, obj, keys) ||
+        dp_jr_require_all(jr, obj, required))
         return jr->err->code;
     int ffn = 0, norm = 0, pos = 0;
     int64_t npl = 2;
@@ -97,6 +102,7 @@ int dp_model_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_model *m)
         dp_jr_int(jr, obj, "norms_per_layer", false, 1, 2, &npl) ||
         dp_jr_bool(jr, obj, "dropout", false, &m->dropout))
         return jr->err->code;
+    snprintf(m->seq_len_from, sizeof m->seq_len_from, "the model's seq_len");
     m->ffn = (enum dp_ffn_kind)ffn;
     m->norm = (enum dp_norm_kind)norm;
     m->pos = (enum dp_pos_kind)pos;
@@ -150,6 +156,16 @@ int dp_model_validate(const struct dp_model *m, const char *file, struct dp_err 
             (double)m->layers >
         1e16)
         return dp_err_set(err, DP_EINVAL, "%s: model has more than 10^16 parameters", file);
+    return 0;
+}
+
+int dp_model_check_seq_len(const struct dp_model *m, int64_t seq_len, struct dp_err *err)
+{
+    /* A learned position table has max_position rows: longer sequences have no position
+     * to look up (GPT-2's wpe). RoPE and ALiBi compute positions, so any length runs. */
+    if (m->pos == DP_POS_LEARNED && seq_len > m->max_pos)
+        return dp_err_set(err, DP_EINFEASIBLE, "seq_len=%lld exceeds the model's max_position=%lld",
+                          (long long)seq_len, (long long)m->max_pos);
     return 0;
 }
 

@@ -157,6 +157,27 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
     static const char *const k_hidden[] = {"hidden_size", "n_embd", NULL};
     static const char *const k_heads[] = {"num_attention_heads", "n_head", NULL};
     static const char *const k_vocab[] = {"vocab_size", NULL};
+    static const char *const k_inter[] = {"intermediate_size", NULL};
+    static const char *const k_experts[] = {"num_local_experts", NULL};
+    {
+        /* Every required key of this family at once, when two or more are missing. */
+        const char *const *req[6] = {k_layers, k_hidden, k_heads, k_vocab, NULL, NULL};
+        int nreq = 4;
+        if (fam == FAM_LLAMA || fam == FAM_QWEN2 || fam == FAM_MIXTRAL || fam == FAM_NEOX)
+            req[nreq++] = k_inter;
+        if (fam == FAM_MIXTRAL)
+            req[nreq++] = k_experts;
+        char list[256] = "";
+        size_t n = 0;
+        int missing = 0;
+        for (int i = 0; i < nreq; i++)
+            if (!first_key(root, req[i]) && n < sizeof list)
+                n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", missing++ ? ", " : "",
+                                      req[i][0]);
+        if (missing >= 2)
+            return dp_err_set(jr->err, DP_EINVAL, "%s: missing required fields: %s", jr->file,
+                              list);
+    }
     if (hf_int(jr, root, k_layers, true, &m->layers) ||
         hf_int(jr, root, k_hidden, true, &m->hidden) ||
         hf_int(jr, root, k_heads, true, &m->heads) || hf_int(jr, root, k_vocab, true, &m->vocab))
@@ -172,16 +193,37 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
     int64_t maxpos = 2048;
     if (hf_int(jr, root, k_maxpos, false, &maxpos))
         return jr->err->code;
+    /*
+     * A config states a context limit, which is the training length only for models
+     * trained at their full context (GPT-2 1024, NeoX/Falcon 2048, Llama 2 4096, Llama 3
+     * 8192). Long limits are context extensions or inference limits (Qwen2's configs say
+     * 131072; the report pre-trains at 4096 and extends to 32768 at the end, Yang et al.
+     * 2024, Sec. 3.2; Mixtral-8x22B says 65536): planning at them asks another question.
+     * Above DP_HF_TRAIN_SEQ dplan assumes DP_HF_TRAIN_SEQ, the length Llama 3 spends its
+     * pre-training at (Dubey et al. 2024, Sec. 3.4.1), and says so.
+     */
+    const char *maxkey = first_key(root, k_maxpos);
     m->seq_len = maxpos;
+    if (!maxkey)
+        snprintf(m->seq_len_from, sizeof m->seq_len_from,
+                 "the config has no max_position_embeddings; 2048 assumed");
+    else if (maxpos <= DP_HF_TRAIN_SEQ)
+        snprintf(m->seq_len_from, sizeof m->seq_len_from, "the config's %s", maxkey);
+    else {
+        m->seq_len = DP_HF_TRAIN_SEQ;
+        snprintf(m->seq_len_from, sizeof m->seq_len_from,
+                 "dplan's default; the config's %s %lld is a context limit, not a training "
+                 "length",
+                 maxkey, (long long)maxpos);
+    }
 
     switch (fam) {
     case FAM_LLAMA:
     case FAM_QWEN2:
     case FAM_MIXTRAL: {
         static const char *const k_kv[] = {"num_key_value_heads", NULL};
-        static const char *const k_ffn[] = {"intermediate_size", NULL};
         if (hf_int(jr, root, k_kv, false, &m->kv_heads) ||
-            hf_int(jr, root, k_ffn, true, &m->ffn_hidden))
+            hf_int(jr, root, k_inter, true, &m->ffn_hidden))
             return jr->err->code;
         m->ffn = DP_FFN_SWIGLU; /* hidden_act silu with gate/up/down projections */
         m->norm = DP_NORM_RMSNORM;
@@ -199,10 +241,10 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
             m->mlp_bias = mlp_bias;
         }
         if (fam == FAM_MIXTRAL) {
-            static const char *const k_e[] = {"num_local_experts", NULL};
             static const char *const k_k[] = {"num_experts_per_tok", NULL};
             m->top_k = 2;
-            if (hf_int(jr, root, k_e, true, &m->experts) || hf_int(jr, root, k_k, false, &m->top_k))
+            if (hf_int(jr, root, k_experts, true, &m->experts) ||
+                hf_int(jr, root, k_k, false, &m->top_k))
                 return jr->err->code;
             m->moe_ffn_hidden = m->ffn_hidden;
         }
@@ -211,8 +253,11 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
         if (cJSON_IsObject(rs)) {
             const cJSON *o =
                 cJSON_GetObjectItemCaseSensitive(rs, "original_max_position_embeddings");
-            if (cJSON_IsNumber(o) && o->valuedouble >= 1 && o->valuedouble < maxpos)
+            if (cJSON_IsNumber(o) && o->valuedouble >= 1 && o->valuedouble < maxpos) {
                 m->seq_len = (int64_t)o->valuedouble;
+                snprintf(m->seq_len_from, sizeof m->seq_len_from,
+                         "the config's rope_scaling.original_max_position_embeddings");
+            }
         }
         static const char *const drop[] = {"attention_dropout", NULL};
         m->dropout = any_positive(root, drop);
@@ -235,8 +280,7 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
         break;
     }
     case FAM_NEOX: {
-        static const char *const k_ffn[] = {"intermediate_size", NULL};
-        if (hf_int(jr, root, k_ffn, true, &m->ffn_hidden))
+        if (hf_int(jr, root, k_inter, true, &m->ffn_hidden))
             return jr->err->code;
         m->ffn = DP_FFN_GELU;
         m->norm = DP_NORM_LAYERNORM;

@@ -429,6 +429,11 @@ int dp_cluster_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_cluster *
     out->nodes = (int)nodes;
     out->gpus_per_node = (int)gpn;
     out->nics_per_node = (int)nics;
+    size_t at = dp_jr_push(jr, "nics_per_node", 0);
+    int rc = dp_cluster_check_nics(jr->file, jr->path, out, jr->err);
+    dp_jr_pop(jr, at);
+    if (rc)
+        return rc;
     if (!out->name[0])
         snprintf(out->name, sizeof out->name, "%d x %d %s", out->nodes, out->gpus_per_node,
                  out->gpu.name);
@@ -453,6 +458,25 @@ int dp_cluster_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_cluster *
         out->ngroup_links = i;
         dp_jr_pop(jr, old);
     }
+    return 0;
+}
+
+int dp_cluster_check_nics(const char *file, const char *field, const struct dp_cluster *c,
+                          struct dp_err *err)
+{
+    int most = DP_MAX_NICS_PER_GPU * c->gpus_per_node;
+    if (c->nics_per_node < 0 || c->nics_per_node > most)
+        return dp_err_set(err, DP_EINVAL,
+                          "%s: %s: expected integer 0..%d (at most %d NICs per GPU, %d GPUs per "
+                          "node), got %d",
+                          file, field, most, DP_MAX_NICS_PER_GPU, c->gpus_per_node,
+                          c->nics_per_node);
+    if (c->nodes > 1 && c->nics_per_node < 1)
+        return dp_err_set(err, DP_EINVAL,
+                          "%s: %s: expected integer >= 1 for %d nodes (they talk through their "
+                          "NICs), got 0; give the node's compute NICs with `dplan topo "
+                          "--nics-per-node N -o FILE`",
+                          file, field, c->nodes);
     return 0;
 }
 

@@ -36,8 +36,7 @@ static int first_last_stage(const struct dp_layout *l, int L, int stage)
     return middle > 0 ? (L - first - last) / middle : 0;
 }
 
-int dp_layout_chunk_layers(const struct dp_layout *l, const struct dp_model *m, int stage,
-                           int chunk)
+int dp_layout_chunk_count(const struct dp_layout *l, const struct dp_model *m, int stage, int chunk)
 {
     int pp = l->pp > 0 ? l->pp : 1, v = l->vpp > 0 ? l->vpp : 1;
     if (l->nchunks > 0) {
@@ -57,7 +56,7 @@ int dp_layout_stage_layers(const struct dp_layout *l, const struct dp_model *m, 
     if (l->nchunks > 0) {
         int n = 0;
         for (int c = 0; c < l->vpp; c++)
-            n += dp_layout_chunk_layers(l, m, stage, c);
+            n += dp_layout_chunk_count(l, m, stage, c);
         return n;
     }
     int pp = l->pp > 0 ? l->pp : 1, L = (int)m->layers;
@@ -68,13 +67,16 @@ int dp_layout_stage_layers(const struct dp_layout *l, const struct dp_model *m, 
     return L / pp;
 }
 
-int dp_layout_chunk_first_layer(const struct dp_layout *l, const struct dp_model *m, int stage,
-                                int chunk)
+void dp_layout_chunk_layers(const struct dp_layout *l, const struct dp_model *m, int stage,
+                            int chunk, int *first, int *count)
 {
-    int n = 0;
-    for (int s = 0; s < chunk * l->pp + stage; s++)
-        n += dp_layout_chunk_layers(l, m, s % l->pp, s / l->pp);
-    return n;
+    /* The layers of the virtual stages before it in model order (Megatron's
+     * get_transformer_layer_offset, transformer_layer.py, for any split). */
+    int n = 0, pp = l->pp > 0 ? l->pp : 1;
+    for (int s = 0; s < chunk * pp + stage; s++)
+        n += dp_layout_chunk_count(l, m, s % pp, s / pp);
+    *first = n;
+    *count = dp_layout_chunk_count(l, m, stage, chunk);
 }
 
 int dp_layout_expand(const struct dp_layout *l, const struct dp_model *m, int *out, int cap)
@@ -83,7 +85,7 @@ int dp_layout_expand(const struct dp_layout *l, const struct dp_model *m, int *o
     if (l->pp < 1 || l->vpp < 1 || S > cap)
         return -1;
     for (int s = 0; s < (int)S; s++)
-        out[s] = dp_layout_chunk_layers(l, m, s % l->pp, s / l->pp);
+        out[s] = dp_layout_chunk_count(l, m, s % l->pp, s / l->pp);
     return (int)S;
 }
 

@@ -1,13 +1,16 @@
 /*
- * Small helpers shared by every module: list parsing, byte formatting, directories.
+ * Small helpers shared by every module: list parsing, byte formatting, directories,
+ * atomic file writes and a growing text buffer.
  */
 #include "core.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 int dp_parse_int_list(const char *s, int *out, int cap)
 {
@@ -48,4 +51,81 @@ int dp_mkdirs(const char *dir, struct dp_err *err)
     if (mkdir(buf, 0777) && errno != EEXIST)
         return dp_err_set(err, DP_EIO, "%s: cannot create directory: %s", dir, strerror(errno));
     return 0;
+}
+
+int dp_write_file_atomic(const char *file, const void *data, size_t len, struct dp_err *err)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", file, (long)getpid()) >= (int)sizeof tmp)
+        return dp_err_set(err, DP_EUSAGE, "%.64s...: file name too long", file);
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        return dp_err_set(err, DP_EIO, "%s: cannot write: %s", file, strerror(errno));
+    bool ok = fwrite(data, 1, len, f) == len && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    int saved = errno;
+    if (fclose(f) != 0 && ok) {
+        ok = false;
+        saved = errno;
+    }
+    if (ok && rename(tmp, file) != 0) {
+        ok = false;
+        saved = errno;
+    }
+    if (!ok) {
+        unlink(tmp);
+        return dp_err_set(err, DP_EIO, "%s: cannot write: %s", file, strerror(saved));
+    }
+    return 0;
+}
+
+static bool buf_reserve(struct dp_buf *b, size_t extra)
+{
+    if (b->failed)
+        return false;
+    if (b->len + extra + 1 <= b->cap)
+        return true;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + extra + 1)
+        cap *= 2;
+    char *p = realloc(b->data, cap);
+    if (!p) {
+        b->failed = true;
+        return false;
+    }
+    b->data = p;
+    b->cap = cap;
+    return true;
+}
+
+void dp_buf_printf(struct dp_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        b->failed = true;
+        return;
+    }
+    if (!buf_reserve(b, (size_t)n))
+        return;
+    va_start(ap, fmt);
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+void dp_buf_puts(struct dp_buf *b, const char *s)
+{
+    size_t n = strlen(s);
+    if (!buf_reserve(b, n))
+        return;
+    memcpy(b->data + b->len, s, n + 1);
+    b->len += n;
+}
+
+void dp_buf_release(struct dp_buf *b)
+{
+    free(b->data);
+    memset(b, 0, sizeof *b);
 }

@@ -150,28 +150,76 @@ struct dp_flops {
 };
 void dp_flops_step(const struct dp_model *m, const struct dp_layout *l, struct dp_flops *out);
 
+/* ------------------------------------------------------------------ placement */
+
+/*
+ * Which global ranks form each parallel group: Megatron-Core's numbering
+ * (megatron/core/parallel_state.py, RankGenerator with the default order
+ * "tp-cp-ep-dp-pp"). Consecutive ranks fill a node. The dense layers number
+ * rank = tp_i + tp (cp_i + cp (dp_i + dp pp_i)); the expert layers regroup
+ * the same ranks with context parallelism folded into data parallelism
+ * (the expert RankGenerator has cp = 1 and expert tensor parallelism = tp):
+ * rank = tp_i + tp (ep_i + ep (edp_i + edp pp_i)), edp = dp cp / ep. So EP
+ * is carved out of the dp x cp ranks of a stage, ep ranks tp apart.
+ */
+enum dp_place_kind {
+    DP_PLACE_TP,   /* tp consecutive ranks */
+    DP_PLACE_CP,   /* the context-parallel ring: cp ranks, stride tp */
+    DP_PLACE_DP,   /* dp ranks, stride tp * cp */
+    DP_PLACE_DPCP, /* dense-gradient reduction: dp * cp ranks, stride tp */
+    DP_PLACE_EP,   /* expert parallel: ep ranks, stride tp */
+    DP_PLACE_EDP,  /* expert-gradient reduction: dp * cp / ep ranks, stride tp * ep */
+    DP_PLACE_PP,   /* the pipeline: pp ranks, stride tp * cp * dp */
+    DP_PLACE_EMB,  /* tied embeddings: the first and last stage, (pp - 1) * tp * cp * dp apart */
+    DP_PLACE_KINDS
+};
+/* Members per group and the rank distance between consecutive members. */
+void dp_place_shape(const struct dp_layout *l, enum dp_place_kind k, int *n, long *stride);
+/*
+ * The members of the group of kind k that holds `rank`, in group order (ring
+ * and pipeline order), into out[0..cap). Returns the count; 0 for a middle
+ * pipeline stage's rank and DP_PLACE_EMB; -1 when rank is outside
+ * [0, tp * cp * dp * pp) or the group has more than cap members.
+ */
+int dp_place_ranks(const struct dp_layout *l, enum dp_place_kind k, int rank, int *out, int cap);
+
 /* ------------------------------------------------------------------ communication */
 
 enum dp_coll_kind { DP_ALLREDUCE, DP_REDUCE_SCATTER, DP_ALLGATHER, DP_ALLTOALL, DP_P2P };
 
 /*
- * The path a communication group uses, per GPU. Placement is Megatron's:
- * consecutive ranks fill a node, TP fastest, then CP, DP, PP; a group of n
- * ranks `stride` apart spans n * stride consecutive ranks.
+ * The path a communication group uses, per GPU, found from where its members
+ * really sit (the numbering above, consecutive ranks filling a node): of all
+ * groups of one kind, the slowest. A collective over several nodes runs at k
+ * times each GPU's NIC share (k: the fewest members on one of its nodes). A
+ * pipeline or a context-parallel ring is paced by its slowest hop: NVLink (or
+ * the slower link class a measured topology gives for the block a hop
+ * spans) inside a node, a NIC across nodes, shared by the GPUs of the node
+ * that send across at the same step.
  */
 struct dp_path {
-    double busbw_gbps; /* achievable bus bandwidth per GPU (efficiency applied), GB/s */
-    double latency_us; /* alpha per algorithm step */
-    bool inter_node;
-    int members_per_node; /* group members sharing a node (inter-node groups) */
-    char desc[96];        /* "nvlink4 (NVSwitch)", "ib-ndr-400, 8 NICs / 8 GPUs" */
+    double busbw_gbps;    /* achievable bus bandwidth per GPU (efficiency applied), GB/s */
+    double latency_us;    /* alpha per algorithm step */
+    bool inter_node;      /* the slowest group touches more than one node */
+    int members_per_node; /* collectives: the fewest members on one node of the slowest group */
+    int nodes;            /* nodes the slowest group touches */
+    int hops, hops_inter; /* pipelines and rings: hops of the slowest group, those across nodes */
+    char link[64];        /* the slowest link crossed (described paths only) */
+    char desc[128];       /* "nvlink4, inside a node", "ib-ndr-400 across nodes: 3 of 7 hops ..." */
 };
-void dp_group_path(const struct dp_cluster *cl, int n, int stride, struct dp_path *out);
-/* Point-to-point path between ranks `stride` apart (pipeline neighbours). */
-void dp_p2p_path(const struct dp_cluster *cl, int stride, struct dp_path *out);
-/* The same without the description (hot paths). */
-void dp_group_path_fast(const struct dp_cluster *cl, int n, int stride, struct dp_path *out);
-void dp_p2p_path_fast(const struct dp_cluster *cl, int stride, struct dp_path *out);
+/* A collective over groups of n ranks `stride` apart, tiling the cluster (blocks of
+ * n * stride consecutive ranks, `stride` groups interleaved in each). */
+void dp_group_path(const struct dp_cluster *cl, int n, long stride, struct dp_path *out);
+/* Point-to-point along the same groups: a chain (pipeline) or a ring (context parallel). */
+void dp_p2p_path(const struct dp_cluster *cl, int n, long stride, bool ring, struct dp_path *out);
+/* The path of a layout's group kind: collectives for TP, DP, DPCP, EP and EDP, a ring
+ * for CP, a chain for PP (a ring with interleaving: the last stage feeds the first
+ * stage's next chunk), a pair for EMB. */
+void dp_place_path(const struct dp_cluster *cl, const struct dp_layout *l, enum dp_place_kind k,
+                   struct dp_path *out);
+/* The same without the description and link name (hot paths). */
+void dp_place_path_fast(const struct dp_cluster *cl, const struct dp_layout *l,
+                        enum dp_place_kind k, struct dp_path *out);
 
 /*
  * Alpha-beta time of one collective on n ranks, as nccl-tests defines the
@@ -210,6 +258,9 @@ struct dp_step_cost {
     int slowest_stage;
     double stage_fwd_s[3], stage_bwd_s[3]; /* per micro-batch: first, middle, last stage */
     double dp_comm_total_s;                /* before overlap */
+    /* The groups' paths (dp: the dp x cp gradient group). dp_time_step and
+     * dp_time_describe_paths fill all five with descriptions; the fast paths fill
+     * tp, dp and pp only, without them. */
     struct dp_path tp_path, cp_path, dp_path, pp_path, ep_path;
 };
 

@@ -297,8 +297,7 @@ static void stage_with(const struct mem_ctx *x, int r, const int64_t *act, struc
     int nl[DP_MAX_CHUNKS];
     out->stage = r;
     for (int c = 0; c < v && c < DP_MAX_CHUNKS; c++) {
-        nl[c] =
-            l->nchunks > 0 ? l->chunk_layers[c * l->pp + r] : dp_layout_chunk_layers(l, m, r, c);
+        nl[c] = l->nchunks > 0 ? l->chunk_layers[c * l->pp + r] : dp_layout_chunk_count(l, m, r, c);
         out->layers += nl[c];
     }
     out->has_embedding = r == 0;

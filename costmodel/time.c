@@ -82,8 +82,10 @@ static double gemm_s(const struct ctx *c, double mm, double nn, double kk, doubl
     return compute > memory ? compute : memory;
 }
 
+/* `step`: the paths of the whole step (TP, gradients, pipeline, embedding), else those
+ * of one layer (TP, CP, EP). */
 static void ctx_init(struct ctx *c, const struct dp_model *m, const struct dp_cluster *cl,
-                     const struct dp_layout *l)
+                     const struct dp_layout *l, bool step)
 {
     c->m = m;
     c->cl = cl;
@@ -94,15 +96,18 @@ static void ctx_init(struct ctx *c, const struct dp_model *m, const struct dp_cl
     c->t = l->tp;
     c->u = (l->sp && l->tp > 1) ? l->tp : 1;
     c->T = (double)l->seq_len / l->cp * (double)l->mbs;
-    /* Megatron order tp-cp-dp-pp: TP consecutive, CP stride tp, DP (with CP for
-     * gradients) stride tp, experts carved out of DP, PP stride tp*cp*dp. */
-    dp_group_path_fast(cl, l->tp, 1, &c->tp);
-    dp_p2p_path_fast(cl, l->tp, &c->cp);
-    dp_group_path_fast(cl, l->ep, l->tp * l->cp, &c->ep);
-    dp_group_path_fast(cl, l->dp * l->cp, l->tp, &c->dp);
-    dp_group_path_fast(cl, l->dp * l->cp / l->ep, l->tp * l->ep, &c->dpe);
-    dp_p2p_path_fast(cl, l->tp * l->cp * l->dp, &c->pp);
-    dp_p2p_path_fast(cl, (l->pp - 1) * l->tp * l->cp * l->dp, &c->emb);
+    /* Groups as Megatron-Core places them (costmodel/place.c): dense gradients over
+     * dp x cp, expert gradients over the expert data-parallel group. */
+    dp_place_path_fast(cl, l, DP_PLACE_TP, &c->tp);
+    if (!step) {
+        dp_place_path_fast(cl, l, DP_PLACE_CP, &c->cp);
+        dp_place_path_fast(cl, l, DP_PLACE_EP, &c->ep);
+        return;
+    }
+    dp_place_path_fast(cl, l, DP_PLACE_DPCP, &c->dp);
+    dp_place_path_fast(cl, l, DP_PLACE_EDP, &c->dpe);
+    dp_place_path_fast(cl, l, DP_PLACE_PP, &c->pp);
+    dp_place_path_fast(cl, l, DP_PLACE_EMB, &c->emb);
 }
 
 static void layer(const struct ctx *c, struct dp_layer_time *o)
@@ -192,7 +197,8 @@ static void layer(const struct ctx *c, struct dp_layer_time *o)
 
     /* Context parallel (ring attention): cp - 1 exchanges of this rank's K and V
      * chunk, overlapped with the attention of the chunk in hand; backward also
-     * returns dK and dV. */
+     * returns dK and dV. Every rank of the ring sends at once, so each step waits
+     * for the ring's slowest hop (c->cp). */
     if (l->cp > 1) {
         double kv = 2.0 * p * T * g * d / t;
         double step_f = dp_coll_time_s(DP_P2P, kv, 2, &c->cp);
@@ -316,7 +322,8 @@ static void ends(const struct ctx *c, struct dp_layer_time *o)
 /* Activations to the next stage and gradients back, once per model chunk; each of
  * the t GPUs sends 1/t of the tensor (Narayanan et al. 2021, Sec. 4.1
  * scatter/gather). Send and receive of a step overlap each other but not compute
- * (Megatron's 1F1B issues them around each micro-batch). */
+ * (Megatron's 1F1B issues them around each micro-batch). The stages move in
+ * lockstep, so the pipeline's slowest hop paces every stage (c->pp). */
 static double p2p_part(const struct ctx *c)
 {
     if (c->l->pp <= 1)
@@ -340,7 +347,7 @@ void dp_time_layer(const struct dp_model *m, const struct dp_cluster *cl, const 
                    struct dp_layer_time *out)
 {
     struct ctx c;
-    ctx_init(&c, m, cl, l);
+    ctx_init(&c, m, cl, l, false);
     layer(&c, out);
     ends(&c, out);
 }
@@ -372,7 +379,7 @@ static void pipeline(const struct ctx *c, const struct dp_layer_time *lcp, struc
     double F[DP_MAX_CHUNKS], B[DP_MAX_CHUNKS];
     int nl[DP_MAX_CHUNKS];
     for (int k = 0; k < S && k < DP_MAX_CHUNKS; k++) {
-        nl[k] = l->nchunks > 0 ? l->chunk_layers[k] : dp_layout_chunk_layers(l, m, k % pp, k / pp);
+        nl[k] = l->nchunks > 0 ? l->chunk_layers[k] : dp_layout_chunk_count(l, m, k % pp, k / pp);
         F[k] = nl[k] * f1 + p2p;
         B[k] = nl[k] * b1 + p2p;
     }
@@ -452,10 +459,9 @@ void dp_time_step_reuse(const struct dp_model *m, const struct dp_cluster *cl,
 {
     memset(o, 0, sizeof *o);
     struct ctx c;
-    ctx_init(&c, m, cl, l);
+    ctx_init(&c, m, cl, l, true);
+    /* The CP and EP paths are the layer's (lt); dp_time_describe_paths fills them. */
     o->tp_path = c.tp;
-    o->cp_path = c.cp;
-    o->ep_path = c.ep;
     o->dp_path = c.dp;
     o->pp_path = c.pp;
     struct dp_reuse mine;
@@ -588,9 +594,9 @@ int dp_time_step(const struct dp_model *m, const struct dp_cluster *cl, const st
 void dp_time_describe_paths(const struct dp_cluster *cl, const struct dp_layout *l,
                             struct dp_step_cost *out)
 {
-    dp_group_path(cl, l->tp, 1, &out->tp_path);
-    dp_p2p_path(cl, l->tp, &out->cp_path);
-    dp_group_path(cl, l->ep, l->tp * l->cp, &out->ep_path);
-    dp_group_path(cl, l->dp * l->cp, l->tp, &out->dp_path);
-    dp_p2p_path(cl, l->tp * l->cp * l->dp, &out->pp_path);
+    dp_place_path(cl, l, DP_PLACE_TP, &out->tp_path);
+    dp_place_path(cl, l, DP_PLACE_CP, &out->cp_path);
+    dp_place_path(cl, l, DP_PLACE_EP, &out->ep_path);
+    dp_place_path(cl, l, DP_PLACE_DPCP, &out->dp_path);
+    dp_place_path(cl, l, DP_PLACE_PP, &out->pp_path);
 }

@@ -253,8 +253,18 @@ int dp_plan_fixes(const struct dp_model *m, const struct dp_cluster *cl, const s
     }
     /* More GPUs of this node type, with whatever layout fits there. */
     struct dp_min_gpus mg;
-    bool gbs_fixed = false;
-    int rc = dp_plan_min_gpus(m, cl, l, gbs_fixed, o, 1 << 16, &mg, err);
+    struct dp_search_opts so;
+    dp_search_opts_default(&so);
+    so.mbs = l->mbs;
+    so.seq_len = l->seq_len;
+    so.precision = l->precision;
+    so.grad_fp32 = l->grad_fp32;
+    so.flash_attn = l->flash_attn;
+    so.dp_overlap = l->dp_overlap;
+    so.optimizer = l->optimizer;
+    if (o)
+        so.mem = *o;
+    int rc = dp_plan_min_gpus(m, cl, &so, 1 << 16, &mg, err);
     if (rc)
         return rc;
     if (mg.found && mg.gpus > dp_cluster_gpus(cl)) {
@@ -262,7 +272,7 @@ int dp_plan_fixes(const struct dp_model *m, const struct dp_cluster *cl, const s
         struct dp_fix fx = {0};
         if (evaluate(m, &mgc, l, &mg.layout, o, base_rate, &fx)) {
             char lay[160];
-            dp_layout_format(&mg.layout, lay, sizeof lay);
+            dp_layout_format_model(&mg.layout, m, lay, sizeof lay);
             if (mg.nodes)
                 snprintf(fx.change, sizeof fx.change, "%d GPUs (%d nodes): %s", mg.gpus, mg.nodes,
                          lay);

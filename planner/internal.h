@@ -1,25 +1,18 @@
 /*
- * planner internals: the layout enumerator shared by the searches.
+ * planner internals shared by the searches.
  */
 #ifndef DPLAN_PLANNER_INTERNAL_H
 #define DPLAN_PLANNER_INTERNAL_H
 
 #include "planner.h"
 
-/* Called for each candidate layout; return non-zero to stop the enumeration. */
-typedef int (*dp__layout_fn)(const struct dp_layout *l, void *ctx);
-
 /*
- * Enumerate layouts of `m` on `gpus` GPUs with `gpus_per_node` per node: tp a
- * power of two within a node dividing heads, kv_heads and ffn; pp an even
- * split; dp the rest; ZeRO 0-3 (2 and 3 only without pp); recompute none,
- * selective, full; sequence parallelism on and off when tp > 1. mbs,
- * seq_len, precision and optimizer come from `base`; gbs too when gbs_fixed,
- * else gbs = mbs * dp * pp. Returns the callback's non-zero value or 0.
+ * Pipeline splits of L layers into pp stages: (first, last) stage layer counts, 0
+ * meaning "like the middle stages". Even splits, and Megatron-style uneven ones where
+ * the first and/or last stage holds 1 or 2 layers fewer than the others (they also
+ * hold the embedding and the output layer). Returns the count written to out.
  */
-int dp__enum_memory_layouts(const struct dp_model *m, int gpus, int gpus_per_node,
-                            const struct dp_layout *base, bool gbs_fixed, dp__layout_fn fn,
-                            void *ctx);
+int dp__splits(int L, int pp, bool no_uneven, int out[][2], int cap);
 
 /*
  * `gpus` GPUs of cl's node type: whole nodes of cl->gpus_per_node when gpus is at

@@ -34,28 +34,6 @@ int dp_plan_fixes(const struct dp_model *m, const struct dp_cluster *cl, const s
                   const struct dp_mem_opts *o, struct dp_fix *out, int cap, int *n,
                   struct dp_err *err);
 
-/* The smallest GPU count of `cl`'s node type on which some layout fits. */
-struct dp_min_gpus {
-    bool found;
-    int gpus;
-    int nodes;               /* 0 when the count is a part of one node */
-    struct dp_layout layout; /* the fastest fitting layout at that count */
-    int64_t peak_bytes;
-    int64_t best_peak_bytes; /* when not found: the smallest peak reached at max_gpus */
-    struct dp_layout best_layout;
-    long long layouts_tried;
-};
-
-/*
- * Search GPU counts 1, 2, 4 .. gpus_per_node, then whole nodes (2, 3, 4, ...
- * nodes) up to max_gpus, enumerating tp (powers of two within a node), pp
- * (even splits), dp, ZeRO 0-3, recompute and sequence parallelism; `base`
- * gives mbs, seq_len, precision and, if base_gbs_fixed, the global batch.
- */
-int dp_plan_min_gpus(const struct dp_model *m, const struct dp_cluster *cl,
-                     const struct dp_layout *base, bool base_gbs_fixed, const struct dp_mem_opts *o,
-                     int max_gpus, struct dp_min_gpus *out, struct dp_err *err);
-
 /* ------------------------------------------------------------------ search */
 
 #define DP_MAX_TOP   64
@@ -89,6 +67,13 @@ struct dp_search_opts {
     bool dp_overlap;
     enum dp_optimizer optimizer;
     struct dp_mem_opts mem;
+    /*
+     * Optional: called once for every layout that fits, in enumeration order, after
+     * its step time is computed (`dplan suggest --svg` plots them). The candidate is
+     * valid during the call only; its paths' descriptions are empty. NULL: none.
+     */
+    void (*on_fit)(const struct dp_candidate *c, void *ctx);
+    void *on_fit_ctx;
 };
 void dp_search_opts_default(struct dp_search_opts *o);
 
@@ -110,6 +95,16 @@ struct dp_search_result {
     long long fitting, oom;
     int64_t lowest_peak; /* when nothing fits: the smallest peak seen */
     struct dp_layout lowest_layout;
+    /*
+     * When nothing fits at the requested batch, the batch nearest it at which some
+     * layout fits (0 if none) because that layout's mbs x dp divides it, the layout (its
+     * gbs set) and its peak. gbs_lacks: the factor every skipped layout's mbs x dp needs
+     * that the requested batch lacks (1 or 0 when none is common).
+     */
+    int64_t alt_gbs;
+    struct dp_layout alt_layout;
+    int64_t alt_peak;
+    int64_t gbs_lacks;
     int nnotes; /* choices pruned before evaluation, and why */
     char notes[DP_MAX_NOTES][160];
     int nalt;
@@ -123,10 +118,40 @@ struct dp_search_result {
  * do not fit in memory, and rank the rest by step time x (1 + 0.01 x spread),
  * spread being (peak - smallest stage) / peak: memory balance decides between
  * layouts within about 1% of each other. `out` is large; allocate it on the heap.
+ * When nothing fits, a second pass finds the batch nearest o->gbs at which some layout
+ * fits (out->alt_gbs). Errors (DP_EINFEASIBLE) when no layout is left to evaluate: the
+ * message names the pruning that left none, or the batch that would work. Fixed knobs
+ * (o->tp, ...) are tried as given, also when they are not powers of two.
  */
 int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
                    const struct dp_search_opts *o, struct dp_search_result *out,
                    struct dp_err *err);
+
+/* The smallest GPU count of `cl`'s node type on which some layout fits. */
+struct dp_min_gpus {
+    bool found;
+    int gpus;
+    int nodes;               /* 0 when the count is a part of one node */
+    struct dp_layout layout; /* the fastest fitting layout at that count */
+    int64_t peak_bytes;
+    int64_t best_peak_bytes; /* when not found: the smallest peak of any layout tried */
+    struct dp_layout best_layout;
+    long long layouts_tried;
+};
+
+/*
+ * Search GPU counts 1, 2, 4 .. gpus_per_node, then whole nodes, up to max_gpus,
+ * over every knob dp_plan_search searches (tp, cp, sp, ep, pp with uneven splits,
+ * vpp, ZeRO, recompute; dp is what the count leaves), with `o`'s fixed knobs
+ * fixed (o->dp and o->top_k are ignored). o->gbs = 0 lets the batch follow the
+ * count: 2 x mbs sequences per GPU, so every stage holds a long batch's
+ * micro-batches in flight. The count is searched at o->mbs (1 when 0: memory
+ * never falls with a larger micro-batch); of the layouts that fit there, the
+ * fastest is reported. Returns 0 (found or not) or DP_ENOMEM.
+ */
+int dp_plan_min_gpus(const struct dp_model *m, const struct dp_cluster *cl,
+                     const struct dp_search_opts *o, int max_gpus, struct dp_min_gpus *out,
+                     struct dp_err *err);
 
 /* Why `c` is slower than `w`, in words: "+3.2%: bubble +0.41 s, tp comm +0.12 s". */
 void dp_explain_delta(const struct dp_candidate *w, const struct dp_candidate *c, char *buf,

@@ -39,6 +39,9 @@ struct search {
     struct dp_search_result *r;
     int64_t cap;
     int gpus;
+    /* Why a fixed knob matched nothing at some (tp, cp): said only if no layout is left. */
+    int nwhy;
+    char why[4][160];
 };
 
 static void note(struct search *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -54,6 +57,21 @@ static void note(struct search *s, const char *fmt, ...)
             return;
     if (s->r->nnotes < DP_MAX_NOTES)
         snprintf(s->r->notes[s->r->nnotes++], sizeof s->r->notes[0], "%s", buf);
+}
+
+static void reason(struct search *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void reason(struct search *s, const char *fmt, ...)
+{
+    char buf[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    for (int i = 0; i < s->nwhy; i++)
+        if (strcmp(s->why[i], buf) == 0)
+            return;
+    if (s->nwhy < (int)(sizeof s->why / sizeof s->why[0]))
+        snprintf(s->why[s->nwhy++], sizeof s->why[0], "%s", buf);
 }
 
 /*
@@ -134,6 +152,8 @@ static void evaluate(struct search *s, const struct dp_layout *l, const struct d
     r->fitting++;
     c.layout = *l;
     dp_time_step_reuse(s->m, s->cl, l, lt, ru, &c.cost);
+    if (s->o->on_fit)
+        s->o->on_fit(&c, s->o->on_fit_ctx);
     keep_top(s, &c);
     keep_alt(s, DP_ALT_TP, l->tp, &c);
     keep_alt(s, DP_ALT_PP, l->pp, &c);
@@ -142,6 +162,39 @@ static void evaluate(struct search *s, const struct dp_layout *l, const struct d
     if (l->cp > 1 || s->o->cp == 0)
         keep_alt(s, DP_ALT_CP, l->cp, &c);
     keep_alt(s, DP_ALT_VPP, l->vpp > 1, &c);
+}
+
+int dp__splits(int L, int pp, bool no_uneven, int out[][2], int cap)
+{
+    int n = 0;
+    if (pp == 1 || L % pp == 0)
+        out[n++][0] = 0, out[n - 1][1] = 0;
+    if (pp == 1 || no_uneven)
+        return n;
+    for (int k = 1; k <= 2 && n < cap; k++) {
+        /* first and last both reduced: 2f + (pp - 2) m = L, f = m - k */
+        if (pp >= 3 && (L + 2 * k) % pp == 0) {
+            int m = (L + 2 * k) / pp, f = m - k;
+            if (f >= 1 && n < cap) {
+                out[n][0] = f;
+                out[n][1] = f;
+                n++;
+            }
+        }
+        /* only the last (or only the first) reduced: (pp - 1) m + f = L */
+        if ((L + k) % pp == 0) {
+            int m = (L + k) / pp, f = m - k;
+            if (f >= 1 && n + 1 < cap) {
+                out[n][0] = 0;
+                out[n][1] = f;
+                n++;
+                out[n][0] = f;
+                out[n][1] = 0;
+                n++;
+            }
+        }
+    }
+    return n;
 }
 
 /*
@@ -211,82 +264,114 @@ static int splits(int L, int pp, int vpp, bool no_uneven, int head_w, struct spl
     return n;
 }
 
-int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
-                   const struct dp_search_opts *o, struct dp_search_result *r, struct dp_err *err)
+/* The multiple of `unit` nearest `gbs` (ties upward), at least one unit. */
+static int64_t nearest_multiple(int64_t gbs, int64_t unit)
 {
-    memset(r, 0, sizeof *r);
-    r->lowest_peak = -1;
-    if (o->top_k < 1 || o->top_k > DP_MAX_TOP)
-        return dp_err_set(err, DP_EUSAGE, "--top: expected 1..%d, got %d", DP_MAX_TOP, o->top_k);
-    if (o->gbs < 1 || o->seq_len < 1)
-        return dp_err_set(err, DP_EUSAGE, "global batch and sequence length must be >= 1");
-    struct search s = {.m = m,
-                       .cl = cl,
-                       .o = o,
-                       .r = r,
-                       .gpus = dp_cluster_gpus(cl),
-                       .cap = dp_gpu_usable_bytes(&cl->gpu)};
-    const int gpus = s.gpus, gpn = cl->gpus_per_node, L = (int)m->layers;
+    int64_t k = (gbs + unit / 2) / unit;
+    return (k < 1 ? 1 : k) * unit;
+}
+
+static int64_t gcd64(int64_t a, int64_t b)
+{
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/*
+ * The second pass, run only when nothing fits at the requested batch: a layout whose
+ * mbs x dp does not divide it is checked for memory at the nearest batch it divides,
+ * so that "fits no layout" never hides a batch that would work.
+ */
+static void evaluate_other_batch(struct search *s, const struct dp_layout *l,
+                                 const struct dp_act_layer *al)
+{
+    struct dp_search_result *r = s->r;
+    int64_t peak, min;
+    int stage;
+    dp_mem_peak_with(s->m, s->cl, l, &s->o->mem, al, &peak, &min, &stage);
+    if (peak > s->cap)
+        return;
+    int64_t d = llabs(l->gbs - s->o->gbs), best = llabs(r->alt_gbs - s->o->gbs);
+    if (r->alt_gbs == 0 || d < best || (d == best && l->gbs < r->alt_gbs) ||
+        (l->gbs == r->alt_gbs && peak < r->alt_peak)) {
+        r->alt_gbs = l->gbs;
+        r->alt_layout = *l;
+        r->alt_peak = peak;
+    }
+}
+
+/* Every layout of the search space; `other_batch` selects the second pass. */
+static void enumerate(struct search *s, const struct dp_layout *base, bool other_batch,
+                      char *nosplit)
+{
+    const struct dp_model *m = s->m;
+    const struct dp_cluster *cl = s->cl;
+    const struct dp_search_opts *o = s->o;
+    const int gpus = s->gpus, gpn = cl->gpus_per_node, L = (int)m->layers;
     const int64_t f = m->experts ? m->moe_ffn_hidden : m->ffn_hidden;
-    if (cl->nodes > 1 && cl->nics_per_node < 1)
-        return dp_err_set(err, DP_EINFEASIBLE,
-                          "%d nodes but no network interfaces per node in the cluster", cl->nodes);
-
-    struct dp_layout base;
-    dp_layout_default(&base);
-    base.gbs = o->gbs;
-    base.seq_len = o->seq_len;
-    base.precision = o->precision;
-    base.grad_fp32 = o->grad_fp32 >= 0 ? o->grad_fp32 == 1 : o->precision != DP_FP16;
-    base.flash_attn = o->flash_attn;
-    base.dp_overlap = o->dp_overlap;
-    base.optimizer = o->optimizer;
-
-    char nosplit[DP_MAX_PP + 1] = {0};
-    for (int tp = 1; tp <= gpus; tp *= 2) {
-        if (o->tp && tp != o->tp)
-            continue;
+    /* A fixed degree is tried as given (any integer); free ones as powers of two. */
+    for (int tp = o->tp ? o->tp : 1; tp <= (o->tp ? o->tp : gpus); tp *= 2) {
         if (tp > gpn) {
-            note(&s, "tp=%d: crosses nodes (%d GPUs per node); TP needs the intra-node link", tp,
+            note(s, "tp=%d: crosses nodes (%d GPUs per node); TP needs the intra-node link", tp,
                  gpn);
             break;
         }
         if (gpn % tp || gpus % tp) {
-            note(&s, "tp=%d: does not divide the %d GPUs of a node", tp, gpn);
+            note(s, "tp=%d: does not divide the %d GPUs of a node", tp, gpn);
             continue;
         }
         if (m->heads % tp || m->kv_heads % tp || f % tp) {
-            note(&s, "tp=%d: does not divide heads=%lld, kv_heads=%lld and ffn=%lld", tp,
+            note(s, "tp=%d: does not divide heads=%lld, kv_heads=%lld and ffn=%lld", tp,
                  (long long)m->heads, (long long)m->kv_heads, (long long)f);
             continue;
         }
-        for (int cp = 1; cp <= gpus / tp; cp *= 2) {
-            if (o->cp && cp != o->cp)
-                continue;
-            if ((gpus / tp) % cp)
+        for (int cp = o->cp ? o->cp : 1; cp <= (o->cp ? o->cp : gpus / tp); cp *= 2) {
+            if ((gpus / tp) % cp) {
+                if (o->cp)
+                    reason(s, "cp=%d: divides no count of GPUs that a tp leaves of the %d", cp,
+                           gpus);
                 break;
+            }
             if (cp > 1 && o->seq_len % (2 * cp)) {
-                note(&s, "cp=%d: seq_len=%lld is not divisible by 2*cp", cp, (long long)o->seq_len);
+                note(s, "cp=%d: seq_len=%lld is not divisible by 2*cp", cp, (long long)o->seq_len);
                 break;
             }
             if (cp > 1 && !o->flash_attn) {
-                note(&s, "cp>1: context parallelism needs flash attention");
+                note(s, "cp>1: context parallelism needs flash attention");
                 break;
             }
             const int rest = gpus / (tp * cp);
-            for (int64_t mbs = 1; mbs <= o->max_mbs && mbs <= o->gbs; mbs *= 2) {
-                if (o->mbs && mbs != o->mbs)
-                    continue;
+            if (o->pp && (rest % o->pp || o->pp > L || o->pp > DP_MAX_PP))
+                reason(s, "pp=%d: %s", o->pp,
+                       o->pp > L           ? "more stages than layers"
+                       : o->pp > DP_MAX_PP ? "more stages than dplan models"
+                                           : "divides no count of GPUs that a tp x cp leaves");
+            if (o->dp && (rest % o->dp))
+                reason(s, "dp=%d: divides no count of GPUs that a tp x cp leaves of the %d", o->dp,
+                       gpus);
+            for (int64_t mbs = o->mbs ? o->mbs : 1; mbs <= (o->mbs ? o->mbs : o->max_mbs);
+                 mbs *= 2) {
+                if (!o->mbs && mbs > o->gbs)
+                    break;
                 for (int sp = 0; sp <= (tp > 1); sp++) {
                     if (o->sp >= 0 && sp != o->sp && tp > 1)
                         continue;
                     if (sp && o->seq_len % tp)
                         continue;
                     int64_t emax = m->experts > 0 ? m->experts : 1;
+                    if (o->ep && (emax % o->ep || o->ep > emax))
+                        reason(s,
+                               m->experts ? "ep=%d: does not divide the model's %lld experts"
+                                          : "ep=%d: the model has no experts (%lld)",
+                               o->ep, (long long)m->experts);
                     for (int ep = 1; ep <= emax; ep++) {
                         if (emax % ep || (o->ep && ep != o->ep))
                             continue;
-                        struct dp_layout l = base;
+                        struct dp_layout l = *base;
                         l.tp = tp;
                         l.cp = cp;
                         l.mbs = mbs;
@@ -318,9 +403,19 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
                                 continue;
                             if (ep > 1 && (dp * cp) % ep)
                                 continue;
-                            if (o->gbs % (mbs * dp))
-                                continue;
-                            int64_t M = o->gbs / (mbs * dp);
+                            int64_t gbs = o->gbs;
+                            if (gbs % (mbs * dp)) {
+                                if (!other_batch) {
+                                    /* the part of mbs x dp the batch lacks, for the hint */
+                                    int64_t lack = mbs * dp / gcd64(mbs * dp, gbs);
+                                    s->r->gbs_lacks = gcd64(s->r->gbs_lacks, lack);
+                                    continue;
+                                }
+                                gbs = nearest_multiple(gbs, mbs * dp);
+                            } else if (other_batch) {
+                                continue; /* evaluated in the first pass */
+                            }
+                            int64_t M = gbs / (mbs * dp);
                             int vmax = pp == 1 ? 1 : (L + 2) / pp;
                             if (vmax > DP_MAX_CHUNKS / pp)
                                 vmax = DP_MAX_CHUNKS / pp;
@@ -337,6 +432,7 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
                                     l.pp = pp;
                                     l.dp = dp;
                                     l.vpp = vpp;
+                                    l.gbs = gbs;
                                     l.nchunks = sp_[si].nchunks;
                                     memcpy(l.chunk_layers, sp_[si].c,
                                            sizeof l.chunk_layers[0] * (size_t)sp_[si].nchunks);
@@ -356,12 +452,15 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
                                                 continue;
                                             l.zero = zero;
                                             l.recompute = (enum dp_recompute)rc;
-                                            evaluate(&s, &l, &lt, &act[rc], &ru[rc]);
+                                            if (other_batch)
+                                                evaluate_other_batch(s, &l, &act[rc]);
+                                            else
+                                                evaluate(s, &l, &lt, &act[rc], &ru[rc]);
                                         }
                                     }
                                 }
                             }
-                            if (!any && pp < (int)sizeof nosplit)
+                            if (!any && pp < DP_MAX_PP + 1)
                                 nosplit[pp] = 1;
                         }
                     }
@@ -369,6 +468,47 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
             }
         }
     }
+}
+
+int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
+                   const struct dp_search_opts *o, struct dp_search_result *r, struct dp_err *err)
+{
+    memset(r, 0, sizeof *r);
+    r->lowest_peak = -1;
+    if (o->top_k < 1 || o->top_k > DP_MAX_TOP)
+        return dp_err_set(err, DP_EUSAGE, "--top: expected 1..%d, got %d", DP_MAX_TOP, o->top_k);
+    if (o->gbs < 1 || o->seq_len < 1)
+        return dp_err_set(err, DP_EUSAGE, "global batch and sequence length must be >= 1");
+    int rc = dp_model_check_seq_len(m, o->seq_len, err);
+    if (rc) {
+        dp_err_prefix(err, "%s", m->name);
+        return rc;
+    }
+    struct search s = {.m = m,
+                       .cl = cl,
+                       .o = o,
+                       .r = r,
+                       .gpus = dp_cluster_gpus(cl),
+                       .cap = dp_gpu_usable_bytes(&cl->gpu)};
+    const int gpus = s.gpus, L = (int)m->layers;
+    if (cl->nodes > 1 && cl->nics_per_node < 1)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "%d nodes but no network interfaces per node in the cluster", cl->nodes);
+
+    struct dp_layout base;
+    dp_layout_default(&base);
+    base.gbs = o->gbs;
+    base.seq_len = o->seq_len;
+    base.precision = o->precision;
+    base.grad_fp32 = o->grad_fp32 >= 0 ? o->grad_fp32 == 1 : o->precision != DP_FP16;
+    base.flash_attn = o->flash_attn;
+    base.dp_overlap = o->dp_overlap;
+    base.optimizer = o->optimizer;
+
+    char nosplit[DP_MAX_PP + 1] = {0};
+    enumerate(&s, &base, false, nosplit);
+    if (r->n == 0)
+        enumerate(&s, &base, true, nosplit);
     char list[128] = "";
     size_t len = 0;
     int shown = 0;
@@ -378,12 +518,31 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
     if (shown)
         note(&s, "pp=%s%s: %d layers do not split evenly into that many stages%s", list,
              shown > 8 ? ",..." : "", L, o->no_uneven ? " (--no-uneven)" : "");
-    if (r->evaluated == 0)
-        return dp_err_set(
-            err, DP_EINFEASIBLE,
-            "no layout of %s on %d GPUs divides: global batch %lld must be a "
-            "multiple of mbs x dp for some split (try a --gbs with more factors of 2)",
-            m->name, gpus, (long long)o->gbs);
+    if (r->evaluated == 0 && r->alt_gbs) {
+        char lay[160], lack[64] = "";
+        dp_layout_format_model(&r->alt_layout, m, lay, sizeof lay);
+        if (r->gbs_lacks > 1)
+            snprintf(lack, sizeof lack, "; every layout here needs a factor of %lld",
+                     (long long)r->gbs_lacks);
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "no layout of %s on %d GPUs divides the global batch %lld (it must be "
+                          "a multiple of mbs x dp%s): --gbs %lld fits %s",
+                          m->name, gpus, (long long)o->gbs, lack, (long long)r->alt_gbs, lay);
+    }
+    if (r->evaluated == 0) {
+        /* Nothing to evaluate even at another batch: the fixed knobs or the model rule it
+         * out; the pruning notes say how. */
+        char why[512] = "";
+        size_t n = 0;
+        for (int i = 0; i < r->nnotes && n < sizeof why; i++)
+            n += (size_t)snprintf(why + n, sizeof why - n, "%s%s", n ? "; " : "", r->notes[i]);
+        for (int i = 0; i < s.nwhy && n < sizeof why; i++)
+            n += (size_t)snprintf(why + n, sizeof why - n, "%s%s", n ? "; " : "", s.why[i]);
+        return dp_err_set(err, DP_EINFEASIBLE, "no layout of %s on %d GPUs: %s", m->name, gpus,
+                          n ? why
+                            : "the fixed knobs leave no layout whose tp x cp x pp x dp is the "
+                              "GPU count");
+    }
     for (int i = 0; i < r->n; i++)
         dp_time_describe_paths(cl, &r->top[i].layout, &r->top[i].cost);
     return 0;

@@ -3,9 +3,12 @@
 # CUDA, cuBLAS and NCCL are optional (-DDPLAN_CUDA=ON) and come with the CUDA toolkit,
 # not from here. python3-torch is only for the optional executor benchmark.
 set -euo pipefail
+# libxml2-utils (xmllint) and librsvg2-bin (rsvg-convert) check that the SVGs dplan draws
+# are well-formed and render (tests/scripts/svg_check.sh).
 pkgs=(build-essential cmake pkg-config clang libclang-rt-dev clang-format
       libcjson-dev libgsl-dev libhwloc-dev hwloc
-      libopenmpi-dev openmpi-bin libopenblas-dev libomp-dev)
+      libopenmpi-dev openmpi-bin libopenblas-dev libomp-dev
+      libxml2-utils librsvg2-bin)
 sudo=""
 [ "$(id -u)" = 0 ] || sudo="sudo"
 missing=()

@@ -3,7 +3,8 @@
  * and NICs with their locality, the PCIe path class of every device pair, and
  * the NVLinkBandwidth distances matrix when the topology carries one (XML
  * exported by an hwloc with its NVML backend). Works on the running machine
- * or on an hwloc 2.x XML export.
+ * or on an hwloc 2.x XML export, which xml.c first has hwloc import in a child
+ * process: this file loads only hwloc's own export of it.
  *
  * It does not talk to NVML (nvml.c does) or choose bandwidths (links.c).
  * hwloc's XML error messages only appear with HWLOC_XML_VERBOSE set, so the
@@ -13,6 +14,7 @@
 
 #include <errno.h>
 #include <hwloc.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,13 +57,25 @@ static const char *info(hwloc_obj_t o, const char *name)
     return v ? v : "";
 }
 
+/*
+ * A PCI device that is a GPU by its class alone: a compute part of a GPU
+ * vendor. From NVIDIA or AMD, class 0x0302 (3D controller: NVIDIA's datacenter
+ * boards), any other 0x03xx but VGA (0x0380, display controller: AMD Instinct
+ * before MI300) and 0x12xx (processing accelerator: MI300). A VGA controller
+ * (0x0300) counts only from NVIDIA, every one of whose VGA parts is a CUDA GPU
+ * (GeForce and RTX workstation boards). AMD's VGA parts include the BMC
+ * display chips of many servers (ATI ES1000, 1002:515e): such a device is a
+ * GPU only with a compute OS device (rsmi, OpenCL), see scan_osdev. Other
+ * vendors' display devices (ASPEED, Matrox BMCs, Intel iGPUs) never are.
+ */
 static bool is_gpu_class(unsigned class_id, unsigned vendor)
 {
-    /* 0x03xx display controllers (0x0302 "3D controller" for datacenter NVIDIA
-     * parts) and 0x12xx processing accelerators (AMD Instinct). Other vendors'
-     * display devices (BMC VGA, Intel iGPU) are not training GPUs. */
     unsigned base = class_id >> 8;
-    return (vendor == VENDOR_NVIDIA || vendor == VENDOR_AMD) && (base == 0x03 || base == 0x12);
+    if (vendor == VENDOR_NVIDIA)
+        return base == 0x03 || base == 0x12;
+    if (vendor == VENDOR_AMD)
+        return (base == 0x03 && class_id != 0x0300) || base == 0x12;
+    return false;
 }
 
 /* OS-device names that mean "a compute GPU", whatever type hwloc gives them. */
@@ -70,10 +84,19 @@ static bool is_compute_gpu_osdev(const char *name)
     return starts_with(name, "nvml") || starts_with(name, "cuda") || starts_with(name, "rsmi") ||
            starts_with(name, "ze");
 }
-/* Names that are GPUs only when the PCI vendor is NVIDIA or AMD. */
-static bool is_other_gpu_osdev(const char *name)
+/*
+ * OpenCL devices are GPUs only when the PCI vendor is NVIDIA or AMD (a CPU or
+ * FPGA can be an OpenCL device too). Linux DRM devices (card0, renderD128)
+ * say only that a display driver is loaded, which BMC display chips have too:
+ * they are recorded for a GPU found otherwise but make none.
+ */
+static bool is_opencl_osdev(const char *name)
 {
-    return starts_with(name, "opencl") || starts_with(name, "card") || starts_with(name, "renderD");
+    return starts_with(name, "opencl");
+}
+static bool is_drm_osdev(const char *name)
+{
+    return starts_with(name, "card") || starts_with(name, "renderD");
 }
 
 /* Preference for the GPU's display name: nvml > cuda > rsmi > others > PCI name. */
@@ -155,6 +178,8 @@ static int add_gpu(struct scan *s, hwloc_obj_t pci)
     dp__busid(g->busid, sizeof g->busid, a->domain, a->bus, a->dev, a->func);
     g->pcie_gbps = a->linkspeed;
     const char *pname = info(pci, "PCIDevice");
+    if (!pname[0] && dp__gpu_pci_name(a->vendor_id, a->device_id))
+        pname = dp__gpu_pci_name(a->vendor_id, a->device_id);
     if (pname[0])
         snprintf(g->name, sizeof g->name, "%s", pname);
     else
@@ -218,11 +243,14 @@ static int scan_osdev(struct scan *s, hwloc_obj_t os)
     bool compute = is_compute_gpu_osdev(name) || strcmp(sub, "CUDA") == 0 ||
                    strcmp(sub, "NVML") == 0 || strcmp(sub, "RSMI") == 0 ||
                    strcmp(sub, "LevelZero") == 0;
-    bool other = is_other_gpu_osdev(name) || strcmp(sub, "OpenCL") == 0 ||
-                 info(os, "GPUModel")[0] != '\0' || OSDEV_IS_GPU(os);
-    bool gpu = compute || (other && (vendor == VENDOR_NVIDIA || vendor == VENDOR_AMD));
-    if (gpu) {
-        int i = find_obj(s->gpu_obj, s->t->ngpus, pci);
+    bool gpu_vendor = vendor == VENDOR_NVIDIA || vendor == VENDOR_AMD;
+    bool opencl =
+        is_opencl_osdev(name) || strcmp(sub, "OpenCL") == 0 || info(os, "GPUModel")[0] != '\0';
+    int known = find_obj(s->gpu_obj, s->t->ngpus, pci);
+    /* A DRM device, or any GPU-typed OS device, of a device already a GPU. */
+    bool of_gpu = known >= 0 && (is_drm_osdev(name) || OSDEV_IS_GPU(os));
+    if (compute || (opencl && gpu_vendor) || of_gpu) {
+        int i = known;
         if (i < 0) {
             int rc = add_gpu(s, pci);
             if (rc)
@@ -338,11 +366,20 @@ static void sort_devices(struct scan *s)
         }
 }
 
+/*
+ * An NVSwitch chip's PCI endpoint: what hwloc's NVML backend marks with the
+ * subtype "NVSwitch" (it found the device at the far end of an NVLink), or an
+ * NVIDIA bridge-class (0x06xx) device. The subtype alone suffices: an endpoint
+ * whose config space could not be read shows class and ids 0000, and on a
+ * DGX-2 one of the 12 switches can look so (tests/topology/xml/dgx-2.xml).
+ */
 static bool is_nvswitch(hwloc_obj_t o)
 {
-    return o && o->type == HWLOC_OBJ_PCI_DEVICE && o->attr->pcidev.vendor_id == VENDOR_NVIDIA &&
-           ((o->attr->pcidev.class_id >> 8) == 0x06 ||
-            (o->subtype && strcmp(o->subtype, "NVSwitch") == 0));
+    if (!o || o->type != HWLOC_OBJ_PCI_DEVICE)
+        return false;
+    if (o->subtype && strcmp(o->subtype, "NVSwitch") == 0)
+        return true;
+    return o->attr->pcidev.vendor_id == VENDOR_NVIDIA && (o->attr->pcidev.class_id >> 8) == 0x06;
 }
 
 /* hwloc version "2.9.0" -> 20900; 0 if unknown. */
@@ -554,39 +591,6 @@ oom:
 
 /* ------------------------------------------------------------------ XML */
 
-/*
- * Check the file before hwloc sees it, so that each failure has one clear
- * message: the <topology> element, its version (hwloc 2.x reads 1.x and 2.x
- * only), and the closing tag of a file cut short.
- */
-static int precheck_xml(const char *file, const char *buf, struct dp_err *err)
-{
-    const char *top = strstr(buf, "<topology");
-    if (!top)
-        return dp_err_set(err, DP_EINVAL,
-                          "%s: not an hwloc XML topology (no <topology> element; export one "
-                          "with `lstopo --of xml FILE.xml`)",
-                          file);
-    const char *end = strchr(top, '>');
-    const char *ver = strstr(top, "version=\"");
-    if (ver && end && ver < end) {
-        int major = atoi(ver + 9), minor = 0;
-        const char *dot = strchr(ver + 9, '.');
-        if (dot && dot < end)
-            minor = atoi(dot + 1);
-        if (major > 2)
-            return dp_err_set(err, DP_EINVAL,
-                              "%s: hwloc XML version %d.%d is newer than the hwloc 2.x dplan uses "
-                              "can read; export it again with hwloc 2.x, or with hwloc 3's "
-                              "`lstopo --export-xml-flags v2`",
-                              file, major, minor);
-    }
-    if (!strstr(top, "</topology>"))
-        return dp_err_set(err, DP_EINVAL,
-                          "%s: truncated hwloc XML topology (no closing </topology>)", file);
-    return 0;
-}
-
 int dp_topo_load_xml(const char *file, struct dp_topo *t, struct dp_err *err)
 {
     memset(t, 0, sizeof *t);
@@ -595,10 +599,16 @@ int dp_topo_load_xml(const char *file, struct dp_topo *t, struct dp_err *err)
     int rc = dp_read_file(file, &buf, &len, 256u << 20, err);
     if (rc)
         return rc;
-    if ((rc = precheck_xml(file, buf, err))) {
-        free(buf);
+    /* hwloc reads the file in a child (xml.c); here it reads only its own export of it. */
+    char *canon = NULL;
+    size_t canon_len = 0;
+    rc = dp__topo_xml_precheck(file, buf, err);
+    if (!rc)
+        rc = dp__topo_xml_isolate(file, buf, len + 1, &canon, &canon_len, err);
+    free(buf);
+    if (rc)
         return rc;
-    }
+    buf = canon;
     hwloc_topology_t topo;
     if (hwloc_topology_init(&topo) != 0) {
         free(buf);
@@ -606,7 +616,8 @@ int dp_topo_load_xml(const char *file, struct dp_topo *t, struct dp_err *err)
     }
     /* Keep every I/O object the file has: bridges give the PCIe paths. */
     hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_ALL);
-    if (hwloc_topology_set_xmlbuffer(topo, buf, (int)len + 1) != 0 ||
+    if (canon_len > (size_t)INT_MAX ||
+        hwloc_topology_set_xmlbuffer(topo, buf, (int)canon_len) != 0 ||
         hwloc_topology_load(topo) != 0) {
         rc = dp_err_set(err, DP_EINVAL,
                         "%s: hwloc cannot read this XML topology (malformed or truncated)", file);

@@ -32,6 +32,21 @@ bool dp__gpu_is_a100(const char *name, unsigned pci_device);
 #define VENDOR_NVIDIA 0x10deu
 #define VENDOR_AMD    0x1002u
 
+/* The PCI ID database's name of a GPU board ("GV100GL [Tesla V100 SXM3 32GB]"), or NULL. */
+const char *dp__gpu_pci_name(unsigned vendor, unsigned device);
+
+/*
+ * xml.c. The precheck: a <topology> element, of XML version <= 2, closed
+ * (buf NUL-terminated). The isolation: hwloc imports buf[0, len) (len counts
+ * the final NUL) in a child process and exports it again; *out (malloc'ed,
+ * NUL-terminated, *out_len with the NUL) is that export. A child that
+ * crashes, runs past 30 s ($DPLAN_XML_LOAD_TIMEOUT_S) or fails gives a
+ * one-line error naming `file`.
+ */
+int dp__topo_xml_precheck(const char *file, const char *buf, struct dp_err *err);
+int dp__topo_xml_isolate(const char *file, const char *buf, size_t len, char **out, size_t *out_len,
+                         struct dp_err *err);
+
 /* Index of the GPU at a PCI address, or -1. */
 int dp__topo_gpu_by_bus(const struct dp_topo *t, unsigned domain, unsigned bus, unsigned dev);
 

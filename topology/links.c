@@ -455,7 +455,25 @@ int dp_topo_cluster(const struct dp_topo *t, const struct dp_topo_cluster_opts *
         return rc;
     out->nodes = o->nodes;
     out->gpus_per_node = t->ngpus;
-    out->nics_per_node = dp_topo_compute_nics(t);
+    /* The same bounds as a cluster file's (dp_cluster_check_nics), said in topo's terms. */
+    int most = DP_MAX_NICS_PER_GPU * t->ngpus;
+    if (o->nics_per_node && (o->nics_per_node < 1 || o->nics_per_node > most))
+        return dp_err_set(err, DP_EUSAGE,
+                          "--nics-per-node: expected integer 1..%d (at most %d NICs per GPU, %d "
+                          "GPUs here), got %d",
+                          most, DP_MAX_NICS_PER_GPU, t->ngpus, o->nics_per_node);
+    out->nics_per_node = o->nics_per_node ? o->nics_per_node : dp_topo_compute_nics(t);
+    if (out->nics_per_node > most)
+        return dp_err_set(err, DP_EUSAGE,
+                          "%s: %d compute NICs found for %d GPUs, more than the %d per GPU dplan "
+                          "models: pass --nics-per-node N (the NICs the GPUs' traffic uses)",
+                          t->source, out->nics_per_node, t->ngpus, DP_MAX_NICS_PER_GPU);
+    if (o->nodes > 1 && out->nics_per_node < 1)
+        return dp_err_set(err, DP_EUSAGE,
+                          "%s: no NICs found, so %d such nodes could not talk: pass "
+                          "--nics-per-node N (the node's compute NICs, 1..%d)%s",
+                          t->source, o->nodes, most,
+                          o->network && o->network[0] ? "" : " and --network NAME");
     struct dp_system sys;
     bool have_sys = match_system(t, ch->gpu_profile, &out->intra, out->nics_per_node, ch, &sys);
     if (o->network && o->network[0]) {

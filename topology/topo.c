@@ -122,6 +122,61 @@ double dp__nvlink_version_gbps(int version)
     return 0;
 }
 
+/*
+ * Board names by PCI id, as the PCI ID database (pciutils/pciids, pci.ids)
+ * spells them, for exports made where that database did not know the board:
+ * hwloc then records no PCIDevice name. Datacenter GPUs from Fermi on, the
+ * boards of profiles/gpu, and AMD Instinct.
+ */
+// clang-format off
+static const struct { unsigned vendor, device; const char *name; } pci_gpu_names[] = {
+    {VENDOR_NVIDIA, 0x06d1, "GF100GL [Tesla C2050 / C2070]"},
+    {VENDOR_NVIDIA, 0x06d2, "GF100GL [Tesla M2070]"},
+    {VENDOR_NVIDIA, 0x06de, "GF100GL [Tesla T20 Processor]"},
+    {VENDOR_NVIDIA, 0x15f7, "GP100GL [Tesla P100 PCIe 12GB]"},
+    {VENDOR_NVIDIA, 0x15f8, "GP100GL [Tesla P100 PCIe 16GB]"},
+    {VENDOR_NVIDIA, 0x1b38, "GP102GL [Tesla P40]"},
+    {VENDOR_NVIDIA, 0x1db1, "GV100GL [Tesla V100 SXM2 16GB]"},
+    {VENDOR_NVIDIA, 0x1db4, "GV100GL [Tesla V100 PCIe 16GB]"},
+    {VENDOR_NVIDIA, 0x1db5, "GV100GL [Tesla V100 SXM2 32GB]"},
+    {VENDOR_NVIDIA, 0x1db6, "GV100GL [Tesla V100 PCIe 32GB]"},
+    {VENDOR_NVIDIA, 0x1db8, "GV100GL [Tesla V100 SXM3 32GB]"},
+    {VENDOR_NVIDIA, 0x1df6, "GV100GL [Tesla V100S PCIe 32GB]"},
+    {VENDOR_NVIDIA, 0x1eb8, "TU104GL [Tesla T4]"},
+    {VENDOR_NVIDIA, 0x20b0, "GA100 [A100 SXM4 40GB]"},
+    {VENDOR_NVIDIA, 0x20b2, "GA100 [A100 SXM4 80GB]"},
+    {VENDOR_NVIDIA, 0x20b5, "GA100 [A100 PCIe 80GB]"},
+    {VENDOR_NVIDIA, 0x20f1, "GA100 [A100 PCIe 40GB]"},
+    {VENDOR_NVIDIA, 0x2230, "GA102GL [RTX A6000]"},
+    {VENDOR_NVIDIA, 0x2236, "GA102GL [A10]"},
+    {VENDOR_NVIDIA, 0x2321, "GH100 [H100L 94GB]"},
+    {VENDOR_NVIDIA, 0x2322, "GH100 [H800 PCIe]"},
+    {VENDOR_NVIDIA, 0x2324, "GH100 [H800]"},
+    {VENDOR_NVIDIA, 0x2330, "GH100 [H100 SXM5 80GB]"},
+    {VENDOR_NVIDIA, 0x2331, "GH100 [H100 PCIe]"},
+    {VENDOR_NVIDIA, 0x2335, "GH100 [H200 SXM 141GB]"},
+    {VENDOR_NVIDIA, 0x2336, "GH100 [H100]"},
+    {VENDOR_NVIDIA, 0x2684, "AD102 [GeForce RTX 4090]"},
+    {VENDOR_NVIDIA, 0x26b5, "AD102GL [L40]"},
+    {VENDOR_NVIDIA, 0x26b9, "AD102GL [L40S]"},
+    {VENDOR_NVIDIA, 0x27b8, "AD104GL [L4]"},
+    {VENDOR_NVIDIA, 0x2901, "GB100 [B200]"},
+    {VENDOR_AMD,    0x738c, "Arcturus GL-XL [Instinct MI100]"},
+    {VENDOR_AMD,    0x740c, "Aldebaran/MI200 [Instinct MI250X/MI250]"},
+    {VENDOR_AMD,    0x740f, "Aldebaran/MI200 [Instinct MI210]"},
+    {VENDOR_AMD,    0x74a1, "Aqua Vanjaram [Instinct MI300X]"},
+    {VENDOR_AMD,    0x74a5, "Aqua Vanjaram [Instinct MI325X]"},
+};
+// clang-format on
+
+const char *dp__gpu_pci_name(unsigned vendor, unsigned device)
+{
+    for (size_t i = 0; i < sizeof pci_gpu_names / sizeof pci_gpu_names[0]; i++)
+        if (pci_gpu_names[i].vendor == vendor && pci_gpu_names[i].device == device)
+            return pci_gpu_names[i].name;
+    return NULL;
+}
+
 bool dp__gpu_is_a100(const char *name, unsigned pci_device)
 {
     return dp__contains(name, "A100") || dp__contains(name, "A800") ||

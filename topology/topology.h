@@ -169,6 +169,7 @@ struct dp_topo_cluster_opts {
     const char *gpu_profile; /* NULL: from the detected GPU name */
     int nodes;               /* >= 1 */
     const char *network;     /* NULL: from the NICs, else the node type's */
+    int nics_per_node;       /* 0: the compute NICs found; else 1..DP_MAX_NICS_PER_GPU x GPUs */
 };
 
 /* What dp_topo_cluster decided, and why, for the user. */
@@ -183,9 +184,11 @@ struct dp_topo_choice {
 
 /*
  * The cluster for `nodes` nodes like this one: GPU profile (matched or
- * given), gpus_per_node, nics_per_node (compute NICs), intra and group_link[]
- * from the topology, network from the option, the NICs or the node type.
- * Fails with DP_EINVAL when there are no GPUs or no GPU profile is known.
+ * given), gpus_per_node, nics_per_node (given, else the compute NICs), intra
+ * and group_link[] from the topology, network from the option, the NICs or
+ * the node type. Fails with DP_EINVAL when there are no GPUs or no GPU
+ * profile is known, DP_EUSAGE when several nodes would have no NIC, or the
+ * NICs given or found exceed DP_MAX_NICS_PER_GPU per GPU.
  * *choice (may be NULL) says what was picked.
  */
 int dp_topo_cluster(const struct dp_topo *t, const struct dp_topo_cluster_opts *o,

@@ -21,6 +21,9 @@ split_of() { tr -d ' \t\n' < "$1" | sed 's/.*"stage_layers":\[\([0-9,]*\)\].*/\1
 
 "$dplan" suggest llama2-13b --system dgx-h100 --nodes 2 -o "$tmp/plan.json" > /dev/null
 check "$tmp/plan.json"
+# each stage's layers are listed (prediction.memory.stages[]: first_layer/last_layer, or
+# chunks when interleaved); 40 layers, so some stage ends at layer 39
+grep -Eq '"last_layer":[[:space:]]*39' "$tmp/plan.json"
 
 "$dplan" suggest llama3-405b --system dgx-h100 --nodes 128 --tp 8 --pp 8 --vpp 8 --cp 2 \
   --gbs 512 -o "$tmp/uneven.json" > /dev/null
@@ -42,7 +45,7 @@ cat > "$tmp/legacy.json" <<'JSON'
             "first_stage_layers": 2, "last_stage_layers": 2}}
 JSON
 "$dplan" memory --plan "$tmp/legacy.json" --gpu a100-sxm4-80gb --gpus 4 > "$tmp/legacy.txt"
-grep -q 'stage 0 (2L)' "$tmp/legacy.txt" && grep -q 'stage 1 (3L)' "$tmp/legacy.txt" &&
-  grep -q 'stage 3 (2L)' "$tmp/legacy.txt" \
+grep -q 'stage 0 (2L: 0-1)' "$tmp/legacy.txt" && grep -q 'stage 1 (3L: 2-4)' "$tmp/legacy.txt" &&
+  grep -q 'stage 3 (2L: 8-9)' "$tmp/legacy.txt" \
   || { echo "legacy plan: first/last stage layers lost"; cat "$tmp/legacy.txt"; exit 1; }
 echo "plan round trip: ok"

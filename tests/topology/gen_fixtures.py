@@ -113,8 +113,11 @@ class Node:
                 for c in o.findall("object"):
                     if c.get("type") == "OSDev" and c.get("osdev_type") == "3":
                         ofed.append((o.get("pci_busid"), c))
-        for i, (_, c) in enumerate(sorted(ofed, key=lambda x: x[0])):
-            c.set("name", "mlx5_%d" % i)
+        count = {}
+        for _, c in sorted(ofed, key=lambda x: x[0]):
+            prefix = c.get("name").rstrip("0123456789")  # mlx5_, mlx4_
+            c.set("name", "%s%d" % (prefix, count.get(prefix, 0)))
+            count[prefix] = count.get(prefix, 0) + 1
         # <support> and <cpukind> elements must follow the objects.
         for tag in ("support", "cpukind"):
             for e in self.root.findall(tag):
@@ -138,15 +141,21 @@ def linux_infos(host, hwloc_version):
             ("hwlocVersion", hwloc_version), ("ProcessName", "lstopo")]
 
 
-def nvidia_gpu(node, parent, busid, devid, pci_name, speed, gpu_idx, model, mem_kib, sms, nvml):
-    """A GPU; with nvml=True it has the nvml and cuda OS devices of an hwloc built with them."""
-    g = node.pcidev(parent, busid, "0302", "10de:%s" % devid, "10de:%s" % devid, "a1", speed,
-                    [("PCIVendor", "NVIDIA Corporation"), ("PCIDevice", pci_name)])
+def nvidia_gpu(node, parent, busid, devid, pci_name, speed, gpu_idx, model, mem_kib, sms, nvml,
+               cuda=True):
+    """
+    A GPU; with nvml=True it has the nvml OS device of an hwloc built with NVML,
+    and with cuda=True also the cuda one. pci_name None: no PCIDevice info (the
+    exporting machine's pci.ids did not know the board).
+    """
+    infos = [("PCIVendor", "NVIDIA Corporation")] + ([("PCIDevice", pci_name)] if pci_name else [])
+    g = node.pcidev(parent, busid, "0302", "10de:%s" % devid, "10de:%s" % devid, "a1", speed, infos)
     osd = None
     if nvml:
         osd = node.osdev(g, "nvml%d" % gpu_idx, 1, "NVML",
                          [("Backend", "NVML"), ("GPUVendor", "NVIDIA Corporation"),
                           ("GPUModel", model)])
+    if nvml and cuda:
         node.osdev(g, "cuda%d" % gpu_idx, 5, "CUDA",
                    [("Backend", "CUDA"), ("GPUVendor", "NVIDIA Corporation"), ("GPUModel", model),
                     ("CUDAGlobalMemorySize", str(mem_kib)), ("CUDAL2CacheSize", "51200"),
@@ -356,6 +365,183 @@ def t4_box():
     node.write("unknown-gpu.xml")
 
 
+GEN2_X16 = "8.000000"     # 5 GT/s x16: 5 * 16 * 8/10 / 8 GB/s
+GEN3_X16 = "15.753846"    # 8 GT/s x16: 8 * 16 * 128/130 / 8 GB/s
+
+
+def dgx2():
+    """
+    DGX-2: 2x Xeon Platinum 8168 (24 cores, 2 threads; Skylake-SP, family 6
+    model 85), one NUMA node per socket, 1.5 TB; 16 Tesla V100 SXM3 32GB on two
+    baseboards of 8, each baseboard with 6 NVSwitch chips; every GPU has 6
+    NVLink 2 links, one to each switch of its baseboard. Exported by an hwloc
+    2.9.0 with its NVML backend (nvml OS devices, NVLinkBandwidth at 25000 MB/s
+    per NVLink 2 link), with I/O only for the GPUs and the NVSwitch chips: no
+    NICs. One switch's PCI config space reads as zeros (class and ids 0000),
+    so only hwloc's NVSwitch subtype, set from NVML, says what it is.
+    Each socket has two host bridges; each feeds a PCIe Gen3 switch with two
+    second-level switches of two GPUs. The NVSwitch management endpoints of
+    baseboard b sit behind a small switch on the second host bridge of socket b.
+    """
+    node = Node("pack:2 numa:1 core:24 pu:2", linux_infos("dgx-2", "2.9.0"),
+                "GenuineIntel", "Intel(R) Xeon(R) Platinum 8168 CPU @ 2.70GHz", (6, 85), 768 << 30)
+    gpus, switches = [], [[], []]
+    for hbi, base in enumerate([0x10, 0x40, 0x90, 0xc0]):
+        sock = hbi // 2
+        hb = node.hostbridge(node.numa_parent(sock), base, base + 0x2f)
+        rp = node.bridge(hb, "0000:%02x:00.0" % base, base + 1, base + 0x2f, 1, "8086:2030", GEN3_X16)
+        top = node.bridge(rp, "0000:%02x:00.0" % (base + 1), base + 2, base + 0x2f, 2, "10b5:9797", GEN3_X16)
+        for half in range(2):
+            b = base + 3 + half * 8
+            dsp = node.bridge(top, "0000:%02x:%02x.0" % (base + 2, half * 8), b, b + 7, 3, "10b5:9797", GEN3_X16)
+            usp = node.bridge(dsp, "0000:%02x:00.0" % b, b + 1, b + 7, 4, "10b5:9781", GEN3_X16)
+            for k in range(2):
+                bus = b + 2 + k * 2
+                port = node.bridge(usp, "0000:%02x:%02x.0" % (b + 1, k * 8), bus, bus, 5, "10b5:9781", GEN3_X16)
+                g, osd = nvidia_gpu(node, port, "0000:%02x:00.0" % bus, "1db8",
+                                    "GV100GL [Tesla V100 SXM3 32GB]", GEN3_X16, len(gpus),
+                                    "Tesla V100-SXM3-32GB", 0, 80, True, cuda=False)
+                gpus.append(osd)
+        if hbi % 2 == 1:
+            # Baseboard `sock`'s 6 NVSwitch endpoints, Gen1 x1 management links.
+            b = base + 0x20
+            dsp = node.bridge(top, "0000:%02x:10.0" % (base + 2), b, b + 7, 3, "10b5:9797", GEN3_X16)
+            usp = node.bridge(dsp, "0000:%02x:00.0" % b, b + 1, b + 7, 4, "10b5:8725", "0.250000")
+            for i in range(6):
+                bus = b + 2 + i
+                port = node.bridge(usp, "0000:%02x:%02x.0" % (b + 1, i + 1), bus, bus, 5, "10b5:8725", "0.250000")
+                broken = sock == 0 and i == 4
+                sw = node.add(port, [("type", "PCIDev"), ("subtype", "NVSwitch"),
+                                     ("pci_busid", "0000:%02x:00.0" % bus),
+                                     ("pci_type", "0000 [0000:0000] [0000:0000] 00" if broken
+                                      else "0680 [10de:1ac2] [0000:0000] a1"),
+                                     ("pci_link_speed", "0.250000")],
+                              [] if broken else [("PCIVendor", "NVIDIA Corporation")])
+                switches[sock].append(sw)
+    # NVLinkBandwidth: GPU i (baseboard i // 8) to each of its baseboard's 6 switches,
+    # one NVLink 2 link of 25000 MB/s each way; nothing across baseboards from a GPU.
+    allsw = switches[0] + switches[1]
+    objs = [("OSDev", g) for g in gpus] + [("PCIDev", s) for s in allsw]
+    n, ng = len(objs), len(gpus)
+    vals = []
+    for i in range(n):
+        for j in range(n):
+            if i == j:
+                vals.append(1000000)
+            elif i < ng <= j or j < ng <= i:
+                gi, si = (i, j - ng) if i < ng else (j, i - ng)
+                vals.append(25000 if gi // 8 == si // 6 else 0)
+            else:
+                vals.append(0)
+    node.distances("NVLinkBandwidth", objs, vals, 25)
+    node.write("dgx-2.xml")
+
+
+def pcie_24core():
+    """
+    A 24-PU PCIe node of the Tesla M2070 era (the shape of an HP ProLiant
+    SL390s G7): 2x 6-core Xeon X5650 (Westmere-EP, family 6 model 44, 2
+    threads), one NUMA node and one 5520 I/O hub per socket; PUs numbered as
+    Linux does on such boxes (socket 0 has the even ones, a core's second
+    thread is 12 higher), so a socket's CPU list is 35 characters long. Three
+    Tesla M2070 (10de:06d2, PCIe Gen2 x16) on their own root ports, one on
+    socket 0 and two on socket 1; an onboard ATI ES1000 (1002:515e, class 0300
+    VGA, with its DRM device card0), the BMC's display chip, behind the ICH10's
+    PCI bridge; a ConnectX
+    QDR InfiniBand HCA (15b3:673c, class 0c06) and a dual-port 82576 GbE on
+    socket 0. The GPUs carry no PCIDevice name (the exporting machine's pci.ids
+    did not know them). Debian's hwloc 2.9.0, no NVML.
+    """
+    order = []
+    for p in range(2):
+        for c in range(6):
+            order += [2 * c + p, 2 * c + p + 12]
+    node = Node("pack:2 numa:1 core:6 pu:2(indexes=%s)" % ",".join(map(str, order)),
+                linux_infos("sl390s", "2.9.0"), "GenuineIntel",
+                "Intel(R) Xeon(R) CPU           X5650  @ 2.67GHz", (6, 44), 24 << 30)
+    hb = node.hostbridge(node.numa_parent(0), 0x00, 0x0f)
+    rp = node.bridge(hb, "0000:00:01.0", 0x01, 0x01, 1, "8086:3408", "0.500000")
+    for f in range(2):
+        n = node.pcidev(rp, "0000:01:00.%d" % f, "0200", "8086:10c9", "103c:323f", "01", "0.500000",
+                        [("PCIVendor", "Intel Corporation"),
+                         ("PCIDevice", "82576 Gigabit Network Connection")])
+        node.osdev(n, "eth%d" % f, 2, None, [("Address", "00:00:00:00:00:00")])
+    rp = node.bridge(hb, "0000:00:05.0", 0x02, 0x02, 1, "8086:340c", "4.000000")
+    n = node.pcidev(rp, "0000:02:00.0", "0c06", "15b3:673c", "103c:1782", "b0", "4.000000",
+                    [("PCIVendor", "Mellanox Technologies"),
+                     ("PCIDevice", "MT25408A0-FCC-QI ConnectX, Dual Port 40Gb/s InfiniBand / 10GigE "
+                                   "Adapter IC with PCIe 2.0 x8 5.0GT/s Interface")])
+    node.osdev(n, "ib0", 2, None, [])
+    node.osdev(n, "mlx4_0", 3, None, [("NodeGUID", "0000:0000:0000:0000"), ("Port1State", "4")])
+    rp = node.bridge(hb, "0000:00:07.0", 0x03, 0x03, 1, "8086:340e", GEN2_X16)
+    nvidia_gpu(node, rp, "0000:03:00.0", "06d2", None, GEN2_X16, 0, None, 0, 14, False)
+    pb = node.bridge(hb, "0000:00:1e.0", 0x04, 0x04, 1, "8086:244e", "0.000000")
+    es = node.pcidev(pb, "0000:04:03.0", "0300", "1002:515e", "103c:31fb", "02", "0.000000",
+                     [("PCIVendor", "Advanced Micro Devices, Inc. [AMD/ATI]"), ("PCIDevice", "ES1000")])
+    node.osdev(es, "card0", 1)  # its DRM device (radeon driver): a GPU-typed OS device
+    node.pcidev(hb, "0000:00:1f.2", "0101", "8086:3a20", "103c:330d", "00", "0.000000",
+                [("PCIVendor", "Intel Corporation"),
+                 ("PCIDevice", "82801JI (ICH10 Family) 4 port SATA IDE Controller #1")])
+    hb = node.hostbridge(node.numa_parent(1), 0x80, 0x8f)
+    for k, (dev, rpid) in enumerate([(3, "340a"), (7, "340e")]):
+        rp = node.bridge(hb, "0000:80:%02x.0" % dev, 0x81 + k, 0x81 + k, 1, "8086:%s" % rpid, GEN2_X16)
+        nvidia_gpu(node, rp, "0000:%02x:00.0" % (0x81 + k), "06d2", None, GEN2_X16, 1 + k, None, 0,
+                   14, False)
+    node.write("pcie-24core-3gpu.xml")
+
+
+def fuzz_seed_nvswitch():
+    """
+    A fuzz seed (tests/fuzz/seeds/topo_xml), small enough for the fuzzer's
+    -max_len: one socket of 4 cores, two H100 SXM5 and a ConnectX-7 on one
+    Gen5 switch, two NVSwitch endpoints, and the NVLinkBandwidth matrix of an
+    hwloc 2.12 (9 links of 25000 MB/s from each GPU to each switch), so that
+    the fuzzer starts from the NVLink and NIC paths. Not a real machine.
+    """
+    node = Node("pack:1 numa:1 core:4 pu:1", linux_infos("seed", "2.12.0"),
+                "GenuineIntel", "Intel(R) Xeon(R) Platinum 8480C", (6, 143), 64 << 30)
+    hb = node.hostbridge(node.numa_parent(0), 0x10, 0x1f)
+    rp = node.bridge(hb, "0000:10:01.0", 0x11, 0x1f, 1, "8086:352a", GEN5_X16)
+    usp = node.bridge(rp, "0000:11:00.0", 0x12, 0x1f, 2, "1000:c030", GEN5_X16)
+    gpus, switches = [], []
+    for port in range(5):
+        bus = 0x13 + port
+        dsp = node.bridge(usp, "0000:12:%02x.0" % port, bus, bus, 3, "1000:c030", GEN5_X16)
+        if port < 2:
+            g, osd = nvidia_gpu(node, dsp, "0000:%02x:00.0" % bus, "2330", "GH100 [H100 SXM5 80GB]",
+                                GEN5_X16, port, "NVIDIA H100 80GB HBM3", 81559 * 1024, 132, True)
+            gpus.append(osd)
+        elif port == 2:
+            mlx_nic(node, dsp, "0000:%02x:00.0" % bus, "1021", "MT2910 Family [ConnectX-7]", True,
+                    "mlx5_0", "ibp%ds0" % bus, GEN5_X16)
+        else:
+            switches.append(node.pcidev(dsp, "0000:%02x:00.0" % bus, "0680", "10de:22a3", "10de:1796",
+                                        "a1", GEN4_X16, [("PCIVendor", "NVIDIA Corporation")]))
+    nvswitch_distances(node, gpus, switches, [9 * 25000, 9 * 25000])
+    global OUT
+    saved, OUT = OUT, os.path.join(os.path.dirname(os.path.dirname(OUT)), "fuzz", "seeds", "topo_xml")
+    node.write("nvswitch-2gpu.xml")
+    OUT = saved
+
+
+def crash_l3():
+    """
+    A file hwloc 2.9.0's loader crashes on (issue 10, item 7): an hwloc
+    synthetic export whose first L3Cache lacks its complete_cpuset attribute.
+    hwloc dereferences the missing set while sorting the two L3 siblings, so
+    the file is written as is, not round-tripped through lstopo.
+    """
+    xml = subprocess.check_output(["lstopo", "--input", "pack:1 numa:1 l3:2 core:2 pu:1",
+                                   "--of", "xml", "-"]).decode()
+    at = xml.index('type="L3Cache"')
+    start = xml.index(' complete_cpuset="', at)
+    end = xml.index('"', start + len(' complete_cpuset="')) + 1
+    out = os.path.join(OUT, "crash-l3-no-complete-cpuset.xml")
+    with open(out, "w") as f:
+        f.write(xml[:start] + xml[end:])
+    print("wrote", out)
+
+
 if __name__ == "__main__":
     os.makedirs(OUT, exist_ok=True)
     dgx_h100(True, "dgx-h100.xml", "2.12.0")
@@ -363,3 +549,7 @@ if __name__ == "__main__":
     dgx_a100()
     pcie_l40s()
     t4_box()
+    dgx2()
+    pcie_24core()
+    crash_l3()
+    fuzz_seed_nvswitch()

@@ -104,6 +104,79 @@ static void test_hf_details(void)
     CHECK_EQ(mx.moe_ffn_hidden, 14336);
 }
 
+/*
+ * The training length a Hugging Face config implies (issue 10, item 4): its
+ * rope_scaling.original_max_position_embeddings, else max_position_embeddings when it is
+ * at most 8192, else 8192 with the reason recorded. Expected values read off the
+ * fixtures: Llama 2 max 4096; Llama 3 max 8192; GPT-2 n_positions 1024; Qwen2 max
+ * 131072 and Mistral 7B max 32768, both above 8192.
+ */
+static void test_hf_seq_len(void)
+{
+    struct dp_model l2 = load("tests/fixtures/hf/llama-2-7b.json");
+    CHECK_EQ(l2.seq_len, 4096);
+    CHECK_STR(l2.seq_len_from, "the config's max_position_embeddings");
+    struct dp_model l3 = load("tests/fixtures/hf/meta-llama-3-8b.json");
+    CHECK_EQ(l3.seq_len, 8192);
+    struct dp_model g = load("tests/fixtures/hf/gpt2.json");
+    CHECK_EQ(g.seq_len, 1024);
+    CHECK_STR(g.seq_len_from, "the config's n_positions");
+    struct dp_model l31 = load("tests/fixtures/hf/meta-llama-3.1-8b.json");
+    CHECK_EQ(l31.seq_len, 8192);
+    CHECK_CONTAINS(l31.seq_len_from, "original_max_position_embeddings");
+    struct dp_model q = load("tests/fixtures/hf/qwen2-7b.json");
+    CHECK_EQ(q.seq_len, 8192);
+    CHECK_CONTAINS(q.seq_len_from, "max_position_embeddings 131072 is a context limit");
+    struct dp_model mi = load("tests/fixtures/hf/mistral-7b-v0.1.json");
+    CHECK_EQ(mi.seq_len, 8192);
+    /* A learned-position model refuses longer sequences; RoPE ones do not. */
+    struct dp_err e = {0};
+    CHECK_EQ(dp_model_check_seq_len(&g, 1024, &e), 0);
+    CHECK_EQ(dp_model_check_seq_len(&g, 1025, &e), DP_EINFEASIBLE);
+    CHECK_CONTAINS(e.msg, "max_position=1024");
+    CHECK_EQ(dp_model_check_seq_len(&q, 131072, &e), 0);
+}
+
+/*
+ * Stage and chunk layer ranges, and the split as printed (issue 10, item 13). By hand:
+ * 80 layers on pp=4 with first/last 19: middle stages get (80-38)/2 = 21, so stages
+ * hold 0-18, 19-39, 40-60, 61-79 and print as 19/21x2/19. Interleaved, 80 layers on
+ * pp=4 vpp=5: chunks of 80/20 = 4 layers; chunk c of stage r starts at 16c + 4r.
+ */
+static void test_layer_ranges(void)
+{
+    struct dp_model m = {0};
+    snprintf(m.name, sizeof m.name, "m80");
+    m.layers = 80;
+    struct dp_layout l;
+    dp_layout_default(&l);
+    l.pp = 4;
+    l.first_stage_layers = l.last_stage_layers = 19;
+    CHECK_EQ(dp_layout_stage_first_layer(&l, &m, 0), 0);
+    CHECK_EQ(dp_layout_stage_first_layer(&l, &m, 1), 19);
+    CHECK_EQ(dp_layout_stage_first_layer(&l, &m, 2), 40);
+    CHECK_EQ(dp_layout_stage_first_layer(&l, &m, 3), 61);
+    char buf[160];
+    dp_layout_stage_ranges(&l, &m, 1, buf, sizeof buf);
+    CHECK_STR(buf, "19-39");
+    dp_layout_format_model(&l, &m, buf, sizeof buf);
+    CHECK_STR(buf, "tp=1 pp=4 dp=1 mbs=1 split=19,21,21,19");
+    l.first_stage_layers = 0; /* only the last stage given: (80 - 17) / 3 = 21 each before */
+    l.last_stage_layers = 17;
+    dp_layout_format_model(&l, &m, buf, sizeof buf);
+    CHECK_STR(buf, "tp=1 pp=4 dp=1 mbs=1 split=21*3,17");
+    dp_layout_format(&l, buf, sizeof buf); /* no model: only what was given, never 0 */
+    CHECK_STR(buf, "tp=1 pp=4 dp=1 mbs=1 split=../17");
+    l.last_stage_layers = 0;
+    l.vpp = 5;
+    int f, k;
+    dp_layout_chunk_layers(&l, &m, 1, 2, &f, &k);
+    CHECK_EQ(f, 36);
+    CHECK_EQ(k, 4);
+    dp_layout_stage_ranges(&l, &m, 3, buf, sizeof buf);
+    CHECK_STR(buf, "12-15,28-31,...,76-79");
+}
+
 static void test_shipped_by_name(void)
 {
     setenv("DPLAN_PROFILES", "", 0);
@@ -132,6 +205,8 @@ int main(void)
 {
     test_published_counts();
     test_hf_details();
+    test_hf_seq_len();
+    test_layer_ranges();
     test_shipped_by_name();
     return check_done("test_core_model");
 }

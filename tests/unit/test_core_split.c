@@ -224,9 +224,13 @@ static void test_json(void)
      * virtual stage 8, from layer 1 + 7 x 2 = 15 */
     CHECK_EQ(dp_layout_stage_layers(&l, &m, 0), 15);
     CHECK_EQ(dp_layout_stage_layers(&l, &m, 3), 16);
-    CHECK_EQ(dp_layout_chunk_layers(&l, &m, 0, 1), 2);
-    CHECK_EQ(dp_layout_chunk_first_layer(&l, &m, 0, 1), 15);
-    CHECK_EQ(dp_layout_chunk_first_layer(&l, &m, 7, 7), 125);
+    int first, count;
+    dp_layout_chunk_layers(&l, &m, 0, 1, &first, &count);
+    CHECK_EQ(first, 15);
+    CHECK_EQ(count, 2);
+    dp_layout_chunk_layers(&l, &m, 7, 7, &first, &count);
+    CHECK_EQ(first, 125);
+    CHECK_EQ(count, 1);
     /* layout -> JSON -> layout keeps the list exactly */
     cJSON *o = dp_layout_to_json(&l);
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "stage_layers");

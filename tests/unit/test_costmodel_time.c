@@ -223,6 +223,58 @@ static void test_dp_exposure(void)
     CHECK_NEAR(a.dp_comm_s, rs + ag, 1e-12);
 }
 
+/*
+ * Groups that reach across nodes pay the network, whatever their stride: the
+ * README's llama2-70b layout (tp=2 cp=2 pp=8 on 4 nodes of 8) has stages 4 ranks
+ * apart, so 3 of its 7 pipeline hops leave a node; a CP ring of 16 ranks 2 apart
+ * spans 4 nodes; Mixtral's ep=8 with cp=2 on one node is ranks 0..7 (expert
+ * parallelism is carved out of dp x cp, ep ranks tp apart).
+ */
+static void test_paths_by_reach(void)
+{
+    struct dp_model m = model();
+    struct dp_cluster fast = cluster(4, 8), slow = cluster(4, 8);
+    slow.inter.bw_gbps = fast.inter.bw_gbps / 2;
+    struct dp_layout l = layout();
+    l.flash_attn = true;
+    l.tp = 2;
+    l.cp = 2;
+    l.pp = 8;
+    l.dp = 1;
+    l.mbs = 1;
+    l.gbs = 64;
+    struct dp_step_cost a, b;
+    dp_time_step_fast(&m, &fast, &l, &a);
+    dp_time_describe_paths(&fast, &l, &a);
+    dp_time_step_fast(&m, &slow, &l, &b);
+    CHECK(a.pp_path.inter_node);
+    CHECK(!a.cp_path.inter_node);
+    /* Halving the network slows the pipeline's sends: twice the bytes/bw term. */
+    CHECK(b.pp_comm_s > 1.5 * a.pp_comm_s);
+    CHECK(b.step_time_s > a.step_time_s);
+    l.cp = 16;
+    l.pp = 1;
+    dp_time_step_fast(&m, &fast, &l, &a);
+    dp_time_describe_paths(&fast, &l, &a);
+    CHECK(a.cp_path.inter_node);
+
+    struct dp_cluster one = cluster(1, 8);
+    m.experts = 8;
+    m.top_k = 2;
+    m.moe_ffn_hidden = 4096;
+    l = layout();
+    l.flash_attn = true;
+    l.cp = 2;
+    l.dp = 4;
+    l.ep = 8;
+    l.mbs = 1;
+    l.gbs = 8;
+    dp_time_step_fast(&m, &one, &l, &a);
+    dp_time_describe_paths(&one, &l, &a);
+    CHECK(!a.ep_path.inter_node);
+    CHECK(strstr(a.ep_path.desc, "inside a node") != NULL);
+}
+
 static void test_flop_rates(void)
 {
     struct dp_model m = model();
@@ -248,6 +300,7 @@ int main(void)
     test_layer_gemms();
     test_step_structure();
     test_dp_exposure();
+    test_paths_by_reach();
     test_flop_rates();
     return check_done("test_costmodel_time");
 }

@@ -312,6 +312,37 @@ int main(void)
     for (int i = 0; i < r->nnotes; i++)
         said |= strstr(r->notes[i], "tp=8: crosses nodes") != NULL;
     CHECK(said);
+
+    /*
+     * No layout divides the batch (issue 10, item 6): 3 GPUs, pp fixed to 1, so dp = 3
+     * and mbs x dp = 3, 6, 12, ...; gbs 8 is a multiple of none. The nearest batches
+     * those divide: 9 (mbs 1: |8 - 9| = 1), 6 (mbs 2: 2), 12 (mbs 4: 4), so 9, and the
+     * factor every layout lacks is 3.
+     */
+    struct dp_cluster e3 = cluster(1, 3, 80);
+    dp_search_opts_default(&o);
+    o.gbs = 8;
+    o.seq_len = m.seq_len;
+    o.pp = 1;
+    struct dp_err e1 = {0};
+    CHECK_EQ(dp_plan_search(&m, &e3, &o, r, &e1), DP_EINFEASIBLE);
+    CHECK_EQ(r->evaluated, 0);
+    CHECK_EQ(r->alt_gbs, 9);
+    CHECK_EQ(r->alt_layout.mbs, 1);
+    CHECK_EQ(r->gbs_lacks, 3);
+    CHECK_CONTAINS(e1.msg, "needs a factor of 3");
+    CHECK_CONTAINS(e1.msg, "--gbs 9 fits");
+    CHECK(strstr(e1.msg, "factors of 2") == NULL);
+
+    /* A fixed tp that is not a power of two is tried, and the reason it fails is named,
+     * not the batch (issue 10, item 6: `suggest --tp 3`). */
+    dp_search_opts_default(&o);
+    o.gbs = 64;
+    o.seq_len = m.seq_len;
+    o.tp = 3;
+    struct dp_err e4 = {0};
+    CHECK_EQ(dp_plan_search(&m, &a, &o, r, &e4), DP_EINFEASIBLE);
+    CHECK_CONTAINS(e4.msg, "tp=3: does not divide the 8 GPUs of a node");
     free(r);
     return check_done("test_planner_search");
 }

@@ -245,6 +245,62 @@ static void test_cpu_only(void)
     dp_topo_release(&t);
 }
 
+/*
+ * DGX-2 (issue 10, item 12): 16 V100 on two baseboards of 8, each with 6
+ * NVSwitch chips; each GPU has 6 NVLink 2 links, one to each switch of its
+ * baseboard, so 12 chips and NV6 = 6 x 25 = 150 GB/s per direction between
+ * any two GPUs. One switch's PCI class and ids read 0000: only its NVSwitch
+ * subtype says what it is, and missing it gave 11 chips and NV5 for GPUs 0-7.
+ */
+static void test_dgx2(void)
+{
+    struct dp_topo t;
+    if (load("dgx-2.xml", &t)) {
+        check_failures++;
+        return;
+    }
+    CHECK_EQ(t.ngpus, 16);
+    CHECK_STR(t.gpus[0].name, "Tesla V100-SXM3-32GB");
+    CHECK_EQ(t.nvswitches, 12);
+    for (int i = 0; i < t.ngpus; i++) {
+        CHECK_EQ(t.gpus[i].nvswitch_links, 6);
+        CHECK_NEAR(t.gpus[i].nvlink_gbps, 25.0, 1e-9);
+    }
+    CHECK_STR(code(&t, 0, 1), "NV6");
+    CHECK_STR(code(&t, 0, 8), "NV6");
+    CHECK_STR(code(&t, 7, 15), "NV6");
+    CHECK_NEAR(dp_topo_pair_at(&t, 0, 15)->nvlink_gbps, 150.0, 1e-9);
+    CHECK_EQ(t.nnics, 0);
+    dp_topo_release(&t);
+}
+
+/*
+ * A 24-PU PCIe node (issue 10, item 12): three Tesla M2070 without PCI names
+ * in the file, and the BMC's ATI ES1000 (AMD's vendor id, VGA class, a DRM
+ * card0), which is not a GPU. Linux's interleaved PU numbering gives each
+ * socket a 35-character CPU list.
+ */
+static void test_pcie_24core(void)
+{
+    struct dp_topo t;
+    if (load("pcie-24core-3gpu.xml", &t)) {
+        check_failures++;
+        return;
+    }
+    CHECK_EQ(t.ngpus, 3);
+    for (int i = 0; i < t.ngpus; i++) {
+        CHECK_STR(t.gpus[i].name, "GF100GL [Tesla M2070]");
+        CHECK_EQ(t.gpus[i].pci_vendor, 0x10de);
+    }
+    CHECK_STR(t.gpus[0].cpus, "0,2,4,6,8,10,12,14,16,18,20,22");
+    CHECK_EQ(t.gpus[0].numa, 0);
+    CHECK_EQ(t.gpus[1].numa, 1);
+    CHECK_STR(code(&t, 0, 1), "SYS");
+    CHECK_STR(code(&t, 1, 2), "PHB");
+    CHECK_EQ(t.nnics, 3);
+    dp_topo_release(&t);
+}
+
 /* A node built by hand: n GPUs on one PCIe switch, with given direct NVLink counts. */
 static void hand_node(struct dp_topo *t, int n, const int *links)
 {
@@ -412,6 +468,11 @@ static void test_xml_errors(void)
     dp_err_clear(&err);
     CHECK_EQ(dp_topo_load_xml(path, &t, &err), DP_EINVAL);
     CHECK_CONTAINS(err.msg, "hwloc cannot read");
+    /* hwloc's loader segfaults on this file: the child that ran it did (issue 10, item 7). */
+    snprintf(path, sizeof path, "%s/tests/topology/xml/crash-l3-no-complete-cpuset.xml", src_dir());
+    dp_err_clear(&err);
+    CHECK_EQ(dp_topo_load_xml(path, &t, &err), DP_EINVAL);
+    CHECK_CONTAINS(err.msg, "hwloc could not read it (its loader crashed)");
 }
 
 int main(void)
@@ -420,6 +481,8 @@ int main(void)
     test_dgx_a100();
     test_l40s();
     test_no_nvlink_h100();
+    test_dgx2();
+    test_pcie_24core();
     test_cpu_only();
     test_direct_nvlink();
     test_gpu_names();

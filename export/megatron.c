@@ -1,0 +1,450 @@
+/*
+ * Megatron-LM / Megatron-Core arguments for pretrain_gpt.py, as bash arrays
+ * in the style of the example scripts in Megatron-LM's examples/gpt3.
+ *
+ * Option names were checked against Megatron-LM at tag core_v0.19.0 and at
+ * main d98e8a6 (megatron/core/package_info.py 0.20.0), where most flags are
+ * generated from dataclass fields by megatron/training/argument_utils.py
+ * (ArgumentGroupFactory: field foo_bar -> --foo-bar, argparse_meta arg_names
+ * override it). Each entry below names the file that defines its flag.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define MEGATRON_VERSION "Megatron-LM core_v0.19.0 and main d98e8a6 (Megatron-Core 0.20.0)"
+
+/* ------------------------------------------------------------------ checks */
+
+static int no_alibi(const struct dp__ctx *c)
+{
+    if (c->m->pos == DP_POS_ALIBI)
+        return dp__refuse(c, "model.position",
+                          "alibi has no Megatron-LM equivalent (--position-embedding-type takes "
+                          "learned_absolute, rope, yarn, mrope, relative or none)");
+    return 0;
+}
+
+static int two_norms(const struct dp__ctx *c)
+{
+    if (c->m->norms_per_layer != 2)
+        return dp__refuse(c, "model.norms_per_layer",
+                          "%d norm per layer (parallel attention) has no Megatron-LM GPT layer "
+                          "equivalent: its layers have an input and a pre-MLP norm",
+                          c->m->norms_per_layer);
+    return 0;
+}
+
+static int biases(const struct dp__ctx *c)
+{
+    /* TransformerConfig.add_bias_linear covers every linear layer; add_qkv_bias adds
+     * biases to QKV alone (megatron/core/transformer/transformer_config.py). */
+    const struct dp_model *m = c->m;
+    bool all = m->qkv_bias && m->out_bias && m->mlp_bias;
+    bool none_but_qkv = !m->out_bias && !m->mlp_bias;
+    if (!all && !none_but_qkv)
+        return dp__refuse(c, "model.out_bias",
+                          "biases on the attention output (%s) and the MLP (%s) differ or go "
+                          "without QKV biases: Megatron-LM sets all linear biases at once "
+                          "(--disable-bias-linear), with --add-qkv-bias for QKV alone",
+                          m->out_bias ? "yes" : "no", m->mlp_bias ? "yes" : "no");
+    return 0;
+}
+
+static int fsdp_without_pp(const struct dp__ctx *c)
+{
+    if (c->l->zero >= 2 && c->l->pp > 1)
+        return dp__refuse(c, "layout.zero",
+                          "zero=%d with pp=%d: Megatron-LM shards gradients and parameters only "
+                          "with Megatron-FSDP, which this export uses without pipeline "
+                          "parallelism; use zero=1 (--use-distributed-optimizer) with pp",
+                          c->l->zero, c->l->pp);
+    return 0;
+}
+
+static int layout_fits(const struct dp__ctx *c)
+{
+    if (c->l->nchunks == 0)
+        return 0;
+    int ch[DP_MAX_CHUNKS], n = c->l->nchunks;
+    for (int s = 0; s < n && s < DP_MAX_CHUNKS; s++)
+        ch[s] = c->l->chunk_layers[s];
+    char buf[1024];
+    dp_split_format_megatron(ch, n, buf, sizeof buf);
+    if (strlen(buf) >= sizeof((struct dp__val *)0)->s)
+        return dp__refuse(c, "layout.stage_layers",
+                          "the split's --pipeline-model-parallel-layout string is %zu characters, "
+                          "more than this export writes (%zu)",
+                          strlen(buf), sizeof((struct dp__val *)0)->s - 1);
+    return 0;
+}
+
+static const dp__check_fn checks[] = {no_alibi, two_norms, biases, fsdp_without_pp, layout_fits};
+
+/* ------------------------------------------------------------------ options: model */
+
+static int num_layers(const struct dp__ctx *c, struct dp__val *v)
+{
+    return dp__int(v, c->m->layers);
+}
+static int hidden_size(const struct dp__ctx *c, struct dp__val *v)
+{
+    return dp__int(v, c->m->hidden);
+}
+static int ffn_hidden_size(const struct dp__ctx *c, struct dp__val *v)
+{
+    return dp__int(v, c->m->ffn_hidden);
+}
+static int num_heads(const struct dp__ctx *c, struct dp__val *v)
+{
+    return dp__int(v, c->m->heads);
+}
+static int gqa(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->m->kv_heads != c->m->heads ? dp__flag(v) : 0;
+}
+static int query_groups(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->m->kv_heads != c->m->heads ? dp__int(v, c->m->kv_heads) : 0;
+}
+static int kv_channels(const struct dp__ctx *c, struct dp__val *v)
+{
+    /* Megatron defaults kv_channels to hidden / heads (TransformerConfig.__post_init__). */
+    return c->m->head_dim != c->m->hidden / c->m->heads ? dp__int(v, c->m->head_dim) : 0;
+}
+static int max_positions(const struct dp__ctx *c, struct dp__val *v)
+{
+    /* validate_args requires max_position_embeddings >= seq_length. */
+    int64_t n = c->m->pos == DP_POS_LEARNED ? c->m->max_pos : c->l->seq_len;
+    return dp__int(v, n > c->l->seq_len ? n : c->l->seq_len);
+}
+static int position_type(const struct dp__ctx *c, struct dp__val *v)
+{
+    return dp__str(v, c->m->pos == DP_POS_ROPE ? "rope" : "learned_absolute");
+}
+static int normalization(const struct dp__ctx *c, struct dp__val *v)
+{
+    return dp__str(v, c->m->norm == DP_NORM_RMSNORM ? "RMSNorm" : "LayerNorm");
+}
+static int swiglu(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->m->ffn == DP_FFN_SWIGLU ? dp__flag(v) : 0;
+}
+static int untie(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->m->tied_embeddings ? 0 : dp__flag(v);
+}
+static int no_linear_bias(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->m->out_bias ? 0 : dp__flag(v);
+}
+static int qkv_bias(const struct dp__ctx *c, struct dp__val *v)
+{
+    return !c->m->out_bias && c->m->qkv_bias ? dp__flag(v) : 0;
+}
+static int dropout(const struct dp__ctx *c, struct dp__val *v)
+{
+    /* Megatron's default is 0.1 for both; a model without dropout layers trains with 0. */
+    return c->m->dropout ? 0 : dp__str(v, "0.0");
+}
+static int experts(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->m->experts ? dp__int(v, c->m->experts) : 0;
+}
+static int topk(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->m->experts ? dp__int(v, c->m->top_k) : 0;
+}
+static int moe_ffn(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->m->experts ? dp__int(v, c->m->moe_ffn_hidden) : 0;
+}
+static int vocab_divisible(const struct dp__ctx *c, struct dp__val *v)
+{
+    /* dplan's memory model pads the vocabulary to a multiple of 128 x tp, Megatron's
+     * default for this flag (core/layout.c dp_padded_vocab). */
+    return dp__int(v, 128);
+}
+
+/* ------------------------------------------------------------------ options: parallel */
+
+static int tp(const struct dp__ctx *c, struct dp__val *v)
+{
+    return dp__int(v, c->l->tp);
+}
+static int pp(const struct dp__ctx *c, struct dp__val *v)
+{
+    return dp__int(v, c->l->pp);
+}
+/* An explicit split goes as a --pipeline-model-parallel-layout string, which sets vpp
+ * itself and excludes --num-virtual-stages-per-pipeline-rank and the first/last counts
+ * (megatron/training/arguments.py validate_args, "Uneven virtual pipeline parallelism"). */
+static int vpp(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->l->vpp > 1 && c->l->nchunks == 0 ? dp__int(v, c->l->vpp) : 0;
+}
+static int pp_layout(const struct dp__ctx *c, struct dp__val *v)
+{
+    if (c->l->nchunks == 0)
+        return 0;
+    int ch[DP_MAX_CHUNKS], n = c->l->nchunks;
+    for (int s = 0; s < n && s < DP_MAX_CHUNKS; s++)
+        ch[s] = c->l->chunk_layers[s];
+    char buf[sizeof v->s];
+    dp_split_format_megatron(ch, n, buf, sizeof buf);
+    return dp__str(v, buf);
+}
+static int first_layers(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->l->first_stage_layers ? dp__int(v, c->l->first_stage_layers) : 0;
+}
+static int last_layers(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->l->last_stage_layers ? dp__int(v, c->l->last_stage_layers) : 0;
+}
+static int cp(const struct dp__ctx *c, struct dp__val *v)
+{
+    return dp__int(v, c->l->cp);
+}
+static int ep(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->m->experts ? dp__int(v, c->l->ep) : 0;
+}
+static int sp(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->l->sp && c->l->tp > 1 ? dp__flag(v) : 0;
+}
+static int dist_opt(const struct dp__ctx *c, struct dp__val *v)
+{
+    /* ZeRO-1; Megatron-FSDP v1 (the default --megatron-fsdp-version) needs it too */
+    return c->l->zero >= 1 ? dp__flag(v) : 0;
+}
+static int fsdp(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->l->zero >= 2 ? dp__flag(v) : 0;
+}
+static int fsdp_strategy(const struct dp__ctx *c, struct dp__val *v)
+{
+    if (c->l->zero < 2)
+        return 0;
+    return dp__str(v, c->l->zero == 2 ? "optim_grads" : "optim_grads_params");
+}
+static bool has_dp_comm(const struct dp__ctx *c)
+{
+    return c->l->dp * c->l->cp > 1;
+}
+static int overlap_grad(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->l->dp_overlap && has_dp_comm(c) ? dp__flag(v) : 0;
+}
+static int overlap_param(const struct dp__ctx *c, struct dp__val *v)
+{
+    /* validate_args: only with the distributed optimizer or Megatron-FSDP, and only
+     * together with --overlap-grad-reduce. */
+    return c->l->dp_overlap && has_dp_comm(c) && c->l->zero >= 1 ? dp__flag(v) : 0;
+}
+
+/* ------------------------------------------------------------------ options: training */
+
+static int mbs(const struct dp__ctx *c, struct dp__val *v)
+{
+    return dp__int(v, c->l->mbs);
+}
+static int gbs(const struct dp__ctx *c, struct dp__val *v)
+{
+    return dp__int(v, c->l->gbs);
+}
+static int seq(const struct dp__ctx *c, struct dp__val *v)
+{
+    return dp__int(v, c->l->seq_len);
+}
+static int rc_granularity(const struct dp__ctx *c, struct dp__val *v)
+{
+    /* selective: recompute_modules defaults to ["core_attn"], Korthikanti et al.'s
+     * selective recompute that dplan's memory model assumes. */
+    switch (c->l->recompute) {
+    case DP_RECOMPUTE_SELECTIVE: return dp__str(v, "selective");
+    case DP_RECOMPUTE_FULL: return dp__str(v, "full");
+    default: return 0;
+    }
+}
+static int rc_method(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->l->recompute == DP_RECOMPUTE_FULL ? dp__str(v, "uniform") : 0;
+}
+static int rc_layers(const struct dp__ctx *c, struct dp__val *v)
+{
+    /* uniform with 1 layer per unit: every layer's input is kept and the layer recomputed */
+    return c->l->recompute == DP_RECOMPUTE_FULL ? dp__int(v, 1) : 0;
+}
+static int attention(const struct dp__ctx *c, struct dp__val *v)
+{
+    /* AttnBackend (megatron/core/transformer/enums.py): flash, fused, unfused, local, auto;
+     * unfused materialises the s x s scores as dplan's non-flash model does. */
+    return dp__str(v, c->l->flash_attn ? "flash" : "unfused");
+}
+static int optimizer(const struct dp__ctx *c, struct dp__val *v)
+{
+    return dp__str(v, c->l->optimizer == DP_OPT_SGD ? "sgd" : "adam");
+}
+
+/* ------------------------------------------------------------------ options: precision */
+
+static int bf16(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->l->precision == DP_BF16 ? dp__flag(v) : 0;
+}
+static int fp16(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->l->precision == DP_FP16 ? dp__flag(v) : 0;
+}
+static int grads_fp32(const struct dp__ctx *c, struct dp__val *v)
+{
+    /* DDP keeps main_grad in fp32 when accumulate_allreduce_grads_in_fp32 (validate_args
+     * sets it for bf16 unless --grad-reduce-in-bf16). Megatron-FSDP has its own flag. */
+    return c->l->precision != DP_FP32 && c->l->grad_fp32 && c->l->zero < 2 ? dp__flag(v) : 0;
+}
+static int grads_bf16(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->l->precision == DP_BF16 && !c->l->grad_fp32 && c->l->zero < 2 ? dp__flag(v) : 0;
+}
+static int fsdp_grads(const struct dp__ctx *c, struct dp__val *v)
+{
+    if (c->l->zero < 2 || c->l->precision == DP_FP32)
+        return 0;
+    return dp__str(v, c->l->grad_fp32 ? "fp32" : dp_precision_name(c->l->precision));
+}
+
+/*
+ * The table. Files that define each flag:
+ *   TC  megatron/core/transformer/transformer_config.py (TransformerConfig, via
+ *       ArgumentGroupFactory in _add_network_size_args)
+ *   MPC megatron/core/model_parallel_config.py (ModelParallelConfig, TransformerConfig's base)
+ *   TRC megatron/training/config/training_config.py (TrainingConfig)
+ *   ARG megatron/training/arguments.py (explicit add_argument)
+ */
+static const struct dp__opt opts[] = {
+    {"MODEL_ARGS", "--num-layers", num_layers},                        /* TC */
+    {"MODEL_ARGS", "--hidden-size", hidden_size},                      /* TC */
+    {"MODEL_ARGS", "--ffn-hidden-size", ffn_hidden_size},              /* TC */
+    {"MODEL_ARGS", "--num-attention-heads", num_heads},                /* TC */
+    {"MODEL_ARGS", "--group-query-attention", gqa},                    /* ARG */
+    {"MODEL_ARGS", "--num-query-groups", query_groups},                /* TC */
+    {"MODEL_ARGS", "--kv-channels", kv_channels},                      /* TC */
+    {"MODEL_ARGS", "--max-position-embeddings", max_positions},        /* ARG */
+    {"MODEL_ARGS", "--position-embedding-type", position_type},        /* ARG */
+    {"MODEL_ARGS", "--normalization", normalization},                  /* TC */
+    {"MODEL_ARGS", "--swiglu", swiglu},                                /* ARG */
+    {"MODEL_ARGS", "--untie-embeddings-and-output-weights", untie},    /* ARG */
+    {"MODEL_ARGS", "--disable-bias-linear", no_linear_bias},           /* TC add_bias_linear */
+    {"MODEL_ARGS", "--add-qkv-bias", qkv_bias},                        /* TC */
+    {"MODEL_ARGS", "--attention-dropout", dropout},                    /* TC */
+    {"MODEL_ARGS", "--hidden-dropout", dropout},                       /* TC */
+    {"MODEL_ARGS", "--num-experts", experts},                          /* ARG */
+    {"MODEL_ARGS", "--moe-router-topk", topk},                         /* TC */
+    {"MODEL_ARGS", "--moe-ffn-hidden-size", moe_ffn},                  /* TC */
+    {"MODEL_ARGS", "--make-vocab-size-divisible-by", vocab_divisible}, /* ARG */
+
+    {"PARALLEL_ARGS", "--tensor-model-parallel-size", tp},                  /* MPC */
+    {"PARALLEL_ARGS", "--pipeline-model-parallel-size", pp},                /* MPC */
+    {"PARALLEL_ARGS", "--num-virtual-stages-per-pipeline-rank", vpp},       /* ARG */
+    {"PARALLEL_ARGS", "--decoder-first-pipeline-num-layers", first_layers}, /* ARG */
+    {"PARALLEL_ARGS", "--decoder-last-pipeline-num-layers", last_layers},   /* ARG */
+    {"PARALLEL_ARGS", "--pipeline-model-parallel-layout", pp_layout},       /* ARG */
+    {"PARALLEL_ARGS", "--context-parallel-size", cp},                       /* MPC */
+    {"PARALLEL_ARGS", "--expert-model-parallel-size", ep},                  /* MPC */
+    {"PARALLEL_ARGS", "--sequence-parallel", sp},                           /* MPC */
+    {"PARALLEL_ARGS", "--use-distributed-optimizer", dist_opt},             /* ARG */
+    {"PARALLEL_ARGS", "--use-megatron-fsdp", fsdp}, /* DistributedInitConfig */
+    {"PARALLEL_ARGS", "--data-parallel-sharding-strategy", fsdp_strategy}, /* ARG */
+    {"PARALLEL_ARGS", "--overlap-grad-reduce", overlap_grad},              /* ARG */
+    {"PARALLEL_ARGS", "--overlap-param-gather", overlap_param},            /* ARG */
+
+    {"TRAINING_ARGS", "--micro-batch-size", mbs},                 /* TRC */
+    {"TRAINING_ARGS", "--global-batch-size", gbs},                /* TRC */
+    {"TRAINING_ARGS", "--seq-length", seq},                       /* ARG */
+    {"TRAINING_ARGS", "--recompute-granularity", rc_granularity}, /* TC */
+    {"TRAINING_ARGS", "--recompute-method", rc_method},           /* TC */
+    {"TRAINING_ARGS", "--recompute-num-layers", rc_layers},       /* TC */
+    {"TRAINING_ARGS", "--attention-backend", attention},          /* TC */
+    {"TRAINING_ARGS", "--optimizer", optimizer},                  /* ARG */
+
+    {"PRECISION_ARGS", "--bf16", bf16},                                     /* MPC */
+    {"PRECISION_ARGS", "--fp16", fp16},                                     /* MPC */
+    {"PRECISION_ARGS", "--accumulate-allreduce-grads-in-fp32", grads_fp32}, /* ARG */
+    {"PRECISION_ARGS", "--grad-reduce-in-bf16", grads_bf16},                /* ARG */
+    {"PRECISION_ARGS", "--megatron-fsdp-main-grads-dtype", fsdp_grads},     /* ARG */
+};
+
+int dp__export_megatron(const struct dp__ctx *c0, struct dp_buf *b)
+{
+    struct dp__ctx c = *c0;
+    c.framework = "Megatron-LM";
+    int rc = dp__run_checks(&c, checks, (int)(sizeof checks / sizeof checks[0]));
+    if (rc)
+        return rc;
+    const struct dp_layout *l = c.l;
+    dp_buf_puts(b,
+                "#!/usr/bin/env bash\n# Megatron-LM arguments (dplan export --format megatron)\n");
+    dp__header(&c, b, "#");
+    dp_buf_printf(b,
+                  "# option names: %s: megatron/training/arguments.py,\n"
+                  "#   megatron/core/model_parallel_config.py, "
+                  "megatron/core/transformer/transformer_config.py,\n"
+                  "#   megatron/training/config/training_config.py\n",
+                  MEGATRON_VERSION);
+    dp_buf_printf(b,
+                  "# data parallel: %d, what the GPUs leave (Megatron derives it: world / (tp %d x "
+                  "pp %d x cp %d))\n",
+                  l->dp, l->tp, l->pp, l->cp);
+    dp_buf_printf(b,
+                  "# vocabulary: %lld, from the tokenizer (--tokenizer-type ...); padded to a "
+                  "multiple of 128 x tp\n",
+                  (long long)c.m->vocab);
+
+    const char *sections[8];
+    int nsec = 0;
+    const size_t nopt = sizeof opts / sizeof opts[0];
+    for (size_t i = 0; i < nopt; i++) {
+        const char *sec = opts[i].section;
+        bool open = nsec > 0 && strcmp(sections[nsec - 1], sec) == 0;
+        struct dp__val v = {0};
+        int got = opts[i].get(&c, &v);
+        if (got < 0)
+            return got;
+        if (got == 0)
+            continue;
+        if (!open) {
+            if (nsec > 0)
+                dp_buf_puts(b, ")\n");
+            sections[nsec++] = sec;
+            dp_buf_printf(b, "\n%s=(\n", sec);
+        }
+        dp_buf_printf(b, "    %s", opts[i].name);
+        switch (v.kind) {
+        case DP__INT: dp_buf_printf(b, " %lld", v.i); break;
+        case DP__STR:
+            dp_buf_puts(b, " ");
+            dp__shell_word(b, v.s);
+            break;
+        default: break; /* flags (Megatron has no boolean options with values here) */
+        }
+        dp_buf_puts(b, "\n");
+    }
+    if (nsec > 0)
+        dp_buf_puts(b, ")\n");
+    dp_buf_puts(b, "\nMEGATRON_ARGS=(");
+    for (int i = 0; i < nsec; i++)
+        dp_buf_printf(b, "%s\"${%s[@]}\"", i ? " " : "", sections[i]);
+    dp_buf_puts(b, ")\n");
+    dp_buf_printf(b,
+                  "\n# Run on every node (torchrun lines: dplan export %s --format torchrun):\n"
+                  "#   torchrun --nnodes %d --nproc-per-node %d ... pretrain_gpt.py "
+                  "\"${MEGATRON_ARGS[@]}\" \\\n"
+                  "#     --tokenizer-type ... --data-path ... --train-iters ... --lr ...\n",
+                  c.o->plan_file ? c.o->plan_file : "plan.json",
+                  c.p->has_cluster ? c.p->cluster.nodes : 1,
+                  c.p->has_cluster ? c.p->cluster.gpus_per_node : l->tp * l->pp * l->dp * l->cp);
+    return 0;
+}
