@@ -63,10 +63,15 @@ enum {
     OPT_ACCOUNT_EMBEDDING,
     OPT_ACCOUNT_LOSS,
     OPT_FIRST_LESS,
-    OPT_LAST_LESS, /* the last layout knob (cli_resolve refuses knobs OPT_TP..here with --plan) */
+    OPT_LAST_LESS,
     OPT_OVERHEAD,
     OPT_JSON,
     OPT_PLAN,
+    OPT_ETP,
+    OPT_MOE_CAPACITY,
+    OPT_MOE_PAD,
+    OPT_MOE_IMBALANCE,
+    OPT_MOE_DISPATCHER,
     OPT_COMMON_END,
 };
 
@@ -107,6 +112,11 @@ enum {
         {"account-for-loss-in-pipeline-split", no_argument, 0, OPT_ACCOUNT_LOSS},                  \
         {"first-stage-less-layers", required_argument, 0, OPT_FIRST_LESS},                         \
         {"last-stage-less-layers", required_argument, 0, OPT_LAST_LESS},                           \
+        {"etp", required_argument, 0, OPT_ETP},                                                    \
+        {"moe-capacity", required_argument, 0, OPT_MOE_CAPACITY},                                  \
+        {"moe-pad", no_argument, 0, OPT_MOE_PAD},                                                  \
+        {"moe-imbalance", required_argument, 0, OPT_MOE_IMBALANCE},                                \
+        {"moe-dispatcher", required_argument, 0, OPT_MOE_DISPATCHER},                              \
     {                                                                                              \
         "overhead-gib", required_argument, 0, OPT_OVERHEAD                                         \
     }
@@ -117,16 +127,18 @@ struct cli_common {
     const char *system, *gpu, *intra, *network, *cluster, *plan;
     int nodes, gpus, gpus_per_node;
     /* knobs */
-    int tp, pp, dp, cp, ep, vpp, zero, first_layers, last_layers;
+    int tp, pp, dp, cp, ep, vpp, zero, first_layers, last_layers, etp;
     /* the pipeline split (at most one rule): --stage-layers, --pipeline-layout,
      * --first/last-stage-layers, --account-for-*, --first/last-stage-less-layers */
     const char *stage_layers, *pipeline_layout;
     bool account_embedding, account_loss;
     int first_less, last_less; /* -1 = unset */
     long long mbs, gbs, seq_len;
-    int recompute, precision, grad_fp32, optimizer; /* -1 = unset */
-    bool sp, no_flash, no_dp_overlap, json;
-    double overhead_gib; /* < 0 = unset */
+    int recompute, precision, grad_fp32, optimizer, dispatcher; /* -1 = unset */
+    bool sp, no_flash, no_dp_overlap, json, moe_pad;
+    double overhead_gib;  /* < 0 = unset */
+    double moe_capacity;  /* 0 = dropless */
+    double moe_imbalance; /* < 0 = unset */
     bool knob_given[OPT_COMMON_END - OPT_SYSTEM];
 };
 

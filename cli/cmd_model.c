@@ -99,6 +99,12 @@ int cmd_model(int argc, char **argv)
         cJSON_AddNumberToObject(b, "embedding", (double)pc.embedding);
         cJSON_AddNumberToObject(b, "per_layer", (double)pc.per_layer);
         cJSON_AddNumberToObject(b, "per_layer_active", (double)pc.per_layer_active);
+        cJSON_AddNumberToObject(b, "per_dense_layer", (double)pc.per_dense_layer);
+        cJSON_AddNumberToObject(b, "attention_per_layer", (double)pc.attention);
+        struct dp_layer_kinds k;
+        dp_model_layer_kinds(&m, 0, m.layers, &k);
+        cJSON_AddNumberToObject(o, "dense_layers", k.n[DP_LAYER_DENSE]);
+        cJSON_AddNumberToObject(o, "moe_layers", k.n[DP_LAYER_MOE]);
         cJSON_AddNumberToObject(b, "final_norm", (double)pc.final_norm);
         cJSON_AddNumberToObject(b, "lm_head", (double)pc.lm_head);
         cJSON_AddItemToObject(o, "model", dp_model_to_json(&m));
@@ -108,17 +114,39 @@ int cmd_model(int argc, char **argv)
     printf("model             %s (%s)\n", m.name, m.format);
     printf("layers            %lld\n", (long long)m.layers);
     printf("hidden            %lld\n", (long long)m.hidden);
-    printf("heads             %lld (kv %lld%s, head_dim %lld)\n", (long long)m.heads,
-           (long long)m.kv_heads,
-           m.kv_heads == m.heads ? ": MHA"
-           : m.kv_heads == 1     ? ": MQA"
-                                 : ": GQA",
-           (long long)m.head_dim);
-    printf("ffn               %s, %lld\n", dp_ffn_name(m.ffn),
-           (long long)(m.experts ? m.moe_ffn_hidden : m.ffn_hidden));
-    if (m.experts)
-        printf("experts           %lld, top-%lld per token\n", (long long)m.experts,
-               (long long)m.top_k);
+    if (m.mla) {
+        printf("heads             %lld (MLA: q/k head_dim %lld = %lld + %lld rope, v %lld)\n",
+               (long long)m.heads, (long long)m.head_dim, (long long)m.mla_nope_dim,
+               (long long)m.mla_rope_dim, (long long)m.mla_v_dim);
+        if (m.mla_q_rank)
+            printf("latents           q %lld, kv %lld\n", (long long)m.mla_q_rank,
+                   (long long)m.mla_kv_rank);
+        else
+            printf("latents           q none (plain q projection), kv %lld\n",
+                   (long long)m.mla_kv_rank);
+    } else {
+        printf("heads             %lld (kv %lld%s, head_dim %lld%s)\n", (long long)m.heads,
+               (long long)m.kv_heads,
+               m.kv_heads == m.heads ? ": MHA"
+               : m.kv_heads == 1     ? ": MQA"
+                                     : ": GQA",
+               (long long)m.head_dim, m.qk_norm ? ", q/k norm" : "");
+    }
+    if (m.experts == 0 || m.moe_dense_layers > 0)
+        printf("ffn               %s, %lld%s\n", dp_ffn_name(m.ffn), (long long)m.ffn_hidden,
+               m.experts ? " (dense layers)" : "");
+    if (m.experts) {
+        if (m.moe_dense_layers > 0)
+            printf("layer kinds       %lld dense (0-%lld), then %lld MoE\n",
+                   (long long)m.moe_dense_layers, (long long)m.moe_dense_layers - 1,
+                   (long long)(m.layers - m.moe_dense_layers));
+        printf("experts           %lld x %s %lld, top-%lld per token%s\n", (long long)m.experts,
+               dp_ffn_name(m.ffn), (long long)m.moe_ffn_hidden, (long long)m.top_k,
+               m.moe_router_bias ? ", router bias" : "");
+        if (m.moe_shared_experts)
+            printf("shared experts    %lld x %lld%s\n", (long long)m.moe_shared_experts,
+                   (long long)m.moe_shared_ffn_hidden, m.moe_shared_gate ? ", sigmoid gate" : "");
+    }
     printf("vocab             %lld\n", (long long)m.vocab);
     printf("seq_len           %lld\n", (long long)m.seq_len);
     printf("norm              %s x%d per layer\n", dp_norm_name(m.norm), m.norms_per_layer);
@@ -132,7 +160,11 @@ int cmd_model(int argc, char **argv)
     if (m.experts)
         print_count("active params", pc.active);
     print_count("  embedding", pc.embedding);
-    print_count("  per layer", pc.per_layer);
+    if (m.experts && m.moe_dense_layers)
+        print_count("  dense layer", pc.per_dense_layer);
+    print_count(m.experts ? "  MoE layer" : "  per layer", pc.per_layer);
+    if (m.experts)
+        print_count("    active", pc.per_layer_active);
     print_count("  lm head", pc.lm_head);
     return 0;
 }

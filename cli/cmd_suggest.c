@@ -4,6 +4,7 @@
  * write the winner as plan.json.
  */
 #include "cli.h"
+#include "goodput_report.h"
 #include "memory_report.h"
 #include "planner/planner.h"
 #include "svg_charts.h"
@@ -17,17 +18,21 @@
 
 static const char help_head[] =
     "usage: dplan suggest MODEL <cluster> [--gbs N] [--seq-len N] [--top K] [--json]\n"
-    "                     [-o plan.json] [--svg FILE] [knobs]\n\n"
+    "                     [-o plan.json] [--svg FILE] [--tokens T] [failure options]\n"
+    "                     [knobs]\n\n"
     "Search every parallel layout of MODEL on the cluster (tp, cp, pp with even and\n"
     "uneven splits, interleaving, dp, ep, micro-batch, ZeRO stage, recompute, sequence\n"
     "parallelism), drop those that do not fit in memory, rank the rest by predicted\n"
     "step time (memory balance breaks near-ties), explain the choice, and write the\n"
     "winner as plan.json for `dplan run`. Knobs given on the command line (--tp 8,\n"
-    "--zero 1, --recompute full, ...) fix that dimension instead of searching it.\n\n"
+    "--zero 1, --recompute full, ...) fix that dimension instead of searching it.\n"
+    "For the winner it also prices in failures: the checkpoint interval that\n"
+    "maximises goodput, the goodput there and the days to train T tokens.\n\n"
     "  --gbs N         global batch in sequences [about 4M tokens: 2^k sequences]\n"
     "  --top K         rows in the ranking (1..64) [10]\n"
     "  --no-uneven     do not try uneven first/last pipeline stages\n"
     "  --timing        also print how long the search took\n"
+    "  --tokens T      training tokens for the days to train (2e12, 300B, 15T) [1T]\n"
     "  --json          machine-readable output\n"
     "  -o FILE         write the winning plan (plan.json schema: README)\n"
     "  --svg FILE      also draw step time against peak memory of every layout that fits,\n"
@@ -134,7 +139,9 @@ int cmd_suggest(int argc, char **argv)
                                          {"top", required_argument, 0, 'k'},
                                          {"no-uneven", no_argument, 0, 'u'},
                                          {"timing", no_argument, 0, 'T'},
+                                         {"tokens", required_argument, 0, 'n'},
                                          {"svg", required_argument, 0, 'S'},
+                                         CLI_GOODPUT_OPTIONS,
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     struct cli_common c;
@@ -142,6 +149,10 @@ int cmd_suggest(int argc, char **argv)
     int top = 10;
     bool no_uneven = false, timing = false;
     const char *outfile = NULL, *svg = NULL;
+    double tokens = 1e12;
+    const char *tokens_default = "1T";
+    struct cli_goodput_opts go;
+    cli_goodput_opts_init(&go);
     int ch;
     optind = 1;
     opterr = 0;
@@ -160,8 +171,24 @@ int cmd_suggest(int argc, char **argv)
         case 'T': timing = true; break;
         case 'o': outfile = optarg; break;
         case 'S': svg = optarg; break;
-        case 'h': printf("%s%s\n%s", help_head, cli_cluster_help, cli_plan_knob_help); return 0;
-        default: return 2;
+        case 'n':
+            if (cli_parse_tokens(optarg, &tokens))
+                return cli_usage_error("suggest",
+                                       "--tokens: expected a count in (0, 1e15] like 2e12 or "
+                                       "300B, got \"%s\"",
+                                       optarg);
+            tokens_default = NULL;
+            break;
+        case 'h':
+            printf("%s%s\n%s\n%s", help_head, cli_cluster_help, cli_plan_knob_help,
+                   cli_goodput_help);
+            return 0;
+        default: {
+            int g = cli_goodput_opt("suggest", ch, optarg, &go);
+            if (g <= 0)
+                return 2;
+            break;
+        }
         }
     }
     if (optind != argc - 1)
@@ -216,6 +243,13 @@ int cmd_suggest(int argc, char **argv)
     }
     char shares[256], buf[256], lay[160];
     dp_explain_shares(&w->cost, shares, sizeof shares);
+    struct cli_goodput gp;
+    if (cli_goodput_eval(&go, &m, &cl, &w->layout, w->cost.step_time_s, &gp, &err)) {
+        free(rep);
+        free(r);
+        cli_scatter_release(&pts);
+        return cli_fail(&err);
+    }
     /* The plan first: a failure to write it is the command's one result (and, with
      * --json, its one JSON object). */
     if (outfile) {
@@ -237,6 +271,8 @@ int cmd_suggest(int argc, char **argv)
         cJSON *extra = cli_time_json(&w->cost, &w->layout);
         cJSON_AddItemToObject(extra, "memory", cli_mem_json(rep, &w->layout, &m));
         cJSON_AddStringToObject(extra, "why", shares);
+        cJSON_AddItemToObject(extra, "failures",
+                              cli_goodput_json(&gp, tokens, w->cost.tokens_per_s));
         if (dp_plan_save(outfile, &plan, extra, &err)) {
             free(rep);
             free(r);
@@ -301,6 +337,13 @@ int cmd_suggest(int argc, char **argv)
             cJSON_AddItemToArray(alts, e);
         }
         cJSON_AddItemToObject(o, "memory", cli_mem_json(rep, &w->layout, &m));
+        cJSON_AddNumberToObject(o, "tokens", tokens);
+        if (tokens_default)
+            cJSON_AddStringToObject(cJSON_GetObjectItemCaseSensitive(o, "defaults"), "tokens",
+                                    tokens_default);
+        cJSON *fj = cli_goodput_json(&gp, tokens, w->cost.tokens_per_s);
+        cJSON_AddItemToObject(fj, "assumptions", cli_goodput_assumptions_json(&go));
+        cJSON_AddItemToObject(o, "failures", fj);
         cli_print_json(o);
     } else {
         cli_describe_model(stdout, &m);
@@ -363,6 +406,9 @@ int cmd_suggest(int argc, char **argv)
         }
         printf("\n");
         cli_placement_text(stdout, &w->cost, &w->layout);
+        printf("\n");
+        cli_goodput_text(stdout, &gp, tokens, w->cost.tokens_per_s, tokens_default);
+        cli_goodput_assumptions_text(stdout, &go);
     }
     if (outfile && !c.json && !svg_on_stdout)
         printf("\nwrote %s\n", outfile);

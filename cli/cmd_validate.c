@@ -18,9 +18,11 @@ static const char help[] =
     "and what was measured: \"iteration_time_s\", or \"tflops_per_gpu\" with the\n"
     "FLOP convention the source used (\"narayanan21\": Eq. 3 of Narayanan et al.\n"
     "2021, hardware FLOPs with full recompute; \"model\": model FLOPs without\n"
-    "recompute). Times are compared, not TFLOP/s. Runs marked \"underspecified\"\n"
-    "(their source omits layout details) are shown but not scored. Default\n"
-    "RUNS.json: the shipped tests/validation/runs.json.\n\n"
+    "recompute), or \"tokens_per_s_per_gpu\". Times are compared, not TFLOP/s.\n"
+    "Runs marked \"underspecified\" (their source omits layout details) or with\n"
+    "\"needs\" (knobs dplan does not model yet, e.g. [\"fp8\"]; the layout holds\n"
+    "the nearest expressible one) are shown but not scored. Default RUNS.json:\n"
+    "the shipped tests/validation/runs.json (tests/validation/moe.json: MoE runs).\n\n"
     "  --json                 machine-readable results\n"
     "  --max-mean-error PCT   exit 1 if the mean absolute error of the scored runs\n"
     "                         exceeds PCT percent\n"
@@ -44,7 +46,8 @@ static struct stats stats_of(const struct dp_run *runs, const struct dp_run_resu
 {
     struct stats s = {0, 0, 0, ""};
     for (int i = 0; i < n; i++) {
-        if (runs[i].underspecified || (held >= 0 && runs[i].held_out != (held == 1)))
+        if (runs[i].underspecified || runs[i].needs[0] ||
+            (held >= 0 && runs[i].held_out != (held == 1)))
             continue;
         double e = fabs(res[i].error);
         s.mean += e;
@@ -121,6 +124,8 @@ int cmd_validate(int argc, char **argv)
             cJSON_AddNumberToObject(e, "error", res[i].error);
             cJSON_AddBoolToObject(e, "held_out", runs[i].held_out);
             cJSON_AddBoolToObject(e, "underspecified", runs[i].underspecified);
+            if (runs[i].needs[0])
+                cJSON_AddStringToObject(e, "needs", runs[i].needs);
             cJSON_AddItemToArray(a, e);
         }
         cJSON_AddNumberToObject(o, "scored_runs", all.n);
@@ -130,11 +135,16 @@ int cmd_validate(int argc, char **argv)
     } else {
         printf("%-36s %11s %11s %8s\n", "run", "measured s", "predicted s", "error");
         for (int i = 0; i < n; i++) {
+            char tag[192] = "";
+            if (runs[i].needs[0])
+                snprintf(tag, sizeof tag, "  (needs %s%s: not scored)", runs[i].needs,
+                         runs[i].underspecified ? "; underspecified" : "");
+            else if (runs[i].underspecified)
+                snprintf(tag, sizeof tag, "  (underspecified: not scored)");
+            else if (runs[i].held_out)
+                snprintf(tag, sizeof tag, "  (held out)");
             printf("%-36s %11.3f %11.3f %+7.2f%%%s\n", runs[i].id, res[i].measured_s,
-                   res[i].predicted_s, 100 * res[i].error,
-                   runs[i].underspecified ? "  (underspecified: not scored)"
-                   : runs[i].held_out     ? "  (held out)"
-                                          : "");
+                   res[i].predicted_s, 100 * res[i].error, tag);
             if (verbose) {
                 const struct dp_step_cost *c = &res[i].cost;
                 printf("    compute %.3f recompute %.3f tp %.3f pp %.3f bubble %.3f dp %.3f "

@@ -5,71 +5,34 @@
  * what that costs.
  */
 #include "cli.h"
+#include "goodput_report.h"
 #include "planner/planner.h"
 #include "svg_charts.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const char help_head[] =
     "usage: dplan whatif MODEL --systems A,B,... --nodes N1,N2,... [--tokens T]\n"
     "                   [--price-per-gpu-hour SYS=USD,...] [--gbs N] [--seq-len N] [--json]\n"
-    "                   [--svg FILE]\n\n"
+    "                   [--svg FILE] [--failure-rate R | --mtbf-hours H] [--ckpt-write-gbps X]\n"
+    "                   [--storage-gbps X] [--restart-min M]\n\n"
     "For each system (profiles/system) and node count: does any layout fit, the\n"
     "fastest one (`dplan suggest`'s search), its tokens/s, the days to train T\n"
-    "tokens, and the cost when prices are given. Knobs fix dimensions as in suggest.\n\n"
+    "tokens without failures, the checkpoint interval that maximises goodput, the\n"
+    "goodput there and the days with failures, and the cost of those days when\n"
+    "prices are given. Knobs fix dimensions as in suggest.\n\n"
     "  --systems LIST            system profiles to compare\n"
     "  --nodes LIST              node counts to try for each system\n"
     "  --tokens T                training tokens (e.g. 2e12, 300B, 15T), at most 1e15 [1T]\n"
-    "  --price-per-gpu-hour LIST prices in USD per GPU-hour, e.g. dgx-h100=2.5,dgx-a100-80gb=1.3\n"
+    "  --price-per-gpu-hour LIST prices in USD per GPU-hour, e.g. dgx-h100=2.5,dgx-a100-80gb=1.3;\n"
+    "                            the cost is the GPU-hours of the days with failures\n"
     "  --json                    machine-readable output\n"
-    "  --svg FILE                also draw tokens/s and the cost (days without prices) per\n"
-    "                            system and size as grouped bars, as SVG (\"-\": the SVG on\n"
-    "                            stdout instead of the table)\n\n";
-
-/* 1e15 tokens (1000T) bounds --tokens: ~30x the largest published pre-training runs
- * (Llama 3: 15.6T, Dubey et al. 2024), far beyond any budget, and days stay printable. */
-#define DP_MAX_TOKENS 1e15
-
-static int parse_tokens(const char *s, double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || errno || v <= 0)
-        return -1;
-    switch (*end) {
-    case 'K':
-    case 'k':
-        v *= 1e3;
-        end++;
-        break;
-    case 'M':
-    case 'm':
-        v *= 1e6;
-        end++;
-        break;
-    case 'B':
-    case 'b':
-    case 'G':
-    case 'g':
-        v *= 1e9;
-        end++;
-        break;
-    case 'T':
-    case 't':
-        v *= 1e12;
-        end++;
-        break;
-    default: break;
-    }
-    if (*end || !(v <= DP_MAX_TOKENS))
-        return -1;
-    *out = v;
-    return 0;
-}
+    "  --svg FILE                also draw tokens/s and the cost (days with failures without\n"
+    "                            prices) per system and size as grouped bars, as SVG (\"-\": the\n"
+    "                            SVG on stdout instead of the table)\n\n";
 
 struct price {
     char system[64];
@@ -105,7 +68,7 @@ struct row {
     char system[64];
     int nodes, gpus;
     char layout[192];
-    char tps[24], mfu[16], days[32], cost[32];
+    char tps[24], mfu[16], days[32], ckpt[32], goodput[16], fdays[32], cost[32];
     char why[sizeof((struct dp_err *)0)->msg]; /* no valid layout: the planner's reason */
 };
 
@@ -119,6 +82,7 @@ int cmd_whatif(int argc, char **argv)
                                          {"tokens", required_argument, 0, 't'},
                                          {"price-per-gpu-hour", required_argument, 0, 'p'},
                                          {"svg", required_argument, 0, 'S'},
+                                         CLI_GOODPUT_OPTIONS,
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     struct cli_common c;
@@ -129,6 +93,8 @@ int cmd_whatif(int argc, char **argv)
     struct price prices[32];
     int np = 0;
     const char *svg = NULL;
+    struct cli_goodput_opts go;
+    cli_goodput_opts_init(&go);
     int ch;
     optind = 1;
     opterr = 0;
@@ -150,7 +116,7 @@ int cmd_whatif(int argc, char **argv)
             }
             break;
         case 't':
-            if (parse_tokens(optarg, &tokens))
+            if (cli_parse_tokens(optarg, &tokens))
                 return cli_usage_error("whatif",
                                        "--tokens: expected a count in (0, 1e15] like 2e12 or "
                                        "300B, got \"%s\"",
@@ -168,8 +134,13 @@ int cmd_whatif(int argc, char **argv)
                                        optarg);
             break;
         case 'S': svg = optarg; break;
-        case 'h': printf("%s%s", help_head, cli_plan_knob_help); return 0;
-        default: return 2;
+        case 'h': printf("%s%s\n%s", help_head, cli_plan_knob_help, cli_goodput_help); return 0;
+        default: {
+            int g = cli_goodput_opt("whatif", ch, optarg, &go);
+            if (g <= 0)
+                return 2;
+            break;
+        }
         }
     }
     if (optind != argc - 1)
@@ -253,14 +224,25 @@ int cmd_whatif(int argc, char **argv)
             snprintf(t->tps, sizeof t->tps, "-");
             snprintf(t->mfu, sizeof t->mfu, "-");
             snprintf(t->days, sizeof t->days, "-");
+            snprintf(t->ckpt, sizeof t->ckpt, "-");
+            snprintf(t->goodput, sizeof t->goodput, "-");
+            snprintf(t->fdays, sizeof t->fdays, "-");
             snprintf(t->cost, sizeof t->cost, "-");
             if (fits) {
                 const struct dp_candidate *w = &r->top[0];
                 dp_layout_format_model(&w->layout, &m, t->layout, sizeof t->layout);
                 double days = tokens / w->cost.tokens_per_s / 86400.0;
-                double cost = price >= 0 ? days * 24.0 * gpus * price : -1;
+                struct cli_goodput gp;
+                if (cli_goodput_eval(&go, &m, &cl, &w->layout, w->cost.step_time_s, &gp, &err)) {
+                    cJSON_Delete(e);
+                    rc = cli_fail(&err);
+                    break;
+                }
+                double fdays = cli_goodput_days(&gp, tokens, w->cost.tokens_per_s);
+                /* GPUs are paid for by the wall-clock day, failures included. */
+                double cost = price >= 0 && isfinite(fdays) ? fdays * 24.0 * gpus * price : -1;
                 cr->tokens_per_s = w->cost.tokens_per_s;
-                cr->days = days;
+                cr->days = isfinite(fdays) ? fdays : days;
                 cr->cost_usd = cost;
                 cJSON_AddItemToObject(e, "layout", dp_layout_to_json(&w->layout));
                 cJSON_AddNumberToObject(e, "tokens_per_s", w->cost.tokens_per_s);
@@ -268,11 +250,20 @@ int cmd_whatif(int argc, char **argv)
                 cJSON_AddNumberToObject(e, "step_time_s", w->cost.step_time_s);
                 cJSON_AddNumberToObject(e, "peak_bytes", (double)w->peak_bytes);
                 cJSON_AddNumberToObject(e, "days", days);
+                cJSON_AddItemToObject(e, "failures",
+                                      cli_goodput_json(&gp, tokens, w->cost.tokens_per_s));
+                if (isfinite(fdays))
+                    cJSON_AddNumberToObject(e, "days_with_failures", fdays);
                 if (cost >= 0)
                     cJSON_AddNumberToObject(e, "cost_usd", cost);
                 snprintf(t->tps, sizeof t->tps, "%.0f", w->cost.tokens_per_s);
                 snprintf(t->mfu, sizeof t->mfu, "%.1f%%", 100 * w->cost.mfu);
                 snprintf(t->days, sizeof t->days, "%.1f", days);
+                if (gp.plan.every_steps > 0)
+                    cli_duration(gp.plan.interval_s, t->ckpt, sizeof t->ckpt);
+                snprintf(t->goodput, sizeof t->goodput, "%.1f%%", 100 * gp.plan.goodput);
+                if (isfinite(fdays))
+                    snprintf(t->fdays, sizeof t->fdays, "%.1f", fdays);
                 if (cost >= 0)
                     snprintf(t->cost, sizeof t->cost, "%.0f", cost);
             } else if (s != 0) {
@@ -314,6 +305,7 @@ int cmd_whatif(int argc, char **argv)
         cJSON_AddNumberToObject(o, "gbs", (double)so.gbs);
         cJSON_AddNumberToObject(o, "seq_len", (double)so.seq_len);
         cli_defaults_json(o, &d);
+        cJSON_AddItemToObject(o, "failures", cli_goodput_assumptions_json(&go));
         cJSON_AddItemToObject(o, "results", rows);
         cli_print_json(o);
     } else {
@@ -329,12 +321,14 @@ int cmd_whatif(int argc, char **argv)
             if ((int)strlen(tab[i].layout) > lw)
                 lw = (int)strlen(tab[i].layout);
         }
-        printf("%-*s %5s %6s  %-*s %12s %6s %9s %12s\n", sw, "system", "nodes", "GPUs", lw,
-               "best layout", "tokens/s", "MFU", "days", "cost USD");
+        printf("%-*s %5s %6s  %-*s %12s %6s %9s %10s %7s %9s %12s\n", sw, "system", "nodes", "GPUs",
+               lw, "best layout", "tokens/s", "MFU", "days", "ckpt every", "goodput", "days+fail",
+               "cost USD");
         for (int i = 0; i < nt; i++)
-            printf("%-*s %5d %6d  %-*s %12s %6s %9s %12s\n", sw, tab[i].system, tab[i].nodes,
-                   tab[i].gpus, lw, tab[i].layout, tab[i].tps, tab[i].mfu, tab[i].days,
-                   tab[i].cost);
+            printf("%-*s %5d %6d  %-*s %12s %6s %9s %10s %7s %9s %12s\n", sw, tab[i].system,
+                   tab[i].nodes, tab[i].gpus, lw, tab[i].layout, tab[i].tps, tab[i].mfu,
+                   tab[i].days, tab[i].ckpt, tab[i].goodput, tab[i].fdays, tab[i].cost);
+        cli_goodput_assumptions_text(stdout, &go);
         for (int i = 0; i < nt; i++)
             if (tab[i].why[0])
                 printf("%s x%d: %s\n", tab[i].system, tab[i].nodes, tab[i].why);

@@ -123,15 +123,41 @@ const char cli_knob_help[] =
     "  --first-stage-less-layers N --last-stage-less-layers N  torchtitan's split (each\n"
     "                              defaults to 1 when the other is given): the\n"
     "                              embedding/output weigh N layers, the rest spreads\n"
-    "  --overhead-gib X            runtime overhead per GPU [the GPU profile's]\n";
+    "  --overhead-gib X            runtime overhead per GPU [the GPU profile's]\n"
+    "Mixture of experts (never searched):\n"
+    "  --etp N                     expert tensor parallel size [tp]; the expert layers\n"
+    "                              regroup each stage's tp*cp*dp ranks as etp*ep*edp\n"
+    "  --moe-capacity F            expert capacity factor (tokens beyond it are dropped)\n"
+    "                              [0: dropless]; --moe-pad pads every expert to it\n"
+    "  --moe-imbalance F           dropless: the busiest EP rank's routed tokens over the\n"
+    "                              mean [1.25, Switch Transformer's capacity factor; 1 for\n"
+    "                              runs with forced-balanced routing]\n"
+    "  --moe-dispatcher {alltoall,dedup}  token dispatch: one copy per (token, expert), or\n"
+    "                              one per destination GPU and node (DeepEP, HybridEP)\n"
+    "                              [alltoall]\n";
 
 void cli_common_init(struct cli_common *c)
 {
     memset(c, 0, sizeof *c);
-    c->recompute = c->precision = c->grad_fp32 = c->optimizer = -1;
+    c->recompute = c->precision = c->grad_fp32 = c->optimizer = c->dispatcher = -1;
     c->overhead_gib = -1;
+    c->moe_imbalance = -1;
     c->zero = -1;
     c->first_less = c->last_less = -1;
+}
+
+static int parse_double(const char *cmd, const char *opt, const char *arg, double lo, double hi,
+                        const char *what, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(arg, &end);
+    if (end == arg || *end || errno || !(v >= lo && v <= hi)) {
+        cli_usage_error(cmd, "--%s: expected %s, got \"%s\"", opt, what, arg);
+        return -2;
+    }
+    *out = v;
+    return 0;
 }
 
 static int parse_long(const char *cmd, const char *opt, const char *arg, long long lo, long long hi,
@@ -179,6 +205,7 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
     static const char *const prec_names[] = {"bf16", "fp16", "fp32"};
     static const char *const grad_names[] = {"half", "fp32"};
     static const char *const opt_names[] = {"adam", "sgd"};
+    static const char *const disp_names[] = {"alltoall", "dedup"};
     if (opt < OPT_SYSTEM || opt >= OPT_COMMON_END)
         return 0;
     c->knob_given[opt - OPT_SYSTEM] = true;
@@ -232,17 +259,21 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
     case OPT_LAST_LESS:
         r = parse_int(cmd, "last-stage-less-layers", arg, 0, 100000, &c->last_less);
         break;
-    case OPT_OVERHEAD: {
-        char *end;
-        errno = 0;
-        double v = strtod(arg, &end);
-        if (end == arg || *end || errno || !(v >= 0 && v <= 1e6)) {
-            cli_usage_error(cmd, "--overhead-gib: expected number >= 0, got \"%s\"", arg);
-            return -2;
-        }
-        c->overhead_gib = v;
+    case OPT_OVERHEAD:
+        r = parse_double(cmd, "overhead-gib", arg, 0, 1e6, "number >= 0", &c->overhead_gib);
         break;
-    }
+    case OPT_ETP: r = parse_int(cmd, "etp", arg, 1, 1 << 20, &c->etp); break;
+    case OPT_MOE_CAPACITY:
+        r = parse_double(cmd, "moe-capacity", arg, 0, 1000, "capacity factor >= 0 (0: dropless)",
+                         &c->moe_capacity);
+        break;
+    case OPT_MOE_PAD: c->moe_pad = true; break;
+    case OPT_MOE_DISPATCHER:
+        r = parse_choice(cmd, "moe-dispatcher", arg, disp_names, 2, &c->dispatcher);
+        break;
+    case OPT_MOE_IMBALANCE:
+        r = parse_double(cmd, "moe-imbalance", arg, 1, 1000, "number >= 1", &c->moe_imbalance);
+        break;
     case OPT_JSON: c->json = true; break;
     default: return 0;
     }
@@ -433,6 +464,13 @@ int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus, s
         l->optimizer = (enum dp_optimizer)c->optimizer;
     l->flash_attn = !c->no_flash;
     l->dp_overlap = !c->no_dp_overlap;
+    l->etp = c->etp;
+    l->moe_capacity = c->moe_capacity;
+    l->moe_pad = c->moe_pad;
+    if (c->moe_imbalance >= 0)
+        l->moe_imbalance = c->moe_imbalance;
+    if (c->dispatcher >= 0)
+        l->moe_dispatcher = (enum dp_moe_dispatcher)c->dispatcher;
     return cli_split(c, m, l, err);
 }
 
@@ -520,6 +558,13 @@ int cli_search_opts(const struct cli_common *c, const struct dp_model *m, struct
     o->dp_overlap = !c->no_dp_overlap;
     if (c->optimizer >= 0)
         o->optimizer = (enum dp_optimizer)c->optimizer;
+    o->etp = c->etp;
+    o->moe_capacity = c->moe_capacity;
+    o->moe_pad = c->moe_pad;
+    if (c->moe_imbalance >= 0)
+        o->moe_imbalance = c->moe_imbalance;
+    if (c->dispatcher >= 0)
+        o->moe_dispatcher = (enum dp_moe_dispatcher)c->dispatcher;
     cli_mem_opts(c, &o->mem);
     return 0;
 }
@@ -577,8 +622,8 @@ int cli_resolve(const struct cli_common *c, const char *model_arg, struct dp_mod
     }
     if (model_arg)
         return dp_err_set(err, DP_EUSAGE, "give either MODEL or --plan, not both");
-    for (int k = OPT_TP; k <= OPT_LAST_LESS; k++)
-        if (c->knob_given[k - OPT_SYSTEM])
+    for (int k = OPT_TP; k < OPT_COMMON_END; k++)
+        if (k != OPT_OVERHEAD && k != OPT_JSON && k != OPT_PLAN && c->knob_given[k - OPT_SYSTEM])
             return dp_err_set(err, DP_EUSAGE,
                               "layout options cannot be combined with --plan (the plan fixes the "
                               "layout; edit the plan or use MODEL and knobs)");
@@ -654,4 +699,17 @@ void cli_describe_layout(FILE *f, const struct dp_layout *l, const struct dp_mod
     fprintf(f, "layout   %s gbs=%lld seq=%lld %s, %lld micro-batch%s per step\n", buf,
             (long long)l->gbs, (long long)l->seq_len, dp_precision_name(l->precision),
             (long long)dp_layout_microbatches(l), dp_layout_microbatches(l) == 1 ? "" : "es");
+    if (m->experts > 0) {
+        char route[96];
+        if (l->moe_capacity > 0)
+            snprintf(route, sizeof route, "capacity factor %.2f%s", l->moe_capacity,
+                     l->moe_pad ? ", padded" : "");
+        else
+            snprintf(route, sizeof route, "dropless, imbalance %.2f", l->moe_imbalance);
+        fprintf(f,
+                "experts  etp=%d ep=%d edp=%d, %s, %s dispatch: %.0f token copies per GPU per "
+                "micro-batch (load %.2f)\n",
+                dp_layout_etp(l), l->ep, dp_layout_edp(l), route,
+                dp_dispatcher_name(l->moe_dispatcher), dp_moe_rows(m, l), dp_moe_load(m, l));
+    }
 }

@@ -53,6 +53,10 @@ cJSON *cli_mem_json(const struct dp_mem_report *r, const struct dp_layout *l,
                 cJSON_AddItemToArray(ch, r2);
             }
         }
+        if (dp_model_mixed_layers(m)) {
+            cJSON_AddNumberToObject(e, "dense_layers", s->kind_layers[DP_LAYER_DENSE]);
+            cJSON_AddNumberToObject(e, "moe_layers", s->kind_layers[DP_LAYER_MOE]);
+        }
         cJSON_AddNumberToObject(e, "params", (double)s->params);
         cJSON_AddNumberToObject(e, "params_bytes", (double)s->params_bytes);
         cJSON_AddNumberToObject(e, "grads_bytes", (double)s->grads_bytes);
@@ -81,7 +85,11 @@ static void stage_label(const struct dp_mem_report *r, int i, const struct dp_la
     const struct dp_mem_stage *s = &r->stage[i];
     char ranges[64];
     dp_layout_stage_ranges(l, m, s->stage, ranges, sizeof ranges);
-    snprintf(out, cap, "stage %d (%dL: %s)", s->stage, s->layers, ranges);
+    if (dp_model_mixed_layers(m) && s->kind_layers[DP_LAYER_DENSE] > 0)
+        snprintf(out, cap, "stage %d (%dL: %s, %d dense)", s->stage, s->layers, ranges,
+                 s->kind_layers[DP_LAYER_DENSE]);
+    else
+        snprintf(out, cap, "stage %d (%dL: %s)", s->stage, s->layers, ranges);
 }
 
 void cli_mem_table(FILE *f, const struct dp_mem_report *r, const struct dp_layout *l,

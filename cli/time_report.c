@@ -69,6 +69,10 @@ cJSON *cli_time_json(const struct dp_step_cost *c, const struct dp_layout *l)
     group_json(g, "dp", l, DP_PLACE_DPCP, &c->dp_path);
     group_json(g, "pp", l, DP_PLACE_PP, &c->pp_path);
     group_json(g, "ep", l, DP_PLACE_EP, &c->ep_path);
+    if (l->ep > 1 || dp_layout_etp(l) != l->tp) { /* the expert layers' own groups */
+        group_json(g, "etp", l, DP_PLACE_ETP, &c->etp_path);
+        group_json(g, "edp", l, DP_PLACE_EDP, &c->edp_path);
+    }
     return o;
 }
 
@@ -108,7 +112,7 @@ void cli_time_text(FILE *f, const struct dp_step_cost *c, const struct dp_layout
 void cli_placement_text(FILE *f, const struct dp_step_cost *c, const struct dp_layout *l)
 {
     fprintf(f, "placement (Megatron order: TP fastest, then CP, DP, PP%s):\n",
-            l->ep > 1 ? "; experts: TP, EP, then DP" : "");
+            l->ep > 1 || dp_layout_etp(l) != l->tp ? "; experts: ETP, EP, then EDP" : "");
     fprintf(f, "  tp=%-3d consecutive ranks         %s\n", l->tp, c->tp_path.desc);
     if (l->cp > 1)
         fprintf(f, "  cp=%-3d ring, stride %-5d        %s\n", l->cp, l->tp, c->cp_path.desc);
@@ -122,6 +126,12 @@ void cli_placement_text(FILE *f, const struct dp_step_cost *c, const struct dp_l
     if (l->pp > 1)
         fprintf(f, "  pp=%-3d stride %-5d              %s\n", l->pp, l->tp * l->cp * l->dp,
                 c->pp_path.desc);
+    int etp = dp_layout_etp(l);
+    if (etp != l->tp && etp > 1)
+        fprintf(f, "  etp=%-2d consecutive ranks         %s\n", etp, c->etp_path.desc);
     if (l->ep > 1)
-        fprintf(f, "  ep=%-3d in dp x cp, stride %-5d  %s\n", l->ep, l->tp, c->ep_path.desc);
+        fprintf(f, "  ep=%-3d all-to-all, stride %-5d  %s\n", l->ep, etp, c->ep_path.desc);
+    if (l->ep > 1 || etp != l->tp)
+        fprintf(f, "  edp=%-2d stride %-5d              %s\n", dp_layout_edp(l), etp * l->ep,
+                c->edp_path.desc);
 }

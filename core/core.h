@@ -135,7 +135,40 @@ struct dp_model {
     int64_t experts;        /* 0 for dense models */
     int64_t top_k;          /* experts per token */
     int64_t moe_ffn_hidden; /* expert MLP width; == ffn_hidden unless given */
+    /* MoE layers beyond routed experts (0/false when absent). */
+    int64_t moe_shared_experts;    /* always-active experts per MoE layer (DeepSeek, Qwen2-MoE) */
+    int64_t moe_shared_ffn_hidden; /* width of each shared expert */
+    bool moe_shared_gate;          /* Qwen2-MoE: sigmoid gate Linear(h, 1) on the shared output */
+    bool moe_router_bias;          /* DeepSeek-V3: e_score_correction_bias, E values per layer */
+    int64_t moe_dense_layers;      /* the first k layers are dense MLPs of ffn_hidden
+                                      (DeepSeek first_k_dense_replace) */
+    bool qk_norm;                  /* Qwen3: RMSNorm(head_dim) on queries and keys */
+    /* Multi-head latent attention (DeepSeek-V2/V3): Q and K heads are head_dim =
+     * mla_nope_dim + mla_rope_dim wide, V heads mla_v_dim; kv_heads == heads. */
+    bool mla;
+    int64_t mla_q_rank;  /* q_lora_rank; 0: a plain h x a*head_dim query projection */
+    int64_t mla_kv_rank; /* kv_lora_rank */
+    int64_t mla_nope_dim, mla_rope_dim, mla_v_dim;
 };
+
+/*
+ * Layer kinds. A MoE model whose first moe_dense_layers layers are dense has
+ * two kinds; costs are charged per kind, by the layers each stage holds.
+ */
+enum dp_layer_kind { DP_LAYER_DENSE = 0, DP_LAYER_MOE = 1, DP_LAYER_KINDS = 2 };
+struct dp_layer_kinds {
+    int n[DP_LAYER_KINDS]; /* layers of each kind */
+};
+/* The kind of layer i (0-based). */
+enum dp_layer_kind dp_model_layer_kind(const struct dp_model *m, int64_t i);
+/* Counts per kind of the layers [first, first + count). */
+void dp_model_layer_kinds(const struct dp_model *m, int64_t first, int64_t count,
+                          struct dp_layer_kinds *out);
+/* Does the model have layers of more than one kind? */
+static inline bool dp_model_mixed_layers(const struct dp_model *m)
+{
+    return m->experts > 0 && m->moe_dense_layers > 0;
+}
 
 /*
  * The training sequence length assumed for a Hugging Face config whose context limit
@@ -154,8 +187,10 @@ struct dp_param_count {
     int64_t active;    /* per token: MoE counts top_k experts; == total if dense */
     int64_t embedding; /* token (+ learned position) embeddings */
     int64_t lm_head;   /* 0 when tied */
-    int64_t per_layer; /* one transformer layer, all experts */
+    int64_t per_layer; /* one transformer layer, all experts (MoE models: a MoE layer) */
     int64_t per_layer_active;
+    int64_t per_dense_layer; /* one dense layer (== per_layer for dense models; 0 if none) */
+    int64_t attention;       /* the attention block of one layer (with its norm) */
     int64_t final_norm;
 };
 
@@ -316,12 +351,19 @@ struct cJSON *dp_cluster_to_json(const struct dp_cluster *c);
 /* ------------------------------------------------------------------ layout */
 
 enum dp_recompute { DP_RECOMPUTE_NONE = 0, DP_RECOMPUTE_SELECTIVE = 1, DP_RECOMPUTE_FULL = 2 };
+/* MoE token dispatch: Megatron-Core's MoEAlltoAllTokenDispatcher sends one copy per
+ * (token, expert); DeepEP/HybridEP (Megatron's flex dispatcher) one per destination
+ * GPU inside a node and one per destination node across nodes, forwarded there. */
+enum dp_moe_dispatcher { DP_DISPATCH_ALLTOALL = 0, DP_DISPATCH_DEDUP = 1 };
+const char *dp_dispatcher_name(enum dp_moe_dispatcher d);
 enum dp_optimizer { DP_OPT_ADAM = 0, DP_OPT_SGD = 1 };
 const char *dp_recompute_name(enum dp_recompute r);
 
 /*
  * One parallel layout. Rank order is Megatron's tp-cp-ep-dp-pp, TP fastest.
- * world = tp * cp * dp * pp; ep divides dp * cp (experts only).
+ * world = tp * cp * dp * pp. Expert layers regroup each stage's tp * cp * dp
+ * ranks as etp * ep * edp (Megatron-Core's MoE parallel folding), so ep * etp
+ * divides tp * cp * dp.
  */
 struct dp_layout {
     int tp, pp, dp, cp, ep;
@@ -338,6 +380,12 @@ struct dp_layout {
     enum dp_optimizer optimizer;
     bool dp_overlap; /* DP gradient reduction overlaps backward (torch DDP
                         buckets, Megatron --overlap-grad-reduce) */
+    /* Mixture of experts (ignored for dense models). */
+    int etp;              /* expert tensor parallel size; 0 = tp (Megatron's default) */
+    double moe_capacity;  /* expert capacity factor; 0 = dropless */
+    bool moe_pad;         /* pad every expert's input to its capacity */
+    double moe_imbalance; /* busiest EP rank's routed tokens over the mean (dropless) */
+    enum dp_moe_dispatcher moe_dispatcher;
     /*
      * The pipeline split (core/split.c): which decoder layers each stage and model
      * chunk holds. With nchunks == 0 it is even (layers / (pp * vpp) per chunk) or,
@@ -346,13 +394,20 @@ struct dp_layout {
      * nchunks == pp * vpp counts in model order: entry s = c * pp + r is model chunk c
      * of stage r. The embedding runs in entry 0 and the final norm, output layer and
      * loss in entry pp * vpp - 1; either may hold no layer (a stage of its own).
-     * Compare layouts with dp_layout_equal (entries past nchunks are ignored).
+     * Compare layouts with dp_layout_equal (entries past nchunks are ignored);
+     * chunk_layers stays the last field.
      */
     int first_stage_layers; /* 0 = like the middle stages */
     int last_stage_layers;  /* 0 = like the middle stages */
     int nchunks;            /* 0, or pp * vpp entries of chunk_layers */
     uint16_t chunk_layers[DP_MAX_CHUNKS];
 };
+
+/* Default load imbalance of dropless routing: 1.25, the capacity factor Switch
+ * Transformers train with (Fedus et al. 2022, Sec. 2.2 and Table 1) as the headroom
+ * an expert needs over its mean load under auxiliary-loss balancing. Benchmarks with
+ * forced-balanced routing (Megatron moe_router_force_load_balancing) use 1. */
+#define DP_MOE_IMBALANCE_DEFAULT 1.25
 
 /* Defaults: everything 1, bf16, flash attention, fp32 grads, Adam, recompute none,
  * DP overlap on. */
@@ -378,6 +433,25 @@ void dp_layout_reset_split(struct dp_layout *l);
  * returns -1 when pp * vpp exceeds DP_MAX_CHUNKS. */
 int dp_layout_make_explicit(struct dp_layout *l, const struct dp_model *m);
 bool dp_layout_equal(const struct dp_layout *a, const struct dp_layout *b);
+/*
+ * The layer kinds held by stage `stage`, over all its model chunks (with
+ * interleaving, chunk c of stage r holds the layers of virtual stage c pp + r).
+ * The one place that maps a stage to the layers it holds by kind: the memory
+ * and time models charge each stage through it.
+ */
+void dp_layout_stage_kinds(const struct dp_layout *l, const struct dp_model *m, int stage,
+                           struct dp_layer_kinds *out);
+/* Expert tensor parallelism in effect: l->etp, or tp when 0 (Megatron's default). */
+static inline int dp_layout_etp(const struct dp_layout *l)
+{
+    return l->etp > 0 ? l->etp : l->tp;
+}
+/* Expert data parallelism: tp cp dp / (ep etp), Megatron-Core parallel_state.py. */
+static inline int dp_layout_edp(const struct dp_layout *l)
+{
+    int d = l->ep * dp_layout_etp(l);
+    return d > 0 ? l->tp * l->cp * l->dp / d : 1;
+}
 /*
  * Check that `l` can run `m` on `gpus` GPUs (gpus_per_node for tp locality is
  * not checked here). On failure err names the first constraint that fails,
@@ -498,11 +572,14 @@ struct dp_run {
     struct dp_model model;
     struct dp_cluster cluster;
     struct dp_layout layout;
-    double iteration_time_s; /* measured, or 0 when tflops_per_gpu is given */
-    double tflops_per_gpu;
+    double iteration_time_s;     /* measured, or 0 when another measure is given */
+    double tflops_per_gpu;       /* with its FLOP convention `flops` */
+    double tokens_per_s_per_gpu; /* throughput: gbs x seq_len / (this x GPUs) per step */
     enum dp_flops_convention flops;
     bool held_out;       /* not used to set any constant */
     bool underspecified; /* the source omits layout details: printed, not scored */
+    char needs[128];     /* knobs dplan does not model yet ("fp8, hsdp"): the layout holds
+                            the nearest expressible one; printed, not scored */
 };
 
 /* Load a runs file; *runs is malloc'ed (free it), *n its length. */

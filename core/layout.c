@@ -12,6 +12,12 @@
 static const char *const recompute_names[] = {"none", "selective", "full"};
 static const char *const precision_names[] = {"bf16", "fp16", "fp32"};
 static const char *const optimizer_names[] = {"adam", "sgd"};
+static const char *const dispatcher_names[] = {"alltoall", "dedup"};
+
+const char *dp_dispatcher_name(enum dp_moe_dispatcher d)
+{
+    return dispatcher_names[d];
+}
 
 const char *dp_recompute_name(enum dp_recompute r)
 {
@@ -39,12 +45,37 @@ void dp_layout_default(struct dp_layout *l)
     l->grad_fp32 = true;
     l->optimizer = DP_OPT_ADAM;
     l->dp_overlap = true;
+    l->etp = 0;
+    l->moe_capacity = 0;
+    l->moe_pad = false;
+    l->moe_imbalance = DP_MOE_IMBALANCE_DEFAULT;
 }
 
 int64_t dp_padded_vocab(int64_t vocab, int tp)
 {
     int64_t m = 128 * (int64_t)tp;
     return (vocab + m - 1) / m * m;
+}
+
+void dp_layout_stage_kinds(const struct dp_layout *l, const struct dp_model *m, int stage,
+                           struct dp_layer_kinds *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!dp_model_mixed_layers(m)) { /* one kind: no need to find the stage's range */
+        out->n[m->experts > 0 ? DP_LAYER_MOE : DP_LAYER_DENSE] =
+            dp_layout_stage_layers(l, m, stage);
+        return;
+    }
+    /* Each model chunk's layer range (one chunk without interleaving), by kind. */
+    int v = l->vpp > 1 ? l->vpp : 1;
+    for (int c = 0; c < v; c++) {
+        int first, count;
+        dp_layout_chunk_layers(l, m, stage, c, &first, &count);
+        struct dp_layer_kinds k;
+        dp_model_layer_kinds(m, first, count, &k);
+        for (int i = 0; i < DP_LAYER_KINDS; i++)
+            out->n[i] += k.n[i];
+    }
 }
 
 int dp_layout_validate(const struct dp_layout *l, const struct dp_model *m, int gpus,
@@ -66,10 +97,18 @@ int dp_layout_validate(const struct dp_layout *l, const struct dp_model *m, int 
                           "tp=%d does not divide kv_heads=%lld (Megatron requires query groups "
                           "divisible by tp)",
                           l->tp, (long long)m->kv_heads);
-    int64_t f = m->experts ? m->moe_ffn_hidden : m->ffn_hidden;
-    if (f % l->tp)
+    /* Dense MLPs and shared experts are split by tp, routed experts by etp. */
+    if ((m->experts == 0 || m->moe_dense_layers > 0) && m->ffn_hidden % l->tp)
         return dp_err_set(err, DP_EINFEASIBLE, "tp=%d does not divide ffn_hidden=%lld", l->tp,
-                          (long long)f);
+                          (long long)m->ffn_hidden);
+    if (m->moe_shared_experts > 0 && m->moe_shared_ffn_hidden % l->tp)
+        return dp_err_set(err, DP_EINFEASIBLE, "tp=%d does not divide moe.shared_ffn_hidden=%lld",
+                          l->tp, (long long)m->moe_shared_ffn_hidden);
+    if (l->etp < 0)
+        return dp_err_set(err, DP_EINFEASIBLE, "etp must be >= 1 (0: as tp)");
+    if (m->experts > 0 && m->moe_ffn_hidden % dp_layout_etp(l))
+        return dp_err_set(err, DP_EINFEASIBLE, "%s=%d does not divide moe.ffn_hidden=%lld",
+                          l->etp ? "etp" : "tp", dp_layout_etp(l), (long long)m->moe_ffn_hidden);
     if (l->pp > m->layers && l->nchunks == 0)
         return dp_err_set(err, DP_EINFEASIBLE, "pp=%d exceeds layers=%lld", l->pp,
                           (long long)m->layers);
@@ -134,16 +173,41 @@ int dp_layout_validate(const struct dp_layout *l, const struct dp_model *m, int 
         return dp_err_set(err, DP_EINFEASIBLE,
                           "sequence parallel needs seq_len=%lld divisible by tp=%d",
                           (long long)l->seq_len, l->tp);
-    if (l->ep > 1) {
-        if (m->experts == 0)
-            return dp_err_set(err, DP_EINFEASIBLE, "ep=%d needs a mixture-of-experts model", l->ep);
+    if ((l->ep > 1 || (l->etp && l->etp != l->tp)) && m->experts == 0)
+        return dp_err_set(err, DP_EINFEASIBLE, "%s=%d needs a mixture-of-experts model",
+                          l->ep > 1 ? "ep" : "etp", l->ep > 1 ? l->ep : l->etp);
+    if (m->experts > 0) {
+        int etp = dp_layout_etp(l);
+        int64_t stage = (int64_t)l->tp * l->cp * l->dp;
         if (m->experts % l->ep)
             return dp_err_set(err, DP_EINFEASIBLE, "ep=%d does not divide experts=%lld", l->ep,
                               (long long)m->experts);
-        if (((int64_t)l->dp * l->cp) % l->ep)
-            return dp_err_set(err, DP_EINFEASIBLE, "ep=%d does not divide dp*cp=%d", l->ep,
-                              l->dp * l->cp);
+        /* Megatron-Core parallel_state.py: the expert groups fold each stage's
+         * tp x cp x dp ranks into etp x ep x edp. */
+        if (stage % ((int64_t)l->ep * etp))
+            return dp_err_set(err, DP_EINFEASIBLE,
+                              "ep*etp = %d*%d does not divide tp*cp*dp = %lld (the expert "
+                              "groups regroup each stage's ranks)",
+                              l->ep, etp, (long long)stage);
+        /* Megatron-Core TransformerConfig.__post_init__: "When using expert parallelism
+         * and tensor parallelism, sequence parallelism must be used". */
+        if (l->ep > 1 && l->tp > 1 && !l->sp)
+            return dp_err_set(err, DP_EINFEASIBLE,
+                              "sp: ep=%d with tp=%d needs sequence parallelism (Megatron-Core "
+                              "runs expert parallelism with tensor parallelism only under SP)",
+                              l->ep, l->tp);
     }
+    if (l->moe_capacity < 0 || l->moe_capacity > 1000)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "moe_capacity=%g: expected a capacity factor > 0, or 0 for dropless",
+                          l->moe_capacity);
+    if (l->moe_pad && l->moe_capacity == 0)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "moe_pad needs a capacity factor (dropless routing has no capacity)");
+    if (!(l->moe_imbalance >= 1 && l->moe_imbalance <= 1000))
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "moe_imbalance=%g: expected the busiest rank's load over the mean, >= 1",
+                          l->moe_imbalance);
     if (l->zero < 0 || l->zero > 3)
         return dp_err_set(err, DP_EINFEASIBLE, "zero=%d: expected 0, 1, 2 or 3", l->zero);
     if (l->zero >= 2 && l->pp > 1)
@@ -226,6 +290,8 @@ void dp_layout_format_model(const struct dp_layout *l, const struct dp_model *m,
         n += snprintf(out + n, cap - (size_t)n, " cp=%d", l->cp);
     if (l->ep > 1)
         n += snprintf(out + n, cap - (size_t)n, " ep=%d", l->ep);
+    if (l->etp && l->etp != l->tp)
+        n += snprintf(out + n, cap - (size_t)n, " etp=%d", l->etp);
     if (l->vpp > 1)
         n += snprintf(out + n, cap - (size_t)n, " vpp=%d", l->vpp);
     n += snprintf(out + n, cap - (size_t)n, " mbs=%lld", (long long)l->mbs);
@@ -264,6 +330,16 @@ cJSON *dp_layout_to_json(const struct dp_layout *l)
     cJSON_AddBoolToObject(o, "grad_fp32", l->grad_fp32);
     cJSON_AddStringToObject(o, "optimizer", optimizer_names[l->optimizer]);
     cJSON_AddBoolToObject(o, "dp_overlap", l->dp_overlap);
+    if (l->etp)
+        cJSON_AddNumberToObject(o, "etp", l->etp);
+    if (l->moe_capacity > 0) {
+        cJSON_AddNumberToObject(o, "moe_capacity", l->moe_capacity);
+        cJSON_AddBoolToObject(o, "moe_pad", l->moe_pad);
+    }
+    if (l->moe_imbalance != DP_MOE_IMBALANCE_DEFAULT)
+        cJSON_AddNumberToObject(o, "moe_imbalance", l->moe_imbalance);
+    if (l->moe_dispatcher != DP_DISPATCH_ALLTOALL)
+        cJSON_AddStringToObject(o, "moe_dispatcher", dispatcher_names[l->moe_dispatcher]);
     if (l->first_stage_layers)
         cJSON_AddNumberToObject(o, "first_stage_layers", l->first_stage_layers);
     if (l->last_stage_layers)
@@ -373,10 +449,15 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
                                        "last_stage_layers",
                                        "stage_layers",
                                        "pipeline_layout",
+                                       "etp",
+                                       "moe_capacity",
+                                       "moe_pad",
+                                       "moe_imbalance",
+                                       "moe_dispatcher",
                                        NULL};
     dp_layout_default(out);
-    int64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1, zero = 0, first = 0, last = 0;
-    int rc_ = 0, prec = 0, opt = 0;
+    int64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1, zero = 0, first = 0, last = 0, etp = 0;
+    int rc_ = 0, prec = 0, opt = 0, disp = 0;
     if (dp_jr_expect_object(jr, obj, "a layout object") || dp_jr_check_keys(jr, obj, keys) ||
         dp_jr_int(jr, obj, "tp", true, 1, 1 << 20, &tp) ||
         dp_jr_int(jr, obj, "pp", true, 1, 1 << 20, &pp) ||
@@ -396,8 +477,15 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
         dp_jr_enum(jr, obj, "optimizer", false, optimizer_names, 2, &opt) ||
         dp_jr_bool(jr, obj, "dp_overlap", false, &out->dp_overlap) ||
         dp_jr_int(jr, obj, "first_stage_layers", false, 0, 100000, &first) ||
-        dp_jr_int(jr, obj, "last_stage_layers", false, 0, 100000, &last))
+        dp_jr_int(jr, obj, "last_stage_layers", false, 0, 100000, &last) ||
+        dp_jr_int(jr, obj, "etp", false, 1, 1 << 20, &etp) ||
+        dp_jr_number(jr, obj, "moe_capacity", false, 0, 1000, &out->moe_capacity) ||
+        dp_jr_bool(jr, obj, "moe_pad", false, &out->moe_pad) ||
+        dp_jr_number(jr, obj, "moe_imbalance", false, 1, 1000, &out->moe_imbalance) ||
+        dp_jr_enum(jr, obj, "moe_dispatcher", false, dispatcher_names, 2, &disp))
         return jr->err->code;
+    out->moe_dispatcher = (enum dp_moe_dispatcher)disp;
+    out->etp = (int)etp;
     out->tp = (int)tp;
     out->pp = (int)pp;
     out->dp = (int)dp;

@@ -44,31 +44,98 @@ static void model_defaults(struct dp_model *m)
  * arithmetic below (products of three sizes) inside int64. */
 #define MAXDIM 10000000
 
+/* "where: field" for messages about a field of the object jr points at. */
+static void field_path(const struct dp_jr *jr, const char *key, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s%s%s", jr->path, jr->path[0] ? "." : "", key);
+}
+
+static int moe_from_json(struct dp_jr *jr, const cJSON *moe, struct dp_model *m)
+{
+    static const char *const moe_keys[] = {"experts",
+                                           "top_k",
+                                           "ffn_hidden",
+                                           "shared_experts",
+                                           "shared_ffn_hidden",
+                                           "shared_gate",
+                                           "router_bias",
+                                           "first_dense_layers",
+                                           NULL};
+    size_t old = dp_jr_push(jr, "moe", 0);
+    if (dp_jr_expect_object(jr, moe,
+                            "an object {experts, top_k[, ffn_hidden, shared_experts, "
+                            "shared_ffn_hidden, shared_gate, router_bias, first_dense_layers]}") ||
+        dp_jr_check_keys(jr, moe, moe_keys) ||
+        dp_jr_int(jr, moe, "experts", true, 1, 100000, &m->experts) ||
+        dp_jr_int(jr, moe, "top_k", true, 1, 100000, &m->top_k) ||
+        dp_jr_int(jr, moe, "ffn_hidden", false, 1, MAXDIM, &m->moe_ffn_hidden) ||
+        dp_jr_int(jr, moe, "shared_experts", false, 0, 1024, &m->moe_shared_experts) ||
+        dp_jr_int(jr, moe, "shared_ffn_hidden", false, 1, MAXDIM, &m->moe_shared_ffn_hidden) ||
+        dp_jr_bool(jr, moe, "shared_gate", false, &m->moe_shared_gate) ||
+        dp_jr_bool(jr, moe, "router_bias", false, &m->moe_router_bias) ||
+        dp_jr_int(jr, moe, "first_dense_layers", false, 0, m->layers - 1, &m->moe_dense_layers))
+        return jr->err->code;
+    char w[256];
+    if (m->moe_shared_experts == 0 && (m->moe_shared_ffn_hidden || m->moe_shared_gate)) {
+        field_path(jr, m->moe_shared_gate ? "shared_gate" : "shared_ffn_hidden", w, sizeof w);
+        return dp_err_set(jr->err, DP_EINVAL,
+                          "%s: %s: needs shared_experts >= 1 (there is no shared expert)", jr->file,
+                          w);
+    }
+    dp_jr_pop(jr, old);
+    if (m->moe_ffn_hidden == 0)
+        m->moe_ffn_hidden = m->ffn_hidden;
+    if (m->moe_shared_experts > 0 && m->moe_shared_ffn_hidden == 0)
+        m->moe_shared_ffn_hidden = m->moe_ffn_hidden;
+    return 0;
+}
+
+/* Multi-head latent attention: {q_lora_rank?, kv_lora_rank, qk_nope_head_dim,
+ * qk_rope_head_dim, v_head_dim}, the names of DeepSeek's config.json. */
+static int mla_from_json(struct dp_jr *jr, const cJSON *obj, const cJSON *mla, struct dp_model *m)
+{
+    static const char *const mla_keys[] = {"q_lora_rank",      "kv_lora_rank", "qk_nope_head_dim",
+                                           "qk_rope_head_dim", "v_head_dim",   NULL};
+    char w[256];
+    if (cJSON_GetObjectItemCaseSensitive(obj, "head_dim") ||
+        cJSON_GetObjectItemCaseSensitive(obj, "kv_heads")) {
+        field_path(jr, cJSON_GetObjectItemCaseSensitive(obj, "head_dim") ? "head_dim" : "kv_heads",
+                   w, sizeof w);
+        return dp_err_set(jr->err, DP_EINVAL,
+                          "%s: %s: not allowed with mla (heads are qk_nope_head_dim + "
+                          "qk_rope_head_dim wide, one K/V head per query head)",
+                          jr->file, w);
+    }
+    if (m->qkv_bias || m->qk_norm) {
+        field_path(jr, m->qkv_bias ? "qkv_bias" : "qk_norm", w, sizeof w);
+        return dp_err_set(jr->err, DP_EINVAL, "%s: %s: not supported with mla", jr->file, w);
+    }
+    size_t old = dp_jr_push(jr, "mla", 0);
+    if (dp_jr_expect_object(jr, mla,
+                            "an object {q_lora_rank, kv_lora_rank, qk_nope_head_dim, "
+                            "qk_rope_head_dim, v_head_dim}") ||
+        dp_jr_check_keys(jr, mla, mla_keys) ||
+        dp_jr_int(jr, mla, "q_lora_rank", false, 0, MAXDIM, &m->mla_q_rank) ||
+        dp_jr_int(jr, mla, "kv_lora_rank", true, 1, MAXDIM, &m->mla_kv_rank) ||
+        dp_jr_int(jr, mla, "qk_nope_head_dim", true, 1, MAXDIM, &m->mla_nope_dim) ||
+        dp_jr_int(jr, mla, "qk_rope_head_dim", true, 1, MAXDIM, &m->mla_rope_dim) ||
+        dp_jr_int(jr, mla, "v_head_dim", true, 1, MAXDIM, &m->mla_v_dim))
+        return jr->err->code;
+    dp_jr_pop(jr, old);
+    m->mla = true;
+    m->head_dim = m->mla_nope_dim + m->mla_rope_dim;
+    m->kv_heads = m->heads;
+    return 0;
+}
+
 int dp_model_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_model *m)
 {
-    static const char *const keys[] = {"name",
-                                       "layers",
-                                       "hidden",
-                                       "heads",
-                                       "kv_heads",
-                                       "head_dim",
-                                       "ffn_hidden",
-                                       "ffn",
-                                       "vocab",
-                                       "seq_len",
-                                       "tied_embeddings",
-                                       "norm",
-                                       "position",
-                                       "max_position",
-                                       "qkv_bias",
-                                       "out_bias",
-                                       "mlp_bias",
-                                       "norms_per_layer",
-                                       "dropout",
-                                       "moe",
-                                       "source",
-                                       "notes",
-                                       NULL};
+    static const char *const keys[] = {
+        "name",       "layers",       "hidden",   "heads",    "kv_heads",        "head_dim",
+        "ffn_hidden", "ffn",          "vocab",    "seq_len",  "tied_embeddings", "norm",
+        "position",   "max_position", "qkv_bias", "out_bias", "mlp_bias",        "norms_per_layer",
+        "dropout",    "moe",          "qk_norm",  "mla",      "source",          "notes",
+        NULL};
     /* The ten required fields, all reported at once when several are missing. */
     static const char *const required[] = {
         "name",  "layers",  "hidden",          "heads", "ffn_hidden", "ffn",
@@ -100,7 +167,8 @@ int dp_model_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_model *m)
         dp_jr_bool(jr, obj, "out_bias", false, &m->out_bias) ||
         dp_jr_bool(jr, obj, "mlp_bias", false, &m->mlp_bias) ||
         dp_jr_int(jr, obj, "norms_per_layer", false, 1, 2, &npl) ||
-        dp_jr_bool(jr, obj, "dropout", false, &m->dropout))
+        dp_jr_bool(jr, obj, "dropout", false, &m->dropout) ||
+        dp_jr_bool(jr, obj, "qk_norm", false, &m->qk_norm))
         return jr->err->code;
     snprintf(m->seq_len_from, sizeof m->seq_len_from, "the model's seq_len");
     m->ffn = (enum dp_ffn_kind)ffn;
@@ -120,19 +188,11 @@ int dp_model_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_model *m)
     if (m->pos != DP_POS_LEARNED)
         m->max_pos = 0;
     const cJSON *moe = cJSON_GetObjectItemCaseSensitive(obj, "moe");
-    if (moe && !cJSON_IsNull(moe)) {
-        static const char *const moe_keys[] = {"experts", "top_k", "ffn_hidden", NULL};
-        size_t old = dp_jr_push(jr, "moe", 0);
-        if (dp_jr_expect_object(jr, moe, "an object {experts, top_k[, ffn_hidden]}") ||
-            dp_jr_check_keys(jr, moe, moe_keys) ||
-            dp_jr_int(jr, moe, "experts", true, 1, 100000, &m->experts) ||
-            dp_jr_int(jr, moe, "top_k", true, 1, 100000, &m->top_k) ||
-            dp_jr_int(jr, moe, "ffn_hidden", false, 1, MAXDIM, &m->moe_ffn_hidden))
-            return jr->err->code;
-        dp_jr_pop(jr, old);
-        if (m->moe_ffn_hidden == 0)
-            m->moe_ffn_hidden = m->ffn_hidden;
-    }
+    if (moe && !cJSON_IsNull(moe) && moe_from_json(jr, moe, m))
+        return jr->err->code;
+    const cJSON *mla = cJSON_GetObjectItemCaseSensitive(obj, "mla");
+    if (mla && !cJSON_IsNull(mla) && mla_from_json(jr, obj, mla, m))
+        return jr->err->code;
     return dp_model_validate(m, jr->file, jr->err);
 }
 
@@ -152,6 +212,16 @@ int dp_model_validate(const struct dp_model *m, const char *file, struct dp_err 
     if (m->experts > 0 && (m->top_k < 1 || m->top_k > m->experts))
         return dp_err_set(err, DP_EINVAL, "%s: moe.top_k: expected integer in [1, %lld], got %lld",
                           file, (long long)m->experts, (long long)m->top_k);
+    if (m->moe_dense_layers < 0 || m->moe_dense_layers >= m->layers)
+        return dp_err_set(err, DP_EINVAL,
+                          "%s: moe.first_dense_layers: expected integer in [0, %lld], got %lld",
+                          file, (long long)m->layers - 1, (long long)m->moe_dense_layers);
+    if (m->experts == 0 && (m->moe_dense_layers || m->moe_shared_experts))
+        return dp_err_set(err, DP_EINVAL, "%s: moe: shared or dense-first layers need experts",
+                          file);
+    if (m->mla && (m->mla_kv_rank < 1 || m->mla_nope_dim < 1 || m->mla_rope_dim < 1 ||
+                   m->mla_v_dim < 1 || m->mla_q_rank < 0 || m->kv_heads != m->heads))
+        return dp_err_set(err, DP_EINVAL, "%s: mla: ranks and head sizes must be positive", file);
     if ((double)m->hidden * (double)m->ffn_hidden * (double)(m->experts ? m->experts : 1) *
             (double)m->layers >
         1e16)
@@ -182,34 +252,89 @@ static int64_t mlp_params(const struct dp_model *m, int64_t f)
     return 2 * h * f + (m->mlp_bias ? f + h : 0);
 }
 
-void dp_model_count(const struct dp_model *m, struct dp_param_count *out)
+/* The attention block's weights, without the layer norm in front of it. */
+static int64_t attn_params(const struct dp_model *m)
 {
     int64_t h = m->hidden, a = m->heads, g = m->kv_heads, d = m->head_dim;
-    memset(out, 0, sizeof *out);
-    /* Attention: Q (h x a*d), K and V (h x g*d each), output (a*d x h). */
+    if (m->mla) {
+        /*
+         * DeepSeek-V2 Sec. 2.1 (transformers DeepseekV3Attention): queries through a
+         * rank-q_lora bottleneck with its RMSNorm (q_a_proj h x r_q, q_a_layernorm,
+         * q_b_proj r_q x a*d) or a plain q_proj h x a*d; keys and values from one
+         * latent (kv_a_proj_with_mqa h x (r_kv + d_rope), kv_a_layernorm r_kv,
+         * kv_b_proj r_kv x a*(d_nope + d_v)); o_proj a*d_v x h.
+         */
+        int64_t rq = m->mla_q_rank, rkv = m->mla_kv_rank;
+        int64_t q = rq ? h * rq + rq + rq * a * d : h * a * d;
+        int64_t kv = h * (rkv + m->mla_rope_dim) + rkv + rkv * a * (m->mla_nope_dim + m->mla_v_dim);
+        return q + kv + a * m->mla_v_dim * h;
+    }
+    /* Q (h x a*d), K and V (h x g*d each), output (a*d x h). */
     int64_t attn = h * a * d + 2 * h * g * d + a * d * h;
     if (m->qkv_bias)
         attn += (a + 2 * g) * d;
     if (m->out_bias)
         attn += h;
-    int64_t mlp, mlp_active;
+    if (m->qk_norm) /* Qwen3Attention: q_norm and k_norm, RMSNorm(head_dim) each */
+        attn += 2 * d;
+    return attn;
+}
+
+enum dp_layer_kind dp_model_layer_kind(const struct dp_model *m, int64_t i)
+{
+    return m->experts > 0 && i >= m->moe_dense_layers ? DP_LAYER_MOE : DP_LAYER_DENSE;
+}
+
+void dp_model_layer_kinds(const struct dp_model *m, int64_t first, int64_t count,
+                          struct dp_layer_kinds *out)
+{
+    memset(out, 0, sizeof *out);
+    if (count <= 0)
+        return;
+    if (m->experts == 0) {
+        out->n[DP_LAYER_DENSE] = (int)count;
+        return;
+    }
+    /* Layers [0, moe_dense_layers) are dense, the rest MoE. */
+    int64_t end = first + count, k = m->moe_dense_layers;
+    int64_t dense = (end < k ? end : k) - first;
+    if (dense < 0)
+        dense = 0;
+    out->n[DP_LAYER_DENSE] = (int)dense;
+    out->n[DP_LAYER_MOE] = (int)(count - dense);
+}
+
+void dp_model_count(const struct dp_model *m, struct dp_param_count *out)
+{
+    int64_t h = m->hidden;
+    memset(out, 0, sizeof *out);
+    int64_t norms = m->norms_per_layer * norm_params(m);
+    out->attention = attn_params(m) + norm_params(m);
+    int64_t dense = attn_params(m) + mlp_params(m, m->ffn_hidden) + norms;
+    out->per_dense_layer = m->experts == 0 || m->moe_dense_layers > 0 ? dense : 0;
     if (m->experts > 0) {
         int64_t one = mlp_params(m, m->moe_ffn_hidden);
-        int64_t router = h * m->experts; /* Mixtral's gate: Linear(h, E, bias=False) */
-        mlp = m->experts * one + router;
-        mlp_active = m->top_k * one + router;
+        /* The router: Linear(h, E, bias=False) (Mixtral, Qwen, DeepSeek gate), plus
+         * DeepSeek-V3's per-expert score-correction bias (noaux_tc routing). */
+        int64_t router = h * m->experts + (m->moe_router_bias ? m->experts : 0);
+        /* Shared experts run on every token: DeepSeekMoE's n_shared_experts (one MLP
+         * of n x moe_intermediate_size), Qwen2-MoE's shared_expert with its sigmoid
+         * shared_expert_gate Linear(h, 1, bias=False). */
+        int64_t shared = m->moe_shared_experts * mlp_params(m, m->moe_shared_ffn_hidden) +
+                         (m->moe_shared_gate ? h : 0);
+        int64_t rest = attn_params(m) + router + shared + norms;
+        out->per_layer = rest + m->experts * one;
+        out->per_layer_active = rest + m->top_k * one;
     } else {
-        mlp = mlp_active = mlp_params(m, m->ffn_hidden);
+        out->per_layer = out->per_layer_active = dense;
     }
-    int64_t norms = m->norms_per_layer * norm_params(m);
-    out->per_layer = attn + mlp + norms;
-    out->per_layer_active = attn + mlp_active + norms;
     out->embedding = m->vocab * h + (m->pos == DP_POS_LEARNED ? m->max_pos * h : 0);
     out->lm_head = m->tied_embeddings ? 0 : m->vocab * h;
     out->final_norm = norm_params(m);
     int64_t rest = out->embedding + out->lm_head + out->final_norm;
-    out->total = m->layers * out->per_layer + rest;
-    out->active = m->layers * out->per_layer_active + rest;
+    int64_t kd = m->experts > 0 ? m->moe_dense_layers : 0, km = m->layers - kd;
+    out->total = kd * dense + km * out->per_layer + rest;
+    out->active = kd * dense + km * out->per_layer_active + rest;
 }
 
 cJSON *dp_model_to_json(const struct dp_model *m)
@@ -219,8 +344,10 @@ cJSON *dp_model_to_json(const struct dp_model *m)
     cJSON_AddNumberToObject(o, "layers", (double)m->layers);
     cJSON_AddNumberToObject(o, "hidden", (double)m->hidden);
     cJSON_AddNumberToObject(o, "heads", (double)m->heads);
-    cJSON_AddNumberToObject(o, "kv_heads", (double)m->kv_heads);
-    cJSON_AddNumberToObject(o, "head_dim", (double)m->head_dim);
+    if (!m->mla) { /* MLA derives both */
+        cJSON_AddNumberToObject(o, "kv_heads", (double)m->kv_heads);
+        cJSON_AddNumberToObject(o, "head_dim", (double)m->head_dim);
+    }
     cJSON_AddNumberToObject(o, "ffn_hidden", (double)m->ffn_hidden);
     cJSON_AddStringToObject(o, "ffn", dp_ffn_name(m->ffn));
     cJSON_AddNumberToObject(o, "vocab", (double)m->vocab);
@@ -235,11 +362,31 @@ cJSON *dp_model_to_json(const struct dp_model *m)
     cJSON_AddBoolToObject(o, "mlp_bias", m->mlp_bias);
     cJSON_AddNumberToObject(o, "norms_per_layer", m->norms_per_layer);
     cJSON_AddBoolToObject(o, "dropout", m->dropout);
+    if (m->qk_norm)
+        cJSON_AddBoolToObject(o, "qk_norm", true);
     if (m->experts > 0) {
         cJSON *moe = cJSON_AddObjectToObject(o, "moe");
         cJSON_AddNumberToObject(moe, "experts", (double)m->experts);
         cJSON_AddNumberToObject(moe, "top_k", (double)m->top_k);
         cJSON_AddNumberToObject(moe, "ffn_hidden", (double)m->moe_ffn_hidden);
+        if (m->moe_shared_experts > 0) {
+            cJSON_AddNumberToObject(moe, "shared_experts", (double)m->moe_shared_experts);
+            cJSON_AddNumberToObject(moe, "shared_ffn_hidden", (double)m->moe_shared_ffn_hidden);
+            if (m->moe_shared_gate)
+                cJSON_AddBoolToObject(moe, "shared_gate", true);
+        }
+        if (m->moe_router_bias)
+            cJSON_AddBoolToObject(moe, "router_bias", true);
+        if (m->moe_dense_layers > 0)
+            cJSON_AddNumberToObject(moe, "first_dense_layers", (double)m->moe_dense_layers);
+    }
+    if (m->mla) {
+        cJSON *a = cJSON_AddObjectToObject(o, "mla");
+        cJSON_AddNumberToObject(a, "q_lora_rank", (double)m->mla_q_rank);
+        cJSON_AddNumberToObject(a, "kv_lora_rank", (double)m->mla_kv_rank);
+        cJSON_AddNumberToObject(a, "qk_nope_head_dim", (double)m->mla_nope_dim);
+        cJSON_AddNumberToObject(a, "qk_rope_head_dim", (double)m->mla_rope_dim);
+        cJSON_AddNumberToObject(a, "v_head_dim", (double)m->mla_v_dim);
     }
     return o;
 }

@@ -55,18 +55,41 @@ static bool any_positive(const cJSON *root, const char *const *keys)
     return false;
 }
 
-enum family { FAM_LLAMA, FAM_QWEN2, FAM_MIXTRAL, FAM_GPT2, FAM_NEOX, FAM_FALCON };
+enum family {
+    FAM_LLAMA,
+    FAM_QWEN2,
+    FAM_MIXTRAL,
+    FAM_GPT2,
+    FAM_NEOX,
+    FAM_FALCON,
+    FAM_QWEN2_MOE,
+    FAM_QWEN3_MOE,
+    FAM_DEEPSEEK_V2,
+    FAM_DEEPSEEK_V3,
+};
 
 static const struct {
     const char *type;
     enum family fam;
 } types[] = {
-    {"llama", FAM_LLAMA},       {"mistral", FAM_LLAMA},
-    {"qwen2", FAM_QWEN2},       {"mixtral", FAM_MIXTRAL},
-    {"gpt2", FAM_GPT2},         {"gpt_neox", FAM_NEOX},
-    {"falcon", FAM_FALCON},     {"RefinedWebModel", FAM_FALCON},
+    {"llama", FAM_LLAMA},
+    {"mistral", FAM_LLAMA},
+    {"qwen2", FAM_QWEN2},
+    {"mixtral", FAM_MIXTRAL},
+    {"gpt2", FAM_GPT2},
+    {"gpt_neox", FAM_NEOX},
+    {"falcon", FAM_FALCON},
+    {"RefinedWebModel", FAM_FALCON},
     {"RefinedWeb", FAM_FALCON},
+    {"qwen2_moe", FAM_QWEN2_MOE},
+    {"qwen3_moe", FAM_QWEN3_MOE},
+    {"deepseek_v2", FAM_DEEPSEEK_V2},
+    {"deepseek_v3", FAM_DEEPSEEK_V3},
 };
+
+#define SUPPORTED_TYPES                                                                            \
+    "llama, mistral, mixtral, qwen2, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, gpt2, "       \
+    "gpt_neox, falcon"
 
 /* Infer the family when model_type is absent: from "architectures" or the key style. */
 static int detect_family(struct dp_jr *jr, const cJSON *root, enum family *fam, char *type,
@@ -87,8 +110,8 @@ static int detect_family(struct dp_jr *jr, const cJSON *root, enum family *fam, 
                 return 0;
             }
         return dp_err_set(jr->err, DP_EINVAL,
-                          "%s: model_type: unsupported \"%.40s\" (supported: llama, mistral, "
-                          "mixtral, qwen2, gpt2, gpt_neox, falcon; or write a dplan model.json)",
+                          "%s: model_type: unsupported \"%.40s\" (supported: " SUPPORTED_TYPES
+                          "; or write a dplan model.json)",
                           jr->file, mt->valuestring);
     }
     const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
@@ -98,10 +121,18 @@ static int detect_family(struct dp_jr *jr, const cJSON *root, enum family *fam, 
             const char *prefix;
             enum family fam;
             const char *type;
-        } archs[] = {{"Llama", FAM_LLAMA, "llama"},       {"Mistral", FAM_LLAMA, "mistral"},
-                     {"Mixtral", FAM_MIXTRAL, "mixtral"}, {"Qwen2", FAM_QWEN2, "qwen2"},
-                     {"GPT2", FAM_GPT2, "gpt2"},          {"GPTNeoX", FAM_NEOX, "gpt_neox"},
-                     {"Falcon", FAM_FALCON, "falcon"},    {"RW", FAM_FALCON, "falcon"}};
+        } archs[] = {{"Llama", FAM_LLAMA, "llama"},
+                     {"Mistral", FAM_LLAMA, "mistral"},
+                     {"Mixtral", FAM_MIXTRAL, "mixtral"},
+                     {"Qwen2Moe", FAM_QWEN2_MOE, "qwen2_moe"},
+                     {"Qwen3Moe", FAM_QWEN3_MOE, "qwen3_moe"},
+                     {"Qwen2", FAM_QWEN2, "qwen2"},
+                     {"DeepseekV2", FAM_DEEPSEEK_V2, "deepseek_v2"},
+                     {"DeepseekV3", FAM_DEEPSEEK_V3, "deepseek_v3"},
+                     {"GPT2", FAM_GPT2, "gpt2"},
+                     {"GPTNeoX", FAM_NEOX, "gpt_neox"},
+                     {"Falcon", FAM_FALCON, "falcon"},
+                     {"RW", FAM_FALCON, "falcon"}};
         for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
             if (strncmp(a0->valuestring, archs[i].prefix, strlen(archs[i].prefix)) == 0) {
                 *fam = archs[i].fam;
@@ -122,6 +153,154 @@ static int detect_family(struct dp_jr *jr, const cJSON *root, enum family *fam, 
     return dp_err_set(jr->err, DP_EINVAL,
                       "%s: model_type: missing, and the architecture could not be inferred",
                       jr->file);
+}
+
+/* Context-extended models (Llama 3.1, DeepSeek's YaRN) train at the original length. */
+static void original_seq_len(const cJSON *root, int64_t maxpos, struct dp_model *m)
+{
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+    if (cJSON_IsObject(rs)) {
+        const cJSON *o = cJSON_GetObjectItemCaseSensitive(rs, "original_max_position_embeddings");
+        if (cJSON_IsNumber(o) && o->valuedouble >= 1 && o->valuedouble < maxpos) {
+            m->seq_len = (int64_t)o->valuedouble;
+            snprintf(m->seq_len_from, sizeof m->seq_len_from,
+                     "the config's rope_scaling.original_max_position_embeddings");
+        }
+    }
+}
+
+/* A layer-placement key dplan cannot express: only a dense-first prefix is modelled. */
+static int unsupported_sparsity(struct dp_jr *jr, const char *key, const char *what)
+{
+    return dp_err_set(jr->err, DP_EINVAL,
+                      "%s: %s: %s is not supported (dplan models every layer as MoE after the "
+                      "first dense ones; write a dplan model.json)",
+                      jr->file, key, what);
+}
+
+/*
+ * Qwen2-MoE and Qwen3-MoE (transformers Qwen2MoeConfig, Qwen3MoeConfig): every
+ * decoder_sparse_step-th layer not in mlp_only_layers is sparse; only step 1 and
+ * no dense-only layers are read. Qwen2-MoE adds one shared expert of
+ * shared_expert_intermediate_size behind a sigmoid gate and q/k/v biases
+ * (Qwen2MoeAttention); Qwen3-MoE RMS-normalises q and k per head and has no
+ * shared expert.
+ */
+static int qwen_moe(struct dp_jr *jr, const cJSON *root, enum family fam, struct dp_model *m)
+{
+    static const char *const k_kv[] = {"num_key_value_heads", NULL};
+    static const char *const k_ffn[] = {"intermediate_size", NULL};
+    static const char *const k_e[] = {"num_experts", NULL};
+    static const char *const k_k[] = {"num_experts_per_tok", NULL};
+    static const char *const k_mf[] = {"moe_intermediate_size", NULL};
+    static const char *const k_sf[] = {"shared_expert_intermediate_size", NULL};
+    int64_t step = 1, shared = 0;
+    m->top_k = fam == FAM_QWEN2_MOE ? 4 : 8;
+    if (hf_int(jr, root, k_kv, false, &m->kv_heads) ||
+        hf_int(jr, root, k_ffn, true, &m->ffn_hidden) || hf_int(jr, root, k_e, true, &m->experts) ||
+        hf_int(jr, root, k_k, false, &m->top_k) ||
+        hf_int(jr, root, k_mf, true, &m->moe_ffn_hidden) ||
+        dp_jr_int(jr, root, "decoder_sparse_step", false, 1, 1000000, &step))
+        return jr->err->code;
+    if (fam == FAM_QWEN2_MOE) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "shared_expert_intermediate_size");
+        if (cJSON_IsNumber(v) && v->valuedouble == 0)
+            shared = 0;
+        else if (hf_int(jr, root, k_sf, true, &shared))
+            return jr->err->code;
+    }
+    if (step != 1)
+        return unsupported_sparsity(jr, "decoder_sparse_step", "a step other than 1");
+    const cJSON *mlp_only = cJSON_GetObjectItemCaseSensitive(root, "mlp_only_layers");
+    if (cJSON_IsArray(mlp_only) && cJSON_GetArraySize(mlp_only) > 0)
+        return unsupported_sparsity(jr, "mlp_only_layers", "a non-empty list");
+    m->ffn = DP_FFN_SWIGLU;
+    m->norm = DP_NORM_RMSNORM;
+    m->pos = DP_POS_ROPE;
+    if (fam == FAM_QWEN2_MOE) {
+        m->qkv_bias = true;
+        if (shared > 0) {
+            m->moe_shared_experts = 1;
+            m->moe_shared_ffn_hidden = shared;
+            m->moe_shared_gate = true;
+        }
+    } else {
+        bool bias = false;
+        if (dp_jr_bool(jr, root, "attention_bias", false, &bias))
+            return jr->err->code;
+        m->qkv_bias = m->out_bias = bias;
+        m->qk_norm = true;
+    }
+    static const char *const drop[] = {"attention_dropout", NULL};
+    m->dropout = any_positive(root, drop);
+    return 0;
+}
+
+/*
+ * DeepSeek-V2/V3 (transformers DeepseekV2Config, DeepseekV3Config): MLA
+ * attention, first_k_dense_replace dense layers of intermediate_size, then MoE
+ * layers of n_routed_experts plus n_shared_experts of moe_intermediate_size;
+ * noaux_tc routing (V3) keeps a per-expert score-correction bias.
+ */
+static int deepseek(struct dp_jr *jr, const cJSON *root, enum family fam, struct dp_model *m)
+{
+    static const char *const k_kv[] = {"num_key_value_heads", NULL};
+    static const char *const k_ffn[] = {"intermediate_size", NULL};
+    static const char *const k_e[] = {"n_routed_experts", NULL};
+    static const char *const k_k[] = {"num_experts_per_tok", NULL};
+    static const char *const k_mf[] = {"moe_intermediate_size", NULL};
+    static const char *const k_kvr[] = {"kv_lora_rank", NULL};
+    static const char *const k_nope[] = {"qk_nope_head_dim", NULL};
+    static const char *const k_rope[] = {"qk_rope_head_dim", NULL};
+    static const char *const k_v[] = {"v_head_dim", NULL};
+    int64_t kv = m->heads, freq = 1, shared = 0, dense = 0, qr = 0;
+    if (hf_int(jr, root, k_kv, false, &kv) || hf_int(jr, root, k_ffn, true, &m->ffn_hidden) ||
+        hf_int(jr, root, k_e, false, &m->experts) ||
+        hf_int(jr, root, k_kvr, true, &m->mla_kv_rank) ||
+        hf_int(jr, root, k_nope, true, &m->mla_nope_dim) ||
+        hf_int(jr, root, k_rope, true, &m->mla_rope_dim) ||
+        hf_int(jr, root, k_v, true, &m->mla_v_dim) ||
+        dp_jr_int(jr, root, "q_lora_rank", false, 1, 10000000, &qr) ||
+        dp_jr_int(jr, root, "moe_layer_freq", false, 1, 1000000, &freq) ||
+        dp_jr_int(jr, root, "n_shared_experts", false, 0, 1024, &shared) ||
+        dp_jr_int(jr, root, "first_k_dense_replace", false, 0, m->layers - 1, &dense))
+        return jr->err->code;
+    if (kv != m->heads)
+        return dp_err_set(jr->err, DP_EINVAL,
+                          "%s: num_key_value_heads: expected %lld (MLA has one K/V head per "
+                          "query head), got %lld",
+                          jr->file, (long long)m->heads, (long long)kv);
+    m->mla = true;
+    m->mla_q_rank = qr;
+    m->head_dim = m->mla_nope_dim + m->mla_rope_dim;
+    m->kv_heads = m->heads;
+    if (m->experts > 0) {
+        if (hf_int(jr, root, k_k, true, &m->top_k) ||
+            hf_int(jr, root, k_mf, true, &m->moe_ffn_hidden))
+            return jr->err->code;
+        if (freq != 1)
+            return unsupported_sparsity(jr, "moe_layer_freq", "a frequency other than 1");
+        m->moe_dense_layers = dense;
+        m->moe_shared_experts = shared;
+        m->moe_shared_ffn_hidden = shared ? m->moe_ffn_hidden : 0;
+        /* The score-correction bias of aux-loss-free routing (DeepSeek-V3 Sec. 2.1.2),
+         * stored per MoE layer as gate.e_score_correction_bias. */
+        const cJSON *tm = cJSON_GetObjectItemCaseSensitive(root, "topk_method");
+        m->moe_router_bias =
+            cJSON_IsString(tm) ? strcmp(tm->valuestring, "noaux_tc") == 0 : fam == FAM_DEEPSEEK_V3;
+    }
+    m->ffn = DP_FFN_SWIGLU;
+    m->norm = DP_NORM_RMSNORM;
+    m->pos = DP_POS_ROPE;
+    bool bias = false;
+    if (dp_jr_bool(jr, root, "attention_bias", false, &bias))
+        return jr->err->code;
+    if (bias)
+        return dp_err_set(jr->err, DP_EINVAL,
+                          "%s: attention_bias: true is not supported with MLA attention", jr->file);
+    static const char *const drop[] = {"attention_dropout", NULL};
+    m->dropout = any_positive(root, drop);
+    return 0;
 }
 
 int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
@@ -248,21 +427,23 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
                 return jr->err->code;
             m->moe_ffn_hidden = m->ffn_hidden;
         }
-        /* Context-extended models (Llama 3.1) train at the original length. */
-        const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
-        if (cJSON_IsObject(rs)) {
-            const cJSON *o =
-                cJSON_GetObjectItemCaseSensitive(rs, "original_max_position_embeddings");
-            if (cJSON_IsNumber(o) && o->valuedouble >= 1 && o->valuedouble < maxpos) {
-                m->seq_len = (int64_t)o->valuedouble;
-                snprintf(m->seq_len_from, sizeof m->seq_len_from,
-                         "the config's rope_scaling.original_max_position_embeddings");
-            }
-        }
+        original_seq_len(root, maxpos, m);
         static const char *const drop[] = {"attention_dropout", NULL};
         m->dropout = any_positive(root, drop);
         break;
     }
+    case FAM_QWEN2_MOE:
+    case FAM_QWEN3_MOE:
+        if (qwen_moe(jr, root, fam, m))
+            return jr->err->code;
+        original_seq_len(root, maxpos, m);
+        break;
+    case FAM_DEEPSEEK_V2:
+    case FAM_DEEPSEEK_V3:
+        if (deepseek(jr, root, fam, m))
+            return jr->err->code;
+        original_seq_len(root, maxpos, m);
+        break;
     case FAM_GPT2: {
         /* n_inner: null means 4 * n_embd (GPT2MLP). */
         static const char *const k_ffn[] = {"n_inner", NULL};

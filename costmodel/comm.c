@@ -4,7 +4,8 @@
  * consecutive ranks), and the alpha-beta time of NCCL's ring and tree
  * algorithms with the bus-bandwidth factors of nccl-tests
  * (doc/PERFORMANCE.md: all-reduce 2(n-1)/n, all-gather and reduce-scatter
- * (n-1)/n).
+ * (n-1)/n). All-to-alls (MoE dispatch) split each GPU's traffic between the
+ * intra-node link and its NIC share by where the group's members sit.
  */
 #include "costmodel.h"
 
@@ -97,7 +98,7 @@ static int block_of(long x, long y)
     return b;
 }
 
-enum pattern { COLLECTIVE, CHAIN, RING };
+enum pattern { COLLECTIVE, CHAIN, RING, ALLTOALL };
 
 /*
  * A kind of group: n members `s` ranks apart; the groups start at a + b * period
@@ -154,7 +155,7 @@ static void geometry(const struct family *f, long c, int gpn, bool blocks_matter
     }
     if (!blocks_matter)
         return;
-    if (f->pat == COLLECTIVE) {
+    if (f->pat == COLLECTIVE || f->pat == ALLTOALL) {
         if (g->nodes == 1)
             g->block = block_of(c, last);
         return;
@@ -180,6 +181,7 @@ static void geometry(const struct family *f, long c, int gpn, bool blocks_matter
 /* A path candidate: one group's bandwidth and latency, and the links it names. */
 struct cand {
     double bw, lat;
+    double a2a_in, a2a_net; /* all-to-alls: the two per-GPU rates */
     struct geo g;
     const struct dp_link *slow, *in; /* slowest link; p2p: the link of the intra-node hops */
 };
@@ -189,12 +191,35 @@ static void cost(const struct dp_cluster *cl, const struct family *f, const stru
 {
     o->g = *g;
     o->in = NULL;
-    if (f->pat == COLLECTIVE) {
+    if (f->pat == ALLTOALL && g->nodes > 1) {
+        /*
+         * All-to-all (MoE token dispatch and combine): each GPU sends 1/n of its buffer
+         * to every member, the k - 1 on its own node over the intra-node link and the
+         * n - k elsewhere through its own share of the node's NICs (every GPU of the
+         * node sends across at once, so nothing aggregates as in a ring). The slower
+         * of the two paces the step; the node holding the fewest members sends the
+         * most across. As a bus bandwidth for dp_coll_time_s's (n - 1)/n factor:
+         * busbw = ((n - 1)/n) / max(((k - 1)/n) / bw_in, ((n - k)/n) / bw_net).
+         */
+        int n = f->n, k = g->kmin;
+        double net = nic_share(cl) * cl->inter.efficiency;
+        const struct dp_link *lk = intra_link(cl, (int)(k * f->s));
+        double in = k > 1 ? intra_bw(lk, k) : 1e18;
+        double t_in = (double)(k - 1) / n / in, t_net = (double)(n - k) / n / net;
+        o->bw = ((double)(n - 1) / n) / (t_in > t_net ? t_in : t_net);
+        o->lat = cl->inter.latency_us;
+        o->slow = t_in > t_net ? lk : &cl->inter;
+        o->a2a_in = k > 1 ? in : intra_bw(lk, 2);
+        o->a2a_net = net;
+        return;
+    }
+    if (f->pat == COLLECTIVE || f->pat == ALLTOALL) {
         if (g->nodes == 1) {
             const struct dp_link *lk = intra_link(cl, g->block > 0 ? g->block : (int)(f->n * f->s));
             o->bw = intra_bw(lk, f->n);
             o->lat = lk->latency_us;
             o->slow = lk;
+            o->a2a_in = o->a2a_net = o->bw;
             return;
         }
         /*
@@ -248,7 +273,7 @@ static void describe(const struct dp_cluster *cl, const struct family *f, const 
 {
     const struct geo *g = &w->g;
     snprintf(out->link, sizeof out->link, "%s", w->slow->name);
-    if (f->pat == COLLECTIVE) {
+    if (f->pat == COLLECTIVE || f->pat == ALLTOALL) {
         if (g->nodes == 1)
             snprintf(out->desc, sizeof out->desc, "%s, inside a node", w->slow->name);
         else
@@ -282,7 +307,7 @@ static void family_path(const struct dp_cluster *cl, const struct family *f, boo
     out->hops = out->hops_inter = 0;
     out->inter_node = false;
     if (f->n <= 1) {
-        out->busbw_gbps = 1e9;
+        out->busbw_gbps = out->in_gbps = out->net_gbps = 1e9;
         out->members_per_node = 1;
         out->nodes = 1;
         if (desc)
@@ -322,10 +347,12 @@ static void family_path(const struct dp_cluster *cl, const struct family *f, boo
     }
     out->busbw_gbps = w.bw;
     out->latency_us = w.lat;
+    out->in_gbps = f->pat == ALLTOALL ? w.a2a_in : 0;
+    out->net_gbps = f->pat == ALLTOALL ? w.a2a_net : 0;
     out->inter_node = w.g.nodes > 1;
     out->members_per_node = w.g.kmin;
     out->nodes = w.g.nodes;
-    if (f->pat != COLLECTIVE) {
+    if (f->pat == CHAIN || f->pat == RING) {
         out->hops = w.g.hops;
         out->hops_inter = w.g.hops_x;
     }
@@ -354,6 +381,12 @@ void dp_p2p_path(const struct dp_cluster *cl, int n, long stride, bool ring, str
     family_path(cl, &f, true, out);
 }
 
+void dp_alltoall_path(const struct dp_cluster *cl, int n, long stride, struct dp_path *out)
+{
+    struct family f = tiling(cl, n, stride, dp_cluster_gpus(cl), ALLTOALL);
+    family_path(cl, &f, true, out);
+}
+
 static void layout_path(const struct dp_cluster *cl, const struct dp_layout *l,
                         enum dp_place_kind k, bool desc, struct dp_path *out)
 {
@@ -364,6 +397,8 @@ static void layout_path(const struct dp_cluster *cl, const struct dp_layout *l,
     enum pattern pat = COLLECTIVE;
     if (k == DP_PLACE_CP)
         pat = RING; /* ring attention sends to (cp_rank + 1) mod cp (TransformerEngine) */
+    else if (k == DP_PLACE_EP)
+        pat = ALLTOALL; /* token dispatch and combine (Megatron MoEAlltoAllTokenDispatcher) */
     else if (k == DP_PLACE_PP || k == DP_PLACE_EMB)
         pat = k == DP_PLACE_PP && l->vpp > 1 ? RING : CHAIN;
     struct family f = tiling(cl, n, s, world, pat);

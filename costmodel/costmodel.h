@@ -21,7 +21,7 @@ void dp_mem_opts_default(struct dp_mem_opts *o);
 
 /* Bytes of one transformer layer's activations for one micro-batch, by term
  * (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
- * Transformer Models", Sec. 4, generalized to GQA, SwiGLU, f != 4h, MoE). */
+ * Transformer Models", Sec. 4, generalized to GQA, MLA, SwiGLU, f != 4h, MoE). */
 struct dp_act_layer {
     int64_t attn_bytes;   /* norm input, QKV input, Q, K, V, out-proj input, masks */
     int64_t scores_bytes; /* the a*s^2*b terms (softmax, dropout); 0 with flash */
@@ -29,7 +29,31 @@ struct dp_act_layer {
     int64_t stored_bytes; /* what is kept per layer under the layout's recompute mode */
     int64_t full_bytes;   /* what the layer holds with no recompute (recompute working set) */
 };
-int dp_act_layer(const struct dp_model *m, const struct dp_layout *l, struct dp_act_layer *out);
+int dp_act_layer(const struct dp_model *m, const struct dp_layout *l, enum dp_layer_kind kind,
+                 struct dp_act_layer *out);
+/* Both kinds at once: out[DP_LAYER_DENSE], out[DP_LAYER_MOE]. */
+void dp_act_layers(const struct dp_model *m, const struct dp_layout *l,
+                   struct dp_act_layer out[DP_LAYER_KINDS]);
+
+/*
+ * Mixture of experts (costmodel/moe.c). dp_moe_load: the busiest EP rank's routed
+ * token copies over the balanced mean (moe_imbalance when dropless and ep > 1,
+ * capped by the capacity factor, or exactly it when padded). dp_moe_rows: the token
+ * copies one GPU's experts process per micro-batch, load included:
+ * load x (seq_len / cp x mbs) x top_k x etp / tp. Both 1 and 0 for dense models.
+ */
+double dp_moe_load(const struct dp_model *m, const struct dp_layout *l);
+double dp_moe_rows(const struct dp_model *m, const struct dp_layout *l);
+/*
+ * Copies of one dispatched token an EP rank sends, per the dispatcher, over an EP
+ * group of n ranks of which g share its node: *in to members on its node (and, for
+ * the deduplicating dispatcher, forwarded inside remote nodes), *net across nodes.
+ * alltoall: k (g - 1)/n and k (n - g)/n. dedup: one copy per destination GPU and
+ * one per destination node, forwarded there over NVLink, for k experts drawn
+ * uniformly from E (balanced routing).
+ */
+void dp_moe_dispatch_copies(const struct dp_model *m, const struct dp_layout *l, int n, int g,
+                            double *in, double *net);
 
 /*
  * Model-state bytes per GPU for n parameters held by this GPU before DP
@@ -47,6 +71,7 @@ void dp_mem_bytes_per_param(const struct dp_layout *l, int *param_b, int *grad_b
 struct dp_mem_stage {
     int stage;
     int layers;
+    int kind_layers[DP_LAYER_KINDS]; /* of which dense, MoE */
     bool has_embedding, has_head;
     double inflight; /* micro-batches whose activations are live at the peak */
     int64_t params;  /* parameters held by each GPU of the stage (unsharded) */
@@ -54,7 +79,7 @@ struct dp_mem_stage {
     int64_t total_bytes;
     /* breakdown of activations_bytes */
     int64_t act_layers_bytes;  /* transformer layers x in-flight micro-batches */
-    int64_t act_layer_bytes;   /* of which one layer, one micro-batch (dp_act_layer stored) */
+    int64_t act_layer_bytes;   /* of which one layer, one micro-batch (the largest kind's) */
     int64_t act_embed_bytes;   /* embedding dropout masks (first stage) */
     int64_t act_head_bytes;    /* final norm, output-layer input, fp32 logits (last stage) */
     int64_t act_working_bytes; /* the one layer being recomputed during backward */
@@ -111,15 +136,15 @@ struct dp_reuse {
 
 /* Fast path for the planner: the peak and the smallest stage total, computing
  * only the stages that can be extreme (first, second, last). No validation.
- * dp_mem_peak_with takes the layer's activations precomputed by dp_act_layer. */
+ * dp_mem_peak_with takes each kind's layer activations precomputed by dp_act_layers. */
 void dp_mem_peak_with(const struct dp_model *m, const struct dp_cluster *cl,
                       const struct dp_layout *l, const struct dp_mem_opts *o,
-                      const struct dp_act_layer *al, int64_t *peak_bytes, int64_t *min_bytes,
-                      int *peak_stage);
+                      const struct dp_act_layer al[DP_LAYER_KINDS], int64_t *peak_bytes,
+                      int64_t *min_bytes, int *peak_stage);
 void dp_mem_peak_reuse(const struct dp_model *m, const struct dp_cluster *cl,
                        const struct dp_layout *l, const struct dp_mem_opts *o,
-                       const struct dp_act_layer *al, struct dp_reuse *ru, int64_t *peak_bytes,
-                       int64_t *min_bytes, int *peak_stage);
+                       const struct dp_act_layer al[DP_LAYER_KINDS], struct dp_reuse *ru,
+                       int64_t *peak_bytes, int64_t *min_bytes, int *peak_stage);
 void dp_mem_peak(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
                  const struct dp_mem_opts *o, int64_t *peak_bytes, int64_t *min_bytes,
                  int *peak_stage);
@@ -128,7 +153,8 @@ void dp_mem_peak(const struct dp_model *m, const struct dp_cluster *cl, const st
 void dp_mem_stage(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
                   const struct dp_mem_opts *o, int stage, struct dp_mem_stage *out);
 /* Parameters held by each GPU of a stage (unsharded), as dp_mem_stage counts them:
- * the dense part (sharded over dp*cp) and the expert part (over dp*cp/ep). */
+ * the dense part (sharded over dp*cp) and the routed experts (over the expert
+ * data-parallel group, dp_layout_edp). */
 void dp_mem_stage_params(const struct dp_model *m, const struct dp_layout *l, int stage,
                          int64_t *dense, int64_t *expert);
 
@@ -141,11 +167,12 @@ void dp_mem_stage_params(const struct dp_model *m, const struct dp_layout *l, in
  * Appendix B); hardware_flops includes it (HFU).
  */
 struct dp_flops {
-    double layer_fwd;      /* one layer, one micro-batch, forward */
-    double scores_fwd;     /* its attention-score part (QK^T and attention x V) */
-    double head_fwd;       /* output layer (logits), one micro-batch, forward */
-    double model_flops;    /* per step: 3 x forward (forward + 2x backward) */
-    double hardware_flops; /* per step, plus the recomputed forwards */
+    double layer_fwd; /* one layer, one micro-batch, forward (MoE models: a MoE layer) */
+    double kind_fwd[DP_LAYER_KINDS]; /* the same for a dense and a MoE layer */
+    double scores_fwd;               /* its attention-score part (QK^T and attention x V) */
+    double head_fwd;                 /* output layer (logits), one micro-batch, forward */
+    double model_flops;              /* per step: 3 x forward (forward + 2x backward) */
+    double hardware_flops;           /* per step, plus the recomputed forwards */
     double recompute_flops;
 };
 void dp_flops_step(const struct dp_model *m, const struct dp_layout *l, struct dp_flops *out);
@@ -157,20 +184,21 @@ void dp_flops_step(const struct dp_model *m, const struct dp_layout *l, struct d
  * (megatron/core/parallel_state.py, RankGenerator with the default order
  * "tp-cp-ep-dp-pp"). Consecutive ranks fill a node. The dense layers number
  * rank = tp_i + tp (cp_i + cp (dp_i + dp pp_i)); the expert layers regroup
- * the same ranks with context parallelism folded into data parallelism
- * (the expert RankGenerator has cp = 1 and expert tensor parallelism = tp):
- * rank = tp_i + tp (ep_i + ep (edp_i + edp pp_i)), edp = dp cp / ep. So EP
- * is carved out of the dp x cp ranks of a stage, ep ranks tp apart.
+ * the same ranks (the expert RankGenerator has tp = etp, cp = 1 and
+ * dp = edp = tp cp dp / (etp ep)): rank = etp_i + etp (ep_i + ep (edp_i +
+ * edp pp_i)). With etp = tp (the default) EP is carved out of the dp x cp
+ * ranks of a stage, ep ranks tp apart.
  */
 enum dp_place_kind {
     DP_PLACE_TP,   /* tp consecutive ranks */
     DP_PLACE_CP,   /* the context-parallel ring: cp ranks, stride tp */
     DP_PLACE_DP,   /* dp ranks, stride tp * cp */
     DP_PLACE_DPCP, /* dense-gradient reduction: dp * cp ranks, stride tp */
-    DP_PLACE_EP,   /* expert parallel: ep ranks, stride tp */
-    DP_PLACE_EDP,  /* expert-gradient reduction: dp * cp / ep ranks, stride tp * ep */
+    DP_PLACE_EP,   /* expert parallel (token all-to-all): ep ranks, stride etp */
+    DP_PLACE_EDP,  /* expert-gradient reduction: edp ranks, stride etp * ep */
     DP_PLACE_PP,   /* the pipeline: pp ranks, stride tp * cp * dp */
     DP_PLACE_EMB,  /* tied embeddings: the first and last stage, (pp - 1) * tp * cp * dp apart */
+    DP_PLACE_ETP,  /* expert tensor parallel: etp consecutive ranks */
     DP_PLACE_KINDS
 };
 /* Members per group and the rank distance between consecutive members. */
@@ -204,17 +232,23 @@ struct dp_path {
     int members_per_node; /* collectives: the fewest members on one node of the slowest group */
     int nodes;            /* nodes the slowest group touches */
     int hops, hops_inter; /* pipelines and rings: hops of the slowest group, those across nodes */
-    char link[64];        /* the slowest link crossed (described paths only) */
-    char desc[128];       /* "nvlink4, inside a node", "ib-ndr-400 across nodes: 3 of 7 hops ..." */
+    double in_gbps;  /* all-to-alls: per-GPU rate to members on its node (efficiency applied) */
+    double net_gbps; /* all-to-alls: per-GPU rate to members elsewhere (its NIC share) */
+    char link[64];   /* the slowest link crossed (described paths only) */
+    char desc[128];  /* "nvlink4, inside a node", "ib-ndr-400 across nodes: 3 of 7 hops ..." */
 };
 /* A collective over groups of n ranks `stride` apart, tiling the cluster (blocks of
  * n * stride consecutive ranks, `stride` groups interleaved in each). */
 void dp_group_path(const struct dp_cluster *cl, int n, long stride, struct dp_path *out);
 /* Point-to-point along the same groups: a chain (pipeline) or a ring (context parallel). */
 void dp_p2p_path(const struct dp_cluster *cl, int n, long stride, bool ring, struct dp_path *out);
-/* The path of a layout's group kind: collectives for TP, DP, DPCP, EP and EDP, a ring
- * for CP, a chain for PP (a ring with interleaving: the last stage feeds the first
- * stage's next chunk), a pair for EMB. */
+/* An all-to-all over the same groups (MoE token dispatch): of a GPU's traffic, the share
+ * for members on its node goes over the intra-node link, the rest through its NIC share;
+ * busbw_gbps is the resulting bus bandwidth for dp_coll_time_s(DP_ALLTOALL, ...). */
+void dp_alltoall_path(const struct dp_cluster *cl, int n, long stride, struct dp_path *out);
+/* The path of a layout's group kind: collectives for TP, DP, DPCP, ETP and EDP, an
+ * all-to-all for EP, a ring for CP, a chain for PP (a ring with interleaving: the last
+ * stage feeds the first stage's next chunk), a pair for EMB. */
 void dp_place_path(const struct dp_cluster *cl, const struct dp_layout *l, enum dp_place_kind k,
                    struct dp_path *out);
 /* The same without the description and link name (hot paths). */
@@ -258,16 +292,17 @@ struct dp_step_cost {
     int slowest_stage;
     double stage_fwd_s[3], stage_bwd_s[3]; /* per micro-batch: first, middle, last stage */
     double dp_comm_total_s;                /* before overlap */
-    /* The groups' paths (dp: the dp x cp gradient group). dp_time_step and
-     * dp_time_describe_paths fill all five with descriptions; the fast paths fill
-     * tp, dp and pp only, without them. */
-    struct dp_path tp_path, cp_path, dp_path, pp_path, ep_path;
+    /* The groups' paths (dp: the dp x cp gradient group; edp: the expert-gradient
+     * group). dp_time_step and dp_time_describe_paths fill all seven with
+     * descriptions; the fast paths fill tp, dp and pp only, without them. */
+    struct dp_path tp_path, cp_path, dp_path, pp_path, ep_path, etp_path, edp_path;
 };
 
 /*
  * The per-layer costs of one micro-batch, which depend only on tp, sp, cp, ep,
- * mbs, seq_len, precision and flash attention: the planner computes them once
- * and assembles many layouts from them with dp_time_step_with.
+ * etp, mbs, seq_len, precision, flash attention and the MoE load (capacity,
+ * imbalance): the planner computes them once per layer kind and assembles many
+ * layouts from them with dp_time_step_with.
  */
 struct dp_layer_time {
     double gemm_f;     /* forward GEMMs (backward = 2x: input and weight gradients) */
@@ -277,19 +312,21 @@ struct dp_layer_time {
     double attn_ew_f;  /* the element-wise part of attention (selective recompute redoes it) */
     double tp_f, tp_b; /* TP collectives */
     double cp_f, cp_b; /* exposed context-parallel exchange */
-    double ep_f, ep_b; /* expert all-to-all */
+    double ep_f, ep_b; /* expert dispatch/combine: all-to-all, expert-TP gather/scatter */
     /* The ends, which depend on the same: the embedding (first stage) and the final norm,
-     * output layer and loss (last stage), compute and TP collectives. */
+     * output layer and loss (last stage), compute and TP collectives (the same in every
+     * kind's entry). */
     double emb_f, emb_b, emb_tp_f;
     double head_f, head_b, head_tp_f, head_tp_b;
 };
+/* out[DP_LAYER_DENSE] and out[DP_LAYER_MOE]: a dense and a MoE layer's costs. */
 void dp_time_layer(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
-                   struct dp_layer_time *out);
+                   struct dp_layer_time out[DP_LAYER_KINDS]);
 void dp_time_step_with(const struct dp_model *m, const struct dp_cluster *cl,
-                       const struct dp_layout *l, const struct dp_layer_time *lt,
+                       const struct dp_layout *l, const struct dp_layer_time lt[DP_LAYER_KINDS],
                        struct dp_step_cost *out);
 void dp_time_step_reuse(const struct dp_model *m, const struct dp_cluster *cl,
-                        const struct dp_layout *l, const struct dp_layer_time *lt,
+                        const struct dp_layout *l, const struct dp_layer_time lt[DP_LAYER_KINDS],
                         struct dp_reuse *ru, struct dp_step_cost *out);
 /* Fill the human-readable desc of each path in *out (the fast paths leave them empty). */
 void dp_time_describe_paths(const struct dp_cluster *cl, const struct dp_layout *l,
@@ -321,6 +358,149 @@ void dp_time_step_fast(const struct dp_model *m, const struct dp_cluster *cl,
  */
 double dp_pipe_time_s(int p, int v, int64_t M, const double *F, const double *B, int *crit);
 int64_t dp_pipe_peak_live(int p, int v, int64_t M, int r, const int64_t *w, int64_t *live);
+
+/* ------------------------------------------------------------------ failures and goodput */
+
+/*
+ * What a checkpoint holds and who writes it (goodput.c). Both formats save
+ * the weights and the optimizer states, never the gradients: per parameter
+ * param_b + opt_b bytes of dp_mem_bytes_per_param (bf16 + Adam: 2 for the
+ * weights + 12 for the fp32 main copy, exp_avg and exp_avg_sq = 14).
+ */
+enum dp_ckpt_writer {
+    /*
+     * Megatron-Core's distributed checkpoint (--ckpt-format torch_dist): the
+     * model's weights and the distributed optimizer's "fp32_param", "exp_avg",
+     * "exp_avg_sq" (megatron/core/optimizer/distrib_optimizer.py), each tensor
+     * once; with fully parallel save, the default (--no-ckpt-fully-parallel-save
+     * turns it off), the saving of replicated tensors is spread "as uniformly as
+     * possible" over the ranks holding them
+     * (megatron/core/dist_checkpointing/strategies/fully_parallel.py).
+     */
+    DP_CKPT_BALANCED = 0,
+    /*
+     * dplan run's checkpoints (executor/ckpt.c, README "Checkpoints"): the
+     * ranks of data-parallel replica 0 write their weight slices and, without
+     * ZeRO, Adam's m and v; with ZeRO-1 every rank writes its optimizer shard.
+     * The busiest rank writes what the memory model says it holds.
+     */
+    DP_CKPT_REPLICA0 = 1,
+};
+
+struct dp_ckpt_size {
+    int64_t total_bytes; /* every tensor once, all ranks together */
+    int64_t rank_bytes;  /* the most one rank writes */
+    int64_t node_bytes;  /* the most one node writes: rank_bytes x ranks per node (a bound) */
+    int64_t held_bytes;  /* weights + optimizer states held by the fullest rank (dp_mem_states) */
+    int bytes_per_param; /* weights + optimizer states per parameter (unsharded) */
+};
+/*
+ * Checkpoint size of `l` for `m`, nodes of `gpus_per_node` GPUs (>= 1).
+ * Replicated norms are counted once per TP rank (a few KiB per layer).
+ * DP_EINFEASIBLE when the layout does not validate for the model.
+ */
+int dp_ckpt_size(const struct dp_model *m, const struct dp_layout *l, int gpus_per_node,
+                 enum dp_ckpt_writer w, struct dp_ckpt_size *out, struct dp_err *err);
+/*
+ * Seconds one save blocks training: each node writes node_bytes at
+ * node_write_gbps, and all of them together total_bytes at most at
+ * storage_write_gbps (GB/s = 1e9 bytes/s; both > 0).
+ */
+double dp_ckpt_write_s(const struct dp_ckpt_size *s, double node_write_gbps,
+                       double storage_write_gbps);
+
+/*
+ * Defaults and their sources (the CLI prints them in --help).
+ *
+ * Failure rate: Llama 3 405B pre-training, a 54-day snapshot on up to 16K H100
+ * (16,384 in its Table 4): 466 job interruptions, 47 planned, 419 unexpected
+ * (Dubey et al. 2024, "The Llama 3 Herd of Models", Sec. 3.3.4). Planned
+ * ones are announced (a checkpoint first, no work lost), so the rate counts
+ * the 419: 419 / (16384 x 54 x 24 GPU-hours) = 1.973e-5 per GPU-hour, a job
+ * MTBF of 3.09 h at 16,384 GPUs. If fewer GPUs ran part of the snapshot the
+ * true rate is higher. Cross-checks, per GPU-hour: OPT-175B, 992 A100, "at
+ * least 35 manual restarts" and an estimated "70+ automatic restarts" over 2
+ * months (Zhang et al. 2022, Sec. 2.5): ~105 / (992 x 60 x 24) = 7.4e-5;
+ * BLOOM-176B, "about 400 GPUs", "1-2 GPU failures a week" (Hugging Face blog
+ * "The Technology Behind BLOOM Training", 2022; 384 A100): 1.5 / (384 x 168)
+ * = 2.3e-5; Meta's RSC-1 A100 cluster, 6.50 failures per 1000 node-days of 8
+ * GPUs (Kokolis et al. 2024, "Revisiting Reliability in Large-Scale Machine
+ * Learning Research Clusters", arXiv:2410.21680, as two secondary sources quote
+ * it; the paper was not read here): 6.5e-3 / (8 x 24) = 3.4e-5.
+ */
+#define DP_FAILURES_PER_GPU_HOUR (419.0 / (16384.0 * 54.0 * 24.0))
+/*
+ * Storage: Llama 3's Tectonic fabric sustains 2 TB/s (peak 7 TB/s) for a job
+ * of up to 16K GPUs, 2,048 nodes of 8 (Dubey et al. 2024, Sec. 3.3.1,
+ * "Storage"): 2000 GB/s in all, 2000 / 2048 = 0.977 GB/s per node.
+ */
+#define DP_STORAGE_WRITE_GBPS 2000.0
+#define DP_NODE_WRITE_GBPS    (2000.0 / 2048.0)
+/*
+ * Restart, from a failure to training again (detection, rescheduling,
+ * initialisation, checkpoint load): 10 minutes, within the 5-20 minutes
+ * Kokolis et al. 2024 give for the restart overhead u0 on Meta's RSC clusters
+ * ("u0 ~5-20 mins", as quoted by a secondary source); MegaScale (Jiang et al.,
+ * NSDI '24, as quoted) puts Megatron-LM's initialisation on 2,048 GPUs at about
+ * 1047 s before its fixes, under 5 s after. Daly's own examples use R = 10 min.
+ */
+#define DP_RESTART_S 600.0
+
+/*
+ * The failure model of Daly 2006 ("A higher order estimate of the optimum
+ * checkpoint interval for restart dumps", Future Generation Computer Systems
+ * 22(3), 303-312): failures arrive as a Poisson process, during compute,
+ * checkpoint writes and restarts alike; a failure loses the work since the
+ * last completed checkpoint and costs a restart.
+ */
+struct dp_failure_model {
+    double rate_per_s;   /* job failures per second (1 / MTBF); 0 = none */
+    double ckpt_write_s; /* delta: training blocked per checkpoint */
+    double restart_s;    /* R */
+};
+/* Job failures per second for `gpus` GPUs at `per_gpu_hour` failures per GPU-hour. */
+double dp_failure_rate_per_s(double per_gpu_hour, int gpus);
+/*
+ * Goodput, the fraction of wall time that is useful training, when a
+ * checkpoint follows every tau_s seconds of compute (> 0): Daly's complete
+ * model, tau / (M e^(R/M) (e^((tau + delta)/M) - 1)), M = 1 / rate;
+ * tau / (tau + delta) without failures. In [0, 1].
+ */
+double dp_goodput(const struct dp_failure_model *f, double tau_s);
+/* Young 1974 ("A first order approximation to the optimum checkpoint
+ * interval", CACM 17(9), 530-531): sqrt(2 delta M). INFINITY without failures. */
+double dp_ckpt_interval_young(const struct dp_failure_model *f);
+/* Daly 2006, Eq. for tau_opt: sqrt(2 delta M) (1 + sqrt(delta / 2M) / 3 + (delta / 2M) / 9)
+ * - delta for delta < 2M, else M. INFINITY without failures. */
+double dp_ckpt_interval_daly(const struct dp_failure_model *f);
+
+/* The checkpoint interval of a run with steps of step_time_s seconds. */
+struct dp_goodput_plan {
+    double young_s;      /* Young's interval */
+    double daly_s;       /* Daly's interval (compute between checkpoints) */
+    int64_t every_steps; /* the whole number of steps near daly_s with the higher goodput
+                            (>= 1); 0 without failures: no checkpoint needed */
+    double interval_s;   /* every_steps x step_time_s (0 when every_steps is 0) */
+    double goodput;      /* at interval_s */
+    double failures_per_day;
+};
+/* DP_EINVAL (err names the field) when step_time_s <= 0 or f has negative or
+ * non-finite fields. */
+int dp_goodput_plan(const struct dp_failure_model *f, double step_time_s,
+                    struct dp_goodput_plan *out, struct dp_err *err);
+
+/* A plan's --ckpt-every against the best interval (for `dplan check`). */
+struct dp_ckpt_every_check {
+    double interval_s; /* every_steps x step_time_s */
+    double best_s;     /* the dp_goodput_plan interval */
+    double ratio;      /* interval_s / best_s (0 without failures: best_s is INFINITY) */
+    double goodput, best_goodput;
+    bool far; /* ratio outside [1/2, 2]: at least 25% more time lost than
+                 at the best interval (Young's first-order waste
+                 delta/tau + tau/2M grows by (k + 1/k)/2 at k x the best) */
+};
+int dp_ckpt_every_check(const struct dp_failure_model *f, double step_time_s, int64_t every_steps,
+                        struct dp_ckpt_every_check *out, struct dp_err *err);
 
 /* Achievable fraction of HBM bandwidth for streaming kernels (element-wise ops,
  * optimizer): see costmodel/time.c. */

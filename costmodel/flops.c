@@ -14,27 +14,44 @@ void dp_flops_step(const struct dp_model *m, const struct dp_layout *l, struct d
     const double s = (double)l->seq_len, b = (double)l->mbs, h = (double)m->hidden;
     const double a = (double)m->heads, g = (double)m->kv_heads, d = (double)m->head_dim;
     const double tokens = s * b;
-    /* QKV projection: h -> (a + 2g) d; output projection: a d -> h. */
-    double attn = 2 * tokens * h * (a + 2 * g) * d + 2 * tokens * a * d * h;
-    /* QK^T and attention-weighted V: 2 * (2 b a s^2 d). */
-    double scores = 4 * b * a * s * s * d;
+    double attn, dv = d;
+    if (m->mla) {
+        /* MLA (DeepSeek-V2 Sec. 2.1): q down (h -> r_q) and up (r_q -> a d) or a plain
+         * q projection, the K/V down projection (h -> r_kv + d_rope), its up
+         * projection (r_kv -> a (d_nope + d_v)), the output projection (a d_v -> h). */
+        double rq = (double)m->mla_q_rank, rkv = (double)m->mla_kv_rank;
+        dv = (double)m->mla_v_dim;
+        double q = rq > 0 ? h * rq + rq * a * d : h * a * d;
+        double kv = h * (rkv + (double)m->mla_rope_dim) + rkv * a * ((double)m->mla_nope_dim + dv);
+        attn = 2 * tokens * (q + kv + a * dv * h);
+    } else {
+        /* QKV projection: h -> (a + 2g) d; output projection: a d -> h. */
+        attn = 2 * tokens * h * (a + 2 * g) * d + 2 * tokens * a * d * h;
+    }
+    /* QK^T (d wide) and attention-weighted V (d_v wide): 2 b a s^2 (d + d_v). */
+    double scores = 2 * b * a * s * s * (d + dv);
     double mult = m->ffn == DP_FFN_SWIGLU ? 3 : 2; /* matrices in the MLP */
-    double mlp;
-    if (m->experts > 0)
-        mlp = (double)m->top_k * 2 * mult * tokens * h * (double)m->moe_ffn_hidden +
-              2 * tokens * h * (double)m->experts; /* experts + router */
-    else
-        mlp = 2 * mult * tokens * h * (double)m->ffn_hidden;
-    out->layer_fwd = attn + scores + mlp;
+    double dense = 2 * mult * tokens * h * (double)m->ffn_hidden;
+    /* MoE: top_k routed experts, the shared experts and the router (h -> E). */
+    double moe =
+        (double)m->top_k * 2 * mult * tokens * h * (double)m->moe_ffn_hidden +
+        (double)m->moe_shared_experts * 2 * mult * tokens * h * (double)m->moe_shared_ffn_hidden +
+        2 * tokens * h * (double)m->experts;
+    out->kind_fwd[DP_LAYER_DENSE] = attn + scores + dense;
+    out->kind_fwd[DP_LAYER_MOE] = attn + scores + moe;
+    out->layer_fwd = out->kind_fwd[m->experts > 0 ? DP_LAYER_MOE : DP_LAYER_DENSE];
     out->scores_fwd = scores;
     out->head_fwd = 2 * tokens * h * (double)m->vocab;
     double micro = (double)l->gbs / (double)l->mbs; /* micro-batches summed over DP ranks */
-    double L = (double)m->layers;
-    double fwd = micro * (L * out->layer_fwd + out->head_fwd);
+    struct dp_layer_kinds k;
+    dp_model_layer_kinds(m, 0, m->layers, &k);
+    double layers_fwd = k.n[DP_LAYER_DENSE] * out->kind_fwd[DP_LAYER_DENSE] +
+                        k.n[DP_LAYER_MOE] * out->kind_fwd[DP_LAYER_MOE];
+    double fwd = micro * (layers_fwd + out->head_fwd);
     out->model_flops = 3 * fwd;
     if (l->recompute == DP_RECOMPUTE_FULL)
-        out->recompute_flops = micro * L * out->layer_fwd;
+        out->recompute_flops = micro * layers_fwd;
     else if (l->recompute == DP_RECOMPUTE_SELECTIVE)
-        out->recompute_flops = micro * L * out->scores_fwd;
+        out->recompute_flops = micro * (double)m->layers * out->scores_fwd;
     out->hardware_flops = out->model_flops + out->recompute_flops;
 }

@@ -10,10 +10,15 @@
  *    6 + 12/d bytes per parameter for bf16 (Megatron-LM
  *    docs/user-guide/features/dist_optimizer.md).
  *  - activations: Korthikanti et al. 2022, Sec. 4 (per-layer terms below),
- *    Sec. 4.2.3 (micro-batches in flight under 1F1B and interleaving) and
- *    Sec. 4.3 (embedding and output layer).
+ *    Sec. 4.2.3 (micro-batches in flight under 1F1B and interleaving, per model
+ *    chunk from the schedule in pipeline.c) and Sec. 4.3 (embedding and output
+ *    layer).
  *  - vocabulary padding to a multiple of 128 * tp (Megatron-LM
  *    --make-vocab-size-divisible-by).
+ *  - mixture of experts: routed experts split by etp over ep ranks and their
+ *    states sharded over the expert data-parallel group (Megatron-Core MoE
+ *    parallel folding), the router and shared experts with the dense part;
+ *    each stage charged for the layer kinds it holds (dp_layout_stage_kinds).
  * No fudge factor: the runtime overhead is a named term from the GPU
  * profile (profiles/README.md), overridable per run.
  */
@@ -57,29 +62,87 @@ void dp_mem_states(int64_t n, int64_t shard, const struct dp_layout *l, struct d
     out->optimizer_bytes = (l->zero >= 1 ? sh : n) * ob;
 }
 
-int dp_act_layer(const struct dp_model *m, const struct dp_layout *l, struct dp_act_layer *out)
+/*
+ * The attention block's stored bytes without the s^2 terms, Korthikanti Sec. 4.1
+ * (11sbh + 5as^2b with 2-byte values, MHA): QKV input 2sbh, Q and K 4sbh, V 2sbh,
+ * out-proj input 2sbh, dropout mask sbh. Generalized: Q is a*d wide, K and V g*d
+ * (GQA), values p bytes; Qwen3's q/k RMSNorms keep their inputs too.
+ */
+static int64_t attn_act(const struct dp_model *m, const struct dp_layout *l, int64_t T, int64_t u)
+{
+    const int64_t t = l->tp, h = m->hidden, a = m->heads, g = m->kv_heads, d = m->head_dim;
+    const int64_t p = dp_precision_bytes(l->precision);
+    const int64_t mask = m->dropout ? 1 : 0; /* dropout masks are 1 byte per element */
+    int64_t attn = p * T * h / u;            /* the down/QKV projections' input (norm output) */
+    attn += mask * T * h / u;                /* output dropout mask */
+    if (m->mla) {
+        /*
+         * Megatron-Core MLASelfAttention: the down projections (duplicated on every
+         * TP rank) run on the sequence-parallel shard; their outputs are normed,
+         * then gathered into the column-parallel up projections. Kept: q latent and
+         * its norm output, the K/V latent (+ rotary key) and its norm output, Q and
+         * K (a heads of nope + rope), V (a x v_dim), the out-projection input.
+         */
+        int64_t rq = m->mla_q_rank, rkv = m->mla_kv_rank, dv = m->mla_v_dim;
+        attn += 2 * p * T * rq / u;
+        attn += p * T * (2 * rkv + m->mla_rope_dim) / u;
+        attn += 2 * p * T * a * d / t;  /* Q, K */
+        attn += 2 * p * T * a * dv / t; /* V, out-projection input */
+        return attn;
+    }
+    attn += p * T * (a + g) * d / t; /* Q, K */
+    attn += p * T * g * d / t;       /* V */
+    attn += p * T * a * d / t;       /* out-projection input */
+    if (m->qk_norm)                  /* q_norm and k_norm inputs (their outputs are Q and K) */
+        attn += p * T * (a + g) * d / t;
+    return attn;
+}
+
+/* The MLP of one layer of `kind`, Korthikanti Sec. 4.1 (19sbh for f = 4h, GELU): fc1
+ * input 2sbh, GELU input 8sbh, fc2 input 8sbh, dropout mask sbh. SwiGLU keeps both fc1
+ * outputs (gate and up, 2f) and their product (f). */
+static int64_t mlp_act(const struct dp_model *m, const struct dp_layout *l, enum dp_layer_kind kind,
+                       int64_t T, int64_t u)
+{
+    const int64_t t = l->tp, h = m->hidden;
+    const int64_t p = dp_precision_bytes(l->precision);
+    const int64_t inter_mult = m->ffn == DP_FFN_SWIGLU ? 3 : 2;
+    int64_t mlp = (m->dropout ? 1 : 0) * T * h / u; /* dropout mask */
+    mlp += p * T * h / u;                           /* fc1 / router input (norm output) */
+    if (kind == DP_LAYER_DENSE)
+        return mlp + inter_mult * p * T * m->ffn_hidden / t;
+    /*
+     * MoE (Megatron-Core TopKRouter, MoEAlltoAllTokenDispatcher, TEGroupedMLP): the
+     * router keeps its fp32 scores for the softmax/sigmoid backward and the top-k
+     * indices (int64) and weights (fp32) of each local token; every GPU's experts
+     * keep their input rows (the dispatched token copies) and their intermediates,
+     * the routing weights being applied inside the activation (experts.py
+     * activation_func_with_probs), so the expert outputs are not kept. Shared
+     * experts are an ordinary tensor-parallel MLP over all T tokens.
+     */
+    const int64_t E = m->experts, k = m->top_k, etp = dp_layout_etp(l);
+    const double rows = dp_moe_rows(m, l);
+    mlp += 4 * T * E / u + 12 * T * k / u;
+    mlp += (int64_t)(rows * (double)(p * h) + 0.5);
+    mlp += (int64_t)(rows * (double)(inter_mult * p * m->moe_ffn_hidden / etp) + 0.5);
+    mlp += inter_mult * p * T * m->moe_shared_experts * m->moe_shared_ffn_hidden / t;
+    return mlp;
+}
+
+int dp_act_layer(const struct dp_model *m, const struct dp_layout *l, enum dp_layer_kind kind,
+                 struct dp_act_layer *out)
 {
     memset(out, 0, sizeof *out);
     const int64_t t = l->tp;
     const int64_t u = (l->sp && t > 1) ? t : 1; /* sequence parallel splits the rest */
     const int64_t s = l->seq_len / l->cp;       /* context parallel: local sequence */
     const int64_t s_full = l->seq_len;
-    const int64_t b = l->mbs, h = m->hidden, a = m->heads, g = m->kv_heads, d = m->head_dim;
+    const int64_t b = l->mbs, h = m->hidden, a = m->heads;
     const int64_t p = dp_precision_bytes(l->precision);
-    const int64_t sbh = s * b * h;
-    const int64_t mask = m->dropout ? 1 : 0; /* dropout masks are 1 byte per element */
+    const int64_t T = s * b, sbh = T * h;
 
-    /*
-     * Attention block, Korthikanti Sec. 4.1 (11sbh + 5as^2b with 2-byte values, MHA):
-     * QKV input 2sbh, Q and K 4sbh, softmax 2as^2b, softmax-dropout mask as^2b,
-     * dropout output 2as^2b, V 2sbh, out-proj input 2sbh, dropout mask sbh.
-     * Generalized: Q is a*d wide, K and V are g*d wide (GQA), values p bytes.
-     */
-    int64_t attn = p * sbh / u;          /* QKV input (norm output) */
-    attn += p * s * b * (a + g) * d / t; /* Q, K */
-    attn += p * s * b * g * d / t;       /* V */
-    attn += p * s * b * a * d / t;       /* out-projection input */
-    attn += mask * sbh / u;              /* output dropout mask */
+    /* The s^2 terms, Korthikanti Sec. 4.1: softmax 2as^2b, its dropout mask as^2b and
+     * dropout output 2as^2b. */
     int64_t scores = 0;
     if (!l->flash_attn) {
         scores = p * a * s * s_full * b / t; /* softmax output */
@@ -88,33 +151,14 @@ int dp_act_layer(const struct dp_model *m, const struct dp_layout *l, struct dp_
     } else {
         scores = 4 * a * s * b / t; /* flash attention keeps the fp32 log-sum-exp only */
     }
-    /*
-     * MLP block, Korthikanti Sec. 4.1 (19sbh for f = 4h, GELU): fc1 input 2sbh,
-     * GELU input 8sbh, fc2 input 8sbh, dropout mask sbh. SwiGLU keeps both fc1
-     * outputs (gate and up, 2f) and their product (f).
-     */
-    int64_t inter_mult = m->ffn == DP_FFN_SWIGLU ? 3 : 2;
-    int64_t mlp = mask * sbh / u; /* dropout mask */
-    if (m->experts > 0) {
-        /* MoE: router input and fp32 logits, then each token's top_k copies are
-         * dispatched to experts (balanced routing): the permuted tokens and the
-         * expert intermediates scale with top_k. */
-        int64_t k = m->top_k, f = m->moe_ffn_hidden;
-        mlp += p * sbh / u;            /* router input (norm output) */
-        mlp += 4 * s * b * m->experts; /* router logits, fp32 */
-        mlp += p * s * b * k * h / u;  /* permuted tokens: expert fc1 input */
-        mlp += inter_mult * p * s * b * k * f / t;
-    } else {
-        mlp += p * sbh / u; /* fc1 input (norm output) */
-        mlp += inter_mult * p * s * b * m->ffn_hidden / t;
-    }
+    int64_t mlp = mlp_act(m, l, kind, T, u);
     /* LayerNorm/RMSNorm inputs, Korthikanti's 4sbh: one per norm. With a single
      * norm (Falcon-7B's parallel attention) its output feeds QKV and fc1 alike. */
     int64_t norms = m->norms_per_layer * p * sbh / u;
-    if (m->norms_per_layer == 1 && m->experts == 0)
+    if (m->norms_per_layer == 1 && kind == DP_LAYER_DENSE)
         mlp -= p * sbh / u; /* shared norm output, counted once in attn */
 
-    out->attn_bytes = attn + norms;
+    out->attn_bytes = attn_act(m, l, T, u) + norms;
     out->scores_bytes = scores;
     out->mlp_bytes = mlp;
     out->full_bytes = out->attn_bytes + scores + mlp;
@@ -132,45 +176,96 @@ int dp_act_layer(const struct dp_model *m, const struct dp_layout *l, struct dp_
     return 0;
 }
 
-/* Parameters of one layer held by one GPU: dense part (sharded over dp*cp) and expert part
- * (sharded over the expert data-parallel group dp*cp/ep). */
-static void layer_params(const struct dp_model *m, const struct dp_layout *l, int64_t *dense,
-                         int64_t *expert)
+void dp_act_layers(const struct dp_model *m, const struct dp_layout *l,
+                   struct dp_act_layer out[DP_LAYER_KINDS])
+{
+    for (int k = 0; k < DP_LAYER_KINDS; k++)
+        dp_act_layer(m, l, (enum dp_layer_kind)k, &out[k]);
+}
+
+static int64_t mlp_params(const struct dp_model *m, int64_t f, int64_t split)
+{
+    /* Column-parallel fc1 (gate and up for SwiGLU) and row-parallel fc2, split by
+     * `split`; fc2's bias is replicated (added after the reduction). */
+    int64_t mult = m->ffn == DP_FFN_SWIGLU ? 3 : 2, fc1_bias = m->ffn == DP_FFN_SWIGLU ? 2 : 1;
+    return mult * m->hidden * f / split + (m->mlp_bias ? fc1_bias * f / split + m->hidden : 0);
+}
+
+/*
+ * Parameters of one layer of `kind` held by one GPU: the part sharded over dp x cp
+ * (attention, norms, router, shared experts, a dense MLP) and the routed experts'
+ * part, sharded over the expert data-parallel group (dp_layout_edp).
+ */
+static void layer_params(const struct dp_model *m, const struct dp_layout *l,
+                         enum dp_layer_kind kind, int64_t *dense, int64_t *expert)
 {
     const int64_t t = l->tp, h = m->hidden, a = m->heads, g = m->kv_heads, d = m->head_dim;
-    /* Column-parallel QKV and row-parallel output are split by t; the row-parallel
-     * bias and the norms are replicated (Megatron RowParallelLinear adds the bias
-     * after the reduction). */
-    int64_t n = (h * a * d + 2 * h * g * d + a * d * h) / t;
-    if (m->qkv_bias)
-        n += (a + 2 * g) * d / t;
-    if (m->out_bias)
-        n += h;
-    n += m->norms_per_layer * (m->norm == DP_NORM_LAYERNORM ? 2 * h : h);
-    int64_t mult = m->ffn == DP_FFN_SWIGLU ? 3 : 2;
-    int64_t fc1_bias = m->ffn == DP_FFN_SWIGLU ? 2 : 1;
-    if (m->experts > 0) {
-        int64_t f = m->moe_ffn_hidden;
-        int64_t one = mult * h * f / t + (m->mlp_bias ? fc1_bias * f / t + h : 0);
-        *expert = (m->experts / l->ep) * one;
-        n += h * m->experts; /* router, replicated */
+    int64_t n;
+    if (m->mla) {
+        /* Megatron-Core MLASelfAttention: the down projections and the latent norms
+         * are duplicated on every TP rank, the up projections column-parallel, the
+         * output projection row-parallel. */
+        int64_t rq = m->mla_q_rank, rkv = m->mla_kv_rank;
+        n = rq ? h * rq + rq + rq * a * d / t : h * a * d / t;
+        n += h * (rkv + m->mla_rope_dim) + rkv + rkv * a * (m->mla_nope_dim + m->mla_v_dim) / t;
+        n += a * m->mla_v_dim * h / t;
     } else {
-        int64_t f = m->ffn_hidden;
-        n += mult * h * f / t + (m->mlp_bias ? fc1_bias * f / t + h : 0);
-        *expert = 0;
+        /* Column-parallel QKV and row-parallel output are split by t; the row-parallel
+         * bias, q/k norms and the layer norms are replicated (Megatron RowParallelLinear
+         * adds the bias after the reduction). */
+        n = (h * a * d + 2 * h * g * d + a * d * h) / t;
+        if (m->qkv_bias)
+            n += (a + 2 * g) * d / t;
+        if (m->out_bias)
+            n += h;
+        if (m->qk_norm)
+            n += 2 * d;
+    }
+    n += m->norms_per_layer * (m->norm == DP_NORM_LAYERNORM ? 2 * h : h);
+    *expert = 0;
+    if (kind == DP_LAYER_DENSE) {
+        n += mlp_params(m, m->ffn_hidden, t);
+    } else {
+        /* Routed experts: E/ep per EP rank, each split by etp. Router (and its bias)
+         * replicated; shared experts and their gate follow the dense TP layout
+         * (Megatron SharedExpertMLP). */
+        *expert = (m->experts / l->ep) * mlp_params(m, m->moe_ffn_hidden, dp_layout_etp(l));
+        n += h * m->experts + (m->moe_router_bias ? m->experts : 0);
+        n += m->moe_shared_experts * mlp_params(m, m->moe_shared_ffn_hidden, t);
+        n += m->moe_shared_gate ? h : 0;
     }
     *dense = n;
 }
 
-/* Parameters held by one GPU of stage r with `layers` layers of ld dense and le expert
- * parameters each: the dense part gains the embedding (first stage), the final norm
- * and the LM head (last stage). */
-static void stage_params(const struct dp_model *m, const struct dp_layout *l, int r, int layers,
-                         int64_t ld, int64_t le, int64_t *dense, int64_t *expert)
+/* One layer's parameters per GPU for each kind (computed once per layout). */
+struct kind_params {
+    int64_t dense[DP_LAYER_KINDS], expert[DP_LAYER_KINDS];
+};
+
+static void kind_params(const struct dp_model *m, const struct dp_layout *l, struct kind_params *kp)
+{
+    memset(kp, 0, sizeof *kp);
+    for (int k = 0; k < DP_LAYER_KINDS; k++) {
+        bool present =
+            k == DP_LAYER_MOE ? m->experts > 0 : m->experts == 0 || m->moe_dense_layers > 0;
+        if (present)
+            layer_params(m, l, (enum dp_layer_kind)k, &kp->dense[k], &kp->expert[k]);
+    }
+}
+
+/* Parameters held by one GPU of stage r: its layers by kind, plus the embedding (first
+ * stage), the final norm and the LM head (last stage), all in the dense part. */
+static void stage_params(const struct dp_model *m, const struct dp_layout *l, int r,
+                         const struct dp_layer_kinds *kinds, const struct kind_params *kp,
+                         int64_t *dense, int64_t *expert)
 {
     const int64_t t = l->tp, h = m->hidden;
     const int64_t vpad = dp_padded_vocab(m->vocab, l->tp);
-    int64_t d = layers * ld;
+    int64_t d = 0, e = 0;
+    for (int k = 0; k < DP_LAYER_KINDS; k++) {
+        d += kinds->n[k] * kp->dense[k];
+        e += kinds->n[k] * kp->expert[k];
+    }
     if (r == 0) {
         d += vpad * h / t; /* vocabulary-parallel embedding */
         if (m->pos == DP_POS_LEARNED)
@@ -185,15 +280,17 @@ static void stage_params(const struct dp_model *m, const struct dp_layout *l, in
             d += vpad * h / t;
     }
     *dense = d;
-    *expert = layers * le;
+    *expert = e;
 }
 
 void dp_mem_stage_params(const struct dp_model *m, const struct dp_layout *l, int r, int64_t *dense,
                          int64_t *expert)
 {
-    int64_t ld, le;
-    layer_params(m, l, &ld, &le);
-    stage_params(m, l, r, dp_layout_stage_layers(l, m, r), ld, le, dense, expert);
+    struct dp_layer_kinds kinds;
+    struct kind_params kp;
+    dp_layout_stage_kinds(l, m, r, &kinds);
+    kind_params(m, l, &kp);
+    stage_params(m, l, r, &kinds, &kp, dense, expert);
 }
 
 /* What every stage of a layout shares, computed once per layout (the planner's memory
@@ -201,21 +298,22 @@ void dp_mem_stage_params(const struct dp_model *m, const struct dp_layout *l, in
 struct mem_ctx {
     const struct dp_model *m;
     const struct dp_layout *l;
-    const struct dp_act_layer *al;
-    int64_t ld, le;      /* one layer's dense and expert parameters per GPU */
-    int64_t emb_params;  /* the first stage's embedding (+ positions) */
-    int64_t head_params; /* the last stage's final norm and LM head (or its copy) */
-    int64_t emb_mask;    /* the embedding dropout mask per micro-batch in flight */
-    int64_t head_act;    /* the last stage's output-layer activations */
-    int64_t recv_bytes;  /* pipeline receive buffers */
-    int64_t runtime;     /* runtime overhead */
+    const struct dp_act_layer *al; /* per kind, DP_LAYER_KINDS entries */
+    struct kind_params kp;         /* one layer's dense and expert parameters per GPU, by kind */
+    bool mixed;                    /* layers of both kinds (dp_model_mixed_layers) */
+    int64_t emb_params;            /* the first stage's embedding (+ positions) */
+    int64_t head_params;           /* the last stage's final norm and LM head (or its copy) */
+    int64_t emb_mask;              /* the embedding dropout mask per micro-batch in flight */
+    int64_t head_act;              /* the last stage's output-layer activations */
+    int64_t recv_bytes;            /* pipeline receive buffers */
+    int64_t runtime;               /* runtime overhead */
     int64_t M, shard_d, shard_e;
     int pb, gb, ob;
 };
 
 static void mem_ctx_init(struct mem_ctx *x, const struct dp_model *m, const struct dp_cluster *cl,
                          const struct dp_layout *l, const struct dp_mem_opts *o,
-                         const struct dp_act_layer *al)
+                         const struct dp_act_layer al[DP_LAYER_KINDS])
 {
     const int64_t t = l->tp, h = m->hidden;
     const int64_t u = (l->sp && t > 1) ? t : 1;
@@ -225,7 +323,8 @@ static void mem_ctx_init(struct mem_ctx *x, const struct dp_model *m, const stru
     x->m = m;
     x->l = l;
     x->al = al;
-    layer_params(m, l, &x->ld, &x->le);
+    kind_params(m, l, &x->kp);
+    x->mixed = dp_model_mixed_layers(m);
     /* Parameters of the ends (stage_params): the vocabulary-parallel embedding; the
      * final norm and the LM head: its own weight when untied; when tied and pp > 1 the
      * last stage keeps a copy of the embedding, kept in sync by an all-reduce (Megatron
@@ -244,42 +343,51 @@ static void mem_ctx_init(struct mem_ctx *x, const struct dp_model *m, const stru
     x->runtime = o && o->overhead_bytes >= 0 ? o->overhead_bytes : cl->gpu.runtime_overhead_bytes;
     x->M = dp_layout_microbatches(l);
     x->shard_d = (int64_t)l->dp * l->cp;
-    x->shard_e = x->shard_d / l->ep;
+    x->shard_e = dp_layout_edp(l);
     dp_mem_bytes_per_param(l, &x->pb, &x->gb, &x->ob);
 }
 
-/* The activation terms of stage r with chunk layer counts nl. */
-static void stage_activations(const struct mem_ctx *x, int r, const int *nl,
+/* The activation terms of stage r whose chunk c holds kn[c].n[k] layers of kind k. */
+static void stage_activations(const struct mem_ctx *x, int r, const struct dp_layer_kinds *kn,
                               struct dp_mem_stage *out)
 {
-    /* Each micro-batch in flight in a chunk keeps its layers' activations (and, in the
-     * embedding's chunk, the embedding dropout mask) until its backward; the schedule
-     * says how many are in flight per chunk at the peak (Korthikanti Sec. 4.2.3 for
-     * 1F1B and equal interleaved chunks; pipeline.c). */
+    /* Each micro-batch in flight in a chunk keeps its layers' activations, each kind at
+     * its own bytes (and, in the embedding's chunk, the embedding dropout mask), until
+     * its backward; the schedule says how many are in flight per chunk at the peak
+     * (Korthikanti Sec. 4.2.3 for 1F1B and equal interleaved chunks; pipeline.c). The
+     * recompute working set is the largest layer the stage holds. */
     const struct dp_layout *l = x->l;
     const struct dp_act_layer *al = x->al;
     const int v = l->vpp;
     int64_t emb = out->has_embedding ? x->emb_mask : 0;
-    int64_t w[DP_MAX_CHUNKS], live[DP_MAX_CHUNKS];
-    for (int c = 0; c < v && c < DP_MAX_CHUNKS; c++)
-        w[c] = nl[c] * al->stored_bytes + (c == 0 ? emb : 0);
+    int64_t w[DP_MAX_CHUNKS], lw[DP_MAX_CHUNKS], live[DP_MAX_CHUNKS], stored = 0;
+    for (int c = 0; c < v && c < DP_MAX_CHUNKS; c++) {
+        lw[c] = 0;
+        for (int k = 0; k < DP_LAYER_KINDS; k++)
+            lw[c] += kn[c].n[k] * al[k].stored_bytes;
+        w[c] = lw[c] + (c == 0 ? emb : 0);
+    }
+    for (int k = 0; k < DP_LAYER_KINDS; k++) {
+        if (!out->kind_layers[k])
+            continue;
+        stored += out->kind_layers[k] * al[k].stored_bytes;
+        int64_t work = l->recompute == DP_RECOMPUTE_FULL        ? al[k].full_bytes
+                       : l->recompute == DP_RECOMPUTE_SELECTIVE ? al[k].scores_bytes
+                                                                : 0;
+        if (work > out->act_working_bytes)
+            out->act_working_bytes = work;
+    }
     /* The split by kind needs the counts only where the embedding's mask is in it. */
     bool by_chunk = emb > 0 || out->layers == 0;
     int64_t peak = dp_pipe_peak_live(l->pp, v, x->M, r, w, by_chunk ? live : NULL);
     if (by_chunk) {
         for (int c = 0; c < v && c < DP_MAX_CHUNKS; c++)
-            out->act_layers_bytes += live[c] * nl[c] * al->stored_bytes;
+            out->act_layers_bytes += live[c] * lw[c];
         out->act_embed_bytes = live[0] * emb;
     } else {
         out->act_layers_bytes = peak;
     }
-    out->inflight = out->layers > 0 && al->stored_bytes > 0
-                        ? (double)out->act_layers_bytes / ((double)out->layers * al->stored_bytes)
-                        : (double)live[0];
-    if (l->recompute == DP_RECOMPUTE_FULL && out->layers > 0)
-        out->act_working_bytes = al->full_bytes;
-    else if (l->recompute == DP_RECOMPUTE_SELECTIVE && out->layers > 0)
-        out->act_working_bytes = al->scores_bytes;
+    out->inflight = stored > 0 ? (double)out->act_layers_bytes / (double)stored : (double)live[0];
     if (out->has_head)
         out->act_head_bytes = x->head_act;
     out->activations_bytes =
@@ -294,19 +402,34 @@ static void stage_with(const struct mem_ctx *x, int r, const int64_t *act, struc
     const struct dp_model *m = x->m;
     memset(out, 0, sizeof *out);
     const int v = l->vpp;
-    int nl[DP_MAX_CHUNKS];
+    struct dp_layer_kinds kn[DP_MAX_CHUNKS]; /* per chunk */
     out->stage = r;
     for (int c = 0; c < v && c < DP_MAX_CHUNKS; c++) {
-        nl[c] = l->nchunks > 0 ? l->chunk_layers[c * l->pp + r] : dp_layout_chunk_count(l, m, r, c);
-        out->layers += nl[c];
+        int first = 0, n;
+        if (x->mixed)
+            dp_layout_chunk_layers(l, m, r, c, &first, &n);
+        else
+            n = l->nchunks > 0 ? l->chunk_layers[c * l->pp + r] : dp_layout_chunk_count(l, m, r, c);
+        memset(&kn[c], 0, sizeof kn[c]);
+        if (x->mixed)
+            dp_model_layer_kinds(m, first, n, &kn[c]);
+        else
+            kn[c].n[m->experts > 0 ? DP_LAYER_MOE : DP_LAYER_DENSE] = n;
+        out->layers += n;
+        for (int k = 0; k < DP_LAYER_KINDS; k++)
+            out->kind_layers[k] += kn[c].n[k];
     }
     out->has_embedding = r == 0;
     out->has_head = r == l->pp - 1;
 
-    /* Parameters. */
-    int64_t dense = out->layers * x->ld + (out->has_embedding ? x->emb_params : 0) +
-                    (out->has_head ? x->head_params : 0);
-    int64_t expert = out->layers * x->le;
+    /* Parameters: the dense part sharded over dp x cp, the experts over the expert
+     * data-parallel group (Megatron _EXPERT_DATA_PARALLEL_GROUP). */
+    int64_t dense = (out->has_embedding ? x->emb_params : 0) + (out->has_head ? x->head_params : 0);
+    int64_t expert = 0;
+    for (int k = 0; k < DP_LAYER_KINDS; k++) {
+        dense += out->kind_layers[k] * x->kp.dense[k];
+        expert += out->kind_layers[k] * x->kp.expert[k];
+    }
     out->params = dense + expert;
     struct dp_states sd, se = {0, 0, 0};
     dp_mem_states(dense, x->shard_d, l, &sd);
@@ -316,17 +439,25 @@ static void stage_with(const struct mem_ctx *x, int r, const int64_t *act, struc
     out->grads_bytes = sd.grads_bytes + se.grads_bytes;
     out->optimizer_bytes = sd.optimizer_bytes + se.optimizer_bytes;
 
-    /* Activations (ZeRO does not change them). */
-    out->act_layer_bytes = x->al->stored_bytes;
+    /* Activations (ZeRO does not change them); one layer, one micro-batch: the
+     * largest kind's. */
+    for (int k = 0; k < DP_LAYER_KINDS; k++)
+        if (out->kind_layers[k] && x->al[k].stored_bytes > out->act_layer_bytes)
+            out->act_layer_bytes = x->al[k].stored_bytes;
     if (act)
         out->activations_bytes = *act;
     else
-        stage_activations(x, r, nl, out);
+        stage_activations(x, r, kn, out);
 
     /* Communication buffers. */
     out->comm_bytes = x->recv_bytes;
-    if (l->zero >= 3) /* parameters of the current and the prefetched layer, gathered */
-        out->comm_bytes += 2 * (x->ld + x->le) * x->pb;
+    if (l->zero >= 3) { /* parameters of the current and the prefetched layer, gathered */
+        int64_t big = 0;
+        for (int k = 0; k < DP_LAYER_KINDS; k++)
+            if (out->kind_layers[k] && x->kp.dense[k] + x->kp.expert[k] > big)
+                big = x->kp.dense[k] + x->kp.expert[k];
+        out->comm_bytes += 2 * big * x->pb;
+    }
     if (l->zero >= 2) {
         /* DeepSpeed's reduce bucket (zero_optimization.reduce_bucket_size, default 5e8
          * elements) for gradients produced before they are reduce-scattered. */
@@ -343,10 +474,10 @@ static void stage_with(const struct mem_ctx *x, int r, const int64_t *act, struc
 void dp_mem_stage(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
                   const struct dp_mem_opts *o, int r, struct dp_mem_stage *out)
 {
-    struct dp_act_layer al;
-    dp_act_layer(m, l, &al);
+    struct dp_act_layer al[DP_LAYER_KINDS];
+    dp_act_layers(m, l, al);
     struct mem_ctx x;
-    mem_ctx_init(&x, m, cl, l, o, &al);
+    mem_ctx_init(&x, m, cl, l, o, al);
     stage_with(&x, r, NULL, out);
 }
 
@@ -364,10 +495,10 @@ int dp_mem_estimate(const struct dp_model *m, const struct dp_cluster *cl,
     out->nstages = l->pp;
     out->capacity_bytes = dp_gpu_usable_bytes(&cl->gpu);
     out->microbatches = dp_layout_microbatches(l);
-    struct dp_act_layer al;
-    dp_act_layer(m, l, &al);
+    struct dp_act_layer al[DP_LAYER_KINDS];
+    dp_act_layers(m, l, al);
     struct mem_ctx x;
-    mem_ctx_init(&x, m, cl, l, o, &al);
+    mem_ctx_init(&x, m, cl, l, o, al);
     for (int r = 0; r < l->pp; r++) {
         stage_with(&x, r, NULL, &out->stage[r]);
         int64_t tot = out->stage[r].total_bytes;
@@ -386,23 +517,23 @@ void dp_mem_peak(const struct dp_model *m, const struct dp_cluster *cl, const st
                  const struct dp_mem_opts *o, int64_t *peak_bytes, int64_t *min_bytes,
                  int *peak_stage)
 {
-    struct dp_act_layer al;
-    dp_act_layer(m, l, &al);
-    dp_mem_peak_with(m, cl, l, o, &al, peak_bytes, min_bytes, peak_stage);
+    struct dp_act_layer al[DP_LAYER_KINDS];
+    dp_act_layers(m, l, al);
+    dp_mem_peak_with(m, cl, l, o, al, peak_bytes, min_bytes, peak_stage);
 }
 
 void dp_mem_peak_with(const struct dp_model *m, const struct dp_cluster *cl,
                       const struct dp_layout *l, const struct dp_mem_opts *o,
-                      const struct dp_act_layer *al, int64_t *peak_bytes, int64_t *min_bytes,
-                      int *peak_stage)
+                      const struct dp_act_layer al[DP_LAYER_KINDS], int64_t *peak_bytes,
+                      int64_t *min_bytes, int *peak_stage)
 {
     dp_mem_peak_reuse(m, cl, l, o, al, NULL, peak_bytes, min_bytes, peak_stage);
 }
 
 void dp_mem_peak_reuse(const struct dp_model *m, const struct dp_cluster *cl,
                        const struct dp_layout *l, const struct dp_mem_opts *o,
-                       const struct dp_act_layer *al, struct dp_reuse *ru, int64_t *peak_bytes,
-                       int64_t *min_bytes, int *peak_stage)
+                       const struct dp_act_layer al[DP_LAYER_KINDS], struct dp_reuse *ru,
+                       int64_t *peak_bytes, int64_t *min_bytes, int *peak_stage)
 {
     /* Stages with the same chunk counts and neither end hold fewer micro-batches the later
      * they are (pipeline.c: the warm-up shrinks with the rank), so within each run of such
@@ -429,7 +560,7 @@ void dp_mem_peak_reuse(const struct dp_model *m, const struct dp_cluster *cl,
     if (ru)
         ru->nact = 0;
     for (int r = 0; r < pp; r++) {
-        bool eval = r == 0 || r == pp - 1 || r == 1 || r == pp - 2;
+        bool eval = r == 0 || r == pp - 1 || r == 1 || r == pp - 2 || x.mixed;
         if (!eval && l->nchunks > 0) {
             /* a run starts at r or ends at r */
             bool same_prev = true, same_next = true;

@@ -2,7 +2,7 @@
  * Rank placement: which global ranks form each parallel group, numbered as
  * Megatron-Core numbers them (megatron/core/parallel_state.py: RankGenerator
  * with the default order "tp-cp-ep-dp-pp"; the decoder generator has ep = 1,
- * the expert generator cp = 1 and expert tensor parallelism = tp). Geometry
+ * the expert generator cp = 1, tp = etp and dp = edp). Geometry
  * only: what the groups cost is costmodel/comm.c.
  */
 #include "costmodel.h"
@@ -10,14 +10,16 @@
 void dp_place_shape(const struct dp_layout *l, enum dp_place_kind k, int *n, long *stride)
 {
     const long tp = l->tp, cp = l->cp, dp = l->dp, pp = l->pp, ep = l->ep;
+    const long etp = dp_layout_etp(l);
     long nn = 1, s = 1;
     switch (k) {
     case DP_PLACE_TP: nn = tp, s = 1; break;
     case DP_PLACE_CP: nn = cp, s = tp; break;
     case DP_PLACE_DP: nn = dp, s = tp * cp; break;
     case DP_PLACE_DPCP: nn = dp * cp, s = tp; break;
-    case DP_PLACE_EP: nn = ep, s = tp; break;
-    case DP_PLACE_EDP: nn = ep > 0 ? dp * cp / ep : 1, s = tp * ep; break;
+    case DP_PLACE_ETP: nn = etp, s = 1; break;
+    case DP_PLACE_EP: nn = ep, s = etp; break;
+    case DP_PLACE_EDP: nn = ep * etp > 0 ? tp * cp * dp / (ep * etp) : 1, s = etp * ep; break;
     case DP_PLACE_PP: nn = pp, s = tp * cp * dp; break;
     case DP_PLACE_EMB: nn = pp > 1 ? 2 : 1, s = (pp > 1 ? pp - 1 : 1) * tp * cp * dp; break;
     case DP_PLACE_KINDS: break;

@@ -51,7 +51,7 @@ struct ctx {
     double p;     /* bytes per activation value */
     double t, u;  /* tp, and the sequence-parallel divisor */
     double T;     /* GEMM rows: tokens of one micro-batch on this CP rank */
-    struct dp_path tp, cp, ep, dp, dpe, pp, emb;
+    struct dp_path tp, cp, ep, etp, dp, dpe, pp, emb;
 };
 
 /* Tile quantization: cuBLAS tiles are 128 wide; a dimension of d computes
@@ -102,6 +102,7 @@ static void ctx_init(struct ctx *c, const struct dp_model *m, const struct dp_cl
     if (!step) {
         dp_place_path_fast(cl, l, DP_PLACE_CP, &c->cp);
         dp_place_path_fast(cl, l, DP_PLACE_EP, &c->ep);
+        dp_place_path_fast(cl, l, DP_PLACE_ETP, &c->etp);
         return;
     }
     dp_place_path_fast(cl, l, DP_PLACE_DPCP, &c->dp);
@@ -110,97 +111,207 @@ static void ctx_init(struct ctx *c, const struct dp_model *m, const struct dp_cl
     dp_place_path_fast(cl, l, DP_PLACE_EMB, &c->emb);
 }
 
-static void layer(const struct ctx *c, struct dp_layer_time *o)
+/* Expert GEMMs: TE GroupedLinear (transformer_engine/pytorch/module/grouped_linear.py,
+ * general_grouped_gemm) and the grouped_gemm package Megatron's GroupedMLP used both run
+ * one cuBLAS GEMM per local expert, so each expert's GEMM (its rows, tile quantization
+ * and fixed cost) sets its efficiency: many small experts reach less of the peak than
+ * one GEMM of all their rows. TE's extra streams, which overlap some of the fixed
+ * costs, are not credited. */
+static double grouped_gemm_s(const struct ctx *c, double mm, double nn, double kk, double groups)
+{
+    return groups * gemm_s(c, mm, nn, kk, 1);
+}
+
+/*
+ * One sequence-parallel all-gather (fwd) / reduce-scatter pair of `width`-wide
+ * activations over TP, as Korthikanti Sec. 4.2.2 charges each TP region: forward
+ * gather in + scatter out, backward the transposes plus the re-gather of the input
+ * for the weight gradient; without SP an all-reduce each way.
+ */
+static void tp_region(const struct ctx *c, double in_width, double out_width, double *f, double *b)
+{
+    const struct dp_layout *l = c->l;
+    if (l->tp <= 1)
+        return;
+    double T = c->T, p = c->p;
+    if (l->sp) {
+        double ag_in = dp_coll_time_s(DP_ALLGATHER, p * T * in_width, l->tp, &c->tp);
+        double rs_in = dp_coll_time_s(DP_REDUCE_SCATTER, p * T * in_width, l->tp, &c->tp);
+        double rs_out = dp_coll_time_s(DP_REDUCE_SCATTER, p * T * out_width, l->tp, &c->tp);
+        double ag_out = dp_coll_time_s(DP_ALLGATHER, p * T * out_width, l->tp, &c->tp);
+        *f += ag_in + rs_out;
+        *b += ag_out + rs_in + ag_in;
+    } else {
+        *f += dp_coll_time_s(DP_ALLREDUCE, p * T * out_width, l->tp, &c->tp);
+        *b += dp_coll_time_s(DP_ALLREDUCE, p * T * in_width, l->tp, &c->tp);
+    }
+}
+
+/* The attention block: projections, core attention, its element-wise work and TP. */
+static void attention(const struct ctx *c, struct dp_layer_time *o)
 {
     const struct dp_model *m = c->m;
     const struct dp_layout *l = c->l;
-    memset(o, 0, sizeof *o);
     const double t = c->t, u = c->u, p = c->p, T = c->T;
     const double h = (double)m->hidden, a = (double)m->heads, g = (double)m->kv_heads;
     const double d = (double)m->head_dim, b = (double)l->mbs;
     const double s_loc = (double)l->seq_len / l->cp, s_full = (double)l->seq_len;
-    const double up = m->ffn == DP_FFN_SWIGLU ? 2 : 1;
-
-    /* Projections: column-parallel QKV and fc1, row-parallel out and fc2. */
-    o->gemm_f = gemm_s(c, T, (a + 2 * g) * d / t, h, 1) + gemm_s(c, T, h, a * d / t, 1);
-    double f;
-    if (m->experts > 0) {
-        /* Balanced routing: the EP group's tokens times top_k spread evenly over the
-         * experts; each GPU runs its E/ep local experts. */
-        f = (double)m->moe_ffn_hidden;
-        double E = (double)m->experts, k = (double)m->top_k, ep = l->ep;
-        double rows = T * k * ep / E;
-        o->gemm_f += gemm_s(c, T, E, h, 1);
-        o->gemm_f += gemm_s(c, rows, up * f / t, h, E / ep) + gemm_s(c, rows, h, f / t, E / ep);
-        /* Dispatch and combine: an all-to-all of the routed tokens each way, twice
-         * again in backward. */
-        double bytes = p * T * k * h;
-        o->ep_f = 2 * dp_coll_time_s(DP_ALLTOALL, bytes, l->ep, &c->ep);
-        o->ep_b = o->ep_f;
+    double dv = d, in_width = h, ew = 0;
+    if (m->mla) {
+        /* Megatron-Core MLASelfAttention: the down projections are duplicated on every
+         * TP rank and run on the sequence-parallel shard (T/u rows); their normed
+         * outputs are gathered into the column-parallel up projections, so TP gathers
+         * q_lora + kv_lora + rope wide rows instead of h (h + kv_lora + rope without a
+         * q bottleneck: q_proj takes the gathered hidden). */
+        double rq = (double)m->mla_q_rank, rkv = (double)m->mla_kv_rank;
+        double rope = (double)m->mla_rope_dim, nope = (double)m->mla_nope_dim;
+        dv = (double)m->mla_v_dim;
+        if (rq > 0) {
+            o->gemm_f += gemm_s(c, T / u, rq, h, 1) + gemm_s(c, T, a * d / t, rq, 1);
+            in_width = rq;
+        } else {
+            o->gemm_f += gemm_s(c, T, a * d / t, h, 1);
+        }
+        o->gemm_f += gemm_s(c, T / u, rkv + rope, h, 1) + gemm_s(c, T, a * (nope + dv) / t, rkv, 1);
+        o->gemm_f += gemm_s(c, T, h, a * dv / t, 1);
+        in_width += rkv + rope;
+        ew += 2.0 * p * T / u * (rq + rkv); /* the latent RMSNorms */
     } else {
-        f = (double)m->ffn_hidden;
-        o->gemm_f += gemm_s(c, T, up * f / t, h, 1) + gemm_s(c, T, h, f / t, 1);
+        /* Column-parallel QKV, row-parallel output projection. */
+        o->gemm_f += gemm_s(c, T, (a + 2 * g) * d / t, h, 1) + gemm_s(c, T, h, a * d / t, 1);
+        if (m->qk_norm) /* Qwen3's per-head RMSNorm of q and k */
+            ew += 2.0 * p * T * (a + g) * d / t;
     }
 
-    /* Attention core: QK^T and attention x V over a/t heads. */
+    /* Attention core: QK^T (d wide) and attention x V (dv wide) over a/t heads. */
     double heads = a / t;
     double ew_attn = 0;
     if (l->flash_attn) {
         /* With context parallelism the attention runs as cp separate kernels, one per
          * K/V chunk of the ring, each on s_loc x s_loc blocks: the efficiency curve
          * applies to each step's FLOPs. */
-        double flops = 4.0 * b * heads * s_loc * s_full * d / 2.0; /* causal half */
+        double flops = 2.0 * b * heads * s_loc * s_full * (d + dv) / 2.0; /* causal half */
         double step = flops / l->cp;
         const struct dp_gemm_curve *gc = &c->cl->gpu.gemm;
         double eff = FLASH_FWD_EFF * gc->eff_max * step / (step + gc->half_flops);
         o->attn_f = flops / (c->peak * eff);
         o->attn_b = FLASH_BWD_OVER_FWD * o->attn_f;
     } else {
-        o->attn_f = gemm_s(c, s_loc, s_full, d, b * heads) + gemm_s(c, s_loc, d, s_full, b * heads);
+        o->attn_f =
+            gemm_s(c, s_loc, s_full, d, b * heads) + gemm_s(c, s_loc, dv, s_full, b * heads);
         o->attn_b = 2 * o->attn_f;
         /* Fused scale-mask-softmax reads and writes the scores; dropout reads them and
          * writes its output and a 1-byte mask; the context is permuted back. */
         double sc = heads * s_loc * s_full * b;
-        ew_attn = 2 * p * sc + (m->dropout ? (2 * p + 1) * sc : 0) + 2 * p * T * a * d / t;
+        ew_attn = 2 * p * sc + (m->dropout ? (2 * p + 1) * sc : 0) + 2 * p * T * a * dv / t;
+    }
+    /* Rotary embedding on Q and K (MLA: their rope parts, the rotary key shared). */
+    if (m->mla)
+        ew += 2.0 * p * T * (a / t + 1) * (double)m->mla_rope_dim;
+    else if (m->pos == DP_POS_ROPE)
+        ew += 2.0 * p * T * (a + g) * d / t;
+    o->attn_ew_f = ew_attn / c->membw;
+    o->ew_f += (ew + ew_attn) / c->membw;
+
+    /* Tensor parallel: the attention region (Shoeybi et al. 2019, Fig. 3). */
+    tp_region(c, in_width, h, &o->tp_f, &o->tp_b);
+}
+
+/*
+ * A MoE layer's MLP per GPU (Megatron-Core MoELayer): the router on the local tokens,
+ * the token copies' dispatch over EP, the local experts' grouped GEMMs on
+ * dp_moe_rows rows, the combine, and the shared experts as a TP MLP.
+ */
+static void moe_mlp(const struct ctx *c, struct dp_layer_time *o)
+{
+    const struct dp_model *m = c->m;
+    const struct dp_layout *l = c->l;
+    const double t = c->t, u = c->u, p = c->p, T = c->T, h = (double)m->hidden;
+    const double up = m->ffn == DP_FFN_SWIGLU ? 2 : 1, act_mult = up + 1;
+    const double E = (double)m->experts, k = (double)m->top_k, ep = l->ep;
+    const double etp = dp_layout_etp(l), f = (double)m->moe_ffn_hidden;
+    const double rows = dp_moe_rows(m, l), local = E / ep;
+
+    /* Router (TopKRouter): the gate GEMM on the T/u local tokens, then memory-bound
+     * passes over the fp32 scores: the softmax or sigmoid (read logits, write scores),
+     * top-k (read scores, write k indices and weights) and the auxiliary load-balancing
+     * loss (read scores again). */
+    o->gemm_f += gemm_s(c, T / u, E, h, 1);
+    double router = T / u * (3.0 * 4.0 * E + 12.0 * k);
+    /* Permute and unpermute: each routed copy written and read once each way. */
+    double perm = 4.0 * p * rows * h;
+    /* Routed experts: rows spread over the E/ep local experts (their share of the
+     * load), fc1 of up x f/etp, fc2 back to h. */
+    double re = rows / local;
+    o->gemm_f +=
+        grouped_gemm_s(c, re, up * f / etp, h, local) + grouped_gemm_s(c, re, h, f / etp, local);
+    double act = act_mult * p * rows * f / etp;
+    /* Shared experts: one MLP of S x f_s on every token, column/row parallel over TP
+     * (Megatron SharedExpertMLP), with its own gather/scatter under SP. */
+    double fs = (double)m->moe_shared_experts * (double)m->moe_shared_ffn_hidden;
+    if (fs > 0) {
+        o->gemm_f += gemm_s(c, T, up * fs / t, h, 1) + gemm_s(c, T, h, fs / t, 1);
+        act += act_mult * p * T * fs / t;
+        tp_region(c, h, h, &o->tp_f, &o->tp_b);
+    }
+    o->ew_f += (router + perm + act) / c->membw;
+
+    /* Dispatch and combine: an all-to-all of this GPU's tokens (its share rows / (etp k)
+     * of the routed copies' tokens) over EP, each way, forward and again in backward,
+     * the copies split between the intra-node link and the NIC share by the dispatcher
+     * (dp_moe_dispatch_copies) and paced by the slower; (ep - 1) latency steps as for
+     * any all-to-all. With etp > 1 the expert-TP group then gathers the copies and
+     * reduce-scatters the outputs. */
+    if (l->ep > 1) {
+        double in, net, tok = p * h * rows / (etp * k);
+        dp_moe_dispatch_copies(m, l, l->ep, c->ep.members_per_node, &in, &net);
+        double t_in = tok * in / (c->ep.in_gbps * 1e9), t_net = tok * net / (c->ep.net_gbps * 1e9);
+        double a2a = (l->ep - 1) * c->ep.latency_us * 1e-6 + (t_in > t_net ? t_in : t_net);
+        o->ep_f += 2 * a2a;
+        o->ep_b += 2 * a2a;
+    }
+    if (etp > 1) {
+        double bytes = p * rows * h;
+        double ag = dp_coll_time_s(DP_ALLGATHER, bytes, (int)etp, &c->etp);
+        double rs = dp_coll_time_s(DP_REDUCE_SCATTER, bytes, (int)etp, &c->etp);
+        o->ep_f += ag + rs;
+        o->ep_b += ag + rs;
+    }
+}
+
+static void layer(const struct ctx *c, enum dp_layer_kind kind, struct dp_layer_time *o)
+{
+    const struct dp_model *m = c->m;
+    const struct dp_layout *l = c->l;
+    memset(o, 0, sizeof *o);
+    const double t = c->t, u = c->u, p = c->p, T = c->T;
+    const double h = (double)m->hidden, g = (double)m->kv_heads, d = (double)m->head_dim;
+
+    attention(c, o);
+    if (kind == DP_LAYER_MOE) {
+        moe_mlp(c, o);
+    } else {
+        /* Column-parallel fc1 (gate and up for SwiGLU), row-parallel fc2, the
+         * activation function; a TP region of its own. */
+        const double up = m->ffn == DP_FFN_SWIGLU ? 2 : 1, f = (double)m->ffn_hidden;
+        o->gemm_f += gemm_s(c, T, up * f / t, h, 1) + gemm_s(c, T, h, f / t, 1);
+        o->ew_f += (up + 1) * p * T * f / t / c->membw;
+        tp_region(c, h, h, &o->tp_f, &o->tp_b);
     }
 
     /* Element-wise, forward bytes: norms (read + write), two fused bias-dropout-add
-     * (read output and residual, write; 1-byte masks), the activation function,
-     * rotary embedding on Q and K. */
+     * (read output and residual, write; 1-byte masks). */
     double norms = m->norms_per_layer * 2.0 * p * T * h / u;
     double bda = 2 * 3.0 * p * T * h / u + (m->dropout ? 2.0 * T * h / u : 0);
-    double act = (m->ffn == DP_FFN_SWIGLU ? 3.0 : 2.0) * p * T * f / t;
-    if (m->experts > 0) /* top_k copies of the activations; permute and un-permute copies */
-        act = act * (double)m->top_k + 4.0 * p * T * (double)m->top_k * h;
-    double rope = m->pos == DP_POS_ROPE ? 2.0 * p * T * (a + g) * d / t : 0;
-    o->attn_ew_f = ew_attn / c->membw;
-    o->ew_f = (norms + bda + act + rope + ew_attn) / c->membw;
-
-    /* Tensor parallel: forward all-reduces after attention-out and fc2, backward
-     * all-reduces of the QKV and fc1 input gradients (Shoeybi et al. 2019, Fig. 3).
-     * With sequence parallelism each all-reduce becomes reduce-scatter + all-gather
-     * of the same bytes, and backward all-gathers the layer inputs again for the
-     * weight gradients (Korthikanti et al. 2022, Sec. 4.2.2). */
-    if (l->tp > 1) {
-        double bytes = p * T * h;
-        if (l->sp) {
-            double rs = dp_coll_time_s(DP_REDUCE_SCATTER, bytes, l->tp, &c->tp);
-            double ag = dp_coll_time_s(DP_ALLGATHER, bytes, l->tp, &c->tp);
-            o->tp_f = 2 * (rs + ag);
-            o->tp_b = 2 * (rs + ag) + 2 * ag;
-        } else {
-            double ar = dp_coll_time_s(DP_ALLREDUCE, bytes, l->tp, &c->tp);
-            o->tp_f = 2 * ar;
-            o->tp_b = 2 * ar;
-        }
-    }
+    o->ew_f += (norms + bda) / c->membw;
 
     /* Context parallel (ring attention): cp - 1 exchanges of this rank's K and V
      * chunk, overlapped with the attention of the chunk in hand; backward also
      * returns dK and dV. Every rank of the ring sends at once, so each step waits
-     * for the ring's slowest hop (c->cp). */
+     * for the ring's slowest hop (c->cp). MLA exchanges its expanded K and V. */
     if (l->cp > 1) {
-        double kv = 2.0 * p * T * g * d / t;
+        double kvw = m->mla ? (double)m->heads * (d + (double)m->mla_v_dim) : 2.0 * g * d;
+        double kv = p * T * kvw / t;
         double step_f = dp_coll_time_s(DP_P2P, kv, 2, &c->cp);
         double per_f = o->attn_f / l->cp, per_b = o->attn_b / l->cp;
         o->cp_f = (l->cp - 1) * overlapped(step_f, per_f);
@@ -344,44 +455,91 @@ static void stage_params(const struct dp_model *m, const struct dp_layout *l, in
 }
 
 void dp_time_layer(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
-                   struct dp_layer_time *out)
+                   struct dp_layer_time out[DP_LAYER_KINDS])
 {
     struct ctx c;
     ctx_init(&c, m, cl, l, false);
-    layer(&c, out);
-    ends(&c, out);
+    for (int k = 0; k < DP_LAYER_KINDS; k++)
+        layer(&c, (enum dp_layer_kind)k, &out[k]);
+    /* the ends are the same whatever the layers' kind */
+    ends(&c, &out[0]);
+    for (int k = 1; k < DP_LAYER_KINDS; k++) {
+        out[k].emb_f = out[0].emb_f;
+        out[k].emb_b = out[0].emb_b;
+        out[k].emb_tp_f = out[0].emb_tp_f;
+        out[k].head_f = out[0].head_f;
+        out[k].head_b = out[0].head_b;
+        out[k].head_tp_f = out[0].head_tp_f;
+        out[k].head_tp_b = out[0].head_tp_b;
+    }
 }
 
 void dp_time_step_fast(const struct dp_model *m, const struct dp_cluster *cl,
                        const struct dp_layout *l, struct dp_step_cost *o)
 {
-    struct dp_layer_time lt;
-    dp_time_layer(m, cl, l, &lt);
-    dp_time_step_with(m, cl, l, &lt, o);
+    struct dp_layer_time lt[DP_LAYER_KINDS];
+    dp_time_layer(m, cl, l, lt);
+    dp_time_step_with(m, cl, l, lt, o);
+}
+
+/* acc = a stage's layers by kind, plus the ends it holds and its sends. */
+static void device_cost(const struct dp_layout *l, const struct dp_model *m, int d,
+                        const struct stage_cost one[DP_LAYER_KINDS], const struct stage_cost *emb,
+                        const struct stage_cost *head, double p2p, struct stage_cost *acc)
+{
+    struct dp_layer_kinds kinds;
+    dp_layout_stage_kinds(l, m, d, &kinds);
+    memset(acc, 0, sizeof *acc);
+    for (int k = 0; k < DP_LAYER_KINDS; k++)
+        if (kinds.n[k])
+            add_scaled(acc, &one[k], kinds.n[k]);
+    if (d == 0)
+        add_scaled(acc, emb, 1);
+    if (d == l->pp - 1)
+        add_scaled(acc, head, 1);
+    acc->pp = 2.0 * l->vpp * p2p;
 }
 
 /* The pipeline: each chunk's passes, the schedule, the slowest rank's breakdown;
  * what ZeRO does not change (struct dp_reuse keeps it). */
-static void pipeline(const struct ctx *c, const struct dp_layer_time *lcp, struct dp_reuse *r)
+static void pipeline(const struct ctx *c, const struct dp_layer_time lt[DP_LAYER_KINDS],
+                     struct dp_reuse *r)
 {
     const struct dp_model *m = c->m;
     const struct dp_layout *l = c->l;
-    const struct dp_layer_time lc = *lcp;
-    /* Each model chunk's forward and backward per micro-batch: its layers, the
-     * embedding in the first, the output layer and loss in the last, its sends. */
+    /* Each model chunk's forward and backward per micro-batch: its layers at their kind's
+     * cost (dp_model_layer_kinds: dense-first MoE models differ by layer), the embedding
+     * in the first, the output layer and loss in the last, its sends. */
     const int pp = l->pp, v = l->vpp, S = pp * v;
-    struct stage_cost one, emb, head;
-    layer_part(c, &lc, &one);
-    embed_part(&lc, &emb);
-    head_part(&lc, &head);
+    struct stage_cost one[DP_LAYER_KINDS], emb, head;
+    double f1[DP_LAYER_KINDS], b1[DP_LAYER_KINDS];
+    for (int k = 0; k < DP_LAYER_KINDS; k++) {
+        layer_part(c, &lt[k], &one[k]);
+        f1[k] = fwd_of(&one[k]);
+        b1[k] = bwd_of(&one[k]);
+    }
+    embed_part(&lt[0], &emb);
+    head_part(&lt[0], &head);
     double p2p = p2p_part(c);
-    const double f1 = fwd_of(&one), b1 = bwd_of(&one);
+    const bool mixed = dp_model_mixed_layers(m);
+    const int only = m->experts > 0 ? DP_LAYER_MOE : DP_LAYER_DENSE;
     double F[DP_MAX_CHUNKS], B[DP_MAX_CHUNKS];
-    int nl[DP_MAX_CHUNKS];
+    int first = 0;
     for (int k = 0; k < S && k < DP_MAX_CHUNKS; k++) {
-        nl[k] = l->nchunks > 0 ? l->chunk_layers[k] : dp_layout_chunk_count(l, m, k % pp, k / pp);
-        F[k] = nl[k] * f1 + p2p;
-        B[k] = nl[k] * b1 + p2p;
+        int n = l->nchunks > 0 ? l->chunk_layers[k] : dp_layout_chunk_count(l, m, k % pp, k / pp);
+        F[k] = B[k] = p2p;
+        if (!mixed) {
+            F[k] += n * f1[only];
+            B[k] += n * b1[only];
+        } else {
+            struct dp_layer_kinds kk;
+            dp_model_layer_kinds(m, first, n, &kk);
+            for (int i = 0; i < DP_LAYER_KINDS; i++) {
+                F[k] += kk.n[i] * f1[i];
+                B[k] += kk.n[i] * b1[i];
+            }
+        }
+        first += n;
     }
     F[0] += fwd_of(&emb);
     B[0] += bwd_of(&emb);
@@ -394,39 +552,24 @@ static void pipeline(const struct ctx *c, const struct dp_layer_time *lcp, struc
     /* The slowest rank's work per micro-batch, for the breakdown. */
     int slow = 0;
     double dmax = -1;
-    struct stage_cost st[3]; /* ranks 0, 1 and pp - 1 */
     for (int d = 0; d < pp; d++) {
-        int n = 0;
         double D = 0;
-        for (int k = d; k < S; k += pp) {
-            n += nl[k];
+        for (int k = d; k < S; k += pp)
             D += F[k] + B[k];
-        }
-        if (d == 0)
-            r->first_layers = n;
         if (D > dmax) {
             dmax = D;
             slow = d;
         }
     }
-    for (int i = 0; i < 3; i++) {
-        int d = i == 0 ? 0 : i == 1 ? (pp > 2 ? 1 : 0) : pp - 1;
-        memset(&st[i], 0, sizeof st[i]);
-        add_scaled(&st[i], &one, dp_layout_stage_layers(l, m, d));
-        if (d == 0)
-            add_scaled(&st[i], &emb, 1);
-        if (d == pp - 1)
-            add_scaled(&st[i], &head, 1);
-        st[i].pp = 2.0 * v * p2p;
-    }
-    struct stage_cost sl;
-    memset(&sl, 0, sizeof sl);
-    add_scaled(&sl, &one, dp_layout_stage_layers(l, m, slow));
-    if (slow == 0)
-        add_scaled(&sl, &emb, 1);
-    if (slow == pp - 1)
-        add_scaled(&sl, &head, 1);
-    sl.pp = 2.0 * v * p2p;
+    r->first_layers = dp_layout_stage_layers(l, m, 0);
+    struct stage_cost st[3], sl; /* ranks 0, 1 and pp - 1; the slowest */
+    for (int i = 0; i < 3; i++)
+        device_cost(l, m,
+                    i == 0   ? 0
+                    : i == 1 ? (pp > 2 ? 1 : 0)
+                             : pp - 1,
+                    one, &emb, &head, p2p, &st[i]);
+    device_cost(l, m, slow, one, &emb, &head, p2p, &sl);
     r->slowest_stage = slow;
     r->compute_s = M * (sl.compute_f + sl.compute_b);
     r->recompute_s = M * (sl.recompute + sl.tp_re);
@@ -442,19 +585,18 @@ static void pipeline(const struct ctx *c, const struct dp_layer_time *lcp, struc
         r->stage_bwd_s[i] =
             st[i].compute_b + st[i].recompute + st[i].tp_b + st[i].tp_re + st[i].pp / 2;
     }
-
     r->have_pipe = true;
 }
 
 void dp_time_step_with(const struct dp_model *m, const struct dp_cluster *cl,
-                       const struct dp_layout *l, const struct dp_layer_time *lcp,
+                       const struct dp_layout *l, const struct dp_layer_time lt[DP_LAYER_KINDS],
                        struct dp_step_cost *o)
 {
-    dp_time_step_reuse(m, cl, l, lcp, NULL, o);
+    dp_time_step_reuse(m, cl, l, lt, NULL, o);
 }
 
 void dp_time_step_reuse(const struct dp_model *m, const struct dp_cluster *cl,
-                        const struct dp_layout *l, const struct dp_layer_time *lcp,
+                        const struct dp_layout *l, const struct dp_layer_time lt[DP_LAYER_KINDS],
                         struct dp_reuse *ru, struct dp_step_cost *o)
 {
     memset(o, 0, sizeof *o);
@@ -467,7 +609,7 @@ void dp_time_step_reuse(const struct dp_model *m, const struct dp_cluster *cl,
     struct dp_reuse mine;
     struct dp_reuse *r = ru ? ru : &mine;
     if (!ru || !ru->have_pipe)
-        pipeline(&c, lcp, r);
+        pipeline(&c, lt, r);
     const double pipe = r->pipe_s, M = (double)dp_layout_microbatches(l);
     const int pp = l->pp, L0 = r->first_layers;
     o->slowest_stage = r->slowest_stage;
@@ -498,6 +640,14 @@ void dp_time_step_reuse(const struct dp_model *m, const struct dp_cluster *cl,
         if (l->nchunks == 0)
             break; /* the middle stages are alike */
     }
+    for (int d = 1; d < pp - 1 && dp_model_mixed_layers(m); d++) { /* any stage may hold most */
+        double d2, e2;
+        stage_params(m, l, d, &d2, &e2);
+        if (d2 + e2 > pdense + pexpert) {
+            pdense = d2;
+            pexpert = e2;
+        }
+    }
     for (int k = 0; k < 2; k++) {
         int d = k == 0 ? most : pp - 1;
         if (d <= 0)
@@ -511,7 +661,9 @@ void dp_time_step_reuse(const struct dp_model *m, const struct dp_cluster *cl,
     }
     int pb, gb, ob;
     dp_mem_bytes_per_param(l, &pb, &gb, &ob);
-    int ndp = l->dp * l->cp, ndpe = ndp / l->ep;
+    /* Dense gradients over dp x cp, expert gradients over the expert data-parallel
+     * group (Megatron-Core: tp cp dp / (ep etp) ranks). */
+    int ndp = l->dp * l->cp, ndpe = dp_layout_edp(l);
     double rs = 0, ag = 0, ar = 0;
     if (l->zero == 0) {
         ar = dp_coll_time_s(DP_ALLREDUCE, pdense * gb, ndp, &c.dp) +
@@ -597,6 +749,8 @@ void dp_time_describe_paths(const struct dp_cluster *cl, const struct dp_layout 
     dp_place_path(cl, l, DP_PLACE_TP, &out->tp_path);
     dp_place_path(cl, l, DP_PLACE_CP, &out->cp_path);
     dp_place_path(cl, l, DP_PLACE_EP, &out->ep_path);
+    dp_place_path(cl, l, DP_PLACE_ETP, &out->etp_path);
+    dp_place_path(cl, l, DP_PLACE_EDP, &out->edp_path);
     dp_place_path(cl, l, DP_PLACE_DPCP, &out->dp_path);
     dp_place_path(cl, l, DP_PLACE_PP, &out->pp_path);
 }

@@ -102,6 +102,10 @@ int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world
                           "model %s: ALiBi positions are not supported by the CPU executor "
                           "(learned or rope)",
                           m->name);
+    if (m->mla || m->qk_norm)
+        return dp_err_set(err, DP_EINFEASIBLE, "model %s: %s is not supported by the CPU executor",
+                          m->name,
+                          m->mla ? "multi-head latent attention (mla)" : "q/k normalization");
     if (m->norms_per_layer != 2)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "model %s: norms_per_layer=%d (parallel attention) is not supported by "

@@ -30,4 +30,14 @@ static inline struct dp_cluster dp__cluster_with_gpus(const struct dp_cluster *c
     return c;
 }
 
+/*
+ * Does tensor parallelism tp (with expert tensor parallelism etp, 0 = tp) divide
+ * what it splits: heads, KV heads, the dense MLP when the model has dense layers,
+ * shared experts (by tp) and routed experts (by etp)?
+ */
+bool dp__tp_divides(const struct dp_model *m, int tp, int etp);
+
+/* The layout fields the searches fix from the options (MoE routing, etp). */
+void dp__apply_moe_opts(const struct dp_search_opts *o, struct dp_layout *l);
+
 #endif

@@ -66,6 +66,13 @@ struct dp_search_opts {
     bool flash_attn;
     bool dp_overlap;
     enum dp_optimizer optimizer;
+    /* Mixture of experts, fixed (never searched): expert tensor parallelism (0 = tp),
+     * capacity factor (0 = dropless), padding, load imbalance, token dispatcher. */
+    int etp;
+    double moe_capacity;
+    bool moe_pad;
+    double moe_imbalance;
+    enum dp_moe_dispatcher moe_dispatcher;
     struct dp_mem_opts mem;
     /*
      * Optional: called once for every layout that fits, in enumeration order, after

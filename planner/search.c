@@ -5,8 +5,9 @@
  *
  * Speed comes from structure, not pruning heuristics: the per-layer time and
  * activation bytes depend only on (tp, cp, mbs, sp, ep), so they are computed
- * once per such tuple and reused for every pipeline/data-parallel/ZeRO/
- * recompute choice; the memory check (cheaper) runs before the time model.
+ * once per such tuple and layer kind (dense, MoE) and reused for every
+ * pipeline/data-parallel/ZeRO/recompute choice; each stage is charged for the
+ * kinds it holds. The memory check (cheaper) runs before the time model.
  */
 #include "internal.h"
 
@@ -29,7 +30,28 @@ void dp_search_opts_default(struct dp_search_opts *o)
     o->flash_attn = true;
     o->dp_overlap = true;
     o->optimizer = DP_OPT_ADAM;
+    o->moe_imbalance = DP_MOE_IMBALANCE_DEFAULT;
     dp_mem_opts_default(&o->mem);
+}
+
+bool dp__tp_divides(const struct dp_model *m, int tp, int etp)
+{
+    if (m->heads % tp || m->kv_heads % tp)
+        return false;
+    if ((m->experts == 0 || m->moe_dense_layers > 0) && m->ffn_hidden % tp)
+        return false;
+    if (m->moe_shared_experts > 0 && m->moe_shared_ffn_hidden % tp)
+        return false;
+    return m->experts == 0 || m->moe_ffn_hidden % (etp ? etp : tp) == 0;
+}
+
+void dp__apply_moe_opts(const struct dp_search_opts *o, struct dp_layout *l)
+{
+    l->etp = o->etp;
+    l->moe_capacity = o->moe_capacity;
+    l->moe_pad = o->moe_pad;
+    l->moe_imbalance = o->moe_imbalance;
+    l->moe_dispatcher = o->moe_dispatcher;
 }
 
 struct search {
@@ -133,8 +155,9 @@ static void keep_alt(struct search *s, enum dp_alt_dim dim, int value, const str
     }
 }
 
-static void evaluate(struct search *s, const struct dp_layout *l, const struct dp_layer_time *lt,
-                     const struct dp_act_layer *al, struct dp_reuse *ru)
+static void evaluate(struct search *s, const struct dp_layout *l,
+                     const struct dp_layer_time lt[DP_LAYER_KINDS],
+                     const struct dp_act_layer al[DP_LAYER_KINDS], struct dp_reuse *ru)
 {
     struct dp_search_result *r = s->r;
     r->evaluated++;
@@ -287,7 +310,7 @@ static int64_t gcd64(int64_t a, int64_t b)
  * so that "fits no layout" never hides a batch that would work.
  */
 static void evaluate_other_batch(struct search *s, const struct dp_layout *l,
-                                 const struct dp_act_layer *al)
+                                 const struct dp_act_layer al[DP_LAYER_KINDS])
 {
     struct dp_search_result *r = s->r;
     int64_t peak, min;
@@ -312,7 +335,6 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
     const struct dp_cluster *cl = s->cl;
     const struct dp_search_opts *o = s->o;
     const int gpus = s->gpus, gpn = cl->gpus_per_node, L = (int)m->layers;
-    const int64_t f = m->experts ? m->moe_ffn_hidden : m->ffn_hidden;
     /* A fixed degree is tried as given (any integer); free ones as powers of two. */
     for (int tp = o->tp ? o->tp : 1; tp <= (o->tp ? o->tp : gpus); tp *= 2) {
         if (tp > gpn) {
@@ -324,9 +346,9 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
             note(s, "tp=%d: does not divide the %d GPUs of a node", tp, gpn);
             continue;
         }
-        if (m->heads % tp || m->kv_heads % tp || f % tp) {
-            note(s, "tp=%d: does not divide heads=%lld, kv_heads=%lld and ffn=%lld", tp,
-                 (long long)m->heads, (long long)m->kv_heads, (long long)f);
+        if (!dp__tp_divides(m, tp, o->etp)) {
+            note(s, "tp=%d: does not divide heads=%lld, kv_heads=%lld and the MLP widths", tp,
+                 (long long)m->heads, (long long)m->kv_heads);
             continue;
         }
         for (int cp = o->cp ? o->cp : 1; cp <= (o->cp ? o->cp : gpus / tp); cp *= 2) {
@@ -368,8 +390,12 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                                m->experts ? "ep=%d: does not divide the model's %lld experts"
                                           : "ep=%d: the model has no experts (%lld)",
                                o->ep, (long long)m->experts);
+                    const int64_t etp = o->etp ? o->etp : tp;
                     for (int ep = 1; ep <= emax; ep++) {
                         if (emax % ep || (o->ep && ep != o->ep))
+                            continue;
+                        /* Megatron-Core: expert with tensor parallelism needs SP. */
+                        if (ep > 1 && tp > 1 && !sp)
                             continue;
                         struct dp_layout l = *base;
                         l.tp = tp;
@@ -379,21 +405,24 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                         l.ep = ep;
                         l.dp = rest; /* for the paths; fixed below per pp */
                         l.pp = 1;
-                        struct dp_layer_time lt;
-                        dp_time_layer(m, cl, &l, &lt);
-                        /* The output layer and loss in layers of forward + backward
-                         * time, for the splits that unload the last stage. */
-                        double layer_fb = 3 * lt.gemm_f + lt.attn_f + lt.attn_b + 3 * lt.ew_f +
-                                          lt.tp_f + lt.tp_b + lt.cp_f + lt.cp_b + lt.ep_f + lt.ep_b;
-                        double head_fb = lt.head_f + lt.head_b + lt.head_tp_f + lt.head_tp_b;
+                        struct dp_layer_time lts[DP_LAYER_KINDS];
+                        dp_time_layer(m, cl, &l, lts);
+                        /* The output layer and loss in layers (of the last layer's kind) of
+                         * forward + backward time, for the splits that unload the last
+                         * stage. */
+                        const struct dp_layer_time *lt = &lts[dp_model_layer_kind(m, L - 1)];
+                        double layer_fb = 3 * lt->gemm_f + lt->attn_f + lt->attn_b + 3 * lt->ew_f +
+                                          lt->tp_f + lt->tp_b + lt->cp_f + lt->cp_b + lt->ep_f +
+                                          lt->ep_b;
+                        double head_fb = lt->head_f + lt->head_b + lt->head_tp_f + lt->head_tp_b;
                         int head_w = layer_fb > 0 ? (int)(head_fb / layer_fb) : 0;
                         if (head_w > 64)
                             head_w = 64;
-                        struct dp_act_layer act[3];
+                        struct dp_act_layer act[3][DP_LAYER_KINDS];
                         struct dp_reuse ru[3];
                         for (int rc = 0; rc < 3; rc++) {
                             l.recompute = (enum dp_recompute)rc;
-                            dp_act_layer(m, &l, &act[rc]);
+                            dp_act_layers(m, &l, act[rc]);
                         }
                         for (int pp = 1; pp <= rest && pp <= L && pp <= DP_MAX_PP; pp++) {
                             if (rest % pp || (o->pp && pp != o->pp))
@@ -401,7 +430,7 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                             int dp = rest / pp;
                             if (o->dp && dp != o->dp)
                                 continue;
-                            if (ep > 1 && (dp * cp) % ep)
+                            if (m->experts && ((int64_t)tp * cp * dp) % (ep * etp))
                                 continue;
                             int64_t gbs = o->gbs;
                             if (gbs % (mbs * dp)) {
@@ -453,9 +482,9 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                                             l.zero = zero;
                                             l.recompute = (enum dp_recompute)rc;
                                             if (other_batch)
-                                                evaluate_other_batch(s, &l, &act[rc]);
+                                                evaluate_other_batch(s, &l, act[rc]);
                                             else
-                                                evaluate(s, &l, &lt, &act[rc], &ru[rc]);
+                                                evaluate(s, &l, lts, act[rc], &ru[rc]);
                                         }
                                     }
                                 }
@@ -504,6 +533,7 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
     base.flash_attn = o->flash_attn;
     base.dp_overlap = o->dp_overlap;
     base.optimizer = o->optimizer;
+    dp__apply_moe_opts(o, &base);
 
     char nosplit[DP_MAX_PP + 1] = {0};
     enumerate(&s, &base, false, nosplit);

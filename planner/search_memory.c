@@ -66,7 +66,8 @@ static int64_t gcd64(int64_t a, int64_t b)
 }
 
 /* Does layout l (dp and gbs still to set) fit on dp x the rest GPUs? */
-static bool fits(struct scan *s, struct dp_layout *l, int dp, const struct dp_act_layer *al)
+static bool fits(struct scan *s, struct dp_layout *l, int dp,
+                 const struct dp_act_layer al[DP_LAYER_KINDS])
 {
     l->dp = dp;
     int n = l->tp * l->cp * l->pp * dp;
@@ -109,8 +110,10 @@ static bool candidates(struct scan *s, const struct dp_layout *l)
     s->ncand = 0;
     const int64_t P = (int64_t)l->tp * l->cp * l->pp;
     const int limit = s->best - 1;
-    /* dp x cp divisible by ep: dp a multiple of ep / gcd(ep, cp). ZeRO needs dp x cp > 1. */
-    const int64_t edp = l->ep / gcd64(l->ep, l->cp);
+    /* tp x cp x dp divisible by ep x etp (the expert groups): dp a multiple of
+     * ep etp / gcd(ep etp, tp cp). ZeRO needs dp x cp > 1. */
+    const int64_t eg = s->m->experts ? (int64_t)l->ep * dp_layout_etp(l) : 1;
+    const int64_t edp = eg / gcd64(eg, (int64_t)l->tp * l->cp);
     const int64_t dp_min = l->zero > 0 && l->cp == 1 ? 2 : 1;
     if (s->gbs) {
         for (int i = 0; i < s->ndivs; i++) {
@@ -144,7 +147,8 @@ static bool candidates(struct scan *s, const struct dp_layout *l)
 
 /* The fewest valid GPUs below the best at which l fits: memory falls with dp, so test the
  * largest count first and bisect down. */
-static bool config(struct scan *s, struct dp_layout *l, const struct dp_act_layer *al)
+static bool config(struct scan *s, struct dp_layout *l,
+                   const struct dp_act_layer al[DP_LAYER_KINDS])
 {
     if (!candidates(s, l))
         return false;
@@ -170,7 +174,6 @@ static bool scan_all(struct scan *s, int64_t mbs)
     const struct dp_model *m = s->m;
     const struct dp_search_opts *o = s->o;
     const int L = (int)m->layers, gpn = s->gpn;
-    const int64_t f = m->experts ? m->moe_ffn_hidden : m->ffn_hidden;
     struct dp_layout base;
     dp_layout_default(&base);
     base.mbs = mbs;
@@ -181,8 +184,9 @@ static bool scan_all(struct scan *s, int64_t mbs)
     base.flash_attn = o->flash_attn;
     base.dp_overlap = o->dp_overlap;
     base.optimizer = o->optimizer;
+    dp__apply_moe_opts(o, &base);
     for (int tp = 1; tp <= gpn && tp <= s->max_gpus; tp *= 2) {
-        if ((o->tp && tp != o->tp) || gpn % tp || m->heads % tp || m->kv_heads % tp || f % tp)
+        if ((o->tp && tp != o->tp) || gpn % tp || !dp__tp_divides(m, tp, o->etp))
             continue;
         for (int cp = 1; (int64_t)tp * cp <= s->max_gpus; cp *= 2) {
             if (o->cp && cp != o->cp)
@@ -194,17 +198,17 @@ static bool scan_all(struct scan *s, int64_t mbs)
                     continue;
                 int64_t emax = m->experts > 0 ? m->experts : 1;
                 for (int ep = 1; ep <= emax; ep++) {
-                    if (emax % ep || (o->ep && ep != o->ep))
+                    if (emax % ep || (o->ep && ep != o->ep) || (ep > 1 && tp > 1 && !sp))
                         continue;
                     struct dp_layout l = base;
                     l.tp = tp;
                     l.cp = cp;
                     l.sp = sp;
                     l.ep = ep;
-                    struct dp_act_layer act[3];
+                    struct dp_act_layer act[3][DP_LAYER_KINDS];
                     for (int rc = 0; rc < 3; rc++) {
                         l.recompute = (enum dp_recompute)rc;
-                        dp_act_layer(m, &l, &act[rc]);
+                        dp_act_layers(m, &l, act[rc]);
                     }
                     for (int pp = 1; pp <= L && pp <= DP_MAX_PP; pp++) {
                         if ((o->pp && pp != o->pp) || (int64_t)tp * cp * pp > s->max_gpus)
@@ -229,7 +233,7 @@ static bool scan_all(struct scan *s, int64_t mbs)
                                         l.recompute = (enum dp_recompute)rc;
                                         l.first_stage_layers = sp_[si][0];
                                         l.last_stage_layers = sp_[si][1];
-                                        if (!config(s, &l, &act[rc]))
+                                        if (!config(s, &l, act[rc]))
                                             return false;
                                     }
                                 }

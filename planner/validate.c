@@ -12,6 +12,9 @@
 
 double dp_run_measured_s(const struct dp_run *r)
 {
+    if (r->tokens_per_s_per_gpu > 0) /* one step's tokens over the whole cluster's rate */
+        return (double)r->layout.gbs * (double)r->layout.seq_len /
+               (r->tokens_per_s_per_gpu * dp_cluster_gpus(&r->cluster));
     if (r->flops == DP_FLOPS_NONE)
         return r->iteration_time_s;
     struct dp_layout lf = r->layout;
@@ -92,7 +95,7 @@ int dp_calibrate_gemm(struct dp_run *runs, int n, const char *gpu, bool fit_half
     int idx[1024];
     int k = 0;
     for (int i = 0; i < n && k < 1024; i++)
-        if (!runs[i].held_out && !runs[i].underspecified &&
+        if (!runs[i].held_out && !runs[i].underspecified && !runs[i].needs[0] &&
             strcmp(runs[i].cluster.gpu.name, gpu) == 0)
             idx[k++] = i;
     int np = fit_half ? 2 : 1;

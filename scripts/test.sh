@@ -54,7 +54,7 @@ fuzz() { # target max_len seed-dir...
     END { printf "%s: %d runs (%d/s); coverage %s edges, %s features (seeds alone: %s edges, %s features) of %d counters; corpus %s\n", t, runs, eps, c1, f1, c0, f0, n, cp }' "$log"
   rm -rf "$corpus" "$log"
 }
-fuzz fuzz_loaders 4096 model gpu link network system cluster layout
+fuzz fuzz_loaders 4096 model gpu link network system cluster layout calibration
 fuzz fuzz_topo_xml 16384 topo_xml
 
 echo "== clang-format"

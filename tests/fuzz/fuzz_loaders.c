@@ -1,10 +1,12 @@
 /*
  * libFuzzer target for the JSON loaders: model (dplan and Hugging Face),
- * GPU, interconnect, network and system profiles, cluster and layout files.
+ * GPU, interconnect, network and system profiles, cluster and layout files,
+ * and the measured calibration profile (fit/).
  * The first byte picks the loader; the rest is the file's content. Every
  * input must end in success or a one-line error, never a crash or a leak.
  */
 #include "core/core.h"
+#include "fit/fit.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -28,7 +30,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
     fclose(f);
     struct dp_err err = {0};
     int rc = 0;
-    switch (data[0] % 7) {
+    switch (data[0] % 8) {
     case 0: {
         struct dp_model m;
         rc = dp_model_load(path, &m, &err);
@@ -61,6 +63,11 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
     case 5: {
         struct dp_cluster c;
         rc = dp_cluster_load(path, &c, &err);
+        break;
+    }
+    case 7: {
+        struct dp_calibration c;
+        rc = dp_calibration_load(path, &c, &err);
         break;
     }
     default: {

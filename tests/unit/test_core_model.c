@@ -102,6 +102,81 @@ static void test_hf_details(void)
     CHECK_EQ(mx.experts, 8);
     CHECK_EQ(mx.top_k, 2);
     CHECK_EQ(mx.moe_ffn_hidden, 14336);
+    /* Qwen2-MoE: one shared expert of shared_expert_intermediate_size behind a sigmoid
+     * gate, q/k/v biases, every layer sparse. */
+    struct dp_model q2 = load("tests/fixtures/hf/qwen1.5-moe-a2.7b.json");
+    CHECK_STR(q2.format, "hf:qwen2_moe");
+    CHECK_EQ(q2.experts, 60);
+    CHECK_EQ(q2.top_k, 4);
+    CHECK_EQ(q2.moe_ffn_hidden, 1408);
+    CHECK_EQ(q2.moe_shared_experts, 1);
+    CHECK_EQ(q2.moe_shared_ffn_hidden, 5632);
+    CHECK(q2.moe_shared_gate && q2.qkv_bias && !q2.out_bias);
+    CHECK_EQ(q2.moe_dense_layers, 0);
+    /* Qwen3-MoE: explicit head_dim (32 x 128 != 2048), q/k norms, no shared expert. */
+    struct dp_model q3 = load("tests/fixtures/hf/qwen3-30b-a3b.json");
+    CHECK_EQ(q3.head_dim, 128);
+    CHECK_EQ(q3.kv_heads, 4);
+    CHECK(q3.qk_norm && !q3.qkv_bias);
+    CHECK_EQ(q3.moe_shared_experts, 0);
+    /* DeepSeek-V3: MLA, 3 dense layers, 1 shared expert, noaux_tc router bias; YaRN's
+     * original_max_position_embeddings is the training length. */
+    struct dp_model d3 = load("tests/fixtures/hf/deepseek-v3.json");
+    CHECK(d3.mla);
+    CHECK_EQ(d3.mla_q_rank, 1536);
+    CHECK_EQ(d3.mla_kv_rank, 512);
+    CHECK_EQ(d3.head_dim, 192);
+    CHECK_EQ(d3.mla_v_dim, 128);
+    CHECK_EQ(d3.kv_heads, 128);
+    CHECK_EQ(d3.moe_dense_layers, 3);
+    CHECK_EQ(d3.moe_shared_experts, 1);
+    CHECK_EQ(d3.moe_shared_ffn_hidden, 2048);
+    CHECK(d3.moe_router_bias);
+    CHECK_EQ(d3.seq_len, 4096);
+    /* DeepSeek-V2-Lite: no q bottleneck (q_lora_rank null), greedy routing (no bias). */
+    struct dp_model dl = load("tests/fixtures/hf/deepseek-v2-lite.json");
+    CHECK_EQ(dl.mla_q_rank, 0);
+    CHECK(!dl.moe_router_bias);
+    CHECK_EQ(dl.moe_shared_experts, 2);
+    CHECK_EQ(dl.moe_dense_layers, 1);
+    /* The dplan schema round-trips every new field: the count survives. */
+    cJSON *o = dp_model_to_json(&d3);
+    struct dp_model back;
+    struct dp_err err = {0};
+    struct dp_jr jr = {.file = "roundtrip", .err = &err};
+    CHECK_EQ(dp_model_from_json(&jr, o, &back), 0);
+    if (err.code)
+        fprintf(stderr, "%s\n", err.msg);
+    struct dp_param_count a, b;
+    dp_model_count(&d3, &a);
+    dp_model_count(&back, &b);
+    CHECK_EQ(b.total, 671026419200LL);
+    CHECK_EQ(b.active, a.active);
+    cJSON_Delete(o);
+}
+
+/* Layer ranges to kinds: DeepSeek-V3 with its 3 dense layers. */
+static void test_layer_kinds(void)
+{
+    struct dp_model m = load("tests/fixtures/hf/deepseek-v3.json");
+    struct dp_layer_kinds k;
+    dp_model_layer_kinds(&m, 0, 61, &k);
+    CHECK_EQ(k.n[DP_LAYER_DENSE], 3);
+    CHECK_EQ(k.n[DP_LAYER_MOE], 58);
+    CHECK(dp_model_mixed_layers(&m));
+    /* pp 4 with an uneven 16/15/15/15 split: only stage 0 holds dense layers. */
+    struct dp_layout l;
+    dp_layout_default(&l);
+    l.pp = 4;
+    l.first_stage_layers = 16;
+    dp_layout_stage_kinds(&l, &m, 0, &k);
+    CHECK_EQ(k.n[DP_LAYER_DENSE], 3);
+    CHECK_EQ(k.n[DP_LAYER_MOE], 13);
+    dp_layout_stage_kinds(&l, &m, 1, &k);
+    CHECK_EQ(k.n[DP_LAYER_DENSE], 0);
+    CHECK_EQ(k.n[DP_LAYER_MOE], 15);
+    struct dp_model mx = load("tests/fixtures/hf/mixtral-8x7b-v0.1.json");
+    CHECK(!dp_model_mixed_layers(&mx));
 }
 
 /*
@@ -205,6 +280,7 @@ int main(void)
 {
     test_published_counts();
     test_hf_details();
+    test_layer_kinds();
     test_hf_seq_len();
     test_layer_ranges();
     test_shipped_by_name();

@@ -103,33 +103,33 @@ static void test_korthikanti_layer(void)
     struct dp_act_layer al;
 
     /* Eq. (1): no parallelism, sbh (34 + 5as/h). */
-    dp_act_layer(&m, &l, &al);
+    dp_act_layer(&m, &l, DP_LAYER_DENSE, &al);
     CHECK_NEAR(al.stored_bytes, sbh * (34 + s2), 1e-12);
     /* Eq. (2): tensor parallel, sbh (10 + 24/t + 5as/(ht)). */
     l.tp = 8;
-    dp_act_layer(&m, &l, &al);
+    dp_act_layer(&m, &l, DP_LAYER_DENSE, &al);
     CHECK_NEAR(al.stored_bytes, sbh * (10 + 24 / t + s2 / t), 1e-12);
     /* Eq. (4): tensor + sequence parallel, sbh (34/t + 5as/(ht)). */
     l.sp = true;
-    dp_act_layer(&m, &l, &al);
+    dp_act_layer(&m, &l, DP_LAYER_DENSE, &al);
     CHECK_NEAR(al.stored_bytes, sbh * (34 / t + s2 / t), 1e-12);
     /* Sec. 5 / Table 2: selective recompute drops the 5as/h term. */
     l.recompute = DP_RECOMPUTE_SELECTIVE;
-    dp_act_layer(&m, &l, &al);
+    dp_act_layer(&m, &l, DP_LAYER_DENSE, &al);
     CHECK_NEAR(al.stored_bytes, sbh * 34 / t, 1e-12);
     l.sp = false;
-    dp_act_layer(&m, &l, &al);
+    dp_act_layer(&m, &l, DP_LAYER_DENSE, &al);
     CHECK_NEAR(al.stored_bytes, sbh * (10 + 24 / t), 1e-12);
     /* Full recompute: the layer input, 2sbh. */
     l.recompute = DP_RECOMPUTE_FULL;
-    dp_act_layer(&m, &l, &al);
+    dp_act_layer(&m, &l, DP_LAYER_DENSE, &al);
     CHECK_NEAR(al.stored_bytes, 2 * sbh, 1e-12);
     /* ...which the working set (one layer recomputed) exceeds by the whole layer. */
     CHECK_NEAR(al.full_bytes, sbh * (10 + 24 / t + s2 / t), 1e-12);
     /* Flash attention removes the s^2 terms but keeps the fp32 log-sum-exp. */
     l.recompute = DP_RECOMPUTE_NONE;
     l.flash_attn = true;
-    dp_act_layer(&m, &l, &al);
+    dp_act_layer(&m, &l, DP_LAYER_DENSE, &al);
     CHECK_NEAR(al.stored_bytes, sbh * (10 + 24 / t) + 4 * a * s * b / t, 1e-12);
 }
 
@@ -162,7 +162,7 @@ static void test_gqa_swiglu(void)
                      2 * s * b * g * d / t + 2 * s * b * a * d / t + 2 * s * b * h / t +
                      3 * 2 * s * b * f / t + 4 * a * s * b / t;
     struct dp_act_layer al;
-    dp_act_layer(&m, &l, &al);
+    dp_act_layer(&m, &l, DP_LAYER_DENSE, &al);
     CHECK_EQ(al.stored_bytes, expect);
 }
 

@@ -123,8 +123,9 @@ static void test_layer_gemms(void)
     struct dp_model m = model();
     struct dp_cluster c = cluster(1, 1);
     struct dp_layout l = layout();
-    struct dp_layer_time lt;
-    dp_time_layer(&m, &c, &l, &lt);
+    struct dp_layer_time lts[DP_LAYER_KINDS];
+    dp_time_layer(&m, &c, &l, lts);
+    const struct dp_layer_time lt = lts[DP_LAYER_DENSE];
     double T = 4096, h = 1024;
     CHECK_NEAR(lt.gemm_f, 24 * T * h * h / 100e12, 1e-12);
     /* Scores: per head [1024 x 128] x [128 x 1024] is memory-bound on this GPU (ridge
@@ -178,9 +179,10 @@ static void test_step_structure(void)
      * first (pipeline.c). */
     struct dp_model m2 = m;
     m2.vocab = 32768;
-    struct dp_layer_time lt;
-    dp_time_layer(&m2, &c, &l, &lt);
-    double layer_fb = 3 * lt.gemm_f + lt.attn_f + lt.attn_b + 3 * lt.ew_f;
+    struct dp_layer_time lt[DP_LAYER_KINDS];
+    dp_time_layer(&m2, &c, &l, lt);
+    double layer_fb = 3 * lt[DP_LAYER_DENSE].gemm_f + lt[DP_LAYER_DENSE].attn_f +
+                      lt[DP_LAYER_DENSE].attn_b + 3 * lt[DP_LAYER_DENSE].ew_f;
     dp_time_step_fast(&m2, &c, &l, &a);
     CHECK_EQ(a.slowest_stage, 3);
     l.vpp = 2;

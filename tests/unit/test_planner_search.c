@@ -66,49 +66,52 @@ static void brute_force(const struct dp_model *m, const struct dp_cluster *cl, i
     struct dp_mem_opts mo;
     dp_mem_opts_default(&mo);
     struct dp_mem_report *rep = malloc(sizeof *rep);
+    int emax = m->experts > 0 ? (int)m->experts : 1;
     for (int tp = 1; tp <= cl->gpus_per_node; tp *= 2)
         for (int pp = 1; pp <= gpus; pp++)
             for (int vpp = 1; vpp <= 8; vpp++)
                 for (int64_t mbs = 1; mbs <= 64; mbs *= 2)
                     for (int zero = 0; zero <= 3; zero++)
                         for (int rc = 0; rc < 3; rc++)
-                            for (int sp = 0; sp <= 1; sp++) {
-                                if (gpus % (tp * pp) || (sp && tp == 1))
-                                    continue;
-                                struct dp_layout l;
-                                dp_layout_default(&l);
-                                l.tp = tp;
-                                l.pp = pp;
-                                l.dp = gpus / (tp * pp);
-                                l.vpp = vpp;
-                                l.mbs = mbs;
-                                l.gbs = gbs;
-                                l.seq_len = m->seq_len;
-                                l.zero = zero;
-                                l.recompute = (enum dp_recompute)rc;
-                                l.sp = sp;
-                                struct dp_err e = {0};
-                                if (dp_layout_validate(&l, m, gpus, &e))
-                                    continue;
-                                /* The documented space: ZeRO only with something to shard. */
-                                if (zero > 0 && l.dp == 1)
-                                    continue;
-                                b->valid++;
-                                if (dp_mem_estimate(m, cl, &l, &mo, rep, &e) || !rep->fits)
-                                    continue;
-                                struct dp_step_cost c;
-                                dp_time_step_fast(m, cl, &l, &c);
-                                double s = score(&c, rep->peak_bytes, rep->min_bytes);
-                                if (!b->found || s < b->best) {
-                                    b->found = true;
-                                    b->best = s;
-                                    b->best_l = l;
+                            for (int sp = 0; sp <= 1; sp++)
+                                for (int ep = 1; ep <= emax; ep++) {
+                                    if (gpus % (tp * pp) || (sp && tp == 1) || emax % ep)
+                                        continue;
+                                    struct dp_layout l;
+                                    dp_layout_default(&l);
+                                    l.tp = tp;
+                                    l.ep = ep;
+                                    l.pp = pp;
+                                    l.dp = gpus / (tp * pp);
+                                    l.vpp = vpp;
+                                    l.mbs = mbs;
+                                    l.gbs = gbs;
+                                    l.seq_len = m->seq_len;
+                                    l.zero = zero;
+                                    l.recompute = (enum dp_recompute)rc;
+                                    l.sp = sp;
+                                    struct dp_err e = {0};
+                                    if (dp_layout_validate(&l, m, gpus, &e))
+                                        continue;
+                                    /* The documented space: ZeRO only with something to shard. */
+                                    if (zero > 0 && l.dp == 1)
+                                        continue;
+                                    b->valid++;
+                                    if (dp_mem_estimate(m, cl, &l, &mo, rep, &e) || !rep->fits)
+                                        continue;
+                                    struct dp_step_cost c;
+                                    dp_time_step_fast(m, cl, &l, &c);
+                                    double s = score(&c, rep->peak_bytes, rep->min_bytes);
+                                    if (!b->found || s < b->best) {
+                                        b->found = true;
+                                        b->best = s;
+                                        b->best_l = l;
+                                    }
                                 }
-                            }
     free(rep);
 }
 
-static void compare(const struct dp_model *m, const struct dp_cluster *cl, int64_t gbs)
+static struct brute compare(const struct dp_model *m, const struct dp_cluster *cl, int64_t gbs)
 {
     struct brute b;
     brute_force(m, cl, gbs, &b);
@@ -137,6 +140,23 @@ static void compare(const struct dp_model *m, const struct dp_cluster *cl, int64
                   score(&r->top[i - 1].cost, r->top[i - 1].peak_bytes, r->top[i - 1].min_bytes));
     }
     free(r);
+    return b;
+}
+
+/* A DeepSeek-style MoE: 8 layers, the first 2 dense, 8 routed experts (top-2) and a
+ * shared one; stages hold different layer kinds, which the search must charge per
+ * stage as the full estimate does. */
+static struct dp_model moe_model(void)
+{
+    struct dp_model m = model();
+    snprintf(m.name, sizeof m.name, "small-moe");
+    m.experts = 8;
+    m.top_k = 2;
+    m.moe_ffn_hidden = 2048;
+    m.moe_shared_experts = 1;
+    m.moe_shared_ffn_hidden = 2048;
+    m.moe_dense_layers = 2;
+    return m;
 }
 
 /* Every split of L layers into S chunks: entries 1 .. S-2 hold >= 1, the first and the
@@ -275,6 +295,14 @@ int main(void)
     /* Plenty of memory, one node of 8. */
     struct dp_cluster a = cluster(1, 8, 80);
     compare(&m, &a, 64);
+    /* MoE with dense-first layers: ep searched, two layer kinds, tight memory. */
+    struct dp_model mm = moe_model();
+    struct brute bm = compare(&mm, &a, 64);
+    CHECK(bm.found && bm.valid > 1000);
+    struct dp_cluster tight = cluster(2, 4, 12);
+    bm = compare(&mm, &tight, 32);
+    /* Tight (12 GiB): some layouts still fit, and the search agrees on the best. */
+    CHECK(bm.found);
     /* Two nodes of 4: TP of 8 would cross nodes; tight memory prunes many layouts. */
     struct dp_cluster b = cluster(2, 4, 9);
     compare(&m, &b, 32);

@@ -1,0 +1,537 @@
+/*
+ * Mixture-of-experts and MLA terms of the cost model against hand-computed
+ * values: layer kinds per stage (dense-first layers, uneven splits,
+ * interleaving), exact parameter counts, per-GPU parameters under ETP/EP and
+ * their expert-data-parallel sharding, the routed load (capacity, padding,
+ * imbalance), MoE and MLA activations, FLOPs, the all-to-all path by
+ * placement, grouped-GEMM efficiency, dispatch and expert-TP collectives, and
+ * the per-kind stage assembly of the step time.
+ */
+#include "check.h"
+#include "costmodel/costmodel.h"
+
+#include <stdlib.h>
+
+/*
+ * A small DeepSeek-style model: 4 layers of h = 1024, the first dense (SwiGLU
+ * 4096), then MoE layers of 8 routed experts of 512 (top-2) plus 1 shared expert
+ * of 512, a router bias; MLA with 8 heads, q rank 256, kv rank 128, nope 64,
+ * rope 32, v 64 (q/k head_dim 96).
+ */
+static struct dp_model tiny_ds(void)
+{
+    struct dp_model m = {0};
+    snprintf(m.name, sizeof m.name, "tiny-ds");
+    m.layers = 4;
+    m.hidden = 1024;
+    m.heads = m.kv_heads = 8;
+    m.ffn_hidden = 4096;
+    m.vocab = 1024;
+    m.seq_len = 256;
+    m.ffn = DP_FFN_SWIGLU;
+    m.norm = DP_NORM_RMSNORM;
+    m.norms_per_layer = 2;
+    m.experts = 8;
+    m.top_k = 2;
+    m.moe_ffn_hidden = 512;
+    m.moe_shared_experts = 1;
+    m.moe_shared_ffn_hidden = 512;
+    m.moe_router_bias = true;
+    m.moe_dense_layers = 1;
+    m.mla = true;
+    m.mla_q_rank = 256;
+    m.mla_kv_rank = 128;
+    m.mla_nope_dim = 64;
+    m.mla_rope_dim = 32;
+    m.mla_v_dim = 64;
+    m.head_dim = 96;
+    return m;
+}
+
+static struct dp_layout layout16(void)
+{
+    /* 16 GPUs: tp 2 (SP), pp 2, dp 4; experts etp 1, ep 4, so edp = 2*1*4/(4*1) = 2. */
+    struct dp_layout l;
+    dp_layout_default(&l);
+    l.tp = 2;
+    l.sp = true;
+    l.pp = 2;
+    l.dp = 4;
+    l.ep = 4;
+    l.etp = 1;
+    l.seq_len = 256;
+    l.mbs = 2;
+    l.gbs = 16;
+    l.zero = 1;
+    return l;
+}
+
+static void test_layer_kinds(void)
+{
+    struct dp_model m = tiny_ds();
+    m.layers = 8;
+    m.moe_dense_layers = 3;
+    struct dp_layer_kinds k;
+    dp_model_layer_kinds(&m, 0, 8, &k);
+    CHECK_EQ(k.n[DP_LAYER_DENSE], 3);
+    CHECK_EQ(k.n[DP_LAYER_MOE], 5);
+    dp_model_layer_kinds(&m, 2, 3, &k); /* layers 2, 3, 4: one dense */
+    CHECK_EQ(k.n[DP_LAYER_DENSE], 1);
+    CHECK_EQ(k.n[DP_LAYER_MOE], 2);
+    CHECK_EQ(dp_model_layer_kind(&m, 2), DP_LAYER_DENSE);
+    CHECK_EQ(dp_model_layer_kind(&m, 3), DP_LAYER_MOE);
+    struct dp_layout l;
+    dp_layout_default(&l);
+    /* pp 3 split 2/4/2: stage 0 = layers 0-1 (dense), stage 1 = 2-5 (1 dense, 3 MoE),
+     * stage 2 = 6-7 (MoE). */
+    l.pp = 3;
+    l.first_stage_layers = l.last_stage_layers = 2;
+    int want[3][2] = {{2, 0}, {1, 3}, {0, 2}};
+    for (int r = 0; r < 3; r++) {
+        dp_layout_stage_kinds(&l, &m, r, &k);
+        CHECK_EQ(k.n[DP_LAYER_DENSE], want[r][0]);
+        CHECK_EQ(k.n[DP_LAYER_MOE], want[r][1]);
+    }
+    /* Interleaved pp 2 x vpp 2, chunks of 2 layers: stage 0 holds virtual stages 0
+     * (layers 0-1) and 2 (layers 4-5): 2 dense + 2 MoE; stage 1 holds 1 (layers 2-3)
+     * and 3 (6-7): 1 dense + 3 MoE. */
+    dp_layout_default(&l);
+    l.pp = 2;
+    l.vpp = 2;
+    dp_layout_stage_kinds(&l, &m, 0, &k);
+    CHECK_EQ(k.n[DP_LAYER_DENSE], 2);
+    CHECK_EQ(k.n[DP_LAYER_MOE], 2);
+    dp_layout_stage_kinds(&l, &m, 1, &k);
+    CHECK_EQ(k.n[DP_LAYER_DENSE], 1);
+    CHECK_EQ(k.n[DP_LAYER_MOE], 3);
+    /* A dense model has one kind. */
+    m.experts = 0;
+    m.moe_dense_layers = 0;
+    dp_layout_stage_kinds(&l, &m, 1, &k);
+    CHECK_EQ(k.n[DP_LAYER_DENSE], 4);
+    CHECK_EQ(k.n[DP_LAYER_MOE], 0);
+    CHECK(!dp_model_mixed_layers(&m));
+}
+
+static void test_param_count(void)
+{
+    struct dp_model m = tiny_ds();
+    struct dp_param_count pc;
+    dp_model_count(&m, &pc);
+    /* MLA attention (transformers DeepseekV3Attention):
+     *   q_a_proj 1024*256 + q_a_layernorm 256 + q_b_proj 256*8*96        = 459,008
+     *   kv_a_proj 1024*(128+32) + kv_a_layernorm 128 + kv_b_proj 128*8*128 = 295,040
+     *   o_proj 8*64*1024                                                 = 524,288 */
+    const int64_t attn = 459008 + 295040 + 524288, norms = 2 * 1024;
+    CHECK_EQ(pc.attention, attn + 1024);
+    /* Dense layer: + SwiGLU 3*1024*4096 = 12,582,912. */
+    CHECK_EQ(pc.per_dense_layer, attn + 12582912 + norms);
+    /* MoE layer: 8 experts x 3*1024*512 (1,572,864 each), router 1024*8 + bias 8, one
+     * shared expert 1,572,864. Active: 2 routed + shared + router. */
+    CHECK_EQ(pc.per_layer, attn + 8 * 1572864 + 8200 + 1572864 + norms);
+    CHECK_EQ(pc.per_layer_active, attn + 2 * 1572864 + 8200 + 1572864 + norms);
+    /* Total: 1 dense + 3 MoE layers, embedding and untied head 1024*1024 each, final
+     * norm 1024. */
+    CHECK_EQ(pc.total, (attn + 12582912 + norms) + 3 * (attn + 9 * 1572864 + 8200 + norms) +
+                           2 * 1048576 + 1024);
+    CHECK_EQ(pc.active, (attn + 12582912 + norms) + 3 * (attn + 3 * 1572864 + 8200 + norms) +
+                            2 * 1048576 + 1024);
+    /* Qwen3-style q/k norms: 2 * head_dim per layer. */
+    struct dp_model q = tiny_ds();
+    q.mla = false;
+    q.moe_shared_experts = 0;
+    q.moe_router_bias = false;
+    q.moe_dense_layers = 0;
+    q.kv_heads = 2;
+    q.head_dim = 128; /* 8 x 128 = 1024 */
+    struct dp_param_count a, b;
+    dp_model_count(&q, &a);
+    q.qk_norm = true;
+    dp_model_count(&q, &b);
+    CHECK_EQ(b.total - a.total, 4 * 2 * 128);
+}
+
+static void test_stage_params(void)
+{
+    struct dp_model m = tiny_ds();
+    struct dp_layout l = layout16();
+    int64_t d, e;
+    /* Per GPU (tp 2, etp 1, ep 4), Megatron MLA: q_a_proj and kv_a_proj and the latent
+     * norms duplicated, the up projections and o_proj split by tp:
+     *   1024*256 + 256 + 256*768/2 = 360,704; 1024*160 + 128 + 128*1024/2 = 229,504;
+     *   524,288/2 = 262,144; so attention 852,352, plus the two layer norms 2048.
+     * Dense layer: + 3*1024*4096/2 = 6,291,456.
+     * MoE layer, dense part: router 8200 (replicated) + shared expert 1,572,864/2;
+     * expert part: 8/4 = 2 local experts, unsplit (etp 1): 2 * 1,572,864. */
+    const int64_t attn = 360704 + 229504 + 262144 + 2048;
+    const int64_t dense_layer = attn + 6291456, moe_dense = attn + 8200 + 786432;
+    /* Stage 0 = layer 0 (dense) + layer 1 (MoE) + the embedding 1024*1024/2. */
+    dp_mem_stage_params(&m, &l, 0, &d, &e);
+    CHECK_EQ(d, dense_layer + moe_dense + 524288);
+    CHECK_EQ(e, 3145728);
+    /* Stage 1 = layers 2, 3 (MoE) + final norm 1024 + head 1024*1024/2. */
+    dp_mem_stage_params(&m, &l, 1, &d, &e);
+    CHECK_EQ(d, 2 * moe_dense + 1024 + 524288);
+    CHECK_EQ(e, 2 * 3145728);
+    /* ETP 2 splits each local expert in two. */
+    l.etp = 2; /* ep 4 x etp 2 = 8 = tp*cp*dp: edp 1 */
+    dp_mem_stage_params(&m, &l, 1, &d, &e);
+    CHECK_EQ(e, 3145728);
+    CHECK_EQ(dp_layout_edp(&l), 1);
+    l.etp = 1;
+    CHECK_EQ(dp_layout_edp(&l), 2);
+    /* ZeRO-1: the dense part's optimizer states over dp*cp = 4, the experts' over
+     * edp = 2, 12 bytes each (fp32 master, m, v): stage 1. */
+    struct dp_cluster cl = {0};
+    cl.gpu.mem_bytes = 80LL << 30;
+    cl.gpu.usable_fraction = 1;
+    cl.nodes = 2;
+    cl.gpus_per_node = 8;
+    struct dp_mem_stage st;
+    dp_mem_stage(&m, &cl, &l, NULL, 1, &st);
+    int64_t dense1 = 2 * moe_dense + 1024 + 524288;
+    CHECK_EQ(st.optimizer_bytes, (dense1 + 3) / 4 * 12 + 2 * 3145728 / 2 * 12);
+    CHECK_EQ(st.kind_layers[DP_LAYER_DENSE], 0);
+    CHECK_EQ(st.kind_layers[DP_LAYER_MOE], 2);
+}
+
+static void test_load(void)
+{
+    struct dp_model m = tiny_ds();
+    struct dp_layout l = layout16();
+    /* Dropless with the default imbalance (Switch Transformer's 1.25) on ep 4. */
+    CHECK_NEAR(dp_moe_load(&m, &l), 1.25, 0);
+    /* Rows per GPU: load x T k etp / tp, T = 256 x 2 tokens: 1.25 * 512 * 2 / 2 = 640. */
+    CHECK_NEAR(dp_moe_rows(&m, &l), 640, 1e-15);
+    /* etp = tp: every TP rank works on its group's gathered copies, 1.25 * 512 * 2. */
+    l.etp = 2;
+    CHECK_NEAR(dp_moe_rows(&m, &l), 1280, 1e-15);
+    l.etp = 1;
+    /* A capacity factor caps the busiest rank; padding fills every expert to it. */
+    l.moe_capacity = 1.0;
+    CHECK_NEAR(dp_moe_load(&m, &l), 1.0, 0);
+    l.moe_capacity = 1.5;
+    CHECK_NEAR(dp_moe_load(&m, &l), 1.25, 0);
+    l.moe_pad = true;
+    CHECK_NEAR(dp_moe_load(&m, &l), 1.5, 0);
+    /* One EP rank holds every expert: no rank is busier than another. */
+    l.moe_pad = false;
+    l.moe_capacity = 0;
+    l.ep = 1;
+    CHECK_NEAR(dp_moe_load(&m, &l), 1.0, 0);
+    /* Benchmarks with forced-balanced routing. */
+    l.ep = 4;
+    l.moe_imbalance = 1;
+    CHECK_NEAR(dp_moe_rows(&m, &l), 512, 1e-15);
+}
+
+static void test_activations(void)
+{
+    struct dp_model m = tiny_ds();
+    struct dp_layout l = layout16();
+    /* T = 512 tokens, p = 2 bytes, SP divides by u = 2, flash attention. */
+    struct dp_act_layer al[DP_LAYER_KINDS];
+    dp_act_layers(&m, &l, al);
+    /* MLA attention: norm output 2*512*1024/2; q latent and its norm output
+     * 2*2*512*256/2; kv latent (+ rope) and its norm output 2*512*(2*128 + 32)/2;
+     * Q and K 2*2*512*8*96/2; V and out-proj input 2*2*512*8*64/2; two layer-norm
+     * inputs 2*2*512*1024/2. */
+    int64_t attn = 524288 + 262144 + 147456 + 786432 + 524288 + 1048576;
+    CHECK_EQ(al[DP_LAYER_MOE].attn_bytes, attn);
+    CHECK_EQ(al[DP_LAYER_DENSE].attn_bytes, attn);
+    CHECK_EQ(al[DP_LAYER_MOE].scores_bytes, 4 * 8 * 256 * 2 / 2); /* fp32 log-sum-exp */
+    /* MoE MLP: norm output 524,288; router fp32 scores 4*512*8/2 and top-2 index +
+     * weight 12*512*2/2; 640 rows (imbalance 1.25) of fc1 input 640*2*1024 and SwiGLU
+     * intermediates 640*3*2*512; the shared expert's 3*2*512*512/2. */
+    int64_t moe = 524288 + 8192 + 6144 + 1310720 + 1966080 + 786432;
+    CHECK_EQ(al[DP_LAYER_MOE].mlp_bytes, moe);
+    /* Dense MLP: norm output + 3*2*512*4096/2. */
+    CHECK_EQ(al[DP_LAYER_DENSE].mlp_bytes, 524288 + 6291456);
+    /* Stage 0 of 1F1B (pp 2, 8 micro-batches) holds 2 in flight of 1 dense + 1 MoE. */
+    struct dp_cluster cl = {0};
+    cl.gpu.mem_bytes = 80LL << 30;
+    cl.gpu.usable_fraction = 1;
+    cl.nodes = 2;
+    cl.gpus_per_node = 8;
+    struct dp_mem_stage st;
+    dp_mem_stage(&m, &cl, &l, NULL, 0, &st);
+    int64_t full_moe = attn + 8192 + moe, full_dense = attn + 8192 + 524288 + 6291456;
+    CHECK_EQ(st.act_layers_bytes, 2 * (full_moe + full_dense));
+    CHECK_EQ(st.act_layer_bytes, full_dense);
+    /* Full recompute keeps each layer's input; the working set is the largest layer. */
+    l.recompute = DP_RECOMPUTE_FULL;
+    dp_mem_stage(&m, &cl, &l, NULL, 0, &st);
+    CHECK_EQ(st.act_layers_bytes, 2 * 2 * 524288);
+    CHECK_EQ(st.act_working_bytes, full_dense);
+}
+
+static void test_flops(void)
+{
+    struct dp_model m = tiny_ds();
+    struct dp_layout l = layout16();
+    struct dp_flops f;
+    dp_flops_step(&m, &l, &f);
+    double tok = 512;
+    /* MLA projections per token: q 1024*256 + 256*768, kv 1024*160 + 128*1024, o 512*1024
+     * = 1,277,952 multiply-adds; scores 2 b a s^2 (96 + 64). */
+    double attn = 2 * tok * 1277952.0, scores = 2 * 2 * 8 * 256.0 * 256 * (96 + 64);
+    CHECK_NEAR(f.scores_fwd, scores, 1e-12);
+    /* Dense: 2*3*1024*4096 per token; MoE: 2 routed + 1 shared expert of 2*3*1024*512,
+     * router 2*1024*8. */
+    CHECK_NEAR(f.kind_fwd[DP_LAYER_DENSE], attn + scores + tok * 2 * 3 * 1024 * 4096.0, 1e-12);
+    CHECK_NEAR(f.kind_fwd[DP_LAYER_MOE],
+               attn + scores + tok * (3 * 2 * 3 * 1024 * 512.0 + 2 * 1024 * 8), 1e-12);
+    /* The step: gbs/mbs = 8 micro-batches x (1 dense + 3 MoE + head 2*1024*1024/token), x3. */
+    double fwd =
+        8 * (f.kind_fwd[DP_LAYER_DENSE] + 3 * f.kind_fwd[DP_LAYER_MOE] + 2 * tok * 1024 * 1024);
+    CHECK_NEAR(f.model_flops, 3 * fwd, 1e-12);
+}
+
+static struct dp_cluster cluster(int nodes, int gpn, double half_flops)
+{
+    struct dp_cluster c = {0};
+    snprintf(c.gpu.name, sizeof c.gpu.name, "test-gpu");
+    for (int i = 0; i < DP_PRECISIONS; i++)
+        c.gpu.peak_tflops[i] = 100;
+    c.gpu.mem_bytes = 80LL << 30;
+    c.gpu.usable_fraction = 1;
+    c.gpu.mem_bw_gbps = 1000;
+    c.gpu.gemm.eff_max = 1.0;
+    c.gpu.gemm.half_flops = half_flops;
+    c.nodes = nodes;
+    c.gpus_per_node = gpn;
+    c.intra = (struct dp_link){"nvl", DP_LINK_NVLINK, 200, 0, 1.0, 0};
+    c.inter = (struct dp_link){"net", DP_LINK_NET, 25, 0, 1.0, 0};
+    c.nics_per_node = gpn;
+    return c;
+}
+
+static void test_alltoall_path(void)
+{
+    struct dp_cluster c = cluster(2, 8, 0);
+    struct dp_path p;
+    /* EP 8 inside a node: NVSwitch at the full per-GPU rate. */
+    dp_alltoall_path(&c, 8, 1, &p);
+    CHECK(!p.inter_node);
+    CHECK_NEAR(p.busbw_gbps, 200, 1e-12);
+    /* EP 16 over two nodes, 8 per node: each GPU sends 7/16 of its buffer over NVLink
+     * and 8/16 through its own 25 GB/s NIC share; the NIC paces it:
+     * busbw = (15/16) / max((7/16)/200, (8/16)/25) = 46.875 GB/s. A ring collective over
+     * the same group aggregates 8 NICs and runs at the NVLink cap (200). */
+    dp_alltoall_path(&c, 16, 1, &p);
+    CHECK(p.inter_node);
+    CHECK_EQ(p.members_per_node, 8);
+    CHECK_NEAR(p.busbw_gbps, 46.875, 1e-12);
+    dp_group_path(&c, 16, 1, &p);
+    CHECK_NEAR(p.busbw_gbps, 200, 1e-12);
+    /* Groups of 4, stride 4 (0, 4, 8, 12): 2 per node, half the traffic crosses:
+     * (3/4) / max((1/4)/200, (2/4)/25) = 37.5. */
+    dp_alltoall_path(&c, 4, 4, &p);
+    CHECK_EQ(p.members_per_node, 2);
+    CHECK_NEAR(p.busbw_gbps, 37.5, 1e-12);
+    /* dp_coll_time_s then charges (n-1)/n of the buffer at that rate. */
+    CHECK_NEAR(dp_coll_time_s(DP_ALLTOALL, 1e9, 4, &p), 0.75 * 1e9 / 37.5e9, 1e-12);
+    /* The layout's EP group: etp 1, ep 16 over 2 nodes of 8 GPUs. */
+    struct dp_layout l;
+    dp_layout_default(&l);
+    l.dp = 16;
+    l.ep = 16;
+    dp_place_path(&c, &l, DP_PLACE_EP, &p);
+    CHECK_NEAR(p.busbw_gbps, 46.875, 1e-12);
+}
+
+/* A MoE model without MLA, shared experts or dense-first layers, for layer times. */
+static struct dp_model plain_moe(void)
+{
+    struct dp_model m = tiny_ds();
+    m.mla = false;
+    m.moe_shared_experts = 0;
+    m.moe_router_bias = false;
+    m.moe_dense_layers = 0;
+    m.head_dim = 128;
+    m.ffn_hidden = 1024; /* the dense kind, for the comparison below */
+    m.moe_ffn_hidden = 1024;
+    m.seq_len = 1024;
+    return m;
+}
+
+/* eff(x) = x / (x + half) with eff_max 1 (profiles/README.md), at 100 TFLOP/s. */
+static double gemm_time(double flops, double half, double tq)
+{
+    return flops / (100e12 * flops / (flops + half) * tq);
+}
+
+static void test_moe_layer_time(void)
+{
+    const double half = 1e9;
+    struct dp_cluster c = cluster(1, 8, half);
+    struct dp_model m = plain_moe();
+    struct dp_layout l;
+    dp_layout_default(&l);
+    l.seq_len = 1024;
+    l.mbs = 1;
+    l.dp = 2;
+    l.ep = 2;
+    l.gbs = 2;
+    l.moe_imbalance = 1;
+    struct dp_layer_time lt[DP_LAYER_KINDS];
+    dp_time_layer(&m, &c, &l, lt);
+    /*
+     * Both kinds share the attention; the MLPs differ. T = 1024 tokens, k = 2: 2048 rows
+     * over 8/2 = 4 local experts, 512 rows each (all dims multiples of 128).
+     *   router  1024 x 8 x 1024: 8 of a 128-wide tile, 16.8 MFLOP at 8/128 efficiency
+     *   experts 4 x fc1 512 x 2048 x 1024 (2.147 GFLOP) + 4 x fc2 512 x 1024 x 1024
+     *   dense   fc1 1024 x 2048 x 1024 (4.295 GFLOP) + fc2 1024 x 1024 x 1024
+     * One GEMM of all 2048 rows would run at 4.295/(4.295 + 1) efficiency; four of 512
+     * rows run at 2.147/(2.147 + 1) each.
+     */
+    double router = gemm_time(2.0 * 1024 * 8 * 1024, half, 8.0 / 128);
+    double experts = 4 * gemm_time(2.0 * 512 * 2048 * 1024, half, 1) +
+                     4 * gemm_time(2.0 * 512 * 1024 * 1024, half, 1);
+    double dense =
+        gemm_time(2.0 * 1024 * 2048 * 1024, half, 1) + gemm_time(2.0 * 1024 * 1024 * 1024, half, 1);
+    CHECK_NEAR(lt[DP_LAYER_MOE].gemm_f - lt[DP_LAYER_DENSE].gemm_f, router + experts - dense, 1e-9);
+    /* Dispatch + combine: two all-to-alls of 2048 rows x 1024 x 2 bytes over 2 GPUs on
+     * NVLink (200 GB/s): (1/2) x 4,194,304 / 200e9 each, forward and backward. */
+    CHECK_NEAR(lt[DP_LAYER_MOE].ep_f, 2 * 0.5 * 4194304 / 200e9, 1e-12);
+    CHECK_NEAR(lt[DP_LAYER_MOE].ep_b, lt[DP_LAYER_MOE].ep_f, 1e-12);
+    CHECK_NEAR(lt[DP_LAYER_DENSE].ep_f, 0, 0);
+    /* The busiest EP rank under the default imbalance moves 1.25 x the copies. */
+    l.moe_imbalance = DP_MOE_IMBALANCE_DEFAULT;
+    dp_time_layer(&m, &c, &l, lt);
+    CHECK_NEAR(lt[DP_LAYER_MOE].ep_f, 1.25 * 2 * 0.5 * 4194304 / 200e9, 1e-12);
+    /* Padding to capacity 1.5: every expert gets 768 rows. */
+    l.moe_capacity = 1.5;
+    l.moe_pad = true;
+    dp_time_layer(&m, &c, &l, lt);
+    double padded = 4 * gemm_time(2.0 * 768 * 2048 * 1024, half, 1) +
+                    4 * gemm_time(2.0 * 768 * 1024 * 1024, half, 1);
+    CHECK_NEAR(lt[DP_LAYER_MOE].gemm_f - lt[DP_LAYER_DENSE].gemm_f, router + padded - dense, 1e-9);
+
+    /* DeepEP-style dispatch: one copy per destination GPU. A token's 2 of 8 experts miss
+     * the peer's 4 with probability C(4,2)/C(8,2) = 6/28, so it sends 22/28 copies (not
+     * 2 x 1/2) of its 1024 x 2 bytes: 1024 tokens (2048 copies / k). */
+    l.moe_capacity = 0;
+    l.moe_pad = false;
+    l.moe_imbalance = 1;
+    l.moe_dispatcher = DP_DISPATCH_DEDUP;
+    dp_time_layer(&m, &c, &l, lt);
+    CHECK_NEAR(lt[DP_LAYER_MOE].ep_f, 2 * (22.0 / 28) * 1024 * 2048 / 200e9, 1e-12);
+    l.moe_dispatcher = DP_DISPATCH_ALLTOALL;
+
+    /* Tensor parallel 2 with SP, ep 1, etp 2: the routed experts use no TP region of
+     * their own (only attention's), but the expert-TP group gathers the 2048 copies
+     * (2048 x 1024 x 2 bytes) and reduce-scatters the outputs: 2 x (1/2) x 4,194,304 /
+     * 200e9 forward. */
+    dp_layout_default(&l);
+    l.seq_len = 1024;
+    l.mbs = 1;
+    l.tp = 2;
+    l.sp = true;
+    l.gbs = 1;
+    l.moe_imbalance = 1;
+    dp_time_layer(&m, &c, &l, lt);
+    CHECK_NEAR(lt[DP_LAYER_MOE].tp_f, lt[DP_LAYER_DENSE].tp_f / 2, 1e-12);
+    CHECK_NEAR(lt[DP_LAYER_MOE].ep_f, 2 * 0.5 * 4194304 / 200e9, 1e-12);
+    /* etp 1: no expert-TP traffic; each GPU runs half the copies at full width. */
+    l.etp = 1;
+    dp_time_layer(&m, &c, &l, lt);
+    CHECK_NEAR(lt[DP_LAYER_MOE].ep_f, 0, 0);
+    /* A shared expert brings its own TP region: as many as a dense layer. */
+    m.moe_shared_experts = 1;
+    m.moe_shared_ffn_hidden = 1024;
+    dp_time_layer(&m, &c, &l, lt);
+    CHECK_NEAR(lt[DP_LAYER_MOE].tp_f, lt[DP_LAYER_DENSE].tp_f, 1e-12);
+}
+
+static void test_dispatch_copies(void)
+{
+    /* Qwen3-30B-A3B (128 experts, top-8) on EP 16 over two nodes of 8. */
+    struct dp_model m = tiny_ds();
+    m.experts = 128;
+    m.top_k = 8;
+    struct dp_layout l;
+    dp_layout_default(&l);
+    double in, net;
+    /* All-to-all: 8 copies, 7/16 to the node's other members, 8/16 across. */
+    dp_moe_dispatch_copies(&m, &l, 16, 8, &in, &net);
+    CHECK_NEAR(in, 8.0 * 7 / 16, 1e-15);
+    CHECK_NEAR(net, 8.0 * 8 / 16, 1e-15);
+    /* Dedup: the other node holds 64 experts; a token misses them all with probability
+     * C(64,8)/C(128,8), so 1 - that = 0.99690414 copies cross. Each GPU holds 8 experts
+     * (hit with 1 - C(120,8)/C(128,8) = 0.41228205); on each of the 2 nodes the 7
+     * GPUs other than the landing one get their copy over NVLink: 2 x 7 x 0.41228205. */
+    l.moe_dispatcher = DP_DISPATCH_DEDUP;
+    dp_moe_dispatch_copies(&m, &l, 16, 8, &in, &net);
+    CHECK_NEAR(net, 0.9969041357232079, 1e-12);
+    CHECK_NEAR(in, 5.771948709626665, 1e-12);
+    /* Inside one node (n = g = 8): no copy crosses. */
+    dp_moe_dispatch_copies(&m, &l, 8, 8, &in, &net);
+    CHECK_NEAR(net, 0, 0);
+}
+
+static void test_mixed_stages(void)
+{
+    /* pp 2 of the tiny model: stage 0 holds the dense layer and a MoE layer, stage 1 two
+     * MoE layers; each stage's forward compute is its layers' per-kind sum plus the
+     * embedding or the head. */
+    struct dp_cluster c = cluster(2, 8, 1e9);
+    struct dp_model m = tiny_ds();
+    struct dp_layout l = layout16();
+    struct dp_layer_time lt[DP_LAYER_KINDS];
+    dp_time_layer(&m, &c, &l, lt);
+    CHECK(lt[DP_LAYER_DENSE].gemm_f != lt[DP_LAYER_MOE].gemm_f);
+    struct dp_step_cost a;
+    dp_time_step_with(&m, &c, &l, lt, &a);
+    /* A model of MoE layers only (no dense prefix) moves stage 0's dense layer to MoE. */
+    struct dp_model all = m;
+    all.moe_dense_layers = 0;
+    struct dp_step_cost b;
+    dp_time_step_with(&all, &c, &l, lt, &b);
+    const struct dp_layer_time *d = &lt[DP_LAYER_DENSE], *e = &lt[DP_LAYER_MOE];
+    double fd = d->gemm_f + d->attn_f + d->ew_f, fe = e->gemm_f + e->attn_f + e->ew_f;
+    double tfd = d->tp_f, tfe = e->tp_f;
+    /* stage_fwd_s[0] = compute_f + tp_f (+ pp/2, equal in both). */
+    CHECK_NEAR(a.stage_fwd_s[0] - b.stage_fwd_s[0], (fd + tfd) - (fe + tfe), 1e-9);
+    CHECK_NEAR(a.stage_fwd_s[2], b.stage_fwd_s[2], 1e-12);
+}
+
+static void test_validate_rules(void)
+{
+    struct dp_model m = tiny_ds();
+    struct dp_layout l = layout16();
+    struct dp_err err = {0};
+    CHECK_EQ(dp_layout_validate(&l, &m, 16, &err), 0);
+    /* ep * etp must divide tp * cp * dp = 8. */
+    l.etp = 4;
+    CHECK_EQ(dp_layout_validate(&l, &m, 16, &err), DP_EINFEASIBLE);
+    CHECK_CONTAINS(err.msg, "ep*etp = 4*4 does not divide tp*cp*dp = 8");
+    /* Megatron-Core: EP with TP needs SP. */
+    dp_err_clear(&err);
+    l.etp = 1;
+    l.sp = false;
+    CHECK_EQ(dp_layout_validate(&l, &m, 16, &err), DP_EINFEASIBLE);
+    CHECK_CONTAINS(err.msg, "sp: ep=4 with tp=2 needs sequence parallelism");
+    /* Padding without a capacity. */
+    dp_err_clear(&err);
+    l.sp = true;
+    l.moe_pad = true;
+    CHECK_EQ(dp_layout_validate(&l, &m, 16, &err), DP_EINFEASIBLE);
+    CHECK_CONTAINS(err.msg, "moe_pad needs a capacity factor");
+}
+
+int main(void)
+{
+    test_layer_kinds();
+    test_param_count();
+    test_stage_params();
+    test_load();
+    test_activations();
+    test_flops();
+    test_alltoall_path();
+    test_moe_layer_time();
+    test_dispatch_copies();
+    test_mixed_stages();
+    test_validate_rules();
+    return check_done("test_costmodel_moe");
+}

@@ -1,0 +1,225 @@
+/*
+ * The measured profile (fit/profile.c): what is written reads back equal
+ * (through a file too), and bad profiles fail with one line naming the
+ * file, the JSON path and what was expected.
+ */
+#include "check.h"
+
+#include "fit/fit.h"
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static struct dp_calibration sample(void)
+{
+    struct dp_calibration c;
+    memset(&c, 0, sizeof c);
+    c.version = DP_CALIBRATION_VERSION;
+    snprintf(c.created_by, sizeof c.created_by, "dplan 0.1.0 calibrate");
+    snprintf(c.measured_at, sizeof c.measured_at, "2026-03-01T12:34:56Z");
+    struct dp_cal_machine *m = &c.machine;
+    snprintf(m->hostname, sizeof m->hostname, "node17");
+    snprintf(m->backend, sizeof m->backend, "cuda");
+    snprintf(m->cpu, sizeof m->cpu, "Intel(R) Xeon(R) Platinum 8480C");
+    snprintf(m->gpu, sizeof m->gpu, "NVIDIA H100 80GB HBM3");
+    m->nodes = 1;
+    m->ranks = 8;
+    m->cores = 112;
+    struct dp_err err = {0};
+    if (dp_cluster_from_system("dgx-h100", 1, NULL, &m->cluster, &err) == 0)
+        m->has_cluster = true;
+    else
+        fprintf(stderr, "%s\n", err.msg);
+    c.ngemm = 2;
+    c.gemm[0] = (struct dp_cal_gemm){.dtype = DP_BF16,
+                                     .peak_tflops = 989.4,
+                                     .curve = {0.7123456789012345, 3.25e9},
+                                     .eff_max_se = 0.0041,
+                                     .half_flops_se = 2.1e8,
+                                     .q = {40, 2, 0.99871, 0.0213, 0.061}};
+    c.gemm[1] = (struct dp_cal_gemm){
+        .dtype = DP_FP32, .peak_tflops = 66.9, .curve = {0.9, 1e8}, .q = {12, 2, -0.5, 0.3, 0.9}};
+    c.ncoll = 2;
+    c.coll[0] = (struct dp_cal_coll){.coll = DP_NCCL_ALL_REDUCE,
+                                     .ranks_min = 2,
+                                     .ranks_max = 8,
+                                     .alpha_us = 6.02,
+                                     .busbw_gbps = 361.7,
+                                     .alpha_se_us = 0.11,
+                                     .busbw_se_gbps = 2.3,
+                                     .q = {33, 2, 0.9991, 0.028, 0.07}};
+    snprintf(c.coll[0].link, sizeof c.coll[0].link, "nvlink4");
+    c.coll[1] = (struct dp_cal_coll){.coll = DP_NCCL_SENDRECV,
+                                     .ranks_min = 2,
+                                     .ranks_max = 2,
+                                     .alpha_us = 0,
+                                     .busbw_gbps = 1e-3,
+                                     .q = {3, 2, 1, 0, 0}};
+    snprintf(c.coll[1].link, sizeof c.coll[1].link, "ib-ndr-400");
+    c.has_membw = true;
+    c.membw = (struct dp_cal_membw){2811.5, 4.25, 12.5, 0.3, {30, 2, 0.9999, 0.019, 0.05}};
+    return c;
+}
+
+static void same_quality(const struct dp_fit_quality *a, const struct dp_fit_quality *b)
+{
+    CHECK_EQ(a->n, b->n);
+    CHECK_EQ(a->params, b->params);
+    CHECK(a->r2 == b->r2 && a->rms_rel == b->rms_rel && a->max_rel == b->max_rel);
+}
+
+static void same(const struct dp_calibration *a, const struct dp_calibration *b)
+{
+    CHECK_EQ(a->version, b->version);
+    CHECK_STR(a->created_by, b->created_by);
+    CHECK_STR(a->measured_at, b->measured_at);
+    CHECK_STR(a->machine.hostname, b->machine.hostname);
+    CHECK_STR(a->machine.backend, b->machine.backend);
+    CHECK_STR(a->machine.cpu, b->machine.cpu);
+    CHECK_STR(a->machine.gpu, b->machine.gpu);
+    CHECK_EQ(a->machine.nodes, b->machine.nodes);
+    CHECK_EQ(a->machine.ranks, b->machine.ranks);
+    CHECK_EQ(a->machine.cores, b->machine.cores);
+    CHECK_EQ(a->machine.has_cluster, b->machine.has_cluster);
+    if (a->machine.has_cluster) {
+        CHECK_STR(a->machine.cluster.gpu.name, b->machine.cluster.gpu.name);
+        CHECK_EQ(a->machine.cluster.gpus_per_node, b->machine.cluster.gpus_per_node);
+        CHECK(a->machine.cluster.intra.bw_gbps == b->machine.cluster.intra.bw_gbps);
+    }
+    CHECK_EQ(a->ngemm, b->ngemm);
+    for (int i = 0; i < a->ngemm && i < b->ngemm; i++) {
+        const struct dp_cal_gemm *x = &a->gemm[i], *y = &b->gemm[i];
+        CHECK_EQ(x->dtype, y->dtype);
+        CHECK(x->peak_tflops == y->peak_tflops);     /* doubles print with enough digits to */
+        CHECK(x->curve.eff_max == y->curve.eff_max); /* come back bit for bit */
+        CHECK(x->curve.half_flops == y->curve.half_flops);
+        CHECK(x->eff_max_se == y->eff_max_se && x->half_flops_se == y->half_flops_se);
+        same_quality(&x->q, &y->q);
+    }
+    CHECK_EQ(a->ncoll, b->ncoll);
+    for (int i = 0; i < a->ncoll && i < b->ncoll; i++) {
+        const struct dp_cal_coll *x = &a->coll[i], *y = &b->coll[i];
+        CHECK_EQ(x->coll, y->coll);
+        CHECK_STR(x->link, y->link);
+        CHECK_EQ(x->ranks_min, y->ranks_min);
+        CHECK_EQ(x->ranks_max, y->ranks_max);
+        CHECK(x->alpha_us == y->alpha_us && x->busbw_gbps == y->busbw_gbps);
+        CHECK(x->alpha_se_us == y->alpha_se_us && x->busbw_se_gbps == y->busbw_se_gbps);
+        same_quality(&x->q, &y->q);
+    }
+    CHECK_EQ(a->has_membw, b->has_membw);
+    CHECK(a->membw.bw_gbps == b->membw.bw_gbps && a->membw.overhead_us == b->membw.overhead_us);
+    CHECK(a->membw.bw_se_gbps == b->membw.bw_se_gbps);
+    same_quality(&a->membw.q, &b->membw.q);
+}
+
+static void test_roundtrip(void)
+{
+    struct dp_calibration c = sample(), back;
+    CHECK(c.machine.has_cluster);
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/dplan-test-cal-%ld.json", (long)getpid());
+    struct dp_err err = {0};
+    CHECK_EQ(dp_calibration_save(path, &c, &err), 0);
+    CHECK_EQ(dp_calibration_load(path, &back, &err), 0);
+    if (err.msg[0])
+        fprintf(stderr, "%s\n", err.msg);
+    same(&c, &back);
+    unlink(path);
+    /* A profile with only a memory fit, no machine cluster: still valid. */
+    struct dp_calibration m = sample();
+    m.ngemm = m.ncoll = 0;
+    m.machine.has_cluster = false;
+    cJSON *j = dp_calibration_to_json(&m);
+    struct dp_jr jr = {.file = "mem.json", .err = &err};
+    CHECK_EQ(dp_calibration_from_json(&jr, j, &back), 0);
+    same(&m, &back);
+    cJSON_Delete(j);
+}
+
+/* Parse `text` as file "p.json" and expect the exact one-line message. */
+static void bad(const char *text, const char *msg)
+{
+    struct dp_err err = {0};
+    struct dp_calibration c;
+    cJSON *root = NULL;
+    int rc = dp_json_parse("p.json", text, strlen(text), &root, &err);
+    if (rc == 0) {
+        struct dp_jr jr = {.file = "p.json", .err = &err};
+        rc = dp_calibration_from_json(&jr, root, &c);
+        cJSON_Delete(root);
+    }
+    CHECK(rc != 0);
+    CHECK_STR(err.msg, msg);
+}
+
+#define HEAD    "{\"dplan_calibration\": 1, \"measured_at\": \"2026-03-01T12:00:00Z\", "
+#define MACHINE "\"machine\": {\"hostname\": \"h\", \"backend\": \"cpu\"}"
+#define QUAL                                                                                       \
+    "\"quality\": {\"samples\": 3, \"params\": 2, \"r2\": 1, \"rms_rel\": 0, \"max_rel\": 0}"
+#define GEMM(dt)                                                                                   \
+    "{\"dtype\": \"" dt "\", \"peak_tflops\": 1, \"eff_max\": 0.5, \"half_flops\": 1e6, "          \
+    "\"stderr\": {\"eff_max\": 0, \"half_flops\": 0}, " QUAL "}"
+
+static void test_errors(void)
+{
+    /* The minimal profile is valid. */
+    struct dp_err err = {0};
+    const char *ok = HEAD MACHINE ", \"gemm\": [" GEMM("fp32") "]}";
+    cJSON *root;
+    CHECK_EQ(dp_json_parse("p.json", ok, strlen(ok), &root, &err), 0);
+    struct dp_jr jr = {.file = "p.json", .err = &err};
+    struct dp_calibration c;
+    CHECK_EQ(dp_calibration_from_json(&jr, root, &c), 0);
+    CHECK_EQ(c.ngemm, 1);
+    CHECK_EQ(c.gemm[0].dtype, DP_FP32);
+    cJSON_Delete(root);
+
+    bad("[]", "p.json: expected a calibration profile object, got array");
+    bad("{\"dplan_calibration\": 2, \"measured_at\": \"2026-03-01T12:00:00Z\", " MACHINE "}",
+        "p.json: dplan_calibration: expected version 1, got 2 (written by a newer dplan?)");
+    bad("{\"measured_at\": \"2026-03-01T12:00:00Z\", " MACHINE "}",
+        "p.json: dplan_calibration: missing required field (expected integer in [1, 1000])");
+    bad("{\"dplan_calibration\": 1, \"measured_at\": \"yesterday\", " MACHINE "}",
+        "p.json: measured_at: expected UTC time like \"2026-03-01T12:00:00Z\", got \"yesterday\"");
+    bad(HEAD "\"machine\": {\"hostname\": \"h\", \"backend\": \"tpu\"}}",
+        "p.json: machine.backend: expected one of \"cpu\", \"cuda\", got string \"tpu\"");
+    bad(HEAD "\"machines\": {}}",
+        "p.json: machines: unknown field (expected one of: dplan_calibration, created_by, "
+        "measured_at, machine, gemm, collectives, memory)");
+    bad(HEAD MACHINE ", \"gemm\": {}}", "p.json: gemm: expected an array of GEMM curve objects, "
+                                        "got object");
+    bad(HEAD MACHINE ", \"gemm\": [" GEMM("fp32") ", " GEMM("int8") "]}",
+        "p.json: gemm[1].dtype: expected one of \"bf16\", \"fp16\", \"fp32\", got string "
+        "\"int8\"");
+    bad(HEAD MACHINE ", \"gemm\": [" GEMM("fp32") ", " GEMM("fp32") "]}",
+        "p.json: gemm[1].dtype: fp32 has a curve already (gemm[0])");
+    bad(HEAD MACHINE ", \"gemm\": [{\"dtype\": \"bf16\", \"peak_tflops\": 1, \"eff_max\": 1.5, "
+                     "\"half_flops\": 0}]}",
+        "p.json: gemm[0].eff_max: expected number in [1e-09, 1], got number 1.5");
+    bad(HEAD MACHINE ", \"gemm\": [{\"dtype\": \"bf16\", \"peak_tflops\": 1, \"eff_max\": 0.5, "
+                     "\"half_flops\": 0, " QUAL "}]}",
+        "p.json: gemm[0].stderr: missing required field (expected an object of standard errors)");
+    bad(HEAD MACHINE ", \"memory\": {\"bw_gbps\": -3, \"overhead_us\": 1}}",
+        "p.json: memory.bw_gbps: expected number in [1e-12, 1000000000], got number -3");
+    bad(HEAD MACHINE ", \"collectives\": [{\"collective\": \"all_reduce\", \"link\": \"nvlink4\", "
+                     "\"ranks_min\": 8, \"ranks_max\": 4, \"alpha_us\": 5, \"busbw_gbps\": 300}]}",
+        "p.json: collectives[0].ranks_max: expected integer >= ranks_min 8, got 4");
+    bad(HEAD MACHINE ", \"collectives\": [{\"collective\": \"all_reduce\", \"link\": \"nvlink4\", "
+                     "\"ranks_min\": 2, \"ranks_max\": 8, \"alpha_us\": 5, \"busbw_gbps\": 300, "
+                     "\"stderr\": {\"alpha_us\": 0, \"busbw_gbps\": 0}, \"quality\": {\"samples\": "
+                     "0, \"params\": 2, \"r2\": 1, \"rms_rel\": 0, \"max_rel\": 0}}]}",
+        "p.json: collectives[0].quality.samples: expected integer in [1, 100000000], got number 0");
+    bad(HEAD "\"machine\": {\"hostname\": \"h\", \"backend\": \"cpu\", \"cluster\": "
+             "{\"dplan_cluster\": 1, \"nodes\": 1}}}",
+        "p.json: machine.cluster.gpus_per_node: missing required field (expected integer in [1, "
+        "1024])");
+    bad("{\"dplan_calibration\": 1,", "p.json:1:25: JSON syntax error");
+}
+
+int main(void)
+{
+    test_roundtrip();
+    test_errors();
+    return check_done("test_fit_profile");
+}
