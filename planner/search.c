@@ -187,57 +187,8 @@ static void evaluate(struct search *s, const struct dp_layout *l,
     keep_alt(s, DP_ALT_VPP, l->vpp > 1, &c);
 }
 
-int dp__splits(int L, int pp, bool no_uneven, int out[][2], int cap)
-{
-    int n = 0;
-    if (pp == 1 || L % pp == 0)
-        out[n++][0] = 0, out[n - 1][1] = 0;
-    if (pp == 1 || no_uneven)
-        return n;
-    for (int k = 1; k <= 2 && n < cap; k++) {
-        /* first and last both reduced: 2f + (pp - 2) m = L, f = m - k */
-        if (pp >= 3 && (L + 2 * k) % pp == 0) {
-            int m = (L + 2 * k) / pp, f = m - k;
-            if (f >= 1 && n < cap) {
-                out[n][0] = f;
-                out[n][1] = f;
-                n++;
-            }
-        }
-        /* only the last (or only the first) reduced: (pp - 1) m + f = L */
-        if ((L + k) % pp == 0) {
-            int m = (L + k) / pp, f = m - k;
-            if (f >= 1 && n + 1 < cap) {
-                out[n][0] = 0;
-                out[n][1] = f;
-                n++;
-                out[n][0] = f;
-                out[n][1] = 0;
-                n++;
-            }
-        }
-    }
-    return n;
-}
-
-/*
- * The pipeline splits tried for (pp, vpp): the even one when L divides into the pp x vpp
- * model chunks, and dplan's balanced family (dp_split_balanced, core/split.c) with the
- * embedding and the loss weighing a and b layers, a, b in {0, 1, 2} without
- * interleaving and {0, 1} with it: the first and last stages one or two layers lighter
- * (Megatron's --decoder-first/last-pipeline-num-layers and --account-for-*-in-pipeline-
- * split are members when the rest divides), the remainder of a count that does not
- * divide spread one layer per GPU. Duplicates are dropped; the cost model ranks the rest.
- * Returns the count written to out (at most 9); an even split is stored as nchunks 0.
- */
-#define DP_SEARCH_MAX_UNEVEN_VPP 16
-
-struct split {
-    int nchunks;
-    uint16_t c[DP_MAX_CHUNKS];
-};
-
-static int splits(int L, int pp, int vpp, bool no_uneven, int head_w, struct split *out)
+/* The pipeline splits tried for (pp, vpp): see internal.h. */
+int dp__pipeline_splits(int L, int pp, int vpp, bool no_uneven, int head_w, struct dp__split *out)
 {
     /* (a, b): without interleaving both 0..2; with it (0, 0), (0, 1), (1, 1); and the
      * loss weighing what the output layer and loss cost (head_w layers, rounded either
@@ -454,8 +405,9 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                                     continue;
                                 if (vpp > 1 && M % pp)
                                     continue;
-                                struct split sp_[32];
-                                int nsplit = splits(L, pp, vpp, o->no_uneven, head_w, sp_);
+                                struct dp__split sp_[DP_MAX_SPLITS];
+                                int nsplit =
+                                    dp__pipeline_splits(L, pp, vpp, o->no_uneven, head_w, sp_);
                                 any |= nsplit > 0;
                                 for (int si = 0; si < nsplit; si++) {
                                     l.pp = pp;
