@@ -64,6 +64,14 @@ enum {
     OPT_ACCOUNT_LOSS,
     OPT_FIRST_LESS,
     OPT_LAST_LESS,
+    OPT_FP8_RECIPE,
+    OPT_FP8_PARAMS,
+    OPT_TP_OVERLAP,
+    OPT_NO_TP_OVERLAP,
+    OPT_OPG,
+    OPT_NO_OPG,
+    OPT_PP_OVERLAP,
+    OPT_NO_PP_OVERLAP,
     OPT_OVERHEAD,
     OPT_JSON,
     OPT_PLAN,
@@ -112,6 +120,14 @@ enum {
         {"account-for-loss-in-pipeline-split", no_argument, 0, OPT_ACCOUNT_LOSS},                  \
         {"first-stage-less-layers", required_argument, 0, OPT_FIRST_LESS},                         \
         {"last-stage-less-layers", required_argument, 0, OPT_LAST_LESS},                           \
+        {"fp8-recipe", required_argument, 0, OPT_FP8_RECIPE},                                      \
+        {"fp8-params", no_argument, 0, OPT_FP8_PARAMS},                                            \
+        {"tp-overlap", no_argument, 0, OPT_TP_OVERLAP},                                            \
+        {"no-tp-overlap", no_argument, 0, OPT_NO_TP_OVERLAP},                                      \
+        {"overlap-param-gather", no_argument, 0, OPT_OPG},                                         \
+        {"no-overlap-param-gather", no_argument, 0, OPT_NO_OPG},                                   \
+        {"pp-overlap", no_argument, 0, OPT_PP_OVERLAP},                                            \
+        {"no-pp-overlap", no_argument, 0, OPT_NO_PP_OVERLAP},                                      \
         {"etp", required_argument, 0, OPT_ETP},                                                    \
         {"moe-capacity", required_argument, 0, OPT_MOE_CAPACITY},                                  \
         {"moe-pad", no_argument, 0, OPT_MOE_PAD},                                                  \
@@ -135,7 +151,10 @@ struct cli_common {
     int first_less, last_less; /* -1 = unset */
     long long mbs, gbs, seq_len;
     int recompute, precision, grad_fp32, optimizer, dispatcher; /* -1 = unset */
-    bool sp, no_flash, no_dp_overlap, json, moe_pad;
+    int gemm;                        /* enum dp_gemm, -1 unset, -2 auto */
+    int fp8_recipe;                  /* -1 = unset */
+    int tp_overlap, opg, pp_overlap; /* -1 = framework default, 0 off, 1 on */
+    bool sp, no_flash, no_dp_overlap, fp8_params, json, moe_pad;
     double overhead_gib;  /* < 0 = unset */
     double moe_capacity;  /* 0 = dropless */
     double moe_imbalance; /* < 0 = unset */
@@ -179,12 +198,22 @@ int cli_cluster(const struct cli_common *c, struct dp_cluster *out, struct dp_er
 /*
  * Fill a layout from the knobs: unset degrees default to 1, dp to what the GPU
  * count leaves, seq_len to the model's, gbs to fill the pipeline
- * (mbs * dp * pp), grad dtype to fp32 except for fp16.
+ * (mbs * dp * pp), grad dtype to fp32 except for fp16, and the overlap knobs to
+ * what Megatron-Core's training recipes turn on (cli_overlap_defaults). An overlap
+ * asked for without the knob it needs, or FP8 on a GPU without FP8, is a usage
+ * error (DP_EUSAGE, exit 2).
  */
 int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus,
                struct dp_layout *out, struct dp_err *err);
 /* The first pipeline-split option given ("--stage-layers", ...), or NULL. */
 const char *cli_split_option(const struct cli_common *c);
+/* The overlap knobs the user left unset, as NeMo's and Megatron-Bridge's pretraining recipes
+ * set them: TP overlap with sequence parallelism, the parameter all-gather overlap with the
+ * gradient one, pipeline send/recv overlap with interleaving. */
+void cli_overlap_defaults(const struct cli_common *c, struct dp_layout *l);
+/* Check the knobs that need another knob and the GPU's support of the GEMM precision. */
+int cli_check_knobs(const struct cli_common *c, const struct dp_layout *l, const struct dp_gpu *g,
+                    struct dp_err *err);
 /* Help text for the shared options. */
 extern const char cli_cluster_help[];
 extern const char cli_knob_help[];      /* dplan run's */

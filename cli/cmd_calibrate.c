@@ -1,33 +1,52 @@
 /*
- * dplan calibrate --gpu NAME [RUNS.json]: fit a GPU profile's GEMM efficiency
- * curve to measured runs and print (or write) the updated profile.
+ * dplan calibrate --gpu NAME [RUNS...]: fit a GPU profile's GEMM efficiency
+ * curves (bf16 and FP8) to measured runs and print (or write) the updated
+ * profile.
  */
 #include "cli.h"
-#include "planner/planner.h"
+#include "validate/validate.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const char help[] =
-    "usage: dplan calibrate --gpu NAME [RUNS.json] [--fit-half] [-o PROFILE.json]\n\n"
-    "Fit the GEMM efficiency curve of GPU profile NAME, eff(x) = eff_max * x /\n"
+    "usage: dplan calibrate --gpu NAME [RUNS.json|DIR ...] [--curve all|bf16|fp8] [--fit-half]\n"
+    "                       [-o PROFILE.json]\n\n"
+    "Fit the GEMM efficiency curves of GPU profile NAME, eff(x) = eff_max * x /\n"
     "(x + half_flops) with x a GEMM's FLOPs, so that the step-time model matches\n"
-    "the measured runs on that GPU (those not marked held_out or underspecified;\n"
-    "least squares on log(predicted/measured), GSL trust region). Prints the fit;\n"
-    "-o writes the GPU profile with the fitted curve and its provenance.\n\n"
+    "the measured runs on that GPU that are scored and not held out: the bf16\n"
+    "curve (\"gemm\") on the runs whose linear layers compute in bf16/fp16, the FP8\n"
+    "curve (\"gemm_fp8\") on those computing in FP8, both at once (least squares on\n"
+    "log(predicted/measured), GSL trust region). Prints the fit; -o writes the GPU\n"
+    "profile with the fitted curves and their provenance. Default RUNS: the shipped\n"
+    "tests/validation/.\n\n"
     "  --gpu NAME       the GPU profile to fit (as runs name it)\n"
+    "  --curve WHICH    all (default: each curve that has runs), bf16 or fp8 only\n"
     "  --fit-half       also fit half_flops (needs runs with small GEMMs)\n"
     "  -o FILE          write the updated profile JSON\n";
+
+static void set_curve(cJSON *root, const char *key, const struct dp_gemm_curve *c)
+{
+    cJSON *gm = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!gm)
+        gm = cJSON_AddObjectToObject(root, key);
+    cJSON_DeleteItemFromObjectCaseSensitive(gm, "eff_max");
+    cJSON_DeleteItemFromObjectCaseSensitive(gm, "half_flops");
+    cJSON_AddNumberToObject(gm, "eff_max", c->eff_max);
+    cJSON_AddNumberToObject(gm, "half_flops", c->half_flops);
+}
 
 int cmd_calibrate(int argc, char **argv)
 {
     static const struct option opts[] = {{"gpu", required_argument, 0, 'g'},
+                                         {"curve", required_argument, 0, 'c'},
                                          {"fit-half", no_argument, 0, 'f'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *gpu = NULL, *outfile = NULL;
     bool fit_half = false;
+    enum dp_fit_curves which = DP_FIT_ALL;
     int ch;
     optind = 1;
     opterr = 0;
@@ -36,32 +55,58 @@ int cmd_calibrate(int argc, char **argv)
         case 'g': gpu = optarg; break;
         case 'f': fit_half = true; break;
         case 'o': outfile = optarg; break;
+        case 'c':
+            if (strcmp(optarg, "all") == 0)
+                which = DP_FIT_ALL;
+            else if (strcmp(optarg, "bf16") == 0)
+                which = DP_FIT_BF16;
+            else if (strcmp(optarg, "fp8") == 0)
+                which = DP_FIT_FP8;
+            else
+                return cli_usage_error("calibrate",
+                                       "--curve: expected all, bf16 or fp8, got \"%s\"", optarg);
+            break;
         case 'h': fputs(help, stdout); return 0;
         default: return 2;
         }
     }
     if (!gpu)
         return cli_usage_error("calibrate", "--gpu NAME is required");
-    if (argc - optind > 1)
-        return cli_usage_error("calibrate", "expected at most one RUNS.json");
-    const char *file = optind < argc ? argv[optind] : cli_default_runs();
     struct dp_err err = {0};
     struct dp_gpu g;
     if (dp_gpu_load(gpu, &g, &err))
         return cli_fail(&err);
-    struct dp_run *runs;
-    int n;
-    if (dp_runs_load(file, &runs, &n, &err))
+    struct dp_run *runs = NULL;
+    int n = 0;
+    if (optind == argc && dp_runs_load(cli_default_runs(), &runs, &n, &err))
         return cli_fail(&err);
+    for (int i = optind; i < argc; i++)
+        if (dp_runs_append(argv[i], &runs, &n, &err)) {
+            free(runs);
+            return cli_fail(&err);
+        }
+    /* Fit from the profile's own curves (the runs' clusters may carry older copies). */
+    for (int i = 0; i < n; i++)
+        if (strcmp(runs[i].cluster.gpu.name, g.name) == 0) {
+            runs[i].cluster.gpu.gemm = g.gemm;
+            runs[i].cluster.gpu.gemm_fp8 = g.gemm_fp8;
+        }
     struct dp_fit fit;
-    int rc = dp_calibrate_gemm(runs, n, g.name, fit_half, &fit, &err);
+    int rc = dp_calibrate_gemm(runs, n, g.name, which, fit_half, &fit, &err);
     free(runs);
     if (rc)
         return cli_fail(&err);
-    printf("gpu %s: fitted on %d runs in %d iterations\n", g.name, fit.nruns, fit.iterations);
-    printf("  eff_max     %.4f (profile %.4f)\n", fit.eff_max, g.gemm.eff_max);
-    printf("  half_flops  %.4g (profile %.4g)%s\n", fit.half_flops, g.gemm.half_flops,
-           fit_half ? "" : ", kept");
+    printf("gpu %s: fitted on %d runs (%d with FP8 GEMMs) in %d iterations%s\n", g.name, fit.nruns,
+           fit.nruns_fp8, fit.iterations,
+           fit.stalled ? " (stopped without meeting the tolerance: at or near the optimum)" : "");
+    if (fit.fit_bf16)
+        printf("  gemm      eff_max %.4f (profile %.4f), half_flops %.4g (profile %.4g)%s\n",
+               fit.bf16.eff_max, g.gemm.eff_max, fit.bf16.half_flops, g.gemm.half_flops,
+               fit_half ? "" : ", kept");
+    if (fit.fit_fp8)
+        printf("  gemm_fp8  eff_max %.4f (profile %.4f), half_flops %.4g (profile %.4g)%s\n",
+               fit.fp8.eff_max, g.gemm_fp8.eff_max, fit.fp8.half_flops, g.gemm_fp8.half_flops,
+               fit_half ? "" : ", kept");
     printf("  mean |error| on those runs: %.2f%% -> %.2f%%\n", 100 * fit.mean_abs_before,
            100 * fit.mean_abs_after);
     if (outfile) {
@@ -70,20 +115,26 @@ int cmd_calibrate(int argc, char **argv)
         cJSON *root;
         if (dp_json_load_file(strchr(gpu, '/') ? gpu : path, &root, &err))
             return cli_fail(&err);
-        cJSON *gm = cJSON_GetObjectItemCaseSensitive(root, "gemm");
-        cJSON_ReplaceItemInObjectCaseSensitive(gm, "eff_max", cJSON_CreateNumber(fit.eff_max));
-        cJSON_ReplaceItemInObjectCaseSensitive(gm, "half_flops",
-                                               cJSON_CreateNumber(fit.half_flops));
+        if (fit.fit_bf16)
+            set_curve(root, "gemm", &fit.bf16);
+        if (fit.fit_fp8)
+            set_curve(root, "gemm_fp8", &fit.fp8);
         cJSON *src = cJSON_GetObjectItemCaseSensitive(root, "sources");
         if (src) {
             char note[512];
-            snprintf(note, sizeof note,
-                     "fitted by `dplan calibrate --gpu %s%s %s` on %d measured runs: mean |error| "
-                     "%.2f%% -> %.2f%%",
-                     g.name, fit_half ? " --fit-half" : "", file, fit.nruns,
-                     100 * fit.mean_abs_before, 100 * fit.mean_abs_after);
-            cJSON_DeleteItemFromObjectCaseSensitive(src, "gemm");
-            cJSON_AddStringToObject(src, "gemm", note);
+            const char *keys[2] = {fit.fit_bf16 ? "gemm" : NULL, fit.fit_fp8 ? "gemm_fp8" : NULL};
+            for (int k = 0; k < 2; k++) {
+                if (!keys[k])
+                    continue;
+                snprintf(note, sizeof note,
+                         "fitted by `dplan calibrate --gpu %s%s` on the %d scored, not held-out "
+                         "runs of tests/validation on this GPU (%d with FP8 GEMMs): mean |error| "
+                         "%.2f%% -> %.2f%%",
+                         g.name, fit_half ? " --fit-half" : "", fit.nruns, fit.nruns_fp8,
+                         100 * fit.mean_abs_before, 100 * fit.mean_abs_after);
+                cJSON_DeleteItemFromObjectCaseSensitive(src, keys[k]);
+                cJSON_AddStringToObject(src, keys[k], note);
+            }
         }
         rc = dp_json_save_file(outfile, root, &err);
         cJSON_Delete(root);

@@ -261,6 +261,8 @@ static int resolve(struct run *r, int *world, struct dp_err *err)
             return rc;
     }
     r->l.precision = DP_FP32; /* what the CPU backend computes in */
+    r->l.gemm = DP_GEMM_DEFAULT;
+    r->l.fp8_params = false;
     r->l.grad_fp32 = true;
     *world = r->l.tp * r->l.pp * r->l.dp * r->l.cp;
     if (r->np && r->np != *world)

@@ -75,7 +75,8 @@ static int pick_alternatives(const struct dp_search_result *r, const struct dp_c
         case DP_ALT_TP:
         case DP_ALT_RECOMPUTE:
         case DP_ALT_ZERO:
-        case DP_ALT_VPP: show = true; break;
+        case DP_ALT_VPP:
+        case DP_ALT_GEMM: show = true; break;
         case DP_ALT_PP:
             if (npp < 3) {
                 show = true;
@@ -201,7 +202,8 @@ int cmd_suggest(int argc, char **argv)
     struct dp_err err = {0};
     struct dp_model m;
     struct dp_cluster cl;
-    if (dp_model_load(argv[optind], &m, &err) || cli_cluster(&c, &cl, &err))
+    if (dp_model_load(argv[optind], &m, &err) || cli_cluster(&c, &cl, &err) ||
+        cli_check_knobs(&c, NULL, &cl.gpu, &err))
         return cli_fail(&err);
     struct dp_search_opts so;
     struct cli_defaults d;

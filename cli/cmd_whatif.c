@@ -174,6 +174,8 @@ int cmd_whatif(int argc, char **argv)
             return cli_usage_error("whatif", "--price-per-gpu-hour: \"%s\" is not in --systems",
                                    prices[i].system);
     }
+    if (cli_check_knobs(&c, NULL, NULL, &err))
+        return cli_fail(&err);
     struct dp_search_opts so;
     struct cli_defaults d;
     cli_search_opts(&c, &m, &so, &d);

@@ -68,6 +68,27 @@ const char cli_cluster_help[] =
     "  --cluster FILE.json         a cluster file (from `dplan topo -o`)\n"
     "  --network NAME              inter-node network (profiles/network)\n";
 
+/* The pipeline-split options, in both knob helps. */
+#define CLI_SPLIT_HELP                                                                             \
+    "Pipeline split (at most one rule; the default is even):\n"                                    \
+    "  --stage-layers LIST         layers per stage, or per model chunk with vpp > 1 in model\n"   \
+    "                              order (chunk 0 of every stage, then chunk 1, ...): e.g.\n"      \
+    "                              1,2*62,1 (N*K repeats N K times); 0 is allowed only for\n"      \
+    "                              the first (embedding) and last (loss) entries; the count\n"     \
+    "                              sets vpp when --vpp is not given\n"                             \
+    "  --pipeline-layout STR       Megatron's --pipeline-model-parallel-layout (alias):\n"         \
+    "                              E embedding, t layer, L loss, | between virtual stages,\n"      \
+    "                              (..)*n and t*n repeats, e.g. \"Et|(tt|)*62,tL\"\n"              \
+    "  --first-stage-layers N --last-stage-layers N  Megatron --decoder-first/last-\n"             \
+    "                              pipeline-num-layers (aliases); the middle stages share\n"       \
+    "                              the rest evenly\n"                                              \
+    "  --account-for-embedding-in-pipeline-split, --account-for-loss-in-pipeline-split\n"          \
+    "                              Megatron: the embedding/loss counts as a layer\n"               \
+    "  --first-stage-less-layers N --last-stage-less-layers N  torchtitan's split (each\n"         \
+    "                              defaults to 1 when the other is given): the\n"                  \
+    "                              embedding/output weigh N layers, the rest spreads\n"
+
+// clang-format off
 /* The knobs as the planning commands read them: their --gbs and --seq-len defaults differ
  * from `dplan run`'s (cli_knob_help). */
 const char cli_plan_knob_help[] =
@@ -87,8 +108,8 @@ const char cli_plan_knob_help[] =
     "  --optimizer {adam,sgd}      [adam]\n"
     "  --no-flash-attn             attention stores the s^2 score matrices\n"
     "  --no-dp-overlap             gradient reduction after backward, not overlapped\n"
-    "  --first-stage-layers N --last-stage-layers N   uneven pipeline split\n"
     "  --overhead-gib X            runtime overhead per GPU [the GPU profile's]\n"
+    CLI_SPLIT_HELP
     "The defaults taken are printed (\"--nodes not given: ...\") and listed under\n"
     "\"defaults\" in --json.\n";
 
@@ -102,28 +123,24 @@ const char cli_knob_help[] =
     "  --zero {0,1,2,3}            ZeRO stage; 1 = Megatron distributed optimizer [0]\n"
     "  --recompute {none,selective,full}  activation recomputation [none]\n"
     "  --sp                        sequence parallelism (with tp > 1)\n"
-    "  --precision {bf16,fp16,fp32} [bf16]; --grad-dtype {fp32,half} [fp32; half for fp16]\n"
+    "  --precision {bf16,fp16,fp32,fp8} [bf16]: fp8 = bf16 weights and activations with the\n"
+    "                              linear layers' GEMMs in FP8 (attention, norms and the output\n"
+    "                              layer stay bf16); `suggest --precision auto` also tries fp8\n"
+    "  --fp8-recipe {delayed,current,rowwise,blockwise,mxfp8}  FP8 scaling [delayed];\n"
+    "                              current = per-tensor current scaling (torchao tensorwise)\n"
+    "  --fp8-params                weights kept and gathered in FP8 (--fp8-param-gather)\n"
+    "  --grad-dtype {fp32,half}    gradient accumulation [fp32; half for fp16]\n"
     "  --optimizer {adam,sgd}      [adam]\n"
     "  --no-flash-attn             attention stores the s^2 score matrices\n"
     "  --no-dp-overlap             gradient reduction after backward, not overlapped\n"
-    "Pipeline split (at most one rule; the default is even):\n"
-    "  --stage-layers LIST         layers per stage, or per model chunk with vpp > 1 in model\n"
-    "                              order (chunk 0 of every stage, then chunk 1, ...): e.g.\n"
-    "                              1,2*62,1 (N*K repeats N K times); 0 is allowed only for\n"
-    "                              the first (embedding) and last (loss) entries; the count\n"
-    "                              sets vpp when --vpp is not given\n"
-    "  --pipeline-layout STR       Megatron's --pipeline-model-parallel-layout (alias):\n"
-    "                              E embedding, t layer, L loss, | between virtual stages,\n"
-    "                              (..)*n and t*n repeats, e.g. \"Et|(tt|)*62,tL\"\n"
-    "  --first-stage-layers N --last-stage-layers N  Megatron --decoder-first/last-\n"
-    "                              pipeline-num-layers (aliases); the middle stages share\n"
-    "                              the rest evenly\n"
-    "  --account-for-embedding-in-pipeline-split, --account-for-loss-in-pipeline-split\n"
-    "                              Megatron: the embedding/loss counts as a layer\n"
-    "  --first-stage-less-layers N --last-stage-less-layers N  torchtitan's split (each\n"
-    "                              defaults to 1 when the other is given): the\n"
-    "                              embedding/output weigh N layers, the rest spreads\n"
+    "  --[no-]overlap-param-gather distributed-optimizer/FSDP weight all-gather overlapped\n"
+    "                              with the forward [on, off with --no-dp-overlap]\n"
+    "  --[no-]tp-overlap           TP collectives pipelined with their GEMMs (Megatron\n"
+    "                              --tp-comm-overlap; needs --sp) [on with --sp]\n"
+    "  --[no-]pp-overlap           pipeline send/recv overlapped with compute (Megatron\n"
+    "                              overlap_p2p_comm; needs --vpp > 1) [on with --vpp > 1]\n"
     "  --overhead-gib X            runtime overhead per GPU [the GPU profile's]\n"
+    CLI_SPLIT_HELP
     "Mixture of experts (never searched):\n"
     "  --etp N                     expert tensor parallel size [tp]; the expert layers\n"
     "                              regroup each stage's tp*cp*dp ranks as etp*ep*edp\n"
@@ -136,10 +153,14 @@ const char cli_knob_help[] =
     "                              one per destination GPU and node (DeepEP, HybridEP)\n"
     "                              [alltoall]\n";
 
+// clang-format on
+
 void cli_common_init(struct cli_common *c)
 {
     memset(c, 0, sizeof *c);
     c->recompute = c->precision = c->grad_fp32 = c->optimizer = c->dispatcher = -1;
+    c->gemm = c->fp8_recipe = -1;
+    c->tp_overlap = c->opg = c->pp_overlap = -1;
     c->overhead_gib = -1;
     c->moe_imbalance = -1;
     c->zero = -1;
@@ -202,7 +223,9 @@ static int parse_choice(const char *cmd, const char *opt, const char *arg, const
 int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common *c)
 {
     static const char *const rc_names[] = {"none", "selective", "full"};
-    static const char *const prec_names[] = {"bf16", "fp16", "fp32"};
+    static const char *const prec_names[] = {"bf16", "fp16", "fp32", "fp8", "auto"};
+    static const char *const recipe_names[] = {"delayed",   "current", "rowwise",
+                                               "blockwise", "mxfp8",   "tensorwise"};
     static const char *const grad_names[] = {"half", "fp32"};
     static const char *const opt_names[] = {"adam", "sgd"};
     static const char *const disp_names[] = {"alltoall", "dedup"};
@@ -234,9 +257,36 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
     case OPT_ZERO: r = parse_int(cmd, "zero", arg, 0, 3, &c->zero); break;
     case OPT_RECOMPUTE: r = parse_choice(cmd, "recompute", arg, rc_names, 3, &c->recompute); break;
     case OPT_SP: c->sp = true; break;
-    case OPT_PRECISION:
-        r = parse_choice(cmd, "precision", arg, prec_names, 3, &c->precision);
+    case OPT_PRECISION: {
+        int v = -1;
+        r = parse_choice(cmd, "precision", arg, prec_names, 5, &v);
+        if (r)
+            break;
+        if (v == 3) { /* fp8: bf16 storage, FP8 GEMMs */
+            c->precision = DP_BF16;
+            c->gemm = DP_GEMM_FP8;
+        } else if (v == 4) {
+            c->precision = DP_BF16;
+            c->gemm = -2;
+        } else {
+            c->precision = v;
+            c->gemm = -1;
+        }
         break;
+    }
+    case OPT_FP8_RECIPE: {
+        int v = -1;
+        r = parse_choice(cmd, "fp8-recipe", arg, recipe_names, 6, &v);
+        c->fp8_recipe = v == 5 ? DP_FP8_CURRENT : v;
+        break;
+    }
+    case OPT_FP8_PARAMS: c->fp8_params = true; break;
+    case OPT_TP_OVERLAP: c->tp_overlap = 1; break;
+    case OPT_NO_TP_OVERLAP: c->tp_overlap = 0; break;
+    case OPT_OPG: c->opg = 1; break;
+    case OPT_NO_OPG: c->opg = 0; break;
+    case OPT_PP_OVERLAP: c->pp_overlap = 1; break;
+    case OPT_NO_PP_OVERLAP: c->pp_overlap = 0; break;
     case OPT_GRAD_DTYPE:
         r = parse_choice(cmd, "grad-dtype", arg, grad_names, 2, &c->grad_fp32);
         break;
@@ -434,6 +484,10 @@ int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus, s
                struct dp_err *err)
 {
     dp_layout_default(l);
+    if (c->gemm == -2)
+        return dp_err_set(err, DP_EUSAGE,
+                          "--precision auto: expected bf16, fp16, fp32 or fp8 (only `dplan "
+                          "suggest` and `dplan whatif` search the precision)");
     l->tp = c->tp ? c->tp : 1;
     l->pp = c->pp ? c->pp : 1;
     l->cp = c->cp ? c->cp : 1;
@@ -464,6 +518,11 @@ int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus, s
         l->optimizer = (enum dp_optimizer)c->optimizer;
     l->flash_attn = !c->no_flash;
     l->dp_overlap = !c->no_dp_overlap;
+    if (c->gemm >= 0)
+        l->gemm = (enum dp_gemm)c->gemm;
+    if (c->fp8_recipe >= 0)
+        l->fp8_recipe = (enum dp_fp8_recipe)c->fp8_recipe;
+    l->fp8_params = c->fp8_params;
     l->etp = c->etp;
     l->moe_capacity = c->moe_capacity;
     l->moe_pad = c->moe_pad;
@@ -471,7 +530,51 @@ int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus, s
         l->moe_imbalance = c->moe_imbalance;
     if (c->dispatcher >= 0)
         l->moe_dispatcher = (enum dp_moe_dispatcher)c->dispatcher;
-    return cli_split(c, m, l, err);
+    /* the split first: a list's length may set vpp, which the overlap defaults read */
+    int rc = cli_split(c, m, l, err);
+    if (rc)
+        return rc;
+    cli_overlap_defaults(c, l);
+    return 0;
+}
+
+void cli_overlap_defaults(const struct cli_common *c, struct dp_layout *l)
+{
+    l->tp_overlap = c->tp_overlap >= 0 ? c->tp_overlap == 1 : (l->sp && l->tp > 1);
+    l->overlap_param_gather = c->opg >= 0 ? c->opg == 1 : l->dp_overlap;
+    l->pp_overlap = c->pp_overlap >= 0 ? c->pp_overlap == 1 : l->vpp > 1;
+}
+
+int cli_check_knobs(const struct cli_common *c, const struct dp_layout *l, const struct dp_gpu *g,
+                    struct dp_err *err)
+{
+    if ((c->fp8_recipe >= 0 || c->fp8_params) && c->gemm != DP_GEMM_FP8 && c->gemm != -2)
+        return dp_err_set(err, DP_EUSAGE, "--%s: expected --precision fp8 as well",
+                          c->fp8_params ? "fp8-params" : "fp8-recipe");
+    if (!l) { /* a search: check the fixed GEMM precision against the GPU */
+        struct dp_layout p;
+        dp_layout_default(&p);
+        p.gemm = c->gemm >= 0 ? (enum dp_gemm)c->gemm : DP_GEMM_DEFAULT;
+        p.fp8_recipe = c->fp8_recipe >= 0 ? (enum dp_fp8_recipe)c->fp8_recipe : DP_FP8_DELAYED;
+        if (c->tp_overlap == 1 && !c->sp)
+            return dp_err_set(err, DP_EUSAGE,
+                              "--tp-overlap: expected --sp as well (TP communication overlap "
+                              "needs sequence parallelism, as Megatron-LM's --tp-comm-overlap "
+                              "does)");
+        return g && c->gemm >= 0 ? dp_layout_check_gpu(&p, g, "--precision", err) : 0;
+    }
+    if (c->tp_overlap == 1 && l->tp > 1 && !l->sp)
+        return dp_err_set(err, DP_EUSAGE,
+                          "--tp-overlap: expected --sp as well (TP communication overlap needs "
+                          "sequence parallelism, as Megatron-LM's --tp-comm-overlap does)");
+    if (c->pp_overlap == 1 && l->vpp < 2)
+        return dp_err_set(err, DP_EUSAGE,
+                          "--pp-overlap: expected --vpp > 1 (Megatron overlaps pipeline "
+                          "send/recv only in the interleaved schedule), got vpp=%d",
+                          l->vpp);
+    if (g && c->gemm >= 0)
+        return dp_layout_check_gpu(l, g, "--precision", err);
+    return 0;
 }
 
 void cli_mem_opts(const struct cli_common *c, struct dp_mem_opts *o)
@@ -553,9 +656,15 @@ int cli_search_opts(const struct cli_common *c, const struct dp_model *m, struct
     }
     if (c->precision >= 0)
         o->precision = (enum dp_precision)c->precision;
+    o->gemm = c->gemm == -2 ? -1 : c->gemm >= 0 ? c->gemm : DP_GEMM_DEFAULT;
+    o->fp8_recipe = c->fp8_recipe >= 0 ? (enum dp_fp8_recipe)c->fp8_recipe : DP_FP8_DELAYED;
+    o->fp8_params = c->fp8_params;
     o->grad_fp32 = c->grad_fp32;
     o->flash_attn = !c->no_flash;
     o->dp_overlap = !c->no_dp_overlap;
+    o->tp_overlap = c->tp_overlap;
+    o->overlap_param_gather = c->opg;
+    o->pp_overlap = c->pp_overlap;
     if (c->optimizer >= 0)
         o->optimizer = (enum dp_optimizer)c->optimizer;
     o->etp = c->etp;
@@ -603,6 +712,8 @@ int cli_resolve(const struct cli_common *c, const char *model_arg, struct dp_mod
             rc = cli_layout(c, m, dp_cluster_gpus(cl), l, err);
         if (!rc && (rc = dp_model_check_seq_len(m, l->seq_len, err)))
             dp_err_prefix(err, "%s", m->name);
+        if (!rc)
+            rc = cli_check_knobs(c, l, &cl->gpu, err);
         if (rc)
             return rc;
         cli_defaults_fill(c, m, d);
@@ -651,6 +762,11 @@ int cli_resolve(const struct cli_common *c, const char *model_arg, struct dp_mod
         rc = dp_err_set(err, DP_EINFEASIBLE,
                         "the plan's layout needs tp*pp*dp*cp = %d GPUs, the cluster has %d",
                         l->tp * l->pp * l->dp * l->cp, dp_cluster_gpus(cl));
+    if (!rc) {
+        char field[4200];
+        snprintf(field, sizeof field, "%s: layout.gemm_precision", c->plan);
+        rc = dp_layout_check_gpu(l, &cl->gpu, field, err);
+    }
     return rc;
 }
 
@@ -696,9 +812,36 @@ void cli_describe_layout(FILE *f, const struct dp_layout *l, const struct dp_mod
 {
     char buf[256];
     dp_layout_format_model(l, m, buf, sizeof buf);
+    char prec[96];
+    enum dp_gemm g = dp_layout_gemm(l);
+    if (g == DP_GEMM_FP8)
+        snprintf(prec, sizeof prec, "%s with fp8 GEMMs (%s scaling%s)",
+                 dp_precision_name(l->precision), dp_fp8_recipe_name(l->fp8_recipe),
+                 l->fp8_params ? ", fp8 weights" : "");
+    else if (l->gemm != DP_GEMM_DEFAULT)
+        snprintf(prec, sizeof prec, "%s with %s GEMMs", dp_precision_name(l->precision),
+                 dp_gemm_name(g));
+    else
+        snprintf(prec, sizeof prec, "%s", dp_precision_name(l->precision));
     fprintf(f, "layout   %s gbs=%lld seq=%lld %s, %lld micro-batch%s per step\n", buf,
-            (long long)l->gbs, (long long)l->seq_len, dp_precision_name(l->precision),
-            (long long)dp_layout_microbatches(l), dp_layout_microbatches(l) == 1 ? "" : "es");
+            (long long)l->gbs, (long long)l->seq_len, prec, (long long)dp_layout_microbatches(l),
+            dp_layout_microbatches(l) == 1 ? "" : "es");
+    char ov[160] = "";
+    size_t n = 0;
+    if (l->tp > 1 && l->sp)
+        n += (size_t)snprintf(ov + n, sizeof ov - n, "%stp %s", n ? ", " : "",
+                              l->tp_overlap ? "overlapped" : "exposed");
+    if (l->dp * l->cp > 1)
+        n += (size_t)snprintf(ov + n, sizeof ov - n, "%sgradient reduction %s", n ? ", " : "",
+                              l->dp_overlap ? "overlapped" : "exposed");
+    if (l->zero >= 1 && l->dp * l->cp > 1)
+        n += (size_t)snprintf(ov + n, sizeof ov - n, "%sparameter gather %s", n ? ", " : "",
+                              l->overlap_param_gather ? "overlapped" : "exposed");
+    if (l->vpp > 1)
+        snprintf(ov + n, sizeof ov - n, "%spipeline send/recv %s", n ? ", " : "",
+                 l->pp_overlap ? "overlapped" : "exposed");
+    if (ov[0])
+        fprintf(f, "overlap  %s\n", ov);
     if (m->experts > 0) {
         char route[96];
         if (l->moe_capacity > 0)

@@ -59,6 +59,8 @@ cJSON *cli_mem_json(const struct dp_mem_report *r, const struct dp_layout *l,
         }
         cJSON_AddNumberToObject(e, "params", (double)s->params);
         cJSON_AddNumberToObject(e, "params_bytes", (double)s->params_bytes);
+        if (s->fp8_copy_bytes > 0)
+            cJSON_AddNumberToObject(e, "fp8_copy_bytes", (double)s->fp8_copy_bytes);
         cJSON_AddNumberToObject(e, "grads_bytes", (double)s->grads_bytes);
         cJSON_AddNumberToObject(e, "optimizer_bytes", (double)s->optimizer_bytes);
         cJSON_AddNumberToObject(e, "activations_bytes", (double)s->activations_bytes);
@@ -148,6 +150,11 @@ void cli_mem_derivation(FILE *f, const struct dp_layout *l, const struct dp_mem_
     fprintf(f, "  params       %s params held x %d B (%s)%s\n",
             cli_count_short(s->params, cnt, sizeof cnt), pb, dp_precision_name(l->precision),
             l->zero >= 3 ? ", sharded over dp (ZeRO-3)" : "");
+    if (s->fp8_copy_bytes > 0)
+        fprintf(f,
+                "               + %.2f GiB FP8 copies of the linear weights (the FP8 weight and "
+                "its transpose, cached for the step; --fp8-params stores the weights in FP8)\n",
+                cli_gib(s->fp8_copy_bytes));
     fprintf(f, "  grads        x %d B (%s)%s\n", gb, gb == 4 ? "fp32 accumulation" : "half",
             l->zero >= 2 ? ", sharded over dp (ZeRO-2)" : "");
     fprintf(f, "  optimizer    x %d B (%s%s)%s\n", ob,

@@ -44,6 +44,8 @@ cJSON *cli_time_json(const struct dp_step_cost *c, const struct dp_layout *l)
     cJSON_AddNumberToObject(t, "hardware", c->hardware_tflops_per_gpu);
     cJSON_AddNumberToObject(o, "mfu", c->mfu);
     cJSON_AddNumberToObject(o, "hfu", c->hfu);
+    cJSON_AddNumberToObject(o, "peak_tflops", c->peak_tflops);
+    cJSON_AddStringToObject(o, "gemm_precision", dp_gemm_name(dp_layout_gemm(l)));
     cJSON_AddStringToObject(o, "flop_convention", flop_convention);
     cJSON *b = cJSON_AddObjectToObject(o, "breakdown_s");
     cJSON_AddNumberToObject(b, "compute", c->compute_s);
@@ -105,8 +107,14 @@ void cli_time_text(FILE *f, const struct dp_step_cost *c, const struct dp_layout
             "per GPU: %.1f TFLOP/s model (MFU %.1f%%), %.1f TFLOP/s hardware (HFU %.1f%%) of "
             "%.1f dense %s\n",
             c->model_tflops_per_gpu, 100 * c->mfu, c->hardware_tflops_per_gpu, 100 * c->hfu,
-            cl->gpu.peak_tflops[l->precision], dp_precision_name(l->precision));
+            c->peak_tflops, dp_gemm_name(dp_layout_gemm(l)));
     fprintf(f, "FLOPs: %s\n", flop_convention);
+    if (dp_layout_gemm(l) == DP_GEMM_FP8)
+        fprintf(f,
+                "MFU of FP8 runs: against the dense FP8 peak (%.1f), as MosaicML's and NVIDIA's "
+                "benchmarks report it; the attention and the output layer run at the %.1f of "
+                "%s\n",
+                c->peak_tflops, cl->gpu.peak_tflops[l->precision], dp_precision_name(l->precision));
 }
 
 void cli_placement_text(FILE *f, const struct dp_step_cost *c, const struct dp_layout *l)

@@ -213,9 +213,68 @@ const char *dp_pos_name(enum dp_pos_kind k);
 
 /* ------------------------------------------------------------------ hardware */
 
+/* Storage precision of weights and activations (and the default GEMM compute type). */
 enum dp_precision { DP_BF16 = 0, DP_FP16 = 1, DP_FP32 = 2, DP_PRECISIONS = 3 };
 const char *dp_precision_name(enum dp_precision p);
 int dp_precision_bytes(enum dp_precision p);
+
+/*
+ * What the tensor cores compute the linear layers' GEMMs in, separate from
+ * storage: FP8 runs keep bf16 weights, activations and master weights and cast
+ * each GEMM's inputs to FP8 (Transformer Engine fp8_autocast, torchao float8).
+ * DP_GEMM_DEFAULT follows the storage precision (bf16 -> bf16, fp32 -> fp32).
+ */
+enum dp_gemm {
+    DP_GEMM_DEFAULT = 0,
+    DP_GEMM_BF16 = 1,
+    DP_GEMM_FP16 = 2,
+    DP_GEMM_TF32 = 3,
+    DP_GEMM_FP32 = 4,
+    DP_GEMM_FP8 = 5,
+    DP_GEMMS = 6,
+};
+/*
+ * FP8 scaling recipes: delayed (per-tensor scale from an amax history, TE's
+ * DelayedScaling, Megatron --fp8-recipe delayed), current (per-tensor amax of
+ * the tensor itself: TE Float8CurrentScaling, torchao "tensorwise"), rowwise
+ * (torchao per-row scales), blockwise (1x128 / 128x128 blocks: TE
+ * Float8BlockScaling, DeepSeek-V3), mxfp8 (32-element blocks with E8M0 scales,
+ * needs Blackwell's block-scaled tensor cores).
+ */
+enum dp_fp8_recipe {
+    DP_FP8_DELAYED = 0,
+    DP_FP8_CURRENT = 1,
+    DP_FP8_ROWWISE = 2,
+    DP_FP8_BLOCKWISE = 3,
+    DP_FP8_MXFP8 = 4,
+    DP_FP8_RECIPES = 5,
+};
+/*
+ * The fused attention kernel (with flash_attn): FlashAttention-2 (written for
+ * Ampere; PyTorch SDPA's flash backend), FlashAttention-3 (Hopper: wgmma, TMA),
+ * cuDNN fused attention (Transformer Engine's FusedAttention on Hopper and
+ * Blackwell), the Triton kernels of 2023 (flash_attn_triton.py), FlashAttention (1).
+ * DP_ATTN_DEFAULT is the GPU profile's default kernel.
+ */
+enum dp_attn {
+    DP_ATTN_DEFAULT = 0,
+    DP_ATTN_FLASH2 = 1,
+    DP_ATTN_FLASH3 = 2,
+    DP_ATTN_CUDNN = 3,
+    DP_ATTN_TRITON = 4,
+    DP_ATTN_FLASH1 = 5,
+    DP_ATTNS = 6,
+};
+const char *dp_attn_name(enum dp_attn a);
+
+/* hybrid: E4M3 forward, E5M2 gradients (TE Format.HYBRID); e4m3 everywhere. */
+enum dp_fp8_format { DP_FP8_HYBRID = 0, DP_FP8_E4M3 = 1 };
+const char *dp_gemm_name(enum dp_gemm g);
+const char *dp_fp8_recipe_name(enum dp_fp8_recipe r);
+const char *dp_fp8_format_name(enum dp_fp8_format f);
+/* Parse a name ("fp8", "tensorwise" is an alias of "current"); -1 if unknown. */
+int dp_gemm_parse(const char *s);
+int dp_fp8_recipe_parse(const char *s);
 
 /*
  * Achievable matrix-multiply efficiency as a function of problem size:
@@ -232,15 +291,34 @@ struct dp_gpu {
     char vendor[16];
     double peak_tflops[DP_PRECISIONS]; /* dense (never 2:4 sparse) TFLOP/s */
     double fp8_tflops;                 /* 0 if none */
+    double tf32_tflops;                /* 0 if none */
+    bool fp8_block_scaling;            /* MXFP8 block-scaled tensor cores (Blackwell) */
     int64_t mem_bytes;                 /* physical memory */
     double usable_fraction;            /* of mem_bytes that training can use */
     double mem_bw_gbps;                /* GB/s (1e9) */
     int64_t runtime_overhead_bytes;    /* CUDA context + framework, see profiles/README.md */
     double tdp_w;
-    char intra_link[64]; /* default GPU-GPU link in a node (interconnect name) */
-    char host_link[64];  /* the GPU's PCIe link to the host (interconnect name) */
-    struct dp_gemm_curve gemm;
+    char intra_link[64];           /* default GPU-GPU link in a node (interconnect name) */
+    char host_link[64];            /* the GPU's PCIe link to the host (interconnect name) */
+    struct dp_gemm_curve gemm;     /* bf16/fp16 (and tf32, fp32) GEMMs */
+    struct dp_gemm_curve gemm_fp8; /* FP8 GEMMs; eff_max 0 when the GPU has no FP8 */
+    /* Speed of each fused attention kernel's forward relative to a GEMM of the same FLOPs
+     * on this GPU (0: unknown, the cost model's default applies); the default kernel. */
+    double attn_rel[DP_ATTNS];
+    enum dp_attn attn_default;
 };
+
+/* Dense peak TFLOP/s of GEMMs of compute type `g` under storage precision `p`
+ * (DP_GEMM_DEFAULT: the storage precision's own rate); 0 if the GPU has none. */
+double dp_gpu_peak_tflops(const struct dp_gpu *gpu, enum dp_gemm g, enum dp_precision p);
+/* The compute type a layout's GEMMs run in (DP_GEMM_DEFAULT resolved). */
+struct dp_layout;
+enum dp_gemm dp_layout_gemm(const struct dp_layout *l);
+/* 0 if `gpu` can run the layout's GEMM compute type and FP8 recipe; else DP_EUSAGE with
+ * err naming what is missing ("a100-sxm4-80gb has no FP8 tensor cores ..."), prefixed by
+ * `field` (the option or JSON path that asked for it). */
+int dp_layout_check_gpu(const struct dp_layout *l, const struct dp_gpu *gpu, const char *field,
+                        struct dp_err *err);
 
 enum dp_link_kind {
     DP_LINK_NVLINK = 0, /* through NVSwitch: all-to-all at full per-GPU rate */
@@ -380,6 +458,27 @@ struct dp_layout {
     enum dp_optimizer optimizer;
     bool dp_overlap; /* DP gradient reduction overlaps backward (torch DDP
                         buckets, Megatron --overlap-grad-reduce) */
+    /* Compute type of the linear layers' GEMMs and, for FP8, how it is scaled. */
+    enum dp_gemm gemm;
+    enum dp_fp8_recipe fp8_recipe;
+    enum dp_fp8_format fp8_format;
+    bool fp8_params; /* weights kept (and gathered) in FP8: Megatron --fp8-param-gather,
+                        NeMo fp8_params, torchao float8 FSDP all-gather */
+    /* Communication overlap beyond dp_overlap (all default off in dp_layout_default,
+     * which is what a plan or runs file that does not name them means): */
+    bool tp_overlap;           /* TP collectives pipelined with the GEMMs they feed (Megatron
+                                  --tp-comm-overlap, torchtitan async TP); needs sp */
+    bool overlap_param_gather; /* distributed-optimizer / FSDP parameter all-gathers
+                                  overlap the forward (Megatron --overlap-param-gather,
+                                  FSDP prefetch) */
+    bool pp_overlap;           /* pipeline send/recv overlap compute (Megatron overlap_p2p_comm,
+                                  interleaved schedule only) */
+    int recompute_layers;      /* with full recompute: layers per pipeline stage that recompute
+                                  (Megatron --recompute-method block --recompute-num-layers;
+                                  torchtitan's every-other-layer checkpointing); 0 = all */
+    enum dp_attn attn;         /* the fused attention kernel (with flash_attn) */
+    bool eager;                /* element-wise ops run one PyTorch kernel each (no torch.compile or
+                                  fused Megatron/TE kernels): more memory passes */
     /* Mixture of experts (ignored for dense models). */
     int etp;              /* expert tensor parallel size; 0 = tp (Megatron's default) */
     double moe_capacity;  /* expert capacity factor; 0 = dropless */
@@ -409,13 +508,20 @@ struct dp_layout {
  * forced-balanced routing (Megatron moe_router_force_load_balancing) use 1. */
 #define DP_MOE_IMBALANCE_DEFAULT 1.25
 
-/* Defaults: everything 1, bf16, flash attention, fp32 grads, Adam, recompute none,
- * DP overlap on. */
+/* Defaults: everything 1, bf16 (GEMMs too), flash attention, fp32 grads, Adam, recompute
+ * none, DP gradient and parameter-gather overlap on, TP and pipeline overlap off. */
 void dp_layout_default(struct dp_layout *l);
 /* Micro-batches per step: gbs / (mbs * dp). */
 static inline int64_t dp_layout_microbatches(const struct dp_layout *l)
 {
     return l->gbs / (l->mbs * l->dp);
+}
+/* Layers of a stage of `layers` that recompute under the layout (recompute_layers). */
+static inline int dp_layout_recomputed(const struct dp_layout *l, int layers)
+{
+    if (l->recompute != DP_RECOMPUTE_FULL)
+        return 0;
+    return l->recompute_layers > 0 && l->recompute_layers < layers ? l->recompute_layers : layers;
 }
 /* Layers held by pipeline stage `stage` (0..pp-1) and by its model chunk `chunk`
  * (0..vpp-1). Safe on any layout; the counts mean something once dp_layout_validate
@@ -432,6 +538,7 @@ void dp_layout_reset_split(struct dp_layout *l);
 /* The split as an explicit list (nchunks = pp * vpp), for writers that must spell it out;
  * returns -1 when pp * vpp exceeds DP_MAX_CHUNKS. */
 int dp_layout_make_explicit(struct dp_layout *l, const struct dp_model *m);
+/* The same layout: every field (the GEMM type as resolved), the split up to nchunks. */
 bool dp_layout_equal(const struct dp_layout *a, const struct dp_layout *b);
 /*
  * The layer kinds held by stage `stage`, over all its model chunks (with
@@ -569,21 +676,40 @@ enum dp_flops_convention {
 
 struct dp_run {
     char id[96];
+    char source_key[48]; /* the source it is reported under: the file's stem unless given */
+    char file[256];      /* the runs file it came from */
     struct dp_model model;
     struct dp_cluster cluster;
     struct dp_layout layout;
-    double iteration_time_s;     /* measured, or 0 when another measure is given */
-    double tflops_per_gpu;       /* with its FLOP convention `flops` */
-    double tokens_per_s_per_gpu; /* throughput: gbs x seq_len / (this x GPUs) per step */
+    double iteration_time_s; /* measured (or from measured tokens/s), or 0 when tflops_per_gpu */
+    double tflops_per_gpu;   /* with its FLOP convention `flops` */
+    double tokens_per_s_per_gpu; /* as measured, when given (iteration_time_s holds the step) */
     enum dp_flops_convention flops;
     bool held_out;       /* not used to set any constant */
     bool underspecified; /* the source omits layout details: printed, not scored */
-    char needs[128];     /* knobs dplan does not model yet ("fp8, hsdp"): the layout holds
-                            the nearest expressible one; printed, not scored */
+    bool excluded;       /* recorded, not scored, for `excluded_why` */
+    char excluded_why[160];
+    char waiting_for[48]; /* not expressible yet: what it waits for; the layout is not checked
+                             and the run is not predicted */
+    char needs[128];      /* knobs dplan does not model yet ("hsdp, dualpipe"): the layout holds
+                             the nearest expressible one; printed, not scored */
 };
+/* Scored runs count in the error statistics (and, unless held out, in calibration). */
+static inline bool dp_run_scored(const struct dp_run *r)
+{
+    return !r->underspecified && !r->excluded && !r->needs[0];
+}
 
-/* Load a runs file; *runs is malloc'ed (free it), *n its length. */
-int dp_runs_load(const char *file, struct dp_run **runs, int *n, struct dp_err *err);
+/*
+ * Load a runs file, or every *.json of a directory in name order; *runs is
+ * malloc'ed (free it), *n its length. A file's "held_out_rule": "every-third"
+ * holds out its 3rd, 6th, ... scored run (in file order); a run's own
+ * "held_out" must then agree with the rule. "fitted": false holds out every run of
+ * the file (no constant is fitted to it).
+ */
+int dp_runs_load(const char *path, struct dp_run **runs, int *n, struct dp_err *err);
+/* Append the runs of `path` (file or directory) to *runs / *n (realloc'ed). */
+int dp_runs_append(const char *path, struct dp_run **runs, int *n, struct dp_err *err);
 
 /* ------------------------------------------------------------------ util */
 

@@ -12,6 +12,106 @@
 static const char *const recompute_names[] = {"none", "selective", "full"};
 static const char *const precision_names[] = {"bf16", "fp16", "fp32"};
 static const char *const optimizer_names[] = {"adam", "sgd"};
+static const char *const gemm_names[] = {"default", "bf16", "fp16", "tf32", "fp32", "fp8"};
+static const char *const recipe_names[] = {"delayed", "current", "rowwise", "blockwise", "mxfp8"};
+static const char *const format_names[] = {"hybrid", "e4m3"};
+static const char *const attn_names[] = {"default", "flash2", "flash3",
+                                         "cudnn",   "triton", "flash1"};
+
+const char *dp_attn_name(enum dp_attn a)
+{
+    return (unsigned)a < DP_ATTNS ? attn_names[a] : "?";
+}
+
+const char *dp_gemm_name(enum dp_gemm g)
+{
+    return (unsigned)g < DP_GEMMS ? gemm_names[g] : "?";
+}
+const char *dp_fp8_recipe_name(enum dp_fp8_recipe r)
+{
+    return recipe_names[r];
+}
+const char *dp_fp8_format_name(enum dp_fp8_format f)
+{
+    return format_names[f];
+}
+int dp_gemm_parse(const char *s)
+{
+    for (int i = 1; i < DP_GEMMS; i++)
+        if (strcmp(s, gemm_names[i]) == 0)
+            return i;
+    return -1;
+}
+int dp_fp8_recipe_parse(const char *s)
+{
+    /* torchao calls per-tensor current scaling "tensorwise" (Float8LinearRecipeName). */
+    if (strcmp(s, "tensorwise") == 0)
+        return DP_FP8_CURRENT;
+    for (int i = 0; i < DP_FP8_RECIPES; i++)
+        if (strcmp(s, recipe_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+enum dp_gemm dp_layout_gemm(const struct dp_layout *l)
+{
+    if (l->gemm != DP_GEMM_DEFAULT)
+        return l->gemm;
+    switch (l->precision) {
+    case DP_FP16: return DP_GEMM_FP16;
+    case DP_FP32: return DP_GEMM_FP32;
+    default: return DP_GEMM_BF16;
+    }
+}
+
+double dp_gpu_peak_tflops(const struct dp_gpu *gpu, enum dp_gemm g, enum dp_precision p)
+{
+    switch (g) {
+    case DP_GEMM_DEFAULT: return gpu->peak_tflops[p];
+    case DP_GEMM_BF16: return gpu->peak_tflops[DP_BF16];
+    case DP_GEMM_FP16: return gpu->peak_tflops[DP_FP16];
+    case DP_GEMM_TF32: return gpu->tf32_tflops;
+    case DP_GEMM_FP32: return gpu->peak_tflops[DP_FP32];
+    case DP_GEMM_FP8: return gpu->fp8_tflops;
+    default: return 0;
+    }
+}
+
+int dp_layout_check_gpu(const struct dp_layout *l, const struct dp_gpu *gpu, const char *field,
+                        struct dp_err *err)
+{
+    enum dp_gemm g = dp_layout_gemm(l);
+    if (dp_gpu_peak_tflops(gpu, g, l->precision) <= 0)
+        return dp_err_set(err, DP_EUSAGE,
+                          "%s: expected a GPU with %s tensor cores, got %s (its profile has no %s "
+                          "peak)",
+                          field, g == DP_GEMM_FP8 ? "FP8" : dp_gemm_name(g), gpu->name,
+                          dp_gemm_name(g));
+    if (g == DP_GEMM_FP8 && gpu->gemm_fp8.eff_max <= 0)
+        return dp_err_set(err, DP_EUSAGE,
+                          "%s: expected a GPU profile with a gemm_fp8 efficiency curve, got %s",
+                          field, gpu->name);
+    /* MXFP8's E8M0 block scales are applied by Blackwell's tensor cores (tcgen05 block-scaled
+     * MMA); Hopper has no such instruction (Transformer Engine: MXFP8 needs compute
+     * capability 10.0). */
+    if (g == DP_GEMM_FP8 && l->fp8_recipe == DP_FP8_MXFP8 && !gpu->fp8_block_scaling) {
+        /* Name the recipe's own field: --fp8-recipe, or the JSON path's fp8_recipe. */
+        char rf[256];
+        const char *k = strstr(field, "gemm_precision");
+        if (strcmp(field, "--precision") == 0)
+            snprintf(rf, sizeof rf, "--fp8-recipe mxfp8");
+        else if (k)
+            snprintf(rf, sizeof rf, "%.*sfp8_recipe", (int)(k - field), field);
+        else
+            snprintf(rf, sizeof rf, "%s", field);
+        return dp_err_set(err, DP_EUSAGE,
+                          "%s: expected a GPU with block-scaled FP8 tensor cores (Blackwell), "
+                          "got %s",
+                          rf, gpu->name);
+    }
+    return 0;
+}
+
 static const char *const dispatcher_names[] = {"alltoall", "dedup"};
 
 const char *dp_dispatcher_name(enum dp_moe_dispatcher d)
@@ -45,6 +145,7 @@ void dp_layout_default(struct dp_layout *l)
     l->grad_fp32 = true;
     l->optimizer = DP_OPT_ADAM;
     l->dp_overlap = true;
+    l->overlap_param_gather = true; /* follows dp_overlap, as a layout in JSON does */
     l->etp = 0;
     l->moe_capacity = 0;
     l->moe_pad = false;
@@ -210,11 +311,9 @@ int dp_layout_validate(const struct dp_layout *l, const struct dp_model *m, int 
                           l->moe_imbalance);
     if (l->zero < 0 || l->zero > 3)
         return dp_err_set(err, DP_EINFEASIBLE, "zero=%d: expected 0, 1, 2 or 3", l->zero);
-    if (l->zero >= 2 && l->pp > 1)
-        return dp_err_set(err, DP_EINFEASIBLE,
-                          "zero=%d with pp=%d: gradient/parameter sharding does not combine with "
-                          "pipeline parallelism (DeepSpeed's pipeline engine allows ZeRO-1 only)",
-                          l->zero, l->pp);
+    /* ZeRO-2/3 with pipeline parallelism: DeepSpeed's pipeline engine refuses it, but
+     * torchtitan (FSDP2 + PP) and Megatron-FSDP run it; the cost model follows them
+     * (costmodel/memory.c dp_mem_states). The planner does not search it. */
     if (l->precision == DP_FP16 && l->ep > 1)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "expert parallelism does not support fp16 (Megatron)");
@@ -302,7 +401,10 @@ void dp_layout_format_model(const struct dp_layout *l, const struct dp_model *m,
     if (l->sp && l->tp > 1)
         n += snprintf(out + n, cap - (size_t)n, " sp");
     if ((size_t)n < cap)
-        format_split(l, m, out + n, cap - (size_t)n);
+        n += format_split(l, m, out + n, cap - (size_t)n);
+    if (dp_layout_gemm(l) == DP_GEMM_FP8 && (size_t)n < cap)
+        snprintf(out + n, cap - (size_t)n, " fp8%s%s", l->fp8_recipe == DP_FP8_DELAYED ? "" : "-",
+                 l->fp8_recipe == DP_FP8_DELAYED ? "" : recipe_names[l->fp8_recipe]);
 }
 
 void dp_layout_format(const struct dp_layout *l, char *out, size_t cap)
@@ -330,6 +432,22 @@ cJSON *dp_layout_to_json(const struct dp_layout *l)
     cJSON_AddBoolToObject(o, "grad_fp32", l->grad_fp32);
     cJSON_AddStringToObject(o, "optimizer", optimizer_names[l->optimizer]);
     cJSON_AddBoolToObject(o, "dp_overlap", l->dp_overlap);
+    enum dp_gemm g = dp_layout_gemm(l);
+    cJSON_AddStringToObject(o, "gemm_precision", dp_gemm_name(g));
+    if (g == DP_GEMM_FP8) {
+        cJSON_AddStringToObject(o, "fp8_recipe", recipe_names[l->fp8_recipe]);
+        cJSON_AddStringToObject(o, "fp8_format", format_names[l->fp8_format]);
+        cJSON_AddBoolToObject(o, "fp8_params", l->fp8_params);
+    }
+    cJSON_AddBoolToObject(o, "tp_overlap", l->tp_overlap);
+    cJSON_AddBoolToObject(o, "overlap_param_gather", l->overlap_param_gather);
+    cJSON_AddBoolToObject(o, "pp_overlap", l->pp_overlap);
+    if (l->attn != DP_ATTN_DEFAULT)
+        cJSON_AddStringToObject(o, "attention", dp_attn_name(l->attn));
+    if (l->eager)
+        cJSON_AddBoolToObject(o, "eager", true);
+    if (l->recompute_layers)
+        cJSON_AddNumberToObject(o, "recompute_layers", l->recompute_layers);
     if (l->etp)
         cJSON_AddNumberToObject(o, "etp", l->etp);
     if (l->moe_capacity > 0) {
@@ -449,6 +567,16 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
                                        "last_stage_layers",
                                        "stage_layers",
                                        "pipeline_layout",
+                                       "gemm_precision",
+                                       "fp8_recipe",
+                                       "fp8_format",
+                                       "fp8_params",
+                                       "tp_overlap",
+                                       "overlap_param_gather",
+                                       "pp_overlap",
+                                       "attention",
+                                       "eager",
+                                       "recompute_layers",
                                        "etp",
                                        "moe_capacity",
                                        "moe_pad",
@@ -456,8 +584,13 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
                                        "moe_dispatcher",
                                        NULL};
     dp_layout_default(out);
-    int64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1, zero = 0, first = 0, last = 0, etp = 0;
-    int rc_ = 0, prec = 0, opt = 0, disp = 0;
+    int64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1, zero = 0, first = 0, last = 0, rl = 0,
+            etp = 0;
+    int rc_ = 0, prec = 0, opt = 0, gemm = DP_GEMM_DEFAULT, fmt = 0, attn = 0, disp = 0;
+    /* "precision": "fp8" is shorthand for bf16 storage with FP8 GEMMs. */
+    const cJSON *pv = cJSON_GetObjectItemCaseSensitive(obj, "precision");
+    bool fp8_shorthand = cJSON_IsString(pv) && strcmp(pv->valuestring, "fp8") == 0;
+    static const char *const prec_in[] = {"bf16", "fp16", "fp32", "fp8"};
     if (dp_jr_expect_object(jr, obj, "a layout object") || dp_jr_check_keys(jr, obj, keys) ||
         dp_jr_int(jr, obj, "tp", true, 1, 1 << 20, &tp) ||
         dp_jr_int(jr, obj, "pp", true, 1, 1 << 20, &pp) ||
@@ -472,12 +605,20 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
         dp_jr_enum(jr, obj, "recompute", false, recompute_names, 3, &rc_) ||
         dp_jr_bool(jr, obj, "sp", false, &out->sp) ||
         dp_jr_bool(jr, obj, "flash_attn", false, &out->flash_attn) ||
-        dp_jr_enum(jr, obj, "precision", false, precision_names, 3, &prec) ||
+        dp_jr_enum(jr, obj, "precision", false, prec_in, 4, &prec) ||
         dp_jr_bool(jr, obj, "grad_fp32", false, &out->grad_fp32) ||
         dp_jr_enum(jr, obj, "optimizer", false, optimizer_names, 2, &opt) ||
         dp_jr_bool(jr, obj, "dp_overlap", false, &out->dp_overlap) ||
         dp_jr_int(jr, obj, "first_stage_layers", false, 0, 100000, &first) ||
         dp_jr_int(jr, obj, "last_stage_layers", false, 0, 100000, &last) ||
+        dp_jr_enum(jr, obj, "gemm_precision", false, gemm_names + 1, DP_GEMMS - 1, &gemm) ||
+        dp_jr_enum(jr, obj, "fp8_format", false, format_names, 2, &fmt) ||
+        dp_jr_bool(jr, obj, "fp8_params", false, &out->fp8_params) ||
+        dp_jr_bool(jr, obj, "tp_overlap", false, &out->tp_overlap) ||
+        dp_jr_bool(jr, obj, "pp_overlap", false, &out->pp_overlap) ||
+        dp_jr_enum(jr, obj, "attention", false, attn_names, DP_ATTNS, &attn) ||
+        dp_jr_bool(jr, obj, "eager", false, &out->eager) ||
+        dp_jr_int(jr, obj, "recompute_layers", false, 0, 100000, &rl) ||
         dp_jr_int(jr, obj, "etp", false, 1, 1 << 20, &etp) ||
         dp_jr_number(jr, obj, "moe_capacity", false, 0, 1000, &out->moe_capacity) ||
         dp_jr_bool(jr, obj, "moe_pad", false, &out->moe_pad) ||
@@ -486,6 +627,42 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
         return jr->err->code;
     out->moe_dispatcher = (enum dp_moe_dispatcher)disp;
     out->etp = (int)etp;
+    out->recompute_layers = (int)rl;
+    out->attn = (enum dp_attn)attn;
+    if (cJSON_GetObjectItemCaseSensitive(obj, "gemm_precision"))
+        gemm += 1; /* the enum read skipped "default" */
+    if (fp8_shorthand) {
+        if (gemm != DP_GEMM_DEFAULT && gemm != DP_GEMM_FP8) {
+            size_t o = dp_jr_push(jr, "gemm_precision", 0);
+            dp_err_set(jr->err, DP_EINVAL, "%s: %s: expected fp8 (precision is fp8), got %s",
+                       jr->file, jr->path, dp_gemm_name((enum dp_gemm)gemm));
+            dp_jr_pop(jr, o);
+            return jr->err->code;
+        }
+        prec = DP_BF16;
+        gemm = DP_GEMM_FP8;
+    }
+    /* The overlap of the parameter all-gather followed dp_overlap before it had a knob of
+     * its own: a layout that does not name it keeps that meaning. */
+    out->overlap_param_gather = out->dp_overlap;
+    if (dp_jr_bool(jr, obj, "overlap_param_gather", false, &out->overlap_param_gather))
+        return jr->err->code;
+    const cJSON *rv = cJSON_GetObjectItemCaseSensitive(obj, "fp8_recipe");
+    if (rv && !cJSON_IsNull(rv)) {
+        int r = cJSON_IsString(rv) ? dp_fp8_recipe_parse(rv->valuestring) : -1;
+        if (r < 0) {
+            char got[128];
+            dp_json_describe(rv, got, sizeof got);
+            size_t o = dp_jr_push(jr, "fp8_recipe", 0);
+            dp_err_set(jr->err, DP_EINVAL,
+                       "%s: %s: expected one of delayed, current (tensorwise), rowwise, "
+                       "blockwise, mxfp8, got %s",
+                       jr->file, jr->path, got);
+            dp_jr_pop(jr, o);
+            return jr->err->code;
+        }
+        out->fp8_recipe = (enum dp_fp8_recipe)r;
+    }
     out->tp = (int)tp;
     out->pp = (int)pp;
     out->dp = (int)dp;
@@ -498,5 +675,36 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
     out->optimizer = (enum dp_optimizer)opt;
     out->first_stage_layers = (int)first;
     out->last_stage_layers = (int)last;
-    return read_split(jr, obj, out, cJSON_GetObjectItemCaseSensitive(obj, "vpp") != NULL);
+    out->gemm = (enum dp_gemm)gemm;
+    out->fp8_format = (enum dp_fp8_format)fmt;
+    int rc = read_split(jr, obj, out, cJSON_GetObjectItemCaseSensitive(obj, "vpp") != NULL);
+    if (rc)
+        return rc;
+    /* Knobs that need another knob (bad input, exit 2, like a bad command line). */
+    const char *need = NULL, *field = NULL, *got = NULL;
+    if (out->tp_overlap && out->tp > 1 && !out->sp) {
+        field = "tp_overlap";
+        need = "false without sp true (TP communication overlap needs sequence parallelism: "
+               "Megatron-LM validate_args 'Tensor parallel communication/GEMM overlap can "
+               "happen only when sequence parallelism is enabled')";
+        got = "true with sp false";
+    } else if (out->pp_overlap && out->vpp < 2) {
+        field = "pp_overlap";
+        need = "false without vpp > 1 (Megatron overlaps pipeline send/recv only in the "
+               "interleaved schedule: 'Non-interleaved pipeline parallelism does not support "
+               "overlapping p2p communication')";
+        got = "true with vpp 1";
+    } else if (out->fp8_params && dp_layout_gemm(out) != DP_GEMM_FP8) {
+        field = "fp8_params";
+        need = "false without gemm_precision fp8 (FP8 weights need FP8 GEMMs)";
+        got = "true";
+    }
+    if (field) {
+        size_t o = dp_jr_push(jr, field, 0);
+        dp_err_set(jr->err, DP_EUSAGE, "%s: %s: expected %s, got %s", jr->file, jr->path, need,
+                   got);
+        dp_jr_pop(jr, o);
+        return jr->err->code;
+    }
+    return 0;
 }

@@ -45,11 +45,14 @@ static int hf_int(struct dp_jr *jr, const cJSON *root, const char *const *aliase
     return dp_jr_int(jr, root, k, true, 1, 10000000, out);
 }
 
-static bool any_positive(const cJSON *root, const char *const *keys)
+/* Dropout is on when any of the probabilities is positive, an absent (or null) one
+ * taking the class default `absent`. */
+static bool any_positive(const cJSON *root, const char *const *keys, double absent)
 {
     for (const char *const *k = keys; *k; k++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, *k);
-        if (cJSON_IsNumber(v) && v->valuedouble > 0)
+        double p = cJSON_IsNumber(v) ? v->valuedouble : absent;
+        if (p > 0)
             return true;
     }
     return false;
@@ -57,6 +60,7 @@ static bool any_positive(const cJSON *root, const char *const *keys)
 
 enum family {
     FAM_LLAMA,
+    FAM_MISTRAL,
     FAM_QWEN2,
     FAM_MIXTRAL,
     FAM_GPT2,
@@ -68,12 +72,44 @@ enum family {
     FAM_DEEPSEEK_V3,
 };
 
+/*
+ * What transformers' config classes default the fields dplan reads to when a
+ * config.json omits them (the keyword defaults of each class's __init__ or
+ * dataclass fields, huggingface/transformers src/transformers/models/<family>/
+ * configuration_<family>.py): the context length (max_position_embeddings, GPT-2's
+ * n_positions), the KV heads (None = the head count, or a number), and whether
+ * dropout is on (GPT2Config: resid_pdrop = embd_pdrop = attn_pdrop = 0.1; every
+ * other family: 0.0). The shape fields (layers, hidden, heads, vocabulary, MLP
+ * width) stay required: a config without them is not a checkpoint's config, and
+ * planning transformers' example model instead would answer another question.
+ */
+static const struct hf_defaults {
+    const char *cls;
+    int64_t max_pos;
+    int64_t kv_heads; /* 0: the head count */
+    double dropout;   /* the dropout probabilities' default */
+} hf_defaults[] = {
+    [FAM_LLAMA] = {"LlamaConfig", 2048, 0, 0.0},
+    [FAM_MISTRAL] = {"MistralConfig", 4096 * 32, 8, 0.0},
+    [FAM_QWEN2] = {"Qwen2Config", 32768, 32, 0.0},
+    [FAM_MIXTRAL] = {"MixtralConfig", 4096 * 32, 8, 0.0},
+    [FAM_GPT2] = {"GPT2Config", 1024, 0, 0.1},
+    [FAM_NEOX] = {"GPTNeoXConfig", 2048, 0, 0.0},
+    [FAM_FALCON] = {"FalconConfig", 2048, 0, 0.0},
+    [FAM_QWEN2_MOE] = {"Qwen2MoeConfig", 32768, 16, 0.0},
+    [FAM_QWEN3_MOE] = {"Qwen3MoeConfig", 32768, 4, 0.0},
+    /* DeepseekV2Config: num_key_value_heads None (= the heads); DeepseekV3Config: 128,
+     * which MLA ignores (one K/V head per query head): dplan takes the head count. */
+    [FAM_DEEPSEEK_V2] = {"DeepseekV2Config", 2048, 0, 0.0},
+    [FAM_DEEPSEEK_V3] = {"DeepseekV3Config", 4096, 0, 0.0},
+};
+
 static const struct {
     const char *type;
     enum family fam;
 } types[] = {
     {"llama", FAM_LLAMA},
-    {"mistral", FAM_LLAMA},
+    {"mistral", FAM_MISTRAL},
     {"qwen2", FAM_QWEN2},
     {"mixtral", FAM_MIXTRAL},
     {"gpt2", FAM_GPT2},
@@ -122,7 +158,7 @@ static int detect_family(struct dp_jr *jr, const cJSON *root, enum family *fam, 
             enum family fam;
             const char *type;
         } archs[] = {{"Llama", FAM_LLAMA, "llama"},
-                     {"Mistral", FAM_LLAMA, "mistral"},
+                     {"Mistral", FAM_MISTRAL, "mistral"},
                      {"Mixtral", FAM_MIXTRAL, "mixtral"},
                      {"Qwen2Moe", FAM_QWEN2_MOE, "qwen2_moe"},
                      {"Qwen3Moe", FAM_QWEN3_MOE, "qwen3_moe"},
@@ -195,10 +231,13 @@ static int qwen_moe(struct dp_jr *jr, const cJSON *root, enum family fam, struct
     static const char *const k_mf[] = {"moe_intermediate_size", NULL};
     static const char *const k_sf[] = {"shared_expert_intermediate_size", NULL};
     int64_t step = 1, shared = 0;
+    /* Class defaults: Qwen2MoeConfig num_experts 60, num_experts_per_tok 4;
+     * Qwen3MoeConfig 128 and 8. */
     m->top_k = fam == FAM_QWEN2_MOE ? 4 : 8;
+    m->experts = fam == FAM_QWEN2_MOE ? 60 : 128;
     if (hf_int(jr, root, k_kv, false, &m->kv_heads) ||
-        hf_int(jr, root, k_ffn, true, &m->ffn_hidden) || hf_int(jr, root, k_e, true, &m->experts) ||
-        hf_int(jr, root, k_k, false, &m->top_k) ||
+        hf_int(jr, root, k_ffn, true, &m->ffn_hidden) ||
+        hf_int(jr, root, k_e, false, &m->experts) || hf_int(jr, root, k_k, false, &m->top_k) ||
         hf_int(jr, root, k_mf, true, &m->moe_ffn_hidden) ||
         dp_jr_int(jr, root, "decoder_sparse_step", false, 1, 1000000, &step))
         return jr->err->code;
@@ -232,7 +271,7 @@ static int qwen_moe(struct dp_jr *jr, const cJSON *root, enum family fam, struct
         m->qk_norm = true;
     }
     static const char *const drop[] = {"attention_dropout", NULL};
-    m->dropout = any_positive(root, drop);
+    m->dropout = any_positive(root, drop, hf_defaults[fam].dropout);
     return 0;
 }
 
@@ -253,13 +292,30 @@ static int deepseek(struct dp_jr *jr, const cJSON *root, enum family fam, struct
     static const char *const k_nope[] = {"qk_nope_head_dim", NULL};
     static const char *const k_rope[] = {"qk_rope_head_dim", NULL};
     static const char *const k_v[] = {"v_head_dim", NULL};
-    int64_t kv = m->heads, freq = 1, shared = 0, dense = 0, qr = 0;
+    /*
+     * Class defaults (transformers configuration_deepseek_v2.py / _v3.py): kv_lora_rank
+     * 512, q_lora_rank 1536, qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim 128
+     * for both; V2 n_routed_experts 64, n_shared_experts 2, first_k_dense_replace 0,
+     * num_experts_per_tok None (required with experts); V3 256, 1, 3 and 8.
+     * "q_lora_rank": null (DeepSeek-V2-Lite) means no query compression.
+     */
+    bool v3 = fam == FAM_DEEPSEEK_V3;
+    int64_t kv = m->heads, freq = 1, shared = v3 ? 1 : 2, dense = v3 ? 3 : 0, qr = 1536;
+    m->experts = v3 ? 256 : 64;
+    m->top_k = v3 ? 8 : 0;
+    m->mla_kv_rank = 512;
+    m->mla_nope_dim = 128;
+    m->mla_rope_dim = 64;
+    m->mla_v_dim = 128;
+    const cJSON *qrv = cJSON_GetObjectItemCaseSensitive(root, "q_lora_rank");
+    if (cJSON_IsNull(qrv))
+        qr = 0;
     if (hf_int(jr, root, k_kv, false, &kv) || hf_int(jr, root, k_ffn, true, &m->ffn_hidden) ||
         hf_int(jr, root, k_e, false, &m->experts) ||
-        hf_int(jr, root, k_kvr, true, &m->mla_kv_rank) ||
-        hf_int(jr, root, k_nope, true, &m->mla_nope_dim) ||
-        hf_int(jr, root, k_rope, true, &m->mla_rope_dim) ||
-        hf_int(jr, root, k_v, true, &m->mla_v_dim) ||
+        hf_int(jr, root, k_kvr, false, &m->mla_kv_rank) ||
+        hf_int(jr, root, k_nope, false, &m->mla_nope_dim) ||
+        hf_int(jr, root, k_rope, false, &m->mla_rope_dim) ||
+        hf_int(jr, root, k_v, false, &m->mla_v_dim) ||
         dp_jr_int(jr, root, "q_lora_rank", false, 1, 10000000, &qr) ||
         dp_jr_int(jr, root, "moe_layer_freq", false, 1, 1000000, &freq) ||
         dp_jr_int(jr, root, "n_shared_experts", false, 0, 1024, &shared) ||
@@ -275,7 +331,7 @@ static int deepseek(struct dp_jr *jr, const cJSON *root, enum family fam, struct
     m->head_dim = m->mla_nope_dim + m->mla_rope_dim;
     m->kv_heads = m->heads;
     if (m->experts > 0) {
-        if (hf_int(jr, root, k_k, true, &m->top_k) ||
+        if (hf_int(jr, root, k_k, !v3, &m->top_k) ||
             hf_int(jr, root, k_mf, true, &m->moe_ffn_hidden))
             return jr->err->code;
         if (freq != 1)
@@ -299,7 +355,7 @@ static int deepseek(struct dp_jr *jr, const cJSON *root, enum family fam, struct
         return dp_err_set(jr->err, DP_EINVAL,
                           "%s: attention_bias: true is not supported with MLA attention", jr->file);
     static const char *const drop[] = {"attention_dropout", NULL};
-    m->dropout = any_positive(root, drop);
+    m->dropout = any_positive(root, drop, hf_defaults[fam].dropout);
     return 0;
 }
 
@@ -340,12 +396,11 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
     static const char *const k_experts[] = {"num_local_experts", NULL};
     {
         /* Every required key of this family at once, when two or more are missing. */
-        const char *const *req[6] = {k_layers, k_hidden, k_heads, k_vocab, NULL, NULL};
+        const char *const *req[5] = {k_layers, k_hidden, k_heads, k_vocab, NULL};
         int nreq = 4;
-        if (fam == FAM_LLAMA || fam == FAM_QWEN2 || fam == FAM_MIXTRAL || fam == FAM_NEOX)
+        if (fam == FAM_LLAMA || fam == FAM_MISTRAL || fam == FAM_QWEN2 || fam == FAM_MIXTRAL ||
+            fam == FAM_NEOX)
             req[nreq++] = k_inter;
-        if (fam == FAM_MIXTRAL)
-            req[nreq++] = k_experts;
         char list[256] = "";
         size_t n = 0;
         int missing = 0;
@@ -361,7 +416,8 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
         hf_int(jr, root, k_hidden, true, &m->hidden) ||
         hf_int(jr, root, k_heads, true, &m->heads) || hf_int(jr, root, k_vocab, true, &m->vocab))
         return jr->err->code;
-    m->kv_heads = m->heads;
+    const struct hf_defaults *def = &hf_defaults[fam];
+    m->kv_heads = def->kv_heads > 0 ? def->kv_heads : m->heads;
     static const char *const k_headdim[] = {"head_dim", NULL};
     if (hf_int(jr, root, k_headdim, false, &m->head_dim))
         return jr->err->code;
@@ -369,7 +425,7 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
         m->head_dim = m->hidden / m->heads;
     bool tie = false;
     static const char *const k_maxpos[] = {"max_position_embeddings", "n_positions", NULL};
-    int64_t maxpos = 2048;
+    int64_t maxpos = def->max_pos;
     if (hf_int(jr, root, k_maxpos, false, &maxpos))
         return jr->err->code;
     /*
@@ -383,10 +439,16 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
      */
     const char *maxkey = first_key(root, k_maxpos);
     m->seq_len = maxpos;
-    if (!maxkey)
+    if (!maxkey && maxpos <= DP_HF_TRAIN_SEQ)
+        snprintf(m->seq_len_from, sizeof m->seq_len_from, "the config has no %s: %s's default %lld",
+                 k_maxpos[fam == FAM_GPT2], def->cls, (long long)maxpos);
+    else if (!maxkey) {
+        m->seq_len = DP_HF_TRAIN_SEQ;
         snprintf(m->seq_len_from, sizeof m->seq_len_from,
-                 "the config has no max_position_embeddings; 2048 assumed");
-    else if (maxpos <= DP_HF_TRAIN_SEQ)
+                 "dplan's default; the config has no max_position_embeddings and %s's default "
+                 "%lld is a context limit, not a training length",
+                 def->cls, (long long)maxpos);
+    } else if (maxpos <= DP_HF_TRAIN_SEQ)
         snprintf(m->seq_len_from, sizeof m->seq_len_from, "the config's %s", maxkey);
     else {
         m->seq_len = DP_HF_TRAIN_SEQ;
@@ -398,6 +460,7 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
 
     switch (fam) {
     case FAM_LLAMA:
+    case FAM_MISTRAL:
     case FAM_QWEN2:
     case FAM_MIXTRAL: {
         static const char *const k_kv[] = {"num_key_value_heads", NULL};
@@ -414,6 +477,8 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
         if (fam == FAM_QWEN2) {
             /* Qwen2Attention: q/k/v_proj have bias=True, o_proj bias=False. */
             m->qkv_bias = true;
+        } else if (fam == FAM_MISTRAL || fam == FAM_MIXTRAL) {
+            /* MistralAttention / MixtralAttention: no biases, no attention_bias key. */
         } else {
             /* LlamaAttention: attention_bias applies to q, k, v and o. */
             m->qkv_bias = m->out_bias = attn_bias;
@@ -421,15 +486,16 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
         }
         if (fam == FAM_MIXTRAL) {
             static const char *const k_k[] = {"num_experts_per_tok", NULL};
-            m->top_k = 2;
-            if (hf_int(jr, root, k_experts, true, &m->experts) ||
+            m->top_k = 2;   /* MixtralConfig.num_experts_per_tok */
+            m->experts = 8; /* MixtralConfig.num_local_experts */
+            if (hf_int(jr, root, k_experts, false, &m->experts) ||
                 hf_int(jr, root, k_k, false, &m->top_k))
                 return jr->err->code;
             m->moe_ffn_hidden = m->ffn_hidden;
         }
         original_seq_len(root, maxpos, m);
         static const char *const drop[] = {"attention_dropout", NULL};
-        m->dropout = any_positive(root, drop);
+        m->dropout = any_positive(root, drop, def->dropout);
         break;
     }
     case FAM_QWEN2_MOE:
@@ -457,7 +523,7 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
         m->qkv_bias = m->out_bias = m->mlp_bias = true;
         tie = true;
         static const char *const drop[] = {"resid_pdrop", "embd_pdrop", "attn_pdrop", NULL};
-        m->dropout = any_positive(root, drop);
+        m->dropout = any_positive(root, drop, def->dropout);
         break;
     }
     case FAM_NEOX: {
@@ -472,7 +538,7 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
         m->qkv_bias = m->out_bias = bias;
         m->mlp_bias = true;
         static const char *const drop[] = {"hidden_dropout", "attention_dropout", NULL};
-        m->dropout = any_positive(root, drop);
+        m->dropout = any_positive(root, drop, def->dropout);
         break;
     }
     case FAM_FALCON: {
@@ -487,16 +553,21 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
             dp_jr_bool(jr, root, "bias", false, &bias) ||
             dp_jr_bool(jr, root, "alibi", false, &alibi))
             return jr->err->code;
-        if (new_arch) {
-            static const char *const k_kv[] = {"num_kv_heads", "n_head_kv", NULL};
-            if (hf_int(jr, root, k_kv, true, &m->kv_heads))
-                return jr->err->code;
-        } else if (multi_query) {
+        /* FalconAttention: num_kv_heads (None = the head count) with the new decoder
+         * architecture or without multi_query, one KV head otherwise. */
+        static const char *const k_kv[] = {"num_kv_heads", "n_head_kv", NULL};
+        if (hf_int(jr, root, k_kv, false, &m->kv_heads))
+            return jr->err->code;
+        if (!new_arch && multi_query)
             m->kv_heads = 1;
-        }
         /* FalconDecoderLayer: parallel attention without the new architecture has one
-         * input_layernorm; otherwise two norms (ln_attn/ln_mlp or post_attention). */
-        m->norms_per_layer = (parallel && !new_arch) ? 1 : 2;
+         * input_layernorm; the new architecture has num_ln_in_parallel_attn of them
+         * (None = 2: ln_attn and ln_mlp); otherwise two (post_attention). */
+        int64_t nln = 2;
+        static const char *const k_nln[] = {"num_ln_in_parallel_attn", NULL};
+        if (new_arch && hf_int(jr, root, k_nln, false, &nln))
+            return jr->err->code;
+        m->norms_per_layer = (parallel && !new_arch) ? 1 : new_arch && nln == 1 ? 1 : 2;
         static const char *const k_ffn[] = {"ffn_hidden_size", NULL};
         m->ffn_hidden = 4 * m->hidden;
         if (hf_int(jr, root, k_ffn, false, &m->ffn_hidden))
@@ -507,7 +578,7 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
         m->qkv_bias = m->out_bias = m->mlp_bias = bias;
         tie = true; /* FalconForCausalLM ties lm_head to word_embeddings */
         static const char *const drop[] = {"hidden_dropout", "attention_dropout", NULL};
-        m->dropout = any_positive(root, drop);
+        m->dropout = any_positive(root, drop, def->dropout);
         break;
     }
     }

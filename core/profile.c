@@ -130,6 +130,9 @@ static int gpu_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_gpu *g)
                                        "intra_link",
                                        "host_link",
                                        "gemm",
+                                       "gemm_fp8",
+                                       "fp8_block_scaling",
+                                       "attention",
                                        "sources",
                                        "notes",
                                        NULL};
@@ -148,6 +151,7 @@ static int gpu_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_gpu *g)
         dp_jr_int(jr, obj, "runtime_overhead_bytes", true, 0, INT64_C(1) << 40,
                   &g->runtime_overhead_bytes) ||
         dp_jr_number(jr, obj, "tdp_w", false, 0, 1e5, &tdp) ||
+        dp_jr_bool(jr, obj, "fp8_block_scaling", false, &g->fp8_block_scaling) ||
         dp_jr_string(jr, obj, "intra_link", true, g->intra_link, sizeof g->intra_link) ||
         dp_jr_string(jr, obj, "host_link", true, g->host_link, sizeof g->host_link))
         return jr->err->code;
@@ -161,13 +165,13 @@ static int gpu_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_gpu *g)
                           "{bf16, fp16, fp32, ...} of dense TFLOP/s)",
                           jr->file);
     }
-    double fp64 = 0, tf32 = 0;
+    double fp64 = 0;
     if (dp_jr_expect_object(jr, peak, "an object of dense TFLOP/s per precision") ||
         dp_jr_check_keys(jr, peak, peak_keys) ||
         dp_jr_number(jr, peak, "bf16", true, 1e-3, 1e6, &g->peak_tflops[DP_BF16]) ||
         dp_jr_number(jr, peak, "fp16", true, 1e-3, 1e6, &g->peak_tflops[DP_FP16]) ||
         dp_jr_number(jr, peak, "fp32", true, 1e-3, 1e6, &g->peak_tflops[DP_FP32]) ||
-        dp_jr_number(jr, peak, "tf32", false, 0, 1e6, &tf32) ||
+        dp_jr_number(jr, peak, "tf32", false, 0, 1e6, &g->tf32_tflops) ||
         dp_jr_number(jr, peak, "fp8", false, 0, 1e6, &g->fp8_tflops) ||
         dp_jr_number(jr, peak, "fp64", false, 0, 1e6, &fp64))
         return jr->err->code;
@@ -187,6 +191,49 @@ static int gpu_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_gpu *g)
         dp_jr_number(jr, gemm, "half_flops", true, 0, 1e18, &g->gemm.half_flops))
         return jr->err->code;
     dp_jr_pop(jr, old);
+    /* The FP8 curve: required with an fp8 peak, refused without one. */
+    const cJSON *g8 = cJSON_GetObjectItemCaseSensitive(obj, "gemm_fp8");
+    if (g8 && g->fp8_tflops <= 0)
+        return dp_err_set(jr->err, DP_EINVAL,
+                          "%s: gemm_fp8: expected no FP8 curve without a peak_tflops.fp8 (this "
+                          "GPU has no FP8 tensor cores), got one",
+                          jr->file);
+    if (!g8 && g->fp8_tflops > 0) {
+        /* A profile (or a cluster file written before FP8 curves existed) without one: the
+         * bf16 curve's efficiency and fixed time per GEMM, half_flops / (eff_max x peak),
+         * carried over to the FP8 peak (profiles/README.md, gemm_fp8). */
+        g->gemm_fp8.eff_max = g->gemm.eff_max;
+        g->gemm_fp8.half_flops = g->gemm.half_flops * g->fp8_tflops / g->peak_tflops[DP_BF16];
+    }
+    const cJSON *at = cJSON_GetObjectItemCaseSensitive(obj, "attention");
+    if (at) {
+        static const char *const akeys[] = {"default", "flash2", "flash3", "cudnn",
+                                            "triton",  "flash1", NULL};
+        static const char *const anames[] = {"flash2", "flash3", "cudnn", "triton", "flash1"};
+        int def = 0;
+        old = dp_jr_push(jr, "attention", 0);
+        if (dp_jr_expect_object(jr, at, "an object {default, flash2, flash3, cudnn, ...}") ||
+            dp_jr_check_keys(jr, at, akeys) || dp_jr_enum(jr, at, "default", true, anames, 5, &def))
+            return jr->err->code;
+        for (int k = 0; k < 5; k++)
+            if (dp_jr_number(jr, at, anames[k], false, 0.01, 2.0, &g->attn_rel[k + 1]))
+                return jr->err->code;
+        g->attn_default = (enum dp_attn)(def + 1);
+        if (g->attn_rel[g->attn_default] <= 0)
+            return dp_err_set(jr->err, DP_EINVAL,
+                              "%s: %s.%s: expected the default kernel's relative speed, got none",
+                              jr->file, jr->path, anames[def]);
+        dp_jr_pop(jr, old);
+    }
+    if (g8) {
+        old = dp_jr_push(jr, "gemm_fp8", 0);
+        if (dp_jr_expect_object(jr, g8, "an object {eff_max, half_flops}") ||
+            dp_jr_check_keys(jr, g8, gemm_keys) ||
+            dp_jr_number(jr, g8, "eff_max", true, 0.01, 1.0, &g->gemm_fp8.eff_max) ||
+            dp_jr_number(jr, g8, "half_flops", true, 0, 1e18, &g->gemm_fp8.half_flops))
+            return jr->err->code;
+        dp_jr_pop(jr, old);
+    }
     return 0;
 }
 
@@ -502,6 +549,8 @@ static cJSON *gpu_to_json(const struct dp_gpu *g)
     cJSON_AddNumberToObject(p, "bf16", g->peak_tflops[DP_BF16]);
     cJSON_AddNumberToObject(p, "fp16", g->peak_tflops[DP_FP16]);
     cJSON_AddNumberToObject(p, "fp32", g->peak_tflops[DP_FP32]);
+    if (g->tf32_tflops > 0)
+        cJSON_AddNumberToObject(p, "tf32", g->tf32_tflops);
     if (g->fp8_tflops > 0)
         cJSON_AddNumberToObject(p, "fp8", g->fp8_tflops);
     cJSON_AddNumberToObject(o, "mem_bytes", (double)g->mem_bytes);
@@ -515,6 +564,20 @@ static cJSON *gpu_to_json(const struct dp_gpu *g)
     cJSON *gm = cJSON_AddObjectToObject(o, "gemm");
     cJSON_AddNumberToObject(gm, "eff_max", g->gemm.eff_max);
     cJSON_AddNumberToObject(gm, "half_flops", g->gemm.half_flops);
+    if (g->fp8_tflops > 0) {
+        cJSON *g8 = cJSON_AddObjectToObject(o, "gemm_fp8");
+        cJSON_AddNumberToObject(g8, "eff_max", g->gemm_fp8.eff_max);
+        cJSON_AddNumberToObject(g8, "half_flops", g->gemm_fp8.half_flops);
+    }
+    if (g->fp8_block_scaling)
+        cJSON_AddBoolToObject(o, "fp8_block_scaling", true);
+    if (g->attn_default != DP_ATTN_DEFAULT) {
+        cJSON *at = cJSON_AddObjectToObject(o, "attention");
+        cJSON_AddStringToObject(at, "default", dp_attn_name(g->attn_default));
+        for (int k = 1; k < DP_ATTNS; k++)
+            if (g->attn_rel[k] > 0)
+                cJSON_AddNumberToObject(at, dp_attn_name((enum dp_attn)k), g->attn_rel[k]);
+    }
     return o;
 }
 

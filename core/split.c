@@ -133,7 +133,14 @@ int dp_layout_set_chunks(struct dp_layout *l, const int *counts, int n)
 
 bool dp_layout_equal(const struct dp_layout *a, const struct dp_layout *b)
 {
-    if (memcmp(a, b, offsetof(struct dp_layout, chunk_layers)) != 0)
+    /* The GEMM type compared as resolved: a plan writes the default one out by name. */
+    if (dp_layout_gemm(a) != dp_layout_gemm(b))
+        return false;
+    struct dp_layout x, y;
+    memcpy(&x, a, offsetof(struct dp_layout, chunk_layers));
+    memcpy(&y, b, offsetof(struct dp_layout, chunk_layers));
+    x.gemm = y.gemm = DP_GEMM_DEFAULT;
+    if (memcmp(&x, &y, offsetof(struct dp_layout, chunk_layers)) != 0)
         return false;
     return memcmp(a->chunk_layers, b->chunk_layers,
                   (size_t)a->nchunks * sizeof a->chunk_layers[0]) == 0;

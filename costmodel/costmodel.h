@@ -77,6 +77,7 @@ struct dp_mem_stage {
     int64_t params;  /* parameters held by each GPU of the stage (unsharded) */
     int64_t params_bytes, grads_bytes, optimizer_bytes, activations_bytes, other_bytes;
     int64_t total_bytes;
+    int64_t fp8_copy_bytes; /* of params_bytes: FP8 copies of the linear weights */
     /* breakdown of activations_bytes */
     int64_t act_layers_bytes;  /* transformer layers x in-flight micro-batches */
     int64_t act_layer_bytes;   /* of which one layer, one micro-batch (the largest kind's) */
@@ -288,7 +289,9 @@ struct dp_step_cost {
     double tokens_per_s;
     double model_tflops_per_gpu;    /* MFU numerator: no recompute */
     double hardware_tflops_per_gpu; /* HFU numerator: with recompute */
-    double mfu, hfu;                /* against the GPU's dense peak at the layout's precision */
+    double mfu, hfu;                /* against the GPU's dense peak of the layout's GEMM
+                                       compute type (the FP8 peak for FP8 runs) */
+    double peak_tflops;             /* that peak, per GPU */
     int slowest_stage;
     double stage_fwd_s[3], stage_bwd_s[3]; /* per micro-batch: first, middle, last stage */
     double dp_comm_total_s;                /* before overlap */
@@ -313,6 +316,9 @@ struct dp_layer_time {
     double tp_f, tp_b; /* TP collectives */
     double cp_f, cp_b; /* exposed context-parallel exchange */
     double ep_f, ep_b; /* expert dispatch/combine: all-to-all, expert-TP gather/scatter */
+    double cast_f;     /* FP8 quantization of the linears' inputs, forward */
+    double cast_b;     /* FP8 quantization of the output gradients, backward */
+    double cast_w;     /* FP8 casts of the layer's weights, once per step */
     /* The ends, which depend on the same: the embedding (first stage) and the final norm,
      * output layer and loss (last stage), compute and TP collectives (the same in every
      * kind's entry). */

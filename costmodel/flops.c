@@ -49,9 +49,23 @@ void dp_flops_step(const struct dp_model *m, const struct dp_layout *l, struct d
                         k.n[DP_LAYER_MOE] * out->kind_fwd[DP_LAYER_MOE];
     double fwd = micro * (layers_fwd + out->head_fwd);
     out->model_flops = 3 * fwd;
-    if (l->recompute == DP_RECOMPUTE_FULL)
+    if (l->recompute == DP_RECOMPUTE_FULL && l->recompute_layers <= 0)
         out->recompute_flops = micro * layers_fwd;
-    else if (l->recompute == DP_RECOMPUTE_SELECTIVE)
+    else if (l->recompute == DP_RECOMPUTE_FULL) {
+        /* recompute_layers applies per pipeline stage: that share of each stage's
+         * layers, of the stage's kinds. */
+        double r = 0;
+        for (int st = 0; st < l->pp; st++) {
+            int n = dp_layout_stage_layers(l, m, st);
+            struct dp_layer_kinds sk;
+            dp_layout_stage_kinds(l, m, st, &sk);
+            double fwd_st = sk.n[DP_LAYER_DENSE] * out->kind_fwd[DP_LAYER_DENSE] +
+                            sk.n[DP_LAYER_MOE] * out->kind_fwd[DP_LAYER_MOE];
+            if (n > 0)
+                r += fwd_st * dp_layout_recomputed(l, n) / n;
+        }
+        out->recompute_flops = micro * r;
+    } else if (l->recompute == DP_RECOMPUTE_SELECTIVE)
         out->recompute_flops = micro * (double)m->layers * out->scores_fwd;
     out->hardware_flops = out->model_flops + out->recompute_flops;
 }

@@ -57,9 +57,44 @@ void dp_mem_states(int64_t n, int64_t shard, const struct dp_layout *l, struct d
         shard = 1;
     /* Shards are equal slices of the flat buffer, padded: ceil(n / shard) elements each. */
     int64_t sh = ceil_div(n, shard);
-    out->params_bytes = (l->zero >= 3 ? sh : n) * pb;
-    out->grads_bytes = (l->zero >= 2 ? sh : n) * gb;
-    out->optimizer_bytes = (l->zero >= 1 ? sh : n) * ob;
+    /* With pipeline parallelism, sharded weights and gradients stay gathered and
+     * unreduced across a step's micro-batches (torchtitan FSDP2 + PP: the pipeline
+     * schedule turns off reshard-after-backward and gradient sync but for the last
+     * micro-batch), so only the optimizer state stays sharded. */
+    int zero = (l->zero >= 2 && l->pp > 1) ? 1 : l->zero;
+    out->params_bytes = (zero >= 3 ? sh : n) * pb;
+    out->grads_bytes = (zero >= 2 ? sh : n) * gb;
+    out->optimizer_bytes = (zero >= 1 ? sh : n) * ob;
+}
+
+/*
+ * Bytes per linear-layer weight of the FP8 copies Transformer Engine keeps for a
+ * step: the FP8 weight and its transpose (Hopper's FP8 GEMMs take only the TN
+ * layout), cached from the first micro-batch; block-scaled recipes add their scales
+ * (one per 32 values for MXFP8, per 128 for blockwise) to each copy. With FP8
+ * weights (fp8_params: TE fp8_model_init, Megatron --fp8-param-gather) the FP8
+ * weight replaces the half-precision one, whose bytes params_bytes already counts,
+ * so nothing is added.
+ */
+static double fp8_weight_copy_bytes(const struct dp_layout *l)
+{
+    if (dp_layout_gemm(l) != DP_GEMM_FP8 || l->fp8_params)
+        return 0;
+    double scale = l->fp8_recipe == DP_FP8_MXFP8       ? 1.0 / 32
+                   : l->fp8_recipe == DP_FP8_BLOCKWISE ? 1.0 / 128
+                                                       : 0;
+    return 2.0 * (1.0 + scale);
+}
+
+/* Bytes per element of a linear layer's saved input. With FP8 GEMMs Transformer Engine
+ * saves each linear layer's input for the weight gradient in FP8 (LayerNormLinear keeps
+ * ln_out, Linear the input, LayerNormMLP the activation output, as their quantized
+ * tensors): 1 byte instead of the activation precision for the QKV, out-projection, fc1
+ * and fc2 inputs. Norm inputs, Q/K/V and the fc1 outputs other than fc2's input stay in
+ * the activation precision. */
+static int64_t fp8_saved_bytes(const struct dp_layout *l)
+{
+    return dp_layout_gemm(l) == DP_GEMM_FP8 ? 1 : dp_precision_bytes(l->precision);
 }
 
 /*
@@ -72,8 +107,9 @@ static int64_t attn_act(const struct dp_model *m, const struct dp_layout *l, int
 {
     const int64_t t = l->tp, h = m->hidden, a = m->heads, g = m->kv_heads, d = m->head_dim;
     const int64_t p = dp_precision_bytes(l->precision);
+    const int64_t q = fp8_saved_bytes(l);    /* a linear layer's saved input */
     const int64_t mask = m->dropout ? 1 : 0; /* dropout masks are 1 byte per element */
-    int64_t attn = p * T * h / u;            /* the down/QKV projections' input (norm output) */
+    int64_t attn = q * T * h / u;            /* the down/QKV projections' input (norm output) */
     attn += mask * T * h / u;                /* output dropout mask */
     if (m->mla) {
         /*
@@ -84,15 +120,15 @@ static int64_t attn_act(const struct dp_model *m, const struct dp_layout *l, int
          * K (a heads of nope + rope), V (a x v_dim), the out-projection input.
          */
         int64_t rq = m->mla_q_rank, rkv = m->mla_kv_rank, dv = m->mla_v_dim;
-        attn += 2 * p * T * rq / u;
-        attn += p * T * (2 * rkv + m->mla_rope_dim) / u;
-        attn += 2 * p * T * a * d / t;  /* Q, K */
-        attn += 2 * p * T * a * dv / t; /* V, out-projection input */
+        attn += (p + q) * T * rq / u; /* q latent, its norm output (the up projection's input) */
+        attn += (p * (rkv + m->mla_rope_dim) + q * rkv) * T / u;
+        attn += 2 * p * T * a * d / t;    /* Q, K */
+        attn += (p + q) * T * a * dv / t; /* V, out-projection input */
         return attn;
     }
     attn += p * T * (a + g) * d / t; /* Q, K */
     attn += p * T * g * d / t;       /* V */
-    attn += p * T * a * d / t;       /* out-projection input */
+    attn += q * T * a * d / t;       /* out-projection input */
     if (m->qk_norm)                  /* q_norm and k_norm inputs (their outputs are Q and K) */
         attn += p * T * (a + g) * d / t;
     return attn;
@@ -107,10 +143,12 @@ static int64_t mlp_act(const struct dp_model *m, const struct dp_layout *l, enum
     const int64_t t = l->tp, h = m->hidden;
     const int64_t p = dp_precision_bytes(l->precision);
     const int64_t inter_mult = m->ffn == DP_FFN_SWIGLU ? 3 : 2;
+    const int64_t q = fp8_saved_bytes(l);           /* a linear layer's saved input */
+    const int64_t inter = (inter_mult - 1) * p + q; /* the last intermediate feeds fc2 */
     int64_t mlp = (m->dropout ? 1 : 0) * T * h / u; /* dropout mask */
-    mlp += p * T * h / u;                           /* fc1 / router input (norm output) */
     if (kind == DP_LAYER_DENSE)
-        return mlp + inter_mult * p * T * m->ffn_hidden / t;
+        return mlp + q * T * h / u /* fc1 input (norm output) */ + inter * T * m->ffn_hidden / t;
+    mlp += p * T * h / u; /* router and dispatcher input (norm output) */
     /*
      * MoE (Megatron-Core TopKRouter, MoEAlltoAllTokenDispatcher, TEGroupedMLP): the
      * router keeps its fp32 scores for the softmax/sigmoid backward and the top-k
@@ -123,9 +161,9 @@ static int64_t mlp_act(const struct dp_model *m, const struct dp_layout *l, enum
     const int64_t E = m->experts, k = m->top_k, etp = dp_layout_etp(l);
     const double rows = dp_moe_rows(m, l);
     mlp += 4 * T * E / u + 12 * T * k / u;
-    mlp += (int64_t)(rows * (double)(p * h) + 0.5);
-    mlp += (int64_t)(rows * (double)(inter_mult * p * m->moe_ffn_hidden / etp) + 0.5);
-    mlp += inter_mult * p * T * m->moe_shared_experts * m->moe_shared_ffn_hidden / t;
+    mlp += (int64_t)(rows * (double)(q * h) + 0.5);
+    mlp += (int64_t)(rows * (double)(inter * m->moe_ffn_hidden / etp) + 0.5);
+    mlp += inter * T * m->moe_shared_experts * m->moe_shared_ffn_hidden / t;
     return mlp;
 }
 
@@ -156,7 +194,7 @@ int dp_act_layer(const struct dp_model *m, const struct dp_layout *l, enum dp_la
      * norm (Falcon-7B's parallel attention) its output feeds QKV and fc1 alike. */
     int64_t norms = m->norms_per_layer * p * sbh / u;
     if (m->norms_per_layer == 1 && kind == DP_LAYER_DENSE)
-        mlp -= p * sbh / u; /* shared norm output, counted once in attn */
+        mlp -= fp8_saved_bytes(l) * sbh / u; /* shared norm output, counted once in attn */
 
     out->attn_bytes = attn_act(m, l, T, u) + norms;
     out->scores_bytes = scores;
@@ -360,17 +398,28 @@ static void stage_activations(const struct mem_ctx *x, int r, const struct dp_la
     const struct dp_act_layer *al = x->al;
     const int v = l->vpp;
     int64_t emb = out->has_embedding ? x->emb_mask : 0;
+    /* With recompute_layers (full recompute of that many of the stage's layers), the
+     * other layers keep all their activations: a layer's bytes are the mean over the
+     * stage's layers. */
+    double f = 1;
+    if (l->recompute == DP_RECOMPUTE_FULL && out->layers > 0)
+        f = (double)dp_layout_recomputed(l, out->layers) / (double)out->layers;
+    int64_t per[DP_LAYER_KINDS];
+    for (int k = 0; k < DP_LAYER_KINDS; k++)
+        per[k] = f >= 1 ? al[k].stored_bytes
+                        : (int64_t)(f * (double)al[k].stored_bytes +
+                                    (1 - f) * (double)al[k].full_bytes + 0.5);
     int64_t w[DP_MAX_CHUNKS], lw[DP_MAX_CHUNKS], live[DP_MAX_CHUNKS], stored = 0;
     for (int c = 0; c < v && c < DP_MAX_CHUNKS; c++) {
         lw[c] = 0;
         for (int k = 0; k < DP_LAYER_KINDS; k++)
-            lw[c] += kn[c].n[k] * al[k].stored_bytes;
+            lw[c] += kn[c].n[k] * per[k];
         w[c] = lw[c] + (c == 0 ? emb : 0);
     }
     for (int k = 0; k < DP_LAYER_KINDS; k++) {
         if (!out->kind_layers[k])
             continue;
-        stored += out->kind_layers[k] * al[k].stored_bytes;
+        stored += out->kind_layers[k] * per[k];
         int64_t work = l->recompute == DP_RECOMPUTE_FULL        ? al[k].full_bytes
                        : l->recompute == DP_RECOMPUTE_SELECTIVE ? al[k].scores_bytes
                                                                 : 0;
@@ -435,7 +484,19 @@ static void stage_with(const struct mem_ctx *x, int r, const int64_t *act, struc
     dp_mem_states(dense, x->shard_d, l, &sd);
     if (expert)
         dp_mem_states(expert, x->shard_e, l, &se);
-    out->params_bytes = sd.params_bytes + se.params_bytes;
+    double copy = fp8_weight_copy_bytes(l);
+    if (copy > 0 && l->zero < 3) {
+        /* Linear weights of the stage's layers (the norms, embedding and output layer
+         * stay half precision). */
+        const int64_t h = m->hidden;
+        int64_t lin = expert;
+        for (int k = 0; k < DP_LAYER_KINDS; k++)
+            lin +=
+                out->kind_layers[k] *
+                (x->kp.dense[k] - m->norms_per_layer * (m->norm == DP_NORM_LAYERNORM ? 2 * h : h));
+        out->fp8_copy_bytes = (int64_t)(copy * (double)lin);
+    }
+    out->params_bytes = sd.params_bytes + se.params_bytes + out->fp8_copy_bytes;
     out->grads_bytes = sd.grads_bytes + se.grads_bytes;
     out->optimizer_bytes = sd.optimizer_bytes + se.optimizer_bytes;
 

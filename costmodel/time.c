@@ -18,6 +18,17 @@
 #define FLASH_FWD_EFF      0.75
 #define FLASH_BWD_OVER_FWD 3.0
 
+/* The attention kernel's forward speed relative to a GEMM of the same FLOPs: the GPU
+ * profile's figure for the layout's kernel (profiles/README.md, attention: FlashAttention-2
+ * reaches only ~35% of an H100's peak, FlashAttention-3 and cuDNN ~75%), else FA2's
+ * ratio on the architecture it was written for. */
+static double attn_rel(const struct dp_gpu *g, const struct dp_layout *l)
+{
+    enum dp_attn k = l->attn != DP_ATTN_DEFAULT ? l->attn : g->attn_default;
+    double r = (unsigned)k < DP_ATTNS ? g->attn_rel[k] : 0;
+    return r > 0 ? r : FLASH_FWD_EFF;
+}
+
 /* Communication hidden behind compute is not free: NCCL's kernels occupy SMs (one
  * per channel; 16-32 channels on NVLink/IB systems, against 108-132 SMs) and HBM
  * bandwidth while they run, so the compute they overlap slows down. Overlapped
@@ -29,6 +40,49 @@ static double overlapped(double comm, double window)
 {
     double hidden = comm < window ? comm : window;
     return (comm - hidden) + OVERLAP_CONTENTION * hidden;
+}
+
+/*
+ * A TP collective pipelined with the GEMM it feeds or drains (Megatron
+ * --tp-comm-overlap with Transformer Engine userbuffers; torchtitan async TP):
+ * the GEMM and the collective are split into `chunks` pieces (the all-gather ring
+ * exchange moves one of tp shards per step; the reduce-scatter pipeline uses 4
+ * splits in NeMo's userbuffers configs), piece i's communication runs during piece
+ * i+1's compute, so one piece of communication stays exposed, plus whatever does
+ * not fit under the GEMM, plus the contention of the hidden part (the reduce-scatter
+ * pipeline runs on 24 of 132 SMs in those configs, the ring exchange on copy
+ * engines). Source of the configs: NVIDIA/NeMo nemo/collections/llm/recipes/
+ * tp_overlap_configs/userbuffers.py.
+ */
+static double pipelined(double comm, double gemm, double chunks)
+{
+    if (comm <= 0)
+        return 0;
+    double hidden = comm < gemm ? comm : gemm;
+    return (comm - hidden) + comm / chunks + OVERLAP_CONTENTION * hidden;
+}
+#define UB_RS_SPLITS 4.0
+
+/*
+ * Bytes moved per element by the FP8 quantization of one GEMM input, the
+ * memory-bound work FP8 adds (Transformer Engine fp8_cast_transpose_fused; torchao
+ * Float8Linear): read the bf16 value, write the FP8 value for this GEMM and, since
+ * Hopper's FP8 tensor cores take only the TN layout, a transposed FP8 copy for the
+ * GEMM of the other pass (cuBLASLt: FP8 GEMMs "require A transposed and B non-
+ * transposed"). Current (per-tensor, tensorwise) scaling needs the tensor's amax
+ * before it can scale: one more read (TE Float8CurrentScaling's separate amax
+ * kernel). Rowwise scaling quantizes rows and columns in two passes with their own
+ * per-row amax (torchao rowwise). Block scaling (1x128 / 32-element blocks) finds
+ * each block's scale inside the cast kernel and writes both orientations in one pass.
+ * p is the storage precision's bytes.
+ */
+static double fp8_cast_bytes(enum dp_fp8_recipe r, double p)
+{
+    switch (r) {
+    case DP_FP8_CURRENT: return p + 2.0 + p;
+    case DP_FP8_ROWWISE: return 2.0 * (p + 1.0) + p;
+    default: return p + 2.0;
+    }
 }
 
 /* Bytes each optimizer step moves per parameter it updates (fp32 gradient, master
@@ -46,11 +100,18 @@ struct ctx {
     const struct dp_model *m;
     const struct dp_cluster *cl;
     const struct dp_layout *l;
-    double peak;  /* FLOP/s */
+    double peak;  /* FLOP/s of the storage precision: attention core, output layer */
     double membw; /* bytes/s achievable */
     double p;     /* bytes per activation value */
-    double t, u;  /* tp, and the sequence-parallel divisor */
-    double T;     /* GEMM rows: tokens of one micro-batch on this CP rank */
+    /* The linear layers' GEMMs (QKV, out-projection, MLP, experts) at the layout's compute
+     * type: its dense peak, efficiency curve and bytes per input element. */
+    double peak_lin;
+    const struct dp_gemm_curve *curve_lin;
+    double p_lin;
+    bool fp8;
+    double cast_b; /* FP8: bytes moved per quantized element (fp8_cast_bytes) */
+    double t, u;   /* tp, and the sequence-parallel divisor */
+    double T;      /* GEMM rows: tokens of one micro-batch on this CP rank */
     struct dp_path tp, cp, ep, etp, dp, dpe, pp, emb;
 };
 
@@ -68,18 +129,34 @@ static double tileq(double d)
 /* A GEMM takes the longer of its compute time (FLOPs over the efficiency curve)
  * and its memory time (A, B read and C written once): the roofline. The
  * attention-score GEMMs (k = head_dim) are memory-bound on every GPU here. */
-static double gemm_s(const struct ctx *c, double mm, double nn, double kk, double batch)
+static double gemm_at(const struct ctx *c, double peak, const struct dp_gemm_curve *g, double p_in,
+                      double mm, double nn, double kk, double batch)
 {
     double flops = 2.0 * mm * nn * kk * batch;
     if (flops <= 0)
         return 0;
-    const struct dp_gemm_curve *g = &c->cl->gpu.gemm;
     double eff = g->eff_max * flops / (flops + g->half_flops) * tileq(mm) * tileq(nn) * tileq(kk);
     if (eff < 1e-3)
         eff = 1e-3;
-    double compute = flops / (c->peak * eff);
-    double memory = c->p * (mm * kk + kk * nn + mm * nn) * batch / c->membw;
+    double compute = flops / (peak * eff);
+    double memory = (p_in * (mm * kk + kk * nn) + c->p * mm * nn) * batch / c->membw;
     return compute > memory ? compute : memory;
+}
+
+/* A GEMM in the storage precision (attention scores, the output layer, the router). */
+static double gemm_s(const struct ctx *c, double mm, double nn, double kk, double batch)
+{
+    return gemm_at(c, c->peak, &c->cl->gpu.gemm, c->p, mm, nn, kk, batch);
+}
+
+/* A linear layer's GEMM at the compute type: with FP8, Transformer Engine and torchao run
+ * the transformer layers' linears in FP8 and keep the attention core (FlashAttention /
+ * cuDNN in bf16), the norms and the output layer in the storage precision (Megatron's
+ * output_layer is a plain ColumnParallelLinear, not a TE module; torchtitan's float8
+ * conversion skips "output"). */
+static double gemm_lin(const struct ctx *c, double mm, double nn, double kk, double batch)
+{
+    return gemm_at(c, c->peak_lin, c->curve_lin, c->p_lin, mm, nn, kk, batch);
 }
 
 /* `step`: the paths of the whole step (TP, gradients, pipeline, embedding), else those
@@ -93,6 +170,14 @@ static void ctx_init(struct ctx *c, const struct dp_model *m, const struct dp_cl
     c->peak = cl->gpu.peak_tflops[l->precision] * 1e12;
     c->membw = cl->gpu.mem_bw_gbps * 1e9 * DP_MEM_EFFICIENCY;
     c->p = dp_precision_bytes(l->precision);
+    enum dp_gemm g = dp_layout_gemm(l);
+    c->fp8 = g == DP_GEMM_FP8 && cl->gpu.fp8_tflops > 0;
+    c->peak_lin = dp_gpu_peak_tflops(&cl->gpu, g, l->precision) * 1e12;
+    if (c->peak_lin <= 0) /* unsupported compute type: callers check; fall back to storage */
+        c->peak_lin = c->peak;
+    c->curve_lin = c->fp8 ? &cl->gpu.gemm_fp8 : &cl->gpu.gemm;
+    c->p_lin = c->fp8 ? 1.0 : (g == DP_GEMM_TF32 || g == DP_GEMM_FP32) ? 4.0 : c->p;
+    c->cast_b = c->fp8 ? fp8_cast_bytes(l->fp8_recipe, c->p) : 0;
     c->t = l->tp;
     c->u = (l->sp && l->tp > 1) ? l->tp : 1;
     c->T = (double)l->seq_len / l->cp * (double)l->mbs;
@@ -111,40 +196,100 @@ static void ctx_init(struct ctx *c, const struct dp_model *m, const struct dp_cl
     dp_place_path_fast(cl, l, DP_PLACE_EMB, &c->emb);
 }
 
-/* Expert GEMMs: TE GroupedLinear (transformer_engine/pytorch/module/grouped_linear.py,
+/*
+ * A linear layer's GEMM(s) (QKV, out-projection, MLP, MLA projections, experts: the
+ * modules Transformer Engine and torchao run at the compute type), `groups` alike.
+ * Expert GEMMs: TE GroupedLinear (transformer_engine/pytorch/module/grouped_linear.py,
  * general_grouped_gemm) and the grouped_gemm package Megatron's GroupedMLP used both run
  * one cuBLAS GEMM per local expert, so each expert's GEMM (its rows, tile quantization
  * and fixed cost) sets its efficiency: many small experts reach less of the peak than
  * one GEMM of all their rows. TE's extra streams, which overlap some of the fixed
- * costs, are not credited. */
-static double grouped_gemm_s(const struct ctx *c, double mm, double nn, double kk, double groups)
+ * costs, are not credited. With FP8 it also counts, in o->cast_*,
+ * the elements to quantize per micro-batch: the GEMM's input forward (mm x kk), its
+ * output gradient backward (mm x nn), and its weight (kk x nn), cast once per step
+ * (TE caches the FP8 weights of the first micro-batch: is_first_microbatch); layer()
+ * turns them into time.
+ */
+static double lin(const struct ctx *c, struct dp_layer_time *o, double mm, double nn, double kk,
+                  double groups)
 {
-    return groups * gemm_s(c, mm, nn, kk, 1);
+    o->cast_f += groups * mm * kk;
+    o->cast_b += groups * mm * nn;
+    o->cast_w += groups * kk * nn;
+    return groups * gemm_lin(c, mm, nn, kk, 1);
 }
 
 /*
  * One sequence-parallel all-gather (fwd) / reduce-scatter pair of `width`-wide
  * activations over TP, as Korthikanti Sec. 4.2.2 charges each TP region: forward
  * gather in + scatter out, backward the transposes plus the re-gather of the input
- * for the weight gradient; without SP an all-reduce each way.
+ * for the weight gradient; without SP an all-reduce each way. g_in is the
+ * column-parallel GEMM the gathered input feeds (QKV, fc1), g_out the row-parallel
+ * GEMM whose output is reduce-scattered (out-projection, fc2).
+ *
+ * With FP8 GEMMs under sequence parallelism the all-gathers move the GEMM inputs
+ * already quantized, 1 byte per element (torchao Float8ColwiseParallel casts to float8
+ * before the all-gather; Transformer Engine quantizes the norm output, or the output
+ * gradient, before gathering it); reduce-scatters carry the bf16 GEMM outputs.
+ *
+ * With tp_overlap each collective is pipelined with its GEMM (see pipelined()):
+ * forward, the all-gather feeds g_in (ring exchange, tp chunks) and the reduce-scatter
+ * drains g_out (4 splits); backward, g_out's input-gradient GEMM takes the gathered
+ * output gradient (ring exchange), g_in's input-gradient reduce-scatter runs under its
+ * weight-gradient GEMM and the re-gather of its input under the input-gradient GEMM
+ * (userbuffers "bulk" overlap: one collective beside one GEMM, no chunking). Backward
+ * GEMMs take as long as the forward one each (dgrad and wgrad have its FLOPs).
  */
-static void tp_region(const struct ctx *c, double in_width, double out_width, double *f, double *b)
+static void tp_region(const struct ctx *c, double in_width, double out_width, double g_in,
+                      double g_out, double *f, double *b)
 {
     const struct dp_layout *l = c->l;
     if (l->tp <= 1)
         return;
-    double T = c->T, p = c->p;
+    double T = c->T, p = c->p, pg = c->fp8 ? 1.0 : p;
     if (l->sp) {
-        double ag_in = dp_coll_time_s(DP_ALLGATHER, p * T * in_width, l->tp, &c->tp);
+        double ag_in = dp_coll_time_s(DP_ALLGATHER, pg * T * in_width, l->tp, &c->tp);
         double rs_in = dp_coll_time_s(DP_REDUCE_SCATTER, p * T * in_width, l->tp, &c->tp);
         double rs_out = dp_coll_time_s(DP_REDUCE_SCATTER, p * T * out_width, l->tp, &c->tp);
-        double ag_out = dp_coll_time_s(DP_ALLGATHER, p * T * out_width, l->tp, &c->tp);
-        *f += ag_in + rs_out;
-        *b += ag_out + rs_in + ag_in;
+        double ag_out = dp_coll_time_s(DP_ALLGATHER, pg * T * out_width, l->tp, &c->tp);
+        if (l->tp_overlap) {
+            *f += pipelined(ag_in, g_in, l->tp) + pipelined(rs_out, g_out, UB_RS_SPLITS);
+            *b +=
+                pipelined(ag_out, g_out, l->tp) + overlapped(rs_in, g_in) + overlapped(ag_in, g_in);
+        } else {
+            *f += ag_in + rs_out;
+            *b += ag_out + rs_in + ag_in;
+        }
     } else {
         *f += dp_coll_time_s(DP_ALLREDUCE, p * T * out_width, l->tp, &c->tp);
         *b += dp_coll_time_s(DP_ALLREDUCE, p * T * in_width, l->tp, &c->tp);
     }
+}
+
+/*
+ * Bytes moved per element by the element-wise kernels: norms (read + write), the MLP
+ * activation (SwiGLU reads gate and up, writes their product; GELU reads and writes),
+ * rotary embedding (read + write). Eager PyTorch (no torch.compile, no fused kernels)
+ * runs each operator as its own kernel, each reading and writing its tensors: RMSNorm as
+ * written in Llama and torchtitan (x.float(), pow(2), mean, * rsqrt, type_as, * weight)
+ * moves p+4 + 4+4 + 4 + 4+4 + 4+p + p+p = 4p + 28 bytes per element; SwiGLU (silu(gate),
+ * then * up) 5p per element of the MLP width; rotary embedding in complex fp32 (float(),
+ * complex multiply, type_as) 2p + 16. LayerNorm and GELU are single native kernels
+ * either way; residual adds are one kernel either way.
+ */
+static double ew_norm_bytes(const struct ctx *c)
+{
+    return c->l->eager && c->m->norm == DP_NORM_RMSNORM ? 4.0 * c->p + 28.0 : 2.0 * c->p;
+}
+static double ew_act_bytes(const struct ctx *c)
+{
+    if (c->m->ffn == DP_FFN_SWIGLU)
+        return c->l->eager ? 5.0 * c->p : 3.0 * c->p;
+    return 2.0 * c->p;
+}
+static double ew_rope_bytes(const struct ctx *c)
+{
+    return c->l->eager ? 2.0 * c->p + 16.0 : 2.0 * c->p;
 }
 
 /* The attention block: projections, core attention, its element-wise work and TP. */
@@ -156,7 +301,7 @@ static void attention(const struct ctx *c, struct dp_layer_time *o)
     const double h = (double)m->hidden, a = (double)m->heads, g = (double)m->kv_heads;
     const double d = (double)m->head_dim, b = (double)l->mbs;
     const double s_loc = (double)l->seq_len / l->cp, s_full = (double)l->seq_len;
-    double dv = d, in_width = h, ew = 0;
+    double dv = d, in_width = h, ew = 0, g_in, g_out;
     if (m->mla) {
         /* Megatron-Core MLASelfAttention: the down projections are duplicated on every
          * TP rank and run on the sequence-parallel shard (T/u rows); their normed
@@ -167,18 +312,23 @@ static void attention(const struct ctx *c, struct dp_layer_time *o)
         double rope = (double)m->mla_rope_dim, nope = (double)m->mla_nope_dim;
         dv = (double)m->mla_v_dim;
         if (rq > 0) {
-            o->gemm_f += gemm_s(c, T / u, rq, h, 1) + gemm_s(c, T, a * d / t, rq, 1);
+            g_in = lin(c, o, T, a * d / t, rq, 1);
+            o->gemm_f += lin(c, o, T / u, rq, h, 1);
             in_width = rq;
         } else {
-            o->gemm_f += gemm_s(c, T, a * d / t, h, 1);
+            g_in = lin(c, o, T, a * d / t, h, 1);
         }
-        o->gemm_f += gemm_s(c, T / u, rkv + rope, h, 1) + gemm_s(c, T, a * (nope + dv) / t, rkv, 1);
-        o->gemm_f += gemm_s(c, T, h, a * dv / t, 1);
+        o->gemm_f += lin(c, o, T / u, rkv + rope, h, 1);
+        g_in += lin(c, o, T, a * (nope + dv) / t, rkv, 1);
+        g_out = lin(c, o, T, h, a * dv / t, 1);
+        o->gemm_f += g_in + g_out;
         in_width += rkv + rope;
         ew += 2.0 * p * T / u * (rq + rkv); /* the latent RMSNorms */
     } else {
         /* Column-parallel QKV, row-parallel output projection. */
-        o->gemm_f += gemm_s(c, T, (a + 2 * g) * d / t, h, 1) + gemm_s(c, T, h, a * d / t, 1);
+        g_in = lin(c, o, T, (a + 2 * g) * d / t, h, 1);
+        g_out = lin(c, o, T, h, a * d / t, 1);
+        o->gemm_f += g_in + g_out;
         if (m->qk_norm) /* Qwen3's per-head RMSNorm of q and k */
             ew += 2.0 * p * T * (a + g) * d / t;
     }
@@ -193,7 +343,7 @@ static void attention(const struct ctx *c, struct dp_layer_time *o)
         double flops = 2.0 * b * heads * s_loc * s_full * (d + dv) / 2.0; /* causal half */
         double step = flops / l->cp;
         const struct dp_gemm_curve *gc = &c->cl->gpu.gemm;
-        double eff = FLASH_FWD_EFF * gc->eff_max * step / (step + gc->half_flops);
+        double eff = attn_rel(&c->cl->gpu, l) * gc->eff_max * step / (step + gc->half_flops);
         o->attn_f = flops / (c->peak * eff);
         o->attn_b = FLASH_BWD_OVER_FWD * o->attn_f;
     } else {
@@ -209,12 +359,12 @@ static void attention(const struct ctx *c, struct dp_layer_time *o)
     if (m->mla)
         ew += 2.0 * p * T * (a / t + 1) * (double)m->mla_rope_dim;
     else if (m->pos == DP_POS_ROPE)
-        ew += 2.0 * p * T * (a + g) * d / t;
+        ew += ew_rope_bytes(c) * T * (a + g) * d / t;
     o->attn_ew_f = ew_attn / c->membw;
     o->ew_f += (ew + ew_attn) / c->membw;
 
     /* Tensor parallel: the attention region (Shoeybi et al. 2019, Fig. 3). */
-    tp_region(c, in_width, h, &o->tp_f, &o->tp_b);
+    tp_region(c, in_width, h, g_in, g_out, &o->tp_f, &o->tp_b);
 }
 
 /*
@@ -227,7 +377,7 @@ static void moe_mlp(const struct ctx *c, struct dp_layer_time *o)
     const struct dp_model *m = c->m;
     const struct dp_layout *l = c->l;
     const double t = c->t, u = c->u, p = c->p, T = c->T, h = (double)m->hidden;
-    const double up = m->ffn == DP_FFN_SWIGLU ? 2 : 1, act_mult = up + 1;
+    const double up = m->ffn == DP_FFN_SWIGLU ? 2 : 1, act_b = ew_act_bytes(c);
     const double E = (double)m->experts, k = (double)m->top_k, ep = l->ep;
     const double etp = dp_layout_etp(l), f = (double)m->moe_ffn_hidden;
     const double rows = dp_moe_rows(m, l), local = E / ep;
@@ -243,16 +393,16 @@ static void moe_mlp(const struct ctx *c, struct dp_layer_time *o)
     /* Routed experts: rows spread over the E/ep local experts (their share of the
      * load), fc1 of up x f/etp, fc2 back to h. */
     double re = rows / local;
-    o->gemm_f +=
-        grouped_gemm_s(c, re, up * f / etp, h, local) + grouped_gemm_s(c, re, h, f / etp, local);
-    double act = act_mult * p * rows * f / etp;
+    o->gemm_f += lin(c, o, re, up * f / etp, h, local) + lin(c, o, re, h, f / etp, local);
+    double act = act_b * rows * f / etp;
     /* Shared experts: one MLP of S x f_s on every token, column/row parallel over TP
      * (Megatron SharedExpertMLP), with its own gather/scatter under SP. */
     double fs = (double)m->moe_shared_experts * (double)m->moe_shared_ffn_hidden;
     if (fs > 0) {
-        o->gemm_f += gemm_s(c, T, up * fs / t, h, 1) + gemm_s(c, T, h, fs / t, 1);
-        act += act_mult * p * T * fs / t;
-        tp_region(c, h, h, &o->tp_f, &o->tp_b);
+        double s1 = lin(c, o, T, up * fs / t, h, 1), s2 = lin(c, o, T, h, fs / t, 1);
+        o->gemm_f += s1 + s2;
+        act += act_b * T * fs / t;
+        tp_region(c, h, h, s1, s2, &o->tp_f, &o->tp_b);
     }
     o->ew_f += (router + perm + act) / c->membw;
 
@@ -294,16 +444,26 @@ static void layer(const struct ctx *c, enum dp_layer_kind kind, struct dp_layer_
         /* Column-parallel fc1 (gate and up for SwiGLU), row-parallel fc2, the
          * activation function; a TP region of its own. */
         const double up = m->ffn == DP_FFN_SWIGLU ? 2 : 1, f = (double)m->ffn_hidden;
-        o->gemm_f += gemm_s(c, T, up * f / t, h, 1) + gemm_s(c, T, h, f / t, 1);
-        o->ew_f += (up + 1) * p * T * f / t / c->membw;
-        tp_region(c, h, h, &o->tp_f, &o->tp_b);
+        double g1 = lin(c, o, T, up * f / t, h, 1), g2 = lin(c, o, T, h, f / t, 1);
+        o->gemm_f += g1 + g2;
+        o->ew_f += ew_act_bytes(c) * T * f / t / c->membw;
+        tp_region(c, h, h, g1, g2, &o->tp_f, &o->tp_b);
     }
 
     /* Element-wise, forward bytes: norms (read + write), two fused bias-dropout-add
      * (read output and residual, write; 1-byte masks). */
-    double norms = m->norms_per_layer * 2.0 * p * T * h / u;
+    double norms = m->norms_per_layer * ew_norm_bytes(c) * T * h / u;
     double bda = 2 * 3.0 * p * T * h / u + (m->dropout ? 2.0 * T * h / u : 0);
     o->ew_f += (norms + bda) / c->membw;
+    /* FP8 quantization: lin() counted the elements; fp8_cast_bytes moves per element. */
+    if (c->fp8) {
+        o->cast_f *= c->cast_b / c->membw;
+        o->cast_b *= c->cast_b / c->membw;
+        /* FP8 weights (fp8_params) need only the transposed copy: read and write 1 byte. */
+        o->cast_w *= (l->fp8_params ? 2.0 : c->cast_b) / c->membw;
+    } else {
+        o->cast_f = o->cast_b = o->cast_w = 0;
+    }
 
     /* Context parallel (ring attention): cp - 1 exchanges of this rank's K and V
      * chunk, overlapped with the attention of the chunk in hand; backward also
@@ -354,13 +514,16 @@ static void add_scaled(struct stage_cost *acc, const struct stage_cost *x, doubl
     acc->pp += k * x->pp;
 }
 
-/* One decoder layer. */
-static void layer_part(const struct ctx *c, const struct dp_layer_time *lc, struct stage_cost *o)
+/* One decoder layer: its passes (*o) and, apart, what recomputation adds to its
+ * backward (*re), which recompute_layers may apply to only some layers of a stage. */
+static void layer_part(const struct ctx *c, const struct dp_layer_time *lc, struct stage_cost *o,
+                       struct stage_cost *re)
 {
     const struct dp_layout *l = c->l;
     memset(o, 0, sizeof *o);
-    o->compute_f = lc->gemm_f + lc->attn_f + lc->ew_f;
-    o->compute_b = 2 * lc->gemm_f + lc->attn_b + 2 * lc->ew_f;
+    memset(re, 0, sizeof *re);
+    o->compute_f = lc->gemm_f + lc->attn_f + lc->ew_f + lc->cast_f;
+    o->compute_b = 2 * lc->gemm_f + lc->attn_b + 2 * lc->ew_f + lc->cast_b;
     o->tp_f = lc->tp_f;
     o->tp_b = lc->tp_b;
     o->cp_f = lc->cp_f;
@@ -370,12 +533,22 @@ static void layer_part(const struct ctx *c, const struct dp_layer_time *lc, stru
     if (l->recompute == DP_RECOMPUTE_FULL) {
         /* The whole forward again, collectives included (Megatron checkpoints the
          * layer input and reruns the layer). */
-        o->recompute = lc->gemm_f + lc->attn_f + lc->ew_f;
-        o->tp_re = lc->tp_f;
-        o->ep_b += lc->ep_f;
+        re->recompute = lc->gemm_f + lc->attn_f + lc->ew_f + lc->cast_f;
+        re->tp_re = lc->tp_f;
+        re->ep_b = lc->ep_f;
     } else if (l->recompute == DP_RECOMPUTE_SELECTIVE) {
-        o->recompute = lc->attn_f + lc->attn_ew_f;
+        re->recompute = lc->attn_f + lc->attn_ew_f;
     }
+}
+
+/* The share of stage r's layers that recompute: all of them, or with full recompute
+ * and recompute_layers that many of the stage's (dp_layout_recomputed). */
+static double recompute_share(const struct dp_layout *l, const struct dp_model *m, int r)
+{
+    if (l->recompute != DP_RECOMPUTE_FULL || l->recompute_layers <= 0)
+        return 1;
+    int n = dp_layout_stage_layers(l, m, r);
+    return n > 0 ? (double)dp_layout_recomputed(l, n) / n : 0;
 }
 
 /* The first stage's embedding, the last stage's output layer and loss (from the
@@ -443,6 +616,19 @@ static double p2p_part(const struct ctx *c)
     return dp_coll_time_s(DP_P2P, bytes, 2, &c->pp);
 }
 
+/* Linear-layer weights (QKV, out-projection, MLP) of one layer per GPU, the part FP8
+ * weights apply to; expert weights are counted in the expert part. */
+static double linear_weights_per_layer(const struct dp_model *m, const struct dp_layout *l)
+{
+    const double h = (double)m->hidden, a = (double)m->heads, g = (double)m->kv_heads;
+    const double d = (double)m->head_dim, t = l->tp;
+    const double up = m->ffn == DP_FFN_SWIGLU ? 2 : 1;
+    double n = h * (a + 2 * g) * d / t + a * d * h / t;
+    if (m->experts == 0)
+        n += (up + 1) * (double)m->ffn_hidden * h / t;
+    return n;
+}
+
 /* Parameters per GPU of a stage (dense part and expert part), as the memory model
  * places them. */
 static void stage_params(const struct dp_model *m, const struct dp_layout *l, int r, double *dense,
@@ -482,22 +668,28 @@ void dp_time_step_fast(const struct dp_model *m, const struct dp_cluster *cl,
     dp_time_step_with(m, cl, l, lt, o);
 }
 
-/* acc = a stage's layers by kind, plus the ends it holds and its sends. */
+/* acc = a stage's layers by kind with the share of them that recomputes, plus the ends
+ * it holds and its sends (P: per model chunk and direction). */
 static void device_cost(const struct dp_layout *l, const struct dp_model *m, int d,
-                        const struct stage_cost one[DP_LAYER_KINDS], const struct stage_cost *emb,
-                        const struct stage_cost *head, double p2p, struct stage_cost *acc)
+                        const struct stage_cost one[DP_LAYER_KINDS],
+                        const struct stage_cost re[DP_LAYER_KINDS], const struct stage_cost *emb,
+                        const struct stage_cost *head, const double *P, struct stage_cost *acc)
 {
     struct dp_layer_kinds kinds;
     dp_layout_stage_kinds(l, m, d, &kinds);
     memset(acc, 0, sizeof *acc);
+    double fr = recompute_share(l, m, d);
     for (int k = 0; k < DP_LAYER_KINDS; k++)
-        if (kinds.n[k])
+        if (kinds.n[k]) {
             add_scaled(acc, &one[k], kinds.n[k]);
+            add_scaled(acc, &re[k], fr * kinds.n[k]);
+        }
     if (d == 0)
         add_scaled(acc, emb, 1);
     if (d == l->pp - 1)
         add_scaled(acc, head, 1);
-    acc->pp = 2.0 * l->vpp * p2p;
+    for (int k = d; k < l->pp * l->vpp && k < DP_MAX_CHUNKS; k += l->pp)
+        acc->pp += 2 * P[k];
 }
 
 /* The pipeline: each chunk's passes, the schedule, the slowest rank's breakdown;
@@ -508,37 +700,60 @@ static void pipeline(const struct ctx *c, const struct dp_layer_time lt[DP_LAYER
     const struct dp_model *m = c->m;
     const struct dp_layout *l = c->l;
     /* Each model chunk's forward and backward per micro-batch: its layers at their kind's
-     * cost (dp_model_layer_kinds: dense-first MoE models differ by layer), the embedding
-     * in the first, the output layer and loss in the last, its sends. */
+     * cost (dp_model_layer_kinds: dense-first MoE models differ by layer), the share of
+     * them that recomputes, the embedding in the first, the output layer and loss in the
+     * last, its sends. */
     const int pp = l->pp, v = l->vpp, S = pp * v;
-    struct stage_cost one[DP_LAYER_KINDS], emb, head;
-    double f1[DP_LAYER_KINDS], b1[DP_LAYER_KINDS];
+    struct stage_cost one[DP_LAYER_KINDS], re[DP_LAYER_KINDS], emb, head;
+    double f1[DP_LAYER_KINDS], b1[DP_LAYER_KINDS], r1[DP_LAYER_KINDS], w1[DP_LAYER_KINDS];
+    double cc1[DP_LAYER_KINDS], cr1[DP_LAYER_KINDS]; /* compute alone, for pp_overlap */
     for (int k = 0; k < DP_LAYER_KINDS; k++) {
-        layer_part(c, &lt[k], &one[k]);
+        layer_part(c, &lt[k], &one[k], &re[k]);
         f1[k] = fwd_of(&one[k]);
         b1[k] = bwd_of(&one[k]);
+        r1[k] = bwd_of(&re[k]);
+        w1[k] = lt[k].cast_w;
+        cc1[k] = one[k].compute_f + one[k].compute_b;
+        cr1[k] = re[k].recompute;
     }
     embed_part(&lt[0], &emb);
     head_part(&lt[0], &head);
-    double p2p = p2p_part(c);
+    const double p2p = p2p_part(c);
     const bool mixed = dp_model_mixed_layers(m);
     const int only = m->experts > 0 ? DP_LAYER_MOE : DP_LAYER_DENSE;
-    double F[DP_MAX_CHUNKS], B[DP_MAX_CHUNKS];
+    double fr[DP_MAX_PP];
+    for (int d = 0; d < pp && d < DP_MAX_PP; d++)
+        fr[d] = recompute_share(l, m, d);
+    double F[DP_MAX_CHUNKS], B[DP_MAX_CHUNKS], P[DP_MAX_CHUNKS];
+    double wcast = 0; /* per step: FP8 casts of every stage's weights */
     int first = 0;
     for (int k = 0; k < S && k < DP_MAX_CHUNKS; k++) {
         int n = l->nchunks > 0 ? l->chunk_layers[k] : dp_layout_chunk_count(l, m, k % pp, k / pp);
-        F[k] = B[k] = p2p;
+        double q = fr[k % pp], cc = 0;
+        F[k] = B[k] = 0;
         if (!mixed) {
             F[k] += n * f1[only];
-            B[k] += n * b1[only];
+            B[k] += n * (b1[only] + q * r1[only]);
+            wcast += n * w1[only];
+            cc = n * (cc1[only] + q * cr1[only]);
         } else {
             struct dp_layer_kinds kk;
             dp_model_layer_kinds(m, first, n, &kk);
             for (int i = 0; i < DP_LAYER_KINDS; i++) {
                 F[k] += kk.n[i] * f1[i];
-                B[k] += kk.n[i] * b1[i];
+                B[k] += kk.n[i] * (b1[i] + q * r1[i]);
+                wcast += kk.n[i] * w1[i];
+                cc += kk.n[i] * (cc1[i] + q * cr1[i]);
             }
         }
+        /* overlap_p2p_comm (interleaved schedule; on by default in Megatron, which
+         * defines only --no-overlap-p2p-communication): each chunk's send/receive runs
+         * during the next chunk's computation (Megatron schedules.py,
+         * forward_backward_pipelining_with_interleaving), here the chunk's own
+         * compute per direction, as long as the next chunk's for an even split. */
+        P[k] = l->pp_overlap && v > 1 ? overlapped(p2p, cc / 2) : p2p;
+        F[k] += P[k];
+        B[k] += P[k];
         first += n;
     }
     F[0] += fwd_of(&emb);
@@ -546,7 +761,9 @@ static void pipeline(const struct ctx *c, const struct dp_layer_time lt[DP_LAYER
     F[S - 1] += fwd_of(&head);
     B[S - 1] += bwd_of(&head);
     double M = (double)dp_layout_microbatches(l);
-    double pipe = dp_pipe_time_s(pp, v, (int64_t)M, F, B, NULL);
+    /* FP8 weight casts: each stage's first forward of the step, in turn along the
+     * pipeline fill. */
+    double pipe = dp_pipe_time_s(pp, v, (int64_t)M, F, B, NULL) + wcast;
     r->pipe_s = pipe;
 
     /* The slowest rank's work per micro-batch, for the breakdown. */
@@ -568,16 +785,16 @@ static void pipeline(const struct ctx *c, const struct dp_layer_time lt[DP_LAYER
                     i == 0   ? 0
                     : i == 1 ? (pp > 2 ? 1 : 0)
                              : pp - 1,
-                    one, &emb, &head, p2p, &st[i]);
-    device_cost(l, m, slow, one, &emb, &head, p2p, &sl);
+                    one, re, &emb, &head, P, &st[i]);
+    device_cost(l, m, slow, one, re, &emb, &head, P, &sl);
     r->slowest_stage = slow;
-    r->compute_s = M * (sl.compute_f + sl.compute_b);
+    r->compute_s = M * (sl.compute_f + sl.compute_b) + wcast;
     r->recompute_s = M * (sl.recompute + sl.tp_re);
     r->tp_comm_s = M * (sl.tp_f + sl.tp_b);
     r->cp_comm_s = M * (sl.cp_f + sl.cp_b);
     r->ep_comm_s = M * (sl.ep_f + sl.ep_b);
     r->pp_comm_s = M * sl.pp;
-    r->bubble_s = pipe - M * total_of(&sl);
+    r->bubble_s = pipe - wcast - M * total_of(&sl);
     if (r->bubble_s < 0)
         r->bubble_s = 0; /* rounding: pipe >= M x the slowest rank */
     for (int i = 0; i < 3; i++) {
@@ -627,9 +844,10 @@ void dp_time_step_reuse(const struct dp_model *m, const struct dp_cluster *cl,
 
     /* Data parallel: the stage with the most parameters sets the time (the first and
      * last hold the embedding and the output layer, the others only layers: the one
-     * with the most of them). */
+     * with the most of them; with layers of several kinds any stage may hold most). */
     double pdense, pexpert;
     stage_params(m, l, 0, &pdense, &pexpert);
+    int Lp = L0; /* that stage's layers */
     int most = -1, most_n = -1;
     for (int d = 1; d < pp - 1; d++) {
         int n = dp_layout_stage_layers(l, m, d);
@@ -640,23 +858,16 @@ void dp_time_step_reuse(const struct dp_model *m, const struct dp_cluster *cl,
         if (l->nchunks == 0)
             break; /* the middle stages are alike */
     }
-    for (int d = 1; d < pp - 1 && dp_model_mixed_layers(m); d++) { /* any stage may hold most */
-        double d2, e2;
-        stage_params(m, l, d, &d2, &e2);
-        if (d2 + e2 > pdense + pexpert) {
-            pdense = d2;
-            pexpert = e2;
-        }
-    }
-    for (int k = 0; k < 2; k++) {
-        int d = k == 0 ? most : pp - 1;
-        if (d <= 0)
+    const bool mixed = dp_model_mixed_layers(m);
+    for (int d = 1; d < pp; d++) {
+        if (!mixed && d != most && d != pp - 1)
             continue;
         double d2, e2;
         stage_params(m, l, d, &d2, &e2);
         if (d2 + e2 > pdense + pexpert) {
             pdense = d2;
             pexpert = e2;
+            Lp = dp_layout_stage_layers(l, m, d);
         }
     }
     int pb, gb, ob;
@@ -665,39 +876,74 @@ void dp_time_step_reuse(const struct dp_model *m, const struct dp_cluster *cl,
      * group (Megatron-Core: tp cp dp / (ep etp) ranks). */
     int ndp = l->dp * l->cp, ndpe = dp_layout_edp(l);
     double rs = 0, ag = 0, ar = 0;
+    /* With FP8 weights the parameter all-gather moves the linear layers' weights in FP8,
+     * half the bytes (NeMo docs, communication overlap: "fp8_param_gather=True conducts
+     * the parameter all-gather in fp8"; torchao float8 FSDP all-gather); embeddings and
+     * norms stay in the storage precision. */
+    double ag_dense = pdense * pb, ag_expert = pexpert * pb;
+    if (c.fp8 && l->fp8_params) {
+        double wlin = linear_weights_per_layer(m, l) * Lp;
+        if (wlin > pdense)
+            wlin = pdense;
+        ag_dense = (pdense - wlin) * pb + wlin;
+        ag_expert = pexpert;
+    }
     if (l->zero == 0) {
         ar = dp_coll_time_s(DP_ALLREDUCE, pdense * gb, ndp, &c.dp) +
              dp_coll_time_s(DP_ALLREDUCE, pexpert * gb, ndpe, &c.dpe);
     } else {
         rs = dp_coll_time_s(DP_REDUCE_SCATTER, pdense * gb, ndp, &c.dp) +
              dp_coll_time_s(DP_REDUCE_SCATTER, pexpert * gb, ndpe, &c.dpe);
-        ag = dp_coll_time_s(DP_ALLGATHER, pdense * pb, ndp, &c.dp) +
-             dp_coll_time_s(DP_ALLGATHER, pexpert * pb, ndpe, &c.dpe);
+        ag = dp_coll_time_s(DP_ALLGATHER, ag_dense, ndp, &c.dp) +
+             dp_coll_time_s(DP_ALLGATHER, ag_expert, ndpe, &c.dpe);
     }
     double fwd0 = o->stage_fwd_s[0], bwd0 = o->stage_bwd_s[0];
     double exposed;
-    if (l->zero >= 3) {
+    /* The parameter all-gather before the forward: hidden behind it with
+     * --overlap-param-gather (bucket by bucket as the forward reaches them) or FSDP's
+     * prefetch, exposed otherwise. */
+    const bool opg = l->overlap_param_gather;
+    if (l->zero >= 2 && pp > 1) {
+        /* Sharded weights and gradients with pipeline parallelism (torchtitan FSDP2 + PP,
+         * Megatron-FSDP): the schedule keeps the stage's weights gathered and its gradients
+         * unreduced across the micro-batches of a step (torch.distributed.pipelining
+         * disables reshard-after-backward and gradient sync but for the last
+         * micro-batch), so one gather and one reduce-scatter per step, as ZeRO-1. */
+        o->dp_comm_total_s = rs + ag;
+        exposed = (l->dp_overlap ? overlapped(rs, bwd0) : rs) + (opg ? overlapped(ag, fwd0) : ag);
+    } else if (l->zero >= 3) {
         /* ZeRO-3 gathers the weights for every micro-batch's forward and backward and
          * reduce-scatters every micro-batch's gradients (DeepSpeed stage 3), one
          * collective per layer: each pays its latency. With prefetching the gathers
          * hide behind compute. */
         double lat = 3.0 * L0 * (ndp - 1) * c.dp.latency_us * 1e-6;
         o->dp_comm_total_s = M * (2 * ag + rs + lat);
-        exposed =
-            l->dp_overlap
-                ? M * (overlapped(ag + lat / 3, fwd0) + overlapped(ag + rs + 2 * lat / 3, bwd0))
-                : o->dp_comm_total_s;
+        double gf = ag + lat / 3, gb_ = ag + lat / 3, rsb = rs + lat / 3;
+        if (opg && l->dp_overlap)
+            exposed = M * (overlapped(gf, fwd0) + overlapped(gb_ + rsb, bwd0));
+        else if (opg)
+            exposed = M * (overlapped(gf, fwd0) + overlapped(gb_, bwd0) + rsb);
+        else if (l->dp_overlap)
+            exposed = M * (gf + gb_ + overlapped(rsb, bwd0));
+        else
+            exposed = o->dp_comm_total_s;
     } else if (l->zero == 2) {
         /* Gradients are partitioned as they are produced: a reduce-scatter per
-         * micro-batch, one all-gather of the updated weights per step. */
+         * micro-batch, one all-gather of the updated weights per step; both issued per
+         * layer (a DeepSpeed bucket or an FSDP unit each), so each pays its ring
+         * latency. */
+        double lat = L0 * (ndp - 1) * c.dp.latency_us * 1e-6;
+        rs += lat;
+        ag += lat;
         o->dp_comm_total_s = M * rs + ag;
         exposed =
-            l->dp_overlap ? M * overlapped(rs, bwd0) + overlapped(ag, fwd0) : o->dp_comm_total_s;
+            (l->dp_overlap ? M * overlapped(rs, bwd0) : M * rs) + (opg ? overlapped(ag, fwd0) : ag);
     } else {
         /* Once per step, during the last micro-batch's backward (bucketed overlap) and,
          * for the distributed optimizer, the gather before the next forward. */
         o->dp_comm_total_s = ar + rs + ag;
-        exposed = l->dp_overlap ? overlapped(ar + rs, bwd0) + overlapped(ag, fwd0) : ar + rs + ag;
+        exposed = (l->dp_overlap ? overlapped(ar + rs, bwd0) : ar + rs) +
+                  (opg ? overlapped(ag, fwd0) : ag);
     }
     o->dp_comm_s = exposed;
 
@@ -719,8 +965,12 @@ void dp_time_step_reuse(const struct dp_model *m, const struct dp_cluster *cl,
     o->tokens_per_s = (double)l->gbs * (double)l->seq_len / o->step_time_s;
     o->model_tflops_per_gpu = fl.model_flops / o->step_time_s / gpus / 1e12;
     o->hardware_tflops_per_gpu = fl.hardware_flops / o->step_time_s / gpus / 1e12;
-    o->mfu = o->model_tflops_per_gpu * 1e12 / c.peak;
-    o->hfu = o->hardware_tflops_per_gpu * 1e12 / c.peak;
+    /* MFU and HFU against the dense peak of the GEMMs' compute type: for FP8 runs the FP8
+     * peak, as MosaicML (llm-foundry benchmarks: 1979 TFLOP/s for amp_fp8) and NVIDIA's DGX
+     * Cloud recipes (989 bf16 / 1979 fp8) report it. */
+    o->peak_tflops = c.peak_lin / 1e12;
+    o->mfu = o->model_tflops_per_gpu * 1e12 / c.peak_lin;
+    o->hfu = o->hardware_tflops_per_gpu * 1e12 / c.peak_lin;
 }
 
 int dp_time_step(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,

@@ -80,7 +80,18 @@ static int layout_fits(const struct dp__ctx *c)
     return 0;
 }
 
-static const dp__check_fn checks[] = {no_alibi, two_norms, biases, fsdp_without_pp, layout_fits};
+static int fp8_recipe_known(const struct dp__ctx *c)
+{
+    /* --fp8-recipe choices: tensorwise, delayed, mxfp8, blockwise (arguments.py). */
+    if (dp_layout_gemm(c->l) == DP_GEMM_FP8 && c->l->fp8_recipe == DP_FP8_ROWWISE)
+        return dp__refuse(c, "layout.fp8_recipe",
+                          "rowwise (torchao's per-row scaling) has no Megatron-LM equivalent: "
+                          "--fp8-recipe takes tensorwise, delayed, mxfp8 or blockwise");
+    return 0;
+}
+
+static const dp__check_fn checks[] = {no_alibi,        two_norms,        biases,
+                                      fsdp_without_pp, fp8_recipe_known, layout_fits};
 
 /* ------------------------------------------------------------------ options: model */
 
@@ -242,7 +253,20 @@ static int overlap_param(const struct dp__ctx *c, struct dp__val *v)
 {
     /* validate_args: only with the distributed optimizer or Megatron-FSDP, and only
      * together with --overlap-grad-reduce. */
-    return c->l->dp_overlap && has_dp_comm(c) && c->l->zero >= 1 ? dp__flag(v) : 0;
+    return c->l->dp_overlap && c->l->overlap_param_gather && has_dp_comm(c) && c->l->zero >= 1
+               ? dp__flag(v)
+               : 0;
+}
+static int tp_overlap(const struct dp__ctx *c, struct dp__val *v)
+{
+    /* validate_args: needs --sequence-parallel (the layout guarantees it). */
+    return c->l->tp_overlap && c->l->sp && c->l->tp > 1 ? dp__flag(v) : 0;
+}
+static int no_pp_overlap(const struct dp__ctx *c, struct dp__val *v)
+{
+    /* overlap_p2p_comm is on by default (arguments.py defines only
+     * --no-overlap-p2p-communication); it matters with interleaving alone. */
+    return !c->l->pp_overlap && c->l->vpp > 1 ? dp__flag(v) : 0;
 }
 
 /* ------------------------------------------------------------------ options: training */
@@ -271,12 +295,18 @@ static int rc_granularity(const struct dp__ctx *c, struct dp__val *v)
 }
 static int rc_method(const struct dp__ctx *c, struct dp__val *v)
 {
-    return c->l->recompute == DP_RECOMPUTE_FULL ? dp__str(v, "uniform") : 0;
+    /* block with recompute_layers: that many layers of each stage recompute, the rest keep
+     * their activations (dplan's recompute_layers). */
+    if (c->l->recompute != DP_RECOMPUTE_FULL)
+        return 0;
+    return dp__str(v, c->l->recompute_layers > 0 ? "block" : "uniform");
 }
 static int rc_layers(const struct dp__ctx *c, struct dp__val *v)
 {
     /* uniform with 1 layer per unit: every layer's input is kept and the layer recomputed */
-    return c->l->recompute == DP_RECOMPUTE_FULL ? dp__int(v, 1) : 0;
+    if (c->l->recompute != DP_RECOMPUTE_FULL)
+        return 0;
+    return dp__int(v, c->l->recompute_layers > 0 ? c->l->recompute_layers : 1);
 }
 static int attention(const struct dp__ctx *c, struct dp__val *v)
 {
@@ -298,6 +328,23 @@ static int bf16(const struct dp__ctx *c, struct dp__val *v)
 static int fp16(const struct dp__ctx *c, struct dp__val *v)
 {
     return c->l->precision == DP_FP16 ? dp__flag(v) : 0;
+}
+static int fp8_format(const struct dp__ctx *c, struct dp__val *v)
+{
+    if (dp_layout_gemm(c->l) != DP_GEMM_FP8)
+        return 0;
+    return dp__str(v, c->l->fp8_format == DP_FP8_E4M3 ? "e4m3" : "hybrid");
+}
+static int fp8_recipe(const struct dp__ctx *c, struct dp__val *v)
+{
+    static const char *const names[] = {"delayed", "tensorwise", NULL, "blockwise", "mxfp8"};
+    if (dp_layout_gemm(c->l) != DP_GEMM_FP8 || !names[c->l->fp8_recipe])
+        return 0;
+    return dp__str(v, names[c->l->fp8_recipe]);
+}
+static int fp8_param_gather(const struct dp__ctx *c, struct dp__val *v)
+{
+    return dp_layout_gemm(c->l) == DP_GEMM_FP8 && c->l->fp8_params ? dp__flag(v) : 0;
 }
 static int grads_fp32(const struct dp__ctx *c, struct dp__val *v)
 {
@@ -360,6 +407,8 @@ static const struct dp__opt opts[] = {
     {"PARALLEL_ARGS", "--data-parallel-sharding-strategy", fsdp_strategy}, /* ARG */
     {"PARALLEL_ARGS", "--overlap-grad-reduce", overlap_grad},              /* ARG */
     {"PARALLEL_ARGS", "--overlap-param-gather", overlap_param},            /* ARG */
+    {"PARALLEL_ARGS", "--tp-comm-overlap", tp_overlap},                    /* ARG */
+    {"PARALLEL_ARGS", "--no-overlap-p2p-communication", no_pp_overlap},    /* ARG */
 
     {"TRAINING_ARGS", "--micro-batch-size", mbs},                 /* TRC */
     {"TRAINING_ARGS", "--global-batch-size", gbs},                /* TRC */
@@ -372,6 +421,9 @@ static const struct dp__opt opts[] = {
 
     {"PRECISION_ARGS", "--bf16", bf16},                                     /* MPC */
     {"PRECISION_ARGS", "--fp16", fp16},                                     /* MPC */
+    {"PRECISION_ARGS", "--fp8-format", fp8_format},                         /* ARG */
+    {"PRECISION_ARGS", "--fp8-recipe", fp8_recipe},                         /* ARG */
+    {"PRECISION_ARGS", "--fp8-param-gather", fp8_param_gather},             /* ARG */
     {"PRECISION_ARGS", "--accumulate-allreduce-grads-in-fp32", grads_fp32}, /* ARG */
     {"PRECISION_ARGS", "--grad-reduce-in-bf16", grads_bf16},                /* ARG */
     {"PRECISION_ARGS", "--megatron-fsdp-main-grads-dtype", fsdp_grads},     /* ARG */

@@ -51,6 +51,8 @@ static bool apply(enum change_kind k, const struct dp_cluster *cl, struct dp_lay
         int z = 1 + (int)(k - CH_ZERO1);
         if (l->zero >= z || (int64_t)l->dp * l->cp == 1)
             return false;
+        if (z >= 2 && l->pp > 1) /* shards nothing more than ZeRO-1 with pipelines (memory.c) */
+            return false;
         l->zero = z;
         snprintf(opt, cap, "--zero %d", z);
         return true;

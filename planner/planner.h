@@ -62,9 +62,17 @@ struct dp_search_opts {
     bool no_uneven;              /* do not try uneven first/last stage splits */
     int64_t gbs, seq_len;
     enum dp_precision precision;
+    int gemm;                      /* enum dp_gemm; -1 = search bf16 and, if the GPU has it, fp8 */
+    enum dp_fp8_recipe fp8_recipe; /* for FP8 layouts */
+    bool fp8_params;
     int grad_fp32; /* -1 = fp32 unless fp16 */
     bool flash_attn;
     bool dp_overlap;
+    /* -1 = on where the layout allows it, as Megatron-Core's recipes run (TP overlap with
+     * sequence parallelism, parameter-gather overlap with dp_overlap, pipeline overlap
+     * with interleaving): each overlap only removes exposed time in the cost model, so
+     * searching "off" would never win; 0 = off, 1 = on where allowed. */
+    int tp_overlap, overlap_param_gather, pp_overlap;
     enum dp_optimizer optimizer;
     /* Mixture of experts, fixed (never searched): expert tensor parallelism (0 = tp),
      * capacity factor (0 = dropless), padding, load imbalance, token dispatcher. */
@@ -85,7 +93,15 @@ struct dp_search_opts {
 void dp_search_opts_default(struct dp_search_opts *o);
 
 /* A best layout for one value of one dimension, for "what the runner-ups lose on". */
-enum dp_alt_dim { DP_ALT_TP, DP_ALT_PP, DP_ALT_RECOMPUTE, DP_ALT_ZERO, DP_ALT_CP, DP_ALT_VPP };
+enum dp_alt_dim {
+    DP_ALT_TP,
+    DP_ALT_PP,
+    DP_ALT_RECOMPUTE,
+    DP_ALT_ZERO,
+    DP_ALT_CP,
+    DP_ALT_VPP,
+    DP_ALT_GEMM, /* the GEMM precision, when searched (--precision auto) */
+};
 
 struct dp_alternative {
     enum dp_alt_dim dim;
@@ -165,33 +181,5 @@ void dp_explain_delta(const struct dp_candidate *w, const struct dp_candidate *c
                       size_t cap);
 /* What dominates a candidate's step: "compute 71%, bubble 9%, tp comm 8%". */
 void dp_explain_shares(const struct dp_step_cost *c, char *buf, size_t cap);
-
-/* ------------------------------------------------------------------ measured runs */
-
-/* The measured iteration time of a run, converting reported TFLOP/s back to time on
- * the source's own FLOP convention. */
-double dp_run_measured_s(const struct dp_run *r);
-
-struct dp_run_result {
-    double measured_s, predicted_s;
-    double error; /* predicted / measured - 1 */
-    struct dp_step_cost cost;
-};
-int dp_run_predict(const struct dp_run *r, struct dp_run_result *out, struct dp_err *err);
-
-/*
- * Fit a GPU's GEMM efficiency curve (eff_max, and half_flops if fit_half) so that
- * the step-time model matches the measured runs on that GPU that are neither
- * held out nor underspecified: least squares on log(predicted / measured), GSL's
- * trust-region nonlinear solver. The runs' clusters are updated in place.
- */
-struct dp_fit {
-    int nruns;
-    double eff_max, half_flops;
-    double mean_abs_before, mean_abs_after; /* over the fitted runs */
-    int iterations;
-};
-int dp_calibrate_gemm(struct dp_run *runs, int n, const char *gpu, bool fit_half,
-                      struct dp_fit *out, struct dp_err *err);
 
 #endif

@@ -27,6 +27,9 @@ void dp_search_opts_default(struct dp_search_opts *o)
     o->sp = -1;
     o->grad_fp32 = -1;
     o->precision = DP_BF16;
+    o->gemm = DP_GEMM_DEFAULT;
+    o->fp8_recipe = DP_FP8_DELAYED;
+    o->tp_overlap = o->overlap_param_gather = o->pp_overlap = -1;
     o->flash_attn = true;
     o->dp_overlap = true;
     o->optimizer = DP_OPT_ADAM;
@@ -64,6 +67,10 @@ struct search {
     /* Why a fixed knob matched nothing at some (tp, cp): said only if no layout is left. */
     int nwhy;
     char why[4][160];
+    /* GEMM compute types to try: the fixed one, or bf16 and (on GPUs with FP8 tensor
+     * cores that run the recipe) fp8. */
+    enum dp_gemm gemms[2];
+    int ngemm;
 };
 
 static void note(struct search *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -149,6 +156,9 @@ static void keep_alt(struct search *s, enum dp_alt_dim dim, int value, const str
         case DP_ALT_ZERO: snprintf(a->label, sizeof a->label, "zero=%d", value); break;
         case DP_ALT_CP: snprintf(a->label, sizeof a->label, "cp=%d", value); break;
         case DP_ALT_VPP: snprintf(a->label, sizeof a->label, "vpp=%s", value ? "on" : "off"); break;
+        case DP_ALT_GEMM:
+            snprintf(a->label, sizeof a->label, "precision=%s", dp_gemm_name((enum dp_gemm)value));
+            break;
         }
         a->found = true;
         a->best = *c;
@@ -185,6 +195,8 @@ static void evaluate(struct search *s, const struct dp_layout *l,
     if (l->cp > 1 || s->o->cp == 0)
         keep_alt(s, DP_ALT_CP, l->cp, &c);
     keep_alt(s, DP_ALT_VPP, l->vpp > 1, &c);
+    if (s->ngemm > 1)
+        keep_alt(s, DP_ALT_GEMM, (int)dp_layout_gemm(l), &c);
 }
 
 /* The pipeline splits tried for (pp, vpp): see internal.h. */
@@ -342,18 +354,22 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                                           : "ep=%d: the model has no experts (%lld)",
                                o->ep, (long long)m->experts);
                     const int64_t etp = o->etp ? o->etp : tp;
-                    for (int ep = 1; ep <= emax; ep++) {
+                    for (int ge = 0; ge < s->ngemm * emax; ge++) {
+                        int gi = (int)(ge / emax), ep = (int)(ge % emax) + 1;
                         if (emax % ep || (o->ep && ep != o->ep))
                             continue;
                         /* Megatron-Core: expert with tensor parallelism needs SP. */
                         if (ep > 1 && tp > 1 && !sp)
                             continue;
                         struct dp_layout l = *base;
+                        l.gemm = s->gemms[gi];
+                        l.fp8_params = l.gemm == DP_GEMM_FP8 && o->fp8_params;
                         l.tp = tp;
                         l.cp = cp;
                         l.mbs = mbs;
                         l.sp = sp;
                         l.ep = ep;
+                        l.tp_overlap = o->tp_overlap != 0 && sp && tp > 1;
                         l.dp = rest; /* for the paths; fixed below per pp */
                         l.pp = 1;
                         struct dp_layer_time lts[DP_LAYER_KINDS];
@@ -363,8 +379,8 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                          * stage. */
                         const struct dp_layer_time *lt = &lts[dp_model_layer_kind(m, L - 1)];
                         double layer_fb = 3 * lt->gemm_f + lt->attn_f + lt->attn_b + 3 * lt->ew_f +
-                                          lt->tp_f + lt->tp_b + lt->cp_f + lt->cp_b + lt->ep_f +
-                                          lt->ep_b;
+                                          lt->cast_f + lt->cast_b + lt->tp_f + lt->tp_b + lt->cp_f +
+                                          lt->cp_b + lt->ep_f + lt->ep_b;
                         double head_fb = lt->head_f + lt->head_b + lt->head_tp_f + lt->head_tp_b;
                         int head_w = layer_fb > 0 ? (int)(head_fb / layer_fb) : 0;
                         if (head_w > 64)
@@ -413,6 +429,7 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                                     l.pp = pp;
                                     l.dp = dp;
                                     l.vpp = vpp;
+                                    l.pp_overlap = o->pp_overlap != 0 && vpp > 1;
                                     l.gbs = gbs;
                                     l.nchunks = sp_[si].nchunks;
                                     memcpy(l.chunk_layers, sp_[si].c,
@@ -485,6 +502,23 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
     base.flash_attn = o->flash_attn;
     base.dp_overlap = o->dp_overlap;
     base.optimizer = o->optimizer;
+    base.fp8_recipe = o->fp8_recipe;
+    base.overlap_param_gather =
+        o->overlap_param_gather >= 0 ? o->overlap_param_gather == 1 : o->dp_overlap;
+    s.gemms[0] = (enum dp_gemm)(o->gemm >= 0 ? o->gemm : DP_GEMM_DEFAULT);
+    s.ngemm = 1;
+    if (o->gemm >= 0) {
+        struct dp_layout g = base;
+        g.gemm = s.gemms[0];
+        rc = dp_layout_check_gpu(&g, &cl->gpu, "--precision", err);
+        if (rc)
+            return rc;
+    } else {
+        struct dp_layout f8 = base;
+        f8.gemm = DP_GEMM_FP8;
+        if (dp_layout_check_gpu(&f8, &cl->gpu, "fp8", NULL) == 0)
+            s.gemms[s.ngemm++] = DP_GEMM_FP8;
+    }
     dp__apply_moe_opts(o, &base);
 
     char nosplit[DP_MAX_PP + 1] = {0};

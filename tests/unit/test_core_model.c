@@ -213,6 +213,106 @@ static void test_hf_seq_len(void)
 }
 
 /*
+ * Absent fields take transformers' config-class defaults (issue 11, item 5). Each
+ * fixture in tests/fixtures/hf/defaults/ gives only the shape. Expected values, from the
+ * keyword defaults in huggingface/transformers src/transformers/models/<family>/
+ * configuration_<family>.py:
+ *  - GPT2Config: resid_pdrop = embd_pdrop = attn_pdrop = 0.1 (dropout on), n_positions
+ *    1024, n_inner None (4 x 768 = 3072), tie_word_embeddings True;
+ *  - LlamaConfig: num_key_value_heads None (= 16 heads), max_position_embeddings 2048,
+ *    attention_dropout 0.0, attention_bias and mlp_bias False, untied;
+ *  - MistralConfig: num_key_value_heads 8, max_position_embeddings 4096 * 32 = 131072
+ *    (a context limit above 8192: dplan trains at 8192), no biases;
+ *  - MixtralConfig: num_key_value_heads 8, num_local_experts 8, num_experts_per_tok 2;
+ *  - Qwen2Config: num_key_value_heads 32 (a number, not the head count: 64 heads here
+ *    give 32 KV heads), max_position_embeddings 32768 (-> 8192), QKV bias;
+ *  - GPTNeoXConfig: attention_bias True, hidden/attention dropout 0.0, max 2048, untied;
+ *  - FalconConfig: num_kv_heads None (= 16 heads) with new_decoder_architecture and
+ *    num_ln_in_parallel_attn None (two norms); without it multi_query True (1 KV head)
+ *    and parallel_attn True (one norm); bias False; tied; max 2048.
+ *  - Qwen2MoeConfig: num_key_value_heads 16, num_experts 60, num_experts_per_tok 4,
+ *    max_position_embeddings 32768 (-> 8192), qkv_bias True, one shared expert;
+ *  - Qwen3MoeConfig: num_key_value_heads 4, num_experts 128, num_experts_per_tok 8,
+ *    attention_bias False, q/k norms;
+ *  - DeepseekV2Config: n_routed_experts 64, n_shared_experts 2, first_k_dense_replace
+ *    0, kv_lora_rank 512, q_lora_rank 1536, qk_nope_head_dim 128, qk_rope_head_dim 64
+ *    (head_dim 128 + 64 = 192), v_head_dim 128, max_position_embeddings 2048,
+ *    topk_method greedy (no router bias); num_experts_per_tok None, so the fixture
+ *    gives it;
+ *  - DeepseekV3Config: n_routed_experts 256, n_shared_experts 1, num_experts_per_tok
+ *    8, first_k_dense_replace 3, the same MLA ranks, max 4096, noaux_tc (router bias).
+ */
+static void test_hf_defaults(void)
+{
+    struct dp_model g = load("tests/fixtures/hf/defaults/gpt2.json");
+    CHECK(g.dropout);
+    CHECK_EQ(g.seq_len, 1024);
+    CHECK_EQ(g.max_pos, 1024);
+    CHECK_EQ(g.ffn_hidden, 3072);
+    CHECK(g.tied_embeddings);
+    CHECK_CONTAINS(g.seq_len_from, "GPT2Config's default 1024");
+    struct dp_model l = load("tests/fixtures/hf/defaults/llama.json");
+    CHECK_EQ(l.kv_heads, 16);
+    CHECK_EQ(l.seq_len, 2048);
+    CHECK(!l.dropout && !l.qkv_bias && !l.out_bias && !l.mlp_bias && !l.tied_embeddings);
+    struct dp_model mi = load("tests/fixtures/hf/defaults/mistral.json");
+    CHECK_EQ(mi.kv_heads, 8);
+    CHECK_EQ(mi.seq_len, 8192);
+    CHECK_CONTAINS(mi.seq_len_from, "MistralConfig's default 131072");
+    CHECK(!mi.qkv_bias && !mi.dropout && !mi.tied_embeddings);
+    struct dp_model mx = load("tests/fixtures/hf/defaults/mixtral.json");
+    CHECK_EQ(mx.kv_heads, 8);
+    CHECK_EQ(mx.experts, 8);
+    CHECK_EQ(mx.top_k, 2);
+    struct dp_model q = load("tests/fixtures/hf/defaults/qwen2.json");
+    CHECK_EQ(q.kv_heads, 32);
+    CHECK_EQ(q.seq_len, 8192);
+    CHECK(q.qkv_bias && !q.out_bias && !q.tied_embeddings && !q.dropout);
+    struct dp_model n = load("tests/fixtures/hf/defaults/gpt_neox.json");
+    CHECK(n.qkv_bias && n.out_bias && !n.dropout && !n.tied_embeddings);
+    CHECK_EQ(n.seq_len, 2048);
+    struct dp_model f = load("tests/fixtures/hf/defaults/falcon.json");
+    CHECK_EQ(f.kv_heads, 16);
+    CHECK_EQ(f.norms_per_layer, 2);
+    CHECK(f.tied_embeddings && !f.qkv_bias && !f.dropout);
+    CHECK_EQ(f.seq_len, 2048);
+    struct dp_model f7 = load("tests/fixtures/hf/defaults/falcon-7b-style.json");
+    CHECK_EQ(f7.kv_heads, 1);
+    CHECK_EQ(f7.norms_per_layer, 1);
+    struct dp_model q2 = load("tests/fixtures/hf/defaults/qwen2_moe.json");
+    CHECK_EQ(q2.kv_heads, 16);
+    CHECK_EQ(q2.experts, 60);
+    CHECK_EQ(q2.top_k, 4);
+    CHECK_EQ(q2.seq_len, 8192);
+    CHECK_EQ(q2.moe_shared_experts, 1);
+    CHECK(q2.qkv_bias && !q2.dropout && !q2.tied_embeddings);
+    struct dp_model q3 = load("tests/fixtures/hf/defaults/qwen3_moe.json");
+    CHECK_EQ(q3.kv_heads, 4);
+    CHECK_EQ(q3.experts, 128);
+    CHECK_EQ(q3.top_k, 8);
+    CHECK(q3.qk_norm && !q3.qkv_bias && !q3.dropout);
+    struct dp_model d2 = load("tests/fixtures/hf/defaults/deepseek_v2.json");
+    CHECK(d2.mla);
+    CHECK_EQ(d2.experts, 64);
+    CHECK_EQ(d2.moe_shared_experts, 2);
+    CHECK_EQ(d2.moe_dense_layers, 0);
+    CHECK_EQ(d2.mla_q_rank, 1536);
+    CHECK_EQ(d2.mla_kv_rank, 512);
+    CHECK_EQ(d2.head_dim, 192);
+    CHECK_EQ(d2.mla_v_dim, 128);
+    CHECK_EQ(d2.seq_len, 2048);
+    CHECK(!d2.moe_router_bias && !d2.dropout);
+    struct dp_model d3 = load("tests/fixtures/hf/defaults/deepseek_v3.json");
+    CHECK_EQ(d3.experts, 256);
+    CHECK_EQ(d3.moe_shared_experts, 1);
+    CHECK_EQ(d3.top_k, 8);
+    CHECK_EQ(d3.moe_dense_layers, 3);
+    CHECK_EQ(d3.mla_q_rank, 1536);
+    CHECK_EQ(d3.seq_len, 4096);
+    CHECK(d3.moe_router_bias);
+}
+
+/*
  * Stage and chunk layer ranges, and the split as printed (issue 10, item 13). By hand:
  * 80 layers on pp=4 with first/last 19: middle stages get (80-38)/2 = 21, so stages
  * hold 0-18, 19-39, 40-60, 61-79 and print as 19/21x2/19. Interleaved, 80 layers on
@@ -282,6 +382,7 @@ int main(void)
     test_hf_details();
     test_layer_kinds();
     test_hf_seq_len();
+    test_hf_defaults();
     test_layer_ranges();
     test_shipped_by_name();
     return check_done("test_core_model");

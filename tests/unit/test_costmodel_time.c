@@ -216,9 +216,11 @@ static void test_dp_exposure(void)
     double bwd = a.stage_bwd_s[0];
     double hidden = ar < bwd ? ar : bwd;
     CHECK_NEAR(a.dp_comm_s, (ar - hidden) + 0.15 * hidden, 1e-9);
-    /* ZeRO-1: reduce-scatter of gradients plus all-gather of bf16 weights. */
+    /* ZeRO-1: reduce-scatter of gradients plus all-gather of bf16 weights, neither
+     * overlapped. */
     l.zero = 1;
     l.dp_overlap = false;
+    l.overlap_param_gather = false;
     dp_time_step_fast(&m, &c, &l, &a);
     double rs = dp_coll_time_s(DP_REDUCE_SCATTER, (double)st.params * 4, 2, &p);
     double ag = dp_coll_time_s(DP_ALLGATHER, (double)st.params * 2, 2, &p);

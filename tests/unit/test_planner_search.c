@@ -93,9 +93,17 @@ static void brute_force(const struct dp_model *m, const struct dp_cluster *cl, i
                                     struct dp_err e = {0};
                                     if (dp_layout_validate(&l, m, gpus, &e))
                                         continue;
-                                    /* The documented space: ZeRO only with something to shard. */
+                                    /* The documented space: ZeRO only with something
+                                     * to shard, ZeRO-2/3 only without pipeline
+                                     * parallelism; the overlaps on where the layout
+                                     * allows them (TP overlap with sequence
+                                     * parallelism, pipeline overlap with interleaving). */
                                     if (zero > 0 && l.dp == 1)
                                         continue;
+                                    if (zero >= 2 && pp > 1)
+                                        continue;
+                                    l.tp_overlap = sp && tp > 1;
+                                    l.pp_overlap = vpp > 1;
                                     b->valid++;
                                     if (dp_mem_estimate(m, cl, &l, &mo, rep, &e) || !rep->fits)
                                         continue;
@@ -237,6 +245,10 @@ static double uneven_at(const struct dp_model *m, const struct dp_cluster *cl, i
         x.l.mbs = 1;
         x.l.gbs = 64;
         x.l.seq_len = m->seq_len;
+        /* the overlaps as the planner sets them (pipeline overlap with interleaving; the
+         * parameter gather with the gradient reduction, dp_layout_default's) */
+        x.l.pp_overlap = vpp > 1;
+        x.l.overlap_param_gather = x.l.dp_overlap;
         int c[64];
         compositions(&x, c, pp * vpp, 0, (int)m->layers);
     }

@@ -1,0 +1,219 @@
+/*
+ * Measured-runs files and the layout fields of issue 11: the every-third held-out
+ * rule and "fitted": false, throughput turned into time, runs waiting for a feature, the JSON
+ * spelling of the precision and overlap knobs and the knobs that need another knob, and the error
+ * statistics validate/ computes.
+ */
+#include "check.h"
+#include "core/core.h"
+#include "validate/validate.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char tmpdir[] = "/tmp/dplan-runs-XXXXXX";
+
+static const char *write_file(const char *name, const char *text)
+{
+    static char path[512];
+    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+/* One run on 8 tiny-gpt GPUs (dgx-h100: one node of 8); gbs 16 x seq 64 = 1024 tokens. */
+static void add_run(char *buf, size_t cap, const char *id, const char *meas, const char *extra)
+{
+    size_t n = strlen(buf);
+    snprintf(buf + n, cap - n,
+             "%s{\"id\": \"%s\", \"source\": \"test\", \"model\": \"tiny-gpt\", "
+             "\"system\": \"dgx-h100\", \"nodes\": 1, \"layout\": {\"tp\": 1, \"pp\": 1, "
+             "\"dp\": 8, \"mbs\": 2, \"gbs\": 16, \"seq_len\": 64}, \"measured\": {%s}%s}",
+             n && buf[n - 1] != '[' ? ", " : "", id, meas, extra);
+}
+
+static void test_held_out_rule(void)
+{
+    char text[8192] = "{\"dplan_runs\": 1, \"held_out_rule\": \"every-third\", \"runs\": [";
+    const char *one = "\"iteration_time_s\": 1";
+    add_run(text, sizeof text, "a", one, "");
+    add_run(text, sizeof text, "u", one, ", \"underspecified\": true");
+    add_run(text, sizeof text, "b", "\"tokens_per_s\": 4096", "");
+    add_run(text, sizeof text, "c", "\"tokens_per_s_per_gpu\": 128", ", \"held_out\": true");
+    add_run(text, sizeof text, "d", one, "");
+    add_run(text, sizeof text, "e", one, "");
+    add_run(text, sizeof text, "f", one, "");
+    strcat(text, "]}");
+    const char *file = write_file("rule.json", text);
+    struct dp_run *runs;
+    int n;
+    struct dp_err err = {0};
+    CHECK_EQ(dp_runs_load(file, &runs, &n, &err), 0);
+    if (err.code) {
+        fprintf(stderr, "%s\n", err.msg);
+        return;
+    }
+    CHECK_EQ(n, 7);
+    /* Scored runs a, b, c, d, e, f: the 3rd (c) and the 6th (f) are held out; the
+     * underspecified u does not count. */
+    bool want[7] = {false, false, false, true, false, false, true};
+    for (int i = 0; i < n; i++)
+        CHECK_EQ(runs[i].held_out, want[i]);
+    CHECK_STR(runs[0].source_key, "rule");
+    /* 1024 tokens a step at 4096 tokens/s is 0.25 s; at 128 tokens/s on each of 8 GPUs,
+     * 1024 / 1024 = 1 s. */
+    CHECK_NEAR(runs[2].iteration_time_s, 0.25, 1e-12);
+    CHECK_NEAR(runs[3].iteration_time_s, 1.0, 1e-12);
+    free(runs);
+
+    /* A run whose held_out disagrees with the rule is refused, naming it. */
+    char bad[2048] = "{\"dplan_runs\": 1, \"held_out_rule\": \"every-third\", \"runs\": [";
+    add_run(bad, sizeof bad, "a", one, ", \"held_out\": true");
+    strcat(bad, "]}");
+    file = write_file("bad.json", bad);
+    dp_err_clear(&err);
+    CHECK_EQ(dp_runs_load(file, &runs, &n, &err), DP_EINVAL);
+    CHECK_CONTAINS(err.msg, "runs[0].held_out: expected false");
+
+    /* "fitted": false holds out every run of the file, whatever its own flag; a run
+     * with "needs" is printed but not scored. */
+    char nofit[2048] = "{\"dplan_runs\": 1, \"fitted\": false, \"runs\": [";
+    add_run(nofit, sizeof nofit, "a", one, ", \"held_out\": false");
+    add_run(nofit, sizeof nofit, "b", one, ", \"needs\": [\"hsdp\"]");
+    strcat(nofit, "]}");
+    file = write_file("nofit.json", nofit);
+    dp_err_clear(&err);
+    CHECK_EQ(dp_runs_load(file, &runs, &n, &err), 0);
+    if (err.code) {
+        fprintf(stderr, "%s\n", err.msg);
+        return;
+    }
+    CHECK(runs[0].held_out && runs[1].held_out);
+    CHECK(dp_run_scored(&runs[0]) && !dp_run_scored(&runs[1]));
+    CHECK_STR(runs[1].needs, "hsdp");
+    free(runs);
+}
+
+static void test_waiting_and_stats(void)
+{
+    /* A run waiting for a feature: its layout is not checked (pp = 3 does not divide
+     * tiny-gpt's 4 layers), and it is not predicted or scored. */
+    char text[4096] = "{\"dplan_runs\": 1, \"runs\": [";
+    add_run(text, sizeof text, "ok", "\"iteration_time_s\": 1", "");
+    strcat(text, ", {\"id\": \"w\", \"source\": \"t\", \"model\": \"tiny-gpt\", \"system\": "
+                 "\"dgx-h100\", \"nodes\": 3, \"layout\": {\"tp\": 8, \"pp\": 3, \"dp\": 1, "
+                 "\"mbs\": 1, \"gbs\": 3, \"seq_len\": 64}, \"measured\": "
+                 "{\"iteration_time_s\": 1}, \"excluded\": \"needs uneven stages\", "
+                 "\"waiting_for\": \"issue11-layout\"}]}");
+    const char *file = write_file("wait.json", text);
+    struct dp_run *runs;
+    int n;
+    struct dp_err err = {0};
+    CHECK_EQ(dp_runs_load(file, &runs, &n, &err), 0);
+    if (err.code) {
+        fprintf(stderr, "%s\n", err.msg);
+        return;
+    }
+    CHECK_EQ(n, 2);
+    CHECK(!dp_run_scored(&runs[1]));
+    struct dp_run_result res[2];
+    CHECK_EQ(dp_run_predict(&runs[1], &res[1], &err), 0);
+    CHECK_EQ(dp_run_predict(&runs[0], &res[0], &err), 0);
+    /* Statistics over hand-set errors: -10% and (unscored) +50%. */
+    res[0].error = -0.10;
+    res[1].error = 0.50;
+    struct dp_val_stats s = dp_val_stats(runs, res, n, -1, NULL, NULL);
+    CHECK_EQ(s.n, 1);
+    CHECK_NEAR(s.mean, 0.10, 1e-12);
+    CHECK_STR(s.worst_id, "ok");
+    s = dp_val_stats(runs, res, n, 1, NULL, NULL);
+    CHECK_EQ(s.n, 0);
+    free(runs);
+}
+
+static int layout_json(const char *text, struct dp_layout *l, struct dp_err *err)
+{
+    cJSON *o = cJSON_Parse(text);
+    struct dp_jr jr = {.file = "plan.json", .err = err};
+    snprintf(jr.path, sizeof jr.path, "layout");
+    int rc = dp_layout_from_json(&jr, o, l);
+    cJSON_Delete(o);
+    return rc;
+}
+
+static void test_layout_knobs(void)
+{
+    struct dp_layout l;
+    struct dp_err err = {0};
+    /* "precision": "fp8" is bf16 storage with FP8 GEMMs; "tensorwise" is "current". */
+    CHECK_EQ(layout_json("{\"tp\": 2, \"pp\": 1, \"dp\": 1, \"mbs\": 1, \"gbs\": 1, \"seq_len\": "
+                         "8, \"precision\": \"fp8\", \"fp8_recipe\": \"tensorwise\"}",
+                         &l, &err),
+             0);
+    CHECK_EQ(l.precision, DP_BF16);
+    CHECK_EQ(dp_layout_gemm(&l), DP_GEMM_FP8);
+    CHECK_EQ(l.fp8_recipe, DP_FP8_CURRENT);
+    /* A plan written before the overlap knobs: overlap_param_gather follows dp_overlap,
+     * TP and pipeline overlap are off, as that code modelled them. */
+    CHECK(l.overlap_param_gather && !l.tp_overlap && !l.pp_overlap);
+    CHECK_EQ(layout_json("{\"tp\": 1, \"pp\": 1, \"dp\": 1, \"mbs\": 1, \"gbs\": 1, \"seq_len\": "
+                         "8, \"dp_overlap\": false}",
+                         &l, &err),
+             0);
+    CHECK(!l.overlap_param_gather);
+    /* Round trip: what to_json writes reads back the same. */
+    l.gemm = DP_GEMM_FP8;
+    l.fp8_recipe = DP_FP8_MXFP8;
+    l.tp_overlap = false;
+    l.pp_overlap = false;
+    l.recompute_layers = 3;
+    l.attn = DP_ATTN_CUDNN;
+    cJSON *o = dp_layout_to_json(&l);
+    struct dp_jr jr = {.file = "x", .err = &err};
+    struct dp_layout back;
+    CHECK_EQ(dp_layout_from_json(&jr, o, &back), 0);
+    CHECK_EQ(back.gemm, DP_GEMM_FP8);
+    CHECK_EQ(back.fp8_recipe, DP_FP8_MXFP8);
+    CHECK_EQ(back.recompute_layers, 3);
+    CHECK_EQ(back.attn, DP_ATTN_CUDNN);
+    CHECK(!back.overlap_param_gather);
+    cJSON_Delete(o);
+    /* Knobs that need another knob: one line naming the field, DP_EUSAGE (exit 2). */
+    dp_err_clear(&err);
+    CHECK_EQ(layout_json("{\"tp\": 2, \"pp\": 1, \"dp\": 1, \"mbs\": 1, \"gbs\": 1, \"seq_len\": "
+                         "8, \"tp_overlap\": true}",
+                         &l, &err),
+             DP_EUSAGE);
+    CHECK_CONTAINS(err.msg, "plan.json: layout.tp_overlap: expected false without sp true");
+    dp_err_clear(&err);
+    CHECK_EQ(layout_json("{\"tp\": 1, \"pp\": 2, \"dp\": 1, \"mbs\": 1, \"gbs\": 2, \"seq_len\": "
+                         "8, \"pp_overlap\": true}",
+                         &l, &err),
+             DP_EUSAGE);
+    CHECK_CONTAINS(err.msg, "plan.json: layout.pp_overlap: expected false without vpp > 1");
+    dp_err_clear(&err);
+    CHECK_EQ(layout_json("{\"tp\": 1, \"pp\": 1, \"dp\": 1, \"mbs\": 1, \"gbs\": 1, \"seq_len\": "
+                         "8, \"fp8_params\": true}",
+                         &l, &err),
+             DP_EUSAGE);
+    CHECK(strstr(err.msg, "layout.fp8_params: expected false without gemm_precision fp8") != NULL);
+}
+
+int main(void)
+{
+    if (!mkdtemp(tmpdir))
+        return 1;
+    test_held_out_rule();
+    test_waiting_and_stats();
+    test_layout_knobs();
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    if (system(cmd) != 0)
+        return 1;
+    return check_done("test_core_runs");
+}

@@ -1,0 +1,346 @@
+/*
+ * FP8 GEMMs and communication overlap in the step-time and memory models
+ * (issue 11), term by term against values worked out by hand in the comments.
+ * The test GPU: 100 TFLOP/s bf16, 200 TFLOP/s FP8, both curves flat at 1.0 (no
+ * size dependence), 1000 GB/s HBM of which DP_MEM_EFFICIENCY (0.8) is achievable,
+ * so streaming 1 byte takes 1/800e9 s.
+ */
+#include "check.h"
+#include "costmodel/costmodel.h"
+
+#include <stdlib.h>
+
+#define MEMBW (1000e9 * DP_MEM_EFFICIENCY)
+
+/* One dense layer's times (the models here have no experts). */
+static void layer_time(const struct dp_model *m, const struct dp_cluster *c,
+                       const struct dp_layout *l, struct dp_layer_time *out)
+{
+    struct dp_layer_time t[DP_LAYER_KINDS];
+    dp_time_layer(m, c, l, t);
+    *out = t[DP_LAYER_DENSE];
+}
+
+static struct dp_cluster cluster(int nodes, int gpn)
+{
+    struct dp_cluster c = {0};
+    snprintf(c.gpu.name, sizeof c.gpu.name, "test-gpu");
+    for (int i = 0; i < DP_PRECISIONS; i++)
+        c.gpu.peak_tflops[i] = 100;
+    c.gpu.fp8_tflops = 200;
+    c.gpu.mem_bytes = 80LL << 30;
+    c.gpu.usable_fraction = 1;
+    c.gpu.mem_bw_gbps = 1000;
+    c.gpu.gemm = (struct dp_gemm_curve){1.0, 0};
+    c.gpu.gemm_fp8 = (struct dp_gemm_curve){1.0, 0};
+    c.nodes = nodes;
+    c.gpus_per_node = gpn;
+    c.intra = (struct dp_link){"nvl", DP_LINK_NVLINK, 200, 0, 1.0, 0};
+    c.inter = (struct dp_link){"net", DP_LINK_NET, 25, 0, 1.0, 0};
+    c.nics_per_node = gpn;
+    return c;
+}
+
+/* h = 1024, a = g = 8 heads of 128, f = 4096 GELU, no biases, 8 layers. */
+static struct dp_model model(void)
+{
+    struct dp_model m = {0};
+    snprintf(m.name, sizeof m.name, "hand");
+    m.layers = 8;
+    m.hidden = 1024;
+    m.heads = m.kv_heads = 8;
+    m.head_dim = 128;
+    m.ffn_hidden = 4096;
+    m.vocab = 128;
+    m.seq_len = 1024;
+    m.ffn = DP_FFN_GELU;
+    m.norm = DP_NORM_LAYERNORM;
+    m.pos = DP_POS_LEARNED;
+    m.max_pos = 1024;
+    m.norms_per_layer = 2;
+    return m;
+}
+
+/* T = mbs x seq = 4 x 1024 = 4096 tokens per micro-batch. */
+static struct dp_layout layout(void)
+{
+    struct dp_layout l;
+    dp_layout_default(&l);
+    l.seq_len = 1024;
+    l.mbs = 4;
+    l.gbs = 16;
+    l.flash_attn = false;
+    return l;
+}
+
+static void test_fp8_gemms_and_casts(void)
+{
+    struct dp_model m = model();
+    struct dp_cluster c = cluster(1, 1);
+    struct dp_layout l = layout();
+    struct dp_layer_time b, f;
+    layer_time(&m, &c, &l, &b);
+    l.gemm = DP_GEMM_FP8;
+    layer_time(&m, &c, &l, &f);
+    double T = 4096, h = 1024;
+    /* The linears (24 T h^2 FLOPs forward) run at the 200 TFLOP/s FP8 peak, half the
+     * bf16 time; compute-bound (QKV: 25.8 GFLOP in 0.13 ms against 32.5 MB in 0.04 ms). */
+    CHECK_NEAR(b.gemm_f, 24 * T * h * h / 100e12, 1e-12);
+    CHECK_NEAR(f.gemm_f, 24 * T * h * h / 200e12, 1e-12);
+    /* The attention core stays bf16: the same time either way. */
+    CHECK_NEAR(f.attn_f, b.attn_f, 1e-12);
+    CHECK_NEAR(b.cast_f + b.cast_b + b.cast_w, 0, 0);
+    /* Delayed scaling: read 2 bytes, write FP8 and its transpose, 4 bytes per element.
+     * Forward inputs: QKV T h, out-proj T a d = T h, fc1 T h, fc2 T f: T (3 x 1024 +
+     * 4096) = 4096 x 7168 elements. Backward output gradients: QKV T (a + 2g) d = 3 T h,
+     * out-proj T h, fc1 T f, fc2 T h: T x 9216. Weights, once a step: h x 3h + h x h +
+     * 2 h f = 1024 x 12288. */
+    CHECK_NEAR(f.cast_f, 4096.0 * 7168 * 4 / MEMBW, 1e-12);
+    CHECK_NEAR(f.cast_b, 4096.0 * 9216 * 4 / MEMBW, 1e-12);
+    CHECK_NEAR(f.cast_w, 1024.0 * 12288 * 4 / MEMBW, 1e-12);
+    /* Current scaling reads the tensor once more for its amax: 6 bytes; FP8 weights
+     * need only their transpose, read 1 byte and write 1. */
+    l.fp8_recipe = DP_FP8_CURRENT;
+    l.fp8_params = true;
+    layer_time(&m, &c, &l, &f);
+    CHECK_NEAR(f.cast_f, 4096.0 * 7168 * 6 / MEMBW, 1e-12);
+    CHECK_NEAR(f.cast_w, 1024.0 * 12288 * 2 / MEMBW, 1e-12);
+}
+
+static void test_fp8_step_and_mfu(void)
+{
+    struct dp_model m = model();
+    struct dp_cluster c = cluster(1, 1);
+    struct dp_layout l = layout();
+    l.gemm = DP_GEMM_FP8;
+    struct dp_step_cost a;
+    dp_time_step_fast(&m, &c, &l, &a);
+    /* MFU against the FP8 peak (200), the convention MosaicML and NVIDIA report. */
+    CHECK_NEAR(a.peak_tflops, 200, 1e-12);
+    CHECK_NEAR(a.mfu, a.model_tflops_per_gpu / 200, 1e-12);
+    /* The weight casts are paid once per step, not per micro-batch: M = 4 micro-batches,
+     * 8 layers x cast_w on top of M x the per-micro-batch compute. */
+    struct dp_layer_time lt;
+    layer_time(&m, &c, &l, &lt);
+    struct dp_layout l1 = l;
+    l1.gbs = 4; /* one micro-batch */
+    struct dp_step_cost one;
+    dp_time_step_fast(&m, &c, &l1, &one);
+    double per_mb = one.compute_s - 8 * lt.cast_w;
+    CHECK_NEAR(a.compute_s, 4 * per_mb + 8 * lt.cast_w, 1e-9);
+}
+
+static void test_gpu_support(void)
+{
+    struct dp_cluster c = cluster(1, 1);
+    struct dp_layout l = layout();
+    struct dp_err e = {0};
+    l.gemm = DP_GEMM_FP8;
+    CHECK_EQ(dp_layout_check_gpu(&l, &c.gpu, "--precision", &e), 0);
+    /* MXFP8 needs Blackwell's block-scaled tensor cores. */
+    l.fp8_recipe = DP_FP8_MXFP8;
+    CHECK_EQ(dp_layout_check_gpu(&l, &c.gpu, "--precision", &e), DP_EUSAGE);
+    CHECK_CONTAINS(e.msg, "--fp8-recipe mxfp8: expected a GPU with block-scaled FP8");
+    c.gpu.fp8_block_scaling = true;
+    dp_err_clear(&e);
+    CHECK_EQ(dp_layout_check_gpu(&l, &c.gpu, "--precision", &e), 0);
+    /* A GPU without FP8 (an A100): refused, naming the field. */
+    c.gpu.fp8_tflops = 0;
+    CHECK_EQ(dp_layout_check_gpu(&l, &c.gpu, "--precision", &e), DP_EUSAGE);
+    CHECK_CONTAINS(e.msg, "--precision: expected a GPU with FP8 tensor cores, got test-gpu");
+}
+
+/*
+ * TP overlap on tp = 2 with sequence parallelism. Each collective moves p T h =
+ * 2 x 4096 x 1024 = 8.39 MB, (n - 1)/n of it over 200 GB/s: c = 20.97 us for
+ * all-gather and reduce-scatter alike. The GEMMs it pairs with (tp = 2): QKV 2 T (3h/2)
+ * h / 100e12 = 128.8 us, out-projection 42.9 us, fc1 and fc2 171.8 us each, all longer
+ * than c. Pipelined, a collective costs one chunk plus 15% of its hidden part:
+ * all-gathers in tp = 2 chunks: c/2 + 0.15 c = 0.65 c; reduce-scatters in 4 splits:
+ * c/4 + 0.15 c = 0.40 c. Forward: 2 all-gathers + 2 reduce-scatters = 2.1 c. Backward:
+ * 2 pipelined all-gathers (1.3 c) + 4 collectives beside a GEMM (0.15 c each) = 1.9 c.
+ * Without overlap: forward 2 (c + c) = 4 c, backward 4 c + 2 c = 6 c.
+ */
+static void test_tp_overlap(void)
+{
+    struct dp_model m = model();
+    struct dp_cluster c = cluster(1, 2);
+    struct dp_layout l = layout();
+    l.tp = 2;
+    l.sp = true;
+    double cc = 0.5 * 2 * 4096 * 1024 / 200e9;
+    struct dp_layer_time a, b;
+    layer_time(&m, &c, &l, &a);
+    CHECK_NEAR(a.tp_f, 4 * cc, 1e-9);
+    CHECK_NEAR(a.tp_b, 6 * cc, 1e-9);
+    l.tp_overlap = true;
+    layer_time(&m, &c, &l, &b);
+    CHECK_NEAR(b.tp_f, 2.1 * cc, 1e-9);
+    CHECK_NEAR(b.tp_b, 1.9 * cc, 1e-9);
+    /* With FP8 GEMMs the all-gathers move 1-byte elements: c/2 each. Forward without
+     * overlap: 2 (c/2 + c) = 3 c. */
+    l.tp_overlap = false;
+    l.gemm = DP_GEMM_FP8;
+    layer_time(&m, &c, &l, &a);
+    CHECK_NEAR(a.tp_f, 3 * cc, 1e-9);
+}
+
+/*
+ * ZeRO-1 on dp = 2 across two nodes: the gradient reduce-scatter overlaps the last
+ * backward (dp_overlap) and the parameter all-gather the first forward only with
+ * overlap_param_gather; otherwise it is exposed in full.
+ */
+static void test_param_gather_overlap(void)
+{
+    struct dp_model m = model();
+    struct dp_cluster c = cluster(2, 1);
+    struct dp_layout l = layout();
+    l.dp = 2;
+    l.gbs = 8;
+    l.zero = 1;
+    struct dp_mem_stage st;
+    dp_mem_stage(&m, &c, &l, NULL, 0, &st);
+    struct dp_path p;
+    dp_group_path(&c, 2, 1, &p);
+    double rs = dp_coll_time_s(DP_REDUCE_SCATTER, (double)st.params * 4, 2, &p);
+    double ag = dp_coll_time_s(DP_ALLGATHER, (double)st.params * 2, 2, &p);
+    struct dp_step_cost a;
+    l.overlap_param_gather = false;
+    dp_time_step_fast(&m, &c, &l, &a);
+    double bwd = a.stage_bwd_s[0], fwd = a.stage_fwd_s[0];
+    double hid_rs = rs < bwd ? rs : bwd, hid_ag = ag < fwd ? ag : fwd;
+    CHECK_NEAR(a.dp_comm_s, (rs - hid_rs) + 0.15 * hid_rs + ag, 1e-9);
+    l.overlap_param_gather = true;
+    dp_time_step_fast(&m, &c, &l, &a);
+    CHECK_NEAR(a.dp_comm_s, (rs - hid_rs) + 0.15 * hid_rs + (ag - hid_ag) + 0.15 * hid_ag, 1e-9);
+}
+
+/* Interleaved pipeline, 2 stages x 2 chunks of 2 layers: each chunk's send/receive is
+ * far shorter than a chunk's compute, so with pp_overlap only 15% of it is exposed. */
+static void test_pp_overlap(void)
+{
+    struct dp_model m = model();
+    struct dp_cluster c = cluster(2, 1);
+    struct dp_layout l = layout();
+    l.pp = 2;
+    l.vpp = 2;
+    l.mbs = 1;
+    l.gbs = 8;
+    struct dp_step_cost a, b;
+    dp_time_step_fast(&m, &c, &l, &a);
+    l.pp_overlap = true;
+    dp_time_step_fast(&m, &c, &l, &b);
+    CHECK(a.pp_comm_s > 0);
+    CHECK_NEAR(b.pp_comm_s, 0.15 * a.pp_comm_s, 1e-9);
+}
+
+/*
+ * Memory with FP8 GEMMs (Transformer Engine): the FP8 weight and its transpose, 2 bytes
+ * per linear weight, cached for the step: 8 layers x (h x 3h + h x h + 2 h f) =
+ * 8 x 12,582,912 x 2 = 201,326,592 bytes; none with FP8 weights. Activations: the QKV,
+ * out-projection and fc1 inputs (T h each) and the fc2 input (T f) are saved in 1 byte
+ * instead of 2: 4096 x (3 x 1024 + 4096) = 29,360,128 bytes less per layer.
+ */
+static void test_fp8_memory(void)
+{
+    struct dp_model m = model();
+    struct dp_cluster c = cluster(1, 1);
+    struct dp_layout l = layout();
+    struct dp_mem_stage b, f;
+    dp_mem_stage(&m, &c, &l, NULL, 0, &b);
+    l.gemm = DP_GEMM_FP8;
+    dp_mem_stage(&m, &c, &l, NULL, 0, &f);
+    CHECK_EQ(b.fp8_copy_bytes, 0);
+    CHECK_EQ(f.fp8_copy_bytes, 201326592LL);
+    CHECK_EQ(f.params_bytes - b.params_bytes, 201326592LL);
+    CHECK_EQ(b.act_layer_bytes - f.act_layer_bytes, 29360128LL);
+    l.fp8_params = true;
+    dp_mem_stage(&m, &c, &l, NULL, 0, &f);
+    CHECK_EQ(f.fp8_copy_bytes, 0);
+}
+
+/* Full recompute of 2 of the 8 layers (recompute_layers): a quarter of the full
+ * recompute's time and FLOPs; the other 6 layers keep all their activations. */
+static void test_recompute_layers(void)
+{
+    struct dp_model m = model();
+    struct dp_cluster c = cluster(1, 1);
+    struct dp_layout l = layout();
+    l.recompute = DP_RECOMPUTE_FULL;
+    struct dp_step_cost a, b;
+    dp_time_step_fast(&m, &c, &l, &a);
+    struct dp_flops fa, fb;
+    dp_flops_step(&m, &l, &fa);
+    struct dp_act_layer al;
+    dp_act_layer(&m, &l, DP_LAYER_DENSE, &al);
+    l.recompute_layers = 2;
+    dp_time_step_fast(&m, &c, &l, &b);
+    dp_flops_step(&m, &l, &fb);
+    CHECK_NEAR(b.recompute_s, a.recompute_s / 4, 1e-12);
+    CHECK_NEAR(fb.recompute_flops, fa.recompute_flops / 4, 1e-12);
+    struct dp_mem_stage st;
+    dp_mem_stage(&m, &c, &l, NULL, 0, &st);
+    CHECK_EQ(st.act_layers_bytes,
+             (int64_t)(st.inflight * (double)(2 * al.stored_bytes + 6 * al.full_bytes) + 0.5));
+}
+
+/*
+ * Eager PyTorch element-wise ops on a Llama-style layer (RMSNorm, SwiGLU, RoPE; p = 2):
+ * per norm element 4p + 28 = 36 bytes instead of 2p = 4; per SwiGLU element of the MLP
+ * width 5p = 10 instead of 3p = 6; per rotary element of Q and K 2p + 16 = 20 instead of
+ * 4. Extra forward bytes: 2 norms x 32 x T h + 4 x T f + 16 x T (a + g) d, with T = 4096,
+ * h = 1024, f = 4096, (a + g) d = 2048.
+ */
+static void test_eager(void)
+{
+    struct dp_model m = model();
+    m.norm = DP_NORM_RMSNORM;
+    m.ffn = DP_FFN_SWIGLU;
+    m.pos = DP_POS_ROPE;
+    m.max_pos = 0;
+    struct dp_cluster c = cluster(1, 1);
+    struct dp_layout l = layout();
+    struct dp_layer_time a, b;
+    layer_time(&m, &c, &l, &a);
+    l.eager = true;
+    layer_time(&m, &c, &l, &b);
+    double T = 4096;
+    double extra = 2 * 32 * T * 1024 + 4 * T * 4096 + 16 * T * 2048;
+    CHECK_NEAR(b.ew_f - a.ew_f, extra / MEMBW, 1e-9);
+}
+
+/* The attention kernel: its forward runs at the profile's relative speed times the
+ * GEMM curve; halving the speed doubles the time, backward 3x forward. */
+static void test_attention_kernel(void)
+{
+    struct dp_model m = model();
+    struct dp_cluster c = cluster(1, 1);
+    struct dp_layout l = layout();
+    l.flash_attn = true;
+    c.gpu.attn_rel[DP_ATTN_FLASH2] = 0.8;
+    c.gpu.attn_rel[DP_ATTN_TRITON] = 0.4;
+    c.gpu.attn_default = DP_ATTN_FLASH2;
+    struct dp_layer_time a, b;
+    layer_time(&m, &c, &l, &a);
+    /* Causal FLOPs 4 b (a/t) s^2 d / 2 = 4 x 4 x 8 x 1024^2 x 128 / 2 at 0.8 x 100 TFLOP/s. */
+    CHECK_NEAR(a.attn_f, 4.0 * 4 * 8 * 1024 * 1024 * 128 / 2 / 80e12, 1e-12);
+    CHECK_NEAR(a.attn_b, 3 * a.attn_f, 1e-12);
+    l.attn = DP_ATTN_TRITON;
+    layer_time(&m, &c, &l, &b);
+    CHECK_NEAR(b.attn_f, 2 * a.attn_f, 1e-12);
+}
+
+int main(void)
+{
+    test_fp8_gemms_and_casts();
+    test_fp8_step_and_mfu();
+    test_gpu_support();
+    test_tp_overlap();
+    test_param_gather_overlap();
+    test_pp_overlap();
+    test_fp8_memory();
+    test_recompute_layers();
+    test_eager();
+    test_attention_kernel();
+    return check_done("test_costmodel_fp8");
+}

@@ -1,0 +1,173 @@
+/*
+ * Fitting a GPU's GEMM efficiency curves (bf16 and FP8) to measured runs: GSL
+ * nonlinear least squares on log(predicted / measured) over the runs of that GPU
+ * that are scored and not held out.
+ */
+#include "validate.h"
+
+#include <gsl/gsl_blas.h>
+#include <gsl/gsl_multifit_nlinear.h>
+#include <gsl/gsl_vector.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The parameters, in order: bf16 eff_max, [bf16 log10 half], fp8 eff_max, [fp8 log10 half]. */
+struct fit_ctx {
+    struct dp_run *runs;
+    int *idx;
+    double *measured; /* dp_run_measured_s of runs[idx[i]]: the fit does not change it */
+    int n;
+    bool fit_bf16, fit_fp8, fit_half;
+    struct dp_gemm_curve bf16, fp8; /* current values */
+};
+
+static double clamp_eff(double e)
+{
+    return e < 0.01 ? 0.01 : e > 1.0 ? 1.0 : e;
+}
+
+static void apply(struct fit_ctx *c, const gsl_vector *x)
+{
+    size_t k = 0;
+    if (c->fit_bf16) {
+        c->bf16.eff_max = clamp_eff(gsl_vector_get(x, k++));
+        if (c->fit_half)
+            c->bf16.half_flops = pow(10.0, gsl_vector_get(x, k++));
+    }
+    if (c->fit_fp8) {
+        c->fp8.eff_max = clamp_eff(gsl_vector_get(x, k++));
+        if (c->fit_half)
+            c->fp8.half_flops = pow(10.0, gsl_vector_get(x, k++));
+    }
+    for (int i = 0; i < c->n; i++) {
+        c->runs[c->idx[i]].cluster.gpu.gemm = c->bf16;
+        c->runs[c->idx[i]].cluster.gpu.gemm_fp8 = c->fp8;
+    }
+}
+
+static double predicted(const struct dp_run *r)
+{
+    struct dp_step_cost sc;
+    dp_time_step_fast(&r->model, &r->cluster, &r->layout, &sc);
+    return sc.step_time_s;
+}
+
+static int residuals(const gsl_vector *x, void *params, gsl_vector *f)
+{
+    struct fit_ctx *c = params;
+    apply(c, x);
+    for (int i = 0; i < c->n; i++)
+        gsl_vector_set(f, (size_t)i, log(predicted(&c->runs[c->idx[i]]) / c->measured[i]));
+    return GSL_SUCCESS;
+}
+
+static double mean_abs(struct fit_ctx *c)
+{
+    double sum = 0;
+    for (int i = 0; i < c->n; i++)
+        sum += fabs(predicted(&c->runs[c->idx[i]]) / c->measured[i] - 1);
+    return sum / c->n;
+}
+
+int dp_calibrate_gemm(struct dp_run *runs, int n, const char *gpu, enum dp_fit_curves which,
+                      bool fit_half, struct dp_fit *out, struct dp_err *err)
+{
+    memset(out, 0, sizeof *out);
+    int *idx = malloc((size_t)(n > 0 ? n : 1) * sizeof *idx);
+    double *measured = malloc((size_t)(n > 0 ? n : 1) * sizeof *measured);
+    if (!idx || !measured) {
+        free(idx);
+        free(measured);
+        return dp_err_set(err, DP_ENOMEM, "out of memory");
+    }
+    int k = 0, k8 = 0;
+    for (int i = 0; i < n; i++) {
+        if (runs[i].held_out || !dp_run_scored(&runs[i]) ||
+            strcmp(runs[i].cluster.gpu.name, gpu) != 0)
+            continue;
+        bool fp8 = dp_layout_gemm(&runs[i].layout) == DP_GEMM_FP8;
+        if ((which == DP_FIT_BF16 && fp8) || (which == DP_FIT_FP8 && !fp8))
+            continue;
+        k8 += fp8;
+        idx[k++] = i;
+    }
+    struct fit_ctx c = {.runs = runs,
+                        .idx = idx,
+                        .measured = measured,
+                        .n = k,
+                        .fit_half = fit_half,
+                        .fit_bf16 = k - k8 > 0,
+                        .fit_fp8 = k8 > 0};
+    int np = ((int)c.fit_bf16 + (int)c.fit_fp8) * (fit_half ? 2 : 1);
+    if (np == 0) /* no runs: the least a fit needs is one curve's parameters */
+        np = fit_half ? 2 : 1;
+    int rc = 0;
+    if (k < np + 1) {
+        rc = dp_err_set(err, DP_EINVAL,
+                        "%d calibration run(s) on GPU \"%s\" (scored, not held out%s): need at "
+                        "least %d to fit %d parameter(s)",
+                        k, gpu,
+                        which == DP_FIT_FP8    ? ", FP8 GEMMs"
+                        : which == DP_FIT_BF16 ? ", bf16 GEMMs"
+                                               : "",
+                        np + 1, np);
+        goto done;
+    }
+    for (int i = 0; i < k; i++)
+        measured[i] = dp_run_measured_s(&runs[idx[i]]);
+    c.bf16 = runs[idx[0]].cluster.gpu.gemm;
+    c.fp8 = runs[idx[0]].cluster.gpu.gemm_fp8;
+    out->nruns = k;
+    out->nruns_fp8 = k8;
+    out->fit_bf16 = c.fit_bf16;
+    out->fit_fp8 = c.fit_fp8;
+    out->mean_abs_before = mean_abs(&c);
+
+    gsl_multifit_nlinear_fdf fdf = {
+        .f = residuals, .df = NULL, .fvv = NULL, .n = (size_t)k, .p = (size_t)np, .params = &c};
+    gsl_multifit_nlinear_parameters prm = gsl_multifit_nlinear_default_parameters();
+    gsl_multifit_nlinear_workspace *w =
+        gsl_multifit_nlinear_alloc(gsl_multifit_nlinear_trust, &prm, (size_t)k, (size_t)np);
+    gsl_vector *x = gsl_vector_alloc((size_t)np);
+    size_t j = 0;
+    if (c.fit_bf16) {
+        gsl_vector_set(x, j++, c.bf16.eff_max);
+        if (fit_half)
+            gsl_vector_set(x, j++, log10(c.bf16.half_flops > 0 ? c.bf16.half_flops : 1e9));
+    }
+    if (c.fit_fp8) {
+        gsl_vector_set(x, j++, c.fp8.eff_max);
+        if (fit_half)
+            gsl_vector_set(x, j++, log10(c.fp8.half_flops > 0 ? c.fp8.half_flops : 1e9));
+    }
+    int info = 0;
+    gsl_error_handler_t *prev = gsl_set_error_handler_off();
+    int status = gsl_multifit_nlinear_init(x, &fdf, w);
+    if (status == GSL_SUCCESS)
+        status = gsl_multifit_nlinear_driver(200, 1e-10, 1e-10, 0.0, NULL, NULL, &info, w);
+    gsl_set_error_handler(prev);
+    /* Started at the optimum (a profile fitted before), the trust region can shrink step
+     * after step on the model's non-smooth terms (the GEMM roofline, overlap windows)
+     * without meeting xtol: the position is then the best reached, not a failure. */
+    if (status == GSL_EMAXITER || status == GSL_ENOPROG) {
+        out->stalled = true;
+        status = GSL_SUCCESS;
+    }
+    if (status != GSL_SUCCESS) {
+        rc = dp_err_set(err, DP_ERUNTIME, "fit for GPU \"%s\" did not converge: %s", gpu,
+                        gsl_strerror(status));
+    } else {
+        apply(&c, gsl_multifit_nlinear_position(w));
+        out->bf16 = c.bf16;
+        out->fp8 = c.fp8;
+        out->iterations = (int)gsl_multifit_nlinear_niter(w);
+        out->mean_abs_after = mean_abs(&c);
+    }
+    gsl_vector_free(x);
+    gsl_multifit_nlinear_free(w);
+done:
+    free(idx);
+    free(measured);
+    return rc;
+}

@@ -1,0 +1,63 @@
+/*
+ * validate: the step-time model against measured training runs (core's
+ * dp_run, read from tests/validation/ or the user's own files), and fitting a
+ * GPU profile's GEMM efficiency curves to them (GSL nonlinear least squares).
+ * Depends on costmodel and core; never prints (cli/cmd_validate.c and
+ * cmd_calibrate.c format the results).
+ */
+#ifndef DPLAN_VALIDATE_H
+#define DPLAN_VALIDATE_H
+
+#include "core/core.h"
+#include "costmodel/costmodel.h"
+
+/* The measured iteration time of a run, converting reported TFLOP/s back to time on
+ * the source's own FLOP convention. */
+double dp_run_measured_s(const struct dp_run *r);
+
+struct dp_run_result {
+    double measured_s, predicted_s;
+    double error; /* predicted / measured - 1 */
+    struct dp_step_cost cost;
+};
+int dp_run_predict(const struct dp_run *r, struct dp_run_result *out, struct dp_err *err);
+
+/* Mean and worst absolute relative error of a set of scored runs. */
+struct dp_val_stats {
+    int n;
+    double mean, worst;
+    const char *worst_id; /* borrowed from the runs; "" when n == 0 */
+};
+/*
+ * Statistics over the scored runs (dp_run_scored) that pass the filters: `held`
+ * -1 = all, 0 = the fitted (training) subset, 1 = the held-out subset; `source`
+ * and `gpu` NULL = any, else the run's source_key / GPU profile name must match.
+ */
+struct dp_val_stats dp_val_stats(const struct dp_run *runs, const struct dp_run_result *res, int n,
+                                 int held, const char *source, const char *gpu);
+
+/*
+ * Fit a GPU's GEMM efficiency curves so that the step-time model matches the
+ * measured runs on that GPU that are scored and not held out: the bf16 curve's
+ * eff_max from the runs whose linear GEMMs run in bf16/fp16, the FP8 curve's
+ * from those that run FP8 GEMMs (both at once: FP8 runs keep their attention in
+ * bf16), and each half_flops too with fit_half. Least squares on
+ * log(predicted / measured), GSL's trust-region solver. The runs' clusters are
+ * updated in place with the fitted curves.
+ */
+enum dp_fit_curves { DP_FIT_ALL = 0, DP_FIT_BF16 = 1, DP_FIT_FP8 = 2 };
+struct dp_fit {
+    int nruns;     /* runs fitted on (both curves) */
+    int nruns_fp8; /* of which FP8 */
+    bool fit_bf16, fit_fp8;
+    struct dp_gemm_curve bf16, fp8;         /* the fitted (or kept) curves */
+    double mean_abs_before, mean_abs_after; /* over the fitted runs */
+    int iterations;
+    bool stalled; /* stopped at the iteration limit or without progress (the start is at or
+                     near the optimum, within the model's non-smooth terms): the best
+                     position reached is reported */
+};
+int dp_calibrate_gemm(struct dp_run *runs, int n, const char *gpu, enum dp_fit_curves which,
+                      bool fit_half, struct dp_fit *out, struct dp_err *err);
+
+#endif
