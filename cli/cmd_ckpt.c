@@ -2,16 +2,21 @@
  * dplan ckpt info|export: look into the checkpoints `dplan run --ckpt-dir`
  * writes (executor/ckpt.h): list them with their steps, plans and integrity
  * (checksums verified), and gather one into a single safetensors file.
- * It neither writes nor repairs checkpoints.
+ * It neither writes nor repairs checkpoints, and refuses an export that would
+ * land inside one.
  */
 #include "cli.h"
 #include "executor/ckpt.h"
+#include "executor/executor.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static const char help[] =
     "usage: dplan ckpt info DIR [--no-verify] [--json]\n"
@@ -117,6 +122,56 @@ static int info(const char *dir, bool verify, bool json)
     return rc;
 }
 
+/* The files of the checkpoints under `dir` (or of `dir`, one checkpoint), appended to
+ * *in (paths malloc'ed). */
+static void add_files(const char *dir, bool recurse, struct dp_io **in, int *n, int *cap)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[4352];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (stat(path, &st))
+            continue;
+        if (S_ISDIR(st.st_mode)) {
+            if (recurse && !strncmp(e->d_name, "step_", 5))
+                add_files(path, false, in, n, cap);
+            continue;
+        }
+        if (*n == *cap) {
+            *cap = *cap ? 2 * *cap : 16;
+            struct dp_io *g = realloc(*in, (size_t)*cap * sizeof *g);
+            if (!g)
+                break;
+            *in = g;
+        }
+        if (((*in)[*n].path = strdup(path)))
+            (*in)[(*n)++].what = "a checkpoint file";
+    }
+    closedir(d);
+}
+
+/* The export must not land on a checkpoint's file (also through a link) or inside a
+ * checkpoint directory: it would be seen as damaged. */
+static int export_target_ok(const char *dir, const char *out, struct dp_err *err)
+{
+    struct dp_io *in = NULL;
+    int n = 0, cap = 0;
+    char mf[4200];
+    snprintf(mf, sizeof mf, "%s/manifest.json", dir);
+    add_files(dir, access(mf, F_OK) != 0, &in, &n, &cap);
+    int rc = dp_output_check(out, "-o", in, n, err);
+    for (int i = 0; i < n; i++)
+        free((char *)in[i].path);
+    free(in);
+    return rc;
+}
+
 int cmd_ckpt(int argc, char **argv)
 {
     static const struct option opts[] = {{"output", required_argument, 0, 'o'},
@@ -182,6 +237,8 @@ int cmd_ckpt(int argc, char **argv)
     if (!verify)
         return cli_usage_error("ckpt", "export always verifies the checksums");
     struct dp_err err = {0};
+    if (export_target_ok(dir, out, &err))
+        return cli_fail(&err);
     struct dp_ckpt_export_result res;
     if (dp_ckpt_export(dir, step, out, names, &res, &err))
         return cli_fail(&err);

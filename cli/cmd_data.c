@@ -2,10 +2,13 @@
  * dplan data prepare TEXT... -o OUT.bin [--format llmc|raw]: byte-level
  * tokenisation (token = byte, vocabulary 256) into an llm.c token shard or a
  * raw uint16 array, so that any text can be trained on with `dplan run`.
+ * The output is written to a temporary name and renamed; it may not be one of the
+ * inputs.
  */
 #include "cli.h"
 #include "executor/executor.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static const char help[] =
@@ -55,6 +58,17 @@ int cmd_data(int argc, char **argv)
     if (optind >= argc)
         return cli_usage_error("data", "prepare needs at least one TEXT file");
     struct dp_err err = {0};
+    /* The output must not be one of the texts (it would replace them with tokens). */
+    int nin = argc - optind;
+    struct dp_io *in = calloc((size_t)nin, sizeof *in);
+    if (!in)
+        return 1;
+    for (int i = 0; i < nin; i++)
+        in[i].path = argv[optind + i];
+    int rc = dp_output_check(out, "-o", in, nin, &err);
+    free(in);
+    if (rc)
+        return cli_fail(&err);
     int64_t n = 0;
     if (dp_data_prepare((const char *const *)argv + optind, argc - optind, out, fmt, &n, &err))
         return cli_fail(&err);

@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "costmodel/costmodel.h"
 #include "executor/executor.h"
+#include "run_checks.h"
 #include "run_ckpt.h"
 #include "run_launch.h"
 #include "run_predict.h"
@@ -52,6 +53,42 @@ static const char help_head[] =
     "  --threads N         compute threads per rank [cores / ranks on the node]\n"
     "  --timeout S         abort when a rank makes no progress for S seconds [300]\n\n";
 
+/* The plan knobs this executor runs (the planning commands take more: cli_knob_help). */
+static const char run_knob_help[] =
+    "Layout knobs, with a MODEL (a plan file brings its own layout):\n"
+    "  --tp N --pp N --dp N  tensor, pipeline and data parallel degrees [1; --dp: --np / (tp*pp)]\n"
+    "  --mbs N               micro-batch size in sequences [1]\n"
+    "  --gbs N               global batch in sequences [mbs*dp*pp]; at most the windows\n"
+    "                        of seq_len tokens in the data\n"
+    "  --seq-len N           sequence length [the model's]\n"
+    "  --zero {0,1}          1: ZeRO-1, the AdamW state sharded over dp [0]\n"
+    "  --recompute {none,selective,full}  activation recomputation [none]\n"
+    "  --sp                  sequence parallelism (with tp > 1)\n"
+    "  --first-stage-layers N --last-stage-layers N   uneven pipeline split\n"
+    "  --cp 1 --ep 1 --vpp 1 --optimizer adam         accepted: the only values it runs\n\n"
+    "Refused with an error: --cp, --ep or --vpp above 1 (context and expert parallelism,\n"
+    "the interleaved schedule), --zero 2 or 3, --optimizer sgd; mixture-of-experts,\n"
+    "ALiBi and parallel-attention (one-norm) models; and the planning-only knobs\n"
+    "--precision and --grad-dtype (other than fp32), --no-flash-attn and --overhead-gib:\n"
+    "it computes in fp32 and keeps attention probabilities (a plan file's values for\n"
+    "these are ignored).\n";
+
+/* Planning knobs that would do nothing here: refused rather than silently ignored. */
+static int refuse_planning_knobs(const struct cli_common *c)
+{
+    const bool *given = c->knob_given;
+    if (given[OPT_PRECISION - OPT_SYSTEM] && c->precision != DP_FP32)
+        return cli_usage_error("run", "--precision: the CPU executor computes in fp32 only");
+    if (given[OPT_GRAD_DTYPE - OPT_SYSTEM] && c->grad_fp32 != 1)
+        return cli_usage_error("run", "--grad-dtype: the CPU executor keeps fp32 gradients only");
+    if (given[OPT_NO_FLASH - OPT_SYSTEM])
+        return cli_usage_error("run", "--no-flash-attn is a planning knob: the CPU executor "
+                                      "always keeps the attention probabilities");
+    if (given[OPT_OVERHEAD - OPT_SYSTEM])
+        return cli_usage_error("run", "--overhead-gib is a planning knob (GPU runtime memory)");
+    return 0;
+}
+
 enum {
     OPT_NP = OPT_COMMON_END + 1,
     OPT_STEPS,
@@ -87,6 +124,7 @@ struct run {
     bool tty, logs_here;
     double t_start;
     double cpu_pred_s; /* the step-time model's prediction for this machine (0 = none) */
+    double epochs;     /* how often the steps read the data */
 };
 
 static double now_s(void)
@@ -192,12 +230,14 @@ static int parse_args(struct run *r, int argc, char **argv)
             break;
         case OPT_THREADS: bad = parse_count("threads", optarg, 1, 4096, &r->threads); break;
         case OPT_TIMEOUT: bad = parse_count("timeout", optarg, 1, 100000000, &r->timeout_s); break;
-        case 'h': printf("%s%s%s", help_head, cli_ckpt_help, cli_knob_help); return -1;
+        case 'h': printf("%s%s%s", help_head, cli_ckpt_help, run_knob_help); return -1;
         default: return 2;
         }
         if (bad)
             return 2;
     }
+    if (refuse_planning_knobs(&r->c))
+        return 2;
     if (optind != argc - 1)
         return cli_usage_error("run", "expected one PLAN.json or MODEL argument");
     r->target = argv[optind];
@@ -225,6 +265,20 @@ static bool any_knob(const struct cli_common *c)
         if (i != OPT_JSON && c->knob_given[i - OPT_SYSTEM])
             return true;
     return false;
+}
+
+static const char *run_dir(const struct run *r)
+{
+    return r->out ? r->out : "dplan-run";
+}
+
+/* The JSON log of rank 0: --log, or OUT/log.jsonl. */
+static void log_path(const struct run *r, char *buf, size_t cap)
+{
+    if (r->log)
+        snprintf(buf, cap, "%s", r->log);
+    else
+        snprintf(buf, cap, "%s/log.jsonl", run_dir(r));
 }
 
 /* Model and layout from the plan or the knobs; the world size; the checks. */
@@ -415,8 +469,14 @@ static void write_summary(struct run *r, const struct dp_exec_result *res, const
         threads = cores > 0 ? (int)(cores / local) : 1;
     }
     struct dp_err pe = {0};
-    if (cli_run_predict_cpu(&r->m, &r->l, res->world, threads, &r->cpu_pred_s, &pe))
-        r->cpu_pred_s = 0;
+    struct cli_cpu_run cr = {.world = res->world,
+                             .ranks_per_node =
+                                 r->env.local_world > 0 ? r->env.local_world : res->world,
+                             .threads = threads,
+                             .allreduce_small_s = res->allreduce_small_s,
+                             .allreduce_1mib_s = res->allreduce_1mib_s};
+    struct cli_cpu_prediction cp;
+    r->cpu_pred_s = cli_run_predict_cpu(&r->m, &r->l, &cr, &cp, &pe) ? 0 : cp.step_s;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model", r->m.name);
     cJSON_AddItemToObject(o, "layout", dp_layout_to_json(&r->l));
@@ -426,8 +486,21 @@ static void write_summary(struct run *r, const struct dp_exec_result *res, const
     cJSON_AddNumberToObject(o, "first_loss", res->first_loss);
     cJSON_AddNumberToObject(o, "final_loss", res->final_loss);
     cJSON_AddNumberToObject(o, "tokens_per_step", (double)res->tokens_per_step);
-    if (r->cpu_pred_s > 0)
+    cJSON_AddNumberToObject(o, "data_epochs", r->epochs);
+    if (r->cpu_pred_s > 0) {
         cJSON_AddNumberToObject(o, "predicted_step_time_s", r->cpu_pred_s);
+        /* The prediction by kind (cli/run_predict.c), for checking it against profiles. */
+        cJSON *b = cJSON_AddObjectToObject(o, "predicted_step_parts_s");
+        cJSON_AddNumberToObject(b, "gemm", cp.gemm_s);
+        cJSON_AddNumberToObject(b, "attention", cp.attention_s);
+        cJSON_AddNumberToObject(b, "elementwise", cp.elementwise_s);
+        cJSON_AddNumberToObject(b, "fork_join", cp.fork_s);
+        cJSON_AddNumberToObject(b, "communication", cp.comm_s);
+        cJSON_AddNumberToObject(b, "optimizer", cp.optimizer_s);
+        cJSON_AddNumberToObject(b, "pipeline_bubble", cp.bubble_s);
+        cJSON_AddNumberToObject(b, "time_sharing", cp.timeshare_s);
+        cJSON_AddNumberToObject(o, "threads_per_rank", threads);
+    }
     if (r->plan && r->plan->has_prediction) {
         cJSON *p = cJSON_AddObjectToObject(o, "plan_prediction");
         cJSON_AddNumberToObject(p, "step_time_s", r->plan->prediction.step_time_s);
@@ -517,10 +590,10 @@ static void print_summary(struct run *r, const struct dp_exec_result *res, const
                 res->ranks[0].step_time_median_s);
     if (r->cpu_pred_s > 0)
         fprintf(stderr,
-                "step time: measured %.1f ms (rank 0 median), predicted %.1f ms (%+.0f%%) by the "
-                "step-time model on this machine as probed (SGEMM and memory bandwidth)\n",
+                "step time: measured %.1f ms (rank 0 median), predicted %.1f ms (%+.0f%%) by "
+                "the CPU step model from this machine's probe (cli/run_predict.c)\n",
                 1e3 * res->ranks[0].step_time_median_s, 1e3 * r->cpu_pred_s,
-                100.0 * (res->ranks[0].step_time_median_s / r->cpu_pred_s - 1));
+                100.0 * (r->cpu_pred_s / res->ranks[0].step_time_median_s - 1));
     fprintf(stderr, "wrote %s/model.safetensors, %s, %s/summary.json, %s/plan.json\n", dir, logpath,
             dir, dir);
 }
@@ -533,7 +606,7 @@ static int run_rank(struct run *r, int world, struct dp_err *err)
     int rc = load_data(r, &tok, err);
     if (rc)
         return rc;
-    const char *dir = r->out ? r->out : "dplan-run";
+    const char *dir = run_dir(r);
     rc = dp_mkdirs(dir, err);
     if (rc) {
         dp_tokens_release(&tok);
@@ -563,10 +636,16 @@ static int run_rank(struct run *r, int world, struct dp_err *err)
 
     int rank = r->env.rank;
     char logpath[4200];
-    if (r->log)
-        snprintf(logpath, sizeof logpath, "%s", r->log);
-    else
-        snprintf(logpath, sizeof logpath, "%s/log.jsonl", dir);
+    log_path(r, logpath, sizeof logpath);
+    /* Batches wrap around the data (schedule.c): say so once when they will. */
+    r->epochs = dp_tokens_epochs(&tok, &r->l, r->o.steps);
+    if (rank == 0 && r->epochs > 1)
+        fprintf(stderr,
+                "dplan: note: %d steps x gbs %lld = %lld sequences of %lld tokens; %s holds "
+                "%lld: the data is read %.2f times (the batches wrap around to its start)\n",
+                r->o.steps, (long long)r->l.gbs, (long long)r->o.steps * r->l.gbs,
+                (long long)r->l.seq_len, tok.source,
+                (long long)dp_tokens_windows(&tok, r->l.seq_len), r->epochs);
     r->logs_here = rank == 0 || r->log_all;
     if (r->logs_here) {
         char path[4300];
@@ -614,21 +693,32 @@ static int run_rank(struct run *r, int world, struct dp_err *err)
         pthread_join(th, NULL);
     }
     clear_bar(r);
-    if (rc && r->logf && (rank == 0 || !collective)) {
+    /* A run whose checkpoints all failed trained, but nothing can resume it: it fails
+     * (after writing its weights and summary), every rank alike. */
+    bool lost = !rc && res.ckpt_tried > 0 && res.ckpt_saved == 0;
+    struct dp_err lerr = {0};
+    if (lost)
+        dp_err_set(&lerr, DP_EIO,
+                   "--ckpt-dir %s: every checkpoint this run requested failed (%d of %d; see "
+                   "the messages above): it trained, but left nothing to resume from",
+                   r->ck.dir, res.ckpt_tried, res.ckpt_tried);
+    if (r->logf && ((rc && (rank == 0 || !collective)) || lost)) {
         /* The log's last record says how the run ended. */
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "rank", rank);
         cJSON_AddNumberToObject(o, "world_size", world);
         cJSON_AddStringToObject(o, "backend", "cpu");
         cJSON_AddStringToObject(o, "status", "failed");
-        cJSON_AddStringToObject(o, "error", err->msg);
+        if (lost)
+            cJSON_AddNumberToObject(o, "step", res.steps_done);
+        cJSON_AddStringToObject(o, "error", lost ? lerr.msg : err->msg);
         char *s = cJSON_PrintUnformatted(o);
         if (s)
             fprintf(r->logf, "%s\n", s);
         free(s);
         cJSON_Delete(o);
     }
-    if (!rc && r->logs_here)
+    if (!rc && !lost && r->logs_here)
         cli_ckpt_finished(&r->ck, r->o.steps, res.final_loss);
     if (r->logf)
         fclose(r->logf);
@@ -639,6 +729,11 @@ static int run_rank(struct run *r, int world, struct dp_err *err)
     dp_exec_result_release(&res);
     free(pred);
     dp_tokens_release(&tok);
+    if (lost) {
+        *err = lerr;
+        rc = lerr.code;
+        collective = true;
+    }
     if (rc && world > 1) {
         if (collective) {
             if (rank == 0)
@@ -672,6 +767,20 @@ int cmd_run(int argc, char **argv)
                         "%s: launched as %d ranks (%s), but the layout needs tp*pp*dp*cp = "
                         "%d*%d*%d*%d = %d",
                         r.target, r.env.world, r.env.source, r.l.tp, r.l.pp, r.l.dp, r.l.cp, world);
+    if (!rc) {
+        char logpath[4200];
+        log_path(&r, logpath, sizeof logpath);
+        struct cli_run_io io = {.target = r.target,
+                                .target_is_plan = r.plan != NULL,
+                                .data = r.data,
+                                .out = run_dir(&r),
+                                .log = logpath,
+                                .log_given = r.log != NULL,
+                                .ckpt_dir = r.ck.dir,
+                                .world = world,
+                                .log_all = r.log_all};
+        rc = cli_run_check_outputs(&io, &err);
+    }
     if (rc) {
         free(r.plan);
         if (r.env.launched && r.env.rank != 0) /* one message per job */
@@ -687,9 +796,7 @@ int cmd_run(int argc, char **argv)
             free(r.plan);
             return cli_fail(&err);
         }
-        if (tok.n < r.l.seq_len + 1)
-            rc = dp_err_set(&err, DP_EINVAL, "%s: %lld tokens, need at least seq_len + 1 = %lld",
-                            tok.source, (long long)tok.n, (long long)(r.l.seq_len + 1));
+        rc = dp_tokens_check(&tok, &r.l, &err);
         dp_tokens_release(&tok);
         if (rc) {
             free(r.plan);
@@ -703,15 +810,16 @@ int cmd_run(int argc, char **argv)
         if (cli_ckpt_supervise(&r.ck)) {
             /* --max-restarts: this process watches the job and relaunches it. */
             char logpath[4200];
-            const char *dir = r.out ? r.out : "dplan-run";
-            snprintf(logpath, sizeof logpath, "%s%s", r.log ? r.log : dir,
-                     r.log ? "" : "/log.jsonl");
+            log_path(&r, logpath, sizeof logpath);
             free(r.plan);
-            return cli_run_supervise(&r.ck, world, dir, logpath, argc, argv);
+            return cli_run_supervise(&r.ck, world, run_dir(&r), logpath, argc, argv);
         }
         if (world > 1) {
+            char logpath[4200];
+            log_path(&r, logpath, sizeof logpath);
+            struct cli_run_end end = {logpath, r.ck.dir};
             free(r.plan);
-            return cli_run_launch(world, argc, argv);
+            return cli_run_launch(world, argc, argv, &end);
         }
         cli_run_reexec_for_blas(argc, argv);
     }

@@ -10,8 +10,11 @@
  */
 #include "run_launch.h"
 #include "cli.h"
+#include "executor/ckpt.h"
 #include "executor/executor.h"
 #include "run_ckpt.h"
+
+#include <cjson/cJSON.h>
 
 #include <errno.h>
 #include <signal.h>
@@ -125,7 +128,92 @@ const char **cli_run_mpirun_argv(int np, int argc, char **argv)
     return av;
 }
 
-int cli_run_launch(int np, int argc, char **argv)
+/* The last line of `path` parsed as JSON (NULL if none). */
+static cJSON *last_record(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char line[65536], last[65536] = "";
+    while (fgets(line, sizeof line, f))
+        if (line[0] == '{')
+            snprintf(last, sizeof last, "%s", line);
+    fclose(f);
+    return last[0] ? cJSON_Parse(last) : NULL;
+}
+
+/* How to go on after the job failed: from the newest checkpoint, or from the start. */
+static void resume_hint(const char *ckpt_dir, char *buf, size_t cap)
+{
+    struct dp_ckpt_info *list = NULL, *best = NULL;
+    int n = 0;
+    struct dp_err e = {0};
+    if (ckpt_dir && !dp_ckpt_list(ckpt_dir, false, &list, &n, &e))
+        for (int i = 0; i < n; i++)
+            if (list[i].state == DP_CKPT_OK)
+                best = &list[i];
+    if (best)
+        snprintf(buf, cap,
+                 "continue from its newest checkpoint (step %d) by running the same command "
+                 "with --resume %s",
+                 best->step, ckpt_dir);
+    else if (ckpt_dir)
+        snprintf(buf, cap,
+                 "no checkpoint was saved in %s before the failure: run it again from the start "
+                 "(--max-restarts N relaunches a failed job by itself)",
+                 ckpt_dir);
+    else
+        snprintf(buf, cap,
+                 "no --ckpt-dir: run it again from the start; with --ckpt-dir DIR --ckpt-every N "
+                 "a failed run can go on with --resume DIR");
+    free(list);
+}
+
+/*
+ * The job failed in a way no rank could log (a rank died or hung): end the log with a
+ * "failed" record (the supervisor's fields, "source": "launcher") unless its last record
+ * already says how the run ended; a line a killed rank left unfinished is ended first.
+ */
+static void log_failure(const struct cli_run_end *end, int np, int rank, const char *reason,
+                        const char *error, const char *hint)
+{
+    if (!end || !end->log_path)
+        return;
+    cJSON *last = last_record(end->log_path);
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(last, "status");
+    const cJSON *step = cJSON_GetObjectItemCaseSensitive(last, "step");
+    bool said = cJSON_IsString(st) && !strcmp(st->valuestring, "failed");
+    double last_step = cJSON_IsNumber(step) ? step->valuedouble : 0;
+    cJSON_Delete(last);
+    if (said)
+        return;
+    FILE *f = fopen(end->log_path, "a+");
+    if (!f)
+        return;
+    if (fseek(f, -1, SEEK_END) == 0 && fgetc(f) != '\n') {
+        fseek(f, 0, SEEK_END);
+        fputc('\n', f);
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "source", "launcher");
+    cJSON_AddNumberToObject(o, "world_size", np);
+    cJSON_AddStringToObject(o, "backend", "cpu");
+    cJSON_AddStringToObject(o, "status", "failed");
+    if (rank >= 0)
+        cJSON_AddNumberToObject(o, "rank", rank);
+    cJSON_AddNumberToObject(o, "last_step", last_step);
+    cJSON_AddStringToObject(o, "reason", reason);
+    cJSON_AddStringToObject(o, "error", error);
+    cJSON_AddStringToObject(o, "hint", hint);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (s)
+        fprintf(f, "%s\n", s);
+    free(s);
+    fclose(f);
+}
+
+int cli_run_launch(int np, int argc, char **argv, const struct cli_run_end *end)
 {
     const char **av = cli_run_mpirun_argv(np, argc, argv);
     if (!av)
@@ -179,23 +267,28 @@ int cli_run_launch(int np, int argc, char **argv)
     if (rc == 0)
         return 0;
     if (rc == 127 || code == CLI_EXIT_REPORTED)
-        return 1; /* already said */
-    if (code == CLI_EXIT_STALLED)
-        fprintf(stderr,
-                "dplan: error: the job stalled: rank %d saw no progress for the --timeout "
-                "(a rank hung; see the messages above)\n",
-                rank);
-    else if (rank >= 0 && sig > 0)
-        fprintf(stderr,
-                "dplan: error: rank %d was killed by signal %d; mpirun stopped the "
-                "other ranks\n",
-                rank, sig);
-    else if (rank >= 0)
-        fprintf(stderr,
-                "dplan: error: rank %d failed with exit status %d; mpirun stopped the "
-                "other ranks\n",
-                rank, code >= 0 ? code : rc);
-    else
-        fprintf(stderr, "dplan: error: the ranks failed (mpirun exit status %d)\n", rc);
+        return 1; /* already said (and logged by rank 0) */
+    char msg[512], hint[512];
+    const char *reason = "exit";
+    if (code == CLI_EXIT_STALLED) {
+        reason = "stalled";
+        snprintf(msg, sizeof msg,
+                 "the job stalled: rank %d saw no progress for the --timeout (a rank hung; see "
+                 "the messages above)",
+                 rank);
+    } else if (rank >= 0 && sig > 0) {
+        reason = "signal";
+        snprintf(msg, sizeof msg, "rank %d was killed by signal %d; mpirun stopped the other ranks",
+                 rank, sig);
+    } else if (rank >= 0) {
+        snprintf(msg, sizeof msg,
+                 "rank %d failed with exit status %d; mpirun stopped the other ranks", rank,
+                 code >= 0 ? code : rc);
+    } else {
+        snprintf(msg, sizeof msg, "the ranks failed (mpirun exit status %d)", rc);
+    }
+    resume_hint(end ? end->ckpt_dir : NULL, hint, sizeof hint);
+    log_failure(end, np, rank, reason, msg, hint);
+    fprintf(stderr, "dplan: error: %s; %s\n", msg, hint);
     return 1;
 }

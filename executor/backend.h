@@ -31,10 +31,11 @@
 /* Communicators, Megatron order (executor.h states the rank formula). */
 enum dp_group {
     DP_GROUP_WORLD = 0,
-    DP_GROUP_TP,  /* same pp, dp: ranks differing in tp_rank */
-    DP_GROUP_DP,  /* same pp, tp */
-    DP_GROUP_PP,  /* same tp, dp: the pipeline */
-    DP_GROUP_EMB, /* first and last stage of one pipeline (tied embeddings, pp > 1) */
+    DP_GROUP_TP,   /* same pp, dp: ranks differing in tp_rank */
+    DP_GROUP_DP,   /* same pp, tp */
+    DP_GROUP_PP,   /* same tp, dp: the pipeline */
+    DP_GROUP_EMB,  /* first and last stage of one pipeline (tied embeddings, pp > 1) */
+    DP_GROUP_NODE, /* the ranks of this node (shared memory): memory checks, threads */
     DP_NGROUPS
 };
 

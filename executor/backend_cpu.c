@@ -39,7 +39,7 @@ struct cpu_backend {
     char host[64];
 };
 
-static const char *const group_names[DP_NGROUPS] = {"world", "tp", "dp", "pp", "emb"};
+static const char *const group_names[DP_NGROUPS] = {"world", "tp", "dp", "pp", "emb", "node"};
 static bool mpi_started_here;
 
 static struct cpu_backend *cpu(struct dp_backend *be)
@@ -516,22 +516,25 @@ struct dp_backend *dp_backend_cpu_new(int tp, int dp, int pp, int threads, struc
         cpu_destroy(&cb->base);
         return NULL;
     }
+    /* The ranks sharing this node's memory (MPI-3 MPI_COMM_TYPE_SHARED). */
+    int rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, cb->base.rank, MPI_INFO_NULL,
+                                 &cb->comm[DP_GROUP_NODE]);
+    if (rc != MPI_SUCCESS) {
+        mpi_fail(cb, err, rc, "MPI_Comm_split_type", DP_GROUP_NODE);
+        cpu_destroy(&cb->base);
+        return NULL;
+    }
+    MPI_Comm_set_errhandler(cb->comm[DP_GROUP_NODE], MPI_ERRORS_RETURN);
+    MPI_Comm_size(cb->comm[DP_GROUP_NODE], &cb->size[DP_GROUP_NODE]);
+    MPI_Comm_rank(cb->comm[DP_GROUP_NODE], &cb->rank[DP_GROUP_NODE]);
 
     /* Threads: explicit, else OMP_NUM_THREADS, else the cores shared by the ranks of
      * this node (MPI_COMM_TYPE_SHARED). */
     if (threads <= 0) {
-        if (getenv("OMP_NUM_THREADS")) {
+        if (getenv("OMP_NUM_THREADS"))
             threads = omp_get_max_threads();
-        } else {
-            MPI_Comm node;
-            int local = 1;
-            if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, cb->base.rank,
-                                    MPI_INFO_NULL, &node) == MPI_SUCCESS) {
-                MPI_Comm_size(node, &local);
-                MPI_Comm_free(&node);
-            }
-            threads = cores_online() / local;
-        }
+        else
+            threads = cores_online() / cb->size[DP_GROUP_NODE];
     }
     if (threads < 1)
         threads = 1;

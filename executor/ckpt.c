@@ -30,6 +30,7 @@
  */
 #include "ckpt.h"
 #include "internal.h"
+#include "outfile.h"
 #include "safetensors.h"
 
 #include <cjson/cJSON.h>
@@ -60,6 +61,7 @@ struct dp__ckpt {
     bool cleaned;       /* stale .tmp directories removed */
     bool data_crc_done;
     uint32_t data_crc;
+    int saves_tried, saves_ok; /* the same on every rank */
 };
 
 void dp_ckpt_opts_default(struct dp_ckpt_opts *o)
@@ -712,6 +714,7 @@ static int save(struct dp_exec *ex, int step)
     }
     if ((rc = OPS->allreduce_host(ex->be, DP_GROUP_WORLD, &flag, 1, DP_OP_MAX, ex->err)))
         return rc;
+    ex->ck->saves_tried++;
     if (flag) {
         if (ex->rank == 0)
             emit(ex, DP_CKPT_SAVE_FAILED, step, final, lerr.msg, 0, 0, NULL);
@@ -720,6 +723,7 @@ static int save(struct dp_exec *ex, int step)
     }
     uint32_t crc = 0;
     int64_t size = 0;
+    double published = 0;
     int wrc = write_rank_file(ex, tmp, step, &crc, &size, &lerr);
     if (wrc)
         emit_local_failure(ex, step, final, lerr.msg);
@@ -744,6 +748,7 @@ static int save(struct dp_exec *ex, int step)
         if (!nfail && !publish(ex, step, tmp, final, all, saved_at, &perr)) {
             prune(ck->dir, step, ck->keep);
             emit(ex, DP_CKPT_SAVED, step, final, NULL, bytes, mono_s() - t0, saved_at);
+            published = 1;
         } else {
             char msg[1200];
             if (nfail)
@@ -757,6 +762,11 @@ static int save(struct dp_exec *ex, int step)
         }
     }
     free(all);
+    /* Rank 0's verdict to every rank, so that all count the saves alike. */
+    if (!rc)
+        rc = OPS->allreduce_host(ex->be, DP_GROUP_WORLD, &published, 1, DP_OP_MAX, ex->err);
+    if (!rc && published > 0)
+        ex->ck->saves_ok++;
     ex->ck->last_save_s = mono_s();
     dp__beat(NULL);
     return rc;
@@ -790,6 +800,50 @@ int dp__ckpt_after_step(struct dp_exec *ex, int step)
         due = flag > 0;
     }
     return due ? save(ex, step) : 0;
+}
+
+void dp__ckpt_counts(const struct dp_exec *ex, int *tried, int *saved)
+{
+    *tried = ex->ck ? ex->ck->saves_tried : 0;
+    *saved = ex->ck ? ex->ck->saves_ok : 0;
+}
+
+int dp__ckpt_check_dir(struct dp_exec *ex)
+{
+    const struct dp_ckpt_opts *ck = ex->o.ckpt;
+    if (!ck || !ck->dir)
+        return 0;
+    /* Rank 0 creates it (mkdir's errno, err NULL: dp_mkdirs leaves errno as mkdir set it). */
+    double code = 0;
+    if (ex->rank == 0 && dp_mkdirs(ck->dir, NULL))
+        code = errno ? errno : EIO;
+    TRY(OPS->allreduce_host(ex->be, DP_GROUP_WORLD, &code, 1, DP_OP_MAX, ex->err));
+    if (code > 0)
+        return dp_err_set(ex->err, DP_EIO,
+                          "--ckpt-dir %s: cannot create directory: %s (checked before the first "
+                          "step)",
+                          ck->dir, strerror((int)code));
+    /* Every rank writes its file there (into step_N.tmp/): each creates and deletes a probe.
+     * The failing rank with the largest errno is reported: errno * 2^24 + rank. */
+    char probe[PATHMAX + 32];
+    snprintf(probe, sizeof probe, "%s/.dplan-probe-rank_%05d", ck->dir, ex->rank);
+    int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int e = fd < 0 ? errno : 0;
+    if (fd >= 0) {
+        if (write(fd, "", 1) != 1)
+            e = errno ? errno : EIO;
+        if (close(fd) && !e)
+            e = errno ? errno : EIO;
+        unlink(probe);
+    }
+    double bad = e ? (double)e * 16777216.0 + ex->rank : 0;
+    TRY(OPS->allreduce_host(ex->be, DP_GROUP_WORLD, &bad, 1, DP_OP_MAX, ex->err));
+    if (bad > 0)
+        return dp_err_set(ex->err, DP_EIO,
+                          "--ckpt-dir %s: rank %d cannot write a file into it: %s (checked "
+                          "before the first step)",
+                          ck->dir, (int)fmod(bad, 16777216.0), strerror((int)(bad / 16777216.0)));
+    return 0;
 }
 
 void dp__ckpt_free(struct dp_exec *ex)
@@ -1403,6 +1457,106 @@ static int load_state(struct dp_exec *ex, struct src *s)
     return rc;
 }
 
+/* The shards of tensor x cover its rows [0, rows) x [0, cols) exactly once (padded
+ * vocabulary rows may be absent). */
+static int shards_cover(const char *mf, const struct stensor *x, struct dp_err *err)
+{
+    int64_t area = 0;
+    for (int j = 0; j < x->np; j++) {
+        const struct piece *p = &x->p[j];
+        int64_t r1 = p->r0 + p->rows < x->rows ? p->r0 + p->rows : x->rows;
+        if (r1 > p->r0)
+            area += (r1 - p->r0) * p->cols;
+        for (int k = 0; k < j; k++) {
+            const struct piece *q = &x->p[k];
+            if (p->r0 < q->r0 + q->rows && q->r0 < p->r0 + p->rows && p->c0 < q->c0 + q->cols &&
+                q->c0 < p->c0 + p->cols)
+                return BAD("%s: tensor %s: shards %d and %d overlap", mf, x->name, k, j);
+        }
+    }
+    if (area != x->rows * x->cols)
+        return BAD("%s: tensor %s: its shards hold %lld of its %lld elements", mf, x->name,
+                   (long long)area, (long long)(x->rows * x->cols));
+    return 0;
+}
+
+/*
+ * The manifest against the model it names: every global tensor of that model (laid out
+ * for the manifest's layout as the saving run did, dp__segments_for_stage) is listed
+ * with its shape and shards that cover it; and for the files i with i % nranks == rank,
+ * every shard's entries (weights, m and v, or the ZeRO-1 shards) are in the file with
+ * the right dtype and size. So a manifest with tensors removed is damaged before any
+ * rank starts loading, not in the middle of it.
+ */
+static int verify_structure(struct src *s, int rank, int nranks, int *bad_file, struct dp_err *err)
+{
+    *bad_file = -1;
+    char mf[PATHMAX + 32];
+    manifest_path(mf, sizeof mf, s->dir);
+    struct dp_err e = {0};
+    if (dp_layout_validate(&s->layout, &s->model, 0, &e))
+        return BAD("%s: layout: %s", mf, e.msg);
+    struct dp_exec t;
+    memset(&t, 0, sizeof t);
+    t.m = &s->model;
+    t.l = s->layout;
+    t.err = &e;
+    dp__dims_init(&t);
+    int rc = 0;
+    char nm[96];
+    for (int st = 0; st < s->layout.pp && !rc; st++) {
+        struct dp_seg *segs = NULL;
+        int ns = 0;
+        if (dp__segments_for_stage(&t, st, &segs, &ns))
+            return dp_err_set(err, DP_ENOMEM, "out of memory");
+        for (int i = 0; i < ns && !rc; i++) {
+            const struct dp_seg *sg = &segs[i];
+            seg_ckpt_name(sg, nm, sizeof nm);
+            const struct stensor *x = find_tensor(s, nm);
+            if (!x)
+                rc = BAD("%s: the manifest lacks tensor %s [%lld, %lld] of model %s", mf, nm,
+                         (long long)sg->out_rows, (long long)sg->gcols, s->model.name);
+            else if (x->rows != sg->out_rows || x->cols != sg->gcols)
+                rc = BAD("%s: tensor %s: shape [%lld, %lld] in the manifest, model %s has "
+                         "[%lld, %lld]",
+                         mf, nm, (long long)x->rows, (long long)x->cols, s->model.name,
+                         (long long)sg->out_rows, (long long)sg->gcols);
+            else
+                rc = shards_cover(mf, x, err);
+        }
+        free(segs);
+    }
+    char key[128];
+    for (int i = 0; i < s->nt && !rc; i++)
+        for (int j = 0; j < s->t[i].np && !rc; j++) {
+            struct piece *p = &s->t[i].p[j];
+            if (p->file % nranks != rank)
+                continue;
+            for (int k = 0; k < (s->zero ? 1 : 3) && !rc; k++) {
+                snprintf(key, sizeof key, "%s%s", kind_prefix[k], p->key);
+                if ((rc = resolve(s, p->file, key, p->rows * p->cols, &p->e[k], err)))
+                    *bad_file = p->file;
+            }
+        }
+    for (int g = 0; g < s->ng && !rc; g++)
+        for (int j = 0; j < s->g[g].n && !rc; j++) {
+            struct zshard *z = &s->g[g].s[j];
+            if (z->file % nranks != rank)
+                continue;
+            for (int k = K_M; k <= K_V && !rc; k++)
+                if ((rc = resolve(s, z->file, zero_key[k], s->g[g].shard_elems, &z->e[k], err)))
+                    *bad_file = z->file;
+        }
+    /* A file whose header does not parse or lacks an entry may simply be corrupted: its
+     * checksum says so more plainly. */
+    struct dp_err ce = {0};
+    if (rc && *bad_file >= 0 && verify_file(s, *bad_file, true, &ce)) {
+        dp_err_clear(err);
+        rc = dp_err_set(err, ce.code, "%s", ce.msg);
+    }
+    return rc;
+}
+
 /* Why checkpoint `s` cannot continue training model `b` under layout `l` (empty when it
  * can). */
 static void incompatibility(const struct src *s, const struct dp_model *b,
@@ -1575,26 +1729,41 @@ int dp__ckpt_resume(struct dp_exec *ex, int *start, bool *collective)
             incompatibility(&s, ex->m, &ex->l, why, sizeof why);
             bad = *why ? 2 : 0;
         }
-        /* The files' checksums, split over the ranks. */
+        /* The manifest against the model, and the files' entries and checksums, split over
+         * the ranks: badf is a damaged file this rank found. */
+        int badf = -1;
+        if (!bad)
+            bad = verify_structure(&s, ex->rank, ex->world, &badf, &lerr) ? 1 : 0;
         for (int i = ex->rank; !bad && i < s.nfiles; i += ex->world) {
             dp__beat("verifying checkpoint");
-            bad = verify_file(&s, i, true, &lerr) ? 1 : 0;
+            if (verify_file(&s, i, true, &lerr)) {
+                bad = 1;
+                badf = i;
+            }
         }
-        double all = bad;
-        if ((rc = OPS->allreduce_host(ex->be, DP_GROUP_WORLD, &all, 1, DP_OP_MAX, ex->err)))
+        double all[2] = {bad, badf >= 0 ? s.nfiles - badf : 0};
+        if ((rc = OPS->allreduce_host(ex->be, DP_GROUP_WORLD, all, 2, DP_OP_MAX, ex->err)))
             break;
-        if (all == 0)
+        if (all[0] == 0)
             break;
-        if (all >= 2) {
+        if (all[0] >= 2) {
             rc = dp_err_set(ex->err, DP_EINVAL, "%s", *why ? why : "incompatible checkpoint");
             break;
         }
-        if (bad == 1)
-            emit(ex, DP_CKPT_SKIPPED, step, path, lerr.msg, 0, 0, NULL);
+        /* Rank 0 says what is wrong: its own finding, or that of the lowest damaged file
+         * another rank found (checked again here, that file only). */
+        if (ex->rank == 0 && !bad && all[1] > 0) {
+            int f = s.nfiles - (int)all[1], bf;
+            if (!verify_file(&s, f, true, &lerr))
+                verify_structure(&s, f, s.nfiles, &bf, &lerr);
+        }
+        if (ex->rank == 0 && !single)
+            emit(ex, DP_CKPT_SKIPPED, step, path, lerr.msg[0] ? lerr.msg : "damaged", 0, 0, NULL);
         skipped++;
         src_close(&s);
         if (single) {
-            rc = dp_err_set(ex->err, DP_EINVAL, "%s: the checkpoint is damaged (see above)", path);
+            rc = dp_err_set(ex->err, DP_EINVAL, "%s: the checkpoint is damaged: %s", path,
+                            lerr.msg[0] ? lerr.msg : "see the messages above");
             break;
         }
     }
@@ -1629,30 +1798,45 @@ int dp_ckpt_check_resume(const char *dir, const struct dp_model *m, const struct
     if (candidates(dir, &steps, &n, &single))
         return dp_err_set(err, DP_EIO, "%s: cannot list: %s", dir, strerror(errno));
     int rc = DP_ENOENT;
-    char why[1200] = "";
-    for (int i = 0; i < n; i++) {
+    char why[1200] = "", damaged[900] = "";
+    int ndamaged = 0;
+    for (int i = 0; i < n && rc == DP_ENOENT; i++) {
         char path[PATHMAX];
         candidate_path(path, sizeof path, dir, single, steps[i]);
         struct src s;
         struct dp_err e = {0};
-        if (src_open(path, &s, &e))
-            continue;
-        bool sizes = true;
-        for (int f = 0; f < s.nfiles && sizes; f++)
-            sizes = verify_file(&s, f, false, &e) == 0;
-        if (sizes)
-            incompatibility(&s, m, l, why, sizeof why);
-        src_close(&s);
-        if (!sizes)
-            continue;
-        rc = *why ? dp_err_set(err, DP_EINVAL, "%s", why) : 0;
-        break;
+        bool ok = src_open(path, &s, &e) == 0;
+        if (ok) {
+            for (int f = 0; f < s.nfiles && ok; f++)
+                ok = verify_file(&s, f, false, &e) == 0;
+            if (ok)
+                incompatibility(&s, m, l, why, sizeof why);
+            /* An incompatible checkpoint stops the search: its reason is the answer. */
+            int bf;
+            if (ok && !*why)
+                ok = verify_structure(&s, 0, 1, &bf, &e) == 0;
+            src_close(&s);
+        }
+        if (ok) {
+            rc = *why ? dp_err_set(err, DP_EINVAL, "%s", why) : 0;
+        } else if (single) {
+            rc = dp_err_set(err, DP_EINVAL, "--resume %s: the checkpoint is damaged: %s", dir,
+                            e.msg);
+        } else if (ndamaged++ < 3) {
+            /* What is wrong with each (the newest three), for the message below. */
+            size_t k = strlen(damaged);
+            snprintf(damaged + k, sizeof damaged - k, "%sstep_%08d: %s", k ? "; " : "", steps[i],
+                     e.msg);
+        }
     }
     free(steps);
-    if (rc == DP_ENOENT)
+    if (rc == DP_ENOENT && ndamaged)
+        rc = dp_err_set(err, DP_ENOENT, "--resume %s: no complete checkpoint: %s%s", dir, damaged,
+                        ndamaged > 3 ? "; and older ones" : "");
+    else if (rc == DP_ENOENT)
         rc = dp_err_set(err, DP_ENOENT,
                         "--resume %s: no complete checkpoint (no step_N directory with a "
-                        "manifest and all its files)",
+                        "manifest)",
                         dir);
     return rc;
 }
@@ -1697,6 +1881,11 @@ static void check_one(const char *path, int step, bool verify, struct dp_ckpt_in
             in->state = DP_CKPT_DAMAGED;
             snprintf(in->problem, sizeof in->problem, "%s", e.msg);
         }
+    int bf;
+    if (in->state == DP_CKPT_OK && verify_structure(&s, 0, 1, &bf, &e)) {
+        in->state = DP_CKPT_DAMAGED;
+        snprintf(in->problem, sizeof in->problem, "%s", e.msg);
+    }
     src_close(&s);
 }
 
@@ -1965,13 +2154,19 @@ static int export_write(struct src *s, const char *out_file, enum dp_ckpt_names 
     real *part = malloc((size_t)(maxe ? maxe : 1) * sizeof(real));
     if (!rc && (!ht || !hdr || !full || !part))
         rc = dp_err_set(err, DP_ENOMEM, "out of memory");
-    char tmp[PATHMAX + 16];
-    snprintf(tmp, sizeof tmp, "%s.tmp", out_file);
+    /* A new temporary next to out_file, renamed over it once complete (outfile.h). */
+    char tmp[PATHMAX + 64];
     struct dp_st_writer w;
     bool opened = false;
-    if (!rc && !(rc = dp__st_create(&w, tmp, err))) {
-        opened = true;
-        rc = dp__st_write_header(&w, hdr, hlen);
+    if (!rc) {
+        int fd = dp__tmp_open(out_file, tmp, sizeof tmp, err);
+        if (fd < 0) {
+            rc = fd;
+        } else {
+            dp__st_adopt(&w, fd, tmp, err);
+            opened = true;
+            rc = dp__st_write_header(&w, hdr, hlen);
+        }
     }
     int64_t bytes = 8 + (int64_t)hlen;
     for (int i = 0; i < nx && !rc; i++) {
@@ -2010,11 +2205,11 @@ static int export_write(struct src *s, const char *out_file, enum dp_ckpt_names 
             rc = dp__st_finish(&w, true);
         else
             dp__st_abandon(&w);
+        if (!rc)
+            rc = dp__tmp_publish(tmp, out_file, err);
+        else
+            unlink(tmp);
     }
-    if (!rc && rename(tmp, out_file))
-        rc = dp_err_set(err, DP_EIO, "%s: cannot rename to %s: %s", tmp, out_file, strerror(errno));
-    if (rc && opened)
-        unlink(tmp);
     if (!rc) {
         res->tensors = nx;
         res->bytes = bytes;

@@ -11,6 +11,8 @@
 /* GEMM on the calling thread only (used inside OpenMP regions). */
 void dp__cpu_gemm1(bool ta, bool tb, int m, int n, int k, real alpha, const real *a, int lda,
                    const real *b, int ldb, real beta, real *c, int ldc);
+/* Threads dp__cpu_gemm uses for C[m, n] over k with nt available (1 or nt). */
+int dp__cpu_gemm_threads(int m, int n, int k, int nt);
 /* GEMM split by rows of C over the OpenMP threads (one thread pool: OpenBLAS runs
  * single-threaded inside each block). */
 void dp__cpu_gemm(bool ta, bool tb, int m, int n, int k, real alpha, const real *a, int lda,

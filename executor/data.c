@@ -10,6 +10,7 @@
  * ranks of a node share one copy in the page cache.
  */
 #include "executor.h"
+#include "outfile.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -32,6 +33,32 @@ void dp_tokens_release(struct dp_tokens *t)
     else
         free(t->tok);
     memset(t, 0, sizeof *t);
+}
+
+int64_t dp_tokens_windows(const struct dp_tokens *t, int64_t seq_len)
+{
+    return seq_len > 0 && t->n > 0 ? (t->n - 1) / seq_len : 0;
+}
+
+int dp_tokens_check(const struct dp_tokens *t, const struct dp_layout *l, struct dp_err *err)
+{
+    if (t->n < l->seq_len + 1)
+        return dp_err_set(err, DP_EINVAL, "%s: %lld tokens, need at least seq_len + 1 = %lld",
+                          t->source, (long long)t->n, (long long)(l->seq_len + 1));
+    int64_t win = dp_tokens_windows(t, l->seq_len);
+    if (l->gbs > win)
+        return dp_err_set(err, DP_EINVAL,
+                          "gbs=%lld: one step needs %lld sequences of %lld tokens, %s holds %lld "
+                          "(%lld tokens): lower --gbs to at most %lld or give more --data",
+                          (long long)l->gbs, (long long)l->gbs, (long long)l->seq_len, t->source,
+                          (long long)win, (long long)t->n, (long long)win);
+    return 0;
+}
+
+double dp_tokens_epochs(const struct dp_tokens *t, const struct dp_layout *l, int steps)
+{
+    int64_t win = dp_tokens_windows(t, l->seq_len);
+    return win > 0 ? (double)steps * (double)l->gbs / (double)win : 0;
 }
 
 static int check_vocab(const struct dp_tokens *t, int64_t vocab, struct dp_err *err)
@@ -239,10 +266,19 @@ int dp_data_prepare(const char *const *files, int nfiles, const char *out, enum 
                         "use --format raw",
                         (long long)n);
     char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", out);
     FILE *f = NULL;
-    if (!rc && !(f = fopen(tmp, "wb")))
-        rc = dp_err_set(err, DP_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+    if (!rc) {
+        /* A new temporary next to `out`, renamed over it once complete: a failed write
+         * leaves the previous file as it was. */
+        int fd = dp__tmp_open(out, tmp, sizeof tmp, err);
+        if (fd < 0) {
+            rc = fd;
+        } else if (!(f = fdopen(fd, "wb"))) {
+            rc = dp_err_set(err, DP_EIO, "%s: cannot open: %s", tmp, strerror(errno));
+            close(fd);
+            unlink(tmp);
+        }
+    }
     if (!rc && fmt != DP_DATA_RAW) {
         int32_t hdr[256] = {DP_LLMC_MAGIC, DP_LLMC_VERSION, (int32_t)n};
         if (fwrite(hdr, sizeof hdr, 1, f) != 1)
@@ -250,12 +286,14 @@ int dp_data_prepare(const char *const *files, int nfiles, const char *out, enum 
     }
     if (!rc && fwrite(tok, sizeof *tok, (size_t)n, f) != (size_t)n)
         rc = dp_err_set(err, DP_EIO, "%s: write failed: %s", tmp, strerror(errno));
+    if (!rc && (fflush(f) || fsync(fileno(f))))
+        rc = dp_err_set(err, DP_EIO, "%s: write failed: %s", tmp, strerror(errno));
     if (f && fclose(f) && !rc)
         rc = dp_err_set(err, DP_EIO, "%s: write failed: %s", tmp, strerror(errno));
-    if (!rc && rename(tmp, out))
-        rc = dp_err_set(err, DP_EIO, "%s: cannot write: %s", out, strerror(errno));
-    if (rc && f)
-        remove(tmp);
+    if (f && rc)
+        unlink(tmp);
+    else if (f)
+        rc = dp__tmp_publish(tmp, out, err);
     free(tok);
     if (!rc && ntok)
         *ntok = n;

@@ -82,10 +82,41 @@ int dp_tokens_load(const char *file, enum dp_data_format fmt, int64_t vocab, str
  * in name order, concatenated, byte-tokenised (vocab 256). */
 int dp_tokens_default(const char *dir, int64_t vocab, struct dp_tokens *out, struct dp_err *err);
 void dp_tokens_release(struct dp_tokens *t);
+/* Training windows of seq_len tokens in `t`, each with its next-token targets:
+ * (n - 1) / seq_len (schedule.c reads window w from token w seq_len). */
+int64_t dp_tokens_windows(const struct dp_tokens *t, int64_t seq_len);
+/*
+ * The data against the layout: at least seq_len + 1 tokens, and no more sequences in one
+ * step (gbs) than the data has windows, so that a step never holds a sequence twice.
+ * Across steps the windows wrap around (epochs): dp_tokens_epochs says how often the
+ * data is read. Errors name the knob and the numbers.
+ */
+int dp_tokens_check(const struct dp_tokens *t, const struct dp_layout *l, struct dp_err *err);
+/* How many times `steps` steps of l->gbs sequences read the data (1.0 = once). */
+double dp_tokens_epochs(const struct dp_tokens *t, const struct dp_layout *l, int steps);
 /* Byte-level tokeniser: the bytes of `files` concatenated, written to `out` in llm.c
  * (or raw) format; *ntok gets the token count. */
 int dp_data_prepare(const char *const *files, int nfiles, const char *out, enum dp_data_format fmt,
                     int64_t *ntok, struct dp_err *err);
+
+/* ------------------------------------------------------------------ outputs */
+
+/* An input file and how the user named it (NULL: not said), for messages. */
+struct dp_io {
+    const char *path;
+    const char *what; /* "--data", "the plan", ... */
+};
+/*
+ * Whether the output `out` (a file or a directory; it need not exist yet) may be
+ * written: refused (DP_EINVAL, err naming both) when it is the same file as one of the
+ * `nin` inputs (same st_dev and st_ino, so also through symbolic and hard links), or
+ * when it is or lies inside a checkpoint directory (one holding manifest.json or named
+ * step_%08d[.tmp|.superseded|.trash], by the path as given or with links resolved).
+ * `what` names the option for the message ("-o", "--out"). Inputs that do not exist are
+ * skipped. Every writer of the executor also writes to a temporary name and renames.
+ */
+int dp_output_check(const char *out, const char *what, const struct dp_io *in, int nin,
+                    struct dp_err *err);
 
 /* ------------------------------------------------------------------ run */
 
@@ -119,6 +150,10 @@ struct dp_exec_result {
     int steps_done;
     double first_loss, final_loss;
     int64_t tokens_per_step;
+    int ckpt_tried, ckpt_saved; /* checkpoints this run attempted and published (all ranks) */
+    /* world > 1: medians of a 1-element and a 1 MiB all-reduce over every rank after the
+     * last step (MPI's latency and bandwidth here, for the step-time prediction); else 0 */
+    double allreduce_small_s, allreduce_1mib_s;
     struct dp_rank_summary *ranks; /* world entries on rank 0, else NULL; freed by release */
 };
 void dp_exec_result_release(struct dp_exec_result *r);

@@ -29,6 +29,9 @@ struct dp_mem {
 void *dp__mem_alloc(struct dp_backend *be, struct dp_mem *mem, enum dp_pool pool, size_t bytes);
 /* Mark bytes of an allocation as held / no longer held (slot reuse). */
 void dp__mem_hold(struct dp_mem *mem, enum dp_pool pool, int64_t bytes);
+/* This node's MemAvailable (/proc/meminfo: Linux's estimate of what can be allocated
+ * without swapping) in bytes, or -1 when unknown. */
+int64_t dp__mem_available(void);
 
 /* ------------------------------------------------------------------ parameters */
 
@@ -220,6 +223,13 @@ int dp__weights_save(struct dp_exec *ex, const char *file);
  * checkpoint of opts->ckpt->resume; *start gets its step (0 = none); *collective is set
  * when every rank fails alike. After step `step`: save when due (a failed save is
  * reported through the event callback, not returned; only MPI failures are). */
+/* ex->dm from ex->m, ex->l and ex->c.tp_rank (run.c). */
+void dp__dims_init(struct dp_exec *ex);
+/* Before step 1: --ckpt-dir can be created and every rank can write into it (collective:
+ * every rank returns the same status; rank 0's err names the cause). */
+int dp__ckpt_check_dir(struct dp_exec *ex);
+/* Checkpoints this run tried to save, and those it published (the same on every rank). */
+void dp__ckpt_counts(const struct dp_exec *ex, int *tried, int *saved);
 int dp__ckpt_resume(struct dp_exec *ex, int *start, bool *collective);
 int dp__ckpt_after_step(struct dp_exec *ex, int step);
 void dp__ckpt_free(struct dp_exec *ex);

@@ -202,12 +202,19 @@ void dp__cpu_gemm1(bool ta, bool tb, int m, int n, int k, real alpha, const real
                k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+int dp__cpu_gemm_threads(int m, int n, int k, int nt)
+{
+    /* Below 32 rows per thread or 4 M multiply-adds the fork, join and the packing each
+     * block repeats cost more than the second thread gains. */
+    return nt <= 1 || m < 32 * nt || (double)m * n * k < 4e6 ? 1 : nt;
+}
+
 void dp__cpu_gemm(bool ta, bool tb, int m, int n, int k, real alpha, const real *a, int lda,
                   const real *b, int ldb, real beta, real *c, int ldc)
 {
     int nt = omp_get_max_threads();
     /* Rows per block: a multiple of 16 so each block's kernel sees whole micro-panels. */
-    if (nt <= 1 || omp_in_parallel() || m < 32 * nt || (double)m * n * k < 4e6) {
+    if (omp_in_parallel() || dp__cpu_gemm_threads(m, n, k, nt) == 1) {
         dp__cpu_gemm1(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
         return;
     }

@@ -7,6 +7,8 @@
  */
 #include "internal.h"
 
+#include <stdio.h>
+
 static void bump(struct dp_mem *mem, enum dp_pool pool, int64_t bytes)
 {
     mem->in_use[pool] += bytes;
@@ -35,4 +37,18 @@ const char *dp_pool_name(enum dp_pool p)
     static const char *const names[DP_NPOOLS] = {"params",   "grads",    "optimizer", "act_slots",
                                                  "act_head", "act_work", "comm"};
     return (unsigned)p < DP_NPOOLS ? names[p] : "?";
+}
+
+int64_t dp__mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return -1;
+    char line[256];
+    long long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
+            break;
+    fclose(f);
+    return kb >= 0 ? (int64_t)kb * 1024 : -1;
 }

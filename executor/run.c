@@ -135,7 +135,7 @@ int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world
 
 /* ------------------------------------------------------------------ setup */
 
-static void dims_init(struct dp_exec *ex)
+void dp__dims_init(struct dp_exec *ex)
 {
     const struct dp_model *m = ex->m;
     const struct dp_layout *l = &ex->l;
@@ -174,6 +174,61 @@ void dp__exec_free(struct dp_exec *ex)
     free(ex);
 }
 
+/*
+ * Before anything large is allocated: the CPU memory model's prediction (opts.predicted,
+ * per rank and pool) summed over the ranks of each node against that node's MemAvailable.
+ * Every rank gets the verdict and the worst node's numbers, so that rank 0 reports it.
+ */
+static int check_memory(struct dp_exec *ex)
+{
+    if (!ex->o.predicted)
+        return 0;
+    double node[DP_NPOOLS];
+    for (int p = 0; p < DP_NPOOLS; p++)
+        node[p] = (double)ex->predicted[p];
+    TRY(OPS->allreduce_host(ex->be, DP_GROUP_NODE, node, DP_NPOOLS, DP_OP_SUM, ex->err));
+    double need = 0;
+    for (int p = 0; p < DP_NPOOLS; p++)
+        need += node[p];
+    int64_t avail = dp__mem_available();
+    double ratio = avail > 0 ? need / (double)avail : 0, worst = ratio;
+    TRY(OPS->allreduce_host(ex->be, DP_GROUP_WORLD, &worst, 1, DP_OP_MAX, ex->err));
+    if (worst <= 1)
+        return 0;
+    /* The worst node's pools, MemAvailable and rank count, from its first rank. */
+    double rep[DP_NPOOLS + 2] = {0};
+    if (ratio == worst && OPS->group_rank(ex->be, DP_GROUP_NODE) == 0) {
+        memcpy(rep, node, sizeof node);
+        rep[DP_NPOOLS] = (double)avail;
+        rep[DP_NPOOLS + 1] = OPS->group_size(ex->be, DP_GROUP_NODE);
+    }
+    TRY(OPS->allreduce_host(ex->be, DP_GROUP_WORLD, rep, DP_NPOOLS + 2, DP_OP_MAX, ex->err));
+    const double gib = 1024.0 * 1024 * 1024;
+    double state = rep[DP_POOL_PARAMS] + rep[DP_POOL_GRADS] + rep[DP_POOL_OPTIM], total = 0;
+    for (int p = 0; p < DP_NPOOLS; p++)
+        total += rep[p];
+    double act = total - state;
+    int nr = (int)rep[DP_NPOOLS + 1];
+    char hint[256];
+    if (act >= state)
+        snprintf(hint, sizeof hint,
+                 "the activations grow with mbs=%lld and seq_len=%lld: lower --mbs or "
+                 "--seq-len, or use --recompute full",
+                 (long long)ex->l.mbs, (long long)ex->l.seq_len);
+    else
+        snprintf(hint, sizeof hint,
+                 "weights, gradients and AdamW state take 16 bytes per parameter and replica: "
+                 "fewer replicas per node (--zero 1 shards the optimizer state), more nodes, or "
+                 "a smaller model");
+    return dp_err_set(ex->err, DP_EINFEASIBLE,
+                      "%s: the run needs %.1f GiB of memory on %s (%d rank%s; params %.1f, grads "
+                      "%.1f, optimizer %.1f, activations %.1f GiB, as the CPU memory model "
+                      "predicts), but MemAvailable is %.1f GiB: %s",
+                      ex->m->name, total / gib, ratio == worst ? "this node" : "one node", nr,
+                      nr == 1 ? "" : "s", rep[DP_POOL_PARAMS] / gib, rep[DP_POOL_GRADS] / gib,
+                      rep[DP_POOL_OPTIM] / gib, act / gib, rep[DP_NPOOLS] / gib, hint);
+}
+
 int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const struct dp_exec_opts *o,
                  struct dp_exec **out, struct dp_err *err)
 {
@@ -193,15 +248,17 @@ int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const stru
     ex->rank = ex->be->rank;
     ex->world = ex->be->world;
     dp_rank_coords(ex->rank, l->tp, l->dp, l->pp, &ex->c);
-    dims_init(ex);
+    dp__dims_init(ex);
     dp__stage_place(ex, ex->c.pp_rank);
     ex->M = dp_layout_microbatches(l);
     ex->gbs_tokens = l->gbs * l->seq_len;
     if (o->predicted)
         memcpy(ex->predicted, o->predicted + (size_t)ex->c.pp_rank * DP_NPOOLS,
                sizeof ex->predicted);
-    ex->host_tok = malloc((size_t)(2 * ex->dm.N) * sizeof(int32_t));
-    int rc = ex->host_tok ? 0 : dp_err_set(err, DP_ENOMEM, "out of memory");
+    int rc = check_memory(ex);
+    ex->host_tok = rc ? NULL : malloc((size_t)(2 * ex->dm.N) * sizeof(int32_t));
+    if (!rc && !ex->host_tok)
+        rc = dp_err_set(err, DP_ENOMEM, "out of memory");
     if (!rc)
         rc = dp__model_build(ex);
     if (!rc)
@@ -325,6 +382,40 @@ static int gather_summary(struct dp_exec *ex, const double *times, int n,
     return rc;
 }
 
+/* MPI on this machine as the run used it: medians of all-reduces over every rank of one
+ * double (latency) and of 1 MiB (bandwidth), after the last step. Collective. */
+static int probe_comm(struct dp_exec *ex, struct dp_exec_result *res)
+{
+    if (ex->world <= 1)
+        return 0;
+    enum { SMALL = 30, LARGE = 7, NBIG = 1 << 18 };
+    double t[SMALL], x = 0;
+    real *buf = OPS->alloc(ex->be, NBIG * sizeof(real));
+    if (!buf)
+        return dp_err_set(ex->err, DP_ENOMEM, "out of memory");
+    int rc = 0;
+    for (int i = 0; i < SMALL && !rc; i++) {
+        double t0 = OPS->wtime(ex->be);
+        rc = OPS->allreduce_host(ex->be, DP_GROUP_WORLD, &x, 1, DP_OP_SUM, ex->err);
+        t[i] = OPS->wtime(ex->be) - t0;
+    }
+    if (!rc) {
+        qsort(t, SMALL, sizeof *t, cmp_double);
+        res->allreduce_small_s = t[SMALL / 2];
+    }
+    for (int i = 0; i < LARGE && !rc; i++) {
+        double t0 = OPS->wtime(ex->be);
+        rc = OPS->allreduce(ex->be, DP_GROUP_WORLD, buf, NBIG, DP_OP_SUM, ex->err);
+        t[i] = OPS->wtime(ex->be) - t0;
+    }
+    if (!rc) {
+        qsort(t, LARGE, sizeof *t, cmp_double);
+        res->allreduce_1mib_s = t[LARGE / 2] * (1048576.0 / (NBIG * sizeof(real)));
+    }
+    OPS->free(ex->be, buf);
+    return rc;
+}
+
 void dp_exec_result_release(struct dp_exec_result *r)
 {
     free(r->ranks);
@@ -340,10 +431,10 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struc
     int rc = dp_exec_check(m, l, 0, err);
     if (rc)
         return rc;
-    if (!o->data || o->data->n < l->seq_len + 1)
-        return dp_err_set(err, DP_EINVAL, "%s: %lld tokens, need at least seq_len + 1 = %lld",
-                          o->data ? o->data->source : "data", (long long)(o->data ? o->data->n : 0),
-                          (long long)(l->seq_len + 1));
+    if (!o->data)
+        return dp_err_set(err, DP_EINVAL, "no token data given");
+    if ((rc = dp_tokens_check(o->data, l, err)))
+        return rc;
     struct dp_exec *ex;
     rc = dp__exec_new(m, l, o, &ex, err);
     if (rc) {
@@ -369,8 +460,10 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struc
     /* Continue after a checkpoint's step (ckpt.c), or start at step 1. */
     int start = 0;
     bool alike = false;
-    rc = dp__ckpt_resume(ex, &start, &alike);
+    rc = dp__ckpt_check_dir(ex);
     if (rc && collective)
+        *collective = rc == DP_EIO; /* every rank saw rank 0's verdict */
+    if (!rc && (rc = dp__ckpt_resume(ex, &start, &alike)) && collective)
         *collective = alike;
     for (int step = start + 1; step <= o->steps && !rc; step++) {
         atomic_store(&beat_step, step);
@@ -436,6 +529,9 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struc
         dp__beat("writing weights");
         rc = dp__weights_save(ex, path);
     }
+    dp__ckpt_counts(ex, &res->ckpt_tried, &res->ckpt_saved);
+    if (!rc)
+        rc = probe_comm(ex, res);
     if (!rc)
         rc = gather_summary(ex, times + start,
                             res->steps_done > start ? res->steps_done - start : 0, res);

@@ -189,6 +189,14 @@ int dp__st_create(struct dp_st_writer *w, const char *path, struct dp_err *err)
     return 0;
 }
 
+void dp__st_adopt(struct dp_st_writer *w, int fd, const char *path, struct dp_err *err)
+{
+    memset(w, 0, sizeof *w);
+    w->err = err;
+    w->fd = fd;
+    snprintf(w->path, sizeof w->path, "%s", path);
+}
+
 int dp__st_write(struct dp_st_writer *w, const void *buf, size_t n)
 {
     const char *p = buf;

@@ -62,6 +62,8 @@ struct dp_st_writer {
 };
 /* Create `path` (truncating). */
 int dp__st_create(struct dp_st_writer *w, const char *path, struct dp_err *err);
+/* Write to the open descriptor `fd` of `path` (dp__tmp_open's); the writer owns it. */
+void dp__st_adopt(struct dp_st_writer *w, int fd, const char *path, struct dp_err *err);
 /* Append n bytes (checksummed); errors name the file and errno ("No space left on device"). */
 int dp__st_write(struct dp_st_writer *w, const void *buf, size_t n);
 /* Append the length prefix and the `hlen` bytes of header `hdr` (from dp__st_header). */

@@ -12,12 +12,14 @@
  * to a multiple of 8, then the little-endian row-major data.
  */
 #include "internal.h"
+#include "outfile.h"
 #include "safetensors.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define TAG_WEIGHTS 3
 
@@ -70,12 +72,18 @@ static int write_file(struct dp_exec *ex, const char *file, struct dp_seg **list
     char *hdr = header_json(ex, lists, counts, &hlen);
     if (!hdr)
         return dp_err_set(ex->err, DP_ENOMEM, "out of memory");
+    /* A new temporary next to `file`, renamed over it once complete (outfile.h). */
     char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", file);
-    FILE *f = fopen(tmp, "wb");
+    int fd = dp__tmp_open(file, tmp, sizeof tmp, ex->err);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (!f) {
         free(hdr);
-        return dp_err_set(ex->err, DP_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+        if (fd < 0)
+            return fd;
+        int rc = dp_err_set(ex->err, DP_EIO, "%s: cannot open: %s", tmp, strerror(errno));
+        close(fd);
+        unlink(tmp);
+        return rc;
     }
     unsigned char lenb[8];
     dp__st_len_prefix(lenb, hlen);
@@ -117,13 +125,15 @@ static int write_file(struct dp_exec *ex, const char *file, struct dp_seg **list
             free(full);
             free(part);
         }
+    if (!rc && (fflush(f) || fsync(fileno(f))))
+        rc = dp_err_set(ex->err, DP_EIO, "%s: write failed: %s", tmp, strerror(errno));
     if (fclose(f) && !rc)
         rc = dp_err_set(ex->err, DP_EIO, "%s: write failed: %s", tmp, strerror(errno));
-    if (!rc && rename(tmp, file))
-        rc = dp_err_set(ex->err, DP_EIO, "%s: cannot rename to %s: %s", tmp, file, strerror(errno));
-    if (rc)
-        remove(tmp);
-    return rc;
+    if (rc) {
+        unlink(tmp);
+        return rc;
+    }
+    return dp__tmp_publish(tmp, file, ex->err);
 }
 
 /* Other ranks of DP replica 0: send this rank's slices, in rank 0's order. */
