@@ -6,7 +6,7 @@
  * data loading and logging, kernel-launch gaps, GPU clock throttling (the
  * GEMM curve of a profile absorbs what sustained clocks deliver).
  */
-#include "costmodel.h"
+#include "time_internal.h"
 
 #include <math.h>
 #include <string.h>
@@ -27,19 +27,6 @@ static double attn_rel(const struct dp_gpu *g, const struct dp_layout *l)
     enum dp_attn k = l->attn != DP_ATTN_DEFAULT ? l->attn : g->attn_default;
     double r = (unsigned)k < DP_ATTNS ? g->attn_rel[k] : 0;
     return r > 0 ? r : FLASH_FWD_EFF;
-}
-
-/* Communication hidden behind compute is not free: NCCL's kernels occupy SMs (one
- * per channel; 16-32 channels on NVLink/IB systems, against 108-132 SMs) and HBM
- * bandwidth while they run, so the compute they overlap slows down. Overlapped
- * communication is charged this fraction of its duration. */
-#define OVERLAP_CONTENTION 0.15
-
-/* Exposed time of communication `comm` overlapped with compute `window`. */
-static double overlapped(double comm, double window)
-{
-    double hidden = comm < window ? comm : window;
-    return (comm - hidden) + OVERLAP_CONTENTION * hidden;
 }
 
 /*
@@ -96,25 +83,6 @@ static double optimizer_bytes_per_param(const struct dp_layout *l)
     return mixed ? 24 : 20;
 }
 
-struct ctx {
-    const struct dp_model *m;
-    const struct dp_cluster *cl;
-    const struct dp_layout *l;
-    double peak;  /* FLOP/s of the storage precision: attention core, output layer */
-    double membw; /* bytes/s achievable */
-    double p;     /* bytes per activation value */
-    /* The linear layers' GEMMs (QKV, out-projection, MLP, experts) at the layout's compute
-     * type: its dense peak, efficiency curve and bytes per input element. */
-    double peak_lin;
-    const struct dp_gemm_curve *curve_lin;
-    double p_lin;
-    bool fp8;
-    double cast_b; /* FP8: bytes moved per quantized element (fp8_cast_bytes) */
-    double t, u;   /* tp, and the sequence-parallel divisor */
-    double T;      /* GEMM rows: tokens of one micro-batch on this CP rank */
-    struct dp_path tp, cp, ep, etp, dp, dpe, pp, emb;
-};
-
 /* Tile quantization: cuBLAS tiles are 128 wide; a dimension of d computes
  * ceil(d/128)*128 lanes (NVIDIA Deep Learning Performance Guide, "Matrix
  * Multiplication Background", tile quantization). */
@@ -129,8 +97,8 @@ static double tileq(double d)
 /* A GEMM takes the longer of its compute time (FLOPs over the efficiency curve)
  * and its memory time (A, B read and C written once): the roofline. The
  * attention-score GEMMs (k = head_dim) are memory-bound on every GPU here. */
-static double gemm_at(const struct ctx *c, double peak, const struct dp_gemm_curve *g, double p_in,
-                      double mm, double nn, double kk, double batch)
+static double gemm_at(const struct dp__time_ctx *c, double peak, const struct dp_gemm_curve *g,
+                      double p_in, double mm, double nn, double kk, double batch)
 {
     double flops = 2.0 * mm * nn * kk * batch;
     if (flops <= 0)
@@ -144,7 +112,7 @@ static double gemm_at(const struct ctx *c, double peak, const struct dp_gemm_cur
 }
 
 /* A GEMM in the storage precision (attention scores, the output layer, the router). */
-static double gemm_s(const struct ctx *c, double mm, double nn, double kk, double batch)
+static double gemm_s(const struct dp__time_ctx *c, double mm, double nn, double kk, double batch)
 {
     return gemm_at(c, c->peak, &c->cl->gpu.gemm, c->p, mm, nn, kk, batch);
 }
@@ -154,14 +122,14 @@ static double gemm_s(const struct ctx *c, double mm, double nn, double kk, doubl
  * cuDNN in bf16), the norms and the output layer in the storage precision (Megatron's
  * output_layer is a plain ColumnParallelLinear, not a TE module; torchtitan's float8
  * conversion skips "output"). */
-static double gemm_lin(const struct ctx *c, double mm, double nn, double kk, double batch)
+static double gemm_lin(const struct dp__time_ctx *c, double mm, double nn, double kk, double batch)
 {
     return gemm_at(c, c->peak_lin, c->curve_lin, c->p_lin, mm, nn, kk, batch);
 }
 
 /* `step`: the paths of the whole step (TP, gradients, pipeline, embedding), else those
  * of one layer (TP, CP, EP). */
-static void ctx_init(struct ctx *c, const struct dp_model *m, const struct dp_cluster *cl,
+static void ctx_init(struct dp__time_ctx *c, const struct dp_model *m, const struct dp_cluster *cl,
                      const struct dp_layout *l, bool step)
 {
     c->m = m;
@@ -210,8 +178,8 @@ static void ctx_init(struct ctx *c, const struct dp_model *m, const struct dp_cl
  * (TE caches the FP8 weights of the first micro-batch: is_first_microbatch); layer()
  * turns them into time.
  */
-static double lin(const struct ctx *c, struct dp_layer_time *o, double mm, double nn, double kk,
-                  double groups)
+static double lin(const struct dp__time_ctx *c, struct dp_layer_time *o, double mm, double nn,
+                  double kk, double groups)
 {
     o->cast_f += groups * mm * kk;
     o->cast_b += groups * mm * nn;
@@ -240,7 +208,7 @@ static double lin(const struct ctx *c, struct dp_layer_time *o, double mm, doubl
  * (userbuffers "bulk" overlap: one collective beside one GEMM, no chunking). Backward
  * GEMMs take as long as the forward one each (dgrad and wgrad have its FLOPs).
  */
-static void tp_region(const struct ctx *c, double in_width, double out_width, double g_in,
+static void tp_region(const struct dp__time_ctx *c, double in_width, double out_width, double g_in,
                       double g_out, double *f, double *b)
 {
     const struct dp_layout *l = c->l;
@@ -277,23 +245,23 @@ static void tp_region(const struct ctx *c, double in_width, double out_width, do
  * complex multiply, type_as) 2p + 16. LayerNorm and GELU are single native kernels
  * either way; residual adds are one kernel either way.
  */
-static double ew_norm_bytes(const struct ctx *c)
+static double ew_norm_bytes(const struct dp__time_ctx *c)
 {
     return c->l->eager && c->m->norm == DP_NORM_RMSNORM ? 4.0 * c->p + 28.0 : 2.0 * c->p;
 }
-static double ew_act_bytes(const struct ctx *c)
+static double ew_act_bytes(const struct dp__time_ctx *c)
 {
     if (c->m->ffn == DP_FFN_SWIGLU)
         return c->l->eager ? 5.0 * c->p : 3.0 * c->p;
     return 2.0 * c->p;
 }
-static double ew_rope_bytes(const struct ctx *c)
+static double ew_rope_bytes(const struct dp__time_ctx *c)
 {
     return c->l->eager ? 2.0 * c->p + 16.0 : 2.0 * c->p;
 }
 
 /* The attention block: projections, core attention, its element-wise work and TP. */
-static void attention(const struct ctx *c, struct dp_layer_time *o)
+static void attention(const struct dp__time_ctx *c, struct dp_layer_time *o)
 {
     const struct dp_model *m = c->m;
     const struct dp_layout *l = c->l;
@@ -372,7 +340,7 @@ static void attention(const struct ctx *c, struct dp_layer_time *o)
  * the token copies' dispatch over EP, the local experts' grouped GEMMs on
  * dp_moe_rows rows, the combine, and the shared experts as a TP MLP.
  */
-static void moe_mlp(const struct ctx *c, struct dp_layer_time *o)
+static void moe_mlp(const struct dp__time_ctx *c, struct dp_layer_time *o)
 {
     const struct dp_model *m = c->m;
     const struct dp_layout *l = c->l;
@@ -429,7 +397,7 @@ static void moe_mlp(const struct ctx *c, struct dp_layer_time *o)
     }
 }
 
-static void layer(const struct ctx *c, enum dp_layer_kind kind, struct dp_layer_time *o)
+static void layer(const struct dp__time_ctx *c, enum dp_layer_kind kind, struct dp_layer_time *o)
 {
     const struct dp_model *m = c->m;
     const struct dp_layout *l = c->l;
@@ -479,98 +447,7 @@ static void layer(const struct ctx *c, enum dp_layer_kind kind, struct dp_layer_
     }
 }
 
-/* Per micro-batch time of a part of a stage (one layer, the embedding, the output layer),
- * split by kind; forward and backward as the schedule needs them. */
-struct stage_cost {
-    double compute_f, compute_b, recompute, tp_f, tp_b, tp_re, cp_f, cp_b, ep_f, ep_b, pp;
-};
-
-static double fwd_of(const struct stage_cost *x)
-{
-    return x->compute_f + x->tp_f + x->cp_f + x->ep_f + x->pp / 2;
-}
-static double bwd_of(const struct stage_cost *x)
-{
-    return x->compute_b + x->recompute + x->tp_b + x->tp_re + x->cp_b + x->ep_b + x->pp / 2;
-}
-static double total_of(const struct stage_cost *x)
-{
-    return fwd_of(x) + bwd_of(x);
-}
-
-/* acc += k x. */
-static void add_scaled(struct stage_cost *acc, const struct stage_cost *x, double k)
-{
-    acc->compute_f += k * x->compute_f;
-    acc->compute_b += k * x->compute_b;
-    acc->recompute += k * x->recompute;
-    acc->tp_f += k * x->tp_f;
-    acc->tp_b += k * x->tp_b;
-    acc->tp_re += k * x->tp_re;
-    acc->cp_f += k * x->cp_f;
-    acc->cp_b += k * x->cp_b;
-    acc->ep_f += k * x->ep_f;
-    acc->ep_b += k * x->ep_b;
-    acc->pp += k * x->pp;
-}
-
-/* One decoder layer: its passes (*o) and, apart, what recomputation adds to its
- * backward (*re), which recompute_layers may apply to only some layers of a stage. */
-static void layer_part(const struct ctx *c, const struct dp_layer_time *lc, struct stage_cost *o,
-                       struct stage_cost *re)
-{
-    const struct dp_layout *l = c->l;
-    memset(o, 0, sizeof *o);
-    memset(re, 0, sizeof *re);
-    o->compute_f = lc->gemm_f + lc->attn_f + lc->ew_f + lc->cast_f;
-    o->compute_b = 2 * lc->gemm_f + lc->attn_b + 2 * lc->ew_f + lc->cast_b;
-    o->tp_f = lc->tp_f;
-    o->tp_b = lc->tp_b;
-    o->cp_f = lc->cp_f;
-    o->cp_b = lc->cp_b;
-    o->ep_f = lc->ep_f;
-    o->ep_b = lc->ep_b;
-    if (l->recompute == DP_RECOMPUTE_FULL) {
-        /* The whole forward again, collectives included (Megatron checkpoints the
-         * layer input and reruns the layer). */
-        re->recompute = lc->gemm_f + lc->attn_f + lc->ew_f + lc->cast_f;
-        re->tp_re = lc->tp_f;
-        re->ep_b = lc->ep_f;
-    } else if (l->recompute == DP_RECOMPUTE_SELECTIVE) {
-        re->recompute = lc->attn_f + lc->attn_ew_f;
-    }
-}
-
-/* The share of stage r's layers that recompute: all of them, or with full recompute
- * and recompute_layers that many of the stage's (dp_layout_recomputed). */
-static double recompute_share(const struct dp_layout *l, const struct dp_model *m, int r)
-{
-    if (l->recompute != DP_RECOMPUTE_FULL || l->recompute_layers <= 0)
-        return 1;
-    int n = dp_layout_stage_layers(l, m, r);
-    return n > 0 ? (double)dp_layout_recomputed(l, n) / n : 0;
-}
-
-/* The first stage's embedding, the last stage's output layer and loss (from the
- * per-layer costs, where dp_time_layer put them). */
-static void embed_part(const struct dp_layer_time *lc, struct stage_cost *o)
-{
-    memset(o, 0, sizeof *o);
-    o->compute_f = lc->emb_f;
-    o->compute_b = lc->emb_b;
-    o->tp_f = lc->emb_tp_f;
-}
-
-static void head_part(const struct dp_layer_time *lc, struct stage_cost *o)
-{
-    memset(o, 0, sizeof *o);
-    o->compute_f = lc->head_f;
-    o->compute_b = lc->head_b;
-    o->tp_f = lc->head_tp_f;
-    o->tp_b = lc->head_tp_b;
-}
-
-static void ends(const struct ctx *c, struct dp_layer_time *o)
+static void ends(const struct dp__time_ctx *c, struct dp_layer_time *o)
 {
     const struct dp_model *m = c->m;
     const struct dp_layout *l = c->l;
@@ -603,19 +480,6 @@ static void ends(const struct ctx *c, struct dp_layer_time *o)
     }
 }
 
-/* Activations to the next stage and gradients back, once per model chunk; each of
- * the t GPUs sends 1/t of the tensor (Narayanan et al. 2021, Sec. 4.1
- * scatter/gather). Send and receive of a step overlap each other but not compute
- * (Megatron's 1F1B issues them around each micro-batch). The stages move in
- * lockstep, so the pipeline's slowest hop paces every stage (c->pp). */
-static double p2p_part(const struct ctx *c)
-{
-    if (c->l->pp <= 1)
-        return 0;
-    double bytes = c->p * c->T * (double)c->m->hidden / c->t;
-    return dp_coll_time_s(DP_P2P, bytes, 2, &c->pp);
-}
-
 /* Linear-layer weights (QKV, out-projection, MLP) of one layer per GPU, the part FP8
  * weights apply to; expert weights are counted in the expert part. */
 static double linear_weights_per_layer(const struct dp_model *m, const struct dp_layout *l)
@@ -643,7 +507,7 @@ static void stage_params(const struct dp_model *m, const struct dp_layout *l, in
 void dp_time_layer(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
                    struct dp_layer_time out[DP_LAYER_KINDS])
 {
-    struct ctx c;
+    struct dp__time_ctx c;
     ctx_init(&c, m, cl, l, false);
     for (int k = 0; k < DP_LAYER_KINDS; k++)
         layer(&c, (enum dp_layer_kind)k, &out[k]);
@@ -668,143 +532,6 @@ void dp_time_step_fast(const struct dp_model *m, const struct dp_cluster *cl,
     dp_time_step_with(m, cl, l, lt, o);
 }
 
-/* acc = a stage's layers by kind with the share of them that recomputes, plus the ends
- * it holds and its sends (P: per model chunk and direction). */
-static void device_cost(const struct dp_layout *l, const struct dp_model *m, int d,
-                        const struct stage_cost one[DP_LAYER_KINDS],
-                        const struct stage_cost re[DP_LAYER_KINDS], const struct stage_cost *emb,
-                        const struct stage_cost *head, const double *P, struct stage_cost *acc)
-{
-    struct dp_layer_kinds kinds;
-    dp_layout_stage_kinds(l, m, d, &kinds);
-    memset(acc, 0, sizeof *acc);
-    double fr = recompute_share(l, m, d);
-    for (int k = 0; k < DP_LAYER_KINDS; k++)
-        if (kinds.n[k]) {
-            add_scaled(acc, &one[k], kinds.n[k]);
-            add_scaled(acc, &re[k], fr * kinds.n[k]);
-        }
-    if (d == 0)
-        add_scaled(acc, emb, 1);
-    if (d == l->pp - 1)
-        add_scaled(acc, head, 1);
-    for (int k = d; k < l->pp * l->vpp && k < DP_MAX_CHUNKS; k += l->pp)
-        acc->pp += 2 * P[k];
-}
-
-/* The pipeline: each chunk's passes, the schedule, the slowest rank's breakdown;
- * what ZeRO does not change (struct dp_reuse keeps it). */
-static void pipeline(const struct ctx *c, const struct dp_layer_time lt[DP_LAYER_KINDS],
-                     struct dp_reuse *r)
-{
-    const struct dp_model *m = c->m;
-    const struct dp_layout *l = c->l;
-    /* Each model chunk's forward and backward per micro-batch: its layers at their kind's
-     * cost (dp_model_layer_kinds: dense-first MoE models differ by layer), the share of
-     * them that recomputes, the embedding in the first, the output layer and loss in the
-     * last, its sends. */
-    const int pp = l->pp, v = l->vpp, S = pp * v;
-    struct stage_cost one[DP_LAYER_KINDS], re[DP_LAYER_KINDS], emb, head;
-    double f1[DP_LAYER_KINDS], b1[DP_LAYER_KINDS], r1[DP_LAYER_KINDS], w1[DP_LAYER_KINDS];
-    double cc1[DP_LAYER_KINDS], cr1[DP_LAYER_KINDS]; /* compute alone, for pp_overlap */
-    for (int k = 0; k < DP_LAYER_KINDS; k++) {
-        layer_part(c, &lt[k], &one[k], &re[k]);
-        f1[k] = fwd_of(&one[k]);
-        b1[k] = bwd_of(&one[k]);
-        r1[k] = bwd_of(&re[k]);
-        w1[k] = lt[k].cast_w;
-        cc1[k] = one[k].compute_f + one[k].compute_b;
-        cr1[k] = re[k].recompute;
-    }
-    embed_part(&lt[0], &emb);
-    head_part(&lt[0], &head);
-    const double p2p = p2p_part(c);
-    const bool mixed = dp_model_mixed_layers(m);
-    const int only = m->experts > 0 ? DP_LAYER_MOE : DP_LAYER_DENSE;
-    double fr[DP_MAX_PP];
-    for (int d = 0; d < pp && d < DP_MAX_PP; d++)
-        fr[d] = recompute_share(l, m, d);
-    double F[DP_MAX_CHUNKS], B[DP_MAX_CHUNKS], P[DP_MAX_CHUNKS];
-    double wcast = 0; /* per step: FP8 casts of every stage's weights */
-    int first = 0;
-    for (int k = 0; k < S && k < DP_MAX_CHUNKS; k++) {
-        int n = l->nchunks > 0 ? l->chunk_layers[k] : dp_layout_chunk_count(l, m, k % pp, k / pp);
-        double q = fr[k % pp], cc = 0;
-        F[k] = B[k] = 0;
-        if (!mixed) {
-            F[k] += n * f1[only];
-            B[k] += n * (b1[only] + q * r1[only]);
-            wcast += n * w1[only];
-            cc = n * (cc1[only] + q * cr1[only]);
-        } else {
-            struct dp_layer_kinds kk;
-            dp_model_layer_kinds(m, first, n, &kk);
-            for (int i = 0; i < DP_LAYER_KINDS; i++) {
-                F[k] += kk.n[i] * f1[i];
-                B[k] += kk.n[i] * (b1[i] + q * r1[i]);
-                wcast += kk.n[i] * w1[i];
-                cc += kk.n[i] * (cc1[i] + q * cr1[i]);
-            }
-        }
-        /* overlap_p2p_comm (interleaved schedule; on by default in Megatron, which
-         * defines only --no-overlap-p2p-communication): each chunk's send/receive runs
-         * during the next chunk's computation (Megatron schedules.py,
-         * forward_backward_pipelining_with_interleaving), here the chunk's own
-         * compute per direction, as long as the next chunk's for an even split. */
-        P[k] = l->pp_overlap && v > 1 ? overlapped(p2p, cc / 2) : p2p;
-        F[k] += P[k];
-        B[k] += P[k];
-        first += n;
-    }
-    F[0] += fwd_of(&emb);
-    B[0] += bwd_of(&emb);
-    F[S - 1] += fwd_of(&head);
-    B[S - 1] += bwd_of(&head);
-    double M = (double)dp_layout_microbatches(l);
-    /* FP8 weight casts: each stage's first forward of the step, in turn along the
-     * pipeline fill. */
-    double pipe = dp_pipe_time_s(pp, v, (int64_t)M, F, B, NULL) + wcast;
-    r->pipe_s = pipe;
-
-    /* The slowest rank's work per micro-batch, for the breakdown. */
-    int slow = 0;
-    double dmax = -1;
-    for (int d = 0; d < pp; d++) {
-        double D = 0;
-        for (int k = d; k < S; k += pp)
-            D += F[k] + B[k];
-        if (D > dmax) {
-            dmax = D;
-            slow = d;
-        }
-    }
-    r->first_layers = dp_layout_stage_layers(l, m, 0);
-    struct stage_cost st[3], sl; /* ranks 0, 1 and pp - 1; the slowest */
-    for (int i = 0; i < 3; i++)
-        device_cost(l, m,
-                    i == 0   ? 0
-                    : i == 1 ? (pp > 2 ? 1 : 0)
-                             : pp - 1,
-                    one, re, &emb, &head, P, &st[i]);
-    device_cost(l, m, slow, one, re, &emb, &head, P, &sl);
-    r->slowest_stage = slow;
-    r->compute_s = M * (sl.compute_f + sl.compute_b) + wcast;
-    r->recompute_s = M * (sl.recompute + sl.tp_re);
-    r->tp_comm_s = M * (sl.tp_f + sl.tp_b);
-    r->cp_comm_s = M * (sl.cp_f + sl.cp_b);
-    r->ep_comm_s = M * (sl.ep_f + sl.ep_b);
-    r->pp_comm_s = M * sl.pp;
-    r->bubble_s = pipe - wcast - M * total_of(&sl);
-    if (r->bubble_s < 0)
-        r->bubble_s = 0; /* rounding: pipe >= M x the slowest rank */
-    for (int i = 0; i < 3; i++) {
-        r->stage_fwd_s[i] = st[i].compute_f + st[i].tp_f + st[i].pp / 2;
-        r->stage_bwd_s[i] =
-            st[i].compute_b + st[i].recompute + st[i].tp_b + st[i].tp_re + st[i].pp / 2;
-    }
-    r->have_pipe = true;
-}
-
 void dp_time_step_with(const struct dp_model *m, const struct dp_cluster *cl,
                        const struct dp_layout *l, const struct dp_layer_time lt[DP_LAYER_KINDS],
                        struct dp_step_cost *o)
@@ -817,7 +544,7 @@ void dp_time_step_reuse(const struct dp_model *m, const struct dp_cluster *cl,
                         struct dp_reuse *ru, struct dp_step_cost *o)
 {
     memset(o, 0, sizeof *o);
-    struct ctx c;
+    struct dp__time_ctx c;
     ctx_init(&c, m, cl, l, true);
     /* The CP and EP paths are the layer's (lt); dp_time_describe_paths fills them. */
     o->tp_path = c.tp;
@@ -826,7 +553,7 @@ void dp_time_step_reuse(const struct dp_model *m, const struct dp_cluster *cl,
     struct dp_reuse mine;
     struct dp_reuse *r = ru ? ru : &mine;
     if (!ru || !ru->have_pipe)
-        pipeline(&c, lt, r);
+        dp__time_pipeline(&c, lt, r);
     const double pipe = r->pipe_s, M = (double)dp_layout_microbatches(l);
     const int pp = l->pp, L0 = r->first_layers;
     o->slowest_stage = r->slowest_stage;
