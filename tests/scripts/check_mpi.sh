@@ -38,7 +38,7 @@ expect FAIL versions
 grep -q "rank 1 ([^)]*): driver 535.104.05" "$out" || { echo "rank 1 not named"; cat "$out"; fail=1; }
 
 # Four GPUs in the plan, two ranks launched.
-$mpi "$dplan" check tiny-llama --gpu h100-sxm5-80gb --gpus 4 --intra nvlink4 --tp 2 \
+$mpi $nvml "$dplan" check tiny-llama --gpu h100-sxm5-80gb --gpus 4 --intra nvlink4 --tp 2 \
   --topology "$xml" > "$out"
 expect FAIL env; expect WARN busbw
 grep -q "OMPI_COMM_WORLD_SIZE 2 but the plan has 4 GPUs" "$out" || { cat "$out"; fail=1; }
