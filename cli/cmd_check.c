@@ -42,9 +42,10 @@ static const char help_text[] =
     "  env          the launcher's variables are complete, consistent and match the plan:\n"
     "               torchrun (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE), else OpenMPI\n"
     "               (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE), else Slurm\n"
-    "               (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID); OpenMPI and Slurm must agree\n"
-    "               when both describe the same ranks; the world size equals the plan's GPU\n"
-    "               count; the local rank is below this node's GPU count (CUDA_VISIBLE_DEVICES\n"
+    "               (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, with srun's step id); OpenMPI\n"
+    "               and Slurm must agree when both describe the same ranks; the world size\n"
+    "               equals the plan's GPU count and the local world size its GPUs per node;\n"
+    "               the local rank is below this node's GPU count (CUDA_VISIBLE_DEVICES\n"
     "               applied). WARN when no launcher variable is set.\n"
     "  loss_scale   fp16 plans scale the loss (--loss-scale): FAIL with none, WARN when not\n"
     "               said; bf16 and fp32 need none.\n"
@@ -301,7 +302,9 @@ static int run_checks(const struct cli_common *c, const struct opts *o,
         goto out;
     const char *const *envp = (const char *const *)environ;
     int gpus = dp_pf_visible_gpus(envp, topo.ngpus);
-    dp_pf_check_env(envp, gpus, dp_cluster_gpus(&cl), r);
+    dp_pf_check_env(
+        envp, gpus, dp_cluster_gpus(&cl),
+        cl.gpus_per_node < dp_cluster_gpus(&cl) ? cl.gpus_per_node : dp_cluster_gpus(&cl), r);
     if ((rc = worst_of_ranks(&mpi, mine.host, r, &err)))
         goto out;
     dp_pf_check_loss_scale(l.precision, o->ls, o->ls_value, r);

@@ -268,13 +268,23 @@ static bool parse_count(const char *s, long *out)
     return true;
 }
 
-void dp_pf_check_env(const char *const *envp, int node_gpus, int plan_gpus, struct dp_pf_report *r)
+void dp_pf_check_env(const char *const *envp, int node_gpus, int plan_gpus, int plan_per_node,
+                     struct dp_pf_report *r)
 {
     struct acc a = {0};
     struct found f[NL];
     int eff = -1;
+    bool batch_script = false;
     for (int i = 0; i < NL; i++) {
         f[i].present = false;
+        /* A batch script has SLURM_PROCID 0 and the allocation's SLURM_NTASKS but is no
+         * task: only srun sets a step id (as executor/env.c decides). */
+        if (i == 2 && !env_get(envp, "SLURM_STEP_ID") && !env_get(envp, "SLURM_STEPID")) {
+            batch_script = env_get(envp, "SLURM_PROCID") || env_get(envp, "SLURM_NTASKS");
+            for (int k = 0; k < 4; k++)
+                f[i].v[k] = -1;
+            continue;
+        }
         for (int k = 0; k < 4; k++) {
             f[i].v[k] = -1;
             const char *key = launchers[i].key[k];
@@ -301,6 +311,12 @@ void dp_pf_check_env(const char *const *envp, int node_gpus, int plan_gpus, stru
         if (eff < 0)
             eff = i;
     }
+    if (eff < 0 && batch_script) {
+        dp_pf_add(r, "env", DP_PF_WARN,
+                  "Slurm variables without a step id: this is the batch script, not a task; run "
+                  "`srun dplan check ...` as the job's ranks start");
+        return;
+    }
     if (eff < 0) {
         dp_pf_add(r, "env", DP_PF_WARN,
                   "no launcher variables (OMPI_COMM_WORLD_*, SLURM_PROCID/SLURM_NTASKS/"
@@ -324,6 +340,11 @@ void dp_pf_check_env(const char *const *envp, int node_gpus, int plan_gpus, stru
     }
     if (v[1] >= 0 && v[1] != plan_gpus)
         say(&a, DP_PF_FAIL, "%s %ld but the plan has %d GPUs", L->key[1], v[1], plan_gpus);
+    /* The plan places its groups on nodes of plan_per_node consecutive ranks: another
+     * number of ranks per node moves TP groups off NVLink, or wastes GPUs. */
+    if (v[3] >= 0 && plan_per_node > 0 && v[3] != plan_per_node)
+        say(&a, DP_PF_FAIL, "%s %ld but the plan has %d GPUs per node", L->key[3], v[3],
+            plan_per_node);
     if (node_gpus > 0) {
         if (v[2] >= node_gpus)
             say(&a, DP_PF_FAIL, "%s %ld but this node has %d GPUs (0..%d)", L->key[2], v[2],

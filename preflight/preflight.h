@@ -111,9 +111,13 @@ void dp_pf_check_busbw(const struct dp_pf_busbw *b, double expected_gbps, const 
  * (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID) and torchrun (RANK,
  * WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE). node_gpus: GPUs this process may
  * use (CUDA_VISIBLE_DEVICES applied), < 0 when unknown, 0 when there are
- * none; plan_gpus: the plan's GPU count. Adds item "env".
+ * none; plan_gpus: the plan's GPU count; plan_per_node: its GPUs per node (the
+ * local world size must equal it). Slurm's variables count only with a step id
+ * (SLURM_STEP_ID or SLURM_STEPID: a task of srun, not the batch script). Adds
+ * item "env".
  */
-void dp_pf_check_env(const char *const *envp, int node_gpus, int plan_gpus, struct dp_pf_report *r);
+void dp_pf_check_env(const char *const *envp, int node_gpus, int plan_gpus, int plan_per_node,
+                     struct dp_pf_report *r);
 /* GPUs visible to this process: found_gpus, limited by CUDA_VISIBLE_DEVICES in envp. */
 int dp_pf_visible_gpus(const char *const *envp, int found_gpus);
 

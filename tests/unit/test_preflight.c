@@ -118,11 +118,21 @@ static void test_busbw(void)
     CHECK_EQ(last()->status, DP_PF_FAIL);
 }
 
+static void env_case_n(const char *const *env, int node_gpus, int plan_gpus, int per_node, int want,
+                       const char *text)
+{
+    rep.n = 0;
+    dp_pf_check_env(env, node_gpus, plan_gpus, per_node, &rep);
+    CHECK_EQ(last()->status, want);
+    CHECK_CONTAINS(last()->detail, text);
+}
+
+/* Plans of 8 GPUs per node (or fewer GPUs in all). */
 static void env_case(const char *const *env, int node_gpus, int plan_gpus, int want,
                      const char *text)
 {
     rep.n = 0;
-    dp_pf_check_env(env, node_gpus, plan_gpus, &rep);
+    dp_pf_check_env(env, node_gpus, plan_gpus, plan_gpus < 8 ? plan_gpus : 8, &rep);
     CHECK_EQ(last()->status, want);
     CHECK_CONTAINS(last()->detail, text);
 }
@@ -149,14 +159,19 @@ static void test_env(void)
                              "SLURM_PROCID=3",
                              "SLURM_NTASKS=4",
                              "SLURM_LOCALID=1",
+                             "SLURM_STEP_ID=0",
                              NULL};
-    env_case(srun_ok, 2, 4, DP_PF_PASS, "OpenMPI: OMPI_COMM_WORLD_RANK 3");
+    /* 2 ranks per node of a plan with 2 GPUs per node passes, with 4 per node fails. */
+    env_case_n(srun_ok, 2, 4, 2, DP_PF_PASS, "OpenMPI: OMPI_COMM_WORLD_RANK 3");
+    env_case_n(srun_ok, 2, 4, 4, DP_PF_FAIL,
+               "OMPI_COMM_WORLD_LOCAL_SIZE 2 but the plan has 4 GPUs per node");
     const char *srun_bad[] = {"OMPI_COMM_WORLD_RANK=3",
                               "OMPI_COMM_WORLD_SIZE=4",
                               "OMPI_COMM_WORLD_LOCAL_RANK=1",
                               "SLURM_PROCID=2",
                               "SLURM_NTASKS=4",
                               "SLURM_LOCALID=1",
+                              "SLURM_STEPID=0",
                               NULL};
     env_case(srun_bad, 2, 4, DP_PF_FAIL, "SLURM_PROCID 2 differs from OMPI_COMM_WORLD_RANK 3");
     /* mpirun inside an allocation of 1 task: Slurm's numbers describe the batch step. */
@@ -166,11 +181,16 @@ static void test_env(void)
                                      "SLURM_PROCID=0",
                                      "SLURM_NTASKS=1",
                                      "SLURM_LOCALID=0",
+                                     "SLURM_STEP_ID=0",
                                      NULL};
     env_case(mpirun_in_alloc, 2, 4, DP_PF_PASS, "OpenMPI");
-    const char *slurm[] = {"SLURM_PROCID=5", "SLURM_NTASKS=8", "SLURM_LOCALID=5", NULL};
+    const char *slurm[] = {"SLURM_PROCID=5", "SLURM_NTASKS=8", "SLURM_LOCALID=5", "SLURM_STEP_ID=3",
+                           NULL};
     env_case(slurm, 8, 8, DP_PF_PASS, "Slurm: SLURM_PROCID 5 of SLURM_NTASKS 8");
     env_case(slurm, 4, 8, DP_PF_FAIL, "SLURM_LOCALID 5 but this node has 4 GPUs");
+    /* A batch script: Slurm's variables without a step id. */
+    const char *batch[] = {"SLURM_PROCID=0", "SLURM_NTASKS=8", "SLURM_LOCALID=0", NULL};
+    env_case(batch, 8, 8, DP_PF_WARN, "this is the batch script, not a task");
     const char *nothing[] = {"PATH=/bin", "HOME=/root", NULL};
     env_case(nothing, 8, 8, DP_PF_WARN, "no launcher variables");
 
