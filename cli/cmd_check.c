@@ -146,12 +146,10 @@ static int parse_own(int ch, const char *arg, struct opts *o)
 /* The groups whose all-reduce is measured: those a step reduces over. */
 static const enum dp_place_kind busbw_kinds[] = {DP_PLACE_TP, DP_PLACE_CP, DP_PLACE_DP};
 
-static int measure_busbw(const struct dp_pf_mpi *mpi, const struct dp_model *m,
-                         const struct dp_cluster *cl, const struct dp_layout *l,
-                         const struct dp_calibration *cal, int iters, struct dp_pf_report *r,
-                         struct dp_err *err)
+static int measure_busbw(const struct dp_pf_mpi *mpi, const struct dp_cluster *cl,
+                         const struct dp_layout *l, const struct dp_calibration *cal, int iters,
+                         struct dp_pf_report *r, struct dp_err *err)
 {
-    (void)m;
     int world = l->tp * l->pp * l->dp * l->cp, groups = 0;
     for (size_t i = 0; i < sizeof busbw_kinds / sizeof busbw_kinds[0]; i++) {
         int n;
@@ -185,7 +183,7 @@ static int measure_busbw(const struct dp_pf_mpi *mpi, const struct dp_model *m,
         char from[128];
         double want = dp_pf_busbw_expected(cl, l, busbw_kinds[i], cal, from, sizeof from);
         if (mpi->rank == 0)
-            dp_pf_check_busbw(&b, want, from, "", r);
+            dp_pf_check_busbw(&b, want, from, r);
     }
     return 0;
 }
@@ -298,7 +296,7 @@ static int run_checks(const struct cli_common *c, const struct opts *o,
         goto out;
     if (mpi.rank == 0)
         dp_pf_check_versions(all, mpi.size, r);
-    if ((rc = measure_busbw(&mpi, &m, &cl, &l, cal, o->iters, r, &err)))
+    if ((rc = measure_busbw(&mpi, &cl, &l, cal, o->iters, r, &err)))
         goto out;
     const char *const *envp = (const char *const *)environ;
     int gpus = dp_pf_visible_gpus(envp, topo.ngpus);

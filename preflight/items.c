@@ -162,7 +162,7 @@ double dp_pf_busbw_expected(const struct dp_cluster *cl, const struct dp_layout 
 }
 
 void dp_pf_check_busbw(const struct dp_pf_busbw *b, double expected_gbps, const char *from,
-                       const char *link, struct dp_pf_report *r)
+                       struct dp_pf_report *r)
 {
     char id[24];
     snprintf(id, sizeof id, "busbw.%s", kind_name(b->kind));
@@ -174,7 +174,6 @@ void dp_pf_check_busbw(const struct dp_pf_busbw *b, double expected_gbps, const 
     for (int i = 0; i < DP_PF_BUSBW_SIZES && o < sizeof sizes; i++)
         o += (size_t)snprintf(sizes + o, sizeof sizes - o, "%s%lld MiB %.3g", i ? ", " : "",
                               (long long)(dp_pf_busbw_sizes[i] >> 20), b->busbw_gbps[i]);
-    (void)link;
     dp_pf_add(r, id, s,
               "all-reduce over %d ranks: busbw %.3g GB/s at %lld MiB, %.3g%% of %.4g GB/s "
               "expected from %s (busbw GB/s by size: %s)",

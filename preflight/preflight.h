@@ -101,7 +101,7 @@ double dp_pf_busbw_expected(const struct dp_cluster *cl, const struct dp_layout 
                             size_t cap);
 /* The item "busbw.<group>": the largest size's busbw against the expectation. */
 void dp_pf_check_busbw(const struct dp_pf_busbw *b, double expected_gbps, const char *from,
-                       const char *link, struct dp_pf_report *r);
+                       struct dp_pf_report *r);
 
 /* ------------------------------------------------------------------ rank environment */
 
