@@ -418,6 +418,20 @@ static inline __attribute__((always_inline)) void att_scores(real *S, const real
     }
 }
 
+/* kc rows of x (row stride ldx) as whole vectors of 2 AV: x itself when d is a multiple of
+ * AV (direct), else a copy in the scratch padded with zeros to dp columns; *ld its stride. */
+static inline __attribute__((always_inline)) const real *
+att_chunk(const real *x, int64_t ldx, int kc, int d, int dp, bool direct, real *sc, int64_t *ld)
+{
+    *ld = direct ? ldx : dp;
+    if (direct)
+        return x;
+    for (int j = 0; j < kc; j++)
+        for (int i = 0; i < dp; i++)
+            sc[j * dp + i] = i < d ? x[j * ldx + i] : 0;
+    return sc;
+}
+
 /* o [T][d] (row stride ldo) = (add ? o : 0) + scale P y for a causal P [T][T] (zeros above
  * the diagonal), y [T][d] (row stride ldy). Chunk by chunk of keys, y padded to dp columns
  * in the scratch ([ATT_KB][dp]); the first chunk writes o, the others add. */
@@ -432,15 +446,8 @@ static inline __attribute__((always_inline)) void att_apply(real *o, int64_t ldo
     const int64_t kb = direct ? T : ATT_KB;
     for (int64_t c0 = 0; c0 < T; c0 += kb) {
         const int kc = imin(kb, T - c0);
-        const real *yc = y + c0 * ldy;
-        int64_t ldyc = ldy;
-        if (!direct) {
-            for (int j = 0; j < kc; j++)
-                for (int i = 0; i < dp; i++)
-                    sc[j * dp + i] = i < d ? yc[j * ldy + i] : 0;
-            yc = sc;
-            ldyc = dp;
-        }
+        int64_t ldyc;
+        const real *yc = att_chunk(y + c0 * ldy, ldy, kc, d, dp, direct, sc, &ldyc);
         for (int64_t t0 = c0; t0 < T; t0 += ATT_RB) {
             const int nr = imin(ATT_RB, T - t0), nk = imin(kc, t0 + nr - c0);
             for (int dv = 0; dv < d; dv += 2 * AV)
@@ -462,15 +469,8 @@ static inline __attribute__((always_inline)) void att_apply_t(real *z, int64_t l
     const int64_t kb = direct ? T : ATT_KB;
     for (int64_t c0 = 0; c0 < T; c0 += kb) {
         const int kc = imin(kb, T - c0);
-        const real *xc = x + c0 * ldx;
-        int64_t ldxc = ldx;
-        if (!direct) {
-            for (int t = 0; t < kc; t++)
-                for (int i = 0; i < dp; i++)
-                    sc[t * dp + i] = i < d ? xc[t * ldx + i] : 0;
-            xc = sc;
-            ldxc = dp;
-        }
+        int64_t ldxc;
+        const real *xc = att_chunk(x + c0 * ldx, ldx, kc, d, dp, direct, sc, &ldxc);
         /* keys j0.. of a block see the queries t >= j0 of this chunk; the chunk holding
          * j0 is their first (written unless add), the later ones add */
         for (int64_t j0 = 0; j0 < c0 + kc; j0 += ATT_RB) {
