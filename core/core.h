@@ -621,6 +621,16 @@ void dp_split_format_megatron(const int *c, int n, char *buf, size_t cap);
 /* Megatron pads the vocabulary to a multiple of 128 * tp (--make-vocab-size-divisible-by). */
 int64_t dp_padded_vocab(int64_t vocab, int tp);
 
+/*
+ * A rank's coordinates in a layout with cp = ep = 1 (Megatron's tp-cp-dp-pp order, TP
+ * fastest): rank = tp_rank + tp * (dp_rank + dp * pp_rank).
+ */
+struct dp_coords {
+    int tp_rank, dp_rank, pp_rank;
+};
+void dp_rank_coords(int rank, int tp, int dp, int pp, struct dp_coords *out);
+int dp_rank_of(const struct dp_coords *c, int tp, int dp, int pp);
+
 /* ------------------------------------------------------------------ plan */
 
 /*
@@ -726,6 +736,16 @@ int dp_mkdirs(const char *dir, struct dp_err *err);
  * rename. On failure the old file (if any) is untouched and no temporary is left.
  */
 int dp_write_file_atomic(const char *file, const void *data, size_t len, struct dp_err *err);
+/*
+ * Create a new empty file next to `final`, named ".BASENAME.tmp-PID-N" (O_EXCL: never
+ * an existing file, so neither an input nor another run's temporary is clobbered), with
+ * mode 0666 less the umask. Returns its descriptor and writes its name to tmp[cap], or
+ * a negative status with err set.
+ */
+int dp_tmp_open(const char *final, char *tmp, size_t cap, struct dp_err *err);
+/* rename(tmp, final) (the data must already be fsynced and closed); on failure tmp is
+ * deleted and err names both. */
+int dp_tmp_publish(const char *tmp, const char *final, struct dp_err *err);
 
 /*
  * A growing text buffer for generated documents (SVG, exported configs).

@@ -5,8 +5,8 @@
 #ifndef DPLAN_EXECUTOR_INTERNAL_H
 #define DPLAN_EXECUTOR_INTERNAL_H
 
-#include "backend.h"
 #include "executor.h"
+#include "executor/backend/backend.h"
 
 /* The rank's backend operations (needs `ex` in scope). */
 #define OPS (ex->be->ops)
@@ -35,25 +35,16 @@ int64_t dp__mem_available(void);
 
 /* ------------------------------------------------------------------ parameters */
 
-enum dp_init { DP_INIT_NORMAL = 0, DP_INIT_ONES = 1, DP_INIT_ZEROS = 2 };
-
 /*
- * One local parameter tensor: the slice [r0, r0 + rows) x [c0, c0 + cols) of the
- * global tensor `name` (grows x gcols; vectors have gcols = cols = 1... stored as rows).
+ * One local parameter tensor: the slice of a global tensor this rank holds (ckpt's
+ * table, dp_ckpt_stage_slices) and where it sits in the flat buffers.
  */
 struct dp_seg {
-    char name[48];
-    size_t off;         /* elements into the flat buffers */
-    int64_t rows, cols; /* local */
-    int64_t grows, gcols;
-    int64_t r0, c0;
-    int64_t out_rows; /* global rows written to the weights file (unpadded vocab) */
-    enum dp_init init;
-    double std;
+    struct dp_ckpt_slice t;
+    size_t off;      /* elements into the flat buffers */
     bool decay;      /* AdamW weight decay (2-D weights) */
     bool tp_partial; /* replicated over TP but its gradient is partial under SP */
     bool norm_once;  /* replicated over TP: counted in the grad norm on tp_rank 0 only */
-    bool norm_skip;  /* not counted at all (the last stage's copy of a tied embedding) */
 };
 
 /* Offsets (elements) of a layer's parameters in the flat buffer; SIZE_MAX if absent. */
@@ -111,7 +102,7 @@ struct dp_work {
     real *dact;       /* [N, f] */
     real *probs;      /* [B, a, T, T] selective: probabilities, computed twice */
     struct dp_act rc; /* full recompute: one layer's activations (x aliases the slot) */
-    void *rc_mem;     /* the allocation behind rc */
+    real *rc_mem;     /* the allocation behind rc */
     real *rope;       /* [2, T, d/2] cos, sin */
 };
 
@@ -140,7 +131,7 @@ struct dp_exec {
 
     /* parameters */
     struct dp_seg *segs;
-    int nsegs, capsegs;
+    int nsegs;
     size_t nparams;   /* elements used */
     size_t nflat;     /* buffer length: nparams padded to a multiple of dp under ZeRO-1 */
     size_t shard;     /* optimizer elements: nflat / dp (ZeRO-1) or nparams */
@@ -173,22 +164,60 @@ struct dp_exec {
 static inline bool dp__seg_in_shard(const struct dp_exec *ex, const struct dp_seg *sg, size_t *lo,
                                     size_t *hi)
 {
-    size_t a = sg->off, b = sg->off + (size_t)(sg->rows * sg->cols);
+    size_t a = sg->off, b = sg->off + (size_t)(sg->t.rows * sg->t.cols);
     *lo = a > ex->shard_off ? a : ex->shard_off;
     *hi = b < ex->shard_off + ex->shard ? b : ex->shard_off + ex->shard;
     return *lo < *hi;
 }
 
 /* model.c */
-int dp__model_build(struct dp_exec *ex); /* segments, flat buffers, init */
-int dp__acts_build(struct dp_exec *ex);  /* work, head, send buffers */
+int dp__model_build(struct dp_exec *ex); /* the stage's tensors: segments, offsets, nparams */
+void dp__model_init(struct dp_exec *ex); /* their initial values (buffers allocated) */
+void dp__model_release(struct dp_exec *ex);
+
+/* memplan.c: the buffer table (README "Buffer table"), the one source of the sizes the
+ * rank allocates and of the estimate. */
+enum dp__buf {
+    DP__BUF_PARAMS = 0,
+    DP__BUF_GRADS,
+    DP__BUF_ADAM_M,
+    DP__BUF_ADAM_V,
+    DP__BUF_TMP,
+    DP__BUF_DTMP,
+    DP__BUF_DGATH,
+    DP__BUF_DRES,
+    DP__BUF_DQKV,
+    DP__BUF_DCTX,
+    DP__BUF_DPROBS,
+    DP__BUF_DFC1,
+    DP__BUF_DACT,
+    DP__BUF_PROBS,
+    DP__BUF_RC,
+    DP__BUF_ROPE,
+    DP__BUF_XF,
+    DP__BUF_LNF,
+    DP__BUF_LNF_ST,
+    DP__BUF_LOGITS,
+    DP__BUF_CE,
+    DP__BUF_SEND,
+    DP__NBUF
+};
+struct dp__memplan {
+    int64_t elems[DP__NBUF]; /* reals; 0 = not allocated on this stage */
+    int64_t slot_bytes;      /* one micro-batch's kept activations and token ids */
+    int slots;               /* the most in flight: min(pp - stage, M) */
+    int64_t pool_bytes[DP_NPOOLS];
+};
+/* The plan of ex's stage (ex->m, l, dm, stage place, M and nparams set). */
+void dp__memplan(const struct dp_exec *ex, struct dp__memplan *out);
+/* Allocate every buffer of the plan (and the RoPE table, the slot list); sets nflat,
+ * shard, shard_off and predicted. */
+int dp__mem_build(struct dp_exec *ex);
+void dp__mem_release(struct dp_exec *ex);
 struct dp_slot *dp__slot_acquire(struct dp_exec *ex, int mb);
 void dp__slot_release(struct dp_exec *ex, struct dp_slot *s);
-void dp__model_release(struct dp_exec *ex);
 /* Pipeline stage `stage`'s place: first, last, layer0 and nlayers (ex->l and ex->m set). */
 void dp__stage_place(struct dp_exec *ex, int stage);
-/* The segment list of any stage as its tp_rank 0 builds it (caller frees *segs). */
-int dp__segments_for_stage(const struct dp_exec *ex, int stage, struct dp_seg **segs, int *n);
 /* Forward of the stage's part for one micro-batch in `s`: embedding (first stage),
  * layers, and on the last stage the head with the loss and dlogits. The stage output
  * goes to ex->send_fwd (not last stage). */
@@ -200,6 +229,12 @@ int dp__stage_backward(struct dp_exec *ex, struct dp_slot *s);
 /* schedule.c */
 /* Load micro-batch `mb` of step `step` into slot tokens (first/last stage). */
 void dp__load_batch(struct dp_exec *ex, struct dp_slot *s, int step, int mb);
+/* The pieces of dp__forward_backward (the step-time prediction prices them apart):
+ * zero the gradients; the step's micro-batches through the stage (1F1B, with the
+ * pipeline messages); the gradient reductions and the loss and norm all-reduce. */
+void dp__step_begin(struct dp_exec *ex);
+int dp__pipeline(struct dp_exec *ex, int step);
+int dp__step_reduce(struct dp_exec *ex, double *loss);
 /* One step's forward and backward over all micro-batches (1F1B) with gradients
  * accumulated, then reduced (SP, tied embeddings, DP / ZeRO-1 reduce-scatter).
  * *loss gets the global mean loss and ex->grad_sumsq the global squared gradient norm
@@ -219,20 +254,41 @@ void dp__exec_free(struct dp_exec *ex);
 /* weights.c: model.safetensors with full (unsharded) tensors, written by rank 0. */
 int dp__weights_save(struct dp_exec *ex, const char *file);
 
-/* ckpt.c: checkpoints (ckpt.h). Before the first step: restore the newest complete
- * checkpoint of opts->ckpt->resume; *start gets its step (0 = none); *collective is set
- * when every rank fails alike. After step `step`: save when due (a failed save is
- * reported through the event callback, not returned; only MPI failures are). */
 /* ex->dm from ex->m, ex->l and ex->c.tp_rank (run.c). */
 void dp__dims_init(struct dp_exec *ex);
+
+/* Checkpoints, rank side (ckpt_save.c, ckpt_load.c; the format is ckpt/'s). */
+struct dp__ckpt {
+    double last_save_s; /* monotonic time of the last save attempt (or of the start) */
+    bool cleaned;       /* stale .tmp directories removed */
+    bool data_crc_done;
+    uint32_t data_crc;
+    int saves_tried, saves_ok; /* the same on every rank */
+};
 /* Before step 1: --ckpt-dir can be created and every rank can write into it (collective:
  * every rank returns the same status; rank 0's err names the cause). */
 int dp__ckpt_check_dir(struct dp_exec *ex);
 /* Checkpoints this run tried to save, and those it published (the same on every rank). */
 void dp__ckpt_counts(const struct dp_exec *ex, int *tried, int *saved);
+/* Before the first step: restore the newest complete checkpoint of opts->ckpt->resume;
+ * *start gets its step (0 = none); *collective is set when every rank fails alike. */
 int dp__ckpt_resume(struct dp_exec *ex, int *start, bool *collective);
+/* After step `step`: save when due (a failed save is reported through the event
+ * callback, not returned; only MPI failures are). */
 int dp__ckpt_after_step(struct dp_exec *ex, int step);
 void dp__ckpt_free(struct dp_exec *ex);
+/* The per-run state (allocated on first use; the save interval counts from then). */
+int dp__ckpt_state(struct dp_exec *ex);
+/* CRC32C of the token data (computed once). */
+uint32_t dp__ckpt_data_crc(struct dp_exec *ex);
+/* The checkpoint's dtype: "F32", or "F64" in the gradient-check build. */
+#define DP__DTYPE (sizeof(real) == 8 ? "F64" : "F32")
+double dp__mono_s(void);
+/* Report a checkpoint event through opts->ckpt->on_event (if set). */
+void dp__ckpt_emit(const struct dp_exec *ex, enum dp_ckpt_event_kind kind, int step,
+                   const char *path, const char *msg, int64_t bytes, double secs,
+                   const char *saved_at);
+#define DP__EXEC_PATHMAX 4200
 
 /* Heartbeat (run.c). */
 void dp__beat(const char *what);

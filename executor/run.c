@@ -36,14 +36,35 @@ uint64_t dp_exec_heartbeat(const char **what, int *step)
     return atomic_load(&beat_count);
 }
 
+const char *dp_exec_dtype(void)
+{
+    return DP__DTYPE;
+}
+
 void dp_exec_finalize(void)
 {
-    dp_backend_cpu_finalize();
+    dp__backend_finalize();
 }
 
 void dp_exec_abort(int code)
 {
-    dp_backend_cpu_abort(code);
+    dp__backend_abort(code);
+}
+
+bool dp_exec_backend_known(const char *name)
+{
+    return dp__backend_kind(name) != NULL;
+}
+
+const char *dp_exec_backend_names(void)
+{
+    return dp__backend_names();
+}
+
+const char *dp_exec_rank_env(const char *backend)
+{
+    const struct dp_backend_kind *k = dp__backend_kind(backend);
+    return k && k->rank_env ? k->rank_env() : NULL;
 }
 
 /* ------------------------------------------------------------------ options, checks */
@@ -166,6 +187,7 @@ void dp__exec_free(struct dp_exec *ex)
 {
     if (!ex)
         return;
+    dp__mem_release(ex);
     dp__model_release(ex);
     dp__ckpt_free(ex);
     free(ex->host_tok);
@@ -175,14 +197,12 @@ void dp__exec_free(struct dp_exec *ex)
 }
 
 /*
- * Before anything large is allocated: the CPU memory model's prediction (opts.predicted,
- * per rank and pool) summed over the ranks of each node against that node's MemAvailable.
+ * Before anything large is allocated: the buffer table's bytes (memplan.c, per rank and
+ * pool) summed over the ranks of each node against that node's MemAvailable.
  * Every rank gets the verdict and the worst node's numbers, so that rank 0 reports it.
  */
 static int check_memory(struct dp_exec *ex)
 {
-    if (!ex->o.predicted)
-        return 0;
     double node[DP_NPOOLS];
     for (int p = 0; p < DP_NPOOLS; p++)
         node[p] = (double)ex->predicted[p];
@@ -240,7 +260,8 @@ int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const stru
     ex->l = *l;
     ex->o = *o;
     ex->err = err;
-    ex->be = dp_backend_cpu_new(l->tp, l->dp, l->pp, o->threads, err);
+    struct dp_backend_cfg cfg = {.tp = l->tp, .dp = l->dp, .pp = l->pp, .threads = o->threads};
+    ex->be = dp__backend_new(o->backend, &cfg, err);
     if (!ex->be) {
         free(ex);
         return err->code ? err->code : DP_ERUNTIME;
@@ -252,17 +273,19 @@ int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const stru
     dp__stage_place(ex, ex->c.pp_rank);
     ex->M = dp_layout_microbatches(l);
     ex->gbs_tokens = l->gbs * l->seq_len;
-    if (o->predicted)
-        memcpy(ex->predicted, o->predicted + (size_t)ex->c.pp_rank * DP_NPOOLS,
-               sizeof ex->predicted);
-    int rc = check_memory(ex);
-    ex->host_tok = rc ? NULL : malloc((size_t)(2 * ex->dm.N) * sizeof(int32_t));
-    if (!rc && !ex->host_tok)
+    int rc = dp__model_build(ex);
+    if (!rc) {
+        struct dp__memplan plan;
+        dp__memplan(ex, &plan);
+        memcpy(ex->predicted, plan.pool_bytes, sizeof ex->predicted);
+        rc = check_memory(ex);
+    }
+    if (!rc && !(ex->host_tok = malloc((size_t)(2 * ex->dm.N) * sizeof(int32_t))))
         rc = dp_err_set(err, DP_ENOMEM, "out of memory");
     if (!rc)
-        rc = dp__model_build(ex);
+        rc = dp__mem_build(ex);
     if (!rc)
-        rc = dp__acts_build(ex);
+        dp__model_init(ex);
     if (rc) {
         dp__exec_free(ex);
         return rc;
@@ -447,6 +470,7 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struc
         *collective = false;
     res->rank = ex->rank;
     res->world = ex->world;
+    res->threads = ex->be->threads;
     res->tokens_per_step = ex->gbs_tokens;
     double *times = calloc((size_t)(o->steps > 0 ? o->steps : 1), sizeof *times);
     if (!times) {

@@ -31,9 +31,9 @@ enum { TAG_FWD = 1, TAG_BWD = 2 };
  */
 void dp__load_batch(struct dp_exec *ex, struct dp_slot *s, int step, int mb)
 {
-    if (!s->inputs && !s->targets)
-        return;
     const struct dp_tokens *d = ex->o.data;
+    if ((!s->inputs && !s->targets) || !d)
+        return; /* no data: the step-time prediction's pricing rank (predict.c) */
     const int64_t T = ex->dm.T, B = ex->dm.B;
     const int64_t nwin = (d->n - 1) / T;
     const int64_t per_dp = ex->l.gbs / ex->l.dp;
@@ -85,7 +85,7 @@ static int backward_mb(struct dp_exec *ex, struct dp_slot *s)
     return 0;
 }
 
-static int pipeline(struct dp_exec *ex, int step)
+int dp__pipeline(struct dp_exec *ex, int step)
 {
     const int p = ex->l.pp, r = ex->c.pp_rank;
     const int64_t M = ex->M;
@@ -146,9 +146,9 @@ static double local_sumsq(struct dp_exec *ex)
         return 0; /* DP replicas hold the same reduced gradients */
     for (int i = 0; i < ex->nsegs; i++) {
         const struct dp_seg *sg = &ex->segs[i];
-        if (sg->norm_skip || (sg->norm_once && ex->c.tp_rank != 0))
+        if (sg->t.tied_copy || (sg->norm_once && ex->c.tp_rank != 0))
             continue;
-        size_t lo = sg->off, hi = sg->off + (size_t)(sg->rows * sg->cols);
+        size_t lo = sg->off, hi = sg->off + (size_t)(sg->t.rows * sg->t.cols);
         if (zero) {
             /* Only this rank's shard holds reduced gradients, at grads[0, shard). */
             if (!dp__seg_in_shard(ex, sg, &lo, &hi))
@@ -169,7 +169,7 @@ static int reduce_grads(struct dp_exec *ex)
     for (int i = 0; i < ex->nsegs; i++) {
         const struct dp_seg *sg = &ex->segs[i];
         if (sg->tp_partial)
-            TRY(OPS->allreduce(ex->be, DP_GROUP_TP, ex->grads + sg->off, sg->rows * sg->cols,
+            TRY(OPS->allreduce(ex->be, DP_GROUP_TP, ex->grads + sg->off, sg->t.rows * sg->t.cols,
                                DP_OP_SUM, ex->err));
     }
     /* Tied embeddings over a pipeline: first and last stage each hold a copy and add
@@ -186,12 +186,14 @@ static int reduce_grads(struct dp_exec *ex)
     return OPS->allreduce(ex->be, DP_GROUP_DP, ex->grads, (int64_t)ex->nparams, DP_OP_SUM, ex->err);
 }
 
-int dp__forward_backward(struct dp_exec *ex, int step, double *loss)
+void dp__step_begin(struct dp_exec *ex)
 {
-    ex->step = step;
     OPS->zero(ex->be, ex->grads, ex->nflat * sizeof(real));
     ex->loss_sum = 0;
-    TRY(pipeline(ex, step));
+}
+
+int dp__step_reduce(struct dp_exec *ex, double *loss)
+{
     TRY(reduce_grads(ex));
     /* One world all-reduce: the loss (last stage, one TP rank per replica) and the
      * squared gradient norm. */
@@ -200,6 +202,14 @@ int dp__forward_backward(struct dp_exec *ex, int step, double *loss)
     ex->grad_sumsq = v[1];
     *loss = v[0] / (double)ex->gbs_tokens;
     return 0;
+}
+
+int dp__forward_backward(struct dp_exec *ex, int step, double *loss)
+{
+    ex->step = step;
+    dp__step_begin(ex);
+    TRY(dp__pipeline(ex, step));
+    return dp__step_reduce(ex, loss);
 }
 
 int dp__grad_norm(struct dp_exec *ex, double *norm)
@@ -218,7 +228,7 @@ int dp__optimizer_step(struct dp_exec *ex, double lr, double gscale)
     dp__beat("optimizer");
     for (int i = 0; i < ex->nsegs; i++) {
         const struct dp_seg *sg = &ex->segs[i];
-        size_t lo = sg->off, hi = sg->off + (size_t)(sg->rows * sg->cols);
+        size_t lo = sg->off, hi = sg->off + (size_t)(sg->t.rows * sg->t.cols);
         size_t base = 0; /* where element `lo` of the flat buffer sits in grads/m/v */
         if (zero) {
             if (!dp__seg_in_shard(ex, sg, &lo, &hi))
