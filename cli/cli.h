@@ -74,6 +74,7 @@ enum {
     OPT_MOE_PAD,
     OPT_MOE_IMBALANCE,
     OPT_MOE_DISPATCHER,
+    OPT_SHARD_GROUP,
     OPT_COMMON_END,
 };
 
@@ -118,6 +119,7 @@ enum {
         {"moe-pad", no_argument, 0, OPT_MOE_PAD},                                                  \
         {"moe-imbalance", required_argument, 0, OPT_MOE_IMBALANCE},                                \
         {"moe-dispatcher", required_argument, 0, OPT_MOE_DISPATCHER},                              \
+        {"shard-group", required_argument, 0, OPT_SHARD_GROUP},                                    \
     {                                                                                              \
         "overhead-gib", required_argument, 0, OPT_OVERHEAD                                         \
     }
@@ -129,6 +131,7 @@ struct cli_common {
     int nodes, gpus, gpus_per_node;
     /* knobs */
     int tp, pp, dp, cp, ep, vpp, zero, first_layers, last_layers, etp;
+    int shard_group; /* 0 = unset (full sharding) */
     long long mbs, gbs, seq_len;
     int recompute, precision, grad_fp32, optimizer, dispatcher; /* -1 = unset */
     int gemm;                        /* enum dp_gemm, -1 unset, -2 auto */

@@ -401,6 +401,30 @@ static int p_allgather(struct dp_backend *be, enum dp_group g, real *buf, int64_
     return 0;
 }
 
+static int64_t sum_counts(const int *counts, int n)
+{
+    int64_t s = 0;
+    for (int i = 0; i < n; i++)
+        s += counts[i];
+    return s;
+}
+
+static int p_reduce_scatter_v(struct dp_backend *be, enum dp_group g, real *buf, const int *counts,
+                              struct dp_err *err)
+{
+    int n = pc(be)->size[g];
+    coll(pc(be), RS, R * (double)sum_counts(counts, n), n);
+    return 0;
+}
+
+static int p_allgather_v(struct dp_backend *be, enum dp_group g, real *buf, const int *counts,
+                         struct dp_err *err)
+{
+    int n = pc(be)->size[g];
+    coll(pc(be), AG, R * (double)sum_counts(counts, n), n);
+    return 0;
+}
+
 static int p_allreduce_host(struct dp_backend *be, enum dp_group g, double *buf, int n,
                             enum dp_redop op, struct dp_err *err)
 {
@@ -480,6 +504,8 @@ static const struct dp_backend_ops pricing_ops = {
     .allreduce = p_allreduce,
     .reduce_scatter = p_reduce_scatter,
     .allgather = p_allgather,
+    .reduce_scatter_v = p_reduce_scatter_v,
+    .allgather_v = p_allgather_v,
     .allreduce_host = p_allreduce_host,
     .gather_host = p_gather_host,
     .sendrecv = p_sendrecv,
@@ -525,10 +551,11 @@ static int price_stage(struct pricer *c, const struct dp_model *m, const struct 
     if (!rc) {
         memset(&c->bill, 0, sizeof c->bill);
         c->optimizer = true;
-        dp__step_begin(ex);
+        rc = dp__step_begin(ex);
         c->optimizer = false;
         struct parts before = c->bill;
-        rc = dp__pipeline(ex, 1);
+        if (!rc)
+            rc = dp__pipeline(ex, 1);
         *pipe = c->bill;
         add(pipe, &before, -1);
         c->optimizer = true;
@@ -579,6 +606,8 @@ int dp_exec_predict(const struct dp_model *m, const struct dp_layout *l,
     c.size[DP_GROUP_DP] = l->dp;
     c.size[DP_GROUP_PP] = l->pp;
     c.size[DP_GROUP_NODE] = per_node;
+    c.size[DP_GROUP_SHARD] = l->zero >= 1 ? dp_layout_shard(l) : 1;
+    c.size[DP_GROUP_REPL] = l->zero >= 1 ? dp_layout_replicas(l) : 1;
 
     /* Per stage: a micro-batch (the pipeline's share of one) and the step's own work;
      * 1F1B paced by the slowest stage. */

@@ -105,10 +105,6 @@ int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world
                           "layout: vpp=%d: the interleaved schedule is not supported by the CPU "
                           "executor (vpp must be 1)",
                           l->vpp);
-    if (l->zero > 1)
-        return dp_err_set(err, DP_EINFEASIBLE,
-                          "layout: zero=%d: the CPU executor supports ZeRO stages 0 and 1",
-                          l->zero);
     if (l->optimizer != DP_OPT_ADAM)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "layout: optimizer=sgd: the CPU executor trains with AdamW only");
@@ -232,7 +228,8 @@ static int check_memory(struct dp_exec *ex)
     else
         snprintf(hint, sizeof hint,
                  "weights, gradients and AdamW state take 16 bytes per parameter and replica: "
-                 "fewer replicas per node (--zero 1 shards the optimizer state), more nodes, or "
+                 "fewer replicas per node (--zero 1, 2, 3 shard the optimizer state, gradients, "
+                 "parameters), more nodes, or "
                  "a smaller model");
     return dp_err_set(ex->err, DP_EINFEASIBLE,
                       "%s: the run needs %.1f GiB of memory on %s (%d rank%s; params %.1f, grads "
@@ -254,7 +251,11 @@ int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const stru
     ex->l = *l;
     ex->o = *o;
     ex->err = err;
-    struct dp_backend_cfg cfg = {.tp = l->tp, .dp = l->dp, .pp = l->pp, .threads = o->threads};
+    struct dp_backend_cfg cfg = {.tp = l->tp,
+                                 .dp = l->dp,
+                                 .pp = l->pp,
+                                 .shard = l->zero >= 1 ? dp_layout_shard(l) : l->dp,
+                                 .threads = o->threads};
     ex->be = dp__backend_new(o->backend, &cfg, err);
     if (!ex->be) {
         free(ex);
@@ -545,7 +546,10 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struc
         char path[4096];
         snprintf(path, sizeof path, "%s/model.safetensors", o->out_dir);
         dp__beat("writing weights");
-        rc = dp__weights_save(ex, path);
+        rc = dp__shard_full(ex); /* ZeRO-3: gathered for the writers */
+        if (!rc)
+            rc = dp__weights_save(ex, path);
+        dp__shard_drop(ex);
     }
     dp__ckpt_counts(ex, &res->ckpt_tried, &res->ckpt_saved);
     if (!rc)
