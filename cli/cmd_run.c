@@ -11,6 +11,7 @@
  */
 #include "cli.h"
 #include "costmodel/costmodel.h"
+#include "dry_run.h"
 #include "executor/executor.h"
 #include "run_checks.h"
 #include "run_ckpt.h"
@@ -31,7 +32,7 @@ static const char help_head[] =
     "usage: dplan run PLAN.json [options]\n"
     "       dplan run MODEL [knobs] [options]\n\n"
     "Train the model under the plan's layout (data, tensor, sequence and pipeline\n"
-    "parallel, micro-batches, recompute, ZeRO-1) on the CPU backend: MPI between\n"
+    "parallel, micro-batches, recompute, ZeRO-1/2/3, HSDP) on the CPU backend: MPI between\n"
     "ranks, OpenBLAS and OpenMP inside each. Started by hand it launches its ranks\n"
     "with mpirun; under mpirun or srun each process is one rank. The world size is\n"
     "tp*pp*dp*cp. Computation is fp32 whatever the plan's precision.\n\n"
@@ -50,7 +51,9 @@ static const char help_head[] =
     "  --clip X            gradient clipping by global norm [1.0; 0 = off]\n"
     "  --backend cpu       the only backend in this build\n"
     "  --threads N         compute threads per rank [cores / ranks on the node]\n"
-    "  --timeout S         abort when a rank makes no progress for S seconds [300]\n\n";
+    "  --timeout S         abort when a rank makes no progress for S seconds [300]\n"
+    "  --dry-run           print the rank map, the groups, each stage's 1F1B order and the\n"
+    "                      predicted memory per rank, after the checks; start nothing\n\n";
 
 /* The plan knobs this executor runs (the planning commands take more: cli_knob_help). */
 static const char run_knob_help[] =
@@ -60,17 +63,22 @@ static const char run_knob_help[] =
     "  --gbs N               global batch in sequences [mbs*dp*pp]; at most the windows\n"
     "                        of seq_len tokens in the data\n"
     "  --seq-len N           sequence length [the model's]\n"
-    "  --zero {0,1}          1: ZeRO-1, the AdamW state sharded over dp [0]\n"
+    "  --zero {0,1,2,3}      ZeRO stage: 1 shards the AdamW state over dp, 2 also the\n"
+    "                        gradients (reduce-scattered per layer), 3 also the parameters\n"
+    "                        (gathered per layer before forward and backward) [0]\n"
+    "  --shard-group N       HSDP: shard within groups of N dp ranks, all-reduce across\n"
+    "                        the groups (zero >= 1; N divides dp) [dp]\n"
     "  --recompute {none,selective,full}  activation recomputation [none]\n"
     "  --sp                  sequence parallelism (with tp > 1)\n"
     "  --first-stage-layers N --last-stage-layers N   uneven pipeline split\n"
     "  --cp 1 --ep 1 --vpp 1 --optimizer adam         accepted: the only values it runs\n\n"
-    "Refused with an error: --cp, --ep or --vpp above 1 (context and expert parallelism,\n"
-    "the interleaved schedule), --zero 2 or 3, --optimizer sgd; mixture-of-experts,\n"
-    "ALiBi and parallel-attention (one-norm) models; and the planning-only knobs\n"
-    "--precision and --grad-dtype (other than fp32), --no-flash-attn and --overhead-gib:\n"
-    "it computes in fp32 and keeps attention probabilities (a plan file's values for\n"
-    "these are ignored).\n";
+    "Refused with an error naming the knob: --cp, --ep or --vpp above 1 (context and\n"
+    "expert parallelism, the interleaved schedule), --optimizer sgd; mixture-of-experts,\n"
+    "ALiBi and parallel-attention (one-norm) models; a plan's recompute_layers below\n"
+    "the stage's layers; and the planning-only knobs --precision and --grad-dtype\n"
+    "(other than fp32), --no-flash-attn and --overhead-gib: it computes in fp32 and\n"
+    "keeps attention probabilities (a plan file's values for these, and its overlap\n"
+    "and kernel knobs, run the CPU backend's one way: executor/README.md \"What runs\").\n";
 
 /* Planning knobs that would do nothing here: refused rather than silently ignored. */
 static int refuse_planning_knobs(const struct cli_common *c)
@@ -105,13 +113,14 @@ enum {
     OPT_BACKEND,
     OPT_THREADS,
     OPT_TIMEOUT,
+    OPT_DRY_RUN,
 };
 
 struct run {
     struct cli_common c;
     const char *target, *data, *out, *log;
     int np, steps, threads, timeout_s, fmt;
-    bool log_all;
+    bool log_all, dry_run;
     struct dp_exec_opts o;
     struct cli_ckpt ck; /* checkpoints, resume, restarts (run_ckpt.c) */
     /* state */
@@ -175,6 +184,7 @@ static int parse_args(struct run *r, int argc, char **argv)
                                          {"backend", required_argument, 0, OPT_BACKEND},
                                          {"threads", required_argument, 0, OPT_THREADS},
                                          {"timeout", required_argument, 0, OPT_TIMEOUT},
+                                         {"dry-run", no_argument, 0, OPT_DRY_RUN},
                                          CLI_CKPT_OPTIONS,
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -232,6 +242,7 @@ static int parse_args(struct run *r, int argc, char **argv)
             break;
         case OPT_THREADS: bad = parse_count("threads", optarg, 1, 4096, &r->threads); break;
         case OPT_TIMEOUT: bad = parse_count("timeout", optarg, 1, 100000000, &r->timeout_s); break;
+        case OPT_DRY_RUN: r->dry_run = true; break;
         case 'h': printf("%s%s%s", help_head, cli_ckpt_help, run_knob_help); return -1;
         default: return 2;
         }
@@ -730,6 +741,14 @@ int cmd_run(int argc, char **argv)
 
     struct dp_err err = {0};
     int world = 0, rc = resolve(&r, &world, &err);
+    if (r.dry_run) { /* after the checks a run makes before launching; nothing written */
+        if (!rc)
+            rc = cli_run_dry(r.target, &r.m, &r.l);
+        else
+            rc = cli_fail(&err);
+        free(r.plan);
+        return rc;
+    }
     dp_exec_detect_env(&r.env);
     if (!rc && r.env.launched && r.env.world != world)
         rc = dp_err_set(&err, DP_EINFEASIBLE,

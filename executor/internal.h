@@ -174,6 +174,8 @@ struct dp_exec {
     int32_t *host_tok; /* [2 N] host staging for one micro-batch's inputs and targets */
     uint64_t adam_t;
     struct dp__ckpt *ck; /* checkpoint state (ckpt.c), NULL until used */
+    char *trace;         /* dp_exec_schedule: the pipeline's order is written here */
+    size_t trace_cap;
 };
 
 /* ZeRO-1: the part [*lo, *hi) of segment sg's flat range [off, off + rows cols) that lies in

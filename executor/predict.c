@@ -657,3 +657,67 @@ int dp_exec_predict(const struct dp_model *m, const struct dp_layout *l,
     out->step_s = step;
     return 0;
 }
+
+/* ------------------------------------------------------------------ the schedule */
+
+int dp_exec_schedule(const struct dp_model *m, const struct dp_layout *l, int stage, char *out,
+                     size_t cap, struct dp_err *err)
+{
+    if (!cap)
+        return dp_err_set(err, DP_EINVAL, "dp_exec_schedule: no room");
+    out[0] = 0;
+    int rc = dp_layout_validate(l, m, 0, err);
+    if (rc)
+        return rc;
+    if (stage < 0 || stage >= l->pp)
+        return dp_err_set(err, DP_EINVAL, "stage %d: the layout has %d stages", stage, l->pp);
+    /* The pricing backend with unit rates: only the order of the calls is kept. */
+    struct pricer c;
+    memset(&c, 0, sizeof c);
+    c.base.ops = &pricing_ops;
+    c.nt = c.base.threads = 1;
+    c.pr.gemm_gflops = c.pr.conc_eff = 1;
+    for (int i = 0; i < 3; i++)
+        c.pr.bw_gbps[i] = 1;
+    c.pr.cache_bytes[0] = c.pr.cache_bytes[1] = 1;
+    c.coll_bps = 1e18;
+    c.size[DP_GROUP_WORLD] = l->tp * l->dp * l->pp;
+    c.size[DP_GROUP_TP] = l->tp;
+    c.size[DP_GROUP_DP] = l->dp;
+    c.size[DP_GROUP_PP] = l->pp;
+    c.size[DP_GROUP_NODE] = 1;
+    c.size[DP_GROUP_SHARD] = l->zero >= 1 ? dp_layout_shard(l) : 1;
+    c.size[DP_GROUP_REPL] = l->zero >= 1 ? dp_layout_replicas(l) : 1;
+    struct dp_exec *ex = calloc(1, sizeof *ex);
+    if (!ex)
+        return dp_err_set(err, DP_ENOMEM, "out of memory");
+    ex->m = m;
+    ex->l = *l;
+    dp_exec_opts_default(&ex->o);
+    ex->err = err;
+    ex->be = &c.base;
+    ex->c = (struct dp_coords){.tp_rank = 0, .dp_rank = 0, .pp_rank = stage};
+    ex->rank = dp_rank_of(&ex->c, l->tp, l->dp, l->pp);
+    ex->world = l->tp * l->dp * l->pp;
+    dp__dims_init(ex);
+    dp__stage_place(ex, stage);
+    ex->M = dp_layout_microbatches(l);
+    ex->gbs_tokens = l->gbs * l->seq_len;
+    c.rank[DP_GROUP_PP] = stage;
+    c.size[DP_GROUP_EMB] = l->pp > 1 && (ex->first || ex->last) ? 2 : 0;
+    c.rank[DP_GROUP_EMB] = ex->last && l->pp > 1 ? 1 : 0;
+    ex->trace = out;
+    ex->trace_cap = cap;
+    rc = dp__model_build(ex);
+    if (!rc)
+        rc = dp__mem_build(ex);
+    if (!rc)
+        rc = dp__step_begin(ex);
+    if (!rc)
+        rc = dp__pipeline(ex, 1);
+    dp__mem_release(ex);
+    dp__model_release(ex);
+    free(ex);
+    free(c.maps);
+    return rc;
+}

@@ -95,11 +95,25 @@ int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world
                           "layout: cp=%d: context parallelism is not supported by the CPU "
                           "executor yet (cp must be 1)",
                           l->cp);
-    if (l->ep != 1 || m->experts > 0)
+    if (l->ep != 1)
         return dp_err_set(err, DP_EINFEASIBLE,
-                          "model %s: mixture-of-experts models are not supported by the CPU "
-                          "executor",
-                          m->name);
+                          "layout: ep=%d: expert parallelism is not supported by the CPU executor "
+                          "(dense models only, ep must be 1)",
+                          l->ep);
+    if (m->experts > 0)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "model %s: experts=%d: mixture-of-experts models are not supported by "
+                          "the CPU executor",
+                          m->name, (int)m->experts);
+    /* Full recompute of only some layers per stage (Megatron --recompute-method block). */
+    int most = 0;
+    for (int s = 0; s < l->pp; s++)
+        most = dp_layout_stage_layers(l, m, s) > most ? dp_layout_stage_layers(l, m, s) : most;
+    if (l->recompute == DP_RECOMPUTE_FULL && l->recompute_layers > 0 && l->recompute_layers < most)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "layout: recompute_layers=%d: the CPU executor recomputes every layer "
+                          "of a stage under full recompute (recompute_layers 0)",
+                          l->recompute_layers);
     if (l->vpp != 1)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "layout: vpp=%d: the interleaved schedule is not supported by the CPU "

@@ -20,6 +20,7 @@
 #include "internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 enum { TAG_FWD = 1, TAG_BWD = 2 };
@@ -69,8 +70,20 @@ static int pp_xchg(struct dp_exec *ex, int to, const real *sbuf, int stag, int f
                          from >= 0 ? n : 0, rtag, ex->err);
 }
 
+/* dp_exec_schedule: " F3" / " B3" for each micro-batch's forward / backward, in order. */
+static void trace(struct dp_exec *ex, char what, int mb)
+{
+    size_t n = strlen(ex->trace);
+    if (n + 16 < ex->trace_cap)
+        snprintf(ex->trace + n, ex->trace_cap - n, "%s%c%d", n ? " " : "", what, mb);
+    else if (n >= 3 && n + 5 < ex->trace_cap && strcmp(ex->trace + n - 3, "...") != 0)
+        snprintf(ex->trace + n, ex->trace_cap - n, " ...");
+}
+
 static int forward_mb(struct dp_exec *ex, struct dp_slot *s)
 {
+    if (ex->trace)
+        trace(ex, 'F', s->mb);
     dp__beat("forward");
     TRY(dp__stage_forward(ex, s));
     dp__beat(NULL);
@@ -79,6 +92,8 @@ static int forward_mb(struct dp_exec *ex, struct dp_slot *s)
 
 static int backward_mb(struct dp_exec *ex, struct dp_slot *s)
 {
+    if (ex->trace)
+        trace(ex, 'B', s->mb);
     dp__beat("backward");
     TRY(dp__stage_backward(ex, s));
     dp__slot_release(ex, s);
