@@ -154,6 +154,8 @@ struct dp_exec {
     size_t *lay_lo, *lay_hi; /* [nlayers] each layer's flat range */
     size_t win_lo;           /* flat start of the layer now in gwin / pwin */
     int *cnt;                /* [sg] scratch: elements of a flat range in each shard */
+    int win_layer;           /* dp__shard_visit: the layer now whole in pwin (-1: none) */
+    bool edge_whole;         /* dp__shard_visit: pedge holds the current edge */
     struct dp_layer_params *lp;
     size_t wte, wpe, lnf_w, lnf_b, head; /* SIZE_MAX if not on this stage */
     bool head_is_wte;                    /* tied embeddings on a single stage */
@@ -237,6 +239,11 @@ void dp__shard_init(struct dp_exec *ex);
  * a checkpoint or the weights are written; dp__shard_drop frees it. No-op otherwise. */
 int dp__shard_full(struct dp_exec *ex);
 void dp__shard_drop(struct dp_exec *ex);
+/* ZeRO-3, writing the weights without a flat copy: make segment sg's parameters whole
+ * in pedge or pwin (dp__param then finds them). Collective over the shard group: its
+ * ranks visit the same segments in the same order. dp__shard_visit_reset first. */
+void dp__shard_visit_reset(struct dp_exec *ex);
+int dp__shard_visit(struct dp_exec *ex, const struct dp_seg *sg);
 
 /* model.c */
 int dp__model_build(struct dp_exec *ex); /* the stage's tensors: segments, offsets, nparams */

@@ -560,10 +560,7 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struc
         char path[4096];
         snprintf(path, sizeof path, "%s/model.safetensors", o->out_dir);
         dp__beat("writing weights");
-        rc = dp__shard_full(ex); /* ZeRO-3: gathered for the writers */
-        if (!rc)
-            rc = dp__weights_save(ex, path);
-        dp__shard_drop(ex);
+        rc = dp__weights_save(ex, path); /* ZeRO-3: gathered layer by layer */
     }
     dp__ckpt_counts(ex, &res->ckpt_tried, &res->ckpt_saved);
     if (!rc)

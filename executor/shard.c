@@ -255,3 +255,27 @@ void dp__shard_drop(struct dp_exec *ex)
     OPS->free(ex->be, ex->params);
     ex->params = NULL;
 }
+
+void dp__shard_visit_reset(struct dp_exec *ex)
+{
+    ex->win_layer = -1;
+    ex->edge_whole = false;
+}
+
+int dp__shard_visit(struct dp_exec *ex, const struct dp_seg *sg)
+{
+    if (ex->l.zero < 3 || ex->params)
+        return 0;
+    if (dp__in_edge(ex, sg->off)) {
+        if (ex->edge_whole)
+            return 0;
+        ex->edge_whole = true;
+        TRY(gather_range(ex, 0, ex->edge_lo, ex->pedge));
+        return gather_range(ex, ex->edge_hi, ex->nparams, ex->pedge + ex->edge_lo);
+    }
+    int i = sg->t.layer - ex->layer0;
+    if (i == ex->win_layer)
+        return 0;
+    ex->win_layer = i;
+    return dp__shard_layer_fwd(ex, i);
+}
