@@ -27,4 +27,17 @@ void dp__ckpt_check_one(const char *path, int step, bool verify, struct dp_ckpt_
 /* A whole global tensor (rows x cols, padding dropped) into buf. */
 int dp__ckpt_gather(struct dp_ckpt *ck, struct dp_ckpt_tensor *t, void *buf, struct dp_err *err);
 
+/* TEST-ONLY (DPLAN_FAULT_INJECTION, fault.c): before writing *k bytes, the fault of a
+ * writer that has one: *k shrinks to the bytes left before it, and at its point the
+ * process dies (CRASH) or the write fails with ENOSPC (a non-zero status, err set). */
+#ifdef DPLAN_FAULT_INJECTION
+int dp__st_fault(struct dp_st_writer *w, size_t *k);
+#else
+static inline int dp__st_fault(struct dp_st_writer *w, size_t *k)
+{
+    (void)w, (void)k;
+    return 0;
+}
+#endif
+
 #endif

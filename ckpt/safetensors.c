@@ -6,11 +6,11 @@
  * file.
  */
 #include "ckpt.h"
+#include "internal.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,19 +94,9 @@ int dp_ckpt_st_write(struct dp_st_writer *w, const void *buf, size_t n)
     w->crc = dp_ckpt_crc32c(w->crc, buf, n);
     while (n > 0) {
         size_t k = n;
-        if (w->fault != DP_ST_FAULT_NONE && w->bytes + (int64_t)k > w->fault_at) {
-            k = (size_t)(w->fault_at - w->bytes);
-            if (k == 0) {
-                if (w->fault == DP_ST_FAULT_CRASH) {
-                    /* TEST-ONLY: the process dies with a half-written file on disk. */
-                    fsync(w->fd);
-                    raise(SIGKILL);
-                }
-                errno = ENOSPC;
-                return dp_err_set(w->err, DP_EIO, "%s: write failed: %s (injected fault)", w->path,
-                                  strerror(errno));
-            }
-        }
+        int rc = dp__st_fault(w, &k);
+        if (rc)
+            return rc;
         ssize_t got = write(w->fd, p, k);
         if (got < 0 && errno == EINTR)
             continue;

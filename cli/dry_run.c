@@ -1,6 +1,6 @@
 /*
- * `dplan run --dry-run`: the rank map (Megatron order, executor.h), each rank's
- * groups, the 1F1B order of every stage (dp_exec_schedule: the executor's own
+ * `dplan run --dry-run`, after cmd_run.c's rank map (Megatron order, executor.h):
+ * each rank's groups, the 1F1B order of every stage (dp_exec_schedule: the executor's own
  * pipeline code on its pricing backend) and the executor's memory plan per rank
  * (dp_exec_memory, the table the ranks allocate from), without starting a rank.
  */
@@ -44,21 +44,11 @@ static void members(const struct dp_layout *l, const struct dp_coords *c, char w
     snprintf(out + n, cap - n, "}");
 }
 
-int cli_run_dry(const char *target, const struct dp_model *m, const struct dp_layout *l)
+int cli_run_dry(const struct dp_model *m, const struct dp_layout *l)
 {
-    char lay[256];
-    dp_layout_format_model(l, m, lay, sizeof lay);
     const int world = l->tp * l->dp * l->pp;
-    const int64_t M = dp_layout_microbatches(l);
     const bool hsdp = l->zero >= 1 && dp_layout_shard(l) < l->dp;
-    printf("dry run: %s, %s: %d rank%s, %lld micro-batch%s of %lld sequences per step and DP "
-           "rank; nothing is started\n",
-           target, lay, world, world == 1 ? "" : "s", (long long)M, M == 1 ? "" : "es",
-           (long long)l->mbs);
-    printf("CPU backend: fp32 compute, blocking collectives, attention probabilities kept%s\n",
-           l->precision != DP_FP32 ? " (the plan's precision is not what it computes in)" : "");
-
-    printf("\nranks (rank = tp_rank + tp * (dp_rank + dp * pp_rank)); groups as world ranks:\n");
+    printf("\ngroups of each rank (world ranks; shard / replicas: ZeRO under HSDP):\n");
     for (int r = 0; r < world; r++) {
         if (r == MAX_LISTED) {
             printf("  ... %d more ranks\n", world - MAX_LISTED);
@@ -66,17 +56,11 @@ int cli_run_dry(const char *target, const struct dp_model *m, const struct dp_la
         }
         struct dp_coords c;
         dp_rank_coords(r, l->tp, l->dp, l->pp, &c);
-        int f = 0;
-        for (int s = 0; s < c.pp_rank; s++)
-            f += dp_layout_stage_layers(l, m, s);
-        int k = dp_layout_stage_layers(l, m, c.pp_rank);
         char tp[128], dp[128], pp[128], sh[128], rp[128];
         members(l, &c, 't', tp, sizeof tp);
         members(l, &c, 'd', dp, sizeof dp);
         members(l, &c, 'p', pp, sizeof pp);
-        printf("  rank %d: stage %d, dp %d, tp %d; layers %d-%d%s%s; tp %s dp %s pp %s", r,
-               c.pp_rank, c.dp_rank, c.tp_rank, f, f + k - 1, c.pp_rank == 0 ? " + embedding" : "",
-               c.pp_rank == l->pp - 1 ? " + head" : "", tp, dp, pp);
+        printf("  rank %d: tp %s dp %s pp %s", r, tp, dp, pp);
         if (hsdp) {
             members(l, &c, 's', sh, sizeof sh);
             members(l, &c, 'r', rp, sizeof rp);
@@ -84,6 +68,8 @@ int cli_run_dry(const char *target, const struct dp_model *m, const struct dp_la
         }
         printf("\n");
     }
+    printf("CPU backend: fp32 compute, blocking collectives, attention probabilities kept%s\n",
+           l->precision != DP_FP32 ? " (not the plan's precision)" : "");
 
     printf("\nschedule per stage (1F1B; Fm / Bm: forward / backward of micro-batch m):\n");
     char *sched = malloc(4096);
@@ -94,7 +80,7 @@ int cli_run_dry(const char *target, const struct dp_model *m, const struct dp_la
     for (int s = 0; s < l->pp; s++) {
         struct dp_err err = {0};
         if (dp_exec_schedule(m, l, s, sched, 4096, &err)) {
-            fprintf(stderr, "dplan: error: %s: %s\n", target, err.msg);
+            fprintf(stderr, "dplan: error: %s: %s\n", m->name, err.msg);
             free(sched);
             return 1;
         }
@@ -116,7 +102,7 @@ int cli_run_dry(const char *target, const struct dp_model *m, const struct dp_la
         int64_t b[DP_NPOOLS];
         struct dp_err err = {0};
         if (dp_exec_memory(m, l, s, b, &err)) {
-            fprintf(stderr, "dplan: error: %s: %s\n", target, err.msg);
+            fprintf(stderr, "dplan: error: %s: %s\n", m->name, err.msg);
             return 1;
         }
         double total = 0;

@@ -55,21 +55,6 @@ int dp_exec_memory(const struct dp_model *m, const struct dp_layout *l, int stag
 int dp_exec_schedule(const struct dp_model *m, const struct dp_layout *l, int stage, char *out,
                      size_t cap, struct dp_err *err);
 
-/* ------------------------------------------------------------------ ranks */
-
-/*
- * Where this process's rank came from, in the order checked: OpenMPI
- * (OMPI_COMM_WORLD_*), MPICH/Hydra (PMI_RANK/PMI_SIZE), Slurm srun
- * (SLURM_PROCID/SLURM_NTASKS with a step id), torchrun (RANK/WORLD_SIZE/
- * LOCAL_RANK). `launched` is false when none is present (started by hand).
- */
-struct dp_rank_env {
-    bool launched;
-    char source[16]; /* "openmpi", "pmi", "slurm", "torchrun", "none" */
-    int rank, world, local_rank, local_world;
-};
-void dp_exec_detect_env(struct dp_rank_env *out);
-
 /* ------------------------------------------------------------------ data */
 
 enum dp_data_format { DP_DATA_AUTO = 0, DP_DATA_LLMC = 1, DP_DATA_RAW = 2 };

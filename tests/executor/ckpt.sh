@@ -82,14 +82,20 @@ kill)
   has kill/log.jsonl '"status":"restarting","restart":1,.*"resume_step":5' "restarting record"
   has kill/log.jsonl '"status":"finished".*"restarts":1' "finished record"
   has kill.err 'finished after 1 restart' "supervisor message"
+  # Every record, a rank's or the launcher's, says which launch it belongs to.
+  [ "$(grep -vc '"attempt":[01],' kill/log.jsonl)" = 0 ] || bad "a record without its attempt"
+  has kill/log.jsonl '"attempt":1,"status":"running","step":8,' "a step of the relaunch"
+  # --hang-timeout, --timeout's old name, still works and says it is deprecated (once).
+  has kill.err 'warning: --hang-timeout is deprecated: it is --timeout' "deprecation note"
+  [ "$(grep -c 'is deprecated' kill.err)" = 1 ] || bad "the deprecation note is not said once"
   ;;
 
 hang)
   # (b) rank 2 hangs at step 7; no MPI call fails, the heartbeat watchdog notices and names it.
   start=$(date +%s)
   DPLAN_FAULT_INJECT=2:7:hang run hang 0 "${GPT[@]}" --ckpt-dir hang/ck --ckpt-every 5 \
-    --max-restarts 2 --hang-timeout 4
-  identical hang ref "rank 2 hung at step 7, --hang-timeout 4"
+    --max-restarts 2 --timeout 4
+  identical hang ref "rank 2 hung at step 7, --timeout 4"
   has hang/log.jsonl '"status":"failed","rank":2,"step":7,"reason":"hang"' "failed record"
   has hang/log.jsonl '"status":"restarting"' "restarting record"
   took=$(($(date +%s) - start))
@@ -99,7 +105,7 @@ hang)
   DPLAN_FAULT_INJECT='1:3:exit:*' run giveup 1 "${GPT[@]}" --ckpt-dir giveup/ck \
     --max-restarts 1 --steps 4
   has giveup/log.jsonl '"status":"restarting".*"resume_from":null' "restart from the start"
-  has giveup/log.jsonl '"status":"failed","rank":1,"step":3,.*"attempt":1,.*"will_restart":false' "last failure"
+  has giveup/log.jsonl '"attempt":1,"status":"failed","rank":1,"step":3,.*"will_restart":false' "last failure"
   has giveup.err 'giving up after 1 restart: rank 1, step 3: exit status 3' "message"
   ;;
 

@@ -6,6 +6,7 @@
  */
 #include "check.h"
 #include "executor/internal.h"
+#include "launch/launch.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -124,13 +125,13 @@ static void test_env(void)
                           "LOCAL_RANK"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         unsetenv(vars[i]);
-    dp_exec_detect_env(&e);
+    dp_launch_detect_env(&e);
     CHECK(!e.launched);
     CHECK_EQ(e.world, 1);
     setenv("RANK", "3", 1);
     setenv("WORLD_SIZE", "4", 1);
     setenv("LOCAL_RANK", "1", 1);
-    dp_exec_detect_env(&e);
+    dp_launch_detect_env(&e);
     CHECK_STR(e.source, "torchrun");
     CHECK_EQ(e.rank, 3);
     CHECK_EQ(e.world, 4);
@@ -138,15 +139,22 @@ static void test_env(void)
     /* A Slurm batch script (no step) is not a launch; srun is. */
     setenv("SLURM_PROCID", "5", 1);
     setenv("SLURM_NTASKS", "8", 1);
-    dp_exec_detect_env(&e);
+    dp_launch_detect_env(&e);
     CHECK_STR(e.source, "torchrun");
     setenv("SLURM_STEP_ID", "0", 1);
-    dp_exec_detect_env(&e);
+    dp_launch_detect_env(&e);
     CHECK_STR(e.source, "slurm");
     CHECK_EQ(e.rank, 5);
+    /* MPICH/Hydra (PMI) is checked before Slurm, as launch/env.c orders them. */
+    setenv("PMI_SIZE", "6", 1);
+    setenv("PMI_RANK", "2", 1);
+    dp_launch_detect_env(&e);
+    CHECK_STR(e.source, "pmi");
+    CHECK_EQ(e.rank, 2);
+    CHECK_EQ(e.world, 6);
     setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
     setenv("OMPI_COMM_WORLD_RANK", "1", 1);
-    dp_exec_detect_env(&e);
+    dp_launch_detect_env(&e);
     CHECK_STR(e.source, "openmpi");
     CHECK_EQ(e.rank, 1);
     CHECK_EQ(e.world, 2);

@@ -29,6 +29,7 @@ struct knob_case {
     const char *key;  /* the knob (JSON name); its value in `json` */
     const char *json; /* fields merged over the base layout */
     enum verdict want;
+    const char *needle; /* what the refusal names; NULL: "key=" */
 };
 
 /* tiny-gpt: 2 layers, 4 heads (kv 4), hidden 64; base: pp 2, dp 4, ZeRO-1. */
@@ -36,72 +37,76 @@ static const char base_json[] =
     "{\"tp\": 1, \"pp\": 2, \"dp\": 4, \"mbs\": 1, \"gbs\": 8, \"seq_len\": 32, \"zero\": 1}";
 
 static const struct knob_case cases[] = {
-    {"tp", "{\"tp\": 1}", RUNS},
-    {"tp", "{\"tp\": 2}", RUNS},
-    {"tp", "{\"tp\": 4}", RUNS},
-    {"pp", "{\"pp\": 1}", RUNS},
-    {"pp", "{\"pp\": 2}", RUNS},
-    {"dp", "{\"dp\": 1, \"zero\": 0}", RUNS},
-    {"dp", "{\"dp\": 2}", RUNS},
-    {"cp", "{\"cp\": 1}", RUNS},
-    {"cp", "{\"cp\": 2}", REFUSED},
-    {"cp", "{\"cp\": 4}", REFUSED},
-    {"ep", "{\"ep\": 1}", RUNS},
-    {"ep", "{\"ep\": 2}", REFUSED},
-    {"vpp", "{\"vpp\": 1}", RUNS},
-    {"vpp", "{\"vpp\": 2}", REFUSED},
-    {"vpp", "{\"vpp\": 2, \"pp\": 1}", REFUSED},
-    {"mbs", "{\"mbs\": 2}", RUNS},
-    {"gbs", "{\"gbs\": 16}", RUNS},
-    {"seq_len", "{\"seq_len\": 64}", RUNS},
-    {"seq_len", "{\"seq_len\": 128}", REFUSED}, /* learned positions: max_position 64 */
-    {"zero", "{\"zero\": 0}", RUNS},
-    {"zero", "{\"zero\": 1}", RUNS},
-    {"zero", "{\"zero\": 2}", RUNS},
-    {"zero", "{\"zero\": 3}", RUNS},
-    {"shard_group", "{\"shard_group\": 2}", RUNS},
-    {"shard_group", "{\"shard_group\": 2, \"zero\": 3}", RUNS},
-    {"shard_group", "{\"shard_group\": 4}", RUNS},
-    {"shard_group", "{\"shard_group\": 3}", REFUSED},
-    {"shard_group", "{\"shard_group\": 2, \"zero\": 0}", REFUSED},
-    {"recompute", "{\"recompute\": \"none\"}", RUNS},
-    {"recompute", "{\"recompute\": \"selective\"}", RUNS},
-    {"recompute", "{\"recompute\": \"full\"}", RUNS},
-    {"recompute_layers", "{\"recompute\": \"full\", \"recompute_layers\": 2}", RUNS},
-    {"recompute_layers", "{\"pp\": 1, \"recompute\": \"full\", \"recompute_layers\": 1}", REFUSED},
-    {"sp", "{\"tp\": 2, \"sp\": true}", RUNS},
-    {"sp", "{\"sp\": false}", RUNS},
-    {"flash_attn", "{\"flash_attn\": false}", RUNS},
-    {"flash_attn", "{\"flash_attn\": true}", RUNS},
-    {"precision", "{\"precision\": \"bf16\"}", RUNS},
-    {"precision", "{\"precision\": \"fp16\"}", RUNS},
-    {"precision", "{\"precision\": \"fp32\"}", RUNS},
-    {"precision", "{\"precision\": \"fp8\"}", RUNS},
-    {"grad_fp32", "{\"grad_fp32\": false}", RUNS},
-    {"optimizer", "{\"optimizer\": \"adam\"}", RUNS},
-    {"optimizer", "{\"optimizer\": \"sgd\"}", REFUSED},
-    {"dp_overlap", "{\"dp_overlap\": false}", RUNS},
-    {"first_stage_layers", "{\"first_stage_layers\": 1}", RUNS},
-    {"last_stage_layers", "{\"last_stage_layers\": 1}", RUNS},
-    {"gemm_precision", "{\"gemm_precision\": \"@gemm\"}", RUNS}, /* every name, below */
-    {"fp8_recipe", "{\"precision\": \"fp8\", \"fp8_recipe\": \"@recipe\"}", RUNS},
-    {"fp8_format", "{\"precision\": \"fp8\", \"fp8_format\": \"e4m3\"}", RUNS},
-    {"fp8_format", "{\"precision\": \"fp8\", \"fp8_format\": \"hybrid\"}", RUNS},
-    {"fp8_params", "{\"precision\": \"fp8\", \"fp8_params\": true}", RUNS},
-    {"tp_overlap", "{\"tp\": 2, \"sp\": true, \"tp_overlap\": true}", RUNS},
-    {"overlap_param_gather", "{\"overlap_param_gather\": false}", RUNS},
+    {"tp", "{\"tp\": 1}", RUNS, NULL},
+    {"tp", "{\"tp\": 2}", RUNS, NULL},
+    {"tp", "{\"tp\": 4}", RUNS, NULL},
+    {"pp", "{\"pp\": 1}", RUNS, NULL},
+    {"pp", "{\"pp\": 2}", RUNS, NULL},
+    {"dp", "{\"dp\": 1, \"zero\": 0}", RUNS, NULL},
+    {"dp", "{\"dp\": 2}", RUNS, NULL},
+    {"cp", "{\"cp\": 1}", RUNS, NULL},
+    {"cp", "{\"cp\": 2}", REFUSED, NULL},
+    {"cp", "{\"cp\": 4}", REFUSED, NULL},
+    {"ep", "{\"ep\": 1}", RUNS, NULL},
+    {"ep", "{\"ep\": 2}", REFUSED, NULL},
+    {"vpp", "{\"vpp\": 1}", RUNS, NULL},
+    {"vpp", "{\"vpp\": 2}", REFUSED, NULL},
+    {"vpp", "{\"vpp\": 2, \"pp\": 1}", REFUSED, NULL},
+    {"mbs", "{\"mbs\": 2}", RUNS, NULL},
+    {"gbs", "{\"gbs\": 16}", RUNS, NULL},
+    {"seq_len", "{\"seq_len\": 64}", RUNS, NULL},
+    {"seq_len", "{\"seq_len\": 128}", REFUSED, NULL}, /* learned positions: max_position 64 */
+    {"zero", "{\"zero\": 0}", RUNS, NULL},
+    {"zero", "{\"zero\": 1}", RUNS, NULL},
+    {"zero", "{\"zero\": 2}", RUNS, NULL},
+    {"zero", "{\"zero\": 3}", RUNS, NULL},
+    {"shard_group", "{\"shard_group\": 2}", RUNS, NULL},
+    {"shard_group", "{\"shard_group\": 2, \"zero\": 3}", RUNS, NULL},
+    {"shard_group", "{\"shard_group\": 4}", RUNS, NULL},
+    {"shard_group", "{\"shard_group\": 3}", REFUSED, NULL},
+    {"shard_group", "{\"shard_group\": 2, \"zero\": 0}", REFUSED, NULL},
+    {"recompute", "{\"recompute\": \"none\"}", RUNS, NULL},
+    {"recompute", "{\"recompute\": \"selective\"}", RUNS, NULL},
+    {"recompute", "{\"recompute\": \"full\"}", RUNS, NULL},
+    {"recompute_layers", "{\"recompute\": \"full\", \"recompute_layers\": 2}", RUNS, NULL},
+    {"recompute_layers", "{\"pp\": 1, \"recompute\": \"full\", \"recompute_layers\": 1}", REFUSED,
+     NULL},
+    {"sp", "{\"tp\": 2, \"sp\": true}", RUNS, NULL},
+    {"sp", "{\"sp\": false}", RUNS, NULL},
+    {"flash_attn", "{\"flash_attn\": false}", RUNS, NULL},
+    {"flash_attn", "{\"flash_attn\": true}", RUNS, NULL},
+    {"precision", "{\"precision\": \"bf16\"}", RUNS, NULL},
+    {"precision", "{\"precision\": \"fp16\"}", RUNS, NULL},
+    {"precision", "{\"precision\": \"fp32\"}", RUNS, NULL},
+    {"precision", "{\"precision\": \"fp8\"}", RUNS, NULL},
+    {"grad_fp32", "{\"grad_fp32\": false}", RUNS, NULL},
+    {"optimizer", "{\"optimizer\": \"adam\"}", RUNS, NULL},
+    {"optimizer", "{\"optimizer\": \"sgd\"}", REFUSED, NULL},
+    {"dp_overlap", "{\"dp_overlap\": false}", RUNS, NULL},
+    {"first_stage_layers", "{\"first_stage_layers\": 1}", RUNS, NULL},
+    {"last_stage_layers", "{\"last_stage_layers\": 1}", RUNS, NULL},
+    {"stage_layers", "{\"stage_layers\": [1, 1]}", RUNS, NULL},
+    /* A stage with no layer: refused by stage (issue 13's message names the stage). */
+    {"stage_layers", "{\"stage_layers\": [2, 0]}", REFUSED, "stage 1 holds no transformer layer"},
+    {"gemm_precision", "{\"gemm_precision\": \"@gemm\"}", RUNS, NULL}, /* every name, below */
+    {"fp8_recipe", "{\"precision\": \"fp8\", \"fp8_recipe\": \"@recipe\"}", RUNS, NULL},
+    {"fp8_format", "{\"precision\": \"fp8\", \"fp8_format\": \"e4m3\"}", RUNS, NULL},
+    {"fp8_format", "{\"precision\": \"fp8\", \"fp8_format\": \"hybrid\"}", RUNS, NULL},
+    {"fp8_params", "{\"precision\": \"fp8\", \"fp8_params\": true}", RUNS, NULL},
+    {"tp_overlap", "{\"tp\": 2, \"sp\": true, \"tp_overlap\": true}", RUNS, NULL},
+    {"overlap_param_gather", "{\"overlap_param_gather\": false}", RUNS, NULL},
     /* pp_overlap true is valid only with vpp > 1, which is refused (vpp= above). */
-    {"pp_overlap", "{\"pp_overlap\": false}", RUNS},
-    {"attention", "{\"attention\": \"@attn\"}", RUNS},
-    {"eager", "{\"eager\": true}", RUNS},
+    {"pp_overlap", "{\"pp_overlap\": false}", RUNS, NULL},
+    {"attention", "{\"attention\": \"@attn\"}", RUNS, NULL},
+    {"eager", "{\"eager\": true}", RUNS, NULL},
     /* MoE knobs on a dense model: nothing to run differently (the cost model ignores
      * them too); a MoE model is refused (experts=, below). */
-    {"etp", "{\"etp\": 1}", RUNS},
-    {"moe_capacity", "{\"moe_capacity\": 1.25}", RUNS},
-    {"moe_pad", "{\"moe_capacity\": 1.25, \"moe_pad\": true}", RUNS},
-    {"moe_imbalance", "{\"moe_imbalance\": 1}", RUNS},
-    {"moe_dispatcher", "{\"moe_dispatcher\": \"dedup\"}", RUNS},
-    {"moe_dispatcher", "{\"moe_dispatcher\": \"alltoall\"}", RUNS},
+    {"etp", "{\"etp\": 1}", RUNS, NULL},
+    {"moe_capacity", "{\"moe_capacity\": 1.25}", RUNS, NULL},
+    {"moe_pad", "{\"moe_capacity\": 1.25, \"moe_pad\": true}", RUNS, NULL},
+    {"moe_imbalance", "{\"moe_imbalance\": 1}", RUNS, NULL},
+    {"moe_dispatcher", "{\"moe_dispatcher\": \"dedup\"}", RUNS, NULL},
+    {"moe_dispatcher", "{\"moe_dispatcher\": \"alltoall\"}", RUNS, NULL},
 };
 
 /* base + fields of `over` -> a layout through plan.json's reader; 0 or its status. */
@@ -129,7 +134,7 @@ static int read_layout(const char *over, struct dp_layout *l, struct dp_err *err
 static void run_case(const struct dp_model *m, const struct knob_case *c, const char *value,
                      int *runs, int *refused)
 {
-    char json[256], needle[64];
+    char json[256], needle[96];
     const char *at = strchr(c->json, '@');
     if (at && value) {
         const char *end = at + 1;
@@ -146,6 +151,8 @@ static void run_case(const struct dp_model *m, const struct knob_case *c, const 
     if (!rc)
         rc = dp_exec_check(m, &l, 0, &err);
     snprintf(needle, sizeof needle, "%s=", c->key);
+    if (c->needle)
+        snprintf(needle, sizeof needle, "%s", c->needle);
     printf("%-22s %-60s %s%s\n", c->key, json, rc ? "refused: " : "runs", rc ? err.msg : "");
     if (c->want == RUNS) {
         CHECK_EQ(rc, 0);
@@ -211,6 +218,8 @@ static void test_coverage(void)
     l.moe_dispatcher = DP_DISPATCH_DEDUP;
     l.shard_group = 2;
     l.first_stage_layers = l.last_stage_layers = 1;
+    l.nchunks = 2;
+    l.chunk_layers[0] = l.chunk_layers[1] = 1;
     cJSON *o = dp_layout_to_json(&l);
     CHECK(o != NULL);
     int keys = 0;
