@@ -97,8 +97,10 @@ static int add_stage(cJSON *tensors, cJSON *zgroups, const struct dp_ckpt_meta *
     free(sl);
     if (!zgroups)
         return 0;
-    /* The stage's flat buffer, padded to a multiple of dp and split in dp shards. */
-    int64_t nflat = (flat + l->dp - 1) / l->dp * l->dp, shard = nflat / l->dp;
+    /* The stage's flat buffer, padded to a multiple of the shard group (dp; shard_group
+     * under HSDP) and split in that many shards; under HSDP replica 0's files hold them. */
+    const int nsh = l->zero >= 1 && l->dp % dp_layout_shard(l) == 0 ? dp_layout_shard(l) : l->dp;
+    int64_t nflat = (flat + nsh - 1) / nsh * nsh, shard = nflat / nsh;
     for (int tr = 0; tr < l->tp; tr++) {
         cJSON *g = cJSON_CreateObject();
         cJSON_AddNumberToObject(g, "tp_rank", tr);
@@ -106,7 +108,7 @@ static int add_stage(cJSON *tensors, cJSON *zgroups, const struct dp_ckpt_meta *
         cJSON_AddNumberToObject(g, "flat_elems", (double)nflat);
         cJSON_AddNumberToObject(g, "shard_elems", (double)shard);
         cJSON *gs = cJSON_AddArrayToObject(g, "shards");
-        for (int k = 0; k < l->dp; k++) {
+        for (int k = 0; k < nsh; k++) {
             struct dp_coords c = {.tp_rank = tr, .dp_rank = k, .pp_rank = s};
             cJSON *p = cJSON_CreateObject();
             cJSON_AddNumberToObject(p, "dp_rank", k);

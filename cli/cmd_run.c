@@ -12,6 +12,7 @@
  * --dry-run prints the rank map and what to set on real clusters instead.
  */
 #include "cli.h"
+#include "dry_run.h"
 #include "run.h"
 
 #include <cjson/cJSON.h>
@@ -27,7 +28,7 @@ static const char help_head[] =
     "usage: dplan run PLAN.json [options]\n"
     "       dplan run MODEL [knobs] [options]\n\n"
     "Train the model under the plan's layout (data, tensor, sequence and pipeline\n"
-    "parallel, micro-batches, recompute, ZeRO-1) on the CPU backend: MPI between\n"
+    "parallel, micro-batches, recompute, ZeRO-1/2/3, HSDP) on the CPU backend: MPI between\n"
     "ranks, OpenBLAS and OpenMP inside each. Started by hand it launches its ranks\n"
     "with mpirun; under mpirun or srun each process is one rank. The world size is\n"
     "tp*pp*dp*cp. Computation is fp32 whatever the plan's precision.\n\n"
@@ -55,8 +56,9 @@ static const char help_head[] =
     "  --hostfile FILE     launch the ranks on the hosts of FILE (mpirun --hostfile)\n"
     "  --ranks-per-node K  ranks per host with --hostfile and in --dry-run's lines\n"
     "                      [the plan's GPUs per node, else all on one]\n"
-    "  --dry-run           print the rank map and the hostfile, mpirun and Slurm lines\n"
-    "                      that run this on a cluster; start nothing, write nothing\n"
+    "  --dry-run           print the rank map, each rank's groups, each stage's 1F1B order,\n"
+    "                      the predicted memory per rank, and the hostfile, mpirun and\n"
+    "                      Slurm lines that run this on a cluster; start nothing, write nothing\n"
     "\nThe environment variables and exit codes of the ranks: docs/rank-protocol.md.\n\n";
 
 static const char run_knob_help[] =
@@ -66,17 +68,22 @@ static const char run_knob_help[] =
     "  --gbs N               global batch in sequences [mbs*dp*pp]; at most the windows\n"
     "                        of seq_len tokens in the data\n"
     "  --seq-len N           sequence length [the model's]\n"
-    "  --zero {0,1}          1: ZeRO-1, the AdamW state sharded over dp [0]\n"
+    "  --zero {0,1,2,3}      ZeRO stage: 1 shards the AdamW state over dp, 2 also the\n"
+    "                        gradients (reduce-scattered per layer), 3 also the parameters\n"
+    "                        (gathered per layer before forward and backward) [0]\n"
+    "  --shard-group N       HSDP: shard within groups of N dp ranks, all-reduce across\n"
+    "                        the groups (zero >= 1; N divides dp) [dp]\n"
     "  --recompute {none,selective,full}  activation recomputation [none]\n"
     "  --sp                  sequence parallelism (with tp > 1)\n"
     "  --first-stage-layers N --last-stage-layers N   uneven pipeline split\n"
     "  --cp 1 --ep 1 --vpp 1 --optimizer adam         accepted: the only values it runs\n\n"
-    "Refused with an error: --cp, --ep or --vpp above 1 (context and expert parallelism,\n"
-    "the interleaved schedule), --zero 2 or 3, --optimizer sgd; mixture-of-experts,\n"
-    "ALiBi and parallel-attention (one-norm) models; and the planning-only knobs\n"
-    "--precision and --grad-dtype (other than fp32), --no-flash-attn and --overhead-gib:\n"
-    "it computes in fp32 and keeps attention probabilities (a plan file's values for\n"
-    "these are ignored).\n";
+    "Refused with an error naming the knob: --cp, --ep or --vpp above 1 (context and\n"
+    "expert parallelism, the interleaved schedule), --optimizer sgd; mixture-of-experts,\n"
+    "ALiBi and parallel-attention (one-norm) models; a plan's recompute_layers below\n"
+    "the stage's layers; and the planning-only knobs --precision and --grad-dtype\n"
+    "(other than fp32), --no-flash-attn and --overhead-gib: it computes in fp32 and\n"
+    "keeps attention probabilities (a plan file's values for these, and its overlap\n"
+    "and kernel knobs, run the CPU backend's one way: executor/README.md \"What runs\").\n";
 
 /* Planning knobs that would do nothing here: refused rather than silently ignored. */
 static int refuse_planning_knobs(const struct cli_common *c)
@@ -461,7 +468,10 @@ static int dry_run(const struct cli_run *r, int argc, char **argv)
                c.pp_rank, first, first + n - 1, c.pp_rank == 0 ? " +embedding" : "",
                c.pp_rank == l->pp - 1 ? " +head" : "");
     }
-    printf("output: %s%s\n", r->out_dir, r->out ? "" : " (the default: --out DIR to choose)");
+    int prc = cli_run_dry(&r->m, l); /* groups, schedule, memory (dry_run.c) */
+    if (prc)
+        return prc;
+    printf("\noutput: %s%s\n", r->out_dir, r->out ? "" : " (the default: --out DIR to choose)");
     printf("\nOpen MPI: a hostfile of the %d node%s (names as the cluster has them), then\n", nodes,
            nodes == 1 ? "" : "s");
     for (int i = 0; i < nodes; i++)

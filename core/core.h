@@ -485,6 +485,12 @@ struct dp_layout {
     bool moe_pad;         /* pad every expert's input to its capacity */
     double moe_imbalance; /* busiest EP rank's routed tokens over the mean (dropless) */
     enum dp_moe_dispatcher moe_dispatcher;
+    /* Hybrid sharded data parallelism (HSDP): ZeRO/FSDP shards within groups of
+     * shard_group of the dp x cp ranks and replicates across the groups, whose gradients
+     * are all-reduced (FSDP2 data_parallel_shard_degree x data_parallel_replicate_degree,
+     * Megatron --num-distributed-optimizer-instances, DeepSpeed MiCS mics_shard_size).
+     * 0 = all dp x cp ranks (full sharding). */
+    int shard_group;
     /*
      * The pipeline split (core/split.c): which decoder layers each stage and model
      * chunk holds. With nchunks == 0 it is even (layers / (pp * vpp) per chunk) or,
@@ -501,6 +507,18 @@ struct dp_layout {
     int nchunks;            /* 0, or pp * vpp entries of chunk_layers */
     uint16_t chunk_layers[DP_MAX_CHUNKS];
 };
+
+/* The data-parallel ranks (of dp x cp) a dense parameter's ZeRO/FSDP shard spans: the shard
+ * group under HSDP, else all of them; and the replicas of each shard. */
+static inline int dp_layout_shard(const struct dp_layout *l)
+{
+    return l->shard_group > 0 ? l->shard_group : l->dp * l->cp;
+}
+static inline int dp_layout_replicas(const struct dp_layout *l)
+{
+    int s = dp_layout_shard(l);
+    return s > 0 ? l->dp * l->cp / s : 1;
+}
 
 /* Default load imbalance of dropless routing: 1.25, the capacity factor Switch
  * Transformers train with (Fedus et al. 2022, Sec. 2.2 and Table 1) as the headroom

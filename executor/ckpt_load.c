@@ -49,7 +49,12 @@ static int load_state(struct dp_exec *ex, struct dp_ckpt *s)
             real *base = k == DP_CKPT_PARAM     ? ex->params
                          : k == DP_CKPT_EXP_AVG ? ex->adam_m
                                                 : ex->adam_v;
-            if (!rc)
+            size_t lo, hi;
+            /* ZeRO-3: only the part in this rank's shard is kept. */
+            if (!rc && ex->l.zero >= 3 && dp__seg_in_shard(ex, sg, &lo, &hi))
+                OPS->upload(ex->be, ex->pshard + (lo - ex->shard_off), buf + (lo - sg->off),
+                            (hi - lo) * sizeof(real));
+            else if (!rc && ex->l.zero < 3)
                 OPS->upload(ex->be, base + sg->off, buf, (size_t)n * sizeof(real));
         }
     }

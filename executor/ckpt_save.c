@@ -265,7 +265,7 @@ static int publish(struct dp_exec *ex, int step, const char *tmp, const char *fi
     mt->model = *ex->m;
     mt->layout = ex->l;
     mt->adam_step = (int64_t)ex->adam_t;
-    mt->zero = ex->l.zero >= 1;
+    mt->zero = ex->l.zero >= 1; /* every stage keeps ZeRO-1's flat shards (shard.c) */
     mt->lr = o->lr;
     mt->warmup = o->warmup_steps;
     mt->min_lr_frac = o->min_lr_frac;
@@ -325,7 +325,11 @@ static int save(struct dp_exec *ex, int step)
     uint32_t crc = 0;
     int64_t size = 0;
     double published = 0;
+    /* ZeRO-3: the parameters gathered for the writers (every rank: a collective). */
+    if ((rc = dp__shard_full(ex)))
+        return rc;
     int wrc = write_rank_file(ex, tmp, step, &crc, &size, &lerr);
+    dp__shard_drop(ex);
     if (wrc)
         emit_local_failure(ex, step, final, lerr.msg);
     double mine[3] = {wrc ? 1.0 : 0.0, (double)crc, (double)size}, *all = NULL;

@@ -49,6 +49,11 @@ const char *dp_pool_name(enum dp_pool p);
  */
 int dp_exec_memory(const struct dp_model *m, const struct dp_layout *l, int stage,
                    int64_t out[DP_NPOOLS], struct dp_err *err);
+/* The order in which stage `stage` runs one step's micro-batches: "F0 F1 B0 F2 B1 B2"
+ * (forward / backward of micro-batch m), from the executor's own 1F1B code run on the
+ * pricing backend (nothing is computed); " ..." when it does not fit in cap. */
+int dp_exec_schedule(const struct dp_model *m, const struct dp_layout *l, int stage, char *out,
+                     size_t cap, struct dp_err *err);
 
 /* ------------------------------------------------------------------ data */
 

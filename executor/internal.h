@@ -133,10 +133,29 @@ struct dp_exec {
     struct dp_seg *segs;
     int nsegs;
     size_t nparams;   /* elements used */
-    size_t nflat;     /* buffer length: nparams padded to a multiple of dp under ZeRO-1 */
-    size_t shard;     /* optimizer elements: nflat / dp (ZeRO-1) or nparams */
+    size_t nflat;     /* flat length: nparams padded to a multiple of the shard group (ZeRO) */
+    size_t shard;     /* optimizer elements: nflat / shard group (ZeRO >= 1) or nparams */
     size_t shard_off; /* first flat element of this rank's shard */
+    /* params: the flat parameters (ZeRO-3: only while a checkpoint or the weights are
+     * written, shard.c); grads: the flat gradients (ZeRO <= 1). */
     real *params, *grads, *adam_m, *adam_v;
+    /* ZeRO-2/3 and HSDP (shard.c). The flat buffer is cut in buckets: the stage's tensors
+     * before its first layer ("head" of the flat order: embeddings) and after its last
+     * (final norm, LM head) form the edge, kept for the whole step; each layer is one
+     * bucket, gathered (ZeRO-3) or reduce-scattered (ZeRO-2/3) as the layer runs. */
+    int sg, sg_rank;     /* shard group: its size and this rank's place (HSDP: dp / replicas) */
+    int repl, repl_rank; /* replicas of each shard and this rank's replica */
+    real *gred;          /* [shard] reduced gradients, indexed like adam_m (grads when ZeRO <= 1) */
+    real *pshard;        /* ZeRO-3: [shard] this rank's parameters (the master copy) */
+    real *gedge, *gwin;  /* ZeRO-2/3: [edge_n] edge gradients; [win_n] one layer's */
+    real *pedge, *pwin;  /* ZeRO-3: [edge_n] gathered edge parameters; [win_n] one layer's */
+    size_t edge_lo, edge_hi; /* flat [0, edge_lo) and [edge_hi, nparams) are the edge */
+    size_t edge_n, win_n;    /* edge_lo + nparams - edge_hi; the largest layer */
+    size_t *lay_lo, *lay_hi; /* [nlayers] each layer's flat range */
+    size_t win_lo;           /* flat start of the layer now in gwin / pwin */
+    int *cnt;                /* [sg] scratch: elements of a flat range in each shard */
+    int win_layer;           /* dp__shard_visit: the layer now whole in pwin (-1: none) */
+    bool edge_whole;         /* dp__shard_visit: pedge holds the current edge */
     struct dp_layer_params *lp;
     size_t wte, wpe, lnf_w, lnf_b, head; /* SIZE_MAX if not on this stage */
     bool head_is_wte;                    /* tied embeddings on a single stage */
@@ -157,6 +176,8 @@ struct dp_exec {
     int32_t *host_tok; /* [2 N] host staging for one micro-batch's inputs and targets */
     uint64_t adam_t;
     struct dp__ckpt *ck; /* checkpoint state (ckpt.c), NULL until used */
+    char *trace;         /* dp_exec_schedule: the pipeline's order is written here */
+    size_t trace_cap;
 };
 
 /* ZeRO-1: the part [*lo, *hi) of segment sg's flat range [off, off + rows cols) that lies in
@@ -170,9 +191,65 @@ static inline bool dp__seg_in_shard(const struct dp_exec *ex, const struct dp_se
     return *lo < *hi;
 }
 
+/* Where flat element `off` lives for the kernels: the flat buffer (ZeRO <= 1 gradients,
+ * ZeRO <= 2 parameters), or under ZeRO-2/3 the edge buffer or the layer window. */
+static inline size_t dp__edge_at(const struct dp_exec *ex, size_t off)
+{
+    return off < ex->edge_lo ? off : ex->edge_lo + (off - ex->edge_hi);
+}
+static inline bool dp__in_edge(const struct dp_exec *ex, size_t off)
+{
+    return off < ex->edge_lo || off >= ex->edge_hi;
+}
+static inline real *dp__param(struct dp_exec *ex, size_t off)
+{
+    if (off == SIZE_MAX)
+        return NULL;
+    if (ex->l.zero < 3 || ex->params)
+        return ex->params + off;
+    return dp__in_edge(ex, off) ? ex->pedge + dp__edge_at(ex, off) : ex->pwin + (off - ex->win_lo);
+}
+static inline real *dp__grad(struct dp_exec *ex, size_t off)
+{
+    if (off == SIZE_MAX)
+        return NULL;
+    if (ex->l.zero < 2)
+        return ex->grads + off;
+    return dp__in_edge(ex, off) ? ex->gedge + dp__edge_at(ex, off) : ex->gwin + (off - ex->win_lo);
+}
+
+/* shard.c: ZeRO-2/3 and HSDP. */
+/* The buckets of the stage (after dp__model_build): edge and layer ranges, win_n. */
+int dp__shard_buckets(struct dp_exec *ex);
+/* Start of a step: zero the reduced gradients and the edge; ZeRO-3 gathers the edge. */
+int dp__shard_step_begin(struct dp_exec *ex);
+/* ZeRO-3: gather layer i's parameters into the window (before its forward, again before
+ * its backward); ZeRO-2/3: open layer i's gradient window. */
+int dp__shard_layer_fwd(struct dp_exec *ex, int i);
+int dp__shard_layer_bwd_begin(struct dp_exec *ex, int i);
+/* ZeRO-2/3: after layer i's backward of one micro-batch: reduce-scatter its gradients
+ * into gred (SP-partial norms all-reduced over TP first). */
+int dp__shard_layer_bwd_end(struct dp_exec *ex, int i);
+/* End of the step's backward (ZeRO-2/3): the edge's TP, tied-embedding and shard-group
+ * reductions into gred; every stage: gred all-reduced over the replicas (HSDP). */
+int dp__shard_step_reduce(struct dp_exec *ex);
+/* ZeRO-3: every parameter initialised into pshard (init_fill on the shard's part). */
+void dp__shard_init(struct dp_exec *ex);
+/* ZeRO-3: a temporary full flat copy of the parameters in ex->params (all-gathered) while
+ * a checkpoint or the weights are written; dp__shard_drop frees it. No-op otherwise. */
+int dp__shard_full(struct dp_exec *ex);
+void dp__shard_drop(struct dp_exec *ex);
+/* ZeRO-3, writing the weights without a flat copy: make segment sg's parameters whole
+ * in pedge or pwin (dp__param then finds them). Collective over the shard group: its
+ * ranks visit the same segments in the same order. dp__shard_visit_reset first. */
+void dp__shard_visit_reset(struct dp_exec *ex);
+int dp__shard_visit(struct dp_exec *ex, const struct dp_seg *sg);
+
 /* model.c */
 int dp__model_build(struct dp_exec *ex); /* the stage's tensors: segments, offsets, nparams */
 void dp__model_init(struct dp_exec *ex); /* their initial values (buffers allocated) */
+/* Initial values of rows [r0, r1) of segment sg's slice into dst (row r0 first). */
+void dp__init_rows(struct dp_exec *ex, const struct dp_seg *sg, int64_t r0, int64_t r1, real *dst);
 void dp__model_release(struct dp_exec *ex);
 
 /* memplan.c: the buffer table (README "Buffer table"), the one source of the sizes the
@@ -180,6 +257,12 @@ void dp__model_release(struct dp_exec *ex);
 enum dp__buf {
     DP__BUF_PARAMS = 0,
     DP__BUF_GRADS,
+    DP__BUF_GRED,
+    DP__BUF_GEDGE,
+    DP__BUF_GWIN,
+    DP__BUF_PSHARD,
+    DP__BUF_PEDGE,
+    DP__BUF_PWIN,
     DP__BUF_ADAM_M,
     DP__BUF_ADAM_V,
     DP__BUF_TMP,
@@ -232,7 +315,7 @@ void dp__load_batch(struct dp_exec *ex, struct dp_slot *s, int step, int mb);
 /* The pieces of dp__forward_backward (the step-time prediction prices them apart):
  * zero the gradients; the step's micro-batches through the stage (1F1B, with the
  * pipeline messages); the gradient reductions and the loss and norm all-reduce. */
-void dp__step_begin(struct dp_exec *ex);
+int dp__step_begin(struct dp_exec *ex); /* ZeRO-3: gathers the edge parameters */
 int dp__pipeline(struct dp_exec *ex, int step);
 int dp__step_reduce(struct dp_exec *ex, double *loss);
 /* One step's forward and backward over all micro-batches (1F1B) with gradients

@@ -31,6 +31,12 @@ struct bufdef {
 static const struct bufdef bufs[DP__NBUF] = {
     [DP__BUF_PARAMS] = {DP_POOL_PARAMS, AT(params)},
     [DP__BUF_GRADS] = {DP_POOL_GRADS, AT(grads)},
+    [DP__BUF_GRED] = {DP_POOL_GRADS, AT(gred)},
+    [DP__BUF_GEDGE] = {DP_POOL_GRADS, AT(gedge)},
+    [DP__BUF_GWIN] = {DP_POOL_GRADS, AT(gwin)},
+    [DP__BUF_PSHARD] = {DP_POOL_PARAMS, AT(pshard)},
+    [DP__BUF_PEDGE] = {DP_POOL_PARAMS, AT(pedge)},
+    [DP__BUF_PWIN] = {DP_POOL_PARAMS, AT(pwin)},
     [DP__BUF_ADAM_M] = {DP_POOL_OPTIM, AT(adam_m)},
     [DP__BUF_ADAM_V] = {DP_POOL_OPTIM, AT(adam_v)},
     [DP__BUF_TMP] = {DP_POOL_ACT_WORK, AT(w.tmp)},
@@ -122,15 +128,29 @@ void dp__memplan(const struct dp_exec *ex, struct dp__memplan *p)
     const int64_t Nh = dm->N * dm->h, Nlh = dm->Nl * dm->h, S = dm->B * dm->a * dm->T * dm->T;
     int64_t *e = p->elems;
     memset(p, 0, sizeof *p);
-    /* The flat buffers: under ZeRO-1 padded to a multiple of dp, the optimizer state of
-     * one contiguous shard (schedule.c). */
+    /* The flat buffers: under ZeRO padded to a multiple of the shard group (dp, or
+     * shard_group under HSDP), the optimizer state of one contiguous shard (schedule.c).
+     * ZeRO-2 replaces the flat gradients by the reduced shard, the edge's gradients and
+     * one layer's window; ZeRO-3 the flat parameters likewise (shard.c). */
     int64_t P = (int64_t)ex->nparams, flat = P, shard = P;
     if (l->zero >= 1) {
-        flat = (P + l->dp - 1) / l->dp * l->dp;
-        shard = flat / l->dp;
+        int64_t sg = ex->sg > 0 ? ex->sg : l->dp;
+        flat = (P + sg - 1) / sg * sg;
+        shard = flat / sg;
     }
-    e[DP__BUF_PARAMS] = e[DP__BUF_GRADS] = flat;
+    e[DP__BUF_PARAMS] = l->zero >= 3 ? 0 : flat;
+    e[DP__BUF_GRADS] = l->zero >= 2 ? 0 : flat;
     e[DP__BUF_ADAM_M] = e[DP__BUF_ADAM_V] = shard;
+    if (l->zero >= 2) {
+        e[DP__BUF_GRED] = shard;
+        e[DP__BUF_GEDGE] = (int64_t)ex->edge_n;
+        e[DP__BUF_GWIN] = (int64_t)ex->win_n;
+    }
+    if (l->zero >= 3) {
+        e[DP__BUF_PSHARD] = shard;
+        e[DP__BUF_PEDGE] = (int64_t)ex->edge_n;
+        e[DP__BUF_PWIN] = (int64_t)ex->win_n;
+    }
     /* act_work: one set per rank. */
     e[DP__BUF_TMP] = e[DP__BUF_DTMP] = Nh;
     e[DP__BUF_DGATH] = dm->sp ? Nh : 0;
@@ -192,9 +212,9 @@ int dp__mem_build(struct dp_exec *ex)
     struct dp__memplan p;
     dp__memplan(ex, &p);
     memcpy(ex->predicted, p.pool_bytes, sizeof ex->predicted);
-    ex->nflat = (size_t)p.elems[DP__BUF_PARAMS];
     ex->shard = (size_t)p.elems[DP__BUF_ADAM_M];
-    ex->shard_off = ex->l.zero >= 1 ? (size_t)ex->c.dp_rank * ex->shard : 0;
+    ex->nflat = ex->l.zero >= 1 ? ex->shard * (size_t)ex->sg : ex->shard;
+    ex->shard_off = ex->l.zero >= 1 ? (size_t)ex->sg_rank * ex->shard : 0;
     for (int b = 0; b < DP__NBUF; b++) {
         real **at = (real **)((char *)ex + bufs[b].offset);
         if (!p.elems[b])
@@ -219,6 +239,7 @@ int dp__mem_build(struct dp_exec *ex)
         ex->slots[i].mb = -1;
     if (fail || !ex->slots)
         return dp_err_set(ex->err, DP_ENOMEM, "rank %d: out of memory", ex->rank);
+    ex->gred = ex->l.zero >= 2 ? ex->gred : ex->grads; /* ZeRO-1: the chunk at grads[0, shard) */
     return 0;
 }
 
@@ -233,6 +254,8 @@ void dp__mem_release(struct dp_exec *ex)
     }
     free(ex->slots);
     ex->slots = NULL;
+    if (ex->l.zero < 2)
+        ex->gred = NULL; /* an alias of grads */
     /* Pool accounting is not unwound: the peaks are what matters and the rank ends. */
     for (int b = 0; b < DP__NBUF; b++) {
         real **at = (real **)((char *)ex + bufs[b].offset);
@@ -310,8 +333,7 @@ int dp_exec_memory(const struct dp_model *m, const struct dp_layout *l, int stag
         dp__memplan(ex, &p);
         memcpy(out, p.pool_bytes, DP_NPOOLS * sizeof *out);
     }
-    free(ex->segs);
-    free(ex->lp);
+    dp__model_release(ex);
     free(ex);
     return rc;
 }

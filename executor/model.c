@@ -31,13 +31,14 @@
 
 #define NONE SIZE_MAX
 
+/* Where a parameter and its gradient are (ZeRO-2/3: the edge or the layer window). */
 static real *P(struct dp_exec *ex, size_t off)
 {
-    return off == NONE ? NULL : ex->params + off;
+    return dp__param(ex, off);
 }
 static real *G(struct dp_exec *ex, size_t off)
 {
-    return off == NONE ? NULL : ex->grads + off;
+    return dp__grad(ex, off);
 }
 
 /* ------------------------------------------------------------------ parameters */
@@ -111,30 +112,41 @@ static int build_segments(struct dp_exec *ex)
  * element is drawn from (seed, global name, global index), so any slice equals the same
  * slice of the single-process tensor; padded vocabulary rows stay zero.
  */
+void dp__init_rows(struct dp_exec *ex, const struct dp_seg *sg, int64_t r0, int64_t r1, real *dst)
+{
+    const struct dp_ckpt_slice *t = &sg->t;
+    int64_t valid = t->rows;
+    if (t->out_rows < t->grows) {
+        int64_t v = t->out_rows - t->r0;
+        valid = v < 0 ? 0 : (v < valid ? v : valid);
+    }
+    if (r1 > valid)
+        r1 = valid;
+    if (r1 <= r0)
+        return;
+    const double std = 0.02, std_out = 0.02 / sqrt(2.0 * (double)ex->m->layers);
+    bool ones = t->role == DP_ROLE_LN1_W || t->role == DP_ROLE_LN2_W || t->role == DP_ROLE_LNF_W;
+    double sd = t->gcols == 1                                    ? 0.0
+                : t->role == DP_ROLE_WO || t->role == DP_ROLE_W2 ? std_out
+                                                                 : std;
+    OPS->init_fill(ex->be, dst, r1 - r0, t->cols, t->gcols, t->r0 + r0, t->c0, ex->o.seed,
+                   dp__hash_name(t->name), sd, ones ? 1.0 : 0.0);
+}
+
 static void init_params(struct dp_exec *ex)
 {
-    const double std = 0.02, std_out = 0.02 / sqrt(2.0 * (double)ex->m->layers);
-    for (int i = 0; i < ex->nsegs; i++) {
-        const struct dp_ckpt_slice *t = &ex->segs[i].t;
-        real *dst = ex->params + ex->segs[i].off;
-        int64_t rows = t->rows;
-        if (t->out_rows < t->grows) {
-            int64_t valid = t->out_rows - t->r0;
-            rows = valid < 0 ? 0 : (valid < rows ? valid : rows);
-        }
-        bool ones =
-            t->role == DP_ROLE_LN1_W || t->role == DP_ROLE_LN2_W || t->role == DP_ROLE_LNF_W;
-        double sd = t->gcols == 1                                    ? 0.0
-                    : t->role == DP_ROLE_WO || t->role == DP_ROLE_W2 ? std_out
-                                                                     : std;
-        OPS->init_fill(ex->be, dst, rows, t->cols, t->gcols, t->r0, t->c0, ex->o.seed,
-                       dp__hash_name(t->name), sd, ones ? 1.0 : 0.0);
+    if (ex->l.zero >= 3) {
+        dp__shard_init(ex); /* only this rank's shard exists */
+        return;
     }
+    for (int i = 0; i < ex->nsegs; i++)
+        dp__init_rows(ex, &ex->segs[i], 0, ex->segs[i].t.rows, ex->params + ex->segs[i].off);
 }
 
 int dp__model_build(struct dp_exec *ex)
 {
-    return build_segments(ex);
+    TRY(build_segments(ex));
+    return dp__shard_buckets(ex);
 }
 
 void dp__model_init(struct dp_exec *ex)
@@ -146,8 +158,13 @@ void dp__model_release(struct dp_exec *ex)
 {
     free(ex->segs);
     free(ex->lp);
+    free(ex->lay_lo);
+    free(ex->lay_hi);
+    free(ex->cnt);
     ex->segs = NULL;
     ex->lp = NULL;
+    ex->lay_lo = ex->lay_hi = NULL;
+    ex->cnt = NULL;
 }
 
 /* ------------------------------------------------------------------ TP helpers */
@@ -404,6 +421,7 @@ int dp__stage_forward(struct dp_exec *ex, struct dp_slot *s)
         TRY(embed_forward(ex, s));
     for (int i = 0; i < ex->nlayers; i++) {
         real *out = i + 1 < ex->nlayers ? s->layers[i + 1].x : ex->last ? ex->hd.xf : ex->send_fwd;
+        TRY(dp__shard_layer_fwd(ex, i));
         TRY(layer_forward(ex, &ex->lp[i], layer_set(ex, s, i), out, false));
     }
     if (ex->last)
@@ -417,9 +435,11 @@ int dp__stage_backward(struct dp_exec *ex, struct dp_slot *s)
         TRY(head_backward(ex));
     for (int i = ex->nlayers - 1; i >= 0; i--) {
         struct dp_act *A = layer_set(ex, s, i);
+        TRY(dp__shard_layer_bwd_begin(ex, i));
         if (ex->l.recompute == DP_RECOMPUTE_FULL)
             TRY(layer_forward(ex, &ex->lp[i], A, NULL, true));
         TRY(layer_backward(ex, &ex->lp[i], A));
+        TRY(dp__shard_layer_bwd_end(ex, i));
     }
     if (ex->first)
         TRY(embed_backward(ex, s));

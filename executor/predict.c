@@ -401,6 +401,30 @@ static int p_allgather(struct dp_backend *be, enum dp_group g, real *buf, int64_
     return 0;
 }
 
+static int64_t sum_counts(const int *counts, int n)
+{
+    int64_t s = 0;
+    for (int i = 0; i < n; i++)
+        s += counts[i];
+    return s;
+}
+
+static int p_reduce_scatter_v(struct dp_backend *be, enum dp_group g, real *buf, const int *counts,
+                              struct dp_err *err)
+{
+    int n = pc(be)->size[g];
+    coll(pc(be), RS, R * (double)sum_counts(counts, n), n);
+    return 0;
+}
+
+static int p_allgather_v(struct dp_backend *be, enum dp_group g, real *buf, const int *counts,
+                         struct dp_err *err)
+{
+    int n = pc(be)->size[g];
+    coll(pc(be), AG, R * (double)sum_counts(counts, n), n);
+    return 0;
+}
+
 static int p_allreduce_host(struct dp_backend *be, enum dp_group g, double *buf, int n,
                             enum dp_redop op, struct dp_err *err)
 {
@@ -480,6 +504,8 @@ static const struct dp_backend_ops pricing_ops = {
     .allreduce = p_allreduce,
     .reduce_scatter = p_reduce_scatter,
     .allgather = p_allgather,
+    .reduce_scatter_v = p_reduce_scatter_v,
+    .allgather_v = p_allgather_v,
     .allreduce_host = p_allreduce_host,
     .gather_host = p_gather_host,
     .sendrecv = p_sendrecv,
@@ -525,10 +551,11 @@ static int price_stage(struct pricer *c, const struct dp_model *m, const struct 
     if (!rc) {
         memset(&c->bill, 0, sizeof c->bill);
         c->optimizer = true;
-        dp__step_begin(ex);
+        rc = dp__step_begin(ex);
         c->optimizer = false;
         struct parts before = c->bill;
-        rc = dp__pipeline(ex, 1);
+        if (!rc)
+            rc = dp__pipeline(ex, 1);
         *pipe = c->bill;
         add(pipe, &before, -1);
         c->optimizer = true;
@@ -579,6 +606,8 @@ int dp_exec_predict(const struct dp_model *m, const struct dp_layout *l,
     c.size[DP_GROUP_DP] = l->dp;
     c.size[DP_GROUP_PP] = l->pp;
     c.size[DP_GROUP_NODE] = per_node;
+    c.size[DP_GROUP_SHARD] = l->zero >= 1 ? dp_layout_shard(l) : 1;
+    c.size[DP_GROUP_REPL] = l->zero >= 1 ? dp_layout_replicas(l) : 1;
 
     /* Per stage: a micro-batch (the pipeline's share of one) and the step's own work;
      * 1F1B paced by the slowest stage. */
@@ -627,4 +656,68 @@ int dp_exec_predict(const struct dp_model *m, const struct dp_layout *l,
     }
     out->step_s = step;
     return 0;
+}
+
+/* ------------------------------------------------------------------ the schedule */
+
+int dp_exec_schedule(const struct dp_model *m, const struct dp_layout *l, int stage, char *out,
+                     size_t cap, struct dp_err *err)
+{
+    if (!cap)
+        return dp_err_set(err, DP_EINVAL, "dp_exec_schedule: no room");
+    out[0] = 0;
+    int rc = dp_layout_validate(l, m, 0, err);
+    if (rc)
+        return rc;
+    if (stage < 0 || stage >= l->pp)
+        return dp_err_set(err, DP_EINVAL, "stage %d: the layout has %d stages", stage, l->pp);
+    /* The pricing backend with unit rates: only the order of the calls is kept. */
+    struct pricer c;
+    memset(&c, 0, sizeof c);
+    c.base.ops = &pricing_ops;
+    c.nt = c.base.threads = 1;
+    c.pr.gemm_gflops = c.pr.conc_eff = 1;
+    for (int i = 0; i < 3; i++)
+        c.pr.bw_gbps[i] = 1;
+    c.pr.cache_bytes[0] = c.pr.cache_bytes[1] = 1;
+    c.coll_bps = 1e18;
+    c.size[DP_GROUP_WORLD] = l->tp * l->dp * l->pp;
+    c.size[DP_GROUP_TP] = l->tp;
+    c.size[DP_GROUP_DP] = l->dp;
+    c.size[DP_GROUP_PP] = l->pp;
+    c.size[DP_GROUP_NODE] = 1;
+    c.size[DP_GROUP_SHARD] = l->zero >= 1 ? dp_layout_shard(l) : 1;
+    c.size[DP_GROUP_REPL] = l->zero >= 1 ? dp_layout_replicas(l) : 1;
+    struct dp_exec *ex = calloc(1, sizeof *ex);
+    if (!ex)
+        return dp_err_set(err, DP_ENOMEM, "out of memory");
+    ex->m = m;
+    ex->l = *l;
+    dp_exec_opts_default(&ex->o);
+    ex->err = err;
+    ex->be = &c.base;
+    ex->c = (struct dp_coords){.tp_rank = 0, .dp_rank = 0, .pp_rank = stage};
+    ex->rank = dp_rank_of(&ex->c, l->tp, l->dp, l->pp);
+    ex->world = l->tp * l->dp * l->pp;
+    dp__dims_init(ex);
+    dp__stage_place(ex, stage);
+    ex->M = dp_layout_microbatches(l);
+    ex->gbs_tokens = l->gbs * l->seq_len;
+    c.rank[DP_GROUP_PP] = stage;
+    c.size[DP_GROUP_EMB] = l->pp > 1 && (ex->first || ex->last) ? 2 : 0;
+    c.rank[DP_GROUP_EMB] = ex->last && l->pp > 1 ? 1 : 0;
+    ex->trace = out;
+    ex->trace_cap = cap;
+    rc = dp__model_build(ex);
+    if (!rc)
+        rc = dp__mem_build(ex);
+    if (!rc)
+        rc = dp__step_begin(ex);
+    if (!rc)
+        rc = dp__pipeline(ex, 1);
+    dp__mem_release(ex);
+    dp__model_release(ex);
+    free(ex);
+    free(c.maps);
+    return rc;
 }

@@ -95,11 +95,25 @@ int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world
                           "layout: cp=%d: context parallelism is not supported by the CPU "
                           "executor yet (cp must be 1)",
                           l->cp);
-    if (l->ep != 1 || m->experts > 0)
+    if (l->ep != 1)
         return dp_err_set(err, DP_EINFEASIBLE,
-                          "model %s: mixture-of-experts models are not supported by the CPU "
-                          "executor",
-                          m->name);
+                          "layout: ep=%d: expert parallelism is not supported by the CPU executor "
+                          "(dense models only, ep must be 1)",
+                          l->ep);
+    if (m->experts > 0)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "model %s: experts=%d: mixture-of-experts models are not supported by "
+                          "the CPU executor",
+                          m->name, (int)m->experts);
+    /* Full recompute of only some layers per stage (Megatron --recompute-method block). */
+    int most = 0;
+    for (int s = 0; s < l->pp; s++)
+        most = dp_layout_stage_layers(l, m, s) > most ? dp_layout_stage_layers(l, m, s) : most;
+    if (l->recompute == DP_RECOMPUTE_FULL && l->recompute_layers > 0 && l->recompute_layers < most)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "layout: recompute_layers=%d: the CPU executor recomputes every layer "
+                          "of a stage under full recompute (recompute_layers 0)",
+                          l->recompute_layers);
     if (l->vpp != 1)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "layout: vpp=%d: the interleaved schedule is not supported by the CPU "
@@ -111,10 +125,6 @@ int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world
                               "layout: stage %d holds no transformer layer (the embedding or the "
                               "loss alone): the CPU executor needs at least one per stage",
                               r);
-    if (l->zero > 1)
-        return dp_err_set(err, DP_EINFEASIBLE,
-                          "layout: zero=%d: the CPU executor supports ZeRO stages 0 and 1",
-                          l->zero);
     if (l->optimizer != DP_OPT_ADAM)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "layout: optimizer=sgd: the CPU executor trains with AdamW only");
@@ -238,7 +248,8 @@ static int check_memory(struct dp_exec *ex)
     else
         snprintf(hint, sizeof hint,
                  "weights, gradients and AdamW state take 16 bytes per parameter and replica: "
-                 "fewer replicas per node (--zero 1 shards the optimizer state), more nodes, or "
+                 "fewer replicas per node (--zero 1, 2, 3 shard the optimizer state, gradients, "
+                 "parameters), more nodes, or "
                  "a smaller model");
     return dp_err_set(ex->err, DP_EINFEASIBLE,
                       "%s: the run needs %.1f GiB of memory on %s (%d rank%s; params %.1f, grads "
@@ -260,7 +271,11 @@ int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const stru
     ex->l = *l;
     ex->o = *o;
     ex->err = err;
-    struct dp_backend_cfg cfg = {.tp = l->tp, .dp = l->dp, .pp = l->pp, .threads = o->threads};
+    struct dp_backend_cfg cfg = {.tp = l->tp,
+                                 .dp = l->dp,
+                                 .pp = l->pp,
+                                 .shard = l->zero >= 1 ? dp_layout_shard(l) : l->dp,
+                                 .threads = o->threads};
     ex->be = dp__backend_new(o->backend, &cfg, err);
     if (!ex->be) {
         free(ex);
@@ -551,7 +566,7 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struc
         char path[4096];
         snprintf(path, sizeof path, "%s/model.safetensors", o->out_dir);
         dp__beat("writing weights");
-        rc = dp__weights_save(ex, path);
+        rc = dp__weights_save(ex, path); /* ZeRO-3: gathered layer by layer */
     }
     dp__ckpt_counts(ex, &res->ckpt_tried, &res->ckpt_saved);
     if (!rc)

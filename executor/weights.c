@@ -46,9 +46,10 @@ static int fill(int i, void *buf, void *ctx)
         int owner = dp_rank_of(&c, ex->l.tp, ex->l.dp, ex->l.pp);
         if (owner == 0) {
             /* Rank 0 is stage 0, TP rank 0: its own segment of the same name. */
-            for (int k = 0; k < ex->nsegs; k++)
-                if (!strcmp(ex->segs[k].t.name, t->name) && !ex->segs[k].t.tied_copy)
-                    be->ops->download(be, g->part, ex->params + ex->segs[k].off,
+            for (int k = 0; k < ex->nsegs && !rc; k++)
+                if (!strcmp(ex->segs[k].t.name, t->name) && !ex->segs[k].t.tied_copy &&
+                    !(rc = dp__shard_visit(ex, &ex->segs[k])))
+                    be->ops->download(be, g->part, dp__param(ex, ex->segs[k].off),
                                       (size_t)local * sizeof(real));
         } else {
             rc = be->ops->sendrecv(be, DP_GROUP_WORLD, -1, NULL, 0, 0, owner, g->part, local,
@@ -64,26 +65,30 @@ static int fill(int i, void *buf, void *ctx)
     return rc;
 }
 
-/* Other ranks of DP replica 0: send this rank's slices, in rank 0's order. */
-static int send_slices(struct dp_exec *ex)
+/* Other ranks of DP replica 0: send this rank's slices, in rank 0's order. Under ZeRO-3
+ * the other ranks of its shard group (`send` false) join each gather, in the same order. */
+static int send_slices(struct dp_exec *ex, bool send)
 {
     for (int i = 0; i < ex->nsegs; i++) {
         const struct dp_seg *sg = &ex->segs[i];
         if (sg->t.tied_copy || ex->c.tp_rank >= slices(ex, &sg->t))
             continue;
-        int rc =
-            ex->be->ops->sendrecv(ex->be, DP_GROUP_WORLD, 0, ex->params + sg->off,
-                                  sg->t.rows * sg->t.cols, TAG_WEIGHTS, -1, NULL, 0, 0, ex->err);
-        if (rc)
-            return rc;
+        TRY(dp__shard_visit(ex, sg));
+        if (send)
+            TRY(ex->be->ops->sendrecv(ex->be, DP_GROUP_WORLD, 0, dp__param(ex, sg->off),
+                                      sg->t.rows * sg->t.cols, TAG_WEIGHTS, -1, NULL, 0, 0,
+                                      ex->err));
     }
     return 0;
 }
 
 int dp__weights_save(struct dp_exec *ex, const char *file)
 {
-    if (ex->rank != 0)
-        return ex->c.dp_rank == 0 ? send_slices(ex) : 0;
+    dp__shard_visit_reset(ex);
+    if (ex->rank != 0 && ex->c.dp_rank == 0)
+        return send_slices(ex, true);
+    if (ex->rank != 0) /* ZeRO-3: the shard group of replica 0 gathers with its owner */
+        return ex->l.zero >= 3 && ex->repl_rank == 0 ? send_slices(ex, false) : 0;
     struct gather g = {.ex = ex};
     struct dp_st_tensor *h = NULL;
     int cap = 0, rc = 0;

@@ -35,11 +35,13 @@
 /* Communicators, Megatron order (executor.h states the rank formula). */
 enum dp_group {
     DP_GROUP_WORLD = 0,
-    DP_GROUP_TP,   /* same pp, dp: ranks differing in tp_rank */
-    DP_GROUP_DP,   /* same pp, tp */
-    DP_GROUP_PP,   /* same tp, dp: the pipeline */
-    DP_GROUP_EMB,  /* first and last stage of one pipeline (tied embeddings, pp > 1) */
-    DP_GROUP_NODE, /* the ranks of this node (shared memory): memory checks, threads */
+    DP_GROUP_TP,    /* same pp, dp: ranks differing in tp_rank */
+    DP_GROUP_DP,    /* same pp, tp */
+    DP_GROUP_PP,    /* same tp, dp: the pipeline */
+    DP_GROUP_EMB,   /* first and last stage of one pipeline (tied embeddings, pp > 1) */
+    DP_GROUP_NODE,  /* the ranks of this node (shared memory): memory checks, threads */
+    DP_GROUP_SHARD, /* ZeRO shard group: DP ranks with the same dp_rank / shard (HSDP) */
+    DP_GROUP_REPL,  /* replicas of one shard: DP ranks with the same dp_rank % shard */
     DP_NGROUPS
 };
 
@@ -156,6 +158,14 @@ struct dp_backend_ops {
     /* buf holds size * chunk; this rank's chunk at buf[rank * chunk] is given to all. */
     int (*allgather)(struct dp_backend *be, enum dp_group g, real *buf, int64_t chunk,
                      struct dp_err *err);
+    /* Uneven variants over a group of n ranks: counts[n] elements per rank, ranks in order.
+     * reduce_scatter_v: buf holds the sum of counts; this rank's reduced piece lands in
+     * buf[0, counts[rank]). allgather_v: this rank's piece already sits at its place
+     * (the sum of the counts before it) and every piece is given to all. */
+    int (*reduce_scatter_v)(struct dp_backend *be, enum dp_group g, real *buf, const int *counts,
+                            struct dp_err *err);
+    int (*allgather_v)(struct dp_backend *be, enum dp_group g, real *buf, const int *counts,
+                       struct dp_err *err);
     /* Host doubles (loss, squared norms, timings), in place. */
     int (*allreduce_host)(struct dp_backend *be, enum dp_group g, double *buf, int n,
                           enum dp_redop op, struct dp_err *err);
@@ -184,6 +194,7 @@ struct dp_backend {
 
 struct dp_backend_cfg {
     int tp, dp, pp; /* the layout's degrees: the backend's world must be tp * dp * pp */
+    int shard;      /* ZeRO shard group size (divides dp; 0 = dp) */
     int threads;    /* compute threads per rank; <= 0: the backend's own rule */
 };
 

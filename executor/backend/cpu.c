@@ -38,7 +38,8 @@ struct cpu_backend {
     char host[64];
 };
 
-static const char *const group_names[DP_NGROUPS] = {"world", "tp", "dp", "pp", "emb", "node"};
+static const char *const group_names[DP_NGROUPS] = {"world", "tp",   "dp",    "pp",
+                                                    "emb",   "node", "shard", "replica"};
 static bool mpi_started_here;
 
 static struct cpu_backend *cpu(struct dp_backend *be)
@@ -194,6 +195,38 @@ static int c_allgather(struct dp_backend *be, enum dp_group g, real *buf, int64_
     return 0;
 }
 
+static int c_reduce_scatter_v(struct dp_backend *be, enum dp_group g, real *buf, const int *counts,
+                              struct dp_err *err)
+{
+    struct cpu_backend *cb = cpu(be);
+    if (cb->size[g] <= 1)
+        return 0;
+    MPI_TRY(cb, err, g,
+            MPI_Reduce_scatter(MPI_IN_PLACE, buf, counts, MPI_REAL_T, MPI_SUM, cb->comm[g]));
+    dp__beat(NULL);
+    return 0;
+}
+
+static int c_allgather_v(struct dp_backend *be, enum dp_group g, real *buf, const int *counts,
+                         struct dp_err *err)
+{
+    struct cpu_backend *cb = cpu(be);
+    int n = cb->size[g];
+    if (n <= 1)
+        return 0;
+    int *displs = malloc((size_t)n * sizeof *displs);
+    if (!displs)
+        return dp_err_set(err, DP_ENOMEM, "out of memory");
+    for (int i = 0, at = 0; i < n; at += counts[i++])
+        displs[i] = at;
+    int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_REAL_T,
+                            cb->comm[g]);
+    free(displs);
+    MPI_TRY(cb, err, g, rc);
+    dp__beat(NULL);
+    return 0;
+}
+
 static int c_allreduce_host(struct dp_backend *be, enum dp_group g, double *buf, int n,
                             enum dp_redop op, struct dp_err *err)
 {
@@ -312,6 +345,8 @@ static const struct dp_backend_ops cpu_ops = {
     .allreduce = c_allreduce,
     .reduce_scatter = c_reduce_scatter,
     .allgather = c_allgather,
+    .reduce_scatter_v = c_reduce_scatter_v,
+    .allgather_v = c_allgather_v,
     .allreduce_host = c_allreduce_host,
     .gather_host = c_gather_host,
     .sendrecv = c_sendrecv,
@@ -360,6 +395,7 @@ static int thread_policy(int requested, int node_ranks)
 static struct dp_backend *cpu_new(const struct dp_backend_cfg *cfg, struct dp_err *err)
 {
     const int tp = cfg->tp, dp = cfg->dp, pp = cfg->pp;
+    const int sh = cfg->shard > 0 && dp % cfg->shard == 0 ? cfg->shard : dp;
     if (mpi_up(err))
         return NULL;
     struct cpu_backend *cb = calloc(1, sizeof *cb);
@@ -392,7 +428,11 @@ static struct dp_backend *cpu_new(const struct dp_backend_cfg *cfg, struct dp_er
     if (split(cb, DP_GROUP_TP, c.dp_rank + dp * c.pp_rank, c.tp_rank, err) ||
         split(cb, DP_GROUP_DP, c.tp_rank + tp * c.pp_rank, c.dp_rank, err) ||
         split(cb, DP_GROUP_PP, c.tp_rank + tp * c.dp_rank, c.pp_rank, err) ||
-        split(cb, DP_GROUP_EMB, emb, c.pp_rank, err)) {
+        split(cb, DP_GROUP_EMB, emb, c.pp_rank, err) ||
+        split(cb, DP_GROUP_SHARD, c.tp_rank + tp * (c.pp_rank + pp * (c.dp_rank / sh)),
+              c.dp_rank % sh, err) ||
+        split(cb, DP_GROUP_REPL, c.tp_rank + tp * (c.pp_rank + pp * (c.dp_rank % sh)),
+              c.dp_rank / sh, err)) {
         cpu_destroy(&cb->base);
         return NULL;
     }

@@ -199,6 +199,46 @@ reshard)
   identical rs-llama-same src-llama "dp2 pp2 zero1 resumed on the same layout"
   ;;
 
+zero)
+  # (g) sharded states (executor/shard.c): ZeRO-3 and HSDP checkpoints keep ZeRO-1's flat
+  # shards; saving (which gathers ZeRO-3's parameters) does not change training, a killed
+  # rank's job resumes bit-identically, and the shards resume under other layouts.
+  Z3=(tiny-gpt --steps 20 --gbs 8 --seq-len 32 --dp 2 --mbs 2 --zero 3)
+  HS=(tiny-gpt --steps 20 --gbs 8 --seq-len 32 --dp 4 --mbs 1 --zero 2 --shard-group 2)
+  run zref 0 "${Z3[@]}"
+  run zsrc 0 "${Z3[@]}" --ckpt-dir zsrc/ck --ckpt-every 10
+  identical zsrc zref "zero3: saving checkpoints"
+  DPLAN_FAULT_INJECT=1:7:kill run zkill 0 "${Z3[@]}" --ckpt-dir zkill/ck --ckpt-every 5 \
+    --max-restarts 2 --hang-timeout 10
+  identical zkill zref "zero3: rank 1 killed at step 7, resumed from step 5"
+  has zkill/log.jsonl '"status":"restarting","restart":1,.*"resume_step":5' "zero3 restarting record"
+  run href 0 "${HS[@]}"
+  DPLAN_FAULT_INJECT=2:7:kill run hkill 0 "${HS[@]}" --ckpt-dir hkill/ck --ckpt-every 5 \
+    --max-restarts 2 --hang-timeout 10
+  identical hkill href "hsdp zero2: rank 2 killed at step 7, resumed from step 5"
+  # Other layouts: ZeRO-3 -> tp2 (no ZeRO) and -> HSDP ZeRO-2; HSDP -> dp2 ZeRO-3;
+  # ZeRO-1 (src-llama, dp2 pp2) -> dp2 pp2 ZeRO-3.
+  run rs-z3-tp2 0 tiny-gpt --steps 20 --gbs 8 --seq-len 32 --tp 2 --mbs 2 \
+    --resume zsrc/ck/step_00000010
+  "$tool" losses zsrc/log.jsonl rs-z3-tp2/log.jsonl 11 1e-5 || bad "dp2 zero3 -> tp2 losses"
+  "$tool" close zsrc/model.safetensors rs-z3-tp2/model.safetensors 1e-5 ||
+    bad "dp2 zero3 -> tp2 weights"
+  run rs-z3-hsdp 0 "${HS[@]}" --resume zsrc/ck/step_00000010
+  "$tool" losses zsrc/log.jsonl rs-z3-hsdp/log.jsonl 11 1e-5 || bad "dp2 zero3 -> hsdp losses"
+  "$tool" close zsrc/model.safetensors rs-z3-hsdp/model.safetensors 1e-5 ||
+    bad "dp2 zero3 -> hsdp weights"
+  run rs-hsdp-z3 0 "${Z3[@]}" --resume hkill/ck/step_00000010
+  "$tool" losses href/log.jsonl rs-hsdp-z3/log.jsonl 11 1e-5 || bad "hsdp -> dp2 zero3 losses"
+  "$tool" close href/model.safetensors rs-hsdp-z3/model.safetensors 1e-5 ||
+    bad "hsdp -> dp2 zero3 weights"
+  run rs-llama-z3 0 tiny-llama --steps 20 --gbs 8 --seq-len 32 --dp 2 --pp 2 --mbs 1 --zero 3 \
+    --resume src-llama/ck/step_00000010
+  "$tool" losses src-llama/log.jsonl rs-llama-z3/log.jsonl 11 1e-5 ||
+    bad "llama dp2 pp2 zero1 -> zero3 losses"
+  "$tool" close src-llama/model.safetensors rs-llama-z3/model.safetensors 1e-5 ||
+    bad "llama dp2 pp2 zero1 -> zero3 weights"
+  ;;
+
 export)
   # (f) export to one file; it parses with ckpt_tool's own reader, equals the run's
   # model.safetensors tensor by tensor, and the Hugging Face names hold the same numbers.

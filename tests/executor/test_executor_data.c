@@ -229,6 +229,29 @@ static void test_memory_table(void)
     CHECK_EQ(dp_exec_memory(&m, &l, 0, b, &err), 0);
     CHECK_EQ(b[DP_POOL_OPTIM], 241152);
     CHECK_EQ(b[DP_POOL_ACT_SLOTS], 296192);
+    /* ZeRO-2 over dp 4 (shard.c): a layer is one bucket of 49984 elements, the edge is
+     * wte 256*64 + wpe 64*64 + final norm 2*64 = 20608 (2 * 49984 + 20608 = 120576);
+     * the gradients are the shard 120576 / 4 = 30144 + the edge 20608 + one layer's
+     * window 49984 = 100736 elements = 402944 bytes; parameters stay flat (482304). */
+    l.zero = 2;
+    CHECK_EQ(dp_exec_memory(&m, &l, 0, b, &err), 0);
+    CHECK_EQ(b[DP_POOL_PARAMS], 482304);
+    CHECK_EQ(b[DP_POOL_GRADS], 402944);
+    CHECK_EQ(b[DP_POOL_OPTIM], 241152);
+    /* ZeRO-3: the parameters are sharded the same way: 402944 bytes. */
+    l.zero = 3;
+    CHECK_EQ(dp_exec_memory(&m, &l, 0, b, &err), 0);
+    CHECK_EQ(b[DP_POOL_PARAMS], 402944);
+    CHECK_EQ(b[DP_POOL_GRADS], 402944);
+    CHECK_EQ(b[DP_POOL_OPTIM], 241152);
+    /* HSDP, shard groups of 2 of the 4: shards of 120576 / 2 = 60288, so parameters and
+     * gradients 60288 + 20608 + 49984 = 130880 elements = 523520 bytes, AdamW
+     * 2 * 60288 * 4 = 482304 bytes. */
+    l.shard_group = 2;
+    CHECK_EQ(dp_exec_memory(&m, &l, 0, b, &err), 0);
+    CHECK_EQ(b[DP_POOL_PARAMS], 523520);
+    CHECK_EQ(b[DP_POOL_GRADS], 523520);
+    CHECK_EQ(b[DP_POOL_OPTIM], 482304);
 }
 
 /* Single-rank runs: the accounted pools after a step against the buffer table; the
