@@ -202,7 +202,8 @@ int cmd_suggest(int argc, char **argv)
         return cli_fail(&err);
     struct dp_search_opts so;
     struct cli_defaults d;
-    cli_search_opts(&c, &m, &so, &d);
+    if (cli_search_opts(&c, &m, &so, &d))
+        return 2;
     so.top_k = top;
     so.no_uneven = no_uneven;
     /* Only --svg collects the evaluated layouts: without it the search pays nothing. */
