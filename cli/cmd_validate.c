@@ -415,6 +415,15 @@ int cmd_validate(int argc, char **argv)
                     printf("    excluded: %s\n", runs[i].excluded_why);
             }
         }
+        int oom = 0;
+        for (int i = 0; i < n; i++)
+            if (dp_run_scored(&runs[i]) && !res[i].fits) {
+                if (!oom++)
+                    printf("\n");
+                printf("memory model says out of memory (it ran): %s, %.2f GiB of %.2f\n",
+                       runs[i].id, cli_gib(res[i].peak_bytes),
+                       cli_gib(dp_gpu_usable_bytes(&runs[i].cluster.gpu)));
+            }
         printf("\n");
         print_stats("scored (all)", all);
         print_stats("used to fit GPU curves", fit);

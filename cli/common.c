@@ -173,8 +173,8 @@ const char cli_knob_help[] =
     "  --moe-capacity F            expert capacity factor (tokens beyond it are dropped)\n"
     "                              [0: dropless]; --moe-pad pads every expert to it\n"
     "  --moe-imbalance F           dropless: the busiest EP rank's routed tokens over the\n"
-    "                              mean [1.25, Switch Transformer's capacity factor; 1 for\n"
-    "                              runs with forced-balanced routing]\n"
+    "                              mean [balanced routing's sampling spread, 1 + sqrt(2 ln ep\n"
+    "                              (1 - 1/ep) / (T k)); 1 for forced-balanced routing]\n"
     "  --moe-dispatcher {alltoall,dedup}  token dispatch: one copy per (token, expert), or\n"
     "                              one per destination GPU and node (DeepEP, HybridEP)\n"
     "                              [alltoall]\n";
@@ -930,7 +930,8 @@ void cli_describe_layout(FILE *f, const struct dp_layout *l, const struct dp_mod
             snprintf(route, sizeof route, "capacity factor %.2f%s", l->moe_capacity,
                      l->moe_pad ? ", padded" : "");
         else
-            snprintf(route, sizeof route, "dropless, imbalance %.2f", l->moe_imbalance);
+            snprintf(route, sizeof route, "dropless, imbalance %.3f%s", dp_moe_load(m, l),
+                     l->moe_imbalance > 0 ? "" : " (routing statistics)");
         fprintf(f,
                 "experts  etp=%d ep=%d edp=%d, %s, %s dispatch: %.0f token copies per GPU per "
                 "micro-batch (load %.2f)\n",

@@ -578,15 +578,17 @@ struct dp_layout {
     int etp;              /* expert tensor parallel size; 0 = tp (Megatron's default) */
     double moe_capacity;  /* expert capacity factor; 0 = dropless */
     bool moe_pad;         /* pad every expert's input to its capacity */
-    double moe_imbalance; /* busiest EP rank's routed tokens over the mean (dropless) */
+    double moe_imbalance; /* busiest EP rank's routed tokens over the mean (dropless); 0 =
+                             routing statistics */
     enum dp_moe_dispatcher moe_dispatcher;
 };
 
-/* Default load imbalance of dropless routing: 1.25, the capacity factor Switch
- * Transformers train with (Fedus et al. 2022, Sec. 2.2 and Table 1) as the headroom
- * an expert needs over its mean load under auxiliary-loss balancing. Benchmarks with
- * forced-balanced routing (Megatron moe_router_force_load_balancing) use 1. */
-#define DP_MOE_IMBALANCE_DEFAULT 1.25
+/* moe_imbalance 0 (the default): the busiest EP rank's load from the statistics of
+ * balanced routing alone (costmodel/moe.c dp_moe_load), no systematic imbalance; runs with
+ * a known imbalance give it (>= 1; forced-balanced routing, Megatron
+ * moe_router_force_load_balancing, is 1). Switch Transformer's capacity factor 1.25
+ * (Fedus et al. 2022) is headroom for token dropping, not a measured imbalance. */
+#define DP_MOE_IMBALANCE_DEFAULT 0.0
 
 /* Defaults: everything 1, bf16 (GEMMs too), flash attention, fp32 grads, Adam, recompute
  * none, DP gradient and parameter-gather overlap on, TP and pipeline overlap off. */

@@ -362,9 +362,10 @@ int dp_layout_validate(const struct dp_layout *l, const struct dp_model *m, int 
     if (l->moe_pad && l->moe_capacity == 0)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "moe_pad needs a capacity factor (dropless routing has no capacity)");
-    if (!(l->moe_imbalance >= 1 && l->moe_imbalance <= 1000))
+    if (!(l->moe_imbalance == 0 || (l->moe_imbalance >= 1 && l->moe_imbalance <= 1000)))
         return dp_err_set(err, DP_EINFEASIBLE,
-                          "moe_imbalance=%g: expected the busiest rank's load over the mean, >= 1",
+                          "moe_imbalance=%g: expected the busiest rank's load over the mean, >= 1 "
+                          "(0: routing statistics)",
                           l->moe_imbalance);
     if (l->shard_group < 0 || (l->shard_group > 0 && (l->dp * l->cp) % l->shard_group))
         return dp_err_set(err, DP_EINFEASIBLE,

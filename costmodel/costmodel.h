@@ -80,7 +80,8 @@ struct dp_fw_runtime {
     int64_t nccl_bytes;      /* NCCL communicators' buffers: outside the allocator */
     int64_t workspace_bytes; /* cuBLAS(Lt) and Transformer Engine workspaces: allocated */
 };
-void dp_fw_runtime(const struct dp_layout *l, bool moe, struct dp_fw_runtime *out);
+void dp_fw_runtime(const struct dp_layout *l, bool moe, const struct dp_gpu *gpu,
+                   struct dp_fw_runtime *out);
 /* Reserved over allocated for the memory allocated and freed during a step, minus 1. */
 #define DP_ALLOC_SLACK 0.18
 double dp_fw_alloc_slack(const struct dp_layout *l);

@@ -123,10 +123,6 @@ double dp_fw_loss_bytes(const struct dp_layout *l)
 #define NCCL_COMM_BYTES      688000000.0
 #define NCCL_ALLTOALL_BYTES  3280000000.0
 
-/* The CUDA context with lazy module loading (CUDA >= 11.7): about 300-400 MB (PyTorch
- * maintainers in pytorch/pytorch issues 107667 and 109888); outside the allocator. */
-#define CUDA_CONTEXT_BYTES (400.0 * 1048576.0)
-
 /* cuBLASLt workspace PyTorch allocates per handle on compute capability >= 9.0 (32 MiB,
  * aten/src/ATen/cuda/CUDABlas.cpp _parseChosenWorkspaceSize, PR 120925), one for the
  * compute stream and one for the communication-overlap stream, plus Transformer Engine's
@@ -138,10 +134,13 @@ static double comm_bytes(int n)
     return n <= 1 ? 0 : n == 2 ? NCCL_COMM_PAIR_BYTES : NCCL_COMM_BYTES;
 }
 
-void dp_fw_runtime(const struct dp_layout *l, bool moe, struct dp_fw_runtime *out)
+void dp_fw_runtime(const struct dp_layout *l, bool moe, const struct dp_gpu *gpu,
+                   struct dp_fw_runtime *out)
 {
     memset(out, 0, sizeof *out);
-    out->context_bytes = (int64_t)CUDA_CONTEXT_BYTES;
+    /* The CUDA context, outside the allocator: the GPU profile's runtime_overhead_bytes
+     * (about 300-400 MB with lazy module loading, pytorch/pytorch issues 107667, 109888). */
+    out->context_bytes = gpu->runtime_overhead_bytes;
     out->workspace_bytes = (int64_t)WORKSPACE_BYTES;
     /* One communicator per group that carries a collective in the step: TP, CP, the
      * gradient group (its shard and replica groups under HSDP), the pipeline's p2p pairs,

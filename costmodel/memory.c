@@ -637,7 +637,7 @@ static void stage_with(const struct dp_model *m, const struct dp_cluster *cl,
         out->total_bytes = model + o->overhead_bytes;
     } else {
         struct dp_fw_runtime rt;
-        dp_fw_runtime(l, m->experts > 0, &rt);
+        dp_fw_runtime(l, m->experts > 0, &cl->gpu, &rt);
         out->context_bytes = rt.context_bytes;
         out->nccl_bytes = rt.nccl_bytes;
         out->workspace_bytes = rt.workspace_bytes;

@@ -356,6 +356,10 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                 note(s, "cp>1: context parallelism needs flash attention");
                 break;
             }
+            if (cp > 1 && fw == DP_FW_DEEPSPEED) {
+                note(s, "cp>1: deepspeed has no ring context parallelism (Ulysses is all-to-all)");
+                break;
+            }
             const int rest = gpus / (tp * cp);
             if (o->pp && (rest % o->pp || o->pp > L || o->pp > DP_MAX_PP))
                 reason(s, "pp=%d: %s", o->pp,
@@ -442,6 +446,9 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                                     if (per % vpp || (o->vpp && vpp != o->vpp))
                                         continue;
                                     if (vpp > 1 && M % pp)
+                                        continue;
+                                    /* DeepSpeed's pipeline engine has no interleaving. */
+                                    if (vpp > 1 && fw == DP_FW_DEEPSPEED)
                                         continue;
                                     for (int zero = 0; zero <= 3; zero++) {
                                         if (o->zero >= 0 && zero != o->zero)

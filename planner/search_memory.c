@@ -197,7 +197,8 @@ static bool scan_all(struct scan *s, int64_t mbs)
         for (int cp = 1; (int64_t)tp * cp <= s->max_gpus; cp *= 2) {
             if (o->cp && cp != o->cp)
                 continue;
-            if (cp > 1 && (o->seq_len % (2 * cp) || !o->flash_attn))
+            if (cp > 1 && (o->seq_len % (2 * cp) || !o->flash_attn ||
+                           o->framework == DP_FW_DEEPSPEED))
                 break;
             for (int sp = 0; sp <= (tp > 1); sp++) {
                 if ((o->sp >= 0 && sp != o->sp && tp > 1) || (sp && o->seq_len % tp))
@@ -225,7 +226,8 @@ static bool scan_all(struct scan *s, int64_t mbs)
                             bool even = sp_[si][0] == 0 && sp_[si][1] == 0;
                             int per = L / pp;
                             for (int vpp = 1; vpp <= (even && pp > 1 ? per : 1); vpp++) {
-                                if (per % vpp || (o->vpp && vpp != o->vpp))
+                                if (per % vpp || (o->vpp && vpp != o->vpp) ||
+                                    (vpp > 1 && o->framework == DP_FW_DEEPSPEED))
                                     continue;
                                 for (int zero = 0; zero <= 3; zero++) {
                                     if ((o->zero >= 0 && zero != o->zero) ||

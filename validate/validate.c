@@ -31,6 +31,13 @@ int dp_run_predict(const struct dp_run *r, struct dp_run_result *out, struct dp_
         dp_err_prefix(err, "run %s", r->id);
         return rc;
     }
+    /* A run that ran must fit: the memory model's verdict on its layout. */
+    struct dp_mem_opts mo;
+    dp_mem_opts_default(&mo);
+    int64_t peak = 0;
+    dp_mem_peak(&r->model, &r->cluster, &r->layout, &mo, &peak, NULL, NULL);
+    out->peak_bytes = peak;
+    out->fits = peak <= dp_gpu_usable_bytes(&r->cluster.gpu);
     out->measured_s = dp_run_measured_s(r);
     out->predicted_s = out->cost.step_time_s;
     out->error = out->predicted_s / out->measured_s - 1;

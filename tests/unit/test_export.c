@@ -146,7 +146,7 @@ static void test_torchtitan_split(void)
                         int rc = export_text(&p, DP_EXPORT_TORCHTITAN, &b, &err);
                         if (!middle_largest) {
                             /* torchtitan cannot lengthen the first or last stage */
-                            CHECK_EQ(rc, DP_EINFEASIBLE);
+                            CHECK_EQ(rc, DP_EUSAGE);
                             dp_buf_release(&b);
                             continue;
                         }
@@ -253,7 +253,7 @@ static void test_refusals(void)
      * the exporter must not rely on that) */
     struct dp_plan p = base_plan(32, 1, 2, 4, 1);
     p.layout.zero = 3;
-    CHECK_EQ(export_text(&p, DP_EXPORT_MEGATRON, &b, &err), DP_EINFEASIBLE);
+    CHECK_EQ(export_text(&p, DP_EXPORT_MEGATRON, &b, &err), DP_EUSAGE);
     CHECK_CONTAINS(err.msg, "plan.json: layout.zero: zero=3 with pp=2");
     CHECK_CONTAINS(err.msg, "Megatron-LM");
     dp_buf_release(&b);
@@ -261,26 +261,26 @@ static void test_refusals(void)
     /* DeepSpeed: context parallelism */
     p = base_plan(32, 1, 1, 4, 2);
     p.layout.zero = 1;
-    CHECK_EQ(export_text(&p, DP_EXPORT_DEEPSPEED_JSON, &b, &err), DP_EINFEASIBLE);
+    CHECK_EQ(export_text(&p, DP_EXPORT_DEEPSPEED_JSON, &b, &err), DP_EUSAGE);
     CHECK_CONTAINS(err.msg, "plan.json: layout.cp: cp=2 has no DeepSpeed equivalent");
     dp_buf_release(&b);
 
     /* torchtitan: fp16 and ZeRO-1 */
     p = base_plan(32, 1, 1, 4, 1);
     p.layout.precision = DP_FP16;
-    CHECK_EQ(export_text(&p, DP_EXPORT_TORCHTITAN, &b, &err), DP_EINFEASIBLE);
+    CHECK_EQ(export_text(&p, DP_EXPORT_TORCHTITAN, &b, &err), DP_EUSAGE);
     CHECK_CONTAINS(err.msg, "plan.json: layout.precision: fp16 has no torchtitan equivalent");
     dp_buf_release(&b);
     p.layout.precision = DP_BF16;
     p.layout.zero = 1;
-    CHECK_EQ(export_text(&p, DP_EXPORT_TORCHTITAN, &b, &err), DP_EINFEASIBLE);
+    CHECK_EQ(export_text(&p, DP_EXPORT_TORCHTITAN, &b, &err), DP_EUSAGE);
     CHECK_CONTAINS(err.msg, "layout.zero: zero=1");
     dp_buf_release(&b);
 
     /* Megatron-LM: ALiBi */
     p = base_plan(32, 1, 1, 4, 1);
     p.model.pos = DP_POS_ALIBI;
-    CHECK_EQ(export_text(&p, DP_EXPORT_MEGATRON, &b, &err), DP_EINFEASIBLE);
+    CHECK_EQ(export_text(&p, DP_EXPORT_MEGATRON, &b, &err), DP_EUSAGE);
     CHECK_CONTAINS(err.msg, "model.position: alibi has no Megatron-LM equivalent");
     dp_buf_release(&b);
 
