@@ -254,6 +254,9 @@ void cli_describe_cluster(FILE *f, const struct dp_cluster *c, const struct cli_
 void cli_describe_layout(FILE *f, const struct dp_layout *l, const struct dp_model *m);
 /* "framework torchtitan: 4+4+8 B/param ..., collectives per block, recompute op, unfused loss". */
 void cli_describe_framework(FILE *f, const struct dp_layout *l);
+/* suggest's line: the framework, what the search tries within it (recompute policies, shard
+ * groups) and its loss. */
+void cli_describe_search_framework(FILE *f, const struct dp_search_opts *o, bool given);
 
 /* Subcommands. */
 int cmd_calibrate(int argc, char **argv);

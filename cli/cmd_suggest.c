@@ -347,6 +347,7 @@ int cmd_suggest(int argc, char **argv)
         cli_describe_model(stdout, &m);
         cli_describe_cluster(stdout, &cl, &d);
         cli_describe_batch(stdout, so.gbs, so.seq_len, &d);
+        cli_describe_search_framework(stdout, &so, c.framework >= 0);
         printf("search   %lld layouts evaluated: %lld fit, %lld out of memory\n", r->evaluated,
                r->fitting, r->oom);
         if (timing)

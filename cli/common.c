@@ -889,6 +889,29 @@ void cli_describe_framework(FILE *f, const struct dp_layout *l)
             hsdp, rc, dp_loss_name(dp_layout_loss(l)));
 }
 
+void cli_describe_search_framework(FILE *f, const struct dp_search_opts *o, bool given)
+{
+    int rcs[DP_RECOMPUTES];
+    int n = dp_recompute_choices(o->framework, rcs);
+    char rc[96] = "";
+    size_t k = 0;
+    for (int i = 0; i < n && k < sizeof rc; i++)
+        k += (size_t)snprintf(rc + k, sizeof rc - k, "%s%s", i ? ", " : "",
+                              dp_recompute_name((enum dp_recompute)rcs[i]));
+    char sg[64];
+    if (o->shard_group > 0)
+        snprintf(sg, sizeof sg, "shard group %d", o->shard_group);
+    else
+        snprintf(sg, sizeof sg, "full sharding and node-sized HSDP groups");
+    struct dp_layout l;
+    dp_layout_default(&l);
+    l.framework = o->framework;
+    l.loss = o->loss;
+    fprintf(f, "framework %s%s: recompute searched over %s; %s; %s loss\n",
+            dp_framework_name(o->framework), given ? "" : " (--framework not given)", rc, sg,
+            dp_loss_name(dp_layout_loss(&l)));
+}
+
 void cli_describe_layout(FILE *f, const struct dp_layout *l, const struct dp_model *m)
 {
     char buf[256];

@@ -510,6 +510,7 @@ int dp__export_megatron(const struct dp__ctx *c0, struct dp_buf *b)
             dp_buf_puts(b, " ");
             dp__shell_word(b, v.s);
             break;
+        case DP__CODE: dp_buf_printf(b, " %s", v.s); break; /* several words (nargs '*') */
         default: break; /* flags (Megatron has no boolean options with values here) */
         }
         dp_buf_puts(b, "\n");

@@ -375,11 +375,18 @@ int dp__export_torchtitan(const struct dp__ctx *c0, struct dp_buf *b)
         "#   (ParallelismConfig, TrainingConfig), torchtitan/trainer.py (Trainer.Config),\n"
         "#   torchtitan/distributed/activation_checkpoint.py\n",
         TORCHTITAN_VERSION);
+    char dpw[160];
+    if (l->zero >= 2 && dp_layout_replicas(l) > 1)
+        snprintf(dpw, sizeof dpw,
+                 "HSDP: FSDP2 shards over %d (data_parallel_shard_degree) and replicates %d "
+                 "times (data_parallel_replicate_degree)",
+                 l->dp / dp_layout_replicas(l), dp_layout_replicas(l));
+    else
+        snprintf(dpw, sizeof dpw, "%s",
+                 l->zero >= 2 ? "FSDP2 shards over it (data_parallel_shard_degree)"
+                              : "DDP replicas (data_parallel_replicate_degree)");
     dp_buf_printf(b, "# data parallel %d: %s; the world size (%d GPUs) is set by the launcher\n",
-                  l->dp,
-                  l->zero >= 2 ? "FSDP2 shards over it (data_parallel_shard_degree)"
-                               : "DDP replicas (data_parallel_replicate_degree)",
-                  l->tp * l->pp * l->dp * l->cp);
+                  l->dp, dpw, l->tp * l->pp * l->dp * l->cp);
     if (l->recompute == DP_RECOMPUTE_SELECTIVE)
         dp_buf_puts(b, "# selective: torchtitan's SelectiveAC saves the outputs of compute-heavy "
                        "ops and recomputes\n#   the rest, not exactly the attention core dplan's "

@@ -40,13 +40,8 @@ bool dp__tp_divides(const struct dp_model *m, int tp, int etp);
 /* The layout fields the searches fix from the options (MoE routing, etp). */
 void dp__apply_moe_opts(const struct dp_search_opts *o, struct dp_layout *l);
 
-/*
- * What a framework offers, as dp_layout_check_framework rules it (the searches never build
- * a layout the framework refuses): its recompute policies in search order (Megatron none,
- * selective, full; torchtitan none, op, full; DeepSpeed none, full), written to out[],
- * returns the count; whether it runs ZeRO stage `zero` with pp and cp.
- */
-int dp__recompute_choices(enum dp_framework fw, int out[DP_RECOMPUTES]);
+/* Whether a framework runs ZeRO stage `zero` with pp and cp, as dp_layout_check_framework
+ * rules it (the searches never build a layout the framework refuses). */
 bool dp__zero_offered(enum dp_framework fw, int zero, int pp, int cp);
 /*
  * Shard-group sizes to try for a layout of `dpcp` data-parallel ranks (x cp) at ZeRO stage

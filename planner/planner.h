@@ -96,6 +96,11 @@ struct dp_search_opts {
 };
 void dp_search_opts_default(struct dp_search_opts *o);
 
+/* The recompute policies the searches try under a framework, in search order (Megatron none,
+ * selective, full; torchtitan none, op, full; DeepSpeed none, full), written to out[];
+ * returns the count. */
+int dp_recompute_choices(enum dp_framework fw, int out[DP_RECOMPUTES]);
+
 /* A best layout for one value of one dimension, for "what the runner-ups lose on". */
 enum dp_alt_dim {
     DP_ALT_TP,

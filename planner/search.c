@@ -49,7 +49,7 @@ bool dp__tp_divides(const struct dp_model *m, int tp, int etp)
     return m->experts == 0 || m->moe_ffn_hidden % (etp ? etp : tp) == 0;
 }
 
-int dp__recompute_choices(enum dp_framework fw, int out[DP_RECOMPUTES])
+int dp_recompute_choices(enum dp_framework fw, int out[DP_RECOMPUTES])
 {
     int n = 0;
     out[n++] = DP_RECOMPUTE_NONE;
@@ -324,7 +324,7 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
     const int gpus = s->gpus, gpn = cl->gpus_per_node, L = (int)m->layers;
     const enum dp_framework fw = o->framework;
     int rcs[DP_RECOMPUTES];
-    const int nrc = dp__recompute_choices(fw, rcs);
+    const int nrc = dp_recompute_choices(fw, rcs);
     /* A fixed degree is tried as given (any integer); free ones as powers of two. */
     for (int tp = o->tp ? o->tp : 1; tp <= (o->tp ? o->tp : gpus); tp *= 2) {
         if (tp > gpn) {

@@ -189,7 +189,7 @@ static bool scan_all(struct scan *s, int64_t mbs)
     if (o->grad_fp32 < 0 && o->framework == DP_FW_DEEPSPEED)
         base.grad_fp32 = false;
     int rcs[DP_RECOMPUTES];
-    const int nrc = dp__recompute_choices(o->framework, rcs);
+    const int nrc = dp_recompute_choices(o->framework, rcs);
     dp__apply_moe_opts(o, &base);
     for (int tp = 1; tp <= gpn && tp <= s->max_gpus; tp *= 2) {
         if ((o->tp && tp != o->tp) || gpn % tp || !dp__tp_divides(m, tp, o->etp))
