@@ -571,9 +571,12 @@ struct dp_layout {
      * Megatron --num-distributed-optimizer-instances, DeepSpeed MiCS mics_shard_size).
      * 0 = all dp x cp ranks (full sharding). */
     int shard_group;
-    enum dp_attn attn; /* the fused attention kernel (with flash_attn) */
-    bool eager;        /* element-wise ops run one PyTorch kernel each (no torch.compile or
-                          fused Megatron/TE kernels): more memory passes */
+    enum dp_attn attn;     /* the fused attention kernel (with flash_attn) */
+    bool eager;            /* element-wise ops run one PyTorch kernel each (no torch.compile or
+                              fused Megatron/TE kernels): more memory passes */
+    bool list_collectives; /* sharded-DP all-gathers and reduce-scatters go through
+                              PyTorch's list API (torch <= 1.8 all_gather(list) /
+                              reduce_scatter(list), DeepSpeed <= 0.3): one copy per rank each */
     /* Mixture of experts (ignored for dense models). */
     int etp;              /* expert tensor parallel size; 0 = tp (Megatron's default) */
     double moe_capacity;  /* expert capacity factor; 0 = dropless */

@@ -689,6 +689,8 @@ cJSON *dp_layout_to_json(const struct dp_layout *l)
         cJSON_AddStringToObject(o, "attention", dp_attn_name(l->attn));
     if (l->eager)
         cJSON_AddBoolToObject(o, "eager", true);
+    if (l->list_collectives)
+        cJSON_AddBoolToObject(o, "list_collectives", true);
     if (l->recompute_layers)
         cJSON_AddNumberToObject(o, "recompute_layers", l->recompute_layers);
     if (l->recompute_method != DP_RC_BLOCK)
@@ -749,6 +751,7 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
                                        "pp_overlap",
                                        "attention",
                                        "eager",
+                                       "list_collectives",
                                        "recompute_layers",
                                        "etp",
                                        "moe_capacity",
@@ -802,6 +805,7 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
         dp_jr_bool(jr, obj, "pp_overlap", false, &out->pp_overlap) ||
         dp_jr_enum(jr, obj, "attention", false, attn_names, DP_ATTNS, &attn) ||
         dp_jr_bool(jr, obj, "eager", false, &out->eager) ||
+        dp_jr_bool(jr, obj, "list_collectives", false, &out->list_collectives) ||
         dp_jr_int(jr, obj, "recompute_layers", false, 0, 100000, &rl) ||
         dp_jr_int(jr, obj, "etp", false, 1, 1 << 20, &etp) ||
         dp_jr_number(jr, obj, "moe_capacity", false, 0, 1000, &out->moe_capacity) ||

@@ -45,9 +45,31 @@ struct pass {
     double ag, rs, ar; /* one unit's all-gather, reduce-scatter, cross-replica all-reduce */
 };
 
-static double coll(enum dp_coll_kind k, double bytes, int n, const struct dp_path *p)
+/*
+ * PyTorch's list collectives (torch.distributed.all_gather(tensor_list, t) and
+ * reduce_scatter(t, tensor_list) up to 1.8) run NCCL on one flat buffer and copy it to (or
+ * from) the n per-rank tensors one copy_ at a time (torch/lib/c10d/ProcessGroupNCCL.cpp of
+ * v1.8: allgather's loop `outputTensors[i][j].copy_(outputFlattened[i][j], true)` after
+ * ncclAllGather, reduce_scatter's flatten before ncclReduceScatter), each with a
+ * recordStream on the caching allocator. DeepSpeed 0.3's ZeRO-3 gathers and reduces through
+ * them (partition_parameters.py _allgather_params: all_gather(partitions, ...) over one
+ * narrow() per rank; coalesced_collectives.py reduce_scatter_coalesced) and waits for each
+ * gather (fetch_sub_module -> torch.cuda.synchronize), so the host time of the n copies is
+ * on the step's path. Per copy: the C++ dispatch of copy_ (autograd and ATen dispatcher,
+ * ~1-3 us each), recordStream and the cudaMemcpyAsync launch (~2-5 us), ~10 us together
+ * (the 5-25 us per eager op of the op-to-kernel dispatch chain less its Python layers).
+ */
+#define LIST_COPY_S 10e-6
+
+static double coll(const struct dp_layout *l, enum dp_coll_kind k, double bytes, int n,
+                   const struct dp_path *p)
 {
-    return n > 1 ? dp_coll_time_s(k, bytes, n, p) : 0;
+    if (n <= 1)
+        return 0;
+    double t = dp_coll_time_s(k, bytes, n, p);
+    if (l->list_collectives && bytes > 0 && (k == DP_ALLGATHER || k == DP_REDUCE_SCATTER))
+        t += n * LIST_COPY_S;
+    return t;
 }
 
 /*
@@ -130,23 +152,23 @@ void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const 
         units = 1;
     const double U = units;
     struct pass ps_ = {0};
-    ps_.ag = coll(DP_ALLGATHER, st->ag_dense_bytes / U, sg, &ps) +
-             coll(DP_ALLGATHER, st->ag_expert_bytes / U, esg, &pe);
-    ps_.rs = coll(DP_REDUCE_SCATTER, st->dense * rb / U, sg, &ps) +
-             coll(DP_REDUCE_SCATTER, st->expert * rb / U, esg, &pe);
+    ps_.ag = coll(l, DP_ALLGATHER, st->ag_dense_bytes / U, sg, &ps) +
+             coll(l, DP_ALLGATHER, st->ag_expert_bytes / U, esg, &pe);
+    ps_.rs = coll(l, DP_REDUCE_SCATTER, st->dense * rb / U, sg, &ps) +
+             coll(l, DP_REDUCE_SCATTER, st->expert * rb / U, esg, &pe);
     /* HSDP: the reduce-scattered shard is all-reduced across the replicas (FSDP2
      * foreach_reduce on its all_reduce stream; Megatron param_and_grad_buffer.py with
      * num_distributed_optimizer_instances > 1). */
-    ps_.ar = coll(DP_ALLREDUCE, st->dense * rb / U / sg, R, &pr) +
-             coll(DP_ALLREDUCE, st->expert * rb / U / esg, R, &per);
+    ps_.ar = coll(l, DP_ALLREDUCE, st->dense * rb / U / sg, R, &pr) +
+             coll(l, DP_ALLREDUCE, st->expert * rb / U / esg, R, &per);
     const double fw = st->fwd_s / U, bw = st->bwd_s / U; /* compute per unit */
     const bool opg = l->overlap_param_gather, ovl = l->dp_overlap;
 
     if (l->zero == 0) {
         /* All-reduce of the gradients once per step, bucket by bucket during the last
          * micro-batch's backward; the last bucket's after it. */
-        double ar = coll(DP_ALLREDUCE, st->dense * gb / U, ndp, dpcp) +
-                    coll(DP_ALLREDUCE, st->expert * gb / U, edpn, edp);
+        double ar = coll(l, DP_ALLREDUCE, st->dense * gb / U, ndp, dpcp) +
+                    coll(l, DP_ALLREDUCE, st->expert * gb / U, edpn, edp);
         *total_s = U * ar;
         *exposed_s = ovl ? (U - 1) * overlapped(ar, bw) + ar : U * ar;
         return;
@@ -192,8 +214,8 @@ void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const 
          * a sub-module larger than that waits for its own gather. */
         gunits = 4 * st->layers + (st->first ? 1 : 0) + (st->last ? 1 : 0);
         double per_unit = total_params / gunits;
-        gag = coll(DP_ALLGATHER, st->ag_dense_bytes / gunits, sg, &ps) +
-              coll(DP_ALLGATHER, st->ag_expert_bytes / gunits, esg, &pe);
+        gag = coll(l, DP_ALLGATHER, st->ag_dense_bytes / gunits, sg, &ps) +
+              coll(l, DP_ALLGATHER, st->ag_expert_bytes / gunits, esg, &pe);
         prefetch = per_unit < DS_MAX_LIVE;
         if (l->recompute == DP_RECOMPUTE_FULL)
             gathers_b += ds_regather_share(m, l) * dp_layout_recomputed(l, st->layers) /

@@ -197,8 +197,8 @@ static bool scan_all(struct scan *s, int64_t mbs)
         for (int cp = 1; (int64_t)tp * cp <= s->max_gpus; cp *= 2) {
             if (o->cp && cp != o->cp)
                 continue;
-            if (cp > 1 && (o->seq_len % (2 * cp) || !o->flash_attn ||
-                           o->framework == DP_FW_DEEPSPEED))
+            if (cp > 1 &&
+                (o->seq_len % (2 * cp) || !o->flash_attn || o->framework == DP_FW_DEEPSPEED))
                 break;
             for (int sp = 0; sp <= (tp > 1); sp++) {
                 if ((o->sp >= 0 && sp != o->sp && tp > 1) || (sp && o->seq_len % tp))

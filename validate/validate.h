@@ -19,8 +19,8 @@ struct dp_run_result {
     double measured_s, predicted_s;
     double error; /* predicted / measured - 1 */
     struct dp_step_cost cost;
-    bool fits;                /* the memory model lets the run's layout fit (it ran) */
-    int64_t peak_bytes;       /* its predicted peak (device total) */
+    bool fits;          /* the memory model lets the run's layout fit (it ran) */
+    int64_t peak_bytes; /* its predicted peak (device total) */
 };
 int dp_run_predict(const struct dp_run *r, struct dp_run_result *out, struct dp_err *err);
 

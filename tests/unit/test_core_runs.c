@@ -204,7 +204,6 @@ static void test_layout_knobs(void)
     CHECK(strstr(err.msg, "layout.fp8_params: expected false without gemm_precision fp8") != NULL);
 }
 
-
 /* Measured memory peaks (issue 12): a peak alone is a run; the every-third rule holds out
  * the 3rd, 6th, ... memory-scored peak of the file; the predicted quantity is the one
  * measured on the GPU it was read on; the allocator slack is fitted to the reserved

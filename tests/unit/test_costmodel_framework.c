@@ -6,7 +6,8 @@
  * methods, the runtime buffers (NCCL per communicator, workspaces, CUDA context)
  * and the allocator's slack, NCCL's protocol choice per message size, sharded data
  * parallelism at each framework's granularity (FSDP2 blocks, DeepSpeed sub-modules
- * with the recompute re-gathers), HSDP, and the framework checks.
+ * with the recompute re-gathers, DeepSpeed 0.3's synchronous fetch and list collectives),
+ * HSDP, and the framework checks.
  */
 #include "check.h"
 #include "costmodel/costmodel.h"
@@ -417,6 +418,40 @@ static void test_deepspeed_regather(void)
     CHECK_NEAR(t1 - t0, 18 * ag8(2 * 1.812e9 / 18) / 3, 1e-9);
 }
 
+/* DeepSpeed 0.3 (SC'21 Table 2's ZeRO-3 rows): PyTorch 1.8's list collectives copy rank
+ * by rank, 10 us per rank and collective, and the synchronous fetch exposes every gather.
+ * The tiny stage under ZeRO-3 on 8 ranks, forward and backward halves of 1 s each:
+ *  - with prefetch, every gather but the first hides behind a sub-module's compute
+ *    (18 of 1 s / 18 = 55.6 ms each, far more than a gather);
+ *  - without it (overlap_param_gather false) the 36 gathers are exposed, and the bucket's
+ *    reduce-scatter (one, after the backward) too: exposed = total;
+ *  - list collectives add 8 x 10 us = 80 us to each of the 36 + 1 collectives. */
+static void test_deepspeed_legacy(void)
+{
+    struct dp_model m = tiny();
+    struct dp_cluster c = one_gpu();
+    struct dp_path p = {.busbw_gbps = 100, .latency_us = 1};
+    const double P = 60e6;
+    struct dp_shard_stage st = shard_stage(P);
+    st.fwd_s = st.bwd_s = 1.0;
+    struct dp_layout l = layout(DP_FW_DEEPSPEED, 3);
+    l.dp = 8;
+    l.gbs = 8;
+    double total, exposed;
+    const double ag = ag8(2 * P / 18), rs = ag8(2 * P);
+    dp_shard_comm(&m, &c, &l, &st, &p, &p, &total, &exposed);
+    CHECK_NEAR(total, 36 * ag + rs, 1e-12);
+    CHECK(exposed < total / 2);
+    l.overlap_param_gather = false;
+    dp_shard_comm(&m, &c, &l, &st, &p, &p, &total, &exposed);
+    CHECK_NEAR(total, 36 * ag + rs, 1e-12);
+    CHECK_NEAR(exposed, total, 1e-12);
+    l.list_collectives = true;
+    dp_shard_comm(&m, &c, &l, &st, &p, &p, &total, &exposed);
+    CHECK_NEAR(total, 36 * (ag + 80e-6) + rs + 80e-6, 1e-12);
+    CHECK_NEAR(exposed, total, 1e-12);
+}
+
 /* HSDP: reduce-scatter in the shard group, all-reduce of the 1/sg shard across the
  * replicas, all-gather in the shard group. 16 GPUs as 2 nodes of 8, shard group 8 (a
  * node), replicas 2 across the network. */
@@ -512,6 +547,7 @@ int main(void)
     test_protocols();
     test_sharded_granularity();
     test_deepspeed_regather();
+    test_deepspeed_legacy();
     test_hsdp();
     test_framework_checks();
     return check_failures ? 1 : 0;

@@ -326,7 +326,6 @@ static void test_translations(void)
     dp_buf_release(&b);
 }
 
-
 /* Issue 12's knobs, by the frameworks' own option names: HSDP as torchtitan's 2-D mesh
  * (data_parallel_replicate_degree x data_parallel_shard_degree), Megatron's
  * --num-distributed-optimizer-instances and DeepSpeed's MiCS mics_shard_size; recompute

@@ -211,8 +211,7 @@ static bool any_fits(const struct dp_model *m, const struct dp_cluster *cl, int 
                                                     continue;
                                                 if (vpp > 1 && dp_layout_microbatches(&l) % pp)
                                                     continue;
-                                                if (dp_mem_estimate(m, &c, &l, &mo, rep, &e) ==
-                                                        0 &&
+                                                if (dp_mem_estimate(m, &c, &l, &mo, rep, &e) == 0 &&
                                                     rep->fits)
                                                     found = true;
                                             }

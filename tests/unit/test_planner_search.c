@@ -76,61 +76,61 @@ static void brute_force(const struct dp_model *m, const struct dp_cluster *cl, i
                             for (int sp = 0; sp <= 1; sp++)
                                 for (int ep = 1; ep <= emax; ep++)
                                     for (int sg = 0; sg <= gpus; sg = sg ? 2 * sg : 1) {
-                                    if (gpus % (tp * pp) || (sp && tp == 1) || emax % ep)
-                                        continue;
-                                    struct dp_layout l;
-                                    dp_layout_default(&l);
-                                    l.tp = tp;
-                                    l.ep = ep;
-                                    l.pp = pp;
-                                    l.dp = gpus / (tp * pp);
-                                    l.vpp = vpp;
-                                    l.mbs = mbs;
-                                    l.gbs = gbs;
-                                    l.seq_len = m->seq_len;
-                                    l.zero = zero;
-                                    l.recompute = (enum dp_recompute)rc;
-                                    l.sp = sp;
-                                    l.framework = fw;
-                                    l.shard_group = sg;
-                                    /* DeepSpeed's gradients: the model dtype by default */
-                                    l.grad_fp32 = fw != DP_FW_DEEPSPEED;
-                                    struct dp_err e = {0};
-                                    if (dp_layout_validate(&l, m, gpus, &e))
-                                        continue;
-                                    /* What the framework offers (its recompute policies
-                                     * and ZeRO stages), by the layout's own check. */
-                                    if (dp_layout_check_framework(&l, NULL, &e))
-                                        continue;
-                                    /* HSDP groups: full sharding (0), else powers of two
-                                     * from a node's worth of data-parallel ranks below dp. */
-                                    int node = cl->gpus_per_node / tp < 2 ? 2
-                                                                          : cl->gpus_per_node / tp;
-                                    if (sg && (zero == 0 || sg < node || sg >= l.dp ||
-                                               (fw == DP_FW_DEEPSPEED && zero < 3)))
-                                        continue;
-                                    /* The documented space: ZeRO only with something
-                                     * to shard, ZeRO-2/3 only without pipeline
-                                     * parallelism; the overlaps on where the layout
-                                     * allows them (TP overlap with sequence
-                                     * parallelism, pipeline overlap with interleaving). */
-                                    if (zero > 0 && l.dp == 1)
-                                        continue;
+                                        if (gpus % (tp * pp) || (sp && tp == 1) || emax % ep)
+                                            continue;
+                                        struct dp_layout l;
+                                        dp_layout_default(&l);
+                                        l.tp = tp;
+                                        l.ep = ep;
+                                        l.pp = pp;
+                                        l.dp = gpus / (tp * pp);
+                                        l.vpp = vpp;
+                                        l.mbs = mbs;
+                                        l.gbs = gbs;
+                                        l.seq_len = m->seq_len;
+                                        l.zero = zero;
+                                        l.recompute = (enum dp_recompute)rc;
+                                        l.sp = sp;
+                                        l.framework = fw;
+                                        l.shard_group = sg;
+                                        /* DeepSpeed's gradients: the model dtype by default */
+                                        l.grad_fp32 = fw != DP_FW_DEEPSPEED;
+                                        struct dp_err e = {0};
+                                        if (dp_layout_validate(&l, m, gpus, &e))
+                                            continue;
+                                        /* What the framework offers (its recompute policies
+                                         * and ZeRO stages), by the layout's own check. */
+                                        if (dp_layout_check_framework(&l, NULL, &e))
+                                            continue;
+                                        /* HSDP groups: full sharding (0), else powers of two
+                                         * from a node's worth of data-parallel ranks below dp. */
+                                        int node =
+                                            cl->gpus_per_node / tp < 2 ? 2 : cl->gpus_per_node / tp;
+                                        if (sg && (zero == 0 || sg < node || sg >= l.dp ||
+                                                   (fw == DP_FW_DEEPSPEED && zero < 3)))
+                                            continue;
+                                        /* The documented space: ZeRO only with something
+                                         * to shard, ZeRO-2/3 only without pipeline
+                                         * parallelism; the overlaps on where the layout
+                                         * allows them (TP overlap with sequence
+                                         * parallelism, pipeline overlap with interleaving). */
+                                        if (zero > 0 && l.dp == 1)
+                                            continue;
 
-                                    l.tp_overlap = sp && tp > 1;
-                                    l.pp_overlap = vpp > 1;
-                                    b->valid++;
-                                    if (dp_mem_estimate(m, cl, &l, &mo, rep, &e) || !rep->fits)
-                                        continue;
-                                    struct dp_step_cost c;
-                                    dp_time_step_fast(m, cl, &l, &c);
-                                    double s = score(&c, rep->peak_bytes, rep->min_bytes);
-                                    if (!b->found || s < b->best) {
-                                        b->found = true;
-                                        b->best = s;
-                                        b->best_l = l;
+                                        l.tp_overlap = sp && tp > 1;
+                                        l.pp_overlap = vpp > 1;
+                                        b->valid++;
+                                        if (dp_mem_estimate(m, cl, &l, &mo, rep, &e) || !rep->fits)
+                                            continue;
+                                        struct dp_step_cost c;
+                                        dp_time_step_fast(m, cl, &l, &c);
+                                        double s = score(&c, rep->peak_bytes, rep->min_bytes);
+                                        if (!b->found || s < b->best) {
+                                            b->found = true;
+                                            b->best = s;
+                                            b->best_l = l;
+                                        }
                                     }
-                                }
     free(rep);
 }
 
