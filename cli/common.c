@@ -110,8 +110,9 @@ const char cli_plan_knob_help[] =
     "  --recompute-modules LIST    with --recompute selective: Megatron's recompute_modules\n"
     "                              (core_attn,mlp,layernorm,moe_act,moe,shared_experts,\n"
     "                              mla_up_proj) [core_attn]\n"
-    "  --loss {vocab-parallel,fused,unfused,fused-native}  cross entropy: fused = TE's\n"
-    "                              in-place kernel, fused-native = Megatron's native fusion\n"
+    "  --loss {vocab-parallel,fused,unfused,fused-native,compiled}  cross entropy: fused =\n"
+    "                              TE's in-place kernel, fused-native = Megatron's native\n"
+    "                              fusion, compiled = torchtitan's under torch.compile\n"
     "                              [megatron: vocab-parallel; torchtitan, deepspeed: unfused]\n"
     "The defaults taken are printed (\"--nodes not given: ...\") and listed under\n"
     "\"defaults\" in --json.\n";
@@ -164,8 +165,9 @@ const char cli_knob_help[] =
     "  --recompute-modules LIST    with --recompute selective: Megatron's recompute_modules\n"
     "                              (core_attn,mlp,layernorm,moe_act,moe,shared_experts,\n"
     "                              mla_up_proj) [core_attn]\n"
-    "  --loss {vocab-parallel,fused,unfused,fused-native}  cross entropy: fused = TE's\n"
-    "                              in-place kernel, fused-native = Megatron's native fusion\n"
+    "  --loss {vocab-parallel,fused,unfused,fused-native,compiled}  cross entropy: fused =\n"
+    "                              TE's in-place kernel, fused-native = Megatron's native\n"
+    "                              fusion, compiled = torchtitan's under torch.compile\n"
     "                              [megatron: vocab-parallel; torchtitan, deepspeed: unfused]\n"
     "Mixture of experts (never searched):\n"
     "  --etp N                     expert tensor parallel size [tp]; the expert layers\n"
@@ -249,7 +251,8 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
     static const char *const rc_names[] = {"none", "selective", "full", "op"};
     static const char *const fw_names[] = {"megatron", "torchtitan", "deepspeed"};
     static const char *const method_names[] = {"block", "uniform", "every"};
-    static const char *const loss_names[] = {"vocab-parallel", "fused", "unfused", "fused-native"};
+    static const char *const loss_names[] = {"vocab-parallel", "fused", "unfused", "fused-native",
+                                             "compiled"};
     static const char *const prec_names[] = {"bf16", "fp16", "fp32", "fp8", "auto"};
     static const char *const recipe_names[] = {"delayed",   "current", "rowwise",
                                                "blockwise", "mxfp8",   "tensorwise"};
@@ -328,7 +331,7 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
     }
     case OPT_LOSS: {
         int v = -1;
-        r = parse_choice(cmd, "loss", arg, loss_names, 4, &v);
+        r = parse_choice(cmd, "loss", arg, loss_names, 5, &v);
         c->loss = v < 0 ? -1 : v + 1;
         break;
     }

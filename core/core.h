@@ -487,7 +487,12 @@ int dp_recompute_module_parse(const char *name);
  *    implementation (fusions/fused_cross_entropy.py), whose jit-fused steps cannot keep the
  *    in-place exp and gradient updates in place: Inductor "materializes the new value in a
  *    fresh [s, b, v] buffer" (the note of the file's later in-place fix): the bf16 logits,
- *    the fp32 copy and one more fp32 buffer, 2 + 4 + 4 = 10 B.
+ *    the fp32 copy and one more fp32 buffer, 2 + 4 + 4 = 10 B;
+ *  - compiled: torchtitan's F.cross_entropy(logits.float()) under torch.compile (since
+ *    2025, components/loss.py build_cross_entropy_loss with compile on): Inductor keeps
+ *    the bf16 logits and per-row log-sum-exps for backward instead of the fp32
+ *    log-softmax, and writes the gradient (softmax minus one-hot, cast back) in one kernel
+ *    into a new bf16 buffer: the logits beside their gradient, 2 + 2 = 4 B.
  */
 enum dp_loss {
     DP_LOSS_DEFAULT = 0,
@@ -495,7 +500,8 @@ enum dp_loss {
     DP_LOSS_FUSED = 2,
     DP_LOSS_UNFUSED = 3,
     DP_LOSS_FUSED_NATIVE = 4,
-    DP_LOSSES = 5
+    DP_LOSS_COMPILED = 5,
+    DP_LOSSES = 6
 };
 const char *dp_loss_name(enum dp_loss k);
 /*

@@ -11,8 +11,8 @@
 
 static const char *const recompute_names[] = {"none", "selective", "full", "op"};
 static const char *const method_names[] = {"block", "uniform", "every"};
-static const char *const loss_names[] = {"default", "vocab-parallel", "fused", "unfused",
-                                         "fused-native"};
+static const char *const loss_names[] = {"default", "vocab-parallel", "fused",
+                                         "unfused", "fused-native",   "compiled"};
 static const char *const framework_names[] = {"megatron", "torchtitan", "deepspeed"};
 static const char *const module_names[] = {
     "core_attn", "mlp", "layernorm", "moe_act", "moe", "shared_experts", "mla_up_proj"};
@@ -446,6 +446,13 @@ int dp_layout_check_framework(const struct dp_layout *l, const char *where, stru
                               f,
                               l->recompute == DP_RECOMPUTE_OP ? "op (torchtitan's per-op SAC)"
                                                               : "every (torchtitan's layer SAC)");
+        }
+        if (l->loss == DP_LOSS_COMPILED) {
+            field_name(where, "loss", NULL, f, sizeof f);
+            return dp_err_set(err, DP_EUSAGE,
+                              "%s: megatron computes its cross entropy vocab-parallel, fused (TE) "
+                              "or fused-native, not under torch.compile, got compiled",
+                              f);
         }
         return 0;
     case DP_FW_TORCHTITAN:

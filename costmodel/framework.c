@@ -100,6 +100,7 @@ double dp_fw_loss_bytes(const struct dp_layout *l)
     switch (dp_layout_loss(l)) {
     case DP_LOSS_FUSED: return (double)dp_precision_bytes(l->precision);
     case DP_LOSS_FUSED_NATIVE: return (double)dp_precision_bytes(l->precision) + 8.0;
+    case DP_LOSS_COMPILED: return 2.0 * dp_precision_bytes(l->precision);
     case DP_LOSS_UNFUSED:
         /* torchtitan with TP computes it under loss_parallel on vocabulary-sharded logits
          * (torch/distributed/tensor/parallel/loss.py): its _log_softmax is the decomposition

@@ -13,6 +13,7 @@
 #include "costmodel/costmodel.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* A small Llama-like model: h = 1024, 8 heads of 128 (MHA), SwiGLU f = 4096, RMSNorm,
  * no dropout or biases, vocabulary 32000. */
@@ -120,6 +121,10 @@ static void test_loss_bytes(void)
     CHECK_NEAR(dp_fw_loss_bytes(&l), 12, 0);
     l.tp = 2;
     CHECK_NEAR(dp_fw_loss_bytes(&l), 16, 0);
+    /* torch.compile'd (torchtitan since 2025): the bf16 logits and a new bf16 gradient */
+    l.tp = 1;
+    l.loss = DP_LOSS_COMPILED;
+    CHECK_NEAR(dp_fw_loss_bytes(&l), 4, 0);
     l = layout(DP_FW_DEEPSPEED, 1);
     CHECK_EQ(dp_layout_loss(&l), DP_LOSS_UNFUSED);
 
@@ -170,21 +175,33 @@ static void test_recompute_policies(void)
     dp_act_layer(&m, &l, DP_LAYER_DENSE, &al);
     CHECK_EQ(al.stored_bytes, (40992 - 4096) * T);
 
-    /* torchtitan per-op SAC: block input 2h, wq and wv outputs 2ad + 2gd, the attention
-     * output 2ad and lse 4a, w1's output 2f, w2's mm output 2h:
-     * 2048 + 4096 + 2048 + 32 + 8192 + 2048 = 18464 T */
+    /* torchtitan per-op SAC, eager (the policy's cache keeps every saved output): block
+     * input 2h, wq and wv outputs 2ad + 2gd, the attention output 2ad and lse 4a, w1's
+     * output 2f, w2's mm output 2h: 2048 + 4096 + 2048 + 32 + 8192 + 2048 = 18464 T */
     l = layout(DP_FW_TORCHTITAN, 3);
     l.recompute = DP_RECOMPUTE_OP;
+    l.eager = true;
     dp_act_layer(&m, &l, DP_LAYER_DENSE, &al);
     CHECK_EQ(al.stored_bytes, 18464 * T);
-    CHECK_EQ(al.work_bytes, (40992 - 18464) * T);
-    /* under TP 2 with SP: wo's and w2's reduce-scatter outputs 2h/2 each; the matmul
-     * outputs split by t, w2's partial sum whole: 1024 + 2048 + 16 + 1024 + 4096 + 2048 +
-     * 2 x 1024 = 12304 T */
+    CHECK_EQ(al.work_bytes, (40992 + 16384 - 18464) * T);
+    /* compiled (the default): the partitioner drops w2's output, which no gradient reads:
+     * 18464 - 2048 = 16416 T */
+    l.eager = false;
+    dp_act_layer(&m, &l, DP_LAYER_DENSE, &al);
+    CHECK_EQ(al.stored_bytes, 16416 * T);
+    CHECK_EQ(al.work_bytes, (40992 - 16416) * T);
+    /* under TP 2 with SP, eager: wo's and w2's reduce-scatter outputs 2h/2 each; the
+     * matmul outputs split by t, w2's partial sum whole: 1024 + 2048 + 16 + 1024 + 4096 +
+     * 2048 + 2 x 1024 = 12304 T; compiled without w2's partial sum and its reduce-scatter
+     * output: 12304 - 2048 - 1024 = 9232 T */
     l.tp = 2;
     l.sp = true;
+    l.eager = true;
     dp_act_layer(&m, &l, DP_LAYER_DENSE, &al);
     CHECK_EQ(al.stored_bytes, 12304 * T);
+    l.eager = false;
+    dp_act_layer(&m, &l, DP_LAYER_DENSE, &al);
+    CHECK_EQ(al.stored_bytes, 9232 * T);
     /* eager torchtitan (no compile): RMSNorm's fp32 copies 2 x 4h and SwiGLU's fourth
      * tensor 2f on top of full */
     l = layout(DP_FW_TORCHTITAN, 3);
@@ -531,6 +548,16 @@ static void test_framework_checks(void)
     l.shard_group = 8;
     dp_err_clear(&err);
     CHECK_EQ(dp_layout_check_framework(&l, NULL, &err), DP_EUSAGE);
+    l.zero = 3;
+    dp_err_clear(&err);
+    CHECK_EQ(dp_layout_check_framework(&l, NULL, &err), 0);
+    /* a torch.compile'd loss is torchtitan's; Megatron refuses it, naming the field */
+    l = layout(DP_FW_MEGATRON, 1);
+    l.loss = DP_LOSS_COMPILED;
+    dp_err_clear(&err);
+    CHECK_EQ(dp_layout_check_framework(&l, NULL, &err), DP_EUSAGE);
+    CHECK_CONTAINS(err.msg, "--loss: megatron");
+    l.framework = DP_FW_TORCHTITAN;
     l.zero = 3;
     dp_err_clear(&err);
     CHECK_EQ(dp_layout_check_framework(&l, NULL, &err), 0);
