@@ -47,7 +47,7 @@ static void add_scaled(struct stage_cost *acc, const struct stage_cost *x, doubl
 /* One decoder layer: its passes (*o) and, apart, what recomputation adds to its
  * backward (*re), which recompute_layers may apply to only some layers of a stage. */
 static void layer_part(const struct dp__time_ctx *c, const struct dp_layer_time *lc,
-                       struct stage_cost *o, struct stage_cost *re)
+                       enum dp_layer_kind kind, struct stage_cost *o, struct stage_cost *re)
 {
     const struct dp_layout *l = c->l;
     memset(o, 0, sizeof *o);
@@ -67,7 +67,32 @@ static void layer_part(const struct dp__time_ctx *c, const struct dp_layer_time 
         re->tp_re = lc->tp_f;
         re->ep_b = lc->ep_f;
     } else if (l->recompute == DP_RECOMPUTE_SELECTIVE) {
-        re->recompute = lc->attn_f + lc->attn_ew_f;
+        /* Megatron-Core recompute_modules (default core_attn: the attention core and its
+         * element-wise passes, Korthikanti Sec. 5). */
+        unsigned mods = l->recompute_modules ? l->recompute_modules : DP_RCM_CORE_ATTN;
+        double rc = 0;
+        if (mods & DP_RCM_CORE_ATTN)
+            rc += lc->attn_f + lc->attn_ew_f;
+        if (mods & DP_RCM_LAYERNORM)
+            rc += lc->norm_f;
+        if (mods & DP_RCM_MLA_UP_PROJ)
+            rc += lc->mla_up_f;
+        if (kind == DP_LAYER_DENSE && (mods & DP_RCM_MLP))
+            rc += lc->mlp_f;
+        if (kind == DP_LAYER_MOE) {
+            if (mods & DP_RCM_MOE) {
+                rc += lc->moe_f;
+                re->ep_b = lc->ep_f; /* the dispatch runs again */
+            } else {
+                rc += (mods & DP_RCM_MOE_ACT ? lc->moe_act_f : 0) +
+                      (mods & DP_RCM_SHARED_EXPERTS ? lc->shared_f : 0);
+            }
+        }
+        re->recompute = rc;
+    } else if (l->recompute == DP_RECOMPUTE_OP) {
+        /* torchtitan's per-op SAC: what its policy does not save (time.c op_f, op_tp_f). */
+        re->recompute = lc->op_f;
+        re->tp_re = lc->op_tp_f;
     }
 }
 
@@ -153,7 +178,7 @@ void dp__time_pipeline(const struct dp__time_ctx *c, const struct dp_layer_time 
     double f1[DP_LAYER_KINDS], b1[DP_LAYER_KINDS], r1[DP_LAYER_KINDS], w1[DP_LAYER_KINDS];
     double cc1[DP_LAYER_KINDS], cr1[DP_LAYER_KINDS]; /* compute alone, for pp_overlap */
     for (int k = 0; k < DP_LAYER_KINDS; k++) {
-        layer_part(c, &lt[k], &one[k], &re[k]);
+        layer_part(c, &lt[k], (enum dp_layer_kind)k, &one[k], &re[k]);
         f1[k] = fwd_of(&one[k]);
         b1[k] = bwd_of(&one[k]);
         r1[k] = bwd_of(&re[k]);
