@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "costmodel/costmodel.h"
 #include "executor/executor.h"
+#include "fit/fit.h"
 #include "run_checks.h"
 #include "run_ckpt.h"
 #include "run_launch.h"
@@ -51,7 +52,10 @@ static const char help_head[] =
     "  --clip X            gradient clipping by global norm [1.0; 0 = off]\n"
     "  --backend cpu       the only backend in this build\n"
     "  --threads N         compute threads per rank [cores / ranks on the node]\n"
-    "  --timeout S         abort when a rank makes no progress for S seconds [300]\n\n";
+    "  --timeout S         abort when a rank makes no progress for S seconds [300]\n"
+    "  --calibration FILE  predict the step time from a `dplan calibrate --backend cpu`\n"
+    "                      profile of this machine (its kernel costs at the run's thread\n"
+    "                      split, its fitted collectives) instead of a probe after the run\n\n";
 
 /* The plan knobs this executor runs (the planning commands take more: cli_knob_help). */
 static const char run_knob_help[] =
@@ -106,11 +110,12 @@ enum {
     OPT_BACKEND,
     OPT_THREADS,
     OPT_TIMEOUT,
+    OPT_CALIBRATION,
 };
 
 struct run {
     struct cli_common c;
-    const char *target, *data, *out, *log;
+    const char *target, *data, *out, *log, *calibration;
     int np, steps, threads, timeout_s, fmt;
     bool log_all;
     struct dp_exec_opts o;
@@ -123,8 +128,9 @@ struct run {
     FILE *logf;
     bool tty, logs_here;
     double t_start;
-    double cpu_pred_s; /* the step-time model's prediction for this machine (0 = none) */
-    double epochs;     /* how often the steps read the data */
+    double cpu_pred_s;          /* the step-time model's prediction for this machine (0 = none) */
+    struct dp_calibration *cal; /* --calibration, NULL without */
+    double epochs;              /* how often the steps read the data */
 };
 
 static double now_s(void)
@@ -176,6 +182,7 @@ static int parse_args(struct run *r, int argc, char **argv)
                                          {"backend", required_argument, 0, OPT_BACKEND},
                                          {"threads", required_argument, 0, OPT_THREADS},
                                          {"timeout", required_argument, 0, OPT_TIMEOUT},
+                                         {"calibration", required_argument, 0, OPT_CALIBRATION},
                                          CLI_CKPT_OPTIONS,
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -229,6 +236,7 @@ static int parse_args(struct run *r, int argc, char **argv)
                                       optarg);
             break;
         case OPT_THREADS: bad = parse_count("threads", optarg, 1, 4096, &r->threads); break;
+        case OPT_CALIBRATION: r->calibration = optarg; break;
         case OPT_TIMEOUT: bad = parse_count("timeout", optarg, 1, 100000000, &r->timeout_s); break;
         case 'h': printf("%s%s%s", help_head, cli_ckpt_help, run_knob_help); return -1;
         default: return 2;
@@ -284,6 +292,18 @@ static void log_path(const struct run *r, char *buf, size_t cap)
 /* Model and layout from the plan or the knobs; the world size; the checks. */
 static int resolve(struct run *r, int *world, struct dp_err *err)
 {
+    if (r->calibration && !r->cal) {
+        if (!(r->cal = malloc(sizeof *r->cal)))
+            return dp_err_set(err, DP_ENOMEM, "out of memory");
+        int rc = dp_calibration_load(r->calibration, r->cal, err);
+        if (rc)
+            return rc;
+        if (r->cal->ncpu == 0)
+            return dp_err_set(err, DP_EINVAL,
+                              "%s: cpu: the profile has no CPU kernel costs (measure them with "
+                              "`dplan calibrate --backend cpu`)",
+                              r->calibration);
+    }
     if (is_plan_file(r->target)) {
         if (any_knob(&r->c))
             return dp_err_set(err, DP_EUSAGE,
@@ -474,7 +494,8 @@ static void write_summary(struct run *r, const struct dp_exec_result *res, const
                                  r->env.local_world > 0 ? r->env.local_world : res->world,
                              .threads = threads,
                              .allreduce_small_s = res->allreduce_small_s,
-                             .allreduce_1mib_s = res->allreduce_1mib_s};
+                             .allreduce_1mib_s = res->allreduce_1mib_s,
+                             .cal = r->cal};
     struct cli_cpu_prediction cp;
     r->cpu_pred_s = cli_run_predict_cpu(&r->m, &r->l, &cr, &cp, &pe) ? 0 : cp.step_s;
     cJSON *o = cJSON_CreateObject();
@@ -591,9 +612,10 @@ static void print_summary(struct run *r, const struct dp_exec_result *res, const
     if (r->cpu_pred_s > 0)
         fprintf(stderr,
                 "step time: measured %.1f ms (rank 0 median), predicted %.1f ms (%+.0f%%) by "
-                "the CPU step model from this machine's probe (cli/run_predict.c)\n",
+                "the CPU step model from %s%s (cli/run_predict.c)\n",
                 1e3 * res->ranks[0].step_time_median_s, 1e3 * r->cpu_pred_s,
-                100.0 * (r->cpu_pred_s / res->ranks[0].step_time_median_s - 1));
+                100.0 * (r->cpu_pred_s / res->ranks[0].step_time_median_s - 1),
+                r->cal ? "the calibration " : "this machine's probe", r->cal ? r->calibration : "");
     fprintf(stderr, "wrote %s/model.safetensors, %s, %s/summary.json, %s/plan.json\n", dir, logpath,
             dir, dir);
 }
@@ -783,6 +805,7 @@ int cmd_run(int argc, char **argv)
     }
     if (rc) {
         free(r.plan);
+        free(r.cal);
         if (r.env.launched && r.env.rank != 0) /* one message per job */
             return dp_status_exit_code(rc);
         return cli_fail(&err);
@@ -794,17 +817,20 @@ int cmd_run(int argc, char **argv)
         rc = load_data(&r, &tok, &err);
         if (rc) {
             free(r.plan);
+            free(r.cal);
             return cli_fail(&err);
         }
         rc = dp_tokens_check(&tok, &r.l, &err);
         dp_tokens_release(&tok);
         if (rc) {
             free(r.plan);
+            free(r.cal);
             return cli_fail(&err);
         }
         /* A checkpoint that cannot be resumed is refused once, before any rank starts. */
         if (r.ck.resume && dp_ckpt_check_resume(r.ck.resume_dir, &r.m, &r.l, &err)) {
             free(r.plan);
+            free(r.cal);
             return cli_fail(&err);
         }
         if (cli_ckpt_supervise(&r.ck)) {
@@ -812,6 +838,7 @@ int cmd_run(int argc, char **argv)
             char logpath[4200];
             log_path(&r, logpath, sizeof logpath);
             free(r.plan);
+            free(r.cal);
             return cli_run_supervise(&r.ck, world, run_dir(&r), logpath, argc, argv);
         }
         if (world > 1) {
@@ -819,12 +846,14 @@ int cmd_run(int argc, char **argv)
             log_path(&r, logpath, sizeof logpath);
             struct cli_run_end end = {logpath, r.ck.dir};
             free(r.plan);
+            free(r.cal);
             return cli_run_launch(world, argc, argv, &end);
         }
         cli_run_reexec_for_blas(argc, argv);
     }
     rc = run_rank(&r, world, &err);
     free(r.plan);
+    free(r.cal);
     dp_exec_finalize();
     return rc ? cli_fail(&err) : 0;
 }

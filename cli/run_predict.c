@@ -29,6 +29,7 @@
 
 #include "costmodel/costmodel.h"
 #include "executor/probe.h"
+#include "fit/fit.h"
 
 #define R 4.0 /* bytes per element: the executor computes in fp32 */
 
@@ -39,6 +40,8 @@ struct cm {
     bool shared;     /* other ranks compute at the same time: GEMMs run at conc_eff */
     double a_step;   /* MPI: seconds per step of a collective (recursive doubling) */
     double coll_bps; /* MPI: bus bandwidth, bytes/s */
+    /* Fitted alpha-beta per collective (calibration profile), by enum coll; NULL: none. */
+    const struct dp_cal_coll *fit[4];
 };
 
 /* Seconds by kind, and core-seconds (for time-sharing when threads exceed cores). */
@@ -132,6 +135,15 @@ static double coll(const struct cm *c, enum coll k, double bytes, int n)
 {
     if (n <= 1 && k != P2P)
         return 0;
+    if (c->fit[k]) {
+        /* The calibration's fit, in its own model: alpha per ring step, nccl-tests' bus
+         * bandwidth (fit/fit.h dp_fit_alpha_beta). */
+        static const enum dp_nccl_coll kind[] = {DP_NCCL_ALL_REDUCE, DP_NCCL_REDUCE_SCATTER,
+                                                 DP_NCCL_ALL_GATHER, DP_NCCL_SENDRECV};
+        int r = k == P2P ? 2 : n;
+        return c->fit[k]->alpha_us * 1e-6 * dp_nccl_ring_steps(kind[k], r) +
+               dp_nccl_busbw_factor(kind[k], r) * bytes / (c->fit[k]->busbw_gbps * 1e9);
+    }
     double steps = k == P2P ? 1 : ceil(log2((double)n));
     double f = k == P2P ? 1 : k == AR ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
     return c->a_step * steps + f * bytes / c->coll_bps;
@@ -341,6 +353,34 @@ static void stage_step(const struct cm *c, const struct shape *s, int st, double
     }
 }
 
+/* The probe as the profile measured it. Attention is priced per head of the profile's
+ * seq_len x head_dim; a causal head costs T^2 d / 2 multiply-adds for the scores and as
+ * many for the weighted values (FlashAttention paper, Sec. 2: O(T^2 d)), so other
+ * shapes scale by (T / T0)^2 (d / d0). */
+static void calibrated_probe(const struct dp_cal_cpu *k, const struct dp_probe_shape *sh,
+                             struct dp_device_probe *p)
+{
+    memset(p, 0, sizeof *p);
+    p->gemm_call_s = k->gemm_call_us * 1e-6;
+    p->gemm_gflops = k->gemm_gflops;
+    p->conc_eff = k->conc_eff;
+    p->fork_s = k->fork_us * 1e-6;
+    memcpy(p->bw_gbps, k->bw_gbps, sizeof p->bw_gbps);
+    p->cache_bytes[0] = (int64_t)k->l2_bytes;
+    p->cache_bytes[1] = (int64_t)k->l3_bytes;
+    double T = (double)sh->seq_len / (double)k->seq_len, d = (double)sh->head_dim / k->head_dim;
+    double a = T * T * d;
+    p->attn_fwd_s = k->attn_fwd_us * 1e-6 * a;
+    p->attn_bwd_s = k->attn_bwd_us * 1e-6 * a;
+    p->attn_probs_s = k->attn_probs_us * 1e-6 * a;
+    p->act_fwd_ns = k->act_fwd_ns;
+    p->act_bwd_ns = k->act_bwd_ns;
+    p->norm_fwd_ns = k->norm_fwd_ns;
+    p->norm_bwd_ns = k->norm_bwd_ns;
+    p->ce_ns = k->ce_ns;
+    p->adamw_ns = k->adamw_ns;
+}
+
 int cli_run_predict_cpu(const struct dp_model *m, const struct dp_layout *l,
                         const struct cli_cpu_run *run, struct cli_cpu_prediction *out,
                         struct dp_err *err)
@@ -357,9 +397,18 @@ int cli_run_predict_cpu(const struct dp_model *m, const struct dp_layout *l,
                                 .head_dim = (int)m->head_dim,
                                 .ffn = m->ffn,
                                 .norm = m->norm};
-    int rc = dp_exec_probe_device(&sh, &c.pr, err);
-    if (rc)
+    int rc = 0;
+    const struct dp_cal_cpu *k =
+        run->cal ? dp_calibration_cpu(run->cal, sh.threads, sh.concurrent) : NULL;
+    if (k) {
+        calibrated_probe(k, &sh, &c.pr);
+        static const enum dp_nccl_coll kind[] = {DP_NCCL_ALL_REDUCE, DP_NCCL_REDUCE_SCATTER,
+                                                 DP_NCCL_ALL_GATHER, DP_NCCL_SENDRECV};
+        for (int i = 0; i < 4; i++)
+            c.fit[i] = dp_calibration_coll(run->cal, kind[i], NULL);
+    } else if ((rc = dp_exec_probe_device(&sh, &c.pr, err))) {
         return rc;
+    }
     /* MPI as measured after the run: the small all-reduce's latency spread over its
      * log2(world) steps; the bus bandwidth from the 1 MiB one. */
     int world = run->world > 1 ? run->world : 1;

@@ -8,6 +8,8 @@
 
 #include "core/core.h"
 
+struct dp_calibration;
+
 /* How the run ran, besides its model and layout. */
 struct cli_cpu_run {
     int world;                /* ranks */
@@ -15,6 +17,10 @@ struct cli_cpu_run {
     int threads;              /* compute threads per rank */
     double allreduce_small_s; /* measured all-reduce of one double over the world (0: none) */
     double allreduce_1mib_s;  /* ... of 1 MiB */
+    /* A `dplan calibrate --backend cpu` profile (NULL: probe now, collectives from the two
+     * all-reduces above): its kernel costs at the nearest thread split and its fitted
+     * alpha-beta per collective replace the probe and the run's measurement. */
+    const struct dp_calibration *cal;
 };
 
 /* One step, split by kind (seconds, the slowest stage's share; they add up to step_s). */
@@ -30,7 +36,8 @@ struct cli_cpu_prediction {
     double timeshare_s;   /* more threads than cores: the wait for a core */
 };
 
-/* Predict one step of `l` for `m`. Fails only if the probe fails. */
+/* Predict one step of `l` for `m`. Fails only if the probe fails (never with a profile
+ * that has CPU entries). */
 int cli_run_predict_cpu(const struct dp_model *m, const struct dp_layout *l,
                         const struct cli_cpu_run *run, struct cli_cpu_prediction *out,
                         struct dp_err *err);

@@ -213,6 +213,19 @@ uint64_t dp_exec_heartbeat(const char **what, int *step);
  */
 const char *dp_exec_blas_hint(void);
 
+/* ------------------------------------------------------------------ benchmarks */
+
+/*
+ * For `dplan calibrate --backend cpu` (bench.c): the median seconds of `reps` runs
+ * (after one warm-up) of the backend's GEMM C[m, n] = A[m, k] B[k, n] over `threads`
+ * OpenMP threads (split by rows as a step splits it), and of one streaming pass
+ * y = a x + b y over a working set of `bytes` (x and y; 3 elements moved per element)
+ * on the calling thread. DP_ERUNTIME without the CPU backend, DP_ENOMEM, DP_EINVAL.
+ */
+int dp_exec_bench_gemm(int m, int n, int k, int threads, int reps, double *median_s,
+                       struct dp_err *err);
+int dp_exec_bench_stream(int64_t bytes, int reps, double *median_s, struct dp_err *err);
+
 /* Shut MPI down at process end (no-op if not started), or abort every rank. */
 void dp_exec_finalize(void);
 void dp_exec_abort(int code);
