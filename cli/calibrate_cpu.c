@@ -30,6 +30,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -339,6 +340,23 @@ static int measure_gemm(const struct dp_model *m, int64_t tokens, struct dp_cali
     return rc;
 }
 
+/* Field by field median of three probes (every field but cache_bytes is a double). */
+static void median3(const struct dp_device_probe *pr, struct dp_device_probe *out)
+{
+    *out = pr[0];
+    const double *a = (const double *)&pr[0], *b = (const double *)&pr[1],
+                 *c = (const double *)&pr[2];
+    double *o = (double *)out;
+    size_t skip0 = offsetof(struct dp_device_probe, cache_bytes) / sizeof(double);
+    size_t skip1 = skip0 + sizeof out->cache_bytes / sizeof(double);
+    for (size_t i = 0; i < sizeof *out / sizeof(double); i++) {
+        if (i >= skip0 && i < skip1)
+            continue;
+        double x = a[i], y = b[i], z = c[i];
+        o[i] = fmax(fmin(x, y), fmin(fmax(x, y), z));
+    }
+}
+
 static void to_cal_cpu(const struct dp_probe_shape *sh, const struct dp_device_probe *p,
                        struct dp_cal_cpu *o)
 {
@@ -392,10 +410,15 @@ static int measure_kernels(const struct dp_model *m, int64_t seq, int np, int co
                                     .head_dim = (int)m->head_dim,
                                     .ffn = m->ffn,
                                     .norm = m->norm};
-        struct dp_device_probe p;
-        int rc = dp_exec_probe_device(&sh, &p, err);
-        if (rc)
-            return rc;
+        /* Three probes, each field's median: one probe a neighbour preempted does not set the
+         * profile (the probe's own medians are over repetitions of a few ms). */
+        struct dp_device_probe p, pr[3];
+        for (int k = 0; k < 3; k++) {
+            int rc = dp_exec_probe_device(&sh, &pr[k], err);
+            if (rc)
+                return rc;
+        }
+        median3(pr, &p);
         const struct dp_cal_cpu *have = dp_calibration_cpu(cal, th, sh.concurrent);
         if (have && have->threads == th && have->concurrent == sh.concurrent)
             continue; /* more ranks than cores: the same split again */
