@@ -55,6 +55,25 @@ grep -q '^CPU executor .*step [0-9.]* ms' "$out/est.txt" || fail "no CPU executo
 # With --calibration alone, cluster-size options are refused (the profile fixes them).
 "$dplan" estimate tiny-gpt --calibration "$out/p.json" --nodes 4 > /dev/null 2> "$out/e1.err"
 [ $? = 2 ] || fail "--calibration with --nodes: expected exit 2"
+# With --system, the profile's all-reduce fit on link class "intra" replaces dgx-h100's
+# NVLink: at busbw 1 GB/s and alpha 0, DP 8's gradient all-reduce takes 2(n-1)/n = 1.75
+# (nccl-tests' factor) x 4 bytes (fp32 gradient reduction, Megatron's default for bf16)
+# x 8.03e9 parameters (Llama 3 8B) / 1e9 B/s = 56.2 s, not overlapped away at that speed.
+python3 - "$out/p.json" "$out/ov.json" << 'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["collectives"] = [{"collective": "all_reduce", "link": "intra", "ranks_min": 2, "ranks_max": 8,
+                     "alpha_us": 0, "busbw_gbps": 1.0, "stderr": {"alpha_us": 0, "busbw_gbps": 0},
+                     "quality": {"samples": 3, "params": 2, "r2": 1, "rms_rel": 0, "max_rel": 0}}]
+json.dump(p, open(sys.argv[2], "w"))
+PY
+"$dplan" estimate llama3-8b --system dgx-h100 --nodes 1 --dp 8 --calibration "$out/ov.json" --json > "$out/ov.out" ||
+  fail "estimate --system --calibration"
+python3 -c "
+import json, sys
+t = json.load(open(sys.argv[1]))['dp_comm_total_s']
+sys.exit(0 if abs(t / 56.21 - 1) < 0.02 else 'dp comm %.3f s, expected 56.21' % t)" "$out/ov.out" ||
+  fail "the profile's intra all-reduce was not laid over dgx-h100"
 # A profile without CPU kernel costs: run refuses it before starting.
 python3 -c "
 import json, sys
