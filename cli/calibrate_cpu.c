@@ -22,10 +22,9 @@
  */
 #include "cli.h"
 #include "executor/executor.h"
-#include "executor/probe.h"
 #include "fit/fit.h"
+#include "launch/launch.h"
 #include "preflight/preflight.h"
-#include "run_launch.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -187,7 +186,9 @@ static int measure_colls(int np, int64_t max_bytes, struct dp_calibration *cal, 
     snprintf(npb, sizeof npb, "%d", np);
     snprintf(maxb, sizeof maxb, "%lld", (long long)max_bytes);
     char *wargv[] = {"calibrate", "--coll-worker", tmp, "--max-size", maxb, NULL};
-    const char **av = cli_run_mpirun_argv(np, 5, wargv);
+    struct dp_launch_job job = {.world = np, .argc = 5, .argv = wargv};
+    int nav = 0;
+    const char **av = dp_launch_mpirun_argv(&job, &nav);
     if (!av)
         return dp_err_set(err, DP_ENOMEM, "out of memory");
     fprintf(stderr, "calibrate: collectives over %d ranks, 1 KiB to %.0f KiB: %s -np %d ...\n", np,
@@ -340,32 +341,43 @@ static int measure_gemm(const struct dp_model *m, int64_t tokens, struct dp_cali
     return rc;
 }
 
-/* Field by field median of three probes (every field but cache_bytes is a double). */
-static void median3(const struct dp_device_probe *pr, struct dp_device_probe *out)
+static double med3(double x, double y, double z)
 {
-    *out = pr[0];
-    const double *a = (const double *)&pr[0], *b = (const double *)&pr[1],
-                 *c = (const double *)&pr[2];
-    double *o = (double *)out;
-    size_t skip0 = offsetof(struct dp_device_probe, cache_bytes) / sizeof(double);
-    size_t skip1 = skip0 + sizeof out->cache_bytes / sizeof(double);
-    for (size_t i = 0; i < sizeof *out / sizeof(double); i++) {
-        if (i >= skip0 && i < skip1)
-            continue;
-        double x = a[i], y = b[i], z = c[i];
-        o[i] = fmax(fmin(x, y), fmin(fmax(x, y), z));
-    }
+    return fmax(fmin(x, y), fmin(fmax(x, y), z));
 }
 
-static void to_cal_cpu(const struct dp_probe_shape *sh, const struct dp_device_probe *p,
-                       struct dp_cal_cpu *o)
+/* Field by field median of three measurements of the same split. */
+static void median3(const struct dp_exec_costs *p, struct dp_exec_costs *o)
 {
-    o->threads = sh->threads;
-    o->concurrent = sh->concurrent;
-    o->seq_len = sh->seq_len;
-    o->head_dim = sh->head_dim;
-    o->ffn = sh->ffn;
-    o->norm = sh->norm;
+    *o = p[0];
+#define M3(f) o->f = med3(p[0].f, p[1].f, p[2].f)
+    M3(gemm_call_s);
+    M3(gemm_gflops);
+    M3(conc_eff);
+    M3(fork_s);
+    M3(bw_gbps[0]);
+    M3(bw_gbps[1]);
+    M3(bw_gbps[2]);
+    M3(attn_fwd_s);
+    M3(attn_bwd_s);
+    M3(attn_probs_s);
+    M3(act_fwd_ns);
+    M3(act_bwd_ns);
+    M3(norm_fwd_ns);
+    M3(norm_bwd_ns);
+    M3(ce_ns);
+    M3(adamw_ns);
+#undef M3
+}
+
+static void to_cal_cpu(const struct dp_exec_costs *p, struct dp_cal_cpu *o)
+{
+    o->threads = p->threads;
+    o->concurrent = p->concurrent;
+    o->seq_len = p->seq_len;
+    o->head_dim = p->head_dim;
+    o->ffn = p->ffn;
+    o->norm = p->norm;
     o->gemm_call_us = p->gemm_call_s * 1e6;
     o->gemm_gflops = p->gemm_gflops;
     o->conc_eff = p->conc_eff;
@@ -404,25 +416,25 @@ static int measure_kernels(const struct dp_model *m, int64_t seq, int np, int co
     for (int i = 0; i < n; i++) {
         progress("kernels", i, n);
         int th = thr[i];
-        struct dp_probe_shape sh = {.threads = th,
-                                    .concurrent = th * ranks[i],
-                                    .seq_len = seq,
-                                    .head_dim = (int)m->head_dim,
-                                    .ffn = m->ffn,
-                                    .norm = m->norm};
+        struct dp_exec_costs sh = {.threads = th,
+                                   .concurrent = th * ranks[i],
+                                   .seq_len = seq,
+                                   .head_dim = (int)m->head_dim,
+                                   .ffn = m->ffn,
+                                   .norm = m->norm};
+        const struct dp_cal_cpu *have = dp_calibration_cpu(cal, th, sh.concurrent);
+        if (have && have->threads == th && have->concurrent == sh.concurrent)
+            continue; /* more ranks than cores: the same split again */
         /* Three probes, each field's median: one probe a neighbour preempted does not set the
          * profile (the probe's own medians are over repetitions of a few ms). */
-        struct dp_device_probe p, pr[3];
+        struct dp_exec_costs p, pr[3] = {sh, sh, sh};
         for (int k = 0; k < 3; k++) {
-            int rc = dp_exec_probe_device(&sh, &pr[k], err);
+            int rc = dp_exec_measure_costs(&pr[k], err);
             if (rc)
                 return rc;
         }
         median3(pr, &p);
-        const struct dp_cal_cpu *have = dp_calibration_cpu(cal, th, sh.concurrent);
-        if (have && have->threads == th && have->concurrent == sh.concurrent)
-            continue; /* more ranks than cores: the same split again */
-        to_cal_cpu(&sh, &p, &cal->cpu[cal->ncpu++]);
+        to_cal_cpu(&p, &cal->cpu[cal->ncpu++]);
         if (cal->ncpu == 1)
             *l3_total = p.cache_bytes[1] * sh.concurrent;
     }

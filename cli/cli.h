@@ -82,6 +82,7 @@ enum {
     OPT_MOE_PAD,
     OPT_MOE_IMBALANCE,
     OPT_MOE_DISPATCHER,
+    OPT_SHARD_GROUP,
     OPT_COMMON_END,
 };
 
@@ -136,6 +137,7 @@ enum {
         {"moe-pad", no_argument, 0, OPT_MOE_PAD},                                                  \
         {"moe-imbalance", required_argument, 0, OPT_MOE_IMBALANCE},                                \
         {"moe-dispatcher", required_argument, 0, OPT_MOE_DISPATCHER},                              \
+        {"shard-group", required_argument, 0, OPT_SHARD_GROUP},                                    \
     {                                                                                              \
         "overhead-gib", required_argument, 0, OPT_OVERHEAD                                         \
     }
@@ -148,6 +150,7 @@ struct cli_common {
     int nodes, gpus, gpus_per_node;
     /* knobs */
     int tp, pp, dp, cp, ep, vpp, zero, first_layers, last_layers, etp;
+    int shard_group; /* 0 = unset (full sharding) */
     /* the pipeline split (at most one rule): --stage-layers, --pipeline-layout,
      * --first/last-stage-layers, --account-for-*, --first/last-stage-less-layers */
     const char *stage_layers, *pipeline_layout;
@@ -205,6 +208,13 @@ int cli_resolve(const struct cli_common *c, const char *model_arg, struct dp_mod
 int cli_calibration(const struct cli_common *c, const struct dp_calibration **out,
                     struct dp_err *err);
 int cli_apply_calibration(const struct cli_common *c, struct dp_cluster *cl, struct dp_err *err);
+/* A CPU profile's costs for a run of `threads` threads per rank with `concurrent` computing
+ * on the node (the nearest split measured) into *costs, and its collective fits, into the
+ * machine the step-time prediction prices with; false when the profile has no CPU entry. */
+struct dp_exec_machine;
+struct dp_exec_costs;
+bool cli_calibration_machine(const struct dp_calibration *cal, int threads, int concurrent,
+                             struct dp_exec_costs *costs, struct dp_exec_machine *mc);
 /* True if any cluster-selection option was given (a --calibration profile is one: it
  * describes the machine it measured). */
 bool cli_has_cluster(const struct cli_common *c);

@@ -3,6 +3,7 @@
  * knobs, their defaults, and small printing helpers.
  */
 #include "cli.h"
+#include "executor/executor.h"
 #include "fit/fit.h"
 #include "planner/planner.h"
 
@@ -108,6 +109,8 @@ const char cli_plan_knob_help[] =
     "                              seq_len; for a config.json rope_scaling's original length,\n"
     "                              else max_position_embeddings capped at 8192]\n"
     "  --zero {0,1,2,3}            ZeRO stage; 1 = Megatron distributed optimizer [0]\n"
+    "  --shard-group N             HSDP: shard within groups of N data-parallel ranks and\n"
+    "                              all-reduce across the groups (zero >= 1) [all dp ranks]\n"
     "  --recompute {none,selective,full}  activation recomputation [none]\n"
     "  --sp                        sequence parallelism (with tp > 1)\n"
     "  --precision {bf16,fp16,fp32} [bf16]; --grad-dtype {fp32,half} [fp32; half for fp16]\n"
@@ -127,6 +130,8 @@ const char cli_knob_help[] =
     "  --gbs N                     global batch in sequences [mbs*dp*pp: fills the pipeline]\n"
     "  --seq-len N                 sequence length [the model's]\n"
     "  --zero {0,1,2,3}            ZeRO stage; 1 = Megatron distributed optimizer [0]\n"
+    "  --shard-group N             HSDP: shard within groups of N data-parallel ranks and\n"
+    "                              all-reduce across the groups (zero >= 1) [all dp ranks]\n"
     "  --recompute {none,selective,full}  activation recomputation [none]\n"
     "  --sp                        sequence parallelism (with tp > 1)\n"
     "  --precision {bf16,fp16,fp32,fp8} [bf16]: fp8 = bf16 weights and activations with the\n"
@@ -328,6 +333,9 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
     case OPT_MOE_DISPATCHER:
         r = parse_choice(cmd, "moe-dispatcher", arg, disp_names, 2, &c->dispatcher);
         break;
+    case OPT_SHARD_GROUP:
+        r = parse_int(cmd, "shard-group", arg, 1, 1 << 24, &c->shard_group);
+        break;
     case OPT_MOE_IMBALANCE:
         r = parse_double(cmd, "moe-imbalance", arg, 1, 1000, "number >= 1", &c->moe_imbalance);
         break;
@@ -428,6 +436,47 @@ int cli_apply_calibration(const struct cli_common *c, struct dp_cluster *cl, str
         links[k]->latency_us = ar->alpha_us;
     }
     return 0;
+}
+
+bool cli_calibration_machine(const struct dp_calibration *cal, int threads, int concurrent,
+                             struct dp_exec_costs *o, struct dp_exec_machine *mc)
+{
+    const struct dp_cal_cpu *p = cal ? dp_calibration_cpu(cal, threads, concurrent) : NULL;
+    if (!p)
+        return false;
+    memset(o, 0, sizeof *o);
+    o->threads = p->threads;
+    o->concurrent = p->concurrent;
+    o->seq_len = p->seq_len;
+    o->head_dim = p->head_dim;
+    o->ffn = p->ffn;
+    o->norm = p->norm;
+    o->gemm_call_s = p->gemm_call_us * 1e-6;
+    o->gemm_gflops = p->gemm_gflops;
+    o->conc_eff = p->conc_eff;
+    o->fork_s = p->fork_us * 1e-6;
+    memcpy(o->bw_gbps, p->bw_gbps, sizeof o->bw_gbps);
+    o->cache_bytes[0] = (int64_t)p->l2_bytes;
+    o->cache_bytes[1] = (int64_t)p->l3_bytes;
+    o->attn_fwd_s = p->attn_fwd_us * 1e-6;
+    o->attn_bwd_s = p->attn_bwd_us * 1e-6;
+    o->attn_probs_s = p->attn_probs_us * 1e-6;
+    o->act_fwd_ns = p->act_fwd_ns;
+    o->act_bwd_ns = p->act_bwd_ns;
+    o->norm_fwd_ns = p->norm_fwd_ns;
+    o->norm_bwd_ns = p->norm_bwd_ns;
+    o->ce_ns = p->ce_ns;
+    o->adamw_ns = p->adamw_ns;
+    mc->costs = o;
+    /* dp_exec_machine's order: all-reduce, reduce-scatter, all-gather, send/recv. */
+    static const enum dp_nccl_coll kind[4] = {DP_NCCL_ALL_REDUCE, DP_NCCL_REDUCE_SCATTER,
+                                              DP_NCCL_ALL_GATHER, DP_NCCL_SENDRECV};
+    for (int i = 0; i < 4; i++) {
+        const struct dp_cal_coll *f = dp_calibration_coll(cal, kind[i], NULL);
+        mc->coll_alpha_s[i] = f ? f->alpha_us * 1e-6 : 0;
+        mc->coll_busbw_Bps[i] = f ? f->busbw_gbps * 1e9 : 0;
+    }
+    return true;
 }
 
 int cli_cluster(const struct cli_common *c, struct dp_cluster *out, struct dp_err *err)
@@ -623,6 +672,7 @@ int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus, s
         l->moe_imbalance = c->moe_imbalance;
     if (c->dispatcher >= 0)
         l->moe_dispatcher = (enum dp_moe_dispatcher)c->dispatcher;
+    l->shard_group = c->shard_group;
     /* the split first: a list's length may set vpp, which the overlap defaults read */
     int rc = cli_split(c, m, l, err);
     if (rc)

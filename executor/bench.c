@@ -6,11 +6,14 @@
  * of repetitions, after one untimed warm-up, so that a busy neighbour does
  * not decide it.
  */
-#include "cpu.h"
+#include "backend/backend.h"
+#include "backend/cpu.h"
+#include "backend/probe.h"
 #include "executor.h"
 
 #include <omp.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static double now_s(void)
@@ -48,9 +51,10 @@ int dp_exec_bench_gemm(int m, int n, int k, int threads, int reps, double *media
     } else {
         int saved = omp_get_max_threads();
         omp_set_num_threads(threads);
+        struct dp_backend be = {.threads = threads};
         for (int r = -1; r < reps; r++) {
             double t0 = now_s();
-            dp__cpu_gemm(false, false, m, n, k, 1, a, k, b, n, 0, c, n);
+            dp__cpu_gemm(&be, false, false, m, n, k, 1, a, k, b, n, 0, c, n);
             if (r >= 0)
                 t[r] = now_s() - t0;
         }
@@ -96,4 +100,34 @@ int dp_exec_bench_stream(int64_t bytes, int reps, double *median_s, struct dp_er
     free(y);
     free(t);
     return rc;
+}
+
+int dp_exec_measure_costs(struct dp_exec_costs *out, struct dp_err *err)
+{
+    struct dp_probe_shape sh = {.threads = out->threads,
+                                .concurrent = out->concurrent,
+                                .seq_len = out->seq_len,
+                                .head_dim = out->head_dim,
+                                .ffn = out->ffn,
+                                .norm = out->norm};
+    struct dp_device_probe p;
+    int rc = dp_exec_probe_device(&sh, &p, err);
+    if (rc)
+        return rc;
+    out->gemm_call_s = p.gemm_call_s;
+    out->gemm_gflops = p.gemm_gflops;
+    out->conc_eff = p.conc_eff;
+    out->fork_s = p.fork_s;
+    memcpy(out->bw_gbps, p.bw_gbps, sizeof out->bw_gbps);
+    memcpy(out->cache_bytes, p.cache_bytes, sizeof out->cache_bytes);
+    out->attn_fwd_s = p.attn_fwd_s;
+    out->attn_bwd_s = p.attn_bwd_s;
+    out->attn_probs_s = p.attn_probs_s;
+    out->act_fwd_ns = p.act_fwd_ns;
+    out->act_bwd_ns = p.act_bwd_ns;
+    out->norm_fwd_ns = p.norm_fwd_ns;
+    out->norm_bwd_ns = p.norm_bwd_ns;
+    out->ce_ns = p.ce_ns;
+    out->adamw_ns = p.adamw_ns;
+    return 0;
 }

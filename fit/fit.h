@@ -194,7 +194,7 @@ struct dp_cal_membw {
  * compute on the node. The attention costs are of one causal head of seq_len x
  * head_dim (they scale with seq_len^2 head_dim); the activation and norm costs are
  * of the ffn and norm kinds named. The CPU step-time prediction prices each call the
- * executor makes with them (cli/run_predict.c).
+ * executor makes with them (executor/predict.c).
  */
 #define DP_CAL_MAX_CPU 8
 struct dp_cal_cpu {
