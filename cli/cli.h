@@ -11,6 +11,7 @@
 #include "core/core.h"
 
 struct cJSON;
+struct dp_calibration;
 
 /* Exit status of estimate/memory --check-fit when the layout does not fit in memory. */
 #define CLI_EXIT_NOFIT 3
@@ -39,6 +40,7 @@ enum {
     OPT_INTRA,
     OPT_NETWORK,
     OPT_CLUSTER,
+    OPT_CAL_FILE,
     OPT_TP,
     OPT_PP,
     OPT_DP,
@@ -102,7 +104,8 @@ enum {
     {"gpus-per-node", required_argument, 0, OPT_GPUS_PER_NODE},                                    \
     {"intra", required_argument, 0, OPT_INTRA},                                                    \
     {"network", required_argument, 0, OPT_NETWORK},                                                \
-    {"cluster", required_argument, 0, OPT_CLUSTER}
+    {"cluster", required_argument, 0, OPT_CLUSTER},                                                \
+    {"calibration", required_argument, 0, OPT_CAL_FILE}
 /* --plan FILE: estimate and memory only (suggest and whatif search; they take no plan). */
 #define CLI_PLAN_OPTION {"plan", required_argument, 0, OPT_PLAN}
 // clang-format on
@@ -159,6 +162,7 @@ enum {
 struct cli_common {
     /* cluster */
     const char *system, *gpu, *intra, *network, *cluster, *plan;
+    const char *calibration; /* --calibration: a `dplan calibrate` profile */
     int nodes, gpus, gpus_per_node;
     /* knobs */
     int tp, pp, dp, cp, ep, vpp, zero, first_layers, last_layers, etp;
@@ -214,7 +218,25 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
 int cli_resolve(const struct cli_common *c, const char *model_arg, struct dp_model *m,
                 struct dp_cluster *cl, struct dp_layout *l, struct cli_defaults *d,
                 struct dp_err *err);
-/* True if any cluster-selection option was given. */
+/*
+ * The --calibration profile (loaded once; NULL without the option) and its fits laid
+ * over a cluster: the GEMM curve and peak of the profile's dtypes when the profile
+ * measured this cluster's GPU (or is the cluster), each collective link's fitted
+ * all-reduce busbw and latency onto the cluster's intra/inter link of that name ("intra",
+ * "inter" or the link's profile name).
+ */
+int cli_calibration(const struct cli_common *c, const struct dp_calibration **out,
+                    struct dp_err *err);
+int cli_apply_calibration(const struct cli_common *c, struct dp_cluster *cl, struct dp_err *err);
+/* A CPU profile's costs for a run of `threads` threads per rank with `concurrent` computing
+ * on the node (the nearest split measured) into *costs, and its collective fits, into the
+ * machine the step-time prediction prices with; false when the profile has no CPU entry. */
+struct dp_exec_machine;
+struct dp_exec_costs;
+bool cli_calibration_machine(const struct dp_calibration *cal, int threads, int concurrent,
+                             struct dp_exec_costs *costs, struct dp_exec_machine *mc);
+/* True if any cluster-selection option was given (a --calibration profile is one: it
+ * describes the machine it measured). */
 bool cli_has_cluster(const struct cli_common *c);
 /* Build the cluster; usage errors (missing/contradictory options) return DP_EUSAGE. */
 int cli_cluster(const struct cli_common *c, struct dp_cluster *out, struct dp_err *err);
@@ -295,5 +317,8 @@ int cmd_suggest(int argc, char **argv);
 int cmd_topo(int argc, char **argv);
 int cmd_validate(int argc, char **argv);
 int cmd_whatif(int argc, char **argv);
+
+/* dplan calibrate --backend cpu (calibrate_cpu.c): measure this machine, write a profile. */
+int cli_calibrate_cpu(int argc, char **argv);
 
 #endif

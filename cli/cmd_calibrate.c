@@ -12,7 +12,9 @@
 
 static const char help[] =
     "usage: dplan calibrate --gpu NAME [RUNS.json|DIR ...] [--curve all|bf16|fp8] [--fit-half]\n"
-    "                       [-o PROFILE.json]\n\n"
+    "                       [-o PROFILE.json]\n"
+    "       dplan calibrate --backend cpu [--np N] [MODEL|plan.json] [-o PROFILE.json]\n"
+    "                       (measure this machine; `dplan calibrate --backend cpu --help`)\n\n"
     "Fit the GEMM efficiency curves of GPU profile NAME, eff(x) = eff_max * x /\n"
     "(x + half_flops) with x a GEMM's FLOPs, so that the step-time model matches\n"
     "the measured runs on that GPU that are scored and not held out: the bf16\n"
@@ -39,6 +41,11 @@ static void set_curve(cJSON *root, const char *key, const struct dp_gemm_curve *
 
 int cmd_calibrate(int argc, char **argv)
 {
+    /* Two modes: measuring this machine (--backend), or fitting a GPU to published runs
+     * (--gpu). */
+    for (int i = 1; i < argc; i++)
+        if (strncmp(argv[i], "--backend", 9) == 0 || strncmp(argv[i], "--coll-worker", 13) == 0)
+            return cli_calibrate_cpu(argc, argv);
     static const struct option opts[] = {{"gpu", required_argument, 0, 'g'},
                                          {"curve", required_argument, 0, 'c'},
                                          {"fit-half", no_argument, 0, 'f'},

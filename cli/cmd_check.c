@@ -79,7 +79,6 @@ enum {
     OPT_CK_DIR = 4000,
     OPT_CK_EVERY,
     OPT_LOSS_SCALE,
-    OPT_CALIBRATION,
     OPT_TOPOLOGY,
     OPT_BUSBW_ITERS,
 };
@@ -111,7 +110,6 @@ static int parse_own(int ch, const char *arg, struct opts *o)
     errno = 0;
     switch (ch) {
     case OPT_CK_DIR: o->ckpt_dir = arg; return 0;
-    case OPT_CALIBRATION: o->calibration = arg; return 0;
     case OPT_TOPOLOGY: o->topology = arg; return 0;
     case OPT_CK_EVERY:
         o->ckpt_every = strtoll(arg, &end, 10);
@@ -351,7 +349,6 @@ int cmd_check(int argc, char **argv)
                                          {"ckpt-dir", required_argument, 0, OPT_CK_DIR},
                                          {"ckpt-every", required_argument, 0, OPT_CK_EVERY},
                                          {"loss-scale", required_argument, 0, OPT_LOSS_SCALE},
-                                         {"calibration", required_argument, 0, OPT_CALIBRATION},
                                          {"topology", required_argument, 0, OPT_TOPOLOGY},
                                          {"busbw-iters", required_argument, 0, OPT_BUSBW_ITERS},
                                          {"json", no_argument, 0, OPT_JSON},
@@ -379,6 +376,10 @@ int cmd_check(int argc, char **argv)
         if (parse_own(ch, optarg, &o))
             return 2;
     }
+    /* check compares the plan's links with the profile's measurements: the profile is not
+     * its cluster (the shared option's meaning elsewhere). */
+    o.calibration = c.calibration;
+    c.calibration = NULL;
     if (argc - optind > 1 || (optind == argc && !c.plan))
         return cli_usage_error("check", "expected plan.json or one MODEL argument (or --plan "
                                         "FILE)");

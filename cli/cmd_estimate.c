@@ -3,12 +3,15 @@
  * layout with its breakdown, throughput, FLOP rates, links and memory.
  */
 #include "cli.h"
+#include "executor/executor.h"
+#include "fit/fit.h"
 #include "memory_report.h"
 #include "split_report.h"
 #include "time_report.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
+#include <string.h>
 
 static const char help_head[] =
     "usage: dplan estimate MODEL <cluster> [knobs] [--json] [--check-fit]\n"
@@ -80,8 +83,44 @@ int cmd_estimate(int argc, char **argv)
         free(rep);
         return cli_fail(&err);
     }
+    /* A profile of this machine's CPU backend: also the executor's step as `dplan run`
+     * would take it here (executor/predict.c, priced with the profile's kernel costs). */
+    const struct dp_calibration *cal = NULL;
+    struct dp_exec_prediction cp = {0};
+    if (cli_calibration(&c, &cal, &err)) {
+        free(rep);
+        return cli_fail(&err);
+    }
+    if (cal && cal->ncpu > 0 && strcmp(cal->machine.backend, "cpu") == 0) {
+        int world = l.tp * l.pp * l.dp * l.cp;
+        int cores = cal->machine.cores > 0 ? cal->machine.cores : 1;
+        /* The launcher's split: OMP_NUM_THREADS = cores / ranks (launch/mpirun.c). */
+        int th = cores / world > 1 ? cores / world : 1;
+        struct dp_exec_machine cr = {.world = world, .ranks_per_node = world, .threads = th};
+        struct dp_exec_costs costs;
+        cli_calibration_machine(cal, th, th * world, &costs, &cr);
+        struct dp_layout lc = l;
+        lc.precision = DP_FP32; /* what the CPU backend computes in */
+        if (dp_exec_predict(&m, &lc, &cr, &cp, &err)) {
+            /* A layout the CPU backend does not run: the GPU model's answer stands. */
+            fprintf(stderr, "dplan estimate: note: no CPU executor step: %s\n", err.msg);
+            dp_err_clear(&err);
+            memset(&cp, 0, sizeof cp);
+        }
+    }
     if (c.json) {
         cJSON *o = with_fits_first(cli_time_json(&sc, &l), rep->fits);
+        if (cp.step_s > 0) {
+            cJSON *e = cJSON_AddObjectToObject(o, "cpu_executor");
+            cJSON_AddNumberToObject(e, "step_time_s", cp.step_s);
+            cJSON_AddNumberToObject(e, "gemm_s", cp.gemm_s);
+            cJSON_AddNumberToObject(e, "attention_s", cp.attention_s);
+            cJSON_AddNumberToObject(e, "elementwise_s", cp.elementwise_s);
+            cJSON_AddNumberToObject(e, "communication_s", cp.comm_s);
+            cJSON_AddNumberToObject(e, "optimizer_s", cp.optimizer_s);
+            cJSON_AddNumberToObject(e, "pipeline_bubble_s", cp.bubble_s);
+            cJSON_AddNumberToObject(e, "time_sharing_s", cp.timeshare_s);
+        }
         cJSON_AddStringToObject(o, "model", m.name);
         cJSON_AddStringToObject(o, "cluster", cl.name);
         cJSON_AddNumberToObject(o, "gpus", dp_cluster_gpus(&cl));
@@ -113,6 +152,14 @@ int cmd_estimate(int argc, char **argv)
         cli_mem_table(stdout, rep, &l, &m);
         cli_mem_balance(stdout, rep);
         cli_mem_quantity(stdout, &l, rep);
+        if (cp.step_s > 0)
+            printf("\nCPU executor (`dplan run` here, priced by %s, executor/predict.c): step %.2f "
+                   "ms = gemm %.2f, "
+                   "attention %.2f, element-wise %.2f, communication %.2f, optimizer %.2f, "
+                   "bubble %.2f, time-sharing %.2f ms\n",
+                   c.calibration, 1e3 * cp.step_s, 1e3 * cp.gemm_s, 1e3 * cp.attention_s,
+                   1e3 * cp.elementwise_s, 1e3 * cp.comm_s, 1e3 * cp.optimizer_s, 1e3 * cp.bubble_s,
+                   1e3 * cp.timeshare_s);
     }
     bool fits = rep->fits;
     int64_t peak = rep->peak_bytes;

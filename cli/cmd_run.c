@@ -13,6 +13,7 @@
  */
 #include "cli.h"
 #include "dry_run.h"
+#include "fit/fit.h"
 #include "run.h"
 
 #include <cjson/cJSON.h>
@@ -53,6 +54,9 @@ static const char help_head[] =
     "  --timeout S         a rank that makes no progress for S seconds ends the job (and\n"
     "                      with --max-restarts is relaunched) [300; 60 before step 1]\n"
     "  --hang-timeout S    the same as --timeout (deprecated; goes in a later release)\n"
+    "  --calibration FILE  predict the step time from a `dplan calibrate --backend cpu`\n"
+    "                      profile of this machine (its kernel costs at the run's thread\n"
+    "                      split, its fitted collectives) instead of a probe after the run\n"
     "  --hostfile FILE     launch the ranks on the hosts of FILE (mpirun --hostfile)\n"
     "  --ranks-per-node K  ranks per host with --hostfile and in --dry-run's lines\n"
     "                      [the plan's GPUs per node, else all on one]\n"
@@ -122,6 +126,7 @@ enum {
     OPT_HOSTFILE,
     OPT_RANKS_PER_NODE,
     OPT_DRY_RUN,
+    OPT_CALIBRATION,
 };
 
 static int parse_num(const char *opt, const char *arg, double lo, double hi, double *out)
@@ -168,6 +173,7 @@ static int parse_args(struct cli_run *r, int argc, char **argv)
         {"threads", required_argument, 0, OPT_THREADS},
         {"hang-timeout", required_argument, 0, OPT_HANG_TIMEOUT},
         {"timeout", required_argument, 0, OPT_TIMEOUT},
+        {"calibration", required_argument, 0, OPT_CALIBRATION},
         {"hostfile", required_argument, 0, OPT_HOSTFILE},
         {"ranks-per-node", required_argument, 0, OPT_RANKS_PER_NODE},
         {"dry-run", no_argument, 0, OPT_DRY_RUN},
@@ -228,6 +234,7 @@ static int parse_args(struct cli_run *r, int argc, char **argv)
                 r->o.backend = optarg;
             break;
         case OPT_THREADS: bad = parse_count("threads", optarg, 1, 4096, &r->threads); break;
+        case OPT_CALIBRATION: r->calibration = optarg; break;
         case OPT_HANG_TIMEOUT: /* the same option, by its old --max-restarts name */
         case OPT_TIMEOUT:
             deprecated_timeout |= ch == OPT_HANG_TIMEOUT;
@@ -351,6 +358,18 @@ static int resolve_out(struct cli_run *r, bool user, struct dp_err *err)
 /* Model and layout from the plan or the knobs; the world size; the checks. */
 static int resolve(struct cli_run *r, int *world, struct dp_err *err)
 {
+    if (r->calibration && !r->cal) {
+        if (!(r->cal = malloc(sizeof *r->cal)))
+            return dp_err_set(err, DP_ENOMEM, "out of memory");
+        int rc = dp_calibration_load(r->calibration, r->cal, err);
+        if (rc)
+            return rc;
+        if (r->cal->ncpu == 0)
+            return dp_err_set(err, DP_EINVAL,
+                              "%s: cpu: the profile has no CPU kernel costs (measure them with "
+                              "`dplan calibrate --backend cpu`)",
+                              r->calibration);
+    }
     if (is_plan_file(r->target)) {
         if (any_knob(&r->c))
             return dp_err_set(err, DP_EUSAGE,
@@ -544,6 +563,7 @@ int cmd_run(int argc, char **argv)
     }
     if (rc) {
         free(r.plan);
+        free(r.cal);
         if (r.out_dir[0] && user && !r.out && !r.dry_run)
             rmdir(r.out_dir); /* the default directory claimed above, still empty */
         if (r.env.launched && r.env.rank != 0) /* one message per job */
@@ -553,6 +573,7 @@ int cmd_run(int argc, char **argv)
     if (r.dry_run) {
         rc = dry_run(&r, argc, argv);
         free(r.plan);
+        free(r.cal);
         return rc;
     }
     /* Said once the inputs passed their checks, so an error stays the one line. */
@@ -564,6 +585,7 @@ int cmd_run(int argc, char **argv)
         char outarg[4200];
         if (!av) {
             free(r.plan);
+            free(r.cal);
             return cli_fail(&(struct dp_err){DP_ENOMEM, "out of memory"});
         }
         memcpy(av, argv, (size_t)argc * sizeof *av);
@@ -575,11 +597,13 @@ int cmd_run(int argc, char **argv)
         rc = cli_run_job(&r, n, av);
         free(av);
         free(r.plan);
+        free(r.cal);
         return rc;
     }
     if (user)
         dp_launch_reexec(argc, argv, dp_exec_rank_env(r.o.backend));
     rc = cli_run_rank(&r, &err);
     free(r.plan);
+    free(r.cal);
     return rc;
 }

@@ -29,6 +29,9 @@ static const char help_head[] =
     "  --tokens T                training tokens (e.g. 2e12, 300B, 15T), at most 1e15 [1T]\n"
     "  --price-per-gpu-hour LIST prices in USD per GPU-hour, e.g. dgx-h100=2.5,dgx-a100-80gb=1.3;\n"
     "                            the cost is the GPU-hours of the days with failures\n"
+    "  --calibration FILE        a `dplan calibrate` profile: its fitted GEMM curve on the\n"
+    "                            systems with its GPU, its all-reduce busbw and latency on\n"
+    "                            the links it measured (\"intra\", \"inter\" or by name)\n"
     "  --json                    machine-readable output\n"
     "  --svg FILE                also draw tokens/s and the cost (days with failures without\n"
     "                            prices) per system and size as grouped bars, as SVG (\"-\": the\n"
@@ -76,6 +79,7 @@ int cmd_whatif(int argc, char **argv)
 {
     static const struct option opts[] = {CLI_KNOB_OPTIONS,
                                          {"network", required_argument, 0, OPT_NETWORK},
+                                         {"calibration", required_argument, 0, OPT_CAL_FILE},
                                          {"json", no_argument, 0, OPT_JSON},
                                          {"systems", required_argument, 0, 's'},
                                          {"nodes", required_argument, 0, 'n'},
@@ -200,7 +204,8 @@ int cmd_whatif(int argc, char **argv)
     for (int si = 0; si < ns && !rc; si++) {
         for (int ni = 0; ni < nn; ni++) {
             struct dp_cluster cl;
-            if (dp_cluster_from_system(systems[si], nodes[ni], c.network, &cl, &err)) {
+            if (dp_cluster_from_system(systems[si], nodes[ni], c.network, &cl, &err) ||
+                cli_apply_calibration(&c, &cl, &err)) {
                 rc = cli_fail(&err);
                 break;
             }

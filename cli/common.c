@@ -3,6 +3,8 @@
  * knobs, their defaults, and small printing helpers.
  */
 #include "cli.h"
+#include "executor/executor.h"
+#include "fit/fit.h"
 #include "planner/planner.h"
 
 #include <cjson/cJSON.h>
@@ -66,6 +68,11 @@ const char cli_cluster_help[] =
     "  --gpu NAME --gpus N         GPUs from profiles/gpu; --gpus-per-node K (default 8),\n"
     "                              --intra LINK (default: the GPU's own link)\n"
     "  --cluster FILE.json         a cluster file (from `dplan topo -o`)\n"
+    "  --calibration FILE.json     a `dplan calibrate` profile: alone, the machine it\n"
+    "                              measured (e.g. N CPU ranks of this host); with another\n"
+    "                              cluster option, its fitted GEMM curve (same GPU) and\n"
+    "                              all-reduce busbw and latency (same link) laid over it\n"
+    "                              (check: only the busbw expectation, see above)\n"
     "  --network NAME              inter-node network (profiles/network)\n";
 
 /* The pipeline-split options, in both knob helps. */
@@ -293,6 +300,7 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
     case OPT_INTRA: c->intra = arg; break;
     case OPT_NETWORK: c->network = arg; break;
     case OPT_CLUSTER: c->cluster = arg; break;
+    case OPT_CAL_FILE: c->calibration = arg; break;
     case OPT_PLAN: c->plan = arg; break;
     case OPT_NODES: r = parse_int(cmd, "nodes", arg, 1, 1000000, &c->nodes); break;
     case OPT_GPUS: r = parse_int(cmd, "gpus", arg, 1, 100000000, &c->gpus); break;
@@ -461,12 +469,139 @@ int cli_next_opt(const char *cmd, int argc, char **argv, const char *shortopts,
 
 bool cli_has_cluster(const struct cli_common *c)
 {
-    return c->system || c->gpu || c->cluster;
+    return c->system || c->gpu || c->cluster || c->calibration;
+}
+
+static int cli_cluster_base(const struct cli_common *c, struct dp_cluster *out, struct dp_err *err);
+
+int cli_calibration(const struct cli_common *c, const struct dp_calibration **out,
+                    struct dp_err *err)
+{
+    /* One profile per process: the commands take one --calibration. */
+    static struct dp_calibration *cal;
+    static char file[4096];
+    *out = NULL;
+    if (!c->calibration)
+        return 0;
+    if (cal && strcmp(file, c->calibration) == 0) {
+        *out = cal;
+        return 0;
+    }
+    if (!cal && !(cal = malloc(sizeof *cal)))
+        return dp_err_set(err, DP_ENOMEM, "out of memory");
+    int rc = dp_calibration_load(c->calibration, cal, err);
+    if (rc) {
+        file[0] = 0;
+        return rc;
+    }
+    snprintf(file, sizeof file, "%s", c->calibration);
+    *out = cal;
+    return 0;
+}
+
+int cli_apply_calibration(const struct cli_common *c, struct dp_cluster *cl, struct dp_err *err)
+{
+    const struct dp_calibration *cal;
+    int rc = cli_calibration(c, &cal, err);
+    if (rc || !cal)
+        return rc;
+    /* The profile is this cluster (its machine's cluster, whose per-rank peak already
+     * counts the rank's threads), or it measured this cluster's GPU (its peak is the GPU's). */
+    bool is_machine =
+        cal->machine.has_cluster && strcmp(cal->machine.cluster.gpu.name, cl->gpu.name) == 0;
+    bool same_gpu = cal->machine.gpu[0] && strcmp(cal->machine.gpu, cl->gpu.name) == 0;
+    for (int i = 0; (is_machine || same_gpu) && i < cal->ngemm; i++) {
+        const struct dp_cal_gemm *g = &cal->gemm[i];
+        if (same_gpu && !is_machine)
+            cl->gpu.peak_tflops[g->dtype] = g->peak_tflops;
+        cl->gpu.gemm = g->curve;
+    }
+    if (same_gpu && !is_machine && cal->has_membw)
+        cl->gpu.mem_bw_gbps = cal->membw.bw_gbps;
+    struct dp_link *links[2] = {&cl->intra, &cl->inter};
+    static const char *const cls[2] = {"intra", "inter"};
+    for (int k = 0; k < 2; k++) {
+        const struct dp_cal_coll *ar = dp_calibration_coll(cal, DP_NCCL_ALL_REDUCE, cls[k]);
+        if (!ar)
+            ar = dp_calibration_coll(cal, DP_NCCL_ALL_REDUCE, links[k]->name);
+        if (!ar)
+            continue;
+        /* The fit is busbw as measured: the link's achievable rate, efficiency 1. */
+        links[k]->bw_gbps = ar->busbw_gbps;
+        links[k]->efficiency = 1;
+        links[k]->latency_us = ar->alpha_us;
+    }
+    return 0;
+}
+
+bool cli_calibration_machine(const struct dp_calibration *cal, int threads, int concurrent,
+                             struct dp_exec_costs *o, struct dp_exec_machine *mc)
+{
+    const struct dp_cal_cpu *p = cal ? dp_calibration_cpu(cal, threads, concurrent) : NULL;
+    if (!p)
+        return false;
+    memset(o, 0, sizeof *o);
+    o->threads = p->threads;
+    o->concurrent = p->concurrent;
+    o->seq_len = p->seq_len;
+    o->head_dim = p->head_dim;
+    o->ffn = p->ffn;
+    o->norm = p->norm;
+    o->gemm_call_s = p->gemm_call_us * 1e-6;
+    o->gemm_gflops = p->gemm_gflops;
+    o->conc_eff = p->conc_eff;
+    o->fork_s = p->fork_us * 1e-6;
+    memcpy(o->bw_gbps, p->bw_gbps, sizeof o->bw_gbps);
+    o->cache_bytes[0] = (int64_t)p->l2_bytes;
+    o->cache_bytes[1] = (int64_t)p->l3_bytes;
+    o->attn_fwd_s = p->attn_fwd_us * 1e-6;
+    o->attn_bwd_s = p->attn_bwd_us * 1e-6;
+    o->attn_probs_s = p->attn_probs_us * 1e-6;
+    o->act_fwd_ns = p->act_fwd_ns;
+    o->act_bwd_ns = p->act_bwd_ns;
+    o->norm_fwd_ns = p->norm_fwd_ns;
+    o->norm_bwd_ns = p->norm_bwd_ns;
+    o->ce_ns = p->ce_ns;
+    o->adamw_ns = p->adamw_ns;
+    mc->costs = o;
+    /* dp_exec_machine's order: all-reduce, reduce-scatter, all-gather, send/recv. */
+    static const enum dp_nccl_coll kind[4] = {DP_NCCL_ALL_REDUCE, DP_NCCL_REDUCE_SCATTER,
+                                              DP_NCCL_ALL_GATHER, DP_NCCL_SENDRECV};
+    for (int i = 0; i < 4; i++) {
+        const struct dp_cal_coll *f = dp_calibration_coll(cal, kind[i], NULL);
+        mc->coll_alpha_s[i] = f ? f->alpha_us * 1e-6 : 0;
+        mc->coll_busbw_Bps[i] = f ? f->busbw_gbps * 1e9 : 0;
+    }
+    return true;
 }
 
 int cli_cluster(const struct cli_common *c, struct dp_cluster *out, struct dp_err *err)
 {
+    int rc = cli_cluster_base(c, out, err);
+    return rc ? rc : cli_apply_calibration(c, out, err);
+}
+
+static int cli_cluster_base(const struct cli_common *c, struct dp_cluster *out, struct dp_err *err)
+{
     int kinds = !!c->system + !!c->gpu + !!c->cluster;
+    if (kinds == 0 && c->calibration) {
+        const struct dp_calibration *cal;
+        int rc = cli_calibration(c, &cal, err);
+        if (rc)
+            return rc;
+        if (!cal->machine.has_cluster)
+            return dp_err_set(err, DP_EUSAGE,
+                              "%s: machine.cluster: the profile describes no cluster: add "
+                              "--system, --gpu or --cluster",
+                              c->calibration);
+        if (c->nodes || c->gpus || c->gpus_per_node || c->intra || c->network)
+            return dp_err_set(err, DP_EUSAGE,
+                              "--calibration alone is the machine it measured: --nodes, --gpus, "
+                              "--gpus-per-node, --intra and --network go with --system, --gpu or "
+                              "--cluster");
+        *out = cal->machine.cluster;
+        return 0;
+    }
     if (kinds == 0)
         return dp_err_set(err, DP_EUSAGE,
                           "no cluster given: use --system NAME --nodes N, --gpu NAME --gpus N, or "

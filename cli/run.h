@@ -108,9 +108,12 @@ void cli_ckpt_resume_hint(const char *dir, char *buf, size_t cap);
 
 /* ------------------------------------------------------------------ the run */
 
+struct dp_calibration;
 struct cli_run {
     struct cli_common c;
     const char *target, *data, *out, *log, *hostfile;
+    const char *calibration;    /* --calibration FILE, or NULL */
+    struct dp_calibration *cal; /* its profile, loaded by resolve() */
     int np, threads, fmt, ranks_per_node;
     double hang_timeout_s;
     bool log_all, dry_run;

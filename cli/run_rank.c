@@ -114,6 +114,10 @@ static void write_summary(struct cli_run *r, const struct dp_exec_result *res, c
                                  .threads = threads,
                                  .allreduce_small_s = res->allreduce_small_s,
                                  .allreduce_1mib_s = res->allreduce_1mib_s};
+    /* With --calibration: the profile's costs at this split instead of a probe now. */
+    struct dp_exec_costs costs;
+    if (r->cal)
+        cli_calibration_machine(r->cal, threads, threads * cr.ranks_per_node, &costs, &cr);
     struct dp_exec_prediction cp;
     r->cpu_pred_s = dp_exec_predict(&r->m, &r->l, &cr, &cp, &pe) ? 0 : cp.step_s;
     cJSON *o = cJSON_CreateObject();
@@ -230,9 +234,10 @@ static void print_summary(struct cli_run *r, const struct dp_exec_result *res, c
     if (r->cpu_pred_s > 0)
         fprintf(stderr,
                 "step time: measured %.1f ms (rank 0 median), predicted %.1f ms (%+.0f%%) by "
-                "the CPU step model from this machine's probe (executor/predict.c)\n",
+                "the CPU step model from %s%s (executor/predict.c)\n",
                 1e3 * res->ranks[0].step_time_median_s, 1e3 * r->cpu_pred_s,
-                100.0 * (r->cpu_pred_s / res->ranks[0].step_time_median_s - 1));
+                100.0 * (r->cpu_pred_s / res->ranks[0].step_time_median_s - 1),
+                r->cal ? "the calibration " : "this machine's probe", r->cal ? r->calibration : "");
     fprintf(stderr, "wrote %s/model.safetensors, %s, %s/summary.json, %s/plan.json\n", dir, logpath,
             dir, dir);
 }

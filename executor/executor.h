@@ -241,6 +241,13 @@ struct dp_exec_machine {
     int threads;              /* compute threads per rank */
     double allreduce_small_s; /* measured all-reduce of one double over the world (0: none) */
     double allreduce_1mib_s;  /* ... of 1 MiB */
+    /* Measured beforehand (`dplan calibrate --backend cpu`), NULL: probe now. Attention is
+     * rescaled from the shape they were measured at (costs->seq_len, costs->head_dim). */
+    const struct dp_exec_costs *costs;
+    /* Fitted alpha-beta of all-reduce, reduce-scatter, all-gather and send/recv (in that
+     * order): alpha per ring step, nccl-tests' bus bandwidth in bytes/s; 0: not fitted, the
+     * two all-reduces above price it. */
+    double coll_alpha_s[4], coll_busbw_Bps[4];
 };
 
 /* One step, split by kind (seconds, the slowest stage's share; they add up to step_s). */
@@ -279,6 +286,40 @@ const char *dp_exec_rank_env(const char *backend);
 
 /* The element type of checkpoints and weights this executor writes ("F32"). */
 const char *dp_exec_dtype(void);
+
+/* ------------------------------------------------------------------ benchmarks */
+
+/* The per-call costs the step-time prediction prices with, as the CPU backend's probe
+ * measures them (backend/cpu_probe.c, fields as in backend/probe.h): SGEMM on one thread
+ * t = gemm_call_s + 2 m n k / (gemm_gflops 1e9 conc_eff); the fork and join of a parallel
+ * region; streaming bandwidth per thread in L2, the L3 share, beyond; the executor's
+ * kernels on one thread (attention per head of seq_len x head_dim). */
+struct dp_exec_costs {
+    int threads, concurrent; /* the split measured at: threads per rank, computing on the node */
+    int64_t seq_len;
+    int head_dim;
+    enum dp_ffn_kind ffn;
+    enum dp_norm_kind norm;
+    double gemm_call_s, gemm_gflops, conc_eff, fork_s;
+    double bw_gbps[3];
+    int64_t cache_bytes[2];
+    double attn_fwd_s, attn_bwd_s, attn_probs_s;
+    double act_fwd_ns, act_bwd_ns, norm_fwd_ns, norm_bwd_ns, ce_ns, adamw_ns;
+};
+/* Measure them at that split and shape (out's first six fields say which; about 0.1-0.3 s).
+ * DP_ERUNTIME without the CPU backend. */
+int dp_exec_measure_costs(struct dp_exec_costs *out, struct dp_err *err);
+
+/*
+ * For `dplan calibrate --backend cpu` (bench.c): the median seconds of `reps` runs
+ * (after one warm-up) of the backend's GEMM C[m, n] = A[m, k] B[k, n] over `threads`
+ * OpenMP threads (split by rows as a step splits it), and of one streaming pass
+ * y = a x + b y over a working set of `bytes` (x and y; 3 elements moved per element)
+ * on the calling thread. DP_ERUNTIME without the CPU backend, DP_ENOMEM, DP_EINVAL.
+ */
+int dp_exec_bench_gemm(int m, int n, int k, int threads, int reps, double *median_s,
+                       struct dp_err *err);
+int dp_exec_bench_stream(int64_t bytes, int reps, double *median_s, struct dp_err *err);
 
 /* Shut MPI down at process end (no-op if not started), or abort every rank. */
 void dp_exec_finalize(void);

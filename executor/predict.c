@@ -56,6 +56,8 @@ struct pricer {
     bool shared;     /* other ranks compute at the same time: GEMMs run at conc_eff */
     double a_step;   /* MPI: seconds per step of a collective (recursive doubling) */
     double coll_bps; /* MPI: bus bandwidth, bytes/s */
+    /* Fitted alpha-beta per enum coll (dp_exec_machine; busbw 0: none). */
+    double fit_alpha_s[4], fit_busbw_Bps[4];
     int size[DP_NGROUPS], rank[DP_NGROUPS];
     bool optimizer; /* bill element-wise work as optimizer work (zeroing, norm, AdamW) */
     struct parts bill;
@@ -374,6 +376,16 @@ static void coll(struct pricer *c, enum coll k, double bytes, int n)
 {
     if (n <= 1 && k != P2P)
         return;
+    if (c->fit_busbw_Bps[k] > 0) {
+        /* A calibration's fit, in its own model (NCCL's ring, nccl-tests doc/PERFORMANCE.md):
+         * all-reduce 2(n-1) steps and factor 2(n-1)/n, reduce-scatter and all-gather n-1
+         * and (n-1)/n, send/recv 1 and 1. */
+        int r = k == P2P ? 2 : n;
+        double st = k == P2P ? 1 : k == AR ? 2.0 * (r - 1) : r - 1.0;
+        double fb = k == P2P ? 1 : k == AR ? 2.0 * (r - 1) / r : (r - 1.0) / r;
+        c->bill.comm += c->fit_alpha_s[k] * st + fb * bytes / c->fit_busbw_Bps[k];
+        return;
+    }
     double steps = k == P2P ? 1 : ceil(log2((double)n));
     double f = k == P2P ? 1 : k == AR ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
     c->bill.comm += c->a_step * steps + f * bytes / c->coll_bps;
@@ -573,6 +585,34 @@ static int price_stage(struct pricer *c, const struct dp_model *m, const struct 
     return rc;
 }
 
+/* The costs as measured beforehand. Attention is priced per head of the shape measured; a
+ * causal head costs T^2 d / 2 multiply-adds for the scores and as many for the weighted
+ * values (Dao et al. 2022, FlashAttention, Sec. 2: O(T^2 d)), so another shape scales by
+ * (T / T0)^2 (d / d0). */
+static void measured_costs(const struct dp_exec_costs *k, const struct dp_probe_shape *sh,
+                           struct dp_device_probe *p)
+{
+    memset(p, 0, sizeof *p);
+    p->gemm_call_s = k->gemm_call_s;
+    p->gemm_gflops = k->gemm_gflops;
+    p->conc_eff = k->conc_eff;
+    p->fork_s = k->fork_s;
+    memcpy(p->bw_gbps, k->bw_gbps, sizeof p->bw_gbps);
+    memcpy(p->cache_bytes, k->cache_bytes, sizeof p->cache_bytes);
+    double T = (double)sh->seq_len / (double)(k->seq_len > 0 ? k->seq_len : sh->seq_len);
+    double d = (double)sh->head_dim / (double)(k->head_dim > 0 ? k->head_dim : sh->head_dim);
+    double a = T * T * d;
+    p->attn_fwd_s = k->attn_fwd_s * a;
+    p->attn_bwd_s = k->attn_bwd_s * a;
+    p->attn_probs_s = k->attn_probs_s * a;
+    p->act_fwd_ns = k->act_fwd_ns;
+    p->act_bwd_ns = k->act_bwd_ns;
+    p->norm_fwd_ns = k->norm_fwd_ns;
+    p->norm_bwd_ns = k->norm_bwd_ns;
+    p->ce_ns = k->ce_ns;
+    p->adamw_ns = k->adamw_ns;
+}
+
 int dp_exec_predict(const struct dp_model *m, const struct dp_layout *l,
                     const struct dp_exec_machine *run, struct dp_exec_prediction *out,
                     struct dp_err *err)
@@ -591,9 +631,14 @@ int dp_exec_predict(const struct dp_model *m, const struct dp_layout *l,
                                 .head_dim = (int)m->head_dim,
                                 .ffn = m->ffn,
                                 .norm = m->norm};
-    int rc = dp_exec_probe_device(&sh, &c.pr, err);
-    if (rc)
+    int rc = 0;
+    if (run->costs) {
+        measured_costs(run->costs, &sh, &c.pr);
+    } else if ((rc = dp_exec_probe_device(&sh, &c.pr, err))) {
         return rc;
+    }
+    memcpy(c.fit_alpha_s, run->coll_alpha_s, sizeof c.fit_alpha_s);
+    memcpy(c.fit_busbw_Bps, run->coll_busbw_Bps, sizeof c.fit_busbw_Bps);
     /* MPI as measured after the run: the small all-reduce's latency spread over its
      * log2(world) steps; the bus bandwidth from the 1 MiB one. */
     int world = run->world > 1 ? run->world : 1;

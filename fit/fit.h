@@ -188,6 +188,28 @@ struct dp_cal_membw {
     double bw_gbps, overhead_us, bw_se_gbps, overhead_se_us;
     struct dp_fit_quality q;
 };
+/*
+ * The CPU backend's per-call costs on this machine (what executor/probe.c measures),
+ * at one thread split: `threads` compute threads per rank while `concurrent` threads
+ * compute on the node. The attention costs are of one causal head of seq_len x
+ * head_dim (they scale with seq_len^2 head_dim); the activation and norm costs are
+ * of the ffn and norm kinds named. The CPU step-time prediction prices each call the
+ * executor makes with them (executor/predict.c).
+ */
+#define DP_CAL_MAX_CPU 8
+struct dp_cal_cpu {
+    int threads, concurrent;
+    int64_t seq_len;
+    int head_dim;
+    enum dp_ffn_kind ffn;
+    enum dp_norm_kind norm;
+    double gemm_call_us, gemm_gflops, conc_eff, fork_us;
+    double bw_gbps[3];         /* per thread: working set in L2, in the L3 share, beyond */
+    double l2_bytes, l3_bytes; /* per thread: where those levels end */
+    double attn_fwd_us, attn_bwd_us, attn_probs_us;
+    double act_fwd_ns, act_bwd_ns, norm_fwd_ns, norm_bwd_ns, ce_ns, adamw_ns;
+};
+
 struct dp_cal_machine {
     char hostname[64];
     char backend[16]; /* "cpu" or "cuda" */
@@ -208,7 +230,16 @@ struct dp_calibration {
     struct dp_cal_coll coll[DP_CAL_MAX_COLL];
     bool has_membw;
     struct dp_cal_membw membw;
+    int ncpu; /* one per (threads, concurrent) at most */
+    struct dp_cal_cpu cpu[DP_CAL_MAX_CPU];
 };
+/* The fit of collective k over `link` in c, or NULL. */
+const struct dp_cal_coll *dp_calibration_coll(const struct dp_calibration *c, enum dp_nccl_coll k,
+                                              const char *link);
+/* The CPU entry for `threads` threads per rank with `concurrent` computing on the node:
+ * the exact one, else the nearest in log(concurrent) then log(threads); NULL if none. */
+const struct dp_cal_cpu *dp_calibration_cpu(const struct dp_calibration *c, int threads,
+                                            int concurrent);
 
 /* Fill *out from a parsed object; errors name the file and JSON path
  * ("profile.json: gemm[1].dtype: expected one of ..., got ..."). */

@@ -7,6 +7,7 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -36,7 +37,8 @@ static int read_quality(struct dp_jr *jr, const cJSON *obj, struct dp_fit_qualit
     return 0;
 }
 
-/* The "stderr" object: each named key a number >= 0, all required. */
+/* The "stderr" object: each named key a number >= 0 or null (undetermined), all
+ * required. */
 static int read_stderr(struct dp_jr *jr, const cJSON *obj, const char *const *names, double **outs)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, "stderr");
@@ -49,9 +51,14 @@ static int read_stderr(struct dp_jr *jr, const cJSON *obj, const char *const *na
     if (dp_jr_expect_object(jr, v, "an object of standard errors") ||
         dp_jr_check_keys(jr, v, names))
         return jr->err->code;
-    for (int i = 0; names[i]; i++)
-        if (dp_jr_number(jr, v, names[i], true, 0, BIG, outs[i]))
+    for (int i = 0; names[i]; i++) {
+        /* null: not determined (the fit could not bound it; the writer prints NaN so). */
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(v, names[i]);
+        if (e && cJSON_IsNull(e))
+            *outs[i] = NAN;
+        else if (dp_jr_number(jr, v, names[i], true, 0, BIG, outs[i]))
             return jr->err->code;
+    }
     dp_jr_pop(jr, at);
     return 0;
 }
@@ -166,6 +173,100 @@ static int read_membw(struct dp_jr *jr, const cJSON *v, struct dp_cal_membw *m)
     return 0;
 }
 
+/* The numeric fields of a CPU entry, by name (all required). */
+#define CPU_F(f)                                                                                   \
+    {                                                                                              \
+#f, offsetof(struct dp_cal_cpu, f)                                                         \
+    }
+static const struct {
+    const char *key;
+    size_t off;
+} cpu_fields[] = {CPU_F(gemm_call_us),  CPU_F(gemm_gflops), CPU_F(conc_eff),    CPU_F(fork_us),
+                  CPU_F(l2_bytes),      CPU_F(l3_bytes),    CPU_F(attn_fwd_us), CPU_F(attn_bwd_us),
+                  CPU_F(attn_probs_us), CPU_F(act_fwd_ns),  CPU_F(act_bwd_ns),  CPU_F(norm_fwd_ns),
+                  CPU_F(norm_bwd_ns),   CPU_F(ce_ns),       CPU_F(adamw_ns)};
+#define NCPU_F (sizeof cpu_fields / sizeof cpu_fields[0])
+
+static int read_cpu(struct dp_jr *jr, const cJSON *v, struct dp_cal_cpu *c)
+{
+    const char *keys[NCPU_F + 8];
+    size_t nk = 0;
+    static const char *const fixed[] = {"threads", "concurrent", "seq_len", "head_dim",
+                                        "ffn",     "norm",       "bw_gbps"};
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+        keys[nk++] = fixed[i];
+    for (size_t i = 0; i < NCPU_F; i++)
+        keys[nk++] = cpu_fields[i].key;
+    keys[nk] = NULL;
+    static const char *const ffns[] = {"gelu", "swiglu"}, *const norms[] = {"layernorm", "rmsnorm"};
+    int64_t th = 0, co = 0, seq = 0, hd = 0;
+    int ffn = 0, norm = 0;
+    if (dp_jr_expect_object(jr, v, "a CPU cost object") || dp_jr_check_keys(jr, v, keys) ||
+        dp_jr_int(jr, v, "threads", true, 1, 4096, &th) ||
+        dp_jr_int(jr, v, "concurrent", true, 1, 1 << 20, &co) ||
+        dp_jr_int(jr, v, "seq_len", true, 1, 1 << 24, &seq) ||
+        dp_jr_int(jr, v, "head_dim", true, 1, 1 << 16, &hd) ||
+        dp_jr_enum(jr, v, "ffn", true, ffns, 2, &ffn) ||
+        dp_jr_enum(jr, v, "norm", true, norms, 2, &norm))
+        return jr->err->code;
+    c->threads = (int)th;
+    c->concurrent = (int)co;
+    c->seq_len = seq;
+    c->head_dim = (int)hd;
+    c->ffn = (enum dp_ffn_kind)ffn;
+    c->norm = (enum dp_norm_kind)norm;
+    for (size_t i = 0; i < NCPU_F; i++)
+        if (dp_jr_number(jr, v, cpu_fields[i].key, true, 0, BIG,
+                         (double *)((char *)c + cpu_fields[i].off)))
+            return jr->err->code;
+    const cJSON *bw = cJSON_GetObjectItemCaseSensitive(v, "bw_gbps");
+    if (!cJSON_IsArray(bw) || cJSON_GetArraySize(bw) != 3)
+        return dp_err_set(jr->err, DP_EINVAL,
+                          "%s: %s.bw_gbps: expected an array of 3 bandwidths (L2, L3 share, "
+                          "DRAM), got %s",
+                          jr->file, jr->path, bw ? "something else" : "nothing");
+    for (int i = 0; i < 3; i++) {
+        const cJSON *e = cJSON_GetArrayItem(bw, i);
+        if (!cJSON_IsNumber(e) || !(e->valuedouble > 0) || !isfinite(e->valuedouble))
+            return dp_err_set(jr->err, DP_EINVAL,
+                              "%s: %s.bw_gbps[%d]: expected a number > 0, got something else",
+                              jr->file, jr->path, i);
+        c->bw_gbps[i] = e->valuedouble;
+    }
+    if (!(c->gemm_gflops > 0) || !(c->conc_eff > 0))
+        return dp_err_set(jr->err, DP_EINVAL,
+                          "%s: %s: expected gemm_gflops and conc_eff > 0, got %g and %g", jr->file,
+                          jr->path, c->gemm_gflops, c->conc_eff);
+    return 0;
+}
+
+const struct dp_cal_coll *dp_calibration_coll(const struct dp_calibration *c, enum dp_nccl_coll k,
+                                              const char *link)
+{
+    for (int i = 0; i < c->ncoll; i++)
+        if (c->coll[i].coll == k && (!link || strcmp(c->coll[i].link, link) == 0))
+            return &c->coll[i];
+    return NULL;
+}
+
+const struct dp_cal_cpu *dp_calibration_cpu(const struct dp_calibration *c, int threads,
+                                            int concurrent)
+{
+    const struct dp_cal_cpu *best = NULL;
+    double bd = 0;
+    for (int i = 0; i < c->ncpu; i++) {
+        const struct dp_cal_cpu *e = &c->cpu[i];
+        /* Concurrency dominates (it sets the per-thread rates); threads break ties. */
+        double d = 1e3 * fabs(log((double)e->concurrent / concurrent)) +
+                   fabs(log((double)e->threads / threads));
+        if (!best || d < bd) {
+            best = e;
+            bd = d;
+        }
+    }
+    return best;
+}
+
 /* An optional array member: NULL when absent; an error unless an array. */
 static int array_of(struct dp_jr *jr, const cJSON *obj, const char *key, const char *what,
                     const cJSON **out)
@@ -187,7 +288,7 @@ int dp_calibration_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_calib
 {
     static const char *const keys[] = {
         "dplan_calibration", "created_by", "measured_at", "machine", "gemm",
-        "collectives",       "memory",     NULL};
+        "collectives",       "memory",     "cpu",         NULL};
     memset(out, 0, sizeof *out);
     int64_t ver = 0;
     if (dp_jr_expect_object(jr, obj, "a calibration profile object") ||
@@ -266,6 +367,27 @@ int dp_calibration_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_calib
             return jr->err->code;
         dp_jr_pop(jr, at);
         out->has_membw = true;
+    }
+    if (array_of(jr, obj, "cpu", "CPU cost objects", &arr))
+        return jr->err->code;
+    i = 0;
+    for (const cJSON *e = arr ? arr->child : NULL; e; e = e->next, i++) {
+        at = dp_jr_push(jr, "cpu", 0);
+        dp_jr_push(jr, NULL, i);
+        if (i >= DP_CAL_MAX_CPU)
+            return dp_err_set(jr->err, DP_EINVAL, "%s: %s: more than %d CPU entries", jr->file,
+                              jr->path, DP_CAL_MAX_CPU);
+        struct dp_cal_cpu *c = &out->cpu[i];
+        if (read_cpu(jr, e, c))
+            return jr->err->code;
+        for (int j = 0; j < i; j++)
+            if (out->cpu[j].threads == c->threads && out->cpu[j].concurrent == c->concurrent)
+                return dp_err_set(jr->err, DP_EINVAL,
+                                  "%s: %s: %d threads with %d concurrent has an entry already "
+                                  "(cpu[%d])",
+                                  jr->file, jr->path, c->threads, c->concurrent, j);
+        out->ncpu = i + 1;
+        dp_jr_pop(jr, at);
     }
     return 0;
 }
@@ -351,6 +473,24 @@ cJSON *dp_calibration_to_json(const struct dp_calibration *c)
         cJSON_AddNumberToObject(e, "overhead_us", c->membw.overhead_us);
         add_stderr(e, "bw_gbps", c->membw.bw_se_gbps, "overhead_us", c->membw.overhead_se_us);
         add_quality(e, &c->membw.q);
+    }
+    if (c->ncpu > 0) {
+        cJSON *a = cJSON_AddArrayToObject(o, "cpu");
+        for (int i = 0; i < c->ncpu; i++) {
+            const struct dp_cal_cpu *k = &c->cpu[i];
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "threads", k->threads);
+            cJSON_AddNumberToObject(e, "concurrent", k->concurrent);
+            cJSON_AddNumberToObject(e, "seq_len", (double)k->seq_len);
+            cJSON_AddNumberToObject(e, "head_dim", k->head_dim);
+            cJSON_AddStringToObject(e, "ffn", dp_ffn_name(k->ffn));
+            cJSON_AddStringToObject(e, "norm", dp_norm_name(k->norm));
+            cJSON_AddItemToObject(e, "bw_gbps", cJSON_CreateDoubleArray(k->bw_gbps, 3));
+            for (size_t f = 0; f < NCPU_F; f++)
+                cJSON_AddNumberToObject(e, cpu_fields[f].key,
+                                        *(const double *)((const char *)k + cpu_fields[f].off));
+            cJSON_AddItemToArray(a, e);
+        }
     }
     return o;
 }

@@ -170,3 +170,77 @@ int dp_pf_mpi_bcast_int(const struct dp_pf_mpi *m, int *v)
         MPI_Bcast(v, 1, MPI_INT, 0, MPI_COMM_WORLD);
     return 0;
 }
+
+int dp_pf_mpi_bench_coll(const struct dp_pf_mpi *m, enum dp_nccl_coll k, int64_t bytes, int iters,
+                         double *seconds, struct dp_err *err)
+{
+    *seconds = 0;
+    int n = m->size;
+    if (!m->active || n < 2)
+        return dp_err_set(err, DP_EINVAL, "collective benchmark: needs 2 or more MPI ranks");
+    /* nccl-tests' sizes: the whole buffer; all-gather's input, reduce-scatter's output and
+     * each all-to-all block are a 1/n share of it (nccl-tests src/all_gather.cu etc.). */
+    size_t count = (size_t)(bytes / (int64_t)sizeof(float)), share = count / (size_t)n;
+    if (share < 1 || iters < 1)
+        return dp_err_set(err, DP_EINVAL, "collective benchmark: %lld bytes over %d ranks",
+                          (long long)bytes, n);
+    float *sbuf = calloc(count, sizeof *sbuf), *rbuf = calloc(count, sizeof *rbuf);
+    if (!sbuf || !rbuf) {
+        free(sbuf);
+        free(rbuf);
+        return dp_err_set(err, DP_ENOMEM, "out of memory for %lld-byte buffers", (long long)bytes);
+    }
+    double *ts = malloc(sizeof *ts * (size_t)iters);
+    if (!ts) {
+        free(sbuf);
+        free(rbuf);
+        return dp_err_set(err, DP_ENOMEM, "out of memory");
+    }
+    int next = (m->rank + 1) % n, prev = (m->rank + n - 1) % n;
+    for (int i = -3; i < iters; i++) {
+        /* Three warm-ups (the first calls set up the shared-memory channels). Each iteration timed
+         * from a barrier and the median kept (nccl-tests keeps the mean of a back-to-back loop): on
+         * a shared machine one descheduled rank would otherwise set a 1 KiB all-reduce's time at a
+         * scheduler tick. */
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        switch (k) {
+        case DP_NCCL_ALL_REDUCE:
+            MPI_Allreduce(sbuf, rbuf, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            break;
+        case DP_NCCL_ALL_GATHER:
+            MPI_Allgather(sbuf, (int)share, MPI_FLOAT, rbuf, (int)share, MPI_FLOAT, MPI_COMM_WORLD);
+            break;
+        case DP_NCCL_REDUCE_SCATTER:
+            MPI_Reduce_scatter_block(sbuf, rbuf, (int)share, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            break;
+        case DP_NCCL_ALLTOALL:
+            MPI_Alltoall(sbuf, (int)share, MPI_FLOAT, rbuf, (int)share, MPI_FLOAT, MPI_COMM_WORLD);
+            break;
+        case DP_NCCL_SENDRECV:
+            MPI_Sendrecv(sbuf, (int)count, MPI_FLOAT, next, 7, rbuf, (int)count, MPI_FLOAT, prev, 7,
+                         MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            break;
+        case DP_NCCL_BROADCAST: MPI_Bcast(sbuf, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD); break;
+        case DP_NCCL_REDUCE:
+        default: MPI_Reduce(sbuf, rbuf, (int)count, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD); break;
+        }
+        if (i >= 0)
+            ts[i] = MPI_Wtime() - t0;
+    }
+    /* Median by insertion sort (iters is small). */
+    for (int i = 1; i < iters; i++)
+        for (int j = i; j > 0 && ts[j - 1] > ts[j]; j--) {
+            double x = ts[j];
+            ts[j] = ts[j - 1];
+            ts[j - 1] = x;
+        }
+    double t = ts[iters / 2], tmax = t;
+    free(ts);
+    /* nccl-tests reports the slowest rank's time. */
+    MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    *seconds = tmax;
+    free(sbuf);
+    free(rbuf);
+    return 0;
+}

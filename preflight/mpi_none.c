@@ -56,3 +56,11 @@ int dp_pf_mpi_bcast_int(const struct dp_pf_mpi *m, int *v)
     (void)v;
     return 0;
 }
+
+int dp_pf_mpi_bench_coll(const struct dp_pf_mpi *m, enum dp_nccl_coll k, int64_t bytes, int iters,
+                         double *seconds, struct dp_err *err)
+{
+    (void)m, (void)k, (void)bytes, (void)iters;
+    *seconds = 0;
+    return dp_err_set(err, DP_EINVAL, "collective benchmark: dplan was built without MPI");
+}

@@ -7,6 +7,7 @@
 
 #include "fit/fit.h"
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -58,6 +59,32 @@ static struct dp_calibration sample(void)
     snprintf(c.coll[1].link, sizeof c.coll[1].link, "ib-ndr-400");
     c.has_membw = true;
     c.membw = (struct dp_cal_membw){2811.5, 4.25, 12.5, 0.3, {30, 2, 0.9999, 0.019, 0.05}};
+    /* CPU kernel costs at three thread splits of a 2-core machine. */
+    c.ncpu = 3;
+    int split[3][2] = {{2, 2}, {1, 1}, {1, 2}};
+    for (int i = 0; i < 3; i++)
+        c.cpu[i] = (struct dp_cal_cpu){.threads = split[i][0],
+                                       .concurrent = split[i][1],
+                                       .seq_len = 64,
+                                       .head_dim = 16,
+                                       .ffn = DP_FFN_SWIGLU,
+                                       .norm = DP_NORM_RMSNORM,
+                                       .gemm_call_us = 0.25 + i,
+                                       .gemm_gflops = 45.3,
+                                       .conc_eff = 0.87,
+                                       .fork_us = 1.24,
+                                       .bw_gbps = {70.2, 50.1, 30.3 / (i + 1)},
+                                       .l2_bytes = 524288,
+                                       .l3_bytes = 16777216,
+                                       .attn_fwd_us = 4.6,
+                                       .attn_bwd_us = 5.3,
+                                       .attn_probs_us = 2.1,
+                                       .act_fwd_ns = 1.5,
+                                       .act_bwd_ns = 2.5,
+                                       .norm_fwd_ns = 0.7,
+                                       .norm_bwd_ns = 1.1,
+                                       .ce_ns = 3.3,
+                                       .adamw_ns = 0.9};
     return c;
 }
 
@@ -111,6 +138,39 @@ static void same(const struct dp_calibration *a, const struct dp_calibration *b)
     CHECK(a->membw.bw_gbps == b->membw.bw_gbps && a->membw.overhead_us == b->membw.overhead_us);
     CHECK(a->membw.bw_se_gbps == b->membw.bw_se_gbps);
     same_quality(&a->membw.q, &b->membw.q);
+    CHECK_EQ(a->ncpu, b->ncpu);
+    for (int i = 0; i < a->ncpu && i < b->ncpu; i++) {
+        const struct dp_cal_cpu *x = &a->cpu[i], *y = &b->cpu[i];
+        CHECK(x->threads == y->threads && x->concurrent == y->concurrent);
+        CHECK(x->seq_len == y->seq_len && x->head_dim == y->head_dim);
+        CHECK(x->ffn == y->ffn && x->norm == y->norm);
+        CHECK(x->gemm_call_us == y->gemm_call_us && x->gemm_gflops == y->gemm_gflops);
+        CHECK(x->conc_eff == y->conc_eff && x->fork_us == y->fork_us);
+        CHECK(x->bw_gbps[0] == y->bw_gbps[0] && x->bw_gbps[2] == y->bw_gbps[2]);
+        CHECK(x->l2_bytes == y->l2_bytes && x->l3_bytes == y->l3_bytes);
+        CHECK(x->attn_fwd_us == y->attn_fwd_us && x->attn_probs_us == y->attn_probs_us);
+        CHECK(x->norm_bwd_ns == y->norm_bwd_ns && x->adamw_ns == y->adamw_ns);
+    }
+}
+
+/* The CPU entry for a run's split: the exact one when measured, else the nearest in
+ * log(concurrent), then in log(threads): 1 thread with 4 computing is log 2 from both
+ * {1, 2} and {2, 2} in concurrency and 0 vs log 2 in threads: {1, 2}; 4 threads with 4
+ * computing: {2, 2} (log 2, log 2) before {1, 2} (log 2, log 4). */
+static void test_lookup(void)
+{
+    struct dp_calibration c = sample();
+    CHECK(dp_calibration_cpu(&c, 2, 2) == &c.cpu[0]);
+    CHECK(dp_calibration_cpu(&c, 1, 1) == &c.cpu[1]);
+    CHECK(dp_calibration_cpu(&c, 1, 2) == &c.cpu[2]);
+    CHECK(dp_calibration_cpu(&c, 1, 4) == &c.cpu[2]);
+    CHECK(dp_calibration_cpu(&c, 4, 4) == &c.cpu[0]);
+    c.ncpu = 0;
+    CHECK(dp_calibration_cpu(&c, 1, 1) == NULL);
+    c = sample();
+    CHECK(dp_calibration_coll(&c, DP_NCCL_SENDRECV, NULL) == &c.coll[1]);
+    CHECK(dp_calibration_coll(&c, DP_NCCL_ALL_REDUCE, "nvlink4") == &c.coll[0]);
+    CHECK(dp_calibration_coll(&c, DP_NCCL_ALL_REDUCE, "ib-ndr-400") == NULL);
 }
 
 static void test_roundtrip(void)
@@ -128,7 +188,7 @@ static void test_roundtrip(void)
     unlink(path);
     /* A profile with only a memory fit, no machine cluster: still valid. */
     struct dp_calibration m = sample();
-    m.ngemm = m.ncoll = 0;
+    m.ngemm = m.ncoll = m.ncpu = 0;
     m.machine.has_cluster = false;
     cJSON *j = dp_calibration_to_json(&m);
     struct dp_jr jr = {.file = "mem.json", .err = &err};
@@ -174,6 +234,15 @@ static void test_errors(void)
     CHECK_EQ(c.ngemm, 1);
     CHECK_EQ(c.gemm[0].dtype, DP_FP32);
     cJSON_Delete(root);
+    /* A standard error the fit could not determine is null (NaN in memory). */
+    const char *nul =
+        HEAD MACHINE ", \"gemm\": [{\"dtype\": \"fp32\", \"peak_tflops\": 1, "
+                     "\"eff_max\": 1, \"half_flops\": 0, \"stderr\": {\"eff_max\": 0.1, "
+                     "\"half_flops\": null}, " QUAL "}]}";
+    CHECK_EQ(dp_json_parse("p.json", nul, strlen(nul), &root, &err), 0);
+    CHECK_EQ(dp_calibration_from_json(&jr, root, &c), 0);
+    CHECK(isnan(c.gemm[0].half_flops_se) && c.gemm[0].eff_max_se == 0.1);
+    cJSON_Delete(root);
 
     bad("[]", "p.json: expected a calibration profile object, got array");
     bad("{\"dplan_calibration\": 2, \"measured_at\": \"2026-03-01T12:00:00Z\", " MACHINE "}",
@@ -186,7 +255,12 @@ static void test_errors(void)
         "p.json: machine.backend: expected one of \"cpu\", \"cuda\", got string \"tpu\"");
     bad(HEAD "\"machines\": {}}",
         "p.json: machines: unknown field (expected one of: dplan_calibration, created_by, "
-        "measured_at, machine, gemm, collectives, memory)");
+        "measured_at, machine, gemm, collectives, memory, cpu)");
+    bad(HEAD MACHINE ", \"cpu\": [{\"threads\": 0}]}",
+        "p.json: cpu[0].threads: expected integer in [1, 4096], got number 0");
+    bad(HEAD MACHINE ", \"cpu\": [{\"threads\": 1, \"concurrent\": 1, \"seq_len\": 64, "
+                     "\"head_dim\": 16, \"ffn\": \"relu\"}]}",
+        "p.json: cpu[0].ffn: expected one of \"gelu\", \"swiglu\", got string \"relu\"");
     bad(HEAD MACHINE ", \"gemm\": {}}", "p.json: gemm: expected an array of GEMM curve objects, "
                                         "got object");
     bad(HEAD MACHINE ", \"gemm\": [" GEMM("fp32") ", " GEMM("int8") "]}",
@@ -220,6 +294,7 @@ static void test_errors(void)
 int main(void)
 {
     test_roundtrip();
+    test_lookup();
     test_errors();
     return check_done("test_fit_profile");
 }

@@ -1,0 +1,693 @@
+/*
+ * dplan calibrate --backend cpu: measure this machine as the CPU backend uses
+ * it and write a dplan_calibration profile (fit/fit.h) that --calibration
+ * applies in memory, estimate, suggest, whatif and run's prediction.
+ *
+ * Phases, in this process first (nothing else of ours computes meanwhile):
+ *   gemm     the backend's GEMM (executor/bench.c) at the model's layer shapes
+ *            and a grid of token counts around them, one thread: the
+ *            efficiency curve eff(x) = x / (x + half_flops) against the fitted
+ *            asymptotic rate (GSL nonlinear least squares, fit/curves.c);
+ *   kernels  the executor's probe (attention, activation, norm, cross-entropy,
+ *            AdamW, OpenMP fork/join, SGEMM call cost, bandwidth per cache
+ *            level) at each thread split a run of 1..np ranks uses;
+ *   memory   streaming passes beyond the last-level cache: bandwidth and a
+ *            fixed cost per pass (gsl_fit_wlinear);
+ * then, with np >= 2, the collectives under mpirun with np ranks (this
+ * program again, --coll-worker): all-reduce, all-gather, reduce-scatter,
+ * all-to-all and send/recv from 1 KiB to --max-size, printed as nccl-tests
+ * prints them, fitted to alpha-beta per collective over the "shm" link class.
+ * The measurements are medians of repetitions; on a shared machine they are
+ * as noisy as its neighbours make them.
+ */
+#include "cli.h"
+#include "executor/executor.h"
+#include "fit/fit.h"
+#include "launch/launch.h"
+#include "preflight/preflight.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define KIB 1024.0
+#define MIB (1024.0 * 1024.0)
+
+/* ------------------------------------------------------------------ progress */
+
+/* A bar redrawn in place on a terminal; one line per phase otherwise. */
+static void progress(const char *phase, int i, int n)
+{
+    static const char *last;
+    if (isatty(2)) {
+        int w = 30, done = n > 0 ? w * i / n : w;
+        fprintf(stderr, "\rcalibrate: %-9s [%.*s%*s] %d/%d", phase, done,
+                "##############################", w - done, "", i, n);
+        if (i >= n)
+            fputc('\n', stderr);
+    } else if (phase != last) {
+        fprintf(stderr, "calibrate: %s (%d measurements)\n", phase, n);
+    }
+    last = phase;
+}
+
+/* ------------------------------------------------------------------ the machine */
+
+static int64_t mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    long long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return (int64_t)kb * 1024;
+}
+
+static void cpu_model(char *out, size_t cap)
+{
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    out[0] = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        char *c = strchr(line, ':');
+        if (strncmp(line, "model name", 10) == 0 && c) {
+            snprintf(out, cap, "%s", c + 2);
+            out[strcspn(out, "\n")] = 0;
+            break;
+        }
+    }
+    if (f)
+        fclose(f);
+}
+
+static int parse_size(const char *s, int64_t *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    double k = 1;
+    if (*end == 'K' || *end == 'k')
+        k = KIB, end++;
+    else if (*end == 'M' || *end == 'm')
+        k = MIB, end++;
+    else if (*end == 'G' || *end == 'g')
+        k = MIB * 1024, end++;
+    if (*end == 'i')
+        end++;
+    if (*end == 'B')
+        end++;
+    if (*end || !(v > 0))
+        return -1;
+    *out = (int64_t)(v * k);
+    return 0;
+}
+
+/* A plan file, rather than a model: its JSON has the "dplan_plan" key. */
+static bool is_plan(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    char buf[4096];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return strstr(buf, "\"dplan_plan\"") != NULL;
+}
+
+/* ------------------------------------------------------------------ collectives worker */
+
+static const enum dp_nccl_coll colls[] = {DP_NCCL_ALL_REDUCE, DP_NCCL_ALL_GATHER,
+                                          DP_NCCL_REDUCE_SCATTER, DP_NCCL_ALLTOALL,
+                                          DP_NCCL_SENDRECV};
+#define NCOLLS ((int)(sizeof colls / sizeof colls[0]))
+
+/* Under mpirun: every rank runs the collectives; rank 0 prints the nccl-tests tables and
+ * writes the samples to `file` ({"samples": [{"collective", "bytes", "ranks",
+ * "seconds"}]}). */
+static int coll_worker(const char *file, int64_t max_bytes)
+{
+    struct dp_err err = {0};
+    struct dp_pf_mpi mpi;
+    if (dp_pf_mpi_init(&mpi, &err))
+        return cli_fail(&err);
+    cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "samples");
+    int rc = 0;
+    char buf[512];
+    for (int c = 0; c < NCOLLS && !rc; c++) {
+        if (mpi.rank == 0) {
+            dp_nccl_header(buf, sizeof buf);
+            printf("# %s over %d ranks (MPI, shared memory)\n%s", dp_nccl_coll_name(colls[c]),
+                   mpi.size, buf);
+        }
+        for (int64_t b = 1024; b <= max_bytes && !rc; b *= 4) {
+            /* About 16 MiB moved per size, between 11 and 50 iterations. */
+            int iters = (int)fmin(50, fmax(11, 16 * MIB / (double)b));
+            double t = 0;
+            if ((rc = dp_pf_mpi_bench_coll(&mpi, colls[c], b, iters, &t, &err)))
+                break;
+            if (mpi.rank == 0) {
+                dp_nccl_row(colls[c], (double)b, 4, "float", mpi.size, t, buf, sizeof buf);
+                fputs(buf, stdout);
+                fflush(stdout);
+                cJSON *e = cJSON_CreateObject();
+                cJSON_AddStringToObject(e, "collective", dp_nccl_coll_name(colls[c]));
+                cJSON_AddNumberToObject(e, "bytes", (double)b);
+                cJSON_AddNumberToObject(e, "ranks", mpi.size);
+                cJSON_AddNumberToObject(e, "seconds", t);
+                cJSON_AddItemToArray(arr, e);
+            }
+        }
+    }
+    if (!rc && mpi.rank == 0)
+        rc = dp_json_save_file(file, root, &err);
+    cJSON_Delete(root);
+    dp_pf_mpi_finalize(&mpi);
+    return rc ? cli_fail(&err) : 0;
+}
+
+/* Run the worker as np ranks and read its samples; fit each collective. */
+static int measure_colls(int np, int64_t max_bytes, struct dp_calibration *cal, struct dp_err *err)
+{
+    char tmp[] = "/tmp/dplan-calibrate-XXXXXX";
+    int fd = mkstemp(tmp);
+    if (fd < 0)
+        return dp_err_set(err, DP_ERUNTIME, "mkstemp: %s", strerror(errno));
+    close(fd);
+    char npb[16], maxb[32];
+    snprintf(npb, sizeof npb, "%d", np);
+    snprintf(maxb, sizeof maxb, "%lld", (long long)max_bytes);
+    char *wargv[] = {"calibrate", "--coll-worker", tmp, "--max-size", maxb, NULL};
+    struct dp_launch_job job = {.world = np, .argc = 5, .argv = wargv};
+    int nav = 0;
+    const char **av = dp_launch_mpirun_argv(&job, &nav);
+    if (!av)
+        return dp_err_set(err, DP_ENOMEM, "out of memory");
+    fprintf(stderr, "calibrate: collectives over %d ranks, 1 KiB to %.0f KiB: %s -np %d ...\n", np,
+            (double)max_bytes / KIB, av[0], np);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execvp(av[0], (char *const *)av);
+        fprintf(stderr, "dplan: error: %s: %s\n", av[0], strerror(errno));
+        _exit(127);
+    }
+    free(av);
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st)) {
+        unlink(tmp);
+        return dp_err_set(err, DP_ERUNTIME, "the collectives under mpirun failed (status %d)",
+                          WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    }
+    cJSON *root;
+    int rc = dp_json_load_file(tmp, &root, err);
+    unlink(tmp);
+    if (rc)
+        return rc;
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, "samples");
+    int n = cJSON_GetArraySize(arr);
+    struct dp_coll_sample *s = calloc((size_t)(n > 0 ? n : 1), sizeof *s);
+    double *res = calloc((size_t)(n > 0 ? n : 1), sizeof *res);
+    if (!s || !res) {
+        cJSON_Delete(root);
+        free(s);
+        free(res);
+        return dp_err_set(err, DP_ENOMEM, "out of memory");
+    }
+    for (int c = 0; c < NCOLLS && !rc; c++) {
+        int k = 0;
+        for (const cJSON *e = arr ? arr->child : NULL; e; e = e->next) {
+            const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(e, "collective"));
+            if (!name || dp_nccl_coll_parse(name) != (int)colls[c])
+                continue;
+            s[k].bytes = cJSON_GetNumberValue(cJSON_GetObjectItem(e, "bytes"));
+            s[k].ranks = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(e, "ranks"));
+            s[k].seconds = cJSON_GetNumberValue(cJSON_GetObjectItem(e, "seconds"));
+            k++;
+        }
+        struct dp_alpha_beta_fit f;
+        if (dp_fit_alpha_beta(colls[c], s, k, &f, res, err)) {
+            /* Noise can defeat a fit (a shared machine): say so, keep the others. */
+            fprintf(stderr, "calibrate: warning: %s; %s left out of the profile\n", err->msg,
+                    dp_nccl_coll_name(colls[c]));
+            dp_err_clear(err);
+            continue;
+        }
+        struct dp_cal_coll *o = &cal->coll[cal->ncoll++];
+        o->coll = colls[c];
+        snprintf(o->link, sizeof o->link, "shm");
+        o->ranks_min = o->ranks_max = np;
+        o->alpha_us = fmax(0, f.alpha_s * 1e6);
+        o->busbw_gbps = f.busbw_Bps / 1e9;
+        o->alpha_se_us = f.alpha_se_s * 1e6;
+        o->busbw_se_gbps = f.busbw_se_Bps / 1e9;
+        o->q = f.q;
+    }
+    cJSON_Delete(root);
+    free(s);
+    free(res);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ local phases */
+
+/* The forward GEMMs of one layer and the head (m tokens x n outputs over k), tp = 1. */
+static int layer_shapes(const struct dp_model *m, int64_t tokens, int sh[][3])
+{
+    int h = (int)m->hidden, d = (int)m->head_dim, qd = (int)m->heads * d;
+    int qkvd = qd + 2 * (int)m->kv_heads * d, f = (int)m->ffn_hidden;
+    int F1 = m->ffn == DP_FFN_SWIGLU ? 2 * f : f, V = (int)dp_padded_vocab(m->vocab, 1);
+    int N = (int)tokens;
+    int shapes[5][3] = {{N, qkvd, h}, {N, h, qd}, {N, F1, h}, {N, h, f}, {N, V, h}};
+    memcpy(sh, shapes, sizeof shapes);
+    return 5;
+}
+
+static int measure_gemm(const struct dp_model *m, int64_t tokens, struct dp_calibration *cal,
+                        double *rate_gflops, struct dp_err *err)
+{
+    int base[5][3];
+    int nb = layer_shapes(m, tokens, base);
+    /* The layer shapes at 1/16 .. 4x the token count, and three square sizes beyond: the
+     * curve's knee and its plateau. */
+    static const double scale[] = {1.0 / 16, 1.0 / 4, 1, 4};
+    enum { NS = 4, NSQ = 3 };
+    int n = nb * NS + NSQ;
+    struct dp_gemm_sample *s = calloc((size_t)n, sizeof *s);
+    double *res = calloc((size_t)n, sizeof *res);
+    if (!s || !res) {
+        free(s);
+        free(res);
+        return dp_err_set(err, DP_ENOMEM, "out of memory");
+    }
+    int rc = 0, k = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        int mm, nn, kk;
+        if (i < nb * NS) {
+            mm = (int)fmax(1, base[i / NS][0] * scale[i % NS]);
+            nn = base[i / NS][1];
+            kk = base[i / NS][2];
+        } else {
+            mm = nn = kk = 256 << (i - nb * NS);
+        }
+        progress("gemm", i, n);
+        double t1 = 0, t = 0;
+        if ((rc = dp_exec_bench_gemm(mm, nn, kk, 1, 1, &t1, err)))
+            break;
+        int reps = (int)fmin(25, fmax(5, 0.02 / fmax(t1, 1e-9)));
+        if ((rc = dp_exec_bench_gemm(mm, nn, kk, 1, reps, &t, err)))
+            break;
+        s[k].flops = 2.0 * mm * nn * kk;
+        s[k].seconds = t;
+        k++;
+    }
+    progress("gemm", n, n);
+    double best = 0;
+    for (int i = 0; i < k; i++)
+        best = fmax(best, s[i].flops / s[i].seconds);
+    /* Fit against a reference above every sample (twice the fastest), then state the curve
+     * against its own asymptote: peak = eff_max x reference, eff_max 1. */
+    for (int i = 0; i < k; i++)
+        s[i].peak_flops_per_s = 2 * best;
+    struct dp_gemm_fit f;
+    *rate_gflops = best / 1e9;
+    if (!rc && dp_fit_gemm(s, k, &f, res, err)) {
+        fprintf(stderr,
+                "calibrate: warning: %s; the GEMM curve left out of the profile (the machine's "
+                "peak: the fastest shape, %.1f GFLOP/s)\n",
+                err->msg, best / 1e9);
+        dp_err_clear(err);
+    } else if (!rc) {
+        struct dp_cal_gemm *g = &cal->gemm[cal->ngemm++];
+        g->dtype = DP_FP32;
+        g->peak_tflops = 2 * best * f.curve.eff_max / 1e12;
+        g->curve.eff_max = 1;
+        g->curve.half_flops = f.curve.half_flops;
+        g->eff_max_se = f.eff_max_se / f.curve.eff_max;
+        g->half_flops_se = f.half_flops_se;
+        g->q = f.q;
+        *rate_gflops = g->peak_tflops * 1e3;
+    }
+    free(s);
+    free(res);
+    return rc;
+}
+
+static double med3(double x, double y, double z)
+{
+    return fmax(fmin(x, y), fmin(fmax(x, y), z));
+}
+
+/* Field by field median of three measurements of the same split. */
+static void median3(const struct dp_exec_costs *p, struct dp_exec_costs *o)
+{
+    *o = p[0];
+#define M3(f) o->f = med3(p[0].f, p[1].f, p[2].f)
+    M3(gemm_call_s);
+    M3(gemm_gflops);
+    M3(conc_eff);
+    M3(fork_s);
+    M3(bw_gbps[0]);
+    M3(bw_gbps[1]);
+    M3(bw_gbps[2]);
+    M3(attn_fwd_s);
+    M3(attn_bwd_s);
+    M3(attn_probs_s);
+    M3(act_fwd_ns);
+    M3(act_bwd_ns);
+    M3(norm_fwd_ns);
+    M3(norm_bwd_ns);
+    M3(ce_ns);
+    M3(adamw_ns);
+#undef M3
+}
+
+static void to_cal_cpu(const struct dp_exec_costs *p, struct dp_cal_cpu *o)
+{
+    o->threads = p->threads;
+    o->concurrent = p->concurrent;
+    o->seq_len = p->seq_len;
+    o->head_dim = p->head_dim;
+    o->ffn = p->ffn;
+    o->norm = p->norm;
+    o->gemm_call_us = p->gemm_call_s * 1e6;
+    o->gemm_gflops = p->gemm_gflops;
+    o->conc_eff = p->conc_eff;
+    o->fork_us = p->fork_s * 1e6;
+    memcpy(o->bw_gbps, p->bw_gbps, sizeof o->bw_gbps);
+    o->l2_bytes = (double)p->cache_bytes[0];
+    o->l3_bytes = (double)p->cache_bytes[1];
+    o->attn_fwd_us = p->attn_fwd_s * 1e6;
+    o->attn_bwd_us = p->attn_bwd_s * 1e6;
+    o->attn_probs_us = p->attn_probs_s * 1e6;
+    o->act_fwd_ns = p->act_fwd_ns;
+    o->act_bwd_ns = p->act_bwd_ns;
+    o->norm_fwd_ns = p->norm_fwd_ns;
+    o->norm_bwd_ns = p->norm_bwd_ns;
+    o->ce_ns = p->ce_ns;
+    o->adamw_ns = p->adamw_ns;
+}
+
+/* The probe at each thread split of 1, 2, 4, ..., np ranks (and np itself). */
+static int measure_kernels(const struct dp_model *m, int64_t seq, int np, int cores,
+                           struct dp_calibration *cal, int64_t *l3_total, struct dp_err *err)
+{
+    /* Each rank count at the launcher's split (cores / ranks threads) and at one thread
+     * per rank (OMP_NUM_THREADS=1). */
+    int ranks[DP_CAL_MAX_CPU], thr[DP_CAL_MAX_CPU], n = 0;
+    for (int r = 1; n < DP_CAL_MAX_CPU - 1; r = r * 2 < np && r < np ? r * 2 : np) {
+        ranks[n] = r;
+        thr[n++] = cores / r > 1 ? cores / r : 1;
+        if (cores / r > 1 && n < DP_CAL_MAX_CPU - 1) {
+            ranks[n] = r;
+            thr[n++] = 1;
+        }
+        if (r == np)
+            break;
+    }
+    for (int i = 0; i < n; i++) {
+        progress("kernels", i, n);
+        int th = thr[i];
+        struct dp_exec_costs sh = {.threads = th,
+                                   .concurrent = th * ranks[i],
+                                   .seq_len = seq,
+                                   .head_dim = (int)m->head_dim,
+                                   .ffn = m->ffn,
+                                   .norm = m->norm};
+        const struct dp_cal_cpu *have = dp_calibration_cpu(cal, th, sh.concurrent);
+        if (have && have->threads == th && have->concurrent == sh.concurrent)
+            continue; /* more ranks than cores: the same split again */
+        /* Three probes, each field's median: one probe a neighbour preempted does not set the
+         * profile (the probe's own medians are over repetitions of a few ms). */
+        struct dp_exec_costs p, pr[3] = {sh, sh, sh};
+        for (int k = 0; k < 3; k++) {
+            int rc = dp_exec_measure_costs(&pr[k], err);
+            if (rc)
+                return rc;
+        }
+        median3(pr, &p);
+        to_cal_cpu(&p, &cal->cpu[cal->ncpu++]);
+        if (cal->ncpu == 1)
+            *l3_total = p.cache_bytes[1] * sh.concurrent;
+    }
+    progress("kernels", n, n);
+    return 0;
+}
+
+static int measure_memory(int64_t from, int64_t to, struct dp_calibration *cal, struct dp_err *err)
+{
+    struct dp_stream_sample s[16];
+    double res[16];
+    int n = 0;
+    for (int64_t b = from; b <= to && n < 16; b *= 2)
+        n++;
+    int k = 0;
+    for (int64_t b = from; k < n; b *= 2, k++) {
+        progress("memory", k, n);
+        double t = 0;
+        int rc = dp_exec_bench_stream(b, 5, &t, err);
+        if (rc)
+            return rc;
+        s[k].bytes = (double)b;
+        s[k].seconds = t;
+    }
+    progress("memory", n, n);
+    struct dp_membw_fit f;
+    if (dp_fit_mem_bw(s, n, &f, res, err)) {
+        fprintf(stderr, "calibrate: warning: %s; memory bandwidth left out of the profile\n",
+                err->msg);
+        dp_err_clear(err);
+        return 0;
+    }
+    cal->has_membw = true;
+    cal->membw.bw_gbps = f.bw_Bps / 1e9;
+    cal->membw.overhead_us = fmax(0, f.overhead_s * 1e6);
+    cal->membw.bw_se_gbps = f.bw_se_Bps / 1e9;
+    cal->membw.overhead_se_us = f.overhead_se_s * 1e6;
+    cal->membw.q = f.q;
+    return 0;
+}
+
+/*
+ * The machine as a cluster of np "GPUs", one per rank (what the planning commands
+ * plan for): each rank's peak is its threads at the fitted GEMM asymptote slowed by the
+ * concurrency measured with every rank computing; its memory a 1/np share of what is
+ * available now; its bandwidth its threads' DRAM stream rate; one link class, "shm",
+ * at the fitted all-reduce busbw and latency.
+ */
+static void machine_cluster(struct dp_calibration *cal, int np, int cores, int64_t avail,
+                            double rate_gflops)
+{
+    struct dp_cluster *cl = &cal->machine.cluster;
+    memset(cl, 0, sizeof *cl);
+    int th = cores / np > 1 ? cores / np : 1;
+    const struct dp_cal_cpu *cpu = dp_calibration_cpu(cal, th, th * np);
+    double conc = cpu ? cpu->conc_eff : 1;
+    struct dp_gpu *g = &cl->gpu;
+    snprintf(g->name, sizeof g->name, "cpu-rank");
+    snprintf(g->vendor, sizeof g->vendor, "cpu");
+    for (int p = 0; p < DP_PRECISIONS; p++)
+        g->peak_tflops[p] = rate_gflops * th * conc / 1e3;
+    g->mem_bytes = avail / np;
+    g->usable_fraction = 0.9;
+    g->mem_bw_gbps = cpu ? cpu->bw_gbps[2] * th : cal->membw.bw_gbps;
+    g->runtime_overhead_bytes = (int64_t)(64 * MIB);
+    snprintf(g->intra_link, sizeof g->intra_link, "shm");
+    snprintf(g->host_link, sizeof g->host_link, "shm");
+    g->gemm.eff_max = 1;
+    g->gemm.half_flops = cal->ngemm ? cal->gemm[0].curve.half_flops : 0;
+    snprintf(cl->name, sizeof cl->name, "%s (%d CPU ranks)", cal->machine.hostname, np);
+    snprintf(cl->system, sizeof cl->system, "custom");
+    cl->nodes = 1;
+    cl->gpus_per_node = np;
+    struct dp_link *l = &cl->intra;
+    snprintf(l->name, sizeof l->name, "shm");
+    l->kind = DP_LINK_PCIE;
+    const struct dp_cal_coll *ar = dp_calibration_coll(cal, DP_NCCL_ALL_REDUCE, "shm");
+    l->bw_gbps = ar ? ar->busbw_gbps : g->mem_bw_gbps;
+    l->latency_us = ar ? ar->alpha_us : 1;
+    l->efficiency = 1;
+    cl->inter = *l;
+    cl->inter.kind = DP_LINK_NET;
+    cl->nics_per_node = 1;
+    cal->machine.has_cluster = true;
+}
+
+static const char help_cpu[] =
+    "usage: dplan calibrate --backend cpu [--np N] [MODEL|plan.json] [--mbs B] [--seq-len S]\n"
+    "                       [--max-size SIZE] [-o PROFILE.json]\n\n"
+    "Measure this machine as the CPU backend uses it and fit the cost model's constants:\n"
+    "the backend's GEMM at the model's layer shapes and a grid of token counts around them\n"
+    "(efficiency curve, GSL nonlinear least squares), its attention, norm, activation,\n"
+    "cross-entropy and AdamW kernels and OpenMP fork/join at each thread split of 1..N\n"
+    "ranks, streaming memory bandwidth beyond the last-level cache (linear fit), and with\n"
+    "N >= 2 the collectives all-reduce, all-gather, reduce-scatter, all-to-all and\n"
+    "send/recv over MPI with N ranks from 1 KiB to SIZE, printed as nccl-tests prints\n"
+    "them, fitted to alpha-beta (latency per ring step, bus bandwidth). Each fit is printed\n"
+    "with R^2 and its relative residuals. -o writes the profile (dplan_calibration; schema\n"
+    "in README): `--calibration PROFILE.json` applies it in memory, estimate, suggest,\n"
+    "whatif and run, and stands for the cluster (N ranks of this machine).\n\n"
+    "  --backend cpu    measure the CPU backend (the only one in this build)\n"
+    "  --np N           ranks for the collectives and thread splits [2]\n"
+    "  MODEL            the model whose shapes to measure at [tiny-gpt]; --mbs and\n"
+    "                   --seq-len set the token count of its GEMMs\n"
+    "  --max-size SIZE  largest collective buffer (K, M, G suffixes) [4M: a quick run];\n"
+    "                   capped by MemAvailable / (4 N); 1G on a real cluster\n"
+    "  -o FILE          write the profile\n";
+
+int cli_calibrate_cpu(int argc, char **argv)
+{
+    enum { OPT_BACKEND = 5000, OPT_NP, OPT_MAXSZ, OPT_WORKER };
+    static const struct option opts[] = {{"backend", required_argument, 0, OPT_BACKEND},
+                                         {"np", required_argument, 0, OPT_NP},
+                                         {"max-size", required_argument, 0, OPT_MAXSZ},
+                                         {"coll-worker", required_argument, 0, OPT_WORKER},
+                                         {"help", no_argument, 0, 'h'},
+                                         CLI_KNOB_OPTIONS,
+                                         {0, 0, 0, 0}};
+    struct cli_common c;
+    cli_common_init(&c);
+    const char *outfile = NULL, *worker = NULL;
+    int np = 2, ch;
+    int64_t max_bytes = (int64_t)(4 * MIB);
+    optind = 1;
+    opterr = 0;
+    while ((ch = cli_next_opt("calibrate", argc, argv, ":ho:", opts, &c)) != -1) {
+        switch (ch) {
+        case OPT_BACKEND:
+            if (strcmp(optarg, "cpu") != 0)
+                return cli_usage_error("calibrate",
+                                       "--backend: expected cpu (this build has no cuda "
+                                       "backend), got \"%s\"",
+                                       optarg);
+            break;
+        case OPT_NP: {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*end || v < 1 || v > 1024)
+                return cli_usage_error("calibrate", "--np: expected 1..1024, got \"%s\"", optarg);
+            np = (int)v;
+            break;
+        }
+        case OPT_MAXSZ:
+            if (parse_size(optarg, &max_bytes) || max_bytes < 4096)
+                return cli_usage_error(
+                    "calibrate", "--max-size: expected a size >= 4K like 64M, got \"%s\"", optarg);
+            break;
+        case OPT_WORKER: worker = optarg; break;
+        case 'o': outfile = optarg; break;
+        case 'h': fputs(help_cpu, stdout); return 0;
+        case -2: return 2;
+        default: return 2;
+        }
+    }
+    if (worker)
+        return coll_worker(worker, max_bytes);
+    if (optind + 1 < argc)
+        return cli_usage_error("calibrate", "expected at most one MODEL or plan, got \"%s\"",
+                               argv[optind + 1]);
+    const char *target = optind < argc ? argv[optind] : "tiny-gpt";
+    struct dp_err err = {0};
+    struct dp_model m;
+    struct dp_layout l;
+    struct dp_plan *plan = malloc(sizeof *plan);
+    struct dp_calibration *cal = calloc(1, sizeof *cal);
+    int rc = 0;
+    if (!plan || !cal) {
+        free(plan);
+        free(cal);
+        return cli_fail(&(struct dp_err){.code = DP_ENOMEM, .msg = "out of memory"});
+    }
+    if (is_plan(target)) {
+        if ((rc = dp_plan_load(target, plan, &err)))
+            goto out;
+        m = plan->model;
+        l = plan->layout;
+    } else {
+        if ((rc = dp_model_load(target, &m, &err)) || (rc = cli_layout(&c, &m, 1, &l, &err)))
+            goto out;
+    }
+    int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    cores = cores > 0 ? cores : 1;
+    int64_t avail = mem_available();
+    int64_t cap = avail > 0 ? avail / (4 * np) : (int64_t)(64 * MIB);
+    if (max_bytes > cap) {
+        fprintf(stderr, "calibrate: --max-size %.0f MiB capped to %.0f MiB (MemAvailable / 4N)\n",
+                (double)max_bytes / MIB, (double)cap / MIB);
+        max_bytes = cap;
+    }
+    snprintf(cal->created_by, sizeof cal->created_by, "dplan %s calibrate", DPLAN_VERSION);
+    time_t now = time(NULL);
+    strftime(cal->measured_at, sizeof cal->measured_at, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    gethostname(cal->machine.hostname, sizeof cal->machine.hostname - 1);
+    snprintf(cal->machine.backend, sizeof cal->machine.backend, "cpu");
+    cpu_model(cal->machine.cpu, sizeof cal->machine.cpu);
+    cal->machine.nodes = 1;
+    cal->machine.ranks = np;
+    cal->machine.cores = cores;
+    printf("calibrate: %s, %d cores, %.1f GiB available; shapes of %s at %lld tokens per "
+           "micro-batch; %d ranks\n",
+           cal->machine.cpu[0] ? cal->machine.cpu : "cpu", cores, (double)avail / (MIB * 1024),
+           m.name, (long long)(l.mbs * l.seq_len), np);
+    fflush(stdout);
+    double rate = 0;
+    int64_t l3 = 0;
+    if ((rc = measure_gemm(&m, l.mbs * l.seq_len, cal, &rate, &err)) ||
+        (rc = measure_kernels(&m, l.seq_len, np, cores, cal, &l3, &err)))
+        goto out;
+    int64_t from = 4 * l3 > (int64_t)(4 * MIB) ? 4 * l3 : (int64_t)(4 * MIB);
+    int64_t to = 4 * from < cap ? 4 * from : cap;
+    if ((rc = measure_memory(from, to > 2 * from ? to : 4 * from, cal, &err)))
+        goto out;
+    if (np >= 2) {
+        fflush(stdout);
+        if ((rc = measure_colls(np, max_bytes, cal, &err)))
+            goto out;
+    }
+    machine_cluster(cal, np, cores, avail, rate);
+
+    const struct dp_cal_gemm *g = &cal->gemm[0];
+    if (cal->ngemm)
+        printf("gemm fp32   one thread: peak %.1f GFLOP/s, half at %.3g FLOPs (+-%.2g); R^2 %.3f, "
+               "residuals rms %.1f%% max %.1f%% (%d shapes)\n",
+               g->peak_tflops * 1e3, g->curve.half_flops, g->half_flops_se, g->q.r2,
+               100 * g->q.rms_rel, 100 * g->q.max_rel, g->q.n);
+    for (int i = 0; i < cal->ncpu; i++) {
+        const struct dp_cal_cpu *k = &cal->cpu[i];
+        printf("kernels     %d thread%s, %d computing: sgemm %.1f GFLOP/s x %.2f, call %.2f us, "
+               "fork %.2f us, bw %.0f/%.0f/%.1f GB/s, attention fwd %.1f bwd %.1f us\n",
+               k->threads, k->threads == 1 ? "" : "s", k->concurrent, k->gemm_gflops, k->conc_eff,
+               k->gemm_call_us, k->fork_us, k->bw_gbps[0], k->bw_gbps[1], k->bw_gbps[2],
+               k->attn_fwd_us, k->attn_bwd_us);
+    }
+    if (cal->has_membw)
+        printf("memory      %.2f GB/s, %.1f us per pass; R^2 %.3f, residuals rms %.1f%% max %.1f%% "
+               "(%d sizes, %.0f to %.0f MiB)\n",
+               cal->membw.bw_gbps, cal->membw.overhead_us, cal->membw.q.r2,
+               100 * cal->membw.q.rms_rel, 100 * cal->membw.q.max_rel, cal->membw.q.n,
+               (double)from / MIB, (double)(from << (cal->membw.q.n - 1)) / MIB);
+    for (int i = 0; i < cal->ncoll; i++) {
+        const struct dp_cal_coll *k = &cal->coll[i];
+        printf("%-14s %d ranks over shm: alpha %.2f us (+-%.2f), busbw %.2f GB/s (+-%.2f); R^2 "
+               "%.3f, residuals rms %.1f%% max %.1f%%\n",
+               dp_nccl_coll_name(k->coll), k->ranks_min, k->alpha_us, k->alpha_se_us, k->busbw_gbps,
+               k->busbw_se_gbps, k->q.r2, 100 * k->q.rms_rel, 100 * k->q.max_rel);
+    }
+    if (outfile) {
+        if ((rc = dp_calibration_save(outfile, cal, &err)))
+            goto out;
+        printf("wrote %s\n", outfile);
+    }
+out:
+    free(plan);
+    free(cal);
+    return rc ? cli_fail(&err) : 0;
+}

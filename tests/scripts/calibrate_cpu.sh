@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# `dplan calibrate --backend cpu` end to end (quick range), and its profile applied:
+# alone it is the cluster of the planning commands (2 ranks of this machine: --np 2),
+# estimate prices the CPU executor's step with it, run refuses a profile without CPU
+# kernel costs, and a bad --max-size is a usage error.
+#   calibrate_cpu.sh DPLAN OUT_DIR
+set -u
+dplan=$1 out=$2
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+rm -rf "$out"
+mkdir -p "$out"
+fail() {
+  echo "FAIL: $*"
+  exit 1
+}
+"$dplan" calibrate --backend cpu --np 2 --max-size 256K -o "$out/p.json" > "$out/cal.txt" 2> "$out/cal.err" ||
+  { cat "$out/cal.txt" "$out/cal.err"; fail "calibrate failed"; }
+# nccl-tests' table: 1 KiB to 256 KiB by 4x is 1K, 4K, 16K, 64K, 256K: 5 rows per collective.
+for c in all_reduce all_gather reduce_scatter alltoall sendrecv; do
+  grep -q "^# $c over 2 ranks" "$out/cal.txt" || fail "no $c table"
+  # The fit, or why noise defeated it (a shared machine).
+  grep -q "^$c .*busbw .* GB/s.*R^2" "$out/cal.txt" || grep -q "; $c left out of the profile" "$out/cal.err" ||
+    fail "no $c fit line nor warning"
+done
+rows=$(grep -cE '^ +[0-9]+ +[0-9]+ +float' "$out/cal.txt")
+[ "$rows" = 25 ] || fail "expected 5 sizes x 5 collectives = 25 rows, got $rows"
+grep -q '^gemm fp32' "$out/cal.txt" || grep -q 'GEMM curve left out' "$out/cal.err" || fail "no GEMM fit line"
+grep -q '^memory ' "$out/cal.txt" || grep -q 'memory bandwidth left out' "$out/cal.err" || fail "no memory fit line"
+grep -q 'calibrate: collectives' "$out/cal.err" || fail "no progress line on stderr"
+python3 - "$out/p.json" << 'PY' || fail "profile content"
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p["dplan_calibration"] == 1 and p["machine"]["backend"] == "cpu"
+# 2 cores: 2 threads alone, 1 thread alone, 1 thread each of 2 ranks (fewer on 1 core).
+assert 1 <= len(p["cpu"]) <= 3, len(p["cpu"])
+assert {c["collective"] for c in p["collectives"]} <= {
+    "all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv"}
+assert all(c["link"] == "shm" and c["ranks_min"] == 2 and c["busbw_gbps"] > 0 for c in p["collectives"])
+cl = p["machine"]["cluster"]
+assert cl["nodes"] == 1 and cl["gpus_per_node"] == 2, cl
+assert all(g["dtype"] == "fp32" and g["eff_max"] == 1 for g in p["gemm"])
+PY
+# The profile is the cluster: 2 ranks; estimate prices the executor's step.
+"$dplan" estimate tiny-gpt --calibration "$out/p.json" --dp 2 --gbs 8 > "$out/est.txt" 2>&1 ||
+  { cat "$out/est.txt"; fail "estimate --calibration"; }
+grep -q '1 node x 2 cpu-rank' "$out/est.txt" || fail "estimate did not plan for the 2 ranks"
+grep -q '^CPU executor .*step [0-9.]* ms' "$out/est.txt" || fail "no CPU executor step"
+"$dplan" estimate tiny-gpt --calibration "$out/p.json" --dp 2 --gbs 8 --json > "$out/est.json" &&
+  python3 -c "import json,sys; e=json.load(open(sys.argv[1]))['cpu_executor']; assert e['step_time_s'] > 0" "$out/est.json" ||
+  fail "estimate --json has no cpu_executor"
+"$dplan" memory tiny-gpt --calibration "$out/p.json" --tp 2 --gbs 8 > "$out/mem.txt" 2>&1 ||
+  { cat "$out/mem.txt"; fail "memory --calibration"; }
+"$dplan" suggest tiny-gpt --calibration "$out/p.json" --gbs 8 > "$out/sug.txt" 2>&1 ||
+  { cat "$out/sug.txt"; fail "suggest --calibration"; }
+# With --calibration alone, cluster-size options are refused (the profile fixes them).
+"$dplan" estimate tiny-gpt --calibration "$out/p.json" --nodes 4 > /dev/null 2> "$out/e1.err"
+[ $? = 2 ] || fail "--calibration with --nodes: expected exit 2"
+# With --system, the profile's all-reduce fit on link class "intra" replaces dgx-h100's
+# NVLink: at busbw 1 GB/s and alpha 0, DP 8's gradient all-reduce takes 2(n-1)/n = 1.75
+# (nccl-tests' factor) x 4 bytes (fp32 gradient reduction, Megatron's default for bf16)
+# x 8.03e9 parameters (Llama 3 8B) / 1e9 B/s = 56.2 s, not overlapped away at that speed.
+python3 - "$out/p.json" "$out/ov.json" << 'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["collectives"] = [{"collective": "all_reduce", "link": "intra", "ranks_min": 2, "ranks_max": 8,
+                     "alpha_us": 0, "busbw_gbps": 1.0, "stderr": {"alpha_us": 0, "busbw_gbps": 0},
+                     "quality": {"samples": 3, "params": 2, "r2": 1, "rms_rel": 0, "max_rel": 0}}]
+json.dump(p, open(sys.argv[2], "w"))
+PY
+"$dplan" estimate llama3-8b --system dgx-h100 --nodes 1 --dp 8 --calibration "$out/ov.json" --json > "$out/ov.out" ||
+  fail "estimate --system --calibration"
+python3 -c "
+import json, sys
+t = json.load(open(sys.argv[1]))['dp_comm_total_s']
+sys.exit(0 if abs(t / 56.21 - 1) < 0.02 else 'dp comm %.3f s, expected 56.21' % t)" "$out/ov.out" ||
+  fail "the profile's intra all-reduce was not laid over dgx-h100"
+# A profile without CPU kernel costs: run refuses it before starting.
+python3 -c "
+import json, sys
+p = json.load(open(sys.argv[1])); del p['cpu']
+json.dump(p, open(sys.argv[2], 'w'))" "$out/p.json" "$out/nocpu.json"
+"$dplan" run tiny-gpt --steps 1 --calibration "$out/nocpu.json" --out "$out/run" > /dev/null 2> "$out/r.err"
+[ $? = 1 ] && grep -q "nocpu.json: cpu: the profile has no CPU kernel costs" "$out/r.err" ||
+  { cat "$out/r.err"; fail "run with a profile without cpu"; }
+"$dplan" calibrate --backend cpu --max-size 12x > /dev/null 2> "$out/u.err"
+[ $? = 2 ] || fail "bad --max-size: expected exit 2"
+echo ok
