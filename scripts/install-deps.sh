@@ -4,7 +4,7 @@
 # not from here. python3-torch (PyTorch 1.13, CPU) is the reference of the executor's
 # training-step test (tests/executor/torch_ref.py; ctest skips it without torch) and of
 # the benchmark; it installs into Debian's /usr/bin/python3 (171 packages with its
-# dependencies, about 500 MB: 52 s on the development machine).
+# dependencies, 580 MB: 52 s on the development machine).
 set -euo pipefail
 # libxml2-utils (xmllint) and librsvg2-bin (rsvg-convert) check that the SVGs dplan draws
 # are well-formed and render (tests/scripts/svg_check.sh).
