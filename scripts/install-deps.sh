@@ -3,7 +3,7 @@
 # CUDA, cuBLAS and NCCL are optional (-DDPLAN_CUDA=ON) and come with the CUDA toolkit,
 # not from here. python3-torch (PyTorch 1.13, CPU) is the reference of the executor's
 # training-step test (tests/executor/torch_ref.py; ctest skips it without torch) and of
-# the benchmark; it installs into Debian's /usr/bin/python3 (171 packages with its
+# the benchmark; it installs into Debian's /usr/bin/python3 (170 packages with its
 # dependencies, 580 MB: 52 s on the development machine).
 set -euo pipefail
 # libxml2-utils (xmllint) and librsvg2-bin (rsvg-convert) check that the SVGs dplan draws
