@@ -25,10 +25,10 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 # The fuzz targets get a build of their own: there every library carries
 # libFuzzer's coverage instrumentation (-fsanitize=fuzzer-no-link), which the
 # ASan build's tests do not need. Only the targets and what they link are built.
-echo "== fuzz the loaders (clang Debug, ASan + UBSan, 20 s each)"
+echo "== fuzz the loaders and the checkpoint readers (clang Debug, ASan + UBSan, 20 s each)"
 cmake -S . -B build/ci-fuzz -DCMAKE_BUILD_TYPE=Debug -DDPLAN_WERROR=ON \
   -DCMAKE_C_COMPILER=clang -DDPLAN_SANITIZE=address,undefined -DDPLAN_FUZZ=ON > /dev/null
-cmake --build build/ci-fuzz -j "$jobs" --target fuzz_loaders fuzz_topo_xml
+cmake --build build/ci-fuzz -j "$jobs" --target fuzz_loaders fuzz_topo_xml fuzz_safetensors fuzz_ckpt
 fuzz() { # target max_len seed-dir...
   local target=$1 max_len=$2 corpus log
   shift 2
@@ -56,6 +56,8 @@ fuzz() { # target max_len seed-dir...
 }
 fuzz fuzz_loaders 4096 model gpu link network system cluster layout calibration
 fuzz fuzz_topo_xml 16384 topo_xml
+fuzz fuzz_safetensors 32768 safetensors
+fuzz fuzz_ckpt 49152 ckpt
 
 echo "== clang-format"
 git ls-files '*.c' '*.h' | xargs clang-format --dry-run -Werror
