@@ -7,11 +7,13 @@
 # dependencies, 580 MB: 52 s on the development machine).
 set -euo pipefail
 # libxml2-utils (xmllint) and librsvg2-bin (rsvg-convert) check that the SVGs dplan draws
-# are well-formed and render (tests/scripts/svg_check.sh).
+# are well-formed and render (tests/scripts/svg_check.sh). python3 (standard library)
+# runs tests/scripts/held_out_unseen.py, the check that the validation's held-out runs are
+# not fitted.
 pkgs=(build-essential cmake pkg-config clang libclang-rt-dev clang-format
       libcjson-dev libgsl-dev libhwloc-dev hwloc
       libopenmpi-dev openmpi-bin libopenblas-dev libomp-dev
-      libxml2-utils librsvg2-bin python3-torch)
+      libxml2-utils librsvg2-bin python3 python3-torch)
 sudo=""
 [ "$(id -u)" = 0 ] || sudo="sudo"
 missing=()
