@@ -41,6 +41,9 @@ LR, MIN_LR_FRAC, WD, CLIP, BETAS, EPS = 1e-3, 0.1, 0.1, 1.0, (0.9, 0.95), 1e-8
 # tensor by 1e-3 to 1e-1 of its norm. The weights compare what AdamW did with the
 # gradients (their signs, mostly: its first steps are nearly lr * sign(g)); the gradient
 # norm compares their size, which AdamW would hide.
+# A wrong gradient fails it: wpe's gradient x 1.01 (a 1% error in one tensor) makes the
+# gradient norm 1.0e-3 off while the weights stay within 1.4e-5 (Adam's normalisation);
+# RMSNorm's input gradient with 0.99 of its xhat term makes the weights 2.3e-3 off.
 TOL_LOSS, TOL_NORM, TOL_W = 3e-6, 3e-6, 3e-5
 
 
