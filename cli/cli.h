@@ -58,6 +58,12 @@ enum {
     OPT_NO_DP_OVERLAP,
     OPT_FIRST_LAYERS,
     OPT_LAST_LAYERS,
+    OPT_STAGE_LAYERS,
+    OPT_PIPELINE_LAYOUT,
+    OPT_ACCOUNT_EMBEDDING,
+    OPT_ACCOUNT_LOSS,
+    OPT_FIRST_LESS,
+    OPT_LAST_LESS,
     OPT_FP8_RECIPE,
     OPT_FP8_PARAMS,
     OPT_TP_OVERLAP,
@@ -105,6 +111,15 @@ enum {
         {"no-flash-attn", no_argument, 0, OPT_NO_FLASH},                                           \
         {"first-stage-layers", required_argument, 0, OPT_FIRST_LAYERS},                            \
         {"last-stage-layers", required_argument, 0, OPT_LAST_LAYERS},                              \
+        {"decoder-first-pipeline-num-layers", required_argument, 0, OPT_FIRST_LAYERS},             \
+        {"decoder-last-pipeline-num-layers", required_argument, 0, OPT_LAST_LAYERS},               \
+        {"stage-layers", required_argument, 0, OPT_STAGE_LAYERS},                                  \
+        {"pipeline-layout", required_argument, 0, OPT_PIPELINE_LAYOUT},                            \
+        {"pipeline-model-parallel-layout", required_argument, 0, OPT_PIPELINE_LAYOUT},             \
+        {"account-for-embedding-in-pipeline-split", no_argument, 0, OPT_ACCOUNT_EMBEDDING},        \
+        {"account-for-loss-in-pipeline-split", no_argument, 0, OPT_ACCOUNT_LOSS},                  \
+        {"first-stage-less-layers", required_argument, 0, OPT_FIRST_LESS},                         \
+        {"last-stage-less-layers", required_argument, 0, OPT_LAST_LESS},                           \
         {"fp8-recipe", required_argument, 0, OPT_FP8_RECIPE},                                      \
         {"fp8-params", no_argument, 0, OPT_FP8_PARAMS},                                            \
         {"tp-overlap", no_argument, 0, OPT_TP_OVERLAP},                                            \
@@ -129,6 +144,11 @@ struct cli_common {
     int nodes, gpus, gpus_per_node;
     /* knobs */
     int tp, pp, dp, cp, ep, vpp, zero, first_layers, last_layers, etp;
+    /* the pipeline split (at most one rule): --stage-layers, --pipeline-layout,
+     * --first/last-stage-layers, --account-for-*, --first/last-stage-less-layers */
+    const char *stage_layers, *pipeline_layout;
+    bool account_embedding, account_loss;
+    int first_less, last_less; /* -1 = unset */
     long long mbs, gbs, seq_len;
     int recompute, precision, grad_fp32, optimizer, dispatcher; /* -1 = unset */
     int gemm;                        /* enum dp_gemm, -1 unset, -2 auto */
@@ -185,6 +205,8 @@ int cli_cluster(const struct cli_common *c, struct dp_cluster *out, struct dp_er
  */
 int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus,
                struct dp_layout *out, struct dp_err *err);
+/* The first pipeline-split option given ("--stage-layers", ...), or NULL. */
+const char *cli_split_option(const struct cli_common *c);
 /* The overlap knobs the user left unset, as NeMo's and Megatron-Bridge's pretraining recipes
  * set them: TP overlap with sequence parallelism, the parameter all-gather overlap with the
  * gradient one, pipeline send/recv overlap with interleaving. */

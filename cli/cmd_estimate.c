@@ -4,6 +4,7 @@
  */
 #include "cli.h"
 #include "memory_report.h"
+#include "split_report.h"
 #include "time_report.h"
 
 #include <cjson/cJSON.h>
@@ -86,6 +87,7 @@ int cmd_estimate(int argc, char **argv)
         cJSON_AddNumberToObject(o, "gpus", dp_cluster_gpus(&cl));
         cJSON_AddItemToObject(o, "layout", dp_layout_to_json(&l));
         cli_defaults_json(o, &d);
+        cJSON_AddItemToObject(o, "pipeline", cli_split_json(&l, &m));
         cJSON_AddItemToObject(o, "memory", cli_mem_json(rep, &l, &m));
         cli_print_json(o);
     } else {
@@ -104,6 +106,10 @@ int cmd_estimate(int argc, char **argv)
         printf("\n");
         cli_placement_text(stdout, &sc, &l);
         printf("\n");
+        if (cli_split_shown(&l)) {
+            cli_split_text(stdout, &l, &m);
+            printf("\n");
+        }
         cli_mem_table(stdout, rep, &l, &m);
         cli_mem_balance(stdout, rep);
     }

@@ -5,6 +5,7 @@
 #include "cli.h"
 #include "memory_report.h"
 #include "planner/planner.h"
+#include "split_report.h"
 #include "svg_charts.h"
 
 #include <cjson/cJSON.h>
@@ -104,6 +105,11 @@ int cmd_memory(int argc, char **argv)
     if (min_gpus) {
         if (c.plan)
             return cli_usage_error("memory", "--min-gpus takes MODEL and a cluster, not --plan");
+        if (cli_split_option(&c))
+            return cli_usage_error("memory",
+                                   "%s fixes the pipeline split of one layout; --min-gpus searches "
+                                   "the layouts itself",
+                                   cli_split_option(&c));
         if (check_fit)
             return cli_usage_error("memory", "--check-fit tests one layout, not --min-gpus");
         if (svg)
@@ -186,6 +192,7 @@ int cmd_memory(int argc, char **argv)
         cJSON_AddNumberToObject(o, "gpus", dp_cluster_gpus(&cl));
         cJSON_AddItemToObject(o, "layout", dp_layout_to_json(&l));
         cli_defaults_json(o, &d);
+        cJSON_AddItemToObject(o, "pipeline", cli_split_json(&l, &m));
         if (!rep->fits) {
             cJSON *a = cJSON_AddArrayToObject(o, "fixes");
             for (int i = 0; i < nfix; i++)
@@ -197,6 +204,10 @@ int cmd_memory(int argc, char **argv)
         cli_describe_cluster(stdout, &cl, &d);
         cli_describe_layout(stdout, &l, &m);
         cli_describe_batch(stdout, l.gbs, l.seq_len, &d);
+        if (cli_split_shown(&l)) {
+            printf("\n");
+            cli_split_text(stdout, &l, &m);
+        }
         printf("\n");
         cli_mem_verdict(stdout, rep);
         printf("\n");

@@ -68,7 +68,7 @@ static int pick_alternatives(const struct dp_search_result *r, const struct dp_c
     bool cp_shown = false;
     for (int k = 0; k < no; k++) {
         const struct dp_alternative *a = &r->alt[order[k]];
-        if (memcmp(&a->best.layout, &w->layout, sizeof w->layout) == 0)
+        if (dp_layout_equal(&a->best.layout, &w->layout))
             continue;
         bool show = false;
         switch (a->dim) {
@@ -194,6 +194,11 @@ int cmd_suggest(int argc, char **argv)
     }
     if (optind != argc - 1)
         return cli_usage_error("suggest", "expected one MODEL argument");
+    if (cli_split_option(&c))
+        return cli_usage_error("suggest",
+                               "%s fixes the pipeline split of one layout (give it to `dplan "
+                               "estimate` or `dplan memory`); suggest searches the splits itself",
+                               cli_split_option(&c));
     struct dp_err err = {0};
     struct dp_model m;
     struct dp_cluster cl;

@@ -68,6 +68,27 @@ const char cli_cluster_help[] =
     "  --cluster FILE.json         a cluster file (from `dplan topo -o`)\n"
     "  --network NAME              inter-node network (profiles/network)\n";
 
+/* The pipeline-split options, in both knob helps. */
+#define CLI_SPLIT_HELP                                                                             \
+    "Pipeline split (at most one rule; the default is even):\n"                                    \
+    "  --stage-layers LIST         layers per stage, or per model chunk with vpp > 1 in model\n"   \
+    "                              order (chunk 0 of every stage, then chunk 1, ...): e.g.\n"      \
+    "                              1,2*62,1 (N*K repeats N K times); 0 is allowed only for\n"      \
+    "                              the first (embedding) and last (loss) entries; the count\n"     \
+    "                              sets vpp when --vpp is not given\n"                             \
+    "  --pipeline-layout STR       Megatron's --pipeline-model-parallel-layout (alias):\n"         \
+    "                              E embedding, t layer, L loss, | between virtual stages,\n"      \
+    "                              (..)*n and t*n repeats, e.g. \"Et|(tt|)*62,tL\"\n"              \
+    "  --first-stage-layers N --last-stage-layers N  Megatron --decoder-first/last-\n"             \
+    "                              pipeline-num-layers (aliases); the middle stages share\n"       \
+    "                              the rest evenly\n"                                              \
+    "  --account-for-embedding-in-pipeline-split, --account-for-loss-in-pipeline-split\n"          \
+    "                              Megatron: the embedding/loss counts as a layer\n"               \
+    "  --first-stage-less-layers N --last-stage-less-layers N  torchtitan's split (each\n"         \
+    "                              defaults to 1 when the other is given): the\n"                  \
+    "                              embedding/output weigh N layers, the rest spreads\n"
+
+// clang-format off
 /* The knobs as the planning commands read them: their --gbs and --seq-len defaults differ
  * from `dplan run`'s (cli_knob_help). */
 const char cli_plan_knob_help[] =
@@ -87,8 +108,8 @@ const char cli_plan_knob_help[] =
     "  --optimizer {adam,sgd}      [adam]\n"
     "  --no-flash-attn             attention stores the s^2 score matrices\n"
     "  --no-dp-overlap             gradient reduction after backward, not overlapped\n"
-    "  --first-stage-layers N --last-stage-layers N   uneven pipeline split\n"
     "  --overhead-gib X            runtime overhead per GPU [the GPU profile's]\n"
+    CLI_SPLIT_HELP
     "The defaults taken are printed (\"--nodes not given: ...\") and listed under\n"
     "\"defaults\" in --json.\n";
 
@@ -118,8 +139,8 @@ const char cli_knob_help[] =
     "                              --tp-comm-overlap; needs --sp) [on with --sp]\n"
     "  --[no-]pp-overlap           pipeline send/recv overlapped with compute (Megatron\n"
     "                              overlap_p2p_comm; needs --vpp > 1) [on with --vpp > 1]\n"
-    "  --first-stage-layers N --last-stage-layers N   uneven pipeline split\n"
     "  --overhead-gib X            runtime overhead per GPU [the GPU profile's]\n"
+    CLI_SPLIT_HELP
     "Mixture of experts (never searched):\n"
     "  --etp N                     expert tensor parallel size [tp]; the expert layers\n"
     "                              regroup each stage's tp*cp*dp ranks as etp*ep*edp\n"
@@ -132,6 +153,8 @@ const char cli_knob_help[] =
     "                              one per destination GPU and node (DeepEP, HybridEP)\n"
     "                              [alltoall]\n";
 
+// clang-format on
+
 void cli_common_init(struct cli_common *c)
 {
     memset(c, 0, sizeof *c);
@@ -141,6 +164,7 @@ void cli_common_init(struct cli_common *c)
     c->overhead_gib = -1;
     c->moe_imbalance = -1;
     c->zero = -1;
+    c->first_less = c->last_less = -1;
 }
 
 static int parse_double(const char *cmd, const char *opt, const char *arg, double lo, double hi,
@@ -275,6 +299,16 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
     case OPT_LAST_LAYERS:
         r = parse_int(cmd, "last-stage-layers", arg, 1, 100000, &c->last_layers);
         break;
+    case OPT_STAGE_LAYERS: c->stage_layers = arg; break;
+    case OPT_PIPELINE_LAYOUT: c->pipeline_layout = arg; break;
+    case OPT_ACCOUNT_EMBEDDING: c->account_embedding = true; break;
+    case OPT_ACCOUNT_LOSS: c->account_loss = true; break;
+    case OPT_FIRST_LESS:
+        r = parse_int(cmd, "first-stage-less-layers", arg, 0, 100000, &c->first_less);
+        break;
+    case OPT_LAST_LESS:
+        r = parse_int(cmd, "last-stage-less-layers", arg, 0, 100000, &c->last_less);
+        break;
     case OPT_OVERHEAD:
         r = parse_double(cmd, "overhead-gib", arg, 0, 1e6, "number >= 0", &c->overhead_gib);
         break;
@@ -368,6 +402,84 @@ int cli_cluster(const struct cli_common *c, struct dp_cluster *out, struct dp_er
     return 0;
 }
 
+const char *cli_split_option(const struct cli_common *c)
+{
+    if (c->stage_layers)
+        return "--stage-layers";
+    if (c->pipeline_layout)
+        return "--pipeline-layout";
+    if (c->first_layers || c->last_layers)
+        return c->first_layers ? "--first-stage-layers" : "--last-stage-layers";
+    if (c->account_embedding || c->account_loss)
+        return c->account_embedding ? "--account-for-embedding-in-pipeline-split"
+                                    : "--account-for-loss-in-pipeline-split";
+    if (c->first_less >= 0 || c->last_less >= 0)
+        return c->first_less >= 0 ? "--first-stage-less-layers" : "--last-stage-less-layers";
+    return NULL;
+}
+
+/* The pipeline split from the split options: one rule at most, expanded here (the
+ * model's layer count is known) into the explicit per-chunk counts the layout keeps.
+ * Every complaint is a usage error naming the option. */
+static int cli_split(const struct cli_common *c, const struct dp_model *m, struct dp_layout *l,
+                     struct dp_err *err)
+{
+    int rules = !!c->stage_layers + !!c->pipeline_layout + !!(c->first_layers || c->last_layers) +
+                !!(c->account_embedding || c->account_loss) +
+                !!(c->first_less >= 0 || c->last_less >= 0);
+    if (rules == 0)
+        return 0;
+    const char *what = cli_split_option(c);
+    if (rules > 1)
+        return dp_err_set(err, DP_EUSAGE,
+                          "%s: one pipeline split at a time (--stage-layers, --pipeline-layout, "
+                          "--first/last-stage-layers, --account-for-*-in-pipeline-split and "
+                          "--first/last-stage-less-layers are alternatives)",
+                          what);
+    if (l->pp < 2)
+        return dp_err_set(err, DP_EUSAGE, "%s: a pipeline split needs --pp > 1, got pp=%d", what,
+                          l->pp);
+    int counts[DP_MAX_CHUNKS], n = 0, rc;
+    if (c->stage_layers || c->pipeline_layout) {
+        rc = c->stage_layers
+                 ? dp_split_parse_list(c->stage_layers, counts, DP_MAX_CHUNKS, &n, what, err)
+                 : dp_split_parse_megatron(c->pipeline_layout, l->pp, counts, DP_MAX_CHUNKS, &n,
+                                           what, DP_EUSAGE, err);
+        if (rc)
+            return rc;
+        if (!c->vpp) {
+            if (n % l->pp)
+                return dp_err_set(err, DP_EUSAGE,
+                                  "%s: expected a multiple of pp=%d counts (pp x vpp), got %d",
+                                  what, l->pp, n);
+            l->vpp = n / l->pp;
+        }
+    } else {
+        if ((int64_t)l->pp * l->vpp > DP_MAX_CHUNKS)
+            return dp_err_set(err, DP_EUSAGE,
+                              "%s: pp x vpp = %d x %d model chunks exceeds the supported %d", what,
+                              l->pp, l->vpp, DP_MAX_CHUNKS);
+        n = l->pp * l->vpp;
+        if (c->first_layers || c->last_layers)
+            rc = dp_split_first_last(m->layers, l->pp, l->vpp, c->first_layers, c->last_layers,
+                                     counts, what, DP_EUSAGE, err);
+        else if (c->account_embedding || c->account_loss)
+            rc = dp_split_account(m->layers, l->pp, l->vpp, c->account_embedding, c->account_loss,
+                                  counts, what, DP_EUSAGE, err);
+        else /* torchtitan's defaults are 1 and 1 */
+            rc = dp_split_torchtitan(
+                m->layers, l->pp, l->vpp, c->first_less >= 0 ? c->first_less : 1,
+                c->last_less >= 0 ? c->last_less : 1, counts, what, DP_EUSAGE, err);
+        if (rc)
+            return rc;
+    }
+    rc = dp_split_check(counts, n, m->layers, l->pp, l->vpp, what, DP_EUSAGE, err);
+    if (rc)
+        return rc;
+    dp_layout_set_chunks(l, counts, n);
+    return 0;
+}
+
 int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus, struct dp_layout *l,
                struct dp_err *err)
 {
@@ -406,8 +518,6 @@ int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus, s
         l->optimizer = (enum dp_optimizer)c->optimizer;
     l->flash_attn = !c->no_flash;
     l->dp_overlap = !c->no_dp_overlap;
-    l->first_stage_layers = c->first_layers;
-    l->last_stage_layers = c->last_layers;
     if (c->gemm >= 0)
         l->gemm = (enum dp_gemm)c->gemm;
     if (c->fp8_recipe >= 0)
@@ -420,6 +530,10 @@ int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus, s
         l->moe_imbalance = c->moe_imbalance;
     if (c->dispatcher >= 0)
         l->moe_dispatcher = (enum dp_moe_dispatcher)c->dispatcher;
+    /* the split first: a list's length may set vpp, which the overlap defaults read */
+    int rc = cli_split(c, m, l, err);
+    if (rc)
+        return rc;
     cli_overlap_defaults(c, l);
     return 0;
 }

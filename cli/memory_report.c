@@ -30,16 +30,26 @@ cJSON *cli_mem_json(const struct dp_mem_report *r, const struct dp_layout *l,
         if (l->vpp <= 1) {
             int f0, k0;
             dp_layout_chunk_layers(l, m, s->stage, 0, &f0, &k0);
-            cJSON_AddNumberToObject(e, "first_layer", f0);
-            cJSON_AddNumberToObject(e, "last_layer", f0 + k0 - 1);
+            if (k0 > 0) {
+                cJSON_AddNumberToObject(e, "first_layer", f0);
+                cJSON_AddNumberToObject(e, "last_layer", f0 + k0 - 1);
+            } else { /* the embedding or the loss alone */
+                cJSON_AddNullToObject(e, "first_layer");
+                cJSON_AddNullToObject(e, "last_layer");
+            }
         } else {
             cJSON *ch = cJSON_AddArrayToObject(e, "chunks");
             for (int c = 0; c < l->vpp; c++) {
                 int f, k;
                 dp_layout_chunk_layers(l, m, s->stage, c, &f, &k);
                 cJSON *r2 = cJSON_CreateObject();
-                cJSON_AddNumberToObject(r2, "first_layer", f);
-                cJSON_AddNumberToObject(r2, "last_layer", f + k - 1);
+                if (k > 0) {
+                    cJSON_AddNumberToObject(r2, "first_layer", f);
+                    cJSON_AddNumberToObject(r2, "last_layer", f + k - 1);
+                } else {
+                    cJSON_AddNullToObject(r2, "first_layer");
+                    cJSON_AddNullToObject(r2, "last_layer");
+                }
                 cJSON_AddItemToArray(ch, r2);
             }
         }

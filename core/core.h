@@ -14,6 +14,8 @@
 #include <stdint.h>
 
 #define DP_PLAN_MAX_STAGES_RECORDED 256
+/* Model chunks (pp x vpp virtual pipeline stages) a layout may have. */
+#define DP_MAX_CHUNKS 256
 
 struct cJSON;
 
@@ -454,10 +456,8 @@ struct dp_layout {
     enum dp_precision precision;
     bool grad_fp32; /* gradients accumulated in fp32 (Megatron main_grad) */
     enum dp_optimizer optimizer;
-    bool dp_overlap;        /* DP gradient reduction overlaps backward (torch DDP
-                               buckets, Megatron --overlap-grad-reduce) */
-    int first_stage_layers; /* 0 = even split */
-    int last_stage_layers;  /* 0 = even split */
+    bool dp_overlap; /* DP gradient reduction overlaps backward (torch DDP
+                        buckets, Megatron --overlap-grad-reduce) */
     /* Compute type of the linear layers' GEMMs and, for FP8, how it is scaled. */
     enum dp_gemm gemm;
     enum dp_fp8_recipe fp8_recipe;
@@ -485,6 +485,21 @@ struct dp_layout {
     bool moe_pad;         /* pad every expert's input to its capacity */
     double moe_imbalance; /* busiest EP rank's routed tokens over the mean (dropless) */
     enum dp_moe_dispatcher moe_dispatcher;
+    /*
+     * The pipeline split (core/split.c): which decoder layers each stage and model
+     * chunk holds. With nchunks == 0 it is even (layers / (pp * vpp) per chunk) or,
+     * when first/last_stage_layers are set, Megatron's --decoder-first/last-pipeline-
+     * num-layers (the middle stages share the rest). Otherwise chunk_layers holds
+     * nchunks == pp * vpp counts in model order: entry s = c * pp + r is model chunk c
+     * of stage r. The embedding runs in entry 0 and the final norm, output layer and
+     * loss in entry pp * vpp - 1; either may hold no layer (a stage of its own).
+     * Compare layouts with dp_layout_equal (entries past nchunks are ignored);
+     * chunk_layers stays the last field.
+     */
+    int first_stage_layers; /* 0 = like the middle stages */
+    int last_stage_layers;  /* 0 = like the middle stages */
+    int nchunks;            /* 0, or pp * vpp entries of chunk_layers */
+    uint16_t chunk_layers[DP_MAX_CHUNKS];
 };
 
 /* Default load imbalance of dropless routing: 1.25, the capacity factor Switch
@@ -508,8 +523,23 @@ static inline int dp_layout_recomputed(const struct dp_layout *l, int layers)
         return 0;
     return l->recompute_layers > 0 && l->recompute_layers < layers ? l->recompute_layers : layers;
 }
-/* Layers held by pipeline stage `stage` (0..pp-1) under the split rules. */
+/* Layers held by pipeline stage `stage` (0..pp-1) and by its model chunk `chunk`
+ * (0..vpp-1). Safe on any layout; the counts mean something once dp_layout_validate
+ * accepts it. */
 int dp_layout_stage_layers(const struct dp_layout *l, const struct dp_model *m, int stage);
+int dp_layout_chunk_count(const struct dp_layout *l, const struct dp_model *m, int stage,
+                          int chunk);
+/* All pp * vpp chunk counts in model order; returns the count, or -1 if above cap. */
+int dp_layout_expand(const struct dp_layout *l, const struct dp_model *m, int *out, int cap);
+/* Set an explicit split of n = pp * vpp counts (an all-equal list is stored as the even
+ * split); -1 if n or a count is out of range. dp_layout_reset_split: the even split. */
+int dp_layout_set_chunks(struct dp_layout *l, const int *counts, int n);
+void dp_layout_reset_split(struct dp_layout *l);
+/* The split as an explicit list (nchunks = pp * vpp), for writers that must spell it out;
+ * returns -1 when pp * vpp exceeds DP_MAX_CHUNKS. */
+int dp_layout_make_explicit(struct dp_layout *l, const struct dp_model *m);
+/* The same layout: every field (the GEMM type as resolved), the split up to nchunks. */
+bool dp_layout_equal(const struct dp_layout *a, const struct dp_layout *b);
 /*
  * The layer kinds held by stage `stage`, over all its model chunks (with
  * interleaving, chunk c of stage r holds the layers of virtual stage c pp + r).
@@ -536,25 +566,57 @@ static inline int dp_layout_edp(const struct dp_layout *l)
  */
 int dp_layout_validate(const struct dp_layout *l, const struct dp_model *m, int gpus,
                        struct dp_err *err);
-/* First layer (0-based) of pipeline stage `stage`: the layers of the stages before it. */
+/* First layer (0-based) of pipeline stage `stage` without interleaving: the layers of the
+ * stages before it. */
 int dp_layout_stage_first_layer(const struct dp_layout *l, const struct dp_model *m, int stage);
-/* Model chunk `chunk` (0..vpp-1) of stage `stage`: its first layer and layer count (with
- * vpp 1 the one chunk is the stage). */
+/* Model chunk `chunk` (0..vpp-1) of stage `stage`: its first layer (0-based: the layers of
+ * the virtual stages before it in model order) and layer count (with vpp 1 the one chunk
+ * is the stage). */
 void dp_layout_chunk_layers(const struct dp_layout *l, const struct dp_model *m, int stage,
                             int chunk, int *first, int *count);
-/* The layers of a stage, 0-based and inclusive: "0-19"; interleaved "0-3,16-19,...,64-67". */
+/* The layers of a stage, 0-based and inclusive: "0-19"; interleaved "0-3,16-19,...,64-67";
+ * "E" / "L" for a chunk holding only the embedding / the loss. */
 void dp_layout_stage_ranges(const struct dp_layout *l, const struct dp_model *m, int stage,
                             char *out, size_t cap);
 /*
- * "tp=8 pp=4 dp=2 mbs=1 ... split=19/20x2/19" compact form for tables and messages;
- * an uneven split lists the stages' layer counts (runs of equal counts as NxK).
- * dp_layout_format has no model: it shows only the given first/last counts ("split=../26").
+ * "tp=8 pp=4 dp=2 mbs=1 ... split=19,21,21,19" compact form for tables and messages;
+ * an uneven split lists the model chunks' layer counts in model order, as --stage-layers
+ * takes them (runs of 3 or more as N*K). dp_layout_format has no model: it shows an
+ * explicit list, or only the given first/last counts ("split=19/../19", "split=../26").
  */
 void dp_layout_format_model(const struct dp_layout *l, const struct dp_model *m, char *out,
                             size_t cap);
 void dp_layout_format(const struct dp_layout *l, char *out, size_t cap);
 struct cJSON *dp_layout_to_json(const struct dp_layout *l);
 int dp_layout_from_json(struct dp_jr *jr, const struct cJSON *obj, struct dp_layout *out);
+
+/*
+ * Split rules (core/split.c). Each writes pp * vpp counts in model order into out (room for
+ * DP_MAX_CHUNKS) or fails with `code` and "what: expected ..." in err:
+ *  - dp_split_first_last: Megatron --decoder-first/last-pipeline-num-layers (0 = unset);
+ *  - dp_split_account: Megatron --account-for-embedding/loss-in-pipeline-split;
+ *  - dp_split_torchtitan: torchtitan's pipeline_parallel_first/last_stage_less_layers;
+ *  - dp_split_balanced: the planner's family (see split.c), -1 when infeasible;
+ *  - dp_split_check: n == pp * vpp counts summing to L, none empty but the first and last.
+ * Text forms: "7,8*14,7" (--stage-layers, N*K = N repeated K times) and Megatron's
+ * --pipeline-model-parallel-layout strings ("Et|(tt|)*62,tL"); the parsers set *n to the
+ * count of virtual stages. The formatters truncate at cap.
+ */
+int dp_split_first_last(int64_t L, int pp, int vpp, int first, int last, int *out, const char *what,
+                        int code, struct dp_err *err);
+int dp_split_account(int64_t L, int pp, int vpp, bool embedding, bool loss, int *out,
+                     const char *what, int code, struct dp_err *err);
+int dp_split_torchtitan(int64_t L, int pp, int vpp, int in_w, int out_w, int *out, const char *what,
+                        int code, struct dp_err *err);
+int dp_split_balanced(int64_t L, int pp, int vpp, int a, int b, bool early, int *out);
+int dp_split_check(const int *c, int n, int64_t L, int pp, int vpp, const char *what, int code,
+                   struct dp_err *err);
+int dp_split_parse_list(const char *str, int *out, int cap, int *n, const char *what,
+                        struct dp_err *err);
+int dp_split_parse_megatron(const char *str, int pp, int *out, int cap, int *n, const char *what,
+                            int code, struct dp_err *err);
+void dp_split_format_list(const int *c, int n, char *buf, size_t cap);
+void dp_split_format_megatron(const int *c, int n, char *buf, size_t cap);
 
 /* Megatron pads the vocabulary to a multiple of 128 * tp (--make-vocab-size-divisible-by). */
 int64_t dp_padded_vocab(int64_t vocab, int tp);

@@ -1,7 +1,7 @@
 /*
  * Parallel layouts: defaults, the divisibility rules Megatron-LM enforces
- * (megatron/training/arguments.py validate_args), stage layer counts, and
- * JSON I/O.
+ * (megatron/training/arguments.py validate_args), and JSON I/O. Stage and
+ * chunk layer counts and the split rules are in split.c.
  */
 #include "core.h"
 
@@ -158,22 +158,6 @@ int64_t dp_padded_vocab(int64_t vocab, int tp)
     return (vocab + m - 1) / m * m;
 }
 
-int dp_layout_stage_layers(const struct dp_layout *l, const struct dp_model *m, int stage)
-{
-    int pp = l->pp, L = (int)m->layers;
-    if (pp == 1)
-        return L;
-    int first = l->first_stage_layers, last = l->last_stage_layers;
-    int middle_stages = pp - (first ? 1 : 0) - (last ? 1 : 0);
-    int rest = L - first - last;
-    int each = middle_stages > 0 ? rest / middle_stages : 0;
-    if (stage == 0 && first)
-        return first;
-    if (stage == pp - 1 && last)
-        return last;
-    return each;
-}
-
 void dp_layout_stage_kinds(const struct dp_layout *l, const struct dp_model *m, int stage,
                            struct dp_layer_kinds *out)
 {
@@ -226,26 +210,43 @@ int dp_layout_validate(const struct dp_layout *l, const struct dp_model *m, int 
     if (m->experts > 0 && m->moe_ffn_hidden % dp_layout_etp(l))
         return dp_err_set(err, DP_EINFEASIBLE, "%s=%d does not divide moe.ffn_hidden=%lld",
                           l->etp ? "etp" : "tp", dp_layout_etp(l), (long long)m->moe_ffn_hidden);
-    if (l->pp > m->layers)
+    if (l->pp > m->layers && l->nchunks == 0)
         return dp_err_set(err, DP_EINFEASIBLE, "pp=%d exceeds layers=%lld", l->pp,
                           (long long)m->layers);
-    if (l->pp == 1 && (l->first_stage_layers || l->last_stage_layers))
+    if ((int64_t)l->pp * l->vpp > DP_MAX_CHUNKS)
         return dp_err_set(err, DP_EINFEASIBLE,
-                          "first/last stage layer counts need pp > 1, got pp=1");
-    if (l->first_stage_layers < 0 || l->last_stage_layers < 0)
-        return dp_err_set(err, DP_EINFEASIBLE, "stage layer counts must be >= 0");
-    {
-        int first = l->first_stage_layers, last = l->last_stage_layers;
-        int middle = l->pp - (first ? 1 : 0) - (last ? 1 : 0);
-        int64_t rest = m->layers - first - last;
-        if (rest < 0 || (middle == 0 && rest != 0) ||
-            (middle > 0 && (rest < middle || rest % middle)))
+                          "pp x vpp = %d x %d = %lld model chunks exceeds the supported %d", l->pp,
+                          l->vpp, (long long)l->pp * l->vpp, DP_MAX_CHUNKS);
+    if (l->nchunks > 0) {
+        if (l->first_stage_layers || l->last_stage_layers)
             return dp_err_set(err, DP_EINFEASIBLE,
-                              "layers=%lld cannot be split into pp=%d stages%s (the remaining "
-                              "%lld layers must divide evenly among %d middle stages)",
-                              (long long)m->layers, l->pp,
-                              first || last ? " with the given first/last counts" : "",
-                              (long long)rest, middle);
+                              "stage_layers and first/last stage layer counts are alternatives: "
+                              "give one pipeline split");
+        int c[DP_MAX_CHUNKS];
+        for (int s = 0; s < l->nchunks && s < DP_MAX_CHUNKS; s++)
+            c[s] = l->chunk_layers[s];
+        int rc = dp_split_check(c, l->nchunks, m->layers, l->pp, l->vpp, "stage_layers",
+                                DP_EINFEASIBLE, err);
+        if (rc)
+            return rc;
+    } else if (l->first_stage_layers || l->last_stage_layers) {
+        int c[DP_MAX_CHUNKS];
+        int rc = dp_split_first_last(m->layers, l->pp, l->vpp, l->first_stage_layers,
+                                     l->last_stage_layers, c, "first/last stage layers",
+                                     DP_EINFEASIBLE, err);
+        if (rc)
+            return rc;
+    } else {
+        if (m->layers % l->pp)
+            return dp_err_set(err, DP_EINFEASIBLE,
+                              "layers=%lld cannot be split evenly into pp=%d stages (an uneven "
+                              "split needs --stage-layers or another split rule)",
+                              (long long)m->layers, l->pp);
+        if ((m->layers / l->pp) % l->vpp)
+            return dp_err_set(err, DP_EINFEASIBLE,
+                              "vpp=%d does not divide the %lld layers per stage (uneven model "
+                              "chunks need --stage-layers or another split rule)",
+                              l->vpp, (long long)(m->layers / l->pp));
     }
     if (l->mbs < 1 || l->gbs < 1 || l->seq_len < 1)
         return dp_err_set(err, DP_EINFEASIBLE, "mbs, gbs and seq_len must be >= 1");
@@ -259,14 +260,6 @@ int dp_layout_validate(const struct dp_layout *l, const struct dp_model *m, int 
     if (l->vpp > 1) {
         if (l->pp == 1)
             return dp_err_set(err, DP_EINFEASIBLE, "vpp=%d needs pp > 1", l->vpp);
-        if (l->first_stage_layers || l->last_stage_layers)
-            return dp_err_set(err, DP_EINFEASIBLE,
-                              "vpp=%d needs an even layer split (no first/last stage counts)",
-                              l->vpp);
-        if ((m->layers / l->pp) % l->vpp)
-            return dp_err_set(err, DP_EINFEASIBLE,
-                              "vpp=%d does not divide the %lld layers per stage", l->vpp,
-                              (long long)(m->layers / l->pp));
         if (M % l->pp)
             return dp_err_set(err, DP_EINFEASIBLE,
                               "interleaving (vpp=%d) needs micro-batches (%lld) to be a multiple "
@@ -335,21 +328,6 @@ int dp_layout_stage_first_layer(const struct dp_layout *l, const struct dp_model
     return first;
 }
 
-void dp_layout_chunk_layers(const struct dp_layout *l, const struct dp_model *m, int stage,
-                            int chunk, int *first, int *count)
-{
-    if (l->vpp <= 1) {
-        *first = dp_layout_stage_first_layer(l, m, stage);
-        *count = dp_layout_stage_layers(l, m, stage);
-        return;
-    }
-    /* Megatron's get_transformer_layer_offset for an even split: chunk c of pipeline
-     * rank r starts at c L/v + r L/(p v) (megatron/core/transformer/transformer_layer.py). */
-    int L = (int)m->layers, per = L / (l->pp * l->vpp);
-    *first = chunk * (L / l->vpp) + stage * per;
-    *count = per;
-}
-
 void dp_layout_stage_ranges(const struct dp_layout *l, const struct dp_model *m, int stage,
                             char *out, size_t cap)
 {
@@ -365,40 +343,42 @@ void dp_layout_stage_ranges(const struct dp_layout *l, const struct dp_model *m,
                 n += (size_t)snprintf(out + n, cap - n, ",...");
             continue;
         }
-        if (k == 1)
+        if (k == 0) /* the embedding or the loss alone */
+            n += (size_t)snprintf(out + n, cap - n, "%s%s", c ? "," : "",
+                                  stage == 0 && c == 0 ? "E" : "L");
+        else if (k == 1)
             n += (size_t)snprintf(out + n, cap - n, "%s%d", c ? "," : "", f);
         else
             n += (size_t)snprintf(out + n, cap - n, "%s%d-%d", c ? "," : "", f, f + k - 1);
     }
 }
 
-/* " split=20x3/19": the stages' layer counts, runs of equal counts as NxK. */
+/* " split=19,21,21,19": the chunks' layer counts in model order, as --stage-layers takes
+ * them (N*K for runs of 3 or more). Without the model (dp_layout_format) only an explicit
+ * list or the given first/last counts can be shown. */
 static int format_split(const struct dp_layout *l, const struct dp_model *m, char *out, size_t cap)
 {
-    if (!l->first_stage_layers && !l->last_stage_layers)
-        return 0;
-    if (!m) /* no layer count to derive the middle stages from: the given counts only */
-        return l->first_stage_layers && l->last_stage_layers
-                   ? snprintf(out, cap, " split=%d/../%d", l->first_stage_layers,
-                              l->last_stage_layers)
-               : l->first_stage_layers ? snprintf(out, cap, " split=%d/..", l->first_stage_layers)
-                                       : snprintf(out, cap, " split=../%d", l->last_stage_layers);
-    int n = snprintf(out, cap, " split=");
-    int run = 0, count = -1;
-    for (int s = 0; s <= l->pp; s++) {
-        int k = s < l->pp ? dp_layout_stage_layers(l, m, s) : -1;
-        if (k == count) {
-            run++;
-            continue;
-        }
-        if (run > 0 && (size_t)n < cap)
-            n += run > 1
-                     ? snprintf(out + n, cap - (size_t)n, "%s%dx%d", s > run ? "/" : "", count, run)
-                     : snprintf(out + n, cap - (size_t)n, "%s%d", s > run ? "/" : "", count);
-        count = k;
-        run = 1;
+    int c[DP_MAX_CHUNKS], n = 0;
+    if (l->nchunks > 0) {
+        for (int s = 0; s < l->nchunks && s < DP_MAX_CHUNKS; s++)
+            c[s] = l->chunk_layers[s];
+        n = l->nchunks;
+    } else if (l->first_stage_layers || l->last_stage_layers) {
+        if (!m)
+            return l->first_stage_layers && l->last_stage_layers
+                       ? snprintf(out, cap, " split=%d/../%d", l->first_stage_layers,
+                                  l->last_stage_layers)
+                   : l->first_stage_layers
+                       ? snprintf(out, cap, " split=%d/..", l->first_stage_layers)
+                       : snprintf(out, cap, " split=../%d", l->last_stage_layers);
+        n = dp_layout_expand(l, m, c, DP_MAX_CHUNKS);
     }
-    return n;
+    if (n < 1)
+        return 0;
+    int w = snprintf(out, cap, " split=");
+    if (w > 0 && (size_t)w < cap)
+        dp_split_format_list(c, n, out + w, cap - (size_t)w);
+    return (int)strlen(out);
 }
 
 void dp_layout_format_model(const struct dp_layout *l, const struct dp_model *m, char *out,
@@ -452,8 +432,6 @@ cJSON *dp_layout_to_json(const struct dp_layout *l)
     cJSON_AddBoolToObject(o, "grad_fp32", l->grad_fp32);
     cJSON_AddStringToObject(o, "optimizer", optimizer_names[l->optimizer]);
     cJSON_AddBoolToObject(o, "dp_overlap", l->dp_overlap);
-    cJSON_AddNumberToObject(o, "first_stage_layers", l->first_stage_layers);
-    cJSON_AddNumberToObject(o, "last_stage_layers", l->last_stage_layers);
     enum dp_gemm g = dp_layout_gemm(l);
     cJSON_AddStringToObject(o, "gemm_precision", dp_gemm_name(g));
     if (g == DP_GEMM_FP8) {
@@ -480,7 +458,90 @@ cJSON *dp_layout_to_json(const struct dp_layout *l)
         cJSON_AddNumberToObject(o, "moe_imbalance", l->moe_imbalance);
     if (l->moe_dispatcher != DP_DISPATCH_ALLTOALL)
         cJSON_AddStringToObject(o, "moe_dispatcher", dispatcher_names[l->moe_dispatcher]);
+    if (l->first_stage_layers)
+        cJSON_AddNumberToObject(o, "first_stage_layers", l->first_stage_layers);
+    if (l->last_stage_layers)
+        cJSON_AddNumberToObject(o, "last_stage_layers", l->last_stage_layers);
+    if (l->nchunks > 0) {
+        cJSON *a = cJSON_AddArrayToObject(o, "stage_layers");
+        for (int s = 0; s < l->nchunks && s < DP_MAX_CHUNKS; s++)
+            cJSON_AddItemToArray(a, cJSON_CreateNumber(l->chunk_layers[s]));
+    }
     return o;
+}
+
+/* stage_layers (a list) or pipeline_layout (a Megatron string); vpp follows from their
+ * length when the object gives none. The sum is checked against the model later
+ * (dp_layout_validate), as every other layout constraint. */
+static int read_split(struct dp_jr *jr, const cJSON *obj, struct dp_layout *out, bool vpp_given)
+{
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(obj, "stage_layers");
+    const cJSON *str = cJSON_GetObjectItemCaseSensitive(obj, "pipeline_layout");
+    if (cJSON_IsNull(list))
+        list = NULL;
+    if (cJSON_IsNull(str))
+        str = NULL;
+    if (!list && !str)
+        return 0;
+    char what[256];
+    snprintf(what, sizeof what, "%s: %s%s%s", jr->file, jr->path, jr->path[0] ? "." : "",
+             list ? "stage_layers" : "pipeline_layout");
+    if (list && str)
+        return dp_err_set(jr->err, DP_EINVAL,
+                          "%s: stage_layers and pipeline_layout are alternatives: give one", what);
+    if (out->first_stage_layers || out->last_stage_layers)
+        return dp_err_set(jr->err, DP_EINVAL,
+                          "%s: first/last_stage_layers are an alternative split: give one", what);
+    int c[DP_MAX_CHUNKS], n = 0;
+    if (list) {
+        if (!cJSON_IsArray(list)) {
+            char got[64];
+            dp_json_describe(list, got, sizeof got);
+            return dp_err_set(jr->err, DP_EINVAL,
+                              "%s: expected an array of layer counts per model chunk, got %s", what,
+                              got);
+        }
+        for (const cJSON *it = list->child; it; it = it->next, n++) {
+            if (n >= DP_MAX_CHUNKS)
+                return dp_err_set(jr->err, DP_EINVAL, "%s: expected at most %d counts, got more",
+                                  what, DP_MAX_CHUNKS);
+            double v = cJSON_IsNumber(it) ? it->valuedouble : -1;
+            if (!cJSON_IsNumber(it) || v < 0 || v > UINT16_MAX || v != (double)(int)v) {
+                char got[64];
+                dp_json_describe(it, got, sizeof got);
+                return dp_err_set(jr->err, DP_EINVAL, "%s[%d]: expected integer in [0, %d], got %s",
+                                  what, n, UINT16_MAX, got);
+            }
+            c[n] = (int)v;
+        }
+    } else {
+        if (!cJSON_IsString(str)) {
+            char got[64];
+            dp_json_describe(str, got, sizeof got);
+            return dp_err_set(jr->err, DP_EINVAL,
+                              "%s: expected a Megatron layout string such as \"Et|(tt|)*62,tL\", "
+                              "got %s",
+                              what, got);
+        }
+        int rc = dp_split_parse_megatron(str->valuestring, out->pp, c, DP_MAX_CHUNKS, &n, what,
+                                         DP_EINVAL, jr->err);
+        if (rc)
+            return rc;
+    }
+    if (n < 1 || n % out->pp)
+        return dp_err_set(jr->err, DP_EINVAL,
+                          "%s: expected a multiple of pp=%d counts (pp x vpp), got %d", what,
+                          out->pp, n);
+    if (!vpp_given)
+        out->vpp = n / out->pp;
+    if ((int64_t)n != (int64_t)out->pp * out->vpp)
+        return dp_err_set(jr->err, DP_EINVAL,
+                          "%s: expected pp x vpp = %d x %d = %lld counts, got %d", what, out->pp,
+                          out->vpp, (long long)out->pp * out->vpp, n);
+    if (dp_layout_set_chunks(out, c, n))
+        return dp_err_set(jr->err, DP_EINVAL, "%s: expected at most %d counts, got %d", what,
+                          DP_MAX_CHUNKS, n);
+    return 0;
 }
 
 int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *out)
@@ -504,6 +565,8 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
                                        "dp_overlap",
                                        "first_stage_layers",
                                        "last_stage_layers",
+                                       "stage_layers",
+                                       "pipeline_layout",
                                        "gemm_precision",
                                        "fp8_recipe",
                                        "fp8_format",
@@ -614,6 +677,9 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
     out->last_stage_layers = (int)last;
     out->gemm = (enum dp_gemm)gemm;
     out->fp8_format = (enum dp_fp8_format)fmt;
+    int rc = read_split(jr, obj, out, cJSON_GetObjectItemCaseSensitive(obj, "vpp") != NULL);
+    if (rc)
+        return rc;
     /* Knobs that need another knob (bad input, exit 2, like a bad command line). */
     const char *need = NULL, *field = NULL, *got = NULL;
     if (out->tp_overlap && out->tp > 1 && !out->sp) {

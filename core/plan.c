@@ -108,7 +108,12 @@ cJSON *dp_plan_to_json(const struct dp_plan *p, cJSON *prediction_extra)
     cJSON_AddItemToObject(o, "model", dp_model_to_json(&p->model));
     if (p->has_cluster)
         cJSON_AddItemToObject(o, "cluster", dp_cluster_to_json(&p->cluster));
-    cJSON_AddItemToObject(o, "layout", dp_layout_to_json(&p->layout));
+    /* The split spelled out for every plan (the even one too), so that whoever runs it
+     * reads the stage and chunk layer counts rather than re-deriving them. */
+    struct dp_layout l = p->layout;
+    if (dp_layout_make_explicit(&l, &p->model))
+        l = p->layout;
+    cJSON_AddItemToObject(o, "layout", dp_layout_to_json(&l));
     if (p->has_prediction || prediction_extra) {
         cJSON *pr = prediction_extra ? prediction_extra : cJSON_CreateObject();
         const struct dp_prediction *d = &p->prediction;

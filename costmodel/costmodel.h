@@ -118,6 +118,23 @@ int dp_mem_estimate(const struct dp_model *m, const struct dp_cluster *cl,
 int dp_mem_estimate_cpu(const struct dp_model *m, const struct dp_layout *l,
                         struct dp_mem_report *out, struct dp_err *err);
 
+/*
+ * What a layout shares with the same layout at another ZeRO stage: the schedule and
+ * the activations (the planner evaluates ZeRO 0 and 1 of every pipeline split).
+ * Zero-initialise one, pass it with a layout, then with layouts that differ from it
+ * in `zero` only; the functions fill it on first use and read it after.
+ */
+struct dp_reuse {
+    bool have_pipe, have_act;
+    double pipe_s;
+    int slowest_stage, first_layers;
+    double compute_s, recompute_s, tp_comm_s, cp_comm_s, ep_comm_s, pp_comm_s, bubble_s;
+    double stage_fwd_s[3], stage_bwd_s[3];
+    int nact;
+    int act_rank[DP_MAX_PP];
+    int64_t act_bytes[DP_MAX_PP];
+};
+
 /* Fast path for the planner: the peak and the smallest stage total, computing
  * only the stages that can be extreme (first, second, last). No validation.
  * dp_mem_peak_with takes each kind's layer activations precomputed by dp_act_layers. */
@@ -125,6 +142,10 @@ void dp_mem_peak_with(const struct dp_model *m, const struct dp_cluster *cl,
                       const struct dp_layout *l, const struct dp_mem_opts *o,
                       const struct dp_act_layer al[DP_LAYER_KINDS], int64_t *peak_bytes,
                       int64_t *min_bytes, int *peak_stage);
+void dp_mem_peak_reuse(const struct dp_model *m, const struct dp_cluster *cl,
+                       const struct dp_layout *l, const struct dp_mem_opts *o,
+                       const struct dp_act_layer al[DP_LAYER_KINDS], struct dp_reuse *ru,
+                       int64_t *peak_bytes, int64_t *min_bytes, int *peak_stage);
 void dp_mem_peak(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
                  const struct dp_mem_opts *o, int64_t *peak_bytes, int64_t *min_bytes,
                  int *peak_stage);
@@ -298,6 +319,11 @@ struct dp_layer_time {
     double cast_f;     /* FP8 quantization of the linears' inputs, forward */
     double cast_b;     /* FP8 quantization of the output gradients, backward */
     double cast_w;     /* FP8 casts of the layer's weights, once per step */
+    /* The ends, which depend on the same: the embedding (first stage) and the final norm,
+     * output layer and loss (last stage), compute and TP collectives (the same in every
+     * kind's entry). */
+    double emb_f, emb_b, emb_tp_f;
+    double head_f, head_b, head_tp_f, head_tp_b;
 };
 /* out[DP_LAYER_DENSE] and out[DP_LAYER_MOE]: a dense and a MoE layer's costs. */
 void dp_time_layer(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
@@ -305,6 +331,9 @@ void dp_time_layer(const struct dp_model *m, const struct dp_cluster *cl, const 
 void dp_time_step_with(const struct dp_model *m, const struct dp_cluster *cl,
                        const struct dp_layout *l, const struct dp_layer_time lt[DP_LAYER_KINDS],
                        struct dp_step_cost *out);
+void dp_time_step_reuse(const struct dp_model *m, const struct dp_cluster *cl,
+                        const struct dp_layout *l, const struct dp_layer_time lt[DP_LAYER_KINDS],
+                        struct dp_reuse *ru, struct dp_step_cost *out);
 /* Fill the human-readable desc of each path in *out (the fast paths leave them empty). */
 void dp_time_describe_paths(const struct dp_cluster *cl, const struct dp_layout *l,
                             struct dp_step_cost *out);
@@ -315,6 +344,26 @@ int dp_time_step(const struct dp_model *m, const struct dp_cluster *cl, const st
 /* The same without validation, for the planner's inner loop. */
 void dp_time_step_fast(const struct dp_model *m, const struct dp_cluster *cl,
                        const struct dp_layout *l, struct dp_step_cost *out);
+
+/* ------------------------------------------------------------------ pipeline schedule */
+
+/*
+ * The pipeline schedule (costmodel/pipeline.c), Megatron-LM's 1F1B (v = 1) or
+ * interleaved 1F1B order on p ranks, v model chunks each, M micro-batches.
+ * F[s], B[s]: forward and backward time of one micro-batch in virtual stage
+ * s = c * p + r (chunk c of rank r), p * v entries.
+ *
+ * dp_pipe_time_s: time of the forward-backward passes of one step, the longest of
+ * the schedule's chains of dependent passes (derivation in pipeline.c); for equal
+ * chunks M D + (p - 1)(F + B) of one chunk, Narayanan et al. 2021, Sec. 2.2.
+ * *crit (may be NULL) gets the rank whose chain it is.
+ *
+ * dp_pipe_peak_live: the largest sum of w[c] x (micro-batches whose chunk c is
+ * between its forward and its backward) on rank r over the step, w per micro-batch
+ * of each chunk of rank r (v entries); live[c] (unless NULL) gets the counts at that peak.
+ */
+double dp_pipe_time_s(int p, int v, int64_t M, const double *F, const double *B, int *crit);
+int64_t dp_pipe_peak_live(int p, int v, int64_t M, int r, const int64_t *w, int64_t *live);
 
 /* ------------------------------------------------------------------ failures and goodput */
 

@@ -10,8 +10,9 @@
  *    6 + 12/d bytes per parameter for bf16 (Megatron-LM
  *    docs/user-guide/features/dist_optimizer.md).
  *  - activations: Korthikanti et al. 2022, Sec. 4 (per-layer terms below),
- *    Sec. 4.2.3 (micro-batches in flight under 1F1B and interleaving) and
- *    Sec. 4.3 (embedding and output layer).
+ *    Sec. 4.2.3 (micro-batches in flight under 1F1B and interleaving, per model
+ *    chunk from the schedule in pipeline.c) and Sec. 4.3 (embedding and output
+ *    layer).
  *  - vocabulary padding to a multiple of 128 * tp (Megatron-LM
  *    --make-vocab-size-divisible-by).
  *  - mixture of experts: routed experts split by etp over ep ranks and their
@@ -330,126 +331,202 @@ void dp_mem_stage_params(const struct dp_model *m, const struct dp_layout *l, in
     stage_params(m, l, r, &kinds, &kp, dense, expert);
 }
 
-/* Micro-batch-equivalents of activations live on stage r at its peak. */
-static double inflight(const struct dp_layout *l, int r, int64_t M)
-{
-    if (l->vpp <= 1) {
-        /* 1F1B: stage r runs pp - r - 1 warm-up forwards before its first backward
-         * (Megatron schedules.py forward_backward_pipelining_without_interleaving). */
-        int64_t n = l->pp - r;
-        return (double)(n < M ? n : M);
-    }
-    /* Interleaved: warm-up (pp - r - 1) * 2 + (v - 1) * pp chunks, plus the current
-     * one; each chunk is 1/v of the stage's layers (Korthikanti Sec. 4.2.3 gives
-     * 1 + (p - 1)/(p v) for the first stage). */
-    int64_t chunks = (int64_t)(l->pp - r - 1) * 2 + (int64_t)(l->vpp - 1) * l->pp + 1;
-    int64_t cap = M * l->vpp;
-    if (chunks > cap)
-        chunks = cap;
-    return (double)chunks / l->vpp;
-}
+/* What every stage of a layout shares, computed once per layout (the planner's memory
+ * check runs for every layout it evaluates). */
+struct mem_ctx {
+    const struct dp_model *m;
+    const struct dp_layout *l;
+    const struct dp_act_layer *al; /* per kind, DP_LAYER_KINDS entries */
+    struct kind_params kp;         /* one layer's dense and expert parameters per GPU, by kind */
+    bool mixed;                    /* layers of both kinds (dp_model_mixed_layers) */
+    int64_t emb_params;            /* the first stage's embedding (+ positions) */
+    int64_t head_params;           /* the last stage's final norm and LM head (or its copy) */
+    int64_t emb_mask;              /* the embedding dropout mask per micro-batch in flight */
+    int64_t head_act;              /* the last stage's output-layer activations */
+    int64_t recv_bytes;            /* pipeline receive buffers */
+    int64_t runtime;               /* runtime overhead */
+    int64_t M, shard_d, shard_e;
+    int pb, gb, ob;
+};
 
-static void stage_with(const struct dp_model *m, const struct dp_cluster *cl,
-                       const struct dp_layout *l, const struct dp_mem_opts *o, int r,
-                       const struct dp_act_layer al[DP_LAYER_KINDS], const struct kind_params *kp,
-                       struct dp_mem_stage *out)
+static void mem_ctx_init(struct mem_ctx *x, const struct dp_model *m, const struct dp_cluster *cl,
+                         const struct dp_layout *l, const struct dp_mem_opts *o,
+                         const struct dp_act_layer al[DP_LAYER_KINDS])
 {
-    memset(out, 0, sizeof *out);
     const int64_t t = l->tp, h = m->hidden;
     const int64_t u = (l->sp && t > 1) ? t : 1;
     const int64_t s = l->seq_len / l->cp, b = l->mbs;
     const int64_t p = dp_precision_bytes(l->precision);
     const int64_t vpad = dp_padded_vocab(m->vocab, l->tp);
-    const int64_t M = dp_layout_microbatches(l);
-    out->stage = r;
-    out->layers = dp_layout_stage_layers(l, m, r);
-    out->has_embedding = r == 0;
-    out->has_head = r == l->pp - 1;
+    x->m = m;
+    x->l = l;
+    x->al = al;
+    kind_params(m, l, &x->kp);
+    x->mixed = dp_model_mixed_layers(m);
+    /* Parameters of the ends (stage_params): the vocabulary-parallel embedding; the
+     * final norm and the LM head: its own weight when untied; when tied and pp > 1 the
+     * last stage keeps a copy of the embedding, kept in sync by an all-reduce (Megatron
+     * _allreduce_word_embedding_grads). */
+    x->emb_params = vpad * h / t + (m->pos == DP_POS_LEARNED ? m->max_pos * h : 0);
+    x->head_params = (m->norm == DP_NORM_LAYERNORM ? 2 * h : h) +
+                     ((!m->tied_embeddings || l->pp > 1) ? vpad * h / t : 0);
+    /* Korthikanti Sec. 4.3: the embedding's dropout mask, one per micro-batch in flight
+     * in the first chunk; the final norm input and output-layer input (4sbh/t with SP),
+     * and the fp32 logits kept by the cross entropy (4sbv/t); the last stage holds one
+     * micro-batch at a time. */
+    x->emb_mask = m->dropout ? s * b * h / u : 0;
+    x->head_act = 2 * p * s * b * h / u + 4 * s * b * vpad / t;
+    /* one forward-receive and one backward-receive activation buffer */
+    x->recv_bytes = l->pp > 1 ? 2 * p * s * b * h / u : 0;
+    x->runtime = o && o->overhead_bytes >= 0 ? o->overhead_bytes : cl->gpu.runtime_overhead_bytes;
+    x->M = dp_layout_microbatches(l);
+    x->shard_d = (int64_t)l->dp * l->cp;
+    x->shard_e = dp_layout_edp(l);
+    dp_mem_bytes_per_param(l, &x->pb, &x->gb, &x->ob);
+}
 
-    /* Parameters: the dense part sharded over dp x cp, the experts over the expert
-     * data-parallel group (Megatron _EXPERT_DATA_PARALLEL_GROUP). */
-    struct dp_layer_kinds kinds;
-    dp_layout_stage_kinds(l, m, r, &kinds);
-    int64_t dense, expert;
-    stage_params(m, l, r, &kinds, kp, &dense, &expert);
-    out->params = dense + expert;
-    for (int k = 0; k < DP_LAYER_KINDS; k++)
-        out->kind_layers[k] = kinds.n[k];
-    struct dp_states sd, se;
-    dp_mem_states(dense, (int64_t)l->dp * l->cp, l, &sd);
-    dp_mem_states(expert, dp_layout_edp(l), l, &se);
-    double copy = fp8_weight_copy_bytes(l);
-    if (copy > 0 && l->zero < 3) {
-        /* Linear weights of the stage's layers (the norms, embedding and output layer
-         * stay half precision). */
-        int64_t lin = expert;
-        for (int k = 0; k < DP_LAYER_KINDS; k++)
-            lin += kinds.n[k] *
-                   (kp->dense[k] - m->norms_per_layer * (m->norm == DP_NORM_LAYERNORM ? 2 * h : h));
-        out->fp8_copy_bytes = (int64_t)(copy * (double)lin);
-    }
-    out->params_bytes = sd.params_bytes + se.params_bytes + out->fp8_copy_bytes;
-    out->grads_bytes = sd.grads_bytes + se.grads_bytes;
-    out->optimizer_bytes = sd.optimizer_bytes + se.optimizer_bytes;
-
-    /* Activations: each kind's layers at their own bytes; the recompute working set is
-     * the largest layer the stage holds. */
-    out->inflight = inflight(l, r, M);
+/* The activation terms of stage r whose chunk c holds kn[c].n[k] layers of kind k. */
+static void stage_activations(const struct mem_ctx *x, int r, const struct dp_layer_kinds *kn,
+                              struct dp_mem_stage *out)
+{
+    /* Each micro-batch in flight in a chunk keeps its layers' activations, each kind at
+     * its own bytes (and, in the embedding's chunk, the embedding dropout mask), until
+     * its backward; the schedule says how many are in flight per chunk at the peak
+     * (Korthikanti Sec. 4.2.3 for 1F1B and equal interleaved chunks; pipeline.c). The
+     * recompute working set is the largest layer the stage holds. */
+    const struct dp_layout *l = x->l;
+    const struct dp_act_layer *al = x->al;
+    const int v = l->vpp;
+    int64_t emb = out->has_embedding ? x->emb_mask : 0;
     /* With recompute_layers (full recompute of that many of the stage's layers), the
-     * other layers keep all their activations. */
+     * other layers keep all their activations: a layer's bytes are the mean over the
+     * stage's layers. */
     double f = 1;
     if (l->recompute == DP_RECOMPUTE_FULL && out->layers > 0)
         f = (double)dp_layout_recomputed(l, out->layers) / (double)out->layers;
-    double stored = 0;
+    int64_t per[DP_LAYER_KINDS];
+    for (int k = 0; k < DP_LAYER_KINDS; k++)
+        per[k] = f >= 1 ? al[k].stored_bytes
+                        : (int64_t)(f * (double)al[k].stored_bytes +
+                                    (1 - f) * (double)al[k].full_bytes + 0.5);
+    int64_t w[DP_MAX_CHUNKS], lw[DP_MAX_CHUNKS], live[DP_MAX_CHUNKS], stored = 0;
+    for (int c = 0; c < v && c < DP_MAX_CHUNKS; c++) {
+        lw[c] = 0;
+        for (int k = 0; k < DP_LAYER_KINDS; k++)
+            lw[c] += kn[c].n[k] * per[k];
+        w[c] = lw[c] + (c == 0 ? emb : 0);
+    }
     for (int k = 0; k < DP_LAYER_KINDS; k++) {
-        if (!kinds.n[k])
+        if (!out->kind_layers[k])
             continue;
-        stored +=
-            kinds.n[k] * (f * (double)al[k].stored_bytes + (1 - f) * (double)al[k].full_bytes);
-        if (al[k].stored_bytes > out->act_layer_bytes)
-            out->act_layer_bytes = al[k].stored_bytes;
+        stored += out->kind_layers[k] * per[k];
         int64_t work = l->recompute == DP_RECOMPUTE_FULL        ? al[k].full_bytes
                        : l->recompute == DP_RECOMPUTE_SELECTIVE ? al[k].scores_bytes
                                                                 : 0;
         if (work > out->act_working_bytes)
             out->act_working_bytes = work;
     }
-    out->act_layers_bytes = (int64_t)(out->inflight * stored + 0.5);
-    if (out->has_embedding && m->dropout) {
-        /* Korthikanti Sec. 4.3: the embedding's dropout mask, one per micro-batch in flight. */
-        int64_t mb = (int64_t)(out->inflight + 0.999);
-        out->act_embed_bytes = mb * s * b * h / u;
+    /* The split by kind needs the counts only where the embedding's mask is in it. */
+    bool by_chunk = emb > 0 || out->layers == 0;
+    int64_t peak = dp_pipe_peak_live(l->pp, v, x->M, r, w, by_chunk ? live : NULL);
+    if (by_chunk) {
+        for (int c = 0; c < v && c < DP_MAX_CHUNKS; c++)
+            out->act_layers_bytes += live[c] * lw[c];
+        out->act_embed_bytes = live[0] * emb;
+    } else {
+        out->act_layers_bytes = peak;
     }
-    if (out->has_head) {
-        /* Korthikanti Sec. 4.3: final norm input and output-layer input (4sbh/t with
-         * SP), and the fp32 logits kept by the cross entropy (4sbv/t); the last stage
-         * holds one micro-batch at a time. */
-        out->act_head_bytes = 2 * p * s * b * h / u + 4 * s * b * vpad / t;
-    }
+    out->inflight = stored > 0 ? (double)out->act_layers_bytes / (double)stored : (double)live[0];
+    if (out->has_head)
+        out->act_head_bytes = x->head_act;
     out->activations_bytes =
         out->act_layers_bytes + out->act_embed_bytes + out->act_head_bytes + out->act_working_bytes;
+}
+
+/* act: the stage's activation bytes when already known (the same layout at another
+ * ZeRO stage), else NULL. */
+static void stage_with(const struct mem_ctx *x, int r, const int64_t *act, struct dp_mem_stage *out)
+{
+    const struct dp_layout *l = x->l;
+    const struct dp_model *m = x->m;
+    memset(out, 0, sizeof *out);
+    const int v = l->vpp;
+    struct dp_layer_kinds kn[DP_MAX_CHUNKS]; /* per chunk */
+    out->stage = r;
+    for (int c = 0; c < v && c < DP_MAX_CHUNKS; c++) {
+        int first = 0, n;
+        if (x->mixed)
+            dp_layout_chunk_layers(l, m, r, c, &first, &n);
+        else
+            n = l->nchunks > 0 ? l->chunk_layers[c * l->pp + r] : dp_layout_chunk_count(l, m, r, c);
+        memset(&kn[c], 0, sizeof kn[c]);
+        if (x->mixed)
+            dp_model_layer_kinds(m, first, n, &kn[c]);
+        else
+            kn[c].n[m->experts > 0 ? DP_LAYER_MOE : DP_LAYER_DENSE] = n;
+        out->layers += n;
+        for (int k = 0; k < DP_LAYER_KINDS; k++)
+            out->kind_layers[k] += kn[c].n[k];
+    }
+    out->has_embedding = r == 0;
+    out->has_head = r == l->pp - 1;
+
+    /* Parameters: the dense part sharded over dp x cp, the experts over the expert
+     * data-parallel group (Megatron _EXPERT_DATA_PARALLEL_GROUP). */
+    int64_t dense = (out->has_embedding ? x->emb_params : 0) + (out->has_head ? x->head_params : 0);
+    int64_t expert = 0;
+    for (int k = 0; k < DP_LAYER_KINDS; k++) {
+        dense += out->kind_layers[k] * x->kp.dense[k];
+        expert += out->kind_layers[k] * x->kp.expert[k];
+    }
+    out->params = dense + expert;
+    struct dp_states sd, se = {0, 0, 0};
+    dp_mem_states(dense, x->shard_d, l, &sd);
+    if (expert)
+        dp_mem_states(expert, x->shard_e, l, &se);
+    double copy = fp8_weight_copy_bytes(l);
+    if (copy > 0 && l->zero < 3) {
+        /* Linear weights of the stage's layers (the norms, embedding and output layer
+         * stay half precision). */
+        const int64_t h = m->hidden;
+        int64_t lin = expert;
+        for (int k = 0; k < DP_LAYER_KINDS; k++)
+            lin +=
+                out->kind_layers[k] *
+                (x->kp.dense[k] - m->norms_per_layer * (m->norm == DP_NORM_LAYERNORM ? 2 * h : h));
+        out->fp8_copy_bytes = (int64_t)(copy * (double)lin);
+    }
+    out->params_bytes = sd.params_bytes + se.params_bytes + out->fp8_copy_bytes;
+    out->grads_bytes = sd.grads_bytes + se.grads_bytes;
+    out->optimizer_bytes = sd.optimizer_bytes + se.optimizer_bytes;
+
+    /* Activations (ZeRO does not change them); one layer, one micro-batch: the
+     * largest kind's. */
+    for (int k = 0; k < DP_LAYER_KINDS; k++)
+        if (out->kind_layers[k] && x->al[k].stored_bytes > out->act_layer_bytes)
+            out->act_layer_bytes = x->al[k].stored_bytes;
+    if (act)
+        out->activations_bytes = *act;
+    else
+        stage_activations(x, r, kn, out);
 
     /* Communication buffers. */
-    int pb, gb, ob;
-    dp_mem_bytes_per_param(l, &pb, &gb, &ob);
-    if (l->pp > 1) /* one forward-receive and one backward-receive activation buffer */
-        out->comm_bytes += 2 * p * s * b * h / u;
+    out->comm_bytes = x->recv_bytes;
     if (l->zero >= 3) { /* parameters of the current and the prefetched layer, gathered */
         int64_t big = 0;
         for (int k = 0; k < DP_LAYER_KINDS; k++)
-            if (kinds.n[k] && kp->dense[k] + kp->expert[k] > big)
-                big = kp->dense[k] + kp->expert[k];
-        out->comm_bytes += 2 * big * pb;
+            if (out->kind_layers[k] && x->kp.dense[k] + x->kp.expert[k] > big)
+                big = x->kp.dense[k] + x->kp.expert[k];
+        out->comm_bytes += 2 * big * x->pb;
     }
     if (l->zero >= 2) {
         /* DeepSpeed's reduce bucket (zero_optimization.reduce_bucket_size, default 5e8
          * elements) for gradients produced before they are reduce-scattered. */
         int64_t bucket = 500000000;
         int64_t n = out->params < bucket ? out->params : bucket;
-        out->comm_bytes += n * gb;
+        out->comm_bytes += n * x->gb;
     }
-    out->runtime_bytes =
-        o && o->overhead_bytes >= 0 ? o->overhead_bytes : cl->gpu.runtime_overhead_bytes;
+    out->runtime_bytes = x->runtime;
     out->other_bytes = out->comm_bytes + out->runtime_bytes;
     out->total_bytes = out->params_bytes + out->grads_bytes + out->optimizer_bytes +
                        out->activations_bytes + out->other_bytes;
@@ -459,10 +536,10 @@ void dp_mem_stage(const struct dp_model *m, const struct dp_cluster *cl, const s
                   const struct dp_mem_opts *o, int r, struct dp_mem_stage *out)
 {
     struct dp_act_layer al[DP_LAYER_KINDS];
-    struct kind_params kp;
     dp_act_layers(m, l, al);
-    kind_params(m, l, &kp);
-    stage_with(m, cl, l, o, r, al, &kp, out);
+    struct mem_ctx x;
+    mem_ctx_init(&x, m, cl, l, o, al);
+    stage_with(&x, r, NULL, out);
 }
 
 int dp_mem_estimate(const struct dp_model *m, const struct dp_cluster *cl,
@@ -479,8 +556,12 @@ int dp_mem_estimate(const struct dp_model *m, const struct dp_cluster *cl,
     out->nstages = l->pp;
     out->capacity_bytes = dp_gpu_usable_bytes(&cl->gpu);
     out->microbatches = dp_layout_microbatches(l);
+    struct dp_act_layer al[DP_LAYER_KINDS];
+    dp_act_layers(m, l, al);
+    struct mem_ctx x;
+    mem_ctx_init(&x, m, cl, l, o, al);
     for (int r = 0; r < l->pp; r++) {
-        dp_mem_stage(m, cl, l, o, r, &out->stage[r]);
+        stage_with(&x, r, NULL, &out->stage[r]);
         int64_t tot = out->stage[r].total_bytes;
         if (r == 0 || tot > out->peak_bytes) {
             out->peak_bytes = tot;
@@ -507,25 +588,58 @@ void dp_mem_peak_with(const struct dp_model *m, const struct dp_cluster *cl,
                       const struct dp_act_layer al[DP_LAYER_KINDS], int64_t *peak_bytes,
                       int64_t *min_bytes, int *peak_stage)
 {
-    /* Middle stages hold equal layers and fewer micro-batches the later they are, so the
-     * extremes are among the first, second and last stages, and the smallest may be the
-     * last middle one. Layers of several kinds make middle stages differ: then every
-     * stage is a candidate. */
-    int cand[4] = {0, 1, l->pp - 1, l->pp - 2};
-    int n = l->pp >= 4 ? 4 : l->pp >= 3 ? 3 : l->pp;
-    if (l->pp == 2)
-        cand[1] = 1;
-    bool all = dp_model_mixed_layers(m) && l->pp > 4;
-    if (all)
-        n = l->pp <= DP_MAX_PP ? l->pp : DP_MAX_PP;
-    struct kind_params kp;
-    kind_params(m, l, &kp);
+    dp_mem_peak_reuse(m, cl, l, o, al, NULL, peak_bytes, min_bytes, peak_stage);
+}
+
+void dp_mem_peak_reuse(const struct dp_model *m, const struct dp_cluster *cl,
+                       const struct dp_layout *l, const struct dp_mem_opts *o,
+                       const struct dp_act_layer al[DP_LAYER_KINDS], struct dp_reuse *ru,
+                       int64_t *peak_bytes, int64_t *min_bytes, int *peak_stage)
+{
+    /* Stages with the same chunk counts and neither end hold fewer micro-batches the later
+     * they are (pipeline.c: the warm-up shrinks with the rank), so within each run of such
+     * stages the first is the fullest and the last the emptiest: only those, and the two
+     * ends, are computed. */
+    const int pp = l->pp, v = l->vpp;
     int64_t pk = -1, mn = -1;
     int ps = 0;
-    for (int i = 0; i < n; i++) {
+    struct mem_ctx x;
+    mem_ctx_init(&x, m, cl, l, o, al);
+    if (ru && ru->have_act) {
+        for (int i = 0; i < ru->nact; i++) {
+            struct dp_mem_stage st;
+            stage_with(&x, ru->act_rank[i], &ru->act_bytes[i], &st);
+            if (st.total_bytes > pk) {
+                pk = st.total_bytes;
+                ps = ru->act_rank[i];
+            }
+            if (mn < 0 || st.total_bytes < mn)
+                mn = st.total_bytes;
+        }
+        goto done;
+    }
+    if (ru)
+        ru->nact = 0;
+    for (int r = 0; r < pp; r++) {
+        bool eval = r == 0 || r == pp - 1 || r == 1 || r == pp - 2 || x.mixed;
+        if (!eval && l->nchunks > 0) {
+            /* a run starts at r or ends at r */
+            bool same_prev = true, same_next = true;
+            for (int c = 0; c < v; c++) {
+                int n = l->chunk_layers[c * pp + r];
+                same_prev &= n == l->chunk_layers[c * pp + r - 1];
+                same_next &= n == l->chunk_layers[c * pp + r + 1];
+            }
+            eval = !same_prev || !same_next;
+        }
+        if (!eval)
+            continue;
         struct dp_mem_stage st;
-        int r = all ? i : cand[i];
-        stage_with(m, cl, l, o, r, al, &kp, &st);
+        stage_with(&x, r, NULL, &st);
+        if (ru && ru->nact < DP_MAX_PP) {
+            ru->act_rank[ru->nact] = r;
+            ru->act_bytes[ru->nact++] = st.activations_bytes;
+        }
         if (st.total_bytes > pk) {
             pk = st.total_bytes;
             ps = r;
@@ -533,6 +647,9 @@ void dp_mem_peak_with(const struct dp_model *m, const struct dp_cluster *cl,
         if (mn < 0 || st.total_bytes < mn)
             mn = st.total_bytes;
     }
+    if (ru)
+        ru->have_act = true;
+done:
     *peak_bytes = pk;
     if (min_bytes)
         *min_bytes = mn;

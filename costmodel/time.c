@@ -6,7 +6,7 @@
  * data loading and logging, kernel-launch gaps, GPU clock throttling (the
  * GEMM curve of a profile absorbs what sustained clocks deliver).
  */
-#include "costmodel.h"
+#include "time_internal.h"
 
 #include <math.h>
 #include <string.h>
@@ -27,19 +27,6 @@ static double attn_rel(const struct dp_gpu *g, const struct dp_layout *l)
     enum dp_attn k = l->attn != DP_ATTN_DEFAULT ? l->attn : g->attn_default;
     double r = (unsigned)k < DP_ATTNS ? g->attn_rel[k] : 0;
     return r > 0 ? r : FLASH_FWD_EFF;
-}
-
-/* Communication hidden behind compute is not free: NCCL's kernels occupy SMs (one
- * per channel; 16-32 channels on NVLink/IB systems, against 108-132 SMs) and HBM
- * bandwidth while they run, so the compute they overlap slows down. Overlapped
- * communication is charged this fraction of its duration. */
-#define OVERLAP_CONTENTION 0.15
-
-/* Exposed time of communication `comm` overlapped with compute `window`. */
-static double overlapped(double comm, double window)
-{
-    double hidden = comm < window ? comm : window;
-    return (comm - hidden) + OVERLAP_CONTENTION * hidden;
 }
 
 /*
@@ -96,25 +83,6 @@ static double optimizer_bytes_per_param(const struct dp_layout *l)
     return mixed ? 24 : 20;
 }
 
-struct ctx {
-    const struct dp_model *m;
-    const struct dp_cluster *cl;
-    const struct dp_layout *l;
-    double peak;  /* FLOP/s of the storage precision: attention core, output layer */
-    double membw; /* bytes/s achievable */
-    double p;     /* bytes per activation value */
-    /* The linear layers' GEMMs (QKV, out-projection, MLP, experts) at the layout's compute
-     * type: its dense peak, efficiency curve and bytes per input element. */
-    double peak_lin;
-    const struct dp_gemm_curve *curve_lin;
-    double p_lin;
-    bool fp8;
-    double cast_b; /* FP8: bytes moved per quantized element (fp8_cast_bytes) */
-    double t, u;   /* tp, and the sequence-parallel divisor */
-    double T;      /* GEMM rows: tokens of one micro-batch on this CP rank */
-    struct dp_path tp, cp, ep, etp, dp, dpe, pp, emb;
-};
-
 /* Tile quantization: cuBLAS tiles are 128 wide; a dimension of d computes
  * ceil(d/128)*128 lanes (NVIDIA Deep Learning Performance Guide, "Matrix
  * Multiplication Background", tile quantization). */
@@ -129,8 +97,8 @@ static double tileq(double d)
 /* A GEMM takes the longer of its compute time (FLOPs over the efficiency curve)
  * and its memory time (A, B read and C written once): the roofline. The
  * attention-score GEMMs (k = head_dim) are memory-bound on every GPU here. */
-static double gemm_at(const struct ctx *c, double peak, const struct dp_gemm_curve *g, double p_in,
-                      double mm, double nn, double kk, double batch)
+static double gemm_at(const struct dp__time_ctx *c, double peak, const struct dp_gemm_curve *g,
+                      double p_in, double mm, double nn, double kk, double batch)
 {
     double flops = 2.0 * mm * nn * kk * batch;
     if (flops <= 0)
@@ -144,7 +112,7 @@ static double gemm_at(const struct ctx *c, double peak, const struct dp_gemm_cur
 }
 
 /* A GEMM in the storage precision (attention scores, the output layer, the router). */
-static double gemm_s(const struct ctx *c, double mm, double nn, double kk, double batch)
+static double gemm_s(const struct dp__time_ctx *c, double mm, double nn, double kk, double batch)
 {
     return gemm_at(c, c->peak, &c->cl->gpu.gemm, c->p, mm, nn, kk, batch);
 }
@@ -154,14 +122,14 @@ static double gemm_s(const struct ctx *c, double mm, double nn, double kk, doubl
  * cuDNN in bf16), the norms and the output layer in the storage precision (Megatron's
  * output_layer is a plain ColumnParallelLinear, not a TE module; torchtitan's float8
  * conversion skips "output"). */
-static double gemm_lin(const struct ctx *c, double mm, double nn, double kk, double batch)
+static double gemm_lin(const struct dp__time_ctx *c, double mm, double nn, double kk, double batch)
 {
     return gemm_at(c, c->peak_lin, c->curve_lin, c->p_lin, mm, nn, kk, batch);
 }
 
 /* `step`: the paths of the whole step (TP, gradients, pipeline, embedding), else those
  * of one layer (TP, CP, EP). */
-static void ctx_init(struct ctx *c, const struct dp_model *m, const struct dp_cluster *cl,
+static void ctx_init(struct dp__time_ctx *c, const struct dp_model *m, const struct dp_cluster *cl,
                      const struct dp_layout *l, bool step)
 {
     c->m = m;
@@ -210,8 +178,8 @@ static void ctx_init(struct ctx *c, const struct dp_model *m, const struct dp_cl
  * (TE caches the FP8 weights of the first micro-batch: is_first_microbatch); layer()
  * turns them into time.
  */
-static double lin(const struct ctx *c, struct dp_layer_time *o, double mm, double nn, double kk,
-                  double groups)
+static double lin(const struct dp__time_ctx *c, struct dp_layer_time *o, double mm, double nn,
+                  double kk, double groups)
 {
     o->cast_f += groups * mm * kk;
     o->cast_b += groups * mm * nn;
@@ -240,7 +208,7 @@ static double lin(const struct ctx *c, struct dp_layer_time *o, double mm, doubl
  * (userbuffers "bulk" overlap: one collective beside one GEMM, no chunking). Backward
  * GEMMs take as long as the forward one each (dgrad and wgrad have its FLOPs).
  */
-static void tp_region(const struct ctx *c, double in_width, double out_width, double g_in,
+static void tp_region(const struct dp__time_ctx *c, double in_width, double out_width, double g_in,
                       double g_out, double *f, double *b)
 {
     const struct dp_layout *l = c->l;
@@ -277,23 +245,23 @@ static void tp_region(const struct ctx *c, double in_width, double out_width, do
  * complex multiply, type_as) 2p + 16. LayerNorm and GELU are single native kernels
  * either way; residual adds are one kernel either way.
  */
-static double ew_norm_bytes(const struct ctx *c)
+static double ew_norm_bytes(const struct dp__time_ctx *c)
 {
     return c->l->eager && c->m->norm == DP_NORM_RMSNORM ? 4.0 * c->p + 28.0 : 2.0 * c->p;
 }
-static double ew_act_bytes(const struct ctx *c)
+static double ew_act_bytes(const struct dp__time_ctx *c)
 {
     if (c->m->ffn == DP_FFN_SWIGLU)
         return c->l->eager ? 5.0 * c->p : 3.0 * c->p;
     return 2.0 * c->p;
 }
-static double ew_rope_bytes(const struct ctx *c)
+static double ew_rope_bytes(const struct dp__time_ctx *c)
 {
     return c->l->eager ? 2.0 * c->p + 16.0 : 2.0 * c->p;
 }
 
 /* The attention block: projections, core attention, its element-wise work and TP. */
-static void attention(const struct ctx *c, struct dp_layer_time *o)
+static void attention(const struct dp__time_ctx *c, struct dp_layer_time *o)
 {
     const struct dp_model *m = c->m;
     const struct dp_layout *l = c->l;
@@ -372,7 +340,7 @@ static void attention(const struct ctx *c, struct dp_layer_time *o)
  * the token copies' dispatch over EP, the local experts' grouped GEMMs on
  * dp_moe_rows rows, the combine, and the shared experts as a TP MLP.
  */
-static void moe_mlp(const struct ctx *c, struct dp_layer_time *o)
+static void moe_mlp(const struct dp__time_ctx *c, struct dp_layer_time *o)
 {
     const struct dp_model *m = c->m;
     const struct dp_layout *l = c->l;
@@ -429,7 +397,7 @@ static void moe_mlp(const struct ctx *c, struct dp_layer_time *o)
     }
 }
 
-static void layer(const struct ctx *c, enum dp_layer_kind kind, struct dp_layer_time *o)
+static void layer(const struct dp__time_ctx *c, enum dp_layer_kind kind, struct dp_layer_time *o)
 {
     const struct dp_model *m = c->m;
     const struct dp_layout *l = c->l;
@@ -479,98 +447,37 @@ static void layer(const struct ctx *c, enum dp_layer_kind kind, struct dp_layer_
     }
 }
 
-/* Per micro-batch forward and backward time of one stage, split by kind. */
-struct stage_cost {
-    double compute_f, compute_b, recompute, tp_f, tp_b, tp_re, pp, cp, ep;
-    double total;
-    double weight_cast; /* per step: FP8 casts of the stage's weights */
-};
-
-static void stage(const struct ctx *c, const struct dp_layer_time lt[DP_LAYER_KINDS],
-                  const struct dp_layer_kinds *kinds, bool first, bool last, struct stage_cost *o)
+static void ends(const struct dp__time_ctx *c, struct dp_layer_time *o)
 {
     const struct dp_model *m = c->m;
     const struct dp_layout *l = c->l;
-    memset(o, 0, sizeof *o);
     const double t = c->t, u = c->u, p = c->p, T = c->T, h = (double)m->hidden;
-    /* Each kind of layer the stage holds at its own cost (dp_layout_stage_kinds). With
-     * recompute_layers only that share of the stage's layers recomputes. */
-    int layers = kinds->n[DP_LAYER_DENSE] + kinds->n[DP_LAYER_MOE];
-    double fr = layers > 0 ? (double)dp_layout_recomputed(l, layers) / layers : 0;
-    for (int k = 0; k < DP_LAYER_KINDS; k++) {
-        double L = kinds->n[k];
-        const struct dp_layer_time *lc = &lt[k];
-        if (L == 0)
-            continue;
-        o->compute_f += L * (lc->gemm_f + lc->attn_f + lc->ew_f + lc->cast_f);
-        o->compute_b += L * (2 * lc->gemm_f + lc->attn_b + 2 * lc->ew_f + lc->cast_b);
-        o->weight_cast += L * lc->cast_w;
-        o->tp_f += L * lc->tp_f;
-        o->tp_b += L * lc->tp_b;
-        o->cp += L * (lc->cp_f + lc->cp_b);
-        o->ep += L * (lc->ep_f + lc->ep_b);
-        if (l->recompute == DP_RECOMPUTE_FULL) {
-            /* The whole forward again, collectives included (Megatron checkpoints the
-             * layer input and reruns the layer), for the layers that recompute. */
-            double Lr = fr * L;
-            o->recompute += Lr * (lc->gemm_f + lc->attn_f + lc->ew_f + lc->cast_f);
-            o->tp_re += Lr * lc->tp_f;
-            o->ep += Lr * lc->ep_f;
-        } else if (l->recompute == DP_RECOMPUTE_SELECTIVE) {
-            o->recompute += L * (lc->attn_f + lc->attn_ew_f);
-        }
-    }
+    /* Embedding gather (+ positions), and its vocabulary-parallel all-reduce
+     * (reduce-scatter under SP); backward scatters gradients into the table. */
+    double ew = 3.0 * p * T * h / c->membw;
+    o->emb_f = ew;
+    o->emb_b = 2 * ew;
+    o->emb_tp_f = l->tp > 1 ? dp_coll_time_s(l->sp ? DP_REDUCE_SCATTER : DP_ALLREDUCE, p * T * h,
+                                             l->tp, &c->tp)
+                            : 0;
+    /* Final norm, LM head GEMM (vocabulary-parallel), cross entropy on fp32
+     * logits: ~5 passes of 4 bytes forward, 3 backward (Megatron
+     * vocab_parallel_cross_entropy), three small all-reduces over TP. */
     double vpad = (double)dp_padded_vocab(m->vocab, l->tp);
-    if (first) {
-        /* Embedding gather (+ positions), and its vocabulary-parallel all-reduce
-         * (reduce-scatter under SP); backward scatters gradients into the table. */
-        double ew = 3.0 * p * T * h / c->membw;
-        o->compute_f += ew;
-        o->compute_b += 2 * ew;
-        if (l->tp > 1)
-            o->tp_f +=
-                dp_coll_time_s(l->sp ? DP_REDUCE_SCATTER : DP_ALLREDUCE, p * T * h, l->tp, &c->tp);
-    }
-    if (last) {
-        /* Final norm, LM head GEMM (vocabulary-parallel), cross entropy on fp32
-         * logits: ~5 passes of 4 bytes forward, 3 backward (Megatron
-         * vocab_parallel_cross_entropy), three small all-reduces over TP. */
-        double head = gemm_s(c, T, vpad / t, h, 1);
-        double ce = T * vpad / t * 4.0;
-        double norm = 2.0 * p * T * h / u;
-        o->compute_f += head + (5 * ce + norm) / c->membw;
-        o->compute_b += 2 * head + (3 * ce + 2 * norm) / c->membw;
-        if (l->tp > 1) {
-            o->tp_f += 3 * dp_coll_time_s(DP_ALLREDUCE, 4.0 * T, l->tp, &c->tp);
-            if (l->sp) {
-                double ag = dp_coll_time_s(DP_ALLGATHER, p * T * h, l->tp, &c->tp);
-                o->tp_f += ag;
-                o->tp_b += ag + dp_coll_time_s(DP_REDUCE_SCATTER, p * T * h, l->tp, &c->tp);
-            }
+    double head = gemm_s(c, T, vpad / t, h, 1);
+    double ce = T * vpad / t * 4.0;
+    double norm = 2.0 * p * T * h / u;
+    o->head_f = head + (5 * ce + norm) / c->membw;
+    o->head_b = 2 * head + (3 * ce + 2 * norm) / c->membw;
+    o->head_tp_f = o->head_tp_b = 0;
+    if (l->tp > 1) {
+        o->head_tp_f = 3 * dp_coll_time_s(DP_ALLREDUCE, 4.0 * T, l->tp, &c->tp);
+        if (l->sp) {
+            double ag = dp_coll_time_s(DP_ALLGATHER, p * T * h, l->tp, &c->tp);
+            o->head_tp_f += ag;
+            o->head_tp_b = ag + dp_coll_time_s(DP_REDUCE_SCATTER, p * T * h, l->tp, &c->tp);
         }
     }
-    if (l->pp > 1) {
-        /* Activations to the next stage, gradients back, once per model chunk; each
-         * of the t GPUs sends 1/t of the tensor (Narayanan et al. 2021, Sec. 4.1
-         * scatter/gather). Send and receive of a step overlap each other but not
-         * compute (Megatron's 1F1B issues them around each micro-batch). The
-         * stages move in lockstep, so the pipeline's slowest hop paces every
-         * stage (c->pp). */
-        double bytes = p * T * h / t;
-        double one = dp_coll_time_s(DP_P2P, bytes, 2, &c->pp);
-        o->pp = 2.0 * l->vpp * one;
-        /* overlap_p2p_comm (interleaved schedule; on by default in Megatron, which defines
-         * only --no-overlap-p2p-communication): each chunk's send/receive runs
-         * during the next chunk's computation (Megatron schedules.py,
-         * forward_backward_pipelining_with_interleaving). */
-        if (l->pp_overlap && l->vpp > 1) {
-            double chunk = (o->compute_f + o->compute_b + o->recompute) / (2.0 * l->vpp);
-            o->pp = 2.0 * l->vpp * overlapped(one, chunk);
-        }
-    }
-
-    o->total = o->compute_f + o->compute_b + o->recompute + o->tp_f + o->tp_b + o->tp_re + o->pp +
-               o->cp + o->ep;
 }
 
 /* Linear-layer weights (QKV, out-projection, MLP) of one layer per GPU, the part FP8
@@ -600,10 +507,21 @@ static void stage_params(const struct dp_model *m, const struct dp_layout *l, in
 void dp_time_layer(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
                    struct dp_layer_time out[DP_LAYER_KINDS])
 {
-    struct ctx c;
+    struct dp__time_ctx c;
     ctx_init(&c, m, cl, l, false);
     for (int k = 0; k < DP_LAYER_KINDS; k++)
         layer(&c, (enum dp_layer_kind)k, &out[k]);
+    /* the ends are the same whatever the layers' kind */
+    ends(&c, &out[0]);
+    for (int k = 1; k < DP_LAYER_KINDS; k++) {
+        out[k].emb_f = out[0].emb_f;
+        out[k].emb_b = out[0].emb_b;
+        out[k].emb_tp_f = out[0].emb_tp_f;
+        out[k].head_f = out[0].head_f;
+        out[k].head_b = out[0].head_b;
+        out[k].head_tp_f = out[0].head_tp_f;
+        out[k].head_tp_b = out[0].head_tp_b;
+    }
 }
 
 void dp_time_step_fast(const struct dp_model *m, const struct dp_cluster *cl,
@@ -618,102 +536,65 @@ void dp_time_step_with(const struct dp_model *m, const struct dp_cluster *cl,
                        const struct dp_layout *l, const struct dp_layer_time lt[DP_LAYER_KINDS],
                        struct dp_step_cost *o)
 {
+    dp_time_step_reuse(m, cl, l, lt, NULL, o);
+}
+
+void dp_time_step_reuse(const struct dp_model *m, const struct dp_cluster *cl,
+                        const struct dp_layout *l, const struct dp_layer_time lt[DP_LAYER_KINDS],
+                        struct dp_reuse *ru, struct dp_step_cost *o)
+{
     memset(o, 0, sizeof *o);
-    struct ctx c;
+    struct dp__time_ctx c;
     ctx_init(&c, m, cl, l, true);
     /* The CP and EP paths are the layer's (lt); dp_time_describe_paths fills them. */
     o->tp_path = c.tp;
     o->dp_path = c.dp;
     o->pp_path = c.pp;
-
-    /*
-     * Stages: first, middle, last. Layers of one kind make the middle stages alike,
-     * so one stands for all; with several kinds every middle stage is costed and the
-     * slowest stands for them (st[1]).
-     */
-    struct stage_cost st[3];
-    int pp = l->pp;
-    struct dp_layer_kinds kinds;
-    dp_layout_stage_kinds(l, m, 0, &kinds);
-    int L0 = kinds.n[DP_LAYER_DENSE] + kinds.n[DP_LAYER_MOE];
-    stage(&c, lt, &kinds, true, pp == 1, &st[0]);
-    double sum_mid = 0, wcast_mid = 0;
-    int slow_mid = 1;
-    if (pp > 2) {
-        bool mixed = dp_model_mixed_layers(m);
-        for (int r = 1; r < pp - 1; r++) {
-            struct stage_cost sr;
-            dp_layout_stage_kinds(l, m, r, &kinds);
-            stage(&c, lt, &kinds, false, false, &sr);
-            if (r == 1 || sr.total > st[1].total) {
-                st[1] = sr;
-                slow_mid = r;
-            }
-            sum_mid += sr.total;
-            wcast_mid += sr.weight_cast;
-            if (!mixed) { /* all middle stages cost the same */
-                sum_mid = (pp - 2) * sr.total;
-                wcast_mid = (pp - 2) * sr.weight_cast;
-                break;
-            }
-        }
-    }
-    if (pp > 1) {
-        dp_layout_stage_kinds(l, m, pp - 1, &kinds);
-        stage(&c, lt, &kinds, false, true, &st[2]);
-    }
-    double tmax = st[0].total;
-    int slow = 0;
-    for (int i = 1; i < 3; i++) {
-        bool present = (i == 1 && pp > 2) || (i == 2 && pp > 1);
-        if (present && st[i].total > tmax) {
-            tmax = st[i].total;
-            slow = i;
-        }
-    }
-    double sum = st[0].total + sum_mid + (pp > 1 ? st[2].total : 0);
-    double M = (double)dp_layout_microbatches(l);
-    /*
-     * 1F1B: in steady state every stage runs one forward and one backward per
-     * micro-batch, paced by the slowest; filling and draining the pipeline passes
-     * every other stage once, and interleaving v chunks divides that by v
-     * (Narayanan et al. 2021, Sec. 2.2: bubble (p - 1)/(v m) for equal stages).
-     */
-    double pipe = M * tmax + (sum - tmax) / l->vpp;
-    /* FP8 weight casts: each stage's first forward of the step, in turn along the pipeline
-     * fill. */
-    double wcast = st[0].weight_cast + wcast_mid + (pp > 1 ? st[2].weight_cast : 0);
-    pipe += wcast;
-    const struct stage_cost *s = &st[slow];
-    o->slowest_stage = slow == 0 ? 0 : slow == 1 ? slow_mid : pp - 1;
-    o->compute_s = M * (s->compute_f + s->compute_b) + wcast;
-    o->recompute_s = M * (s->recompute + s->tp_re);
-    o->tp_comm_s = M * (s->tp_f + s->tp_b);
-    o->cp_comm_s = M * s->cp;
-    o->ep_comm_s = M * s->ep;
-    o->pp_comm_s = M * s->pp;
-    o->bubble_s = pipe - M * tmax - wcast;
+    struct dp_reuse mine;
+    struct dp_reuse *r = ru ? ru : &mine;
+    if (!ru || !ru->have_pipe)
+        dp__time_pipeline(&c, lt, r);
+    const double pipe = r->pipe_s, M = (double)dp_layout_microbatches(l);
+    const int pp = l->pp, L0 = r->first_layers;
+    o->slowest_stage = r->slowest_stage;
+    o->compute_s = r->compute_s;
+    o->recompute_s = r->recompute_s;
+    o->tp_comm_s = r->tp_comm_s;
+    o->cp_comm_s = r->cp_comm_s;
+    o->ep_comm_s = r->ep_comm_s;
+    o->pp_comm_s = r->pp_comm_s;
+    o->bubble_s = r->bubble_s;
     for (int i = 0; i < 3; i++) {
-        o->stage_fwd_s[i] = st[i].compute_f + st[i].tp_f + st[i].pp / 2;
-        o->stage_bwd_s[i] =
-            st[i].compute_b + st[i].recompute + st[i].tp_b + st[i].tp_re + st[i].pp / 2;
+        o->stage_fwd_s[i] = r->stage_fwd_s[i];
+        o->stage_bwd_s[i] = r->stage_bwd_s[i];
     }
 
-    /* Data parallel: the stage holding the most parameters, against the first stage's
-     * windows (it finishes its last backward last). With layers of several kinds any
-     * stage can hold the most. */
+    /* Data parallel: the stage with the most parameters sets the time (the first and
+     * last hold the embedding and the output layer, the others only layers: the one
+     * with the most of them; with layers of several kinds any stage may hold most). */
     double pdense, pexpert;
     stage_params(m, l, 0, &pdense, &pexpert);
     int Lp = L0; /* that stage's layers */
-    for (int r = 1; r < pp; r++) {
-        if (r != pp - 1 && !dp_model_mixed_layers(m))
+    int most = -1, most_n = -1;
+    for (int d = 1; d < pp - 1; d++) {
+        int n = dp_layout_stage_layers(l, m, d);
+        if (n > most_n) {
+            most_n = n;
+            most = d;
+        }
+        if (l->nchunks == 0)
+            break; /* the middle stages are alike */
+    }
+    const bool mixed = dp_model_mixed_layers(m);
+    for (int d = 1; d < pp; d++) {
+        if (!mixed && d != most && d != pp - 1)
             continue;
         double d2, e2;
-        stage_params(m, l, r, &d2, &e2);
+        stage_params(m, l, d, &d2, &e2);
         if (d2 + e2 > pdense + pexpert) {
             pdense = d2;
             pexpert = e2;
-            Lp = dp_layout_stage_layers(l, m, r);
+            Lp = dp_layout_stage_layers(l, m, d);
         }
     }
     int pb, gb, ob;

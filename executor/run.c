@@ -84,6 +84,12 @@ int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world
                           "layout: vpp=%d: the interleaved schedule is not supported by the CPU "
                           "executor (vpp must be 1)",
                           l->vpp);
+    for (int r = 0; r < l->pp; r++)
+        if (dp_layout_stage_layers(l, m, r) == 0)
+            return dp_err_set(err, DP_EINFEASIBLE,
+                              "layout: stage %d holds no transformer layer (the embedding or the "
+                              "loss alone): the CPU executor needs at least one per stage",
+                              r);
     if (l->zero > 1)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "layout: zero=%d: the CPU executor supports ZeRO stages 0 and 1",

@@ -48,6 +48,17 @@ static int no_vpp(const struct dp__ctx *c)
 
 static int no_uneven(const struct dp__ctx *c)
 {
+    if (c->l->nchunks > 0) {
+        char list[128];
+        int ch[DP_MAX_CHUNKS], n = c->l->nchunks;
+        for (int s = 0; s < n && s < DP_MAX_CHUNKS; s++)
+            ch[s] = c->l->chunk_layers[s];
+        dp_split_format_list(ch, n, list, sizeof list);
+        return dp__refuse(c, "layout.stage_layers",
+                          "an uneven split (%s): DeepSpeed's PipelineModule partitions by method "
+                          "(uniform, parameters, type:REGEX), not by per-stage layer counts",
+                          list);
+    }
     if (c->l->first_stage_layers || c->l->last_stage_layers)
         return dp__refuse(c, "layout.first_stage_layers",
                           "a %d/../%d split: DeepSpeed's PipelineModule partitions by method "

@@ -63,6 +63,23 @@ static int fsdp_without_pp(const struct dp__ctx *c)
     return 0;
 }
 
+static int layout_fits(const struct dp__ctx *c)
+{
+    if (c->l->nchunks == 0)
+        return 0;
+    int ch[DP_MAX_CHUNKS], n = c->l->nchunks;
+    for (int s = 0; s < n && s < DP_MAX_CHUNKS; s++)
+        ch[s] = c->l->chunk_layers[s];
+    char buf[1024];
+    dp_split_format_megatron(ch, n, buf, sizeof buf);
+    if (strlen(buf) >= sizeof((struct dp__val *)0)->s)
+        return dp__refuse(c, "layout.stage_layers",
+                          "the split's --pipeline-model-parallel-layout string is %zu characters, "
+                          "more than this export writes (%zu)",
+                          strlen(buf), sizeof((struct dp__val *)0)->s - 1);
+    return 0;
+}
+
 static int fp8_recipe_known(const struct dp__ctx *c)
 {
     /* --fp8-recipe choices: tensorwise, delayed, mxfp8, blockwise (arguments.py). */
@@ -73,8 +90,8 @@ static int fp8_recipe_known(const struct dp__ctx *c)
     return 0;
 }
 
-static const dp__check_fn checks[] = {no_alibi, two_norms, biases, fsdp_without_pp,
-                                      fp8_recipe_known};
+static const dp__check_fn checks[] = {no_alibi,        two_norms,        biases,
+                                      fsdp_without_pp, fp8_recipe_known, layout_fits};
 
 /* ------------------------------------------------------------------ options: model */
 
@@ -171,9 +188,23 @@ static int pp(const struct dp__ctx *c, struct dp__val *v)
 {
     return dp__int(v, c->l->pp);
 }
+/* An explicit split goes as a --pipeline-model-parallel-layout string, which sets vpp
+ * itself and excludes --num-virtual-stages-per-pipeline-rank and the first/last counts
+ * (megatron/training/arguments.py validate_args, "Uneven virtual pipeline parallelism"). */
 static int vpp(const struct dp__ctx *c, struct dp__val *v)
 {
-    return c->l->vpp > 1 ? dp__int(v, c->l->vpp) : 0;
+    return c->l->vpp > 1 && c->l->nchunks == 0 ? dp__int(v, c->l->vpp) : 0;
+}
+static int pp_layout(const struct dp__ctx *c, struct dp__val *v)
+{
+    if (c->l->nchunks == 0)
+        return 0;
+    int ch[DP_MAX_CHUNKS], n = c->l->nchunks;
+    for (int s = 0; s < n && s < DP_MAX_CHUNKS; s++)
+        ch[s] = c->l->chunk_layers[s];
+    char buf[sizeof v->s];
+    dp_split_format_megatron(ch, n, buf, sizeof buf);
+    return dp__str(v, buf);
 }
 static int first_layers(const struct dp__ctx *c, struct dp__val *v)
 {
@@ -367,6 +398,7 @@ static const struct dp__opt opts[] = {
     {"PARALLEL_ARGS", "--num-virtual-stages-per-pipeline-rank", vpp},       /* ARG */
     {"PARALLEL_ARGS", "--decoder-first-pipeline-num-layers", first_layers}, /* ARG */
     {"PARALLEL_ARGS", "--decoder-last-pipeline-num-layers", last_layers},   /* ARG */
+    {"PARALLEL_ARGS", "--pipeline-model-parallel-layout", pp_layout},       /* ARG */
     {"PARALLEL_ARGS", "--context-parallel-size", cp},                       /* MPC */
     {"PARALLEL_ARGS", "--expert-model-parallel-size", ep},                  /* MPC */
     {"PARALLEL_ARGS", "--sequence-parallel", sp},                           /* MPC */

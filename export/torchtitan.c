@@ -154,24 +154,38 @@ struct split {
 
 static int pp_split(const struct dp__ctx *c, struct split *out)
 {
+    /* The chunks in model order (torchtitan's stage s runs on rank s % pp, looped);
+     * layers_per_stage is the largest middle chunk, the shortfalls of the first and the
+     * last chunk are the less-layers, and torchtitan's own rule must give back every
+     * count (dp_split_torchtitan implements it). */
     const struct dp_layout *l = c->l;
-    int pp = l->pp, v = l->vpp, most = 0;
-    for (int s = 0; s < pp; s++) {
-        int n = dp_layout_stage_layers(l, c->m, s);
-        if (n > most)
-            most = n;
+    int ch[DP_MAX_CHUNKS], back[DP_MAX_CHUNKS];
+    int S = dp_layout_expand(l, c->m, ch, DP_MAX_CHUNKS), most = 0;
+    if (S < 2)
+        return dp__refuse(c, "layout.pp", "pp=%d x vpp=%d model chunks exceeds %d", l->pp, l->vpp,
+                          DP_MAX_CHUNKS);
+    for (int s = S > 2 ? 1 : 0; s < (S > 2 ? S - 1 : S); s++)
+        if (ch[s] > most)
+            most = ch[s];
+    out->per_chunk = most;
+    out->first_less = most - ch[0];
+    out->last_less = most - ch[S - 1];
+    struct dp_err e = {0};
+    bool same = most > 0 && out->first_less >= 0 && out->last_less >= 0 &&
+                (c->m->layers + out->first_less + out->last_less + most - 1) / most == S &&
+                dp_split_torchtitan(c->m->layers, l->pp, l->vpp, out->first_less, out->last_less,
+                                    back, "split", DP_EINFEASIBLE, &e) == 0;
+    for (int s = 0; same && s < S; s++)
+        same = back[s] == ch[s];
+    if (!same) {
+        char list[128];
+        dp_split_format_list(ch, S, list, sizeof list);
+        return dp__refuse(c, l->nchunks ? "layout.stage_layers" : "layout.first_stage_layers",
+                          "the split %s is not torchtitan's (pipeline_parallel_layers_per_stage "
+                          "and first/last_stage_less_layers: equal chunks but the first and "
+                          "last, any remainder on the first chunks)",
+                          list);
     }
-    for (int s = 1; s < pp - 1; s++)
-        if (dp_layout_stage_layers(l, c->m, s) != most)
-            return dp__refuse(c, "layout.first_stage_layers",
-                              "stage 0 or %d holds more layers than the middle stages: torchtitan "
-                              "shortens only the first and last stages "
-                              "(pipeline_parallel_first/last_stage_less_layers)",
-                              pp - 1);
-    /* vpp > 1 needs an even split (dp_layout_validate), so chunks divide evenly */
-    out->per_chunk = most / v;
-    out->first_less = (most - dp_layout_stage_layers(l, c->m, 0)) / v;
-    out->last_less = (most - dp_layout_stage_layers(l, c->m, pp - 1)) / v;
     return 0;
 }
 

@@ -69,7 +69,7 @@ static bool apply(enum change_kind k, const struct dp_cluster *cl, struct dp_lay
             return false;
         l->pp *= 2;
         l->dp /= 2;
-        l->first_stage_layers = l->last_stage_layers = 0;
+        dp_layout_reset_split(l);
         snprintf(opt, cap, "--pp %d", l->pp);
         return true;
     case CH_MBS_HALF:
@@ -155,8 +155,27 @@ static bool evaluate(const struct dp_model *m, const struct dp_cluster *cl,
                      const struct dp_mem_opts *o, double base_rate, struct dp_fix *fx)
 {
     struct dp_err e = {0};
-    if (dp_layout_validate(to, m, dp_cluster_gpus(cl), &e))
-        return false;
+    struct dp_layout split;
+    if (dp_layout_validate(to, m, dp_cluster_gpus(cl), &e)) {
+        /* A new pp the layers do not divide into: the planner's balanced split, the
+         * embedding and the loss counted as a layer each (Megatron's accounting). */
+        int c[DP_MAX_CHUNKS];
+        split = *to;
+        dp_err_clear(&e);
+        if (to->nchunks || to->first_stage_layers || to->last_stage_layers ||
+            (int64_t)to->pp * to->vpp > DP_MAX_CHUNKS ||
+            dp_split_balanced(m->layers, to->pp, to->vpp, 1, 1, false, c) ||
+            dp_layout_set_chunks(&split, c, to->pp * to->vpp) ||
+            dp_layout_validate(&split, m, dp_cluster_gpus(cl), &e))
+            return false;
+        to = &split;
+        size_t n = strlen(fx->change);
+        if (n + 16 < sizeof fx->change) {
+            snprintf(fx->change + n, sizeof fx->change - n, " --stage-layers ");
+            n = strlen(fx->change);
+            dp_split_format_list(c, to->pp * to->vpp, fx->change + n, sizeof fx->change - n);
+        }
+    }
     fx->layout = *to;
     fx->gpus = dp_cluster_gpus(cl);
     dp_mem_peak(m, cl, to, o, &fx->peak_bytes, NULL, NULL);

@@ -7,12 +7,28 @@
 #include "planner.h"
 
 /*
- * Pipeline splits of L layers into pp stages: (first, last) stage layer counts, 0
- * meaning "like the middle stages". Even splits, and Megatron-style uneven ones where
- * the first and/or last stage holds 1 or 2 layers fewer than the others (they also
- * hold the embedding and the output layer). Returns the count written to out.
+ * The pipeline splits the searches try for (pp, vpp): the even one when L divides into
+ * the pp x vpp model chunks, and dplan's balanced family (dp_split_balanced,
+ * core/split.c) with the embedding and the loss weighing a and b layers, a, b in
+ * {0, 1, 2} without interleaving and (0, 0), (0, 1), (1, 1) with it: the first and last
+ * stages one or two layers lighter (Megatron's --decoder-first/last-pipeline-num-layers
+ * and --account-for-*-in-pipeline-split are members when the rest divides), the
+ * remainder of a count that does not divide spread one layer per GPU, to the first
+ * chunks or to those before the last. With head_w > 0 the loss also weighs head_w and
+ * head_w + 1 layers (the output layer's time in layers; the time search passes it, the
+ * memory search 0). Uneven splits are tried up to vpp = DP_SEARCH_MAX_UNEVEN_VPP and not
+ * at all with no_uneven. Duplicates are dropped. Returns the count written to out (at
+ * most DP_MAX_SPLITS); an even split is stored as nchunks 0.
  */
-int dp__splits(int L, int pp, bool no_uneven, int out[][2], int cap);
+#define DP_SEARCH_MAX_UNEVEN_VPP 16
+#define DP_MAX_SPLITS            27 /* 1 even + 2 placements x (9 + 4) weights */
+
+struct dp__split {
+    int nchunks;
+    uint16_t c[DP_MAX_CHUNKS];
+};
+
+int dp__pipeline_splits(int L, int pp, int vpp, bool no_uneven, int head_w, struct dp__split *out);
 
 /*
  * `gpus` GPUs of cl's node type: whole nodes of cl->gpus_per_node when gpus is at

@@ -1,5 +1,5 @@
 /*
- * The exhaustive layout search: every valid (tp, cp, pp, split, vpp, dp, ep,
+ * The exhaustive layout search: every valid (tp, cp, pp, vpp, split, dp, ep,
  * mbs, ZeRO, recompute, sp) for a model on a cluster, memory first, then time,
  * keeping the best K and the best per value of each dimension.
  *
@@ -167,12 +167,13 @@ static void keep_alt(struct search *s, enum dp_alt_dim dim, int value, const str
 
 static void evaluate(struct search *s, const struct dp_layout *l,
                      const struct dp_layer_time lt[DP_LAYER_KINDS],
-                     const struct dp_act_layer al[DP_LAYER_KINDS])
+                     const struct dp_act_layer al[DP_LAYER_KINDS], struct dp_reuse *ru)
 {
     struct dp_search_result *r = s->r;
     r->evaluated++;
     struct dp_candidate c;
-    dp_mem_peak_with(s->m, s->cl, l, &s->o->mem, al, &c.peak_bytes, &c.min_bytes, &c.peak_stage);
+    dp_mem_peak_reuse(s->m, s->cl, l, &s->o->mem, al, ru, &c.peak_bytes, &c.min_bytes,
+                      &c.peak_stage);
     if (c.peak_bytes > s->cap) {
         r->oom++;
         if (r->lowest_peak < 0 || c.peak_bytes < r->lowest_peak) {
@@ -183,7 +184,7 @@ static void evaluate(struct search *s, const struct dp_layout *l,
     }
     r->fitting++;
     c.layout = *l;
-    dp_time_step_with(s->m, s->cl, l, lt, &c.cost);
+    dp_time_step_reuse(s->m, s->cl, l, lt, ru, &c.cost);
     if (s->o->on_fit)
         s->o->on_fit(&c, s->o->on_fit_ctx);
     keep_top(s, &c);
@@ -198,35 +199,53 @@ static void evaluate(struct search *s, const struct dp_layout *l,
         keep_alt(s, DP_ALT_GEMM, (int)dp_layout_gemm(l), &c);
 }
 
-int dp__splits(int L, int pp, bool no_uneven, int out[][2], int cap)
+/* The pipeline splits tried for (pp, vpp): see internal.h. */
+int dp__pipeline_splits(int L, int pp, int vpp, bool no_uneven, int head_w, struct dp__split *out)
 {
-    int n = 0;
-    if (pp == 1 || L % pp == 0)
-        out[n++][0] = 0, out[n - 1][1] = 0;
-    if (pp == 1 || no_uneven)
+    /* (a, b): without interleaving both 0..2; with it (0, 0), (0, 1), (1, 1); and the
+     * loss weighing what the output layer and loss cost (head_w layers, rounded either
+     * way: it is the heavy end) */
+    int ab[16][2], nab = 0;
+    int amax = vpp == 1 ? 2 : 1;
+    for (int a = 0; a <= amax; a++)
+        for (int b = 0; b <= amax; b++)
+            if (vpp == 1 || b >= a)
+                ab[nab][0] = a, ab[nab++][1] = b;
+    for (int a = 0; a <= 1; a++)
+        for (int b = head_w; b <= head_w + 1; b++)
+            if (b > amax)
+                ab[nab][0] = a, ab[nab++][1] = b;
+    int S = pp * vpp, n = 0;
+    if (S > DP_MAX_CHUNKS)
+        return 0;
+    if (L % S == 0)
+        out[n++].nchunks = 0;
+    if (pp == 1 || no_uneven || vpp > DP_SEARCH_MAX_UNEVEN_VPP)
         return n;
-    for (int k = 1; k <= 2 && n < cap; k++) {
-        /* first and last both reduced: 2f + (pp - 2) m = L, f = m - k */
-        if (pp >= 3 && (L + 2 * k) % pp == 0) {
-            int m = (L + 2 * k) / pp, f = m - k;
-            if (f >= 1 && n < cap) {
-                out[n][0] = f;
-                out[n][1] = f;
-                n++;
-            }
+    int c[DP_MAX_CHUNKS];
+    for (int k = 0; k < 2 * nab; k++) {
+        if (dp_split_balanced(L, pp, vpp, ab[k / 2][0], ab[k / 2][1], k % 2, c))
+            continue;
+        bool even = true;
+        for (int x = 1; x < S; x++)
+            even &= c[x] == c[0];
+        if (even)
+            continue; /* the even split, already there */
+        bool dup = false;
+        for (int i = 0; i < n && !dup; i++) {
+            if (out[i].nchunks != S)
+                continue;
+            bool same = true;
+            for (int x = 0; x < S && same; x++)
+                same = out[i].c[x] == c[x];
+            dup = same;
         }
-        /* only the last (or only the first) reduced: (pp - 1) m + f = L */
-        if ((L + k) % pp == 0) {
-            int m = (L + k) / pp, f = m - k;
-            if (f >= 1 && n + 1 < cap) {
-                out[n][0] = 0;
-                out[n][1] = f;
-                n++;
-                out[n][0] = f;
-                out[n][1] = 0;
-                n++;
-            }
-        }
+        if (dup)
+            continue;
+        out[n].nchunks = S;
+        for (int x = 0; x < S; x++)
+            out[n].c[x] = (uint16_t)c[x];
+        n++;
     }
     return n;
 }
@@ -353,10 +372,21 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                         l.tp_overlap = o->tp_overlap != 0 && sp && tp > 1;
                         l.dp = rest; /* for the paths; fixed below per pp */
                         l.pp = 1;
-                        struct dp_layer_time lt[DP_LAYER_KINDS];
-                        if (!other_batch)
-                            dp_time_layer(m, cl, &l, lt);
+                        struct dp_layer_time lts[DP_LAYER_KINDS];
+                        dp_time_layer(m, cl, &l, lts);
+                        /* The output layer and loss in layers (of the last layer's kind) of
+                         * forward + backward time, for the splits that unload the last
+                         * stage. */
+                        const struct dp_layer_time *lt = &lts[dp_model_layer_kind(m, L - 1)];
+                        double layer_fb = 3 * lt->gemm_f + lt->attn_f + lt->attn_b + 3 * lt->ew_f +
+                                          lt->cast_f + lt->cast_b + lt->tp_f + lt->tp_b + lt->cp_f +
+                                          lt->cp_b + lt->ep_f + lt->ep_b;
+                        double head_fb = lt->head_f + lt->head_b + lt->head_tp_f + lt->head_tp_b;
+                        int head_w = layer_fb > 0 ? (int)(head_fb / layer_fb) : 0;
+                        if (head_w > 64)
+                            head_w = 64;
                         struct dp_act_layer act[3][DP_LAYER_KINDS];
+                        struct dp_reuse ru[3];
                         for (int rc = 0; rc < 3; rc++) {
                             l.recompute = (enum dp_recompute)rc;
                             dp_act_layers(m, &l, act[rc]);
@@ -382,21 +412,32 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                                 continue; /* evaluated in the first pass */
                             }
                             int64_t M = gbs / (mbs * dp);
-                            int sp_[8][2];
-                            int nsplit = dp__splits(L, pp, o->no_uneven, sp_, 8);
-                            if (nsplit == 0) {
-                                if (pp < DP_MAX_PP + 1)
-                                    nosplit[pp] = 1;
-                                continue;
-                            }
-                            for (int si = 0; si < nsplit; si++) {
-                                bool even = sp_[si][0] == 0 && sp_[si][1] == 0;
-                                int per = L / pp;
-                                for (int vpp = 1; vpp <= (even && pp > 1 ? per : 1); vpp++) {
-                                    if (per % vpp || (o->vpp && vpp != o->vpp))
-                                        continue;
-                                    if (vpp > 1 && M % pp)
-                                        continue;
+                            int vmax = pp == 1 ? 1 : (L + 2) / pp;
+                            if (vmax > DP_MAX_CHUNKS / pp)
+                                vmax = DP_MAX_CHUNKS / pp;
+                            bool any = false;
+                            for (int vpp = 1; vpp <= vmax; vpp++) {
+                                if (o->vpp && vpp != o->vpp)
+                                    continue;
+                                if (vpp > 1 && M % pp)
+                                    continue;
+                                struct dp__split sp_[DP_MAX_SPLITS];
+                                int nsplit =
+                                    dp__pipeline_splits(L, pp, vpp, o->no_uneven, head_w, sp_);
+                                any |= nsplit > 0;
+                                for (int si = 0; si < nsplit; si++) {
+                                    l.pp = pp;
+                                    l.dp = dp;
+                                    l.vpp = vpp;
+                                    l.pp_overlap = o->pp_overlap != 0 && vpp > 1;
+                                    l.gbs = gbs;
+                                    l.nchunks = sp_[si].nchunks;
+                                    memcpy(l.chunk_layers, sp_[si].c,
+                                           sizeof l.chunk_layers[0] * (size_t)sp_[si].nchunks);
+                                    /* ZeRO changes neither the schedule nor the
+                                     * activations: computed once per recompute mode */
+                                    for (int k = 0; k < 3; k++)
+                                        ru[k].have_pipe = ru[k].have_act = false;
                                     for (int zero = 0; zero <= 3; zero++) {
                                         if (o->zero >= 0 && zero != o->zero)
                                             continue;
@@ -407,23 +448,18 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                                         for (int rc = 0; rc < 3; rc++) {
                                             if (o->recompute >= 0 && rc != o->recompute)
                                                 continue;
-                                            l.pp = pp;
-                                            l.dp = dp;
-                                            l.vpp = vpp;
                                             l.zero = zero;
-                                            l.gbs = gbs;
                                             l.recompute = (enum dp_recompute)rc;
-                                            l.first_stage_layers = sp_[si][0];
-                                            l.last_stage_layers = sp_[si][1];
-                                            l.pp_overlap = o->pp_overlap != 0 && vpp > 1;
                                             if (other_batch)
                                                 evaluate_other_batch(s, &l, act[rc]);
                                             else
-                                                evaluate(s, &l, lt, act[rc]);
+                                                evaluate(s, &l, lts, act[rc], &ru[rc]);
                                         }
                                     }
                                 }
                             }
+                            if (!any && pp < DP_MAX_PP + 1)
+                                nosplit[pp] = 1;
                         }
                     }
                 }
@@ -496,10 +532,8 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
         if (nosplit[pp] && shown++ < 8)
             len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", len ? "," : "", pp);
     if (shown)
-        note(&s,
-             "pp=%s%s: %d layers do not split into that many stages (evenly, or with 1-2 "
-             "fewer on the first/last)",
-             list, shown > 8 ? ",..." : "", L);
+        note(&s, "pp=%s%s: %d layers do not split evenly into that many stages%s", list,
+             shown > 8 ? ",..." : "", L, o->no_uneven ? " (--no-uneven)" : "");
     if (r->evaluated == 0 && r->alt_gbs) {
         char lay[160], lack[64] = "";
         dp_layout_format_model(&r->alt_layout, m, lay, sizeof lay);

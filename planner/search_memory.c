@@ -213,14 +213,15 @@ static bool scan_all(struct scan *s, int64_t mbs)
                     for (int pp = 1; pp <= L && pp <= DP_MAX_PP; pp++) {
                         if ((o->pp && pp != o->pp) || (int64_t)tp * cp * pp > s->max_gpus)
                             continue;
-                        int sp_[8][2];
-                        int nsplit = dp__splits(L, pp, o->no_uneven, sp_, 8);
-                        for (int si = 0; si < nsplit; si++) {
-                            bool even = sp_[si][0] == 0 && sp_[si][1] == 0;
-                            int per = L / pp;
-                            for (int vpp = 1; vpp <= (even && pp > 1 ? per : 1); vpp++) {
-                                if (per % vpp || (o->vpp && vpp != o->vpp))
-                                    continue;
+                        int vmax = pp == 1 ? 1 : (L + 2) / pp;
+                        if (vmax > DP_MAX_CHUNKS / pp)
+                            vmax = DP_MAX_CHUNKS / pp;
+                        for (int vpp = 1; vpp <= vmax; vpp++) {
+                            if (o->vpp && vpp != o->vpp)
+                                continue;
+                            struct dp__split sp_[DP_MAX_SPLITS];
+                            int nsplit = dp__pipeline_splits(L, pp, vpp, o->no_uneven, 0, sp_);
+                            for (int si = 0; si < nsplit; si++) {
                                 for (int zero = 0; zero <= 3; zero++) {
                                     if ((o->zero >= 0 && zero != o->zero) || (zero >= 2 && pp > 1))
                                         continue;
@@ -231,8 +232,9 @@ static bool scan_all(struct scan *s, int64_t mbs)
                                         l.vpp = vpp;
                                         l.zero = zero;
                                         l.recompute = (enum dp_recompute)rc;
-                                        l.first_stage_layers = sp_[si][0];
-                                        l.last_stage_layers = sp_[si][1];
+                                        l.nchunks = sp_[si].nchunks;
+                                        memcpy(l.chunk_layers, sp_[si].c,
+                                               sizeof l.chunk_layers[0] * (size_t)l.nchunks);
                                         if (!config(s, &l, act[rc]))
                                             return false;
                                     }

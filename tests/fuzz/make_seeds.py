@@ -63,6 +63,13 @@ def main():
         "seq_len": 8192, "zero": 1, "recompute": "selective", "sp": True, "flash_attn": True,
         "precision": "bf16", "grad_fp32": True, "optimizer": "adam", "dp_overlap": True,
         "first_stage_layers": 7, "last_stage_layers": 9}).encode())
+    # The explicit splits: a list per model chunk, and a Megatron layout string.
+    put("layout", "stage-layers", json.dumps({
+        "tp": 1, "pp": 4, "dp": 1, "vpp": 2, "mbs": 1, "gbs": 8, "seq_len": 4096,
+        "stage_layers": [0, 2, 2, 2, 2, 2, 2, 1]}).encode())
+    put("layout", "pipeline-layout", json.dumps({
+        "tp": 1, "pp": 4, "dp": 1, "mbs": 1, "gbs": 8, "seq_len": 4096,
+        "pipeline_layout": "Et|(tt|)*6,tL"}).encode())
     xdir = os.path.join(ROOT, "tests", "topology", "xml")
     for f in sorted(os.listdir(xdir)):
         p = os.path.join(xdir, f)

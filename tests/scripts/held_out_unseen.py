@@ -8,8 +8,11 @@ that are not held out (every third scored run of a file with "held_out_rule":
 "every-third" is held out). This script checks, on copies of the dense runs files
 (every file but moe.json, which has a gate of its own):
   1. there are held-out runs, on every GPU that has a fit, and the shipped profiles'
-     curves are what `dplan calibrate` fits on the shipped runs (relative 1e-6: the
-     profiles were not fitted on anything else);
+     curves are what `dplan calibrate` fits on the shipped runs, within a relative 2e-3:
+     they were fitted so, and later changes of the step-time model move that fit a
+     little (up to 7.4e-4 after issue 11's pipeline layouts); a fit on every run lands
+     7e-3 to 3.5e-2 away on three of the four GPUs (6e-4 on the H100 SXM5, which the
+     bound cannot tell apart: check 2 can);
   2. making every held-out run twice as slow (step time x 2, or throughput / 2) leaves
      every fitted constant bit for bit as it was, and the fitted subset's errors too:
      the fit does not read them;
@@ -102,7 +105,7 @@ try:
         prof = json.load(open(os.path.join(vdir, "..", "..", "profiles", "gpu", g + ".json")))
         for c, (e, h) in orig[g].items():
             pe, ph = prof[c]["eff_max"], prof[c]["half_flops"]
-            if abs(e - pe) > 1e-6 * pe or abs(h - ph) > 1e-6 * ph:
+            if abs(e - pe) > 2e-3 * pe or abs(h - ph) > 2e-3 * ph:
                 fail("%s %s: calibrate fits eff_max %.10g half_flops %.6g, the profile has "
                      "%.10g %.6g" % (g, c, e, h, pe, ph))
 

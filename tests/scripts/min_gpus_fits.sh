@@ -17,8 +17,14 @@ args=(--system dgx-h100 --nodes "$nodes" --tp "$(val tp)" --pp "$(val pp)" --dp 
       --cp "$(val cp)" --ep "$(val ep)" --vpp "$(val vpp)" --mbs "$(val mbs)" --gbs "$(val gbs)"
       --zero "$(val zero)" --recompute "$(val recompute)")
 [ "$(val sp)" = true ] && args+=(--sp)
-[ "$(val first_stage_layers)" = 0 ] || args+=(--first-stage-layers "$(val first_stage_layers)")
-[ "$(val last_stage_layers)" = 0 ] || args+=(--last-stage-layers "$(val last_stage_layers)")
+# an uneven split: first/last_stage_layers (absent when 0), or the explicit stage_layers list
+first=$(val first_stage_layers) last=$(val last_stage_layers)
+[ -z "$first" ] || [ "$first" = 0 ] || args+=(--first-stage-layers "$first")
+[ -z "$last" ] || [ "$last" = 0 ] || args+=(--last-stage-layers "$last")
+if grep -q '"stage_layers":' "$tmp/min.json"; then
+  list=$(tr -d ' \t\n' < "$tmp/min.json" | sed 's/.*"stage_layers":\[\([0-9,]*\)\].*/\1/')
+  args+=(--stage-layers "$list")
+fi
 want=$(val peak_bytes)
 "$dplan" memory llama3-405b "${args[@]}" --json > "$tmp/check.json"
 grep -q '"fits":[[:space:]]*true' "$tmp/check.json" || { echo "reported layout does not fit: ${args[*]}"; exit 1; }

@@ -1,20 +1,52 @@
 #!/usr/bin/env bash
 # suggest -o writes plan.json; estimate --plan and memory --plan read it back and
-# predict exactly what the plan recorded.
+# predict exactly what the plan recorded. The pipeline split travels exactly: an
+# uneven interleaved one (Llama 3.1 405B's 126 layers at pp=8 vpp=8, which the
+# planner picks), and a plan in the old first/last_stage_layers form still loads.
 set -eu
 dplan=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+check() { # plan.json
+  grep -q '"dplan_plan":[[:space:]]*1' "$1"
+  want=$(grep -m1 '"step_time_s"' "$1" | tr -dc '0-9.e-')
+  got=$("$dplan" estimate --plan "$1" --json | grep -m1 '"step_time_s"' | tr -dc '0-9.e-')
+  # (two empty strings would compare equal: a missing field fails)
+  [ -n "$want" ] && [ "$want" = "$got" ] || { echo "$1: step time: plan '$want', estimate --plan '$got'"; exit 1; }
+  want=$(grep -m1 '"peak_bytes"' "$1" | tr -dc '0-9.e-')
+  got=$("$dplan" memory --plan "$1" --json | grep -m1 '"peak_bytes"' | tr -dc '0-9.e-')
+  [ -n "$want" ] && [ "$want" = "$got" ] || { echo "$1: peak bytes: plan '$want', memory --plan '$got'"; exit 1; }
+}
+# the stage_layers list of a plan, on one line
+split_of() { tr -d ' \t\n' < "$1" | sed 's/.*"stage_layers":\[\([0-9,]*\)\].*/\1/'; }
+
 "$dplan" suggest llama2-13b --system dgx-h100 --nodes 2 -o "$tmp/plan.json" > /dev/null
-grep -q '"dplan_plan":[[:space:]]*1' "$tmp/plan.json"
+check "$tmp/plan.json"
 # each stage's layers are listed (prediction.memory.stages[]: first_layer/last_layer, or
 # chunks when interleaved); 40 layers, so some stage ends at layer 39
 grep -Eq '"last_layer":[[:space:]]*39' "$tmp/plan.json"
-# (two empty strings would compare equal: a missing field fails)
-want=$(grep -m1 '"step_time_s"' "$tmp/plan.json" | tr -dc '0-9.e-')
-got=$("$dplan" estimate --plan "$tmp/plan.json" --json | grep -m1 '"step_time_s"' | tr -dc '0-9.e-')
-[ -n "$want" ] && [ "$want" = "$got" ] || { echo "step time: plan '$want', estimate --plan '$got'"; exit 1; }
-want=$(grep -m1 '"peak_bytes"' "$tmp/plan.json" | tr -dc '0-9.e-')
-got=$("$dplan" memory --plan "$tmp/plan.json" --json | grep -m1 '"peak_bytes"' | tr -dc '0-9.e-')
-[ -n "$want" ] && [ "$want" = "$got" ] || { echo "peak bytes: plan '$want', memory --plan '$got'"; exit 1; }
-echo "plan round trip: ok (step $want s)"
+
+"$dplan" suggest llama3-405b --system dgx-h100 --nodes 128 --tp 8 --pp 8 --vpp 8 --cp 2 \
+  --gbs 512 -o "$tmp/uneven.json" > /dev/null
+check "$tmp/uneven.json"
+want="1$(printf ',2%.0s' $(seq 62)),1"
+got=$(split_of "$tmp/uneven.json")
+[ "$got" = "$want" ] || { echo "uneven split: plan has $got, expected $want"; exit 1; }
+# the layout that estimate --plan reads back is the plan's, split included
+"$dplan" estimate --plan "$tmp/uneven.json" --json > "$tmp/est.json"
+got=$(tr -d ' \t\n' < "$tmp/est.json" | sed 's/.*"megatron_layout":"\([^"]*\)".*/\1/')
+[ "$got" = 'Et|(tt|)*62,tL' ] || { echo "uneven split read back as $got"; exit 1; }
+
+# a plan in the old form: first/last_stage_layers, no stage_layers
+cat > "$tmp/legacy.json" <<'JSON'
+{"dplan_plan": 1,
+ "model": {"name": "m", "layers": 10, "hidden": 64, "heads": 4, "ffn_hidden": 256, "ffn": "gelu",
+           "vocab": 256, "seq_len": 64, "tied_embeddings": true, "norm": "layernorm"},
+ "layout": {"tp": 1, "pp": 4, "dp": 1, "mbs": 1, "gbs": 4, "seq_len": 64,
+            "first_stage_layers": 2, "last_stage_layers": 2}}
+JSON
+"$dplan" memory --plan "$tmp/legacy.json" --gpu a100-sxm4-80gb --gpus 4 > "$tmp/legacy.txt"
+grep -q 'stage 0 (2L: 0-1)' "$tmp/legacy.txt" && grep -q 'stage 1 (3L: 2-4)' "$tmp/legacy.txt" &&
+  grep -q 'stage 3 (2L: 8-9)' "$tmp/legacy.txt" \
+  || { echo "legacy plan: first/last stage layers lost"; cat "$tmp/legacy.txt"; exit 1; }
+echo "plan round trip: ok"

@@ -335,11 +335,11 @@ static void test_layer_ranges(void)
     dp_layout_stage_ranges(&l, &m, 1, buf, sizeof buf);
     CHECK_STR(buf, "19-39");
     dp_layout_format_model(&l, &m, buf, sizeof buf);
-    CHECK_STR(buf, "tp=1 pp=4 dp=1 mbs=1 split=19/21x2/19");
+    CHECK_STR(buf, "tp=1 pp=4 dp=1 mbs=1 split=19,21,21,19");
     l.first_stage_layers = 0; /* only the last stage given: (80 - 17) / 3 = 21 each before */
     l.last_stage_layers = 17;
     dp_layout_format_model(&l, &m, buf, sizeof buf);
-    CHECK_STR(buf, "tp=1 pp=4 dp=1 mbs=1 split=21x3/17");
+    CHECK_STR(buf, "tp=1 pp=4 dp=1 mbs=1 split=21*3,17");
     dp_layout_format(&l, buf, sizeof buf); /* no model: only what was given, never 0 */
     CHECK_STR(buf, "tp=1 pp=4 dp=1 mbs=1 split=../17");
     l.last_stage_layers = 0;

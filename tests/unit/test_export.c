@@ -142,6 +142,24 @@ static void test_torchtitan_split(void)
                                 if (dp_layout_stage_layers(&p.layout, &p.model, t) >
                                     dp_layout_stage_layers(&p.layout, &p.model, s))
                                     middle_largest = false;
+                        /* With interleaving torchtitan shortens only its first and last
+                         * virtual stages (chunk 0 of stage 0, the last chunk of the last
+                         * stage); Megatron's first/last counts shorten every chunk of those
+                         * stages, so they are torchtitan's only when no chunk but those two
+                         * is short. */
+                        if (vpp > 1) {
+                            int most = 0;
+                            for (int s = 0; s < pp; s++)
+                                for (int k = 0; k < vpp; k++) {
+                                    int n = dp_layout_chunk_count(&p.layout, &p.model, s, k);
+                                    most = n > most ? n : most;
+                                }
+                            for (int s = 0; s < pp; s++)
+                                for (int k = 0; k < vpp; k++)
+                                    if (!(s == 0 && k == 0) && !(s == pp - 1 && k == vpp - 1) &&
+                                        dp_layout_chunk_count(&p.layout, &p.model, s, k) != most)
+                                        middle_largest = false;
+                        }
                         struct dp_buf b;
                         int rc = export_text(&p, DP_EXPORT_TORCHTITAN, &b, &err);
                         if (!middle_largest) {

@@ -1,13 +1,14 @@
 /*
  * The fewest GPUs that fit (dp_plan_min_gpus) must be the fewest: Llama 3 405B
  * on DGX H100 against a layout worked out by hand, and small models against a
- * brute force that tries every documented layout (every micro-batch too) on
- * every count below the answer with the full memory report.
+ * brute force that tries every layout dplan accepts, with every pipeline split (every
+ * micro-batch too), on every count below the answer with the full memory report.
  */
 #include "check.h"
 #include "planner/planner.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 static struct dp_search_opts opts(const struct dp_model *m, int64_t gbs)
 {
@@ -128,80 +129,90 @@ static struct dp_model small_model(int experts, bool long_seq)
     return m;
 }
 
-/* The documented pipeline splits: even, or first and/or last stage 1-2 layers short
- * (both by the same amount). */
-static bool split_ok(int L, int pp, int first, int last)
+/*
+ * Every split of `left` layers into S model chunks that dplan accepts (dp_split_check):
+ * S counts, none zero but the first (the embedding's) and the last (the loss's); 2^(L+1)
+ * over all S for L layers. Independent of the planner's balanced family, a subset of
+ * it. Written to out[0..cap-1] from chunk i on; returns the count.
+ */
+static int all_splits(int S, int cur[], int i, int left, int (*out)[8], int n, int cap)
 {
-    if (!first && !last)
-        return L % pp == 0;
-    int middle = pp - (first ? 1 : 0) - (last ? 1 : 0);
-    if (middle < 1 || (L - first - last) % middle)
-        return false;
-    int mid = (L - first - last) / middle;
-    int kf = first ? mid - first : 0, kl = last ? mid - last : 0;
-    if ((first && (kf < 1 || kf > 2)) || (last && (kl < 1 || kl > 2)))
-        return false;
-    return !(first && last) || kf == kl;
+    if (i == S - 1) {
+        cur[i] = left; /* the last chunk: the loss's, may be empty */
+        if (n < cap)
+            memcpy(out[n], cur, sizeof(int) * (size_t)S);
+        return n + 1;
+    }
+    for (int k = i == 0 ? 0 : 1; k <= left; k++) {
+        cur[i] = k;
+        n = all_splits(S, cur, i + 1, left - k, out, n, cap);
+    }
+    return n;
 }
 
-/* Does any documented layout of m fit on n GPUs (batch: gbs, or 2 x mbs per GPU)? */
+/* Does any layout of m fit on n GPUs (batch: gbs, or 2 x mbs per GPU), with any split? */
 static bool any_fits(const struct dp_model *m, const struct dp_cluster *cl, int n, int64_t gbs)
 {
     struct dp_cluster c = with_gpus(cl, n);
     int gpn = c.gpus_per_node, L = (int)m->layers;
     struct dp_mem_report *rep = malloc(sizeof *rep);
+    static int splits[256][8];
+    int cur[8];
     bool found = false;
     int emax = m->experts ? (int)m->experts : 1;
     for (int tp = 1; tp <= gpn && !found; tp *= 2)
         for (int cp = 1; tp * cp <= n && !found; cp *= 2)
             for (int pp = 1; pp <= L && !found; pp++)
-                for (int first = 0; first <= L && !found; first++)
-                    for (int last = 0; last <= L && !found; last++)
-                        for (int vpp = 1; vpp <= L; vpp++)
-                            for (int ep = 1; ep <= emax; ep++)
-                                for (int64_t mbs = 1; mbs <= 4; mbs *= 2)
-                                    for (int zero = 0; zero <= 3; zero++)
-                                        for (int rc = 0; rc < 3; rc++)
-                                            for (int sp = 0; sp <= 1; sp++) {
-                                                if (n % (tp * cp * pp) || gpn % tp || emax % ep ||
-                                                    (sp && tp == 1))
-                                                    continue;
-                                                if ((first || last) && (pp == 1 || vpp > 1))
-                                                    continue;
-                                                if (pp > 1 && !split_ok(L, pp, first, last))
-                                                    continue;
-                                                struct dp_layout l;
-                                                dp_layout_default(&l);
-                                                l.tp = tp;
-                                                l.cp = cp;
-                                                l.pp = pp;
-                                                l.dp = n / (tp * cp * pp);
-                                                l.ep = ep;
-                                                l.vpp = vpp;
-                                                l.mbs = mbs;
-                                                l.gbs = gbs ? gbs : 2 * mbs * n;
-                                                l.seq_len = m->seq_len;
-                                                l.zero = zero;
-                                                l.recompute = (enum dp_recompute)rc;
-                                                l.sp = sp;
-                                                l.first_stage_layers = first;
-                                                l.last_stage_layers = last;
-                                                int64_t dpcp = (int64_t)l.dp * cp;
-                                                if (dpcp % ep || (zero > 0 && dpcp == 1) ||
-                                                    (zero >= 2 && pp > 1))
-                                                    continue;
-                                                if (cp > 1 && m->seq_len % (2 * cp))
-                                                    continue;
-                                                struct dp_err e = {0};
-                                                if (dp_layout_validate(&l, m, n, &e))
-                                                    continue;
-                                                if (vpp > 1 && dp_layout_microbatches(&l) % pp)
-                                                    continue;
-                                                if (dp_mem_estimate(m, &c, &l, NULL, rep, &e) ==
-                                                        0 &&
-                                                    rep->fits)
-                                                    found = true;
-                                            }
+                for (int vpp = 1; pp * vpp <= 8 && !found; vpp++) {
+                    if (n % (tp * cp * pp) || gpn % tp || (pp == 1 && vpp > 1))
+                        continue;
+                    int ns = all_splits(pp * vpp, cur, 0, L, splits, 0, 256);
+                    if (ns > 256) {
+                        fprintf(stderr, "any_fits: %d splits, more than the table holds\n", ns);
+                        check_failures++;
+                        ns = 256;
+                    }
+                    for (int si = 0; si < ns && !found; si++)
+                        for (int ep = 1; ep <= emax; ep++)
+                            for (int64_t mbs = 1; mbs <= 4; mbs *= 2)
+                                for (int zero = 0; zero <= 3; zero++)
+                                    for (int rc = 0; rc < 3; rc++)
+                                        for (int sp = 0; sp <= 1; sp++) {
+                                            if (emax % ep || (sp && tp == 1))
+                                                continue;
+                                            struct dp_layout l;
+                                            dp_layout_default(&l);
+                                            l.tp = tp;
+                                            l.cp = cp;
+                                            l.pp = pp;
+                                            l.dp = n / (tp * cp * pp);
+                                            l.ep = ep;
+                                            l.vpp = vpp;
+                                            l.mbs = mbs;
+                                            l.gbs = gbs ? gbs : 2 * mbs * n;
+                                            l.seq_len = m->seq_len;
+                                            l.zero = zero;
+                                            l.recompute = (enum dp_recompute)rc;
+                                            l.sp = sp;
+                                            l.nchunks = pp * vpp;
+                                            for (int x = 0; x < pp * vpp; x++)
+                                                l.chunk_layers[x] = (uint16_t)splits[si][x];
+                                            int64_t dpcp = (int64_t)l.dp * cp;
+                                            if (dpcp % ep || (zero > 0 && dpcp == 1) ||
+                                                (zero >= 2 && pp > 1))
+                                                continue;
+                                            if (cp > 1 && m->seq_len % (2 * cp))
+                                                continue;
+                                            struct dp_err e = {0};
+                                            if (dp_layout_validate(&l, m, n, &e))
+                                                continue;
+                                            if (vpp > 1 && dp_layout_microbatches(&l) % pp)
+                                                continue;
+                                            if (dp_mem_estimate(m, &c, &l, NULL, rep, &e) == 0 &&
+                                                rep->fits)
+                                                found = true;
+                                        }
+                }
     free(rep);
     return found;
 }
@@ -247,8 +258,49 @@ static void check_minimal(const struct dp_model *m, const struct dp_cluster *cl,
     }
 }
 
+/*
+ * A layer count that neither pp = 2 x vpp = 2 (4 chunks) nor pp = 3 divides: the
+ * search must still answer with those knobs fixed, as `suggest` runs them (the
+ * search limited to even and first/last splits found nothing). 7 layers of the small
+ * model on 16 GiB GPUs fit anywhere, so the answer is the pipeline's own floor: the
+ * fewest counts the search considers (1, 2, 4 within a 4-GPU node, then whole nodes)
+ * that pp divides: 2 for pp = 2, 12 (three nodes) for pp = 3.
+ */
+static void test_uneven_fixed(void)
+{
+    struct dp_cluster cl = small_cluster(4, 16);
+    struct dp_model m = small_model(0, false);
+    m.layers = 7;
+    const int pp[2] = {2, 3}, vpp[2] = {2, 1}, floor_gpus[2] = {2, 12};
+    for (int i = 0; i < 2; i++) {
+        struct dp_search_opts o = opts(&m, 0);
+        o.pp = pp[i];
+        o.vpp = vpp[i];
+        struct dp_min_gpus mg;
+        struct dp_err err = {0};
+        CHECK_EQ(dp_plan_min_gpus(&m, &cl, &o, 64, &mg, &err), 0);
+        CHECK(mg.found);
+        if (!mg.found)
+            continue;
+        CHECK_EQ(mg.gpus, floor_gpus[i]);
+        CHECK_EQ(mg.layout.pp, pp[i]);
+        CHECK_EQ(mg.layout.vpp, vpp[i]);
+        CHECK_EQ(mg.layout.nchunks, pp[i] * vpp[i]);
+        int sum = 0;
+        for (int x = 0; x < mg.layout.nchunks; x++)
+            sum += mg.layout.chunk_layers[x];
+        CHECK_EQ(sum, 7);
+        struct dp_cluster c = with_gpus(&cl, mg.gpus);
+        struct dp_mem_report *rep = malloc(sizeof *rep);
+        CHECK_EQ(dp_mem_estimate(&m, &c, &mg.layout, NULL, rep, &err), 0);
+        CHECK(rep->fits);
+        free(rep);
+    }
+}
+
 int main(void)
 {
+    test_uneven_fixed();
     test_llama3_405b();
     /* 4 GPUs of 2 GiB per node. The long-sequence model needs cp (16 GPUs: tp=4 cp=4);
      * the MoE one fits on 24 with tp=4 pp=3 cp=2 ep=2 vpp=2, 32 without cp, ep and

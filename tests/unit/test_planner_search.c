@@ -5,10 +5,13 @@
  * every dimension runs over a superset of its values, each rule filters as soon as the
  * dimensions it reads are set. Every layout it keeps is evaluated with the full memory
  * estimate and the step-time model (not the search's cached per-layer terms). On small
- * cases with cp > 1, ep > 1 (an MoE model), uneven pipeline splits, interleaving and FP8,
- * the planner must evaluate exactly as many layouts, find exactly the same set fitting,
- * and rank first one of the best; each case must also fit something of every kind it
- * exists to test, so that an empty or shrunken result fails.
+ * cases with cp > 1, ep > 1 (an MoE model), interleaving and FP8, with the even pipeline
+ * splits (the search under --no-uneven), the planner must evaluate exactly as many
+ * layouts, find exactly the same set fitting, and rank first one of the best; each case
+ * must also fit something of every kind it exists to test, so that an empty or shrunken
+ * result fails. The uneven splits the search adds by default (core/split.c's balanced
+ * family) are checked by test_uneven against every composition of the layers into
+ * pp x vpp chunks: nothing beats the exhaustive best, and the planner comes within 0.5%.
  *
  * To extend the space (a new knob, new split rules), add a dimension to `dims` and its
  * rules to `rules`; `key` names every dimension of a layout for the comparison.
@@ -157,31 +160,18 @@ static int two(const struct space *s)
 
 /* In enumeration order; a rule runs once every dimension up to its `at` is set. */
 static const struct dim dims[D_N] = {
-    [D_TP] = {"tp", one, gpn},           [D_CP] = {"cp", one, gpus},
-    [D_PP] = {"pp", one, gpus},          [D_DP] = {"dp", one, gpus},
-    [D_GEMM] = {"gemm", zero, gemm_hi},  [D_EP] = {"ep", one, experts},
-    [D_SP] = {"sp", zero, one},          [D_MBS] = {"mbs", one, mbs_hi},
-    [D_FIRST] = {"first", zero, layers}, [D_LAST] = {"last", zero, layers},
-    [D_VPP] = {"vpp", one, layers},      [D_ZERO] = {"zero", zero, three},
+    [D_TP] = {"tp", one, gpn},          [D_CP] = {"cp", one, gpus},
+    [D_PP] = {"pp", one, gpus},         [D_DP] = {"dp", one, gpus},
+    [D_GEMM] = {"gemm", zero, gemm_hi}, [D_EP] = {"ep", one, experts},
+    [D_SP] = {"sp", zero, one},         [D_MBS] = {"mbs", one, mbs_hi},
+    [D_FIRST] = {"first", zero, zero},  [D_LAST] = {"last", zero, zero}, /* even: r_split */
+    [D_VPP] = {"vpp", one, layers},     [D_ZERO] = {"zero", zero, three},
     [D_RC] = {"recompute", zero, two},
 };
 
 static bool pow2(int64_t x)
 {
     return x > 0 && (x & (x - 1)) == 0;
-}
-
-/* Layers held by each stage under (pp, first, last): 0 for "not set" (an even split), as
- * Megatron's --decoder-first/last-pipeline-num-layers. Returns false when the stages left
- * unset cannot split the rest evenly; *mid gets their layer count. */
-static bool split_mid(const struct space *s, const struct pt *x, int *mid)
-{
-    int pp = x->v[D_PP], f = x->v[D_FIRST], l = x->v[D_LAST];
-    int unset = pp - (f > 0) - (l > 0), rest = s->L - f - l;
-    if (unset < 1 || rest < unset || rest % unset)
-        return false;
-    *mid = rest / unset;
-    return true;
 }
 
 static int64_t microbatches(const struct space *s, const struct pt *x)
@@ -263,20 +253,12 @@ static bool r_mbs(const struct space *s, const struct pt *x)
     int64_t mbs = x->v[D_MBS];
     return pow2(mbs) && s->gbs % (mbs * x->v[D_DP]) == 0;
 }
-/* Pipeline splits (dplan README: even splits, and splits whose first and/or last stage
- * hold one or two layers fewer, as Megatron's --decoder-first/last-pipeline-num-layers
- * allow; when both are shortened, by the same count): the stages left unset hold the
- * same number of layers. */
+/* Pipeline splits: even ones only (every stage L / pp layers), the space of the search
+ * under --no-uneven (o.no_uneven below). The uneven family the search adds by default is
+ * checked against every composition of the layers in test_uneven. */
 static bool r_split(const struct space *s, const struct pt *x)
 {
-    int pp = x->v[D_PP], f = x->v[D_FIRST], l = x->v[D_LAST], mid;
-    if (f == 0 && l == 0)
-        return s->L % pp == 0;
-    if (pp == 1 || !split_mid(s, x, &mid))
-        return false;
-    bool f_ok = f == 0 || f == mid - 1 || f == mid - 2;
-    bool l_ok = l == 0 || l == mid - 1 || l == mid - 2;
-    return f_ok && l_ok && (f == 0 || l == 0 || f == l);
+    return x->v[D_FIRST] == 0 && x->v[D_LAST] == 0 && s->L % x->v[D_PP] == 0;
 }
 /* Interleaving (Megatron --num-layers-per-virtual-pipeline-stage): pp > 1, each stage's
  * layers divisible into vpp chunks, micro-batches a multiple of pp (schedules.py: the
@@ -373,7 +355,7 @@ struct brute {
     struct keys best; /* the fitting layouts of the best score (ties) */
     double best_score;
     /* what the fitting layouts cover */
-    int cp2, ep2, uneven, vpp2, fp8;
+    int cp2, ep2, vpp2, fp8;
     const struct space *s;
     struct dp_mem_report *rep;
 };
@@ -401,7 +383,6 @@ static void visit(struct brute *b, const struct pt *x)
     keys_add(&b->fit, &l);
     b->cp2 += l.cp > 1;
     b->ep2 += l.ep > 1;
-    b->uneven += l.first_stage_layers > 0 || l.last_stage_layers > 0;
     b->vpp2 += l.vpp > 1;
     b->fp8 += dp_layout_gemm(&l) == DP_GEMM_FP8;
     struct dp_step_cost c;
@@ -449,7 +430,7 @@ static void on_fit(const struct dp_candidate *c, void *ctx)
 }
 
 /* What a case must fit at least once: kinds of layouts it exists to test. */
-enum { NEED_CP = 1, NEED_EP = 2, NEED_UNEVEN = 4, NEED_VPP = 8, NEED_FP8 = 16 };
+enum { NEED_CP = 1, NEED_EP = 2, NEED_VPP = 8, NEED_FP8 = 16 };
 
 static void compare(const struct dp_model *m, const struct dp_cluster *cl, int64_t gbs, int need)
 {
@@ -470,6 +451,7 @@ static void compare(const struct dp_model *m, const struct dp_cluster *cl, int64
     o.gbs = gbs;
     o.seq_len = m->seq_len;
     o.top_k = 5;
+    o.no_uneven = true; /* the even splits: r_split */
     if (s.fp8)
         o.gemm = -1; /* --precision auto: bf16 and FP8 */
     o.on_fit = on_fit;
@@ -477,16 +459,15 @@ static void compare(const struct dp_model *m, const struct dp_cluster *cl, int64
     struct dp_search_result *r = malloc(sizeof *r);
     struct dp_err err = {0};
     CHECK_EQ(dp_plan_search(m, cl, &o, r, &err), 0);
-    printf("%s on %d x %d, gbs %lld: %lld layouts, %d fit (cp>1 %d, ep>1 %d, uneven %d, vpp>1 "
+    printf("%s on %d x %d, gbs %lld: %lld layouts, %d fit (cp>1 %d, ep>1 %d, vpp>1 "
            "%d, fp8 %d)\n",
            m->name, cl->nodes, cl->gpus_per_node, (long long)gbs, b.valid, b.fit.n, b.cp2, b.ep2,
-           b.uneven, b.vpp2, b.fp8);
+           b.vpp2, b.fp8);
     /* Not empty, and every kind the case exists for is among the fitting layouts. */
     CHECK(b.fit.n > 0);
     CHECK(r->n > 0);
     CHECK(!(need & NEED_CP) || b.cp2 > 0);
     CHECK(!(need & NEED_EP) || b.ep2 > 0);
-    CHECK(!(need & NEED_UNEVEN) || b.uneven > 0);
     CHECK(!(need & NEED_VPP) || b.vpp2 > 0);
     CHECK(!(need & NEED_FP8) || b.fp8 > 0);
     /* The same space, the same fitting set. */
@@ -530,22 +511,155 @@ static void compare(const struct dp_model *m, const struct dp_cluster *cl, int64
     free(r);
 }
 
+/* Every split of L layers into S chunks: entries 1 .. S-2 hold >= 1, the first and the
+ * last (embedding, loss) >= 0. Calls fn for each. */
+struct splits_ctx {
+    const struct dp_model *m;
+    const struct dp_cluster *cl;
+    struct dp_layout l;
+    struct dp_mem_report *rep;
+    long long valid;
+    double best;
+    struct dp_layout best_l;
+    bool found;
+};
+
+static void try_split(struct splits_ctx *x)
+{
+    struct dp_mem_opts mo;
+    dp_mem_opts_default(&mo);
+    for (int zero = 0; zero <= 3; zero++)
+        for (int rc = 0; rc < 3; rc++) {
+            struct dp_layout l = x->l;
+            l.zero = zero;
+            l.recompute = (enum dp_recompute)rc;
+            struct dp_err e = {0};
+            if (dp_layout_validate(&l, x->m, dp_cluster_gpus(x->cl), &e))
+                continue;
+            if (zero > 0 && l.dp == 1)
+                continue;
+            x->valid++;
+            if (dp_mem_estimate(x->m, x->cl, &l, &mo, x->rep, &e) || !x->rep->fits)
+                continue;
+            struct dp_step_cost c;
+            dp_time_step_fast(x->m, x->cl, &l, &c);
+            double sc = score(&c, x->rep->peak_bytes, x->rep->min_bytes);
+            if (!x->found || sc < x->best) {
+                x->found = true;
+                x->best = sc;
+                x->best_l = l;
+            }
+        }
+}
+
+static void compositions(struct splits_ctx *x, int *c, int S, int at, int left)
+{
+    if (at == S - 1) {
+        c[at] = left;
+        if (dp_layout_set_chunks(&x->l, c, S) == 0)
+            try_split(x);
+        return;
+    }
+    int lo = at == 0 ? 0 : 1;
+    for (int n = lo; n <= left - (S - 2 - at); n++) { /* leave 1 for each middle chunk */
+        c[at] = n;
+        compositions(x, c, S, at + 1, left - n);
+    }
+}
+
+/*
+ * Uneven splits at a fixed pp: the brute force tries every split of the model's layers
+ * into pp x vpp chunks for every vpp, and every ZeRO/recompute choice (tp = 1, mbs = 1);
+ * the planner tries its balanced family only. The planner must find a layout, nothing
+ * may beat the exhaustive best, and the planner's must come within 0.5% of it.
+ * Returns the planner's best score (0 when none).
+ */
+static double uneven_at(const struct dp_model *m, const struct dp_cluster *cl, int pp,
+                        bool no_uneven)
+{
+    struct splits_ctx x = {.m = m, .cl = cl};
+    x.rep = malloc(sizeof *x.rep);
+    int gpus = dp_cluster_gpus(cl);
+    for (int vpp = 1; pp * vpp - 2 <= (int)m->layers && pp * vpp <= 64; vpp++) {
+        dp_layout_default(&x.l);
+        x.l.tp = 1;
+        x.l.pp = pp;
+        x.l.dp = gpus / pp;
+        x.l.vpp = vpp;
+        x.l.mbs = 1;
+        x.l.gbs = 64;
+        x.l.seq_len = m->seq_len;
+        /* the overlaps as the planner sets them (pipeline overlap with interleaving; the
+         * parameter gather with the gradient reduction, dp_layout_default's) */
+        x.l.pp_overlap = vpp > 1;
+        x.l.overlap_param_gather = x.l.dp_overlap;
+        int c[64];
+        compositions(&x, c, pp * vpp, 0, (int)m->layers);
+    }
+    struct dp_search_opts o;
+    dp_search_opts_default(&o);
+    o.gbs = 64;
+    o.seq_len = m->seq_len;
+    o.tp = 1;
+    o.mbs = 1;
+    o.cp = 1;
+    o.pp = pp;
+    o.top_k = 3;
+    o.no_uneven = no_uneven;
+    struct dp_search_result *r = malloc(sizeof *r);
+    struct dp_err err = {0};
+    int rc = dp_plan_search(m, cl, &o, r, &err);
+    double got = 0;
+    CHECK(x.found);
+    if (!no_uneven) {
+        CHECK_EQ(rc, 0);
+        CHECK(r->n > 0);
+    }
+    if (rc == 0 && r->n > 0 && x.found) {
+        const struct dp_candidate *w = &r->top[0];
+        got = score(&w->cost, w->peak_bytes, w->min_bytes);
+        CHECK_EQ(dp_layout_validate(&w->layout, m, gpus, &err), 0);
+        CHECK(got >= x.best * (1 - 1e-12)); /* nothing beats the exhaustive best */
+        if (!no_uneven)
+            CHECK(got <= x.best * 1.005);
+    }
+    free(r);
+    free(x.rep);
+    return got;
+}
+
+static void test_uneven(void)
+{
+    struct dp_cluster cl = cluster(1, 8, 80);
+    struct dp_model m = model();
+    /* 10 layers on 4 stages: no even split at all (the even search finds nothing). */
+    m.layers = 10;
+    CHECK(uneven_at(&m, &cl, 4, false) > 0);
+    CHECK(uneven_at(&m, &cl, 4, true) == 0);
+    /* 12 layers on 4 stages: the even splits exist (3 each; vpp = 3 with one layer a
+     * chunk); the planner's best, uneven or not, beats or ties them. */
+    m.layers = 12;
+    double any = uneven_at(&m, &cl, 4, false), even = uneven_at(&m, &cl, 4, true);
+    CHECK(any > 0 && even > 0);
+    CHECK(any <= even * (1 + 1e-12));
+}
+
 int main(void)
 {
+    test_uneven();
     struct dp_model m = model();
-    /* Plenty of memory, one node of 8: cp (seq 2048), interleaving, and uneven splits
-     * (pp=2: 3/5 and 5/3; pp=4: 1/3/3/1). */
+    /* Plenty of memory, one node of 8: cp (seq 2048), interleaving. */
     struct dp_cluster a = cluster(1, 8, 80);
-    compare(&m, &a, 64, NEED_CP | NEED_VPP | NEED_UNEVEN);
-    /* 14 layers on two nodes of 4, 20 GiB: splits of every kind (pp=4: 3/4/4/3, 2/4/4/4,
-     * 4/4/4/2; pp=8: 1/2x6/1), TP of 8 would cross nodes, memory prunes. */
+    compare(&m, &a, 64, NEED_CP | NEED_VPP);
+    /* 14 layers on two nodes of 4, 20 GiB: pp of 1 or 2 (7 + 7; 4 and 8 do not divide 14),
+     * TP of 8 would cross nodes, memory prunes. */
     struct dp_model m14 = model();
     m14.layers = 14;
     struct dp_cluster b = cluster(2, 4, 20);
-    compare(&m14, &b, 32, NEED_CP | NEED_VPP | NEED_UNEVEN);
+    compare(&m14, &b, 32, NEED_CP | NEED_VPP);
     /* MoE with dense-first layers: ep searched, two layer kinds. */
     struct dp_model mm = moe_model();
-    compare(&mm, &a, 64, NEED_CP | NEED_EP | NEED_VPP | NEED_UNEVEN);
+    compare(&mm, &a, 64, NEED_CP | NEED_EP | NEED_VPP);
     /* The MoE model on tight memory (12 GiB): some layouts still fit. */
     struct dp_cluster tight = cluster(2, 4, 12);
     compare(&mm, &tight, 32, NEED_EP);
@@ -553,7 +667,7 @@ int main(void)
     struct dp_cluster f8 = cluster(1, 4, 40);
     f8.gpu.fp8_tflops = 200;
     f8.gpu.gemm_fp8 = f8.gpu.gemm;
-    compare(&m, &f8, 32, NEED_FP8 | NEED_CP | NEED_UNEVEN);
+    compare(&m, &f8, 32, NEED_FP8 | NEED_CP);
 
     /* So tight that only full recompute (or sharding) fits: the winner must fit. */
     struct dp_cluster c = cluster(1, 1, 17);

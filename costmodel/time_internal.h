@@ -1,0 +1,50 @@
+/*
+ * What costmodel/time.c shares with costmodel/time_pipe.c: the per-layout context of
+ * the step-time model and the overlap rule.
+ */
+#ifndef DPLAN_COSTMODEL_TIME_INTERNAL_H
+#define DPLAN_COSTMODEL_TIME_INTERNAL_H
+
+#include "costmodel.h"
+
+/* Communication hidden behind compute is not free: NCCL's kernels occupy SMs (one
+ * per channel; 16-32 channels on NVLink/IB systems, against 108-132 SMs) and HBM
+ * bandwidth while they run, so the compute they overlap slows down. Overlapped
+ * communication is charged this fraction of its duration. */
+#define OVERLAP_CONTENTION 0.15
+
+/* Exposed time of communication `comm` overlapped with compute `window`. */
+static inline double overlapped(double comm, double window)
+{
+    double hidden = comm < window ? comm : window;
+    return (comm - hidden) + OVERLAP_CONTENTION * hidden;
+}
+
+/* What every term of one layout's step time shares (ctx_init in time.c). */
+struct dp__time_ctx {
+    const struct dp_model *m;
+    const struct dp_cluster *cl;
+    const struct dp_layout *l;
+    double peak;  /* FLOP/s of the storage precision: attention core, output layer */
+    double membw; /* bytes/s achievable */
+    double p;     /* bytes per activation value */
+    /* The linear layers' GEMMs (QKV, out-projection, MLP, experts) at the layout's compute
+     * type: its dense peak, efficiency curve and bytes per input element. */
+    double peak_lin;
+    const struct dp_gemm_curve *curve_lin;
+    double p_lin;
+    bool fp8;
+    double cast_b; /* FP8: bytes moved per quantized element (fp8_cast_bytes) */
+    double t, u;   /* tp, and the sequence-parallel divisor */
+    double T;      /* GEMM rows: tokens of one micro-batch on this CP rank */
+    struct dp_path tp, cp, ep, etp, dp, dpe, pp, emb;
+};
+
+/*
+ * The pipeline (time_pipe.c): each model chunk's forward and backward from the layer
+ * costs lt, the schedule (pipeline.c) and the slowest rank's breakdown, into *r.
+ */
+void dp__time_pipeline(const struct dp__time_ctx *c, const struct dp_layer_time lt[DP_LAYER_KINDS],
+                       struct dp_reuse *r);
+
+#endif
