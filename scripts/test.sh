@@ -19,10 +19,11 @@ echo "== clang Debug, AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S . -B build/ci-asan -DCMAKE_BUILD_TYPE=Debug -DDPLAN_WERROR=ON \
   -DCMAKE_C_COMPILER=clang -DDPLAN_SANITIZE=address,undefined > /dev/null
 cmake --build build/ci-asan -j "$jobs"
-# Leaks are checked in every test but those that launch MPI ranks (label mpi): there
-# LeakSanitizer's exit-time tracer crashes now and then inside an Open MPI rank ("Tracer
-# caught signal 11"), so the tests' ENVIRONMENT sets detect_leaks=0 for them
-# (tests/executor/CMakeLists.txt says why); ASan and UBSan stay on in the ranks.
+# Leaks are checked in every test but those whose processes start Open MPI (every
+# `dplan run`, one rank or several: exec_*, and the mpi-labelled export_mpirun_local and
+# check_mpi): there LeakSanitizer's exit-time tracer crashes now and then ("Tracer caught
+# signal 11"), so their ENVIRONMENT sets detect_leaks=0 (tests/executor/CMakeLists.txt
+# says why); ASan and UBSan stay on in them.
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build/ci-asan --output-on-failure -j "$jobs"
 
