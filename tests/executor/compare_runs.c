@@ -268,10 +268,12 @@ static int check_memory(const char *run, double tol)
  * it reads VmHWM. growth = that peak - the baseline. Expected: `reserved`, the bytes
  * the accounted buffers occupy with the CPU allocator's rounding (64 bytes, and whole
  * 2 MiB huge pages from 2 MiB up), all written at allocation so all resident, plus, on
- * DP rank 0 under ZeRO-1, the whole flat gradient buffer once more: Open MPI 4.1's
- * MPI_Reduce_scatter_block (coll/tuned decision_fixed.c -> coll/base
- * reduce_scatter_block_basic_linear) reduces into a full-size buffer on rank 0, then
- * scatters.
+ * the first DP rank of each shard group under ZeRO-1 (DP rank 0; under HSDP every
+ * dp_rank that is a multiple of shard_group), the whole flat gradient buffer once more:
+ * Open MPI 4.1's MPI_Reduce_scatter_block (coll/tuned decision_fixed.c -> coll/base
+ * reduce_scatter_block_basic_linear) reduces into a full-size buffer on the group's rank
+ * 0, then scatters. ZeRO-2 and ZeRO-3 reduce-scatter one layer window per call
+ * (executor/shard.c), not the flat buffer; no layout of resident_layouts measures them.
  *
  * Not accounted, so allowed above that (the margin): MPI's all-reduce scratch (the
  * backend sends at most 4 MiB per call; Open MPI's algorithms take up to the message
@@ -291,7 +293,8 @@ static int check_resident(const char *run, double margin_mib, bool alone)
     if (!o)
         return 1;
     const cJSON *lay = cJSON_GetObjectItemCaseSensitive(o, "layout");
-    const double zero = num(lay, "zero"), dp = num(lay, "dp");
+    const double zero = num(lay, "zero"), dp = num(lay, "dp"), sg = num(lay, "shard_group");
+    const double shard = sg > 0 ? sg : dp; /* the ZeRO shard group (HSDP: shard_group) */
     const double threads = num(o, "threads_per_rank");
     const double mib = 1048576.0;
     double margin = margin_mib > 0 ? margin_mib * mib : (6 + 2 * threads) * mib;
@@ -310,7 +313,7 @@ static int check_resident(const char *run, double margin_mib, bool alone)
         }
         double growth = num(r, "rss_train_peak_bytes") - num(r, "rss_base_bytes");
         double expect = num(r, "reserved_bytes");
-        if (zero >= 1 && dp > 1 && num(r, "dp_rank") == 0)
+        if (zero == 1 && shard > 1 && fmod(num(r, "dp_rank"), shard) == 0)
             expect += num(cJSON_GetObjectItemCaseSensitive(r, "measured_peak_bytes"), "grads");
         double un = growth - expect;
         if (!(un <= margin && un >= -mib)) {

@@ -12,8 +12,8 @@
  * checkpoints so. Every input must end in success or a one-line error (for a checkpoint
  * that does not verify, in its `problem`), never a crash or a leak.
  */
+#include "ckpt/ckpt.h"
 #include "core/core.h"
-#include "executor/ckpt.h"
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>
@@ -132,7 +132,8 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
         if (!rm.name[0])
             rm = m;
         struct dp_err err = {0};
-        one_line(dp_ckpt_check_resume(dir, &rm, &rl, &err), err.msg);
+        /* "F32": what the seeds hold (dplan run's dtype, dp_exec_dtype) */
+        one_line(dp_ckpt_check_resume(dir, &rm, &rl, "F32", &err), err.msg);
     }
     for (int names = DP_CKPT_NAMES_DPLAN; names <= DP_CKPT_NAMES_HF; names++) {
         struct dp_err err = {0};

@@ -1,11 +1,11 @@
 /*
- * libFuzzer target for the safetensors reader the checkpoints use (dp__st_open: the
+ * libFuzzer target for the safetensors reader of the checkpoint library (dp_ckpt_st_open: the
  * header length, the JSON header, dtypes, shapes, offsets, overlaps and duplicates):
  * the input is the file. A file that opens must hold what its header promises: every
  * entry found by its name, its bytes inside the file and readable, the metadata
  * readable. Every other input must end in a one-line error, never a crash or a leak.
  */
-#include "executor/safetensors.h"
+#include "ckpt/ckpt.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -27,7 +27,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
     fclose(f);
     struct dp_err err = {0};
     struct dp_st_file st;
-    int rc = dp__st_open(path, &st, &err);
+    int rc = dp_ckpt_st_open(path, &st, &err);
     if (rc != 0) {
         if (err.msg[0] == '\0' || strchr(err.msg, '\n'))
             abort();
@@ -36,15 +36,15 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
     unsigned char buf[4096];
     for (int i = 0; i < st.n; i++) {
         const struct dp_st_entry *e = &st.e[i];
-        if (dp__st_find(&st, e->key) != e || e->begin < 0 || e->end < e->begin ||
-            st.data_start + e->end > st.size || dp__st_dtype_size(e->dtype) <= 0)
+        if (dp_ckpt_st_find(&st, e->key) != e || e->begin < 0 || e->end < e->begin ||
+            st.data_start + e->end > st.size || dp_ckpt_st_dtype_size(e->dtype) <= 0)
             abort();
         int64_t n = e->end - e->begin;
         size_t take = n < (int64_t)sizeof buf ? (size_t)n : sizeof buf;
-        if (dp__st_pread(&st, e->begin, buf, take, &err) != 0)
+        if (dp_ckpt_st_pread(&st, e->begin, buf, take, &err) != 0)
             abort(); /* inside the file, so readable */
     }
-    (void)dp__st_meta(&st, "format");
-    dp__st_close(&st);
+    (void)dp_ckpt_st_meta(&st, "format");
+    dp_ckpt_st_close(&st);
     return 0;
 }
