@@ -431,8 +431,15 @@ int cmd_validate(int argc, char **argv)
         print_groups(runs, res, n, false);
         print_groups(runs, res, n, true);
     }
-    if ((bar_hmean >= 0 || bar_hworst >= 0) && held.n == 0) {
-        fprintf(stderr, "dplan: error: held-out bars given, but no scored run is held out\n");
+    /* A bar over no run would pass whatever the model predicts. */
+    const char *empty =
+        (bar_hmean >= 0 || bar_hworst >= 0) && held.n == 0
+            ? "held-out bars given, but no scored run is held out"
+        : bar_fit >= 0 && fit.n == 0 ? "--max-fitted-mean given, but no scored run was used to fit"
+        : bar_all >= 0 && all.n == 0 ? "--max-mean-error given, but no run is scored"
+                                     : NULL;
+    if (empty) {
+        fprintf(stderr, "dplan: error: %s\n", empty);
         free(res);
         free(runs);
         return 1;

@@ -160,6 +160,10 @@ static void write_summary(struct cli_run *r, const struct dp_exec_result *res, c
         cJSON_AddNumberToObject(e, "step_time_mean_s", s->step_time_mean_s);
         cJSON_AddNumberToObject(e, "step_time_median_s", s->step_time_median_s);
         cJSON_AddNumberToObject(e, "rss_peak_bytes", (double)s->rss_peak_bytes);
+        cJSON_AddNumberToObject(e, "rss_base_bytes", (double)s->rss_base_bytes);
+        cJSON_AddNumberToObject(e, "rss_train_peak_bytes", (double)s->rss_train_peak_bytes);
+        cJSON_AddBoolToObject(e, "rss_peak_since_base", s->rss_peak_since_base);
+        cJSON_AddNumberToObject(e, "reserved_bytes", (double)s->reserved_bytes);
         cJSON *meas = cJSON_AddObjectToObject(e, "measured_peak_bytes");
         cJSON *pred = cJSON_AddObjectToObject(e, "predicted_bytes");
         for (int p = 0; p < DP_NPOOLS; p++) {
@@ -224,6 +228,32 @@ static void print_summary(struct cli_run *r, const struct dp_exec_result *res, c
             "memory: accounted pools (params, grads, optimizer, activations, comm) against the "
             "CPU memory model; worst pool differs by %.2f%%\n",
             100 * worst);
+    /* The same buffers against the processes' real resident memory: what each rank grew by
+     * during the steps beyond what its buffers occupy (tests/executor/compare_runs.c says
+     * what that holds and bounds it). */
+    int un_rank = -1;
+    double un_max = 0, un_grew = 0, un_occupy = 0;
+    for (int i = 0; i < res->world; i++) {
+        const struct dp_rank_summary *s = &res->ranks[i];
+        double grew = (double)(s->rss_train_peak_bytes - s->rss_base_bytes);
+        double un = grew - (double)s->reserved_bytes;
+        if (!s->rss_peak_since_base) {
+            un_rank = -1;
+            break;
+        }
+        if (un_rank < 0 || un > un_max) {
+            un_rank = s->rank;
+            un_max = un;
+            un_grew = grew;
+            un_occupy = (double)s->reserved_bytes;
+        }
+    }
+    if (un_rank >= 0)
+        fprintf(stderr,
+                "resident: rank %d grew by %.2f MiB during the steps, its buffers occupy %.2f "
+                "MiB (the pools in whole allocator pages): %+.2f MiB for MPI, OpenBLAS and code "
+                "(the most of any rank)\n",
+                un_rank, un_grew / 1048576.0, un_occupy / 1048576.0, un_max / 1048576.0);
     if (r->plan && r->plan->has_prediction)
         fprintf(stderr,
                 "plan prediction (for %s): step %.3f s, peak %.2f GiB per GPU; this CPU run: step "

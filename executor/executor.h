@@ -171,7 +171,16 @@ struct dp_rank_summary {
     double step_time_median_s; /* the same steps */
     int64_t pool_peak_bytes[DP_NPOOLS];
     int64_t pool_predicted_bytes[DP_NPOOLS];
-    int64_t rss_peak_bytes;
+    int64_t rss_peak_bytes; /* VmHWM at the end of the run (weights written, MPI probed) */
+    /*
+     * The resident check (tests/executor/compare_runs.c): VmRSS just before the executor
+     * allocates its buffers (after MPI, the OpenMP threads and their OpenBLAS buffers
+     * started), VmHWM after the last step, and what the accounted buffers occupy with the
+     * allocator's rounding. rss_peak_since_base: VmHWM was reset at the baseline
+     * (/proc/self/clear_refs), so the train peak is the peak since then.
+     */
+    int64_t rss_base_bytes, rss_train_peak_bytes, reserved_bytes;
+    bool rss_peak_since_base;
 };
 
 struct dp_exec_result {

@@ -25,8 +25,14 @@ struct dp_mem {
     int64_t in_use[DP_NPOOLS];
     int64_t peak[DP_NPOOLS];
     int64_t total_in_use, total_peak;
+    /* What the buffers allocated so far occupy with the backend's rounding (footprint),
+     * held or not: what they add to the process's resident memory once written. */
+    int64_t reserved;
 };
 void *dp__mem_alloc(struct dp_backend *be, struct dp_mem *mem, enum dp_pool pool, size_t bytes);
+/* An allocation whose bytes are counted when held (dp__mem_hold: activation slots); its
+ * footprint is reserved at once. */
+void *dp__mem_alloc_unheld(struct dp_backend *be, struct dp_mem *mem, size_t bytes);
 /* Mark bytes of an allocation as held / no longer held (slot reuse). */
 void dp__mem_hold(struct dp_mem *mem, enum dp_pool pool, int64_t bytes);
 /* This node's MemAvailable (/proc/meminfo: Linux's estimate of what can be allocated
@@ -169,6 +175,10 @@ struct dp_exec {
     real *send_fwd; /* [Nl, h] stage output (pp > 1, not last stage) */
 
     struct dp_mem mem;
+    /* Resident memory (run.c): VmRSS just before the executor's buffers are allocated,
+     * and VmHWM after the last step (since the baseline when hwm_reset). */
+    int64_t rss_base, rss_train_peak;
+    bool hwm_reset;
     int64_t predicted[DP_NPOOLS];
     int step;          /* current step (1-based) */
     double loss_sum;   /* this rank's sum of token losses in the step (last stage) */

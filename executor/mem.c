@@ -2,8 +2,9 @@
  * Accounted device memory: every executor buffer is allocated through here
  * (or held through dp__mem_hold for reused activation slots), so each rank
  * knows the bytes in use and the peak of each pool. The numbers are the
- * bytes the executor asked for; the allocator's own rounding (to 64 bytes)
- * is not counted.
+ * bytes the executor asked for; the allocator's own rounding (to 64 bytes, or
+ * to 2 MiB for large buffers in the CPU backend) is counted apart, in `reserved`,
+ * which is what run.c compares with the process's resident memory.
  */
 #include "internal.h"
 
@@ -19,11 +20,26 @@ static void bump(struct dp_mem *mem, enum dp_pool pool, int64_t bytes)
         mem->total_peak = mem->total_in_use;
 }
 
+static int64_t footprint(struct dp_backend *be, size_t bytes)
+{
+    return (int64_t)(be->ops->footprint ? be->ops->footprint(be, bytes) : bytes);
+}
+
 void *dp__mem_alloc(struct dp_backend *be, struct dp_mem *mem, enum dp_pool pool, size_t bytes)
 {
     void *p = be->ops->alloc(be, bytes);
-    if (p)
+    if (p) {
         bump(mem, pool, (int64_t)bytes);
+        mem->reserved += footprint(be, bytes);
+    }
+    return p;
+}
+
+void *dp__mem_alloc_unheld(struct dp_backend *be, struct dp_mem *mem, size_t bytes)
+{
+    void *p = be->ops->alloc(be, bytes);
+    if (p)
+        mem->reserved += footprint(be, bytes);
     return p;
 }
 

@@ -284,7 +284,7 @@ struct dp_slot *dp__slot_acquire(struct dp_exec *ex, int mb)
         }
         s = &ex->slots[ex->nslots];
         s->layers = calloc((size_t)(ex->nlayers ? ex->nlayers : 1), sizeof *s->layers);
-        s->mem = ex->be->ops->alloc(ex->be, ex->slot_bytes);
+        s->mem = dp__mem_alloc_unheld(ex->be, &ex->mem, ex->slot_bytes);
         if (!s->layers || !s->mem) {
             free(s->layers);
             if (s->mem)

@@ -206,6 +206,34 @@ void dp__exec_free(struct dp_exec *ex)
     free(ex);
 }
 
+/* A "Vm...:" field of /proc/self/status in bytes (VmHWM: the resident high-water mark). */
+static int64_t proc_status_bytes(const char *key)
+{
+    char line[256];
+    long kb = 0;
+    size_t n = strlen(key);
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, key, n) == 0 && sscanf(line + n, "%ld", &kb) == 1)
+            break;
+    fclose(f);
+    return (int64_t)kb * 1024;
+}
+
+/* The resident baseline: VmRSS now, and VmHWM reset to it ("5" to clear_refs, Linux
+ * Documentation/filesystems/proc.rst) so that a peak reached before (start-up, the plan
+ * and data loaded and freed) does not count. */
+static void rss_baseline(struct dp_exec *ex)
+{
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    ex->hwm_reset = f && fputs("5", f) >= 0;
+    if (f && fclose(f) != 0)
+        ex->hwm_reset = false;
+    ex->rss_base = proc_status_bytes("VmRSS:");
+}
+
 /*
  * Before anything large is allocated: the buffer table's bytes (memplan.c, per rank and
  * pool) summed over the ranks of each node against that node's MemAvailable.
@@ -298,6 +326,8 @@ int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const stru
     if (!rc && !(ex->host_tok = malloc((size_t)(2 * ex->dm.N) * sizeof(int32_t))))
         rc = dp_err_set(err, DP_ENOMEM, "out of memory");
     if (!rc)
+        rss_baseline(ex);
+    if (!rc)
         rc = dp__mem_build(ex);
     if (!rc)
         dp__model_init(ex);
@@ -357,7 +387,7 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* Every rank's summary to rank 0 (as doubles: exact below 2^53 bytes). */
-enum { SUM_FIELDS = 6 + 2 * DP_NPOOLS + 1 };
+enum { SUM_FIELDS = 6 + 2 * DP_NPOOLS + 5 };
 static int gather_summary(struct dp_exec *ex, const double *times, int n,
                           struct dp_exec_result *res)
 {
@@ -390,6 +420,10 @@ static int gather_summary(struct dp_exec *ex, const double *times, int n,
     for (int p = 0; p < DP_NPOOLS; p++)
         mine[j++] = (double)ex->predicted[p];
     mine[j++] = (double)rss_peak();
+    mine[j++] = (double)ex->rss_base;
+    mine[j++] = (double)ex->rss_train_peak;
+    mine[j++] = (double)ex->mem.reserved;
+    mine[j++] = ex->hwm_reset;
     if (ex->rank == 0) {
         all = malloc((size_t)ex->world * SUM_FIELDS * sizeof *all);
         res->ranks = calloc((size_t)ex->world, sizeof *res->ranks);
@@ -415,6 +449,10 @@ static int gather_summary(struct dp_exec *ex, const double *times, int n,
             for (int p = 0; p < DP_NPOOLS; p++)
                 s->pool_predicted_bytes[p] = (int64_t)v[k++];
             s->rss_peak_bytes = (int64_t)v[k++];
+            s->rss_base_bytes = (int64_t)v[k++];
+            s->rss_train_peak_bytes = (int64_t)v[k++];
+            s->reserved_bytes = (int64_t)v[k++];
+            s->rss_peak_since_base = v[k++] != 0;
         }
     free(all);
     return rc;
@@ -562,6 +600,7 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struc
         }
         rc = dp__ckpt_after_step(ex, step);
     }
+    ex->rss_train_peak = proc_status_bytes("VmHWM:");
     if (!rc && o->out_dir) {
         char path[4096];
         snprintf(path, sizeof path, "%s/model.safetensors", o->out_dir);

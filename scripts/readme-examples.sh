@@ -52,5 +52,8 @@ for path in files:
     if update:
         open(path, "w").write("\n".join(out))
     print(f"{path}: {n} examples checked" + ("" if update else f", {bad} differ"))
+    if n == 0:  # a file without examples checks nothing (moved away, or the marker changed)
+        print(f"{path}: no \"$ dplan\" example found")
+        bad += 1
 sys.exit(1 if bad else 0)
 PY

@@ -25,6 +25,9 @@ if [ "${DPLAN_UPDATE_GOLDEN:-0}" = 1 ]; then
   exit 0
 fi
 fail=0
+if [ ! -f expected_stdout ] && [ ! -f expected_stderr ]; then
+  echo "$dir: neither expected_stdout nor expected_stderr: the case checks only the exit code"; fail=1
+fi
 if [ "$code" != "$want_code" ]; then
   echo "$dir: exit code $code, expected $want_code"; fail=1
   sed 's/^/  stderr: /' "$err" | head -5

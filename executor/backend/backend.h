@@ -59,6 +59,9 @@ struct dp_backend_ops {
     /* ---- memory (device); accounting is done by the caller (mem.c) */
     void *(*alloc)(struct dp_backend *be, size_t bytes); /* zeroed; NULL on failure */
     void (*free)(struct dp_backend *be, void *p);
+    /* Bytes an allocation of `bytes` really occupies (the allocator's rounding), which
+     * the resident-memory check counts (mem.c); NULL: `bytes`. */
+    size_t (*footprint)(struct dp_backend *be, size_t bytes);
     void (*upload)(struct dp_backend *be, void *dst, const void *src, size_t bytes);
     void (*download)(struct dp_backend *be, void *dst, const void *src, size_t bytes);
     void (*zero)(struct dp_backend *be, void *dst, size_t bytes);

@@ -27,8 +27,10 @@
 
 #ifdef DP_REAL_DOUBLE
 #define MPI_REAL_T MPI_DOUBLE
+#define BLAS_GEMM  cblas_dgemm
 #else
 #define MPI_REAL_T MPI_FLOAT
+#define BLAS_GEMM  cblas_sgemm
 #endif
 
 struct cpu_backend {
@@ -107,14 +109,21 @@ static void cpu_abort(int code)
  * miss. Smaller buffers are 64-byte aligned. */
 #define HUGE_BYTES ((size_t)2 << 20)
 
-static void *cpu_alloc(struct dp_backend *be, size_t bytes)
+static size_t cpu_footprint(struct dp_backend *be, size_t bytes)
 {
     size_t n = (bytes + 63) / 64 * 64;
     if (n == 0)
         n = 64;
+    if (n >= HUGE_BYTES)
+        n = (n + HUGE_BYTES - 1) / HUGE_BYTES * HUGE_BYTES;
+    return n;
+}
+
+static void *cpu_alloc(struct dp_backend *be, size_t bytes)
+{
+    size_t n = cpu_footprint(be, bytes);
     void *p;
     if (n >= HUGE_BYTES) {
-        n = (n + HUGE_BYTES - 1) / HUGE_BYTES * HUGE_BYTES;
         p = aligned_alloc(HUGE_BYTES, n);
 #ifdef MADV_HUGEPAGE
         if (p)
@@ -147,6 +156,16 @@ static void cpu_zero(struct dp_backend *be, void *dst, size_t bytes)
 
 /* ------------------------------------------------------------------ communication */
 
+/*
+ * All-reduces go to MPI in pieces of at most 4 MiB. Open MPI's algorithms allocate
+ * scratch of up to the message (coll/base: recursive doubling and Rabenseifner a copy
+ * of it, the ring one segment of count/size, two when size > 2) from the heap, where it
+ * stays resident: a gradient all-reduce in one call would hold half to all of the
+ * gradients' size again, outside every pool. In pieces the scratch stays under 4 MiB
+ * (executor/README.md, "Not counted"), for one more MPI latency per 4 MiB.
+ */
+#define ALLREDUCE_CHUNK ((int64_t)(4 << 20) / (int64_t)sizeof(real))
+
 static int c_allreduce(struct dp_backend *be, enum dp_group g, real *buf, int64_t n,
                        enum dp_redop op, struct dp_err *err)
 {
@@ -154,8 +173,8 @@ static int c_allreduce(struct dp_backend *be, enum dp_group g, real *buf, int64_
     if (cb->size[g] <= 1 || n <= 0)
         return 0;
     MPI_Op mop = op == DP_OP_MAX ? MPI_MAX : MPI_SUM;
-    for (int64_t off = 0; off < n; off += INT_MAX / 2) {
-        int cnt = (int)(n - off < INT_MAX / 2 ? n - off : INT_MAX / 2);
+    for (int64_t off = 0; off < n; off += ALLREDUCE_CHUNK) {
+        int cnt = (int)(n - off < ALLREDUCE_CHUNK ? n - off : ALLREDUCE_CHUNK);
         MPI_TRY(cb, err, g,
                 MPI_Allreduce(MPI_IN_PLACE, buf + off, cnt, MPI_REAL_T, mop, cb->comm[g]));
     }
@@ -314,6 +333,7 @@ static const struct dp_backend_ops cpu_ops = {
     .destroy = cpu_destroy,
     .alloc = cpu_alloc,
     .free = cpu_free,
+    .footprint = cpu_footprint,
     .upload = cpu_copy,
     .download = cpu_copy,
     .zero = cpu_zero,
@@ -452,6 +472,15 @@ static struct dp_backend *cpu_new(const struct dp_backend_cfg *cfg, struct dp_er
     cb->base.threads = threads;
     omp_set_num_threads(threads);
     openblas_set_num_threads(1);
+    /* Start the OpenMP threads and give each its OpenBLAS buffer (allocated at a thread's
+     * first GEMM) now: run.c takes the resident baseline after this, so their stacks and
+     * buffers' first pages are part of what the process holds before the executor's own
+     * buffers. */
+#pragma omp parallel
+    {
+        real wa[16] = {0}, wc[16];
+        BLAS_GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, 4, 4, 4, 1, wa, 4, wa, 4, 0, wc, 4);
+    }
     return &cb->base;
 }
 

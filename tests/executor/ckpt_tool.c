@@ -279,7 +279,7 @@ static int cmd_same(const char *a, const char *b)
         printf("%s and %s: %d tensors, bit-identical\n", a, b, x.n);
     st_free(&x);
     st_free(&y);
-    return bad;
+    return bad || x.n == 0; /* two empty files compare nothing */
 }
 
 static int cmd_close(const char *a, const char *b, double rtol)
@@ -318,7 +318,7 @@ static int cmd_close(const char *a, const char *b, double rtol)
     printf("weights: %d tensors, worst relative difference %.3g, tolerance %g\n", x.n, worst, rtol);
     st_free(&x);
     st_free(&y);
-    return bad;
+    return bad || x.n == 0;
 }
 
 /* Hugging Face names: GPT-2 (Conv1D [in, out], fused c_attn) or Llama (nn.Linear). */
@@ -432,7 +432,7 @@ static int cmd_hf(const char *a, const char *b)
                a);
     st_free(&x);
     st_free(&y);
-    return bad;
+    return bad || checked == 0;
 }
 
 /* Loss of each step in a JSON log (the last record of a step wins). */

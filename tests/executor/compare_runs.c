@@ -2,18 +2,23 @@
  * compare_runs: check a `dplan run` output directory against a reference run
  * and against the memory model.
  *
- *   compare_runs REF_DIR RUN_DIR [--rtol X] [--mem-tol Y]
- *   compare_runs --memory RUN_DIR [--mem-tol Y]
+ *   compare_runs REF_DIR RUN_DIR [--rtol X] [--mem-tol Y] [--resident]
+ *   compare_runs --memory RUN_DIR [--mem-tol Y] [--resident]
+ *   compare_runs --resident RUN_DIR [--margin-mib M]
  *
  * Losses: every step of RUN/log.jsonl within rtol (relative) of REF's.
  * Weights: every tensor of REF/model.safetensors present in RUN's with the same
  * shape and ||run - ref||_F <= rtol ||ref||_F (see compare_weights).
  * Memory: every rank and pool of RUN/summary.json within mem-tol of the
  * prediction (a zero prediction must be measured as zero).
- * Prints one line per check with the worst error; exit 0 if all pass.
+ * Resident memory (--resident; see check_resident): every rank's real resident peak
+ * against what its accounted buffers occupy.
+ * Prints one line per check with the worst error; exit 0 if all pass; 77 (skipped) for
+ * --resident alone where the kernel cannot reset VmHWM.
  */
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -198,19 +203,34 @@ static int compare_losses(const char *ref, const char *run, double rtol)
     return fail;
 }
 
-static int check_memory(const char *run, double tol)
+static cJSON *summary(const char *run, const cJSON **ranks)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/summary.json", run);
     char *s = slurp(path, NULL);
     cJSON *o = s ? cJSON_Parse(s) : NULL;
     free(s);
-    const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(o, "ranks");
-    if (!cJSON_IsArray(ranks) || cJSON_GetArraySize(ranks) == 0) {
-        fprintf(stderr, "memory: no ranks in %s\n", path);
+    *ranks = cJSON_GetObjectItemCaseSensitive(o, "ranks");
+    if (!cJSON_IsArray(*ranks) || cJSON_GetArraySize(*ranks) == 0) {
+        fprintf(stderr, "compare_runs: no ranks in %s\n", path);
         cJSON_Delete(o);
-        return 1;
+        return NULL;
     }
+    return o;
+}
+
+static double num(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+static int check_memory(const char *run, double tol)
+{
+    const cJSON *ranks;
+    cJSON *o = summary(run, &ranks);
+    if (!o)
+        return 1;
     int fail = 0, n = 0;
     double worst = 0;
     const cJSON *r;
@@ -236,33 +256,117 @@ static int check_memory(const char *run, double tol)
     }
     printf("memory: %d rank pools, worst relative difference %.3g, tolerance %g\n", n, worst, tol);
     cJSON_Delete(o);
-    return fail;
+    return fail || n == 0;
+}
+
+/*
+ * What each rank's process really held, against its accounted buffers. The executor
+ * reads VmRSS just before it allocates its buffers (after MPI_Init, the communicator
+ * splits, the OpenMP threads and each thread's first OpenBLAS call, so the program, the
+ * libraries, MPI's shared-memory segments as set up, the thread stacks and the BLAS
+ * buffers' first pages are in the baseline) and resets VmHWM there; after the last step
+ * it reads VmHWM. growth = that peak - the baseline. Expected: `reserved`, the bytes
+ * the accounted buffers occupy with the CPU allocator's rounding (64 bytes, and whole
+ * 2 MiB huge pages from 2 MiB up), all written at allocation so all resident, plus, on
+ * the first DP rank of each shard group under ZeRO-1 (DP rank 0; under HSDP every
+ * dp_rank that is a multiple of shard_group), the whole flat gradient buffer once more:
+ * Open MPI 4.1's MPI_Reduce_scatter_block (coll/tuned decision_fixed.c -> coll/base
+ * reduce_scatter_block_basic_linear) reduces into a full-size buffer on the group's rank
+ * 0, then scatters. ZeRO-2 and ZeRO-3 reduce-scatter one layer window per call
+ * (executor/shard.c), not the flat buffer; no layout of resident_layouts measures them.
+ *
+ * Not accounted, so allowed above that (the margin): MPI's all-reduce scratch (the
+ * backend sends at most 4 MiB per call; Open MPI's algorithms take up to the message
+ * again), OpenBLAS's packing panels (the parts touched beyond the first call: about
+ * 1-1.5 MiB per thread at these models' shapes), and code pages, heap and stacks first
+ * touched during the steps (about 1 MiB). Measured on the layouts of
+ * tests/executor/CMakeLists.txt (resident_*): 1.0 to 4.7 MiB above the expectation, never
+ * below it. The margin is 6 MiB + 2 MiB per thread; below, 1 MiB (whole pages of
+ * buffers smaller than a page, counted at their bytes). A buffer left out of the
+ * accounting shows up as its size above the expectation: anything larger than the margin
+ * fails (tests/executor/resident.sh runs models whose pools are 10-150 MiB).
+ */
+static int check_resident(const char *run, double margin_mib, bool alone)
+{
+    const cJSON *ranks;
+    cJSON *o = summary(run, &ranks);
+    if (!o)
+        return 1;
+    const cJSON *lay = cJSON_GetObjectItemCaseSensitive(o, "layout");
+    const double zero = num(lay, "zero"), dp = num(lay, "dp"), sg = num(lay, "shard_group");
+    const double shard = sg > 0 ? sg : dp; /* the ZeRO shard group (HSDP: shard_group) */
+    const double threads = num(o, "threads_per_rank");
+    const double mib = 1048576.0;
+    double margin = margin_mib > 0 ? margin_mib * mib : (6 + 2 * threads) * mib;
+    int fail = 0, n = 0;
+    double lo = INFINITY, hi = -INFINITY;
+    const cJSON *r;
+    cJSON_ArrayForEach(r, ranks)
+    {
+        int rank = (int)num(r, "rank");
+        if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "rss_peak_since_base"))) {
+            printf("resident: rank %d could not reset VmHWM (/proc/self/clear_refs): not "
+                   "checked\n",
+                   rank);
+            cJSON_Delete(o);
+            return alone ? 77 : 0;
+        }
+        double growth = num(r, "rss_train_peak_bytes") - num(r, "rss_base_bytes");
+        double expect = num(r, "reserved_bytes");
+        if (zero == 1 && shard > 1 && fmod(num(r, "dp_rank"), shard) == 0)
+            expect += num(cJSON_GetObjectItemCaseSensitive(r, "measured_peak_bytes"), "grads");
+        double un = growth - expect;
+        if (!(un <= margin && un >= -mib)) {
+            fprintf(stderr,
+                    "resident: rank %d: the process grew by %.2f MiB, its accounted buffers "
+                    "occupy %.2f MiB: %+.2f MiB unaccounted, allowed -1 to +%.1f MiB\n",
+                    rank, growth / mib, expect / mib, un / mib, margin / mib);
+            fail = 1;
+        }
+        lo = fmin(lo, un);
+        hi = fmax(hi, isnan(un) ? INFINITY : un);
+        n++;
+    }
+    printf("resident: %d ranks, growth minus accounted buffers %+.2f to %+.2f MiB, allowed -1 "
+           "to +%.1f MiB\n",
+           n, lo / mib, hi / mib, margin / mib);
+    cJSON_Delete(o);
+    return fail || n == 0;
 }
 
 int main(int argc, char **argv)
 {
-    double rtol = 1e-5, mtol = 0.05;
+    double rtol = 1e-5, mtol = 0.05, margin = 0;
     const char *pos[2] = {0};
     int npos = 0;
-    int memory_only = 0;
+    bool memory_only = false, resident = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--rtol") && i + 1 < argc)
             rtol = atof(argv[++i]);
         else if (!strcmp(argv[i], "--mem-tol") && i + 1 < argc)
             mtol = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--margin-mib") && i + 1 < argc)
+            margin = atof(argv[++i]);
         else if (!strcmp(argv[i], "--memory"))
-            memory_only = 1;
+            memory_only = true;
+        else if (!strcmp(argv[i], "--resident"))
+            resident = true;
         else if (npos < 2)
             pos[npos++] = argv[i];
     }
+    if (resident && !memory_only && npos == 1)
+        return check_resident(pos[0], margin, true);
     if (memory_only && npos == 1)
-        return check_memory(pos[0], mtol);
+        return check_memory(pos[0], mtol) | (resident ? check_resident(pos[0], margin, false) : 0);
     if (npos != 2) {
-        fprintf(stderr, "usage: compare_runs REF_DIR RUN_DIR [--rtol X] [--mem-tol Y]\n");
+        fprintf(stderr, "usage: compare_runs REF_DIR RUN_DIR [--rtol X] [--mem-tol Y] "
+                        "[--resident]\n");
         return 2;
     }
     int fail = compare_losses(pos[0], pos[1], rtol);
     fail |= compare_weights(pos[0], pos[1], rtol);
     fail |= check_memory(pos[1], mtol);
+    if (resident)
+        fail |= check_resident(pos[1], margin, false);
     return fail;
 }

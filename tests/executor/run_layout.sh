@@ -3,6 +3,7 @@
 # and compare losses, final weights and memory with the single-process reference.
 #   run_layout.sh DPLAN COMPARE REF_DIR OUT_DIR MODEL [layout options...]
 # With REF_DIR "-" the run is the reference itself (its memory is still checked).
+# DPLAN_TEST_RESIDENT=1 (set by CMake outside the sanitizer builds) adds the resident check.
 set -u
 dplan=$1 compare=$2 ref=$3 out=$4 model=$5
 shift 5
@@ -14,7 +15,9 @@ if ! "$dplan" run "$model" --steps 20 --gbs 8 --seq-len 32 --out "$out" "$@" \
   cat "$out.stderr"
   exit 1
 fi
+resident=()
+[ "${DPLAN_TEST_RESIDENT:-0}" = 1 ] && resident=(--resident)
 if [ "$ref" = - ]; then
-  exec "$compare" --memory "$out"
+  exec "$compare" --memory "$out" "${resident[@]}"
 fi
-exec "$compare" "$ref" "$out"
+exec "$compare" "$ref" "$out" "${resident[@]}"

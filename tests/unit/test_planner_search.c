@@ -1,8 +1,20 @@
 /*
- * The planner's search against brute force: on small cases, enumerate every
- * layout here independently (nested loops over the documented search space,
- * checked by dp_layout_validate), evaluate each with the cost model, and check
- * that the planner evaluates exactly as many layouts and finds the same best.
+ * The planner's search against brute force. The brute force enumerates the search
+ * space from its own table of dimensions and validity rules, written from Megatron-LM's
+ * and DeepSpeed's documented constraints and dplan's README (not from planner/search.c):
+ * every dimension runs over a superset of its values, each rule filters as soon as the
+ * dimensions it reads are set. Every layout it keeps is evaluated with the full memory
+ * estimate and the step-time model (not the search's cached per-layer terms). On small
+ * cases with cp > 1, ep > 1 (an MoE model), interleaving and FP8, with the even pipeline
+ * splits (the search under --no-uneven), the planner must evaluate exactly as many
+ * layouts, find exactly the same set fitting, and rank first one of the best; each case
+ * must also fit something of every kind it exists to test, so that an empty or shrunken
+ * result fails. The uneven splits the search adds by default (core/split.c's balanced
+ * family) are checked by test_uneven against every composition of the layers into
+ * pp x vpp chunks: nothing beats the exhaustive best, and the planner comes within 0.5%.
+ *
+ * To extend the space (a new knob, new split rules), add a dimension to `dims` and its
+ * rules to `rules`; `key` names every dimension of a layout for the comparison.
  */
 #include "check.h"
 #include "planner/planner.h"
@@ -46,133 +58,6 @@ static struct dp_model model(void)
     return m;
 }
 
-static double score(const struct dp_step_cost *c, int64_t peak, int64_t min)
-{
-    return c->step_time_s * (1.0 + 0.01 * (double)(peak - min) / (double)peak);
-}
-
-struct brute {
-    long long valid;
-    double best;
-    struct dp_layout best_l;
-    bool found;
-};
-
-static void brute_force(const struct dp_model *m, const struct dp_cluster *cl, int64_t gbs,
-                        enum dp_framework fw, struct brute *b)
-{
-    memset(b, 0, sizeof *b);
-    int gpus = dp_cluster_gpus(cl);
-    struct dp_mem_opts mo;
-    dp_mem_opts_default(&mo);
-    struct dp_mem_report *rep = malloc(sizeof *rep);
-    int emax = m->experts > 0 ? (int)m->experts : 1;
-    for (int tp = 1; tp <= cl->gpus_per_node; tp *= 2)
-        for (int pp = 1; pp <= gpus; pp++)
-            for (int vpp = 1; vpp <= 8; vpp++)
-                for (int64_t mbs = 1; mbs <= 64; mbs *= 2)
-                    for (int zero = 0; zero <= 3; zero++)
-                        for (int rc = 0; rc < DP_RECOMPUTES; rc++)
-                            for (int sp = 0; sp <= 1; sp++)
-                                for (int ep = 1; ep <= emax; ep++)
-                                    for (int sg = 0; sg <= gpus; sg = sg ? 2 * sg : 1) {
-                                        if (gpus % (tp * pp) || (sp && tp == 1) || emax % ep)
-                                            continue;
-                                        struct dp_layout l;
-                                        dp_layout_default(&l);
-                                        l.tp = tp;
-                                        l.ep = ep;
-                                        l.pp = pp;
-                                        l.dp = gpus / (tp * pp);
-                                        l.vpp = vpp;
-                                        l.mbs = mbs;
-                                        l.gbs = gbs;
-                                        l.seq_len = m->seq_len;
-                                        l.zero = zero;
-                                        l.recompute = (enum dp_recompute)rc;
-                                        l.sp = sp;
-                                        l.framework = fw;
-                                        l.shard_group = sg;
-                                        /* DeepSpeed's gradients: the model dtype by default */
-                                        l.grad_fp32 = fw != DP_FW_DEEPSPEED;
-                                        struct dp_err e = {0};
-                                        if (dp_layout_validate(&l, m, gpus, &e))
-                                            continue;
-                                        /* What the framework offers (its recompute policies
-                                         * and ZeRO stages), by the layout's own check. */
-                                        if (dp_layout_check_framework(&l, NULL, &e))
-                                            continue;
-                                        /* HSDP groups: full sharding (0), else powers of two
-                                         * from a node's worth of data-parallel ranks below dp. */
-                                        int node =
-                                            cl->gpus_per_node / tp < 2 ? 2 : cl->gpus_per_node / tp;
-                                        if (sg && (zero == 0 || sg < node || sg >= l.dp ||
-                                                   (fw == DP_FW_DEEPSPEED && zero < 3)))
-                                            continue;
-                                        /* The documented space: ZeRO only with something
-                                         * to shard, ZeRO-2/3 only without pipeline
-                                         * parallelism; the overlaps on where the layout
-                                         * allows them (TP overlap with sequence
-                                         * parallelism, pipeline overlap with interleaving). */
-                                        if (zero > 0 && l.dp == 1)
-                                            continue;
-
-                                        l.tp_overlap = sp && tp > 1;
-                                        l.pp_overlap = vpp > 1;
-                                        b->valid++;
-                                        if (dp_mem_estimate(m, cl, &l, &mo, rep, &e) || !rep->fits)
-                                            continue;
-                                        struct dp_step_cost c;
-                                        dp_time_step_fast(m, cl, &l, &c);
-                                        double s = score(&c, rep->peak_bytes, rep->min_bytes);
-                                        if (!b->found || s < b->best) {
-                                            b->found = true;
-                                            b->best = s;
-                                            b->best_l = l;
-                                        }
-                                    }
-    free(rep);
-}
-
-static struct brute compare_fw(const struct dp_model *m, const struct dp_cluster *cl, int64_t gbs,
-                               enum dp_framework fw)
-{
-    struct brute b;
-    brute_force(m, cl, gbs, fw, &b);
-    struct dp_search_opts o;
-    dp_search_opts_default(&o);
-    o.framework = fw;
-    o.gbs = gbs;
-    o.seq_len = m->seq_len;
-    o.cp = 1;
-    o.no_uneven = true;
-    o.top_k = 5;
-    struct dp_search_result *r = malloc(sizeof *r);
-    struct dp_err err = {0};
-    CHECK_EQ(dp_plan_search(m, cl, &o, r, &err), 0);
-    CHECK_EQ(r->evaluated, b.valid);
-    CHECK_EQ(r->n > 0, b.found);
-    if (r->n && b.found) {
-        const struct dp_candidate *w = &r->top[0];
-        CHECK_NEAR(score(&w->cost, w->peak_bytes, w->min_bytes), b.best, 1e-12);
-        char x[160], y[160];
-        dp_layout_format(&w->layout, x, sizeof x);
-        dp_layout_format(&b.best_l, y, sizeof y);
-        CHECK_STR(x, y);
-        /* Ranked best first. */
-        for (int i = 1; i < r->n; i++)
-            CHECK(score(&r->top[i].cost, r->top[i].peak_bytes, r->top[i].min_bytes) >=
-                  score(&r->top[i - 1].cost, r->top[i - 1].peak_bytes, r->top[i - 1].min_bytes));
-    }
-    free(r);
-    return b;
-}
-
-static struct brute compare(const struct dp_model *m, const struct dp_cluster *cl, int64_t gbs)
-{
-    return compare_fw(m, cl, gbs, DP_FW_MEGATRON);
-}
-
 /* A DeepSeek-style MoE: 8 layers, the first 2 dense, 8 routed experts (top-2) and a
  * shared one; stages hold different layer kinds, which the search must charge per
  * stage as the full estimate does. */
@@ -187,6 +72,460 @@ static struct dp_model moe_model(void)
     m.moe_shared_ffn_hidden = 2048;
     m.moe_dense_layers = 2;
     return m;
+}
+
+/* ------------------------------------------------------------------ the space */
+
+/* One case: the model, the cluster, the batch; the search's other options are defaults
+ * (every knob free, overlaps on where allowed, flash attention, bf16 storage). */
+struct space {
+    const struct dp_model *m;
+    const struct dp_cluster *cl;
+    int64_t gbs, seq_len;
+    int gpus, L;
+    int64_t experts; /* 1 for a dense model */
+    bool fp8;        /* the GPU has FP8 tensor cores and an FP8 GEMM curve */
+};
+
+enum {
+    D_TP,
+    D_CP,
+    D_PP,
+    D_DP,
+    D_GEMM,
+    D_EP,
+    D_SP,
+    D_MBS,
+    D_FIRST,
+    D_LAST,
+    D_VPP,
+    D_ZERO,
+    D_RC,
+    D_SG,
+    D_N
+};
+
+/* A point of the space: one value per dimension (vals[D_TP] = tp, ...). */
+struct pt {
+    int v[D_N];
+};
+
+/* A dimension: the values it runs over (a superset: the rules filter), and where it goes
+ * in a layout. */
+struct dim {
+    const char *name;
+    int (*lo)(const struct space *s);
+    int (*hi)(const struct space *s);
+};
+
+static int one(const struct space *s)
+{
+    return 1;
+}
+static int zero(const struct space *s)
+{
+    return 0;
+}
+static int gpus(const struct space *s)
+{
+    return s->gpus;
+}
+static int gpn(const struct space *s)
+{
+    return s->cl->gpus_per_node;
+}
+static int layers(const struct space *s)
+{
+    return s->L;
+}
+static int experts(const struct space *s)
+{
+    return (int)s->experts;
+}
+static int gemm_hi(const struct space *s)
+{
+    return s->fp8 ? 1 : 0;
+}
+static int mbs_hi(const struct space *s)
+{
+    return 64; /* dp_search_opts_default: max_mbs */
+}
+static int three(const struct space *s)
+{
+    return 3;
+}
+static int two(const struct space *s)
+{
+    return 2;
+}
+
+/* In enumeration order; a rule runs once every dimension up to its `at` is set. */
+static const struct dim dims[D_N] = {
+    [D_TP] = {"tp", one, gpn},          [D_CP] = {"cp", one, gpus},
+    [D_PP] = {"pp", one, gpus},         [D_DP] = {"dp", one, gpus},
+    [D_GEMM] = {"gemm", zero, gemm_hi}, [D_EP] = {"ep", one, experts},
+    [D_SP] = {"sp", zero, one},         [D_MBS] = {"mbs", one, mbs_hi},
+    [D_FIRST] = {"first", zero, zero},  [D_LAST] = {"last", zero, zero}, /* even: r_split */
+    [D_VPP] = {"vpp", one, layers},     [D_ZERO] = {"zero", zero, three},
+    [D_RC] = {"recompute", zero, two},  [D_SG] = {"shard_group", zero, gpus},
+};
+
+static bool pow2(int64_t x)
+{
+    return x > 0 && (x & (x - 1)) == 0;
+}
+
+static int64_t microbatches(const struct space *s, const struct pt *x)
+{
+    return s->gbs / ((int64_t)x->v[D_MBS] * x->v[D_DP]);
+}
+
+/* --- the rules, each with its source --- */
+
+/* dplan README, "dplan suggest": tp runs over powers of two inside a node (TP needs the
+ * intra-node link), and must divide the node's GPUs. */
+static bool r_tp_node(const struct space *s, const struct pt *x)
+{
+    int tp = x->v[D_TP];
+    return pow2(tp) && tp <= s->cl->gpus_per_node && s->cl->gpus_per_node % tp == 0;
+}
+/* Megatron-LM arguments.py / transformer_config.py: num_attention_heads and
+ * num_query_groups divisible by tp; ColumnParallelLinear divides its output (the MLP
+ * width: ffn_hidden of dense layers, moe_ffn_hidden over the expert TP size, which
+ * defaults to tp; the shared experts' width) by tp. */
+static bool r_tp_divides(const struct space *s, const struct pt *x)
+{
+    const struct dp_model *m = s->m;
+    int64_t tp = x->v[D_TP];
+    bool dense = m->experts == 0 || m->moe_dense_layers > 0;
+    return m->heads % tp == 0 && m->kv_heads % tp == 0 && (!dense || m->ffn_hidden % tp == 0) &&
+           (m->moe_shared_experts == 0 || m->moe_shared_ffn_hidden % tp == 0) &&
+           (m->experts == 0 || m->moe_ffn_hidden % tp == 0);
+}
+/* Megatron-Core context parallelism: the sequence is cut into 2 cp chunks (each rank
+ * takes one from each end to balance the causal mask), with Transformer Engine's fused
+ * (flash) attention; dplan searches powers of two. */
+static bool r_cp(const struct space *s, const struct pt *x)
+{
+    int cp = x->v[D_CP];
+    return pow2(cp) && (cp == 1 || s->seq_len % (2 * cp) == 0);
+}
+/* Megatron: world size = tp x cp x pp x dp. */
+static bool r_world(const struct space *s, const struct pt *x)
+{
+    return (int64_t)x->v[D_TP] * x->v[D_CP] * x->v[D_PP] * x->v[D_DP] == s->gpus;
+}
+/* A stage holds at least one layer; dplan models up to DP_MAX_PP stages. */
+static bool r_pp(const struct space *s, const struct pt *x)
+{
+    return x->v[D_PP] <= s->L && x->v[D_PP] <= DP_MAX_PP;
+}
+/* FP8 GEMMs only on a GPU with FP8 tensor cores and an FP8 efficiency curve. */
+static bool r_gemm(const struct space *s, const struct pt *x)
+{
+    return x->v[D_GEMM] == 0 || s->fp8;
+}
+/* Megatron MoE: expert_model_parallel_size divides num_moe_experts; the expert data-
+ * parallel size world / (pp x ep x etp) is whole, i.e. ep x etp divides tp x cp x dp
+ * (etp = tp by default); with expert and tensor parallelism, sequence parallelism is
+ * required (arguments.py). Dense models: ep = 1. */
+static bool r_ep(const struct space *s, const struct pt *x)
+{
+    int ep = x->v[D_EP], tp = x->v[D_TP];
+    if (s->m->experts == 0)
+        return ep == 1;
+    return s->experts % ep == 0 &&
+           ((int64_t)tp * x->v[D_CP] * x->v[D_DP]) % ((int64_t)ep * tp) == 0;
+}
+/* Sequence parallelism splits the sequence over the TP ranks: only with tp > 1 (a no-op
+ * otherwise, so not a separate layout), seq_len divisible by tp; and needed with ep > 1
+ * and tp > 1 (above). */
+static bool r_sp(const struct space *s, const struct pt *x)
+{
+    int tp = x->v[D_TP], sp = x->v[D_SP];
+    if (sp)
+        return tp > 1 && s->seq_len % tp == 0;
+    return !(x->v[D_EP] > 1 && tp > 1);
+}
+/* Micro-batches: powers of two (dplan README), the global batch a multiple of
+ * mbs x dp (Megatron: num_microbatches = gbs / (mbs dp)). */
+static bool r_mbs(const struct space *s, const struct pt *x)
+{
+    int64_t mbs = x->v[D_MBS];
+    return pow2(mbs) && s->gbs % (mbs * x->v[D_DP]) == 0;
+}
+/* Pipeline splits: even ones only (every stage L / pp layers), the space of the search
+ * under --no-uneven (o.no_uneven below). The uneven family the search adds by default is
+ * checked against every composition of the layers in test_uneven. */
+static bool r_split(const struct space *s, const struct pt *x)
+{
+    return x->v[D_FIRST] == 0 && x->v[D_LAST] == 0 && s->L % x->v[D_PP] == 0;
+}
+/* Interleaving (Megatron --num-layers-per-virtual-pipeline-stage): pp > 1, each stage's
+ * layers divisible into vpp chunks, micro-batches a multiple of pp (schedules.py: the
+ * interleaved schedule needs num_microbatches % pp == 0); dplan interleaves even
+ * splits only. */
+static bool r_vpp(const struct space *s, const struct pt *x)
+{
+    int vpp = x->v[D_VPP], pp = x->v[D_PP];
+    if (vpp == 1)
+        return true;
+    bool even = x->v[D_FIRST] == 0 && x->v[D_LAST] == 0;
+    return pp > 1 && even && (s->L / pp) % vpp == 0 && microbatches(s, x) % pp == 0;
+}
+/* ZeRO (Rajbhandari et al. 2020; Megatron's distributed optimizer = stage 1): stages > 0
+ * need a data-parallel group to shard over (dp x cp in Megatron-Core); DeepSpeed:
+ * ZeRO-2 and -3 do not combine with pipeline parallelism. */
+static bool r_zero(const struct space *s, const struct pt *x)
+{
+    int z = x->v[D_ZERO];
+    if (z > 0 && x->v[D_DP] * x->v[D_CP] == 1)
+        return false;
+    return z < 2 || x->v[D_PP] == 1;
+}
+
+/* HSDP (issue 12; planner.h): shard groups of a node's worth of data-parallel ranks
+ * (gpus per node / tp, at least 2) and powers of two above it, below dp x cp and dividing
+ * it, with a sharded optimizer; 0 = shard over all dp x cp ranks. */
+static bool r_sg(const struct space *s, const struct pt *x)
+{
+    int sg = x->v[D_SG], dpcp = x->v[D_DP] * x->v[D_CP];
+    if (sg == 0)
+        return true;
+    int node = s->cl->gpus_per_node / x->v[D_TP];
+    if (node < 2)
+        node = 2;
+    return x->v[D_ZERO] >= 1 && sg >= node && sg < dpcp && dpcp % sg == 0 && pow2(sg / node) &&
+           sg % node == 0;
+}
+
+struct rule {
+    int at; /* the last dimension it reads */
+    bool (*ok)(const struct space *s, const struct pt *x);
+};
+
+static const struct rule rules[] = {
+    {D_TP, r_tp_node}, {D_TP, r_tp_divides}, {D_CP, r_cp}, {D_PP, r_pp},   {D_DP, r_world},
+    {D_GEMM, r_gemm},  {D_EP, r_ep},         {D_SP, r_sp}, {D_MBS, r_mbs}, {D_LAST, r_split},
+    {D_VPP, r_vpp},    {D_ZERO, r_zero},     {D_SG, r_sg},
+};
+
+static void to_layout(const struct space *s, const struct pt *x, struct dp_layout *l)
+{
+    dp_layout_default(l);
+    l->tp = x->v[D_TP];
+    l->cp = x->v[D_CP];
+    l->pp = x->v[D_PP];
+    l->dp = x->v[D_DP];
+    l->gemm = x->v[D_GEMM] ? DP_GEMM_FP8 : DP_GEMM_DEFAULT;
+    l->ep = x->v[D_EP];
+    l->sp = x->v[D_SP];
+    l->mbs = x->v[D_MBS];
+    l->first_stage_layers = x->v[D_FIRST];
+    l->last_stage_layers = x->v[D_LAST];
+    l->vpp = x->v[D_VPP];
+    l->zero = x->v[D_ZERO];
+    l->recompute = (enum dp_recompute)x->v[D_RC];
+    l->shard_group = x->v[D_SG];
+    l->gbs = s->gbs;
+    l->seq_len = s->seq_len;
+    /* The overlaps the search turns on where the layout allows them (planner.h). */
+    l->tp_overlap = l->sp && l->tp > 1;
+    l->pp_overlap = l->vpp > 1;
+}
+
+/* Every dimension of a layout, for comparing sets. */
+static void key(const struct dp_layout *l, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "tp%d cp%d pp%d dp%d g%d ep%d sp%d mbs%lld f%d l%d vpp%d z%d rc%d sg%d",
+             l->tp, l->cp, l->pp, l->dp, (int)dp_layout_gemm(l) == DP_GEMM_FP8, l->ep, l->sp,
+             (long long)l->mbs, l->first_stage_layers, l->last_stage_layers, l->vpp, l->zero,
+             (int)l->recompute, l->shard_group);
+}
+
+static double score(const struct dp_step_cost *c, int64_t peak, int64_t min)
+{
+    return c->step_time_s * (1.0 + 0.01 * (double)(peak - min) / (double)peak);
+}
+
+/* A list of layout keys (malloc'ed). */
+struct keys {
+    char (*k)[96];
+    int n, cap;
+};
+static void keys_add(struct keys *ks, const struct dp_layout *l)
+{
+    if (ks->n == ks->cap) {
+        ks->cap = ks->cap ? 2 * ks->cap : 1024;
+        ks->k = realloc(ks->k, (size_t)ks->cap * sizeof *ks->k);
+    }
+    key(l, ks->k[ks->n++], sizeof ks->k[0]);
+}
+static int cmp_key(const void *a, const void *b)
+{
+    return strcmp(a, b);
+}
+
+struct brute {
+    long long valid;
+    struct keys fit;  /* every fitting layout */
+    struct keys best; /* the fitting layouts of the best score (ties) */
+    double best_score;
+    /* what the fitting layouts cover */
+    int cp2, ep2, vpp2, fp8;
+    const struct space *s;
+    struct dp_mem_report *rep;
+};
+
+static void visit(struct brute *b, const struct pt *x)
+{
+    const struct space *s = b->s;
+    struct dp_layout l;
+    to_layout(s, x, &l);
+    struct dp_err e = {0};
+    /* Every layout of the space must be one the core validator accepts. */
+    if (dp_layout_validate(&l, s->m, s->gpus, &e)) {
+        char k[96];
+        key(&l, k, sizeof k);
+        fprintf(stderr, "brute force: %s is in the space but dp_layout_validate says: %s\n", k,
+                e.msg);
+        check_failures++;
+        return;
+    }
+    b->valid++;
+    struct dp_mem_opts mo;
+    dp_mem_opts_default(&mo);
+    if (dp_mem_estimate(s->m, s->cl, &l, &mo, b->rep, &e) || !b->rep->fits)
+        return;
+    keys_add(&b->fit, &l);
+    b->cp2 += l.cp > 1;
+    b->ep2 += l.ep > 1;
+    b->vpp2 += l.vpp > 1;
+    b->fp8 += dp_layout_gemm(&l) == DP_GEMM_FP8;
+    struct dp_step_cost c;
+    dp_time_step_fast(s->m, s->cl, &l, &c);
+    double sc = score(&c, b->rep->peak_bytes, b->rep->min_bytes);
+    if (b->best.n == 0 || sc < b->best_score * (1 - 1e-12)) {
+        b->best.n = 0;
+        b->best_score = sc;
+    }
+    if (fabs(sc - b->best_score) <= 1e-12 * b->best_score)
+        keys_add(&b->best, &l);
+}
+
+static void walk(struct brute *b, struct pt *x, int d)
+{
+    if (d == D_N) {
+        visit(b, x);
+        return;
+    }
+    for (int v = dims[d].lo(b->s), hi = dims[d].hi(b->s); v <= hi; v++) {
+        x->v[d] = v;
+        bool ok = true;
+        for (size_t i = 0; ok && i < sizeof rules / sizeof rules[0]; i++)
+            if (rules[i].at == d)
+                ok = rules[i].ok(b->s, x);
+        if (ok)
+            walk(b, x, d + 1);
+    }
+}
+
+static void brute_force(const struct space *s, struct brute *b)
+{
+    memset(b, 0, sizeof *b);
+    b->s = s;
+    b->rep = malloc(sizeof *b->rep);
+    struct pt x = {{0}};
+    walk(b, &x, 0);
+    free(b->rep);
+    qsort(b->fit.k, (size_t)b->fit.n, sizeof b->fit.k[0], cmp_key);
+}
+
+static void on_fit(const struct dp_candidate *c, void *ctx)
+{
+    keys_add(ctx, &c->layout);
+}
+
+/* What a case must fit at least once: kinds of layouts it exists to test. */
+enum { NEED_CP = 1, NEED_EP = 2, NEED_VPP = 8, NEED_FP8 = 16 };
+
+static void compare(const struct dp_model *m, const struct dp_cluster *cl, int64_t gbs, int need)
+{
+    struct space s = {.m = m,
+                      .cl = cl,
+                      .gbs = gbs,
+                      .seq_len = m->seq_len,
+                      .gpus = dp_cluster_gpus(cl),
+                      .L = (int)m->layers,
+                      .experts = m->experts > 0 ? m->experts : 1,
+                      .fp8 = cl->gpu.fp8_tflops > 0 && cl->gpu.gemm_fp8.eff_max > 0};
+    struct brute b;
+    brute_force(&s, &b);
+
+    struct keys got = {0};
+    struct dp_search_opts o;
+    dp_search_opts_default(&o);
+    o.gbs = gbs;
+    o.seq_len = m->seq_len;
+    o.top_k = 5;
+    o.no_uneven = true; /* the even splits: r_split */
+    if (s.fp8)
+        o.gemm = -1; /* --precision auto: bf16 and FP8 */
+    o.on_fit = on_fit;
+    o.on_fit_ctx = &got;
+    struct dp_search_result *r = malloc(sizeof *r);
+    struct dp_err err = {0};
+    CHECK_EQ(dp_plan_search(m, cl, &o, r, &err), 0);
+    printf("%s on %d x %d, gbs %lld: %lld layouts, %d fit (cp>1 %d, ep>1 %d, vpp>1 "
+           "%d, fp8 %d)\n",
+           m->name, cl->nodes, cl->gpus_per_node, (long long)gbs, b.valid, b.fit.n, b.cp2, b.ep2,
+           b.vpp2, b.fp8);
+    /* Not empty, and every kind the case exists for is among the fitting layouts. */
+    CHECK(b.fit.n > 0);
+    CHECK(r->n > 0);
+    CHECK(!(need & NEED_CP) || b.cp2 > 0);
+    CHECK(!(need & NEED_EP) || b.ep2 > 0);
+    CHECK(!(need & NEED_VPP) || b.vpp2 > 0);
+    CHECK(!(need & NEED_FP8) || b.fp8 > 0);
+    /* The same space, the same fitting set. */
+    CHECK_EQ(r->evaluated, b.valid);
+    CHECK_EQ(r->fitting, b.fit.n);
+    qsort(got.k, (size_t)got.n, sizeof got.k[0], cmp_key);
+    CHECK_EQ(got.n, b.fit.n);
+    for (int i = 0, j = 0, shown = 0; (i < got.n || j < b.fit.n) && shown < 5;) {
+        int c = i == got.n ? 1 : j == b.fit.n ? -1 : strcmp(got.k[i], b.fit.k[j]);
+        if (c == 0) {
+            i++, j++;
+            continue;
+        }
+        fprintf(stderr, "  fits %s only: %s\n", c < 0 ? "in the search" : "by brute force",
+                c < 0 ? got.k[i] : b.fit.k[j]);
+        check_failures++;
+        shown++;
+        c < 0 ? i++ : j++;
+    }
+    /* The winner: the best score, and one of the layouts that have it. */
+    if (r->n > 0 && b.best.n > 0) {
+        const struct dp_candidate *w = &r->top[0];
+        CHECK_NEAR(score(&w->cost, w->peak_bytes, w->min_bytes), b.best_score, 1e-12);
+        char k[96];
+        key(&w->layout, k, sizeof k);
+        bool among = false;
+        for (int i = 0; i < b.best.n; i++)
+            among |= strcmp(k, b.best.k[i]) == 0;
+        if (!among) {
+            fprintf(stderr, "  the search's winner %s is not the brute force's best %s\n", k,
+                    b.best.k[0]);
+            check_failures++;
+        }
+        for (int i = 1; i < r->n; i++)
+            CHECK(score(&r->top[i].cost, r->top[i].peak_bytes, r->top[i].min_bytes) >=
+                  score(&r->top[i - 1].cost, r->top[i - 1].peak_bytes, r->top[i - 1].min_bytes));
+    }
+    free(got.k);
+    free(b.fit.k);
+    free(b.best.k);
+    free(r);
 }
 
 /* Every split of L layers into S chunks: entries 1 .. S-2 hold >= 1, the first and the
@@ -322,31 +661,163 @@ static void test_uneven(void)
     CHECK(any <= even * (1 + 1e-12));
 }
 
+/* Per framework (issue 12): the search over each framework's space (its ZeRO stages,
+ * recompute policies and HSDP shard groups) against a brute force that asks the
+ * layout's own framework check (cp 1, even splits). */
+static double fw_score(const struct dp_step_cost *c, int64_t peak, int64_t min)
+{
+    return c->step_time_s * (1.0 + 0.01 * (double)(peak - min) / (double)peak);
+}
+
+struct fw_brute {
+    long long valid;
+    double best;
+    struct dp_layout best_l;
+    bool found;
+};
+
+static void fw_brute_force(const struct dp_model *m, const struct dp_cluster *cl, int64_t gbs,
+                           enum dp_framework fw, struct fw_brute *b)
+{
+    memset(b, 0, sizeof *b);
+    int gpus = dp_cluster_gpus(cl);
+    struct dp_mem_opts mo;
+    dp_mem_opts_default(&mo);
+    struct dp_mem_report *rep = malloc(sizeof *rep);
+    int emax = m->experts > 0 ? (int)m->experts : 1;
+    for (int tp = 1; tp <= cl->gpus_per_node; tp *= 2)
+        for (int pp = 1; pp <= gpus; pp++)
+            for (int vpp = 1; vpp <= 8; vpp++)
+                for (int64_t mbs = 1; mbs <= 64; mbs *= 2)
+                    for (int zero = 0; zero <= 3; zero++)
+                        for (int rc = 0; rc < DP_RECOMPUTES; rc++)
+                            for (int sp = 0; sp <= 1; sp++)
+                                for (int ep = 1; ep <= emax; ep++)
+                                    for (int sg = 0; sg <= gpus; sg = sg ? 2 * sg : 1) {
+                                        if (gpus % (tp * pp) || (sp && tp == 1) || emax % ep)
+                                            continue;
+                                        struct dp_layout l;
+                                        dp_layout_default(&l);
+                                        l.tp = tp;
+                                        l.ep = ep;
+                                        l.pp = pp;
+                                        l.dp = gpus / (tp * pp);
+                                        l.vpp = vpp;
+                                        l.mbs = mbs;
+                                        l.gbs = gbs;
+                                        l.seq_len = m->seq_len;
+                                        l.zero = zero;
+                                        l.recompute = (enum dp_recompute)rc;
+                                        l.sp = sp;
+                                        l.framework = fw;
+                                        l.shard_group = sg;
+                                        /* DeepSpeed's gradients: the model dtype by default */
+                                        l.grad_fp32 = fw != DP_FW_DEEPSPEED;
+                                        struct dp_err e = {0};
+                                        if (dp_layout_validate(&l, m, gpus, &e))
+                                            continue;
+                                        /* What the framework offers (its recompute policies
+                                         * and ZeRO stages), by the layout's own check. */
+                                        if (dp_layout_check_framework(&l, NULL, &e))
+                                            continue;
+                                        /* HSDP groups: full sharding (0), else powers of two
+                                         * from a node's worth of data-parallel ranks below dp. */
+                                        int node =
+                                            cl->gpus_per_node / tp < 2 ? 2 : cl->gpus_per_node / tp;
+                                        if (sg && (zero == 0 || sg < node || sg >= l.dp ||
+                                                   (fw == DP_FW_DEEPSPEED && zero < 3)))
+                                            continue;
+                                        /* The documented space: ZeRO only with something
+                                         * to shard, ZeRO-2/3 only without pipeline
+                                         * parallelism; the overlaps on where the layout
+                                         * allows them (TP overlap with sequence
+                                         * parallelism, pipeline overlap with interleaving). */
+                                        if (zero > 0 && l.dp == 1)
+                                            continue;
+
+                                        l.tp_overlap = sp && tp > 1;
+                                        l.pp_overlap = vpp > 1;
+                                        b->valid++;
+                                        if (dp_mem_estimate(m, cl, &l, &mo, rep, &e) || !rep->fits)
+                                            continue;
+                                        struct dp_step_cost c;
+                                        dp_time_step_fast(m, cl, &l, &c);
+                                        double s = fw_score(&c, rep->peak_bytes, rep->min_bytes);
+                                        if (!b->found || s < b->best) {
+                                            b->found = true;
+                                            b->best = s;
+                                            b->best_l = l;
+                                        }
+                                    }
+    free(rep);
+}
+
+static struct fw_brute compare_fw(const struct dp_model *m, const struct dp_cluster *cl,
+                                  int64_t gbs, enum dp_framework fw)
+{
+    struct fw_brute b;
+    fw_brute_force(m, cl, gbs, fw, &b);
+    struct dp_search_opts o;
+    dp_search_opts_default(&o);
+    o.framework = fw;
+    o.gbs = gbs;
+    o.seq_len = m->seq_len;
+    o.cp = 1;
+    o.no_uneven = true;
+    o.top_k = 5;
+    struct dp_search_result *r = malloc(sizeof *r);
+    struct dp_err err = {0};
+    CHECK_EQ(dp_plan_search(m, cl, &o, r, &err), 0);
+    CHECK_EQ(r->evaluated, b.valid);
+    CHECK_EQ(r->n > 0, b.found);
+    if (r->n && b.found) {
+        const struct dp_candidate *w = &r->top[0];
+        CHECK_NEAR(fw_score(&w->cost, w->peak_bytes, w->min_bytes), b.best, 1e-12);
+        char x[160], y[160];
+        dp_layout_format(&w->layout, x, sizeof x);
+        dp_layout_format(&b.best_l, y, sizeof y);
+        CHECK_STR(x, y);
+        /* Ranked best first. */
+        for (int i = 1; i < r->n; i++)
+            CHECK(fw_score(&r->top[i].cost, r->top[i].peak_bytes, r->top[i].min_bytes) >=
+                  fw_score(&r->top[i - 1].cost, r->top[i - 1].peak_bytes, r->top[i - 1].min_bytes));
+    }
+    free(r);
+    return b;
+}
+
 int main(void)
 {
     test_uneven();
     struct dp_model m = model();
-    /* Plenty of memory, one node of 8. */
+    /* Plenty of memory, one node of 8: cp (seq 2048), interleaving. */
     struct dp_cluster a = cluster(1, 8, 80);
-    compare(&m, &a, 64);
-    /* MoE with dense-first layers: ep searched, two layer kinds, tight memory. */
+    compare(&m, &a, 64, NEED_CP | NEED_VPP);
+    /* 14 layers on two nodes of 4, 20 GiB: pp of 1 or 2 (7 + 7; 4 and 8 do not divide 14),
+     * TP of 8 would cross nodes, memory prunes. */
+    struct dp_model m14 = model();
+    m14.layers = 14;
+    struct dp_cluster b = cluster(2, 4, 20);
+    compare(&m14, &b, 32, NEED_CP | NEED_VPP);
+    /* MoE with dense-first layers: ep searched, two layer kinds. */
     struct dp_model mm = moe_model();
-    struct brute bm = compare(&mm, &a, 64);
-    CHECK(bm.found && bm.valid > 1000);
+    compare(&mm, &a, 64, NEED_CP | NEED_EP | NEED_VPP);
+    /* The MoE model on tight memory (12 GiB): some layouts still fit. */
     struct dp_cluster tight = cluster(2, 4, 12);
-    bm = compare(&mm, &tight, 32);
-    /* Tight (12 GiB): some layouts still fit, and the search agrees on the best. */
-    CHECK(bm.found);
-    /* Two nodes of 4: TP of 8 would cross nodes; tight memory prunes many layouts. */
-    struct dp_cluster b = cluster(2, 4, 9);
-    compare(&m, &b, 32);
+    compare(&mm, &tight, 32, NEED_EP);
+    /* A GPU with FP8 tensor cores: the GEMM precision is searched too. */
+    struct dp_cluster f8 = cluster(1, 4, 40);
+    f8.gpu.fp8_tflops = 200;
+    f8.gpu.gemm_fp8 = f8.gpu.gemm;
+    compare(&m, &f8, 32, NEED_FP8 | NEED_CP);
+
     /* The other frameworks' spaces: torchtitan (zero 0, 2, 3 with any pp; recompute none,
      * op, full), DeepSpeed (zero 2/3 without pp, HSDP only with zero 3); four nodes of 2
      * leave room for node-sized shard groups. */
     struct dp_cluster four = cluster(4, 2, 20);
-    compare_fw(&m, &four, 32, DP_FW_TORCHTITAN);
-    compare_fw(&m, &four, 32, DP_FW_DEEPSPEED);
-    compare_fw(&m, &four, 32, DP_FW_MEGATRON);
+    CHECK(compare_fw(&m, &four, 32, DP_FW_TORCHTITAN).found);
+    CHECK(compare_fw(&m, &four, 32, DP_FW_DEEPSPEED).found);
+    CHECK(compare_fw(&m, &four, 32, DP_FW_MEGATRON).found);
 
     /* So tight that only full recompute (or sharding) fits: the winner must fit. */
     struct dp_cluster c = cluster(1, 1, 17);
