@@ -280,6 +280,12 @@ struct kind_params {
     int64_t dense[DP_LAYER_KINDS], expert[DP_LAYER_KINDS];
 };
 
+void dp_mem_layer_params(const struct dp_model *m, const struct dp_layout *l,
+                         enum dp_layer_kind kind, int64_t *dense, int64_t *expert)
+{
+    layer_params(m, l, kind, dense, expert);
+}
+
 static void kind_params(const struct dp_model *m, const struct dp_layout *l, struct kind_params *kp)
 {
     memset(kp, 0, sizeof *kp);
@@ -385,6 +391,22 @@ static void mem_ctx_init(struct mem_ctx *x, const struct dp_model *m, const stru
     dp_mem_bytes_per_param(l, &x->pb, &x->gb, &x->ob);
 }
 
+/* One layer's kept activations per micro-batch, by kind, on a stage of `layers` layers.
+ * With recompute_layers (full recompute of that many of the stage's layers), the other
+ * layers keep all their activations: a layer's bytes are the mean over the stage's
+ * layers. */
+static void act_per_layer(const struct mem_ctx *x, int layers, int64_t per[DP_LAYER_KINDS])
+{
+    const struct dp_layout *l = x->l;
+    double f = 1;
+    if (l->recompute == DP_RECOMPUTE_FULL && layers > 0)
+        f = (double)dp_layout_recomputed(l, layers) / (double)layers;
+    for (int k = 0; k < DP_LAYER_KINDS; k++)
+        per[k] = f >= 1 ? x->al[k].stored_bytes
+                        : (int64_t)(f * (double)x->al[k].stored_bytes +
+                                    (1 - f) * (double)x->al[k].full_bytes + 0.5);
+}
+
 /* The activation terms of stage r whose chunk c holds kn[c].n[k] layers of kind k. */
 static void stage_activations(const struct mem_ctx *x, int r, const struct dp_layer_kinds *kn,
                               struct dp_mem_stage *out)
@@ -398,17 +420,8 @@ static void stage_activations(const struct mem_ctx *x, int r, const struct dp_la
     const struct dp_act_layer *al = x->al;
     const int v = l->vpp;
     int64_t emb = out->has_embedding ? x->emb_mask : 0;
-    /* With recompute_layers (full recompute of that many of the stage's layers), the
-     * other layers keep all their activations: a layer's bytes are the mean over the
-     * stage's layers. */
-    double f = 1;
-    if (l->recompute == DP_RECOMPUTE_FULL && out->layers > 0)
-        f = (double)dp_layout_recomputed(l, out->layers) / (double)out->layers;
     int64_t per[DP_LAYER_KINDS];
-    for (int k = 0; k < DP_LAYER_KINDS; k++)
-        per[k] = f >= 1 ? al[k].stored_bytes
-                        : (int64_t)(f * (double)al[k].stored_bytes +
-                                    (1 - f) * (double)al[k].full_bytes + 0.5);
+    act_per_layer(x, out->layers, per);
     int64_t w[DP_MAX_CHUNKS], lw[DP_MAX_CHUNKS], live[DP_MAX_CHUNKS], stored = 0;
     for (int c = 0; c < v && c < DP_MAX_CHUNKS; c++) {
         lw[c] = 0;
@@ -441,6 +454,18 @@ static void stage_activations(const struct mem_ctx *x, int r, const struct dp_la
         out->act_head_bytes = x->head_act;
     out->activations_bytes =
         out->act_layers_bytes + out->act_embed_bytes + out->act_head_bytes + out->act_working_bytes;
+}
+
+/* ZeRO-3: the parameters of the current and the prefetched layer, gathered. */
+static int64_t gathered_bytes(const struct mem_ctx *x, const struct dp_mem_stage *st)
+{
+    if (x->l->zero < 3)
+        return 0;
+    int64_t big = 0;
+    for (int k = 0; k < DP_LAYER_KINDS; k++)
+        if (st->kind_layers[k] && x->kp.dense[k] + x->kp.expert[k] > big)
+            big = x->kp.dense[k] + x->kp.expert[k];
+    return 2 * big * x->pb;
 }
 
 /* act: the stage's activation bytes when already known (the same layout at another
@@ -512,13 +537,7 @@ static void stage_with(const struct mem_ctx *x, int r, const int64_t *act, struc
 
     /* Communication buffers. */
     out->comm_bytes = x->recv_bytes;
-    if (l->zero >= 3) { /* parameters of the current and the prefetched layer, gathered */
-        int64_t big = 0;
-        for (int k = 0; k < DP_LAYER_KINDS; k++)
-            if (out->kind_layers[k] && x->kp.dense[k] + x->kp.expert[k] > big)
-                big = x->kp.dense[k] + x->kp.expert[k];
-        out->comm_bytes += 2 * big * x->pb;
-    }
+    out->comm_bytes += gathered_bytes(x, out);
     if (l->zero >= 2) {
         /* DeepSpeed's reduce bucket (zero_optimization.reduce_bucket_size, default 5e8
          * elements) for gradients produced before they are reduce-scattered. */
@@ -540,6 +559,26 @@ void dp_mem_stage(const struct dp_model *m, const struct dp_cluster *cl, const s
     struct mem_ctx x;
     mem_ctx_init(&x, m, cl, l, o, al);
     stage_with(&x, r, NULL, out);
+}
+
+void dp_mem_terms(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
+                  const struct dp_mem_opts *o, int r, struct dp_mem_terms *out)
+{
+    struct dp_act_layer al[DP_LAYER_KINDS];
+    dp_act_layers(m, l, al);
+    struct mem_ctx x;
+    mem_ctx_init(&x, m, cl, l, o, al);
+    struct dp_mem_stage st;
+    stage_with(&x, r, NULL, &st);
+    memset(out, 0, sizeof *out);
+    out->gathered_bytes = gathered_bytes(&x, &st);
+    out->static_bytes = st.params_bytes + st.grads_bytes + st.optimizer_bytes + st.other_bytes -
+                        out->gathered_bytes;
+    act_per_layer(&x, st.layers, out->layer_bytes);
+    out->emb_bytes = st.has_embedding ? x.emb_mask : 0;
+    out->head_bytes = st.act_head_bytes;
+    out->working_bytes = st.act_working_bytes;
+    out->model_peak_bytes = st.total_bytes;
 }
 
 int dp_mem_estimate(const struct dp_model *m, const struct dp_cluster *cl,

@@ -249,3 +249,13 @@ void dp__time_pipeline(const struct dp__time_ctx *c, const struct dp_layer_time 
     }
     r->have_pipe = true;
 }
+
+double dp__time_p2p(const struct dp__time_ctx *c)
+{
+    return p2p_part(c);
+}
+
+double dp__time_recompute_share(const struct dp_layout *l, const struct dp_model *m, int r)
+{
+    return recompute_share(l, m, r);
+}

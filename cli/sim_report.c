@@ -1,0 +1,258 @@
+/*
+ * The simulated step for people (text), programs (--json) and eyes (the Gantt
+ * chart of --svg); see sim_report.h.
+ */
+#include "sim_report.h"
+#include "cli.h"
+#include "viz/viz.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static double pct(double a, double b)
+{
+    return b > 0 ? 100 * a / b : 0;
+}
+
+void cli_sim_text(FILE *f, const struct dp_sim_result *r, const struct dp_sim_input *in,
+                  const struct dp_layout *l, const struct dp_step_cost *est)
+{
+    (void)in;
+    const double T = r->step_s;
+    fprintf(
+        f,
+        "simulated step %.4f s: %s schedule, pp=%d, vpp=%d, %lld micro-batches, %zu operations\n",
+        T, dp_sim_schedule_name(r->schedule), r->pp, r->vpp, (long long)r->microbatches, r->ops);
+    if (est)
+        fprintf(f, "  analytic estimate %.4f s (`dplan estimate`): simulation %+.2f%%\n",
+                est->step_time_s, pct(T - est->step_time_s, est->step_time_s));
+    fprintf(f, "  %.0f tokens/s\n", T > 0 ? (double)l->gbs * (double)l->seq_len / T : 0);
+    fprintf(f,
+            "  pipeline span %.4f s (first pass's start to last pass's end), bubble %.1f%% of it\n",
+            r->pipe_s, 100 * r->bubble);
+    if (r->pp > 1 && r->vpp == 1 && r->schedule != DP_SIM_SCHED_GPIPE)
+        fprintf(f, "  (a uniform 1F1B pipeline of these p and m idles (p-1)/(m+p-1) = %.1f%%)\n",
+                100.0 * (r->pp - 1) / (double)(r->microbatches + r->pp - 1));
+
+    const struct dp_sim_breakdown *b = &r->stage[r->busiest].b;
+    fprintf(f, "\nwhere the busiest stage's compute stream spent the step (stage %d):\n",
+            r->busiest);
+    const char *names[] = {"compute", "recompute", "tp comm", "cp comm",   "ep comm",
+                           "pp comm", "dp comm",   "bubble",  "optimizer", "embedding sync"};
+    const double v[] = {b->compute, b->recompute, b->tp,     b->cp,        b->ep,
+                        b->pp,      b->dp,        b->bubble, b->optimizer, b->other};
+    for (int i = 0; i < 10; i++)
+        if (v[i] > 0 || i == 0)
+            fprintf(f, "  %-16s %10.4f s  %5.1f%%\n", names[i], v[i], pct(v[i], T));
+
+    fprintf(f, "\nper stage (exposed communication: what its compute stream waited for):\n");
+    fprintf(f, "  %5s %9s %7s %9s %9s %9s %9s %9s %10s %10s\n", "stage", "busy s", "bubble", "tp s",
+            "cp s", "ep s", "pp s", "dp s", "peak GiB", "model GiB");
+    for (int i = 0; i < r->nstages; i++) {
+        const struct dp_sim_stage *s = &r->stage[i];
+        fprintf(f, "  %5d %9.4f %6.1f%% %9.4f %9.4f %9.4f %9.4f %9.4f %10.2f %10.2f\n", s->stage,
+                s->busy_s, 100 * s->bubble, s->b.tp, s->b.cp, s->b.ep, s->b.pp, s->b.dp,
+                cli_gib(s->peak_bytes), cli_gib(s->model_peak_bytes));
+    }
+    fprintf(f,
+            "peak memory %.2f GiB on stage %d (simulated: live activations per micro-batch, "
+            "gathered parameters; model GiB: `dplan memory`'s bound)\n",
+            cli_gib(r->peak_bytes), r->peak_stage);
+}
+
+static cJSON *breakdown_json(const struct dp_sim_breakdown *b)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "compute_s", b->compute);
+    cJSON_AddNumberToObject(o, "recompute_s", b->recompute);
+    cJSON_AddNumberToObject(o, "tp_comm_s", b->tp);
+    cJSON_AddNumberToObject(o, "cp_comm_s", b->cp);
+    cJSON_AddNumberToObject(o, "ep_comm_s", b->ep);
+    cJSON_AddNumberToObject(o, "pp_comm_s", b->pp);
+    cJSON_AddNumberToObject(o, "dp_comm_s", b->dp);
+    cJSON_AddNumberToObject(o, "bubble_s", b->bubble);
+    cJSON_AddNumberToObject(o, "optimizer_s", b->optimizer);
+    cJSON_AddNumberToObject(o, "other_s", b->other);
+    return o;
+}
+
+cJSON *cli_sim_json(const struct dp_sim_result *r, const struct dp_step_cost *est)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "schedule", dp_sim_schedule_name(r->schedule));
+    cJSON_AddNumberToObject(o, "pp", r->pp);
+    cJSON_AddNumberToObject(o, "vpp", r->vpp);
+    cJSON_AddNumberToObject(o, "microbatches", (double)r->microbatches);
+    cJSON_AddNumberToObject(o, "step_s", r->step_s);
+    if (est)
+        cJSON_AddNumberToObject(o, "estimate_step_s", est->step_time_s);
+    cJSON_AddNumberToObject(o, "pipeline_span_s", r->pipe_s);
+    cJSON_AddNumberToObject(o, "bubble", r->bubble);
+    cJSON_AddNumberToObject(o, "operations", (double)r->ops);
+    cJSON_AddNumberToObject(o, "peak_bytes", (double)r->peak_bytes);
+    cJSON_AddNumberToObject(o, "peak_stage", r->peak_stage);
+    cJSON_AddNumberToObject(o, "busiest_stage", r->busiest);
+    cJSON *st = cJSON_AddArrayToObject(o, "stages");
+    for (int i = 0; i < r->nstages; i++) {
+        const struct dp_sim_stage *s = &r->stage[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "stage", s->stage);
+        cJSON_AddNumberToObject(e, "rank", (double)s->rank);
+        cJSON_AddNumberToObject(e, "ranks", (double)s->ranks);
+        cJSON_AddNumberToObject(e, "busy_s", s->busy_s);
+        cJSON_AddNumberToObject(e, "idle_s", s->idle_s);
+        cJSON_AddNumberToObject(e, "bubble", s->bubble);
+        cJSON_AddNumberToObject(e, "first_pass_s", s->first_s);
+        cJSON_AddNumberToObject(e, "last_pass_s", s->last_s);
+        cJSON_AddItemToObject(e, "breakdown", breakdown_json(&s->b));
+        cJSON *sb = cJSON_AddObjectToObject(e, "stream_busy_s");
+        for (int k = 0; k < DP_SIM_STREAMS; k++)
+            cJSON_AddNumberToObject(sb, dp_sim_stream_name((enum dp_sim_stream)k),
+                                    s->stream_busy_s[k]);
+        cJSON_AddNumberToObject(e, "peak_bytes", (double)s->peak_bytes);
+        cJSON_AddNumberToObject(e, "peak_at_s", s->peak_at_s);
+        cJSON_AddNumberToObject(e, "model_peak_bytes", (double)s->model_peak_bytes);
+        cJSON_AddItemToArray(st, e);
+    }
+    return o;
+}
+
+/* ------------------------------------------------------------------ the Gantt */
+
+enum { G_FWD, G_BWD, G_OPT, G_SEND, G_DP, G_COLORS };
+
+int cli_svg_gantt(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
+                  const struct dp_sim_result *r, struct dp_buf *out, struct dp_err *err)
+{
+    static const char *const names[G_COLORS] = {"forward", "backward", "optimizer",
+                                                "pp send/recv (lane)", "dp collectives (lane)"};
+    /* Okabe and Ito's blue, vermillion, bluish green, sky blue, reddish purple; a chunk's
+     * passes darker or lighter would crowd the legend: the micro-batch is printed instead. */
+    static const char *const colors[G_COLORS] = {"#0072b2", "#d55e00", "#009e73", "#56b4e9",
+                                                 "#cc79a7"};
+    size_t nb = 0;
+    for (int i = 0; i < r->nstages; i++)
+        nb += r->stage[i].npass + r->stage[i].ncomm;
+    struct dp_viz_bar *bar = malloc((nb ? nb : 1) * sizeof *bar);
+    char(*rows)[24] = malloc((size_t)r->nstages * sizeof *rows);
+    const char **rowp = malloc((size_t)r->nstages * sizeof *rowp);
+    if (!bar || !rows || !rowp) {
+        free(bar);
+        free(rows);
+        free(rowp);
+        return dp_err_set(err, DP_ENOMEM, "out of memory");
+    }
+    /* Milliseconds below 10 s: steps of a few seconds read better in ms. */
+    const bool ms = r->step_s < 10;
+    const double k = ms ? 1e3 : 1;
+    size_t n = 0;
+    for (int i = 0; i < r->nstages; i++) {
+        const struct dp_sim_stage *s = &r->stage[i];
+        snprintf(rows[i], sizeof rows[i], "stage %d", i);
+        rowp[i] = rows[i];
+        for (size_t j = 0; j < s->npass; j++)
+            bar[n++] = (struct dp_viz_bar){s->pass[j].t0 * k,
+                                           s->pass[j].t1 * k,
+                                           i,
+                                           s->pass[j].fwd ? G_FWD : G_BWD,
+                                           (int)s->pass[j].mb,
+                                           false};
+        for (size_t j = 0; j < s->ncomm; j++) {
+            const struct dp_sim_slice *c = &s->comm[j];
+            bool opt = c->op == DP_SIM_OP_OPTIMIZER;
+            bar[n++] = (struct dp_viz_bar){
+                c->t0 * k, c->t1 * k, i, opt ? G_OPT : c->op == DP_SIM_OP_SEND ? G_SEND : G_DP,
+                -1,        !opt};
+        }
+    }
+    char sub[512], title[256], note[256];
+    snprintf(title, sizeof title, "Simulated training step: %s on %d x %s", m->name,
+             dp_cluster_gpus(cl), cl->gpu.name);
+    snprintf(sub, sizeof sub,
+             "tp=%d pp=%d vpp=%d dp=%d cp=%d, %lld micro-batches of %lld, %s schedule; step %.4g "
+             "s, bubble %.1f%% of the pipeline span",
+             l->tp, l->pp, l->vpp, l->dp, l->cp, (long long)r->microbatches, (long long)l->mbs,
+             dp_sim_schedule_name(r->schedule), r->step_s, 100 * r->bubble);
+    snprintf(note, sizeof note,
+             "numbers in the bars: micro-batch; dashed lines: the pipeline span (its idle area "
+             "is the bubble)");
+    double span0 = 1e300;
+    for (int i = 0; i < r->nstages; i++)
+        if (r->stage[i].npass && r->stage[i].first_s < span0)
+            span0 = r->stage[i].first_s;
+    if (span0 > 1e299)
+        span0 = 0;
+    struct dp_viz_gantt g = {.title = title,
+                             .subtitle = sub,
+                             .x_label = ms ? "time from the step's start (ms)"
+                                           : "time from the step's start (s)",
+                             .y_label = "pipeline stage (one GPU of each)",
+                             .nrows = r->nstages,
+                             .row = rowp,
+                             .bar = bar,
+                             .nbar = n,
+                             .ncolors = G_COLORS,
+                             .color_name = names,
+                             .colors = colors,
+                             .x_max = r->step_s * k,
+                             .span0 = span0 * k,
+                             .span1 = (span0 + r->pipe_s) * k,
+                             .note = note};
+    int rc = dp_viz_gantt(&g, out, err);
+    free(bar);
+    free(rows);
+    free(rowp);
+    return rc;
+}
+
+int cli_parse_ranks(const char *s, long **out, size_t *n, struct dp_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    size_t cap = 0;
+    const char *p = s;
+    while (*p) {
+        char *e;
+        errno = 0;
+        long a = strtol(p, &e, 10), b;
+        if (e == p || a < 0 || errno)
+            goto bad;
+        b = a;
+        if (*e == '-') {
+            p = e + 1;
+            b = strtol(p, &e, 10);
+            if (e == p || b < a || errno)
+                goto bad;
+        }
+        if (b - a > 65536 || *n + (size_t)(b - a + 1) > 65536)
+            goto bad;
+        for (long v = a; v <= b; v++) {
+            if (*n == cap) {
+                cap = cap ? 2 * cap : 16;
+                long *q = realloc(*out, cap * sizeof *q);
+                if (!q) {
+                    free(*out);
+                    *out = NULL;
+                    return dp_err_set(err, DP_ENOMEM, "out of memory");
+                }
+                *out = q;
+            }
+            (*out)[(*n)++] = v;
+        }
+        if (*e == ',')
+            e++;
+        else if (*e)
+            goto bad;
+        p = e;
+    }
+    if (*n)
+        return 0;
+bad:
+    free(*out);
+    *out = NULL;
+    *n = 0;
+    return dp_err_set(err, DP_EUSAGE,
+                      "--ranks: expected global ranks like 0,8-15 (at most 65536), got \"%s\"", s);
+}
