@@ -16,22 +16,41 @@ static double pct(double a, double b)
     return b > 0 ? 100 * a / b : 0;
 }
 
+/* The report's time unit: s for steps of a second or more, else ms or us, so that small
+ * examples read as well as large ones. */
+struct unit {
+    const char *name;
+    double k;
+    int prec;
+};
+static struct unit unit_for(double step_s)
+{
+    if (step_s >= 1)
+        return (struct unit){"s", 1, 4};
+    if (step_s >= 1e-3)
+        return (struct unit){"ms", 1e3, 3};
+    return (struct unit){"us", 1e6, 1};
+}
+
 void cli_sim_text(FILE *f, const struct dp_sim_result *r, const struct dp_sim_input *in,
                   const struct dp_layout *l, const struct dp_step_cost *est)
 {
     (void)in;
     const double T = r->step_s;
-    fprintf(
-        f,
-        "simulated step %.4f s: %s schedule, pp=%d, vpp=%d, %lld micro-batches, %zu operations\n",
-        T, dp_sim_schedule_name(r->schedule), r->pp, r->vpp, (long long)r->microbatches, r->ops);
+    const struct unit u = unit_for(T);
+    fprintf(f,
+            "simulated step %.*f %s: %s schedule, pp=%d, vpp=%d, %lld micro-batches, %zu "
+            "operations\n",
+            u.prec, T * u.k, u.name, dp_sim_schedule_name(r->schedule), r->pp, r->vpp,
+            (long long)r->microbatches, r->ops);
     if (est)
-        fprintf(f, "  analytic estimate %.4f s (`dplan estimate`): simulation %+.2f%%\n",
-                est->step_time_s, pct(T - est->step_time_s, est->step_time_s));
+        fprintf(f, "  analytic estimate %.*f %s (`dplan estimate`): simulation %+.2f%%\n", u.prec,
+                est->step_time_s * u.k, u.name, pct(T - est->step_time_s, est->step_time_s));
     fprintf(f, "  %.0f tokens/s\n", T > 0 ? (double)l->gbs * (double)l->seq_len / T : 0);
     fprintf(f,
-            "  pipeline span %.4f s (first pass's start to last pass's end), bubble %.1f%% of it\n",
-            r->pipe_s, 100 * r->bubble);
+            "  pipeline span %.*f %s (first pass's start to last pass's end), bubble %.1f%% of "
+            "it\n",
+            u.prec, r->pipe_s * u.k, u.name, 100 * r->bubble);
     if (r->pp > 1 && r->vpp == 1 && r->schedule != DP_SIM_SCHED_GPIPE)
         fprintf(f, "  (a uniform 1F1B pipeline of these p and m idles (p-1)/(m+p-1) = %.1f%%)\n",
                 100.0 * (r->pp - 1) / (double)(r->microbatches + r->pp - 1));
@@ -45,15 +64,18 @@ void cli_sim_text(FILE *f, const struct dp_sim_result *r, const struct dp_sim_in
                         b->pp,      b->dp,        b->bubble, b->optimizer, b->other};
     for (int i = 0; i < 10; i++)
         if (v[i] > 0 || i == 0)
-            fprintf(f, "  %-16s %10.4f s  %5.1f%%\n", names[i], v[i], pct(v[i], T));
+            fprintf(f, "  %-16s %10.*f %-2s  %5.1f%%\n", names[i], u.prec, v[i] * u.k, u.name,
+                    pct(v[i], T));
 
-    fprintf(f, "\nper stage (exposed communication: what its compute stream waited for):\n");
-    fprintf(f, "  %5s %9s %7s %9s %9s %9s %9s %9s %10s %10s\n", "stage", "busy s", "bubble", "tp s",
-            "cp s", "ep s", "pp s", "dp s", "peak GiB", "model GiB");
+    fprintf(f, "\nper stage (%s; exposed communication: what its compute stream waited for):\n",
+            u.name);
+    fprintf(f, "  %5s %10s %7s %10s %10s %10s %10s %10s %9s %9s\n", "stage", "busy", "bubble", "tp",
+            "cp", "ep", "pp", "dp", "peak GiB", "model GiB");
     for (int i = 0; i < r->nstages; i++) {
         const struct dp_sim_stage *s = &r->stage[i];
-        fprintf(f, "  %5d %9.4f %6.1f%% %9.4f %9.4f %9.4f %9.4f %9.4f %10.2f %10.2f\n", s->stage,
-                s->busy_s, 100 * s->bubble, s->b.tp, s->b.cp, s->b.ep, s->b.pp, s->b.dp,
+        fprintf(f, "  %5d %10.*f %6.1f%% %10.*f %10.*f %10.*f %10.*f %10.*f %9.2f %9.2f\n",
+                s->stage, u.prec, s->busy_s * u.k, 100 * s->bubble, u.prec, s->b.tp * u.k, u.prec,
+                s->b.cp * u.k, u.prec, s->b.ep * u.k, u.prec, s->b.pp * u.k, u.prec, s->b.dp * u.k,
                 cli_gib(s->peak_bytes), cli_gib(s->model_peak_bytes));
     }
     fprintf(f,

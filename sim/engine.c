@@ -202,6 +202,7 @@ struct where {
     int32_t mb;
     int16_t chunk, layer;
     uint8_t phase;
+    uint8_t blk; /* a collective's block: DP_SIM_OP_EMBED, _ATTN, _MLP or _HEAD */
 };
 
 static void record(struct eng *E, struct rank *R, double t0, double t1, enum dp_sim_stream st,
@@ -246,12 +247,12 @@ static void collective(struct eng *E, struct rank *R, enum dp_sim_stream st, enu
         R->free[st] = t1;
         *cat += t1 - R->t;
         R->t = t1;
-        record(E, R, t0, t1, st, op, w, 0, cp);
+        record(E, R, t0, t1, st, op, w, w->blk, cp);
         return;
     }
     double t0 = R->t0_last > R->free[st] ? R->t0_last : R->free[st];
     R->free[st] = t0 + raw;
-    record(E, R, t0, t0 + raw, st, op, w, 0, cp);
+    record(E, R, t0, t0 + raw, st, op, w, w->blk, cp);
     if (exposed > 0) {
         record(E, R, R->t, R->t + exposed, DP_SIM_COMPUTE, DP_SIM_OP_WAIT, w, op, cp);
         R->t += exposed;
@@ -323,8 +324,10 @@ static void gather_unit(struct eng *E, struct rank *R, int u, double t, const st
 }
 
 static void block_fwd(struct eng *E, struct rank *R, const struct dp_block_cost *bc,
-                      enum dp_sim_op op, const struct where *w, bool re, struct caps *cp)
+                      enum dp_sim_op op, const struct where *w0, bool re, struct caps *cp)
 {
+    struct where wb = *w0, *w = &wb;
+    wb.blk = (uint8_t)op;
     struct dp_sim_breakdown *b = &R->b;
     double share = re ? E->in->ops.recompute_share[R->r] : 1;
     double work = re ? bc->re_s * share : bc->fwd_s;
@@ -344,8 +347,10 @@ static void block_fwd(struct eng *E, struct rank *R, const struct dp_block_cost 
 }
 
 static void block_bwd(struct eng *E, struct rank *R, const struct dp_block_cost *bc,
-                      enum dp_sim_op op, const struct where *w, struct caps *cp)
+                      enum dp_sim_op op, const struct where *w0, struct caps *cp)
 {
+    struct where wb = *w0, *w = &wb;
+    wb.blk = (uint8_t)op;
     struct dp_sim_breakdown *b = &R->b;
     collective(E, R, DP_SIM_EP, DP_SIM_OP_EP, bc->ep_b / 2, bc->ep_b / 2, w, &b->ep, cp);
     compute(E, R, op, bc->bwd_s, w, &b->compute, cp);
@@ -369,7 +374,7 @@ static void run_pass(struct eng *E, struct rank *R, const struct dp_sim_step *st
     const struct dp_dp_sched *ds = R->ds;
     struct dp_sim_breakdown *b = &R->b;
     wait_until(R, t_in, &b->bubble);
-    struct where w = {st->mb, (int16_t)c, -1, st->fwd ? DP_SIM_FWD : DP_SIM_BWD};
+    struct where w = {st->mb, (int16_t)c, -1, st->fwd ? DP_SIM_FWD : DP_SIM_BWD, 0};
     const bool first_fwd = st->fwd && R->pi == R->first_fwd[c];
     const bool last_bwd = !st->fwd && R->pi == R->last_bwd[c];
     const bool g_each = R->nunit > 0 && ds->gather_each_mb;
@@ -402,6 +407,7 @@ static void run_pass(struct eng *E, struct rank *R, const struct dp_sim_step *st
             pass_start = R->t;
         if (j < 0) {
             w.layer = -1;
+            w.blk = DP_SIM_OP_EMBED;
             if (st->fwd) {
                 mem_add(R, R->t, mt->emb_bytes, true);
                 compute(E, R, DP_SIM_OP_EMBED, ops->emb.fwd_s, &w, &b->compute, cp);
@@ -413,6 +419,7 @@ static void run_pass(struct eng *E, struct rank *R, const struct dp_sim_step *st
             }
         } else if (j >= cnt) {
             w.layer = -1;
+            w.blk = DP_SIM_OP_HEAD;
             if (st->fwd) {
                 mem_add(R, R->t, mt->head_bytes, true);
                 compute(E, R, DP_SIM_OP_HEAD, ops->head.fwd_s, &w, &b->compute, cp);
@@ -495,7 +502,7 @@ static void run_pass(struct eng *E, struct rank *R, const struct dp_sim_step *st
         R->free[DP_SIM_PP] = t1;
         if (in->pp_overlap && ops->p2p_s > 0)
             dyn_push(R, DP_SIM_PP, t0, t1);
-        struct where ww = {st->mb, (int16_t)c, -1, st->fwd ? DP_SIM_FWD : DP_SIM_BWD};
+        struct where ww = {st->mb, (int16_t)c, -1, st->fwd ? DP_SIM_FWD : DP_SIM_BWD, 0};
         record(E, R, t0, t1, DP_SIM_PP, DP_SIM_OP_SEND, &ww, st->fwd ? 0 : 1, cp);
         *dst = t1;
         if (!in->pp_overlap)
@@ -668,7 +675,7 @@ int dp_sim_engine(const struct dp_sim_input *in, const struct dp_sim_opts *o,
         /* parameters gathered once a step, at its start, in forward order */
         if (R->nunit > 0 && R->ds->gather_at_start)
             for (int u = 0; u < R->nunit; u++) {
-                struct where w = {-1, (int16_t)R->unit[u].chunk, -1, DP_SIM_STEP};
+                struct where w = {-1, (int16_t)R->unit[u].chunk, -1, DP_SIM_STEP, 0};
                 R->gather_end[u] = dp_coll(&E, R, DP_SIM_GATHER, DP_SIM_OP_GATHER, 0,
                                            R->unit[u].gather_s, &w, &caps[r]);
             }
@@ -732,7 +739,7 @@ int dp_sim_engine(const struct dp_sim_input *in, const struct dp_sim_opts *o,
         struct rank *R = &E.rk[r];
         if (R->nunit > 0 && !R->ds->reduce_overlap && !R->ds->reduce_each_mb)
             for (int u = R->nunit - 1; u >= 0; u--) {
-                struct where w = {-1, (int16_t)R->unit[u].chunk, -1, DP_SIM_STEP};
+                struct where w = {-1, (int16_t)R->unit[u].chunk, -1, DP_SIM_STEP, 0};
                 dp_coll(&E, R, DP_SIM_REDUCE, DP_SIM_OP_REDUCE, R->t, R->unit[u].reduce_s, &w,
                         &caps[r]);
             }
@@ -744,7 +751,7 @@ int dp_sim_engine(const struct dp_sim_input *in, const struct dp_sim_opts *o,
         int ends[2] = {0, p - 1};
         for (int i = 0; i < 2; i++) {
             struct rank *R = &E.rk[ends[i]];
-            struct where w = {-1, -1, -1, DP_SIM_STEP};
+            struct where w = {-1, -1, -1, DP_SIM_STEP, 0};
             wait_until(R, t0, &R->b.bubble);
             record(&E, R, t0, t0 + in->ops.emb_sync_s, DP_SIM_REDUCE, DP_SIM_OP_EMB_SYNC, &w, 0,
                    &caps[ends[i]]);
@@ -759,7 +766,7 @@ int dp_sim_engine(const struct dp_sim_input *in, const struct dp_sim_opts *o,
     free(ready);
     for (int r = 0; r < p; r++) {
         struct rank *R = &E.rk[r];
-        struct where w = {-1, -1, -1, DP_SIM_STEP};
+        struct where w = {-1, -1, -1, DP_SIM_STEP, 0};
         wait_until(R, bar, &R->b.bubble);
         double t0 = R->t;
         R->t += in->ops.optimizer_s[r];
@@ -767,7 +774,7 @@ int dp_sim_engine(const struct dp_sim_input *in, const struct dp_sim_opts *o,
         record(&E, R, t0, R->t, DP_SIM_COMPUTE, DP_SIM_OP_OPTIMIZER, &w, 0, &caps[r]);
         if (R->nunit > 0 && in->zero >= 1 && !R->ds->gather_at_start && !R->ds->gather_each_mb)
             for (int u = 0; u < R->nunit; u++) {
-                struct where wu = {-1, (int16_t)R->unit[u].chunk, -1, DP_SIM_STEP};
+                struct where wu = {-1, (int16_t)R->unit[u].chunk, -1, DP_SIM_STEP, 0};
                 double t1 = dp_coll(&E, R, DP_SIM_GATHER, DP_SIM_OP_GATHER, R->t,
                                     R->unit[u].gather_s, &wu, &caps[r]);
                 wait_until(R, t1, &R->b.dp);

@@ -93,7 +93,8 @@ struct dp_sim_slice {
     int16_t chunk; /* model chunk of the stage, -1 */
     int16_t layer; /* model layer, 0-based; -1 for none */
     uint8_t stream, op, phase;
-    uint8_t of; /* DP_SIM_OP_WAIT: the collective waited for; DP_SIM_OP_SEND: 1 = gradient */
+    uint8_t of; /* DP_SIM_OP_WAIT: the collective waited for; DP_SIM_OP_SEND: 1 = gradient;
+                   TP, CP, EP: the block (DP_SIM_OP_EMBED, _ATTN, _MLP, _HEAD) */
 };
 
 /* A pass on the compute stream: from its first operation's start to its last one's end. */

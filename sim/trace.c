@@ -81,6 +81,12 @@ static void slice_text(const struct dp_sim_slice *s, char *name, size_t cap, cha
     case DP_SIM_OP_SEND:
         snprintf(name, cap, "send %s%s", s->of ? "gradients" : "activations", where);
         break;
+    case DP_SIM_OP_TP:
+    case DP_SIM_OP_CP:
+    case DP_SIM_OP_EP:
+        snprintf(name, cap, "%s%s %s %s", phase_tag(s->phase), where,
+                 dp_sim_op_name((enum dp_sim_op)s->of), op);
+        break;
     case DP_SIM_OP_GATHER:
     case DP_SIM_OP_REDUCE:
     case DP_SIM_OP_OPTIMIZER:
@@ -193,8 +199,8 @@ int dp_sim_trace(const struct dp_sim_result *r, const struct dp_sim_input *in,
             snprintf(pname, sizeof pname, "rank %ld: stage %d (tp %d, cp %d, dp %d)", rank, stage,
                      tpi, cpi, dpi);
         else
-            snprintf(pname, sizeof pname, "stage %d: rank %ld (and the stage's %ld others alike)",
-                     stage, rank, per - 1);
+            snprintf(pname, sizeof pname, "stage %d (rank %ld; the stage's %ld GPUs run alike)",
+                     stage, rank, per);
         metadata(out, &first, rank, pname, rank);
         stage_events(out, &first, st, rank, o->passes_only);
     }
