@@ -254,6 +254,7 @@ void cli_describe_layout(FILE *f, const struct dp_layout *l, const struct dp_mod
 
 /* Subcommands. */
 int cmd_calibrate(int argc, char **argv);
+int cmd_check(int argc, char **argv);
 int cmd_ckpt(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 int cmd_estimate(int argc, char **argv);

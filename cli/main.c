@@ -14,6 +14,8 @@ static const struct dp_cmd {
 } cmds[] = {
     /* sorted */
     {"calibrate", cmd_calibrate, "fit a GPU's GEMM efficiency curve to measured runs", false},
+    {"check", cmd_check, "pre-launch checklist: PASS/WARN/FAIL for versions, bandwidth, ranks, ...",
+     true},
     {"ckpt", cmd_ckpt, "list, verify and export the checkpoints of `dplan run`", true},
     {"data", cmd_data, "prepare token files for `dplan run` (byte-level tokeniser)", false},
     {"estimate", cmd_estimate, "predict step time, throughput and memory of one layout", true},

@@ -10,6 +10,8 @@
  *   pairs               8x "NVIDIA H100 PCIe", GPU 2k and 2k+1 joined by 12 direct links
  *   none                8x "NVIDIA H100 PCIe", no NVLink
  *   fail                nvmlInit_v2 fails (NVML_ERROR_DRIVER_NOT_LOADED)
+ * The driver version is $DPLAN_FAKE_NVML_DRIVER or "550.54.15", the CUDA version
+ * the driver supports 12040 (12.4), for `dplan check`'s versions item.
  * Return codes and structures follow nvml.h (API 13).
  */
 #include <stdlib.h>
@@ -208,4 +210,34 @@ nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t d, unsigned int li
         return INVALID_ARGUMENT;
     *type = strcmp(mode(), "pairs") == 0 ? 0 /* GPU */ : 2 /* SWITCH */;
     return SUCCESS;
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length);
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *v);
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v);
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
+{
+    if (!initialized)
+        return UNINITIALIZED;
+    const char *d = getenv("DPLAN_FAKE_NVML_DRIVER");
+    if (!d || !d[0])
+        d = "550.54.15";
+    if (!version || strlen(d) + 1 > length)
+        return INVALID_ARGUMENT;
+    strcpy(version, d);
+    return SUCCESS;
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *v)
+{
+    if (!v)
+        return INVALID_ARGUMENT;
+    *v = 12040;
+    return SUCCESS;
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v)
+{
+    return nvmlSystemGetCudaDriverVersion(v);
 }

@@ -1,0 +1,172 @@
+/*
+ * The checklist across ranks, over MPI: start MPI when a launcher started
+ * this process, gather every rank's versions and items, and measure the
+ * all-reduce bandwidth of the plan's groups as nccl-tests does (a warm-up,
+ * timed iterations, the slowest rank's mean, algbw = bytes / time and busbw
+ * = algbw x 2 (n - 1) / n: nccl-tests doc/PERFORMANCE.md). These are MPI
+ * collectives on host buffers: the path MPI takes (the CPU backend's own
+ * collectives), not NCCL's GPU path. Built with DPLAN_MPI; mpi_none.c
+ * otherwise.
+ */
+#include "preflight.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* $DPLAN_CHECK_NO_MPI=1 is for the tests only: they fake launcher variables for the env
+ * item without a launcher behind them, where MPI_Init must not run. */
+static bool launched(void)
+{
+    const char *no = getenv("DPLAN_CHECK_NO_MPI");
+    if (no && strcmp(no, "1") == 0)
+        return false;
+    const char *keys[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        const char *v = getenv(keys[i]);
+        if (v && v[0])
+            return true;
+    }
+    return false;
+}
+
+int dp_pf_mpi_init(struct dp_pf_mpi *m, struct dp_err *err)
+{
+    m->active = false;
+    m->rank = 0;
+    m->size = 1;
+    if (!launched())
+        return 0;
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited && MPI_Init(NULL, NULL) != MPI_SUCCESS)
+        return dp_err_set(err, DP_ERUNTIME, "MPI_Init failed");
+    m->active = true;
+    MPI_Comm_rank(MPI_COMM_WORLD, &m->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &m->size);
+    return 0;
+}
+
+void dp_pf_mpi_finalize(struct dp_pf_mpi *m)
+{
+    if (m->active)
+        MPI_Finalize();
+    m->active = false;
+}
+
+int dp_pf_mpi_gather_versions(const struct dp_pf_mpi *m, const struct dp_pf_versions *mine,
+                              struct dp_pf_versions *all, struct dp_err *err)
+{
+    if (!m->active) {
+        all[0] = *mine;
+        return 0;
+    }
+    if (MPI_Gather(mine, (int)sizeof *mine, MPI_BYTE, all, (int)sizeof *mine, MPI_BYTE, 0,
+                   MPI_COMM_WORLD) != MPI_SUCCESS)
+        return dp_err_set(err, DP_ERUNTIME, "MPI_Gather of the versions failed");
+    return 0;
+}
+
+struct ranked {
+    char host[64];
+    struct dp_pf_item it;
+};
+
+int dp_pf_mpi_worst(const struct dp_pf_mpi *m, const char *host, struct dp_pf_item *it,
+                    struct dp_err *err)
+{
+    if (!m->active || m->size == 1)
+        return 0;
+    struct ranked mine = {{0}, *it};
+    snprintf(mine.host, sizeof mine.host, "%s", host);
+    struct ranked *all = NULL;
+    if (m->rank == 0 && !(all = malloc(sizeof *all * (size_t)m->size)))
+        return dp_err_set(err, DP_ENOMEM, "out of memory");
+    int rc = MPI_Gather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, 0,
+                        MPI_COMM_WORLD);
+    if (rc != MPI_SUCCESS) {
+        free(all);
+        return dp_err_set(err, DP_ERUNTIME, "MPI_Gather of item %s failed", it->id);
+    }
+    if (m->rank == 0) {
+        int w = 0;
+        bool status_differs = false, detail_differs = false;
+        for (int i = 1; i < m->size; i++) {
+            if (all[i].it.status > all[w].it.status)
+                w = i;
+            status_differs |= all[i].it.status != all[0].it.status;
+            detail_differs |= strcmp(all[i].it.detail, all[0].it.detail) != 0;
+        }
+        *it = all[w].it;
+        /* Name the rank when it stands out, or when what went wrong differs by rank; when
+         * every rank passes, rank 0's line speaks for them. */
+        if (status_differs || (it->status != DP_PF_PASS && detail_differs)) {
+            char d[sizeof it->detail];
+            snprintf(d, sizeof d, "rank %d (%s): %s", w, all[w].host, all[w].it.detail);
+            memcpy(it->detail, d, sizeof d);
+        }
+    }
+    free(all);
+    return 0;
+}
+
+int dp_pf_mpi_busbw(const struct dp_pf_mpi *m, const struct dp_layout *l, enum dp_place_kind k,
+                    int iters, struct dp_pf_busbw *out, struct dp_err *err)
+{
+    memset(out, 0, sizeof *out);
+    out->kind = k;
+    long stride;
+    dp_place_shape(l, k, &out->ranks, &stride);
+    int world = l->tp * l->pp * l->dp * l->cp;
+    if (!m->active || m->size != world)
+        return dp_err_set(err, DP_EINVAL, "busbw: %d ranks, the plan has %d", m->size, world);
+    int *members = malloc(sizeof *members * (size_t)out->ranks);
+    if (!members)
+        return dp_err_set(err, DP_ENOMEM, "out of memory");
+    int n = dp_place_ranks(l, k, m->rank, members, out->ranks);
+    int color = members[0];
+    for (int i = 1; i < n; i++)
+        if (members[i] < color)
+            color = members[i];
+    free(members);
+    MPI_Comm comm;
+    if (MPI_Comm_split(MPI_COMM_WORLD, color, m->rank, &comm) != MPI_SUCCESS)
+        return dp_err_set(err, DP_ERUNTIME, "MPI_Comm_split for the %d-rank groups failed",
+                          out->ranks);
+    size_t count = (size_t)(dp_pf_busbw_sizes[DP_PF_BUSBW_SIZES - 1] / (int64_t)sizeof(float));
+    float *sbuf = calloc(count, sizeof *sbuf), *rbuf = calloc(count, sizeof *rbuf);
+    int rc = 0;
+    if (!sbuf || !rbuf) {
+        rc = dp_err_set(err, DP_ENOMEM, "out of memory for the all-reduce buffers");
+        goto out;
+    }
+    for (size_t i = 0; i < count; i++)
+        sbuf[i] = 1.0f;
+    for (int s = 0; s < DP_PF_BUSBW_SIZES; s++) {
+        int c = (int)(dp_pf_busbw_sizes[s] / (int64_t)sizeof(float));
+        MPI_Allreduce(sbuf, rbuf, c, MPI_FLOAT, MPI_SUM, comm); /* warm-up */
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        for (int i = 0; i < iters; i++)
+            MPI_Allreduce(sbuf, rbuf, c, MPI_FLOAT, MPI_SUM, comm);
+        double t = (MPI_Wtime() - t0) / iters, tmax;
+        /* Every group of the kind ran at once, as in training: the slowest sets the pace. */
+        MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        out->seconds[s] = tmax;
+        double algbw = (double)dp_pf_busbw_sizes[s] / tmax / 1e9;
+        out->busbw_gbps[s] = algbw * dp_nccl_busbw_factor(DP_NCCL_ALL_REDUCE, out->ranks);
+    }
+out:
+    free(sbuf);
+    free(rbuf);
+    MPI_Comm_free(&comm);
+    return rc;
+}
+
+int dp_pf_mpi_bcast_int(const struct dp_pf_mpi *m, int *v)
+{
+    if (m->active)
+        MPI_Bcast(v, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    return 0;
+}
