@@ -323,6 +323,18 @@ static void gather_unit(struct eng *E, struct rank *R, int u, double t, const st
         dp_coll(E, R, DP_SIM_GATHER, DP_SIM_OP_GATHER, t, R->unit[u].gather_s, &ww, cp);
 }
 
+/* The context-parallel ring: cp - 1 exchanges of K and V (their gradients backward), one
+ * after the other on the CP stream beside the attention (Liu et al. 2023, Ring
+ * Attention; Megatron-Core's p2p ring), each step exposing its share of what the cost
+ * model leaves exposed. */
+static void ring(struct eng *E, struct rank *R, double raw, double exposed, const struct where *w,
+                 double *cat, struct caps *cp)
+{
+    const int steps = E->in->cp > 1 ? E->in->cp - 1 : 1;
+    for (int i = 0; i < steps; i++)
+        collective(E, R, DP_SIM_CP, DP_SIM_OP_CP, raw / steps, exposed / steps, w, cat, cp);
+}
+
 static void block_fwd(struct eng *E, struct rank *R, const struct dp_block_cost *bc,
                       enum dp_sim_op op, const struct where *w0, bool re, struct caps *cp)
 {
@@ -339,7 +351,7 @@ static void block_fwd(struct eng *E, struct rank *R, const struct dp_block_cost 
     collective(E, R, DP_SIM_EP, DP_SIM_OP_EP, ep / 2, ep / 2, w, re ? &b->recompute : &b->ep, cp);
     compute(E, R, op, work, w, cat, cp);
     if (!re)
-        collective(E, R, DP_SIM_CP, DP_SIM_OP_CP, bc->cp_raw_f, bc->cp_f, w, &b->cp, cp);
+        ring(E, R, bc->cp_raw_f, bc->cp_f, w, &b->cp, cp);
     collective(E, R, DP_SIM_EP, DP_SIM_OP_EP, ep / 2, ep / 2, w, re ? &b->recompute : &b->ep, cp);
     double raw = re ? tp : bc->tp_raw_f;
     collective(E, R, DP_SIM_TP, DP_SIM_OP_TP, raw > tp ? raw : tp, tp, w,
@@ -354,7 +366,7 @@ static void block_bwd(struct eng *E, struct rank *R, const struct dp_block_cost 
     struct dp_sim_breakdown *b = &R->b;
     collective(E, R, DP_SIM_EP, DP_SIM_OP_EP, bc->ep_b / 2, bc->ep_b / 2, w, &b->ep, cp);
     compute(E, R, op, bc->bwd_s, w, &b->compute, cp);
-    collective(E, R, DP_SIM_CP, DP_SIM_OP_CP, bc->cp_raw_b, bc->cp_b, w, &b->cp, cp);
+    ring(E, R, bc->cp_raw_b, bc->cp_b, w, &b->cp, cp);
     collective(E, R, DP_SIM_EP, DP_SIM_OP_EP, bc->ep_b / 2, bc->ep_b / 2, w, &b->ep, cp);
     collective(E, R, DP_SIM_TP, DP_SIM_OP_TP, bc->tp_raw_b > bc->tp_b ? bc->tp_raw_b : bc->tp_b,
                bc->tp_b, w, &b->tp, cp);
