@@ -216,11 +216,94 @@ static void test_blocking_send(void)
     free(in);
 }
 
+/* One stage, one micro-batch, 4 layers of F = 1 s and B = 2 s, in two data-parallel units
+ * of 2 layers whose reduction takes 1 s each. */
+static void dp_case(struct dp_sim_input *in, struct dp_dp_unit u[2], bool overlap, double c)
+{
+    uniform(in, 1, 1, 1, 4, 1.0, 2.0, DP_SIM_SCHED_1F1B);
+    in->zero = 1;
+    in->ops.contention = c;
+    memset(u, 0, 2 * sizeof *u);
+    u[0] = (struct dp_dp_unit){.chunk = 0, .first = 0, .count = 2, .reduce_s = 1};
+    u[1] = (struct dp_dp_unit){.chunk = 0, .first = 2, .count = 2, .reduce_s = 1};
+    in->units[0] = u;
+    in->nunits[0] = 2;
+    in->dsched[0].reduce_overlap = overlap;
+}
+
+static void test_dp_overlap(void)
+{
+    struct dp_sim_input *in = malloc(sizeof *in);
+    struct dp_dp_unit u[2];
+    struct dp_sim_result r;
+    /* Overlapped (Megatron --overlap-grad-reduce): forward [0, 4]; backward of layers 3, 2
+     * [4, 8] completes unit 1, reduced [8, 9] beside layers 1, 0 [8, 12]; unit 0 reduced
+     * [12, 13]: the step is 13 s, 1 s of it exposed. */
+    dp_case(in, u, true, 0);
+    CHECK_EQ(run(in, false, &r), 0);
+    CHECK_NEAR(r.step_s, 13.0, 1e-12);
+    CHECK_NEAR(r.stage[0].b.dp, 1.0, 1e-12);
+    dp_sim_result_release(&r);
+    /* Not overlapped: both after the backward, [12, 13] and [13, 14]. */
+    dp_case(in, u, false, 0);
+    CHECK_EQ(run(in, false, &r), 0);
+    CHECK_NEAR(r.step_s, 14.0, 1e-12);
+    CHECK_NEAR(r.stage[0].b.dp, 2.0, 1e-12);
+    dp_sim_result_release(&r);
+    /* Contention 0.1: during unit 1's reduction [8, 9] compute runs at 0.9, so layers 1, 0
+     * (4 s of work) end at 9 + (4 - 0.9) = 12.1; unit 0 reduced [12.1, 13.1]. */
+    dp_case(in, u, true, 0.1);
+    CHECK_EQ(run(in, false, &r), 0);
+    CHECK_NEAR(r.step_s, 13.1, 1e-12);
+    CHECK_NEAR(r.stage[0].b.dp, 1.1, 1e-12);
+    dp_sim_result_release(&r);
+    free(in);
+}
+
+static void test_zero3_prefetch(void)
+{
+    /* ZeRO-3 without pipelining, 2 units of 2 layers (F = 1 s, B = 2 s per layer), each
+     * gathered in 1 s before the forward and again before the backward. */
+    struct dp_sim_input *in = malloc(sizeof *in);
+    struct dp_dp_unit u[2];
+    struct dp_sim_result r;
+    for (int P = 0; P <= 1; P++) {
+        dp_case(in, u, true, 0);
+        in->zero = 3;
+        u[0].reduce_s = u[1].reduce_s = 0;
+        u[0].gather_s = u[1].gather_s = 1;
+        u[0].gather_bytes = u[1].gather_bytes = 5000;
+        in->dsched[0].gather_each_mb = true;
+        in->dsched[0].prefetch = P;
+        CHECK_EQ(run(in, false, &r), 0);
+        if (P == 0) {
+            /* gather [0, 1], layers 0-1 [1, 3], gather [3, 4], layers 2-3 [4, 6]; backward:
+             * gather unit 1 [6, 7], [7, 11], gather unit 0 [11, 12], [12, 16] */
+            CHECK_NEAR(r.step_s, 16.0, 1e-12);
+            CHECK_NEAR(r.stage[0].b.dp, 4.0, 1e-12);
+            /* one unit gathered at a time, with its layers' activations */
+            CHECK_EQ(r.stage[0].peak_bytes, 1000000 + 5000 + 4 * 1000);
+        } else {
+            /* unit 1 is gathered [1, 2] while unit 0 computes [1, 3]: forward ends at 5;
+             * backward: unit 1 [5, 6] (issued at the pass's start), unit 0 [6, 7] beside
+             * layers 3-2 [6, 10], layers 1-0 [10, 14] */
+            CHECK_NEAR(r.step_s, 14.0, 1e-12);
+            CHECK_NEAR(r.stage[0].b.dp, 2.0, 1e-12);
+            /* two units held at once (the one computing and the one prefetched) */
+            CHECK_EQ(r.stage[0].peak_bytes, 1000000 + 2 * 5000 + 4 * 1000);
+        }
+        dp_sim_result_release(&r);
+    }
+    free(in);
+}
+
 int main(void)
 {
     test_schedule_orders();
     test_uniform_1f1b();
     test_interleaved();
     test_blocking_send();
+    test_dp_overlap();
+    test_zero3_prefetch();
     return check_failures ? 1 : 0;
 }
