@@ -143,17 +143,23 @@ cJSON *cli_sim_json(const struct dp_sim_result *r, const struct dp_step_cost *es
 
 /* ------------------------------------------------------------------ the Gantt */
 
-enum { G_FWD, G_BWD, G_OPT, G_SEND, G_DP, G_COLORS };
+enum { G_FWD, G_BWD, G_OPT, G_SEND, G_DP, G_FWD_ODD, G_BWD_ODD, G_COLORS };
 
 int cli_svg_gantt(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
                   const struct dp_sim_result *r, struct dp_buf *out, struct dp_err *err)
 {
-    static const char *const names[G_COLORS] = {"forward", "backward", "optimizer",
-                                                "pp send/recv (lane)", "dp collectives (lane)"};
-    /* Okabe and Ito's blue, vermillion, bluish green, sky blue, reddish purple; a chunk's
-     * passes darker or lighter would crowd the legend: the micro-batch is printed instead. */
-    static const char *const colors[G_COLORS] = {"#0072b2", "#d55e00", "#009e73", "#56b4e9",
-                                                 "#cc79a7"};
+    static const char *const names[G_COLORS] = {"forward",
+                                                "backward",
+                                                "optimizer",
+                                                "pp send (lane)",
+                                                "dp comm (lane)",
+                                                "forward, odd chunks",
+                                                "backward, odd chunks"};
+    /* Okabe and Ito's blue, vermillion, bluish green, orange, reddish purple and sky blue,
+     * and a light vermillion: with interleaving, the odd model chunks' passes lighter (the
+     * micro-batch is printed in the bar). */
+    static const char *const colors[G_COLORS] = {"#0072b2", "#d55e00", "#009e73", "#e69f00",
+                                                 "#cc79a7", "#56b4e9", "#f4a582"};
     size_t nb = 0;
     for (int i = 0; i < r->nstages; i++)
         nb += r->stage[i].npass + r->stage[i].ncomm;
@@ -178,7 +184,8 @@ int cli_svg_gantt(const struct dp_model *m, const struct dp_cluster *cl, const s
             bar[n++] = (struct dp_viz_bar){s->pass[j].t0 * k,
                                            s->pass[j].t1 * k,
                                            i,
-                                           s->pass[j].fwd ? G_FWD : G_BWD,
+                                           (s->pass[j].fwd ? G_FWD : G_BWD) +
+                                               (s->pass[j].chunk % 2 ? G_FWD_ODD : 0),
                                            (int)s->pass[j].mb,
                                            false};
         for (size_t j = 0; j < s->ncomm; j++) {
@@ -215,7 +222,7 @@ int cli_svg_gantt(const struct dp_model *m, const struct dp_cluster *cl, const s
                              .row = rowp,
                              .bar = bar,
                              .nbar = n,
-                             .ncolors = G_COLORS,
+                             .ncolors = r->vpp > 1 ? G_COLORS : G_DP + 1,
                              .color_name = names,
                              .colors = colors,
                              .x_max = r->step_s * k,
