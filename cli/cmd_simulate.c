@@ -156,9 +156,11 @@ int cmd_simulate(int argc, char **argv)
         cli_describe_layout(stdout, &l, &m);
         cli_describe_batch(stdout, l.gbs, l.seq_len, &d);
         printf("\n");
-        cli_sim_text(stdout, &r, in, &l, &est);
+        cli_sim_text(stdout, &r, &l, &est, dp_gpu_usable_bytes(&cl.gpu));
     } else if (!rc && c.json) {
         cJSON *o = cli_sim_json(&r, &est);
+        cJSON_AddBoolToObject(o, "fits", r.peak_bytes <= dp_gpu_usable_bytes(&cl.gpu));
+        cJSON_AddNumberToObject(o, "capacity_bytes", (double)dp_gpu_usable_bytes(&cl.gpu));
         cJSON_AddStringToObject(o, "model", m.name);
         cJSON_AddStringToObject(o, "cluster", cl.name);
         cJSON_AddNumberToObject(o, "gpus", dp_cluster_gpus(&cl));

@@ -32,10 +32,9 @@ static struct unit unit_for(double step_s)
     return (struct unit){"us", 1e6, 1};
 }
 
-void cli_sim_text(FILE *f, const struct dp_sim_result *r, const struct dp_sim_input *in,
-                  const struct dp_layout *l, const struct dp_step_cost *est)
+void cli_sim_text(FILE *f, const struct dp_sim_result *r, const struct dp_layout *l,
+                  const struct dp_step_cost *est, int64_t capacity)
 {
-    (void)in;
     const double T = r->step_s;
     const struct unit u = unit_for(T);
     fprintf(f,
@@ -82,6 +81,11 @@ void cli_sim_text(FILE *f, const struct dp_sim_result *r, const struct dp_sim_in
             "peak memory %.2f GiB on stage %d (simulated: live activations per micro-batch, "
             "gathered parameters; model GiB: `dplan memory`'s bound)\n",
             cli_gib(r->peak_bytes), r->peak_stage);
+    if (capacity > 0 && r->peak_bytes > capacity)
+        fprintf(f,
+                "OOM: the peak exceeds the %.2f GiB usable per GPU; the times are what it would "
+                "take if it fit (`dplan memory` lists fixes)\n",
+                cli_gib(capacity));
 }
 
 static cJSON *breakdown_json(const struct dp_sim_breakdown *b)

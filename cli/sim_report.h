@@ -12,9 +12,10 @@
 
 struct cJSON;
 
-/* est: the analytic step (dp_time_step) to compare with, NULL for none. */
-void cli_sim_text(FILE *f, const struct dp_sim_result *r, const struct dp_sim_input *in,
-                  const struct dp_layout *l, const struct dp_step_cost *est);
+/* est: the analytic step (dp_time_step) to compare with, NULL for none; capacity: usable
+ * bytes per GPU (the peak is judged against it). */
+void cli_sim_text(FILE *f, const struct dp_sim_result *r, const struct dp_layout *l,
+                  const struct dp_step_cost *est, int64_t capacity);
 struct cJSON *cli_sim_json(const struct dp_sim_result *r, const struct dp_step_cost *est);
 
 /* The Gantt of the step: one row per stage, its passes coloured forward/backward by chunk,
