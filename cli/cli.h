@@ -80,6 +80,7 @@ enum {
     OPT_MOE_PAD,
     OPT_MOE_IMBALANCE,
     OPT_MOE_DISPATCHER,
+    OPT_SHARD_GROUP,
     OPT_COMMON_END,
 };
 
@@ -133,6 +134,7 @@ enum {
         {"moe-pad", no_argument, 0, OPT_MOE_PAD},                                                  \
         {"moe-imbalance", required_argument, 0, OPT_MOE_IMBALANCE},                                \
         {"moe-dispatcher", required_argument, 0, OPT_MOE_DISPATCHER},                              \
+        {"shard-group", required_argument, 0, OPT_SHARD_GROUP},                                    \
     {                                                                                              \
         "overhead-gib", required_argument, 0, OPT_OVERHEAD                                         \
     }
@@ -144,6 +146,7 @@ struct cli_common {
     int nodes, gpus, gpus_per_node;
     /* knobs */
     int tp, pp, dp, cp, ep, vpp, zero, first_layers, last_layers, etp;
+    int shard_group; /* 0 = unset (full sharding) */
     /* the pipeline split (at most one rule): --stage-layers, --pipeline-layout,
      * --first/last-stage-layers, --account-for-*, --first/last-stage-less-layers */
     const char *stage_layers, *pipeline_layout;

@@ -5,8 +5,8 @@
  * It neither writes nor repairs checkpoints, and refuses an export that would
  * land inside one.
  */
+#include "ckpt/ckpt.h"
 #include "cli.h"
-#include "executor/ckpt.h"
 #include "executor/executor.h"
 
 #include <cjson/cJSON.h>

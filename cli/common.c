@@ -102,6 +102,8 @@ const char cli_plan_knob_help[] =
     "                              seq_len; for a config.json rope_scaling's original length,\n"
     "                              else max_position_embeddings capped at 8192]\n"
     "  --zero {0,1,2,3}            ZeRO stage; 1 = Megatron distributed optimizer [0]\n"
+    "  --shard-group N             HSDP: shard within groups of N data-parallel ranks and\n"
+    "                              all-reduce across the groups (zero >= 1) [all dp ranks]\n"
     "  --recompute {none,selective,full}  activation recomputation [none]\n"
     "  --sp                        sequence parallelism (with tp > 1)\n"
     "  --precision {bf16,fp16,fp32} [bf16]; --grad-dtype {fp32,half} [fp32; half for fp16]\n"
@@ -121,6 +123,8 @@ const char cli_knob_help[] =
     "  --gbs N                     global batch in sequences [mbs*dp*pp: fills the pipeline]\n"
     "  --seq-len N                 sequence length [the model's]\n"
     "  --zero {0,1,2,3}            ZeRO stage; 1 = Megatron distributed optimizer [0]\n"
+    "  --shard-group N             HSDP: shard within groups of N data-parallel ranks and\n"
+    "                              all-reduce across the groups (zero >= 1) [all dp ranks]\n"
     "  --recompute {none,selective,full}  activation recomputation [none]\n"
     "  --sp                        sequence parallelism (with tp > 1)\n"
     "  --precision {bf16,fp16,fp32,fp8} [bf16]: fp8 = bf16 weights and activations with the\n"
@@ -320,6 +324,9 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
     case OPT_MOE_PAD: c->moe_pad = true; break;
     case OPT_MOE_DISPATCHER:
         r = parse_choice(cmd, "moe-dispatcher", arg, disp_names, 2, &c->dispatcher);
+        break;
+    case OPT_SHARD_GROUP:
+        r = parse_int(cmd, "shard-group", arg, 1, 1 << 24, &c->shard_group);
         break;
     case OPT_MOE_IMBALANCE:
         r = parse_double(cmd, "moe-imbalance", arg, 1, 1000, "number >= 1", &c->moe_imbalance);
@@ -530,6 +537,7 @@ int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus, s
         l->moe_imbalance = c->moe_imbalance;
     if (c->dispatcher >= 0)
         l->moe_dispatcher = (enum dp_moe_dispatcher)c->dispatcher;
+    l->shard_group = c->shard_group;
     /* the split first: a list's length may set vpp, which the overlap defaults read */
     int rc = cli_split(c, m, l, err);
     if (rc)

@@ -1,18 +1,16 @@
 /*
  * dplan run: the checkpoint options (--ckpt-dir, --ckpt-every,
- * --ckpt-interval, --keep, --resume, --max-restarts, --hang-timeout), what
- * the ranks say when checkpoints are saved, fail or are skipped (JSON log
- * records and one-line messages), and the TEST-ONLY fault injection of
- * DPLAN_FAULT_INJECT. The executor does the checkpointing (executor/ckpt.c);
- * the supervisor is run_supervise.c.
+ * --ckpt-interval, --keep, --resume, --max-restarts), what the ranks say
+ * when checkpoints are saved, fail or are skipped (JSON log records and
+ * one-line messages), and how to go on after a failure. The executor does
+ * the checkpointing (executor/ckpt_save.c, ckpt_load.c), the launcher the
+ * restarts (launch/restart.c).
  */
-#include "run_ckpt.h"
-#include "cli.h"
+#include "run.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -29,15 +27,14 @@ const char cli_ckpt_help[] =
     "                      (dp, tp, pp, ZeRO) may resume it. New checkpoints go to DIR\n"
     "                      (not into a step_N: give --ckpt-dir)\n"
     "  --max-restarts N    supervise the job: when a rank dies or hangs, end the job and\n"
-    "                      relaunch it from the last checkpoint, up to N times [0]\n"
-    "  --hang-timeout S    with --max-restarts: no progress for S seconds is a hang [300]\n\n";
+    "                      relaunch it from the last checkpoint, up to N times [0]\n\n";
 
 void cli_ckpt_init(struct cli_ckpt *k)
 {
     memset(k, 0, sizeof *k);
     k->interval_min = 120;
     k->keep = 3;
-    k->fault_rank = k->fault_step = -1;
+    k->fault.rank = k->fault.step = -1;
     dp_ckpt_opts_default(&k->opts);
 }
 
@@ -95,69 +92,28 @@ int cli_ckpt_opt(struct cli_ckpt *k, int opt, const char *arg, int argc, char **
             return 2;
         k->max_restarts = (int)v;
         return 1;
-    case OPT_HANG_TIMEOUT:
-        if (count_arg("hang-timeout", arg, 1, 1e8, false, &v))
-            return 2;
-        k->hang_timeout_s = v;
-        k->hang_given = true;
-        return 1;
     default: return 0;
     }
 }
 
-static int restart_count(void)
+/* The launch's fault (TEST-ONLY, launch.h): the checkpoint ones go to the executor. */
+static void take_fault(struct cli_ckpt *k, bool warn)
 {
-    const char *s = getenv("DPLAN_RESTART_COUNT");
-    return s ? atoi(s) : 0;
+    struct dp_err e = {0};
+    if (dp_launch_fault_get(dp_launch_attempt(), &k->fault, &e)) {
+        if (warn)
+            fprintf(stderr, "dplan: warning: %s\n", e.msg);
+        return;
+    }
+    if (k->fault.mode == DP_FAULT_CKPT_CRASH || k->fault.mode == DP_FAULT_ENOSPC) {
+        k->opts.fault =
+            k->fault.mode == DP_FAULT_ENOSPC ? DP_CKPT_FAULT_ENOSPC : DP_CKPT_FAULT_CRASH;
+        k->opts.fault_rank = k->fault.rank;
+        k->opts.fault_step = k->fault.step;
+    }
 }
 
-/* DPLAN_FAULT_INJECT=RANK:STEP:MODE[:ATTEMPT] (TEST-ONLY): MODE exit, kill, hang,
- * ckpt-crash or enospc; it fires in launch ATTEMPT only (0, the first, by default; "*":
- * every launch). */
-static void parse_fault(struct cli_ckpt *k)
-{
-    const char *f = getenv("DPLAN_FAULT_INJECT");
-    if (!f || !*f)
-        return;
-    char buf[64], mode[16] = "";
-    snprintf(buf, sizeof buf, "%s", f);
-    int rank = -1, step = -1, attempt = 0;
-    char *save = NULL, *tok[4] = {0};
-    int n = 0;
-    for (char *t = strtok_r(buf, ":", &save); t && n < 4; t = strtok_r(NULL, ":", &save))
-        tok[n++] = t;
-    if (n >= 3) {
-        rank = atoi(tok[0]);
-        step = atoi(tok[1]);
-        snprintf(mode, sizeof mode, "%s", tok[2]);
-        if (n == 4)
-            attempt = strcmp(tok[3], "*") ? atoi(tok[3]) : -1;
-    }
-    static const char *const modes[] = {"exit", "kill", "hang", "ckpt-crash", "enospc"};
-    bool known = false;
-    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
-        known |= !strcmp(mode, modes[i]);
-    if (!known || rank < 0 || step < 1) {
-        fprintf(stderr,
-                "dplan: warning: DPLAN_FAULT_INJECT=\"%s\" ignored: expected RANK:STEP:MODE"
-                "[:ATTEMPT] with MODE exit, kill, hang, ckpt-crash or enospc\n",
-                f);
-        return;
-    }
-    if (attempt >= 0 && attempt != restart_count())
-        return;
-    if (!strcmp(mode, "ckpt-crash") || !strcmp(mode, "enospc")) {
-        k->opts.fault = !strcmp(mode, "enospc") ? DP_CKPT_FAULT_ENOSPC : DP_CKPT_FAULT_CRASH;
-        k->opts.fault_rank = rank;
-        k->opts.fault_step = step;
-        return;
-    }
-    k->fault_rank = rank;
-    k->fault_step = step;
-    snprintf(k->fault_mode, sizeof k->fault_mode, "%s", mode);
-}
-
-int cli_ckpt_finish(struct cli_ckpt *k)
+int cli_ckpt_finish(struct cli_ckpt *k, bool warn)
 {
     if (k->resume && !k->resume_dir)
         k->resume_dir = k->dir;
@@ -177,9 +133,6 @@ int cli_ckpt_finish(struct cli_ckpt *k)
                                                 : NULL;
     if (!k->dir && needs_dir)
         return cli_usage_error("run", "--%s needs --ckpt-dir DIR", needs_dir);
-    if (k->hang_given && !k->max_restarts)
-        return cli_usage_error("run", "--hang-timeout goes with --max-restarts (without a "
-                                      "supervisor, --timeout ends a job that hangs)");
     k->opts.dir = k->dir;
     k->opts.every = k->every;
     k->opts.interval_s = 60.0 * k->interval_min;
@@ -187,36 +140,16 @@ int cli_ckpt_finish(struct cli_ckpt *k)
     k->opts.resume = k->resume ? k->resume_dir : NULL;
     k->opts.on_event = cli_ckpt_event;
     k->opts.ctx = k;
-    parse_fault(k);
+    take_fault(k, warn);
     return 0;
-}
-
-bool cli_ckpt_supervise(const struct cli_ckpt *k)
-{
-    return k->max_restarts > 0 && !getenv("DPLAN_SUPERVISED");
 }
 
 bool cli_ckpt_append_log(const struct cli_ckpt *k)
 {
-    return k->resume || restart_count() > 0;
+    return k->resume || dp_launch_attempt() > 0;
 }
 
 /* ------------------------------------------------------------------ records and messages */
-
-void cli_ckpt_record(FILE *logf, cJSON *rec)
-{
-    char *s = cJSON_PrintUnformatted(rec);
-    cJSON_Delete(rec);
-    if (!s)
-        return;
-    printf("%s\n", s);
-    fflush(stdout);
-    if (logf) {
-        fprintf(logf, "%s\n", s);
-        fflush(logf);
-    }
-    free(s);
-}
 
 void cli_ckpt_annotate(const struct cli_ckpt *k, cJSON *rec)
 {
@@ -226,11 +159,7 @@ void cli_ckpt_annotate(const struct cli_ckpt *k, cJSON *rec)
 
 static cJSON *record(const struct cli_ckpt *k, const char *status, int step)
 {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "rank", k->rank);
-    cJSON_AddNumberToObject(o, "world_size", k->world);
-    cJSON_AddStringToObject(o, "backend", "cpu");
-    cJSON_AddStringToObject(o, "status", status);
+    cJSON *o = cli_log_record(k->log, status);
     cJSON_AddNumberToObject(o, "step", step);
     return o;
 }
@@ -249,7 +178,7 @@ void cli_ckpt_event(const struct dp_ckpt_event *ev, void *ctx)
         cJSON_AddNumberToObject(o, "checkpoint_bytes", (double)ev->bytes);
         cJSON_AddNumberToObject(o, "checkpoint_write_s", ev->seconds);
         cli_ckpt_annotate(k, o);
-        cli_ckpt_record(k->logf, o);
+        cli_log_write(k->log, o, true);
         break;
     }
     case DP_CKPT_SAVE_FAILED:
@@ -271,7 +200,7 @@ void cli_ckpt_event(const struct dp_ckpt_event *ev, void *ctx)
             cJSON_AddStringToObject(o, "checkpoint", ev->path);
             cJSON_AddStringToObject(o, "checkpoint_error", ev->msg);
             cli_ckpt_annotate(k, o);
-            cli_ckpt_record(k->logf, o);
+            cli_log_write(k->log, o, true);
         }
         break;
     case DP_CKPT_SKIPPED:
@@ -289,26 +218,21 @@ void cli_ckpt_event(const struct dp_ckpt_event *ev, void *ctx)
     fflush(stderr);
 }
 
-void cli_ckpt_finished(const struct cli_ckpt *k, int step, double final_loss)
+void cli_ckpt_resume_hint(const char *dir, char *buf, size_t cap)
 {
-    cJSON *o = record(k, "finished", step);
-    cJSON_AddNumberToObject(o, "final_loss", final_loss);
-    cJSON_AddNumberToObject(o, "restarts", restart_count());
-    cli_ckpt_annotate(k, o);
-    cli_ckpt_record(k->logf, o);
-}
-
-void cli_ckpt_before_step(struct cli_ckpt *k, int step, int rank)
-{
-    cli_heartbeat_step(step);
-    if (k->fault_rank != rank || k->fault_step != step)
-        return;
-    fprintf(stderr, "dplan: rank %d: fault injected at step %d (%s)\n", rank, step, k->fault_mode);
-    fflush(stderr);
-    if (!strcmp(k->fault_mode, "exit"))
-        _exit(3);
-    if (!strcmp(k->fault_mode, "kill"))
-        raise(SIGKILL);
-    for (;;)
-        pause();
+    struct dp_ckpt_info best;
+    if (dp_ckpt_newest(dir, &best))
+        snprintf(buf, cap,
+                 "continue from its newest checkpoint (step %d) by running the same command "
+                 "with --resume %s",
+                 best.step, dir);
+    else if (dir)
+        snprintf(buf, cap,
+                 "no checkpoint was saved in %s before the failure: run it again from the start "
+                 "(--max-restarts N relaunches a failed job by itself)",
+                 dir);
+    else
+        snprintf(buf, cap,
+                 "no --ckpt-dir: run it again from the start; with --ckpt-dir DIR --ckpt-every N "
+                 "a failed run can go on with --resume DIR");
 }

@@ -485,6 +485,12 @@ struct dp_layout {
     bool moe_pad;         /* pad every expert's input to its capacity */
     double moe_imbalance; /* busiest EP rank's routed tokens over the mean (dropless) */
     enum dp_moe_dispatcher moe_dispatcher;
+    /* Hybrid sharded data parallelism (HSDP): ZeRO/FSDP shards within groups of
+     * shard_group of the dp x cp ranks and replicates across the groups, whose gradients
+     * are all-reduced (FSDP2 data_parallel_shard_degree x data_parallel_replicate_degree,
+     * Megatron --num-distributed-optimizer-instances, DeepSpeed MiCS mics_shard_size).
+     * 0 = all dp x cp ranks (full sharding). */
+    int shard_group;
     /*
      * The pipeline split (core/split.c): which decoder layers each stage and model
      * chunk holds. With nchunks == 0 it is even (layers / (pp * vpp) per chunk) or,
@@ -501,6 +507,18 @@ struct dp_layout {
     int nchunks;            /* 0, or pp * vpp entries of chunk_layers */
     uint16_t chunk_layers[DP_MAX_CHUNKS];
 };
+
+/* The data-parallel ranks (of dp x cp) a dense parameter's ZeRO/FSDP shard spans: the shard
+ * group under HSDP, else all of them; and the replicas of each shard. */
+static inline int dp_layout_shard(const struct dp_layout *l)
+{
+    return l->shard_group > 0 ? l->shard_group : l->dp * l->cp;
+}
+static inline int dp_layout_replicas(const struct dp_layout *l)
+{
+    int s = dp_layout_shard(l);
+    return s > 0 ? l->dp * l->cp / s : 1;
+}
 
 /* Default load imbalance of dropless routing: 1.25, the capacity factor Switch
  * Transformers train with (Fedus et al. 2022, Sec. 2.2 and Table 1) as the headroom
@@ -621,6 +639,16 @@ void dp_split_format_megatron(const int *c, int n, char *buf, size_t cap);
 /* Megatron pads the vocabulary to a multiple of 128 * tp (--make-vocab-size-divisible-by). */
 int64_t dp_padded_vocab(int64_t vocab, int tp);
 
+/*
+ * A rank's coordinates in a layout with cp = ep = 1 (Megatron's tp-cp-dp-pp order, TP
+ * fastest): rank = tp_rank + tp * (dp_rank + dp * pp_rank).
+ */
+struct dp_coords {
+    int tp_rank, dp_rank, pp_rank;
+};
+void dp_rank_coords(int rank, int tp, int dp, int pp, struct dp_coords *out);
+int dp_rank_of(const struct dp_coords *c, int tp, int dp, int pp);
+
 /* ------------------------------------------------------------------ plan */
 
 /*
@@ -726,6 +754,16 @@ int dp_mkdirs(const char *dir, struct dp_err *err);
  * rename. On failure the old file (if any) is untouched and no temporary is left.
  */
 int dp_write_file_atomic(const char *file, const void *data, size_t len, struct dp_err *err);
+/*
+ * Create a new empty file next to `final`, named ".BASENAME.tmp-PID-N" (O_EXCL: never
+ * an existing file, so neither an input nor another run's temporary is clobbered), with
+ * mode 0666 less the umask. Returns its descriptor and writes its name to tmp[cap], or
+ * a negative status with err set.
+ */
+int dp_tmp_open(const char *final, char *tmp, size_t cap, struct dp_err *err);
+/* rename(tmp, final) (the data must already be fsynced and closed); on failure tmp is
+ * deleted and err names both. */
+int dp_tmp_publish(const char *tmp, const char *final, struct dp_err *err);
 
 /*
  * A growing text buffer for generated documents (SVG, exported configs).

@@ -311,6 +311,15 @@ int dp_layout_validate(const struct dp_layout *l, const struct dp_model *m, int 
                           l->moe_imbalance);
     if (l->zero < 0 || l->zero > 3)
         return dp_err_set(err, DP_EINFEASIBLE, "zero=%d: expected 0, 1, 2 or 3", l->zero);
+    if (l->shard_group < 0 || (l->shard_group > 0 && (l->dp * l->cp) % l->shard_group))
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "shard_group=%d does not divide the dp x cp = %d data-parallel ranks",
+                          l->shard_group, l->dp * l->cp);
+    if (l->shard_group > 0 && l->shard_group < l->dp * l->cp && l->zero < 1)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "shard_group=%d: hybrid sharding needs a sharded optimizer (zero 1-3), "
+                          "got zero 0",
+                          l->shard_group);
     /* ZeRO-2/3 with pipeline parallelism: DeepSpeed's pipeline engine refuses it, but
      * torchtitan (FSDP2 + PP) and Megatron-FSDP run it; the cost model follows them
      * (costmodel/memory.c dp_mem_states). The planner does not search it. */
@@ -396,6 +405,8 @@ void dp_layout_format_model(const struct dp_layout *l, const struct dp_model *m,
     n += snprintf(out + n, cap - (size_t)n, " mbs=%lld", (long long)l->mbs);
     if (l->zero)
         n += snprintf(out + n, cap - (size_t)n, " zero=%d", l->zero);
+    if (l->shard_group > 0 && l->shard_group < l->dp * l->cp && (size_t)n < cap)
+        n += snprintf(out + n, cap - (size_t)n, " hsdp=%d", l->shard_group);
     if (l->recompute != DP_RECOMPUTE_NONE)
         n += snprintf(out + n, cap - (size_t)n, " rc=%s", recompute_names[l->recompute]);
     if (l->sp && l->tp > 1)
@@ -467,6 +478,8 @@ cJSON *dp_layout_to_json(const struct dp_layout *l)
         for (int s = 0; s < l->nchunks && s < DP_MAX_CHUNKS; s++)
             cJSON_AddItemToArray(a, cJSON_CreateNumber(l->chunk_layers[s]));
     }
+    if (l->shard_group > 0)
+        cJSON_AddNumberToObject(o, "shard_group", l->shard_group);
     return o;
 }
 
@@ -582,10 +595,11 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
                                        "moe_pad",
                                        "moe_imbalance",
                                        "moe_dispatcher",
+                                       "shard_group",
                                        NULL};
     dp_layout_default(out);
     int64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1, zero = 0, first = 0, last = 0, rl = 0,
-            etp = 0;
+            etp = 0, sg = 0;
     int rc_ = 0, prec = 0, opt = 0, gemm = DP_GEMM_DEFAULT, fmt = 0, attn = 0, disp = 0;
     /* "precision": "fp8" is shorthand for bf16 storage with FP8 GEMMs. */
     const cJSON *pv = cJSON_GetObjectItemCaseSensitive(obj, "precision");
@@ -623,9 +637,11 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
         dp_jr_number(jr, obj, "moe_capacity", false, 0, 1000, &out->moe_capacity) ||
         dp_jr_bool(jr, obj, "moe_pad", false, &out->moe_pad) ||
         dp_jr_number(jr, obj, "moe_imbalance", false, 1, 1000, &out->moe_imbalance) ||
-        dp_jr_enum(jr, obj, "moe_dispatcher", false, dispatcher_names, 2, &disp))
+        dp_jr_enum(jr, obj, "moe_dispatcher", false, dispatcher_names, 2, &disp) ||
+        dp_jr_int(jr, obj, "shard_group", false, 1, 1 << 24, &sg))
         return jr->err->code;
     out->moe_dispatcher = (enum dp_moe_dispatcher)disp;
+    out->shard_group = (int)sg;
     out->etp = (int)etp;
     out->recompute_layers = (int)rl;
     out->attn = (enum dp_attn)attn;

@@ -1,10 +1,13 @@
 /*
  * Small helpers shared by every module: list parsing, byte formatting, directories,
- * atomic file writes and a growing text buffer.
+ * atomic file writes (a new temporary next to the file, renamed over it once complete:
+ * rename(2) within a directory replaces the name atomically, POSIX) and a growing text
+ * buffer.
  */
 #include "core.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,29 +56,55 @@ int dp_mkdirs(const char *dir, struct dp_err *err)
     return 0;
 }
 
+int dp_tmp_open(const char *final, char *tmp, size_t cap, struct dp_err *err)
+{
+    const char *slash = strrchr(final, '/');
+    int dirlen = slash ? (int)(slash - final + 1) : 0;
+    const char *base = slash ? slash + 1 : final;
+    static unsigned counter;
+    for (int tries = 0; tries < 100; tries++) {
+        int n = snprintf(tmp, cap, "%.*s.%s.tmp-%ld-%u", dirlen, final, base, (long)getpid(),
+                         counter++);
+        if (n < 0 || (size_t)n >= cap)
+            return dp_err_set(err, DP_EUSAGE, "%.64s...: file name too long", final);
+        int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd >= 0)
+            return fd;
+        if (errno != EEXIST)
+            return dp_err_set(err, DP_EIO, "%s: cannot create a temporary file next to it: %s",
+                              final, strerror(errno));
+    }
+    return dp_err_set(err, DP_EIO, "%s: cannot find a free temporary name next to it", final);
+}
+
+int dp_tmp_publish(const char *tmp, const char *final, struct dp_err *err)
+{
+    if (rename(tmp, final) == 0)
+        return 0;
+    int e = errno;
+    unlink(tmp);
+    return dp_err_set(err, DP_EIO, "%s: cannot rename %s over it: %s", final, tmp, strerror(e));
+}
+
 int dp_write_file_atomic(const char *file, const void *data, size_t len, struct dp_err *err)
 {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", file, (long)getpid()) >= (int)sizeof tmp)
-        return dp_err_set(err, DP_EUSAGE, "%.64s...: file name too long", file);
-    FILE *f = fopen(tmp, "wb");
-    if (!f)
-        return dp_err_set(err, DP_EIO, "%s: cannot write: %s", file, strerror(errno));
-    bool ok = fwrite(data, 1, len, f) == len && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    char tmp[4200];
+    int fd = dp_tmp_open(file, tmp, sizeof tmp, err);
+    if (fd < 0)
+        return fd;
+    FILE *f = fdopen(fd, "wb");
+    bool ok = f && fwrite(data, 1, len, f) == len && fflush(f) == 0 && fsync(fileno(f)) == 0;
     int saved = errno;
-    if (fclose(f) != 0 && ok) {
+    if (f ? fclose(f) != 0 : close(fd) != 0) {
+        if (ok)
+            saved = errno;
         ok = false;
-        saved = errno;
-    }
-    if (ok && rename(tmp, file) != 0) {
-        ok = false;
-        saved = errno;
     }
     if (!ok) {
         unlink(tmp);
         return dp_err_set(err, DP_EIO, "%s: cannot write: %s", file, strerror(saved));
     }
-    return 0;
+    return dp_tmp_publish(tmp, file, err);
 }
 
 static bool buf_reserve(struct dp_buf *b, size_t extra)

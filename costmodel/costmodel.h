@@ -107,18 +107,6 @@ int dp_mem_estimate(const struct dp_model *m, const struct dp_cluster *cl,
                     struct dp_mem_report *out, struct dp_err *err);
 
 /*
- * fp32 CPU mode (memory_cpu.c): the per-rank bytes of the CPU executor
- * (`dplan run --backend cpu`) per stage, from the buffer table in
- * executor/README.md: params/grads/optimizer_bytes, act_layers_bytes (the
- * micro-batches in flight x kept activations and token ids), act_head_bytes,
- * act_working_bytes, comm_bytes; runtime_bytes = 0 and capacity_bytes = 0.
- * Precision and flash_attn are ignored (the executor computes in fp32 and
- * keeps attention probabilities unless recompute drops them).
- */
-int dp_mem_estimate_cpu(const struct dp_model *m, const struct dp_layout *l,
-                        struct dp_mem_report *out, struct dp_err *err);
-
-/*
  * What a layout shares with the same layout at another ZeRO stage: the schedule and
  * the activations (the planner evaluates ZeRO 0 and 1 of every pipeline split).
  * Zero-initialise one, pass it with a layout, then with layouts that differ from it

@@ -10,7 +10,6 @@
  * ranks of a node share one copy in the page cache.
  */
 #include "executor.h"
-#include "outfile.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -270,7 +269,7 @@ int dp_data_prepare(const char *const *files, int nfiles, const char *out, enum 
     if (!rc) {
         /* A new temporary next to `out`, renamed over it once complete: a failed write
          * leaves the previous file as it was. */
-        int fd = dp__tmp_open(out, tmp, sizeof tmp, err);
+        int fd = dp_tmp_open(out, tmp, sizeof tmp, err);
         if (fd < 0) {
             rc = fd;
         } else if (!(f = fdopen(fd, "wb"))) {
@@ -293,7 +292,7 @@ int dp_data_prepare(const char *const *files, int nfiles, const char *out, enum 
     if (f && rc)
         unlink(tmp);
     else if (f)
-        rc = dp__tmp_publish(tmp, out, err);
+        rc = dp_tmp_publish(tmp, out, err);
     free(tok);
     if (!rc && ntok)
         *ntok = n;

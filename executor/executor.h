@@ -3,17 +3,18 @@
  * (dp_model) is trained under a dp_layout (DP or ZeRO-1, Megatron TP with
  * optional SP, PP with the 1F1B schedule, micro-batching, recompute) on a
  * backend (backend.h; this issue ships the CPU backend: MPI + OpenBLAS +
- * OpenMP). It uses only core/; it does not plan, predict, print or exit:
- * the CLI (cli/cmd_run.c) launches the ranks, prints the logs and turns
- * errors into exit codes.
+ * OpenMP). It uses only core/ and ckpt/ (the checkpoint format); it does not plan, predict, print
+ * or exit: the CLI (cli/cmd_run.c) launches the ranks, prints the logs and turns errors into exit
+ * codes.
  *
  * Ranks: one process per rank. With cp = 1 (the only value supported here)
  * rank = tp_rank + tp * (dp_rank + dp * pp_rank), Megatron's default order
  * tp-cp-ep-dp-pp with TP fastest (parallel_state.initialize_model_parallel).
  *
- * Memory: every buffer comes from one of the accounted pools below; the
- * table of buffers is in executor/README.md ("Buffer table") and is what
- * costmodel/memory_cpu.c predicts. Measured peaks are per rank and pool.
+ * Memory: every buffer comes from one of the accounted pools below and is
+ * sized by one table (memplan.c, executor/README.md "Buffer table"), which
+ * is also the estimate (dp_exec_memory). Measured peaks are per rank and
+ * pool.
  */
 #ifndef DPLAN_EXECUTOR_H
 #define DPLAN_EXECUTOR_H
@@ -22,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ckpt/ckpt.h"
 #include "core/core.h"
 
 /* ------------------------------------------------------------------ pools */
@@ -39,20 +41,19 @@ enum dp_pool {
 /* "params", "grads", "optimizer", "act_slots", "act_head", "act_work", "comm". */
 const char *dp_pool_name(enum dp_pool p);
 
-/* ------------------------------------------------------------------ ranks */
-
 /*
- * Where this process's rank came from, in the order checked: OpenMPI
- * (OMPI_COMM_WORLD_*), MPICH/Hydra (PMI_RANK/PMI_SIZE), Slurm srun
- * (SLURM_PROCID/SLURM_NTASKS with a step id), torchrun (RANK/WORLD_SIZE/
- * LOCAL_RANK). `launched` is false when none is present (started by hand).
+ * The bytes each rank of pipeline stage `stage` holds, pool by pool, for `m` under `l`:
+ * the executor's buffer table (README.md "Buffer table"; memplan.c), the same that sizes
+ * what a rank allocates, so a run's accounted peaks equal it (the activation slots: at
+ * most). Not counted: MPI's and OpenBLAS's own buffers, the program, thread stacks.
  */
-struct dp_rank_env {
-    bool launched;
-    char source[16]; /* "openmpi", "pmi", "slurm", "torchrun", "none" */
-    int rank, world, local_rank, local_world;
-};
-void dp_exec_detect_env(struct dp_rank_env *out);
+int dp_exec_memory(const struct dp_model *m, const struct dp_layout *l, int stage,
+                   int64_t out[DP_NPOOLS], struct dp_err *err);
+/* The order in which stage `stage` runs one step's micro-batches: "F0 F1 B0 F2 B1 B2"
+ * (forward / backward of micro-batch m), from the executor's own 1F1B code run on the
+ * pricing backend (nothing is computed); " ..." when it does not fit in cap. */
+int dp_exec_schedule(const struct dp_model *m, const struct dp_layout *l, int stage, char *out,
+                     size_t cap, struct dp_err *err);
 
 /* ------------------------------------------------------------------ data */
 
@@ -99,28 +100,56 @@ double dp_tokens_epochs(const struct dp_tokens *t, const struct dp_layout *l, in
 int dp_data_prepare(const char *const *files, int nfiles, const char *out, enum dp_data_format fmt,
                     int64_t *ntok, struct dp_err *err);
 
-/* ------------------------------------------------------------------ outputs */
-
-/* An input file and how the user named it (NULL: not said), for messages. */
-struct dp_io {
-    const char *path;
-    const char *what; /* "--data", "the plan", ... */
-};
-/*
- * Whether the output `out` (a file or a directory; it need not exist yet) may be
- * written: refused (DP_EINVAL, err naming both) when it is the same file as one of the
- * `nin` inputs (same st_dev and st_ino, so also through symbolic and hard links), or
- * when it is or lies inside a checkpoint directory (one holding manifest.json or named
- * step_%08d[.tmp|.superseded|.trash], by the path as given or with links resolved).
- * `what` names the option for the message ("-o", "--out"). Inputs that do not exist are
- * skipped. Every writer of the executor also writes to a temporary name and renames.
- */
-int dp_output_check(const char *out, const char *what, const struct dp_io *in, int nin,
-                    struct dp_err *err);
-
 /* ------------------------------------------------------------------ run */
 
-struct dp_ckpt_opts;
+/*
+ * Checkpoints: the executor saves every rank's state with an atomic commit and resumes
+ * from the newest complete checkpoint under the same or another layout; the format is
+ * ckpt/'s (ckpt.h). Events go to the caller's callback: the executor never prints.
+ */
+enum dp_ckpt_event_kind {
+    DP_CKPT_SAVED = 0,   /* rank 0: a checkpoint was published */
+    DP_CKPT_SAVE_FAILED, /* the save failed (on the failing rank, and on rank 0); training goes on
+                          */
+    DP_CKPT_SKIPPED,     /* resume: a checkpoint was damaged or incomplete; an older one is tried */
+    DP_CKPT_RESUMED,     /* rank 0: training continues from this checkpoint */
+    DP_CKPT_NOTE,        /* rank 0: something differs from the checkpoint but resume goes on */
+};
+
+struct dp_ckpt_event {
+    enum dp_ckpt_event_kind kind;
+    int rank;
+    int step;             /* the checkpoint's step */
+    const char *path;     /* its directory */
+    const char *msg;      /* one line, for SAVE_FAILED, SKIPPED, NOTE */
+    int64_t bytes;        /* SAVED: all files */
+    double seconds;       /* SAVED: wall time of the save */
+    const char *saved_at; /* SAVED, RESUMED: UTC ISO-8601 "2024-06-15T10:30:00Z" */
+    bool local;           /* SAVE_FAILED: this rank's own write failed (else rank 0's verdict) */
+};
+
+/* TEST-ONLY faults (DPLAN_FAULT_INJECT, launch/launch.h). */
+enum dp_ckpt_fault {
+    DP_CKPT_FAULT_NONE = 0,
+    DP_CKPT_FAULT_CRASH,  /* the rank kills itself (SIGKILL) halfway through its file */
+    DP_CKPT_FAULT_ENOSPC, /* the rank's write fails with ENOSPC halfway through its file */
+};
+
+struct dp_ckpt_opts {
+    const char *dir;   /* checkpoints are written here (created); NULL = none */
+    int every;         /* save after every N-th step; 0 = not by step count */
+    double interval_s; /* and when this much wall time passed since the last save; 0 = off */
+    int keep;          /* complete checkpoints kept (older ones are deleted); 0 = all */
+    /* Resume from the newest complete checkpoint under this directory (or from this
+     * checkpoint directory itself); NULL = start from initialisation. */
+    const char *resume;
+    void (*on_event)(const struct dp_ckpt_event *ev, void *ctx); /* may be NULL */
+    void *ctx;
+    /* TEST-ONLY: fault `fault` on rank `fault_rank` while saving step `fault_step`. */
+    enum dp_ckpt_fault fault;
+    int fault_rank, fault_step;
+};
+void dp_ckpt_opts_default(struct dp_ckpt_opts *o);
 
 /* One step as every rank sees it (the loss and norm are global). */
 struct dp_step_info {
@@ -130,7 +159,7 @@ struct dp_step_info {
     double step_time_s, tokens_per_s, samples_per_s;
     int64_t mem_used_bytes;      /* accounted pools in use now (this rank) */
     int64_t mem_peak_bytes;      /* their peak so far */
-    int64_t mem_predicted_bytes; /* the CPU memory model's total for this rank (0 = none) */
+    int64_t mem_predicted_bytes; /* the buffer table's total for this rank */
     int64_t pool_peak_bytes[DP_NPOOLS];
     int64_t rss_bytes; /* resident set size now */
 };
@@ -147,6 +176,7 @@ struct dp_rank_summary {
 
 struct dp_exec_result {
     int rank, world;
+    int threads; /* compute threads per rank, as the backend chose them */
     int steps_done;
     double first_loss, final_loss;
     int64_t tokens_per_step;
@@ -169,15 +199,13 @@ struct dp_exec_opts {
     double grad_clip;             /* global-norm clipping; 0 = off */
     const struct dp_tokens *data; /* borrowed */
     const char *out_dir;          /* model.safetensors is written here; NULL = not written */
-    int threads;                  /* compute threads per rank; 0 = automatic */
-    /* Predicted bytes per stage and pool, [pp][DP_NPOOLS], from the CPU memory
-     * model (cli computes it; the executor only reports it). NULL = none. */
-    const int64_t *predicted;
+    int threads;                  /* compute threads per rank; 0 = the backend's rule */
+    const char *backend;          /* "cpu" (NULL: the default) */
     /* Called on every rank after each step, and before each step (may be NULL). */
     void (*on_step)(const struct dp_step_info *info, void *ctx);
     void (*before_step)(int step, int rank, void *ctx);
     void *ctx;
-    /* Checkpoints and resume (executor/ckpt.h); NULL = neither. */
+    /* Checkpoints and resume (above); NULL = neither. */
     const struct dp_ckpt_opts *ckpt;
 };
 void dp_exec_opts_default(struct dp_exec_opts *o);
@@ -204,14 +232,53 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l,
  * collective and micro-batch, and what the rank is doing now (static string). */
 uint64_t dp_exec_heartbeat(const char **what, int *step);
 
+/* ------------------------------------------------------------------ step time */
+
+/* How a run ran, besides its model and layout. */
+struct dp_exec_machine {
+    int world;                /* ranks */
+    int ranks_per_node;       /* ranks sharing this machine */
+    int threads;              /* compute threads per rank */
+    double allreduce_small_s; /* measured all-reduce of one double over the world (0: none) */
+    double allreduce_1mib_s;  /* ... of 1 MiB */
+};
+
+/* One step, split by kind (seconds, the slowest stage's share; they add up to step_s). */
+struct dp_exec_prediction {
+    double step_s;
+    double gemm_s;        /* OpenBLAS products */
+    double attention_s;   /* the attention kernels */
+    double elementwise_s; /* norms, activations, residuals, biases, embedding, cross-entropy */
+    double fork_s;        /* OpenMP fork/join of the parallel regions (part of the above) */
+    double comm_s;        /* TP, PP, DP and embedding collectives, the loss all-reduce */
+    double optimizer_s;   /* zeroing, the gradient norm, AdamW */
+    double bubble_s;      /* pipeline fill and drain */
+    double timeshare_s;   /* more threads than cores: the wait for a core */
+};
+
 /*
- * OpenBLAS picks its kernels at load time from the CPU model; a release older than the
- * CPU falls back to generic SSE3 kernels ("Prescott"), several times slower. This returns
- * the core type to force with OPENBLAS_CORETYPE (the launcher sets it for the ranks) when
- * that happened and the CPU has AVX-512 ("SkylakeX") or AVX2+FMA ("Haswell"), else NULL
- * (also when OPENBLAS_CORETYPE is already set).
+ * Predict one step of the CPU backend for `m` under `l` on this machine: a probe of it
+ * (about 0.1-0.3 s: SGEMM call cost and rate, OpenMP fork/join, bandwidth per cache
+ * level, the executor's own kernels) prices every call the executor's step code makes
+ * (predict.c). Fails only if the probe fails or the layout does not validate.
  */
-const char *dp_exec_blas_hint(void);
+int dp_exec_predict(const struct dp_model *m, const struct dp_layout *l,
+                    const struct dp_exec_machine *run, struct dp_exec_prediction *out,
+                    struct dp_err *err);
+
+/* ------------------------------------------------------------------ backends */
+
+/* Whether this build has the backend `name` ("cpu"); the names, comma-separated. */
+bool dp_exec_backend_known(const char *name);
+const char *dp_exec_backend_names(void);
+/* An environment variable the ranks of backend `name` (NULL: the default) should be
+ * started with, "NAME=VALUE", or NULL: the CPU backend asks for OPENBLAS_CORETYPE when
+ * OpenBLAS fell back to generic kernels on a CPU with AVX-512 or AVX2 (the launcher sets
+ * it; OpenBLAS reads it only at load time). */
+const char *dp_exec_rank_env(const char *backend);
+
+/* The element type of checkpoints and weights this executor writes ("F32"). */
+const char *dp_exec_dtype(void);
 
 /* Shut MPI down at process end (no-op if not started), or abort every rank. */
 void dp_exec_finalize(void);

@@ -5,8 +5,8 @@
 #ifndef DPLAN_EXECUTOR_INTERNAL_H
 #define DPLAN_EXECUTOR_INTERNAL_H
 
-#include "backend.h"
 #include "executor.h"
+#include "executor/backend/backend.h"
 
 /* The rank's backend operations (needs `ex` in scope). */
 #define OPS (ex->be->ops)
@@ -35,25 +35,16 @@ int64_t dp__mem_available(void);
 
 /* ------------------------------------------------------------------ parameters */
 
-enum dp_init { DP_INIT_NORMAL = 0, DP_INIT_ONES = 1, DP_INIT_ZEROS = 2 };
-
 /*
- * One local parameter tensor: the slice [r0, r0 + rows) x [c0, c0 + cols) of the
- * global tensor `name` (grows x gcols; vectors have gcols = cols = 1... stored as rows).
+ * One local parameter tensor: the slice of a global tensor this rank holds (ckpt's
+ * table, dp_ckpt_stage_slices) and where it sits in the flat buffers.
  */
 struct dp_seg {
-    char name[48];
-    size_t off;         /* elements into the flat buffers */
-    int64_t rows, cols; /* local */
-    int64_t grows, gcols;
-    int64_t r0, c0;
-    int64_t out_rows; /* global rows written to the weights file (unpadded vocab) */
-    enum dp_init init;
-    double std;
+    struct dp_ckpt_slice t;
+    size_t off;      /* elements into the flat buffers */
     bool decay;      /* AdamW weight decay (2-D weights) */
     bool tp_partial; /* replicated over TP but its gradient is partial under SP */
     bool norm_once;  /* replicated over TP: counted in the grad norm on tp_rank 0 only */
-    bool norm_skip;  /* not counted at all (the last stage's copy of a tied embedding) */
 };
 
 /* Offsets (elements) of a layer's parameters in the flat buffer; SIZE_MAX if absent. */
@@ -111,7 +102,7 @@ struct dp_work {
     real *dact;       /* [N, f] */
     real *probs;      /* [B, a, T, T] selective: probabilities, computed twice */
     struct dp_act rc; /* full recompute: one layer's activations (x aliases the slot) */
-    void *rc_mem;     /* the allocation behind rc */
+    real *rc_mem;     /* the allocation behind rc */
     real *rope;       /* [2, T, d/2] cos, sin */
 };
 
@@ -140,12 +131,31 @@ struct dp_exec {
 
     /* parameters */
     struct dp_seg *segs;
-    int nsegs, capsegs;
+    int nsegs;
     size_t nparams;   /* elements used */
-    size_t nflat;     /* buffer length: nparams padded to a multiple of dp under ZeRO-1 */
-    size_t shard;     /* optimizer elements: nflat / dp (ZeRO-1) or nparams */
+    size_t nflat;     /* flat length: nparams padded to a multiple of the shard group (ZeRO) */
+    size_t shard;     /* optimizer elements: nflat / shard group (ZeRO >= 1) or nparams */
     size_t shard_off; /* first flat element of this rank's shard */
+    /* params: the flat parameters (ZeRO-3: only while a checkpoint or the weights are
+     * written, shard.c); grads: the flat gradients (ZeRO <= 1). */
     real *params, *grads, *adam_m, *adam_v;
+    /* ZeRO-2/3 and HSDP (shard.c). The flat buffer is cut in buckets: the stage's tensors
+     * before its first layer ("head" of the flat order: embeddings) and after its last
+     * (final norm, LM head) form the edge, kept for the whole step; each layer is one
+     * bucket, gathered (ZeRO-3) or reduce-scattered (ZeRO-2/3) as the layer runs. */
+    int sg, sg_rank;     /* shard group: its size and this rank's place (HSDP: dp / replicas) */
+    int repl, repl_rank; /* replicas of each shard and this rank's replica */
+    real *gred;          /* [shard] reduced gradients, indexed like adam_m (grads when ZeRO <= 1) */
+    real *pshard;        /* ZeRO-3: [shard] this rank's parameters (the master copy) */
+    real *gedge, *gwin;  /* ZeRO-2/3: [edge_n] edge gradients; [win_n] one layer's */
+    real *pedge, *pwin;  /* ZeRO-3: [edge_n] gathered edge parameters; [win_n] one layer's */
+    size_t edge_lo, edge_hi; /* flat [0, edge_lo) and [edge_hi, nparams) are the edge */
+    size_t edge_n, win_n;    /* edge_lo + nparams - edge_hi; the largest layer */
+    size_t *lay_lo, *lay_hi; /* [nlayers] each layer's flat range */
+    size_t win_lo;           /* flat start of the layer now in gwin / pwin */
+    int *cnt;                /* [sg] scratch: elements of a flat range in each shard */
+    int win_layer;           /* dp__shard_visit: the layer now whole in pwin (-1: none) */
+    bool edge_whole;         /* dp__shard_visit: pedge holds the current edge */
     struct dp_layer_params *lp;
     size_t wte, wpe, lnf_w, lnf_b, head; /* SIZE_MAX if not on this stage */
     bool head_is_wte;                    /* tied embeddings on a single stage */
@@ -166,6 +176,8 @@ struct dp_exec {
     int32_t *host_tok; /* [2 N] host staging for one micro-batch's inputs and targets */
     uint64_t adam_t;
     struct dp__ckpt *ck; /* checkpoint state (ckpt.c), NULL until used */
+    char *trace;         /* dp_exec_schedule: the pipeline's order is written here */
+    size_t trace_cap;
 };
 
 /* ZeRO-1: the part [*lo, *hi) of segment sg's flat range [off, off + rows cols) that lies in
@@ -173,22 +185,122 @@ struct dp_exec {
 static inline bool dp__seg_in_shard(const struct dp_exec *ex, const struct dp_seg *sg, size_t *lo,
                                     size_t *hi)
 {
-    size_t a = sg->off, b = sg->off + (size_t)(sg->rows * sg->cols);
+    size_t a = sg->off, b = sg->off + (size_t)(sg->t.rows * sg->t.cols);
     *lo = a > ex->shard_off ? a : ex->shard_off;
     *hi = b < ex->shard_off + ex->shard ? b : ex->shard_off + ex->shard;
     return *lo < *hi;
 }
 
+/* Where flat element `off` lives for the kernels: the flat buffer (ZeRO <= 1 gradients,
+ * ZeRO <= 2 parameters), or under ZeRO-2/3 the edge buffer or the layer window. */
+static inline size_t dp__edge_at(const struct dp_exec *ex, size_t off)
+{
+    return off < ex->edge_lo ? off : ex->edge_lo + (off - ex->edge_hi);
+}
+static inline bool dp__in_edge(const struct dp_exec *ex, size_t off)
+{
+    return off < ex->edge_lo || off >= ex->edge_hi;
+}
+static inline real *dp__param(struct dp_exec *ex, size_t off)
+{
+    if (off == SIZE_MAX)
+        return NULL;
+    if (ex->l.zero < 3 || ex->params)
+        return ex->params + off;
+    return dp__in_edge(ex, off) ? ex->pedge + dp__edge_at(ex, off) : ex->pwin + (off - ex->win_lo);
+}
+static inline real *dp__grad(struct dp_exec *ex, size_t off)
+{
+    if (off == SIZE_MAX)
+        return NULL;
+    if (ex->l.zero < 2)
+        return ex->grads + off;
+    return dp__in_edge(ex, off) ? ex->gedge + dp__edge_at(ex, off) : ex->gwin + (off - ex->win_lo);
+}
+
+/* shard.c: ZeRO-2/3 and HSDP. */
+/* The buckets of the stage (after dp__model_build): edge and layer ranges, win_n. */
+int dp__shard_buckets(struct dp_exec *ex);
+/* Start of a step: zero the reduced gradients and the edge; ZeRO-3 gathers the edge. */
+int dp__shard_step_begin(struct dp_exec *ex);
+/* ZeRO-3: gather layer i's parameters into the window (before its forward, again before
+ * its backward); ZeRO-2/3: open layer i's gradient window. */
+int dp__shard_layer_fwd(struct dp_exec *ex, int i);
+int dp__shard_layer_bwd_begin(struct dp_exec *ex, int i);
+/* ZeRO-2/3: after layer i's backward of one micro-batch: reduce-scatter its gradients
+ * into gred (SP-partial norms all-reduced over TP first). */
+int dp__shard_layer_bwd_end(struct dp_exec *ex, int i);
+/* End of the step's backward (ZeRO-2/3): the edge's TP, tied-embedding and shard-group
+ * reductions into gred; every stage: gred all-reduced over the replicas (HSDP). */
+int dp__shard_step_reduce(struct dp_exec *ex);
+/* ZeRO-3: every parameter initialised into pshard (init_fill on the shard's part). */
+void dp__shard_init(struct dp_exec *ex);
+/* ZeRO-3: a temporary full flat copy of the parameters in ex->params (all-gathered) while
+ * a checkpoint or the weights are written; dp__shard_drop frees it. No-op otherwise. */
+int dp__shard_full(struct dp_exec *ex);
+void dp__shard_drop(struct dp_exec *ex);
+/* ZeRO-3, writing the weights without a flat copy: make segment sg's parameters whole
+ * in pedge or pwin (dp__param then finds them). Collective over the shard group: its
+ * ranks visit the same segments in the same order. dp__shard_visit_reset first. */
+void dp__shard_visit_reset(struct dp_exec *ex);
+int dp__shard_visit(struct dp_exec *ex, const struct dp_seg *sg);
+
 /* model.c */
-int dp__model_build(struct dp_exec *ex); /* segments, flat buffers, init */
-int dp__acts_build(struct dp_exec *ex);  /* work, head, send buffers */
+int dp__model_build(struct dp_exec *ex); /* the stage's tensors: segments, offsets, nparams */
+void dp__model_init(struct dp_exec *ex); /* their initial values (buffers allocated) */
+/* Initial values of rows [r0, r1) of segment sg's slice into dst (row r0 first). */
+void dp__init_rows(struct dp_exec *ex, const struct dp_seg *sg, int64_t r0, int64_t r1, real *dst);
+void dp__model_release(struct dp_exec *ex);
+
+/* memplan.c: the buffer table (README "Buffer table"), the one source of the sizes the
+ * rank allocates and of the estimate. */
+enum dp__buf {
+    DP__BUF_PARAMS = 0,
+    DP__BUF_GRADS,
+    DP__BUF_GRED,
+    DP__BUF_GEDGE,
+    DP__BUF_GWIN,
+    DP__BUF_PSHARD,
+    DP__BUF_PEDGE,
+    DP__BUF_PWIN,
+    DP__BUF_ADAM_M,
+    DP__BUF_ADAM_V,
+    DP__BUF_TMP,
+    DP__BUF_DTMP,
+    DP__BUF_DGATH,
+    DP__BUF_DRES,
+    DP__BUF_DQKV,
+    DP__BUF_DCTX,
+    DP__BUF_DPROBS,
+    DP__BUF_DFC1,
+    DP__BUF_DACT,
+    DP__BUF_PROBS,
+    DP__BUF_RC,
+    DP__BUF_ROPE,
+    DP__BUF_XF,
+    DP__BUF_LNF,
+    DP__BUF_LNF_ST,
+    DP__BUF_LOGITS,
+    DP__BUF_CE,
+    DP__BUF_SEND,
+    DP__NBUF
+};
+struct dp__memplan {
+    int64_t elems[DP__NBUF]; /* reals; 0 = not allocated on this stage */
+    int64_t slot_bytes;      /* one micro-batch's kept activations and token ids */
+    int slots;               /* the most in flight: min(pp - stage, M) */
+    int64_t pool_bytes[DP_NPOOLS];
+};
+/* The plan of ex's stage (ex->m, l, dm, stage place, M and nparams set). */
+void dp__memplan(const struct dp_exec *ex, struct dp__memplan *out);
+/* Allocate every buffer of the plan (and the RoPE table, the slot list); sets nflat,
+ * shard, shard_off and predicted. */
+int dp__mem_build(struct dp_exec *ex);
+void dp__mem_release(struct dp_exec *ex);
 struct dp_slot *dp__slot_acquire(struct dp_exec *ex, int mb);
 void dp__slot_release(struct dp_exec *ex, struct dp_slot *s);
-void dp__model_release(struct dp_exec *ex);
 /* Pipeline stage `stage`'s place: first, last, layer0 and nlayers (ex->l and ex->m set). */
 void dp__stage_place(struct dp_exec *ex, int stage);
-/* The segment list of any stage as its tp_rank 0 builds it (caller frees *segs). */
-int dp__segments_for_stage(const struct dp_exec *ex, int stage, struct dp_seg **segs, int *n);
 /* Forward of the stage's part for one micro-batch in `s`: embedding (first stage),
  * layers, and on the last stage the head with the loss and dlogits. The stage output
  * goes to ex->send_fwd (not last stage). */
@@ -200,6 +312,12 @@ int dp__stage_backward(struct dp_exec *ex, struct dp_slot *s);
 /* schedule.c */
 /* Load micro-batch `mb` of step `step` into slot tokens (first/last stage). */
 void dp__load_batch(struct dp_exec *ex, struct dp_slot *s, int step, int mb);
+/* The pieces of dp__forward_backward (the step-time prediction prices them apart):
+ * zero the gradients; the step's micro-batches through the stage (1F1B, with the
+ * pipeline messages); the gradient reductions and the loss and norm all-reduce. */
+int dp__step_begin(struct dp_exec *ex); /* ZeRO-3: gathers the edge parameters */
+int dp__pipeline(struct dp_exec *ex, int step);
+int dp__step_reduce(struct dp_exec *ex, double *loss);
 /* One step's forward and backward over all micro-batches (1F1B) with gradients
  * accumulated, then reduced (SP, tied embeddings, DP / ZeRO-1 reduce-scatter).
  * *loss gets the global mean loss and ex->grad_sumsq the global squared gradient norm
@@ -219,20 +337,41 @@ void dp__exec_free(struct dp_exec *ex);
 /* weights.c: model.safetensors with full (unsharded) tensors, written by rank 0. */
 int dp__weights_save(struct dp_exec *ex, const char *file);
 
-/* ckpt.c: checkpoints (ckpt.h). Before the first step: restore the newest complete
- * checkpoint of opts->ckpt->resume; *start gets its step (0 = none); *collective is set
- * when every rank fails alike. After step `step`: save when due (a failed save is
- * reported through the event callback, not returned; only MPI failures are). */
 /* ex->dm from ex->m, ex->l and ex->c.tp_rank (run.c). */
 void dp__dims_init(struct dp_exec *ex);
+
+/* Checkpoints, rank side (ckpt_save.c, ckpt_load.c; the format is ckpt/'s). */
+struct dp__ckpt {
+    double last_save_s; /* monotonic time of the last save attempt (or of the start) */
+    bool cleaned;       /* stale .tmp directories removed */
+    bool data_crc_done;
+    uint32_t data_crc;
+    int saves_tried, saves_ok; /* the same on every rank */
+};
 /* Before step 1: --ckpt-dir can be created and every rank can write into it (collective:
  * every rank returns the same status; rank 0's err names the cause). */
 int dp__ckpt_check_dir(struct dp_exec *ex);
 /* Checkpoints this run tried to save, and those it published (the same on every rank). */
 void dp__ckpt_counts(const struct dp_exec *ex, int *tried, int *saved);
+/* Before the first step: restore the newest complete checkpoint of opts->ckpt->resume;
+ * *start gets its step (0 = none); *collective is set when every rank fails alike. */
 int dp__ckpt_resume(struct dp_exec *ex, int *start, bool *collective);
+/* After step `step`: save when due (a failed save is reported through the event
+ * callback, not returned; only MPI failures are). */
 int dp__ckpt_after_step(struct dp_exec *ex, int step);
 void dp__ckpt_free(struct dp_exec *ex);
+/* The per-run state (allocated on first use; the save interval counts from then). */
+int dp__ckpt_state(struct dp_exec *ex);
+/* CRC32C of the token data (computed once). */
+uint32_t dp__ckpt_data_crc(struct dp_exec *ex);
+/* The checkpoint's dtype: "F32", or "F64" in the gradient-check build. */
+#define DP__DTYPE (sizeof(real) == 8 ? "F64" : "F32")
+double dp__mono_s(void);
+/* Report a checkpoint event through opts->ckpt->on_event (if set). */
+void dp__ckpt_emit(const struct dp_exec *ex, enum dp_ckpt_event_kind kind, int step,
+                   const char *path, const char *msg, int64_t bytes, double secs,
+                   const char *saved_at);
+#define DP__EXEC_PATHMAX 4200
 
 /* Heartbeat (run.c). */
 void dp__beat(const char *what);

@@ -1,8 +1,9 @@
 /*
- * The model on one rank: its parameter slices (Megatron tensor parallelism),
- * their deterministic initialisation, the activation buffers of the buffer
- * table (README.md), and the forward and backward of the embedding, the
- * transformer layers and the head, written out by hand.
+ * The model on one rank: its parameter slices (ckpt's tensor table: Megatron
+ * tensor parallelism) laid out in the flat buffers, their deterministic
+ * initialisation, and the forward and backward of the embedding, the
+ * transformer layers and the head, written out by hand. The buffers they
+ * work in are memplan.c's.
  *
  * Tensor parallelism follows Megatron-LM (Shoeybi et al. 2019, Sec. 3;
  * megatron/core/tensor_parallel/layers.py, mappings.py): QKV and MLP-in are
@@ -30,475 +31,140 @@
 
 #define NONE SIZE_MAX
 
+/* Where a parameter and its gradient are (ZeRO-2/3: the edge or the layer window). */
 static real *P(struct dp_exec *ex, size_t off)
 {
-    return off == NONE ? NULL : ex->params + off;
+    return dp__param(ex, off);
 }
 static real *G(struct dp_exec *ex, size_t off)
 {
-    return off == NONE ? NULL : ex->grads + off;
+    return dp__grad(ex, off);
 }
 
 /* ------------------------------------------------------------------ parameters */
 
-struct segdef {
-    const char *name;
-    int64_t rows, cols, grows, gcols, r0, c0, out_rows;
-    enum dp_init init;
-    double std;
-    bool decay, replicated, skip;
-};
-
-static size_t add_seg(struct dp_exec *ex, const struct segdef *d)
+/* Where a layer's or the stage's tensor of role `r` is kept (NULL: nowhere). */
+static size_t *offset_of(struct dp_exec *ex, const struct dp_ckpt_slice *t)
 {
-    if (ex->nsegs == ex->capsegs) {
-        int cap = ex->capsegs ? 2 * ex->capsegs : 64;
-        struct dp_seg *s = realloc(ex->segs, (size_t)cap * sizeof *s);
-        if (!s)
-            return NONE;
-        ex->segs = s;
-        ex->capsegs = cap;
+    struct dp_layer_params *p = t->layer >= 0 ? &ex->lp[t->layer - ex->layer0] : NULL;
+    switch (t->role) {
+    case DP_ROLE_WTE: return t->tied_copy ? &ex->head : &ex->wte;
+    case DP_ROLE_WPE: return &ex->wpe;
+    case DP_ROLE_LNF_W: return &ex->lnf_w;
+    case DP_ROLE_LNF_B: return &ex->lnf_b;
+    case DP_ROLE_HEAD: return &ex->head;
+    case DP_ROLE_LN1_W: return &p->ln1_w;
+    case DP_ROLE_LN1_B: return &p->ln1_b;
+    case DP_ROLE_WQ: return &p->wqkv; /* k and v follow: the fused local [q; k; v] */
+    case DP_ROLE_BQ: return &p->bqkv;
+    case DP_ROLE_WO: return &p->wo;
+    case DP_ROLE_BO: return &p->bo;
+    case DP_ROLE_LN2_W: return &p->ln2_w;
+    case DP_ROLE_LN2_B: return &p->ln2_b;
+    case DP_ROLE_W1: return &p->w1; /* SwiGLU: up follows, the fused [gate; up] */
+    case DP_ROLE_B1: return &p->b1;
+    case DP_ROLE_W2: return &p->w2;
+    case DP_ROLE_B2: return &p->b2;
+    default: return NULL;
     }
-    struct dp_seg *s = &ex->segs[ex->nsegs++];
-    memset(s, 0, sizeof *s);
-    snprintf(s->name, sizeof s->name, "%s", d->name);
-    s->off = ex->nparams;
-    s->rows = d->rows;
-    s->cols = d->cols;
-    s->grows = d->grows;
-    s->gcols = d->gcols;
-    s->r0 = d->r0;
-    s->c0 = d->c0;
-    s->out_rows = d->out_rows ? d->out_rows : d->grows;
-    s->init = d->init;
-    s->std = d->std;
-    s->decay = d->decay;
-    s->norm_once = d->replicated && ex->dm.tp > 1;
-    s->tp_partial = d->replicated && ex->dm.sp;
-    s->norm_skip = d->skip;
-    ex->nparams += (size_t)(d->rows * d->cols);
-    return s->off;
 }
 
-/* A replicated vector (norm weight or bias, row-parallel bias). */
-static size_t vec(struct dp_exec *ex, const char *name, int64_t n, enum dp_init init)
-{
-    struct segdef d = {.name = name,
-                       .rows = n,
-                       .cols = 1,
-                       .grows = n,
-                       .gcols = 1,
-                       .init = init,
-                       .replicated = true};
-    return add_seg(ex, &d);
-}
-
-/* Rows [r0, r0 + rows) of a [grows, cols] tensor (column-parallel weight or bias). */
-static size_t rows_of(struct dp_exec *ex, const char *name, int64_t rows, int64_t cols,
-                      int64_t grows, int64_t r0, double std, bool decay)
-{
-    struct segdef d = {.name = name,
-                       .rows = rows,
-                       .cols = cols,
-                       .grows = grows,
-                       .gcols = cols,
-                       .r0 = r0,
-                       .init = std > 0 ? DP_INIT_NORMAL : DP_INIT_ZEROS,
-                       .std = std,
-                       .decay = decay};
-    return add_seg(ex, &d);
-}
-
-/* Columns [c0, c0 + cols) of a [rows, gcols] tensor (row-parallel weight). */
-static size_t cols_of(struct dp_exec *ex, const char *name, int64_t rows, int64_t cols,
-                      int64_t gcols, int64_t c0, double std)
-{
-    struct segdef d = {.name = name,
-                       .rows = rows,
-                       .cols = cols,
-                       .grows = rows,
-                       .gcols = gcols,
-                       .c0 = c0,
-                       .init = DP_INIT_NORMAL,
-                       .std = std,
-                       .decay = true};
-    return add_seg(ex, &d);
-}
-
-static size_t vocab_table(struct dp_exec *ex, const char *name, bool skip)
-{
-    const struct dp_dims *dm = &ex->dm;
-    struct segdef d = {.name = name,
-                       .rows = dm->Vl,
-                       .cols = dm->h,
-                       .grows = dm->Vp,
-                       .gcols = dm->h,
-                       .r0 = dm->v0,
-                       .out_rows = dm->vocab,
-                       .init = DP_INIT_NORMAL,
-                       .std = 0.02,
-                       .decay = true,
-                       .skip = skip};
-    return add_seg(ex, &d);
-}
-
+/* The stage's slices of every tensor (ckpt's table, TP as Megatron) laid out back to
+ * back in the flat buffers, in the table's order. */
 static int build_segments(struct dp_exec *ex)
 {
-    const struct dp_model *m = ex->m;
-    const struct dp_dims *dm = &ex->dm;
-    const int64_t h = dm->h, d = m->head_dim, tr = dm->tp_rank;
-    const double std = 0.02, std_out = 0.02 / sqrt(2.0 * (double)m->layers);
-    const bool ln = m->norm == DP_NORM_LAYERNORM;
-    char nm[48];
+    struct dp_ckpt_slice *t = NULL;
+    int n = 0;
+    TRY(dp_ckpt_stage_slices(ex->m, &ex->l, ex->c.pp_rank, ex->dm.tp_rank, &t, &n, ex->err));
     ex->wte = ex->wpe = ex->lnf_w = ex->lnf_b = ex->head = NONE;
-    if (ex->first) {
-        ex->wte = vocab_table(ex, "wte", false);
-        if (m->pos == DP_POS_LEARNED) {
-            struct segdef sd = {.name = "wpe",
-                                .rows = m->max_pos,
-                                .cols = h,
-                                .grows = m->max_pos,
-                                .gcols = h,
-                                .init = DP_INIT_NORMAL,
-                                .std = std,
-                                .decay = true,
-                                .replicated = true};
-            ex->wpe = add_seg(ex, &sd);
-        }
-    }
     ex->lp = calloc((size_t)(ex->nlayers ? ex->nlayers : 1), sizeof *ex->lp);
-    if (!ex->lp)
+    ex->segs = calloc((size_t)(n ? n : 1), sizeof *ex->segs);
+    if (!ex->lp || !ex->segs) {
+        free(t);
         return dp_err_set(ex->err, DP_ENOMEM, "out of memory");
-    for (int i = 0; i < ex->nlayers; i++) {
-        struct dp_layer_params *p = &ex->lp[i];
-        int L = ex->layer0 + i;
-        memset(p, 0xff, sizeof *p); /* all NONE */
-#define NAME(fmt) (snprintf(nm, sizeof nm, "h.%d." fmt, L), nm)
-        p->ln1_w = vec(ex, NAME("ln1.w"), h, DP_INIT_ONES);
-        if (ln)
-            p->ln1_b = vec(ex, NAME("ln1.b"), h, DP_INIT_ZEROS);
-        /* Fused local QKV: [q heads of this rank; k heads; v heads] x h. */
-        p->wqkv = rows_of(ex, NAME("attn.wq"), dm->qd, h, m->heads * d, tr * dm->qd, std, true);
-        rows_of(ex, NAME("attn.wk"), dm->kvd, h, m->kv_heads * d, tr * dm->kvd, std, true);
-        rows_of(ex, NAME("attn.wv"), dm->kvd, h, m->kv_heads * d, tr * dm->kvd, std, true);
-        if (m->qkv_bias) {
-            p->bqkv = rows_of(ex, NAME("attn.bq"), dm->qd, 1, m->heads * d, tr * dm->qd, 0, false);
-            rows_of(ex, NAME("attn.bk"), dm->kvd, 1, m->kv_heads * d, tr * dm->kvd, 0, false);
-            rows_of(ex, NAME("attn.bv"), dm->kvd, 1, m->kv_heads * d, tr * dm->kvd, 0, false);
-        }
-        p->wo = cols_of(ex, NAME("attn.wo"), h, dm->qd, m->heads * d, tr * dm->qd, std_out);
-        if (m->out_bias)
-            p->bo = vec(ex, NAME("attn.bo"), h, DP_INIT_ZEROS);
-        p->ln2_w = vec(ex, NAME("ln2.w"), h, DP_INIT_ONES);
-        if (ln)
-            p->ln2_b = vec(ex, NAME("ln2.b"), h, DP_INIT_ZEROS);
-        const int64_t f = dm->f, F = m->ffn_hidden;
-        if (m->ffn == DP_FFN_GELU) {
-            p->w1 = rows_of(ex, NAME("mlp.w1"), f, h, F, tr * f, std, true);
-            if (m->mlp_bias)
-                p->b1 = rows_of(ex, NAME("mlp.b1"), f, 1, F, tr * f, 0, false);
-        } else {
-            /* Fused local [gate; up] so one GEMM gives the SwiGLU input. */
-            p->w1 = rows_of(ex, NAME("mlp.w_gate"), f, h, F, tr * f, std, true);
-            rows_of(ex, NAME("mlp.w_up"), f, h, F, tr * f, std, true);
-            if (m->mlp_bias) {
-                p->b1 = rows_of(ex, NAME("mlp.b_gate"), f, 1, F, tr * f, 0, false);
-                rows_of(ex, NAME("mlp.b_up"), f, 1, F, tr * f, 0, false);
-            }
-        }
-        p->w2 = cols_of(ex, NAME("mlp.w2"), h, f, F, tr * f, std_out);
-        if (m->mlp_bias)
-            p->b2 = vec(ex, NAME("mlp.b2"), h, DP_INIT_ZEROS);
-#undef NAME
     }
-    if (ex->last) {
-        ex->lnf_w = vec(ex, "lnf.w", h, DP_INIT_ONES);
-        if (ln)
-            ex->lnf_b = vec(ex, "lnf.b", h, DP_INIT_ZEROS);
-        if (!m->tied_embeddings) {
-            ex->head = vocab_table(ex, "lm_head", false);
-        } else if (!ex->first) {
-            /* The last stage's copy of the tied embedding: initialised from the same
-             * key, kept equal by the embedding-group all-reduce of its gradient. */
-            ex->head = vocab_table(ex, "wte", true);
-        } else {
-            ex->head = ex->wte;
-            ex->head_is_wte = true;
-        }
+    memset(ex->lp, 0xff, (size_t)(ex->nlayers ? ex->nlayers : 1) * sizeof *ex->lp); /* NONE */
+    for (int i = 0; i < n; i++) {
+        struct dp_seg *s = &ex->segs[i];
+        s->t = t[i];
+        s->off = ex->nparams;
+        s->decay = t[i].gcols > 1; /* AdamW decays 2-D weights only */
+        s->norm_once = t[i].replicated && ex->dm.tp > 1;
+        s->tp_partial = t[i].replicated && ex->dm.sp;
+        size_t *at = offset_of(ex, &t[i]);
+        if (at)
+            *at = s->off;
+        ex->nparams += (size_t)(t[i].rows * t[i].cols);
     }
-    for (int i = 0; i < ex->nsegs; i++)
-        if (ex->segs[i].off == NONE)
-            return dp_err_set(ex->err, DP_ENOMEM, "out of memory");
+    ex->nsegs = n;
+    free(t);
+    if (ex->last && ex->m->tied_embeddings && ex->first) {
+        ex->head = ex->wte;
+        ex->head_is_wte = true;
+    }
     return 0;
+}
+
+/*
+ * GPT-2's initialisation (Radford et al. 2019; Megatron init_method_normal and
+ * scaled_init_method_normal): weights and embeddings N(0, 0.02), the two output
+ * projections of each layer N(0, 0.02 / sqrt(2 L)), norm weights 1, biases 0. Each
+ * element is drawn from (seed, global name, global index), so any slice equals the same
+ * slice of the single-process tensor; padded vocabulary rows stay zero.
+ */
+void dp__init_rows(struct dp_exec *ex, const struct dp_seg *sg, int64_t r0, int64_t r1, real *dst)
+{
+    const struct dp_ckpt_slice *t = &sg->t;
+    int64_t valid = t->rows;
+    if (t->out_rows < t->grows) {
+        int64_t v = t->out_rows - t->r0;
+        valid = v < 0 ? 0 : (v < valid ? v : valid);
+    }
+    if (r1 > valid)
+        r1 = valid;
+    if (r1 <= r0)
+        return;
+    const double std = 0.02, std_out = 0.02 / sqrt(2.0 * (double)ex->m->layers);
+    bool ones = t->role == DP_ROLE_LN1_W || t->role == DP_ROLE_LN2_W || t->role == DP_ROLE_LNF_W;
+    double sd = t->gcols == 1                                    ? 0.0
+                : t->role == DP_ROLE_WO || t->role == DP_ROLE_W2 ? std_out
+                                                                 : std;
+    OPS->init_fill(ex->be, dst, r1 - r0, t->cols, t->gcols, t->r0 + r0, t->c0, ex->o.seed,
+                   dp__hash_name(t->name), sd, ones ? 1.0 : 0.0);
 }
 
 static void init_params(struct dp_exec *ex)
 {
-    for (int i = 0; i < ex->nsegs; i++) {
-        const struct dp_seg *s = &ex->segs[i];
-        real *dst = ex->params + s->off;
-        int64_t rows = s->rows;
-        /* Padded vocabulary rows stay zero. */
-        if (s->out_rows < s->grows) {
-            int64_t valid = s->out_rows - s->r0;
-            rows = valid < 0 ? 0 : (valid < rows ? valid : rows);
-        }
-        double value = s->init == DP_INIT_ONES ? 1.0 : 0.0;
-        double std = s->init == DP_INIT_NORMAL ? s->std : 0.0;
-        OPS->init_fill(ex->be, dst, rows, s->cols, s->gcols, s->r0, s->c0, ex->o.seed,
-                       dp__hash_name(s->name), std, value);
+    if (ex->l.zero >= 3) {
+        dp__shard_init(ex); /* only this rank's shard exists */
+        return;
     }
+    for (int i = 0; i < ex->nsegs; i++)
+        dp__init_rows(ex, &ex->segs[i], 0, ex->segs[i].t.rows, ex->params + ex->segs[i].off);
 }
 
 int dp__model_build(struct dp_exec *ex)
 {
-    int rc = build_segments(ex);
-    if (rc)
-        return rc;
-    ex->nflat = ex->nparams;
-    int dp = ex->l.dp;
-    if (ex->l.zero >= 1) {
-        ex->nflat = (ex->nparams + (size_t)dp - 1) / (size_t)dp * (size_t)dp;
-        ex->shard = ex->nflat / (size_t)dp;
-        ex->shard_off = (size_t)ex->c.dp_rank * ex->shard;
-    } else {
-        ex->shard = ex->nparams;
-        ex->shard_off = 0;
-    }
-    size_t fb = ex->nflat * sizeof(real), ob = ex->shard * sizeof(real);
-    ex->params = dp__mem_alloc(ex->be, &ex->mem, DP_POOL_PARAMS, fb);
-    ex->grads = dp__mem_alloc(ex->be, &ex->mem, DP_POOL_GRADS, fb);
-    ex->adam_m = dp__mem_alloc(ex->be, &ex->mem, DP_POOL_OPTIM, ob);
-    ex->adam_v = dp__mem_alloc(ex->be, &ex->mem, DP_POOL_OPTIM, ob);
-    if (!ex->params || !ex->grads || !ex->adam_m || !ex->adam_v)
-        return dp_err_set(ex->err, DP_ENOMEM,
-                          "rank %d: cannot allocate %zu parameters (%.1f MiB per buffer)", ex->rank,
-                          ex->nflat, (double)fb / 1048576.0);
+    TRY(build_segments(ex));
+    return dp__shard_buckets(ex);
+}
+
+void dp__model_init(struct dp_exec *ex)
+{
     init_params(ex);
-    return 0;
-}
-
-/* ------------------------------------------------------------------ activations */
-
-/* Lays buffers out back to back from `base` (no padding: sizes are exact); with
- * base == NULL it only counts. */
-struct carver {
-    char *base;
-    size_t off;
-};
-
-static void *carve(struct carver *cv, int64_t n, size_t esize)
-{
-    void *p = cv->base ? cv->base + cv->off : NULL;
-    cv->off += (size_t)n * esize;
-    return p;
-}
-
-/* One layer's kept activations: the slot's set (x, plus everything unless full
- * recompute) or the full-recompute working set (everything but x, which aliases). */
-static void layer_acts(const struct dp_exec *ex, struct dp_act *A, struct carver *cv,
-                       bool keep_probs, bool full_set)
-{
-    const struct dp_dims *dm = &ex->dm;
-    struct dp_act a = {0};
-    if (!full_set)
-        a.x = carve(cv, dm->Nl * dm->h, sizeof(real));
-    if (full_set || ex->l.recompute != DP_RECOMPUTE_FULL) {
-        a.ln1 = carve(cv, dm->Nl * dm->h, sizeof(real));
-        a.ln1_st = carve(cv, 2 * dm->Nl, sizeof(real));
-        a.qkv = carve(cv, dm->N * dm->qkvd, sizeof(real));
-        if (keep_probs)
-            a.probs = carve(cv, dm->B * dm->a * dm->T * dm->T, sizeof(real));
-        a.ctx = carve(cv, dm->N * dm->qd, sizeof(real));
-        a.x2 = carve(cv, dm->Nl * dm->h, sizeof(real));
-        a.ln2 = carve(cv, dm->Nl * dm->h, sizeof(real));
-        a.ln2_st = carve(cv, 2 * dm->Nl, sizeof(real));
-        a.fc1 = carve(cv, dm->N * dm->F1, sizeof(real));
-        a.act = carve(cv, dm->N * dm->f, sizeof(real));
-    }
-    if (A)
-        *A = a;
-}
-
-/* A slot: every local layer's kept set, then the input tokens (first stage) and the
- * target tokens (last stage). Returns its bytes. */
-static size_t slot_layout(const struct dp_exec *ex, struct dp_slot *s, char *mem)
-{
-    struct carver cv = {mem, 0};
-    bool probs = ex->l.recompute == DP_RECOMPUTE_NONE;
-    for (int i = 0; i < ex->nlayers; i++)
-        layer_acts(ex, s ? &s->layers[i] : NULL, &cv, probs, false);
-    if (ex->first) {
-        int32_t *t = carve(&cv, ex->dm.N, sizeof(int32_t));
-        if (s)
-            s->inputs = t;
-    }
-    if (ex->last) {
-        int32_t *t = carve(&cv, ex->dm.N, sizeof(int32_t));
-        if (s)
-            s->targets = t;
-    }
-    return cv.off;
-}
-
-struct dp_slot *dp__slot_acquire(struct dp_exec *ex, int mb)
-{
-    struct dp_slot *s = NULL;
-    for (int i = 0; i < ex->nslots; i++)
-        if (ex->slots[i].mb < 0) {
-            s = &ex->slots[i];
-            break;
-        }
-    if (!s) {
-        if (ex->nslots == ex->maxslots) {
-            dp_err_set(ex->err, DP_ERUNTIME, "internal: more than %d micro-batches in flight",
-                       ex->maxslots);
-            return NULL;
-        }
-        s = &ex->slots[ex->nslots];
-        s->layers = calloc((size_t)(ex->nlayers ? ex->nlayers : 1), sizeof *s->layers);
-        s->mem = ex->be->ops->alloc(ex->be, ex->slot_bytes);
-        if (!s->layers || !s->mem) {
-            free(s->layers);
-            if (s->mem)
-                ex->be->ops->free(ex->be, s->mem);
-            memset(s, 0, sizeof *s);
-            dp_err_set(ex->err, DP_ENOMEM, "rank %d: cannot allocate activations (%.1f MiB)",
-                       ex->rank, (double)ex->slot_bytes / 1048576.0);
-            return NULL;
-        }
-        s->bytes = ex->slot_bytes;
-        slot_layout(ex, s, s->mem);
-        ex->nslots++;
-    }
-    s->mb = mb;
-    dp__mem_hold(&ex->mem, DP_POOL_ACT_SLOTS, (int64_t)s->bytes);
-    return s;
-}
-
-void dp__slot_release(struct dp_exec *ex, struct dp_slot *s)
-{
-    s->mb = -1;
-    dp__mem_hold(&ex->mem, DP_POOL_ACT_SLOTS, -(int64_t)s->bytes);
-}
-
-static real *work(struct dp_exec *ex, enum dp_pool pool, int64_t n)
-{
-    if (n <= 0)
-        return NULL;
-    return dp__mem_alloc(ex->be, &ex->mem, pool, (size_t)n * sizeof(real));
-}
-
-int dp__acts_build(struct dp_exec *ex)
-{
-    const struct dp_dims *dm = &ex->dm;
-    const int64_t Nh = dm->N * dm->h, Nlh = dm->Nl * dm->h, S = dm->B * dm->a * dm->T * dm->T;
-    struct dp_work *w = &ex->w;
-    bool fail = false;
-#define W(ptr, n)                                                                                  \
-    do {                                                                                           \
-        (ptr) = work(ex, DP_POOL_ACT_WORK, n);                                                     \
-        fail |= !(ptr);                                                                            \
-    } while (0)
-    W(w->tmp, Nh);
-    W(w->dtmp, Nh);
-    if (dm->sp)
-        W(w->dgath, Nh);
-    W(w->dres, Nlh);
-    W(w->dqkv, dm->N * dm->qkvd);
-    W(w->dctx, dm->N * dm->qd);
-    W(w->dprobs, S);
-    if (ex->m->ffn != DP_FFN_GELU) /* GELU's input gradient overwrites dact */
-        W(w->dfc1, dm->N * dm->F1);
-    W(w->dact, dm->N * dm->f);
-    if (ex->l.recompute == DP_RECOMPUTE_SELECTIVE)
-        W(w->probs, S);
-    if (ex->l.recompute == DP_RECOMPUTE_FULL) {
-        struct carver cv = {NULL, 0};
-        layer_acts(ex, NULL, &cv, true, true);
-        w->rc_mem = dp__mem_alloc(ex->be, &ex->mem, DP_POOL_ACT_WORK, cv.off);
-        fail |= !w->rc_mem;
-        if (w->rc_mem) {
-            cv.base = w->rc_mem;
-            cv.off = 0;
-            layer_acts(ex, &w->rc, &cv, true, true);
-        }
-    }
-    if (ex->m->pos == DP_POS_ROPE) {
-        W(w->rope, dm->T * dm->d);
-        if (w->rope) {
-            /* cos and sin of p * 10000^(-2i/d), i < d/2 (Su et al. 2021, Eq. 34). */
-            int64_t half = dm->d / 2;
-            real *host = malloc((size_t)(dm->T * dm->d) * sizeof(real));
-            fail |= !host;
-            if (host) {
-                for (int64_t p = 0; p < dm->T; p++)
-                    for (int64_t i = 0; i < half; i++) {
-                        double th = (double)p * pow(10000.0, -2.0 * (double)i / (double)dm->d);
-                        host[p * half + i] = (real)cos(th);
-                        host[dm->T * half + p * half + i] = (real)sin(th);
-                    }
-                OPS->upload(ex->be, w->rope, host, (size_t)(dm->T * dm->d) * sizeof(real));
-                free(host);
-            }
-        }
-    }
-#undef W
-    if (ex->last) {
-#define H(ptr, n)                                                                                  \
-    do {                                                                                           \
-        (ptr) = work(ex, DP_POOL_ACT_HEAD, n);                                                     \
-        fail |= !(ptr);                                                                            \
-    } while (0)
-        H(ex->hd.xf, Nlh);
-        H(ex->hd.lnf, Nlh);
-        H(ex->hd.lnf_st, 2 * dm->Nl);
-        H(ex->hd.logits, dm->N * dm->Vl);
-        H(ex->hd.ce, 4 * dm->N);
-#undef H
-    }
-    if (ex->l.pp > 1 && !ex->last) {
-        ex->send_fwd = work(ex, DP_POOL_COMM, Nlh);
-        fail |= !ex->send_fwd;
-    }
-    /* Slots: at most min(pp - stage, M) micro-batches are in flight under 1F1B. */
-    int64_t inflight = ex->l.pp - ex->c.pp_rank;
-    ex->maxslots = (int)(inflight < ex->M ? inflight : ex->M);
-    ex->slots = calloc((size_t)ex->maxslots, sizeof *ex->slots);
-    fail |= !ex->slots;
-    for (int i = 0; ex->slots && i < ex->maxslots; i++)
-        ex->slots[i].mb = -1;
-    ex->slot_bytes = slot_layout(ex, NULL, NULL);
-    if (fail)
-        return dp_err_set(ex->err, DP_ENOMEM, "rank %d: cannot allocate activation buffers",
-                          ex->rank);
-    return 0;
 }
 
 void dp__model_release(struct dp_exec *ex)
 {
-    struct dp_backend *be = ex->be;
-    if (!be)
-        return;
-    for (int i = 0; ex->slots && i < ex->nslots; i++) {
-        be->ops->free(be, ex->slots[i].mem);
-        free(ex->slots[i].layers);
-    }
-    free(ex->slots);
-    ex->slots = NULL;
-    /* Pool accounting is not unwound: the peaks are what matters and the rank ends. */
-    void *bufs[] = {ex->params,   ex->grads,   ex->adam_m, ex->adam_v,    ex->w.tmp,
-                    ex->w.dtmp,   ex->w.dgath, ex->w.dres, ex->w.dqkv,    ex->w.dctx,
-                    ex->w.dprobs, ex->w.dfc1,  ex->w.dact, ex->w.probs,   ex->w.rc_mem,
-                    ex->w.rope,   ex->hd.xf,   ex->hd.lnf, ex->hd.lnf_st, ex->hd.logits,
-                    ex->hd.ce,    ex->send_fwd};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        if (bufs[i])
-            be->ops->free(be, bufs[i]);
     free(ex->segs);
     free(ex->lp);
+    free(ex->lay_lo);
+    free(ex->lay_hi);
+    free(ex->cnt);
     ex->segs = NULL;
     ex->lp = NULL;
+    ex->lay_lo = ex->lay_hi = NULL;
+    ex->cnt = NULL;
 }
 
 /* ------------------------------------------------------------------ TP helpers */
@@ -755,6 +421,7 @@ int dp__stage_forward(struct dp_exec *ex, struct dp_slot *s)
         TRY(embed_forward(ex, s));
     for (int i = 0; i < ex->nlayers; i++) {
         real *out = i + 1 < ex->nlayers ? s->layers[i + 1].x : ex->last ? ex->hd.xf : ex->send_fwd;
+        TRY(dp__shard_layer_fwd(ex, i));
         TRY(layer_forward(ex, &ex->lp[i], layer_set(ex, s, i), out, false));
     }
     if (ex->last)
@@ -768,9 +435,11 @@ int dp__stage_backward(struct dp_exec *ex, struct dp_slot *s)
         TRY(head_backward(ex));
     for (int i = ex->nlayers - 1; i >= 0; i--) {
         struct dp_act *A = layer_set(ex, s, i);
+        TRY(dp__shard_layer_bwd_begin(ex, i));
         if (ex->l.recompute == DP_RECOMPUTE_FULL)
             TRY(layer_forward(ex, &ex->lp[i], A, NULL, true));
         TRY(layer_backward(ex, &ex->lp[i], A));
+        TRY(dp__shard_layer_bwd_end(ex, i));
     }
     if (ex->first)
         TRY(embed_backward(ex, s));
@@ -785,28 +454,4 @@ void dp__stage_place(struct dp_exec *ex, int stage)
     for (int s = 0; s < stage; s++)
         ex->layer0 += dp_layout_stage_layers(&ex->l, ex->m, s);
     ex->nlayers = dp_layout_stage_layers(&ex->l, ex->m, stage);
-}
-
-int dp__segments_for_stage(const struct dp_exec *ex, int stage, struct dp_seg **segs, int *n)
-{
-    struct dp_exec t = *ex;
-    struct dp_err e = {0};
-    t.err = &e;
-    t.segs = NULL;
-    t.nsegs = t.capsegs = 0;
-    t.nparams = 0;
-    t.lp = NULL;
-    t.dm.tp_rank = 0;
-    t.dm.v0 = 0;
-    t.c.pp_rank = stage;
-    dp__stage_place(&t, stage);
-    int rc = build_segments(&t);
-    free(t.lp);
-    if (rc) {
-        free(t.segs);
-        return rc;
-    }
-    *segs = t.segs;
-    *n = t.nsegs;
-    return 0;
 }

@@ -36,14 +36,35 @@ uint64_t dp_exec_heartbeat(const char **what, int *step)
     return atomic_load(&beat_count);
 }
 
+const char *dp_exec_dtype(void)
+{
+    return DP__DTYPE;
+}
+
 void dp_exec_finalize(void)
 {
-    dp_backend_cpu_finalize();
+    dp__backend_finalize();
 }
 
 void dp_exec_abort(int code)
 {
-    dp_backend_cpu_abort(code);
+    dp__backend_abort(code);
+}
+
+bool dp_exec_backend_known(const char *name)
+{
+    return dp__backend_kind(name) != NULL;
+}
+
+const char *dp_exec_backend_names(void)
+{
+    return dp__backend_names();
+}
+
+const char *dp_exec_rank_env(const char *backend)
+{
+    const struct dp_backend_kind *k = dp__backend_kind(backend);
+    return k && k->rank_env ? k->rank_env() : NULL;
 }
 
 /* ------------------------------------------------------------------ options, checks */
@@ -74,11 +95,25 @@ int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world
                           "layout: cp=%d: context parallelism is not supported by the CPU "
                           "executor yet (cp must be 1)",
                           l->cp);
-    if (l->ep != 1 || m->experts > 0)
+    if (l->ep != 1)
         return dp_err_set(err, DP_EINFEASIBLE,
-                          "model %s: mixture-of-experts models are not supported by the CPU "
-                          "executor",
-                          m->name);
+                          "layout: ep=%d: expert parallelism is not supported by the CPU executor "
+                          "(dense models only, ep must be 1)",
+                          l->ep);
+    if (m->experts > 0)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "model %s: experts=%d: mixture-of-experts models are not supported by "
+                          "the CPU executor",
+                          m->name, (int)m->experts);
+    /* Full recompute of only some layers per stage (Megatron --recompute-method block). */
+    int most = 0;
+    for (int s = 0; s < l->pp; s++)
+        most = dp_layout_stage_layers(l, m, s) > most ? dp_layout_stage_layers(l, m, s) : most;
+    if (l->recompute == DP_RECOMPUTE_FULL && l->recompute_layers > 0 && l->recompute_layers < most)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "layout: recompute_layers=%d: the CPU executor recomputes every layer "
+                          "of a stage under full recompute (recompute_layers 0)",
+                          l->recompute_layers);
     if (l->vpp != 1)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "layout: vpp=%d: the interleaved schedule is not supported by the CPU "
@@ -90,10 +125,6 @@ int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world
                               "layout: stage %d holds no transformer layer (the embedding or the "
                               "loss alone): the CPU executor needs at least one per stage",
                               r);
-    if (l->zero > 1)
-        return dp_err_set(err, DP_EINFEASIBLE,
-                          "layout: zero=%d: the CPU executor supports ZeRO stages 0 and 1",
-                          l->zero);
     if (l->optimizer != DP_OPT_ADAM)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "layout: optimizer=sgd: the CPU executor trains with AdamW only");
@@ -166,6 +197,7 @@ void dp__exec_free(struct dp_exec *ex)
 {
     if (!ex)
         return;
+    dp__mem_release(ex);
     dp__model_release(ex);
     dp__ckpt_free(ex);
     free(ex->host_tok);
@@ -175,14 +207,12 @@ void dp__exec_free(struct dp_exec *ex)
 }
 
 /*
- * Before anything large is allocated: the CPU memory model's prediction (opts.predicted,
- * per rank and pool) summed over the ranks of each node against that node's MemAvailable.
+ * Before anything large is allocated: the buffer table's bytes (memplan.c, per rank and
+ * pool) summed over the ranks of each node against that node's MemAvailable.
  * Every rank gets the verdict and the worst node's numbers, so that rank 0 reports it.
  */
 static int check_memory(struct dp_exec *ex)
 {
-    if (!ex->o.predicted)
-        return 0;
     double node[DP_NPOOLS];
     for (int p = 0; p < DP_NPOOLS; p++)
         node[p] = (double)ex->predicted[p];
@@ -218,7 +248,8 @@ static int check_memory(struct dp_exec *ex)
     else
         snprintf(hint, sizeof hint,
                  "weights, gradients and AdamW state take 16 bytes per parameter and replica: "
-                 "fewer replicas per node (--zero 1 shards the optimizer state), more nodes, or "
+                 "fewer replicas per node (--zero 1, 2, 3 shard the optimizer state, gradients, "
+                 "parameters), more nodes, or "
                  "a smaller model");
     return dp_err_set(ex->err, DP_EINFEASIBLE,
                       "%s: the run needs %.1f GiB of memory on %s (%d rank%s; params %.1f, grads "
@@ -240,7 +271,12 @@ int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const stru
     ex->l = *l;
     ex->o = *o;
     ex->err = err;
-    ex->be = dp_backend_cpu_new(l->tp, l->dp, l->pp, o->threads, err);
+    struct dp_backend_cfg cfg = {.tp = l->tp,
+                                 .dp = l->dp,
+                                 .pp = l->pp,
+                                 .shard = l->zero >= 1 ? dp_layout_shard(l) : l->dp,
+                                 .threads = o->threads};
+    ex->be = dp__backend_new(o->backend, &cfg, err);
     if (!ex->be) {
         free(ex);
         return err->code ? err->code : DP_ERUNTIME;
@@ -252,17 +288,19 @@ int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const stru
     dp__stage_place(ex, ex->c.pp_rank);
     ex->M = dp_layout_microbatches(l);
     ex->gbs_tokens = l->gbs * l->seq_len;
-    if (o->predicted)
-        memcpy(ex->predicted, o->predicted + (size_t)ex->c.pp_rank * DP_NPOOLS,
-               sizeof ex->predicted);
-    int rc = check_memory(ex);
-    ex->host_tok = rc ? NULL : malloc((size_t)(2 * ex->dm.N) * sizeof(int32_t));
-    if (!rc && !ex->host_tok)
+    int rc = dp__model_build(ex);
+    if (!rc) {
+        struct dp__memplan plan;
+        dp__memplan(ex, &plan);
+        memcpy(ex->predicted, plan.pool_bytes, sizeof ex->predicted);
+        rc = check_memory(ex);
+    }
+    if (!rc && !(ex->host_tok = malloc((size_t)(2 * ex->dm.N) * sizeof(int32_t))))
         rc = dp_err_set(err, DP_ENOMEM, "out of memory");
     if (!rc)
-        rc = dp__model_build(ex);
+        rc = dp__mem_build(ex);
     if (!rc)
-        rc = dp__acts_build(ex);
+        dp__model_init(ex);
     if (rc) {
         dp__exec_free(ex);
         return rc;
@@ -447,6 +485,7 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struc
         *collective = false;
     res->rank = ex->rank;
     res->world = ex->world;
+    res->threads = ex->be->threads;
     res->tokens_per_step = ex->gbs_tokens;
     double *times = calloc((size_t)(o->steps > 0 ? o->steps : 1), sizeof *times);
     if (!times) {
@@ -527,7 +566,7 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struc
         char path[4096];
         snprintf(path, sizeof path, "%s/model.safetensors", o->out_dir);
         dp__beat("writing weights");
-        rc = dp__weights_save(ex, path);
+        rc = dp__weights_save(ex, path); /* ZeRO-3: gathered layer by layer */
     }
     dp__ckpt_counts(ex, &res->ckpt_tried, &res->ckpt_saved);
     if (!rc)

@@ -13,12 +13,14 @@
  *
  * ZeRO-1 (Rajbhandari et al. 2020, P_os) as llm.c zero.cuh, with padding
  * instead of falling back: the flat gradient buffer (padded to a multiple
- * of dp) is reduce-scattered, each DP rank updates its contiguous shard with
- * AdamW, and the parameters are all-gathered.
+ * of the shard group, dp unless HSDP) is reduce-scattered, each rank updates
+ * its contiguous shard with AdamW, and the parameters are all-gathered.
+ * ZeRO-2/3 and HSDP keep that geometry and are shard.c's.
  */
 #include "internal.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 enum { TAG_FWD = 1, TAG_BWD = 2 };
@@ -31,9 +33,9 @@ enum { TAG_FWD = 1, TAG_BWD = 2 };
  */
 void dp__load_batch(struct dp_exec *ex, struct dp_slot *s, int step, int mb)
 {
-    if (!s->inputs && !s->targets)
-        return;
     const struct dp_tokens *d = ex->o.data;
+    if ((!s->inputs && !s->targets) || !d)
+        return; /* no data: the step-time prediction's pricing rank (predict.c) */
     const int64_t T = ex->dm.T, B = ex->dm.B;
     const int64_t nwin = (d->n - 1) / T;
     const int64_t per_dp = ex->l.gbs / ex->l.dp;
@@ -68,8 +70,20 @@ static int pp_xchg(struct dp_exec *ex, int to, const real *sbuf, int stag, int f
                          from >= 0 ? n : 0, rtag, ex->err);
 }
 
+/* dp_exec_schedule: " F3" / " B3" for each micro-batch's forward / backward, in order. */
+static void trace(struct dp_exec *ex, char what, int mb)
+{
+    size_t n = strlen(ex->trace);
+    if (n + 16 < ex->trace_cap)
+        snprintf(ex->trace + n, ex->trace_cap - n, "%s%c%d", n ? " " : "", what, mb);
+    else if (n >= 3 && n + 5 < ex->trace_cap && strcmp(ex->trace + n - 3, "...") != 0)
+        snprintf(ex->trace + n, ex->trace_cap - n, " ...");
+}
+
 static int forward_mb(struct dp_exec *ex, struct dp_slot *s)
 {
+    if (ex->trace)
+        trace(ex, 'F', s->mb);
     dp__beat("forward");
     TRY(dp__stage_forward(ex, s));
     dp__beat(NULL);
@@ -78,6 +92,8 @@ static int forward_mb(struct dp_exec *ex, struct dp_slot *s)
 
 static int backward_mb(struct dp_exec *ex, struct dp_slot *s)
 {
+    if (ex->trace)
+        trace(ex, 'B', s->mb);
     dp__beat("backward");
     TRY(dp__stage_backward(ex, s));
     dp__slot_release(ex, s);
@@ -85,7 +101,7 @@ static int backward_mb(struct dp_exec *ex, struct dp_slot *s)
     return 0;
 }
 
-static int pipeline(struct dp_exec *ex, int step)
+int dp__pipeline(struct dp_exec *ex, int step)
 {
     const int p = ex->l.pp, r = ex->c.pp_rank;
     const int64_t M = ex->M;
@@ -144,16 +160,18 @@ static double local_sumsq(struct dp_exec *ex)
     bool zero = ex->l.zero >= 1;
     if (!zero && ex->c.dp_rank != 0)
         return 0; /* DP replicas hold the same reduced gradients */
+    if (zero && ex->repl_rank != 0)
+        return 0; /* HSDP: so do the replicas of a shard */
     for (int i = 0; i < ex->nsegs; i++) {
         const struct dp_seg *sg = &ex->segs[i];
-        if (sg->norm_skip || (sg->norm_once && ex->c.tp_rank != 0))
+        if (sg->t.tied_copy || (sg->norm_once && ex->c.tp_rank != 0))
             continue;
-        size_t lo = sg->off, hi = sg->off + (size_t)(sg->rows * sg->cols);
+        size_t lo = sg->off, hi = sg->off + (size_t)(sg->t.rows * sg->t.cols);
         if (zero) {
-            /* Only this rank's shard holds reduced gradients, at grads[0, shard). */
+            /* Only this rank's shard holds reduced gradients, at gred[0, shard). */
             if (!dp__seg_in_shard(ex, sg, &lo, &hi))
                 continue;
-            s += OPS->sumsq(ex->be, ex->grads + (lo - ex->shard_off), (int64_t)(hi - lo));
+            s += OPS->sumsq(ex->be, ex->gred + (lo - ex->shard_off), (int64_t)(hi - lo));
         } else {
             s += OPS->sumsq(ex->be, ex->grads + lo, (int64_t)(hi - lo));
         }
@@ -164,12 +182,14 @@ static double local_sumsq(struct dp_exec *ex)
 static int reduce_grads(struct dp_exec *ex)
 {
     dp__beat("gradient reduction");
+    if (ex->l.zero >= 2)
+        return dp__shard_step_reduce(ex); /* the layers were reduced during backward */
     /* Sequence parallel: replicated parameters saw only this rank's tokens
      * (Megatron finalize_model_grads, "all-reduce layernorm grads"). */
     for (int i = 0; i < ex->nsegs; i++) {
         const struct dp_seg *sg = &ex->segs[i];
         if (sg->tp_partial)
-            TRY(OPS->allreduce(ex->be, DP_GROUP_TP, ex->grads + sg->off, sg->rows * sg->cols,
+            TRY(OPS->allreduce(ex->be, DP_GROUP_TP, ex->grads + sg->off, sg->t.rows * sg->t.cols,
                                DP_OP_SUM, ex->err));
     }
     /* Tied embeddings over a pipeline: first and last stage each hold a copy and add
@@ -181,17 +201,23 @@ static int reduce_grads(struct dp_exec *ex)
     }
     /* Data parallel: each replica's gradient is already scaled by 1 / (gbs T), so the
      * sum over replicas is the gradient of the global mean loss. */
-    if (ex->l.zero >= 1)
-        return OPS->reduce_scatter(ex->be, DP_GROUP_DP, ex->grads, (int64_t)ex->shard, ex->err);
+    if (ex->l.zero >= 1) {
+        TRY(OPS->reduce_scatter(ex->be, DP_GROUP_SHARD, ex->grads, (int64_t)ex->shard, ex->err));
+        return dp__shard_step_reduce(ex); /* HSDP: over the replicas */
+    }
     return OPS->allreduce(ex->be, DP_GROUP_DP, ex->grads, (int64_t)ex->nparams, DP_OP_SUM, ex->err);
 }
 
-int dp__forward_backward(struct dp_exec *ex, int step, double *loss)
+int dp__step_begin(struct dp_exec *ex)
 {
-    ex->step = step;
-    OPS->zero(ex->be, ex->grads, ex->nflat * sizeof(real));
+    if (ex->l.zero < 2)
+        OPS->zero(ex->be, ex->grads, ex->nflat * sizeof(real));
     ex->loss_sum = 0;
-    TRY(pipeline(ex, step));
+    return dp__shard_step_begin(ex);
+}
+
+int dp__step_reduce(struct dp_exec *ex, double *loss)
+{
     TRY(reduce_grads(ex));
     /* One world all-reduce: the loss (last stage, one TP rank per replica) and the
      * squared gradient norm. */
@@ -200,6 +226,14 @@ int dp__forward_backward(struct dp_exec *ex, int step, double *loss)
     ex->grad_sumsq = v[1];
     *loss = v[0] / (double)ex->gbs_tokens;
     return 0;
+}
+
+int dp__forward_backward(struct dp_exec *ex, int step, double *loss)
+{
+    ex->step = step;
+    TRY(dp__step_begin(ex));
+    TRY(dp__pipeline(ex, step));
+    return dp__step_reduce(ex, loss);
 }
 
 int dp__grad_norm(struct dp_exec *ex, double *norm)
@@ -218,8 +252,8 @@ int dp__optimizer_step(struct dp_exec *ex, double lr, double gscale)
     dp__beat("optimizer");
     for (int i = 0; i < ex->nsegs; i++) {
         const struct dp_seg *sg = &ex->segs[i];
-        size_t lo = sg->off, hi = sg->off + (size_t)(sg->rows * sg->cols);
-        size_t base = 0; /* where element `lo` of the flat buffer sits in grads/m/v */
+        size_t lo = sg->off, hi = sg->off + (size_t)(sg->t.rows * sg->t.cols);
+        size_t base = 0; /* where element `lo` of the flat buffer sits in gred/m/v */
         if (zero) {
             if (!dp__seg_in_shard(ex, sg, &lo, &hi))
                 continue;
@@ -227,12 +261,14 @@ int dp__optimizer_step(struct dp_exec *ex, double lr, double gscale)
         } else {
             base = lo;
         }
-        OPS->adamw(ex->be, ex->params + lo, ex->grads + base, ex->adam_m + base, ex->adam_v + base,
-                   (int64_t)(hi - lo), lr, o->beta1, o->beta2, o->eps,
+        /* ZeRO-3: the parameters are the shard itself. */
+        real *p = ex->l.zero >= 3 ? ex->pshard + base : ex->params + lo;
+        OPS->adamw(ex->be, p, (zero ? ex->gred : ex->grads) + base, ex->adam_m + base,
+                   ex->adam_v + base, (int64_t)(hi - lo), lr, o->beta1, o->beta2, o->eps,
                    sg->decay ? o->weight_decay : 0.0, bc1, bc2, gscale);
     }
-    if (zero)
-        TRY(OPS->allgather(ex->be, DP_GROUP_DP, ex->params, (int64_t)ex->shard, ex->err));
+    if (zero && ex->l.zero < 3)
+        TRY(OPS->allgather(ex->be, DP_GROUP_SHARD, ex->params, (int64_t)ex->shard, ex->err));
     dp__beat(NULL);
     return 0;
 }

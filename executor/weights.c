@@ -3,172 +3,138 @@
  * under their global names ("wte", "h.0.attn.wq", ...), whatever the layout:
  * rank 0 collects each tensor's slices from the ranks of DP replica 0 (one
  * tensor at a time, so it never holds more than the largest tensor) and
- * writes it. The padded vocabulary rows are left out, so files from
+ * writes it with ckpt's writer of whole-tensor files, the one `dplan ckpt
+ * export` uses. The padded vocabulary rows are left out, so files from
  * different tensor-parallel degrees compare element by element.
- *
- * Format (huggingface/safetensors README "Format"): an 8-byte little-endian
- * header length N, N bytes of JSON {"name": {"dtype", "shape",
- * "data_offsets": [begin, end)}, "__metadata__": {...}}, padded with spaces
- * to a multiple of 8, then the little-endian row-major data.
  */
 #include "internal.h"
-#include "outfile.h"
-#include "safetensors.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define TAG_WEIGHTS 3
 
-static int64_t out_elems(const struct dp_seg *s)
+/* Ranks of the TP group holding distinct slices of `t` (1 for replicated tensors). */
+static int slices(const struct dp_exec *ex, const struct dp_ckpt_slice *t)
 {
-    return s->out_rows * s->gcols;
+    return dp_ckpt_slice_split(t) ? ex->l.tp : 1;
 }
 
-/* Ranks of the TP group holding distinct slices of `s` (1 for replicated tensors). */
-static int slices(const struct dp_exec *ex, const struct dp_seg *s)
-{
-    return (s->rows < s->grows || s->cols < s->gcols) ? ex->l.tp : 1;
-}
+/* Every stage's tensors as TP rank 0 holds them, tied copies left out (they equal the
+ * embedding). */
+struct gather {
+    struct dp_exec *ex;
+    struct dp_ckpt_slice *t;
+    int *stage;
+    int n;
+    real *part;
+};
 
-static char *header_json(const struct dp_exec *ex, struct dp_seg **lists, const int *counts,
-                         size_t *len)
+/* Rank 0: tensor i, assembled from its slices (its own, or received in rank order). */
+static int fill(int i, void *buf, void *ctx)
 {
-    int n = 0;
-    for (int s = 0; s < ex->l.pp; s++)
-        n += counts[s];
-    struct dp_st_tensor *t = calloc((size_t)(n ? n : 1), sizeof *t);
-    if (!t)
-        return NULL;
-    int k = 0;
-    for (int s = 0; s < ex->l.pp; s++)
-        for (int i = 0; i < counts[s]; i++) {
-            const struct dp_seg *sg = &lists[s][i];
-            if (sg->norm_skip)
-                continue;
-            snprintf(t[k].key, sizeof t[k].key, "%s", sg->name);
-            t[k].dtype = sizeof(real) == 8 ? "F64" : "F32";
-            t[k].ndim = sg->gcols > 1 ? 2 : 1;
-            t[k].shape[0] = sg->out_rows;
-            t[k].shape[1] = sg->gcols;
-            t[k].bytes = out_elems(sg) * (int64_t)sizeof(real);
-            k++;
-        }
-    const char *meta[] = {"format", "pt", "producer", "dplan run", "model", ex->m->name, NULL};
-    char *hdr = dp__st_header(t, k, meta, len);
-    free(t);
-    return hdr;
-}
-
-/* Rank 0: assemble and write every tensor. */
-static int write_file(struct dp_exec *ex, const char *file, struct dp_seg **lists,
-                      const int *counts)
-{
+    struct gather *g = ctx;
+    struct dp_exec *ex = g->ex;
     struct dp_backend *be = ex->be;
-    size_t hlen = 0;
-    char *hdr = header_json(ex, lists, counts, &hlen);
-    if (!hdr)
-        return dp_err_set(ex->err, DP_ENOMEM, "out of memory");
-    /* A new temporary next to `file`, renamed over it once complete (outfile.h). */
-    char tmp[4200];
-    int fd = dp__tmp_open(file, tmp, sizeof tmp, ex->err);
-    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
-    if (!f) {
-        free(hdr);
-        if (fd < 0)
-            return fd;
-        int rc = dp_err_set(ex->err, DP_EIO, "%s: cannot open: %s", tmp, strerror(errno));
-        close(fd);
-        unlink(tmp);
-        return rc;
-    }
-    unsigned char lenb[8];
-    dp__st_len_prefix(lenb, hlen);
+    const struct dp_ckpt_slice *t = &g->t[i];
+    real *full = buf;
+    int64_t local = t->rows * t->cols;
     int rc = 0;
-    if (fwrite(lenb, 1, 8, f) != 8 || fwrite(hdr, 1, hlen, f) != hlen)
-        rc = dp_err_set(ex->err, DP_EIO, "%s: write failed: %s", tmp, strerror(errno));
-    free(hdr);
-    for (int s = 0; s < ex->l.pp && !rc; s++)
-        for (int i = 0; i < counts[s] && !rc; i++) {
-            const struct dp_seg *sg = &lists[s][i];
-            if (sg->norm_skip)
-                continue;
-            int64_t n = out_elems(sg), local = sg->rows * sg->cols;
-            real *full = malloc((size_t)n * sizeof(real));
-            real *part = malloc((size_t)local * sizeof(real));
-            if (!full || !part) {
-                free(full);
-                free(part);
-                rc = dp_err_set(ex->err, DP_ENOMEM, "out of memory");
-                break;
-            }
-            for (int t = 0; t < slices(ex, sg) && !rc; t++) {
-                struct dp_coords c = {.tp_rank = t, .dp_rank = 0, .pp_rank = s};
-                int owner = dp_rank_of(&c, ex->l.tp, ex->l.dp, ex->l.pp);
-                if (owner == 0)
-                    be->ops->download(be, part, ex->params + ex->segs[i].off,
+    for (int tr = 0; tr < slices(ex, t) && !rc; tr++) {
+        struct dp_coords c = {.tp_rank = tr, .dp_rank = 0, .pp_rank = g->stage[i]};
+        int owner = dp_rank_of(&c, ex->l.tp, ex->l.dp, ex->l.pp);
+        if (owner == 0) {
+            /* Rank 0 is stage 0, TP rank 0: its own segment of the same name. */
+            for (int k = 0; k < ex->nsegs && !rc; k++)
+                if (!strcmp(ex->segs[k].t.name, t->name) && !ex->segs[k].t.tied_copy &&
+                    !(rc = dp__shard_visit(ex, &ex->segs[k])))
+                    be->ops->download(be, g->part, dp__param(ex, ex->segs[k].off),
                                       (size_t)local * sizeof(real));
-                else
-                    rc = be->ops->sendrecv(be, DP_GROUP_WORLD, -1, NULL, 0, 0, owner, part, local,
-                                           TAG_WEIGHTS, ex->err);
-                int64_t r0 = sg->rows < sg->grows ? t * sg->rows : 0;
-                int64_t c0 = sg->cols < sg->gcols ? t * sg->cols : 0;
-                for (int64_t r = 0; r < sg->rows && r0 + r < sg->out_rows; r++)
-                    memcpy(full + (r0 + r) * sg->gcols + c0, part + r * sg->cols,
-                           (size_t)sg->cols * sizeof(real));
-            }
-            if (!rc && fwrite(full, sizeof(real), (size_t)n, f) != (size_t)n)
-                rc = dp_err_set(ex->err, DP_EIO, "%s: write failed: %s", tmp, strerror(errno));
-            free(full);
-            free(part);
+        } else {
+            rc = be->ops->sendrecv(be, DP_GROUP_WORLD, -1, NULL, 0, 0, owner, g->part, local,
+                                   TAG_WEIGHTS, ex->err);
         }
-    if (!rc && (fflush(f) || fsync(fileno(f))))
-        rc = dp_err_set(ex->err, DP_EIO, "%s: write failed: %s", tmp, strerror(errno));
-    if (fclose(f) && !rc)
-        rc = dp_err_set(ex->err, DP_EIO, "%s: write failed: %s", tmp, strerror(errno));
-    if (rc) {
-        unlink(tmp);
-        return rc;
+        int64_t r0 = t->rows < t->grows ? tr * t->rows : 0;
+        int64_t c0 = t->cols < t->gcols ? tr * t->cols : 0;
+        for (int64_t r = 0; r < t->rows && r0 + r < t->out_rows; r++)
+            memcpy(full + (r0 + r) * t->gcols + c0, g->part + r * t->cols,
+                   (size_t)t->cols * sizeof(real));
     }
-    return dp__tmp_publish(tmp, file, ex->err);
+    dp__beat(NULL);
+    return rc;
 }
 
-/* Other ranks of DP replica 0: send this rank's slices, in rank 0's order. */
-static int send_slices(struct dp_exec *ex)
+/* Other ranks of DP replica 0: send this rank's slices, in rank 0's order. Under ZeRO-3
+ * the other ranks of its shard group (`send` false) join each gather, in the same order. */
+static int send_slices(struct dp_exec *ex, bool send)
 {
     for (int i = 0; i < ex->nsegs; i++) {
         const struct dp_seg *sg = &ex->segs[i];
-        if (sg->norm_skip || ex->c.tp_rank >= slices(ex, sg))
+        if (sg->t.tied_copy || ex->c.tp_rank >= slices(ex, &sg->t))
             continue;
-        int rc = ex->be->ops->sendrecv(ex->be, DP_GROUP_WORLD, 0, ex->params + sg->off,
-                                       sg->rows * sg->cols, TAG_WEIGHTS, -1, NULL, 0, 0, ex->err);
-        if (rc)
-            return rc;
+        TRY(dp__shard_visit(ex, sg));
+        if (send)
+            TRY(ex->be->ops->sendrecv(ex->be, DP_GROUP_WORLD, 0, dp__param(ex, sg->off),
+                                      sg->t.rows * sg->t.cols, TAG_WEIGHTS, -1, NULL, 0, 0,
+                                      ex->err));
     }
     return 0;
 }
 
 int dp__weights_save(struct dp_exec *ex, const char *file)
 {
-    if (ex->rank != 0) {
-        if (ex->c.dp_rank != 0)
-            return 0;
-        return send_slices(ex);
+    dp__shard_visit_reset(ex);
+    if (ex->rank != 0 && ex->c.dp_rank == 0)
+        return send_slices(ex, true);
+    if (ex->rank != 0) /* ZeRO-3: the shard group of replica 0 gathers with its owner */
+        return ex->l.zero >= 3 && ex->repl_rank == 0 ? send_slices(ex, false) : 0;
+    struct gather g = {.ex = ex};
+    struct dp_st_tensor *h = NULL;
+    int cap = 0, rc = 0;
+    int64_t maxl = 1;
+    for (int s = 0; s < ex->l.pp && !rc; s++) {
+        struct dp_ckpt_slice *t;
+        int n;
+        if ((rc = dp_ckpt_stage_slices(ex->m, &ex->l, s, 0, &t, &n, ex->err)))
+            break;
+        if (g.n + n > cap) {
+            cap = 2 * (g.n + n);
+            struct dp_ckpt_slice *gt = realloc(g.t, (size_t)cap * sizeof *gt);
+            int *gs = realloc(g.stage, (size_t)cap * sizeof *gs);
+            struct dp_st_tensor *gh = realloc(h, (size_t)cap * sizeof *gh);
+            g.t = gt ? gt : g.t;
+            g.stage = gs ? gs : g.stage;
+            h = gh ? gh : h;
+            if (!gt || !gs || !gh)
+                rc = dp_err_set(ex->err, DP_ENOMEM, "out of memory");
+        }
+        for (int i = 0; i < n && !rc; i++) {
+            if (t[i].tied_copy)
+                continue;
+            struct dp_st_tensor *o = &h[g.n];
+            memset(o, 0, sizeof *o);
+            snprintf(o->key, sizeof o->key, "%s", t[i].name);
+            o->dtype = DP__DTYPE;
+            o->ndim = t[i].gcols > 1 ? 2 : 1;
+            o->shape[0] = t[i].out_rows;
+            o->shape[1] = t[i].gcols;
+            o->bytes = t[i].out_rows * t[i].gcols * (int64_t)sizeof(real);
+            maxl = t[i].rows * t[i].cols > maxl ? t[i].rows * t[i].cols : maxl;
+            g.stage[g.n] = s;
+            g.t[g.n++] = t[i];
+        }
+        free(t);
     }
-    struct dp_seg **lists = calloc((size_t)ex->l.pp, sizeof *lists);
-    int *counts = calloc((size_t)ex->l.pp, sizeof *counts);
-    int rc = (!lists || !counts) ? dp_err_set(ex->err, DP_ENOMEM, "out of memory") : 0;
-    for (int s = 0; s < ex->l.pp && !rc; s++)
-        rc = dp__segments_for_stage(ex, s, &lists[s], &counts[s]);
+    const char *meta[] = {"format", "pt", "producer", "dplan run", "model", ex->m->name, NULL};
+    if (!rc && !(g.part = malloc((size_t)maxl * sizeof(real))))
+        rc = dp_err_set(ex->err, DP_ENOMEM, "out of memory");
     /* Failing here would leave the senders blocked; the caller aborts the job. */
     if (!rc)
-        rc = write_file(ex, file, lists, counts);
-    for (int s = 0; lists && s < ex->l.pp; s++)
-        free(lists[s]);
-    free(lists);
-    free(counts);
+        rc = dp_ckpt_st_write_file(file, h, g.n, meta, fill, &g, NULL, ex->err);
+    free(g.part);
+    free(g.t);
+    free(g.stage);
+    free(h);
     return rc;
 }

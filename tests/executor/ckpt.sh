@@ -82,14 +82,20 @@ kill)
   has kill/log.jsonl '"status":"restarting","restart":1,.*"resume_step":5' "restarting record"
   has kill/log.jsonl '"status":"finished".*"restarts":1' "finished record"
   has kill.err 'finished after 1 restart' "supervisor message"
+  # Every record, a rank's or the launcher's, says which launch it belongs to.
+  [ "$(grep -vc '"attempt":[01],' kill/log.jsonl)" = 0 ] || bad "a record without its attempt"
+  has kill/log.jsonl '"attempt":1,"status":"running","step":8,' "a step of the relaunch"
+  # --hang-timeout, --timeout's old name, still works and says it is deprecated (once).
+  has kill.err 'warning: --hang-timeout is deprecated: it is --timeout' "deprecation note"
+  [ "$(grep -c 'is deprecated' kill.err)" = 1 ] || bad "the deprecation note is not said once"
   ;;
 
 hang)
   # (b) rank 2 hangs at step 7; no MPI call fails, the heartbeat watchdog notices and names it.
   start=$(date +%s)
   DPLAN_FAULT_INJECT=2:7:hang run hang 0 "${GPT[@]}" --ckpt-dir hang/ck --ckpt-every 5 \
-    --max-restarts 2 --hang-timeout 4
-  identical hang ref "rank 2 hung at step 7, --hang-timeout 4"
+    --max-restarts 2 --timeout 4
+  identical hang ref "rank 2 hung at step 7, --timeout 4"
   has hang/log.jsonl '"status":"failed","rank":2,"step":7,"reason":"hang"' "failed record"
   has hang/log.jsonl '"status":"restarting"' "restarting record"
   took=$(($(date +%s) - start))
@@ -99,7 +105,7 @@ hang)
   DPLAN_FAULT_INJECT='1:3:exit:*' run giveup 1 "${GPT[@]}" --ckpt-dir giveup/ck \
     --max-restarts 1 --steps 4
   has giveup/log.jsonl '"status":"restarting".*"resume_from":null' "restart from the start"
-  has giveup/log.jsonl '"status":"failed","rank":1,"step":3,.*"attempt":1,.*"will_restart":false' "last failure"
+  has giveup/log.jsonl '"attempt":1,"status":"failed","rank":1,"step":3,.*"will_restart":false' "last failure"
   has giveup.err 'giving up after 1 restart: rank 1, step 3: exit status 3' "message"
   ;;
 
@@ -152,7 +158,7 @@ corrupt)
       trunc-ck/step_00000004/manifest.json
     "$dplan" ckpt info trunc-ck/step_00000004 > nonsense.info 2>&1 &&
       bad "offset $bad: a nonsense manifest passed"
-    has nonsense.info 'damaged .*offset: expected \[a, b\]' "offset $bad rejected"
+    has nonsense.info 'damaged .*manifest.json: tensors\[0\]\.shards\[0\]\.offset: expected \[a, b\]' "offset $bad rejected (with its JSON path)"
   done
   rm -rf trunc-ck/step_00000004
   printf '{"dplan_checkpoint": 1, "step": 3' > trunc-ck/step_00000003.json
@@ -191,6 +197,46 @@ reshard)
   # The same layout resumes bit-identically (ZeRO-1 shards and the tied embedding's copy).
   run rs-llama-same 0 "${LLAMA[@]}" --resume src-llama/ck/step_00000010
   identical rs-llama-same src-llama "dp2 pp2 zero1 resumed on the same layout"
+  ;;
+
+zero)
+  # (g) sharded states (executor/shard.c): ZeRO-3 and HSDP checkpoints keep ZeRO-1's flat
+  # shards; saving (which gathers ZeRO-3's parameters) does not change training, a killed
+  # rank's job resumes bit-identically, and the shards resume under other layouts.
+  Z3=(tiny-gpt --steps 20 --gbs 8 --seq-len 32 --dp 2 --mbs 2 --zero 3)
+  HS=(tiny-gpt --steps 20 --gbs 8 --seq-len 32 --dp 4 --mbs 1 --zero 2 --shard-group 2)
+  run zref 0 "${Z3[@]}"
+  run zsrc 0 "${Z3[@]}" --ckpt-dir zsrc/ck --ckpt-every 10
+  identical zsrc zref "zero3: saving checkpoints"
+  DPLAN_FAULT_INJECT=1:7:kill run zkill 0 "${Z3[@]}" --ckpt-dir zkill/ck --ckpt-every 5 \
+    --max-restarts 2 --hang-timeout 10
+  identical zkill zref "zero3: rank 1 killed at step 7, resumed from step 5"
+  has zkill/log.jsonl '"status":"restarting","restart":1,.*"resume_step":5' "zero3 restarting record"
+  run href 0 "${HS[@]}"
+  DPLAN_FAULT_INJECT=2:7:kill run hkill 0 "${HS[@]}" --ckpt-dir hkill/ck --ckpt-every 5 \
+    --max-restarts 2 --hang-timeout 10
+  identical hkill href "hsdp zero2: rank 2 killed at step 7, resumed from step 5"
+  # Other layouts: ZeRO-3 -> tp2 (no ZeRO) and -> HSDP ZeRO-2; HSDP -> dp2 ZeRO-3;
+  # ZeRO-1 (src-llama, dp2 pp2) -> dp2 pp2 ZeRO-3.
+  run rs-z3-tp2 0 tiny-gpt --steps 20 --gbs 8 --seq-len 32 --tp 2 --mbs 2 \
+    --resume zsrc/ck/step_00000010
+  "$tool" losses zsrc/log.jsonl rs-z3-tp2/log.jsonl 11 1e-5 || bad "dp2 zero3 -> tp2 losses"
+  "$tool" close zsrc/model.safetensors rs-z3-tp2/model.safetensors 1e-5 ||
+    bad "dp2 zero3 -> tp2 weights"
+  run rs-z3-hsdp 0 "${HS[@]}" --resume zsrc/ck/step_00000010
+  "$tool" losses zsrc/log.jsonl rs-z3-hsdp/log.jsonl 11 1e-5 || bad "dp2 zero3 -> hsdp losses"
+  "$tool" close zsrc/model.safetensors rs-z3-hsdp/model.safetensors 1e-5 ||
+    bad "dp2 zero3 -> hsdp weights"
+  run rs-hsdp-z3 0 "${Z3[@]}" --resume hkill/ck/step_00000010
+  "$tool" losses href/log.jsonl rs-hsdp-z3/log.jsonl 11 1e-5 || bad "hsdp -> dp2 zero3 losses"
+  "$tool" close href/model.safetensors rs-hsdp-z3/model.safetensors 1e-5 ||
+    bad "hsdp -> dp2 zero3 weights"
+  run rs-llama-z3 0 tiny-llama --steps 20 --gbs 8 --seq-len 32 --dp 2 --pp 2 --mbs 1 --zero 3 \
+    --resume src-llama/ck/step_00000010
+  "$tool" losses src-llama/log.jsonl rs-llama-z3/log.jsonl 11 1e-5 ||
+    bad "llama dp2 pp2 zero1 -> zero3 losses"
+  "$tool" close src-llama/model.safetensors rs-llama-z3/model.safetensors 1e-5 ||
+    bad "llama dp2 pp2 zero1 -> zero3 weights"
   ;;
 
 export)

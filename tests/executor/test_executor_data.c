@@ -1,11 +1,12 @@
 /*
  * Token files (llm.c shards, raw uint16 arrays, dplan data prepare, the default
- * corpus), rank detection from launcher environments, the rank formula, and
- * memory accounting against the CPU memory model for single-rank layouts.
+ * corpus), rank detection from launcher environments, the rank formula, the
+ * buffer table against sizes worked out by hand, and memory accounting of
+ * single-rank runs against the table.
  */
 #include "check.h"
-#include "costmodel/costmodel.h"
 #include "executor/internal.h"
+#include "launch/launch.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -124,13 +125,13 @@ static void test_env(void)
                           "LOCAL_RANK"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         unsetenv(vars[i]);
-    dp_exec_detect_env(&e);
+    dp_launch_detect_env(&e);
     CHECK(!e.launched);
     CHECK_EQ(e.world, 1);
     setenv("RANK", "3", 1);
     setenv("WORLD_SIZE", "4", 1);
     setenv("LOCAL_RANK", "1", 1);
-    dp_exec_detect_env(&e);
+    dp_launch_detect_env(&e);
     CHECK_STR(e.source, "torchrun");
     CHECK_EQ(e.rank, 3);
     CHECK_EQ(e.world, 4);
@@ -138,15 +139,22 @@ static void test_env(void)
     /* A Slurm batch script (no step) is not a launch; srun is. */
     setenv("SLURM_PROCID", "5", 1);
     setenv("SLURM_NTASKS", "8", 1);
-    dp_exec_detect_env(&e);
+    dp_launch_detect_env(&e);
     CHECK_STR(e.source, "torchrun");
     setenv("SLURM_STEP_ID", "0", 1);
-    dp_exec_detect_env(&e);
+    dp_launch_detect_env(&e);
     CHECK_STR(e.source, "slurm");
     CHECK_EQ(e.rank, 5);
+    /* MPICH/Hydra (PMI) is checked before Slurm, as launch/env.c orders them. */
+    setenv("PMI_SIZE", "6", 1);
+    setenv("PMI_RANK", "2", 1);
+    dp_launch_detect_env(&e);
+    CHECK_STR(e.source, "pmi");
+    CHECK_EQ(e.rank, 2);
+    CHECK_EQ(e.world, 6);
     setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
     setenv("OMPI_COMM_WORLD_RANK", "1", 1);
-    dp_exec_detect_env(&e);
+    dp_launch_detect_env(&e);
     CHECK_STR(e.source, "openmpi");
     CHECK_EQ(e.rank, 1);
     CHECK_EQ(e.world, 2);
@@ -173,7 +181,81 @@ static void test_rank_formula(void)
     }
 }
 
-/* Single-rank layouts: the executor's accounted pools against dp_mem_estimate_cpu. */
+/*
+ * The buffer table (memplan.c) for tiny-gpt (h 64, 2 layers, 4 heads of d 16, GELU ffn
+ * 256, vocab 256, 64 learned positions, tied embeddings, LayerNorm, all biases) under
+ * tp = pp = dp = 1, mbs 2, seq 32, gbs 4, recompute none, worked out from
+ * executor/README.md "Buffer table" (4-byte elements):
+ *   params per layer: ln1 2*64 + Wqkv 192*64 + bqkv 192 + Wo 64*64 + bo 64 + ln2 2*64
+ *     + W1 256*64 + b1 256 + W2 64*256 + b2 64 = 49984; two layers 99968; + wte 256*64
+ *     + wpe 64*64 + final norm 2*64 = 120576 parameters = 482304 bytes (grads the same,
+ *     AdamW m and v 964608);
+ *   a slot (N = 64 tokens): per layer x 4096, ln1 4096 + 128, qkv 64*192, probs
+ *     2*4*32*32, ctx 4096, x2 4096, ln2 4096 + 128, fc1 64*256, act 64*256 = 73984;
+ *     two layers + 64 input and 64 target ids = 148096 = 592384 bytes, one in flight
+ *     (min(pp, M) = 1);
+ *   head: xf 4096, lnf 4096 + 128, logits 64*256, cross-entropy 4*64 = 24960 = 99840;
+ *   work: tmp, dtmp, dres 3*4096, dqkv 12288, dctx 4096, dprobs 8192, dact 16384 (GELU's
+ *     input gradient in place: no dfc1) = 53248 = 212992; no pipeline buffer.
+ */
+static void test_memory_table(void)
+{
+    struct dp_model m;
+    struct dp_err err = {0};
+    CHECK_EQ(dp_model_load("tiny-gpt", &m, &err), 0);
+    struct dp_layout l;
+    dp_layout_default(&l);
+    l.precision = DP_FP32;
+    l.mbs = 2;
+    l.gbs = 4;
+    l.seq_len = 32;
+    int64_t b[DP_NPOOLS];
+    CHECK_EQ(dp_exec_memory(&m, &l, 0, b, &err), 0);
+    CHECK_EQ(b[DP_POOL_PARAMS], 482304);
+    CHECK_EQ(b[DP_POOL_GRADS], 482304);
+    CHECK_EQ(b[DP_POOL_OPTIM], 964608);
+    CHECK_EQ(b[DP_POOL_ACT_SLOTS], 592384);
+    CHECK_EQ(b[DP_POOL_ACT_HEAD], 99840);
+    CHECK_EQ(b[DP_POOL_ACT_WORK], 212992);
+    CHECK_EQ(b[DP_POOL_COMM], 0);
+    /* ZeRO-1 over dp 4, mbs 1 (M = 4 / (1 * 4) = 1): 120576 parameters are a multiple
+     * of 4, so AdamW holds 2 * 120576 / 4 = 60288 elements = 241152 bytes; a slot of
+     * N = 32 tokens holds per layer x 2048, ln1 2048 + 64, qkv 32*192, probs 4*32*32,
+     * ctx 2048, x2 2048, ln2 2048 + 64, fc1 32*256, act 32*256 = 36992, two layers and
+     * 32 + 32 ids = 74048 = 296192 bytes. */
+    l.dp = 4;
+    l.zero = 1;
+    l.mbs = 1;
+    CHECK_EQ(dp_exec_memory(&m, &l, 0, b, &err), 0);
+    CHECK_EQ(b[DP_POOL_OPTIM], 241152);
+    CHECK_EQ(b[DP_POOL_ACT_SLOTS], 296192);
+    /* ZeRO-2 over dp 4 (shard.c): a layer is one bucket of 49984 elements, the edge is
+     * wte 256*64 + wpe 64*64 + final norm 2*64 = 20608 (2 * 49984 + 20608 = 120576);
+     * the gradients are the shard 120576 / 4 = 30144 + the edge 20608 + one layer's
+     * window 49984 = 100736 elements = 402944 bytes; parameters stay flat (482304). */
+    l.zero = 2;
+    CHECK_EQ(dp_exec_memory(&m, &l, 0, b, &err), 0);
+    CHECK_EQ(b[DP_POOL_PARAMS], 482304);
+    CHECK_EQ(b[DP_POOL_GRADS], 402944);
+    CHECK_EQ(b[DP_POOL_OPTIM], 241152);
+    /* ZeRO-3: the parameters are sharded the same way: 402944 bytes. */
+    l.zero = 3;
+    CHECK_EQ(dp_exec_memory(&m, &l, 0, b, &err), 0);
+    CHECK_EQ(b[DP_POOL_PARAMS], 402944);
+    CHECK_EQ(b[DP_POOL_GRADS], 402944);
+    CHECK_EQ(b[DP_POOL_OPTIM], 241152);
+    /* HSDP, shard groups of 2 of the 4: shards of 120576 / 2 = 60288, so parameters and
+     * gradients 60288 + 20608 + 49984 = 130880 elements = 523520 bytes, AdamW
+     * 2 * 60288 * 4 = 482304 bytes. */
+    l.shard_group = 2;
+    CHECK_EQ(dp_exec_memory(&m, &l, 0, b, &err), 0);
+    CHECK_EQ(b[DP_POOL_PARAMS], 523520);
+    CHECK_EQ(b[DP_POOL_GRADS], 523520);
+    CHECK_EQ(b[DP_POOL_OPTIM], 482304);
+}
+
+/* Single-rank runs: the accounted pools after a step against the buffer table; the
+ * slots may hold less than the table's bound only if 1F1B kept fewer in flight. */
 static void test_memory_single_rank(void)
 {
     const char *models[] = {"tiny-gpt", "tiny-llama"};
@@ -195,8 +277,8 @@ static void test_memory_single_rank(void)
                 l.gbs = 4;
                 l.seq_len = 32;
                 l.recompute = (enum dp_recompute)rc;
-                struct dp_mem_report rep;
-                CHECK_EQ(dp_mem_estimate_cpu(&m, &l, &rep, &err), 0);
+                int64_t plan[DP_NPOOLS];
+                CHECK_EQ(dp_exec_memory(&m, &l, 0, plan, &err), 0);
                 struct dp_exec_opts o;
                 dp_exec_opts_default(&o);
                 o.data = &tok;
@@ -206,14 +288,8 @@ static void test_memory_single_rank(void)
                 double loss;
                 CHECK_EQ(dp__forward_backward(ex, 1, &loss), 0);
                 CHECK_EQ(dp__optimizer_step(ex, 1e-3, 1.0), 0);
-                const struct dp_mem_stage *st = &rep.stage[0];
-                CHECK_EQ(ex->mem.peak[DP_POOL_PARAMS], st->params_bytes);
-                CHECK_EQ(ex->mem.peak[DP_POOL_GRADS], st->grads_bytes);
-                CHECK_EQ(ex->mem.peak[DP_POOL_OPTIM], st->optimizer_bytes);
-                CHECK_EQ(ex->mem.peak[DP_POOL_ACT_SLOTS], st->act_layers_bytes);
-                CHECK_EQ(ex->mem.peak[DP_POOL_ACT_HEAD], st->act_head_bytes);
-                CHECK_EQ(ex->mem.peak[DP_POOL_ACT_WORK], st->act_working_bytes);
-                CHECK_EQ(ex->mem.peak[DP_POOL_COMM], st->comm_bytes);
+                for (int p = 0; p < DP_NPOOLS; p++)
+                    CHECK_EQ(ex->mem.peak[p], plan[p]);
                 dp__exec_free(ex);
             }
     free(tok.tok);
@@ -231,6 +307,7 @@ int main(void)
     test_default_corpus();
     test_env();
     test_rank_formula();
+    test_memory_table();
     test_memory_single_rank();
     dp_exec_finalize();
     char cmd[512];

@@ -83,7 +83,7 @@ static double gradcheck(bool llama, enum dp_recompute rc, struct dp_tokens *tok)
     const double eps = 1e-4;
     for (int s = 0; s < ex->nsegs; s++) {
         const struct dp_seg *sg = &ex->segs[s];
-        size_t n = (size_t)(sg->rows * sg->cols), big = 0;
+        size_t n = (size_t)(sg->t.rows * sg->t.cols), big = 0;
         for (size_t i = 1; i < n; i++)
             if (fabs(g[sg->off + i]) > fabs(g[sg->off + big]))
                 big = i;
@@ -113,11 +113,11 @@ static double gradcheck(bool llama, enum dp_recompute rc, struct dp_tokens *tok)
                 worst_big = fmax(worst_big, diff / fmax(fabs(num), fabs(ana)));
             if (e > worst) {
                 worst = e;
-                worst_name = sg->name;
+                worst_name = sg->t.name;
             }
             if (e > 1e-6)
                 fprintf(stderr, "%s %s[%zu]: analytic %.10g, numeric %.10g (rel %.3g)\n", m.name,
-                        sg->name, probe[k], ana, num, e);
+                        sg->t.name, probe[k], ana, num, e);
         }
     }
     printf("%s recompute=%s: %d tensors, largest gradient %.3g; worst relative error %.3g "

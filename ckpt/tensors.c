@@ -1,0 +1,205 @@
+/*
+ * The parameter tensors of a model under a layout (ckpt.h): their global
+ * names and shapes, and the slice of each that a pipeline stage's TP rank
+ * holds. Every file of a run names tensors this way (the checkpoints'
+ * rank files and manifest, model.safetensors, exports), and the executor
+ * lays out its flat parameter buffer in this order.
+ *
+ * Tensor parallelism follows Megatron-LM (Shoeybi et al. 2019, Sec. 3;
+ * megatron/core/tensor_parallel/layers.py): QKV and MLP-in are
+ * column-parallel (each rank holds heads/tp heads and ffn/tp rows),
+ * attention-out and MLP-out row-parallel (columns), the embedding and the
+ * LM head split over the vocabulary padded to a multiple of 128 tp.
+ */
+#include "ckpt.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct table {
+    struct dp_ckpt_slice *s;
+    int n, cap;
+    bool failed;
+};
+
+static void add(struct table *t, const struct dp_ckpt_slice *d)
+{
+    if (t->failed)
+        return;
+    if (t->n == t->cap) {
+        int cap = t->cap ? 2 * t->cap : 64;
+        struct dp_ckpt_slice *s = realloc(t->s, (size_t)cap * sizeof *s);
+        if (!s) {
+            t->failed = true;
+            return;
+        }
+        t->s = s;
+        t->cap = cap;
+    }
+    struct dp_ckpt_slice *s = &t->s[t->n++];
+    *s = *d;
+    if (!s->out_rows)
+        s->out_rows = s->grows;
+}
+
+/* A replicated vector (norm weight or bias, row-parallel bias). */
+static void vec(struct table *t, const char *name, enum dp_ckpt_role role, int layer, int64_t n)
+{
+    struct dp_ckpt_slice d = {.role = role,
+                              .layer = layer,
+                              .rows = n,
+                              .cols = 1,
+                              .grows = n,
+                              .gcols = 1,
+                              .replicated = true};
+    snprintf(d.name, sizeof d.name, "%s", name);
+    add(t, &d);
+}
+
+/* Rows [r0, r0 + rows) of a [grows, cols] tensor (column-parallel weight or bias). */
+static void rows_of(struct table *t, const char *name, enum dp_ckpt_role role, int layer,
+                    int64_t rows, int64_t cols, int64_t grows, int64_t r0)
+{
+    struct dp_ckpt_slice d = {.role = role,
+                              .layer = layer,
+                              .rows = rows,
+                              .cols = cols,
+                              .grows = grows,
+                              .gcols = cols,
+                              .r0 = r0};
+    snprintf(d.name, sizeof d.name, "%s", name);
+    add(t, &d);
+}
+
+/* Columns [c0, c0 + cols) of a [rows, gcols] tensor (row-parallel weight). */
+static void cols_of(struct table *t, const char *name, enum dp_ckpt_role role, int layer,
+                    int64_t rows, int64_t cols, int64_t gcols, int64_t c0)
+{
+    struct dp_ckpt_slice d = {.role = role,
+                              .layer = layer,
+                              .rows = rows,
+                              .cols = cols,
+                              .grows = rows,
+                              .gcols = gcols,
+                              .c0 = c0};
+    snprintf(d.name, sizeof d.name, "%s", name);
+    add(t, &d);
+}
+
+static void vocab_table(struct table *t, const char *name, enum dp_ckpt_role role,
+                        const struct dp_model *m, int tp, int tp_rank, bool tied_copy)
+{
+    int64_t Vp = dp_padded_vocab(m->vocab, tp), Vl = Vp / tp;
+    struct dp_ckpt_slice d = {.role = role,
+                              .layer = -1,
+                              .rows = Vl,
+                              .cols = m->hidden,
+                              .grows = Vp,
+                              .gcols = m->hidden,
+                              .r0 = tp_rank * Vl,
+                              .out_rows = m->vocab,
+                              .tied_copy = tied_copy};
+    snprintf(d.name, sizeof d.name, "%s", name);
+    add(t, &d);
+}
+
+int dp_ckpt_stage_slices(const struct dp_model *m, const struct dp_layout *l, int stage,
+                         int tp_rank, struct dp_ckpt_slice **out, int *n, struct dp_err *err)
+{
+    *out = NULL;
+    *n = 0;
+    struct table t = {0};
+    const int tp = l->tp;
+    const bool first = stage == 0, last = stage == l->pp - 1;
+    const bool ln = m->norm == DP_NORM_LAYERNORM;
+    const int64_t h = m->hidden, d = m->head_dim, tr = tp_rank;
+    const int64_t qd = m->heads / tp * d, kvd = m->kv_heads / tp * d, f = m->ffn_hidden / tp;
+    const int64_t F = m->ffn_hidden;
+    int layer0 = 0;
+    for (int s = 0; s < stage; s++)
+        layer0 += dp_layout_stage_layers(l, m, s);
+    const int nlayers = dp_layout_stage_layers(l, m, stage);
+    if (first) {
+        vocab_table(&t, "wte", DP_ROLE_WTE, m, tp, tp_rank, false);
+        if (m->pos == DP_POS_LEARNED) {
+            struct dp_ckpt_slice sd = {.name = "wpe",
+                                       .role = DP_ROLE_WPE,
+                                       .layer = -1,
+                                       .rows = m->max_pos,
+                                       .cols = h,
+                                       .grows = m->max_pos,
+                                       .gcols = h,
+                                       .replicated = true};
+            add(&t, &sd);
+        }
+    }
+    char nm[48];
+    for (int i = 0; i < nlayers; i++) {
+        const int L = layer0 + i;
+#define NAME(fmt) (snprintf(nm, sizeof nm, "h.%d." fmt, L), nm)
+        vec(&t, NAME("ln1.w"), DP_ROLE_LN1_W, L, h);
+        if (ln)
+            vec(&t, NAME("ln1.b"), DP_ROLE_LN1_B, L, h);
+        /* Local QKV fuses as [q heads of this rank; k heads; v heads] x h. */
+        rows_of(&t, NAME("attn.wq"), DP_ROLE_WQ, L, qd, h, m->heads * d, tr * qd);
+        rows_of(&t, NAME("attn.wk"), DP_ROLE_WK, L, kvd, h, m->kv_heads * d, tr * kvd);
+        rows_of(&t, NAME("attn.wv"), DP_ROLE_WV, L, kvd, h, m->kv_heads * d, tr * kvd);
+        if (m->qkv_bias) {
+            rows_of(&t, NAME("attn.bq"), DP_ROLE_BQ, L, qd, 1, m->heads * d, tr * qd);
+            rows_of(&t, NAME("attn.bk"), DP_ROLE_BK, L, kvd, 1, m->kv_heads * d, tr * kvd);
+            rows_of(&t, NAME("attn.bv"), DP_ROLE_BV, L, kvd, 1, m->kv_heads * d, tr * kvd);
+        }
+        cols_of(&t, NAME("attn.wo"), DP_ROLE_WO, L, h, qd, m->heads * d, tr * qd);
+        if (m->out_bias)
+            vec(&t, NAME("attn.bo"), DP_ROLE_BO, L, h);
+        vec(&t, NAME("ln2.w"), DP_ROLE_LN2_W, L, h);
+        if (ln)
+            vec(&t, NAME("ln2.b"), DP_ROLE_LN2_B, L, h);
+        if (m->ffn == DP_FFN_GELU) {
+            rows_of(&t, NAME("mlp.w1"), DP_ROLE_W1, L, f, h, F, tr * f);
+            if (m->mlp_bias)
+                rows_of(&t, NAME("mlp.b1"), DP_ROLE_B1, L, f, 1, F, tr * f);
+        } else {
+            /* Local [gate; up] fuse, so that one GEMM gives the SwiGLU input. */
+            rows_of(&t, NAME("mlp.w_gate"), DP_ROLE_W1, L, f, h, F, tr * f);
+            rows_of(&t, NAME("mlp.w_up"), DP_ROLE_W1_UP, L, f, h, F, tr * f);
+            if (m->mlp_bias) {
+                rows_of(&t, NAME("mlp.b_gate"), DP_ROLE_B1, L, f, 1, F, tr * f);
+                rows_of(&t, NAME("mlp.b_up"), DP_ROLE_B1_UP, L, f, 1, F, tr * f);
+            }
+        }
+        cols_of(&t, NAME("mlp.w2"), DP_ROLE_W2, L, h, f, F, tr * f);
+        if (m->mlp_bias)
+            vec(&t, NAME("mlp.b2"), DP_ROLE_B2, L, h);
+#undef NAME
+    }
+    if (last) {
+        vec(&t, "lnf.w", DP_ROLE_LNF_W, -1, h);
+        if (ln)
+            vec(&t, "lnf.b", DP_ROLE_LNF_B, -1, h);
+        if (!m->tied_embeddings)
+            vocab_table(&t, "lm_head", DP_ROLE_HEAD, m, tp, tp_rank, false);
+        else if (!first)
+            /* The last stage's copy of the tied embedding, kept equal to the first stage's
+             * by the embedding group's all-reduce of its gradient. */
+            vocab_table(&t, "wte", DP_ROLE_WTE, m, tp, tp_rank, true);
+    }
+    if (t.failed) {
+        free(t.s);
+        return dp_err_set(err, DP_ENOMEM, "out of memory");
+    }
+    *out = t.s;
+    *n = t.n;
+    return 0;
+}
+
+void dp_ckpt_slice_key(const struct dp_ckpt_slice *s, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s%s", s->name, s->tied_copy ? ".tied_copy" : "");
+}
+
+bool dp_ckpt_slice_split(const struct dp_ckpt_slice *s)
+{
+    return s->rows < s->grows || s->cols < s->gcols;
+}

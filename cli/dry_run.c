@@ -1,0 +1,117 @@
+/*
+ * `dplan run --dry-run`, after cmd_run.c's rank map (Megatron order, executor.h):
+ * each rank's groups, the 1F1B order of every stage (dp_exec_schedule: the executor's own
+ * pipeline code on its pricing backend) and the executor's memory plan per rank
+ * (dp_exec_memory, the table the ranks allocate from), without starting a rank.
+ */
+#include "dry_run.h"
+
+#include "executor/executor.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { MAX_LISTED = 64 }; /* ranks listed one by one; beyond, the first ones and a count */
+
+/* "{a,b,c}": the world ranks of the group of `c` whose members vary `which`. */
+static void members(const struct dp_layout *l, const struct dp_coords *c, char which, char *out,
+                    size_t cap)
+{
+    const int sg = l->zero >= 1 ? dp_layout_shard(l) : l->dp;
+    size_t n = (size_t)snprintf(out, cap, "{");
+    int count = 0, nmax = which == 't' ? l->tp : which == 'p' ? l->pp : l->dp;
+    for (int i = 0; i < nmax && n + 16 < cap; i++) {
+        struct dp_coords d = *c;
+        if (which == 't')
+            d.tp_rank = i;
+        else if (which == 'p')
+            d.pp_rank = i;
+        else if (which == 'd')
+            d.dp_rank = i;
+        else if (which == 's') { /* same shard group: dp_rank / sg */
+            if (i / sg != c->dp_rank / sg)
+                continue;
+            d.dp_rank = i;
+        } else { /* 'r': replicas of the same shard: dp_rank % sg */
+            if (i % sg != c->dp_rank % sg)
+                continue;
+            d.dp_rank = i;
+        }
+        n += (size_t)snprintf(out + n, cap - n, "%s%d", count++ ? "," : "",
+                              dp_rank_of(&d, l->tp, l->dp, l->pp));
+    }
+    snprintf(out + n, cap - n, "}");
+}
+
+int cli_run_dry(const struct dp_model *m, const struct dp_layout *l)
+{
+    const int world = l->tp * l->dp * l->pp;
+    const bool hsdp = l->zero >= 1 && dp_layout_shard(l) < l->dp;
+    printf("\ngroups of each rank (world ranks; shard / replicas: ZeRO under HSDP):\n");
+    for (int r = 0; r < world; r++) {
+        if (r == MAX_LISTED) {
+            printf("  ... %d more ranks\n", world - MAX_LISTED);
+            break;
+        }
+        struct dp_coords c;
+        dp_rank_coords(r, l->tp, l->dp, l->pp, &c);
+        char tp[128], dp[128], pp[128], sh[128], rp[128];
+        members(l, &c, 't', tp, sizeof tp);
+        members(l, &c, 'd', dp, sizeof dp);
+        members(l, &c, 'p', pp, sizeof pp);
+        printf("  rank %d: tp %s dp %s pp %s", r, tp, dp, pp);
+        if (hsdp) {
+            members(l, &c, 's', sh, sizeof sh);
+            members(l, &c, 'r', rp, sizeof rp);
+            printf(" shard %s replicas %s", sh, rp);
+        }
+        printf("\n");
+    }
+    printf("CPU backend: fp32 compute, blocking collectives, attention probabilities kept%s\n",
+           l->precision != DP_FP32 ? " (not the plan's precision)" : "");
+
+    printf("\nschedule per stage (1F1B; Fm / Bm: forward / backward of micro-batch m):\n");
+    char *sched = malloc(4096);
+    if (!sched) {
+        fprintf(stderr, "dplan: error: out of memory\n");
+        return 1;
+    }
+    for (int s = 0; s < l->pp; s++) {
+        struct dp_err err = {0};
+        if (dp_exec_schedule(m, l, s, sched, 4096, &err)) {
+            fprintf(stderr, "dplan: error: %s: %s\n", m->name, err.msg);
+            free(sched);
+            return 1;
+        }
+        printf("  stage %d: %s\n", s, sched);
+    }
+    free(sched);
+
+    const char *what = l->zero >= 3   ? "parameters, gradients and AdamW state sharded"
+                       : l->zero == 2 ? "gradients and AdamW state sharded"
+                       : l->zero == 1 ? "AdamW state sharded"
+                                      : "nothing sharded";
+    printf("\npredicted memory per rank (MiB, the executor's memory plan; ZeRO-%d: %s%s):\n",
+           l->zero, what, hsdp ? " within shard groups" : "");
+    printf("  %-7s", "stage");
+    for (int p = 0; p < DP_NPOOLS; p++)
+        printf(" %10s", dp_pool_name((enum dp_pool)p));
+    printf(" %10s\n", "total");
+    for (int s = 0; s < l->pp; s++) {
+        int64_t b[DP_NPOOLS];
+        struct dp_err err = {0};
+        if (dp_exec_memory(m, l, s, b, &err)) {
+            fprintf(stderr, "dplan: error: %s: %s\n", m->name, err.msg);
+            return 1;
+        }
+        double total = 0;
+        printf("  %-7d", s);
+        for (int p = 0; p < DP_NPOOLS; p++) {
+            printf(" %10.3f", (double)b[p] / 1048576.0);
+            total += (double)b[p];
+        }
+        printf(" %10.3f\n", total / 1048576.0);
+    }
+    return 0;
+}

@@ -1,0 +1,232 @@
+/*
+ * The executor's backend interface: device memory, dense and element-wise
+ * kernels, collectives and point-to-point messages over the parallel groups.
+ *
+ * The schedule and model code (model.c, schedule.c, run.c) touch tensors
+ * only through these operations, so a CUDA + cuBLAS + NCCL backend can slot
+ * in by filling the same table. Backends are made by the factory
+ * (factory.c), the only code that names one: run.c asks for a backend by
+ * the name the user gave. The CPU backend (cpu.c and its kernel families
+ * cpu_gemm.c, cpu_attention.c, cpu_norm.c, cpu_loss.c, cpu_optim.c: MPI,
+ * OpenBLAS CBLAS, OpenMP) is the reference; none.c stands in for it when
+ * the build has no MPI or OpenBLAS.
+ *
+ * Conventions:
+ *  - Pointers named `real *` are device buffers from `alloc`; `int32_t *`
+ *    tokens too. Host data moves with `upload`/`download`.
+ *  - Matrices are row-major. A linear layer stores W as [out, in] (PyTorch's
+ *    nn.Linear), so Y[N, out] = X[N, in] W^T.
+ *  - Kernels that produce parameter gradients accumulate (+=); the caller
+ *    zeroes the gradient buffer once per step.
+ *  - Collectives and p2p return 0 or a negative enum dp_status with err set
+ *    (call site, rank and host). They are blocking. A group of size 1 makes
+ *    them no-ops.
+ */
+#ifndef DPLAN_EXECUTOR_BACKEND_H
+#define DPLAN_EXECUTOR_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/core.h"
+#include "executor/real.h"
+
+/* Communicators, Megatron order (executor.h states the rank formula). */
+enum dp_group {
+    DP_GROUP_WORLD = 0,
+    DP_GROUP_TP,    /* same pp, dp: ranks differing in tp_rank */
+    DP_GROUP_DP,    /* same pp, tp */
+    DP_GROUP_PP,    /* same tp, dp: the pipeline */
+    DP_GROUP_EMB,   /* first and last stage of one pipeline (tied embeddings, pp > 1) */
+    DP_GROUP_NODE,  /* the ranks of this node (shared memory): memory checks, threads */
+    DP_GROUP_SHARD, /* ZeRO shard group: DP ranks with the same dp_rank / shard (HSDP) */
+    DP_GROUP_REPL,  /* replicas of one shard: DP ranks with the same dp_rank % shard */
+    DP_NGROUPS
+};
+
+enum dp_redop { DP_OP_SUM = 0, DP_OP_MAX = 1 };
+
+/* Norm eps (LayerNorm and RMSNorm), GPT-2 and Llama 2 defaults. */
+#define DP_NORM_EPS 1e-5
+
+struct dp_backend;
+
+struct dp_backend_ops {
+    const char *name; /* "cpu" */
+    void (*destroy)(struct dp_backend *be);
+
+    /* ---- memory (device); accounting is done by the caller (mem.c) */
+    void *(*alloc)(struct dp_backend *be, size_t bytes); /* zeroed; NULL on failure */
+    void (*free)(struct dp_backend *be, void *p);
+    void (*upload)(struct dp_backend *be, void *dst, const void *src, size_t bytes);
+    void (*download)(struct dp_backend *be, void *dst, const void *src, size_t bytes);
+    void (*zero)(struct dp_backend *be, void *dst, size_t bytes);
+    void (*copy)(struct dp_backend *be, void *dst, const void *src, size_t bytes);
+
+    /* ---- dense: C = alpha op(A) op(B) + beta C, op(X) = X or X^T; C is m x n */
+    void (*gemm)(struct dp_backend *be, bool ta, bool tb, int m, int n, int k, real alpha,
+                 const real *a, int lda, const real *b, int ldb, real beta, real *c, int ldc);
+
+    /* ---- initialisation: dst[i][j] (rows x cols, leading dimension cols) gets element
+     * (r0 + i, c0 + j) of a global tensor with `gcols` columns: std * N(0,1) drawn from a
+     * counter-based generator keyed by (seed, key, global index), or `value` when std == 0.
+     * So any slice of a tensor is identical to the same slice of the single-process tensor. */
+    void (*init_fill)(struct dp_backend *be, real *dst, int64_t rows, int64_t cols, int64_t gcols,
+                      int64_t r0, int64_t c0, uint64_t seed, uint64_t key, double std,
+                      double value);
+
+    /* ---- element-wise (n = N rows x C columns unless said otherwise) */
+    /* Norm: out = norm(inp) * w (+ b); stats[2n] = mean (0 for RMSNorm), stats[2n+1] = rstd. */
+    void (*norm_fwd)(struct dp_backend *be, enum dp_norm_kind kind, real *out, real *stats,
+                     const real *inp, const real *w, const real *b, int64_t N, int64_t C);
+    /* dinp += d/dinp; dw += ..., db += ... (b, db NULL for RMSNorm). */
+    void (*norm_bwd)(struct dp_backend *be, enum dp_norm_kind kind, real *dinp, real *dw, real *db,
+                     const real *dout, const real *inp, const real *w, const real *stats, int64_t N,
+                     int64_t C);
+    /* Every row of out = bias [C] (zeros if NULL): the C of a GEMM with beta = 1 that adds
+     * the bias, instead of clearing C (beta = 0) and adding the bias in a second pass. */
+    void (*bias_fill)(struct dp_backend *be, real *out, const real *bias, int64_t N, int64_t C);
+    void (*bias_grad)(struct dp_backend *be, real *db, const real *dout, int64_t N, int64_t C);
+    /* out = a + b + bias (b [N, C] and bias [C] may be NULL); out may alias a. */
+    void (*residual)(struct dp_backend *be, real *out, const real *a, const real *b,
+                     const real *bias, int64_t N, int64_t C);
+    void (*add_inplace)(struct dp_backend *be, real *y, const real *x, int64_t n);
+    /* GELU (tanh approximation, GPT-2) or SwiGLU (inp = [gate | up], F columns each). */
+    void (*act_fwd)(struct dp_backend *be, enum dp_ffn_kind kind, real *out, const real *inp,
+                    int64_t N, int64_t F);
+    /* dinp (overwritten) = d/dinp; dbias (NULL: none) += the sum of dinp over the rows,
+     * the gradient of a bias added to inp (F columns, or 2 F for SwiGLU). For GELU dinp
+     * may be dout (in place). */
+    void (*act_bwd)(struct dp_backend *be, enum dp_ffn_kind kind, real *dinp, real *dbias,
+                    const real *dout, const real *inp, int64_t N, int64_t F);
+    /* Rotary embedding in place on the first nq + nk heads (of width d) of each row of x
+     * (row stride ld); row n has position n % T; cs = [T][d/2] cos then [T][d/2] sin.
+     * inverse = true applies the transpose (the backward). */
+    void (*rope)(struct dp_backend *be, real *x, int64_t ld, int64_t N, int64_t T, int nq, int nk,
+                 int d, const real *cs, bool inverse);
+    /* Causal attention over qkv rows [B*T][(a + 2g) d] (q heads, then k, then v):
+     * probs [B][a][T][T] softmax(q k^T / sqrt(d)), ctx [B*T][a d] = probs v. GQA: q head i
+     * uses kv head i / (a / g). `attn_probs` computes probs only (selective recompute). */
+    void (*attn_fwd)(struct dp_backend *be, real *ctx, real *probs, const real *qkv, int64_t B,
+                     int64_t T, int a, int g, int d);
+    void (*attn_probs)(struct dp_backend *be, real *probs, const real *qkv, int64_t B, int64_t T,
+                       int a, int g, int d);
+    /* dqkv = d/dqkv (overwritten); dprobs is scratch of the size of probs. */
+    void (*attn_bwd)(struct dp_backend *be, real *dqkv, real *dprobs, const real *dctx,
+                     const real *qkv, const real *probs, int64_t B, int64_t T, int a, int g, int d);
+    /* Vocabulary-parallel embedding: out[n] = wte[tok[n] - v0] if v0 <= tok < v0 + nv else 0. */
+    void (*embed_fwd)(struct dp_backend *be, real *out, const int32_t *tok, const real *wte,
+                      int64_t v0, int64_t nv, int64_t N, int64_t C);
+    void (*embed_bwd)(struct dp_backend *be, real *dwte, const int32_t *tok, const real *dout,
+                      int64_t v0, int64_t nv, int64_t N, int64_t C);
+    /* Learned positions: out[n] += wpe[(n0 + n) % T]; backward accumulates into dwpe. */
+    void (*pos_fwd)(struct dp_backend *be, real *out, const real *wpe, int64_t n0, int64_t N,
+                    int64_t T, int64_t C);
+    void (*pos_bwd)(struct dp_backend *be, real *dwpe, const real *dout, int64_t n0, int64_t N,
+                    int64_t T, int64_t C);
+    /*
+     * Vocabulary-parallel cross-entropy over logits [N][nv] holding global columns
+     * [v0, v0 + nv); columns >= vocab are padding and ignored.
+     *  ce_max:  rowmax[n] = local max (-inf if no valid column)
+     *  ce_sums: sums[n] = logit of the target if local else 0; sums[N + n] = sum exp(l - gmax)
+     *  ce_grad: loss[n] = log(sumexp) + gmax - target logit; logits are overwritten by
+     *           dloss * (softmax - onehot), the gradient of dloss * sum(loss).
+     */
+    void (*ce_max)(struct dp_backend *be, real *rowmax, const real *logits, int64_t N, int64_t nv,
+                   int64_t v0, int64_t vocab);
+    void (*ce_sums)(struct dp_backend *be, real *sums, const real *logits, const real *gmax,
+                    const int32_t *tgt, int64_t N, int64_t nv, int64_t v0, int64_t vocab);
+    void (*ce_grad)(struct dp_backend *be, real *logits, real *loss, const real *gmax,
+                    const real *sums, const int32_t *tgt, int64_t N, int64_t nv, int64_t v0,
+                    int64_t vocab, real dloss);
+    /* Host results in double: sum of x, sum of x^2. */
+    double (*sum)(struct dp_backend *be, const real *x, int64_t n);
+    double (*sumsq)(struct dp_backend *be, const real *x, int64_t n);
+    /* AdamW (Loshchilov & Hutter 2019) on n elements: g = grad * gscale,
+     * p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p), bc1/bc2 = 1 - beta^t. */
+    void (*adamw)(struct dp_backend *be, real *p, const real *grad, real *m, real *v, int64_t n,
+                  double lr, double beta1, double beta2, double eps, double wd, double bc1,
+                  double bc2, double gscale);
+
+    /* ---- collectives over a group (in place) */
+    int (*allreduce)(struct dp_backend *be, enum dp_group g, real *buf, int64_t n, enum dp_redop op,
+                     struct dp_err *err);
+    /* buf holds size * chunk elements; the reduced chunk of this rank lands in buf[0, chunk). */
+    int (*reduce_scatter)(struct dp_backend *be, enum dp_group g, real *buf, int64_t chunk,
+                          struct dp_err *err);
+    /* buf holds size * chunk; this rank's chunk at buf[rank * chunk] is given to all. */
+    int (*allgather)(struct dp_backend *be, enum dp_group g, real *buf, int64_t chunk,
+                     struct dp_err *err);
+    /* Uneven variants over a group of n ranks: counts[n] elements per rank, ranks in order.
+     * reduce_scatter_v: buf holds the sum of counts; this rank's reduced piece lands in
+     * buf[0, counts[rank]). allgather_v: this rank's piece already sits at its place
+     * (the sum of the counts before it) and every piece is given to all. */
+    int (*reduce_scatter_v)(struct dp_backend *be, enum dp_group g, real *buf, const int *counts,
+                            struct dp_err *err);
+    int (*allgather_v)(struct dp_backend *be, enum dp_group g, real *buf, const int *counts,
+                       struct dp_err *err);
+    /* Host doubles (loss, squared norms, timings), in place. */
+    int (*allreduce_host)(struct dp_backend *be, enum dp_group g, double *buf, int n,
+                          enum dp_redop op, struct dp_err *err);
+    /* Gather `n` host doubles from each rank of the group to its rank 0 (out: size * n). */
+    int (*gather_host)(struct dp_backend *be, enum dp_group g, const double *in, double *out, int n,
+                       struct dp_err *err);
+    /* ---- point-to-point within a group (peer = rank in the group); -1 = no message */
+    int (*sendrecv)(struct dp_backend *be, enum dp_group g, int to, const real *sbuf, int64_t sn,
+                    int stag, int from, real *rbuf, int64_t rn, int rtag, struct dp_err *err);
+    int (*barrier)(struct dp_backend *be, enum dp_group g, struct dp_err *err);
+
+    /* ---- facts */
+    int (*group_size)(struct dp_backend *be, enum dp_group g);
+    int (*group_rank)(struct dp_backend *be, enum dp_group g);
+    double (*wtime)(struct dp_backend *be);
+};
+
+/* A backend instance; implementations embed it first in their own struct. */
+struct dp_backend {
+    const struct dp_backend_ops *ops;
+    int rank, world;
+    int threads; /* compute threads of this rank */
+};
+
+/* ------------------------------------------------------------------ the factory */
+
+struct dp_backend_cfg {
+    int tp, dp, pp; /* the layout's degrees: the backend's world must be tp * dp * pp */
+    int shard;      /* ZeRO shard group size (divides dp; 0 = dp) */
+    int threads;    /* compute threads per rank; <= 0: the backend's own rule */
+};
+
+/* One kind of backend this build has (a file defines it; factory.c lists them). */
+struct dp_backend_kind {
+    const char *name; /* "cpu" */
+    /* A backend for this process's rank; NULL with err set on failure. */
+    struct dp_backend *(*create)(const struct dp_backend_cfg *cfg, struct dp_err *err);
+    void (*finalize)(void);  /* at process end (MPI_Finalize); idempotent */
+    void (*abort)(int code); /* end every rank of the job (MPI_Abort); may return */
+    /* An environment variable the ranks should start with, "NAME=VALUE" (OpenBLAS reads
+     * its core type only at load time), or NULL. */
+    const char *(*rank_env)(void);
+};
+extern const struct dp_backend_kind dp__cpu_kind; /* cpu.c, or none.c without MPI/OpenBLAS */
+
+/* The backend `name` (NULL: the first of this build, "cpu"); NULL with err set when the
+ * name is unknown or its creation fails. */
+struct dp_backend *dp__backend_new(const char *name, const struct dp_backend_cfg *cfg,
+                                   struct dp_err *err);
+const struct dp_backend_kind *dp__backend_kind(const char *name);
+/* Every kind's finalize / abort (only the one in use has anything to do). */
+void dp__backend_finalize(void);
+void dp__backend_abort(int code);
+/* "cpu" (the names of this build, comma-separated). */
+const char *dp__backend_names(void);
+
+/* ------------------------------------------------------------------ from the executor */
+
+/* The heartbeat (run.c): backends bump it after every completed collective. */
+void dp__beat(const char *what);
+/* Counter-based normal N(0,1) for element `idx` of tensor `key` (rng.c). */
+double dp__rng_normal(uint64_t seed, uint64_t key, uint64_t idx);
+
+#endif

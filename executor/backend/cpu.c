@@ -1,0 +1,504 @@
+/*
+ * The CPU backend: MPI (OpenMPI, MPI_THREAD_FUNNELED) for the process groups,
+ * collectives and pipeline messages; OpenBLAS through CBLAS for matrix
+ * products and OpenMP for everything element-wise (the kernel families in
+ * cpu_*.c). Memory is plain 64-byte aligned host memory.
+ *
+ * Threads: one OpenMP pool per rank. OpenBLAS is set to one thread and GEMMs
+ * are split by rows over the OpenMP threads, so the two libraries never run
+ * pools of their own side by side (on 2 cores their spinning threads would
+ * steal each other's cores).
+ *
+ * It does not account memory (mem.c does), print or exit; MPI errors come
+ * back as a dp_err naming the call, rank and host (MPI_ERRORS_RETURN).
+ */
+#include "cpu.h"
+
+#include <cblas.h>
+#include <limits.h>
+#include <mpi.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#ifdef DP_REAL_DOUBLE
+#define MPI_REAL_T MPI_DOUBLE
+#else
+#define MPI_REAL_T MPI_FLOAT
+#endif
+
+struct cpu_backend {
+    struct dp_backend base;
+    MPI_Comm comm[DP_NGROUPS];
+    int size[DP_NGROUPS], rank[DP_NGROUPS];
+    char host[64];
+};
+
+static const char *const group_names[DP_NGROUPS] = {"world", "tp",   "dp",    "pp",
+                                                    "emb",   "node", "shard", "replica"};
+static bool mpi_started_here;
+
+static struct cpu_backend *cpu(struct dp_backend *be)
+{
+    return (struct cpu_backend *)be;
+}
+
+static int mpi_fail(struct cpu_backend *cb, struct dp_err *err, int rc, const char *call,
+                    enum dp_group g)
+{
+    char msg[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    return dp_err_set(err, DP_ERUNTIME, "rank %d (%s): %s over the %s group failed: %s",
+                      cb->base.rank, cb->host, call, group_names[g], msg);
+}
+
+#define MPI_TRY(cb, err, g, call)                                                                  \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        if (rc_ != MPI_SUCCESS)                                                                    \
+            return mpi_fail(cb, err, rc_, #call, g);                                               \
+    } while (0)
+
+static int mpi_up(struct dp_err *err)
+{
+    int inited = 0, fin = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&fin);
+    if (fin)
+        return dp_err_set(err, DP_ERUNTIME, "MPI was already finalised in this process");
+    if (!inited) {
+        int provided = 0;
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+            return dp_err_set(err, DP_ERUNTIME, "MPI_Init_thread failed");
+        mpi_started_here = true;
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    return 0;
+}
+
+static void cpu_finalize(void)
+{
+    int inited = 0, fin = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&fin);
+    if (inited && !fin && mpi_started_here)
+        MPI_Finalize();
+}
+
+static void cpu_abort(int code)
+{
+    int inited = 0, fin = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&fin);
+    if (inited && !fin)
+        MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+/* ------------------------------------------------------------------ memory */
+
+/* Buffers of at least this size are aligned to and rounded up to 2 MiB and asked to be
+ * backed by transparent huge pages: GEMM packing walks the rows of activations and
+ * weights, and with 4 KiB pages (a 1024-float row per page) nearly every row costs a TLB
+ * miss. Smaller buffers are 64-byte aligned. */
+#define HUGE_BYTES ((size_t)2 << 20)
+
+static void *cpu_alloc(struct dp_backend *be, size_t bytes)
+{
+    size_t n = (bytes + 63) / 64 * 64;
+    if (n == 0)
+        n = 64;
+    void *p;
+    if (n >= HUGE_BYTES) {
+        n = (n + HUGE_BYTES - 1) / HUGE_BYTES * HUGE_BYTES;
+        p = aligned_alloc(HUGE_BYTES, n);
+#ifdef MADV_HUGEPAGE
+        if (p)
+            madvise(p, n, MADV_HUGEPAGE); /* a hint: failure only costs speed */
+#endif
+    } else {
+        p = aligned_alloc(64, n);
+    }
+    if (p)
+        memset(p, 0, n);
+    return p;
+}
+
+static void cpu_free(struct dp_backend *be, void *p)
+{
+    free(p);
+}
+
+static void cpu_copy(struct dp_backend *be, void *dst, const void *src, size_t bytes)
+{
+    if (bytes)
+        memmove(dst, src, bytes);
+}
+
+static void cpu_zero(struct dp_backend *be, void *dst, size_t bytes)
+{
+    if (bytes)
+        memset(dst, 0, bytes);
+}
+
+/* ------------------------------------------------------------------ communication */
+
+static int c_allreduce(struct dp_backend *be, enum dp_group g, real *buf, int64_t n,
+                       enum dp_redop op, struct dp_err *err)
+{
+    struct cpu_backend *cb = cpu(be);
+    if (cb->size[g] <= 1 || n <= 0)
+        return 0;
+    MPI_Op mop = op == DP_OP_MAX ? MPI_MAX : MPI_SUM;
+    for (int64_t off = 0; off < n; off += INT_MAX / 2) {
+        int cnt = (int)(n - off < INT_MAX / 2 ? n - off : INT_MAX / 2);
+        MPI_TRY(cb, err, g,
+                MPI_Allreduce(MPI_IN_PLACE, buf + off, cnt, MPI_REAL_T, mop, cb->comm[g]));
+    }
+    dp__beat(NULL);
+    return 0;
+}
+
+static int c_reduce_scatter(struct dp_backend *be, enum dp_group g, real *buf, int64_t chunk,
+                            struct dp_err *err)
+{
+    struct cpu_backend *cb = cpu(be);
+    if (cb->size[g] <= 1 || chunk <= 0)
+        return 0;
+    if (chunk > INT_MAX)
+        return dp_err_set(err, DP_ERUNTIME, "reduce-scatter chunk of %lld elements is too large",
+                          (long long)chunk);
+    MPI_TRY(
+        cb, err, g,
+        MPI_Reduce_scatter_block(MPI_IN_PLACE, buf, (int)chunk, MPI_REAL_T, MPI_SUM, cb->comm[g]));
+    dp__beat(NULL);
+    return 0;
+}
+
+static int c_allgather(struct dp_backend *be, enum dp_group g, real *buf, int64_t chunk,
+                       struct dp_err *err)
+{
+    struct cpu_backend *cb = cpu(be);
+    if (cb->size[g] <= 1 || chunk <= 0)
+        return 0;
+    if (chunk > INT_MAX)
+        return dp_err_set(err, DP_ERUNTIME, "all-gather chunk of %lld elements is too large",
+                          (long long)chunk);
+    MPI_TRY(cb, err, g,
+            MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, (int)chunk, MPI_REAL_T,
+                          cb->comm[g]));
+    dp__beat(NULL);
+    return 0;
+}
+
+static int c_reduce_scatter_v(struct dp_backend *be, enum dp_group g, real *buf, const int *counts,
+                              struct dp_err *err)
+{
+    struct cpu_backend *cb = cpu(be);
+    if (cb->size[g] <= 1)
+        return 0;
+    MPI_TRY(cb, err, g,
+            MPI_Reduce_scatter(MPI_IN_PLACE, buf, counts, MPI_REAL_T, MPI_SUM, cb->comm[g]));
+    dp__beat(NULL);
+    return 0;
+}
+
+static int c_allgather_v(struct dp_backend *be, enum dp_group g, real *buf, const int *counts,
+                         struct dp_err *err)
+{
+    struct cpu_backend *cb = cpu(be);
+    int n = cb->size[g];
+    if (n <= 1)
+        return 0;
+    int *displs = malloc((size_t)n * sizeof *displs);
+    if (!displs)
+        return dp_err_set(err, DP_ENOMEM, "out of memory");
+    for (int i = 0, at = 0; i < n; at += counts[i++])
+        displs[i] = at;
+    int rc = MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_REAL_T,
+                            cb->comm[g]);
+    free(displs);
+    MPI_TRY(cb, err, g, rc);
+    dp__beat(NULL);
+    return 0;
+}
+
+static int c_allreduce_host(struct dp_backend *be, enum dp_group g, double *buf, int n,
+                            enum dp_redop op, struct dp_err *err)
+{
+    struct cpu_backend *cb = cpu(be);
+    if (cb->size[g] <= 1 || n <= 0)
+        return 0;
+    MPI_Op mop = op == DP_OP_MAX ? MPI_MAX : MPI_SUM;
+    MPI_TRY(cb, err, g, MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, mop, cb->comm[g]));
+    dp__beat(NULL);
+    return 0;
+}
+
+static int c_gather_host(struct dp_backend *be, enum dp_group g, const double *in, double *out,
+                         int n, struct dp_err *err)
+{
+    struct cpu_backend *cb = cpu(be);
+    if (cb->size[g] <= 1) {
+        memcpy(out, in, (size_t)n * sizeof *in);
+        return 0;
+    }
+    MPI_TRY(cb, err, g, MPI_Gather(in, n, MPI_DOUBLE, out, n, MPI_DOUBLE, 0, cb->comm[g]));
+    dp__beat(NULL);
+    return 0;
+}
+
+static int c_sendrecv(struct dp_backend *be, enum dp_group g, int to, const real *sbuf, int64_t sn,
+                      int stag, int from, real *rbuf, int64_t rn, int rtag, struct dp_err *err)
+{
+    struct cpu_backend *cb = cpu(be);
+    if (sn > INT_MAX || rn > INT_MAX)
+        return dp_err_set(err, DP_ERUNTIME, "pipeline message of %lld elements is too large",
+                          (long long)(sn > rn ? sn : rn));
+    MPI_Comm c = cb->comm[g];
+    if (to >= 0 && from >= 0)
+        MPI_TRY(cb, err, g,
+                MPI_Sendrecv(sbuf, (int)sn, MPI_REAL_T, to, stag, rbuf, (int)rn, MPI_REAL_T, from,
+                             rtag, c, MPI_STATUS_IGNORE));
+    else if (to >= 0)
+        MPI_TRY(cb, err, g, MPI_Send(sbuf, (int)sn, MPI_REAL_T, to, stag, c));
+    else if (from >= 0)
+        MPI_TRY(cb, err, g, MPI_Recv(rbuf, (int)rn, MPI_REAL_T, from, rtag, c, MPI_STATUS_IGNORE));
+    dp__beat(NULL);
+    return 0;
+}
+
+static int c_barrier(struct dp_backend *be, enum dp_group g, struct dp_err *err)
+{
+    struct cpu_backend *cb = cpu(be);
+    if (cb->size[g] <= 1)
+        return 0;
+    MPI_TRY(cb, err, g, MPI_Barrier(cb->comm[g]));
+    return 0;
+}
+
+static int c_group_size(struct dp_backend *be, enum dp_group g)
+{
+    return cpu(be)->size[g];
+}
+
+static int c_group_rank(struct dp_backend *be, enum dp_group g)
+{
+    return cpu(be)->rank[g];
+}
+
+static double c_wtime(struct dp_backend *be)
+{
+    return MPI_Wtime();
+}
+
+static void cpu_destroy(struct dp_backend *be)
+{
+    if (!be)
+        return;
+    struct cpu_backend *cb = cpu(be);
+    int fin = 0;
+    MPI_Finalized(&fin);
+    for (int g = 1; g < DP_NGROUPS; g++)
+        if (!fin && cb->comm[g] != MPI_COMM_NULL)
+            MPI_Comm_free(&cb->comm[g]);
+    free(cb);
+}
+
+static const struct dp_backend_ops cpu_ops = {
+    .name = "cpu",
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .zero = cpu_zero,
+    .copy = cpu_copy,
+    .gemm = dp__cpu_gemm,
+    .init_fill = dp__cpu_init_fill,
+    .norm_fwd = dp__cpu_norm_fwd,
+    .norm_bwd = dp__cpu_norm_bwd,
+    .bias_fill = dp__cpu_bias_fill,
+    .bias_grad = dp__cpu_bias_grad,
+    .residual = dp__cpu_residual,
+    .add_inplace = dp__cpu_add_inplace,
+    .act_fwd = dp__cpu_act_fwd,
+    .act_bwd = dp__cpu_act_bwd,
+    .rope = dp__cpu_rope,
+    .attn_fwd = dp__cpu_attn_fwd,
+    .attn_probs = dp__cpu_attn_probs,
+    .attn_bwd = dp__cpu_attn_bwd,
+    .embed_fwd = dp__cpu_embed_fwd,
+    .embed_bwd = dp__cpu_embed_bwd,
+    .pos_fwd = dp__cpu_pos_fwd,
+    .pos_bwd = dp__cpu_pos_bwd,
+    .ce_max = dp__cpu_ce_max,
+    .ce_sums = dp__cpu_ce_sums,
+    .ce_grad = dp__cpu_ce_grad,
+    .sum = dp__cpu_sum,
+    .sumsq = dp__cpu_sumsq,
+    .adamw = dp__cpu_adamw,
+    .allreduce = c_allreduce,
+    .reduce_scatter = c_reduce_scatter,
+    .allgather = c_allgather,
+    .reduce_scatter_v = c_reduce_scatter_v,
+    .allgather_v = c_allgather_v,
+    .allreduce_host = c_allreduce_host,
+    .gather_host = c_gather_host,
+    .sendrecv = c_sendrecv,
+    .barrier = c_barrier,
+    .group_size = c_group_size,
+    .group_rank = c_group_rank,
+    .wtime = c_wtime,
+};
+
+/* ------------------------------------------------------------------ setup */
+
+static int split(struct cpu_backend *cb, enum dp_group g, int color, int key, struct dp_err *err)
+{
+    MPI_TRY(cb, err, g, MPI_Comm_split(MPI_COMM_WORLD, color, key, &cb->comm[g]));
+    if (cb->comm[g] == MPI_COMM_NULL) {
+        cb->size[g] = 0;
+        cb->rank[g] = -1;
+        return 0;
+    }
+    MPI_Comm_set_errhandler(cb->comm[g], MPI_ERRORS_RETURN);
+    MPI_Comm_size(cb->comm[g], &cb->size[g]);
+    MPI_Comm_rank(cb->comm[g], &cb->rank[g]);
+    return 0;
+}
+
+/* Cores this process may run on. */
+static int cores_online(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/*
+ * The thread policy, decided here once: --threads, else OMP_NUM_THREADS, else the cores
+ * of this node shared by its ranks (MPI_COMM_TYPE_SHARED). The executor reports what it
+ * chose (dp_exec_result.threads).
+ */
+static int thread_policy(int requested, int node_ranks)
+{
+    int threads = requested;
+    if (threads <= 0)
+        threads = getenv("OMP_NUM_THREADS") ? omp_get_max_threads() : cores_online() / node_ranks;
+    return threads < 1 ? 1 : threads;
+}
+
+static struct dp_backend *cpu_new(const struct dp_backend_cfg *cfg, struct dp_err *err)
+{
+    const int tp = cfg->tp, dp = cfg->dp, pp = cfg->pp;
+    const int sh = cfg->shard > 0 && dp % cfg->shard == 0 ? cfg->shard : dp;
+    if (mpi_up(err))
+        return NULL;
+    struct cpu_backend *cb = calloc(1, sizeof *cb);
+    if (!cb) {
+        dp_err_set(err, DP_ENOMEM, "out of memory");
+        return NULL;
+    }
+    cb->base.ops = &cpu_ops;
+    for (int g = 0; g < DP_NGROUPS; g++)
+        cb->comm[g] = MPI_COMM_NULL;
+    gethostname(cb->host, sizeof cb->host - 1);
+    MPI_Comm_rank(MPI_COMM_WORLD, &cb->base.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &cb->base.world);
+    cb->comm[DP_GROUP_WORLD] = MPI_COMM_WORLD;
+    cb->size[DP_GROUP_WORLD] = cb->base.world;
+    cb->rank[DP_GROUP_WORLD] = cb->base.rank;
+    int want = tp * dp * pp;
+    if (cb->base.world != want) {
+        dp_err_set(err, DP_EINFEASIBLE,
+                   "the plan needs tp*pp*dp = %d*%d*%d = %d ranks but MPI started %d (launch "
+                   "with `mpirun -np %d` or let `dplan run` launch itself)",
+                   tp, pp, dp, want, cb->base.world, want);
+        free(cb);
+        return NULL;
+    }
+    struct dp_coords c;
+    dp_rank_coords(cb->base.rank, tp, dp, pp, &c);
+    int emb = (pp > 1 && (c.pp_rank == 0 || c.pp_rank == pp - 1)) ? c.tp_rank + tp * c.dp_rank
+                                                                  : MPI_UNDEFINED;
+    if (split(cb, DP_GROUP_TP, c.dp_rank + dp * c.pp_rank, c.tp_rank, err) ||
+        split(cb, DP_GROUP_DP, c.tp_rank + tp * c.pp_rank, c.dp_rank, err) ||
+        split(cb, DP_GROUP_PP, c.tp_rank + tp * c.dp_rank, c.pp_rank, err) ||
+        split(cb, DP_GROUP_EMB, emb, c.pp_rank, err) ||
+        split(cb, DP_GROUP_SHARD, c.tp_rank + tp * (c.pp_rank + pp * (c.dp_rank / sh)),
+              c.dp_rank % sh, err) ||
+        split(cb, DP_GROUP_REPL, c.tp_rank + tp * (c.pp_rank + pp * (c.dp_rank % sh)),
+              c.dp_rank / sh, err)) {
+        cpu_destroy(&cb->base);
+        return NULL;
+    }
+    /* The ranks sharing this node's memory (MPI-3 MPI_COMM_TYPE_SHARED). */
+    int rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, cb->base.rank, MPI_INFO_NULL,
+                                 &cb->comm[DP_GROUP_NODE]);
+    if (rc != MPI_SUCCESS) {
+        mpi_fail(cb, err, rc, "MPI_Comm_split_type", DP_GROUP_NODE);
+        cpu_destroy(&cb->base);
+        return NULL;
+    }
+    MPI_Comm_set_errhandler(cb->comm[DP_GROUP_NODE], MPI_ERRORS_RETURN);
+    MPI_Comm_size(cb->comm[DP_GROUP_NODE], &cb->size[DP_GROUP_NODE]);
+    MPI_Comm_rank(cb->comm[DP_GROUP_NODE], &cb->rank[DP_GROUP_NODE]);
+
+    int threads = thread_policy(cfg->threads, cb->size[DP_GROUP_NODE]);
+    cb->base.threads = threads;
+    omp_set_num_threads(threads);
+    openblas_set_num_threads(1);
+    return &cb->base;
+}
+
+/* ------------------------------------------------------------------ BLAS kernels */
+
+/*
+ * OpenBLAS picks its kernels at load time from the CPU model; a release older than the
+ * CPU falls back to generic SSE3 kernels ("Prescott"), several times slower. The core type
+ * to force then, when the CPU has AVX-512 ("SkylakeX") or AVX2+FMA ("Haswell").
+ */
+static const char *blas_core(void)
+{
+    if (getenv("OPENBLAS_CORETYPE"))
+        return NULL;
+    const char *core = openblas_get_corename();
+    static const char *const weak[] = {"Prescott",  "Core2",  "Penryn",      "Dunnington",
+                                       "Nehalem",   "Atom",   "Sandybridge", "Katmai",
+                                       "Northwood", "Banias", "Coppermine"};
+    bool is_weak = false;
+    for (size_t i = 0; core && i < sizeof weak / sizeof weak[0]; i++)
+        is_weak |= strcasecmp(core, weak[i]) == 0;
+    if (!is_weak)
+        return NULL;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512cd"))
+        return "SkylakeX";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return "Haswell";
+    return NULL;
+}
+
+static const char *cpu_rank_env(void)
+{
+    static char buf[64];
+    const char *core = blas_core();
+    if (!core)
+        return NULL;
+    snprintf(buf, sizeof buf, "OPENBLAS_CORETYPE=%s", core);
+    return buf;
+}
+
+const struct dp_backend_kind dp__cpu_kind = {
+    .name = "cpu",
+    .create = cpu_new,
+    .finalize = cpu_finalize,
+    .abort = cpu_abort,
+    .rank_env = cpu_rank_env,
+};

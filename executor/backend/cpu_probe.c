@@ -1,0 +1,332 @@
+/*
+ * Device probe for the CPU backend (probe.h): the quantities the CPU
+ * step-time model needs (executor/predict.c), measured here rather than
+ * assumed, each the median of repetitions so that a busy neighbour on a
+ * shared VM does not decide it. It measures kernels and the machine, never
+ * a whole training step.
+ */
+#include "cpu.h"
+#include "probe.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *t, int n)
+{
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+/* Repetitions of a measurement of about `each_s` seconds so that all take about `budget_s`
+ * (between 3 and 200). */
+static int reps_for(double each_s, double budget_s)
+{
+    int r = each_s > 0 ? (int)(budget_s / each_s) : 200;
+    return r < 3 ? 3 : r > 200 ? 200 : r;
+}
+
+static float *fill(size_t n, int salt)
+{
+    float *x = malloc((n ? n : 1) * sizeof *x);
+    for (size_t i = 0; x && i < n; i++)
+        x[i] = (float)((i * 7 + (size_t)salt) % 13) * 0.01f - 0.06f;
+    return x;
+}
+
+/* The same for the kernels' element type (double in the gradient-check build). */
+static real *fill_real(size_t n, int salt)
+{
+    real *x = malloc((n ? n : 1) * sizeof *x);
+    for (size_t i = 0; x && i < n; i++)
+        x[i] = (real)((i * 7 + (size_t)salt) % 13) * (real)0.01 - (real)0.06;
+    return x;
+}
+
+/* Median seconds of C[m,n] = A[m,k] B[n,k]^T on the calling thread. */
+static double gemm_time(int m, int n, int k, int reps)
+{
+    float *a = fill((size_t)m * k, 1), *b = fill((size_t)n * k, 2), *c = fill((size_t)m * n, 3);
+    double *t = malloc((size_t)reps * sizeof *t), med = 0;
+    if (a && b && c && t) {
+        for (int r = 0; r < reps; r++) {
+            double t0 = now_s();
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a, k, b, k, 0.0f, c,
+                        n);
+            t[r] = now_s() - t0;
+        }
+        med = median(t, reps);
+    }
+    free(a);
+    free(b);
+    free(c);
+    free(t);
+    return med;
+}
+
+/* Per-thread GEMM rate (GFLOP/s) while `c` threads each run 256^3 products of their own
+ * (c = 1: alone). */
+static double gemm_rate_concurrent(int c)
+{
+    const int n = 256, reps = 9;
+    double rate = 0;
+#pragma omp parallel num_threads(c) reduction(+ : rate)
+    {
+        float *a = fill((size_t)n * n, 1), *b = fill((size_t)n * n, 2), *x = fill((size_t)n * n, 3);
+        double *t = malloc(reps * sizeof *t);
+        if (a && b && x && t) {
+            for (int r = 0; r < reps; r++) {
+#pragma omp barrier
+                double t0 = now_s();
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n,
+                            0.0f, x, n);
+                t[r] = now_s() - t0;
+            }
+            rate = 2.0 * n * n * n / median(t, reps) / 1e9;
+        }
+        free(a);
+        free(b);
+        free(x);
+        free(t);
+    }
+    return rate / c;
+}
+
+/* Median seconds of an empty parallel region of `nt` threads. */
+static double fork_time(int nt)
+{
+    enum { R = 200 };
+    double t[R];
+    volatile int sink = 0;
+    for (int r = 0; r < R; r++) {
+        double t0 = now_s();
+#pragma omp parallel num_threads(nt)
+        sink += 0;
+        t[r] = now_s() - t0;
+    }
+    (void)sink;
+    return median(t, R);
+}
+
+/* Per-thread bandwidth (GB/s of y = a x + b y: 12 bytes per element) with `c` threads
+ * streaming `ws` bytes each (x and y). */
+static double stream_gbps(int c, size_t ws)
+{
+    size_t n = ws / 8;
+    double bw = 0;
+#pragma omp parallel num_threads(c) reduction(+ : bw)
+    {
+        float *x = fill(n, 1), *y = fill(n, 2);
+        if (x && y) {
+            /* Warm (pages touched, cache filled), then time. */
+            for (size_t i = 0; i < n; i++)
+                y[i] = 1.5f * x[i] + 0.5f * y[i];
+            int reps = reps_for(12.0 * (double)n / 20e9, 0.01);
+            if (n * 8 > ((size_t)64 << 20))
+                reps = 2;
+            double *t = malloc((size_t)reps * sizeof *t);
+            for (int r = 0; t && r < reps; r++) {
+#pragma omp barrier
+                double t0 = now_s();
+                for (size_t i = 0; i < n; i++)
+                    y[i] = 1.5f * x[i] + 0.5f * y[i];
+                __asm__ volatile("" : : "r"(y) : "memory");
+                t[r] = now_s() - t0;
+            }
+            if (t)
+                bw = 12.0 * (double)n / median(t, reps) / 1e9;
+            free(t);
+        }
+        free(x);
+        free(y);
+    }
+    return bw / c;
+}
+
+/* Cache sizes: sysfs (Linux) first, as VMs often report nonsense through sysconf. */
+static int64_t cache_size(int level)
+{
+    char path[128], buf[64];
+    for (int i = 0; i < 8; i++) {
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+        FILE *f = fopen(path, "r");
+        int lv = 0;
+        if (!f)
+            break;
+        if (fscanf(f, "%d", &lv) != 1)
+            lv = 0;
+        fclose(f);
+        if (lv != level)
+            continue;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/type", i);
+        f = fopen(path, "r");
+        if (!f || !fgets(buf, sizeof buf, f) || !strncmp(buf, "Instruction", 11)) {
+            if (f)
+                fclose(f);
+            continue;
+        }
+        fclose(f);
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        f = fopen(path, "r");
+        long long kb = 0;
+        char unit = 'K';
+        if (f && fscanf(f, "%lld%c", &kb, &unit) >= 1) {
+            fclose(f);
+            return kb * (unit == 'M' ? 1048576 : 1024);
+        }
+        if (f)
+            fclose(f);
+    }
+    long v = sysconf(level == 2 ? _SC_LEVEL2_CACHE_SIZE : _SC_LEVEL3_CACHE_SIZE);
+    return v > 0 ? v : (level == 2 ? 1 << 20 : 32 << 20);
+}
+
+/* Median seconds of kernel call `body` over reps (the kernels' own OpenMP loops run on
+ * one thread: the caller set omp_set_num_threads(1)). */
+#define TIME_MEDIAN(out, reps, body)                                                               \
+    do {                                                                                           \
+        double t_[200];                                                                            \
+        int r_ = (reps) < 200 ? (reps) : 200;                                                      \
+        for (int i_ = 0; i_ < r_; i_++) {                                                          \
+            double t0_ = now_s();                                                                  \
+            body;                                                                                  \
+            t_[i_] = now_s() - t0_;                                                                \
+        }                                                                                          \
+        (out) = median(t_, r_);                                                                    \
+    } while (0)
+
+static int kernels(const struct dp_probe_shape *sh, struct dp_device_probe *o)
+{
+    /* Element-wise: 64 rows of 1024 (256 KiB per operand: L2-resident). */
+    const int64_t N = 64, C = 1024, E = N * C;
+    const int64_t T = sh->seq_len > 0 ? sh->seq_len : 64, d = sh->head_dim > 0 ? sh->head_dim : 16;
+    size_t big = (size_t)(2 * E > T * T ? 2 * E : T * T);
+    if ((size_t)(3 * T * d) > big)
+        big = (size_t)(3 * T * d);
+    real *a = fill_real(big, 1), *b = fill_real(big, 2), *c = fill_real(big, 3),
+         *w = fill_real(big, 4);
+    real *st = fill_real((size_t)(4 * N), 5), *db = fill_real((size_t)(2 * C), 6);
+    int32_t *tgt = malloc((size_t)N * sizeof *tgt);
+    int rc = a && b && c && w && st && db && tgt ? 0 : -1;
+    if (!rc) {
+        for (int64_t i = 0; i < N; i++)
+            tgt[i] = (int32_t)(i % C);
+        double t;
+        bool gelu = sh->ffn == DP_FFN_GELU;
+        /* SwiGLU reads [gate | up] of 2 F columns per output element. */
+        int64_t F = gelu ? C : C / 2;
+        TIME_MEDIAN(t, 20, dp__cpu_act_fwd(NULL, sh->ffn, a, b, N, F));
+        o->act_fwd_ns = 1e9 * t / (double)(N * F);
+        TIME_MEDIAN(t, 20, dp__cpu_act_bwd(NULL, sh->ffn, c, db, a, b, N, F));
+        o->act_bwd_ns = 1e9 * t / (double)(N * F);
+        bool ln = sh->norm == DP_NORM_LAYERNORM;
+        TIME_MEDIAN(t, 20, dp__cpu_norm_fwd(NULL, sh->norm, a, st, b, w, ln ? w : NULL, N, C));
+        o->norm_fwd_ns = 1e9 * t / (double)E;
+        TIME_MEDIAN(t, 20,
+                    dp__cpu_norm_bwd(NULL, sh->norm, c, db, ln ? db + C : NULL, b, a, w, st, N, C));
+        o->norm_bwd_ns = 1e9 * t / (double)E;
+        /* rowmax st[0, N), sums st[N, 3N), loss st[3N, 4N). */
+        TIME_MEDIAN(t, 20, {
+            dp__cpu_ce_max(NULL, st, a, N, C, 0, C);
+            dp__cpu_ce_sums(NULL, st + N, a, st, tgt, N, C, 0, C);
+            dp__cpu_ce_grad(NULL, a, st + 3 * N, st, st + N, tgt, N, C, 0, C, (real)1e-3);
+        });
+        o->ce_ns = 1e9 * t / (double)E;
+        TIME_MEDIAN(
+            t, 20,
+            dp__cpu_adamw(NULL, a, b, c, w, E / 2, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.1, 0.05, 1));
+        o->adamw_ns = 1e9 * t / (double)(E / 2);
+        /* One causal head of T x d, the executor's attention kernels. */
+        real *qkv = a, *probs = b, *dqkv = c, *dprobs = w, *ctx = fill_real((size_t)(T * d), 7),
+             *dctx = fill_real((size_t)(T * d), 8);
+        if (ctx && dctx) {
+            TIME_MEDIAN(t, 1, dp__cpu_attn_fwd(NULL, ctx, probs, qkv, 1, T, 1, 1, (int)d));
+            int reps = reps_for(t, 0.02);
+            TIME_MEDIAN(o->attn_fwd_s, reps,
+                        dp__cpu_attn_fwd(NULL, ctx, probs, qkv, 1, T, 1, 1, (int)d));
+            TIME_MEDIAN(o->attn_probs_s, reps,
+                        dp__cpu_attn_probs(NULL, probs, qkv, 1, T, 1, 1, (int)d));
+            TIME_MEDIAN(o->attn_bwd_s, reps,
+                        dp__cpu_attn_bwd(NULL, dqkv, dprobs, dctx, qkv, probs, 1, T, 1, 1, (int)d));
+        } else {
+            rc = -1;
+        }
+        free(ctx);
+        free(dctx);
+    }
+    free(a);
+    free(b);
+    free(c);
+    free(w);
+    free(st);
+    free(db);
+    free(tgt);
+    return rc;
+}
+
+int dp_exec_probe_device(const struct dp_probe_shape *sh, struct dp_device_probe *out,
+                         struct dp_err *err)
+{
+    memset(out, 0, sizeof *out);
+    int nt = sh->threads > 0 ? sh->threads : 1;
+    int conc = sh->concurrent > nt ? sh->concurrent : nt;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores > 0 && conc > cores)
+        conc = (int)cores; /* more threads than cores take turns: cores run at once */
+    int saved = omp_get_max_threads();
+    openblas_set_num_threads(1);
+
+    /* SGEMM: a large product for the rate, a tiny one (whose FLOPs are negligible) for the
+     * cost of a call. */
+    double tl = gemm_time(1024, 768, 256, 9);
+    out->gemm_gflops = tl > 0 ? 2.0 * 1024 * 768 * 256 / tl / 1e9 : 0;
+    double ts = gemm_time(16, 16, 16, 400);
+    if (out->gemm_gflops <= 0 || ts <= 0)
+        return dp_err_set(err, DP_ENOMEM, "device probe: out of memory");
+    out->gemm_call_s = ts - 2.0 * 16 * 16 * 16 / (out->gemm_gflops * 1e9);
+    if (out->gemm_call_s < 0)
+        out->gemm_call_s = 0;
+    /* The same product alone and with the other threads busy: the ratio is what sharing
+     * the machine (caches, memory, clocks) costs each thread. */
+    out->conc_eff = conc > 1 ? gemm_rate_concurrent(conc) / gemm_rate_concurrent(1) : 1.0;
+    if (out->conc_eff > 1)
+        out->conc_eff = 1; /* noise: sharing never speeds a thread up */
+    out->fork_s = nt > 1 ? fork_time(nt) : 0;
+
+    int64_t l2 = cache_size(2), l3 = cache_size(3);
+    out->cache_bytes[0] = l2;
+    out->cache_bytes[1] = l3 / conc;
+    out->bw_gbps[0] = stream_gbps(conc, (size_t)(l2 / 2));
+    out->bw_gbps[1] = stream_gbps(conc, (size_t)(l3 / conc / 2));
+    size_t dram = (size_t)(2 * l3 / conc);
+    out->bw_gbps[2] = stream_gbps(conc, dram > ((size_t)48 << 20) ? dram : (size_t)48 << 20);
+
+    omp_set_num_threads(1);
+    int rc = kernels(sh, out);
+    omp_set_num_threads(saved);
+    if (rc || out->bw_gbps[2] <= 0)
+        return dp_err_set(err, DP_ENOMEM, "device probe: out of memory");
+    return 0;
+}
+
+int dp_exec_gemm_threads(int m, int n, int k, int threads)
+{
+    return dp__cpu_gemm_threads(m, n, k, threads);
+}

@@ -1,0 +1,35 @@
+/*
+ * Stand-in for the CPU backend when dplan is configured without MPI or
+ * OpenBLAS (-DDPLAN_MPI=OFF / -DDPLAN_OPENBLAS=OFF): `dplan run` then says
+ * so instead of failing to link, and the step-time probe fails the same way.
+ */
+#include "backend.h"
+#include "probe.h"
+
+#include <string.h>
+
+static struct dp_backend *none_new(const struct dp_backend_cfg *cfg, struct dp_err *err)
+{
+    (void)cfg;
+    dp_err_set(err, DP_EINFEASIBLE,
+               "this dplan was built without the CPU backend (configure with -DDPLAN_MPI=ON "
+               "-DDPLAN_OPENBLAS=ON)");
+    return NULL;
+}
+
+const struct dp_backend_kind dp__cpu_kind = {.name = "cpu", .create = none_new};
+
+int dp_exec_probe_device(const struct dp_probe_shape *shape, struct dp_device_probe *out,
+                         struct dp_err *err)
+{
+    (void)shape;
+    memset(out, 0, sizeof *out);
+    return dp_err_set(err, DP_ERUNTIME,
+                      "device probe: this dplan was built without the CPU backend");
+}
+
+int dp_exec_gemm_threads(int m, int n, int k, int threads)
+{
+    (void)m, (void)n, (void)k, (void)threads;
+    return 1;
+}

@@ -1,0 +1,339 @@
+/*
+ * The executor's memory plan: one table of every buffer a rank holds
+ * (README.md "Buffer table"), from which the rank allocates and from which
+ * dp_exec_memory estimates. There is no second copy of the sizes: the
+ * prediction the run checks against MemAvailable before step 1, the
+ * "predicted" column of the summary and what the rank allocates are this
+ * table. The parameter count comes from ckpt's tensor table, which also lays
+ * out the flat buffers (model.c).
+ *
+ * Activation slots are the exception that needs the schedule: a slot is
+ * allocated when a micro-batch enters the stage and reused after its
+ * backward, so the table holds their size and the most 1F1B keeps in flight
+ * (min(pp - stage, M), schedule.c), and the pools count what is held.
+ */
+#include "internal.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ the table */
+
+/* Every buffer outside the slots: its pool, and where its pointer lives. */
+struct bufdef {
+    enum dp_pool pool;
+    size_t offset; /* of its `real *` in struct dp_exec */
+};
+
+#define AT(field) offsetof(struct dp_exec, field)
+static const struct bufdef bufs[DP__NBUF] = {
+    [DP__BUF_PARAMS] = {DP_POOL_PARAMS, AT(params)},
+    [DP__BUF_GRADS] = {DP_POOL_GRADS, AT(grads)},
+    [DP__BUF_GRED] = {DP_POOL_GRADS, AT(gred)},
+    [DP__BUF_GEDGE] = {DP_POOL_GRADS, AT(gedge)},
+    [DP__BUF_GWIN] = {DP_POOL_GRADS, AT(gwin)},
+    [DP__BUF_PSHARD] = {DP_POOL_PARAMS, AT(pshard)},
+    [DP__BUF_PEDGE] = {DP_POOL_PARAMS, AT(pedge)},
+    [DP__BUF_PWIN] = {DP_POOL_PARAMS, AT(pwin)},
+    [DP__BUF_ADAM_M] = {DP_POOL_OPTIM, AT(adam_m)},
+    [DP__BUF_ADAM_V] = {DP_POOL_OPTIM, AT(adam_v)},
+    [DP__BUF_TMP] = {DP_POOL_ACT_WORK, AT(w.tmp)},
+    [DP__BUF_DTMP] = {DP_POOL_ACT_WORK, AT(w.dtmp)},
+    [DP__BUF_DGATH] = {DP_POOL_ACT_WORK, AT(w.dgath)},
+    [DP__BUF_DRES] = {DP_POOL_ACT_WORK, AT(w.dres)},
+    [DP__BUF_DQKV] = {DP_POOL_ACT_WORK, AT(w.dqkv)},
+    [DP__BUF_DCTX] = {DP_POOL_ACT_WORK, AT(w.dctx)},
+    [DP__BUF_DPROBS] = {DP_POOL_ACT_WORK, AT(w.dprobs)},
+    [DP__BUF_DFC1] = {DP_POOL_ACT_WORK, AT(w.dfc1)},
+    [DP__BUF_DACT] = {DP_POOL_ACT_WORK, AT(w.dact)},
+    [DP__BUF_PROBS] = {DP_POOL_ACT_WORK, AT(w.probs)},
+    [DP__BUF_RC] = {DP_POOL_ACT_WORK, AT(w.rc_mem)},
+    [DP__BUF_ROPE] = {DP_POOL_ACT_WORK, AT(w.rope)},
+    [DP__BUF_XF] = {DP_POOL_ACT_HEAD, AT(hd.xf)},
+    [DP__BUF_LNF] = {DP_POOL_ACT_HEAD, AT(hd.lnf)},
+    [DP__BUF_LNF_ST] = {DP_POOL_ACT_HEAD, AT(hd.lnf_st)},
+    [DP__BUF_LOGITS] = {DP_POOL_ACT_HEAD, AT(hd.logits)},
+    [DP__BUF_CE] = {DP_POOL_ACT_HEAD, AT(hd.ce)},
+    [DP__BUF_SEND] = {DP_POOL_COMM, AT(send_fwd)},
+};
+#undef AT
+
+/* Lays buffers out back to back from `base` (no padding: sizes are exact); with
+ * base == NULL it only counts. */
+struct carver {
+    char *base;
+    size_t off;
+};
+
+static void *carve(struct carver *cv, int64_t n, size_t esize)
+{
+    void *p = cv->base ? cv->base + cv->off : NULL;
+    cv->off += (size_t)n * esize;
+    return p;
+}
+
+/* One layer's kept activations: the slot's set (x, plus everything unless full
+ * recompute) or the full-recompute working set (everything but x, which aliases). */
+static void layer_acts(const struct dp_exec *ex, struct dp_act *A, struct carver *cv,
+                       bool keep_probs, bool full_set)
+{
+    const struct dp_dims *dm = &ex->dm;
+    struct dp_act a = {0};
+    if (!full_set)
+        a.x = carve(cv, dm->Nl * dm->h, sizeof(real));
+    if (full_set || ex->l.recompute != DP_RECOMPUTE_FULL) {
+        a.ln1 = carve(cv, dm->Nl * dm->h, sizeof(real));
+        a.ln1_st = carve(cv, 2 * dm->Nl, sizeof(real));
+        a.qkv = carve(cv, dm->N * dm->qkvd, sizeof(real));
+        if (keep_probs)
+            a.probs = carve(cv, dm->B * dm->a * dm->T * dm->T, sizeof(real));
+        a.ctx = carve(cv, dm->N * dm->qd, sizeof(real));
+        a.x2 = carve(cv, dm->Nl * dm->h, sizeof(real));
+        a.ln2 = carve(cv, dm->Nl * dm->h, sizeof(real));
+        a.ln2_st = carve(cv, 2 * dm->Nl, sizeof(real));
+        a.fc1 = carve(cv, dm->N * dm->F1, sizeof(real));
+        a.act = carve(cv, dm->N * dm->f, sizeof(real));
+    }
+    if (A)
+        *A = a;
+}
+
+/* A slot: every local layer's kept set, then the input tokens (first stage) and the
+ * target tokens (last stage). Returns its bytes. */
+static size_t slot_layout(const struct dp_exec *ex, struct dp_slot *s, char *mem)
+{
+    struct carver cv = {mem, 0};
+    bool probs = ex->l.recompute == DP_RECOMPUTE_NONE;
+    for (int i = 0; i < ex->nlayers; i++)
+        layer_acts(ex, s ? &s->layers[i] : NULL, &cv, probs, false);
+    if (ex->first) {
+        int32_t *t = carve(&cv, ex->dm.N, sizeof(int32_t));
+        if (s)
+            s->inputs = t;
+    }
+    if (ex->last) {
+        int32_t *t = carve(&cv, ex->dm.N, sizeof(int32_t));
+        if (s)
+            s->targets = t;
+    }
+    return cv.off;
+}
+
+void dp__memplan(const struct dp_exec *ex, struct dp__memplan *p)
+{
+    const struct dp_dims *dm = &ex->dm;
+    const struct dp_layout *l = &ex->l;
+    const int64_t Nh = dm->N * dm->h, Nlh = dm->Nl * dm->h, S = dm->B * dm->a * dm->T * dm->T;
+    int64_t *e = p->elems;
+    memset(p, 0, sizeof *p);
+    /* The flat buffers: under ZeRO padded to a multiple of the shard group (dp, or
+     * shard_group under HSDP), the optimizer state of one contiguous shard (schedule.c).
+     * ZeRO-2 replaces the flat gradients by the reduced shard, the edge's gradients and
+     * one layer's window; ZeRO-3 the flat parameters likewise (shard.c). */
+    int64_t P = (int64_t)ex->nparams, flat = P, shard = P;
+    if (l->zero >= 1) {
+        int64_t sg = ex->sg > 0 ? ex->sg : l->dp;
+        flat = (P + sg - 1) / sg * sg;
+        shard = flat / sg;
+    }
+    e[DP__BUF_PARAMS] = l->zero >= 3 ? 0 : flat;
+    e[DP__BUF_GRADS] = l->zero >= 2 ? 0 : flat;
+    e[DP__BUF_ADAM_M] = e[DP__BUF_ADAM_V] = shard;
+    if (l->zero >= 2) {
+        e[DP__BUF_GRED] = shard;
+        e[DP__BUF_GEDGE] = (int64_t)ex->edge_n;
+        e[DP__BUF_GWIN] = (int64_t)ex->win_n;
+    }
+    if (l->zero >= 3) {
+        e[DP__BUF_PSHARD] = shard;
+        e[DP__BUF_PEDGE] = (int64_t)ex->edge_n;
+        e[DP__BUF_PWIN] = (int64_t)ex->win_n;
+    }
+    /* act_work: one set per rank. */
+    e[DP__BUF_TMP] = e[DP__BUF_DTMP] = Nh;
+    e[DP__BUF_DGATH] = dm->sp ? Nh : 0;
+    e[DP__BUF_DRES] = Nlh;
+    e[DP__BUF_DQKV] = dm->N * dm->qkvd;
+    e[DP__BUF_DCTX] = dm->N * dm->qd;
+    e[DP__BUF_DPROBS] = S;
+    /* GELU's input gradient overwrites dact: dfc1 only for SwiGLU */
+    e[DP__BUF_DFC1] = ex->m->ffn != DP_FFN_GELU ? dm->N * dm->F1 : 0;
+    e[DP__BUF_DACT] = dm->N * dm->f;
+    e[DP__BUF_PROBS] = l->recompute == DP_RECOMPUTE_SELECTIVE ? S : 0;
+    if (l->recompute == DP_RECOMPUTE_FULL) {
+        struct carver cv = {NULL, 0};
+        layer_acts(ex, NULL, &cv, true, true);
+        e[DP__BUF_RC] = (int64_t)(cv.off / sizeof(real));
+    }
+    e[DP__BUF_ROPE] = ex->m->pos == DP_POS_ROPE ? dm->T * dm->d : 0;
+    /* act_head: the last stage. */
+    if (ex->last) {
+        e[DP__BUF_XF] = e[DP__BUF_LNF] = Nlh;
+        e[DP__BUF_LNF_ST] = 2 * dm->Nl;
+        e[DP__BUF_LOGITS] = dm->N * dm->Vl;
+        e[DP__BUF_CE] = 4 * dm->N;
+    }
+    e[DP__BUF_SEND] = l->pp > 1 && !ex->last ? Nlh : 0;
+    /* Slots: at most min(pp - stage, M) micro-batches are in flight under 1F1B. */
+    int64_t inflight = l->pp - ex->c.pp_rank;
+    p->slots = (int)(inflight < ex->M ? inflight : ex->M);
+    p->slot_bytes = (int64_t)slot_layout(ex, NULL, NULL);
+    for (int b = 0; b < DP__NBUF; b++)
+        p->pool_bytes[bufs[b].pool] += e[b] * (int64_t)sizeof(real);
+    p->pool_bytes[DP_POOL_ACT_SLOTS] = p->slots * p->slot_bytes;
+}
+
+/* ------------------------------------------------------------------ allocation */
+
+static void rope_table(struct dp_exec *ex, bool *fail)
+{
+    /* cos and sin of p * 10000^(-2i/d), i < d/2 (Su et al. 2021, Eq. 34). */
+    const struct dp_dims *dm = &ex->dm;
+    int64_t half = dm->d / 2;
+    real *host = malloc((size_t)(dm->T * dm->d) * sizeof(real));
+    if (!host) {
+        *fail = true;
+        return;
+    }
+    for (int64_t p = 0; p < dm->T; p++)
+        for (int64_t i = 0; i < half; i++) {
+            double th = (double)p * pow(10000.0, -2.0 * (double)i / (double)dm->d);
+            host[p * half + i] = (real)cos(th);
+            host[dm->T * half + p * half + i] = (real)sin(th);
+        }
+    OPS->upload(ex->be, ex->w.rope, host, (size_t)(dm->T * dm->d) * sizeof(real));
+    free(host);
+}
+
+int dp__mem_build(struct dp_exec *ex)
+{
+    struct dp__memplan p;
+    dp__memplan(ex, &p);
+    memcpy(ex->predicted, p.pool_bytes, sizeof ex->predicted);
+    ex->shard = (size_t)p.elems[DP__BUF_ADAM_M];
+    ex->nflat = ex->l.zero >= 1 ? ex->shard * (size_t)ex->sg : ex->shard;
+    ex->shard_off = ex->l.zero >= 1 ? (size_t)ex->sg_rank * ex->shard : 0;
+    for (int b = 0; b < DP__NBUF; b++) {
+        real **at = (real **)((char *)ex + bufs[b].offset);
+        if (!p.elems[b])
+            continue;
+        size_t bytes = (size_t)p.elems[b] * sizeof(real);
+        if (!(*at = dp__mem_alloc(ex->be, &ex->mem, bufs[b].pool, bytes)))
+            return dp_err_set(
+                ex->err, DP_ENOMEM, "rank %d: cannot allocate %.1f MiB of %s (the parameters: %zu)",
+                ex->rank, (double)bytes / 1048576.0, dp_pool_name(bufs[b].pool), ex->nparams);
+    }
+    if (ex->w.rc_mem) {
+        struct carver cv = {(char *)ex->w.rc_mem, 0};
+        layer_acts(ex, &ex->w.rc, &cv, true, true);
+    }
+    bool fail = false;
+    if (ex->w.rope)
+        rope_table(ex, &fail);
+    ex->maxslots = p.slots;
+    ex->slot_bytes = (size_t)p.slot_bytes;
+    ex->slots = calloc((size_t)(ex->maxslots ? ex->maxslots : 1), sizeof *ex->slots);
+    for (int i = 0; ex->slots && i < ex->maxslots; i++)
+        ex->slots[i].mb = -1;
+    if (fail || !ex->slots)
+        return dp_err_set(ex->err, DP_ENOMEM, "rank %d: out of memory", ex->rank);
+    ex->gred = ex->l.zero >= 2 ? ex->gred : ex->grads; /* ZeRO-1: the chunk at grads[0, shard) */
+    return 0;
+}
+
+void dp__mem_release(struct dp_exec *ex)
+{
+    struct dp_backend *be = ex->be;
+    if (!be)
+        return;
+    for (int i = 0; ex->slots && i < ex->nslots; i++) {
+        be->ops->free(be, ex->slots[i].mem);
+        free(ex->slots[i].layers);
+    }
+    free(ex->slots);
+    ex->slots = NULL;
+    if (ex->l.zero < 2)
+        ex->gred = NULL; /* an alias of grads */
+    /* Pool accounting is not unwound: the peaks are what matters and the rank ends. */
+    for (int b = 0; b < DP__NBUF; b++) {
+        real **at = (real **)((char *)ex + bufs[b].offset);
+        if (*at)
+            be->ops->free(be, *at);
+        *at = NULL;
+    }
+}
+
+struct dp_slot *dp__slot_acquire(struct dp_exec *ex, int mb)
+{
+    struct dp_slot *s = NULL;
+    for (int i = 0; i < ex->nslots; i++)
+        if (ex->slots[i].mb < 0) {
+            s = &ex->slots[i];
+            break;
+        }
+    if (!s) {
+        if (ex->nslots == ex->maxslots) {
+            dp_err_set(ex->err, DP_ERUNTIME, "internal: more than %d micro-batches in flight",
+                       ex->maxslots);
+            return NULL;
+        }
+        s = &ex->slots[ex->nslots];
+        s->layers = calloc((size_t)(ex->nlayers ? ex->nlayers : 1), sizeof *s->layers);
+        s->mem = ex->be->ops->alloc(ex->be, ex->slot_bytes);
+        if (!s->layers || !s->mem) {
+            free(s->layers);
+            if (s->mem)
+                ex->be->ops->free(ex->be, s->mem);
+            memset(s, 0, sizeof *s);
+            dp_err_set(ex->err, DP_ENOMEM, "rank %d: cannot allocate activations (%.1f MiB)",
+                       ex->rank, (double)ex->slot_bytes / 1048576.0);
+            return NULL;
+        }
+        s->bytes = ex->slot_bytes;
+        slot_layout(ex, s, s->mem);
+        ex->nslots++;
+    }
+    s->mb = mb;
+    dp__mem_hold(&ex->mem, DP_POOL_ACT_SLOTS, (int64_t)s->bytes);
+    return s;
+}
+
+void dp__slot_release(struct dp_exec *ex, struct dp_slot *s)
+{
+    s->mb = -1;
+    dp__mem_hold(&ex->mem, DP_POOL_ACT_SLOTS, -(int64_t)s->bytes);
+}
+
+/* ------------------------------------------------------------------ the estimate */
+
+int dp_exec_memory(const struct dp_model *m, const struct dp_layout *l, int stage,
+                   int64_t out[DP_NPOOLS], struct dp_err *err)
+{
+    memset(out, 0, DP_NPOOLS * sizeof *out);
+    int rc = dp_layout_validate(l, m, 0, err);
+    if (rc)
+        return rc;
+    if (stage < 0 || stage >= l->pp)
+        return dp_err_set(err, DP_EINVAL, "stage %d: the layout has %d stages", stage, l->pp);
+    struct dp_exec *ex = calloc(1, sizeof *ex);
+    if (!ex)
+        return dp_err_set(err, DP_ENOMEM, "out of memory");
+    ex->m = m;
+    ex->l = *l;
+    ex->err = err;
+    ex->c.pp_rank = stage;
+    dp__dims_init(ex);
+    dp__stage_place(ex, stage);
+    ex->M = dp_layout_microbatches(l);
+    rc = dp__model_build(ex); /* the tensor table: the parameter count */
+    if (!rc) {
+        struct dp__memplan p;
+        dp__memplan(ex, &p);
+        memcpy(out, p.pool_bytes, DP_NPOOLS * sizeof *out);
+    }
+    dp__model_release(ex);
+    free(ex);
+    return rc;
+}

@@ -1,0 +1,723 @@
+/*
+ * The predicted step time of the CPU executor on this machine
+ * (dp_exec_predict): the executor's own step code run on a pricing backend.
+ * For each pipeline stage a rank is built as for training (the tensor
+ * table, the buffer table, the 1F1B schedule), but its backend computes
+ * nothing: every operation the model and the schedule call (each GEMM,
+ * norm, attention, collective and pipeline message, with its shapes) adds
+ * what it costs here, priced with what the probe measured on this machine
+ * (backend/cpu_probe.c) and what MPI took in the run. So the prediction
+ * follows the executor's call sequence by construction; a new kernel needs
+ * only its price below.
+ *
+ * Why not the GPU step-time model: costmodel/time.c prices GEMMs with cuBLAS
+ * 128-wide tile quantisation and a saturating efficiency curve and has no
+ * per-call cost; at tiny-gpt's sizes (hidden 64, head_dim 16) that predicted
+ * 27 ms for a 3.5 ms step. On a CPU a small product is not starved of tiles
+ * but pays a fixed call cost, each parallel region pays an OpenMP fork and
+ * join, and element-wise passes run at the bandwidth of the cache level
+ * their operands fit in (measured here: ~135 GB/s per thread in L2, ~5 in
+ * DRAM). What the two models share: 1F1B's fill and drain (Narayanan et al.
+ * 2021, Sec. 2.2) and alpha-beta collectives with the all-reduce factor
+ * 2(n-1)/n (nccl-tests doc/PERFORMANCE.md).
+ *
+ * The pricing backend's buffers are address space reserved without access
+ * (PROT_NONE, nothing committed): the step code only does arithmetic on
+ * pointers, and any touch of tensor data here would fault rather than go
+ * unnoticed.
+ */
+#include "backend/probe.h"
+#include "internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define R ((double)sizeof(real)) /* bytes per element */
+
+/* Seconds by kind, and core-seconds (for time-sharing when threads exceed cores). */
+struct parts {
+    double gemm, attn, ew, fork, comm, opt;
+    double core_s;
+};
+
+struct reservation {
+    void *p;
+    size_t n;
+};
+
+/* The pricing backend: this machine's measurements, the rank's place, the bill. */
+struct pricer {
+    struct dp_backend base;
+    struct dp_device_probe pr;
+    int nt;          /* threads per rank */
+    bool shared;     /* other ranks compute at the same time: GEMMs run at conc_eff */
+    double a_step;   /* MPI: seconds per step of a collective (recursive doubling) */
+    double coll_bps; /* MPI: bus bandwidth, bytes/s */
+    int size[DP_NGROUPS], rank[DP_NGROUPS];
+    bool optimizer; /* bill element-wise work as optimizer work (zeroing, norm, AdamW) */
+    struct parts bill;
+    struct reservation *maps;
+    int nmaps, capmaps;
+};
+
+static struct pricer *pc(struct dp_backend *be)
+{
+    return (struct pricer *)be;
+}
+
+static double total(const struct parts *p)
+{
+    return p->gemm + p->attn + p->ew + p->fork + p->comm + p->opt;
+}
+
+static void add(struct parts *a, const struct parts *b, double k)
+{
+    a->gemm += k * b->gemm;
+    a->attn += k * b->attn;
+    a->ew += k * b->ew;
+    a->fork += k * b->fork;
+    a->comm += k * b->comm;
+    a->opt += k * b->opt;
+    a->core_s += k * b->core_s;
+}
+
+/* Streaming bandwidth (bytes/s per thread) for a working set of `ws` bytes per thread:
+ * that of the cache level it fits in. */
+static double bw(const struct pricer *c, double ws)
+{
+    int lv = ws <= (double)c->pr.cache_bytes[0] ? 0 : ws <= (double)c->pr.cache_bytes[1] ? 1 : 2;
+    return c->pr.bw_gbps[lv] * 1e9;
+}
+
+/* A parallel region of the rank's threads: its fork and join. */
+static void region(struct pricer *c)
+{
+    if (c->nt > 1) {
+        c->bill.fork += c->pr.fork_s;
+        c->bill.core_s += c->nt * c->pr.fork_s;
+    }
+}
+
+/* Element-wise work over `elems` elements moving `bytes`, `ns` ns of compute per element
+ * on one thread, split over the rank's threads: the slower of compute and memory (a
+ * roofline), plus the region. */
+static void ew(struct pricer *c, double elems, double bytes, double ns)
+{
+    region(c);
+    double per = bytes / c->nt;
+    double t = fmax(elems * ns * 1e-9 / c->nt, per / bw(c, per));
+    *(c->optimizer ? &c->bill.opt : &c->bill.ew) += t;
+    c->bill.core_s += c->nt * t;
+}
+
+/* memset/memcpy on the calling thread. */
+static void serial(struct pricer *c, double *bucket, double bytes)
+{
+    double t = bytes / bw(c, bytes);
+    *bucket += t;
+    c->bill.core_s += t;
+}
+
+/* ------------------------------------------------------------------ the kernels' prices */
+
+/* Buffers are reservations of address space without access; their sizes are kept for
+ * munmap. */
+static void *p_alloc(struct dp_backend *be, size_t bytes)
+{
+    struct pricer *c = pc(be);
+    if (c->nmaps == c->capmaps) {
+        int cap = c->capmaps ? 2 * c->capmaps : 64;
+        struct reservation *r = realloc(c->maps, (size_t)cap * sizeof *r);
+        if (!r)
+            return NULL;
+        c->maps = r;
+        c->capmaps = cap;
+    }
+    size_t n = bytes ? bytes : 1;
+    void *p = mmap(NULL, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    c->maps[c->nmaps++] = (struct reservation){p, n};
+    return p;
+}
+
+static void p_free(struct dp_backend *be, void *p)
+{
+    struct pricer *c = pc(be);
+    for (int i = 0; i < c->nmaps; i++)
+        if (c->maps[i].p == p) {
+            munmap(p, c->maps[i].n);
+            c->maps[i] = c->maps[--c->nmaps];
+            return;
+        }
+}
+
+static void p_none(struct dp_backend *be, void *dst, const void *src, size_t bytes) {}
+
+static void p_zero(struct dp_backend *be, void *dst, size_t bytes)
+{
+    serial(pc(be), pc(be)->optimizer ? &pc(be)->bill.opt : &pc(be)->bill.ew, (double)bytes);
+}
+
+static void p_copy(struct dp_backend *be, void *dst, const void *src, size_t bytes)
+{
+    serial(pc(be), &pc(be)->bill.ew, 2.0 * (double)bytes);
+}
+
+/* C[m, n] = A[m, k] B[k, n], split by rows as cpu_gemm.c splits it (whole 16-row panels per
+ * thread): a fixed call cost, the FLOPs at the probed rate, and the packing of the
+ * operands into panels (GotoBLAS/OpenBLAS copy A's rows and all of B, read and write:
+ * 8 bytes per element, at the bandwidth of where they sit). Each thread packs all of B:
+ * what splitting a small product repeats. */
+static void p_gemm(struct dp_backend *be, bool ta, bool tb, int m, int n, int k, real alpha,
+                   const real *a, int lda, const real *b, int ldb, real beta, real *cc, int ldc)
+{
+    struct pricer *c = pc(be);
+    int nth = dp_exec_gemm_threads(m, n, k, c->nt);
+    double rows = m;
+    if (nth > 1) {
+        region(c);
+        rows = ceil(ceil((double)m / nth) / 16) * 16;
+        rows = rows < m ? rows : m;
+    }
+    double eff = nth > 1 || c->shared ? c->pr.conc_eff : 1.0;
+    double pack = (rows + n) * k;
+    double t = c->pr.gemm_call_s + 2 * rows * n * k / (c->pr.gemm_gflops * 1e9 * eff) +
+               2 * R * pack / bw(c, R * pack);
+    c->bill.gemm += t;
+    c->bill.core_s += nth * t;
+}
+
+static void p_init_fill(struct dp_backend *be, real *dst, int64_t rows, int64_t cols, int64_t gcols,
+                        int64_t r0, int64_t c0, uint64_t seed, uint64_t key, double std,
+                        double value)
+{
+}
+
+static void p_norm_fwd(struct dp_backend *be, enum dp_norm_kind kind, real *out, real *stats,
+                       const real *inp, const real *w, const real *b, int64_t N, int64_t C)
+{
+    ew(pc(be), (double)(N * C), R * (2.0 * N * C + 2.0 * N), pc(be)->pr.norm_fwd_ns);
+}
+
+static void p_norm_bwd(struct dp_backend *be, enum dp_norm_kind kind, real *dinp, real *dw,
+                       real *db, const real *dout, const real *inp, const real *w,
+                       const real *stats, int64_t N, int64_t C)
+{
+    ew(pc(be), (double)(N * C), R * 4.0 * N * C, pc(be)->pr.norm_bwd_ns);
+}
+
+static void p_bias_fill(struct dp_backend *be, real *out, const real *bias, int64_t N, int64_t C)
+{
+    ew(pc(be), (double)(N * C), R * (double)(N * C), 0);
+}
+
+static void p_bias_grad(struct dp_backend *be, real *db, const real *dout, int64_t N, int64_t C)
+{
+    ew(pc(be), (double)(N * C), R * (double)(N * C), 0);
+}
+
+static void p_residual(struct dp_backend *be, real *out, const real *a, const real *b,
+                       const real *bias, int64_t N, int64_t C)
+{
+    ew(pc(be), (double)(N * C), R * (b ? 3.0 : 2.0) * N * C, 0);
+}
+
+static void p_add_inplace(struct dp_backend *be, real *y, const real *x, int64_t n)
+{
+    ew(pc(be), (double)n, R * 3.0 * n, 0);
+}
+
+/* F columns out; GELU reads F, SwiGLU 2 F per row. */
+static void p_act_fwd(struct dp_backend *be, enum dp_ffn_kind kind, real *out, const real *inp,
+                      int64_t N, int64_t F)
+{
+    double F1 = kind == DP_FFN_SWIGLU ? 2.0 * F : (double)F;
+    ew(pc(be), (double)(N * F), R * N * (F1 + F), pc(be)->pr.act_fwd_ns);
+}
+
+static void p_act_bwd(struct dp_backend *be, enum dp_ffn_kind kind, real *dinp, real *dbias,
+                      const real *dout, const real *inp, int64_t N, int64_t F)
+{
+    double F1 = kind == DP_FFN_SWIGLU ? 2.0 * F : (double)F;
+    ew(pc(be), (double)(N * F), R * N * (F + 2 * F1), pc(be)->pr.act_bwd_ns);
+}
+
+static void p_rope(struct dp_backend *be, real *x, int64_t ld, int64_t N, int64_t T, int nq, int nk,
+                   int d, const real *cs, bool inverse)
+{
+    double e = (double)N * (nq + nk) * d;
+    ew(pc(be), e, R * 2 * e, 0);
+}
+
+/* Attention: one task per (sequence, head) over the threads, the probabilities kept. */
+static void p_attn_fwd(struct dp_backend *be, real *ctx, real *probs, const real *qkv, int64_t B,
+                       int64_t T, int a, int g, int d)
+{
+    struct pricer *c = pc(be);
+    double N = (double)(B * T), qd = (double)a * d, qkvd = (double)(a + 2 * g) * d;
+    serial(c, &c->bill.attn, R * N * qd);
+    region(c);
+    double tasks = (double)(B * a), pb = R * tasks * T * T;
+    double t = fmax(ceil(tasks / c->nt) * c->pr.attn_fwd_s,
+                    (pb + R * N * (qkvd + qd)) / c->nt / bw(c, (pb + R * N * qkvd) / c->nt));
+    c->bill.attn += t;
+    c->bill.core_s += c->nt * t;
+}
+
+static void p_attn_probs(struct dp_backend *be, real *probs, const real *qkv, int64_t B, int64_t T,
+                         int a, int g, int d)
+{
+    struct pricer *c = pc(be);
+    region(c);
+    double t = ceil((double)(B * a) / c->nt) * c->pr.attn_probs_s;
+    c->bill.attn += t;
+    c->bill.core_s += c->nt * t;
+}
+
+/* One task per (sequence, kv head), each over its a/g query heads. */
+static void p_attn_bwd(struct dp_backend *be, real *dqkv, real *dprobs, const real *dctx,
+                       const real *qkv, const real *probs, int64_t B, int64_t T, int a, int g,
+                       int d)
+{
+    struct pricer *c = pc(be);
+    double N = (double)(B * T), qd = (double)a * d, qkvd = (double)(a + 2 * g) * d;
+    double pb = R * B * a * T * T;
+    serial(c, &c->bill.attn, R * N * qkvd);
+    region(c);
+    double t = fmax(ceil((double)(B * g) / c->nt) * ((double)a / g) * c->pr.attn_bwd_s,
+                    (2 * pb + R * N * (2 * qkvd + qd)) / c->nt / bw(c, 2 * pb / c->nt));
+    c->bill.attn += t;
+    c->bill.core_s += c->nt * t;
+}
+
+static void p_embed_fwd(struct dp_backend *be, real *out, const int32_t *tok, const real *wte,
+                        int64_t v0, int64_t nv, int64_t N, int64_t C)
+{
+    ew(pc(be), (double)(N * C), R * 2.0 * N * C, 0);
+}
+
+static void p_embed_bwd(struct dp_backend *be, real *dwte, const int32_t *tok, const real *dout,
+                        int64_t v0, int64_t nv, int64_t N, int64_t C)
+{
+    ew(pc(be), (double)(N * C), R * 3.0 * N * C, 0);
+}
+
+static void p_pos_fwd(struct dp_backend *be, real *out, const real *wpe, int64_t n0, int64_t N,
+                      int64_t T, int64_t C)
+{
+    ew(pc(be), (double)(N * C), R * 3.0 * N * C, 0);
+}
+
+static void p_pos_bwd(struct dp_backend *be, real *dwpe, const real *dout, int64_t n0, int64_t N,
+                      int64_t T, int64_t C)
+{
+    ew(pc(be), (double)(N * C), R * 2.0 * N * C, 0);
+}
+
+/* The probe times the three cross-entropy passes together (ce_ns per logit): a third
+ * each, over the logits they read (the last one also writes them). */
+static void p_ce_max(struct dp_backend *be, real *rowmax, const real *logits, int64_t N, int64_t nv,
+                     int64_t v0, int64_t vocab)
+{
+    ew(pc(be), (double)(N * nv), R * (double)(N * nv), pc(be)->pr.ce_ns / 3);
+}
+
+static void p_ce_sums(struct dp_backend *be, real *sums, const real *logits, const real *gmax,
+                      const int32_t *tgt, int64_t N, int64_t nv, int64_t v0, int64_t vocab)
+{
+    ew(pc(be), (double)(N * nv), R * (double)(N * nv), pc(be)->pr.ce_ns / 3);
+}
+
+static void p_ce_grad(struct dp_backend *be, real *logits, real *loss, const real *gmax,
+                      const real *sums, const int32_t *tgt, int64_t N, int64_t nv, int64_t v0,
+                      int64_t vocab, real dloss)
+{
+    ew(pc(be), (double)(N * nv), R * 2.0 * N * nv, pc(be)->pr.ce_ns / 3);
+}
+
+/* Host sums run on all threads from 64 Ki elements (cpu_optim.c), else on the caller. */
+static double p_sum(struct dp_backend *be, const real *x, int64_t n)
+{
+    struct pricer *c = pc(be);
+    if (n < 65536 || c->nt <= 1)
+        serial(c, c->optimizer ? &c->bill.opt : &c->bill.ew, R * (double)n);
+    else
+        ew(c, (double)n, R * (double)n, 0);
+    return 0;
+}
+
+/* AdamW: p, g, m, v read, p, m, v written, in one region. */
+static void p_adamw(struct dp_backend *be, real *p, const real *grad, real *m, real *v, int64_t n,
+                    double lr, double beta1, double beta2, double eps, double wd, double bc1,
+                    double bc2, double gscale)
+{
+    struct pricer *c = pc(be);
+    region(c);
+    double t = fmax((double)n * c->pr.adamw_ns * 1e-9 / c->nt,
+                    7 * R * (double)n / c->nt / bw(c, 4 * R * (double)n / c->nt));
+    c->bill.opt += t;
+    c->bill.core_s += c->nt * t;
+}
+
+/* ------------------------------------------------------------------ communication */
+
+enum coll { AR, RS, AG, P2P };
+
+/* Alpha-beta over n ranks: log2(n) latency steps (Open MPI's recursive doubling for small
+ * messages), the bytes with nccl-tests' bus factors: all-reduce 2(n-1)/n, reduce-scatter
+ * and all-gather (n-1)/n, a point-to-point message 1. */
+static void coll(struct pricer *c, enum coll k, double bytes, int n)
+{
+    if (n <= 1 && k != P2P)
+        return;
+    double steps = k == P2P ? 1 : ceil(log2((double)n));
+    double f = k == P2P ? 1 : k == AR ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
+    c->bill.comm += c->a_step * steps + f * bytes / c->coll_bps;
+}
+
+static int p_allreduce(struct dp_backend *be, enum dp_group g, real *buf, int64_t n,
+                       enum dp_redop op, struct dp_err *err)
+{
+    coll(pc(be), AR, R * (double)n, pc(be)->size[g]);
+    return 0;
+}
+
+/* nccl-tests count the whole buffer (size x chunk) for reduce-scatter and all-gather. */
+static int p_reduce_scatter(struct dp_backend *be, enum dp_group g, real *buf, int64_t chunk,
+                            struct dp_err *err)
+{
+    coll(pc(be), RS, R * (double)chunk * pc(be)->size[g], pc(be)->size[g]);
+    return 0;
+}
+
+static int p_allgather(struct dp_backend *be, enum dp_group g, real *buf, int64_t chunk,
+                       struct dp_err *err)
+{
+    coll(pc(be), AG, R * (double)chunk * pc(be)->size[g], pc(be)->size[g]);
+    return 0;
+}
+
+static int64_t sum_counts(const int *counts, int n)
+{
+    int64_t s = 0;
+    for (int i = 0; i < n; i++)
+        s += counts[i];
+    return s;
+}
+
+static int p_reduce_scatter_v(struct dp_backend *be, enum dp_group g, real *buf, const int *counts,
+                              struct dp_err *err)
+{
+    int n = pc(be)->size[g];
+    coll(pc(be), RS, R * (double)sum_counts(counts, n), n);
+    return 0;
+}
+
+static int p_allgather_v(struct dp_backend *be, enum dp_group g, real *buf, const int *counts,
+                         struct dp_err *err)
+{
+    int n = pc(be)->size[g];
+    coll(pc(be), AG, R * (double)sum_counts(counts, n), n);
+    return 0;
+}
+
+static int p_allreduce_host(struct dp_backend *be, enum dp_group g, double *buf, int n,
+                            enum dp_redop op, struct dp_err *err)
+{
+    coll(pc(be), AR, 8.0 * n, pc(be)->size[g]);
+    return 0;
+}
+
+static int p_gather_host(struct dp_backend *be, enum dp_group g, const double *in, double *out,
+                         int n, struct dp_err *err)
+{
+    return 0;
+}
+
+/* MPI_Sendrecv is full duplex: a send and a receive together cost the larger message. */
+static int p_sendrecv(struct dp_backend *be, enum dp_group g, int to, const real *sbuf, int64_t sn,
+                      int stag, int from, real *rbuf, int64_t rn, int rtag, struct dp_err *err)
+{
+    coll(pc(be), P2P, R * (double)(sn > rn ? sn : rn), 2);
+    return 0;
+}
+
+static int p_barrier(struct dp_backend *be, enum dp_group g, struct dp_err *err)
+{
+    return 0;
+}
+
+static int p_group_size(struct dp_backend *be, enum dp_group g)
+{
+    return pc(be)->size[g];
+}
+
+static int p_group_rank(struct dp_backend *be, enum dp_group g)
+{
+    return pc(be)->rank[g];
+}
+
+static double p_wtime(struct dp_backend *be)
+{
+    return 0;
+}
+
+static void p_destroy(struct dp_backend *be) {}
+
+static const struct dp_backend_ops pricing_ops = {
+    .name = "pricing",
+    .destroy = p_destroy,
+    .alloc = p_alloc,
+    .free = p_free,
+    .upload = p_none,
+    .download = p_none,
+    .zero = p_zero,
+    .copy = p_copy,
+    .gemm = p_gemm,
+    .init_fill = p_init_fill,
+    .norm_fwd = p_norm_fwd,
+    .norm_bwd = p_norm_bwd,
+    .bias_fill = p_bias_fill,
+    .bias_grad = p_bias_grad,
+    .residual = p_residual,
+    .add_inplace = p_add_inplace,
+    .act_fwd = p_act_fwd,
+    .act_bwd = p_act_bwd,
+    .rope = p_rope,
+    .attn_fwd = p_attn_fwd,
+    .attn_probs = p_attn_probs,
+    .attn_bwd = p_attn_bwd,
+    .embed_fwd = p_embed_fwd,
+    .embed_bwd = p_embed_bwd,
+    .pos_fwd = p_pos_fwd,
+    .pos_bwd = p_pos_bwd,
+    .ce_max = p_ce_max,
+    .ce_sums = p_ce_sums,
+    .ce_grad = p_ce_grad,
+    .sum = p_sum,
+    .sumsq = p_sum,
+    .adamw = p_adamw,
+    .allreduce = p_allreduce,
+    .reduce_scatter = p_reduce_scatter,
+    .allgather = p_allgather,
+    .reduce_scatter_v = p_reduce_scatter_v,
+    .allgather_v = p_allgather_v,
+    .allreduce_host = p_allreduce_host,
+    .gather_host = p_gather_host,
+    .sendrecv = p_sendrecv,
+    .barrier = p_barrier,
+    .group_size = p_group_size,
+    .group_rank = p_group_rank,
+    .wtime = p_wtime,
+};
+
+/* ------------------------------------------------------------------ a stage's step */
+
+/*
+ * One step of a rank of stage `st` (TP and DP rank 0, as every rank of a stage does the
+ * same work): *pipe gets the 1F1B pipeline (M micro-batches through the stage with their
+ * messages), *step the rest (zeroing, gradient reductions, the loss and norm all-reduce,
+ * AdamW, the ZeRO-1 gather).
+ */
+static int price_stage(struct pricer *c, const struct dp_model *m, const struct dp_layout *l,
+                       int st, struct parts *pipe, struct parts *step, struct dp_err *err)
+{
+    struct dp_exec *ex = calloc(1, sizeof *ex);
+    if (!ex)
+        return dp_err_set(err, DP_ENOMEM, "out of memory");
+    ex->m = m;
+    ex->l = *l;
+    dp_exec_opts_default(&ex->o); /* no data: batches are not loaded */
+    ex->err = err;
+    ex->be = &c->base;
+    ex->c = (struct dp_coords){.tp_rank = 0, .dp_rank = 0, .pp_rank = st};
+    ex->rank = dp_rank_of(&ex->c, l->tp, l->dp, l->pp);
+    ex->world = l->tp * l->dp * l->pp;
+    dp__dims_init(ex);
+    dp__stage_place(ex, st);
+    ex->M = dp_layout_microbatches(l);
+    ex->gbs_tokens = l->gbs * l->seq_len;
+    c->rank[DP_GROUP_PP] = st;
+    c->size[DP_GROUP_EMB] = l->pp > 1 && (ex->first || ex->last) ? 2 : 0;
+    c->rank[DP_GROUP_EMB] = ex->last && l->pp > 1 ? 1 : 0;
+    int rc = dp__model_build(ex);
+    if (!rc && (rc = dp__mem_build(ex)) == DP_ENOMEM)
+        dp_err_prefix(err, "step-time prediction");
+    double loss = 0;
+    if (!rc) {
+        memset(&c->bill, 0, sizeof c->bill);
+        c->optimizer = true;
+        rc = dp__step_begin(ex);
+        c->optimizer = false;
+        struct parts before = c->bill;
+        if (!rc)
+            rc = dp__pipeline(ex, 1);
+        *pipe = c->bill;
+        add(pipe, &before, -1);
+        c->optimizer = true;
+        if (!rc)
+            rc = dp__step_reduce(ex, &loss);
+        if (!rc)
+            rc = dp__optimizer_step(ex, ex->o.lr, 1.0);
+        c->optimizer = false;
+        *step = c->bill;
+        add(step, pipe, -1);
+    }
+    dp__mem_release(ex);
+    dp__model_release(ex);
+    free(ex);
+    return rc;
+}
+
+int dp_exec_predict(const struct dp_model *m, const struct dp_layout *l,
+                    const struct dp_exec_machine *run, struct dp_exec_prediction *out,
+                    struct dp_err *err)
+{
+    memset(out, 0, sizeof *out);
+    struct pricer c;
+    memset(&c, 0, sizeof c);
+    c.base.ops = &pricing_ops;
+    c.nt = run->threads > 0 ? run->threads : 1;
+    c.base.threads = c.nt;
+    int per_node = run->ranks_per_node > 0 ? run->ranks_per_node : 1;
+    c.shared = per_node > 1;
+    struct dp_probe_shape sh = {.threads = c.nt,
+                                .concurrent = c.nt * per_node,
+                                .seq_len = l->seq_len,
+                                .head_dim = (int)m->head_dim,
+                                .ffn = m->ffn,
+                                .norm = m->norm};
+    int rc = dp_exec_probe_device(&sh, &c.pr, err);
+    if (rc)
+        return rc;
+    /* MPI as measured after the run: the small all-reduce's latency spread over its
+     * log2(world) steps; the bus bandwidth from the 1 MiB one. */
+    int world = run->world > 1 ? run->world : 1;
+    double steps = world > 1 ? ceil(log2((double)world)) : 1;
+    c.a_step = run->allreduce_small_s > 0 ? run->allreduce_small_s / steps : 0;
+    double big = run->allreduce_1mib_s - run->allreduce_small_s;
+    c.coll_bps = world > 1 && big > 0 ? 2.0 * (world - 1) / world * 1048576.0 / big : 1e18;
+    c.size[DP_GROUP_WORLD] = l->tp * l->dp * l->pp;
+    c.size[DP_GROUP_TP] = l->tp;
+    c.size[DP_GROUP_DP] = l->dp;
+    c.size[DP_GROUP_PP] = l->pp;
+    c.size[DP_GROUP_NODE] = per_node;
+    c.size[DP_GROUP_SHARD] = l->zero >= 1 ? dp_layout_shard(l) : 1;
+    c.size[DP_GROUP_REPL] = l->zero >= 1 ? dp_layout_replicas(l) : 1;
+
+    /* Per stage: a micro-batch (the pipeline's share of one) and the step's own work;
+     * 1F1B paced by the slowest stage. */
+    const double M = (double)dp_layout_microbatches(l);
+    double sum = 0, tmax = -1, core_s = 0, best_total = -1;
+    struct parts best_mb = {0}, best_step = {0};
+    for (int st = 0; st < l->pp; st++) {
+        struct parts pipe = {0}, step = {0};
+        if ((rc = price_stage(&c, m, l, st, &pipe, &step, err))) {
+            free(c.maps);
+            return rc;
+        }
+        struct parts mb = {0};
+        add(&mb, &pipe, 1 / M);
+        double t = total(&mb);
+        sum += t;
+        tmax = t > tmax ? t : tmax;
+        double whole = M * t + total(&step);
+        if (whole > best_total) {
+            best_total = whole;
+            best_mb = mb;
+            best_step = step;
+        }
+        core_s += (pipe.core_s + step.core_s) * l->tp * l->dp;
+    }
+    free(c.maps);
+    double pipe = M * tmax + (sum - tmax);
+    struct parts all = {0};
+    add(&all, &best_mb, M);
+    add(&all, &best_step, 1);
+    out->gemm_s = all.gemm;
+    out->attention_s = all.attn;
+    out->elementwise_s = all.ew;
+    out->fork_s = all.fork;
+    out->comm_s = all.comm;
+    out->optimizer_s = all.opt;
+    out->bubble_s = pipe - M * tmax;
+    double step = pipe + total(&best_step);
+    /* More compute threads than cores: they take turns, and the step lasts at least the
+     * core-seconds of every rank over the cores. */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    double share = cores > 0 ? core_s / (double)cores : 0;
+    if (share > step) {
+        out->timeshare_s = share - step;
+        step = share;
+    }
+    out->step_s = step;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ the schedule */
+
+int dp_exec_schedule(const struct dp_model *m, const struct dp_layout *l, int stage, char *out,
+                     size_t cap, struct dp_err *err)
+{
+    if (!cap)
+        return dp_err_set(err, DP_EINVAL, "dp_exec_schedule: no room");
+    out[0] = 0;
+    int rc = dp_layout_validate(l, m, 0, err);
+    if (rc)
+        return rc;
+    if (stage < 0 || stage >= l->pp)
+        return dp_err_set(err, DP_EINVAL, "stage %d: the layout has %d stages", stage, l->pp);
+    /* The pricing backend with unit rates: only the order of the calls is kept. */
+    struct pricer c;
+    memset(&c, 0, sizeof c);
+    c.base.ops = &pricing_ops;
+    c.nt = c.base.threads = 1;
+    c.pr.gemm_gflops = c.pr.conc_eff = 1;
+    for (int i = 0; i < 3; i++)
+        c.pr.bw_gbps[i] = 1;
+    c.pr.cache_bytes[0] = c.pr.cache_bytes[1] = 1;
+    c.coll_bps = 1e18;
+    c.size[DP_GROUP_WORLD] = l->tp * l->dp * l->pp;
+    c.size[DP_GROUP_TP] = l->tp;
+    c.size[DP_GROUP_DP] = l->dp;
+    c.size[DP_GROUP_PP] = l->pp;
+    c.size[DP_GROUP_NODE] = 1;
+    c.size[DP_GROUP_SHARD] = l->zero >= 1 ? dp_layout_shard(l) : 1;
+    c.size[DP_GROUP_REPL] = l->zero >= 1 ? dp_layout_replicas(l) : 1;
+    struct dp_exec *ex = calloc(1, sizeof *ex);
+    if (!ex)
+        return dp_err_set(err, DP_ENOMEM, "out of memory");
+    ex->m = m;
+    ex->l = *l;
+    dp_exec_opts_default(&ex->o);
+    ex->err = err;
+    ex->be = &c.base;
+    ex->c = (struct dp_coords){.tp_rank = 0, .dp_rank = 0, .pp_rank = stage};
+    ex->rank = dp_rank_of(&ex->c, l->tp, l->dp, l->pp);
+    ex->world = l->tp * l->dp * l->pp;
+    dp__dims_init(ex);
+    dp__stage_place(ex, stage);
+    ex->M = dp_layout_microbatches(l);
+    ex->gbs_tokens = l->gbs * l->seq_len;
+    c.rank[DP_GROUP_PP] = stage;
+    c.size[DP_GROUP_EMB] = l->pp > 1 && (ex->first || ex->last) ? 2 : 0;
+    c.rank[DP_GROUP_EMB] = ex->last && l->pp > 1 ? 1 : 0;
+    ex->trace = out;
+    ex->trace_cap = cap;
+    rc = dp__model_build(ex);
+    if (!rc)
+        rc = dp__mem_build(ex);
+    if (!rc)
+        rc = dp__step_begin(ex);
+    if (!rc)
+        rc = dp__pipeline(ex, 1);
+    dp__mem_release(ex);
+    dp__model_release(ex);
+    free(ex);
+    free(c.maps);
+    return rc;
+}

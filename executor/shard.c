@@ -1,0 +1,281 @@
+/*
+ * ZeRO-2, ZeRO-3 (FSDP-style) and hybrid sharding (HSDP) on one rank.
+ *
+ * Every ZeRO stage keeps ZeRO-1's shard geometry (schedule.c): the stage's
+ * flat buffer, padded to a multiple of the shard group, in contiguous shards,
+ * rank k of the group owning [k S, (k + 1) S) of the AdamW state. So the
+ * checkpoint format and its resharding (ckpt/, "zero1_flat") hold for all
+ * stages, and stages differ only in what else is sharded:
+ *  - ZeRO-2 (Rajbhandari et al. 2020, P_os+g): gradients are reduce-scattered
+ *    as they are produced, one bucket per layer after that layer's backward of
+ *    each micro-batch (DeepSpeed's stage-2 reduces at every micro-step; the
+ *    bucket is the layer as FSDP's wrapping unit), and summed into the
+ *    rank's shard `gred`; a rank holds one layer's gradient window, not the
+ *    flat gradient buffer.
+ *  - ZeRO-3 (P_os+g+p; FSDP, Zhao et al. 2023, Sec. 3): parameters live only
+ *    as shards; a layer's are all-gathered into a window before its forward
+ *    and again before its backward (which also serves full recompute), and
+ *    the window is reused by the next layer (freed after use).
+ *  - The edge of the stage (tensors before its first layer: embeddings; after
+ *    its last: final norm and LM head) is one bucket kept for the whole step:
+ *    the tied embedding's copies are summed between the first and last stage
+ *    (Megatron _allreduce_word_embedding_grads), which cannot happen in the
+ *    middle of 1F1B without deadlocking the pipeline, so its gradients are
+ *    reduce-scattered once at the end of the step, and under ZeRO-3 its
+ *    parameters are gathered once at its start.
+ *  - HSDP (FSDP2 data_parallel_shard_degree x replicate degree, Megatron
+ *    --num-distributed-optimizer-instances): shards span the shard group of
+ *    `shard_group` DP ranks; the reduced shard is then all-reduced over the
+ *    replicas (the ranks holding the same shard), once per step.
+ * Reductions are sums of the same terms as the all-reduce, in another order:
+ * the loss trajectory matches the single-process one to rounding.
+ */
+#include "internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define R sizeof(real)
+
+int dp__shard_buckets(struct dp_exec *ex)
+{
+    const struct dp_layout *l = &ex->l;
+    ex->sg = l->zero >= 1 ? dp_layout_shard(l) : 1;
+    if (ex->sg < 1 || l->dp % ex->sg)
+        ex->sg = l->dp;
+    ex->sg_rank = ex->c.dp_rank % ex->sg;
+    ex->repl = l->dp / ex->sg;
+    ex->repl_rank = ex->c.dp_rank / ex->sg;
+    int nl = ex->nlayers;
+    ex->lay_lo = calloc((size_t)(nl ? nl : 1), sizeof *ex->lay_lo);
+    ex->lay_hi = calloc((size_t)(nl ? nl : 1), sizeof *ex->lay_hi);
+    ex->cnt = calloc((size_t)ex->sg, sizeof *ex->cnt);
+    if (!ex->lay_lo || !ex->lay_hi || !ex->cnt)
+        return dp_err_set(ex->err, DP_ENOMEM, "out of memory");
+    for (int i = 0; i < nl; i++)
+        ex->lay_lo[i] = SIZE_MAX;
+    for (int k = 0; k < ex->nsegs; k++) {
+        const struct dp_seg *sg = &ex->segs[k];
+        if (sg->t.layer < 0)
+            continue;
+        int i = sg->t.layer - ex->layer0;
+        size_t hi = sg->off + (size_t)(sg->t.rows * sg->t.cols);
+        ex->lay_lo[i] = sg->off < ex->lay_lo[i] ? sg->off : ex->lay_lo[i];
+        ex->lay_hi[i] = hi > ex->lay_hi[i] ? hi : ex->lay_hi[i];
+    }
+    ex->edge_lo = nl ? ex->lay_lo[0] : ex->nparams;
+    ex->edge_hi = nl ? ex->lay_hi[nl - 1] : ex->nparams;
+    ex->win_n = 0;
+    size_t total = 0;
+    for (int i = 0; i < nl; i++) {
+        /* The layers must tile [edge_lo, edge_hi) in order (ckpt's table is layer-major). */
+        if (ex->lay_lo[i] == SIZE_MAX || (i && ex->lay_lo[i] != ex->lay_hi[i - 1]))
+            return dp_err_set(ex->err, DP_ERUNTIME,
+                              "internal: layer %d's tensors are not contiguous in the flat buffer",
+                              ex->layer0 + i);
+        size_t n = ex->lay_hi[i] - ex->lay_lo[i];
+        ex->win_n = n > ex->win_n ? n : ex->win_n;
+        total += n;
+    }
+    if (total != ex->edge_hi - ex->edge_lo)
+        return dp_err_set(ex->err, DP_ERUNTIME,
+                          "internal: non-layer tensors between the stage's layers");
+    ex->edge_n = ex->edge_lo + (ex->nparams - ex->edge_hi);
+    return 0;
+}
+
+/* Elements of flat [a, b) in each shard of the group (ex->cnt). */
+static void counts(struct dp_exec *ex, size_t a, size_t b)
+{
+    for (int k = 0; k < ex->sg; k++) {
+        size_t lo = (size_t)k * ex->shard, hi = lo + ex->shard;
+        lo = lo > a ? lo : a;
+        hi = hi < b ? hi : b;
+        ex->cnt[k] = hi > lo ? (int)(hi - lo) : 0;
+    }
+}
+
+/* Gradients of flat [a, b) in buf: summed over the shard group, this rank's part added to
+ * its shard of gred. buf is scratch afterwards. */
+static int reduce_range(struct dp_exec *ex, size_t a, size_t b, real *buf)
+{
+    if (b <= a)
+        return 0;
+    counts(ex, a, b);
+    TRY(OPS->reduce_scatter_v(ex->be, DP_GROUP_SHARD, buf, ex->cnt, ex->err));
+    int n = ex->cnt[ex->sg_rank];
+    if (n > 0) {
+        size_t lo = a > ex->shard_off ? a : ex->shard_off;
+        OPS->add_inplace(ex->be, ex->gred + (lo - ex->shard_off), buf, n);
+    }
+    return 0;
+}
+
+/* ZeRO-3: the parameters of flat [a, b) from every shard into buf. */
+static int gather_range(struct dp_exec *ex, size_t a, size_t b, real *buf)
+{
+    if (b <= a)
+        return 0;
+    counts(ex, a, b);
+    int n = ex->cnt[ex->sg_rank];
+    if (n > 0) {
+        size_t lo = a > ex->shard_off ? a : ex->shard_off;
+        OPS->copy(ex->be, buf + (lo - a), ex->pshard + (lo - ex->shard_off), (size_t)n * R);
+    }
+    return OPS->allgather_v(ex->be, DP_GROUP_SHARD, buf, ex->cnt, ex->err);
+}
+
+int dp__shard_step_begin(struct dp_exec *ex)
+{
+    if (ex->l.zero < 2)
+        return 0;
+    OPS->zero(ex->be, ex->gred, ex->shard * R);
+    OPS->zero(ex->be, ex->gedge, ex->edge_n * R);
+    if (ex->l.zero < 3)
+        return 0;
+    dp__beat("parameter all-gather");
+    TRY(gather_range(ex, 0, ex->edge_lo, ex->pedge));
+    return gather_range(ex, ex->edge_hi, ex->nparams, ex->pedge + ex->edge_lo);
+}
+
+int dp__shard_layer_fwd(struct dp_exec *ex, int i)
+{
+    if (ex->l.zero < 3)
+        return 0;
+    ex->win_lo = ex->lay_lo[i];
+    return gather_range(ex, ex->lay_lo[i], ex->lay_hi[i], ex->pwin);
+}
+
+int dp__shard_layer_bwd_begin(struct dp_exec *ex, int i)
+{
+    if (ex->l.zero < 2)
+        return 0;
+    ex->win_lo = ex->lay_lo[i];
+    OPS->zero(ex->be, ex->gwin, (ex->lay_hi[i] - ex->lay_lo[i]) * R);
+    if (ex->l.zero < 3)
+        return 0;
+    return gather_range(ex, ex->lay_lo[i], ex->lay_hi[i], ex->pwin);
+}
+
+/* Sequence parallel: replicated tensors of flat [a, b) saw only this rank's tokens
+ * (Megatron finalize_model_grads); their gradients are summed over TP first. */
+static int tp_partial(struct dp_exec *ex, size_t a, size_t b)
+{
+    for (int k = 0; k < ex->nsegs; k++) {
+        const struct dp_seg *sg = &ex->segs[k];
+        if (sg->tp_partial && sg->off >= a && sg->off < b)
+            TRY(OPS->allreduce(ex->be, DP_GROUP_TP, dp__grad(ex, sg->off), sg->t.rows * sg->t.cols,
+                               DP_OP_SUM, ex->err));
+    }
+    return 0;
+}
+
+int dp__shard_layer_bwd_end(struct dp_exec *ex, int i)
+{
+    if (ex->l.zero < 2)
+        return 0;
+    dp__beat("gradient reduce-scatter");
+    TRY(tp_partial(ex, ex->lay_lo[i], ex->lay_hi[i]));
+    return reduce_range(ex, ex->lay_lo[i], ex->lay_hi[i], ex->gwin);
+}
+
+int dp__shard_step_reduce(struct dp_exec *ex)
+{
+    if (ex->l.zero >= 2) {
+        TRY(tp_partial(ex, 0, ex->edge_lo));
+        TRY(tp_partial(ex, ex->edge_hi, ex->nparams));
+        if (ex->l.pp > 1 && ex->m->tied_embeddings && (ex->first || ex->last))
+            TRY(OPS->allreduce(ex->be, DP_GROUP_EMB, dp__grad(ex, ex->first ? ex->wte : ex->head),
+                               ex->dm.Vl * ex->dm.h, DP_OP_SUM, ex->err));
+        TRY(reduce_range(ex, 0, ex->edge_lo, ex->gedge));
+        TRY(reduce_range(ex, ex->edge_hi, ex->nparams, ex->gedge + ex->edge_lo));
+    }
+    /* HSDP: the replicas of a shard hold partial sums over their own shard group. */
+    if (ex->l.zero >= 1 && ex->repl > 1)
+        TRY(OPS->allreduce(ex->be, DP_GROUP_REPL, ex->gred, (int64_t)ex->shard, DP_OP_SUM,
+                           ex->err));
+    return 0;
+}
+
+void dp__shard_init(struct dp_exec *ex)
+{
+    int64_t maxc = 1;
+    for (int k = 0; k < ex->nsegs; k++)
+        maxc = ex->segs[k].t.cols > maxc ? ex->segs[k].t.cols : maxc;
+    real *row = OPS->alloc(ex->be, (size_t)maxc * R); /* one row: partial rows at the ends */
+    for (int k = 0; k < ex->nsegs && row; k++) {
+        const struct dp_seg *sg = &ex->segs[k];
+        size_t lo, hi;
+        if (!dp__seg_in_shard(ex, sg, &lo, &hi))
+            continue;
+        const int64_t cols = sg->t.cols;
+        int64_t e = (int64_t)(lo - sg->off), end = (int64_t)(hi - sg->off);
+        real *dst = ex->pshard + (lo - ex->shard_off);
+        while (e < end) {
+            int64_t r = e / cols, c = e % cols;
+            if (c == 0 && end - e >= cols) { /* whole rows straight into the shard */
+                int64_t nr = (end - e) / cols;
+                dp__init_rows(ex, sg, r, r + nr, dst);
+                dst += nr * cols;
+                e += nr * cols;
+                continue;
+            }
+            int64_t take = cols - c < end - e ? cols - c : end - e;
+            OPS->zero(ex->be, row, (size_t)cols * R);
+            dp__init_rows(ex, sg, r, r + 1, row);
+            OPS->copy(ex->be, dst, row + c, (size_t)take * R);
+            dst += take;
+            e += take;
+        }
+    }
+    if (row)
+        OPS->free(ex->be, row);
+}
+
+int dp__shard_full(struct dp_exec *ex)
+{
+    if (ex->l.zero < 3 || ex->params)
+        return 0;
+    /* Not in the memory plan: a transient copy of the stage's parameters (4 bytes each)
+     * while a checkpoint or the weights are written. */
+    ex->params = OPS->alloc(ex->be, ex->nflat * R);
+    if (!ex->params)
+        return dp_err_set(ex->err, DP_ENOMEM,
+                          "rank %d: cannot allocate %.1f MiB to gather the parameters", ex->rank,
+                          (double)(ex->nflat * R) / 1048576.0);
+    OPS->copy(ex->be, ex->params + ex->shard_off, ex->pshard, ex->shard * R);
+    return OPS->allgather(ex->be, DP_GROUP_SHARD, ex->params, (int64_t)ex->shard, ex->err);
+}
+
+void dp__shard_drop(struct dp_exec *ex)
+{
+    if (ex->l.zero < 3 || !ex->params)
+        return;
+    OPS->free(ex->be, ex->params);
+    ex->params = NULL;
+}
+
+void dp__shard_visit_reset(struct dp_exec *ex)
+{
+    ex->win_layer = -1;
+    ex->edge_whole = false;
+}
+
+int dp__shard_visit(struct dp_exec *ex, const struct dp_seg *sg)
+{
+    if (ex->l.zero < 3 || ex->params)
+        return 0;
+    if (dp__in_edge(ex, sg->off)) {
+        if (ex->edge_whole)
+            return 0;
+        ex->edge_whole = true;
+        TRY(gather_range(ex, 0, ex->edge_lo, ex->pedge));
+        return gather_range(ex, ex->edge_hi, ex->nparams, ex->pedge + ex->edge_lo);
+    }
+    int i = sg->t.layer - ex->layer0;
+    if (i == ex->win_layer)
+        return 0;
+    ex->win_layer = i;
+    return dp__shard_layer_fwd(ex, i);
+}

@@ -1,0 +1,244 @@
+/*
+ * The planner and the executor agree on what runs (issue 14, item 5): every knob a
+ * plan.json layout can hold, each value of its domain (enums: all of them; numbers:
+ * the values the planner searches on a tiny model), is either accepted by the
+ * executor's check (dp_exec_check: `dplan run` runs it) or refused before any rank
+ * starts with one line that names the knob ("cp=2: ..."). Layouts are read through
+ * dp_layout_from_json, plan.json's own reader. A knob added to the layout's JSON
+ * without a row here fails the coverage check at the end.
+ *
+ * What "runs" means for each accepted knob is proved elsewhere: the equivalence tests
+ * (tests/executor/CMakeLists.txt `layouts`) train tp, pp, dp, mbs, zero 0-3, HSDP,
+ * recompute, sp and uneven splits against the single process. Knobs about GPU
+ * kernels and overlap (precision, gemm_precision, fp8_*, flash_attn, attention, eager,
+ * the *_overlap knobs, grad_fp32) are run the CPU backend's one way: fp32, blocking
+ * collectives, attention probabilities kept (executor/README.md "What runs"); MoE
+ * knobs do nothing on a dense model (the cost model ignores them too) and MoE models
+ * are refused.
+ */
+#include "check.h"
+#include "executor/executor.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum verdict { RUNS, REFUSED };
+
+struct knob_case {
+    const char *key;  /* the knob (JSON name); its value in `json` */
+    const char *json; /* fields merged over the base layout */
+    enum verdict want;
+    const char *needle; /* what the refusal names; NULL: "key=" */
+};
+
+/* tiny-gpt: 2 layers, 4 heads (kv 4), hidden 64; base: pp 2, dp 4, ZeRO-1. */
+static const char base_json[] =
+    "{\"tp\": 1, \"pp\": 2, \"dp\": 4, \"mbs\": 1, \"gbs\": 8, \"seq_len\": 32, \"zero\": 1}";
+
+static const struct knob_case cases[] = {
+    {"tp", "{\"tp\": 1}", RUNS, NULL},
+    {"tp", "{\"tp\": 2}", RUNS, NULL},
+    {"tp", "{\"tp\": 4}", RUNS, NULL},
+    {"pp", "{\"pp\": 1}", RUNS, NULL},
+    {"pp", "{\"pp\": 2}", RUNS, NULL},
+    {"dp", "{\"dp\": 1, \"zero\": 0}", RUNS, NULL},
+    {"dp", "{\"dp\": 2}", RUNS, NULL},
+    {"cp", "{\"cp\": 1}", RUNS, NULL},
+    {"cp", "{\"cp\": 2}", REFUSED, NULL},
+    {"cp", "{\"cp\": 4}", REFUSED, NULL},
+    {"ep", "{\"ep\": 1}", RUNS, NULL},
+    {"ep", "{\"ep\": 2}", REFUSED, NULL},
+    {"vpp", "{\"vpp\": 1}", RUNS, NULL},
+    {"vpp", "{\"vpp\": 2}", REFUSED, NULL},
+    {"vpp", "{\"vpp\": 2, \"pp\": 1}", REFUSED, NULL},
+    {"mbs", "{\"mbs\": 2}", RUNS, NULL},
+    {"gbs", "{\"gbs\": 16}", RUNS, NULL},
+    {"seq_len", "{\"seq_len\": 64}", RUNS, NULL},
+    {"seq_len", "{\"seq_len\": 128}", REFUSED, NULL}, /* learned positions: max_position 64 */
+    {"zero", "{\"zero\": 0}", RUNS, NULL},
+    {"zero", "{\"zero\": 1}", RUNS, NULL},
+    {"zero", "{\"zero\": 2}", RUNS, NULL},
+    {"zero", "{\"zero\": 3}", RUNS, NULL},
+    {"shard_group", "{\"shard_group\": 2}", RUNS, NULL},
+    {"shard_group", "{\"shard_group\": 2, \"zero\": 3}", RUNS, NULL},
+    {"shard_group", "{\"shard_group\": 4}", RUNS, NULL},
+    {"shard_group", "{\"shard_group\": 3}", REFUSED, NULL},
+    {"shard_group", "{\"shard_group\": 2, \"zero\": 0}", REFUSED, NULL},
+    {"recompute", "{\"recompute\": \"none\"}", RUNS, NULL},
+    {"recompute", "{\"recompute\": \"selective\"}", RUNS, NULL},
+    {"recompute", "{\"recompute\": \"full\"}", RUNS, NULL},
+    {"recompute_layers", "{\"recompute\": \"full\", \"recompute_layers\": 2}", RUNS, NULL},
+    {"recompute_layers", "{\"pp\": 1, \"recompute\": \"full\", \"recompute_layers\": 1}", REFUSED,
+     NULL},
+    {"sp", "{\"tp\": 2, \"sp\": true}", RUNS, NULL},
+    {"sp", "{\"sp\": false}", RUNS, NULL},
+    {"flash_attn", "{\"flash_attn\": false}", RUNS, NULL},
+    {"flash_attn", "{\"flash_attn\": true}", RUNS, NULL},
+    {"precision", "{\"precision\": \"bf16\"}", RUNS, NULL},
+    {"precision", "{\"precision\": \"fp16\"}", RUNS, NULL},
+    {"precision", "{\"precision\": \"fp32\"}", RUNS, NULL},
+    {"precision", "{\"precision\": \"fp8\"}", RUNS, NULL},
+    {"grad_fp32", "{\"grad_fp32\": false}", RUNS, NULL},
+    {"optimizer", "{\"optimizer\": \"adam\"}", RUNS, NULL},
+    {"optimizer", "{\"optimizer\": \"sgd\"}", REFUSED, NULL},
+    {"dp_overlap", "{\"dp_overlap\": false}", RUNS, NULL},
+    {"first_stage_layers", "{\"first_stage_layers\": 1}", RUNS, NULL},
+    {"last_stage_layers", "{\"last_stage_layers\": 1}", RUNS, NULL},
+    {"stage_layers", "{\"stage_layers\": [1, 1]}", RUNS, NULL},
+    /* A stage with no layer: refused by stage (issue 13's message names the stage). */
+    {"stage_layers", "{\"stage_layers\": [2, 0]}", REFUSED, "stage 1 holds no transformer layer"},
+    {"gemm_precision", "{\"gemm_precision\": \"@gemm\"}", RUNS, NULL}, /* every name, below */
+    {"fp8_recipe", "{\"precision\": \"fp8\", \"fp8_recipe\": \"@recipe\"}", RUNS, NULL},
+    {"fp8_format", "{\"precision\": \"fp8\", \"fp8_format\": \"e4m3\"}", RUNS, NULL},
+    {"fp8_format", "{\"precision\": \"fp8\", \"fp8_format\": \"hybrid\"}", RUNS, NULL},
+    {"fp8_params", "{\"precision\": \"fp8\", \"fp8_params\": true}", RUNS, NULL},
+    {"tp_overlap", "{\"tp\": 2, \"sp\": true, \"tp_overlap\": true}", RUNS, NULL},
+    {"overlap_param_gather", "{\"overlap_param_gather\": false}", RUNS, NULL},
+    /* pp_overlap true is valid only with vpp > 1, which is refused (vpp= above). */
+    {"pp_overlap", "{\"pp_overlap\": false}", RUNS, NULL},
+    {"attention", "{\"attention\": \"@attn\"}", RUNS, NULL},
+    {"eager", "{\"eager\": true}", RUNS, NULL},
+    /* MoE knobs on a dense model: nothing to run differently (the cost model ignores
+     * them too); a MoE model is refused (experts=, below). */
+    {"etp", "{\"etp\": 1}", RUNS, NULL},
+    {"moe_capacity", "{\"moe_capacity\": 1.25}", RUNS, NULL},
+    {"moe_pad", "{\"moe_capacity\": 1.25, \"moe_pad\": true}", RUNS, NULL},
+    {"moe_imbalance", "{\"moe_imbalance\": 1}", RUNS, NULL},
+    {"moe_dispatcher", "{\"moe_dispatcher\": \"dedup\"}", RUNS, NULL},
+    {"moe_dispatcher", "{\"moe_dispatcher\": \"alltoall\"}", RUNS, NULL},
+};
+
+/* base + fields of `over` -> a layout through plan.json's reader; 0 or its status. */
+static int read_layout(const char *over, struct dp_layout *l, struct dp_err *err)
+{
+    cJSON *b = cJSON_Parse(base_json), *o = cJSON_Parse(over);
+    CHECK(b && o);
+    if (!b || !o) {
+        cJSON_Delete(b);
+        cJSON_Delete(o);
+        return -1;
+    }
+    for (cJSON *f = o->child; f; f = f->next) {
+        cJSON_DeleteItemFromObjectCaseSensitive(b, f->string);
+        cJSON_AddItemToObject(b, f->string, cJSON_Duplicate(f, 1));
+    }
+    struct dp_jr jr = {.file = "plan.json", .err = err};
+    int rc = dp_layout_from_json(&jr, b, l);
+    cJSON_Delete(b);
+    cJSON_Delete(o);
+    return rc;
+}
+
+/* One case with `@name` in its JSON replaced by `value`. */
+static void run_case(const struct dp_model *m, const struct knob_case *c, const char *value,
+                     int *runs, int *refused)
+{
+    char json[256], needle[96];
+    const char *at = strchr(c->json, '@');
+    if (at && value) {
+        const char *end = at + 1;
+        while (*end && *end != '"')
+            end++;
+        snprintf(json, sizeof json, "%.*s%s%s", (int)(at - c->json), c->json, value, end);
+    } else {
+        snprintf(json, sizeof json, "%s", c->json);
+    }
+    struct dp_layout l;
+    struct dp_err err = {0};
+    fflush(stdout);
+    int rc = read_layout(json, &l, &err);
+    if (!rc)
+        rc = dp_exec_check(m, &l, 0, &err);
+    snprintf(needle, sizeof needle, "%s=", c->key);
+    if (c->needle)
+        snprintf(needle, sizeof needle, "%s", c->needle);
+    printf("%-22s %-60s %s%s\n", c->key, json, rc ? "refused: " : "runs", rc ? err.msg : "");
+    if (c->want == RUNS) {
+        CHECK_EQ(rc, 0);
+        (*runs)++;
+    } else {
+        CHECK(rc != 0);
+        CHECK(strchr(err.msg, '\n') == NULL); /* one line */
+        CHECK_CONTAINS(err.msg, needle);      /* naming the knob */
+        (*refused)++;
+    }
+}
+
+static void test_every_knob(void)
+{
+    struct dp_model m;
+    struct dp_err err = {0};
+    CHECK_EQ(dp_model_load("tiny-gpt", &m, &err), 0);
+    int runs = 0, refused = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const struct knob_case *c = &cases[i];
+        if (strstr(c->json, "@gemm")) {
+            for (int g = 1; g < DP_GEMMS; g++)
+                run_case(&m, c, dp_gemm_name((enum dp_gemm)g), &runs, &refused);
+        } else if (strstr(c->json, "@recipe")) {
+            for (int r = 0; r < DP_FP8_RECIPES; r++)
+                run_case(&m, c, dp_fp8_recipe_name((enum dp_fp8_recipe)r), &runs, &refused);
+        } else if (strstr(c->json, "@attn")) {
+            for (int a = 1; a < DP_ATTNS; a++)
+                run_case(&m, c, dp_attn_name((enum dp_attn)a), &runs, &refused);
+        } else {
+            run_case(&m, c, NULL, &runs, &refused);
+        }
+    }
+    /* A mixture-of-experts model: refused, naming experts=. */
+    struct dp_model moe = m;
+    moe.experts = 4;
+    moe.top_k = 2;
+    struct dp_layout l;
+    CHECK_EQ(read_layout("{}", &l, &err), 0);
+    int rc = dp_exec_check(&moe, &l, 0, &err);
+    CHECK(rc != 0);
+    CHECK_CONTAINS(err.msg, "experts=4");
+    printf("%d knob values run, %d refused\n", runs, refused);
+    CHECK(runs > 40 && refused >= 8);
+}
+
+/* Every key plan.json's layout writer can emit has a row above. */
+static void test_coverage(void)
+{
+    struct dp_layout l;
+    dp_layout_default(&l);
+    l.cp = l.ep = 2;
+    l.vpp = 2;
+    l.gemm = DP_GEMM_FP8;
+    l.fp8_params = true;
+    l.attn = (enum dp_attn)1;
+    l.eager = true;
+    l.recompute_layers = 1;
+    l.etp = 1;
+    l.moe_capacity = 1.25;
+    l.moe_pad = true;
+    l.moe_imbalance = 1;
+    l.moe_dispatcher = DP_DISPATCH_DEDUP;
+    l.shard_group = 2;
+    l.first_stage_layers = l.last_stage_layers = 1;
+    l.nchunks = 2;
+    l.chunk_layers[0] = l.chunk_layers[1] = 1;
+    cJSON *o = dp_layout_to_json(&l);
+    CHECK(o != NULL);
+    int keys = 0;
+    for (cJSON *f = o ? o->child : NULL; f; f = f->next) {
+        bool found = false;
+        for (size_t i = 0; i < sizeof cases / sizeof *cases && !found; i++)
+            found = !strcmp(cases[i].key, f->string);
+        if (!found)
+            fprintf(stderr, "layout key %s has no knob case\n", f->string);
+        CHECK(found);
+        keys++;
+    }
+    cJSON_Delete(o);
+    CHECK(keys >= 30);
+}
+
+int main(void)
+{
+    test_every_knob();
+    test_coverage();
+    return check_failures ? 1 : 0;
+}
