@@ -80,7 +80,15 @@ enum {
     OPT_MOE_PAD,
     OPT_MOE_IMBALANCE,
     OPT_MOE_DISPATCHER,
+    OPT_FRAMEWORK,
     OPT_SHARD_GROUP,
+    OPT_DP_SHARD,
+    OPT_DIST_OPT_INSTANCES,
+    OPT_MICS_SHARD,
+    OPT_RECOMPUTE_METHOD,
+    OPT_RECOMPUTE_LAYERS,
+    OPT_RECOMPUTE_MODULES,
+    OPT_LOSS,
     OPT_COMMON_END,
 };
 
@@ -134,7 +142,15 @@ enum {
         {"moe-pad", no_argument, 0, OPT_MOE_PAD},                                                  \
         {"moe-imbalance", required_argument, 0, OPT_MOE_IMBALANCE},                                \
         {"moe-dispatcher", required_argument, 0, OPT_MOE_DISPATCHER},                              \
+        {"framework", required_argument, 0, OPT_FRAMEWORK},                                        \
         {"shard-group", required_argument, 0, OPT_SHARD_GROUP},                                    \
+        {"data-parallel-shard-degree", required_argument, 0, OPT_DP_SHARD},                        \
+        {"num-distributed-optimizer-instances", required_argument, 0, OPT_DIST_OPT_INSTANCES},     \
+        {"mics-shard-size", required_argument, 0, OPT_MICS_SHARD},                                 \
+        {"recompute-method", required_argument, 0, OPT_RECOMPUTE_METHOD},                          \
+        {"recompute-layers", required_argument, 0, OPT_RECOMPUTE_LAYERS},                          \
+        {"recompute-modules", required_argument, 0, OPT_RECOMPUTE_MODULES},                        \
+        {"loss", required_argument, 0, OPT_LOSS},                                                  \
     {                                                                                              \
         "overhead-gib", required_argument, 0, OPT_OVERHEAD                                         \
     }
@@ -146,7 +162,6 @@ struct cli_common {
     int nodes, gpus, gpus_per_node;
     /* knobs */
     int tp, pp, dp, cp, ep, vpp, zero, first_layers, last_layers, etp;
-    int shard_group; /* 0 = unset (full sharding) */
     /* the pipeline split (at most one rule): --stage-layers, --pipeline-layout,
      * --first/last-stage-layers, --account-for-*, --first/last-stage-less-layers */
     const char *stage_layers, *pipeline_layout;
@@ -154,6 +169,11 @@ struct cli_common {
     int first_less, last_less; /* -1 = unset */
     long long mbs, gbs, seq_len;
     int recompute, precision, grad_fp32, optimizer, dispatcher; /* -1 = unset */
+    int framework, recompute_method, loss;                      /* -1 = unset */
+    int shard_group;      /* 0 = unset (full sharding; the search tries HSDP) */
+    int instances;        /* --num-distributed-optimizer-instances: shard = dp*cp / it */
+    int recompute_layers; /* 0 = unset */
+    unsigned recompute_modules;
     int gemm;                        /* enum dp_gemm, -1 unset, -2 auto */
     int fp8_recipe;                  /* -1 = unset */
     int tp_overlap, opg, pp_overlap; /* -1 = framework default, 0 off, 1 on */
@@ -254,6 +274,11 @@ void cli_print_json(struct cJSON *root); /* prints and deletes */
 void cli_describe_model(FILE *f, const struct dp_model *m);
 void cli_describe_cluster(FILE *f, const struct dp_cluster *c, const struct cli_defaults *d);
 void cli_describe_layout(FILE *f, const struct dp_layout *l, const struct dp_model *m);
+/* "framework torchtitan: 4+4+8 B/param ..., collectives per block, recompute op, unfused loss". */
+void cli_describe_framework(FILE *f, const struct dp_layout *l);
+/* suggest's line: the framework, what the search tries within it (recompute policies, shard
+ * groups) and its loss. */
+void cli_describe_search_framework(FILE *f, const struct dp_search_opts *o, bool given);
 
 /* Subcommands. */
 int cmd_calibrate(int argc, char **argv);

@@ -169,6 +169,7 @@ int cmd_estimate(int argc, char **argv)
         }
         cli_mem_table(stdout, rep, &l, &m);
         cli_mem_balance(stdout, rep);
+        cli_mem_quantity(stdout, &l, rep);
     }
     bool fits = rep->fits;
     int64_t peak = rep->peak_bytes;

@@ -124,7 +124,8 @@ int cmd_memory(int argc, char **argv)
         /* Knobs given fix their dimension, as in suggest; dp is what the count leaves,
          * and without --gbs the batch follows the count. */
         struct dp_search_opts so;
-        cli_search_opts(&c, &m, &so, NULL);
+        if (cli_search_opts(&c, &m, &so, NULL))
+            return 2;
         so.gbs = c.gbs;
         if (dp_model_check_seq_len(&m, so.seq_len, &err)) {
             dp_err_prefix(&err, "%s", m.name);
@@ -213,6 +214,7 @@ int cmd_memory(int argc, char **argv)
         printf("\n");
         cli_mem_table(stdout, rep, &l, &m);
         cli_mem_balance(stdout, rep);
+        cli_mem_quantity(stdout, &l, rep);
         cli_mem_derivation(stdout, &l, rep);
         if (!rep->fits) {
             printf("\nfixes (fitting first, then cheapest):\n");

@@ -207,7 +207,8 @@ int cmd_suggest(int argc, char **argv)
         return cli_fail(&err);
     struct dp_search_opts so;
     struct cli_defaults d;
-    cli_search_opts(&c, &m, &so, &d);
+    if (cli_search_opts(&c, &m, &so, &d))
+        return 2;
     so.top_k = top;
     so.no_uneven = no_uneven;
     /* Only --svg collects the evaluated layouts: without it the search pays nothing. */
@@ -351,6 +352,7 @@ int cmd_suggest(int argc, char **argv)
         cli_describe_model(stdout, &m);
         cli_describe_cluster(stdout, &cl, &d);
         cli_describe_batch(stdout, so.gbs, so.seq_len, &d);
+        cli_describe_search_framework(stdout, &so, c.framework >= 0);
         printf("search   %lld layouts evaluated: %lld fit, %lld out of memory\n", r->evaluated,
                r->fitting, r->oom);
         if (timing)

@@ -29,6 +29,12 @@ static const char help[] =
     "Held-out runs (a file's \"held_out_rule\": \"every-third\") were not used to fit\n"
     "any GPU curve and are summarised separately. A directory means all of its\n"
     "*.json files; default: the shipped tests/validation/.\n\n"
+    "  --memory                  the memory model instead: each measured per-GPU peak\n"
+    "                            (\"peak_memory\": {gib, quantity allocated|reserved|device,\n"
+    "                            aggregation max|last-stage}) against the prediction of the\n"
+    "                            same quantity; mean and worst per source and per framework,\n"
+    "                            and the allocator slack that fits the fitted reserved peaks;\n"
+    "                            the bars then apply to these errors\n"
     "  --json                    machine-readable results\n"
     "  --verbose                 the predicted breakdown of each run\n"
     "bars (exit 1 when exceeded, percent):\n"
@@ -141,6 +147,143 @@ static int over_bar(const char *what, double value, double bar)
     return 1;
 }
 
+/* The distinct frameworks (or sources) of the memory-scored runs, in first-seen order. */
+static int mem_keys(const struct dp_run *runs, int n, bool fw, const char **out)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (!dp_run_mem_scored(&runs[i]))
+            continue;
+        const char *v = fw ? dp_framework_name(runs[i].layout.framework) : runs[i].source_key;
+        int j = 0;
+        while (j < k && strcmp(out[j], v) != 0)
+            j++;
+        if (j == k)
+            out[k++] = v;
+    }
+    return k;
+}
+
+static void mem_groups(const struct dp_run *runs, const struct dp_mem_result *res, int n, bool fw,
+                       cJSON *json)
+{
+    const char **keys = malloc((size_t)(n > 0 ? n : 1) * sizeof *keys);
+    if (!keys)
+        return;
+    int k = mem_keys(runs, n, fw, keys);
+    if (!json)
+        printf("\nper %s%*s  runs  mean    worst    fitted: mean worst   held out: mean worst\n",
+               fw ? "framework" : "source", fw ? 19 : 22, "");
+    for (int j = 0; j < k; j++) {
+        const char *src = fw ? NULL : keys[j], *f = fw ? keys[j] : NULL;
+        struct dp_val_stats a = dp_mem_stats(runs, res, n, -1, src, f);
+        struct dp_val_stats ft = dp_mem_stats(runs, res, n, 0, src, f);
+        struct dp_val_stats h = dp_mem_stats(runs, res, n, 1, src, f);
+        if (json) {
+            cJSON *e = cJSON_AddObjectToObject(json, keys[j]);
+            cJSON_AddItemToObject(e, "all", stats_json(a));
+            cJSON_AddItemToObject(e, "fitted", stats_json(ft));
+            cJSON_AddItemToObject(e, "held_out", stats_json(h));
+            continue;
+        }
+        char fs[40] = "  0       -       -", hs[40] = "  0       -       -";
+        if (ft.n)
+            snprintf(fs, sizeof fs, "%3d %6.2f%% %6.2f%%", ft.n, 100 * ft.mean, 100 * ft.worst);
+        if (h.n)
+            snprintf(hs, sizeof hs, "%3d %6.2f%% %6.2f%%", h.n, 100 * h.mean, 100 * h.worst);
+        printf("  %-26s %4d %6.2f%% %6.2f%%   %s   %s\n", keys[j], a.n, 100 * a.mean, 100 * a.worst,
+               fs, hs);
+    }
+    free(keys);
+}
+
+/* `dplan validate --memory`: the memory model against the measured peaks. */
+static int validate_memory(struct dp_run *runs, int n, bool json, double bars[4])
+{
+    struct dp_err err = {0};
+    struct dp_mem_result *res = calloc((size_t)(n > 0 ? n : 1), sizeof *res);
+    if (!res)
+        return cli_fail(&(struct dp_err){DP_ENOMEM, "out of memory"});
+    for (int i = 0; i < n; i++)
+        if (dp_run_predict_memory(&runs[i], &res[i], &err)) {
+            free(res);
+            return cli_fail(&err);
+        }
+    struct dp_val_stats all = dp_mem_stats(runs, res, n, -1, NULL, NULL);
+    struct dp_val_stats fit = dp_mem_stats(runs, res, n, 0, NULL, NULL);
+    struct dp_val_stats held = dp_mem_stats(runs, res, n, 1, NULL, NULL);
+    int nslack = 0;
+    double slack = dp_fit_alloc_slack(runs, res, n, &nslack);
+    if (json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON *a = cJSON_AddArrayToObject(o, "runs");
+        for (int i = 0; i < n; i++) {
+            if (runs[i].peak_gib <= 0)
+                continue;
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "id", runs[i].id);
+            cJSON_AddStringToObject(e, "source", runs[i].source_key);
+            cJSON_AddStringToObject(e, "framework", dp_framework_name(runs[i].layout.framework));
+            cJSON_AddStringToObject(e, "quantity", dp_mem_quantity_name(runs[i].mem_quantity));
+            cJSON_AddNumberToObject(e, "stage", res[i].stage);
+            cJSON_AddNumberToObject(e, "measured_gib", res[i].measured_gib);
+            cJSON_AddNumberToObject(e, "predicted_gib", res[i].predicted_gib);
+            cJSON_AddNumberToObject(e, "error", res[i].error);
+            cJSON_AddBoolToObject(e, "scored", dp_run_mem_scored(&runs[i]));
+            cJSON_AddBoolToObject(e, "held_out", runs[i].mem_held_out);
+            cJSON_AddItemToArray(a, e);
+        }
+        cJSON_AddItemToObject(o, "all", stats_json(all));
+        cJSON_AddItemToObject(o, "fitted", stats_json(fit));
+        cJSON_AddItemToObject(o, "held_out", stats_json(held));
+        mem_groups(runs, res, n, false, cJSON_AddObjectToObject(o, "per_source"));
+        mem_groups(runs, res, n, true, cJSON_AddObjectToObject(o, "per_framework"));
+        cJSON_AddNumberToObject(o, "allocator_slack", DP_ALLOC_SLACK);
+        if (slack >= 0)
+            cJSON_AddNumberToObject(o, "allocator_slack_best_fit", slack);
+        cli_print_json(o);
+    } else {
+        printf("%-50s %-10s %6s %9s %9s %8s\n", "run", "quantity", "stage", "measured", "predicted",
+               "error");
+        for (int i = 0; i < n; i++) {
+            if (runs[i].peak_gib <= 0)
+                continue;
+            char mark[192] = "";
+            if (runs[i].needs[0])
+                snprintf(mark, sizeof mark, "  (needs %s: not scored)", runs[i].needs);
+            else if (runs[i].underspecified || runs[i].excluded)
+                snprintf(mark, sizeof mark, "  (not scored)");
+            else if (runs[i].mem_held_out)
+                snprintf(mark, sizeof mark, "  (held out)");
+            printf("%-50s %-10s %6d %9.2f %9.2f %+7.2f%%%s\n", runs[i].id,
+                   dp_mem_quantity_name(runs[i].mem_quantity), res[i].stage, res[i].measured_gib,
+                   res[i].predicted_gib, 100 * res[i].error, mark);
+        }
+        printf("\nGiB per GPU; allocated = torch max_memory_allocated, reserved = "
+               "max_memory_reserved, device = nvidia-smi\n");
+        print_stats("scored (all)", all);
+        print_stats("fitted (slack)", fit);
+        print_stats("held out", held);
+        mem_groups(runs, res, n, false, NULL);
+        mem_groups(runs, res, n, true, NULL);
+        if (slack >= 0)
+            printf("\nallocator slack: %.3f in use (costmodel DP_ALLOC_SLACK); %.3f fits the %d "
+                   "fitted reserved peaks best\n",
+                   DP_ALLOC_SLACK, slack, nslack);
+    }
+    if ((bars[2] >= 0 || bars[3] >= 0) && held.n == 0) {
+        fprintf(stderr, "dplan: error: held-out bars given, but no scored peak is held out\n");
+        free(res);
+        return 1;
+    }
+    int rc = over_bar("memory: mean absolute error", all.mean, bars[0]) ||
+             over_bar("memory: mean absolute error of the fitted peaks", fit.mean, bars[1]) ||
+             over_bar("memory: mean absolute error of the held-out peaks", held.mean, bars[2]) ||
+             over_bar("memory: worst absolute error of the held-out peaks", held.worst, bars[3]);
+    free(res);
+    return rc;
+}
+
 int cmd_validate(int argc, char **argv)
 {
     enum { O_MEAN = 'e', O_FIT = 1, O_HMEAN, O_HWORST };
@@ -150,9 +293,10 @@ int cmd_validate(int argc, char **argv)
                                          {"max-held-out-mean", required_argument, 0, O_HMEAN},
                                          {"max-held-out-worst", required_argument, 0, O_HWORST},
                                          {"verbose", no_argument, 0, 'v'},
+                                         {"memory", no_argument, 0, 'm'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    bool json = false, verbose = false;
+    bool json = false, verbose = false, memory = false;
     double bar_all = -1, bar_fit = -1, bar_hmean = -1, bar_hworst = -1;
     int ch;
     optind = 1;
@@ -162,6 +306,7 @@ int cmd_validate(int argc, char **argv)
         switch (ch) {
         case 'j': json = true; break;
         case 'v': verbose = true; break;
+        case 'm': memory = true; break;
         case O_MEAN: rc = parse_pct("max-mean-error", optarg, &bar_all); break;
         case O_FIT: rc = parse_pct("max-fitted-mean", optarg, &bar_fit); break;
         case O_HMEAN: rc = parse_pct("max-held-out-mean", optarg, &bar_hmean); break;
@@ -184,6 +329,12 @@ int cmd_validate(int argc, char **argv)
             free(runs);
             return cli_fail(&err);
         }
+    if (memory) {
+        double bars[4] = {bar_all, bar_fit, bar_hmean, bar_hworst};
+        int mrc = validate_memory(runs, n, json, bars);
+        free(runs);
+        return mrc;
+    }
     struct dp_run_result *res = calloc((size_t)n, sizeof *res);
     if (!res) {
         free(runs);
@@ -204,6 +355,8 @@ int cmd_validate(int argc, char **argv)
         cJSON *o = cJSON_CreateObject();
         cJSON *a = cJSON_AddArrayToObject(o, "runs");
         for (int i = 0; i < n; i++) {
+            if (!runs[i].has_time)
+                continue;
             cJSON *e = cJSON_CreateObject();
             cJSON_AddStringToObject(e, "id", runs[i].id);
             cJSON_AddStringToObject(e, "source", runs[i].source_key);
@@ -232,6 +385,8 @@ int cmd_validate(int argc, char **argv)
     } else {
         printf("%-48s %11s %11s %8s\n", "run", "measured s", "predicted s", "error");
         for (int i = 0; i < n; i++) {
+            if (!runs[i].has_time)
+                continue; /* a memory peak alone: `dplan validate --memory` */
             if (runs[i].waiting_for[0]) {
                 printf("%-48s %11.3f %11s %8s  (waiting for %s: not expressible yet)\n", runs[i].id,
                        dp_run_measured_s(&runs[i]), "-", "-", runs[i].waiting_for);
@@ -260,6 +415,15 @@ int cmd_validate(int argc, char **argv)
                     printf("    excluded: %s\n", runs[i].excluded_why);
             }
         }
+        int oom = 0;
+        for (int i = 0; i < n; i++)
+            if (dp_run_scored(&runs[i]) && !res[i].fits) {
+                if (!oom++)
+                    printf("\n");
+                printf("memory model says out of memory (it ran): %s, %.2f GiB of %.2f\n",
+                       runs[i].id, cli_gib(res[i].peak_bytes),
+                       cli_gib(dp_gpu_usable_bytes(&runs[i].cluster.gpu)));
+            }
         printf("\n");
         print_stats("scored (all)", all);
         print_stats("used to fit GPU curves", fit);

@@ -178,7 +178,8 @@ int cmd_whatif(int argc, char **argv)
         return cli_fail(&err);
     struct dp_search_opts so;
     struct cli_defaults d;
-    cli_search_opts(&c, &m, &so, &d);
+    if (cli_search_opts(&c, &m, &so, &d))
+        return 2;
     so.top_k = 1;
     if (dp_model_check_seq_len(&m, so.seq_len, &err)) {
         dp_err_prefix(&err, "%s", m.name);

@@ -102,16 +102,39 @@ const char cli_plan_knob_help[] =
     "                              seq_len; for a config.json rope_scaling's original length,\n"
     "                              else max_position_embeddings capped at 8192]\n"
     "  --zero {0,1,2,3}            ZeRO stage; 1 = Megatron distributed optimizer [0]\n"
-    "  --shard-group N             HSDP: shard within groups of N data-parallel ranks and\n"
-    "                              all-reduce across the groups (zero >= 1) [all dp ranks]\n"
-    "  --recompute {none,selective,full}  activation recomputation [none]\n"
+    "  --recompute {none,selective,full,op}  activation recomputation: op = torchtitan's\n"
+    "                              per-op selective checkpointing [none]\n"
     "  --sp                        sequence parallelism (with tp > 1)\n"
-    "  --precision {bf16,fp16,fp32} [bf16]; --grad-dtype {fp32,half} [fp32; half for fp16]\n"
+    "  --precision {bf16,fp16,fp32} [bf16]; --grad-dtype {fp32,half} [fp32; half for fp16\n"
+    "                              and deepspeed]\n"
     "  --optimizer {adam,sgd}      [adam]\n"
     "  --no-flash-attn             attention stores the s^2 score matrices\n"
     "  --no-dp-overlap             gradient reduction after backward, not overlapped\n"
-    "  --overhead-gib X            runtime overhead per GPU [the GPU profile's]\n"
+    "  --overhead-gib X            runtime memory per GPU, replacing the CUDA context, NCCL\n"
+    "                              buffers, workspaces and allocator slack [computed]\n"
     CLI_SPLIT_HELP
+    "Framework and sharding (never searched but --shard-group):\n"
+    "  --framework {megatron,torchtitan,deepspeed}  the stack that runs the plan: its bytes\n"
+    "                              per parameter, collectives, recompute policies, loss and\n"
+    "                              allocator [megatron]\n"
+    "  --shard-group N             HSDP: ZeRO/FSDP shards within groups of N of the dp x cp\n"
+    "                              ranks and replicates across them; also\n"
+    "                              --data-parallel-shard-degree N (torchtitan), --mics-shard-size "
+    "N\n"
+    "                              (DeepSpeed), --num-distributed-optimizer-instances M "
+    "(Megatron:\n"
+    "                              N = dp x cp / M) [all ranks; suggest also tries groups]\n"
+    "  --recompute-method {block,uniform,every}  with --recompute full: the first N layers of\n"
+    "                              each stage, every layer in chunks of N, or every N-th layer\n"
+    "                              (torchtitan selective_ac_option N) [block]\n"
+    "  --recompute-layers N        that N [block: all layers]\n"
+    "  --recompute-modules LIST    with --recompute selective: Megatron's recompute_modules\n"
+    "                              (core_attn,mlp,layernorm,moe_act,moe,shared_experts,\n"
+    "                              mla_up_proj) [core_attn]\n"
+    "  --loss {vocab-parallel,fused,unfused,fused-native,compiled}  cross entropy: fused =\n"
+    "                              TE's in-place kernel, fused-native = Megatron's native\n"
+    "                              fusion, compiled = torchtitan's under torch.compile\n"
+    "                              [megatron: vocab-parallel; torchtitan, deepspeed: unfused]\n"
     "The defaults taken are printed (\"--nodes not given: ...\") and listed under\n"
     "\"defaults\" in --json.\n";
 
@@ -123,9 +146,8 @@ const char cli_knob_help[] =
     "  --gbs N                     global batch in sequences [mbs*dp*pp: fills the pipeline]\n"
     "  --seq-len N                 sequence length [the model's]\n"
     "  --zero {0,1,2,3}            ZeRO stage; 1 = Megatron distributed optimizer [0]\n"
-    "  --shard-group N             HSDP: shard within groups of N data-parallel ranks and\n"
-    "                              all-reduce across the groups (zero >= 1) [all dp ranks]\n"
-    "  --recompute {none,selective,full}  activation recomputation [none]\n"
+    "  --recompute {none,selective,full,op}  activation recomputation: op = torchtitan's\n"
+    "                              per-op selective checkpointing [none]\n"
     "  --sp                        sequence parallelism (with tp > 1)\n"
     "  --precision {bf16,fp16,fp32,fp8} [bf16]: fp8 = bf16 weights and activations with the\n"
     "                              linear layers' GEMMs in FP8 (attention, norms and the output\n"
@@ -143,16 +165,39 @@ const char cli_knob_help[] =
     "                              --tp-comm-overlap; needs --sp) [on with --sp]\n"
     "  --[no-]pp-overlap           pipeline send/recv overlapped with compute (Megatron\n"
     "                              overlap_p2p_comm; needs --vpp > 1) [on with --vpp > 1]\n"
-    "  --overhead-gib X            runtime overhead per GPU [the GPU profile's]\n"
+    "  --overhead-gib X            runtime memory per GPU, replacing the CUDA context, NCCL\n"
+    "                              buffers, workspaces and allocator slack [computed]\n"
     CLI_SPLIT_HELP
+    "Framework and sharding (never searched but --shard-group):\n"
+    "  --framework {megatron,torchtitan,deepspeed}  the stack that runs the plan: its bytes\n"
+    "                              per parameter, collectives, recompute policies, loss and\n"
+    "                              allocator [megatron]\n"
+    "  --shard-group N             HSDP: ZeRO/FSDP shards within groups of N of the dp x cp\n"
+    "                              ranks and replicates across them; also\n"
+    "                              --data-parallel-shard-degree N (torchtitan), --mics-shard-size "
+    "N\n"
+    "                              (DeepSpeed), --num-distributed-optimizer-instances M "
+    "(Megatron:\n"
+    "                              N = dp x cp / M) [all ranks; suggest also tries groups]\n"
+    "  --recompute-method {block,uniform,every}  with --recompute full: the first N layers of\n"
+    "                              each stage, every layer in chunks of N, or every N-th layer\n"
+    "                              (torchtitan selective_ac_option N) [block]\n"
+    "  --recompute-layers N        that N [block: all layers]\n"
+    "  --recompute-modules LIST    with --recompute selective: Megatron's recompute_modules\n"
+    "                              (core_attn,mlp,layernorm,moe_act,moe,shared_experts,\n"
+    "                              mla_up_proj) [core_attn]\n"
+    "  --loss {vocab-parallel,fused,unfused,fused-native,compiled}  cross entropy: fused =\n"
+    "                              TE's in-place kernel, fused-native = Megatron's native\n"
+    "                              fusion, compiled = torchtitan's under torch.compile\n"
+    "                              [megatron: vocab-parallel; torchtitan, deepspeed: unfused]\n"
     "Mixture of experts (never searched):\n"
     "  --etp N                     expert tensor parallel size [tp]; the expert layers\n"
     "                              regroup each stage's tp*cp*dp ranks as etp*ep*edp\n"
     "  --moe-capacity F            expert capacity factor (tokens beyond it are dropped)\n"
     "                              [0: dropless]; --moe-pad pads every expert to it\n"
     "  --moe-imbalance F           dropless: the busiest EP rank's routed tokens over the\n"
-    "                              mean [1.25, Switch Transformer's capacity factor; 1 for\n"
-    "                              runs with forced-balanced routing]\n"
+    "                              mean [balanced routing's sampling spread, 1 + sqrt(2 ln ep\n"
+    "                              (1 - 1/ep) / (T k)); 1 for forced-balanced routing]\n"
     "  --moe-dispatcher {alltoall,dedup}  token dispatch: one copy per (token, expert), or\n"
     "                              one per destination GPU and node (DeepEP, HybridEP)\n"
     "                              [alltoall]\n";
@@ -163,6 +208,7 @@ void cli_common_init(struct cli_common *c)
 {
     memset(c, 0, sizeof *c);
     c->recompute = c->precision = c->grad_fp32 = c->optimizer = c->dispatcher = -1;
+    c->framework = c->recompute_method = c->loss = -1;
     c->gemm = c->fp8_recipe = -1;
     c->tp_overlap = c->opg = c->pp_overlap = -1;
     c->overhead_gib = -1;
@@ -226,7 +272,11 @@ static int parse_choice(const char *cmd, const char *opt, const char *arg, const
 
 int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common *c)
 {
-    static const char *const rc_names[] = {"none", "selective", "full"};
+    static const char *const rc_names[] = {"none", "selective", "full", "op"};
+    static const char *const fw_names[] = {"megatron", "torchtitan", "deepspeed"};
+    static const char *const method_names[] = {"block", "uniform", "every"};
+    static const char *const loss_names[] = {"vocab-parallel", "fused", "unfused", "fused-native",
+                                             "compiled"};
     static const char *const prec_names[] = {"bf16", "fp16", "fp32", "fp8", "auto"};
     static const char *const recipe_names[] = {"delayed",   "current", "rowwise",
                                                "blockwise", "mxfp8",   "tensorwise"};
@@ -259,7 +309,56 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
     case OPT_GBS: r = parse_long(cmd, "gbs", arg, 1, 1LL << 40, &c->gbs); break;
     case OPT_SEQ_LEN: r = parse_long(cmd, "seq-len", arg, 1, 1LL << 30, &c->seq_len); break;
     case OPT_ZERO: r = parse_int(cmd, "zero", arg, 0, 3, &c->zero); break;
-    case OPT_RECOMPUTE: r = parse_choice(cmd, "recompute", arg, rc_names, 3, &c->recompute); break;
+    case OPT_RECOMPUTE: r = parse_choice(cmd, "recompute", arg, rc_names, 4, &c->recompute); break;
+    case OPT_FRAMEWORK: r = parse_choice(cmd, "framework", arg, fw_names, 3, &c->framework); break;
+    case OPT_SHARD_GROUP:
+        r = parse_int(cmd, "shard-group", arg, 1, 1 << 24, &c->shard_group);
+        break;
+    case OPT_DP_SHARD:
+        r = parse_int(cmd, "data-parallel-shard-degree", arg, 1, 1 << 24, &c->shard_group);
+        break;
+    case OPT_MICS_SHARD:
+        r = parse_int(cmd, "mics-shard-size", arg, 1, 1 << 24, &c->shard_group);
+        break;
+    case OPT_DIST_OPT_INSTANCES:
+        r = parse_int(cmd, "num-distributed-optimizer-instances", arg, 1, 1 << 24, &c->instances);
+        break;
+    case OPT_RECOMPUTE_METHOD:
+        r = parse_choice(cmd, "recompute-method", arg, method_names, 3, &c->recompute_method);
+        break;
+    case OPT_RECOMPUTE_LAYERS:
+        r = parse_int(cmd, "recompute-layers", arg, 1, 100000, &c->recompute_layers);
+        break;
+    case OPT_RECOMPUTE_MODULES: {
+        /* a comma-separated list of Megatron-Core recompute_modules */
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s", arg);
+        c->recompute_modules = 0;
+        for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+             tok = strtok_r(NULL, ",", &save)) {
+            int bit = dp_recompute_module_parse(tok);
+            if (bit < 0) {
+                cli_usage_error(cmd,
+                                "--recompute-modules: expected a comma-separated list of "
+                                "core_attn, mlp, layernorm, moe_act, moe, shared_experts, "
+                                "mla_up_proj, got \"%s\"",
+                                tok);
+                return -2;
+            }
+            c->recompute_modules |= (unsigned)bit;
+        }
+        if (!c->recompute_modules) {
+            cli_usage_error(cmd, "--recompute-modules: expected at least one module");
+            return -2;
+        }
+        break;
+    }
+    case OPT_LOSS: {
+        int v = -1;
+        r = parse_choice(cmd, "loss", arg, loss_names, 5, &v);
+        c->loss = v < 0 ? -1 : v + 1;
+        break;
+    }
     case OPT_SP: c->sp = true; break;
     case OPT_PRECISION: {
         int v = -1;
@@ -324,9 +423,6 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
     case OPT_MOE_PAD: c->moe_pad = true; break;
     case OPT_MOE_DISPATCHER:
         r = parse_choice(cmd, "moe-dispatcher", arg, disp_names, 2, &c->dispatcher);
-        break;
-    case OPT_SHARD_GROUP:
-        r = parse_int(cmd, "shard-group", arg, 1, 1 << 24, &c->shard_group);
         break;
     case OPT_MOE_IMBALANCE:
         r = parse_double(cmd, "moe-imbalance", arg, 1, 1000, "number >= 1", &c->moe_imbalance);
@@ -517,10 +613,31 @@ int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus, s
     l->zero = c->zero >= 0 ? c->zero : 0;
     if (c->recompute >= 0)
         l->recompute = (enum dp_recompute)c->recompute;
+    if (c->framework >= 0)
+        l->framework = (enum dp_framework)c->framework;
+    if (c->recompute_method >= 0)
+        l->recompute_method = (enum dp_recompute_method)c->recompute_method;
+    l->recompute_layers = c->recompute_layers;
+    l->recompute_modules = c->recompute_modules;
+    if (c->loss >= 0)
+        l->loss = (enum dp_loss)c->loss;
+    l->shard_group = c->shard_group;
+    if (c->instances > 0) {
+        int n = l->dp * l->cp;
+        if (n % c->instances)
+            return dp_err_set(err, DP_EUSAGE,
+                              "--num-distributed-optimizer-instances: megatron needs instances "
+                              "that divide the dp x cp = %d data-parallel ranks, got %d",
+                              n, c->instances);
+        l->shard_group = n / c->instances;
+    }
     l->sp = c->sp;
     if (c->precision >= 0)
         l->precision = (enum dp_precision)c->precision;
-    l->grad_fp32 = c->grad_fp32 >= 0 ? c->grad_fp32 == 1 : l->precision != DP_FP16;
+    /* DeepSpeed accumulates gradients in the model dtype unless told otherwise
+     * (data_types.grad_accum_dtype); Megatron and torchtitan in fp32. */
+    l->grad_fp32 = c->grad_fp32 >= 0 ? c->grad_fp32 == 1
+                                     : l->precision != DP_FP16 && c->framework != DP_FW_DEEPSPEED;
     if (c->optimizer >= 0)
         l->optimizer = (enum dp_optimizer)c->optimizer;
     l->flash_attn = !c->no_flash;
@@ -537,7 +654,6 @@ int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus, s
         l->moe_imbalance = c->moe_imbalance;
     if (c->dispatcher >= 0)
         l->moe_dispatcher = (enum dp_moe_dispatcher)c->dispatcher;
-    l->shard_group = c->shard_group;
     /* the split first: a list's length may set vpp, which the overlap defaults read */
     int rc = cli_split(c, m, l, err);
     if (rc)
@@ -556,6 +672,17 @@ void cli_overlap_defaults(const struct cli_common *c, struct dp_layout *l)
 int cli_check_knobs(const struct cli_common *c, const struct dp_layout *l, const struct dp_gpu *g,
                     struct dp_err *err)
 {
+    if (c->recompute_modules && c->recompute != DP_RECOMPUTE_SELECTIVE)
+        return dp_err_set(err, DP_EUSAGE,
+                          "--recompute-modules: expected --recompute selective as well");
+    if ((c->recompute_method >= 0 || c->recompute_layers) && c->recompute != DP_RECOMPUTE_FULL)
+        return dp_err_set(err, DP_EUSAGE, "--recompute-%s: expected --recompute full as well",
+                          c->recompute_method >= 0 ? "method" : "layers");
+    if (l) {
+        int rc = dp_layout_check_framework(l, NULL, err);
+        if (rc)
+            return rc;
+    }
     if ((c->fp8_recipe >= 0 || c->fp8_params) && c->gemm != DP_GEMM_FP8 && c->gemm != -2)
         return dp_err_set(err, DP_EUSAGE, "--%s: expected --precision fp8 as well",
                           c->fp8_params ? "fp8-params" : "fp8-recipe");
@@ -569,6 +696,20 @@ int cli_check_knobs(const struct cli_common *c, const struct dp_layout *l, const
                               "--tp-overlap: expected --sp as well (TP communication overlap "
                               "needs sequence parallelism, as Megatron-LM's --tp-comm-overlap "
                               "does)");
+        /* The fixed knobs against the framework (what the search leaves free is searched
+         * within what the framework offers). */
+        p.framework = c->framework >= 0 ? (enum dp_framework)c->framework : DP_FW_MEGATRON;
+        p.zero = c->zero >= 0 ? c->zero : p.framework == DP_FW_TORCHTITAN ? 3 : 1;
+        p.pp = c->pp ? c->pp : 1;
+        p.cp = c->cp ? c->cp : 1;
+        p.vpp = c->vpp ? c->vpp : 1;
+        p.recompute = c->recompute >= 0 ? (enum dp_recompute)c->recompute : DP_RECOMPUTE_NONE;
+        if (c->precision >= 0)
+            p.precision = (enum dp_precision)c->precision;
+        p.grad_fp32 = c->grad_fp32 != 0;
+        int frc = dp_layout_check_framework(&p, NULL, err);
+        if (frc)
+            return frc;
         return g && c->gemm >= 0 ? dp_layout_check_gpu(&p, g, "--precision", err) : 0;
     }
     if (c->tp_overlap == 1 && l->tp > 1 && !l->sp)
@@ -654,6 +795,20 @@ int cli_search_opts(const struct cli_common *c, const struct dp_model *m, struct
     o->mbs = c->mbs;
     o->zero = c->zero;
     o->recompute = c->recompute;
+    if (c->framework >= 0)
+        o->framework = (enum dp_framework)c->framework;
+    if (c->loss >= 0)
+        o->loss = (enum dp_loss)c->loss;
+    if (c->shard_group > 0)
+        o->shard_group = c->shard_group;
+    if (c->instances > 0)
+        return cli_usage_error("suggest",
+                               "--num-distributed-optimizer-instances: the search varies dp; give "
+                               "the shard group instead (--shard-group N)");
+    if (c->recompute_method >= 0 || c->recompute_layers || c->recompute_modules)
+        return cli_usage_error("suggest", "--recompute-method, --recompute-layers and "
+                                          "--recompute-modules fix a layout; the search tries "
+                                          "each framework's named policies");
     o->sp = c->sp ? 1 : -1;
     o->seq_len = c->seq_len ? c->seq_len : m->seq_len;
     o->gbs = c->gbs ? c->gbs : cli_default_gbs(o->seq_len, 1);
@@ -816,6 +971,64 @@ void cli_describe_cluster(FILE *f, const struct dp_cluster *c, const struct cli_
     fputc('\n', f);
 }
 
+void cli_describe_framework(FILE *f, const struct dp_layout *l)
+{
+    int pb, gb, ob;
+    dp_mem_bytes_per_param(l, &pb, &gb, &ob);
+    const char *gran = l->framework == DP_FW_TORCHTITAN ? "collectives per block"
+                       : l->framework == DP_FW_DEEPSPEED
+                           ? (l->zero >= 3 ? "gathers per sub-module, "
+                                             "5e8-element reduce buckets"
+                                           : "5e8-element buckets")
+                       : l->zero >= 2 ? "collectives per layer (Megatron-FSDP)"
+                                      : "40M-parameter buckets";
+    char hsdp[96] = "";
+    if (dp_layout_replicas(l) > 1)
+        snprintf(hsdp, sizeof hsdp, ", HSDP %d x %d (shard x replicate)", dp_layout_shard(l),
+                 dp_layout_replicas(l));
+    char rc[96];
+    if (l->recompute == DP_RECOMPUTE_SELECTIVE) {
+        char mods[96];
+        dp_recompute_modules_format(l->recompute_modules, mods, sizeof mods);
+        snprintf(rc, sizeof rc, "selective (%s)", mods);
+    } else if (l->recompute == DP_RECOMPUTE_FULL && l->recompute_method == DP_RC_EVERY)
+        snprintf(rc, sizeof rc, "full, every %d-th layer", l->recompute_layers);
+    else if (l->recompute == DP_RECOMPUTE_FULL && l->recompute_method == DP_RC_UNIFORM)
+        snprintf(rc, sizeof rc, "full, uniform chunks of %d",
+                 l->recompute_layers > 1 ? l->recompute_layers : 1);
+    else if (l->recompute == DP_RECOMPUTE_FULL && l->recompute_layers > 0)
+        snprintf(rc, sizeof rc, "full, first %d layers per stage", l->recompute_layers);
+    else
+        snprintf(rc, sizeof rc, "%s",
+                 l->recompute == DP_RECOMPUTE_OP ? "per-op SAC" : dp_recompute_name(l->recompute));
+    fprintf(f, "framework %s: %d+%d+%d B/param%s, %s%s, recompute %s, %s loss\n",
+            dp_framework_name(l->framework), pb, gb, ob, l->zero ? " before sharding" : "", gran,
+            hsdp, rc, dp_loss_name(dp_layout_loss(l)));
+}
+
+void cli_describe_search_framework(FILE *f, const struct dp_search_opts *o, bool given)
+{
+    int rcs[DP_RECOMPUTES];
+    int n = dp_recompute_choices(o->framework, rcs);
+    char rc[96] = "";
+    size_t k = 0;
+    for (int i = 0; i < n && k < sizeof rc; i++)
+        k += (size_t)snprintf(rc + k, sizeof rc - k, "%s%s", i ? ", " : "",
+                              dp_recompute_name((enum dp_recompute)rcs[i]));
+    char sg[64];
+    if (o->shard_group > 0)
+        snprintf(sg, sizeof sg, "shard group %d", o->shard_group);
+    else
+        snprintf(sg, sizeof sg, "full sharding and node-sized HSDP groups");
+    struct dp_layout l;
+    dp_layout_default(&l);
+    l.framework = o->framework;
+    l.loss = o->loss;
+    fprintf(f, "framework %s%s: recompute searched over %s; %s; %s loss\n",
+            dp_framework_name(o->framework), given ? "" : " (--framework not given)", rc, sg,
+            dp_loss_name(dp_layout_loss(&l)));
+}
+
 void cli_describe_layout(FILE *f, const struct dp_layout *l, const struct dp_model *m)
 {
     char buf[256];
@@ -850,13 +1063,15 @@ void cli_describe_layout(FILE *f, const struct dp_layout *l, const struct dp_mod
                  l->pp_overlap ? "overlapped" : "exposed");
     if (ov[0])
         fprintf(f, "overlap  %s\n", ov);
+    cli_describe_framework(f, l);
     if (m->experts > 0) {
         char route[96];
         if (l->moe_capacity > 0)
             snprintf(route, sizeof route, "capacity factor %.2f%s", l->moe_capacity,
                      l->moe_pad ? ", padded" : "");
         else
-            snprintf(route, sizeof route, "dropless, imbalance %.2f", l->moe_imbalance);
+            snprintf(route, sizeof route, "dropless, imbalance %.3f%s", dp_moe_load(m, l),
+                     l->moe_imbalance > 0 ? "" : " (routing statistics)");
         fprintf(f,
                 "experts  etp=%d ep=%d edp=%d, %s, %s dispatch: %.0f token copies per GPU per "
                 "micro-batch (load %.2f)\n",

@@ -19,6 +19,14 @@ cJSON *cli_mem_json(const struct dp_mem_report *r, const struct dp_layout *l,
     cJSON_AddNumberToObject(o, "peak_stage", r->peak_stage);
     cJSON_AddNumberToObject(o, "headroom_bytes", (double)(r->capacity_bytes - r->peak_bytes));
     cJSON_AddNumberToObject(o, "microbatches", (double)r->microbatches);
+    cJSON_AddStringToObject(o, "framework", dp_framework_name(l->framework));
+    cJSON_AddStringToObject(o, "peak_quantity",
+                            "device total: reserved by the PyTorch caching allocator + CUDA "
+                            "context + NCCL buffers (what nvidia-smi shows)");
+    cJSON_AddNumberToObject(o, "peak_allocated_bytes",
+                            (double)r->stage[r->peak_stage].allocated_bytes);
+    cJSON_AddNumberToObject(o, "peak_reserved_bytes",
+                            (double)r->stage[r->peak_stage].reserved_bytes);
     cJSON *st = cJSON_AddArrayToObject(o, "stages");
     for (int i = 0; i < r->nstages; i++) {
         const struct dp_mem_stage *s = &r->stage[i];
@@ -72,9 +80,18 @@ cJSON *cli_mem_json(const struct dp_mem_report *r, const struct dp_layout *l,
         cJSON_AddNumberToObject(a, "embedding_bytes", (double)s->act_embed_bytes);
         cJSON_AddNumberToObject(a, "head_bytes", (double)s->act_head_bytes);
         cJSON_AddNumberToObject(a, "recompute_working_bytes", (double)s->act_working_bytes);
+        cJSON_AddNumberToObject(a, "loss_bytes", (double)s->act_loss_bytes);
         cJSON *ot = cJSON_AddObjectToObject(e, "other");
         cJSON_AddNumberToObject(ot, "comm_bytes", (double)s->comm_bytes);
         cJSON_AddNumberToObject(ot, "runtime_bytes", (double)s->runtime_bytes);
+        cJSON_AddNumberToObject(ot, "cuda_context_bytes", (double)s->context_bytes);
+        cJSON_AddNumberToObject(ot, "nccl_bytes", (double)s->nccl_bytes);
+        cJSON_AddNumberToObject(ot, "workspace_bytes", (double)s->workspace_bytes);
+        cJSON_AddNumberToObject(ot, "allocator_slack_bytes", (double)s->slack_bytes);
+        /* The quantities a measurement reports: torch's allocated and reserved peaks;
+         * total_bytes is the device total (nvidia-smi) that must fit. */
+        cJSON_AddNumberToObject(e, "allocated_bytes", (double)s->allocated_bytes);
+        cJSON_AddNumberToObject(e, "reserved_bytes", (double)s->reserved_bytes);
         cJSON_AddItemToArray(st, e);
     }
     return o;
@@ -139,41 +156,67 @@ void cli_mem_balance(FILE *f, const struct dp_mem_report *r)
                 100.0 * (double)(r->peak_bytes - r->min_bytes) / (double)r->peak_bytes);
 }
 
+void cli_mem_quantity(FILE *f, const struct dp_layout *l, const struct dp_mem_report *r)
+{
+    const struct dp_mem_stage *s = &r->stage[r->peak_stage];
+    if (s->context_bytes == 0 && s->nccl_bytes == 0) {
+        fprintf(f, "quantity: the model's bytes + --overhead-gib (allocated %.2f GiB)\n",
+                cli_gib(s->allocated_bytes));
+        return;
+    }
+    fprintf(f,
+            "quantity: peak = device total (nvidia-smi); stage %d: allocated %.2f GiB (torch "
+            "max_memory_allocated, Megatron's log), reserved %.2f GiB (max_memory_reserved, "
+            "torchtitan's log), + CUDA context and NCCL %.2f GiB (%s)\n",
+            s->stage, cli_gib(s->allocated_bytes), cli_gib(s->reserved_bytes),
+            cli_gib(s->context_bytes + s->nccl_bytes), dp_framework_name(l->framework));
+}
+
 void cli_mem_derivation(FILE *f, const struct dp_layout *l, const struct dp_mem_report *r)
 {
     const struct dp_mem_stage *s = &r->stage[r->peak_stage];
     int pb, gb, ob;
     dp_mem_bytes_per_param(l, &pb, &gb, &ob);
-    int64_t shard = (int64_t)l->dp * l->cp;
+    int64_t shard = dp_layout_shard(l);
     fprintf(f, "how (stage %d, each GPU):\n", s->stage);
     char cnt[32];
     fprintf(f, "  params       %s params held x %d B (%s)%s\n",
-            cli_count_short(s->params, cnt, sizeof cnt), pb, dp_precision_name(l->precision),
-            l->zero >= 3 ? ", sharded over dp (ZeRO-3)" : "");
+            cli_count_short(s->params, cnt, sizeof cnt), pb,
+            pb == 4 && l->precision != DP_FP32 ? "fp32, the master copy (FSDP2)"
+                                               : dp_precision_name(l->precision),
+            l->zero >= 3 ? ", sharded over dp" : "");
     if (s->fp8_copy_bytes > 0)
         fprintf(f,
                 "               + %.2f GiB FP8 copies of the linear weights (the FP8 weight and "
                 "its transpose, cached for the step; --fp8-params stores the weights in FP8)\n",
                 cli_gib(s->fp8_copy_bytes));
     fprintf(f, "  grads        x %d B (%s)%s\n", gb, gb == 4 ? "fp32 accumulation" : "half",
-            l->zero >= 2 ? ", sharded over dp (ZeRO-2)" : "");
+            l->zero >= 2 ? ", sharded over dp" : "");
     fprintf(f, "  optimizer    x %d B (%s%s)%s\n", ob,
-            l->precision == DP_FP32 ? "" : "fp32 master + ",
+            l->precision == DP_FP32 || l->framework == DP_FW_TORCHTITAN ? "" : "fp32 master + ",
             l->optimizer == DP_OPT_ADAM ? "Adam m, v" : "SGD momentum",
             l->zero >= 1 ? "" : ", not sharded");
     if (l->zero >= 1)
-        fprintf(f, "               sharded over %lld data-parallel ranks (ZeRO-%d)\n",
-                (long long)shard, l->zero);
+        fprintf(f, "               sharded over %lld data-parallel ranks (ZeRO-%d%s)\n",
+                (long long)shard, l->zero,
+                dp_layout_replicas(l) > 1 ? ", replicated across the HSDP groups" : "");
     fprintf(f, "  activations  %.2f micro-batches in flight x %d layers x %.1f MiB/layer (%s)",
             s->inflight, s->layers, (double)s->act_layer_bytes / 1048576.0,
             dp_recompute_name(l->recompute));
     if (s->act_head_bytes)
-        fprintf(f, " + output layer %.2f GiB", cli_gib(s->act_head_bytes));
+        fprintf(f, " + output layer and loss %.2f GiB (%s cross entropy)",
+                cli_gib(s->act_head_bytes), dp_loss_name(dp_layout_loss(l)));
     if (s->act_working_bytes >= 10 << 20)
         fprintf(f, " + recompute working set %.2f GiB", cli_gib(s->act_working_bytes));
     fputc('\n', f);
-    fprintf(f, "  other        runtime %.2f GiB (CUDA context, libraries; --overhead-gib)",
-            cli_gib(s->runtime_bytes));
+    if (s->context_bytes || s->nccl_bytes)
+        fprintf(f,
+                "  other        CUDA context %.2f + NCCL buffers %.2f + workspaces %.2f GiB, "
+                "allocator slack %.2f GiB",
+                cli_gib(s->context_bytes), cli_gib(s->nccl_bytes), cli_gib(s->workspace_bytes),
+                cli_gib(s->slack_bytes));
+    else
+        fprintf(f, "  other        runtime %.2f GiB (--overhead-gib)", cli_gib(s->runtime_bytes));
     if (s->comm_bytes)
         fprintf(f, " + communication buffers %.2f GiB", cli_gib(s->comm_bytes));
     fputc('\n', f);

@@ -20,5 +20,8 @@ void cli_mem_verdict(FILE *f, const struct dp_mem_report *r);
 /* "balance: stages range ..." when there is more than one stage. */
 void cli_mem_balance(FILE *f, const struct dp_mem_report *r);
 void cli_mem_derivation(FILE *f, const struct dp_layout *l, const struct dp_mem_report *r);
+/* "quantity: peak = device total ...": what the peak counts and the allocated and reserved
+ * peaks of the peak stage, the quantities frameworks log. */
+void cli_mem_quantity(FILE *f, const struct dp_layout *l, const struct dp_mem_report *r);
 
 #endif

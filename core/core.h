@@ -428,7 +428,97 @@ struct cJSON *dp_cluster_to_json(const struct dp_cluster *c);
 
 /* ------------------------------------------------------------------ layout */
 
-enum dp_recompute { DP_RECOMPUTE_NONE = 0, DP_RECOMPUTE_SELECTIVE = 1, DP_RECOMPUTE_FULL = 2 };
+/*
+ * Activation recomputation policies by name:
+ *  - selective: Megatron-Core recompute_granularity "selective", the submodules in
+ *    recompute_modules (default core_attn: the attention scores, softmax and dropout,
+ *    Korthikanti et al. 2022 Sec. 5); megatron/core/transformer/transformer_config.py;
+ *  - full: the whole layer (Megatron recompute_granularity "full", torchtitan
+ *    activation_checkpoint.mode "full", DeepSpeed activation checkpointing of each
+ *    layer), which layers by recompute_method and recompute_layers;
+ *  - op: torchtitan's per-op selective checkpointing (selective_ac_option "op"): the
+ *    outputs of the matmuls but every second one, of the attention kernel and of the TP
+ *    reduce-scatters are saved, the rest of the block is recomputed
+ *    (torchtitan/models/llama3/infra/parallelize.py _save_list, _apply_op_sac).
+ */
+enum dp_recompute {
+    DP_RECOMPUTE_NONE = 0,
+    DP_RECOMPUTE_SELECTIVE = 1,
+    DP_RECOMPUTE_FULL = 2,
+    DP_RECOMPUTE_OP = 3,
+    DP_RECOMPUTES = 4,
+};
+/*
+ * Which layers full recompute applies to, with n = recompute_layers: block (Megatron
+ * --recompute-method block): the first n layers of each pipeline stage, the others keep
+ * everything (n = 0: all); uniform (Megatron --recompute-method uniform): every layer, in
+ * chunks of n whose input alone is kept; every (torchtitan selective_ac_option = n, the
+ * "layer" SAC of _apply_layer_sac): every n-th transformer block.
+ */
+enum dp_recompute_method { DP_RC_BLOCK = 0, DP_RC_UNIFORM = 1, DP_RC_EVERY = 2 };
+/* Megatron-Core recompute_modules for selective recompute (transformer_config.py). */
+enum {
+    DP_RCM_CORE_ATTN = 1 << 0,      /* attention scores, softmax, dropout (the default) */
+    DP_RCM_MLP = 1 << 1,            /* the dense MLP: only its input kept */
+    DP_RCM_LAYERNORM = 1 << 2,      /* norm outputs discarded, recomputed in backward */
+    DP_RCM_MOE_ACT = 1 << 3,        /* the experts' activation output (fc2 input) discarded */
+    DP_RCM_MOE = 1 << 4,            /* the whole MoE block: only its input kept */
+    DP_RCM_SHARED_EXPERTS = 1 << 5, /* the shared experts' MLP */
+    DP_RCM_MLA_UP_PROJ = 1 << 6,    /* MLA up projections (and rotary) discarded */
+    DP_RCM_ALL = (1 << 7) - 1,
+};
+/* "core_attn,mlp" for the bits of `mods`; parse returns -1 naming nothing known. */
+void dp_recompute_modules_format(unsigned mods, char *out, size_t cap);
+int dp_recompute_module_parse(const char *name);
+/*
+ * The cross-entropy loss and the buffers it holds at its peak, per logit element:
+ *  - vocab-parallel: Megatron-Core's default (cross_entropy_loss_fusion False):
+ *    tensor_parallel/cross_entropy.py casts the local logits to fp32 and exponentiates
+ *    them in place, saving that tensor for backward, which writes the gradient into it
+ *    in place and casts it to bf16: the bf16 logits or the bf16 gradient (2 B) beside the
+ *    fp32 tensor (4 B) = 6 B;
+ *    (Megatron's native fusion, fusions/fused_cross_entropy.py, up-casts and works in
+ *    place the same way);
+ *  - fused: a kernel that reads the logits in their storage precision and writes the
+ *    gradient over them (Transformer Engine's parallel_cross_entropy, Megatron
+ *    --cross-entropy-loss-fusion --cross-entropy-fusion-impl te): 2 B;
+ *  - unfused: F.cross_entropy(logits.float()) as torchtitan (components/loss.py) and
+ *    Hugging Face models run it: the fp32 up-cast, its log-softmax (saved) and, in
+ *    backward, the log-softmax's output gradient and input gradient: 3 x 4 B = 12 B;
+ *  - fused-native: Megatron --cross-entropy-loss-fusion with its default native
+ *    implementation (fusions/fused_cross_entropy.py), whose jit-fused steps cannot keep the
+ *    in-place exp and gradient updates in place: Inductor "materializes the new value in a
+ *    fresh [s, b, v] buffer" (the note of the file's later in-place fix): the bf16 logits,
+ *    the fp32 copy and one more fp32 buffer, 2 + 4 + 4 = 10 B;
+ *  - compiled: torchtitan's F.cross_entropy(logits.float()) under torch.compile (since
+ *    2025, components/loss.py build_cross_entropy_loss with compile on): Inductor keeps
+ *    the bf16 logits and per-row log-sum-exps for backward instead of the fp32
+ *    log-softmax, and writes the gradient (softmax minus one-hot, cast back) in one kernel
+ *    into a new bf16 buffer: the logits beside their gradient, 2 + 2 = 4 B.
+ */
+enum dp_loss {
+    DP_LOSS_DEFAULT = 0,
+    DP_LOSS_VOCAB_PARALLEL = 1,
+    DP_LOSS_FUSED = 2,
+    DP_LOSS_UNFUSED = 3,
+    DP_LOSS_FUSED_NATIVE = 4,
+    DP_LOSS_COMPILED = 5,
+    DP_LOSSES = 6
+};
+const char *dp_loss_name(enum dp_loss k);
+/*
+ * The framework that runs the plan (never searched; megatron by default): what it
+ * keeps per parameter, how it shards and communicates, its recompute policies, its
+ * loss and its allocator (costmodel/framework.c, each term cited there).
+ */
+enum dp_framework {
+    DP_FW_MEGATRON = 0,   /* Megatron-LM / Megatron-Core (NeMo, Megatron-Bridge) */
+    DP_FW_TORCHTITAN = 1, /* torchtitan: FSDP2, DTensor TP, torch.distributed.pipelining */
+    DP_FW_DEEPSPEED = 2,  /* DeepSpeed ZeRO (with Megatron-DeepSpeed or Hugging Face) */
+    DP_FRAMEWORKS = 3,
+};
+const char *dp_framework_name(enum dp_framework f);
+int dp_framework_parse(const char *s); /* -1 if unknown */
 /* MoE token dispatch: Megatron-Core's MoEAlltoAllTokenDispatcher sends one copy per
  * (token, expert); DeepEP/HybridEP (Megatron's flex dispatcher) one per destination
  * GPU inside a node and one per destination node across nodes, forwarded there. */
@@ -473,24 +563,33 @@ struct dp_layout {
                                   FSDP prefetch) */
     bool pp_overlap;           /* pipeline send/recv overlap compute (Megatron overlap_p2p_comm,
                                   interleaved schedule only) */
-    int recompute_layers;      /* with full recompute: layers per pipeline stage that recompute
-                                  (Megatron --recompute-method block --recompute-num-layers;
-                                  torchtitan's every-other-layer checkpointing); 0 = all */
-    enum dp_attn attn;         /* the fused attention kernel (with flash_attn) */
-    bool eager;                /* element-wise ops run one PyTorch kernel each (no torch.compile or
-                                  fused Megatron/TE kernels): more memory passes */
-    /* Mixture of experts (ignored for dense models). */
-    int etp;              /* expert tensor parallel size; 0 = tp (Megatron's default) */
-    double moe_capacity;  /* expert capacity factor; 0 = dropless */
-    bool moe_pad;         /* pad every expert's input to its capacity */
-    double moe_imbalance; /* busiest EP rank's routed tokens over the mean (dropless) */
-    enum dp_moe_dispatcher moe_dispatcher;
+    int recompute_layers;      /* with full recompute, n of recompute_method: block: layers per
+                                  pipeline stage that recompute (Megatron --recompute-method
+                                  block --recompute-num-layers), 0 = all; uniform: layers per
+                                  chunk (0 = 1); every: every n-th layer */
+    enum dp_recompute_method recompute_method;
+    unsigned recompute_modules; /* selective: DP_RCM_* bits; 0 = core_attn */
+    enum dp_loss loss;          /* DP_LOSS_DEFAULT: the framework's (dp_layout_loss) */
+    enum dp_framework framework;
     /* Hybrid sharded data parallelism (HSDP): ZeRO/FSDP shards within groups of
      * shard_group of the dp x cp ranks and replicates across the groups, whose gradients
      * are all-reduced (FSDP2 data_parallel_shard_degree x data_parallel_replicate_degree,
      * Megatron --num-distributed-optimizer-instances, DeepSpeed MiCS mics_shard_size).
      * 0 = all dp x cp ranks (full sharding). */
     int shard_group;
+    enum dp_attn attn;     /* the fused attention kernel (with flash_attn) */
+    bool eager;            /* element-wise ops run one PyTorch kernel each (no torch.compile or
+                              fused Megatron/TE kernels): more memory passes */
+    bool list_collectives; /* sharded-DP all-gathers and reduce-scatters go through
+                              PyTorch's list API (torch <= 1.8 all_gather(list) /
+                              reduce_scatter(list), DeepSpeed <= 0.3): one copy per rank each */
+    /* Mixture of experts (ignored for dense models). */
+    int etp;              /* expert tensor parallel size; 0 = tp (Megatron's default) */
+    double moe_capacity;  /* expert capacity factor; 0 = dropless */
+    bool moe_pad;         /* pad every expert's input to its capacity */
+    double moe_imbalance; /* busiest EP rank's routed tokens over the mean (dropless); 0 =
+                             routing statistics */
+    enum dp_moe_dispatcher moe_dispatcher;
     /*
      * The pipeline split (core/split.c): which decoder layers each stage and model
      * chunk holds. With nchunks == 0 it is even (layers / (pp * vpp) per chunk) or,
@@ -508,6 +607,33 @@ struct dp_layout {
     uint16_t chunk_layers[DP_MAX_CHUNKS];
 };
 
+/* moe_imbalance 0 (the default): the busiest EP rank's load from the statistics of
+ * balanced routing alone (costmodel/moe.c dp_moe_load), no systematic imbalance; runs with
+ * a known imbalance give it (>= 1; forced-balanced routing, Megatron
+ * moe_router_force_load_balancing, is 1). Switch Transformer's capacity factor 1.25
+ * (Fedus et al. 2022) is headroom for token dropping, not a measured imbalance. */
+#define DP_MOE_IMBALANCE_DEFAULT 0.0
+
+/* Defaults: everything 1, bf16 (GEMMs too), flash attention, fp32 grads, Adam, recompute
+ * none, DP gradient and parameter-gather overlap on, TP and pipeline overlap off. */
+void dp_layout_default(struct dp_layout *l);
+/* Micro-batches per step: gbs / (mbs * dp). */
+static inline int64_t dp_layout_microbatches(const struct dp_layout *l)
+{
+    return l->gbs / (l->mbs * l->dp);
+}
+/* Layers of a stage of `layers` that recompute fully under the layout (recompute_method
+ * and recompute_layers). */
+static inline int dp_layout_recomputed(const struct dp_layout *l, int layers)
+{
+    if (l->recompute != DP_RECOMPUTE_FULL)
+        return 0;
+    if (l->recompute_method == DP_RC_EVERY)
+        return l->recompute_layers > 1 ? layers / l->recompute_layers : layers;
+    if (l->recompute_method == DP_RC_UNIFORM)
+        return layers;
+    return l->recompute_layers > 0 && l->recompute_layers < layers ? l->recompute_layers : layers;
+}
 /* The data-parallel ranks (of dp x cp) a dense parameter's ZeRO/FSDP shard spans: the shard
  * group under HSDP, else all of them; and the replicas of each shard. */
 static inline int dp_layout_shard(const struct dp_layout *l)
@@ -519,28 +645,15 @@ static inline int dp_layout_replicas(const struct dp_layout *l)
     int s = dp_layout_shard(l);
     return s > 0 ? l->dp * l->cp / s : 1;
 }
-
-/* Default load imbalance of dropless routing: 1.25, the capacity factor Switch
- * Transformers train with (Fedus et al. 2022, Sec. 2.2 and Table 1) as the headroom
- * an expert needs over its mean load under auxiliary-loss balancing. Benchmarks with
- * forced-balanced routing (Megatron moe_router_force_load_balancing) use 1. */
-#define DP_MOE_IMBALANCE_DEFAULT 1.25
-
-/* Defaults: everything 1, bf16 (GEMMs too), flash attention, fp32 grads, Adam, recompute
- * none, DP gradient and parameter-gather overlap on, TP and pipeline overlap off. */
-void dp_layout_default(struct dp_layout *l);
-/* Micro-batches per step: gbs / (mbs * dp). */
-static inline int64_t dp_layout_microbatches(const struct dp_layout *l)
-{
-    return l->gbs / (l->mbs * l->dp);
-}
-/* Layers of a stage of `layers` that recompute under the layout (recompute_layers). */
-static inline int dp_layout_recomputed(const struct dp_layout *l, int layers)
-{
-    if (l->recompute != DP_RECOMPUTE_FULL)
-        return 0;
-    return l->recompute_layers > 0 && l->recompute_layers < layers ? l->recompute_layers : layers;
-}
+/* The loss the layout computes (its own, or its framework's default: Megatron-Core's
+ * vocab-parallel cross entropy, torchtitan's and DeepSpeed's unfused one). */
+enum dp_loss dp_layout_loss(const struct dp_layout *l);
+/*
+ * DP_EUSAGE when the layout's framework does not offer the combination (exit 2): one line
+ * naming the field, the framework and what it supports, prefixed by `where` (a file and
+ * JSON path ending in "layout", or NULL for command-line options, named --like-this).
+ */
+int dp_layout_check_framework(const struct dp_layout *l, const char *where, struct dp_err *err);
 /* Layers held by pipeline stage `stage` (0..pp-1) and by its model chunk `chunk`
  * (0..vpp-1). Safe on any layout; the counts mean something once dp_layout_validate
  * accepts it. */
@@ -702,6 +815,19 @@ enum dp_flops_convention {
     DP_FLOPS_MODEL = 2,       /* model FLOPs, no recompute (MFU numerator) */
 };
 
+/* What a measured memory peak counts: torch.cuda max_memory_allocated (Megatron's
+ * mem-max-allocated-bytes, PithTrain), max_memory_reserved (torchtitan's "memory" log), or
+ * the device total nvidia-smi shows. */
+enum dp_mem_quantity {
+    DP_MEMQ_NONE = 0,
+    DP_MEMQ_ALLOCATED = 1,
+    DP_MEMQ_RESERVED = 2,
+    DP_MEMQ_DEVICE = 3
+};
+/* Which GPU it was read on: the most over all GPUs, or the last pipeline stage's (Megatron
+ * logs rank world_size - 1). */
+enum dp_mem_aggregation { DP_MEMAGG_MAX = 0, DP_MEMAGG_LAST_STAGE = 1 };
+
 struct dp_run {
     char id[96];
     char source_key[48]; /* the source it is reported under: the file's stem unless given */
@@ -721,12 +847,24 @@ struct dp_run {
                              and the run is not predicted */
     char needs[128];      /* knobs dplan does not model yet ("hsdp, dualpipe"): the layout holds
                              the nearest expressible one; printed, not scored */
+    bool has_time;        /* a step time (or throughput) was measured */
+    /* A measured per-GPU memory peak (measured.peak_memory), GiB = 2^30 bytes. */
+    double peak_gib; /* 0: none */
+    enum dp_mem_quantity mem_quantity;
+    enum dp_mem_aggregation mem_aggregation;
+    bool mem_held_out; /* held out of the memory fits (the file's rule over its peaks) */
 };
 /* Scored runs count in the error statistics (and, unless held out, in calibration). */
 static inline bool dp_run_scored(const struct dp_run *r)
 {
-    return !r->underspecified && !r->excluded && !r->needs[0];
+    return r->has_time && !r->underspecified && !r->excluded && !r->needs[0];
 }
+/* Runs whose measured memory peak is scored (`dplan validate --memory`). */
+static inline bool dp_run_mem_scored(const struct dp_run *r)
+{
+    return r->peak_gib > 0 && !r->underspecified && !r->excluded && !r->needs[0];
+}
+const char *dp_mem_quantity_name(enum dp_mem_quantity q);
 
 /*
  * Load a runs file, or every *.json of a directory in name order; *runs is

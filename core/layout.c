@@ -9,7 +9,57 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const recompute_names[] = {"none", "selective", "full"};
+static const char *const recompute_names[] = {"none", "selective", "full", "op"};
+static const char *const method_names[] = {"block", "uniform", "every"};
+static const char *const loss_names[] = {"default", "vocab-parallel", "fused",
+                                         "unfused", "fused-native",   "compiled"};
+static const char *const framework_names[] = {"megatron", "torchtitan", "deepspeed"};
+static const char *const module_names[] = {
+    "core_attn", "mlp", "layernorm", "moe_act", "moe", "shared_experts", "mla_up_proj"};
+#define NMODULES 7
+
+const char *dp_framework_name(enum dp_framework f)
+{
+    return (unsigned)f < DP_FRAMEWORKS ? framework_names[f] : "?";
+}
+int dp_framework_parse(const char *s)
+{
+    for (int i = 0; i < DP_FRAMEWORKS; i++)
+        if (strcmp(s, framework_names[i]) == 0)
+            return i;
+    return -1;
+}
+const char *dp_loss_name(enum dp_loss k)
+{
+    return (unsigned)k < DP_LOSSES ? loss_names[k] : "?";
+}
+int dp_recompute_module_parse(const char *name)
+{
+    for (int i = 0; i < NMODULES; i++)
+        if (strcmp(name, module_names[i]) == 0)
+            return 1 << i;
+    return -1;
+}
+void dp_recompute_modules_format(unsigned mods, char *out, size_t cap)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    if (!mods)
+        mods = DP_RCM_CORE_ATTN;
+    for (int i = 0; i < NMODULES && n < cap; i++)
+        if (mods & (1u << i))
+            n += (size_t)snprintf(out + n, cap - n, "%s%s", n ? "," : "", module_names[i]);
+}
+
+enum dp_loss dp_layout_loss(const struct dp_layout *l)
+{
+    if (l->loss != DP_LOSS_DEFAULT)
+        return l->loss;
+    /* Megatron-Core's default is its vocab-parallel cross entropy (cross_entropy_loss_fusion
+     * False, model_parallel_config.py); torchtitan's cross_entropy_loss and the Hugging Face
+     * models DeepSpeed trains up-cast the logits and call F.cross_entropy. */
+    return l->framework == DP_FW_MEGATRON ? DP_LOSS_VOCAB_PARALLEL : DP_LOSS_UNFUSED;
+}
 static const char *const precision_names[] = {"bf16", "fp16", "fp32"};
 static const char *const optimizer_names[] = {"adam", "sgd"};
 static const char *const gemm_names[] = {"default", "bf16", "fp16", "tf32", "fp32", "fp8"};
@@ -121,7 +171,7 @@ const char *dp_dispatcher_name(enum dp_moe_dispatcher d)
 
 const char *dp_recompute_name(enum dp_recompute r)
 {
-    return recompute_names[r];
+    return (unsigned)r < DP_RECOMPUTES ? recompute_names[r] : "?";
 }
 const char *dp_precision_name(enum dp_precision p)
 {
@@ -305,21 +355,17 @@ int dp_layout_validate(const struct dp_layout *l, const struct dp_model *m, int 
     if (l->moe_pad && l->moe_capacity == 0)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "moe_pad needs a capacity factor (dropless routing has no capacity)");
-    if (!(l->moe_imbalance >= 1 && l->moe_imbalance <= 1000))
+    if (!(l->moe_imbalance == 0 || (l->moe_imbalance >= 1 && l->moe_imbalance <= 1000)))
         return dp_err_set(err, DP_EINFEASIBLE,
-                          "moe_imbalance=%g: expected the busiest rank's load over the mean, >= 1",
+                          "moe_imbalance=%g: expected the busiest rank's load over the mean, >= 1 "
+                          "(0: routing statistics)",
                           l->moe_imbalance);
-    if (l->zero < 0 || l->zero > 3)
-        return dp_err_set(err, DP_EINFEASIBLE, "zero=%d: expected 0, 1, 2 or 3", l->zero);
     if (l->shard_group < 0 || (l->shard_group > 0 && (l->dp * l->cp) % l->shard_group))
         return dp_err_set(err, DP_EINFEASIBLE,
                           "shard_group=%d does not divide the dp x cp = %d data-parallel ranks",
                           l->shard_group, l->dp * l->cp);
-    if (l->shard_group > 0 && l->shard_group < l->dp * l->cp && l->zero < 1)
-        return dp_err_set(err, DP_EINFEASIBLE,
-                          "shard_group=%d: hybrid sharding needs a sharded optimizer (zero 1-3), "
-                          "got zero 0",
-                          l->shard_group);
+    if (l->zero < 0 || l->zero > 3)
+        return dp_err_set(err, DP_EINFEASIBLE, "zero=%d: expected 0, 1, 2 or 3", l->zero);
     /* ZeRO-2/3 with pipeline parallelism: DeepSpeed's pipeline engine refuses it, but
      * torchtitan (FSDP2 + PP) and Megatron-FSDP run it; the cost model follows them
      * (costmodel/memory.c dp_mem_states). The planner does not search it. */
@@ -327,6 +373,175 @@ int dp_layout_validate(const struct dp_layout *l, const struct dp_model *m, int 
         return dp_err_set(err, DP_EINFEASIBLE,
                           "expert parallelism does not support fp16 (Megatron)");
     return 0;
+}
+
+/* The name of layout field `json` where the error is reported: "FILE: runs[0].layout.zero"
+ * under a JSON `where`, "--zero" on the command line (`cli`, or the JSON name with '-'). */
+static void field_name(const char *where, const char *json, const char *cli, char *out, size_t cap)
+{
+    if (where) {
+        snprintf(out, cap, "%s.%s", where, json);
+        return;
+    }
+    if (cli) {
+        snprintf(out, cap, "%s", cli);
+        return;
+    }
+    size_t n = (size_t)snprintf(out, cap, "--");
+    for (const char *c = json; *c && n + 1 < cap; c++)
+        out[n++] = *c == '_' ? '-' : *c;
+    out[n] = '\0';
+}
+
+int dp_layout_check_framework(const struct dp_layout *l, const char *where, struct dp_err *err)
+{
+    char f[320];
+    const char *fw = dp_framework_name(l->framework);
+    const int dpcp = l->dp * l->cp;
+    if (l->shard_group < 0 || (l->shard_group > 0 && dpcp % l->shard_group)) {
+        field_name(where, "shard_group", NULL, f, sizeof f);
+        return dp_err_set(err, DP_EUSAGE,
+                          "%s: %s shards within groups that divide the dp x cp = %d "
+                          "data-parallel ranks (and replicates across them), got %d",
+                          f, fw, dpcp, l->shard_group);
+    }
+    if (l->shard_group > 0 && l->shard_group < dpcp && l->zero < 1) {
+        field_name(where, "shard_group", NULL, f, sizeof f);
+        return dp_err_set(err, DP_EUSAGE,
+                          "%s: hybrid sharding (%d of the %d data-parallel ranks per shard "
+                          "group) needs a sharded optimizer: zero 1-3, got zero 0",
+                          f, l->shard_group, dpcp);
+    }
+    if (l->recompute == DP_RECOMPUTE_SELECTIVE && (l->recompute_modules & ~(unsigned)DP_RCM_ALL)) {
+        field_name(where, "recompute_modules", NULL, f, sizeof f);
+        return dp_err_set(err, DP_EUSAGE, "%s: unknown module bits 0x%x", f, l->recompute_modules);
+    }
+    switch (l->framework) {
+    case DP_FW_MEGATRON:
+        /* Megatron-LM shards gradients and parameters only with Megatron-FSDP
+         * (--data-parallel-sharding-strategy optim_grads / optim_grads_params), which
+         * dplan (and its export) takes without pipeline parallelism; the distributed
+         * optimizer (zero 1) runs with any pp. */
+        if (l->zero >= 2 && l->pp > 1) {
+            field_name(where, "zero", NULL, f, sizeof f);
+            return dp_err_set(err, DP_EUSAGE,
+                              "%s: megatron shards gradients and parameters (zero 2-3, "
+                              "Megatron-FSDP) only with pp 1; with pipeline parallelism it runs "
+                              "zero 0 or 1 (--use-distributed-optimizer), got zero %d with pp %d",
+                              f, l->zero, l->pp);
+        }
+        if (l->recompute == DP_RECOMPUTE_OP || l->recompute_method == DP_RC_EVERY) {
+            field_name(where, l->recompute == DP_RECOMPUTE_OP ? "recompute" : "recompute_method",
+                       NULL, f, sizeof f);
+            return dp_err_set(err, DP_EUSAGE,
+                              "%s: megatron recomputes selective (--recompute-modules) or full "
+                              "(--recompute-method uniform or block), got %s",
+                              f,
+                              l->recompute == DP_RECOMPUTE_OP ? "op (torchtitan's per-op SAC)"
+                                                              : "every (torchtitan's layer SAC)");
+        }
+        if (l->loss == DP_LOSS_COMPILED) {
+            field_name(where, "loss", NULL, f, sizeof f);
+            return dp_err_set(err, DP_EUSAGE,
+                              "%s: megatron computes its cross entropy vocab-parallel, fused (TE) "
+                              "or fused-native, not under torch.compile, got compiled",
+                              f);
+        }
+        return 0;
+    case DP_FW_TORCHTITAN:
+        /* FSDP2 (fully_shard) always shards the parameters; reshard_after_forward False is
+         * ZeRO-2 (torchtitan docs/fsdp.md); data_parallel_replicate_degree alone is DDP. */
+        if (l->zero == 1) {
+            field_name(where, "zero", NULL, f, sizeof f);
+            return dp_err_set(err, DP_EUSAGE,
+                              "%s: torchtitan shards with FSDP2: zero 0 (replicate), 2 "
+                              "(reshard_after_forward never) or 3, got zero 1",
+                              f);
+        }
+        if (l->zero == 0 && l->cp > 1) {
+            field_name(where, "zero", NULL, f, sizeof f);
+            return dp_err_set(err, DP_EUSAGE,
+                              "%s: torchtitan applies FSDP2 over the cp ranks whenever cp > 1: "
+                              "zero 2 or 3, got zero 0 with cp %d",
+                              f, l->cp);
+        }
+        if (l->recompute == DP_RECOMPUTE_SELECTIVE ||
+            (l->recompute == DP_RECOMPUTE_FULL && l->recompute_method != DP_RC_EVERY &&
+             l->recompute_layers > 1)) {
+            field_name(where,
+                       l->recompute == DP_RECOMPUTE_SELECTIVE ? "recompute" : "recompute_method",
+                       NULL, f, sizeof f);
+            return dp_err_set(err, DP_EUSAGE,
+                              "%s: torchtitan checkpoints none, op (selective_ac_option op), "
+                              "full (every block) or full with recompute_method every N "
+                              "(selective_ac_option N), got %s",
+                              f,
+                              l->recompute == DP_RECOMPUTE_SELECTIVE ? "selective (Megatron's)"
+                                                                     : "block or uniform chunks");
+        }
+        if (l->precision == DP_FP16) {
+            field_name(where, "precision", NULL, f, sizeof f);
+            return dp_err_set(err, DP_EUSAGE,
+                              "%s: torchtitan trains bf16 or fp32 (mixed_precision_param), got "
+                              "fp16",
+                              f);
+        }
+        if (!l->grad_fp32 && l->precision != DP_FP32) {
+            field_name(where, "grad_fp32", "--grad-dtype", f, sizeof f);
+            return dp_err_set(err, DP_EUSAGE,
+                              "%s: torchtitan reduces and keeps gradients in fp32 "
+                              "(mixed_precision_reduce float32, fp32 sharded parameters), got "
+                              "half",
+                              f);
+        }
+        return 0;
+    case DP_FW_DEEPSPEED:
+        if (l->zero >= 2 && l->pp > 1) {
+            field_name(where, "zero", NULL, f, sizeof f);
+            return dp_err_set(err, DP_EUSAGE,
+                              "%s: deepspeed runs zero 2 and 3 only without pipeline parallelism "
+                              "(runtime/pipe/engine.py: 'ZeRO-2 and ZeRO-3 are incompatible with "
+                              "pipeline parallelism'), got zero %d with pp %d",
+                              f, l->zero, l->pp);
+        }
+        if (l->cp > 1) {
+            field_name(where, "cp", NULL, f, sizeof f);
+            return dp_err_set(err, DP_EUSAGE,
+                              "%s: deepspeed has no ring context parallelism (its sequence "
+                              "parallelism is Ulysses all-to-all): cp 1, got %d",
+                              f, l->cp);
+        }
+        if (l->vpp > 1) {
+            field_name(where, "vpp", NULL, f, sizeof f);
+            return dp_err_set(err, DP_EUSAGE,
+                              "%s: deepspeed's pipeline engine runs one chunk per stage "
+                              "(no interleaving): vpp 1, got %d",
+                              f, l->vpp);
+        }
+        if (l->recompute == DP_RECOMPUTE_SELECTIVE || l->recompute == DP_RECOMPUTE_OP ||
+            (l->recompute == DP_RECOMPUTE_FULL && l->recompute_method != DP_RC_UNIFORM &&
+             l->recompute_layers > 0)) {
+            field_name(where, l->recompute == DP_RECOMPUTE_FULL ? "recompute_method" : "recompute",
+                       NULL, f, sizeof f);
+            return dp_err_set(err, DP_EUSAGE,
+                              "%s: deepspeed checkpoints whole layers (activation_checkpointing, "
+                              "every layer or uniform chunks of layers): none or full, got %s",
+                              f,
+                              l->recompute == DP_RECOMPUTE_FULL ? "block or every"
+                                                                : dp_recompute_name(l->recompute));
+        }
+        if (l->shard_group > 0 && l->shard_group < dpcp && l->zero < 3) {
+            field_name(where, "shard_group", NULL, f, sizeof f);
+            return dp_err_set(err, DP_EUSAGE,
+                              "%s: deepspeed shards in groups (MiCS, mics_shard_size) only with "
+                              "zero 3, got zero %d",
+                              f, l->zero);
+        }
+        return 0;
+    default: break;
+    }
+    field_name(where, "framework", NULL, f, sizeof f);
+    return dp_err_set(err, DP_EUSAGE, "%s: expected megatron, torchtitan or deepspeed", f);
 }
 
 int dp_layout_stage_first_layer(const struct dp_layout *l, const struct dp_model *m, int stage)
@@ -405,12 +620,14 @@ void dp_layout_format_model(const struct dp_layout *l, const struct dp_model *m,
     n += snprintf(out + n, cap - (size_t)n, " mbs=%lld", (long long)l->mbs);
     if (l->zero)
         n += snprintf(out + n, cap - (size_t)n, " zero=%d", l->zero);
-    if (l->shard_group > 0 && l->shard_group < l->dp * l->cp && (size_t)n < cap)
-        n += snprintf(out + n, cap - (size_t)n, " hsdp=%d", l->shard_group);
     if (l->recompute != DP_RECOMPUTE_NONE)
         n += snprintf(out + n, cap - (size_t)n, " rc=%s", recompute_names[l->recompute]);
     if (l->sp && l->tp > 1)
         n += snprintf(out + n, cap - (size_t)n, " sp");
+    if (l->shard_group > 0 && l->shard_group < l->dp * l->cp && (size_t)n < cap)
+        n += snprintf(out + n, cap - (size_t)n, " hsdp=%d", l->shard_group);
+    if (l->framework != DP_FW_MEGATRON && (size_t)n < cap)
+        n += snprintf(out + n, cap - (size_t)n, " fw=%s", framework_names[l->framework]);
     if ((size_t)n < cap)
         n += format_split(l, m, out + n, cap - (size_t)n);
     if (dp_layout_gemm(l) == DP_GEMM_FP8 && (size_t)n < cap)
@@ -457,8 +674,25 @@ cJSON *dp_layout_to_json(const struct dp_layout *l)
         cJSON_AddStringToObject(o, "attention", dp_attn_name(l->attn));
     if (l->eager)
         cJSON_AddBoolToObject(o, "eager", true);
+    if (l->list_collectives)
+        cJSON_AddBoolToObject(o, "list_collectives", true);
     if (l->recompute_layers)
         cJSON_AddNumberToObject(o, "recompute_layers", l->recompute_layers);
+    if (l->recompute_method != DP_RC_BLOCK)
+        cJSON_AddStringToObject(o, "recompute_method", method_names[l->recompute_method]);
+    if (l->recompute == DP_RECOMPUTE_SELECTIVE && l->recompute_modules &&
+        l->recompute_modules != DP_RCM_CORE_ATTN) {
+        cJSON *a = cJSON_AddArrayToObject(o, "recompute_modules");
+        for (int i = 0; i < NMODULES; i++)
+            if (l->recompute_modules & (1u << i))
+                cJSON_AddItemToArray(a, cJSON_CreateString(module_names[i]));
+    }
+    if (l->loss != DP_LOSS_DEFAULT)
+        cJSON_AddStringToObject(o, "loss", loss_names[l->loss]);
+    if (l->framework != DP_FW_MEGATRON)
+        cJSON_AddStringToObject(o, "framework", framework_names[l->framework]);
+    if (l->shard_group > 0)
+        cJSON_AddNumberToObject(o, "shard_group", l->shard_group);
     if (l->etp)
         cJSON_AddNumberToObject(o, "etp", l->etp);
     if (l->moe_capacity > 0) {
@@ -478,8 +712,6 @@ cJSON *dp_layout_to_json(const struct dp_layout *l)
         for (int s = 0; s < l->nchunks && s < DP_MAX_CHUNKS; s++)
             cJSON_AddItemToArray(a, cJSON_CreateNumber(l->chunk_layers[s]));
     }
-    if (l->shard_group > 0)
-        cJSON_AddNumberToObject(o, "shard_group", l->shard_group);
     return o;
 }
 
@@ -589,18 +821,25 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
                                        "pp_overlap",
                                        "attention",
                                        "eager",
+                                       "list_collectives",
                                        "recompute_layers",
                                        "etp",
                                        "moe_capacity",
                                        "moe_pad",
                                        "moe_imbalance",
                                        "moe_dispatcher",
+                                       "recompute_method",
+                                       "recompute_modules",
+                                       "loss",
+                                       "framework",
                                        "shard_group",
                                        NULL};
     dp_layout_default(out);
     int64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1, zero = 0, first = 0, last = 0, rl = 0,
-            etp = 0, sg = 0;
+            etp = 0;
     int rc_ = 0, prec = 0, opt = 0, gemm = DP_GEMM_DEFAULT, fmt = 0, attn = 0, disp = 0;
+    int method = 0, loss = 0, fw = 0;
+    int64_t sg = 0;
     /* "precision": "fp8" is shorthand for bf16 storage with FP8 GEMMs. */
     const cJSON *pv = cJSON_GetObjectItemCaseSensitive(obj, "precision");
     bool fp8_shorthand = cJSON_IsString(pv) && strcmp(pv->valuestring, "fp8") == 0;
@@ -616,7 +855,11 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
         dp_jr_int(jr, obj, "gbs", true, 1, INT64_C(1) << 40, &out->gbs) ||
         dp_jr_int(jr, obj, "seq_len", true, 1, INT64_C(1) << 30, &out->seq_len) ||
         dp_jr_int(jr, obj, "zero", false, 0, 3, &zero) ||
-        dp_jr_enum(jr, obj, "recompute", false, recompute_names, 3, &rc_) ||
+        dp_jr_enum(jr, obj, "recompute", false, recompute_names, DP_RECOMPUTES, &rc_) ||
+        dp_jr_enum(jr, obj, "recompute_method", false, method_names, 3, &method) ||
+        dp_jr_enum(jr, obj, "loss", false, loss_names + 1, DP_LOSSES - 1, &loss) ||
+        dp_jr_enum(jr, obj, "framework", false, framework_names, DP_FRAMEWORKS, &fw) ||
+        dp_jr_int(jr, obj, "shard_group", false, 1, 1 << 24, &sg) ||
         dp_jr_bool(jr, obj, "sp", false, &out->sp) ||
         dp_jr_bool(jr, obj, "flash_attn", false, &out->flash_attn) ||
         dp_jr_enum(jr, obj, "precision", false, prec_in, 4, &prec) ||
@@ -632,16 +875,47 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
         dp_jr_bool(jr, obj, "pp_overlap", false, &out->pp_overlap) ||
         dp_jr_enum(jr, obj, "attention", false, attn_names, DP_ATTNS, &attn) ||
         dp_jr_bool(jr, obj, "eager", false, &out->eager) ||
+        dp_jr_bool(jr, obj, "list_collectives", false, &out->list_collectives) ||
         dp_jr_int(jr, obj, "recompute_layers", false, 0, 100000, &rl) ||
         dp_jr_int(jr, obj, "etp", false, 1, 1 << 20, &etp) ||
         dp_jr_number(jr, obj, "moe_capacity", false, 0, 1000, &out->moe_capacity) ||
         dp_jr_bool(jr, obj, "moe_pad", false, &out->moe_pad) ||
         dp_jr_number(jr, obj, "moe_imbalance", false, 1, 1000, &out->moe_imbalance) ||
-        dp_jr_enum(jr, obj, "moe_dispatcher", false, dispatcher_names, 2, &disp) ||
-        dp_jr_int(jr, obj, "shard_group", false, 1, 1 << 24, &sg))
+        dp_jr_enum(jr, obj, "moe_dispatcher", false, dispatcher_names, 2, &disp))
         return jr->err->code;
     out->moe_dispatcher = (enum dp_moe_dispatcher)disp;
+    out->recompute_method = (enum dp_recompute_method)method;
+    out->framework = (enum dp_framework)fw;
     out->shard_group = (int)sg;
+    if (cJSON_GetObjectItemCaseSensitive(obj, "loss"))
+        out->loss = (enum dp_loss)(loss + 1); /* the enum read skipped "default" */
+    /* DeepSpeed accumulates gradients in the model's dtype unless data_types.grad_accum_dtype
+     * says otherwise (runtime/engine.py get_data_types): a deepspeed layout that does not
+     * name grad_fp32 has half-precision gradients. */
+    if (!cJSON_GetObjectItemCaseSensitive(obj, "grad_fp32") && out->framework == DP_FW_DEEPSPEED)
+        out->grad_fp32 = false;
+    const cJSON *mods = cJSON_GetObjectItemCaseSensitive(obj, "recompute_modules");
+    if (mods && !cJSON_IsNull(mods)) {
+        size_t o = dp_jr_push(jr, "recompute_modules", 0);
+        if (!cJSON_IsArray(mods) || cJSON_GetArraySize(mods) == 0)
+            return dp_err_set(jr->err, DP_EINVAL,
+                              "%s: %s: expected a non-empty array of module names", jr->file,
+                              jr->path);
+        int i = 0;
+        for (const cJSON *e = mods->child; e; e = e->next, i++) {
+            int bit = cJSON_IsString(e) ? dp_recompute_module_parse(e->valuestring) : -1;
+            if (bit < 0) {
+                char got[128];
+                dp_json_describe(e, got, sizeof got);
+                return dp_err_set(jr->err, DP_EINVAL,
+                                  "%s: %s[%d]: expected one of core_attn, mlp, layernorm, "
+                                  "moe_act, moe, shared_experts, mla_up_proj, got %s",
+                                  jr->file, jr->path, i, got);
+            }
+            out->recompute_modules |= (unsigned)bit;
+        }
+        dp_jr_pop(jr, o);
+    }
     out->etp = (int)etp;
     out->recompute_layers = (int)rl;
     out->attn = (enum dp_attn)attn;
@@ -722,5 +996,15 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
         dp_jr_pop(jr, o);
         return jr->err->code;
     }
-    return 0;
+    if (out->recompute_modules && out->recompute != DP_RECOMPUTE_SELECTIVE) {
+        size_t o = dp_jr_push(jr, "recompute_modules", 0);
+        dp_err_set(jr->err, DP_EUSAGE, "%s: %s: expected recompute selective with it, got %s",
+                   jr->file, jr->path, recompute_names[out->recompute]);
+        dp_jr_pop(jr, o);
+        return jr->err->code;
+    }
+    /* What the layout's framework offers: "FILE: path.field: <framework> ...". */
+    char where[400];
+    snprintf(where, sizeof where, "%s: %s", jr->file, jr->path);
+    return dp_layout_check_framework(out, where, jr->err);
 }

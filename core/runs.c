@@ -40,11 +40,39 @@ static int doc_field(struct dp_jr *jr, const cJSON *r, const char *key, bool obj
     return jr->err->code;
 }
 
+static const char *const memq_names[] = {"allocated", "reserved", "device"};
+
+const char *dp_mem_quantity_name(enum dp_mem_quantity q)
+{
+    return q >= DP_MEMQ_ALLOCATED && q <= DP_MEMQ_DEVICE ? memq_names[q - 1] : "none";
+}
+
+/* "peak_memory": {"gib": 82.4, "quantity": "reserved", "aggregation": "max" | "last-stage"} */
+static int peak_memory_from_json(struct dp_jr *jr, const cJSON *pm, struct dp_run *out)
+{
+    static const char *const keys[] = {"gib", "quantity", "aggregation", NULL};
+    static const char *const aggs[] = {"max", "last-stage"};
+    if (!pm)
+        return 0;
+    size_t old = dp_jr_push(jr, "peak_memory", 0);
+    int q = 0, a = 0;
+    if (dp_jr_expect_object(jr, pm, "an object {gib, quantity, aggregation}") ||
+        dp_jr_check_keys(jr, pm, keys) ||
+        dp_jr_number(jr, pm, "gib", true, 1e-3, 1e5, &out->peak_gib) ||
+        dp_jr_enum(jr, pm, "quantity", true, memq_names, 3, &q) ||
+        dp_jr_enum(jr, pm, "aggregation", false, aggs, 2, &a))
+        return jr->err->code;
+    out->mem_quantity = (enum dp_mem_quantity)(q + 1);
+    out->mem_aggregation = (enum dp_mem_aggregation)a;
+    dp_jr_pop(jr, old);
+    return 0;
+}
+
 static int measured_from_json(struct dp_jr *jr, const cJSON *me, struct dp_run *out)
 {
     static const char *const mkeys[] = {
-        "iteration_time_s",     "tflops_per_gpu", "flops", "tokens_per_s",
-        "tokens_per_s_per_gpu", "reported",       NULL};
+        "iteration_time_s",     "tflops_per_gpu", "flops",       "tokens_per_s",
+        "tokens_per_s_per_gpu", "reported",       "peak_memory", NULL};
     static const char *const conv[] = {"narayanan21", "model"};
     size_t old = dp_jr_push(jr, "measured", 0);
     int c = 0;
@@ -66,12 +94,15 @@ static int measured_from_json(struct dp_jr *jr, const cJSON *me, struct dp_run *
                           "%s: %s: expected an object of other reported figures", jr->file,
                           jr->path);
     }
+    if (peak_memory_from_json(jr, cJSON_GetObjectItemCaseSensitive(me, "peak_memory"), out))
+        return jr->err->code;
     int given = (out->iteration_time_s > 0) + (out->tflops_per_gpu > 0) + (tps > 0) + (tps_gpu > 0);
-    if (given != 1)
+    if (given > 1 || (given == 0 && out->peak_gib <= 0))
         return dp_err_set(jr->err, DP_EINVAL,
                           "%s: %s: expected exactly one of iteration_time_s, tokens_per_s, "
-                          "tokens_per_s_per_gpu and tflops_per_gpu",
-                          jr->file, jr->path);
+                          "tokens_per_s_per_gpu and tflops_per_gpu%s",
+                          jr->file, jr->path, given ? "" : " (or a peak_memory alone)");
+    out->has_time = given == 1;
     double tokens = (double)out->layout.gbs * (double)out->layout.seq_len;
     if (tps > 0)
         out->iteration_time_s = tokens / tps;
@@ -261,7 +292,7 @@ static int load_file(const char *file, struct dp_run **runs, int *n, struct dp_e
         goto out;
     }
     *runs = rs;
-    int i = 0, scored = 0;
+    int i = 0, scored = 0, mem_scored = 0;
     for (const cJSON *r = arr->child; r; r = r->next, i++) {
         struct dp_run *run = &rs[*n + i];
         size_t old = dp_jr_push(&jr, "runs", 0);
@@ -288,8 +319,13 @@ static int load_file(const char *file, struct dp_run **runs, int *n, struct dp_e
             }
             run->held_out = want;
         }
-        if (!fitted) /* held out from every fit: not used to set any constant */
+        /* The memory peaks: the same rule over the file's scored peaks, in file order. */
+        if (rule == 1 && dp_run_mem_scored(run))
+            run->mem_held_out = ++mem_scored % 3 == 0;
+        if (!fitted) { /* held out from every fit: not used to set any constant */
             run->held_out = true;
+            run->mem_held_out = true;
+        }
         dp_jr_pop(&jr, old);
     }
     *n += count;

@@ -17,7 +17,8 @@
 /* NCCL's tree all-reduce reaches a lower bus bandwidth than its ring on large
  * messages; its tuning model credits trees with roughly 0.9 of the ring's
  * per-channel bandwidth on NVLink/IB systems (NVIDIA/nccl src/graph/tuning.cc). */
-#define TREE_BW_FRACTION 0.9
+#define TREE_BW_FRACTION  0.9
+#define LL128_BW_FRACTION 0.92
 
 /* The link a block of `span` consecutive GPUs of one node crosses (rounded up to an
  * aligned power of two). */
@@ -178,6 +179,20 @@ static void geometry(const struct family *f, long c, int gpn, bool blocks_matter
     }
 }
 
+/*
+ * NCCL's per-hop ring latency grows from the LL128 to the Simple protocol by
+ * (hwLat Ring Simple - LL128, NVIDIA/nccl src/graph/tuning.cc): NVLink 3.4 - 1.9,
+ * PCIe 5.7 - 2.5, network 14.0 - 4.0 us; the profiles' latency_us is the LL128 one.
+ */
+static double simple_gap_us(const struct dp_link *lk)
+{
+    switch (lk->kind) {
+    case DP_LINK_NET: return 10.0;
+    case DP_LINK_PCIE: return 3.2;
+    default: return 1.5;
+    }
+}
+
 /* A path candidate: one group's bandwidth and latency, and the links it names. */
 struct cand {
     double bw, lat;
@@ -303,7 +318,7 @@ static void family_path(const struct dp_cluster *cl, const struct family *f, boo
                         struct dp_path *out)
 {
     out->desc[0] = out->link[0] = '\0';
-    out->latency_us = 0;
+    out->latency_us = out->simple_us = 0;
     out->hops = out->hops_inter = 0;
     out->inter_node = false;
     if (f->n <= 1) {
@@ -347,6 +362,7 @@ static void family_path(const struct dp_cluster *cl, const struct family *f, boo
     }
     out->busbw_gbps = w.bw;
     out->latency_us = w.lat;
+    out->simple_us = w.slow ? w.lat + simple_gap_us(w.slow) : w.lat;
     out->in_gbps = f->pat == ALLTOALL ? w.a2a_in : 0;
     out->net_gbps = f->pat == ALLTOALL ? w.a2a_net : 0;
     out->inter_node = w.g.nodes > 1;
@@ -373,6 +389,12 @@ void dp_group_path(const struct dp_cluster *cl, int n, long stride, struct dp_pa
 {
     struct family f = tiling(cl, n, stride, dp_cluster_gpus(cl), COLLECTIVE);
     family_path(cl, &f, true, out);
+}
+
+void dp_group_path_fast(const struct dp_cluster *cl, int n, long stride, struct dp_path *out)
+{
+    struct family f = tiling(cl, n, stride, dp_cluster_gpus(cl), COLLECTIVE);
+    family_path(cl, &f, false, out);
 }
 
 void dp_p2p_path(const struct dp_cluster *cl, int n, long stride, bool ring, struct dp_path *out)
@@ -434,15 +456,24 @@ double dp_coll_time_s(enum dp_coll_kind k, double bytes, int n, const struct dp_
     if (n <= 1)
         return 0;
     double frac = (double)(n - 1) / n;
+    double as = p->simple_us > 0 ? p->simple_us * 1e-6 : a;
+    /* LL128 reaches 120/128 of the bus bandwidth (tuning.cc: busBw * 0.92); without a
+     * Simple latency (hand-made paths) the one latency goes with full bandwidth. */
+    double f128 = p->simple_us > 0 ? LL128_BW_FRACTION : 1.0;
     switch (k) {
     case DP_ALLREDUCE: {
-        double ring = 2.0 * (n - 1) * a + 2.0 * frac * bytes / bw;
-        double tree =
-            2.0 * ceil(log2((double)n)) * a + 2.0 * frac * bytes / (bw * TREE_BW_FRACTION);
-        return ring < tree ? ring : tree;
+        double vol = 2.0 * frac * bytes / bw;
+        double ring = 2.0 * (n - 1) * a + vol / f128, ring_s = 2.0 * (n - 1) * as + vol;
+        double tree = 2.0 * ceil(log2((double)n)) * a + vol / TREE_BW_FRACTION;
+        double r = ring < ring_s ? ring : ring_s;
+        return r < tree ? r : tree;
     }
     case DP_REDUCE_SCATTER:
-    case DP_ALLGATHER:
+    case DP_ALLGATHER: {
+        double vol = frac * bytes / bw;
+        double ll = (n - 1) * a + vol / f128, simple = (n - 1) * as + vol;
+        return ll < simple ? ll : simple;
+    }
     case DP_ALLTOALL: return (n - 1) * a + frac * bytes / bw;
     default: return 0;
     }

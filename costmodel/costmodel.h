@@ -26,8 +26,11 @@ struct dp_act_layer {
     int64_t attn_bytes;   /* norm input, QKV input, Q, K, V, out-proj input, masks */
     int64_t scores_bytes; /* the a*s^2*b terms (softmax, dropout); 0 with flash */
     int64_t mlp_bytes;    /* norm input, fc1 input, intermediates, mask */
-    int64_t stored_bytes; /* what is kept per layer under the layout's recompute mode */
-    int64_t full_bytes;   /* what the layer holds with no recompute (recompute working set) */
+    int64_t eager_bytes;  /* of full_bytes: what eager PyTorch keeps beyond fused kernels (fp32
+                             norm copies, SwiGLU's fourth tensor, GQA's repeated K and V) */
+    int64_t stored_bytes; /* what is kept per layer under the layout's recompute policy */
+    int64_t full_bytes;   /* what the layer holds with no recompute */
+    int64_t work_bytes;   /* live while one layer is recomputed and back-propagated */
 };
 int dp_act_layer(const struct dp_model *m, const struct dp_layout *l, enum dp_layer_kind kind,
                  struct dp_act_layer *out);
@@ -65,8 +68,23 @@ struct dp_states {
     int64_t params_bytes, grads_bytes, optimizer_bytes;
 };
 void dp_mem_states(int64_t n, int64_t shard, const struct dp_layout *l, struct dp_states *out);
-/* Bytes per parameter of weights, gradients and optimizer state (unsharded). */
+/* Bytes per parameter of weights, gradients and optimizer state (unsharded), as the layout's
+ * framework keeps them (costmodel/framework.c; torchtitan: the fp32 shard is the master). */
 void dp_mem_bytes_per_param(const struct dp_layout *l, int *param_b, int *grad_b, int *opt_b);
+
+/* The framework profile (framework.c): the loss's bytes per logit element at its peak,
+ * the runtime buffers, and the caching allocator's slack. */
+double dp_fw_loss_bytes(const struct dp_layout *l);
+struct dp_fw_runtime {
+    int64_t context_bytes;   /* CUDA context: outside the PyTorch allocator */
+    int64_t nccl_bytes;      /* NCCL communicators' buffers: outside the allocator */
+    int64_t workspace_bytes; /* cuBLAS(Lt) and Transformer Engine workspaces: allocated */
+};
+void dp_fw_runtime(const struct dp_layout *l, bool moe, const struct dp_gpu *gpu,
+                   struct dp_fw_runtime *out);
+/* Reserved over allocated for the memory allocated and freed during a step, minus 1. */
+#define DP_ALLOC_SLACK 0.18
+double dp_fw_alloc_slack(const struct dp_layout *l);
 
 struct dp_mem_stage {
     int stage;
@@ -84,9 +102,21 @@ struct dp_mem_stage {
     int64_t act_embed_bytes;   /* embedding dropout masks (first stage) */
     int64_t act_head_bytes;    /* final norm, output-layer input, fp32 logits (last stage) */
     int64_t act_working_bytes; /* the one layer being recomputed during backward */
+    int64_t act_loss_bytes;    /* of act_head_bytes: the loss's buffers at its peak */
     /* breakdown of other_bytes */
-    int64_t comm_bytes;    /* pipeline send/recv, ZeRO-3 gathered params, buckets */
-    int64_t runtime_bytes; /* CUDA context, libraries, allocator reserve */
+    int64_t comm_bytes;    /* pipeline send/recv, gathered parameters, reduce buffers */
+    int64_t runtime_bytes; /* CUDA context, NCCL buffers, workspaces (or --overhead-gib) */
+    int64_t context_bytes, nccl_bytes, workspace_bytes; /* of runtime_bytes (0 with
+                                                           --overhead-gib) */
+    int64_t slack_bytes; /* the caching allocator's reserve beyond what is allocated */
+    /*
+     * The three quantities a measurement can mean: allocated (torch
+     * max_memory_allocated, what Megatron logs), reserved (torch max_memory_reserved,
+     * what torchtitan logs: allocated + slack) and the device total (nvidia-smi:
+     * reserved + CUDA context + NCCL), which is total_bytes and what must fit.
+     */
+    int64_t allocated_bytes, reserved_bytes;
+    int64_t kept_bytes; /* of allocated_bytes: allocated once at start (the slack excludes it) */
 };
 
 struct dp_mem_report {
@@ -241,7 +271,8 @@ enum dp_coll_kind { DP_ALLREDUCE, DP_REDUCE_SCATTER, DP_ALLGATHER, DP_ALLTOALL, 
  */
 struct dp_path {
     double busbw_gbps;    /* achievable bus bandwidth per GPU (efficiency applied), GB/s */
-    double latency_us;    /* alpha per algorithm step */
+    double latency_us;    /* alpha per algorithm step (NCCL's LL128 protocol) */
+    double simple_us;     /* alpha per step with NCCL's Simple protocol (0: latency_us) */
     bool inter_node;      /* the slowest group touches more than one node */
     int members_per_node; /* collectives: the fewest members on one node of the slowest group */
     int nodes;            /* nodes the slowest group touches */
@@ -254,6 +285,8 @@ struct dp_path {
 /* A collective over groups of n ranks `stride` apart, tiling the cluster (blocks of
  * n * stride consecutive ranks, `stride` groups interleaved in each). */
 void dp_group_path(const struct dp_cluster *cl, int n, long stride, struct dp_path *out);
+/* The same without the description (hot paths). */
+void dp_group_path_fast(const struct dp_cluster *cl, int n, long stride, struct dp_path *out);
 /* Point-to-point along the same groups: a chain (pipeline) or a ring (context parallel). */
 void dp_p2p_path(const struct dp_cluster *cl, int n, long stride, bool ring, struct dp_path *out);
 /* An all-to-all over the same groups (MoE token dispatch): of a GPU's traffic, the share
@@ -274,11 +307,53 @@ void dp_place_path_fast(const struct dp_cluster *cl, const struct dp_layout *l,
  * sizes: `bytes` is the buffer for all-reduce, the whole gathered/scattered
  * buffer (count x n) for all-gather and reduce-scatter, the message for p2p.
  * Bus-bandwidth factors (nccl-tests doc/PERFORMANCE.md): all-reduce 2(n-1)/n,
- * all-gather, reduce-scatter and all-to-all (n-1)/n, p2p 1. All-reduce takes
- * the faster of NCCL's ring (2(n-1) latency steps) and tree (2 log2 n steps,
- * lower bandwidth).
+ * all-gather, reduce-scatter and all-to-all (n-1)/n, p2p 1. A ring takes n-1
+ * steps (all-reduce 2(n-1)), each paying the hop latency of the group's slowest
+ * link, with the protocol NCCL would pick (tuning.cc): LL128 (low latency, 92%
+ * of the bandwidth) or Simple (full bandwidth, higher per-step latency), so small
+ * per-rank shards are latency-bound; all-reduce also tries the tree (2 log2 n
+ * steps, lower bandwidth).
  */
 double dp_coll_time_s(enum dp_coll_kind k, double bytes, int n, const struct dp_path *p);
+
+/*
+ * Data-parallel communication of one step (shard.c) for the stage that holds the
+ * most parameters: dense and expert parameters per GPU before sharding, its layers,
+ * whether it holds the embedding and the output layer, its per-micro-batch forward and
+ * backward compute (the windows communication can hide behind), and the bytes one full
+ * gather of its parameters moves. Fills the time before overlap and the exposed time.
+ */
+struct dp_shard_stage {
+    double dense, expert;
+    int layers;
+    bool first, last;
+    double fwd_s, bwd_s;
+    double ag_dense_bytes, ag_expert_bytes;
+};
+void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
+                   const struct dp_shard_stage *st, const struct dp_path *dpcp,
+                   const struct dp_path *edp, double *total_s, double *exposed_s);
+
+/*
+ * The data-parallel groups of a layout (shard.c): dp x cp and the expert data-parallel
+ * group, and under HSDP the shard groups (innermost sg ranks) and the replica groups;
+ * the reduce dtype's bytes of the framework. One unit's collectives at those groups:
+ * ZeRO-0 all-reduces the gradients over dp x cp; otherwise the unit's parameters are
+ * all-gathered in the shard group and its gradients reduce-scattered there, then (HSDP)
+ * the shard all-reduced across the replicas. dense, expert: parameters per GPU before
+ * sharding; ag_*_bytes: what one full gather of them moves.
+ */
+struct dp_shard_groups {
+    struct dp_path dpcp, edp, ps, pr, pe, per;
+    int ndp, sg, R, edpn, esg, gb;
+    double rb;
+};
+void dp_shard_groups(const struct dp_cluster *cl, const struct dp_layout *l,
+                     const struct dp_path *dpcp, const struct dp_path *edp,
+                     struct dp_shard_groups *g);
+void dp_shard_unit(const struct dp_layout *l, const struct dp_shard_groups *g, double dense,
+                   double expert, double ag_dense_bytes, double ag_expert_bytes, double *gather_s,
+                   double *reduce_s);
 
 /* ------------------------------------------------------------------ step time */
 
@@ -334,6 +409,10 @@ struct dp_layer_time {
     double cast_f;             /* FP8 quantization of the linears' inputs, forward */
     double cast_b;             /* FP8 quantization of the output gradients, backward */
     double cast_w;             /* FP8 casts of the layer's weights, once per step */
+    /* Forward work the selective policies redo in backward: torchtitan's per-op SAC
+     * (op_f, and its TP collectives op_tp_f) and Megatron's recompute_modules. */
+    double op_f, op_tp_f;
+    double norm_f, mlp_f, moe_f, moe_act_f, shared_f, mla_up_f;
     /* The ends, which depend on the same: the embedding (first stage) and the final norm,
      * output layer and loss (last stage), compute and TP collectives (the same in every
      * kind's entry). */

@@ -65,7 +65,33 @@ void dp_flops_step(const struct dp_model *m, const struct dp_layout *l, struct d
                 r += fwd_st * dp_layout_recomputed(l, n) / n;
         }
         out->recompute_flops = micro * r;
-    } else if (l->recompute == DP_RECOMPUTE_SELECTIVE)
-        out->recompute_flops = micro * (double)m->layers * out->scores_fwd;
+    } else if (l->recompute == DP_RECOMPUTE_SELECTIVE) {
+        /* Megatron's recompute_modules: the attention core by default; the dense MLPs
+         * (mlp), the MoE blocks (moe) or shared experts, the MLA up projections. */
+        unsigned mods = l->recompute_modules ? l->recompute_modules : DP_RCM_CORE_ATTN;
+        double per = mods & DP_RCM_CORE_ATTN ? scores : 0, r = 0;
+        if (mods & DP_RCM_MLA_UP_PROJ && m->mla)
+            per += 2 * tokens * (double)m->mla_kv_rank * a * ((double)m->mla_nope_dim + dv);
+        r = (double)m->layers * per;
+        if (mods & DP_RCM_MLP)
+            r += k.n[DP_LAYER_DENSE] * dense;
+        if (mods & DP_RCM_MOE)
+            r += k.n[DP_LAYER_MOE] * moe;
+        else if (mods & DP_RCM_SHARED_EXPERTS)
+            r += k.n[DP_LAYER_MOE] * (double)m->moe_shared_experts * 2 * mult * tokens * h *
+                 (double)m->moe_shared_ffn_hidden;
+        out->recompute_flops = micro * r;
+    } else if (l->recompute == DP_RECOMPUTE_OP) {
+        /* torchtitan per-op SAC (every second matmul of a block): wk, wo and SwiGLU's w3
+         * or GELU's fc2 (MoE layers: the shared experts' w3 and the router). */
+        double att = m->mla ? 0.5 * attn : 2 * tokens * (h * g * d + a * d * h);
+        double f = (double)m->ffn_hidden;
+        double mlp_d = 2 * tokens * h * f;
+        double mlp_m =
+            (double)m->moe_shared_experts * 2 * tokens * h * (double)m->moe_shared_ffn_hidden +
+            2 * tokens * h * (double)m->experts;
+        out->recompute_flops =
+            micro * (k.n[DP_LAYER_DENSE] * (att + mlp_d) + k.n[DP_LAYER_MOE] * (att + mlp_m));
+    }
     out->hardware_flops = out->model_flops + out->recompute_flops;
 }

@@ -32,41 +32,6 @@ void dp_mem_opts_default(struct dp_mem_opts *o)
     o->overhead_bytes = -1;
 }
 
-void dp_mem_bytes_per_param(const struct dp_layout *l, int *param_b, int *grad_b, int *opt_b)
-{
-    int p = dp_precision_bytes(l->precision);
-    bool mixed = l->precision != DP_FP32;
-    *param_b = p;
-    *grad_b = (l->grad_fp32 || !mixed) ? 4 : p;
-    /* Adam: fp32 master weights (mixed precision only), fp32 momentum and variance.
-     * SGD with momentum: master weights and momentum. */
-    int master = mixed ? 4 : 0;
-    *opt_b = master + (l->optimizer == DP_OPT_ADAM ? 8 : 4);
-}
-
-static int64_t ceil_div(int64_t a, int64_t b)
-{
-    return (a + b - 1) / b;
-}
-
-void dp_mem_states(int64_t n, int64_t shard, const struct dp_layout *l, struct dp_states *out)
-{
-    int pb, gb, ob;
-    dp_mem_bytes_per_param(l, &pb, &gb, &ob);
-    if (shard < 1)
-        shard = 1;
-    /* Shards are equal slices of the flat buffer, padded: ceil(n / shard) elements each. */
-    int64_t sh = ceil_div(n, shard);
-    /* With pipeline parallelism, sharded weights and gradients stay gathered and
-     * unreduced across a step's micro-batches (torchtitan FSDP2 + PP: the pipeline
-     * schedule turns off reshard-after-backward and gradient sync but for the last
-     * micro-batch), so only the optimizer state stays sharded. */
-    int zero = (l->zero >= 2 && l->pp > 1) ? 1 : l->zero;
-    out->params_bytes = (zero >= 3 ? sh : n) * pb;
-    out->grads_bytes = (zero >= 2 ? sh : n) * gb;
-    out->optimizer_bytes = (zero >= 1 ? sh : n) * ob;
-}
-
 /*
  * Bytes per linear-layer weight of the FP8 copies Transformer Engine keeps for a
  * step: the FP8 weight and its transpose (Hopper's FP8 GEMMs take only the TN
@@ -98,6 +63,20 @@ static int64_t fp8_saved_bytes(const struct dp_layout *l)
 }
 
 /*
+ * The sequence-parallel divisor of the column-parallel linears' saved input (the norm
+ * output they all-gather). Megatron-Core saves its own shard and gathers it again for the
+ * weight gradient (Korthikanti Sec. 4.2.2; TE LayerNormLinear); torchtitan's tensor
+ * parallel plan redistributes the norm output to Replicate before the attention and the
+ * feed-forward (PrepareModuleInput desired_input_layouts Replicate), so wq/wk/wv and
+ * w1/w3 save the gathered tensor, all T rows (torchao Float8ColwiseParallel gathers it
+ * in FP8).
+ */
+static int64_t gathered_u(const struct dp_layout *l, int64_t u)
+{
+    return l->framework == DP_FW_TORCHTITAN ? 1 : u;
+}
+
+/*
  * The attention block's stored bytes without the s^2 terms, Korthikanti Sec. 4.1
  * (11sbh + 5as^2b with 2-byte values, MHA): QKV input 2sbh, Q and K 4sbh, V 2sbh,
  * out-proj input 2sbh, dropout mask sbh. Generalized: Q is a*d wide, K and V g*d
@@ -107,10 +86,10 @@ static int64_t attn_act(const struct dp_model *m, const struct dp_layout *l, int
 {
     const int64_t t = l->tp, h = m->hidden, a = m->heads, g = m->kv_heads, d = m->head_dim;
     const int64_t p = dp_precision_bytes(l->precision);
-    const int64_t q = fp8_saved_bytes(l);    /* a linear layer's saved input */
-    const int64_t mask = m->dropout ? 1 : 0; /* dropout masks are 1 byte per element */
-    int64_t attn = q * T * h / u;            /* the down/QKV projections' input (norm output) */
-    attn += mask * T * h / u;                /* output dropout mask */
+    const int64_t q = fp8_saved_bytes(l);        /* a linear layer's saved input */
+    const int64_t mask = m->dropout ? 1 : 0;     /* dropout masks are 1 byte per element */
+    int64_t attn = q * T * h / gathered_u(l, u); /* the down/QKV projections' input (norm output) */
+    attn += mask * T * h / u;                    /* output dropout mask */
     if (m->mla) {
         /*
          * Megatron-Core MLASelfAttention: the down projections (duplicated on every
@@ -147,7 +126,8 @@ static int64_t mlp_act(const struct dp_model *m, const struct dp_layout *l, enum
     const int64_t inter = (inter_mult - 1) * p + q; /* the last intermediate feeds fc2 */
     int64_t mlp = (m->dropout ? 1 : 0) * T * h / u; /* dropout mask */
     if (kind == DP_LAYER_DENSE)
-        return mlp + q * T * h / u /* fc1 input (norm output) */ + inter * T * m->ffn_hidden / t;
+        return mlp + q * T * h / gathered_u(l, u) /* fc1 input (norm output) */ +
+               inter * T * m->ffn_hidden / t;
     mlp += p * T * h / u; /* router and dispatcher input (norm output) */
     /*
      * MoE (Megatron-Core TopKRouter, MoEAlltoAllTokenDispatcher, TEGroupedMLP): the
@@ -167,6 +147,67 @@ static int64_t mlp_act(const struct dp_model *m, const struct dp_layout *l, enum
     return mlp;
 }
 
+/*
+ * What the selective policies keep, per layer (Megatron-Core recompute_modules,
+ * transformer_config.py; torchtitan per-op SAC). `parts`: the attention block's norm
+ * output, Q/K/V projections' outputs, the MLP's norm output and intermediates as
+ * attn_act/mlp_act count them.
+ */
+struct act_parts {
+    int64_t norm_out_attn, norm_out_mlp; /* the norm outputs feeding QKV and fc1 / the router */
+    int64_t qkv_up;                      /* MLA: the up projections' outputs Q, K, V */
+    int64_t mlp_inner;                   /* dense MLP: what it keeps beyond its input */
+    int64_t moe_inner;                   /* MoE block: what it keeps beyond its input */
+    int64_t moe_act;                     /* the experts' activation outputs (fc2 inputs) */
+    int64_t shared_inner;                /* the shared experts' intermediates */
+};
+
+/*
+ * torchtitan's per-op SAC on one transformer block (torchtitan/models/llama3/infra/
+ * parallelize.py: _save_list = mm, the SDPA kernels, reduce_scatter_tensor, max; every
+ * second mm of a block recomputed): the matmuls run wq, wk, wv, wo, w1, w3, w2 (GELU:
+ * fc1, fc2), so the outputs of wq, wv, w1 and w2 (fc1) are saved, with the attention
+ * kernel's output and log-sum-exp and, under TP, the reduce-scatters' outputs (wo's and
+ * w2's); the block input is the checkpoint's. A row-parallel mm's output is the partial
+ * sum of all T rows before its reduce-scatter. Everything else (norms, wk, wo, w3, rotary,
+ * the activation) is recomputed in backward. MoE layers keep their MoE block as without
+ * recompute (torchtitan saves the grouped expert GEMMs' outputs).
+ *
+ * Eager, the policy's outputs are cached whether or not backward reads them
+ * (torch/utils/checkpoint.py _CachingTorchDispatchMode stores every MUST_SAVE output for
+ * the recompute to replay). Under torch.compile the block's forward and backward are one
+ * joint graph and the min-cut partitioner (torch/_functorch/partitioners.py) saves only
+ * tensors the backward graph uses: w2's output (and its reduce-scatter's) feeds only the
+ * residual add, whose backward reads nothing, so it is dropped; every other saved output
+ * is read by a gradient (q and v by the attention's, w1's by the activation's, the
+ * attention output by wo's, wo's reduce-scatter output to rebuild the second norm's input).
+ * torchtitan's tables (Dec 2024, Llama 3.1 8B, per-op SAC, 16384 tokens per GPU): compile
+ * cut the reserved peak by 5.4 GiB at 8 GPUs and 5.0 GiB at 128, with the loss eager in
+ * both; 32 layers x 16384 x 4096 x 2 B = 4.0 GiB allocated, 4.7 GiB with the allocator's
+ * 18% slack.
+ */
+static int64_t op_sac_stored(const struct dp_model *m, const struct dp_layout *l,
+                             enum dp_layer_kind kind, int64_t T, int64_t u, int64_t mlp_full)
+{
+    const int64_t t = l->tp, h = m->hidden, a = m->heads, g = m->kv_heads, d = m->head_dim;
+    const int64_t p = dp_precision_bytes(l->precision);
+    int64_t st = p * T * h / u;                                    /* block input */
+    st += p * T * a * d / t + p * T * g * d / t;                   /* wq, wv outputs */
+    st += p * T * a * d / t + (l->flash_attn ? 4 * T * a / t : 0); /* attention out, lse */
+    if (t > 1)
+        st += p * T * h / u; /* wo's reduce-scatter output */
+    if (kind == DP_LAYER_MOE)
+        return st + mlp_full;
+    st += p * T * m->ffn_hidden / t; /* w1 (fc1) output */
+    if (l->eager || l->framework != DP_FW_TORCHTITAN) {
+        if (m->ffn == DP_FFN_SWIGLU)
+            st += p * T * h; /* w2's mm output, all T rows */
+        if (t > 1)
+            st += p * T * h / u; /* w2's (fc2's) reduce-scatter output */
+    }
+    return st;
+}
+
 int dp_act_layer(const struct dp_model *m, const struct dp_layout *l, enum dp_layer_kind kind,
                  struct dp_act_layer *out)
 {
@@ -177,6 +218,7 @@ int dp_act_layer(const struct dp_model *m, const struct dp_layout *l, enum dp_la
     const int64_t s_full = l->seq_len;
     const int64_t b = l->mbs, h = m->hidden, a = m->heads;
     const int64_t p = dp_precision_bytes(l->precision);
+    const int64_t q = fp8_saved_bytes(l);
     const int64_t T = s * b, sbh = T * h;
 
     /* The s^2 terms, Korthikanti Sec. 4.1: softmax 2as^2b, its dropout mask as^2b and
@@ -194,21 +236,93 @@ int dp_act_layer(const struct dp_model *m, const struct dp_layout *l, enum dp_la
      * norm (Falcon-7B's parallel attention) its output feeds QKV and fc1 alike. */
     int64_t norms = m->norms_per_layer * p * sbh / u;
     if (m->norms_per_layer == 1 && kind == DP_LAYER_DENSE)
-        mlp -= fp8_saved_bytes(l) * sbh / u; /* shared norm output, counted once in attn */
+        mlp -= q * sbh / gathered_u(l, u); /* shared norm output, counted once in attn */
+
+    struct act_parts pa = {0};
+    pa.norm_out_attn = q * sbh / gathered_u(l, u);
+    pa.norm_out_mlp = m->norms_per_layer == 2
+                          ? (kind == DP_LAYER_DENSE ? q * sbh / gathered_u(l, u) : p * sbh / u)
+                          : 0;
+    const int64_t mask = m->dropout ? T * h / u : 0; /* the MLP's output dropout mask */
+    if (kind == DP_LAYER_DENSE) {
+        pa.mlp_inner = mlp - mask - pa.norm_out_mlp;
+    } else {
+        pa.moe_inner = mlp - mask - pa.norm_out_mlp;
+        const int64_t inter_last = q; /* the fc2 input is saved at the linear's precision */
+        pa.moe_act = (int64_t)(dp_moe_rows(m, l) *
+                               (double)(inter_last * m->moe_ffn_hidden / dp_layout_etp(l)));
+        const int64_t im = m->ffn == DP_FFN_SWIGLU ? 3 : 2;
+        pa.shared_inner =
+            ((im - 1) * p + q) * T * m->moe_shared_experts * m->moe_shared_ffn_hidden / t;
+    }
+    if (m->mla)
+        pa.qkv_up = 2 * p * T * a * m->head_dim / t + p * T * a * m->mla_v_dim / t;
+
+    /* Eager PyTorch (no torch.compile, no fused norm/activation kernels) keeps more:
+     * RMSNorm as written in Llama and torchtitan saves the fp32 up-cast input for pow and
+     * mul and the normalized value for the weight multiply (4 B beyond a fused norm's);
+     * F.silu(w1(x)) * w3(x) saves silu's input and output and w3's output besides w2's
+     * input (a fourth tensor of the MLP width). torchtitan's attention repeats K and V to
+     * all heads before the attention kernel (repeat_kv), which saves the repeated ones. */
+    int64_t eager = 0;
+    if (l->eager) {
+        if (m->norm == DP_NORM_RMSNORM)
+            eager += m->norms_per_layer * 4 * sbh / u;
+        if (m->ffn == DP_FFN_SWIGLU && kind == DP_LAYER_DENSE)
+            eager += p * T * m->ffn_hidden / t;
+    }
+    if (l->framework == DP_FW_TORCHTITAN && !m->mla && m->kv_heads < a)
+        eager += 2 * p * T * (a - m->kv_heads) * m->head_dim / t;
 
     out->attn_bytes = attn_act(m, l, T, u) + norms;
     out->scores_bytes = scores;
     out->mlp_bytes = mlp;
-    out->full_bytes = out->attn_bytes + scores + mlp;
+    out->eager_bytes = eager;
+    out->full_bytes = out->attn_bytes + scores + mlp + eager;
     switch (l->recompute) {
     case DP_RECOMPUTE_NONE: out->stored_bytes = out->full_bytes; break;
-    case DP_RECOMPUTE_SELECTIVE:
-        /* Korthikanti Sec. 5: recompute the core attention; the s^2 terms go. */
-        out->stored_bytes = out->attn_bytes + mlp;
+    case DP_RECOMPUTE_SELECTIVE: {
+        /* Megatron-Core selective recompute of recompute_modules (default core_attn,
+         * Korthikanti Sec. 5: the s^2 terms go); output-discarding modules (layernorm,
+         * moe_act, mla_up_proj) drop their outputs, checkpointed ones (mlp, moe,
+         * shared_experts) keep only their input. */
+        unsigned mods = l->recompute_modules ? l->recompute_modules : DP_RCM_CORE_ATTN;
+        int64_t drop = 0;
+        if (mods & DP_RCM_CORE_ATTN)
+            drop += scores;
+        if (mods & DP_RCM_LAYERNORM)
+            drop += pa.norm_out_attn + pa.norm_out_mlp;
+        if (mods & DP_RCM_MLA_UP_PROJ)
+            drop += pa.qkv_up;
+        if (kind == DP_LAYER_DENSE && (mods & DP_RCM_MLP))
+            drop += pa.mlp_inner;
+        if (kind == DP_LAYER_MOE) {
+            if (mods & DP_RCM_MOE)
+                drop += pa.moe_inner;
+            else {
+                if (mods & DP_RCM_MOE_ACT)
+                    drop += pa.moe_act;
+                if (mods & DP_RCM_SHARED_EXPERTS)
+                    drop += pa.shared_inner;
+            }
+        }
+        if (drop > out->full_bytes)
+            drop = out->full_bytes;
+        out->stored_bytes = out->full_bytes - drop;
+        out->work_bytes = drop;
         break;
+    }
     case DP_RECOMPUTE_FULL:
         /* Only the layer input is kept (2sbh; split by t under SP). */
         out->stored_bytes = p * sbh / u;
+        out->work_bytes = out->full_bytes;
+        break;
+    case DP_RECOMPUTE_OP:
+    default:
+        out->stored_bytes = op_sac_stored(m, l, kind, T, u, mlp);
+        if (out->stored_bytes > out->full_bytes)
+            out->stored_bytes = out->full_bytes;
+        out->work_bytes = out->full_bytes - out->stored_bytes;
         break;
     }
     return 0;
@@ -337,10 +451,25 @@ void dp_mem_stage_params(const struct dp_model *m, const struct dp_layout *l, in
     stage_params(m, l, r, &kinds, &kp, dense, expert);
 }
 
+/* The largest linear weight of a layer per GPU (TP-split): the unit DeepSpeed ZeRO-3
+ * gathers per sub-module; Megatron-style fused QKV and gate/up projections. */
+static int64_t largest_linear(const struct dp_model *m, const struct dp_layout *l)
+{
+    const int64_t t = l->tp, h = m->hidden, up = m->ffn == DP_FFN_SWIGLU ? 2 : 1;
+    int64_t w = h * (m->heads + 2 * m->kv_heads) * m->head_dim / t;
+    int64_t f = m->experts > 0 ? m->moe_ffn_hidden : m->ffn_hidden;
+    int64_t mlp = up * h * f / (m->experts > 0 ? dp_layout_etp(l) : t);
+    if (m->experts > 0 && m->moe_dense_layers > 0 && up * h * m->ffn_hidden / t > mlp)
+        mlp = up * h * m->ffn_hidden / t;
+    return w > mlp ? w : mlp;
+}
+
 /* What every stage of a layout shares, computed once per layout (the planner's memory
  * check runs for every layout it evaluates). */
 struct mem_ctx {
     const struct dp_model *m;
+    const struct dp_cluster *cl;
+    const struct dp_mem_opts *o;
     const struct dp_layout *l;
     const struct dp_act_layer *al; /* per kind, DP_LAYER_KINDS entries */
     struct kind_params kp;         /* one layer's dense and expert parameters per GPU, by kind */
@@ -349,6 +478,7 @@ struct mem_ctx {
     int64_t head_params;           /* the last stage's final norm and LM head (or its copy) */
     int64_t emb_mask;              /* the embedding dropout mask per micro-batch in flight */
     int64_t head_act;              /* the last stage's output-layer activations */
+    int64_t loss_bytes;            /* of which the loss's buffers at its peak */
     int64_t recv_bytes;            /* pipeline receive buffers */
     int64_t runtime;               /* runtime overhead */
     int64_t M, shard_d, shard_e;
@@ -365,6 +495,8 @@ static void mem_ctx_init(struct mem_ctx *x, const struct dp_model *m, const stru
     const int64_t p = dp_precision_bytes(l->precision);
     const int64_t vpad = dp_padded_vocab(m->vocab, l->tp);
     x->m = m;
+    x->cl = cl;
+    x->o = o;
     x->l = l;
     x->al = al;
     kind_params(m, l, &x->kp);
@@ -377,34 +509,48 @@ static void mem_ctx_init(struct mem_ctx *x, const struct dp_model *m, const stru
     x->head_params = (m->norm == DP_NORM_LAYERNORM ? 2 * h : h) +
                      ((!m->tied_embeddings || l->pp > 1) ? vpad * h / t : 0);
     /* Korthikanti Sec. 4.3: the embedding's dropout mask, one per micro-batch in flight
-     * in the first chunk; the final norm input and output-layer input (4sbh/t with SP),
-     * and the fp32 logits kept by the cross entropy (4sbv/t); the last stage holds one
-     * micro-batch at a time. */
+     * in the first chunk; the final norm input and output-layer input (4sbh/t with SP);
+     * the loss's buffers at its peak, per logit element as its implementation holds them
+     * (dp_fw_loss_bytes: 6 B for Megatron's vocab-parallel cross entropy, 12 B for
+     * F.cross_entropy on up-cast logits); the last stage holds one micro-batch at a time. */
     x->emb_mask = m->dropout ? s * b * h / u : 0;
-    x->head_act = 2 * p * s * b * h / u + 4 * s * b * vpad / t;
+    x->loss_bytes = (int64_t)(dp_fw_loss_bytes(l) * (double)(s * b * vpad / t));
+    x->head_act = 2 * p * s * b * h / u + x->loss_bytes;
     /* one forward-receive and one backward-receive activation buffer */
     x->recv_bytes = l->pp > 1 ? 2 * p * s * b * h / u : 0;
     x->runtime = o && o->overhead_bytes >= 0 ? o->overhead_bytes : cl->gpu.runtime_overhead_bytes;
     x->M = dp_layout_microbatches(l);
-    x->shard_d = (int64_t)l->dp * l->cp;
-    x->shard_e = dp_layout_edp(l);
+    /* ZeRO/FSDP shard the dense part over dp x cp, or the shard group under HSDP; the
+     * experts over their data-parallel group, divided among the same replicas. */
+    const int rep = dp_layout_replicas(l), edp = dp_layout_edp(l);
+    x->shard_d = dp_layout_shard(l);
+    x->shard_e = edp % rep == 0 ? edp / rep : edp;
     dp_mem_bytes_per_param(l, &x->pb, &x->gb, &x->ob);
 }
 
-/* One layer's kept activations per micro-batch, by kind, on a stage of `layers` layers.
- * With recompute_layers (full recompute of that many of the stage's layers), the other
- * layers keep all their activations: a layer's bytes are the mean over the stage's
- * layers. */
-static void act_per_layer(const struct mem_ctx *x, int layers, int64_t per[DP_LAYER_KINDS])
+/* One layer's kept activations per micro-batch, by kind, on a stage of `layers` layers;
+ * *chunk: the layers rebuilt at a time. With recompute_layers (full recompute of that
+ * many of the stage's layers), the other layers keep all their activations: a layer's
+ * bytes are the mean over the stage's layers. Uniform chunks of n layers (Megatron
+ * --recompute-method uniform --recompute-num-layers n) keep one input per chunk and
+ * rebuild a whole chunk at a time. */
+static void act_per_layer(const struct mem_ctx *x, int layers, int64_t per[DP_LAYER_KINDS],
+                          int *chunk)
 {
     const struct dp_layout *l = x->l;
-    double f = 1;
-    if (l->recompute == DP_RECOMPUTE_FULL && layers > 0)
+    double f = 1, per_chunk = 1;
+    *chunk = 1;
+    if (l->recompute == DP_RECOMPUTE_FULL && layers > 0) {
         f = (double)dp_layout_recomputed(l, layers) / (double)layers;
+        if (l->recompute_method == DP_RC_UNIFORM && l->recompute_layers > 1) {
+            *chunk = l->recompute_layers < layers ? l->recompute_layers : layers;
+            per_chunk = 1.0 / *chunk;
+        }
+    }
     for (int k = 0; k < DP_LAYER_KINDS; k++)
-        per[k] = f >= 1 ? x->al[k].stored_bytes
-                        : (int64_t)(f * (double)x->al[k].stored_bytes +
-                                    (1 - f) * (double)x->al[k].full_bytes + 0.5);
+        per[k] = f >= 1 && *chunk == 1 ? x->al[k].stored_bytes
+                                       : (int64_t)(f * per_chunk * (double)x->al[k].stored_bytes +
+                                                   (1 - f) * (double)x->al[k].full_bytes + 0.5);
 }
 
 /* The activation terms of stage r whose chunk c holds kn[c].n[k] layers of kind k. */
@@ -421,7 +567,8 @@ static void stage_activations(const struct mem_ctx *x, int r, const struct dp_la
     const int v = l->vpp;
     int64_t emb = out->has_embedding ? x->emb_mask : 0;
     int64_t per[DP_LAYER_KINDS];
-    act_per_layer(x, out->layers, per);
+    int chunk;
+    act_per_layer(x, out->layers, per, &chunk);
     int64_t w[DP_MAX_CHUNKS], lw[DP_MAX_CHUNKS], live[DP_MAX_CHUNKS], stored = 0;
     for (int c = 0; c < v && c < DP_MAX_CHUNKS; c++) {
         lw[c] = 0;
@@ -433,9 +580,7 @@ static void stage_activations(const struct mem_ctx *x, int r, const struct dp_la
         if (!out->kind_layers[k])
             continue;
         stored += out->kind_layers[k] * per[k];
-        int64_t work = l->recompute == DP_RECOMPUTE_FULL        ? al[k].full_bytes
-                       : l->recompute == DP_RECOMPUTE_SELECTIVE ? al[k].scores_bytes
-                                                                : 0;
+        int64_t work = l->recompute == DP_RECOMPUTE_NONE ? 0 : chunk * al[k].work_bytes;
         if (work > out->act_working_bytes)
             out->act_working_bytes = work;
     }
@@ -459,13 +604,25 @@ static void stage_activations(const struct mem_ctx *x, int r, const struct dp_la
 /* ZeRO-3: the parameters of the current and the prefetched layer, gathered. */
 static int64_t gathered_bytes(const struct mem_ctx *x, const struct dp_mem_stage *st)
 {
-    if (x->l->zero < 3)
+    const struct dp_layout *l = x->l;
+    if (l->zero < 3)
         return 0;
-    int64_t big = 0;
-    for (int k = 0; k < DP_LAYER_KINDS; k++)
-        if (st->kind_layers[k] && x->kp.dense[k] + x->kp.expert[k] > big)
-            big = x->kp.dense[k] + x->kp.expert[k];
-    return 2 * big * x->pb;
+    switch (l->framework) {
+    case DP_FW_TORCHTITAN:
+        return 0; /* FSDP2's per-block buffers: the per-layer comm term of stage_with */
+    case DP_FW_DEEPSPEED:
+        /* ZeRO-3 gathers per sub-module and prefetches the next one from its trace
+         * (partitioned_param_coordinator.py fetch_sub_module). */
+        return 2 * dp_precision_bytes(l->precision) * largest_linear(x->m, l);
+    default: {
+        /* Megatron-FSDP gathers a layer ahead: the current and the prefetched layer. */
+        int64_t big = 0;
+        for (int k = 0; k < DP_LAYER_KINDS; k++)
+            if (st->kind_layers[k] && x->kp.dense[k] + x->kp.expert[k] > big)
+                big = x->kp.dense[k] + x->kp.expert[k];
+        return 2 * big * x->pb;
+    }
+    }
 }
 
 /* act: the stage's activation bytes when already known (the same layout at another
@@ -530,25 +687,108 @@ static void stage_with(const struct mem_ctx *x, int r, const int64_t *act, struc
     for (int k = 0; k < DP_LAYER_KINDS; k++)
         if (out->kind_layers[k] && x->al[k].stored_bytes > out->act_layer_bytes)
             out->act_layer_bytes = x->al[k].stored_bytes;
+    if (out->has_head)
+        out->act_loss_bytes = x->loss_bytes;
     if (act)
         out->activations_bytes = *act;
     else
         stage_activations(x, r, kn, out);
 
-    /* Communication buffers. */
-    out->comm_bytes = x->recv_bytes;
-    out->comm_bytes += gathered_bytes(x, out);
-    if (l->zero >= 2) {
-        /* DeepSpeed's reduce bucket (zero_optimization.reduce_bucket_size, default 5e8
-         * elements) for gradients produced before they are reduce-scattered. */
-        int64_t bucket = 500000000;
-        int64_t n = out->params < bucket ? out->params : bucket;
-        out->comm_bytes += n * x->gb;
+    /* Communication buffers: those held through the step (steady) and those of one
+     * layer's backward (per_layer), which on the last stage come after the loss's buffers
+     * are freed, so only their excess over the loss adds to the peak. */
+    const int gb = x->gb;
+    const int64_t t = l->tp, h = m->hidden, p = dp_precision_bytes(l->precision);
+    const int64_t vpad = dp_padded_vocab(m->vocab, l->tp);
+    int64_t steady = x->recv_bytes, per_layer = 0;
+    int64_t big = 0; /* the stage's largest layer, parameters per GPU (before sharding) */
+    for (int k = 0; k < DP_LAYER_KINDS; k++)
+        if (out->kind_layers[k] && x->kp.dense[k] + x->kp.expert[k] > big)
+            big = x->kp.dense[k] + x->kp.expert[k];
+    const int64_t bucket = 500000000; /* DeepSpeed reduce_bucket_size default, elements */
+    const int64_t np = out->params < bucket ? out->params : bucket;
+    switch (l->framework) {
+    case DP_FW_TORCHTITAN:
+        if (l->zero >= 2 && l->pp > 1) {
+            /* The stage stays unsharded (dp_mem_states); the last micro-batch's fp32
+             * reduce-scatter input of the current and the previous block. */
+            per_layer = 2 * 4 * big;
+        } else if (l->zero >= 2) {
+            /* FSDP2 per block (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py):
+             * backward holds the block's bf16 parameters, the next block's (prefetched one
+             * ahead, _backward_prefetch), its bf16 gradients, their fp32 reduce-scatter
+             * input, and the previous block's reduce-scatter input until the next reduce
+             * starts (reduce_scatter_state): (2 + 2 + 2 + 4 + 4) B per parameter. The
+             * output layer's group is never resharded (torchtitan apply_fsdp), nor (zero 2,
+             * reshard_after_forward False) any block between its forward and backward. */
+            per_layer = (3 * p + 8) * big;
+            if (out->has_head)
+                steady += p * (vpad * h / t);
+            if (l->zero == 2)
+                steady += p * out->params;
+        }
+        break;
+    case DP_FW_DEEPSPEED:
+        if (l->zero >= 3) {
+            /* ZeRO-3 gathers per sub-module and prefetches the next one from its trace
+             * (partitioned_param_coordinator.py fetch_sub_module); one reduce bucket of
+             * reduce_bucket_size elements in the gradient dtype (stage3.py). */
+            steady += gathered_bytes(x, out) + np * gb;
+        } else if (l->zero >= 1) {
+            /* Stage 1/2 with contiguous_gradients: one reduce bucket, two with overlap_comm
+             * (stage_1_and_2.py setup_buckets). */
+            steady += np * gb * (l->dp_overlap ? 2 : 1);
+        }
+        break;
+    default:
+        /* Megatron-Core's parameter and gradient buffers are the model states; Megatron-FSDP
+         * (zero 2/3) gathers a layer ahead and reduces one layer's gradients at a time. */
+        steady += gathered_bytes(x, out);
+        if (l->zero >= 2)
+            per_layer = big * gb;
+        break;
     }
-    out->runtime_bytes = x->runtime;
-    out->other_bytes = out->comm_bytes + out->runtime_bytes;
-    out->total_bytes = out->params_bytes + out->grads_bytes + out->optimizer_bytes +
-                       out->activations_bytes + out->other_bytes;
+    int64_t excess = per_layer - (out->has_head ? x->loss_bytes : 0);
+    out->comm_bytes = steady + (excess > 0 ? excess : 0);
+
+    /* Runtime: the user's overhead (--overhead-gib) replaces the named terms and the
+     * allocator slack; else the workspaces (allocated), the CUDA context and NCCL's
+     * buffers (outside the allocator). */
+    int64_t states = out->params_bytes + out->grads_bytes + out->optimizer_bytes;
+    int64_t model = states + out->activations_bytes + out->comm_bytes;
+    /* What is allocated once and kept (no fragmentation): the model states, but under
+     * FSDP2 with pipeline parallelism only the shards; the unsharded parameters and the
+     * gradient accumulators are allocated and freed every step. */
+    int64_t kept = states;
+    if (l->framework == DP_FW_TORCHTITAN && l->zero >= 2 && l->pp > 1) {
+        struct dp_layout one = *l;
+        one.pp = 1;
+        struct dp_states d1, e1;
+        dp_mem_states(dense, x->shard_d, &one, &d1);
+        dp_mem_states(expert, x->shard_e, &one, &e1);
+        kept = d1.params_bytes + d1.grads_bytes + d1.optimizer_bytes + e1.params_bytes +
+               e1.grads_bytes + e1.optimizer_bytes + out->fp8_copy_bytes;
+    }
+    out->kept_bytes = kept;
+    if (x->o && x->o->overhead_bytes >= 0) {
+        out->runtime_bytes = x->o->overhead_bytes;
+        out->allocated_bytes = model;
+        out->reserved_bytes = model;
+        out->total_bytes = model + x->o->overhead_bytes;
+    } else {
+        struct dp_fw_runtime rt;
+        dp_fw_runtime(l, m->experts > 0, &x->cl->gpu, &rt);
+        out->context_bytes = rt.context_bytes;
+        out->nccl_bytes = rt.nccl_bytes;
+        out->workspace_bytes = rt.workspace_bytes;
+        out->runtime_bytes = rt.context_bytes + rt.nccl_bytes + rt.workspace_bytes;
+        out->allocated_bytes = model + rt.workspace_bytes;
+        out->slack_bytes =
+            (int64_t)(dp_fw_alloc_slack(l) * (double)(out->allocated_bytes - kept) + 0.5);
+        out->reserved_bytes = out->allocated_bytes + out->slack_bytes;
+        out->total_bytes = out->reserved_bytes + rt.context_bytes + rt.nccl_bytes;
+    }
+    out->other_bytes = out->comm_bytes + out->runtime_bytes + out->slack_bytes;
 }
 
 void dp_mem_stage(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
@@ -572,9 +812,9 @@ void dp_mem_terms(const struct dp_model *m, const struct dp_cluster *cl, const s
     stage_with(&x, r, NULL, &st);
     memset(out, 0, sizeof *out);
     out->gathered_bytes = gathered_bytes(&x, &st);
-    out->static_bytes = st.params_bytes + st.grads_bytes + st.optimizer_bytes + st.other_bytes -
-                        out->gathered_bytes;
-    act_per_layer(&x, st.layers, out->layer_bytes);
+    out->static_bytes = st.total_bytes - st.activations_bytes - out->gathered_bytes;
+    int chunk;
+    act_per_layer(&x, st.layers, out->layer_bytes, &chunk);
     out->emb_bytes = st.has_embedding ? x.emb_mask : 0;
     out->head_bytes = st.act_head_bytes;
     out->working_bytes = st.act_working_bytes;

@@ -8,6 +8,8 @@
  */
 #include "costmodel.h"
 
+#include <math.h>
+
 double dp_moe_load(const struct dp_model *m, const struct dp_layout *l)
 {
     if (m->experts == 0)
@@ -20,7 +22,22 @@ double dp_moe_load(const struct dp_model *m, const struct dp_layout *l)
      * dropped copies skip the expert), and padding fills every expert to exactly
      * that (moe_pad_expert_input_to_capacity).
      */
-    double rho = l->ep > 1 ? l->moe_imbalance : 1.0;
+    double rho = 1.0;
+    if (l->ep > 1 && l->moe_imbalance >= 1) {
+        rho = l->moe_imbalance;
+    } else if (l->ep > 1) {
+        /*
+         * Balanced routing still loads the EP ranks unevenly in each micro-batch: a rank's
+         * share of the group's N ep copies (N = T k per rank) is binomial with p = 1/ep,
+         * sd sqrt(N (1 - 1/ep)), and the expected largest of ep such shares is at most the
+         * mean plus sqrt(2 ln ep) sd (the Gaussian maximal inequality): rho = 1 +
+         * sqrt(2 ln ep (1 - 1/ep) / N). Copies of one token go to distinct experts, which
+         * only lowers the variance.
+         */
+        double N = (double)l->seq_len / l->cp * (double)l->mbs * (double)m->top_k;
+        double ep = l->ep;
+        rho = 1.0 + sqrt(2.0 * log(ep) * (1.0 - 1.0 / ep) / N);
+    }
     if (l->moe_capacity <= 0)
         return rho;
     if (l->moe_pad)

@@ -13,11 +13,11 @@
 #include <string.h>
 
 /* A block's passes from its share of the layer's terms, as time_pipe.c's layer_part
- * prices a layer: backward GEMMs and element-wise work twice the forward's; full
- * recompute reruns the forward with its TP collectives and all-to-alls, selective
- * recompute the attention core and its element-wise work. */
+ * prices a layer: backward GEMMs and element-wise work twice the forward's; what the
+ * recompute policy redoes (full, Megatron's recompute_modules, torchtitan's per-op SAC)
+ * from dp__time_redo, the function time_pipe.c prices it with. */
 static void block_cost(const struct dp_layout *l, const struct dp_layer_time *b,
-                       struct dp_block_cost *o)
+                       enum dp_layer_kind kind, struct dp_block_cost *o)
 {
     memset(o, 0, sizeof *o);
     o->fwd_s = b->gemm_f + b->attn_f + b->ew_f + b->cast_f;
@@ -32,13 +32,11 @@ static void block_cost(const struct dp_layout *l, const struct dp_layer_time *b,
     o->cp_raw_b = b->cp_raw_b;
     o->ep_f = b->ep_f;
     o->ep_b = b->ep_b;
-    if (l->recompute == DP_RECOMPUTE_FULL) {
-        o->re_s = o->fwd_s;
-        o->tp_re = b->tp_f;
-        o->ep_re = b->ep_f;
-    } else if (l->recompute == DP_RECOMPUTE_SELECTIVE) {
-        o->re_s = b->attn_f + b->attn_ew_f;
-    }
+    struct dp__redo re;
+    dp__time_redo(l, b, kind, &re);
+    o->re_s = re.compute_s;
+    o->tp_re = re.tp_s;
+    o->ep_re = re.ep_s;
 }
 
 /* Parameters of the ends per GPU, as memory.c places them: the vocabulary-parallel
@@ -65,7 +63,7 @@ void dp_time_ops(const struct dp_model *m, const struct dp_cluster *cl, const st
         struct dp_layer_time lt, blk[2];
         dp__time_layer(&cl_, (enum dp_layer_kind)k, &lt, blk);
         for (int b = 0; b < DP_BLOCKS; b++)
-            block_cost(l, &blk[b], &o->layer[k].blk[b]);
+            block_cost(l, &blk[b], (enum dp_layer_kind)k, &o->layer[k].blk[b]);
         o->layer[k].cast_w_s = lt.cast_w;
         dp_mem_layer_params(m, l, (enum dp_layer_kind)k, &o->layer[k].dense_params,
                             &o->layer[k].expert_params);
@@ -92,7 +90,7 @@ void dp_time_ops(const struct dp_model *m, const struct dp_cluster *cl, const st
         o->emb_sync_s = dp_coll_time_s(DP_ALLREDUCE, vpad * m->hidden / l->tp * gb, 2, &cs.emb);
     }
     /* The optimizer over each stage's shard (dp_time_step: its slowest stage's). */
-    const int ndp = l->dp * l->cp, ndpe = dp_layout_edp(l);
+    const int ndp = dp_layout_shard(l), ndpe = dp_layout_edp(l); /* HSDP: the shard group */
     const double bpp = dp__optimizer_bytes_per_param(l);
     for (int r = 0; r < l->pp && r < DP_MAX_PP; r++) {
         int64_t d, x;
@@ -122,18 +120,13 @@ static double megatron_bucket_params(const struct dp_layout *l)
 struct unit_ctx {
     const struct dp_model *m;
     const struct dp_layout *l;
-    struct dp_path pd, pe; /* dense gradients over dp x cp, experts over edp */
+    struct dp_shard_groups g; /* dp x cp, edp, HSDP's shard and replica groups */
     int ndp, ndpe, pb, gb;
     bool fp8_gather;
     double lin_per_layer; /* linear weights of one layer (FP8 when gathered in FP8) */
     int64_t emb, head;
     int64_t dense[DP_LAYER_KINDS], expert[DP_LAYER_KINDS];
 };
-
-static double coll(enum dp_coll_kind k, double bytes, int n, const struct dp_path *p)
-{
-    return n > 1 && bytes > 0 ? dp_coll_time_s(k, bytes, n, p) : 0;
-}
 
 /* Price one unit of `layers` layers (their dense and expert parameters) plus ends. */
 static void unit_price(const struct unit_ctx *x, struct dp_dp_unit *u, int64_t dense,
@@ -142,27 +135,21 @@ static void unit_price(const struct unit_ctx *x, struct dp_dp_unit *u, int64_t d
     const struct dp_layout *l = x->l;
     u->params = dense + expert;
     u->gather_bytes = u->params * x->pb;
-    /* Gradients in the gradient dtype; ZeRO-0 all-reduces them, the distributed
-     * optimizer and ZeRO-2/3 reduce-scatter (dp_time_step's terms, per unit). */
-    enum dp_coll_kind red = l->zero == 0 ? DP_ALLREDUCE : DP_REDUCE_SCATTER;
-    u->reduce_s = coll(red, (double)dense * x->gb, x->ndp, &x->pd) +
-                  coll(red, (double)expert * x->gb, x->ndpe, &x->pe);
-    if (l->zero == 0) {
-        u->gather_s = 0;
-        return;
-    }
-    /* With FP8 weights the linear layers' weights are gathered in FP8 (NeMo
-     * fp8_param_gather, torchao float8 all-gather); the rest in the storage precision. */
-    double ag_d = (double)dense * x->pb, ag_e = (double)expert * x->pb;
+    /* Gathered in the storage precision (FSDP2 param_dtype: torchtitan's fp32 shards are
+     * cast before the all-gather), as dp_time_step gathers; with FP8 weights the linear
+     * layers' weights in FP8 (NeMo fp8_param_gather, torchao float8 all-gather). */
+    const double pg = dp_precision_bytes(l->precision);
+    double ag_d = (double)dense * pg, ag_e = (double)expert * pg;
     if (x->fp8_gather) {
         double lin = x->lin_per_layer * layers;
         if (lin > (double)dense)
             lin = (double)dense;
-        ag_d = ((double)dense - lin) * x->pb + lin;
+        ag_d = ((double)dense - lin) * pg + lin;
         ag_e = (double)expert;
     }
-    u->gather_s =
-        coll(DP_ALLGATHER, ag_d, x->ndp, &x->pd) + coll(DP_ALLGATHER, ag_e, x->ndpe, &x->pe);
+    /* shard.c's collectives: the framework's reduce dtype, HSDP's shard and replica
+     * groups, list-collective copies. */
+    dp_shard_unit(l, &x->g, (double)dense, (double)expert, ag_d, ag_e, &u->gather_s, &u->reduce_s);
 }
 
 /* The layers [gfirst, gfirst + n) of the model, their parameters by kind. */
@@ -247,8 +234,10 @@ int dp_time_dp_units(const struct dp_model *m, const struct dp_cluster *cl,
         return 0;
     int ob;
     dp_mem_bytes_per_param(l, &x.pb, &x.gb, &ob);
-    dp_place_path_fast(cl, l, DP_PLACE_DPCP, &x.pd);
-    dp_place_path_fast(cl, l, DP_PLACE_EDP, &x.pe);
+    struct dp_path pd, pe;
+    dp_place_path_fast(cl, l, DP_PLACE_DPCP, &pd);
+    dp_place_path_fast(cl, l, DP_PLACE_EDP, &pe);
+    dp_shard_groups(cl, l, &pd, &pe, &x.g);
     x.fp8_gather = dp_layout_gemm(l) == DP_GEMM_FP8 && cl->gpu.fp8_tflops > 0 && l->fp8_params;
     x.lin_per_layer = dp__linear_weights_per_layer(m, l);
     end_params(m, l, &x.emb, &x.head);

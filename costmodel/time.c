@@ -296,6 +296,8 @@ static void attention(const struct dp__time_ctx *c, struct dp_layer_time *o)
         g_in += lin(c, o, T, a * (nope + dv) / t, rkv, 1);
         g_out = lin(c, o, T, h, a * dv / t, 1);
         o->gemm_f += g_in + g_out;
+        o->mla_up_f = g_in;
+        o->op_f += 0.5 * (g_in + g_out); /* every other projection */
         in_width += rkv + rope;
         ew += 2.0 * p * T / u * (rq + rkv); /* the latent RMSNorms */
     } else {
@@ -303,6 +305,8 @@ static void attention(const struct dp__time_ctx *c, struct dp_layer_time *o)
         g_in = lin(c, o, T, (a + 2 * g) * d / t, h, 1);
         g_out = lin(c, o, T, h, a * d / t, 1);
         o->gemm_f += g_in + g_out;
+        /* Per-op SAC recomputes the second and fourth matmuls: wk and wo. */
+        o->op_f += g_in * g / (a + 2 * g) + g_out;
         if (m->qk_norm) /* Qwen3's per-head RMSNorm of q and k */
             ew += 2.0 * p * T * (a + g) * d / t;
     }
@@ -336,6 +340,7 @@ static void attention(const struct dp__time_ctx *c, struct dp_layer_time *o)
         ew += ew_rope_bytes(c) * T * (a + g) * d / t;
     o->attn_ew_f = ew_attn / c->membw;
     o->ew_f += (ew + ew_attn) / c->membw;
+    o->op_f += ew / c->membw; /* rotary (and q/k norms), recomputed */
 
     /* Tensor parallel: the attention region (Shoeybi et al. 2019, Fig. 3). */
     tp_region(c, in_width, h, g_in, g_out, o);
@@ -360,15 +365,19 @@ static void moe_mlp(const struct dp__time_ctx *c, struct dp_layer_time *o)
      * passes over the fp32 scores: the softmax or sigmoid (read logits, write scores),
      * top-k (read scores, write k indices and weights) and the auxiliary load-balancing
      * loss (read scores again). */
-    o->gemm_f += gemm_s(c, T / u, E, h, 1);
+    double gate = gemm_s(c, T / u, E, h, 1);
+    o->gemm_f += gate;
     double router = T / u * (3.0 * 4.0 * E + 12.0 * k);
     /* Permute and unpermute: each routed copy written and read once each way. */
     double perm = 4.0 * p * rows * h;
     /* Routed experts: rows spread over the E/ep local experts (their share of the
      * load), fc1 of up x f/etp, fc2 back to h. */
     double re = rows / local;
-    o->gemm_f += lin(c, o, re, up * f / etp, h, local) + lin(c, o, re, h, f / etp, local);
+    double experts = lin(c, o, re, up * f / etp, h, local) + lin(c, o, re, h, f / etp, local);
+    o->gemm_f += experts;
     double act = act_b * rows * f / etp;
+    o->moe_act_f = act / c->membw;
+    double shared = 0;
     /* Shared experts: one MLP of S x f_s on every token, column/row parallel over TP
      * (Megatron SharedExpertMLP), with its own gather/scatter under SP. */
     double fs = (double)m->moe_shared_experts * (double)m->moe_shared_ffn_hidden;
@@ -376,9 +385,16 @@ static void moe_mlp(const struct dp__time_ctx *c, struct dp_layer_time *o)
         double s1 = lin(c, o, T, up * fs / t, h, 1), s2 = lin(c, o, T, h, fs / t, 1);
         o->gemm_f += s1 + s2;
         act += act_b * T * fs / t;
+        shared = s1 + s2;
+        o->shared_f = shared + act_b * T * fs / t / c->membw;
+        o->op_f += s1 / 2; /* the shared experts' w3 */
         tp_region(c, h, h, s1, s2, o);
     }
     o->ew_f += (router + perm + act) / c->membw;
+    o->moe_f = gate + experts + shared + (router + perm + act) / c->membw;
+    /* Per-op SAC: the router's gate is always recomputed (torchtitan
+     * per_op_sac_force_recompute_mm_shapes_by_fqns), with the element-wise passes. */
+    o->op_f += gate + (router + perm + act) / c->membw;
 
     /* Dispatch and combine: an all-to-all of this GPU's tokens (its share rows / (etp k)
      * of the routed copies' tokens) over EP, each way, forward and again in backward,
@@ -436,7 +452,11 @@ static void layer(const struct dp__time_ctx *c, enum dp_layer_kind kind, struct 
         const double up = m->ffn == DP_FFN_SWIGLU ? 2 : 1, f = (double)m->ffn_hidden;
         double g1 = lin(c, o, T, up * f / t, h, 1), g2 = lin(c, o, T, h, f / t, 1);
         o->gemm_f += g1 + g2;
-        o->ew_f += ew_act_bytes(c) * T * f / t / c->membw;
+        double act = ew_act_bytes(c) * T * f / t / c->membw;
+        o->ew_f += act;
+        o->mlp_f = g1 + g2 + act;
+        /* Per-op SAC: SwiGLU's w3 (half of the fused gate/up GEMM), or GELU's fc2. */
+        o->op_f += (m->ffn == DP_FFN_SWIGLU ? g1 / 2 : g2) + act;
         tp_region(c, h, h, g1, g2, o);
     }
 
@@ -447,7 +467,15 @@ static void layer(const struct dp__time_ctx *c, enum dp_layer_kind kind, struct 
     double norms = m->norms_per_layer * norm1;
     double bda = 2 * 3.0 * p * T * h / u + (m->dropout ? 2.0 * T * h / u : 0);
     o->ew_f += (norms + bda) / c->membw;
+    o->norm_f = norms / c->membw;
+    o->op_f += (norms + bda) / c->membw;
+    /* Per-op SAC saves the reduce-scatters' outputs (sequence parallel) but not the
+     * all-gathers, which the recomputed norms feed again; without SP the all-reduces. */
+    o->op_tp_f = l->sp ? 0.5 * o->tp_f : o->tp_f;
     a.ew_f += (norm1 + bda / 2) / c->membw;
+    a.norm_f = norm1 / c->membw;
+    a.op_f += (norm1 + bda / 2) / c->membw;
+    a.op_tp_f = l->sp ? 0.5 * a.tp_f : a.tp_f;
     /* FP8 quantization: lin() counted the elements; fp8_cast_bytes moves per element. */
     if (c->fp8) {
         double wb = (l->fp8_params ? 2.0 : c->cast_b) / c->membw;
@@ -594,7 +622,7 @@ void dp_time_step_reuse(const struct dp_model *m, const struct dp_cluster *cl,
     struct dp_reuse *r = ru ? ru : &mine;
     if (!ru || !ru->have_pipe)
         dp__time_pipeline(&c, lt, r);
-    const double pipe = r->pipe_s, M = (double)dp_layout_microbatches(l);
+    const double pipe = r->pipe_s;
     const int pp = l->pp, L0 = r->first_layers;
     o->slowest_stage = r->slowest_stage;
     o->compute_s = r->compute_s;
@@ -614,7 +642,7 @@ void dp_time_step_reuse(const struct dp_model *m, const struct dp_cluster *cl,
      * with the most of them; with layers of several kinds any stage may hold most). */
     double pdense, pexpert;
     stage_params(m, l, 0, &pdense, &pexpert);
-    int Lp = L0; /* that stage's layers */
+    int Lp = L0, rp = 0; /* that stage's layers and index */
     int most = -1, most_n = -1;
     for (int d = 1; d < pp - 1; d++) {
         int n = dp_layout_stage_layers(l, m, d);
@@ -635,84 +663,37 @@ void dp_time_step_reuse(const struct dp_model *m, const struct dp_cluster *cl,
             pdense = d2;
             pexpert = e2;
             Lp = dp_layout_stage_layers(l, m, d);
+            rp = d;
         }
     }
     int pb, gb, ob;
     dp_mem_bytes_per_param(l, &pb, &gb, &ob);
-    /* Dense gradients over dp x cp, expert gradients over the expert data-parallel
-     * group (Megatron-Core: tp cp dp / (ep etp) ranks). */
-    int ndp = l->dp * l->cp, ndpe = dp_layout_edp(l);
-    double rs = 0, ag = 0, ar = 0;
-    /* With FP8 weights the parameter all-gather moves the linear layers' weights in FP8,
-     * half the bytes (NeMo docs, communication overlap: "fp8_param_gather=True conducts
-     * the parameter all-gather in fp8"; torchao float8 FSDP all-gather); embeddings and
-     * norms stay in the storage precision. */
-    double ag_dense = pdense * pb, ag_expert = pexpert * pb;
+    /* Parameters are gathered in the storage precision (FSDP2 param_dtype; torchtitan's
+     * fp32 shards are cast before the all-gather). With FP8 weights the all-gather moves the
+     * linear layers' weights in FP8, half the bytes (NeMo docs, communication overlap:
+     * "fp8_param_gather=True conducts the parameter all-gather in fp8"; torchao float8
+     * FSDP all-gather); embeddings and norms stay in the storage precision. */
+    const double pg = c.p;
+    struct dp_shard_stage sh = {.dense = pdense,
+                                .expert = pexpert,
+                                .layers = Lp,
+                                .first = rp == 0,
+                                .last = rp == pp - 1,
+                                .fwd_s = o->stage_fwd_s[0],
+                                .bwd_s = o->stage_bwd_s[0],
+                                .ag_dense_bytes = pdense * pg,
+                                .ag_expert_bytes = pexpert * pg};
     if (c.fp8 && l->fp8_params) {
         double wlin = linear_weights_per_layer(m, l) * Lp;
         if (wlin > pdense)
             wlin = pdense;
-        ag_dense = (pdense - wlin) * pb + wlin;
-        ag_expert = pexpert;
+        sh.ag_dense_bytes = (pdense - wlin) * pg + wlin;
+        sh.ag_expert_bytes = pexpert;
     }
-    if (l->zero == 0) {
-        ar = dp_coll_time_s(DP_ALLREDUCE, pdense * gb, ndp, &c.dp) +
-             dp_coll_time_s(DP_ALLREDUCE, pexpert * gb, ndpe, &c.dpe);
-    } else {
-        rs = dp_coll_time_s(DP_REDUCE_SCATTER, pdense * gb, ndp, &c.dp) +
-             dp_coll_time_s(DP_REDUCE_SCATTER, pexpert * gb, ndpe, &c.dpe);
-        ag = dp_coll_time_s(DP_ALLGATHER, ag_dense, ndp, &c.dp) +
-             dp_coll_time_s(DP_ALLGATHER, ag_expert, ndpe, &c.dpe);
-    }
-    double fwd0 = o->stage_fwd_s[0], bwd0 = o->stage_bwd_s[0];
     double exposed;
-    /* The parameter all-gather before the forward: hidden behind it with
-     * --overlap-param-gather (bucket by bucket as the forward reaches them) or FSDP's
-     * prefetch, exposed otherwise. */
-    const bool opg = l->overlap_param_gather;
-    if (l->zero >= 2 && pp > 1) {
-        /* Sharded weights and gradients with pipeline parallelism (torchtitan FSDP2 + PP,
-         * Megatron-FSDP): the schedule keeps the stage's weights gathered and its gradients
-         * unreduced across the micro-batches of a step (torch.distributed.pipelining
-         * disables reshard-after-backward and gradient sync but for the last
-         * micro-batch), so one gather and one reduce-scatter per step, as ZeRO-1. */
-        o->dp_comm_total_s = rs + ag;
-        exposed = (l->dp_overlap ? overlapped(rs, bwd0) : rs) + (opg ? overlapped(ag, fwd0) : ag);
-    } else if (l->zero >= 3) {
-        /* ZeRO-3 gathers the weights for every micro-batch's forward and backward and
-         * reduce-scatters every micro-batch's gradients (DeepSpeed stage 3), one
-         * collective per layer: each pays its latency. With prefetching the gathers
-         * hide behind compute. */
-        double lat = 3.0 * L0 * (ndp - 1) * c.dp.latency_us * 1e-6;
-        o->dp_comm_total_s = M * (2 * ag + rs + lat);
-        double gf = ag + lat / 3, gb_ = ag + lat / 3, rsb = rs + lat / 3;
-        if (opg && l->dp_overlap)
-            exposed = M * (overlapped(gf, fwd0) + overlapped(gb_ + rsb, bwd0));
-        else if (opg)
-            exposed = M * (overlapped(gf, fwd0) + overlapped(gb_, bwd0) + rsb);
-        else if (l->dp_overlap)
-            exposed = M * (gf + gb_ + overlapped(rsb, bwd0));
-        else
-            exposed = o->dp_comm_total_s;
-    } else if (l->zero == 2) {
-        /* Gradients are partitioned as they are produced: a reduce-scatter per
-         * micro-batch, one all-gather of the updated weights per step; both issued per
-         * layer (a DeepSpeed bucket or an FSDP unit each), so each pays its ring
-         * latency. */
-        double lat = L0 * (ndp - 1) * c.dp.latency_us * 1e-6;
-        rs += lat;
-        ag += lat;
-        o->dp_comm_total_s = M * rs + ag;
-        exposed =
-            (l->dp_overlap ? M * overlapped(rs, bwd0) : M * rs) + (opg ? overlapped(ag, fwd0) : ag);
-    } else {
-        /* Once per step, during the last micro-batch's backward (bucketed overlap) and,
-         * for the distributed optimizer, the gather before the next forward. */
-        o->dp_comm_total_s = ar + rs + ag;
-        exposed = (l->dp_overlap ? overlapped(ar + rs, bwd0) : ar + rs) +
-                  (opg ? overlapped(ag, fwd0) : ag);
-    }
+    dp_shard_comm(m, cl, l, &sh, &c.dp, &c.dpe, &o->dp_comm_total_s, &exposed);
     o->dp_comm_s = exposed;
+    int ndp = dp_layout_shard(l), ndpe = dp_layout_edp(l);
 
     /* Tied embeddings across stages: the first and last stage sum their copies'
      * gradients (Megatron _allreduce_word_embedding_grads). */

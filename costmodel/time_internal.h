@@ -60,6 +60,12 @@ void dp__time_layer(const struct dp__time_ctx *c, enum dp_layer_kind kind, struc
                     struct dp_layer_time blk[2]);
 void dp__time_ends(const struct dp__time_ctx *c, struct dp_layer_time *o);
 double dp__time_p2p(const struct dp__time_ctx *c);
+/* What recomputation adds to a layer's backward: compute, TP collectives, all-to-alls. */
+struct dp__redo {
+    double compute_s, tp_s, ep_s;
+};
+void dp__time_redo(const struct dp_layout *l, const struct dp_layer_time *lc,
+                   enum dp_layer_kind kind, struct dp__redo *re);
 double dp__time_recompute_share(const struct dp_layout *l, const struct dp_model *m, int r);
 double dp__optimizer_bytes_per_param(const struct dp_layout *l);
 double dp__linear_weights_per_layer(const struct dp_model *m, const struct dp_layout *l);

@@ -47,9 +47,8 @@ static void add_scaled(struct stage_cost *acc, const struct stage_cost *x, doubl
 /* One decoder layer: its passes (*o) and, apart, what recomputation adds to its
  * backward (*re), which recompute_layers may apply to only some layers of a stage. */
 static void layer_part(const struct dp__time_ctx *c, const struct dp_layer_time *lc,
-                       struct stage_cost *o, struct stage_cost *re)
+                       enum dp_layer_kind kind, struct stage_cost *o, struct stage_cost *re)
 {
-    const struct dp_layout *l = c->l;
     memset(o, 0, sizeof *o);
     memset(re, 0, sizeof *re);
     o->compute_f = lc->gemm_f + lc->attn_f + lc->ew_f + lc->cast_f;
@@ -60,14 +59,52 @@ static void layer_part(const struct dp__time_ctx *c, const struct dp_layer_time 
     o->cp_b = lc->cp_b;
     o->ep_f = lc->ep_f;
     o->ep_b = lc->ep_b;
+    struct dp__redo rd;
+    dp__time_redo(c->l, lc, kind, &rd);
+    re->recompute = rd.compute_s;
+    re->tp_re = rd.tp_s;
+    re->ep_b = rd.ep_s;
+}
+
+/* What recomputing a layer's (or a block's: the terms are additive) forward adds to its
+ * backward under the layout's policy. */
+void dp__time_redo(const struct dp_layout *l, const struct dp_layer_time *lc,
+                   enum dp_layer_kind kind, struct dp__redo *re)
+{
+    memset(re, 0, sizeof *re);
     if (l->recompute == DP_RECOMPUTE_FULL) {
         /* The whole forward again, collectives included (Megatron checkpoints the
          * layer input and reruns the layer). */
-        re->recompute = lc->gemm_f + lc->attn_f + lc->ew_f + lc->cast_f;
-        re->tp_re = lc->tp_f;
-        re->ep_b = lc->ep_f;
+        re->compute_s = lc->gemm_f + lc->attn_f + lc->ew_f + lc->cast_f;
+        re->tp_s = lc->tp_f;
+        re->ep_s = lc->ep_f;
     } else if (l->recompute == DP_RECOMPUTE_SELECTIVE) {
-        re->recompute = lc->attn_f + lc->attn_ew_f;
+        /* Megatron-Core recompute_modules (default core_attn: the attention core and its
+         * element-wise passes, Korthikanti Sec. 5). */
+        unsigned mods = l->recompute_modules ? l->recompute_modules : DP_RCM_CORE_ATTN;
+        double rc = 0;
+        if (mods & DP_RCM_CORE_ATTN)
+            rc += lc->attn_f + lc->attn_ew_f;
+        if (mods & DP_RCM_LAYERNORM)
+            rc += lc->norm_f;
+        if (mods & DP_RCM_MLA_UP_PROJ)
+            rc += lc->mla_up_f;
+        if (kind == DP_LAYER_DENSE && (mods & DP_RCM_MLP))
+            rc += lc->mlp_f;
+        if (kind == DP_LAYER_MOE) {
+            if (mods & DP_RCM_MOE) {
+                rc += lc->moe_f;
+                re->ep_s = lc->ep_f; /* the dispatch runs again */
+            } else {
+                rc += (mods & DP_RCM_MOE_ACT ? lc->moe_act_f : 0) +
+                      (mods & DP_RCM_SHARED_EXPERTS ? lc->shared_f : 0);
+            }
+        }
+        re->compute_s = rc;
+    } else if (l->recompute == DP_RECOMPUTE_OP) {
+        /* torchtitan's per-op SAC: what its policy does not save (time.c op_f, op_tp_f). */
+        re->compute_s = lc->op_f;
+        re->tp_s = lc->op_tp_f;
     }
 }
 
@@ -153,7 +190,7 @@ void dp__time_pipeline(const struct dp__time_ctx *c, const struct dp_layer_time 
     double f1[DP_LAYER_KINDS], b1[DP_LAYER_KINDS], r1[DP_LAYER_KINDS], w1[DP_LAYER_KINDS];
     double cc1[DP_LAYER_KINDS], cr1[DP_LAYER_KINDS]; /* compute alone, for pp_overlap */
     for (int k = 0; k < DP_LAYER_KINDS; k++) {
-        layer_part(c, &lt[k], &one[k], &re[k]);
+        layer_part(c, &lt[k], (enum dp_layer_kind)k, &one[k], &re[k]);
         f1[k] = fwd_of(&one[k]);
         b1[k] = bwd_of(&one[k]);
         r1[k] = bwd_of(&re[k]);

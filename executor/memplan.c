@@ -161,7 +161,10 @@ void dp__memplan(const struct dp_exec *ex, struct dp__memplan *p)
     /* GELU's input gradient overwrites dact: dfc1 only for SwiGLU */
     e[DP__BUF_DFC1] = ex->m->ffn != DP_FFN_GELU ? dm->N * dm->F1 : 0;
     e[DP__BUF_DACT] = dm->N * dm->f;
-    e[DP__BUF_PROBS] = l->recompute == DP_RECOMPUTE_SELECTIVE ? S : 0;
+    /* torchtitan's per-op policy (recompute op) runs as the selective set here: the
+     * probabilities are recomputed in backward into this buffer (model.c). */
+    e[DP__BUF_PROBS] =
+        l->recompute == DP_RECOMPUTE_SELECTIVE || l->recompute == DP_RECOMPUTE_OP ? S : 0;
     if (l->recompute == DP_RECOMPUTE_FULL) {
         struct carver cv = {NULL, 0};
         layer_acts(ex, NULL, &cv, true, true);

@@ -98,8 +98,8 @@ int dp__refuse(const struct dp__ctx *c, const char *knob, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    return dp_err_set(c->err, DP_EINFEASIBLE, "%s: %s: %s",
-                      c->o->plan_file ? c->o->plan_file : "plan", knob, what);
+    return dp_err_set(c->err, DP_EUSAGE, "%s: %s: %s", c->o->plan_file ? c->o->plan_file : "plan",
+                      knob, what);
 }
 
 int dp__run_checks(const struct dp__ctx *c, const dp__check_fn *checks, int n)

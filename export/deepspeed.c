@@ -80,10 +80,24 @@ static int no_sp(const struct dp__ctx *c)
 
 static int no_selective(const struct dp__ctx *c)
 {
-    if (c->l->recompute == DP_RECOMPUTE_SELECTIVE)
+    if (c->l->recompute == DP_RECOMPUTE_SELECTIVE || c->l->recompute == DP_RECOMPUTE_OP)
         return dp__refuse(c, "layout.recompute",
-                          "selective recompute (attention core only) has no DeepSpeed config "
-                          "equivalent: its activation checkpointing wraps whole layers");
+                          "%s recompute has no DeepSpeed config equivalent: its activation "
+                          "checkpointing wraps whole layers",
+                          dp_recompute_name(c->l->recompute));
+    return 0;
+}
+
+static int hsdp_zero3(const struct dp__ctx *c)
+{
+    /* MiCS (zero/mics.py) shards the ZeRO-3 states within mics_shard_size ranks and
+     * replicates them across the groups; ZeRO++'s zero_hpz_partition_size keeps a second,
+     * intra-node copy of the parameters for backward, which is not HSDP. */
+    if (dp_layout_replicas(c->l) > 1 && c->l->zero != 3)
+        return dp__refuse(c, "layout.shard_group",
+                          "shard_group=%d with zero=%d: DeepSpeed shards in groups (MiCS, "
+                          "mics_shard_size) only with zero=3",
+                          c->l->shard_group, c->l->zero);
     return 0;
 }
 
@@ -132,9 +146,9 @@ static int autoep_zero3_tp(const struct dp__ctx *c)
     return 0;
 }
 
-static const dp__check_fn checks[] = {no_cp,          no_vpp,        no_uneven,        no_sp,
-                                      no_selective,   zero0_overlap, zero0_fp32_grads, zero_pp,
-                                      autoep_zero3_tp};
+static const dp__check_fn checks[] = {no_cp,           no_vpp,        no_uneven,        no_sp,
+                                      no_selective,    zero0_overlap, zero0_fp32_grads, zero_pp,
+                                      autoep_zero3_tp, hsdp_zero3};
 
 /* ------------------------------------------------------------------ options */
 
@@ -163,6 +177,10 @@ static int accum_dtype(const struct dp__ctx *c, struct dp__val *v)
     if (c->l->precision == DP_FP32)
         return 0;
     return dp__str(v, c->l->grad_fp32 ? "fp32" : dp_precision_name(c->l->precision));
+}
+static int mics(const struct dp__ctx *c, struct dp__val *v)
+{
+    return dp_layout_replicas(c->l) > 1 ? dp__int(v, dp_layout_shard(c->l)) : 0;
 }
 static int stage(const struct dp__ctx *c, struct dp__val *v)
 {
@@ -237,6 +255,7 @@ static const struct dp__opt opts[] = {
     {"zero_optimization", "stage3_prefetch_bucket_size", prefetch},           /* alias */
     {"zero_optimization", "stage3_param_persistence_threshold", persistence}, /* alias */
     {"zero_optimization", "stage3_max_live_parameters", live_params},         /* alias */
+    {"zero_optimization", "mics_shard_size", mics},                           /* zero/config.py */
     {"tensor_parallel", "autotp_size", autotp}, /* tensor_parallel/config.py */
     {"expert_parallel", "enabled", autoep_on},  /* module_inject/auto_ep_config.py */
     {"expert_parallel", "autoep_size", autoep}, /* module_inject/auto_ep_config.py */

@@ -7,7 +7,7 @@
  *
  * Every option name comes from the framework's own source at the version the
  * output names (each table entry cites its file). A knob the framework cannot
- * express is an error naming the knob and the framework (DP_EINFEASIBLE), never
+ * express is an error naming the knob and the framework (DP_EUSAGE: exit 2), never
  * a silent omission.
  */
 #ifndef DPLAN_EXPORT_H

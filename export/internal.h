@@ -57,7 +57,7 @@ int dp__run_checks(const struct dp__ctx *c, const dp__check_fn *checks, int n);
 /*
  * Refuse the plan: "FILE: KNOB: WHAT" with the framework named by the caller's
  * text, e.g. dp__refuse(c, "layout.cp", "cp=%d has no %s equivalent: ...", ...).
- * Returns DP_EINFEASIBLE.
+ * Returns DP_EUSAGE (a usage error: exit 2).
  */
 int dp__refuse(const struct dp__ctx *c, const char *knob, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -90,8 +90,35 @@ static int fp8_recipe_known(const struct dp__ctx *c)
     return 0;
 }
 
+static int recompute_policy(const struct dp__ctx *c)
+{
+    if (c->l->recompute == DP_RECOMPUTE_OP ||
+        (c->l->recompute == DP_RECOMPUTE_FULL && c->l->recompute_method == DP_RC_EVERY))
+        return dp__refuse(
+            c, c->l->recompute == DP_RECOMPUTE_OP ? "layout.recompute" : "layout.recompute_method",
+            "%s is torchtitan's; Megatron-LM recomputes selective "
+            "(--recompute-modules) or full (--recompute-method uniform or block)",
+            c->l->recompute == DP_RECOMPUTE_OP ? "op (per-op SAC)" : "every (layer SAC)");
+    return 0;
+}
+
+static int hsdp_sharding(const struct dp__ctx *c)
+{
+    /* --num-distributed-optimizer-instances shards the distributed optimizer within
+     * dp/instances ranks (param_and_grad_buffer.py); Megatron-FSDP's own HSDP is not
+     * written by this export. */
+    if (dp_layout_replicas(c->l) > 1 && c->l->zero != 1)
+        return dp__refuse(c, "layout.shard_group",
+                          "shard_group=%d with zero=%d: this export writes HSDP as the "
+                          "distributed optimizer's instances (--num-distributed-optimizer-"
+                          "instances), which needs zero=1",
+                          c->l->shard_group, c->l->zero);
+    return 0;
+}
+
 static const dp__check_fn checks[] = {no_alibi,        two_norms,        biases,
-                                      fsdp_without_pp, fp8_recipe_known, layout_fits};
+                                      fsdp_without_pp, fp8_recipe_known, recompute_policy,
+                                      hsdp_sharding,   layout_fits};
 
 /* ------------------------------------------------------------------ options: model */
 
@@ -231,6 +258,11 @@ static int dist_opt(const struct dp__ctx *c, struct dp__val *v)
     /* ZeRO-1; Megatron-FSDP v1 (the default --megatron-fsdp-version) needs it too */
     return c->l->zero >= 1 ? dp__flag(v) : 0;
 }
+static int dist_opt_instances(const struct dp__ctx *c, struct dp__val *v)
+{
+    int r = dp_layout_replicas(c->l);
+    return r > 1 ? dp__int(v, r) : 0;
+}
 static int fsdp(const struct dp__ctx *c, struct dp__val *v)
 {
     return c->l->zero >= 2 ? dp__flag(v) : 0;
@@ -296,10 +328,36 @@ static int rc_granularity(const struct dp__ctx *c, struct dp__val *v)
 static int rc_method(const struct dp__ctx *c, struct dp__val *v)
 {
     /* block with recompute_layers: that many layers of each stage recompute, the rest keep
-     * their activations (dplan's recompute_layers). */
+     * their activations (dplan's recompute_layers); uniform: chunks of that many. */
     if (c->l->recompute != DP_RECOMPUTE_FULL)
         return 0;
-    return dp__str(v, c->l->recompute_layers > 0 ? "block" : "uniform");
+    return dp__str(v, c->l->recompute_layers > 0 && c->l->recompute_method == DP_RC_BLOCK
+                          ? "block"
+                          : "uniform");
+}
+static int rc_modules(const struct dp__ctx *c, struct dp__val *v)
+{
+    /* --recompute-modules (nargs '*'): written when not the default core_attn */
+    if (c->l->recompute != DP_RECOMPUTE_SELECTIVE || !c->l->recompute_modules ||
+        c->l->recompute_modules == DP_RCM_CORE_ATTN)
+        return 0;
+    char mods[160];
+    dp_recompute_modules_format(c->l->recompute_modules, mods, sizeof mods);
+    for (char *q = mods; *q; q++)
+        if (*q == ',')
+            *q = ' ';
+    return dp__code(v, mods);
+}
+static int ce_fusion(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->l->loss == DP_LOSS_FUSED || c->l->loss == DP_LOSS_FUSED_NATIVE ? dp__flag(v) : 0;
+}
+static int ce_fusion_impl(const struct dp__ctx *c, struct dp__val *v)
+{
+    /* Transformer Engine's parallel_cross_entropy works in place on the logits */
+    return c->l->loss == DP_LOSS_FUSED          ? dp__str(v, "te")
+           : c->l->loss == DP_LOSS_FUSED_NATIVE ? dp__str(v, "native")
+                                                : 0;
 }
 static int rc_layers(const struct dp__ctx *c, struct dp__val *v)
 {
@@ -393,16 +451,17 @@ static const struct dp__opt opts[] = {
     {"MODEL_ARGS", "--moe-ffn-hidden-size", moe_ffn},                  /* TC */
     {"MODEL_ARGS", "--make-vocab-size-divisible-by", vocab_divisible}, /* ARG */
 
-    {"PARALLEL_ARGS", "--tensor-model-parallel-size", tp},                  /* MPC */
-    {"PARALLEL_ARGS", "--pipeline-model-parallel-size", pp},                /* MPC */
-    {"PARALLEL_ARGS", "--num-virtual-stages-per-pipeline-rank", vpp},       /* ARG */
-    {"PARALLEL_ARGS", "--decoder-first-pipeline-num-layers", first_layers}, /* ARG */
-    {"PARALLEL_ARGS", "--decoder-last-pipeline-num-layers", last_layers},   /* ARG */
-    {"PARALLEL_ARGS", "--pipeline-model-parallel-layout", pp_layout},       /* ARG */
-    {"PARALLEL_ARGS", "--context-parallel-size", cp},                       /* MPC */
-    {"PARALLEL_ARGS", "--expert-model-parallel-size", ep},                  /* MPC */
-    {"PARALLEL_ARGS", "--sequence-parallel", sp},                           /* MPC */
-    {"PARALLEL_ARGS", "--use-distributed-optimizer", dist_opt},             /* ARG */
+    {"PARALLEL_ARGS", "--tensor-model-parallel-size", tp},                          /* MPC */
+    {"PARALLEL_ARGS", "--pipeline-model-parallel-size", pp},                        /* MPC */
+    {"PARALLEL_ARGS", "--num-virtual-stages-per-pipeline-rank", vpp},               /* ARG */
+    {"PARALLEL_ARGS", "--decoder-first-pipeline-num-layers", first_layers},         /* ARG */
+    {"PARALLEL_ARGS", "--decoder-last-pipeline-num-layers", last_layers},           /* ARG */
+    {"PARALLEL_ARGS", "--pipeline-model-parallel-layout", pp_layout},               /* ARG */
+    {"PARALLEL_ARGS", "--context-parallel-size", cp},                               /* MPC */
+    {"PARALLEL_ARGS", "--expert-model-parallel-size", ep},                          /* MPC */
+    {"PARALLEL_ARGS", "--sequence-parallel", sp},                                   /* MPC */
+    {"PARALLEL_ARGS", "--use-distributed-optimizer", dist_opt},                     /* ARG */
+    {"PARALLEL_ARGS", "--num-distributed-optimizer-instances", dist_opt_instances}, /* ARG */
     {"PARALLEL_ARGS", "--use-megatron-fsdp", fsdp}, /* DistributedInitConfig */
     {"PARALLEL_ARGS", "--data-parallel-sharding-strategy", fsdp_strategy}, /* ARG */
     {"PARALLEL_ARGS", "--overlap-grad-reduce", overlap_grad},              /* ARG */
@@ -410,14 +469,17 @@ static const struct dp__opt opts[] = {
     {"PARALLEL_ARGS", "--tp-comm-overlap", tp_overlap},                    /* ARG */
     {"PARALLEL_ARGS", "--no-overlap-p2p-communication", no_pp_overlap},    /* ARG */
 
-    {"TRAINING_ARGS", "--micro-batch-size", mbs},                 /* TRC */
-    {"TRAINING_ARGS", "--global-batch-size", gbs},                /* TRC */
-    {"TRAINING_ARGS", "--seq-length", seq},                       /* ARG */
-    {"TRAINING_ARGS", "--recompute-granularity", rc_granularity}, /* TC */
-    {"TRAINING_ARGS", "--recompute-method", rc_method},           /* TC */
-    {"TRAINING_ARGS", "--recompute-num-layers", rc_layers},       /* TC */
-    {"TRAINING_ARGS", "--attention-backend", attention},          /* TC */
-    {"TRAINING_ARGS", "--optimizer", optimizer},                  /* ARG */
+    {"TRAINING_ARGS", "--micro-batch-size", mbs},                     /* TRC */
+    {"TRAINING_ARGS", "--global-batch-size", gbs},                    /* TRC */
+    {"TRAINING_ARGS", "--seq-length", seq},                           /* ARG */
+    {"TRAINING_ARGS", "--recompute-granularity", rc_granularity},     /* TC */
+    {"TRAINING_ARGS", "--recompute-method", rc_method},               /* TC */
+    {"TRAINING_ARGS", "--recompute-num-layers", rc_layers},           /* TC */
+    {"TRAINING_ARGS", "--recompute-modules", rc_modules},             /* TC */
+    {"TRAINING_ARGS", "--cross-entropy-loss-fusion", ce_fusion},      /* MPC */
+    {"TRAINING_ARGS", "--cross-entropy-fusion-impl", ce_fusion_impl}, /* MPC */
+    {"TRAINING_ARGS", "--attention-backend", attention},              /* TC */
+    {"TRAINING_ARGS", "--optimizer", optimizer},                      /* ARG */
 
     {"PRECISION_ARGS", "--bf16", bf16},                                     /* MPC */
     {"PRECISION_ARGS", "--fp16", fp16},                                     /* MPC */
@@ -480,6 +542,7 @@ int dp__export_megatron(const struct dp__ctx *c0, struct dp_buf *b)
             dp_buf_puts(b, " ");
             dp__shell_word(b, v.s);
             break;
+        case DP__CODE: dp_buf_printf(b, " %s", v.s); break; /* several words (nargs '*') */
         default: break; /* flags (Megatron has no boolean options with values here) */
         }
         dp_buf_puts(b, "\n");

@@ -98,18 +98,46 @@ static int ep_mesh(const struct dp__ctx *c)
 }
 
 static int split_expressible(const struct dp__ctx *c);
-static const dp__check_fn checks[] = {no_fp16, sharding,   fp32_grads, fused_attention,
-                                      adam,    overlapped, ep_mesh,    split_expressible};
+static int ac_expressible(const struct dp__ctx *c)
+{
+    /* main's FullAC wraps every block; layer SAC (selective_ac_option N, torchtitan 0.2)
+     * and Megatron's block/uniform chunks have no main equivalent */
+    const struct dp_layout *l = c->l;
+    if (l->recompute == DP_RECOMPUTE_FULL &&
+        (l->recompute_method == DP_RC_EVERY || l->recompute_layers > 1))
+        return dp__refuse(
+            c, "layout.recompute_method",
+            "full recompute of some layers (%s %d) has no torchtitan main "
+            "equivalent: FullAC checkpoints every block",
+            l->recompute_method == DP_RC_EVERY ? "every" : "n =", l->recompute_layers);
+    if (dp_layout_replicas(l) > 1 && l->zero < 2)
+        return dp__refuse(c, "layout.shard_group",
+                          "shard_group=%d with zero=%d: torchtitan's HSDP is FSDP2 over a 2-D "
+                          "mesh (zero=2 or 3)",
+                          l->shard_group, l->zero);
+    if (dp_layout_replicas(l) > 1 && (l->dp % dp_layout_replicas(l)))
+        return dp__refuse(c, "layout.shard_group",
+                          "shard_group=%d spans context-parallel ranks unevenly: "
+                          "torchtitan's replicate degree must divide dp=%d",
+                          l->shard_group, l->dp);
+    return 0;
+}
+static const dp__check_fn checks[] = {no_fp16,       sharding,   fp32_grads, fused_attention,
+                                      adam,          overlapped, ep_mesh,    split_expressible,
+                                      ac_expressible};
 
 /* ------------------------------------------------------------------ options */
 
+/* FSDP2 shards over data_parallel_shard_degree x cp; HSDP replicates across
+ * data_parallel_replicate_degree groups (ParallelDims, mesh [dp_replicate, dp_shard, cp]).
+ * dplan's shard group counts dp x cp ranks. */
 static int replicate(const struct dp__ctx *c, struct dp__val *v)
 {
-    return dp__int(v, c->l->zero >= 2 ? 1 : c->l->dp);
+    return dp__int(v, c->l->zero >= 2 ? dp_layout_replicas(c->l) : c->l->dp);
 }
 static int shard(const struct dp__ctx *c, struct dp__val *v)
 {
-    return dp__int(v, c->l->zero >= 2 ? c->l->dp : 1);
+    return dp__int(v, c->l->zero >= 2 ? c->l->dp / dp_layout_replicas(c->l) : 1);
 }
 static int reshard(const struct dp__ctx *c, struct dp__val *v)
 {
@@ -327,6 +355,8 @@ static void ac_policy(const struct dp_layout *l, const char **py, const char **c
         *py = "FullAC.Config()", *cls = "FullAC", *cli = "activation-checkpoint:full";
         break;
     case DP_RECOMPUTE_SELECTIVE:
+    case DP_RECOMPUTE_OP:
+        /* SelectiveAC is torchtitan's per-op SAC (activation_checkpoint.py _apply_op_sac) */
         *py = "SelectiveAC.Config()", *cls = "SelectiveAC",
         *cli = "activation-checkpoint:selective";
         break;
@@ -359,11 +389,18 @@ int dp__export_torchtitan(const struct dp__ctx *c0, struct dp_buf *b)
         "#   (ParallelismConfig, TrainingConfig), torchtitan/trainer.py (Trainer.Config),\n"
         "#   torchtitan/distributed/activation_checkpoint.py\n",
         TORCHTITAN_VERSION);
+    char dpw[160];
+    if (l->zero >= 2 && dp_layout_replicas(l) > 1)
+        snprintf(dpw, sizeof dpw,
+                 "HSDP: FSDP2 shards over %d (data_parallel_shard_degree) and replicates %d "
+                 "times (data_parallel_replicate_degree)",
+                 l->dp / dp_layout_replicas(l), dp_layout_replicas(l));
+    else
+        snprintf(dpw, sizeof dpw, "%s",
+                 l->zero >= 2 ? "FSDP2 shards over it (data_parallel_shard_degree)"
+                              : "DDP replicas (data_parallel_replicate_degree)");
     dp_buf_printf(b, "# data parallel %d: %s; the world size (%d GPUs) is set by the launcher\n",
-                  l->dp,
-                  l->zero >= 2 ? "FSDP2 shards over it (data_parallel_shard_degree)"
-                               : "DDP replicas (data_parallel_replicate_degree)",
-                  l->tp * l->pp * l->dp * l->cp);
+                  l->dp, dpw, l->tp * l->pp * l->dp * l->cp);
     if (l->recompute == DP_RECOMPUTE_SELECTIVE)
         dp_buf_puts(b, "# selective: torchtitan's SelectiveAC saves the outputs of compute-heavy "
                        "ops and recomputes\n#   the rest, not exactly the attention core dplan's "

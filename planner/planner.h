@@ -74,6 +74,10 @@ struct dp_search_opts {
      * searching "off" would never win; 0 = off, 1 = on where allowed. */
     int tp_overlap, overlap_param_gather, pp_overlap;
     enum dp_optimizer optimizer;
+    enum dp_framework framework; /* fixed: what its checks allow is searched (zero, recompute) */
+    enum dp_loss loss;
+    int shard_group; /* -1 = search full sharding and node-sized HSDP groups, 0 = full
+                        sharding only, > 0 = that group */
     /* Mixture of experts, fixed (never searched): expert tensor parallelism (0 = tp),
      * capacity factor (0 = dropless), padding, load imbalance, token dispatcher. */
     int etp;
@@ -91,6 +95,11 @@ struct dp_search_opts {
     void *on_fit_ctx;
 };
 void dp_search_opts_default(struct dp_search_opts *o);
+
+/* The recompute policies the searches try under a framework, in search order (Megatron none,
+ * selective, full; torchtitan none, op, full; DeepSpeed none, full), written to out[];
+ * returns the count. */
+int dp_recompute_choices(enum dp_framework fw, int out[DP_RECOMPUTES]);
 
 /* A best layout for one value of one dimension, for "what the runner-ups lose on". */
 enum dp_alt_dim {

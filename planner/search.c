@@ -34,6 +34,7 @@ void dp_search_opts_default(struct dp_search_opts *o)
     o->dp_overlap = true;
     o->optimizer = DP_OPT_ADAM;
     o->moe_imbalance = DP_MOE_IMBALANCE_DEFAULT;
+    o->shard_group = -1;
     dp_mem_opts_default(&o->mem);
 }
 
@@ -46,6 +47,48 @@ bool dp__tp_divides(const struct dp_model *m, int tp, int etp)
     if (m->moe_shared_experts > 0 && m->moe_shared_ffn_hidden % tp)
         return false;
     return m->experts == 0 || m->moe_ffn_hidden % (etp ? etp : tp) == 0;
+}
+
+int dp_recompute_choices(enum dp_framework fw, int out[DP_RECOMPUTES])
+{
+    int n = 0;
+    out[n++] = DP_RECOMPUTE_NONE;
+    if (fw == DP_FW_MEGATRON)
+        out[n++] = DP_RECOMPUTE_SELECTIVE;
+    if (fw == DP_FW_TORCHTITAN)
+        out[n++] = DP_RECOMPUTE_OP;
+    out[n++] = DP_RECOMPUTE_FULL;
+    return n;
+}
+
+bool dp__zero_offered(enum dp_framework fw, int zero, int pp, int cp)
+{
+    switch (fw) {
+    case DP_FW_TORCHTITAN: return zero != 1 && !(zero == 0 && cp > 1);
+    default: return !(zero >= 2 && pp > 1);
+    }
+}
+
+int dp__shard_groups(const struct dp_search_opts *o, const struct dp_cluster *cl, int tp, int dpcp,
+                     int zero, enum dp_framework fw, int *out, int cap)
+{
+    int n = 0;
+    if (o->shard_group > 0) {
+        if (zero >= 1 && dpcp % o->shard_group == 0 &&
+            (fw != DP_FW_DEEPSPEED || zero >= 3 || o->shard_group == dpcp))
+            out[n++] = o->shard_group;
+        return n;
+    }
+    out[n++] = 0;
+    if (o->shard_group == 0 || zero < 1 || (fw == DP_FW_DEEPSPEED && zero < 3))
+        return n;
+    int g = cl->gpus_per_node / tp;
+    if (g < 2)
+        g = 2;
+    for (; g < dpcp && n < cap; g *= 2)
+        if (dpcp % g == 0)
+            out[n++] = g;
+    return n;
 }
 
 void dp__apply_moe_opts(const struct dp_search_opts *o, struct dp_layout *l)
@@ -298,6 +341,9 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
     const struct dp_cluster *cl = s->cl;
     const struct dp_search_opts *o = s->o;
     const int gpus = s->gpus, gpn = cl->gpus_per_node, L = (int)m->layers;
+    const enum dp_framework fw = o->framework;
+    int rcs[DP_RECOMPUTES];
+    const int nrc = dp_recompute_choices(fw, rcs);
     /* A fixed degree is tried as given (any integer); free ones as powers of two. */
     for (int tp = o->tp ? o->tp : 1; tp <= (o->tp ? o->tp : gpus); tp *= 2) {
         if (tp > gpn) {
@@ -327,6 +373,10 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
             }
             if (cp > 1 && !o->flash_attn) {
                 note(s, "cp>1: context parallelism needs flash attention");
+                break;
+            }
+            if (cp > 1 && fw == DP_FW_DEEPSPEED) {
+                note(s, "cp>1: deepspeed has no ring context parallelism (Ulysses is all-to-all)");
                 break;
             }
             const int rest = gpus / (tp * cp);
@@ -385,11 +435,11 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                         int head_w = layer_fb > 0 ? (int)(head_fb / layer_fb) : 0;
                         if (head_w > 64)
                             head_w = 64;
-                        struct dp_act_layer act[3][DP_LAYER_KINDS];
-                        struct dp_reuse ru[3];
-                        for (int rc = 0; rc < 3; rc++) {
-                            l.recompute = (enum dp_recompute)rc;
-                            dp_act_layers(m, &l, act[rc]);
+                        struct dp_act_layer act[DP_RECOMPUTES][DP_LAYER_KINDS];
+                        struct dp_reuse ru[DP_RECOMPUTES];
+                        for (int i = 0; i < nrc; i++) {
+                            l.recompute = (enum dp_recompute)rcs[i];
+                            dp_act_layers(m, &l, act[rcs[i]]);
                         }
                         for (int pp = 1; pp <= rest && pp <= L && pp <= DP_MAX_PP; pp++) {
                             if (rest % pp || (o->pp && pp != o->pp))
@@ -421,6 +471,9 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                                     continue;
                                 if (vpp > 1 && M % pp)
                                     continue;
+                                /* DeepSpeed's pipeline engine has no interleaving. */
+                                if (vpp > 1 && fw == DP_FW_DEEPSPEED)
+                                    continue;
                                 struct dp__split sp_[DP_MAX_SPLITS];
                                 int nsplit =
                                     dp__pipeline_splits(L, pp, vpp, o->no_uneven, head_w, sp_);
@@ -436,25 +489,31 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                                            sizeof l.chunk_layers[0] * (size_t)sp_[si].nchunks);
                                     /* ZeRO changes neither the schedule nor the
                                      * activations: computed once per recompute mode */
-                                    for (int k = 0; k < 3; k++)
+                                    for (int k = 0; k < DP_RECOMPUTES; k++)
                                         ru[k].have_pipe = ru[k].have_act = false;
                                     for (int zero = 0; zero <= 3; zero++) {
                                         if (o->zero >= 0 && zero != o->zero)
                                             continue;
-                                        if (zero >= 2 && pp > 1)
-                                            break;
+                                        if (!dp__zero_offered(fw, zero, pp, cp))
+                                            continue;
                                         if (zero > 0 && dp * cp == 1)
                                             break;
-                                        for (int rc = 0; rc < 3; rc++) {
-                                            if (o->recompute >= 0 && rc != o->recompute)
-                                                continue;
-                                            l.zero = zero;
-                                            l.recompute = (enum dp_recompute)rc;
-                                            if (other_batch)
-                                                evaluate_other_batch(s, &l, act[rc]);
-                                            else
-                                                evaluate(s, &l, lts, act[rc], &ru[rc]);
-                                        }
+                                        int sgs[12];
+                                        int nsg =
+                                            dp__shard_groups(o, cl, tp, dp * cp, zero, fw, sgs, 12);
+                                        for (int gi2 = 0; gi2 < nsg; gi2++)
+                                            for (int i = 0; i < nrc; i++) {
+                                                int rc = rcs[i];
+                                                if (o->recompute >= 0 && rc != o->recompute)
+                                                    continue;
+                                                l.zero = zero;
+                                                l.shard_group = sgs[gi2];
+                                                l.recompute = (enum dp_recompute)rc;
+                                                if (other_batch)
+                                                    evaluate_other_batch(s, &l, act[rc]);
+                                                else
+                                                    evaluate(s, &l, lts, act[rc], &ru[rc]);
+                                            }
                                     }
                                 }
                             }
@@ -503,6 +562,10 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
     base.dp_overlap = o->dp_overlap;
     base.optimizer = o->optimizer;
     base.fp8_recipe = o->fp8_recipe;
+    base.framework = o->framework;
+    if (o->grad_fp32 < 0 && o->framework == DP_FW_DEEPSPEED)
+        base.grad_fp32 = false; /* the model dtype: DeepSpeed's default */
+    base.loss = o->loss;
     base.overlap_param_gather =
         o->overlap_param_gather >= 0 ? o->overlap_param_gather == 1 : o->dp_overlap;
     s.gemms[0] = (enum dp_gemm)(o->gemm >= 0 ? o->gemm : DP_GEMM_DEFAULT);

@@ -184,6 +184,12 @@ static bool scan_all(struct scan *s, int64_t mbs)
     base.flash_attn = o->flash_attn;
     base.dp_overlap = o->dp_overlap;
     base.optimizer = o->optimizer;
+    base.framework = o->framework;
+    base.loss = o->loss;
+    if (o->grad_fp32 < 0 && o->framework == DP_FW_DEEPSPEED)
+        base.grad_fp32 = false;
+    int rcs[DP_RECOMPUTES];
+    const int nrc = dp_recompute_choices(o->framework, rcs);
     dp__apply_moe_opts(o, &base);
     for (int tp = 1; tp <= gpn && tp <= s->max_gpus; tp *= 2) {
         if ((o->tp && tp != o->tp) || gpn % tp || !dp__tp_divides(m, tp, o->etp))
@@ -191,7 +197,8 @@ static bool scan_all(struct scan *s, int64_t mbs)
         for (int cp = 1; (int64_t)tp * cp <= s->max_gpus; cp *= 2) {
             if (o->cp && cp != o->cp)
                 continue;
-            if (cp > 1 && (o->seq_len % (2 * cp) || !o->flash_attn))
+            if (cp > 1 &&
+                (o->seq_len % (2 * cp) || !o->flash_attn || o->framework == DP_FW_DEEPSPEED))
                 break;
             for (int sp = 0; sp <= (tp > 1); sp++) {
                 if ((o->sp >= 0 && sp != o->sp && tp > 1) || (sp && o->seq_len % tp))
@@ -205,10 +212,10 @@ static bool scan_all(struct scan *s, int64_t mbs)
                     l.cp = cp;
                     l.sp = sp;
                     l.ep = ep;
-                    struct dp_act_layer act[3][DP_LAYER_KINDS];
-                    for (int rc = 0; rc < 3; rc++) {
-                        l.recompute = (enum dp_recompute)rc;
-                        dp_act_layers(m, &l, act[rc]);
+                    struct dp_act_layer act[DP_RECOMPUTES][DP_LAYER_KINDS];
+                    for (int i = 0; i < nrc; i++) {
+                        l.recompute = (enum dp_recompute)rcs[i];
+                        dp_act_layers(m, &l, act[rcs[i]]);
                     }
                     for (int pp = 1; pp <= L && pp <= DP_MAX_PP; pp++) {
                         if ((o->pp && pp != o->pp) || (int64_t)tp * cp * pp > s->max_gpus)
@@ -217,17 +224,21 @@ static bool scan_all(struct scan *s, int64_t mbs)
                         if (vmax > DP_MAX_CHUNKS / pp)
                             vmax = DP_MAX_CHUNKS / pp;
                         for (int vpp = 1; vpp <= vmax; vpp++) {
-                            if (o->vpp && vpp != o->vpp)
+                            if ((o->vpp && vpp != o->vpp) ||
+                                (vpp > 1 && o->framework == DP_FW_DEEPSPEED))
                                 continue;
                             struct dp__split sp_[DP_MAX_SPLITS];
                             int nsplit = dp__pipeline_splits(L, pp, vpp, o->no_uneven, 0, sp_);
                             for (int si = 0; si < nsplit; si++) {
                                 for (int zero = 0; zero <= 3; zero++) {
-                                    if ((o->zero >= 0 && zero != o->zero) || (zero >= 2 && pp > 1))
+                                    if ((o->zero >= 0 && zero != o->zero) ||
+                                        !dp__zero_offered(o->framework, zero, pp, cp))
                                         continue;
-                                    for (int rc = 0; rc < 3; rc++) {
+                                    for (int i = 0; i < nrc; i++) {
+                                        int rc = rcs[i];
                                         if (o->recompute >= 0 && rc != o->recompute)
                                             continue;
+                                        l.shard_group = 0; /* HSDP never needs less memory */
                                         l.pp = pp;
                                         l.vpp = vpp;
                                         l.zero = zero;

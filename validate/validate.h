@@ -19,6 +19,8 @@ struct dp_run_result {
     double measured_s, predicted_s;
     double error; /* predicted / measured - 1 */
     struct dp_step_cost cost;
+    bool fits;          /* the memory model lets the run's layout fit (it ran) */
+    int64_t peak_bytes; /* its predicted peak (device total) */
 };
 int dp_run_predict(const struct dp_run *r, struct dp_run_result *out, struct dp_err *err);
 
@@ -35,6 +37,30 @@ struct dp_val_stats {
  */
 struct dp_val_stats dp_val_stats(const struct dp_run *runs, const struct dp_run_result *res, int n,
                                  int held, const char *source, const char *gpu);
+
+/*
+ * Memory: the predicted peak of a run with a measured one, read as the run measured it:
+ * the quantity (allocated, reserved, device total) on the stage it was read on (the
+ * fullest, or the last for Megatron's rank world_size - 1).
+ */
+struct dp_mem_result {
+    double measured_gib, predicted_gib;
+    double error; /* predicted / measured - 1 */
+    int stage;
+    double allocated_gib, states_gib; /* of that stage: for fitting the allocator slack */
+};
+int dp_run_predict_memory(const struct dp_run *r, struct dp_mem_result *out, struct dp_err *err);
+/* Statistics over the memory-scored runs (dp_run_mem_scored); `framework` NULL = any. */
+struct dp_val_stats dp_mem_stats(const struct dp_run *runs, const struct dp_mem_result *res, int n,
+                                 int held, const char *source, const char *framework);
+/*
+ * The caching allocator's slack (framework.c dp_fw_alloc_slack) that best fits the
+ * fitted (not held-out) runs measured as reserved: reserved = allocated + s (allocated -
+ * states), least squares on log(predicted / measured), s in [0, 1]. *nruns gets the runs
+ * used; returns -1 when there is none.
+ */
+double dp_fit_alloc_slack(const struct dp_run *runs, const struct dp_mem_result *res, int n,
+                          int *nruns);
 
 /*
  * Fit a GPU's GEMM efficiency curves so that the step-time model matches the

@@ -231,7 +231,7 @@ zero)
   "$tool" losses href/log.jsonl rs-hsdp-z3/log.jsonl 11 1e-5 || bad "hsdp -> dp2 zero3 losses"
   "$tool" close href/model.safetensors rs-hsdp-z3/model.safetensors 1e-5 ||
     bad "hsdp -> dp2 zero3 weights"
-  run rs-llama-z3 0 tiny-llama --steps 20 --gbs 8 --seq-len 32 --dp 2 --pp 2 --mbs 1 --zero 3 \
+  run rs-llama-z3 0 tiny-llama --steps 20 --gbs 8 --seq-len 32 --dp 2 --pp 2 --mbs 1 --zero 3 --framework torchtitan \
     --resume src-llama/ck/step_00000010
   "$tool" losses src-llama/log.jsonl rs-llama-z3/log.jsonl 11 1e-5 ||
     bad "llama dp2 pp2 zero1 -> zero3 losses"

@@ -58,16 +58,40 @@ static const struct knob_case cases[] = {
     {"seq_len", "{\"seq_len\": 128}", REFUSED, NULL}, /* learned positions: max_position 64 */
     {"zero", "{\"zero\": 0}", RUNS, NULL},
     {"zero", "{\"zero\": 1}", RUNS, NULL},
-    {"zero", "{\"zero\": 2}", RUNS, NULL},
-    {"zero", "{\"zero\": 3}", RUNS, NULL},
+    /* ZeRO-2/3 with pipeline parallelism: as torchtitan runs it (FSDP2 + PP); Megatron
+     * refuses the combination when plan.json is read (core/layout.c framework check). */
+    {"zero", "{\"zero\": 2, \"framework\": \"torchtitan\"}", RUNS, NULL},
+    {"zero", "{\"zero\": 3, \"framework\": \"torchtitan\"}", RUNS, NULL},
+    {"zero", "{\"zero\": 3, \"pp\": 1}", RUNS, NULL},
+    {"zero", "{\"zero\": 3}", REFUSED, "megatron"},
     {"shard_group", "{\"shard_group\": 2}", RUNS, NULL},
-    {"shard_group", "{\"shard_group\": 2, \"zero\": 3}", RUNS, NULL},
+    {"shard_group", "{\"shard_group\": 2, \"zero\": 3, \"framework\": \"torchtitan\"}", RUNS, NULL},
     {"shard_group", "{\"shard_group\": 4}", RUNS, NULL},
-    {"shard_group", "{\"shard_group\": 3}", REFUSED, NULL},
-    {"shard_group", "{\"shard_group\": 2, \"zero\": 0}", REFUSED, NULL},
+    {"shard_group", "{\"shard_group\": 3}", REFUSED, ".shard_group"},
+    {"shard_group", "{\"shard_group\": 2, \"zero\": 0}", REFUSED, ".shard_group"},
     {"recompute", "{\"recompute\": \"none\"}", RUNS, NULL},
     {"recompute", "{\"recompute\": \"selective\"}", RUNS, NULL},
     {"recompute", "{\"recompute\": \"full\"}", RUNS, NULL},
+    /* The framework's recompute policies (issue 12) shape the cost model's memory; the
+     * executor recomputes its own way (executor/README.md "What runs"): torchtitan's
+     * per-op policy and Megatron's module lists keep its selective set, every method
+     * with recompute_layers 0 recomputes every layer. */
+    {"recompute", "{\"recompute\": \"op\", \"framework\": \"torchtitan\", \"zero\": 3}", RUNS,
+     NULL},
+    {"recompute", "{\"recompute\": \"op\"}", REFUSED, "megatron"},
+    {"recompute_method", "{\"recompute\": \"full\", \"recompute_method\": \"uniform\"}", RUNS,
+     NULL},
+    {"recompute_method", "{\"recompute\": \"full\", \"recompute_method\": \"block\"}", RUNS, NULL},
+    {"recompute_modules", "{\"recompute\": \"selective\", \"recompute_modules\": [\"mlp\"]}", RUNS,
+     NULL},
+    /* The framework names the stack the cost model prices; the executor is its own. */
+    {"framework", "{\"framework\": \"megatron\"}", RUNS, NULL},
+    {"framework", "{\"framework\": \"torchtitan\", \"zero\": 2}", RUNS, NULL},
+    {"framework", "{\"framework\": \"torchtitan\"}", REFUSED, "torchtitan"},
+    {"framework", "{\"framework\": \"deepspeed\"}", RUNS, NULL},
+    {"loss", "{\"loss\": \"vocab-parallel\"}", RUNS, NULL},
+    {"loss", "{\"loss\": \"unfused\", \"framework\": \"torchtitan\", \"zero\": 3}", RUNS, NULL},
+    {"list_collectives", "{\"list_collectives\": true}", RUNS, NULL},
     {"recompute_layers", "{\"recompute\": \"full\", \"recompute_layers\": 2}", RUNS, NULL},
     {"recompute_layers", "{\"pp\": 1, \"recompute\": \"full\", \"recompute_layers\": 1}", REFUSED,
      NULL},
@@ -217,6 +241,12 @@ static void test_coverage(void)
     l.moe_imbalance = 1;
     l.moe_dispatcher = DP_DISPATCH_DEDUP;
     l.shard_group = 2;
+    l.recompute = DP_RECOMPUTE_FULL;
+    l.recompute_method = DP_RC_UNIFORM;
+    l.recompute_modules = 1;
+    l.loss = DP_LOSS_UNFUSED;
+    l.framework = DP_FW_TORCHTITAN;
+    l.list_collectives = true;
     l.first_stage_layers = l.last_stage_layers = 1;
     l.nchunks = 2;
     l.chunk_layers[0] = l.chunk_layers[1] = 1;

@@ -28,13 +28,19 @@ grep -Eq '"last_layer":[[:space:]]*39' "$tmp/plan.json"
 "$dplan" suggest llama3-405b --system dgx-h100 --nodes 128 --tp 8 --pp 8 --vpp 8 --cp 2 \
   --gbs 512 -o "$tmp/uneven.json" > /dev/null
 check "$tmp/uneven.json"
-want="1$(printf ',2%.0s' $(seq 62)),1"
+# 126 layers in 64 chunks: a balanced uneven split has 62 chunks of 2 and two of 1 (which
+# chunks are unloaded, the first (Megatron's published Et|(tt|)*62,tL) or the last ones, is
+# a choice within 0.2% of step time under issue 12's framework profile, not checked here)
 got=$(split_of "$tmp/uneven.json")
-[ "$got" = "$want" ] || { echo "uneven split: plan has $got, expected $want"; exit 1; }
+twos=$(echo "$got" | tr ',' '\n' | grep -c '^2$')
+ones=$(echo "$got" | tr ',' '\n' | grep -c '^1$')
+[ "$twos" = 62 ] && [ "$ones" = 2 ] || { echo "uneven split: plan has $got"; exit 1; }
 # the layout that estimate --plan reads back is the plan's, split included
 "$dplan" estimate --plan "$tmp/uneven.json" --json > "$tmp/est.json"
-got=$(tr -d ' \t\n' < "$tmp/est.json" | sed 's/.*"megatron_layout":"\([^"]*\)".*/\1/')
-[ "$got" = 'Et|(tt|)*62,tL' ] || { echo "uneven split read back as $got"; exit 1; }
+back=$(split_of "$tmp/est.json")
+[ "$back" = "$got" ] || { echo "uneven split read back as $back, plan has $got"; exit 1; }
+ml=$(tr -d ' \t\n' < "$tmp/est.json" | sed 's/.*"megatron_layout":"\([^"]*\)".*/\1/')
+case "$ml" in E*L) ;; *) echo "megatron layout $ml lacks the embedding or the loss"; exit 1 ;; esac
 
 # a plan in the old form: first/last_stage_layers, no stage_layers
 cat > "$tmp/legacy.json" <<'JSON'

@@ -3,7 +3,7 @@
 # with the cost model's per-operation terms, so on stages of equal layers the event
 # simulation and the analytic step agree within 2%, whatever the layout: 1F1B, GPipe,
 # interleaved, tensor/context/expert parallel, ZeRO-1/2/3 with and without overlapped
-# gathers, FP8, full recompute. `estimate --simulate` reports the simulation's step.
+# gathers, FP8, full recompute, torchtitan FSDP2, HSDP, per-op and per-module recompute. `estimate --simulate` reports the simulation's step.
 set -eu
 dplan=$1
 fail=0
@@ -34,6 +34,13 @@ check llama2-70b --system dgx-h100 --nodes 4 --tp 8 --sp --pp 4 --tp-overlap --g
 check llama2-70b --system dgx-h100 --nodes 8 --tp 8 --pp 8 --vpp 5 --gbs 256 --recompute full
 check llama3-8b --system dgx-h100 --nodes 2 --tp 2 --pp 4 --gbs 128 --precision fp8
 check qwen3-30b-a3b --system dgx-h100 --nodes 2 --ep 8 --pp 2 --gbs 128
+# the framework model (shard.c, dp__time_redo): torchtitan FSDP2 (one unit per block, fp32
+# reduce-scatter), HSDP (reduce-scatter in 8-GPU shard groups, all-reduce across the 4
+# replicas), torchtitan's per-op SAC and Megatron's recompute_modules
+check llama2-7b --system dgx-h100 --nodes 2 --tp 1 --pp 1 --zero 3 --framework torchtitan --gbs 64
+check llama2-7b --system dgx-h100 --nodes 4 --tp 1 --pp 1 --zero 3 --framework torchtitan --shard-group 8 --gbs 128
+check llama2-7b --system dgx-h100 --tp 2 --pp 4 --gbs 64 --framework torchtitan --recompute op
+check llama2-7b --system dgx-h100 --tp 2 --pp 4 --gbs 64 --recompute selective --recompute-modules core_attn,mlp
 
 # estimate --simulate reports the simulation's step and the analytic one beside it
 est=$("$dplan" estimate llama2-7b --system dgx-h100 --tp 2 --pp 4 --gbs 64 --simulate --json)

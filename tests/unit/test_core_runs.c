@@ -204,6 +204,75 @@ static void test_layout_knobs(void)
     CHECK(strstr(err.msg, "layout.fp8_params: expected false without gemm_precision fp8") != NULL);
 }
 
+/* Measured memory peaks (issue 12): a peak alone is a run; the every-third rule holds out
+ * the 3rd, 6th, ... memory-scored peak of the file; the predicted quantity is the one
+ * measured on the GPU it was read on; the allocator slack is fitted to the reserved
+ * peaks. */
+static void test_memory_peaks(void)
+{
+    char text[8192] = "{\"dplan_runs\": 1, \"held_out_rule\": \"every-third\", \"runs\": [";
+    const char *alloc = "\"peak_memory\": {\"gib\": 1.5, \"quantity\": \"allocated\"}";
+    const char *res = "\"peak_memory\": {\"gib\": 1.5, \"quantity\": \"reserved\"}";
+    const char *dev = "\"peak_memory\": {\"gib\": 1.5, \"quantity\": \"device\", "
+                      "\"aggregation\": \"last-stage\"}";
+    add_run(text, sizeof text, "a", alloc, "");
+    add_run(text, sizeof text, "t", "\"iteration_time_s\": 1", "");
+    add_run(text, sizeof text, "b", res, "");
+    add_run(text, sizeof text, "c", dev, "");
+    add_run(text, sizeof text, "d", res, "");
+    strcat(text, "]}");
+    const char *file = write_file("mem.json", text);
+    struct dp_run *runs;
+    int n;
+    struct dp_err err = {0};
+    CHECK_EQ(dp_runs_load(file, &runs, &n, &err), 0);
+    if (err.code) {
+        fprintf(stderr, "%s\n", err.msg);
+        return;
+    }
+    CHECK_EQ(n, 5);
+    CHECK(!runs[0].has_time && !dp_run_scored(&runs[0]) && dp_run_mem_scored(&runs[0]));
+    CHECK(runs[1].has_time && !dp_run_mem_scored(&runs[1]));
+    CHECK_EQ(runs[0].mem_quantity, DP_MEMQ_ALLOCATED);
+    CHECK_EQ(runs[2].mem_quantity, DP_MEMQ_RESERVED);
+    CHECK_EQ(runs[3].mem_quantity, DP_MEMQ_DEVICE);
+    CHECK_EQ(runs[3].mem_aggregation, DP_MEMAGG_LAST_STAGE);
+    CHECK_NEAR(runs[0].peak_gib, 1.5, 0);
+    /* peaks a, b, c, d: the third (c) is held out */
+    bool want[5] = {false, false, false, true, false};
+    for (int i = 0; i < n; i++)
+        CHECK_EQ(runs[i].mem_held_out, want[i]);
+
+    /* The quantities of one run's stage, as dp_mem_stage computes them. */
+    struct dp_mem_result r[5];
+    for (int i = 0; i < n; i++)
+        CHECK_EQ(dp_run_predict_memory(&runs[i], &r[i], &err), 0);
+    struct dp_mem_stage st;
+    struct dp_mem_opts o;
+    dp_mem_opts_default(&o);
+    dp_mem_stage(&runs[0].model, &runs[0].cluster, &runs[0].layout, &o, 0, &st);
+    const double gib = 1073741824.0;
+    CHECK_NEAR(r[0].predicted_gib, (double)st.allocated_bytes / gib, 1e-12);
+    CHECK_NEAR(r[2].predicted_gib, (double)st.reserved_bytes / gib, 1e-12);
+    CHECK_NEAR(r[3].predicted_gib, (double)st.total_bytes / gib, 1e-12);
+    CHECK_NEAR(r[2].error, r[2].predicted_gib / 1.5 - 1, 1e-12);
+    CHECK_NEAR(r[1].predicted_gib, 0, 0); /* no peak measured */
+
+    /* The slack fit: b alone (d is not held out either: b and d). Set both measured
+     * peaks to allocated + 0.25 (allocated - states): the fit finds 0.25. */
+    double a = r[2].allocated_gib, s = r[2].states_gib;
+    runs[2].peak_gib = runs[4].peak_gib = a + 0.25 * (a - s);
+    int used = 0;
+    CHECK_NEAR(dp_fit_alloc_slack(runs, r, n, &used), 0.25, 1e-6);
+    CHECK_EQ(used, 2);
+    struct dp_val_stats ms = dp_mem_stats(runs, r, n, 1, NULL, "megatron");
+    CHECK_EQ(ms.n, 1);
+    CHECK_STR(ms.worst_id, "c");
+    ms = dp_mem_stats(runs, r, n, -1, NULL, "torchtitan");
+    CHECK_EQ(ms.n, 0);
+    free(runs);
+}
+
 int main(void)
 {
     if (!mkdtemp(tmpdir))
@@ -211,6 +280,7 @@ int main(void)
     test_held_out_rule();
     test_waiting_and_stats();
     test_layout_knobs();
+    test_memory_peaks();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0)

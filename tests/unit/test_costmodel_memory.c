@@ -221,8 +221,10 @@ static void test_stages(void)
      * fc2 bias (h); position embeddings (2048 h); final norm (2h). */
     int64_t replicated = 96 * 6 * h + 2048 * h + 2 * h;
     CHECK_EQ(sum, pc.total + vpad * h + 7 * replicated);
-    /* Logits: 4 s b V / t on the last stage only (Korthikanti Sec. 4.3). */
-    CHECK_EQ(r->stage[7].act_head_bytes, 2 * 2 * 2048 * 12288 / 8 + 4 * 2048 * 51200 / 8);
+    /* The final norm and output-layer inputs (Korthikanti Sec. 4.3) and, last stage only,
+     * Megatron's vocab-parallel cross entropy: the fp32 softmax it works in (4 B) beside the
+     * bf16 logits or gradient (2 B), 6 s b V / t. */
+    CHECK_EQ(r->stage[7].act_head_bytes, 2 * 2 * 2048 * 12288 / 8 + 6 * 2048 * 51200 / 8);
     CHECK_EQ(r->stage[0].act_head_bytes, 0);
     free(r);
 }

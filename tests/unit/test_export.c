@@ -164,7 +164,7 @@ static void test_torchtitan_split(void)
                         int rc = export_text(&p, DP_EXPORT_TORCHTITAN, &b, &err);
                         if (!middle_largest) {
                             /* torchtitan cannot lengthen the first or last stage */
-                            CHECK_EQ(rc, DP_EINFEASIBLE);
+                            CHECK_EQ(rc, DP_EUSAGE);
                             dp_buf_release(&b);
                             continue;
                         }
@@ -271,7 +271,7 @@ static void test_refusals(void)
      * the exporter must not rely on that) */
     struct dp_plan p = base_plan(32, 1, 2, 4, 1);
     p.layout.zero = 3;
-    CHECK_EQ(export_text(&p, DP_EXPORT_MEGATRON, &b, &err), DP_EINFEASIBLE);
+    CHECK_EQ(export_text(&p, DP_EXPORT_MEGATRON, &b, &err), DP_EUSAGE);
     CHECK_CONTAINS(err.msg, "plan.json: layout.zero: zero=3 with pp=2");
     CHECK_CONTAINS(err.msg, "Megatron-LM");
     dp_buf_release(&b);
@@ -279,26 +279,26 @@ static void test_refusals(void)
     /* DeepSpeed: context parallelism */
     p = base_plan(32, 1, 1, 4, 2);
     p.layout.zero = 1;
-    CHECK_EQ(export_text(&p, DP_EXPORT_DEEPSPEED_JSON, &b, &err), DP_EINFEASIBLE);
+    CHECK_EQ(export_text(&p, DP_EXPORT_DEEPSPEED_JSON, &b, &err), DP_EUSAGE);
     CHECK_CONTAINS(err.msg, "plan.json: layout.cp: cp=2 has no DeepSpeed equivalent");
     dp_buf_release(&b);
 
     /* torchtitan: fp16 and ZeRO-1 */
     p = base_plan(32, 1, 1, 4, 1);
     p.layout.precision = DP_FP16;
-    CHECK_EQ(export_text(&p, DP_EXPORT_TORCHTITAN, &b, &err), DP_EINFEASIBLE);
+    CHECK_EQ(export_text(&p, DP_EXPORT_TORCHTITAN, &b, &err), DP_EUSAGE);
     CHECK_CONTAINS(err.msg, "plan.json: layout.precision: fp16 has no torchtitan equivalent");
     dp_buf_release(&b);
     p.layout.precision = DP_BF16;
     p.layout.zero = 1;
-    CHECK_EQ(export_text(&p, DP_EXPORT_TORCHTITAN, &b, &err), DP_EINFEASIBLE);
+    CHECK_EQ(export_text(&p, DP_EXPORT_TORCHTITAN, &b, &err), DP_EUSAGE);
     CHECK_CONTAINS(err.msg, "layout.zero: zero=1");
     dp_buf_release(&b);
 
     /* Megatron-LM: ALiBi */
     p = base_plan(32, 1, 1, 4, 1);
     p.model.pos = DP_POS_ALIBI;
-    CHECK_EQ(export_text(&p, DP_EXPORT_MEGATRON, &b, &err), DP_EINFEASIBLE);
+    CHECK_EQ(export_text(&p, DP_EXPORT_MEGATRON, &b, &err), DP_EUSAGE);
     CHECK_CONTAINS(err.msg, "model.position: alibi has no Megatron-LM equivalent");
     dp_buf_release(&b);
 
@@ -344,6 +344,61 @@ static void test_translations(void)
     dp_buf_release(&b);
 }
 
+/* Issue 12's knobs, by the frameworks' own option names: HSDP as torchtitan's 2-D mesh
+ * (data_parallel_replicate_degree x data_parallel_shard_degree), Megatron's
+ * --num-distributed-optimizer-instances and DeepSpeed's MiCS mics_shard_size; recompute
+ * modules, the loss fusion and per-op SAC; and what each refuses. */
+static void test_framework_knobs(void)
+{
+    struct dp_buf b;
+    struct dp_err err = {0};
+    struct dp_plan p = base_plan(32, 1, 1, 16, 1);
+    p.layout.framework = DP_FW_TORCHTITAN;
+    p.layout.zero = 3;
+    p.layout.shard_group = 8;
+    p.layout.recompute = DP_RECOMPUTE_OP;
+    CHECK_EQ(export_text(&p, DP_EXPORT_TORCHTITAN, &b, &err), 0);
+    CHECK_EQ(field(b.data, "data_parallel_replicate_degree"), 2);
+    CHECK_EQ(field(b.data, "data_parallel_shard_degree"), 8);
+    CHECK_CONTAINS(b.data, "SelectiveAC");
+    dp_buf_release(&b);
+    /* HSDP needs FSDP2: with DDP (zero 0) there is nothing to shard */
+    p.layout.zero = 0;
+    CHECK_EQ(export_text(&p, DP_EXPORT_TORCHTITAN, &b, &err), DP_EUSAGE);
+    CHECK_CONTAINS(err.msg, "layout.shard_group");
+    dp_buf_release(&b);
+
+    /* Megatron: 16 ranks as 4 instances of 4 */
+    p = base_plan(32, 2, 1, 16, 1);
+    p.layout.zero = 1;
+    p.layout.shard_group = 4;
+    p.layout.recompute = DP_RECOMPUTE_SELECTIVE;
+    p.layout.recompute_modules = DP_RCM_CORE_ATTN | DP_RCM_MLP;
+    p.layout.loss = DP_LOSS_FUSED;
+    CHECK_EQ(export_text(&p, DP_EXPORT_MEGATRON, &b, &err), 0);
+    CHECK_CONTAINS(b.data, "    --num-distributed-optimizer-instances 4\n");
+    CHECK_CONTAINS(b.data, "    --recompute-modules core_attn mlp\n");
+    CHECK_CONTAINS(b.data, "    --cross-entropy-loss-fusion\n    --cross-entropy-fusion-impl te\n");
+    dp_buf_release(&b);
+    p.layout.recompute = DP_RECOMPUTE_OP;
+    CHECK_EQ(export_text(&p, DP_EXPORT_MEGATRON, &b, &err), DP_EUSAGE);
+    CHECK_CONTAINS(err.msg, "Megatron-LM");
+    dp_buf_release(&b);
+
+    /* DeepSpeed: MiCS groups of 8 under ZeRO-3 */
+    p = base_plan(32, 1, 1, 16, 1);
+    p.layout.framework = DP_FW_DEEPSPEED;
+    p.layout.zero = 3;
+    p.layout.shard_group = 8;
+    CHECK_EQ(export_text(&p, DP_EXPORT_DEEPSPEED_JSON, &b, &err), 0);
+    CHECK_CONTAINS(b.data, "\"mics_shard_size\": 8");
+    dp_buf_release(&b);
+    p.layout.zero = 1;
+    CHECK_EQ(export_text(&p, DP_EXPORT_DEEPSPEED_JSON, &b, &err), DP_EUSAGE);
+    CHECK_CONTAINS(err.msg, "mics_shard_size");
+    dp_buf_release(&b);
+}
+
 int main(void)
 {
     test_torchtitan_split();
@@ -351,5 +406,6 @@ int main(void)
     test_rank_map();
     test_refusals();
     test_translations();
+    test_framework_knobs();
     return check_failures ? 1 : 0;
 }

@@ -10,10 +10,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A fixed 2 GiB runtime per GPU (--overhead-gib 2: no named runtime terms, no allocator
+ * slack), so that the hand-computed budgets below stay simple sums. */
+static int64_t fixed_runtime = 2LL << 30;
+static struct dp_mem_opts fixed_overhead(void)
+{
+    struct dp_mem_opts mo;
+    dp_mem_opts_default(&mo);
+    mo.overhead_bytes = fixed_runtime;
+    return mo;
+}
+
 static struct dp_search_opts opts(const struct dp_model *m, int64_t gbs)
 {
     struct dp_search_opts o;
     dp_search_opts_default(&o);
+    o.mem = fixed_overhead();
     o.seq_len = m->seq_len;
     o.gbs = gbs;
     return o;
@@ -64,11 +76,12 @@ static void test_llama3_405b(void)
     l.gbs = 192;
     struct dp_cluster c96 = with_gpus(&cl, 96);
     struct dp_mem_report *rep = malloc(sizeof *rep);
-    CHECK_EQ(dp_mem_estimate(&m, &c96, &l, NULL, rep, &err), 0);
+    const struct dp_mem_opts mo = fixed_overhead();
+    CHECK_EQ(dp_mem_estimate(&m, &c96, &l, &mo, rep, &err), 0);
     CHECK(rep->fits);
     l.cp = 1;
     l.dp = 12;
-    CHECK_EQ(dp_mem_estimate(&m, &c96, &l, NULL, rep, &err), 0);
+    CHECK_EQ(dp_mem_estimate(&m, &c96, &l, &mo, rep, &err), 0);
     CHECK(!rep->fits);
 
     struct dp_search_opts o = opts(&m, 0);
@@ -78,7 +91,7 @@ static void test_llama3_405b(void)
     CHECK(mg.gpus <= 96);
     /* What it reports really fits there, by the full per-stage report. */
     struct dp_cluster cm = with_gpus(&cl, mg.gpus);
-    CHECK_EQ(dp_mem_estimate(&m, &cm, &mg.layout, NULL, rep, &err), 0);
+    CHECK_EQ(dp_mem_estimate(&m, &cm, &mg.layout, &mo, rep, &err), 0);
     CHECK(rep->fits);
     CHECK_EQ(rep->peak_bytes, mg.peak_bytes);
     free(rep);
@@ -156,6 +169,7 @@ static bool any_fits(const struct dp_model *m, const struct dp_cluster *cl, int 
     struct dp_cluster c = with_gpus(cl, n);
     int gpn = c.gpus_per_node, L = (int)m->layers;
     struct dp_mem_report *rep = malloc(sizeof *rep);
+    const struct dp_mem_opts mo = fixed_overhead();
     static int splits[256][8];
     int cur[8];
     bool found = false;
@@ -208,7 +222,7 @@ static bool any_fits(const struct dp_model *m, const struct dp_cluster *cl, int 
                                                 continue;
                                             if (vpp > 1 && dp_layout_microbatches(&l) % pp)
                                                 continue;
-                                            if (dp_mem_estimate(m, &c, &l, NULL, rep, &e) == 0 &&
+                                            if (dp_mem_estimate(m, &c, &l, &mo, rep, &e) == 0 &&
                                                 rep->fits)
                                                 found = true;
                                         }
@@ -243,7 +257,8 @@ static void check_minimal(const struct dp_model *m, const struct dp_cluster *cl,
     }
     struct dp_cluster c = with_gpus(cl, mg.gpus);
     struct dp_mem_report *rep = malloc(sizeof *rep);
-    CHECK_EQ(dp_mem_estimate(m, &c, &mg.layout, NULL, rep, &err), 0);
+    const struct dp_mem_opts mo = fixed_overhead();
+    CHECK_EQ(dp_mem_estimate(m, &c, &mg.layout, &mo, rep, &err), 0);
     CHECK(rep->fits);
     free(rep);
     int first_fit = 0;
@@ -306,6 +321,7 @@ int main(void)
      * the MoE one fits on 24 with tp=4 pp=3 cp=2 ep=2 vpp=2, 32 without cp, ep and
      * interleaving. */
     struct dp_cluster cl = small_cluster(4, 2);
+    fixed_runtime = cl.gpu.runtime_overhead_bytes; /* the small GPU's own */
     struct dp_model dense = small_model(0, true);
     check_minimal(&dense, &cl, 0, "long sequence, free batch");
     check_minimal(&dense, &cl, 32, "long sequence, gbs=32");

@@ -59,7 +59,7 @@ struct brute {
 };
 
 static void brute_force(const struct dp_model *m, const struct dp_cluster *cl, int64_t gbs,
-                        struct brute *b)
+                        enum dp_framework fw, struct brute *b)
 {
     memset(b, 0, sizeof *b);
     int gpus = dp_cluster_gpus(cl);
@@ -72,59 +72,76 @@ static void brute_force(const struct dp_model *m, const struct dp_cluster *cl, i
             for (int vpp = 1; vpp <= 8; vpp++)
                 for (int64_t mbs = 1; mbs <= 64; mbs *= 2)
                     for (int zero = 0; zero <= 3; zero++)
-                        for (int rc = 0; rc < 3; rc++)
+                        for (int rc = 0; rc < DP_RECOMPUTES; rc++)
                             for (int sp = 0; sp <= 1; sp++)
-                                for (int ep = 1; ep <= emax; ep++) {
-                                    if (gpus % (tp * pp) || (sp && tp == 1) || emax % ep)
-                                        continue;
-                                    struct dp_layout l;
-                                    dp_layout_default(&l);
-                                    l.tp = tp;
-                                    l.ep = ep;
-                                    l.pp = pp;
-                                    l.dp = gpus / (tp * pp);
-                                    l.vpp = vpp;
-                                    l.mbs = mbs;
-                                    l.gbs = gbs;
-                                    l.seq_len = m->seq_len;
-                                    l.zero = zero;
-                                    l.recompute = (enum dp_recompute)rc;
-                                    l.sp = sp;
-                                    struct dp_err e = {0};
-                                    if (dp_layout_validate(&l, m, gpus, &e))
-                                        continue;
-                                    /* The documented space: ZeRO only with something
-                                     * to shard, ZeRO-2/3 only without pipeline
-                                     * parallelism; the overlaps on where the layout
-                                     * allows them (TP overlap with sequence
-                                     * parallelism, pipeline overlap with interleaving). */
-                                    if (zero > 0 && l.dp == 1)
-                                        continue;
-                                    if (zero >= 2 && pp > 1)
-                                        continue;
-                                    l.tp_overlap = sp && tp > 1;
-                                    l.pp_overlap = vpp > 1;
-                                    b->valid++;
-                                    if (dp_mem_estimate(m, cl, &l, &mo, rep, &e) || !rep->fits)
-                                        continue;
-                                    struct dp_step_cost c;
-                                    dp_time_step_fast(m, cl, &l, &c);
-                                    double s = score(&c, rep->peak_bytes, rep->min_bytes);
-                                    if (!b->found || s < b->best) {
-                                        b->found = true;
-                                        b->best = s;
-                                        b->best_l = l;
+                                for (int ep = 1; ep <= emax; ep++)
+                                    for (int sg = 0; sg <= gpus; sg = sg ? 2 * sg : 1) {
+                                        if (gpus % (tp * pp) || (sp && tp == 1) || emax % ep)
+                                            continue;
+                                        struct dp_layout l;
+                                        dp_layout_default(&l);
+                                        l.tp = tp;
+                                        l.ep = ep;
+                                        l.pp = pp;
+                                        l.dp = gpus / (tp * pp);
+                                        l.vpp = vpp;
+                                        l.mbs = mbs;
+                                        l.gbs = gbs;
+                                        l.seq_len = m->seq_len;
+                                        l.zero = zero;
+                                        l.recompute = (enum dp_recompute)rc;
+                                        l.sp = sp;
+                                        l.framework = fw;
+                                        l.shard_group = sg;
+                                        /* DeepSpeed's gradients: the model dtype by default */
+                                        l.grad_fp32 = fw != DP_FW_DEEPSPEED;
+                                        struct dp_err e = {0};
+                                        if (dp_layout_validate(&l, m, gpus, &e))
+                                            continue;
+                                        /* What the framework offers (its recompute policies
+                                         * and ZeRO stages), by the layout's own check. */
+                                        if (dp_layout_check_framework(&l, NULL, &e))
+                                            continue;
+                                        /* HSDP groups: full sharding (0), else powers of two
+                                         * from a node's worth of data-parallel ranks below dp. */
+                                        int node =
+                                            cl->gpus_per_node / tp < 2 ? 2 : cl->gpus_per_node / tp;
+                                        if (sg && (zero == 0 || sg < node || sg >= l.dp ||
+                                                   (fw == DP_FW_DEEPSPEED && zero < 3)))
+                                            continue;
+                                        /* The documented space: ZeRO only with something
+                                         * to shard, ZeRO-2/3 only without pipeline
+                                         * parallelism; the overlaps on where the layout
+                                         * allows them (TP overlap with sequence
+                                         * parallelism, pipeline overlap with interleaving). */
+                                        if (zero > 0 && l.dp == 1)
+                                            continue;
+
+                                        l.tp_overlap = sp && tp > 1;
+                                        l.pp_overlap = vpp > 1;
+                                        b->valid++;
+                                        if (dp_mem_estimate(m, cl, &l, &mo, rep, &e) || !rep->fits)
+                                            continue;
+                                        struct dp_step_cost c;
+                                        dp_time_step_fast(m, cl, &l, &c);
+                                        double s = score(&c, rep->peak_bytes, rep->min_bytes);
+                                        if (!b->found || s < b->best) {
+                                            b->found = true;
+                                            b->best = s;
+                                            b->best_l = l;
+                                        }
                                     }
-                                }
     free(rep);
 }
 
-static struct brute compare(const struct dp_model *m, const struct dp_cluster *cl, int64_t gbs)
+static struct brute compare_fw(const struct dp_model *m, const struct dp_cluster *cl, int64_t gbs,
+                               enum dp_framework fw)
 {
     struct brute b;
-    brute_force(m, cl, gbs, &b);
+    brute_force(m, cl, gbs, fw, &b);
     struct dp_search_opts o;
     dp_search_opts_default(&o);
+    o.framework = fw;
     o.gbs = gbs;
     o.seq_len = m->seq_len;
     o.cp = 1;
@@ -149,6 +166,11 @@ static struct brute compare(const struct dp_model *m, const struct dp_cluster *c
     }
     free(r);
     return b;
+}
+
+static struct brute compare(const struct dp_model *m, const struct dp_cluster *cl, int64_t gbs)
+{
+    return compare_fw(m, cl, gbs, DP_FW_MEGATRON);
 }
 
 /* A DeepSeek-style MoE: 8 layers, the first 2 dense, 8 routed experts (top-2) and a
@@ -318,6 +340,13 @@ int main(void)
     /* Two nodes of 4: TP of 8 would cross nodes; tight memory prunes many layouts. */
     struct dp_cluster b = cluster(2, 4, 9);
     compare(&m, &b, 32);
+    /* The other frameworks' spaces: torchtitan (zero 0, 2, 3 with any pp; recompute none,
+     * op, full), DeepSpeed (zero 2/3 without pp, HSDP only with zero 3); four nodes of 2
+     * leave room for node-sized shard groups. */
+    struct dp_cluster four = cluster(4, 2, 20);
+    compare_fw(&m, &four, 32, DP_FW_TORCHTITAN);
+    compare_fw(&m, &four, 32, DP_FW_DEEPSPEED);
+    compare_fw(&m, &four, 32, DP_FW_MEGATRON);
 
     /* So tight that only full recompute (or sharding) fits: the winner must fit. */
     struct dp_cluster c = cluster(1, 1, 17);

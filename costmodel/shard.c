@@ -1,0 +1,275 @@
+/*
+ * Data-parallel communication of a step: the gradient all-reduce (ZeRO-0), the
+ * distributed optimizer's reduce-scatter and all-gather (ZeRO-1), and the
+ * sharded modes (ZeRO-2/3, FSDP2, Megatron-FSDP), each at the granularity its
+ * framework issues collectives (Megatron's buckets, FSDP2's blocks,
+ * DeepSpeed's sub-modules and reduce buckets), every collective paying its
+ * ring steps over the group's real link (dp_coll_time_s), with the prefetch
+ * and overlap each framework has, the re-gathers recompute causes, and
+ * hybrid sharding (HSDP): reduce-scatter inside the shard group, all-reduce
+ * of the shard across the replicas. Sources per term below.
+ */
+#include "costmodel.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Communication hidden behind compute still costs this fraction of its time (NCCL's
+ * kernels take SMs and memory bandwidth); the same figure as time.c's. */
+#define OVERLAP_CONTENTION 0.15
+
+static double overlapped(double comm, double window)
+{
+    double hidden = comm < window ? comm : window;
+    return (comm - hidden) + OVERLAP_CONTENTION * hidden;
+}
+
+/* Megatron-Core DDP bucket: max(40M, 1M x dp size) parameters with --overlap-grad-reduce,
+ * one bucket for all without it (megatron/core/distributed/distributed_data_parallel.py). */
+static double megatron_bucket(const struct dp_layout *l)
+{
+    double b = 1e6 * (double)(l->dp * l->cp);
+    return b > 4e7 ? b : 4e7;
+}
+
+/* DeepSpeed zero_optimization defaults (deepspeed/runtime/zero/config.py):
+ * reduce_bucket_size and allgather_bucket_size 5e8 elements, stage3_max_live_parameters
+ * and stage3_max_reuse_distance 1e9. */
+#define DS_BUCKET    5e8
+#define DS_MAX_LIVE  1e9
+#define DS_MAX_REUSE 1e9
+
+/* Collectives of one pass over the stage: `units` alike, the parameters split evenly. */
+struct pass {
+    int units;
+    double ag; /* one unit's all-gather */
+};
+
+/*
+ * PyTorch's list collectives (torch.distributed.all_gather(tensor_list, t) and
+ * reduce_scatter(t, tensor_list) up to 1.8) run NCCL on one flat buffer and copy it to (or
+ * from) the n per-rank tensors one copy_ at a time (torch/lib/c10d/ProcessGroupNCCL.cpp of
+ * v1.8: allgather's loop `outputTensors[i][j].copy_(outputFlattened[i][j], true)` after
+ * ncclAllGather, reduce_scatter's flatten before ncclReduceScatter), each with a
+ * recordStream on the caching allocator. DeepSpeed 0.3's ZeRO-3 gathers and reduces through
+ * them (partition_parameters.py _allgather_params: all_gather(partitions, ...) over one
+ * narrow() per rank; coalesced_collectives.py reduce_scatter_coalesced) and waits for each
+ * gather (fetch_sub_module -> torch.cuda.synchronize), so the host time of the n copies is
+ * on the step's path. Per copy: the C++ dispatch of copy_ (autograd and ATen dispatcher,
+ * ~1-3 us each), recordStream and the cudaMemcpyAsync launch (~2-5 us), ~10 us together
+ * (the 5-25 us per eager op of the op-to-kernel dispatch chain less its Python layers).
+ */
+#define LIST_COPY_S 10e-6
+
+static double coll(const struct dp_layout *l, enum dp_coll_kind k, double bytes, int n,
+                   const struct dp_path *p)
+{
+    if (n <= 1)
+        return 0;
+    double t = dp_coll_time_s(k, bytes, n, p);
+    if (l->list_collectives && bytes > 0 && (k == DP_ALLGATHER || k == DP_REDUCE_SCATTER))
+        t += n * LIST_COPY_S;
+    return t;
+}
+
+/*
+ * DeepSpeed ZeRO-3 with full recompute: the recomputed forward gathers each sub-module
+ * again; one is kept for its backward only when it is reused within stage3_max_reuse_distance
+ * parameters (partitioned_param_coordinator.py release_sub_module), i.e. when the sub-modules
+ * recomputed after it hold fewer. The fraction of a layer's gathers repeated in backward,
+ * for the four linears of a layer in forward order (QKV, output, MLP in, MLP out).
+ */
+static double ds_regather_share(const struct dp_model *m, const struct dp_layout *l)
+{
+    const double t = l->tp, h = (double)m->hidden, up = m->ffn == DP_FFN_SWIGLU ? 2 : 1;
+    double f = (double)(m->experts > 0 ? m->moe_ffn_hidden * m->top_k : m->ffn_hidden);
+    double w[4] = {h * (double)(m->heads + 2 * m->kv_heads) * (double)m->head_dim / t,
+                   (double)(m->heads * m->head_dim) * h / t, up * h * f / t, h * f / t};
+    double after = 0, again = 0, all = 0;
+    for (int i = 3; i >= 0; i--) {
+        if (after > DS_MAX_REUSE)
+            again += w[i];
+        after += w[i];
+        all += w[i];
+    }
+    return all > 0 ? again / all : 0;
+}
+
+void dp_shard_groups(const struct dp_cluster *cl, const struct dp_layout *l,
+                     const struct dp_path *dpcp, const struct dp_path *edp,
+                     struct dp_shard_groups *g)
+{
+    memset(g, 0, sizeof *g);
+    g->ndp = l->dp * l->cp;
+    g->sg = dp_layout_shard(l);
+    g->R = dp_layout_replicas(l);
+    g->edpn = dp_layout_edp(l);
+    g->esg = g->edpn % g->R == 0 ? g->edpn / g->R : g->edpn;
+    int pb, ob;
+    dp_mem_bytes_per_param(l, &pb, &g->gb, &ob);
+    /* Reduce in the gradient dtype (Megatron: fp32 main grads with
+     * --accumulate-allreduce-grads-in-fp32; DeepSpeed: the accumulation dtype); FSDP2 in
+     * reduce_dtype, fp32 in torchtitan (mixed_precision_reduce). */
+    g->rb = l->framework == DP_FW_TORCHTITAN ? 4 : g->gb;
+    /* The groups: the shard group is the innermost sg of the dp x cp ranks (FSDP2's mesh
+     * [dp_replicate, dp_shard], Megatron's instances of consecutive dp ranks), the replica
+     * group the ranks sg apart. */
+    g->dpcp = *dpcp;
+    g->edp = *edp;
+    g->ps = *dpcp;
+    g->pe = *edp;
+    if (g->R > 1) {
+        dp_group_path_fast(cl, g->sg, l->tp, &g->ps);
+        dp_group_path_fast(cl, g->R, (long)l->tp * g->sg, &g->pr);
+        if (g->esg != g->edpn) {
+            int etp = dp_layout_etp(l);
+            dp_group_path_fast(cl, g->esg, (long)etp * l->ep, &g->pe);
+            dp_group_path_fast(cl, g->R, (long)etp * l->ep * g->esg, &g->per);
+        }
+    }
+}
+
+void dp_shard_unit(const struct dp_layout *l, const struct dp_shard_groups *g, double dense,
+                   double expert, double ag_dense_bytes, double ag_expert_bytes, double *gather_s,
+                   double *reduce_s)
+{
+    if (l->zero == 0) {
+        *gather_s = 0;
+        *reduce_s = coll(l, DP_ALLREDUCE, dense * g->gb, g->ndp, &g->dpcp) +
+                    coll(l, DP_ALLREDUCE, expert * g->gb, g->edpn, &g->edp);
+        return;
+    }
+    *gather_s = coll(l, DP_ALLGATHER, ag_dense_bytes, g->sg, &g->ps) +
+                coll(l, DP_ALLGATHER, ag_expert_bytes, g->esg, &g->pe);
+    /* HSDP: the reduce-scattered shard is all-reduced across the replicas (FSDP2
+     * foreach_reduce on its all_reduce stream; Megatron param_and_grad_buffer.py with
+     * num_distributed_optimizer_instances > 1). */
+    *reduce_s = coll(l, DP_REDUCE_SCATTER, dense * g->rb, g->sg, &g->ps) +
+                coll(l, DP_REDUCE_SCATTER, expert * g->rb, g->esg, &g->pe) +
+                coll(l, DP_ALLREDUCE, dense * g->rb / g->sg, g->R, &g->pr) +
+                coll(l, DP_ALLREDUCE, expert * g->rb / g->esg, g->R, &g->per);
+}
+
+void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
+                   const struct dp_shard_stage *st, const struct dp_path *dpcp,
+                   const struct dp_path *edp, double *total_s, double *exposed_s)
+{
+    *total_s = *exposed_s = 0;
+    struct dp_shard_groups grp;
+    dp_shard_groups(cl, l, dpcp, edp, &grp);
+    const int sg = grp.sg;
+    const int edpn = grp.edpn, esg = grp.esg, ndp = grp.ndp;
+    const struct dp_path ps = grp.ps, pe = grp.pe;
+    if (ndp <= 1 && edpn <= 1)
+        return;
+    const double M = (double)dp_layout_microbatches(l);
+
+    /* How many collectives one pass issues over the stage. */
+    int units;
+    double total_params = st->dense + st->expert;
+    bool sharded = l->zero >= 2; /* gradients reduced per micro-batch */
+    switch (l->framework) {
+    case DP_FW_TORCHTITAN:
+        /* One fully_shard group per transformer block, the embedding and [norm, output]
+         * groups beside them (torchtitan apply_fsdp). */
+        units = st->layers + (st->first ? 1 : 0) + (st->last ? 1 : 0);
+        break;
+    case DP_FW_DEEPSPEED:
+        /* Reduce buckets of reduce_bucket_size elements; ZeRO-3 gathers per sub-module,
+         * counted below. */
+        units = (int)ceil(total_params / DS_BUCKET);
+        break;
+    default:
+        units = l->zero >= 2 ? st->layers : (int)ceil(total_params / megatron_bucket(l));
+        if (!l->dp_overlap && l->zero < 2)
+            units = 1;
+        break;
+    }
+    if (units < 1)
+        units = 1;
+    const double U = units;
+    struct pass ps_ = {0};
+    double red;
+    dp_shard_unit(l, &grp, st->dense / U, st->expert / U, st->ag_dense_bytes / U,
+                  st->ag_expert_bytes / U, &ps_.ag, &red);
+    const double fw = st->fwd_s / U, bw = st->bwd_s / U; /* compute per unit */
+    const bool opg = l->overlap_param_gather, ovl = l->dp_overlap;
+
+    if (l->zero == 0) {
+        /* All-reduce of the gradients once per step, bucket by bucket during the last
+         * micro-batch's backward; the last bucket's after it. */
+        double ar = red;
+        *total_s = U * ar;
+        *exposed_s = ovl ? (U - 1) * overlapped(ar, bw) + ar : U * ar;
+        return;
+    }
+    if (!sharded || (l->pp > 1 && l->framework != DP_FW_DEEPSPEED)) {
+        /*
+         * Once per step: ZeRO-1 (Megatron's distributed optimizer, DeepSpeed stage 1)
+         * reduce-scatters the accumulated gradients during the last micro-batch's backward
+         * and all-gathers the updated parameters before (Megatron --overlap-param-gather:
+         * during) the next forward; sharded modes under pipeline parallelism keep the
+         * stage gathered and unreduced until the last micro-batch (FSDP2 + PP:
+         * reshard_after_forward False, set_requires_gradient_sync).
+         */
+        double rs = red;
+        *total_s = U * (rs + ps_.ag);
+        double r = ovl ? (U - 1) * overlapped(rs, bw) + rs : U * rs;
+        double g = opg ? ps_.ag + (U - 1) * overlapped(ps_.ag, fw) : U * ps_.ag;
+        *exposed_s = r + g;
+        return;
+    }
+    if (l->zero == 2 && l->framework == DP_FW_DEEPSPEED) {
+        /* DeepSpeed stage 2: reduce per bucket every micro-batch (overlap_comm), one
+         * all-gather of the updated partitions per step in allgather buckets. */
+        double rs = red;
+        *total_s = M * U * rs + U * ps_.ag;
+        double r = ovl ? (U - 1) * overlapped(rs, bw) + rs : U * rs;
+        *exposed_s = M * r + U * ps_.ag;
+        return;
+    }
+
+    /* Gathered for every micro-batch: forward, and backward unless the unsharded
+     * parameters stay until then (zero 2: FSDP2 reshard_after_forward False,
+     * Megatron-FSDP optim_grads). */
+    double gathers_b = l->zero >= 3 ? 1 : 0;
+    int gunits = units;
+    double gag = ps_.ag;
+    bool prefetch = true;
+    if (l->framework == DP_FW_DEEPSPEED) {
+        /* ZeRO-3 gathers per sub-module: the four linears of each layer (norms and biases
+         * are under stage3_param_persistence_threshold and stay whole), each as its own
+         * all_gather_coalesced (partitioned_param_coordinator.py fetch_sub_module); the
+         * next is prefetched only while fewer than stage3_max_live_parameters are live, so
+         * a sub-module larger than that waits for its own gather. */
+        gunits = 4 * st->layers + (st->first ? 1 : 0) + (st->last ? 1 : 0);
+        double per_unit = total_params / gunits;
+        gag = coll(l, DP_ALLGATHER, st->ag_dense_bytes / gunits, sg, &ps) +
+              coll(l, DP_ALLGATHER, st->ag_expert_bytes / gunits, esg, &pe);
+        prefetch = per_unit < DS_MAX_LIVE;
+        if (l->recompute == DP_RECOMPUTE_FULL)
+            gathers_b += ds_regather_share(m, l) * dp_layout_recomputed(l, st->layers) /
+                         (st->layers > 0 ? st->layers : 1);
+    }
+    const double GU = gunits, gfw = st->fwd_s / GU, gbw = st->bwd_s / GU;
+    double f_total = GU * gag;
+    double b_gather = gathers_b * GU * gag;
+    double rs = U * (red);
+    *total_s = M * (f_total + b_gather + rs);
+    /* Prefetch one unit ahead (FSDP2 implicit forward prefetch and _backward_prefetch one
+     * group ahead; DeepSpeed's trace-based prefetch): each gather hides behind the previous
+     * unit's compute, the first is exposed; reduce-scatters run under the next unit's
+     * backward, the last after it. */
+    double ef = opg && prefetch ? gag + (GU - 1) * overlapped(gag, gfw) : f_total;
+    double one = gathers_b * gag + rs / GU; /* one unit's backward traffic */
+    double eb;
+    if (opg && prefetch && ovl)
+        eb = (GU - 1) * overlapped(one, gbw) + one;
+    else if (ovl)
+        eb = b_gather + (U - 1) * overlapped(red, bw) + red;
+    else if (opg && prefetch)
+        eb = GU * overlapped(gathers_b * gag, gbw) + rs;
+    else
+        eb = b_gather + rs;
+    *exposed_s = M * (ef + eb);
+}

@@ -1,0 +1,581 @@
+/*
+ * The framework profile (issue 12) against values computed by hand from the
+ * frameworks' sources: bytes per parameter per sharding mode (FSDP2's fp32 shard
+ * as master, FSDP2 under PP, DeepSpeed's gradient dtype), the loss buffers per
+ * implementation, torchtitan's per-op SAC and Megatron's recompute modules and
+ * methods, the runtime buffers (NCCL per communicator, workspaces, CUDA context)
+ * and the allocator's slack, NCCL's protocol choice per message size, sharded data
+ * parallelism at each framework's granularity (FSDP2 blocks, DeepSpeed sub-modules
+ * with the recompute re-gathers, DeepSpeed 0.3's synchronous fetch and list collectives),
+ * HSDP, and the framework checks.
+ */
+#include "check.h"
+#include "costmodel/costmodel.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* A small Llama-like model: h = 1024, 8 heads of 128 (MHA), SwiGLU f = 4096, RMSNorm,
+ * no dropout or biases, vocabulary 32000. */
+static struct dp_model tiny(void)
+{
+    struct dp_model m = {0};
+    snprintf(m.name, sizeof m.name, "tiny");
+    m.layers = 4;
+    m.hidden = 1024;
+    m.heads = m.kv_heads = 8;
+    m.head_dim = 128;
+    m.ffn_hidden = 4096;
+    m.vocab = 32000;
+    m.seq_len = 2048;
+    m.ffn = DP_FFN_SWIGLU;
+    m.norm = DP_NORM_RMSNORM;
+    m.pos = DP_POS_ROPE;
+    m.norms_per_layer = 2;
+    return m;
+}
+
+static struct dp_layout layout(enum dp_framework fw, int zero)
+{
+    struct dp_layout l;
+    dp_layout_default(&l);
+    l.framework = fw;
+    l.zero = zero;
+    l.grad_fp32 = fw != DP_FW_DEEPSPEED;
+    l.seq_len = 2048;
+    l.mbs = 1;
+    return l;
+}
+
+static int64_t states_total(const struct dp_states *s)
+{
+    return s->params_bytes + s->grads_bytes + s->optimizer_bytes;
+}
+
+/* Bytes per parameter: FSDP2 keeps the fp32 sharded parameter (the master), the fp32
+ * sharded gradient and Adam's moments, 4 + 4 + 8 = 16 B / N, no bf16 copy; under PP the
+ * stage's bf16 parameters (2 B) and fp32 gradient accumulators (4 B) stay whole.
+ * DeepSpeed: bf16 weights, gradients in the model dtype unless grad_accum_dtype fp32,
+ * fp32 master + moments: 2 + 2 + 12 = 16 B (ZeRO paper's K = 12), 18 B with fp32 grads. */
+static void test_bytes_per_param(void)
+{
+    const int64_t n = 1000000000LL, N = 8;
+    struct dp_states s;
+    int pb, gb, ob;
+    struct dp_layout l = layout(DP_FW_TORCHTITAN, 3);
+    dp_mem_bytes_per_param(&l, &pb, &gb, &ob);
+    CHECK_EQ(pb, 4);
+    CHECK_EQ(gb, 4);
+    CHECK_EQ(ob, 8);
+    dp_mem_states(n, N, &l, &s);
+    CHECK_EQ(states_total(&s), 16 * n / N);
+    /* zero 2 (reshard_after_forward False) keeps the same persistent states */
+    l.zero = 2;
+    dp_mem_states(n, N, &l, &s);
+    CHECK_EQ(states_total(&s), 16 * n / N);
+    /* FSDP2 + PP: 0.5 + 0.5 + 1 GB of shards, + 2 GB bf16 parameters, gradients 4 GB
+     * whole (the fp32 accumulators replace the shard) */
+    l.zero = 3;
+    l.pp = 2;
+    dp_mem_states(n, N, &l, &s);
+    CHECK_EQ(s.params_bytes, 4 * n / N + 2 * n);
+    CHECK_EQ(s.grads_bytes, 4 * n);
+    CHECK_EQ(s.optimizer_bytes, 8 * n / N);
+    CHECK_EQ(states_total(&s), 7500000000LL);
+
+    l = layout(DP_FW_DEEPSPEED, 3);
+    dp_mem_bytes_per_param(&l, &pb, &gb, &ob);
+    CHECK_EQ(pb + gb + ob, 16);
+    dp_mem_states(n, N, &l, &s);
+    CHECK_EQ(states_total(&s), 16 * n / N);
+    l.grad_fp32 = true;
+    dp_mem_states(n, N, &l, &s);
+    CHECK_EQ(states_total(&s), 18 * n / N);
+    /* stage 1: 2 + 2 B whole, 12 B sharded */
+    l = layout(DP_FW_DEEPSPEED, 1);
+    dp_mem_states(n, N, &l, &s);
+    CHECK_EQ(states_total(&s), 4 * n + 12 * n / N);
+    /* Megatron's distributed optimizer: 6 + 12 / d */
+    l = layout(DP_FW_MEGATRON, 1);
+    dp_mem_states(n, N, &l, &s);
+    CHECK_EQ(states_total(&s), 6 * n + 12 * n / N);
+}
+
+/* The loss's bytes per logit element at its peak: Megatron's vocab-parallel cross entropy
+ * 2 + 4 (bf16 logits + the fp32 exp tensor it updates in place), TE's fused kernel 2,
+ * Megatron's native fusion 2 + 4 + 4, F.cross_entropy on up-cast logits 3 x 4, under
+ * torchtitan's loss_parallel 4 x 4. */
+static void test_loss_bytes(void)
+{
+    struct dp_layout l = layout(DP_FW_MEGATRON, 1);
+    CHECK_EQ(dp_layout_loss(&l), DP_LOSS_VOCAB_PARALLEL);
+    CHECK_NEAR(dp_fw_loss_bytes(&l), 6, 0);
+    l.loss = DP_LOSS_FUSED;
+    CHECK_NEAR(dp_fw_loss_bytes(&l), 2, 0);
+    l.loss = DP_LOSS_FUSED_NATIVE;
+    CHECK_NEAR(dp_fw_loss_bytes(&l), 10, 0);
+    l.loss = DP_LOSS_UNFUSED;
+    CHECK_NEAR(dp_fw_loss_bytes(&l), 12, 0);
+    l = layout(DP_FW_TORCHTITAN, 3);
+    CHECK_EQ(dp_layout_loss(&l), DP_LOSS_UNFUSED);
+    CHECK_NEAR(dp_fw_loss_bytes(&l), 12, 0);
+    l.tp = 2;
+    CHECK_NEAR(dp_fw_loss_bytes(&l), 16, 0);
+    /* torch.compile'd (torchtitan since 2025): the bf16 logits and a new bf16 gradient */
+    l.tp = 1;
+    l.loss = DP_LOSS_COMPILED;
+    CHECK_NEAR(dp_fw_loss_bytes(&l), 4, 0);
+    l = layout(DP_FW_DEEPSPEED, 1);
+    CHECK_EQ(dp_layout_loss(&l), DP_LOSS_UNFUSED);
+
+    /* On the last stage: 6 B x s x b x padded vocab / t. tiny: vocab 32000 pads to 32000
+     * (a multiple of 128); s = 2048, b = 1, t = 1. */
+    struct dp_model m = tiny();
+    struct dp_cluster c = {0};
+    c.nodes = 1;
+    c.gpus_per_node = 1;
+    c.gpu.mem_bytes = 80LL << 30;
+    c.gpu.usable_fraction = 1;
+    l = layout(DP_FW_MEGATRON, 0);
+    l.dp = 1;
+    l.gbs = 1;
+    struct dp_mem_stage st;
+    dp_mem_stage(&m, &c, &l, NULL, 0, &st);
+    CHECK_EQ(st.act_loss_bytes, 6LL * 2048 * 32000);
+    /* final norm input and output-layer input, 2 x 2 B x s x h, beside the loss */
+    CHECK_EQ(st.act_head_bytes, 4LL * 2048 * 1024 + 6LL * 2048 * 32000);
+}
+
+/* tiny at s = 2048, b = 1, t = 1, bf16, flash, fused kernels: per layer (T = 2048 tokens)
+ *   attention: QKV input 2h, Q and K 2(a+g)d = 4h, V 2gd = 2h, out-proj input 2ad = 2h
+ *              = 10240 T; norm inputs 2 x 2h = 4096 T; lse 4a = 32 T;
+ *   MLP: fc1 input 2h = 2048 T, SwiGLU gate, up, product 3 x 2f = 24576 T;
+ *   full = 40992 T. */
+static void test_recompute_policies(void)
+{
+    struct dp_model m = tiny();
+    const int64_t T = 2048;
+    struct dp_layout l = layout(DP_FW_MEGATRON, 1);
+    struct dp_act_layer al;
+    dp_act_layer(&m, &l, DP_LAYER_DENSE, &al);
+    CHECK_EQ(al.full_bytes, 40992 * T);
+    CHECK_EQ(al.stored_bytes, 40992 * T);
+
+    /* Megatron selective, default core_attn: the scores go (with flash, the lse) */
+    l.recompute = DP_RECOMPUTE_SELECTIVE;
+    dp_act_layer(&m, &l, DP_LAYER_DENSE, &al);
+    CHECK_EQ(al.stored_bytes, (40992 - 32) * T);
+    /* + mlp (checkpointed: only its input, the norm output, kept): 24576 T go */
+    l.recompute_modules = DP_RCM_CORE_ATTN | DP_RCM_MLP;
+    dp_act_layer(&m, &l, DP_LAYER_DENSE, &al);
+    CHECK_EQ(al.stored_bytes, (40992 - 32 - 24576) * T);
+    CHECK_EQ(al.work_bytes, (32 + 24576) * T);
+    /* layernorm: both norm outputs (QKV and fc1 inputs, 2 x 2h) are recomputed */
+    l.recompute_modules = DP_RCM_LAYERNORM;
+    dp_act_layer(&m, &l, DP_LAYER_DENSE, &al);
+    CHECK_EQ(al.stored_bytes, (40992 - 4096) * T);
+
+    /* torchtitan per-op SAC, eager (the policy's cache keeps every saved output): block
+     * input 2h, wq and wv outputs 2ad + 2gd, the attention output 2ad and lse 4a, w1's
+     * output 2f, w2's mm output 2h: 2048 + 4096 + 2048 + 32 + 8192 + 2048 = 18464 T */
+    l = layout(DP_FW_TORCHTITAN, 3);
+    l.recompute = DP_RECOMPUTE_OP;
+    l.eager = true;
+    dp_act_layer(&m, &l, DP_LAYER_DENSE, &al);
+    CHECK_EQ(al.stored_bytes, 18464 * T);
+    CHECK_EQ(al.work_bytes, (40992 + 16384 - 18464) * T);
+    /* compiled (the default): the partitioner drops w2's output, which no gradient reads:
+     * 18464 - 2048 = 16416 T */
+    l.eager = false;
+    dp_act_layer(&m, &l, DP_LAYER_DENSE, &al);
+    CHECK_EQ(al.stored_bytes, 16416 * T);
+    CHECK_EQ(al.work_bytes, (40992 - 16416) * T);
+    /* under TP 2 with SP, eager: wo's and w2's reduce-scatter outputs 2h/2 each; the
+     * matmul outputs split by t, w2's partial sum whole: 1024 + 2048 + 16 + 1024 + 4096 +
+     * 2048 + 2 x 1024 = 12304 T; compiled without w2's partial sum and its reduce-scatter
+     * output: 12304 - 2048 - 1024 = 9232 T */
+    l.tp = 2;
+    l.sp = true;
+    l.eager = true;
+    dp_act_layer(&m, &l, DP_LAYER_DENSE, &al);
+    CHECK_EQ(al.stored_bytes, 12304 * T);
+    l.eager = false;
+    dp_act_layer(&m, &l, DP_LAYER_DENSE, &al);
+    CHECK_EQ(al.stored_bytes, 9232 * T);
+    /* eager torchtitan (no compile): RMSNorm's fp32 copies 2 x 4h and SwiGLU's fourth
+     * tensor 2f on top of full */
+    l = layout(DP_FW_TORCHTITAN, 3);
+    l.eager = true;
+    dp_act_layer(&m, &l, DP_LAYER_DENSE, &al);
+    CHECK_EQ(al.full_bytes, (40992 + 8192 + 8192) * T);
+    CHECK_EQ(al.eager_bytes, (8192 + 8192) * T);
+
+    /* full recompute: the layer input 2h */
+    l = layout(DP_FW_MEGATRON, 1);
+    l.recompute = DP_RECOMPUTE_FULL;
+    dp_act_layer(&m, &l, DP_LAYER_DENSE, &al);
+    CHECK_EQ(al.stored_bytes, 2048 * T);
+}
+
+static struct dp_cluster one_gpu(void)
+{
+    struct dp_cluster c = {0};
+    c.nodes = 1;
+    c.gpus_per_node = 1;
+    c.gpu.mem_bytes = 80LL << 30;
+    c.gpu.usable_fraction = 1;
+    c.gpu.runtime_overhead_bytes = 400LL << 20;
+    return c;
+}
+
+/* Which layers full recompute covers (4 layers, one micro-batch in flight on pp = 1):
+ * block n: the first n recompute, the others keep everything; uniform chunks of n: one
+ * input per chunk, a whole chunk rebuilt at once; every n-th block (torchtitan's layer
+ * SAC). */
+static void test_recompute_methods(void)
+{
+    struct dp_model m = tiny();
+    struct dp_cluster c = one_gpu();
+    const int64_t T = 2048, in = 2048 * T, full = 40992 * T;
+    struct dp_layout l = layout(DP_FW_MEGATRON, 0);
+    l.dp = 1;
+    l.gbs = 1;
+    l.recompute = DP_RECOMPUTE_FULL;
+    struct dp_mem_stage st;
+    dp_mem_stage(&m, &c, &l, NULL, 0, &st);
+    CHECK_EQ(st.act_layers_bytes, 4 * in);
+    CHECK_EQ(st.act_working_bytes, full);
+    l.recompute_layers = 1; /* block 1 */
+    dp_mem_stage(&m, &c, &l, NULL, 0, &st);
+    CHECK_EQ(st.act_layers_bytes, in + 3 * full);
+    l.recompute_method = DP_RC_UNIFORM;
+    l.recompute_layers = 2;
+    dp_mem_stage(&m, &c, &l, NULL, 0, &st);
+    CHECK_EQ(st.act_layers_bytes, 2 * in);
+    CHECK_EQ(st.act_working_bytes, 2 * full);
+    l = layout(DP_FW_TORCHTITAN, 3);
+    l.dp = 1;
+    l.gbs = 1;
+    l.recompute = DP_RECOMPUTE_FULL;
+    l.recompute_method = DP_RC_EVERY;
+    l.recompute_layers = 2;
+    CHECK_EQ(dp_layout_recomputed(&l, 4), 2);
+    dp_mem_stage(&m, &c, &l, NULL, 0, &st);
+    CHECK_EQ(st.act_layers_bytes, 2 * in + 2 * full);
+}
+
+/* NCCL outside the allocator, per communicator: 544 MB for a pair, 688 MB for more ranks
+ * (nccl issue 964), + 3.28 GB for an all-to-all (issue 1685); the CUDA context is the
+ * profile's; workspaces 4 x 32 MiB inside the allocator. */
+static void test_runtime_buffers(void)
+{
+    struct dp_gpu g = {0};
+    g.runtime_overhead_bytes = 400LL << 20;
+    struct dp_layout l = layout(DP_FW_MEGATRON, 1);
+    l.tp = 8;
+    l.dp = 2;
+    l.pp = 2;
+    struct dp_fw_runtime rt;
+    dp_fw_runtime(&l, false, &g, &rt);
+    CHECK_EQ(rt.context_bytes, 400LL << 20);
+    CHECK_EQ(rt.workspace_bytes, 128LL << 20);
+    CHECK_EQ(rt.nccl_bytes, 688000000LL + 544000000LL + 544000000LL); /* tp, dp, pp */
+    /* HSDP: dp 16 as 8 x 2: a shard communicator and a replica pair */
+    l.pp = 1;
+    l.dp = 16;
+    l.shard_group = 8;
+    dp_fw_runtime(&l, false, &g, &rt);
+    CHECK_EQ(rt.nccl_bytes, 688000000LL + 688000000LL + 544000000LL);
+    /* MoE with ep 8 (etp = tp): the EP group and its all-to-all, the expert data-parallel
+     * group (edp = 16 / 8 = 2) */
+    l.shard_group = 0;
+    l.tp = 1;
+    l.ep = 8;
+    dp_fw_runtime(&l, true, &g, &rt);
+    CHECK_EQ(rt.nccl_bytes, 688000000LL + 688000000LL + 3280000000LL + 544000000LL);
+}
+
+/* The three quantities: allocated (what torch allocates), reserved = allocated + 0.18 x
+ * (allocated - the states kept from the start), device = reserved + context + NCCL. */
+static void test_quantities(void)
+{
+    struct dp_model m = tiny();
+    struct dp_cluster c = one_gpu();
+    struct dp_layout l = layout(DP_FW_MEGATRON, 0);
+    l.dp = 1;
+    l.gbs = 1;
+    struct dp_mem_stage st;
+    dp_mem_stage(&m, &c, &l, NULL, 0, &st);
+    int64_t states = st.params_bytes + st.grads_bytes + st.optimizer_bytes;
+    CHECK_EQ(st.kept_bytes, states);
+    CHECK_EQ(st.allocated_bytes, states + st.activations_bytes + st.comm_bytes + (128LL << 20));
+    CHECK_EQ(st.slack_bytes, (int64_t)(0.18 * (double)(st.allocated_bytes - states) + 0.5));
+    CHECK_EQ(st.reserved_bytes, st.allocated_bytes + st.slack_bytes);
+    CHECK_EQ(st.nccl_bytes, 0); /* one GPU: no communicator */
+    CHECK_EQ(st.total_bytes, st.reserved_bytes + (400LL << 20));
+    /* --overhead-gib replaces the named terms and the slack */
+    struct dp_mem_opts o;
+    dp_mem_opts_default(&o);
+    o.overhead_bytes = 1LL << 30;
+    dp_mem_stage(&m, &c, &l, &o, 0, &st);
+    CHECK_EQ(st.slack_bytes, 0);
+    CHECK_EQ(st.total_bytes, states + st.activations_bytes + st.comm_bytes + (1LL << 30));
+    /* FSDP2 + PP: the unsharded bf16 parameters and fp32 accumulators are allocated and
+     * freed each step, so only the shards (16 B / N) are kept */
+    l = layout(DP_FW_TORCHTITAN, 3);
+    l.dp = 1;
+    l.gbs = 2;
+    l.pp = 2;
+    dp_mem_stage(&m, &c, &l, NULL, 0, &st);
+    CHECK_EQ(st.kept_bytes, 16 * st.params);
+    CHECK_EQ(st.params_bytes + st.grads_bytes + st.optimizer_bytes, (4 + 2 + 4 + 8) * st.params);
+}
+
+/* NCCL's protocols: LL128 pays the lower per-step latency at 92% of the bandwidth, Simple
+ * the full bandwidth at a higher latency; the faster one is taken. With 2 and 5 us per
+ * step, 100 GB/s, an all-gather on 8 ranks: LL128 7 x 2 us + 7/8 B / (0.92 x 100 GB/s),
+ * Simple 7 x 5 us + 7/8 B / 100 GB/s; they cross at B = 21 us x 100 GB/s x 8/7 x 92/8
+ * = 27.6 MB. */
+static void test_protocols(void)
+{
+    struct dp_path p = {.busbw_gbps = 100, .latency_us = 2, .simple_us = 5};
+    double small = 1e6, big = 1e9;
+    CHECK_NEAR(dp_coll_time_s(DP_ALLGATHER, small, 8, &p),
+               7 * 2e-6 + 7.0 / 8 * small / (0.92 * 100e9), 1e-12);
+    CHECK_NEAR(dp_coll_time_s(DP_ALLGATHER, big, 8, &p), 7 * 5e-6 + 7.0 / 8 * big / 100e9, 1e-12);
+    double x = 21e-6 * 100e9 * 8 / 7 * 0.92 / 0.08;
+    CHECK_NEAR(x, 27.6e6, 1e-9);
+    double ll = 7 * 2e-6 + 7.0 / 8 * x / (0.92 * 100e9), si = 7 * 5e-6 + 7.0 / 8 * x / 100e9;
+    CHECK_NEAR(ll, si, 1e-12);
+    /* a small shard is latency-bound: 8 kB takes 14 us, not 7/8 x 8 kB / 100 GB/s = 70 ns */
+    CHECK_NEAR(dp_coll_time_s(DP_REDUCE_SCATTER, 8e3, 8, &p), 14e-6 + 7e3 / 92e9, 1e-12);
+}
+
+/* A stage of 4 tiny layers with the embedding and the output layer, 8 ranks on a path of
+ * 1 us per step and 100 GB/s (no protocol choice), nothing to hide behind (fwd = bwd = 0):
+ * the exposed time is the total. */
+static struct dp_shard_stage shard_stage(double params)
+{
+    struct dp_shard_stage st = {0};
+    st.dense = params;
+    st.layers = 4;
+    st.first = st.last = true;
+    st.ag_dense_bytes = 2 * params;
+    return st;
+}
+
+static double ag8(double bytes)
+{
+    return 7 * 1e-6 + 7.0 / 8 * bytes / 100e9;
+}
+
+static void test_sharded_granularity(void)
+{
+    struct dp_model m = tiny();
+    struct dp_cluster c = one_gpu();
+    struct dp_path p = {.busbw_gbps = 100, .latency_us = 1};
+    const double P = 60e6;
+    struct dp_shard_stage st = shard_stage(P);
+    double total, exposed;
+
+    /* FSDP2 (zero 3): one group per block + embedding + output = 6 units; per micro-batch
+     * all-gather in forward and again in backward, reduce-scatter of fp32 gradients:
+     * 2 x 6 AG(2P/6) + 6 RS(4P/6) */
+    struct dp_layout l = layout(DP_FW_TORCHTITAN, 3);
+    l.dp = 8;
+    l.gbs = 8;
+    dp_shard_comm(&m, &c, &l, &st, &p, &p, &total, &exposed);
+    double want = 12 * ag8(2 * P / 6) + 6 * ag8(4 * P / 6);
+    CHECK_NEAR(total, want, 1e-12);
+    CHECK_NEAR(exposed, want, 1e-12);
+    /* zero 2 (reshard_after_forward False): no backward gather */
+    l.zero = 2;
+    dp_shard_comm(&m, &c, &l, &st, &p, &p, &total, &exposed);
+    CHECK_NEAR(total, 6 * ag8(2 * P / 6) + 6 * ag8(4 * P / 6), 1e-12);
+    /* under PP: once per step, M = 2 micro-batches pay one gather and one reduce */
+    l.zero = 3;
+    l.pp = 2;
+    l.gbs = 16;
+    dp_shard_comm(&m, &c, &l, &st, &p, &p, &total, &exposed);
+    CHECK_NEAR(total, 6 * ag8(2 * P / 6) + 6 * ag8(4 * P / 6), 1e-12);
+
+    /* DeepSpeed ZeRO-3: gathers per sub-module, 4 linears x 4 layers + embedding + output
+     * = 18, forward and backward; gradients (bf16) in one 5e8 bucket */
+    l = layout(DP_FW_DEEPSPEED, 3);
+    l.dp = 8;
+    l.gbs = 8;
+    dp_shard_comm(&m, &c, &l, &st, &p, &p, &total, &exposed);
+    CHECK_NEAR(total, 36 * ag8(2 * P / 18) + ag8(2 * P), 1e-12);
+}
+
+/* DeepSpeed ZeRO-3 under full recompute: a sub-module is gathered again for backward
+ * unless it is reused within stage3_max_reuse_distance = 1e9 parameters. GPT-3 175B at
+ * t = 1: QKV 453M, out 151M, fc1 604M, fc2 604M; in backward order fc2 (nothing after),
+ * fc1 (604M after), out (1208M > 1e9: again), QKV (again): 604 / 1812 = 1/3 of the
+ * gathers repeat. */
+static void test_deepspeed_regather(void)
+{
+    struct dp_model m = {0};
+    m.layers = 96;
+    m.hidden = 12288;
+    m.heads = m.kv_heads = 96;
+    m.head_dim = 128;
+    m.ffn_hidden = 49152;
+    m.ffn = DP_FFN_GELU;
+    struct dp_cluster c = one_gpu();
+    struct dp_path p = {.busbw_gbps = 100, .latency_us = 1};
+    struct dp_shard_stage st = shard_stage(1.812e9);
+    struct dp_layout l = layout(DP_FW_DEEPSPEED, 3);
+    l.dp = 8;
+    l.gbs = 8;
+    double t0, t1, e;
+    dp_shard_comm(&m, &c, &l, &st, &p, &p, &t0, &e);
+    l.recompute = DP_RECOMPUTE_FULL;
+    dp_shard_comm(&m, &c, &l, &st, &p, &p, &t1, &e);
+    CHECK_NEAR(t1 - t0, 18 * ag8(2 * 1.812e9 / 18) / 3, 1e-9);
+}
+
+/* DeepSpeed 0.3 (SC'21 Table 2's ZeRO-3 rows): PyTorch 1.8's list collectives copy rank
+ * by rank, 10 us per rank and collective, and the synchronous fetch exposes every gather.
+ * The tiny stage under ZeRO-3 on 8 ranks, forward and backward halves of 1 s each:
+ *  - with prefetch, every gather but the first hides behind a sub-module's compute
+ *    (18 of 1 s / 18 = 55.6 ms each, far more than a gather);
+ *  - without it (overlap_param_gather false) the 36 gathers are exposed, and the bucket's
+ *    reduce-scatter (one, after the backward) too: exposed = total;
+ *  - list collectives add 8 x 10 us = 80 us to each of the 36 + 1 collectives. */
+static void test_deepspeed_legacy(void)
+{
+    struct dp_model m = tiny();
+    struct dp_cluster c = one_gpu();
+    struct dp_path p = {.busbw_gbps = 100, .latency_us = 1};
+    const double P = 60e6;
+    struct dp_shard_stage st = shard_stage(P);
+    st.fwd_s = st.bwd_s = 1.0;
+    struct dp_layout l = layout(DP_FW_DEEPSPEED, 3);
+    l.dp = 8;
+    l.gbs = 8;
+    double total, exposed;
+    const double ag = ag8(2 * P / 18), rs = ag8(2 * P);
+    dp_shard_comm(&m, &c, &l, &st, &p, &p, &total, &exposed);
+    CHECK_NEAR(total, 36 * ag + rs, 1e-12);
+    CHECK(exposed < total / 2);
+    l.overlap_param_gather = false;
+    dp_shard_comm(&m, &c, &l, &st, &p, &p, &total, &exposed);
+    CHECK_NEAR(total, 36 * ag + rs, 1e-12);
+    CHECK_NEAR(exposed, total, 1e-12);
+    l.list_collectives = true;
+    dp_shard_comm(&m, &c, &l, &st, &p, &p, &total, &exposed);
+    CHECK_NEAR(total, 36 * (ag + 80e-6) + rs + 80e-6, 1e-12);
+    CHECK_NEAR(exposed, total, 1e-12);
+}
+
+/* HSDP: reduce-scatter in the shard group, all-reduce of the 1/sg shard across the
+ * replicas, all-gather in the shard group. 16 GPUs as 2 nodes of 8, shard group 8 (a
+ * node), replicas 2 across the network. */
+static void test_hsdp(void)
+{
+    struct dp_model m = tiny();
+    struct dp_cluster c = one_gpu();
+    c.nodes = 2;
+    c.gpus_per_node = 8;
+    c.nics_per_node = 8;
+    c.intra = (struct dp_link){"nvl", DP_LINK_NVLINK, 200, 1, 1.0, 0};
+    c.inter = (struct dp_link){"net", DP_LINK_NET, 25, 5, 1.0, 0};
+    const double P = 60e6;
+    struct dp_shard_stage st = shard_stage(P);
+    struct dp_layout l = layout(DP_FW_TORCHTITAN, 3);
+    l.dp = 16;
+    l.gbs = 16;
+    l.shard_group = 8;
+    struct dp_path full, sh, rep;
+    dp_place_path_fast(&c, &l, DP_PLACE_DPCP, &full);
+    dp_group_path_fast(&c, 8, 1, &sh);
+    dp_group_path_fast(&c, 2, 8, &rep);
+    CHECK(!sh.inter_node && rep.inter_node);
+    double total, exposed;
+    dp_shard_comm(&m, &c, &l, &st, &full, &full, &total, &exposed);
+    double want = 12 * dp_coll_time_s(DP_ALLGATHER, 2 * P / 6, 8, &sh) +
+                  6 * (dp_coll_time_s(DP_REDUCE_SCATTER, 4 * P / 6, 8, &sh) +
+                       dp_coll_time_s(DP_ALLREDUCE, 4 * P / 6 / 8, 2, &rep));
+    CHECK_NEAR(total, want, 1e-12);
+    /* full sharding over the 16 ranks crosses the network in every collective: slower */
+    l.shard_group = 0;
+    double tfull;
+    dp_shard_comm(&m, &c, &l, &st, &full, &full, &tfull, &exposed);
+    CHECK(tfull > total);
+    /* its memory: the states sharded 8 ways, not 16 */
+    struct dp_states s8, s16;
+    l.shard_group = 8;
+    dp_mem_states(1600, dp_layout_shard(&l), &l, &s8);
+    l.shard_group = 0;
+    dp_mem_states(1600, dp_layout_shard(&l), &l, &s16);
+    CHECK_EQ(states_total(&s8), 16 * 200);
+    CHECK_EQ(states_total(&s16), 16 * 100);
+}
+
+/* Combinations a framework does not offer: one line naming the field, exit 2 (usage). */
+static void test_framework_checks(void)
+{
+    struct dp_err err = {0};
+    struct dp_layout l = layout(DP_FW_DEEPSPEED, 3);
+    l.pp = 2;
+    l.dp = 4;
+    CHECK_EQ(dp_layout_check_framework(&l, NULL, &err), DP_EUSAGE);
+    CHECK_CONTAINS(err.msg, "--zero: deepspeed");
+    dp_err_clear(&err);
+    CHECK_EQ(dp_layout_check_framework(&l, "plan.json: layout", &err), DP_EUSAGE);
+    CHECK_CONTAINS(err.msg, "layout.zero");
+    l = layout(DP_FW_TORCHTITAN, 1);
+    dp_err_clear(&err);
+    CHECK_EQ(dp_layout_check_framework(&l, NULL, &err), DP_EUSAGE);
+    l = layout(DP_FW_MEGATRON, 1);
+    l.recompute = DP_RECOMPUTE_OP;
+    dp_err_clear(&err);
+    CHECK_EQ(dp_layout_check_framework(&l, NULL, &err), DP_EUSAGE);
+    CHECK_CONTAINS(err.msg, "--recompute");
+    l = layout(DP_FW_TORCHTITAN, 3);
+    l.dp = 12;
+    l.shard_group = 8;
+    dp_err_clear(&err);
+    CHECK_EQ(dp_layout_check_framework(&l, NULL, &err), DP_EUSAGE);
+    CHECK_CONTAINS(err.msg, "--shard-group");
+    l.shard_group = 4;
+    dp_err_clear(&err);
+    CHECK_EQ(dp_layout_check_framework(&l, NULL, &err), 0);
+    /* MiCS-style groups in DeepSpeed: zero 3 only */
+    l = layout(DP_FW_DEEPSPEED, 2);
+    l.dp = 16;
+    l.shard_group = 8;
+    dp_err_clear(&err);
+    CHECK_EQ(dp_layout_check_framework(&l, NULL, &err), DP_EUSAGE);
+    l.zero = 3;
+    dp_err_clear(&err);
+    CHECK_EQ(dp_layout_check_framework(&l, NULL, &err), 0);
+    /* a torch.compile'd loss is torchtitan's; Megatron refuses it, naming the field */
+    l = layout(DP_FW_MEGATRON, 1);
+    l.loss = DP_LOSS_COMPILED;
+    dp_err_clear(&err);
+    CHECK_EQ(dp_layout_check_framework(&l, NULL, &err), DP_EUSAGE);
+    CHECK_CONTAINS(err.msg, "--loss: megatron");
+    l.framework = DP_FW_TORCHTITAN;
+    l.zero = 3;
+    dp_err_clear(&err);
+    CHECK_EQ(dp_layout_check_framework(&l, NULL, &err), 0);
+}
+
+int main(void)
+{
+    test_bytes_per_param();
+    test_loss_bytes();
+    test_recompute_policies();
+    test_recompute_methods();
+    test_runtime_buffers();
+    test_quantities();
+    test_protocols();
+    test_sharded_granularity();
+    test_deepspeed_regather();
+    test_deepspeed_legacy();
+    test_hsdp();
+    test_framework_checks();
+    return check_failures ? 1 : 0;
+}
