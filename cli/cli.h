@@ -313,6 +313,7 @@ int cmd_memory(int argc, char **argv);
 int cmd_model(int argc, char **argv);
 int cmd_profiles(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_simulate(int argc, char **argv);
 int cmd_suggest(int argc, char **argv);
 int cmd_topo(int argc, char **argv);
 int cmd_validate(int argc, char **argv);

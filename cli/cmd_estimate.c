@@ -6,6 +6,7 @@
 #include "executor/executor.h"
 #include "fit/fit.h"
 #include "memory_report.h"
+#include "sim/sim.h"
 #include "split_report.h"
 #include "time_report.h"
 
@@ -25,7 +26,10 @@ static const char help_head[] =
     "  --plan FILE   model, cluster and layout of a plan (`dplan suggest -o`)\n"
     "  --json        machine-readable output (\"fits\" first)\n"
     "  --check-fit   exit status 3, and one line on stderr, when the layout does not\n"
-    "                fit in memory\n\n"
+    "                fit in memory\n"
+    "  --simulate    take the step time and its breakdown (the busiest stage's) from the\n"
+    "                event simulation of the step (`dplan simulate`), the finer answer\n"
+    "                for uneven stages, bucket timing and contention between streams\n\n"
     "Exit status: 0 (with --check-fit: and it fits), 3 with --check-fit when it does\n"
     "not fit, 1 on errors, 2 on usage errors.\n\n";
 
@@ -42,6 +46,44 @@ static cJSON *with_fits_first(cJSON *t, bool fits)
     return o;
 }
 
+/*
+ * --simulate: the step time and its breakdown from the event simulation (the busiest
+ * stage's compute stream, whose terms sum to the step), the rates scaled to it.
+ */
+static int use_simulation(const struct dp_model *m, const struct dp_cluster *cl,
+                          const struct dp_layout *l, const struct dp_mem_opts *mo,
+                          struct dp_step_cost *sc, struct dp_err *err)
+{
+    struct dp_sim_opts so;
+    dp_sim_opts_default(&so);
+    so.mem = *mo;
+    struct dp_sim_result r;
+    int rc = dp_sim_run(m, cl, l, &so, &r, err);
+    if (rc)
+        return rc;
+    const struct dp_sim_breakdown *b = &r.stage[r.busiest].b;
+    double k = r.step_s > 0 ? sc->step_time_s / r.step_s : 1;
+    sc->step_time_s = r.step_s;
+    sc->compute_s = b->compute;
+    sc->recompute_s = b->recompute;
+    sc->tp_comm_s = b->tp;
+    sc->cp_comm_s = b->cp;
+    sc->ep_comm_s = b->ep;
+    sc->pp_comm_s = b->pp;
+    sc->bubble_s = b->bubble;
+    sc->dp_comm_s = b->dp;
+    sc->optimizer_s = b->optimizer;
+    sc->other_s = b->other;
+    sc->slowest_stage = r.busiest;
+    sc->tokens_per_s *= k;
+    sc->model_tflops_per_gpu *= k;
+    sc->hardware_tflops_per_gpu *= k;
+    sc->mfu *= k;
+    sc->hfu *= k;
+    dp_sim_result_release(&r);
+    return 0;
+}
+
 int cmd_estimate(int argc, char **argv)
 {
     static const struct option opts[] = {CLI_CLUSTER_OPTIONS,
@@ -49,17 +91,19 @@ int cmd_estimate(int argc, char **argv)
                                          CLI_KNOB_OPTIONS,
                                          {"json", no_argument, 0, OPT_JSON},
                                          {"check-fit", no_argument, 0, 'c'},
+                                         {"simulate", no_argument, 0, 's'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     struct cli_common c;
     cli_common_init(&c);
-    bool check_fit = false;
+    bool check_fit = false, simulate = false;
     int ch;
     optind = 1;
     opterr = 0;
     while ((ch = cli_next_opt("estimate", argc, argv, ":h", opts, &c)) != -1) {
         switch (ch) {
         case 'c': check_fit = true; break;
+        case 's': simulate = true; break;
         case 'h': printf("%s%s\n%s", help_head, cli_cluster_help, cli_plan_knob_help); return 0;
         default: return 2;
         }
@@ -80,6 +124,11 @@ int cmd_estimate(int argc, char **argv)
     if (!rep)
         return 1;
     if (dp_time_step(&m, &cl, &l, &sc, &err) || dp_mem_estimate(&m, &cl, &l, &mo, rep, &err)) {
+        free(rep);
+        return cli_fail(&err);
+    }
+    double analytic_s = sc.step_time_s;
+    if (simulate && use_simulation(&m, &cl, &l, &mo, &sc, &err)) {
         free(rep);
         return cli_fail(&err);
     }
@@ -121,6 +170,10 @@ int cmd_estimate(int argc, char **argv)
             cJSON_AddNumberToObject(e, "pipeline_bubble_s", cp.bubble_s);
             cJSON_AddNumberToObject(e, "time_sharing_s", cp.timeshare_s);
         }
+        if (simulate) {
+            cJSON_AddBoolToObject(o, "simulated", true);
+            cJSON_AddNumberToObject(o, "analytic_step_time_s", analytic_s);
+        }
         cJSON_AddStringToObject(o, "model", m.name);
         cJSON_AddStringToObject(o, "cluster", cl.name);
         cJSON_AddNumberToObject(o, "gpus", dp_cluster_gpus(&cl));
@@ -141,6 +194,10 @@ int cmd_estimate(int argc, char **argv)
             printf("the times below are what it would take if it fit; `dplan memory` with the "
                    "same options lists fixes\n");
         printf("\n");
+        if (simulate)
+            printf("step time from the event simulation (`dplan simulate`), its busiest stage's "
+                   "breakdown; analytic estimate %.4f s (%+.2f%%)\n",
+                   analytic_s, 100 * (sc.step_time_s - analytic_s) / analytic_s);
         cli_time_text(stdout, &sc, &l, &cl);
         printf("\n");
         cli_placement_text(stdout, &sc, &l);

@@ -27,6 +27,8 @@ static const struct dp_cmd {
     {"profiles", cmd_profiles, "list the shipped GPU, link, network, system and model profiles",
      true},
     {"run", cmd_run, "train for real under a plan (CPU backend over MPI)", false},
+    {"simulate", cmd_simulate,
+     "simulate one training step event by event; Perfetto trace, pipeline Gantt chart", true},
     {"suggest", cmd_suggest, "search every layout, rank those that fit, write plan.json", true},
     {"topo", cmd_topo, "describe this node or an hwloc XML export; write a cluster file", true},
     {"validate", cmd_validate, "compare predicted and measured step times of real training runs",

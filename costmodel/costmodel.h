@@ -177,6 +177,31 @@ void dp_mem_stage(const struct dp_model *m, const struct dp_cluster *cl, const s
 void dp_mem_stage_params(const struct dp_model *m, const struct dp_layout *l, int stage,
                          int64_t *dense, int64_t *expert);
 
+/* One layer's parameters per GPU of a kind (unsharded): the dense part (attention, norms,
+ * dense MLP, router, shared experts) and the routed experts. */
+void dp_mem_layer_params(const struct dp_model *m, const struct dp_layout *l,
+                         enum dp_layer_kind kind, int64_t *dense, int64_t *expert);
+
+/*
+ * The terms of stage r's memory as they come and go during a step, for an event
+ * simulation (sim/) to add up over time: what is held all step (weights, gradients,
+ * optimizer states, buffers, runtime), one layer's kept activations per micro-batch by
+ * kind (as dp_mem_stage counts them), the embedding's mask per micro-batch of the first
+ * chunk, the output layer's activations while a micro-batch is in it, the working set
+ * of the layer being recomputed, and ZeRO-3's gathered parameters (counted by
+ * dp_mem_stage as two layers at all times). static_bytes + the schedule's live
+ * activations at their peak + head_bytes + working_bytes + gathered_bytes is
+ * model_peak_bytes, dp_mem_stage's total.
+ */
+struct dp_mem_terms {
+    int64_t static_bytes;
+    int64_t layer_bytes[DP_LAYER_KINDS];
+    int64_t emb_bytes, head_bytes, working_bytes, gathered_bytes;
+    int64_t model_peak_bytes;
+};
+void dp_mem_terms(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
+                  const struct dp_mem_opts *o, int r, struct dp_mem_terms *out);
+
 /*
  * FLOPs of one training step for the whole model (all GPUs together), counting
  * a multiply-add as 2 FLOPs and attention scores over the full s x s matrix
@@ -309,6 +334,27 @@ void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const 
                    const struct dp_shard_stage *st, const struct dp_path *dpcp,
                    const struct dp_path *edp, double *total_s, double *exposed_s);
 
+/*
+ * The data-parallel groups of a layout (shard.c): dp x cp and the expert data-parallel
+ * group, and under HSDP the shard groups (innermost sg ranks) and the replica groups;
+ * the reduce dtype's bytes of the framework. One unit's collectives at those groups:
+ * ZeRO-0 all-reduces the gradients over dp x cp; otherwise the unit's parameters are
+ * all-gathered in the shard group and its gradients reduce-scattered there, then (HSDP)
+ * the shard all-reduced across the replicas. dense, expert: parameters per GPU before
+ * sharding; ag_*_bytes: what one full gather of them moves.
+ */
+struct dp_shard_groups {
+    struct dp_path dpcp, edp, ps, pr, pe, per;
+    int ndp, sg, R, edpn, esg, gb;
+    double rb;
+};
+void dp_shard_groups(const struct dp_cluster *cl, const struct dp_layout *l,
+                     const struct dp_path *dpcp, const struct dp_path *edp,
+                     struct dp_shard_groups *g);
+void dp_shard_unit(const struct dp_layout *l, const struct dp_shard_groups *g, double dense,
+                   double expert, double ag_dense_bytes, double ag_expert_bytes, double *gather_s,
+                   double *reduce_s);
+
 /* ------------------------------------------------------------------ step time */
 
 /*
@@ -355,12 +401,14 @@ struct dp_layer_time {
     double attn_b;     /* attention core backward */
     double ew_f;       /* element-wise forward (backward = 2x) */
     double attn_ew_f;  /* the element-wise part of attention (selective recompute redoes it) */
-    double tp_f, tp_b; /* TP collectives */
+    double tp_f, tp_b; /* TP collectives (exposed: with tp_overlap what the GEMMs leave) */
     double cp_f, cp_b; /* exposed context-parallel exchange */
-    double ep_f, ep_b; /* expert dispatch/combine: all-to-all, expert-TP gather/scatter */
-    double cast_f;     /* FP8 quantization of the linears' inputs, forward */
-    double cast_b;     /* FP8 quantization of the output gradients, backward */
-    double cast_w;     /* FP8 casts of the layer's weights, once per step */
+    double tp_raw_f, tp_raw_b; /* the TP collectives' own duration, before any overlap */
+    double cp_raw_f, cp_raw_b; /* the context-parallel ring's exchanges, before overlap */
+    double ep_f, ep_b;         /* expert dispatch/combine: all-to-all, expert-TP gather/scatter */
+    double cast_f;             /* FP8 quantization of the linears' inputs, forward */
+    double cast_b;             /* FP8 quantization of the output gradients, backward */
+    double cast_w;             /* FP8 casts of the layer's weights, once per step */
     /* Forward work the selective policies redo in backward: torchtitan's per-op SAC
      * (op_f, and its TP collectives op_tp_f) and Megatron's recompute_modules. */
     double op_f, op_tp_f;
@@ -390,6 +438,91 @@ int dp_time_step(const struct dp_model *m, const struct dp_cluster *cl, const st
 /* The same without validation, for the planner's inner loop. */
 void dp_time_step_fast(const struct dp_model *m, const struct dp_cluster *cl,
                        const struct dp_layout *l, struct dp_step_cost *out);
+
+/* ------------------------------------------------------------------ per-operation costs */
+
+/*
+ * The step-time model's terms one operation at a time (costmodel/ops.c), for the
+ * event simulation of a step (sim/): the same numbers dp_time_step adds up, split
+ * where a simulator schedules things apart. Per micro-batch on one GPU; s.
+ *
+ * A layer is two blocks run in order, attention (norm, QKV, attention core,
+ * out-projection, their TP collectives and the CP ring) then MLP (norm, the MLP or the
+ * router and experts with their all-to-alls, TP). Each block's compute runs on the
+ * compute stream; each communication has its own duration (raw) and the time the
+ * compute stream waits for it (exposed): the same when it does not overlap, what the
+ * pipelined GEMM or the attention leaves (contention included) with tp_overlap and for
+ * the CP ring. Backward runs the blocks in reverse; a recomputing layer first reruns
+ * re_s of compute (full: its forward with its TP collectives and all-to-alls;
+ * selective: the attention core), times the stage's recompute share.
+ */
+enum dp_block { DP_BLOCK_ATTN, DP_BLOCK_MLP, DP_BLOCKS };
+struct dp_block_cost {
+    double fwd_s, bwd_s, re_s;             /* compute */
+    double tp_f, tp_b, tp_re;              /* TP collectives, exposed */
+    double tp_raw_f, tp_raw_b;             /* ... and their own duration */
+    double cp_f, cp_b, cp_raw_f, cp_raw_b; /* the CP ring (attention block) */
+    double ep_f, ep_b, ep_re;              /* all-to-alls, expert TP (MoE MLP block) */
+};
+struct dp_layer_cost {
+    struct dp_block_cost blk[DP_BLOCKS];
+    double cast_w_s;                     /* FP8 casts of its weights, once per step */
+    int64_t dense_params, expert_params; /* per GPU, before data-parallel sharding */
+};
+/* The embedding (in the first model chunk) and the final norm, output layer and loss (in
+ * the last): compute and exposed TP collectives, and their parameters per GPU. */
+struct dp_end_cost {
+    double fwd_s, bwd_s, tp_f, tp_b;
+    int64_t params;
+};
+struct dp_step_ops {
+    struct dp_layer_cost layer[DP_LAYER_KINDS];
+    struct dp_end_cost emb, head;
+    double p2p_s;      /* one activation or gradient to the neighbouring stage */
+    double emb_sync_s; /* tied embeddings with pp > 1: the first and last stage's all-reduce */
+    double recompute_share[DP_MAX_PP]; /* of each stage's layers (recompute_layers) */
+    double optimizer_s[DP_MAX_PP];     /* each stage's optimizer step over its shard */
+    double contention;                 /* overlapped communication slows compute by this
+                                          fraction of its duration (OVERLAP_CONTENTION) */
+};
+void dp_time_ops(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
+                 struct dp_step_ops *out);
+
+/*
+ * The data-parallel collectives of stage r at the granularity its framework issues them
+ * (ops.c): units of consecutive layers of one model chunk, in forward order, each
+ * with its gradient reduction (all-reduce for ZeRO-0, reduce-scatter otherwise) and
+ * parameter all-gather times. Megatron's DDP (ZeRO-0/1, and ZeRO-2/3 with pipeline
+ * parallelism, once per step): buckets of max(40M, 1M x dp) parameters in the first
+ * model chunk of the first stage, one bucket per chunk elsewhere and without
+ * --overlap-grad-reduce; ZeRO-2/3 without pipelining (FSDP, DeepSpeed): one unit per
+ * layer, the embedding and the output layer, every micro-batch. A framework with
+ * other granularity (FSDP2 blocks, DeepSpeed sub-modules and buckets) fills the same
+ * units.
+ *
+ * Fills *s and up to cap units; returns the number of units (call again with more room
+ * when it exceeds cap).
+ */
+struct dp_dp_unit {
+    int chunk, first, count; /* model chunk of the stage; its layers, chunk-local */
+    bool emb, head;          /* holds the embedding / the output layer */
+    double reduce_s, gather_s;
+    int64_t params;       /* per GPU, before sharding */
+    int64_t gather_bytes; /* held while gathered (ZeRO-3) */
+};
+struct dp_dp_sched {
+    bool all_reduce;      /* ZeRO-0: reduce by all-reduce, nothing gathered */
+    bool reduce_overlap;  /* reduce each unit when its gradients are ready (dp_overlap);
+                             else all after the stage's last backward */
+    bool reduce_each_mb;  /* every micro-batch (ZeRO-2/3 without pp); else the last one */
+    bool gather_each_mb;  /* ZeRO-3 without pp: before each forward and each backward */
+    bool gather_at_start; /* once per step, overlapping the first forwards
+                             (overlap_param_gather); else after the optimizer */
+    int prefetch;         /* ZeRO-3: units gathered ahead of the one computing */
+};
+int dp_time_dp_units(const struct dp_model *m, const struct dp_cluster *cl,
+                     const struct dp_layout *l, int r, struct dp_dp_sched *s,
+                     struct dp_dp_unit *out, int cap);
 
 /* ------------------------------------------------------------------ pipeline schedule */
 

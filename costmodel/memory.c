@@ -394,6 +394,12 @@ struct kind_params {
     int64_t dense[DP_LAYER_KINDS], expert[DP_LAYER_KINDS];
 };
 
+void dp_mem_layer_params(const struct dp_model *m, const struct dp_layout *l,
+                         enum dp_layer_kind kind, int64_t *dense, int64_t *expert)
+{
+    layer_params(m, l, kind, dense, expert);
+}
+
 static void kind_params(const struct dp_model *m, const struct dp_layout *l, struct kind_params *kp)
 {
     memset(kp, 0, sizeof *kp);
@@ -522,6 +528,31 @@ static void mem_ctx_init(struct mem_ctx *x, const struct dp_model *m, const stru
     dp_mem_bytes_per_param(l, &x->pb, &x->gb, &x->ob);
 }
 
+/* One layer's kept activations per micro-batch, by kind, on a stage of `layers` layers;
+ * *chunk: the layers rebuilt at a time. With recompute_layers (full recompute of that
+ * many of the stage's layers), the other layers keep all their activations: a layer's
+ * bytes are the mean over the stage's layers. Uniform chunks of n layers (Megatron
+ * --recompute-method uniform --recompute-num-layers n) keep one input per chunk and
+ * rebuild a whole chunk at a time. */
+static void act_per_layer(const struct mem_ctx *x, int layers, int64_t per[DP_LAYER_KINDS],
+                          int *chunk)
+{
+    const struct dp_layout *l = x->l;
+    double f = 1, per_chunk = 1;
+    *chunk = 1;
+    if (l->recompute == DP_RECOMPUTE_FULL && layers > 0) {
+        f = (double)dp_layout_recomputed(l, layers) / (double)layers;
+        if (l->recompute_method == DP_RC_UNIFORM && l->recompute_layers > 1) {
+            *chunk = l->recompute_layers < layers ? l->recompute_layers : layers;
+            per_chunk = 1.0 / *chunk;
+        }
+    }
+    for (int k = 0; k < DP_LAYER_KINDS; k++)
+        per[k] = f >= 1 && *chunk == 1 ? x->al[k].stored_bytes
+                                       : (int64_t)(f * per_chunk * (double)x->al[k].stored_bytes +
+                                                   (1 - f) * (double)x->al[k].full_bytes + 0.5);
+}
+
 /* The activation terms of stage r whose chunk c holds kn[c].n[k] layers of kind k. */
 static void stage_activations(const struct mem_ctx *x, int r, const struct dp_layer_kinds *kn,
                               struct dp_mem_stage *out)
@@ -535,26 +566,9 @@ static void stage_activations(const struct mem_ctx *x, int r, const struct dp_la
     const struct dp_act_layer *al = x->al;
     const int v = l->vpp;
     int64_t emb = out->has_embedding ? x->emb_mask : 0;
-    /* With recompute_layers (full recompute of that many of the stage's layers), the
-     * other layers keep all their activations: a layer's bytes are the mean over the
-     * stage's layers. */
-    /* Uniform chunks of n layers (Megatron --recompute-method uniform
-     * --recompute-num-layers n) keep one input per chunk and rebuild a whole chunk at a
-     * time. */
-    double f = 1, per_chunk = 1;
-    int chunk = 1;
-    if (l->recompute == DP_RECOMPUTE_FULL && out->layers > 0) {
-        f = (double)dp_layout_recomputed(l, out->layers) / (double)out->layers;
-        if (l->recompute_method == DP_RC_UNIFORM && l->recompute_layers > 1) {
-            chunk = l->recompute_layers < out->layers ? l->recompute_layers : out->layers;
-            per_chunk = 1.0 / chunk;
-        }
-    }
     int64_t per[DP_LAYER_KINDS];
-    for (int k = 0; k < DP_LAYER_KINDS; k++)
-        per[k] = f >= 1 && chunk == 1 ? al[k].stored_bytes
-                                      : (int64_t)(f * per_chunk * (double)al[k].stored_bytes +
-                                                  (1 - f) * (double)al[k].full_bytes + 0.5);
+    int chunk;
+    act_per_layer(x, out->layers, per, &chunk);
     int64_t w[DP_MAX_CHUNKS], lw[DP_MAX_CHUNKS], live[DP_MAX_CHUNKS], stored = 0;
     for (int c = 0; c < v && c < DP_MAX_CHUNKS; c++) {
         lw[c] = 0;
@@ -585,6 +599,30 @@ static void stage_activations(const struct mem_ctx *x, int r, const struct dp_la
         out->act_head_bytes = x->head_act;
     out->activations_bytes =
         out->act_layers_bytes + out->act_embed_bytes + out->act_head_bytes + out->act_working_bytes;
+}
+
+/* ZeRO-3: the parameters of the current and the prefetched layer, gathered. */
+static int64_t gathered_bytes(const struct mem_ctx *x, const struct dp_mem_stage *st)
+{
+    const struct dp_layout *l = x->l;
+    if (l->zero < 3)
+        return 0;
+    switch (l->framework) {
+    case DP_FW_TORCHTITAN:
+        return 0; /* FSDP2's per-block buffers: the per-layer comm term of stage_with */
+    case DP_FW_DEEPSPEED:
+        /* ZeRO-3 gathers per sub-module and prefetches the next one from its trace
+         * (partitioned_param_coordinator.py fetch_sub_module). */
+        return 2 * dp_precision_bytes(l->precision) * largest_linear(x->m, l);
+    default: {
+        /* Megatron-FSDP gathers a layer ahead: the current and the prefetched layer. */
+        int64_t big = 0;
+        for (int k = 0; k < DP_LAYER_KINDS; k++)
+            if (st->kind_layers[k] && x->kp.dense[k] + x->kp.expert[k] > big)
+                big = x->kp.dense[k] + x->kp.expert[k];
+        return 2 * big * x->pb;
+    }
+    }
 }
 
 /* act: the stage's activation bytes when already known (the same layout at another
@@ -659,7 +697,7 @@ static void stage_with(const struct mem_ctx *x, int r, const int64_t *act, struc
     /* Communication buffers: those held through the step (steady) and those of one
      * layer's backward (per_layer), which on the last stage come after the loss's buffers
      * are freed, so only their excess over the loss adds to the peak. */
-    const int pb = x->pb, gb = x->gb;
+    const int gb = x->gb;
     const int64_t t = l->tp, h = m->hidden, p = dp_precision_bytes(l->precision);
     const int64_t vpad = dp_padded_vocab(m->vocab, l->tp);
     int64_t steady = x->recv_bytes, per_layer = 0;
@@ -695,7 +733,7 @@ static void stage_with(const struct mem_ctx *x, int r, const int64_t *act, struc
             /* ZeRO-3 gathers per sub-module and prefetches the next one from its trace
              * (partitioned_param_coordinator.py fetch_sub_module); one reduce bucket of
              * reduce_bucket_size elements in the gradient dtype (stage3.py). */
-            steady += 2 * p * largest_linear(m, l) + np * gb;
+            steady += gathered_bytes(x, out) + np * gb;
         } else if (l->zero >= 1) {
             /* Stage 1/2 with contiguous_gradients: one reduce bucket, two with overlap_comm
              * (stage_1_and_2.py setup_buckets). */
@@ -705,8 +743,7 @@ static void stage_with(const struct mem_ctx *x, int r, const int64_t *act, struc
     default:
         /* Megatron-Core's parameter and gradient buffers are the model states; Megatron-FSDP
          * (zero 2/3) gathers a layer ahead and reduces one layer's gradients at a time. */
-        if (l->zero >= 3)
-            steady += 2 * big * pb;
+        steady += gathered_bytes(x, out);
         if (l->zero >= 2)
             per_layer = big * gb;
         break;
@@ -762,6 +799,26 @@ void dp_mem_stage(const struct dp_model *m, const struct dp_cluster *cl, const s
     struct mem_ctx x;
     mem_ctx_init(&x, m, cl, l, o, al);
     stage_with(&x, r, NULL, out);
+}
+
+void dp_mem_terms(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
+                  const struct dp_mem_opts *o, int r, struct dp_mem_terms *out)
+{
+    struct dp_act_layer al[DP_LAYER_KINDS];
+    dp_act_layers(m, l, al);
+    struct mem_ctx x;
+    mem_ctx_init(&x, m, cl, l, o, al);
+    struct dp_mem_stage st;
+    stage_with(&x, r, NULL, &st);
+    memset(out, 0, sizeof *out);
+    out->gathered_bytes = gathered_bytes(&x, &st);
+    out->static_bytes = st.total_bytes - st.activations_bytes - out->gathered_bytes;
+    int chunk;
+    act_per_layer(&x, st.layers, out->layer_bytes, &chunk);
+    out->emb_bytes = st.has_embedding ? x.emb_mask : 0;
+    out->head_bytes = st.act_head_bytes;
+    out->working_bytes = st.act_working_bytes;
+    out->model_peak_bytes = st.total_bytes;
 }
 
 int dp_mem_estimate(const struct dp_model *m, const struct dp_cluster *cl,

@@ -42,7 +42,7 @@ static double megatron_bucket(const struct dp_layout *l)
 /* Collectives of one pass over the stage: `units` alike, the parameters split evenly. */
 struct pass {
     int units;
-    double ag, rs, ar; /* one unit's all-gather, reduce-scatter, cross-replica all-reduce */
+    double ag; /* one unit's all-gather */
 };
 
 /*
@@ -95,37 +95,74 @@ static double ds_regather_share(const struct dp_model *m, const struct dp_layout
     return all > 0 ? again / all : 0;
 }
 
+void dp_shard_groups(const struct dp_cluster *cl, const struct dp_layout *l,
+                     const struct dp_path *dpcp, const struct dp_path *edp,
+                     struct dp_shard_groups *g)
+{
+    memset(g, 0, sizeof *g);
+    g->ndp = l->dp * l->cp;
+    g->sg = dp_layout_shard(l);
+    g->R = dp_layout_replicas(l);
+    g->edpn = dp_layout_edp(l);
+    g->esg = g->edpn % g->R == 0 ? g->edpn / g->R : g->edpn;
+    int pb, ob;
+    dp_mem_bytes_per_param(l, &pb, &g->gb, &ob);
+    /* Reduce in the gradient dtype (Megatron: fp32 main grads with
+     * --accumulate-allreduce-grads-in-fp32; DeepSpeed: the accumulation dtype); FSDP2 in
+     * reduce_dtype, fp32 in torchtitan (mixed_precision_reduce). */
+    g->rb = l->framework == DP_FW_TORCHTITAN ? 4 : g->gb;
+    /* The groups: the shard group is the innermost sg of the dp x cp ranks (FSDP2's mesh
+     * [dp_replicate, dp_shard], Megatron's instances of consecutive dp ranks), the replica
+     * group the ranks sg apart. */
+    g->dpcp = *dpcp;
+    g->edp = *edp;
+    g->ps = *dpcp;
+    g->pe = *edp;
+    if (g->R > 1) {
+        dp_group_path_fast(cl, g->sg, l->tp, &g->ps);
+        dp_group_path_fast(cl, g->R, (long)l->tp * g->sg, &g->pr);
+        if (g->esg != g->edpn) {
+            int etp = dp_layout_etp(l);
+            dp_group_path_fast(cl, g->esg, (long)etp * l->ep, &g->pe);
+            dp_group_path_fast(cl, g->R, (long)etp * l->ep * g->esg, &g->per);
+        }
+    }
+}
+
+void dp_shard_unit(const struct dp_layout *l, const struct dp_shard_groups *g, double dense,
+                   double expert, double ag_dense_bytes, double ag_expert_bytes, double *gather_s,
+                   double *reduce_s)
+{
+    if (l->zero == 0) {
+        *gather_s = 0;
+        *reduce_s = coll(l, DP_ALLREDUCE, dense * g->gb, g->ndp, &g->dpcp) +
+                    coll(l, DP_ALLREDUCE, expert * g->gb, g->edpn, &g->edp);
+        return;
+    }
+    *gather_s = coll(l, DP_ALLGATHER, ag_dense_bytes, g->sg, &g->ps) +
+                coll(l, DP_ALLGATHER, ag_expert_bytes, g->esg, &g->pe);
+    /* HSDP: the reduce-scattered shard is all-reduced across the replicas (FSDP2
+     * foreach_reduce on its all_reduce stream; Megatron param_and_grad_buffer.py with
+     * num_distributed_optimizer_instances > 1). */
+    *reduce_s = coll(l, DP_REDUCE_SCATTER, dense * g->rb, g->sg, &g->ps) +
+                coll(l, DP_REDUCE_SCATTER, expert * g->rb, g->esg, &g->pe) +
+                coll(l, DP_ALLREDUCE, dense * g->rb / g->sg, g->R, &g->pr) +
+                coll(l, DP_ALLREDUCE, expert * g->rb / g->esg, g->R, &g->per);
+}
+
 void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
                    const struct dp_shard_stage *st, const struct dp_path *dpcp,
                    const struct dp_path *edp, double *total_s, double *exposed_s)
 {
     *total_s = *exposed_s = 0;
-    const int ndp = l->dp * l->cp;
-    const int sg = dp_layout_shard(l), R = dp_layout_replicas(l);
-    const int edpn = dp_layout_edp(l), esg = edpn % R == 0 ? edpn / R : edpn;
+    struct dp_shard_groups grp;
+    dp_shard_groups(cl, l, dpcp, edp, &grp);
+    const int sg = grp.sg;
+    const int edpn = grp.edpn, esg = grp.esg, ndp = grp.ndp;
+    const struct dp_path ps = grp.ps, pe = grp.pe;
     if (ndp <= 1 && edpn <= 1)
         return;
     const double M = (double)dp_layout_microbatches(l);
-    int pb, gb, ob;
-    dp_mem_bytes_per_param(l, &pb, &gb, &ob);
-    /* Reduce in the gradient dtype (Megatron: fp32 main grads with
-     * --accumulate-allreduce-grads-in-fp32; DeepSpeed: the accumulation dtype); FSDP2 in
-     * reduce_dtype, fp32 in torchtitan (mixed_precision_reduce). */
-    const double rb = l->framework == DP_FW_TORCHTITAN ? 4 : gb;
-
-    /* The groups: the shard group is the innermost sg of the dp x cp ranks (FSDP2's mesh
-     * [dp_replicate, dp_shard], Megatron's instances of consecutive dp ranks), the replica
-     * group the ranks sg apart. */
-    struct dp_path ps = *dpcp, pr = {0}, pe = *edp, per = {0};
-    if (R > 1) {
-        dp_group_path_fast(cl, sg, l->tp, &ps);
-        dp_group_path_fast(cl, R, (long)l->tp * sg, &pr);
-        if (esg != edpn) {
-            int etp = dp_layout_etp(l);
-            dp_group_path_fast(cl, esg, (long)etp * l->ep, &pe);
-            dp_group_path_fast(cl, R, (long)etp * l->ep * esg, &per);
-        }
-    }
 
     /* How many collectives one pass issues over the stage. */
     int units;
@@ -152,23 +189,16 @@ void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const 
         units = 1;
     const double U = units;
     struct pass ps_ = {0};
-    ps_.ag = coll(l, DP_ALLGATHER, st->ag_dense_bytes / U, sg, &ps) +
-             coll(l, DP_ALLGATHER, st->ag_expert_bytes / U, esg, &pe);
-    ps_.rs = coll(l, DP_REDUCE_SCATTER, st->dense * rb / U, sg, &ps) +
-             coll(l, DP_REDUCE_SCATTER, st->expert * rb / U, esg, &pe);
-    /* HSDP: the reduce-scattered shard is all-reduced across the replicas (FSDP2
-     * foreach_reduce on its all_reduce stream; Megatron param_and_grad_buffer.py with
-     * num_distributed_optimizer_instances > 1). */
-    ps_.ar = coll(l, DP_ALLREDUCE, st->dense * rb / U / sg, R, &pr) +
-             coll(l, DP_ALLREDUCE, st->expert * rb / U / esg, R, &per);
+    double red;
+    dp_shard_unit(l, &grp, st->dense / U, st->expert / U, st->ag_dense_bytes / U,
+                  st->ag_expert_bytes / U, &ps_.ag, &red);
     const double fw = st->fwd_s / U, bw = st->bwd_s / U; /* compute per unit */
     const bool opg = l->overlap_param_gather, ovl = l->dp_overlap;
 
     if (l->zero == 0) {
         /* All-reduce of the gradients once per step, bucket by bucket during the last
          * micro-batch's backward; the last bucket's after it. */
-        double ar = coll(l, DP_ALLREDUCE, st->dense * gb / U, ndp, dpcp) +
-                    coll(l, DP_ALLREDUCE, st->expert * gb / U, edpn, edp);
+        double ar = red;
         *total_s = U * ar;
         *exposed_s = ovl ? (U - 1) * overlapped(ar, bw) + ar : U * ar;
         return;
@@ -182,7 +212,7 @@ void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const 
          * stage gathered and unreduced until the last micro-batch (FSDP2 + PP:
          * reshard_after_forward False, set_requires_gradient_sync).
          */
-        double rs = ps_.rs + ps_.ar;
+        double rs = red;
         *total_s = U * (rs + ps_.ag);
         double r = ovl ? (U - 1) * overlapped(rs, bw) + rs : U * rs;
         double g = opg ? ps_.ag + (U - 1) * overlapped(ps_.ag, fw) : U * ps_.ag;
@@ -192,7 +222,7 @@ void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const 
     if (l->zero == 2 && l->framework == DP_FW_DEEPSPEED) {
         /* DeepSpeed stage 2: reduce per bucket every micro-batch (overlap_comm), one
          * all-gather of the updated partitions per step in allgather buckets. */
-        double rs = ps_.rs + ps_.ar;
+        double rs = red;
         *total_s = M * U * rs + U * ps_.ag;
         double r = ovl ? (U - 1) * overlapped(rs, bw) + rs : U * rs;
         *exposed_s = M * r + U * ps_.ag;
@@ -224,7 +254,7 @@ void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const 
     const double GU = gunits, gfw = st->fwd_s / GU, gbw = st->bwd_s / GU;
     double f_total = GU * gag;
     double b_gather = gathers_b * GU * gag;
-    double rs = U * (ps_.rs + ps_.ar);
+    double rs = U * (red);
     *total_s = M * (f_total + b_gather + rs);
     /* Prefetch one unit ahead (FSDP2 implicit forward prefetch and _backward_prefetch one
      * group ahead; DeepSpeed's trace-based prefetch): each gather hides behind the previous
@@ -236,7 +266,7 @@ void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const 
     if (opg && prefetch && ovl)
         eb = (GU - 1) * overlapped(one, gbw) + one;
     else if (ovl)
-        eb = b_gather + (U - 1) * overlapped(ps_.rs + ps_.ar, bw) + ps_.rs + ps_.ar;
+        eb = b_gather + (U - 1) * overlapped(red, bw) + red;
     else if (opg && prefetch)
         eb = GU * overlapped(gathers_b * gag, gbw) + rs;
     else

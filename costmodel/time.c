@@ -209,7 +209,7 @@ static double lin(const struct dp__time_ctx *c, struct dp_layer_time *o, double 
  * GEMMs take as long as the forward one each (dgrad and wgrad have its FLOPs).
  */
 static void tp_region(const struct dp__time_ctx *c, double in_width, double out_width, double g_in,
-                      double g_out, double *f, double *b)
+                      double g_out, struct dp_layer_time *o)
 {
     const struct dp_layout *l = c->l;
     if (l->tp <= 1)
@@ -220,17 +220,23 @@ static void tp_region(const struct dp__time_ctx *c, double in_width, double out_
         double rs_in = dp_coll_time_s(DP_REDUCE_SCATTER, p * T * in_width, l->tp, &c->tp);
         double rs_out = dp_coll_time_s(DP_REDUCE_SCATTER, p * T * out_width, l->tp, &c->tp);
         double ag_out = dp_coll_time_s(DP_ALLGATHER, pg * T * out_width, l->tp, &c->tp);
+        o->tp_raw_f += ag_in + rs_out;
+        o->tp_raw_b += ag_out + rs_in + ag_in;
         if (l->tp_overlap) {
-            *f += pipelined(ag_in, g_in, l->tp) + pipelined(rs_out, g_out, UB_RS_SPLITS);
-            *b +=
+            o->tp_f += pipelined(ag_in, g_in, l->tp) + pipelined(rs_out, g_out, UB_RS_SPLITS);
+            o->tp_b +=
                 pipelined(ag_out, g_out, l->tp) + overlapped(rs_in, g_in) + overlapped(ag_in, g_in);
         } else {
-            *f += ag_in + rs_out;
-            *b += ag_out + rs_in + ag_in;
+            o->tp_f += ag_in + rs_out;
+            o->tp_b += ag_out + rs_in + ag_in;
         }
     } else {
-        *f += dp_coll_time_s(DP_ALLREDUCE, p * T * out_width, l->tp, &c->tp);
-        *b += dp_coll_time_s(DP_ALLREDUCE, p * T * in_width, l->tp, &c->tp);
+        double f = dp_coll_time_s(DP_ALLREDUCE, p * T * out_width, l->tp, &c->tp);
+        double b = dp_coll_time_s(DP_ALLREDUCE, p * T * in_width, l->tp, &c->tp);
+        o->tp_f += f;
+        o->tp_b += b;
+        o->tp_raw_f += f;
+        o->tp_raw_b += b;
     }
 }
 
@@ -337,7 +343,7 @@ static void attention(const struct dp__time_ctx *c, struct dp_layer_time *o)
     o->op_f += ew / c->membw; /* rotary (and q/k norms), recomputed */
 
     /* Tensor parallel: the attention region (Shoeybi et al. 2019, Fig. 3). */
-    tp_region(c, in_width, h, g_in, g_out, &o->tp_f, &o->tp_b);
+    tp_region(c, in_width, h, g_in, g_out, o);
 }
 
 /*
@@ -382,7 +388,7 @@ static void moe_mlp(const struct dp__time_ctx *c, struct dp_layer_time *o)
         shared = s1 + s2;
         o->shared_f = shared + act_b * T * fs / t / c->membw;
         o->op_f += s1 / 2; /* the shared experts' w3 */
-        tp_region(c, h, h, s1, s2, &o->tp_f, &o->tp_b);
+        tp_region(c, h, h, s1, s2, o);
     }
     o->ew_f += (router + perm + act) / c->membw;
     o->moe_f = gate + experts + shared + (router + perm + act) / c->membw;
@@ -413,7 +419,22 @@ static void moe_mlp(const struct dp__time_ctx *c, struct dp_layer_time *o)
     }
 }
 
-static void layer(const struct dp__time_ctx *c, enum dp_layer_kind kind, struct dp_layer_time *o)
+/* d = a - b, field by field (every field of struct dp_layer_time is a double). */
+static void lt_sub(const struct dp_layer_time *a, const struct dp_layer_time *b,
+                   struct dp_layer_time *d)
+{
+    _Static_assert(sizeof(struct dp_layer_time) % sizeof(double) == 0, "doubles only");
+    const double *x = (const double *)a, *y = (const double *)b;
+    double *z = (double *)d;
+    for (size_t i = 0; i < sizeof *d / sizeof(double); i++)
+        z[i] = x[i] - y[i];
+}
+
+/* One layer's costs into *o; with blk, also its attention block (blk[0]: norm, QKV,
+ * attention core, out-projection, their TP and CP communication) and its MLP block
+ * (blk[1]: norm, MLP or router and experts, TP and EP communication), which sum to *o. */
+static void layer(const struct dp__time_ctx *c, enum dp_layer_kind kind, struct dp_layer_time *o,
+                  struct dp_layer_time blk[2])
 {
     const struct dp_model *m = c->m;
     const struct dp_layout *l = c->l;
@@ -422,6 +443,7 @@ static void layer(const struct dp__time_ctx *c, enum dp_layer_kind kind, struct 
     const double h = (double)m->hidden, g = (double)m->kv_heads, d = (double)m->head_dim;
 
     attention(c, o);
+    struct dp_layer_time a = *o; /* the attention block */
     if (kind == DP_LAYER_MOE) {
         moe_mlp(c, o);
     } else {
@@ -435,12 +457,14 @@ static void layer(const struct dp__time_ctx *c, enum dp_layer_kind kind, struct 
         o->mlp_f = g1 + g2 + act;
         /* Per-op SAC: SwiGLU's w3 (half of the fused gate/up GEMM), or GELU's fc2. */
         o->op_f += (m->ffn == DP_FFN_SWIGLU ? g1 / 2 : g2) + act;
-        tp_region(c, h, h, g1, g2, &o->tp_f, &o->tp_b);
+        tp_region(c, h, h, g1, g2, o);
     }
 
     /* Element-wise, forward bytes: norms (read + write), two fused bias-dropout-add
-     * (read output and residual, write; 1-byte masks). */
-    double norms = m->norms_per_layer * ew_norm_bytes(c) * T * h / u;
+     * (read output and residual, write; 1-byte masks). The attention block has the
+     * first norm and bias-dropout-add, the MLP block the others. */
+    double norm1 = ew_norm_bytes(c) * T * h / u;
+    double norms = m->norms_per_layer * norm1;
     double bda = 2 * 3.0 * p * T * h / u + (m->dropout ? 2.0 * T * h / u : 0);
     o->ew_f += (norms + bda) / c->membw;
     o->norm_f = norms / c->membw;
@@ -448,14 +472,23 @@ static void layer(const struct dp__time_ctx *c, enum dp_layer_kind kind, struct 
     /* Per-op SAC saves the reduce-scatters' outputs (sequence parallel) but not the
      * all-gathers, which the recomputed norms feed again; without SP the all-reduces. */
     o->op_tp_f = l->sp ? 0.5 * o->tp_f : o->tp_f;
+    a.ew_f += (norm1 + bda / 2) / c->membw;
+    a.norm_f = norm1 / c->membw;
+    a.op_f += (norm1 + bda / 2) / c->membw;
+    a.op_tp_f = l->sp ? 0.5 * a.tp_f : a.tp_f;
     /* FP8 quantization: lin() counted the elements; fp8_cast_bytes moves per element. */
     if (c->fp8) {
+        double wb = (l->fp8_params ? 2.0 : c->cast_b) / c->membw;
         o->cast_f *= c->cast_b / c->membw;
         o->cast_b *= c->cast_b / c->membw;
         /* FP8 weights (fp8_params) need only the transposed copy: read and write 1 byte. */
-        o->cast_w *= (l->fp8_params ? 2.0 : c->cast_b) / c->membw;
+        o->cast_w *= wb;
+        a.cast_f *= c->cast_b / c->membw;
+        a.cast_b *= c->cast_b / c->membw;
+        a.cast_w *= wb;
     } else {
         o->cast_f = o->cast_b = o->cast_w = 0;
+        a.cast_f = a.cast_b = a.cast_w = 0;
     }
 
     /* Context parallel (ring attention): cp - 1 exchanges of this rank's K and V
@@ -469,6 +502,16 @@ static void layer(const struct dp__time_ctx *c, enum dp_layer_kind kind, struct 
         double per_f = o->attn_f / l->cp, per_b = o->attn_b / l->cp;
         o->cp_f = (l->cp - 1) * overlapped(step_f, per_f);
         o->cp_b = (l->cp - 1) * overlapped(2 * step_f, per_b);
+        o->cp_raw_f = (l->cp - 1) * step_f;
+        o->cp_raw_b = (l->cp - 1) * 2 * step_f;
+        a.cp_f = o->cp_f;
+        a.cp_b = o->cp_b;
+        a.cp_raw_f = o->cp_raw_f;
+        a.cp_raw_b = o->cp_raw_b;
+    }
+    if (blk) {
+        blk[0] = a;
+        lt_sub(o, &a, &blk[1]);
     }
 }
 
@@ -535,7 +578,7 @@ void dp_time_layer(const struct dp_model *m, const struct dp_cluster *cl, const 
     struct dp__time_ctx c;
     ctx_init(&c, m, cl, l, false);
     for (int k = 0; k < DP_LAYER_KINDS; k++)
-        layer(&c, (enum dp_layer_kind)k, &out[k]);
+        layer(&c, (enum dp_layer_kind)k, &out[k], NULL);
     /* the ends are the same whatever the layers' kind */
     ends(&c, &out[0]);
     for (int k = 1; k < DP_LAYER_KINDS; k++) {
@@ -708,4 +751,34 @@ void dp_time_describe_paths(const struct dp_cluster *cl, const struct dp_layout 
     dp_place_path(cl, l, DP_PLACE_EDP, &out->edp_path);
     dp_place_path(cl, l, DP_PLACE_DPCP, &out->dp_path);
     dp_place_path(cl, l, DP_PLACE_PP, &out->pp_path);
+}
+
+/* ------------------------------------------------------------------ for costmodel/ops.c */
+
+void dp__time_ctx_init(struct dp__time_ctx *c, const struct dp_model *m,
+                       const struct dp_cluster *cl, const struct dp_layout *l, bool step)
+{
+    ctx_init(c, m, cl, l, step);
+}
+
+void dp__time_layer(const struct dp__time_ctx *c, enum dp_layer_kind kind, struct dp_layer_time *o,
+                    struct dp_layer_time blk[2])
+{
+    layer(c, kind, o, blk);
+}
+
+void dp__time_ends(const struct dp__time_ctx *c, struct dp_layer_time *o)
+{
+    memset(o, 0, sizeof *o);
+    ends(c, o);
+}
+
+double dp__optimizer_bytes_per_param(const struct dp_layout *l)
+{
+    return optimizer_bytes_per_param(l);
+}
+
+double dp__linear_weights_per_layer(const struct dp_model *m, const struct dp_layout *l)
+{
+    return linear_weights_per_layer(m, l);
 }

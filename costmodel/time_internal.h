@@ -47,4 +47,27 @@ struct dp__time_ctx {
 void dp__time_pipeline(const struct dp__time_ctx *c, const struct dp_layer_time lt[DP_LAYER_KINDS],
                        struct dp_reuse *r);
 
+/*
+ * What costmodel/ops.c takes from time.c and time_pipe.c to list the step's terms one
+ * operation at a time: the context (step: the step's paths, else the layer's), one
+ * layer's costs and its two blocks, the ends, a pipeline send, the share of a stage's
+ * layers that recompute, the optimizer's bytes per parameter and a layer's linear
+ * weights (those FP8 weights shrink).
+ */
+void dp__time_ctx_init(struct dp__time_ctx *c, const struct dp_model *m,
+                       const struct dp_cluster *cl, const struct dp_layout *l, bool step);
+void dp__time_layer(const struct dp__time_ctx *c, enum dp_layer_kind kind, struct dp_layer_time *o,
+                    struct dp_layer_time blk[2]);
+void dp__time_ends(const struct dp__time_ctx *c, struct dp_layer_time *o);
+double dp__time_p2p(const struct dp__time_ctx *c);
+/* What recomputation adds to a layer's backward: compute, TP collectives, all-to-alls. */
+struct dp__redo {
+    double compute_s, tp_s, ep_s;
+};
+void dp__time_redo(const struct dp_layout *l, const struct dp_layer_time *lc,
+                   enum dp_layer_kind kind, struct dp__redo *re);
+double dp__time_recompute_share(const struct dp_layout *l, const struct dp_model *m, int r);
+double dp__optimizer_bytes_per_param(const struct dp_layout *l);
+double dp__linear_weights_per_layer(const struct dp_model *m, const struct dp_layout *l);
+
 #endif

@@ -49,7 +49,6 @@ static void add_scaled(struct stage_cost *acc, const struct stage_cost *x, doubl
 static void layer_part(const struct dp__time_ctx *c, const struct dp_layer_time *lc,
                        enum dp_layer_kind kind, struct stage_cost *o, struct stage_cost *re)
 {
-    const struct dp_layout *l = c->l;
     memset(o, 0, sizeof *o);
     memset(re, 0, sizeof *re);
     o->compute_f = lc->gemm_f + lc->attn_f + lc->ew_f + lc->cast_f;
@@ -60,12 +59,25 @@ static void layer_part(const struct dp__time_ctx *c, const struct dp_layer_time 
     o->cp_b = lc->cp_b;
     o->ep_f = lc->ep_f;
     o->ep_b = lc->ep_b;
+    struct dp__redo rd;
+    dp__time_redo(c->l, lc, kind, &rd);
+    re->recompute = rd.compute_s;
+    re->tp_re = rd.tp_s;
+    re->ep_b = rd.ep_s;
+}
+
+/* What recomputing a layer's (or a block's: the terms are additive) forward adds to its
+ * backward under the layout's policy. */
+void dp__time_redo(const struct dp_layout *l, const struct dp_layer_time *lc,
+                   enum dp_layer_kind kind, struct dp__redo *re)
+{
+    memset(re, 0, sizeof *re);
     if (l->recompute == DP_RECOMPUTE_FULL) {
         /* The whole forward again, collectives included (Megatron checkpoints the
          * layer input and reruns the layer). */
-        re->recompute = lc->gemm_f + lc->attn_f + lc->ew_f + lc->cast_f;
-        re->tp_re = lc->tp_f;
-        re->ep_b = lc->ep_f;
+        re->compute_s = lc->gemm_f + lc->attn_f + lc->ew_f + lc->cast_f;
+        re->tp_s = lc->tp_f;
+        re->ep_s = lc->ep_f;
     } else if (l->recompute == DP_RECOMPUTE_SELECTIVE) {
         /* Megatron-Core recompute_modules (default core_attn: the attention core and its
          * element-wise passes, Korthikanti Sec. 5). */
@@ -82,17 +94,17 @@ static void layer_part(const struct dp__time_ctx *c, const struct dp_layer_time 
         if (kind == DP_LAYER_MOE) {
             if (mods & DP_RCM_MOE) {
                 rc += lc->moe_f;
-                re->ep_b = lc->ep_f; /* the dispatch runs again */
+                re->ep_s = lc->ep_f; /* the dispatch runs again */
             } else {
                 rc += (mods & DP_RCM_MOE_ACT ? lc->moe_act_f : 0) +
                       (mods & DP_RCM_SHARED_EXPERTS ? lc->shared_f : 0);
             }
         }
-        re->recompute = rc;
+        re->compute_s = rc;
     } else if (l->recompute == DP_RECOMPUTE_OP) {
         /* torchtitan's per-op SAC: what its policy does not save (time.c op_f, op_tp_f). */
-        re->recompute = lc->op_f;
-        re->tp_re = lc->op_tp_f;
+        re->compute_s = lc->op_f;
+        re->tp_s = lc->op_tp_f;
     }
 }
 
@@ -273,4 +285,14 @@ void dp__time_pipeline(const struct dp__time_ctx *c, const struct dp_layer_time 
             st[i].compute_b + st[i].recompute + st[i].tp_b + st[i].tp_re + st[i].pp / 2;
     }
     r->have_pipe = true;
+}
+
+double dp__time_p2p(const struct dp__time_ctx *c)
+{
+    return p2p_part(c);
+}
+
+double dp__time_recompute_share(const struct dp_layout *l, const struct dp_model *m, int r)
+{
+    return recompute_share(l, m, r);
 }

@@ -8,7 +8,7 @@
  * (1, 2, 5 x 10^k) and their labels, legends. The charts (bars.c, scatter.c)
  * use them: stacked bars against a limit (memory per stage), a scatter with
  * marked points (the search), grouped bars in panels (whatif). A later chart
- * (the pipeline Gantt of `dplan simulate`) builds on the same blocks.
+ * (the pipeline Gantt of `dplan simulate`, gantt.c) builds on the same blocks.
  *
  * Output is deterministic: coordinates are printed with one decimal, numbers
  * with fixed precision, and nothing depends on time, locale or addresses.
@@ -190,5 +190,37 @@ struct dp_viz_grouped {
     } panel[DP_VIZ_MAX_PANELS];
 };
 int dp_viz_grouped_bars(const struct dp_viz_grouped *c, struct dp_buf *out, struct dp_err *err);
+
+/*
+ * A Gantt chart: one row per resource (a pipeline stage's GPU), bars in time along the
+ * x axis, each coloured by its legend entry; lane bars are drawn in a thin strip under
+ * their row (communication). Times are in the unit of x_label; the axis runs from 0 to
+ * x_max. Each bar is a <rect class="bar"> (or "lane") carrying data-row, so that a test can
+ * add up the chart's busy and idle area; span0/span1 (span1 > span0) mark the interval
+ * whose idle area is the pipeline bubble with dashed lines, in the frame's data-span
+ * attributes.
+ */
+struct dp_viz_bar {
+    double t0, t1;
+    int row, color;
+    int tag; /* >= 0: a number drawn inside the bar where it fits (the micro-batch) */
+    bool lane;
+};
+struct dp_viz_gantt {
+    const char *title, *subtitle;
+    const char *x_label; /* with unit */
+    const char *y_label;
+    int nrows;
+    const char *const *row;
+    const struct dp_viz_bar *bar;
+    size_t nbar;
+    int ncolors;
+    const char *const *color_name;
+    const char *const *colors;
+    double x_max;
+    double span0, span1;
+    const char *note; /* a line under the plot */
+};
+int dp_viz_gantt(const struct dp_viz_gantt *c, struct dp_buf *out, struct dp_err *err);
 
 #endif

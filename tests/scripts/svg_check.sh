@@ -16,6 +16,7 @@ trap 'rm -rf "$tmp"' EXIT
 "$dplan" memory llama2-7b --system dgx-h100 --tp 2 --gbs 64 --svg "$tmp/memory.svg" > /dev/null || exit 1
 "$dplan" suggest llama2-7b --system dgx-h100 --top 3 --svg "$tmp/suggest.svg" > /dev/null || exit 1
 "$dplan" whatif llama2-7b --systems dgx-h100 --nodes 1,2 --svg "$tmp/whatif.svg" > /dev/null || exit 1
+"$dplan" simulate llama2-7b --system dgx-h100 --tp 2 --pp 4 --vpp 2 --gbs 16 --svg "$tmp/gantt.svg" > /dev/null || exit 1
 ls "$tmp"/*.tmp.* > /dev/null 2>&1 && { echo "svg_check: a temporary file was left behind"; exit 1; }
 fail=0 n=0
 for svg in "$golden"/svg_*/expected_stdout "$tmp"/*.svg; do

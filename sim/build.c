@@ -1,0 +1,109 @@
+/*
+ * From a model, a cluster and a layout to what the engine runs (struct
+ * dp_sim_input): the schedule, each virtual stage's layers, the cost model's
+ * per-operation terms, each stage's data-parallel units and memory terms.
+ */
+#include "sim.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void dp_sim_opts_default(struct dp_sim_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->schedule = DP_SIM_SCHED_AUTO;
+    dp_mem_opts_default(&o->mem);
+}
+
+void dp_sim_input_release(struct dp_sim_input *in)
+{
+    if (!in)
+        return;
+    for (int r = 0; r < DP_MAX_PP; r++) {
+        free(in->units[r]);
+        in->units[r] = NULL;
+        in->nunits[r] = 0;
+    }
+}
+
+int dp_sim_build(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
+                 const struct dp_sim_opts *o, struct dp_sim_input *in, struct dp_err *err)
+{
+    memset(in, 0, sizeof *in);
+    int rc = dp_layout_validate(l, m, dp_cluster_gpus(cl), err);
+    if (rc)
+        return rc;
+    if (l->pp > DP_MAX_PP || l->pp * l->vpp > DP_MAX_CHUNKS)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "pp=%d x vpp=%d exceeds the %d model chunks simulated", l->pp, l->vpp,
+                          DP_MAX_CHUNKS);
+    if (l->tp > cl->gpus_per_node)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "tp=%d crosses nodes (%d GPUs per node): tensor parallelism needs the "
+                          "intra-node link",
+                          l->tp, cl->gpus_per_node);
+    in->pp = l->pp;
+    in->vpp = l->vpp;
+    in->M = dp_layout_microbatches(l);
+    in->schedule = o->schedule;
+    /* Megatron overlaps sends with compute only in the interleaved schedule
+     * (overlap_p2p_comm), as the cost model does. */
+    in->pp_overlap = l->pp_overlap && l->vpp > 1;
+    in->zero = l->zero;
+    in->layers = (int)m->layers;
+    in->moe_from = m->experts > 0 ? (int)m->moe_dense_layers : (int)m->layers;
+    in->tp = l->tp;
+    in->cp = l->cp;
+    in->dp = l->dp;
+    in->ranks_per_stage = (long)l->tp * l->cp * l->dp;
+    in->stage_rank_stride = in->ranks_per_stage; /* Megatron's order: pp outermost */
+    for (int r = 0; r < l->pp; r++)
+        for (int c = 0; c < l->vpp; c++)
+            dp_layout_chunk_layers(l, m, r, c, &in->chunk_first[c * l->pp + r],
+                                   &in->chunk_count[c * l->pp + r]);
+    dp_time_ops(m, cl, l, &in->ops);
+    for (int r = 0; r < l->pp; r++) {
+        dp_mem_terms(m, cl, l, &o->mem, r, &in->mem[r]);
+        int n = dp_time_dp_units(m, cl, l, r, &in->dsched[r], NULL, 0);
+        if (n <= 0)
+            continue;
+        in->units[r] = malloc((size_t)n * sizeof *in->units[r]);
+        if (!in->units[r]) {
+            dp_sim_input_release(in);
+            return dp_err_set(err, DP_ENOMEM, "out of memory");
+        }
+        in->nunits[r] = dp_time_dp_units(m, cl, l, r, &in->dsched[r], in->units[r], n);
+    }
+    /* a schedule that does not apply is refused before anything runs */
+    enum dp_sim_schedule s = o->schedule;
+    if (s == DP_SIM_SCHED_AUTO)
+        s = l->vpp > 1 ? DP_SIM_SCHED_INTERLEAVED : DP_SIM_SCHED_1F1B;
+    rc = 0;
+    if (s == DP_SIM_SCHED_INTERLEAVED && l->vpp < 2)
+        rc = dp_err_set(err, DP_EINFEASIBLE,
+                        "the interleaved schedule needs vpp > 1 (model chunks per rank)");
+    else if (s != DP_SIM_SCHED_INTERLEAVED && l->vpp > 1)
+        rc = dp_err_set(err, DP_EINFEASIBLE,
+                        "the %s schedule runs one model chunk per rank, the layout has vpp=%d",
+                        dp_sim_schedule_name(s), l->vpp);
+    if (rc) {
+        dp_sim_input_release(in);
+        return rc;
+    }
+    return 0;
+}
+
+int dp_sim_run(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
+               const struct dp_sim_opts *o, struct dp_sim_result *out, struct dp_err *err)
+{
+    memset(out, 0, sizeof *out);
+    struct dp_sim_input *in = malloc(sizeof *in);
+    if (!in)
+        return dp_err_set(err, DP_ENOMEM, "out of memory");
+    int rc = dp_sim_build(m, cl, l, o, in, err);
+    if (!rc)
+        rc = dp_sim_engine(in, o, out, err);
+    dp_sim_input_release(in);
+    free(in);
+    return rc;
+}
