@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Check (or, with --update, rewrite) the README's example outputs against the binary.
+# Check (or, with --update, rewrite) the example outputs in README.md and docs/*.md against the binary.
 # An example is a fenced block whose first line is "$ dplan ARGS" (a pipe to head/tail
 # is allowed); the rest of the block is that command's output. Run from anywhere:
 #   scripts/readme-examples.sh [--update] [BUILD_DIR/dplan] [FILE.md ...]
@@ -10,15 +10,16 @@ update=0
 dplan=${1:-build/dplan}
 shift || true
 files=("$@")
-[ ${#files[@]} -gt 0 ] || files=(README.md)
+[ ${#files[@]} -gt 0 ] || files=(README.md docs/*.md)
 [ -x "$dplan" ] || { echo "readme-examples: $dplan: not an executable (build first)" >&2; exit 2; }
 dplan=$(cd "$(dirname "$dplan")" && pwd)/$(basename "$dplan")
 export DPLAN_PROFILES=${DPLAN_PROFILES:-$PWD/profiles}
 python3 - "$update" "$dplan" "${files[@]}" <<'PY'
 import subprocess, sys
 update, dplan, files = sys.argv[1] == "1", sys.argv[2], sys.argv[3:]
-bad = 0
+bad = total = 0
 for path in files:
+    fbad = 0
     lines = open(path).read().split("\n")
     out, i, n = [], 0, 0
     while i < len(lines):
@@ -39,10 +40,10 @@ for path in files:
                 if update:
                     print(f"{path}:{i + 2}: updated: {cmd}")
                 else:
-                    bad += 1
+                    fbad += 1
                     print(f"{path}:{i + 2}: output differs from the binary's: {cmd}")
                     import difflib
-                    for d in list(difflib.unified_diff(old, new, "README", "binary", lineterm=""))[:12]:
+                    for d in list(difflib.unified_diff(old, new, path, "binary", lineterm=""))[:12]:
                         print("    " + d)
             out.append(lines[i + 1])
             out.extend(new if update else old)
@@ -51,9 +52,12 @@ for path in files:
         i += 1
     if update:
         open(path, "w").write("\n".join(out))
-    print(f"{path}: {n} examples checked" + ("" if update else f", {bad} differ"))
-    if n == 0:  # a file without examples checks nothing (moved away, or the marker changed)
-        print(f"{path}: no \"$ dplan\" example found")
-        bad += 1
+    if n:
+        print(f"{path}: {n} examples checked" + ("" if update else f", {fbad} differ"))
+    bad += fbad
+    total += n
+if total == 0:  # nothing checked: the examples moved away, or the marker changed
+    print("no \"$ dplan\" example found in " + " ".join(files))
+    bad += 1
 sys.exit(1 if bad else 0)
 PY
