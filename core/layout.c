@@ -518,6 +518,17 @@ int dp_layout_check_framework(const struct dp_layout *l, const char *where, stru
                               "(no interleaving): vpp 1, got %d",
                               f, l->vpp);
         }
+        /* DeepSpeed's tensor parallelism (AutoTP, or Megatron-DeepSpeed's mpu) shards the
+         * linear layers; the norms and dropout stay replicated, so there is no sequence
+         * parallelism to ask for (export/deepspeed.c says the same). */
+        if (l->sp && l->tp > 1) {
+            field_name(where, "sp", NULL, f, sizeof f);
+            return dp_err_set(err, DP_EUSAGE,
+                              "%s: deepspeed's tensor parallelism shards the linear layers only, "
+                              "not the norms and dropout: no sequence parallelism, got sp with "
+                              "tp %d",
+                              f, l->tp);
+        }
         if (l->recompute == DP_RECOMPUTE_SELECTIVE || l->recompute == DP_RECOMPUTE_OP ||
             (l->recompute == DP_RECOMPUTE_FULL && l->recompute_method != DP_RC_UNIFORM &&
              l->recompute_layers > 0)) {

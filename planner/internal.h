@@ -28,7 +28,13 @@ struct dp__split {
     uint16_t c[DP_MAX_CHUNKS];
 };
 
-int dp__pipeline_splits(int L, int pp, int vpp, bool no_uneven, int head_w, struct dp__split *out);
+/* Per framework: Megatron runs any split (--pipeline-model-parallel-layout); torchtitan
+ * only its own rule (pipeline_parallel_layers_per_stage with first/last_stage_less_layers:
+ * dp_split_torchtitan), so its uneven candidates are that rule's, for the embedding and
+ * the output weighing 0-2 layers; DeepSpeed's PipelineModule partitions by method, which
+ * dplan cannot name per stage: even splits only (export/deepspeed.c refuses the rest). */
+int dp__pipeline_splits(int L, int pp, int vpp, bool no_uneven, int head_w, enum dp_framework fw,
+                        struct dp__split *out);
 
 /*
  * `gpus` GPUs of cl's node type: whole nodes of cl->gpus_per_node when gpus is at

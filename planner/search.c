@@ -242,8 +242,32 @@ static void evaluate(struct search *s, const struct dp_layout *l,
         keep_alt(s, DP_ALT_GEMM, (int)dp_layout_gemm(l), &c);
 }
 
-/* The pipeline splits tried for (pp, vpp): see internal.h. */
-int dp__pipeline_splits(int L, int pp, int vpp, bool no_uneven, int head_w, struct dp__split *out)
+/* One candidate split unless it is even (stored as nchunks 0 already) or a duplicate. */
+static int add_split(struct dp__split *out, int n, const int *c, int S)
+{
+    bool even = true;
+    for (int x = 1; x < S; x++)
+        even &= c[x] == c[0];
+    if (even)
+        return n;
+    for (int i = 0; i < n; i++) {
+        if (out[i].nchunks != S)
+            continue;
+        bool same = true;
+        for (int x = 0; x < S && same; x++)
+            same = out[i].c[x] == c[x];
+        if (same)
+            return n;
+    }
+    out[n].nchunks = S;
+    for (int x = 0; x < S; x++)
+        out[n].c[x] = (uint16_t)c[x];
+    return n + 1;
+}
+
+/* The pipeline splits tried for (pp, vpp) under the framework: see internal.h. */
+int dp__pipeline_splits(int L, int pp, int vpp, bool no_uneven, int head_w, enum dp_framework fw,
+                        struct dp__split *out)
 {
     /* (a, b): without interleaving both 0..2; with it (0, 0), (0, 1), (1, 1); and the
      * loss weighing what the output layer and loss cost (head_w layers, rounded either
@@ -263,32 +287,39 @@ int dp__pipeline_splits(int L, int pp, int vpp, bool no_uneven, int head_w, stru
         return 0;
     if (L % S == 0)
         out[n++].nchunks = 0;
-    if (pp == 1 || no_uneven || vpp > DP_SEARCH_MAX_UNEVEN_VPP)
+    if (pp == 1 || no_uneven || vpp > DP_SEARCH_MAX_UNEVEN_VPP || fw == DP_FW_DEEPSPEED)
         return n;
     int c[DP_MAX_CHUNKS];
+    if (fw == DP_FW_TORCHTITAN) {
+        /* What torchtitan's job config names: pipeline_parallel_layers_per_stage k for
+         * every chunk, the first and the last chunk first/last_stage_less_layers fewer,
+         * and only where torchtitan's own rule gives the same counts back (as
+         * export/torchtitan.c requires). */
+        int k0 = (L + S - 1) / S;
+        for (int k = k0; k <= k0 + 1 && S > 2; k++)
+            for (int a = 0; a <= S * k - L; a++) {
+                int b = S * k - L - a, back[DP_MAX_CHUNKS];
+                if (a > k || b > k)
+                    continue;
+                for (int x = 0; x < S; x++)
+                    c[x] = k;
+                c[0] = k - a;
+                c[S - 1] = k - b;
+                struct dp_err e = {0};
+                bool ok =
+                    dp_split_check(c, S, L, pp, vpp, "split", DP_EINFEASIBLE, &e) == 0 &&
+                    dp_split_torchtitan(L, pp, vpp, a, b, back, "split", DP_EINFEASIBLE, &e) == 0;
+                for (int x = 0; ok && x < S; x++)
+                    ok = back[x] == c[x];
+                if (ok)
+                    n = add_split(out, n, c, S);
+            }
+        return n;
+    }
     for (int k = 0; k < 2 * nab; k++) {
         if (dp_split_balanced(L, pp, vpp, ab[k / 2][0], ab[k / 2][1], k % 2, c))
             continue;
-        bool even = true;
-        for (int x = 1; x < S; x++)
-            even &= c[x] == c[0];
-        if (even)
-            continue; /* the even split, already there */
-        bool dup = false;
-        for (int i = 0; i < n && !dup; i++) {
-            if (out[i].nchunks != S)
-                continue;
-            bool same = true;
-            for (int x = 0; x < S && same; x++)
-                same = out[i].c[x] == c[x];
-            dup = same;
-        }
-        if (dup)
-            continue;
-        out[n].nchunks = S;
-        for (int x = 0; x < S; x++)
-            out[n].c[x] = (uint16_t)c[x];
-        n++;
+        n = add_split(out, n, c, S);
     }
     return n;
 }
@@ -395,7 +426,7 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                 for (int sp = 0; sp <= (tp > 1); sp++) {
                     if (o->sp >= 0 && sp != o->sp && tp > 1)
                         continue;
-                    if (sp && o->seq_len % tp)
+                    if (sp && (o->seq_len % tp || o->framework == DP_FW_DEEPSPEED))
                         continue;
                     int64_t emax = m->experts > 0 ? m->experts : 1;
                     if (o->ep && (emax % o->ep || o->ep > emax))
@@ -476,7 +507,7 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                                     continue;
                                 struct dp__split sp_[DP_MAX_SPLITS];
                                 int nsplit =
-                                    dp__pipeline_splits(L, pp, vpp, o->no_uneven, head_w, sp_);
+                                    dp__pipeline_splits(L, pp, vpp, o->no_uneven, head_w, fw, sp_);
                                 any |= nsplit > 0;
                                 for (int si = 0; si < nsplit; si++) {
                                     l.pp = pp;

@@ -201,7 +201,8 @@ static bool scan_all(struct scan *s, int64_t mbs)
                 (o->seq_len % (2 * cp) || !o->flash_attn || o->framework == DP_FW_DEEPSPEED))
                 break;
             for (int sp = 0; sp <= (tp > 1); sp++) {
-                if ((o->sp >= 0 && sp != o->sp && tp > 1) || (sp && o->seq_len % tp))
+                if ((o->sp >= 0 && sp != o->sp && tp > 1) ||
+                    (sp && (o->seq_len % tp || o->framework == DP_FW_DEEPSPEED)))
                     continue;
                 int64_t emax = m->experts > 0 ? m->experts : 1;
                 for (int ep = 1; ep <= emax; ep++) {
@@ -228,7 +229,8 @@ static bool scan_all(struct scan *s, int64_t mbs)
                                 (vpp > 1 && o->framework == DP_FW_DEEPSPEED))
                                 continue;
                             struct dp__split sp_[DP_MAX_SPLITS];
-                            int nsplit = dp__pipeline_splits(L, pp, vpp, o->no_uneven, 0, sp_);
+                            int nsplit =
+                                dp__pipeline_splits(L, pp, vpp, o->no_uneven, 0, o->framework, sp_);
                             for (int si = 0; si < nsplit; si++) {
                                 for (int zero = 0; zero <= 3; zero++) {
                                     if ((o->zero >= 0 && zero != o->zero) ||
