@@ -42,6 +42,32 @@ const char cli_cluster_help[] =
     "                              defaults to 1 when the other is given): the\n"                  \
     "                              embedding/output weigh N layers, the rest spreads\n"
 
+/* The framework and sharding options, in both knob helps. */
+#define CLI_FRAMEWORK_HELP                                                                         \
+    "Framework and sharding (never searched but --shard-group):\n"                                 \
+    "  --framework {megatron,torchtitan,deepspeed}  the stack that runs the plan: its bytes\n"     \
+    "                              per parameter, collectives, recompute policies, loss and\n"     \
+    "                              allocator [megatron]\n"                                         \
+    "  --shard-group N             HSDP: ZeRO/FSDP shards within groups of N of the dp x cp\n"     \
+    "                              ranks and replicates across them; also\n"                       \
+    "                              --data-parallel-shard-degree N (torchtitan), "                  \
+    "--mics-shard-size "                                                                           \
+    "N\n"                                                                                          \
+    "                              (DeepSpeed), --num-distributed-optimizer-instances M "          \
+    "(Megatron:\n"                                                                                 \
+    "                              N = dp x cp / M) [all ranks; suggest also tries groups]\n"      \
+    "  --recompute-method {block,uniform,every}  with --recompute full: the first N layers of\n"   \
+    "                              each stage, every layer in chunks of N, or every N-th layer\n"  \
+    "                              (torchtitan selective_ac_option N) [block]\n"                   \
+    "  --recompute-layers N        that N [block: all layers]\n"                                   \
+    "  --recompute-modules LIST    with --recompute selective: Megatron's recompute_modules\n"     \
+    "                              (core_attn,mlp,layernorm,moe_act,moe,shared_experts,\n"         \
+    "                              mla_up_proj) [core_attn]\n"                                     \
+    "  --loss {vocab-parallel,fused,unfused,fused-native,compiled}  cross entropy: fused =\n"      \
+    "                              TE's in-place kernel, fused-native = Megatron's native\n"       \
+    "                              fusion, compiled = torchtitan's under torch.compile\n"          \
+    "                              [megatron: vocab-parallel; torchtitan, deepspeed: unfused]\n"
+
 // clang-format off
 /* The knobs as the planning commands read them: their --gbs and --seq-len defaults differ
  * from `dplan run`'s (cli_knob_help). */
@@ -67,28 +93,7 @@ const char cli_plan_knob_help[] =
     "  --overhead-gib X            runtime memory per GPU, replacing the CUDA context, NCCL\n"
     "                              buffers, workspaces and allocator slack [computed]\n"
     CLI_SPLIT_HELP
-    "Framework and sharding (never searched but --shard-group):\n"
-    "  --framework {megatron,torchtitan,deepspeed}  the stack that runs the plan: its bytes\n"
-    "                              per parameter, collectives, recompute policies, loss and\n"
-    "                              allocator [megatron]\n"
-    "  --shard-group N             HSDP: ZeRO/FSDP shards within groups of N of the dp x cp\n"
-    "                              ranks and replicates across them; also\n"
-    "                              --data-parallel-shard-degree N (torchtitan), --mics-shard-size "
-    "N\n"
-    "                              (DeepSpeed), --num-distributed-optimizer-instances M "
-    "(Megatron:\n"
-    "                              N = dp x cp / M) [all ranks; suggest also tries groups]\n"
-    "  --recompute-method {block,uniform,every}  with --recompute full: the first N layers of\n"
-    "                              each stage, every layer in chunks of N, or every N-th layer\n"
-    "                              (torchtitan selective_ac_option N) [block]\n"
-    "  --recompute-layers N        that N [block: all layers]\n"
-    "  --recompute-modules LIST    with --recompute selective: Megatron's recompute_modules\n"
-    "                              (core_attn,mlp,layernorm,moe_act,moe,shared_experts,\n"
-    "                              mla_up_proj) [core_attn]\n"
-    "  --loss {vocab-parallel,fused,unfused,fused-native,compiled}  cross entropy: fused =\n"
-    "                              TE's in-place kernel, fused-native = Megatron's native\n"
-    "                              fusion, compiled = torchtitan's under torch.compile\n"
-    "                              [megatron: vocab-parallel; torchtitan, deepspeed: unfused]\n"
+    CLI_FRAMEWORK_HELP
     "The defaults taken are printed (\"--nodes not given: ...\") and listed under\n"
     "\"defaults\" in --json.\n";
 
@@ -122,28 +127,7 @@ const char cli_knob_help[] =
     "  --overhead-gib X            runtime memory per GPU, replacing the CUDA context, NCCL\n"
     "                              buffers, workspaces and allocator slack [computed]\n"
     CLI_SPLIT_HELP
-    "Framework and sharding (never searched but --shard-group):\n"
-    "  --framework {megatron,torchtitan,deepspeed}  the stack that runs the plan: its bytes\n"
-    "                              per parameter, collectives, recompute policies, loss and\n"
-    "                              allocator [megatron]\n"
-    "  --shard-group N             HSDP: ZeRO/FSDP shards within groups of N of the dp x cp\n"
-    "                              ranks and replicates across them; also\n"
-    "                              --data-parallel-shard-degree N (torchtitan), --mics-shard-size "
-    "N\n"
-    "                              (DeepSpeed), --num-distributed-optimizer-instances M "
-    "(Megatron:\n"
-    "                              N = dp x cp / M) [all ranks; suggest also tries groups]\n"
-    "  --recompute-method {block,uniform,every}  with --recompute full: the first N layers of\n"
-    "                              each stage, every layer in chunks of N, or every N-th layer\n"
-    "                              (torchtitan selective_ac_option N) [block]\n"
-    "  --recompute-layers N        that N [block: all layers]\n"
-    "  --recompute-modules LIST    with --recompute selective: Megatron's recompute_modules\n"
-    "                              (core_attn,mlp,layernorm,moe_act,moe,shared_experts,\n"
-    "                              mla_up_proj) [core_attn]\n"
-    "  --loss {vocab-parallel,fused,unfused,fused-native,compiled}  cross entropy: fused =\n"
-    "                              TE's in-place kernel, fused-native = Megatron's native\n"
-    "                              fusion, compiled = torchtitan's under torch.compile\n"
-    "                              [megatron: vocab-parallel; torchtitan, deepspeed: unfused]\n"
+    CLI_FRAMEWORK_HELP
     "Mixture of experts (never searched):\n"
     "  --etp N                     expert tensor parallel size [tp]; the expert layers\n"
     "                              regroup each stage's tp*cp*dp ranks as etp*ep*edp\n"
