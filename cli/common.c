@@ -64,6 +64,18 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
     return 2;
 }
 
+bool cli_is_plan_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    char buf[4096];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return strstr(buf, "\"dplan_plan\"") != NULL;
+}
+
 bool cli_has_cluster(const struct cli_common *c)
 {
     return c->system || c->gpu || c->cluster || c->calibration;
