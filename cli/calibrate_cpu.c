@@ -110,19 +110,6 @@ static int parse_size(const char *s, int64_t *out)
     return 0;
 }
 
-/* A plan file, rather than a model: its JSON has the "dplan_plan" key. */
-static bool is_plan(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return false;
-    char buf[4096];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    return strstr(buf, "\"dplan_plan\"") != NULL;
-}
-
 /* ------------------------------------------------------------------ collectives worker */
 
 static const enum dp_nccl_coll colls[] = {DP_NCCL_ALL_REDUCE, DP_NCCL_ALL_GATHER,
@@ -606,7 +593,7 @@ int cli_calibrate_cpu(int argc, char **argv)
         free(cal);
         return cli_fail(&(struct dp_err){.code = DP_ENOMEM, .msg = "out of memory"});
     }
-    if (is_plan(target)) {
+    if (cli_is_plan_file(target)) {
         if ((rc = dp_plan_load(target, plan, &err)))
             goto out;
         m = plan->model;

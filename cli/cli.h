@@ -235,6 +235,9 @@ struct dp_exec_machine;
 struct dp_exec_costs;
 bool cli_calibration_machine(const struct dp_calibration *cal, int threads, int concurrent,
                              struct dp_exec_costs *costs, struct dp_exec_machine *mc);
+/* A plan file, rather than a model: its JSON has the "dplan_plan" key (within its first
+ * 4 KiB). */
+bool cli_is_plan_file(const char *path);
 /* True if any cluster-selection option was given (a --calibration profile is one: it
  * describes the machine it measured). */
 bool cli_has_cluster(const struct cli_common *c);

@@ -83,19 +83,6 @@ enum {
     OPT_BUSBW_ITERS,
 };
 
-/* A plan file, rather than a model: its JSON has the "dplan_plan" key. */
-static bool is_plan_file(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return false;
-    char buf[4096];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    return strstr(buf, "\"dplan_plan\"") != NULL;
-}
-
 struct opts {
     const char *ckpt_dir, *calibration, *topology;
     long long ckpt_every;
@@ -384,7 +371,7 @@ int cmd_check(int argc, char **argv)
         return cli_usage_error("check", "expected plan.json or one MODEL argument (or --plan "
                                         "FILE)");
     const char *model_arg = optind < argc ? argv[optind] : NULL;
-    if (model_arg && !c.plan && is_plan_file(model_arg)) {
+    if (model_arg && !c.plan && cli_is_plan_file(model_arg)) {
         c.plan = model_arg;
         model_arg = NULL;
     }
