@@ -170,6 +170,16 @@ enum dp_ckpt_role {
     DP_ROLE_LNF_W,
     DP_ROLE_LNF_B,
     DP_ROLE_HEAD, /* untied LM head [vocab, h] */
+    /* Mixture-of-experts layers (in place of W1..B2): the router [E, h] (replicated), each
+     * routed expert's MLP (h.L.mlp.experts.J.*; TP splits it like the dense MLP) and the
+     * shared experts as one dense MLP (h.L.mlp.shared.*). */
+    DP_ROLE_ROUTER,
+    DP_ROLE_EXP_W1, /* GELU w1 / SwiGLU w_gate [moe_ffn, h]; SwiGLU w_up follows */
+    DP_ROLE_EXP_W1_UP,
+    DP_ROLE_EXP_W2, /* [h, moe_ffn] */
+    DP_ROLE_SH_W1,  /* [shared * shared_ffn, h] */
+    DP_ROLE_SH_W1_UP,
+    DP_ROLE_SH_W2,
 };
 
 /*
@@ -190,6 +200,7 @@ struct dp_ckpt_slice {
     int64_t out_rows; /* global rows stored in files (the unpadded vocabulary) */
     bool replicated;  /* every TP rank holds the whole tensor */
     bool tied_copy;   /* the last stage's copy of a tied embedding (pp > 1) */
+    int expert;       /* routed expert index (DP_ROLE_EXP_*), else -1 */
 };
 
 /*
@@ -200,6 +211,12 @@ struct dp_ckpt_slice {
  */
 int dp_ckpt_stage_slices(const struct dp_model *m, const struct dp_layout *l, int stage,
                          int tp_rank, struct dp_ckpt_slice **out, int *n, struct dp_err *err);
+/* The same for a rank whose expert-parallel place is ep_rank (of l->ep): a MoE layer holds
+ * routed experts [ep_rank E / ep, (ep_rank + 1) E / ep) only; ep_rank < 0: every expert
+ * (the whole model's table, as dp_ckpt_stage_slices gives). */
+int dp_ckpt_stage_slices_ep(const struct dp_model *m, const struct dp_layout *l, int stage,
+                            int tp_rank, int ep_rank, struct dp_ckpt_slice **out, int *n,
+                            struct dp_err *err);
 /* The name checkpoints store a slice under: the tied copy is NAME.tied_copy. */
 void dp_ckpt_slice_key(const struct dp_ckpt_slice *s, char *buf, size_t cap);
 /* Whether TP splits the slice (its rows or its columns). */

@@ -79,7 +79,11 @@ static int add_stage(cJSON *tensors, cJSON *zgroups, const struct dp_ckpt_meta *
             cJSON_AddStringToObject(t, "tied_to", sg->name);
         cJSON *sh = cJSON_AddArrayToObject(t, "shards");
         for (int tr = 0; tr < (sr || sc ? l->tp : 1); tr++) {
-            struct dp_coords c = {.tp_rank = tr, .dp_rank = 0, .pp_rank = s};
+            /* Expert parallelism: expert j is on ep_rank j / (E / ep), which is that
+             * dp_rank of the first expert-data-parallel replica (executor/moe.c). */
+            int dr =
+                sg->expert >= 0 && l->ep > 1 ? (int)(sg->expert / (mt->model.experts / l->ep)) : 0;
+            struct dp_coords c = {.tp_rank = tr, .dp_rank = dr, .pp_rank = s};
             cJSON *p = cJSON_CreateObject();
             dp_ckpt_rank_file_name(fname, sizeof fname, dp_rank_of(&c, l->tp, l->dp, l->pp));
             cJSON_AddStringToObject(p, "file", fname);

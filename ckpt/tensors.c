@@ -21,6 +21,7 @@ struct table {
     struct dp_ckpt_slice *s;
     int n, cap;
     bool failed;
+    int expert; /* the routed expert the slices being added belong to, or -1 */
 };
 
 static void add(struct table *t, const struct dp_ckpt_slice *d)
@@ -39,6 +40,7 @@ static void add(struct table *t, const struct dp_ckpt_slice *d)
     }
     struct dp_ckpt_slice *s = &t->s[t->n++];
     *s = *d;
+    s->expert = t->expert;
     if (!s->out_rows)
         s->out_rows = s->grows;
 }
@@ -104,12 +106,75 @@ static void vocab_table(struct table *t, const char *name, enum dp_ckpt_role rol
     add(t, &d);
 }
 
+/*
+ * A MoE layer's MLP: the router Linear(h, E) without bias (Mixtral, Qwen-MoE), replicated
+ * on every rank as Megatron's TopKRouter; the routed experts [e0, e1), each an MLP of
+ * moe_ffn_hidden split over TP as the dense one (expert tensor parallelism etp = tp), in
+ * the order every expert's w1 (w_gate, w_up), then every expert's w2, so that the local
+ * experts' fc1 and fc2 weights each lie back to back; then the shared experts as one
+ * dense MLP of shared * shared_ffn (DeepSeekMoE's n_shared_experts x
+ * moe_intermediate_size, Qwen2-MoE's shared_expert).
+ */
+static void moe_table(struct table *t, const struct dp_model *m, int L, int tp, int64_t tr, int e0,
+                      int e1)
+{
+    char nm[64];
+    const int64_t h = m->hidden, F = m->moe_ffn_hidden, f = F / tp;
+    const bool glu = m->ffn != DP_FFN_GELU;
+    snprintf(nm, sizeof nm, "h.%d.mlp.router.w", L);
+    struct dp_ckpt_slice r = {.role = DP_ROLE_ROUTER,
+                              .layer = L,
+                              .rows = m->experts,
+                              .cols = h,
+                              .grows = m->experts,
+                              .gcols = h,
+                              .replicated = true};
+    snprintf(r.name, sizeof r.name, "%s", nm);
+    add(t, &r);
+    for (int j = e0; j < e1; j++) {
+        t->expert = j;
+        snprintf(nm, sizeof nm, "h.%d.mlp.experts.%d.%s", L, j, glu ? "w_gate" : "w1");
+        rows_of(t, nm, DP_ROLE_EXP_W1, L, f, h, F, tr * f);
+        if (glu) {
+            snprintf(nm, sizeof nm, "h.%d.mlp.experts.%d.w_up", L, j);
+            rows_of(t, nm, DP_ROLE_EXP_W1_UP, L, f, h, F, tr * f);
+        }
+    }
+    for (int j = e0; j < e1; j++) {
+        t->expert = j;
+        snprintf(nm, sizeof nm, "h.%d.mlp.experts.%d.w2", L, j);
+        cols_of(t, nm, DP_ROLE_EXP_W2, L, h, f, F, tr * f);
+    }
+    t->expert = -1;
+    if (m->moe_shared_experts > 0) {
+        const int64_t S = m->moe_shared_experts * m->moe_shared_ffn_hidden, s = S / tp;
+        snprintf(nm, sizeof nm, "h.%d.mlp.shared.%s", L, glu ? "w_gate" : "w1");
+        rows_of(t, nm, DP_ROLE_SH_W1, L, s, h, S, tr * s);
+        if (glu) {
+            snprintf(nm, sizeof nm, "h.%d.mlp.shared.w_up", L);
+            rows_of(t, nm, DP_ROLE_SH_W1_UP, L, s, h, S, tr * s);
+        }
+        snprintf(nm, sizeof nm, "h.%d.mlp.shared.w2", L);
+        cols_of(t, nm, DP_ROLE_SH_W2, L, h, s, S, tr * s);
+    }
+}
+
 int dp_ckpt_stage_slices(const struct dp_model *m, const struct dp_layout *l, int stage,
                          int tp_rank, struct dp_ckpt_slice **out, int *n, struct dp_err *err)
 {
+    return dp_ckpt_stage_slices_ep(m, l, stage, tp_rank, -1, out, n, err);
+}
+
+int dp_ckpt_stage_slices_ep(const struct dp_model *m, const struct dp_layout *l, int stage,
+                            int tp_rank, int ep_rank, struct dp_ckpt_slice **out, int *n,
+                            struct dp_err *err)
+{
     *out = NULL;
     *n = 0;
-    struct table t = {0};
+    struct table t = {.expert = -1};
+    const int ep = ep_rank >= 0 && l->ep > 1 ? l->ep : 1;
+    const int e0 = ep_rank >= 0 ? (int)(ep_rank * m->experts / ep) : 0;
+    const int e1 = ep_rank >= 0 ? (int)((ep_rank + 1) * m->experts / ep) : (int)m->experts;
     const int tp = l->tp;
     const bool first = stage == 0, last = stage == l->pp - 1;
     const bool ln = m->norm == DP_NORM_LAYERNORM;
@@ -156,6 +221,10 @@ int dp_ckpt_stage_slices(const struct dp_model *m, const struct dp_layout *l, in
         vec(&t, NAME("ln2.w"), DP_ROLE_LN2_W, L, h);
         if (ln)
             vec(&t, NAME("ln2.b"), DP_ROLE_LN2_B, L, h);
+        if (dp_model_layer_kind(m, L) == DP_LAYER_MOE) {
+            moe_table(&t, m, L, tp, tr, e0, e1);
+            continue;
+        }
         if (m->ffn == DP_FFN_GELU) {
             rows_of(&t, NAME("mlp.w1"), DP_ROLE_W1, L, f, h, F, tr * f);
             if (m->mlp_bias)

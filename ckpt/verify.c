@@ -162,6 +162,16 @@ void dp_ckpt_incompatibility(const struct dp_ckpt *ck, const struct dp_model *b,
     DIFF_I(qkv_bias);
     DIFF_I(out_bias);
     DIFF_I(mlp_bias);
+    /* Mixture of experts: a checkpoint with experts resumed without them, or the reverse,
+     * or with other experts, holds other tensors. */
+    DIFF_I(experts);
+    if (a->experts > 0 && b->experts > 0) {
+        DIFF_I(top_k);
+        DIFF_I(moe_ffn_hidden);
+        DIFF_I(moe_shared_experts);
+        DIFF_I(moe_shared_ffn_hidden);
+        DIFF_I(moe_dense_layers);
+    }
 #undef DIFF_I
 #undef DIFF_S
     why[0] = '\0';

@@ -45,10 +45,14 @@ static void utc_now(char *buf, size_t cap)
     strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-/* Does this rank store weight slice `s`? (DP replica 0; replicated tensors on TP rank 0.) */
-static bool rank_stores(const struct dp_coords *c, const struct dp_ckpt_slice *s)
+/* Does this rank store weight slice `s`? (DP replica 0; replicated tensors on TP rank 0;
+ * under expert parallelism an expert's slices on the first expert-data-parallel replica,
+ * dp_rank < ep, the only ranks whose table has that expert there.) */
+static bool rank_stores(const struct dp_exec *ex, const struct dp_ckpt_slice *s)
 {
-    return c->dp_rank == 0 && (dp_ckpt_slice_split(s) || c->tp_rank == 0);
+    const struct dp_coords *c = &ex->c;
+    int first = s->expert >= 0 && ex->l.ep > 1 ? ex->l.ep : 1;
+    return c->dp_rank < first && (dp_ckpt_slice_split(s) || c->tp_rank == 0);
 }
 
 void dp__ckpt_emit(const struct dp_exec *ex, enum dp_ckpt_event_kind kind, int step,
@@ -132,7 +136,7 @@ static int write_rank_file(struct dp_exec *ex, const char *tmpdir, int step, uin
             break;
         for (int i = 0; i < ex->nsegs; i++) {
             const struct dp_seg *s = &ex->segs[i];
-            if (!rank_stores(&ex->c, &s->t))
+            if (!rank_stores(ex, &s->t))
                 continue;
             dp_ckpt_slice_key(&s->t, nm, sizeof nm);
             const real *base = k == 0 ? ex->params : k == 1 ? ex->adam_m : ex->adam_v;

@@ -56,6 +56,9 @@ struct dp_seg {
 /* Offsets (elements) of a layer's parameters in the flat buffer; SIZE_MAX if absent. */
 struct dp_layer_params {
     size_t ln1_w, ln1_b, wqkv, bqkv, wo, bo, ln2_w, ln2_b, w1, b1, w2, b2;
+    /* MoE layers (moe.c): the router; the first local expert's fused fc1 and its fc2 (the
+     * others follow at strides Fe1 h and h fe); the shared experts' fc1 and fc2. */
+    size_t router, ew1, ew2, sw1, sw2;
 };
 
 /* Sizes of this rank's tensors (see README "Buffer table"). */
@@ -69,6 +72,14 @@ struct dp_dims {
     int64_t vocab, Vp, Vl, v0; /* vocab, padded, local rows, first local row */
     int tp, tp_rank;
     bool sp; /* sequence parallel active (tp > 1) */
+    /* Mixture of experts (moe.c; 0 for dense models). */
+    int E, K;        /* routed experts, experts per token */
+    int El, e0;      /* local experts and the first one's index (EP) */
+    int64_t fe, Fe1; /* local expert width moe_ffn/tp; its fc1 width fe or 2 fe */
+    int64_t sf, Sf1; /* local shared-expert width (0: none); its fc1 width */
+    int64_t cap;     /* rows an expert takes per micro-batch (capacity mode), 0: dropless */
+    int64_t R;       /* kept choices of this rank's micro-batch: at most N K, E cap */
+    int64_t Rx;      /* rows this rank's experts can receive from the EP group */
 };
 
 /* ------------------------------------------------------------------ activations */
@@ -84,6 +95,17 @@ struct dp_act {
     real *ln2, *ln2_st; /* [Nl, h], [2 Nl] */
     real *fc1;          /* [N, F1] */
     real *act;          /* [N, f] */
+    /* MoE layer (moe.c): router probabilities, each (token, choice)'s expert, combine
+     * weight and grouped row (-1: dropped); per grouped row its token and weight; the
+     * experts' inputs, fc1, activations and outputs by row; the shared experts' MLP. */
+    real *rprobs;            /* [N, E] */
+    int32_t *ridx, *rrow;    /* [N K] */
+    real *rw;                /* [N K] */
+    int32_t *rtok, *ecnt;    /* [R], [2 E]: rows per expert (kept, then chosen) */
+    real *rwt;               /* [R] */
+    real *ein, *efc1, *eact; /* [R, h], [R, Fe1], [R, fe] */
+    real *eout;              /* [R, h] */
+    real *sfc1, *sact;       /* [N, Sf1], [N, sf] */
 };
 
 /* A micro-batch in flight on this stage. */
@@ -110,6 +132,14 @@ struct dp_work {
     struct dp_act rc; /* full recompute: one layer's activations (x aliases the slot) */
     real *rc_mem;     /* the allocation behind rc */
     real *rope;       /* [2, T, d/2] cos, sin */
+    /* MoE backward (moe.c). */
+    real *mdy;   /* [R, h] dispatch rows; expert output gradient, then input gradient */
+    real *mx;    /* [Rx, h] expert outputs; their gradient at the experts */
+    real *mdact; /* [R, fe] */
+    real *mdfc1; /* [R, Fe1] SwiGLU only */
+    real *mdl;   /* [N E + R + E]: router logit gradient, row weight gradient, aux gradient */
+    real *sdact; /* [N, sf] */
+    real *sdfc1; /* [N, Sf1] SwiGLU only */
 };
 
 struct dp_head {
@@ -182,6 +212,8 @@ struct dp_exec {
     int64_t predicted[DP_NPOOLS];
     int step;          /* current step (1-based) */
     double loss_sum;   /* this rank's sum of token losses in the step (last stage) */
+    double aux_sum;    /* MoE: this rank's auxiliary loss of the step, times N (moe.c) */
+    void *moe_host;    /* MoE: host side of one layer's routing (moe.c) */
     double grad_sumsq; /* global squared gradient norm of the step */
     int32_t *host_tok; /* [2 N] host staging for one micro-batch's inputs and targets */
     uint64_t adam_t;
@@ -255,6 +287,23 @@ void dp__shard_drop(struct dp_exec *ex);
 void dp__shard_visit_reset(struct dp_exec *ex);
 int dp__shard_visit(struct dp_exec *ex, const struct dp_seg *sg);
 
+/* moe.c: a MoE layer's MLP. Forward from the gathered norm output g2 to out = x2 +
+ * MoE(g2) (out NULL: full recompute, only the kept set); backward from w.dres to w.dtmp
+ * (the gradient w.r.t. the norm output, this rank's Nl tokens, reduced over TP). */
+/* Switch Transformer's load-balancing coefficient alpha = 1e-2 (Fedus et al. 2022,
+ * Sec. 2.2), the model files having none. */
+#define DP_MOE_AUX_COEFF 1e-2
+int dp__moe_forward(struct dp_exec *ex, const struct dp_layer_params *p, struct dp_act *A,
+                    const real *g2, real *out);
+int dp__moe_backward(struct dp_exec *ex, const struct dp_layer_params *p, struct dp_act *A);
+void dp__moe_release(struct dp_exec *ex);
+/* model.c's TP helpers: SP all-gather of token slices (else src), and the partial sum
+ * over TP (all-reduce, or reduce-scatter under SP). */
+const real *dp__gather_tokens(struct dp_exec *ex, const real *src, real *dst, int *rc);
+int dp__reduce_tokens(struct dp_exec *ex, real *buf);
+/* Whether global layer i is a MoE layer. */
+bool dp__layer_moe(const struct dp_exec *ex, int i);
+
 /* model.c */
 int dp__model_build(struct dp_exec *ex); /* the stage's tensors: segments, offsets, nparams */
 void dp__model_init(struct dp_exec *ex); /* their initial values (buffers allocated) */
@@ -293,6 +342,13 @@ enum dp__buf {
     DP__BUF_LOGITS,
     DP__BUF_CE,
     DP__BUF_SEND,
+    DP__BUF_MDY,
+    DP__BUF_MX,
+    DP__BUF_MDACT,
+    DP__BUF_MDFC1,
+    DP__BUF_MDL,
+    DP__BUF_SDACT,
+    DP__BUF_SDFC1,
     DP__NBUF
 };
 struct dp__memplan {

@@ -57,6 +57,13 @@ static const struct bufdef bufs[DP__NBUF] = {
     [DP__BUF_LOGITS] = {DP_POOL_ACT_HEAD, AT(hd.logits)},
     [DP__BUF_CE] = {DP_POOL_ACT_HEAD, AT(hd.ce)},
     [DP__BUF_SEND] = {DP_POOL_COMM, AT(send_fwd)},
+    [DP__BUF_MDY] = {DP_POOL_ACT_WORK, AT(w.mdy)},
+    [DP__BUF_MX] = {DP_POOL_ACT_WORK, AT(w.mx)},
+    [DP__BUF_MDACT] = {DP_POOL_ACT_WORK, AT(w.mdact)},
+    [DP__BUF_MDFC1] = {DP_POOL_ACT_WORK, AT(w.mdfc1)},
+    [DP__BUF_MDL] = {DP_POOL_ACT_WORK, AT(w.mdl)},
+    [DP__BUF_SDACT] = {DP_POOL_ACT_WORK, AT(w.sdact)},
+    [DP__BUF_SDFC1] = {DP_POOL_ACT_WORK, AT(w.sdfc1)},
 };
 #undef AT
 
@@ -74,10 +81,42 @@ static void *carve(struct carver *cv, int64_t n, size_t esize)
     return p;
 }
 
+/* Token ids and counts among the reals: rounded up to 8 bytes, so that the reals after
+ * them stay aligned in the f64 build. */
+static int32_t *carve_i32(struct carver *cv, int64_t n)
+{
+    return carve(cv, (n + 1) / 2 * 2, sizeof(int32_t));
+}
+
+/* A MoE layer's kept set (moe.c): routing, the experts' rows as this rank's experts
+ * receive them (Rx: with capacity exact, dropless the worst case min(K, El) rows per token
+ * of each EP rank), the combined-order outputs (R) and the shared experts' MLP. */
+static void moe_acts(const struct dp_exec *ex, struct dp_act *a, struct carver *cv)
+{
+    const struct dp_dims *dm = &ex->dm;
+    const int64_t NK = dm->N * dm->K;
+    a->rprobs = carve(cv, dm->N * dm->E, sizeof(real));
+    a->rw = carve(cv, NK, sizeof(real));
+    a->rwt = carve(cv, dm->R, sizeof(real));
+    a->ein = carve(cv, dm->Rx * dm->h, sizeof(real));
+    a->efc1 = carve(cv, dm->Rx * dm->Fe1, sizeof(real));
+    a->eact = carve(cv, dm->Rx * dm->fe, sizeof(real));
+    a->eout = carve(cv, dm->R * dm->h, sizeof(real));
+    if (dm->sf > 0) {
+        a->sfc1 = carve(cv, dm->N * dm->Sf1, sizeof(real));
+        a->sact = carve(cv, dm->N * dm->sf, sizeof(real));
+    }
+    a->ridx = carve_i32(cv, NK);
+    a->rrow = carve_i32(cv, NK);
+    a->rtok = carve_i32(cv, dm->R);
+    a->ecnt = carve_i32(cv, 2 * dm->E + (int64_t)ex->l.ep * dm->El);
+}
+
 /* One layer's kept activations: the slot's set (x, plus everything unless full
- * recompute) or the full-recompute working set (everything but x, which aliases). */
+ * recompute) or the full-recompute working set (everything but x, which aliases; for a
+ * MoE model the MoE layer's set). */
 static void layer_acts(const struct dp_exec *ex, struct dp_act *A, struct carver *cv,
-                       bool keep_probs, bool full_set)
+                       bool keep_probs, bool full_set, bool moe)
 {
     const struct dp_dims *dm = &ex->dm;
     struct dp_act a = {0};
@@ -93,8 +132,14 @@ static void layer_acts(const struct dp_exec *ex, struct dp_act *A, struct carver
         a.x2 = carve(cv, dm->Nl * dm->h, sizeof(real));
         a.ln2 = carve(cv, dm->Nl * dm->h, sizeof(real));
         a.ln2_st = carve(cv, 2 * dm->Nl, sizeof(real));
-        a.fc1 = carve(cv, dm->N * dm->F1, sizeof(real));
-        a.act = carve(cv, dm->N * dm->f, sizeof(real));
+        /* The full-recompute set serves every layer of the stage, which may hold both
+         * kinds (moe_dense_layers): it has both. */
+        if (!moe || full_set) {
+            a.fc1 = carve(cv, dm->N * dm->F1, sizeof(real));
+            a.act = carve(cv, dm->N * dm->f, sizeof(real));
+        }
+        if (moe)
+            moe_acts(ex, &a, cv);
     }
     if (A)
         *A = a;
@@ -107,7 +152,8 @@ static size_t slot_layout(const struct dp_exec *ex, struct dp_slot *s, char *mem
     struct carver cv = {mem, 0};
     bool probs = ex->l.recompute == DP_RECOMPUTE_NONE;
     for (int i = 0; i < ex->nlayers; i++)
-        layer_acts(ex, s ? &s->layers[i] : NULL, &cv, probs, false);
+        layer_acts(ex, s ? &s->layers[i] : NULL, &cv, probs, false,
+                   dp__layer_moe(ex, ex->layer0 + i));
     if (ex->first) {
         int32_t *t = carve(&cv, ex->dm.N, sizeof(int32_t));
         if (s)
@@ -167,8 +213,18 @@ void dp__memplan(const struct dp_exec *ex, struct dp__memplan *p)
         l->recompute == DP_RECOMPUTE_SELECTIVE || l->recompute == DP_RECOMPUTE_OP ? S : 0;
     if (l->recompute == DP_RECOMPUTE_FULL) {
         struct carver cv = {NULL, 0};
-        layer_acts(ex, NULL, &cv, true, true);
-        e[DP__BUF_RC] = (int64_t)(cv.off / sizeof(real));
+        layer_acts(ex, NULL, &cv, true, true, ex->m->experts > 0);
+        e[DP__BUF_RC] = (int64_t)((cv.off + sizeof(real) - 1) / sizeof(real));
+    }
+    if (ex->m->experts > 0) {
+        /* moe.c's backward and dispatch buffers. */
+        e[DP__BUF_MDY] = dm->R * dm->h;
+        e[DP__BUF_MX] = dm->Rx * dm->h;
+        e[DP__BUF_MDACT] = dm->Rx * dm->fe;
+        e[DP__BUF_MDFC1] = ex->m->ffn != DP_FFN_GELU ? dm->Rx * dm->Fe1 : 0;
+        e[DP__BUF_MDL] = dm->N * dm->E + dm->R + dm->E;
+        e[DP__BUF_SDACT] = dm->N * dm->sf;
+        e[DP__BUF_SDFC1] = ex->m->ffn != DP_FFN_GELU ? dm->N * dm->Sf1 : 0;
     }
     e[DP__BUF_ROPE] = ex->m->pos == DP_POS_ROPE ? dm->T * dm->d : 0;
     /* act_head: the last stage. */
@@ -230,7 +286,7 @@ int dp__mem_build(struct dp_exec *ex)
     }
     if (ex->w.rc_mem) {
         struct carver cv = {(char *)ex->w.rc_mem, 0};
-        layer_acts(ex, &ex->w.rc, &cv, true, true);
+        layer_acts(ex, &ex->w.rc, &cv, true, true, ex->m->experts > 0);
     }
     bool fail = false;
     if (ex->w.rope)

@@ -65,6 +65,12 @@ static size_t *offset_of(struct dp_exec *ex, const struct dp_ckpt_slice *t)
     case DP_ROLE_B1: return &p->b1;
     case DP_ROLE_W2: return &p->w2;
     case DP_ROLE_B2: return &p->b2;
+    case DP_ROLE_ROUTER: return &p->router;
+    case DP_ROLE_SH_W1: return &p->sw1; /* SwiGLU: up follows */
+    case DP_ROLE_SH_W2: return &p->sw2;
+    /* The first local expert's; the others follow (ckpt/tensors.c moe_table). */
+    case DP_ROLE_EXP_W1: return p->ew1 == NONE ? &p->ew1 : NULL;
+    case DP_ROLE_EXP_W2: return p->ew2 == NONE ? &p->ew2 : NULL;
     default: return NULL;
     }
 }
@@ -75,7 +81,10 @@ static int build_segments(struct dp_exec *ex)
 {
     struct dp_ckpt_slice *t = NULL;
     int n = 0;
-    TRY(dp_ckpt_stage_slices(ex->m, &ex->l, ex->c.pp_rank, ex->dm.tp_rank, &t, &n, ex->err));
+    /* Expert parallelism: this rank's experts only (ep_rank = dp_rank % ep, backend.h). */
+    int ep_rank = ex->l.ep > 1 ? ex->c.dp_rank % ex->l.ep : -1;
+    TRY(dp_ckpt_stage_slices_ep(ex->m, &ex->l, ex->c.pp_rank, ex->dm.tp_rank, ep_rank, &t, &n,
+                                ex->err));
     ex->wte = ex->wpe = ex->lnf_w = ex->lnf_b = ex->head = NONE;
     ex->lp = calloc((size_t)(ex->nlayers ? ex->nlayers : 1), sizeof *ex->lp);
     ex->segs = calloc((size_t)(n ? n : 1), sizeof *ex->segs);
@@ -90,7 +99,8 @@ static int build_segments(struct dp_exec *ex)
         s->off = ex->nparams;
         s->decay = t[i].gcols > 1; /* AdamW decays 2-D weights only */
         s->norm_once = t[i].replicated && ex->dm.tp > 1;
-        s->tp_partial = t[i].replicated && ex->dm.sp;
+        /* The router sees the gathered tokens: its gradient is whole on every TP rank. */
+        s->tp_partial = t[i].replicated && ex->dm.sp && t[i].role != DP_ROLE_ROUTER;
         size_t *at = offset_of(ex, &t[i]);
         if (at)
             *at = s->off;
@@ -126,9 +136,11 @@ void dp__init_rows(struct dp_exec *ex, const struct dp_seg *sg, int64_t r0, int6
         return;
     const double std = 0.02, std_out = 0.02 / sqrt(2.0 * (double)ex->m->layers);
     bool ones = t->role == DP_ROLE_LN1_W || t->role == DP_ROLE_LN2_W || t->role == DP_ROLE_LNF_W;
-    double sd = t->gcols == 1                                    ? 0.0
-                : t->role == DP_ROLE_WO || t->role == DP_ROLE_W2 ? std_out
-                                                                 : std;
+    double sd = t->gcols == 1 ? 0.0
+                : t->role == DP_ROLE_WO || t->role == DP_ROLE_W2 || t->role == DP_ROLE_EXP_W2 ||
+                        t->role == DP_ROLE_SH_W2
+                    ? std_out
+                    : std;
     OPS->init_fill(ex->be, dst, r1 - r0, t->cols, t->gcols, t->r0 + r0, t->c0, ex->o.seed,
                    dp__hash_name(t->name), sd, ones ? 1.0 : 0.0);
 }
@@ -170,7 +182,7 @@ void dp__model_release(struct dp_exec *ex)
 /* ------------------------------------------------------------------ TP helpers */
 
 /* SP: all-gather the token slices [Nl, h] into dst [N, h]; else return src. */
-static const real *gather_tokens(struct dp_exec *ex, const real *src, real *dst, int *rc)
+const real *dp__gather_tokens(struct dp_exec *ex, const real *src, real *dst, int *rc)
 {
     const struct dp_dims *dm = &ex->dm;
     if (!dm->sp)
@@ -183,7 +195,7 @@ static const real *gather_tokens(struct dp_exec *ex, const real *src, real *dst,
 
 /* Sum the partial [N, h] results of the TP ranks: all-reduce (g forward, f backward),
  * or under SP reduce-scatter so buf[0, Nl h) holds this rank's tokens. */
-static int reduce_tokens(struct dp_exec *ex, real *buf)
+int dp__reduce_tokens(struct dp_exec *ex, real *buf)
 {
     const struct dp_dims *dm = &ex->dm;
     if (dm->tp == 1)
@@ -191,6 +203,14 @@ static int reduce_tokens(struct dp_exec *ex, real *buf)
     if (dm->sp)
         return OPS->reduce_scatter(ex->be, DP_GROUP_TP, buf, dm->Nl * dm->h, ex->err);
     return OPS->allreduce(ex->be, DP_GROUP_TP, buf, dm->N * dm->h, DP_OP_SUM, ex->err);
+}
+
+#define gather_tokens dp__gather_tokens
+#define reduce_tokens dp__reduce_tokens
+
+bool dp__layer_moe(const struct dp_exec *ex, int i)
+{
+    return dp_model_layer_kind(ex->m, i) == DP_LAYER_MOE;
 }
 
 /* ------------------------------------------------------------------ layers */
@@ -260,6 +280,8 @@ static int layer_forward(struct dp_exec *ex, const struct dp_layer_params *p, st
                   dm->h);
     const real *g2 = gather_tokens(ex, A->ln2, w->tmp, &rc);
     TRY(rc);
+    if (p->router != NONE)
+        return dp__moe_forward(ex, p, A, g2, recompute ? NULL : out);
     linear_fwd(ex, A->fc1, g2, p->w1, p->b1, (int)dm->F1, h);
     OPS->act_fwd(be, m->ffn, A->act, A->fc1, dm->N, dm->f);
     if (recompute)
@@ -279,9 +301,14 @@ static int layer_backward(struct dp_exec *ex, const struct dp_layer_params *p, s
     int rc = 0;
 
     /* MLP: y = x2 + act W2^T + b2, act = act(fc1), fc1 = Norm2(x2) W1^T + b1. */
+    const real *dy = NULL;
+    if (p->router != NONE) {
+        TRY(dp__moe_backward(ex, p, A));
+        goto norm2;
+    }
     if (p->b2 != NONE)
         OPS->bias_grad(be, G(ex, p->b2), w->dres, dm->Nl, dm->h);
-    const real *dy = gather_tokens(ex, w->dres, w->dgath, &rc);
+    dy = gather_tokens(ex, w->dres, w->dgath, &rc);
     TRY(rc);
     OPS->gemm(be, false, false, N, f, h, 1, dy, h, P(ex, p->w2), f, 0, w->dact, f);
     OPS->gemm(be, true, false, h, f, N, 1, dy, h, A->act, f, 1, G(ex, p->w2), f);
@@ -293,6 +320,7 @@ static int layer_backward(struct dp_exec *ex, const struct dp_layer_params *p, s
     OPS->gemm(be, true, false, F1, h, N, 1, dfc1, F1, g2, h, 1, G(ex, p->w1), h);
     OPS->gemm(be, false, false, N, h, F1, 1, dfc1, F1, P(ex, p->w1), h, 0, w->dtmp, h);
     TRY(reduce_tokens(ex, w->dtmp));
+norm2:
     OPS->norm_bwd(be, m->norm, w->dres, G(ex, p->ln2_w), G(ex, p->ln2_b), w->dtmp, A->x2,
                   P(ex, p->ln2_w), A->ln2_st, dm->Nl, dm->h);
 

@@ -341,6 +341,35 @@ static void p_ce_grad(struct dp_backend *be, real *logits, real *loss, const rea
     ew(pc(be), (double)(N * nv), R * 2.0 * N * nv, pc(be)->pr.ce_ns / 3);
 }
 
+/* MoE (cpu_moe.c): the router's softmax and top-K read and write N E; the row moves read
+ * and write R C. The routing the step code reads back is all zeros here (nothing is
+ * computed): every choice goes to expert 0, so the experts' GEMMs are priced for one
+ * expert's rows on EP rank 0 and none elsewhere (a known gap of this prediction). */
+static void p_router_topk(struct dp_backend *be, real *probs, int32_t *idx, real *w, int64_t N,
+                          int E, int K)
+{
+    ew(pc(be), (double)(N * E * (K + 2)), R * 2.0 * N * E, 0);
+}
+
+static void p_router_bwd(struct dp_backend *be, real *dl, const real *probs, const real *w,
+                         const int32_t *idx, const int32_t *rrow, const real *dw, const real *gaux,
+                         int64_t N, int E, int K)
+{
+    ew(pc(be), (double)(N * E * 3), R * 2.0 * N * E, 0);
+}
+
+static void p_rows(struct dp_backend *be, real *dst, const real *src, const int32_t *idx,
+                   const real *scale, int64_t Rr, int64_t C)
+{
+    ew(pc(be), (double)(Rr * C), R * 2.0 * Rr * C, 0);
+}
+
+static void p_rows_dot(struct dp_backend *be, real *out, const real *a, const int32_t *idx,
+                       const real *b, int64_t Rr, int64_t C)
+{
+    ew(pc(be), (double)(Rr * C), R * 2.0 * Rr * C, 0);
+}
+
 /* Host sums run on all threads from 64 Ki elements (cpu_optim.c), else on the caller. */
 static double p_sum(struct dp_backend *be, const real *x, int64_t n)
 {
@@ -437,6 +466,15 @@ static int p_allgather_v(struct dp_backend *be, enum dp_group g, real *buf, cons
     return 0;
 }
 
+/* An all-to-all moves what this rank sends; priced as an all-gather of it (n - 1 steps). */
+static int p_alltoall_v(struct dp_backend *be, enum dp_group g, const real *sbuf,
+                        const int *scounts, real *rbuf, const int *rcounts, struct dp_err *err)
+{
+    int n = pc(be)->size[g];
+    coll(pc(be), AG, R * (double)sum_counts(scounts, n > 0 ? n : 1), n);
+    return 0;
+}
+
 static int p_allreduce_host(struct dp_backend *be, enum dp_group g, double *buf, int n,
                             enum dp_redop op, struct dp_err *err)
 {
@@ -513,6 +551,12 @@ static const struct dp_backend_ops pricing_ops = {
     .sum = p_sum,
     .sumsq = p_sum,
     .adamw = p_adamw,
+    .router_topk = p_router_topk,
+    .router_bwd = p_router_bwd,
+    .rows_gather = p_rows,
+    .rows_scatter_add = p_rows,
+    .rows_dot = p_rows_dot,
+    .alltoall_v = p_alltoall_v,
     .allreduce = p_allreduce,
     .reduce_scatter = p_reduce_scatter,
     .allgather = p_allgather,
@@ -581,6 +625,7 @@ static int price_stage(struct pricer *c, const struct dp_model *m, const struct 
     }
     dp__mem_release(ex);
     dp__model_release(ex);
+    dp__moe_release(ex);
     free(ex);
     return rc;
 }
@@ -653,6 +698,8 @@ int dp_exec_predict(const struct dp_model *m, const struct dp_layout *l,
     c.size[DP_GROUP_NODE] = per_node;
     c.size[DP_GROUP_SHARD] = l->zero >= 1 ? dp_layout_shard(l) : 1;
     c.size[DP_GROUP_REPL] = l->zero >= 1 ? dp_layout_replicas(l) : 1;
+    c.size[DP_GROUP_EP] = m->experts > 0 ? l->ep : 1;
+    c.size[DP_GROUP_EDP] = m->experts > 0 ? l->dp / l->ep : l->dp;
 
     /* Per stage: a micro-batch (the pipeline's share of one) and the step's own work;
      * 1F1B paced by the slowest stage. */

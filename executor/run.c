@@ -95,16 +95,40 @@ int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world
                           "layout: cp=%d: context parallelism is not supported by the CPU "
                           "executor yet (cp must be 1)",
                           l->cp);
-    if (l->ep != 1)
-        return dp_err_set(err, DP_EINFEASIBLE,
-                          "layout: ep=%d: expert parallelism is not supported by the CPU executor "
-                          "(dense models only, ep must be 1)",
-                          l->ep);
-    if (m->experts > 0)
-        return dp_err_set(err, DP_EINFEASIBLE,
-                          "model %s: experts=%d: mixture-of-experts models are not supported by "
-                          "the CPU executor",
-                          m->name, (int)m->experts);
+    if (m->experts > 0) {
+        /* What the MoE code (moe.c) runs: one line per limit. */
+        if (dp_layout_etp(l) != l->tp)
+            return dp_err_set(err, DP_EINFEASIBLE,
+                              "layout: etp=%d: the CPU executor splits experts over TP like the "
+                              "dense MLP (etp must equal tp=%d)",
+                              dp_layout_etp(l), l->tp);
+        if (l->zero >= 2)
+            return dp_err_set(err, DP_EINFEASIBLE,
+                              "layout: zero=%d: the CPU executor runs mixture-of-experts models "
+                              "with ZeRO stages 0 and 1 only",
+                              l->zero);
+        if (l->zero >= 1 && l->ep > 1)
+            return dp_err_set(err, DP_EINFEASIBLE,
+                              "layout: zero=%d with ep=%d: the CPU executor shards the "
+                              "optimizer of expert-parallel models with zero 0 only",
+                              l->zero, l->ep);
+        if (m->mlp_bias)
+            return dp_err_set(err, DP_EINFEASIBLE,
+                              "model %s: mlp_bias with experts: the CPU executor's experts have no "
+                              "biases (Mixtral, Qwen-MoE)",
+                              m->name);
+        if (m->moe_shared_gate || m->moe_router_bias)
+            return dp_err_set(err, DP_EINFEASIBLE,
+                              "model %s: %s is not supported by the CPU executor", m->name,
+                              m->moe_shared_gate ? "moe.shared_gate (Qwen2-MoE's sigmoid gate)"
+                                                 : "moe.router_bias (DeepSeek-V3's score "
+                                                   "correction)");
+        if (l->dp % l->ep)
+            return dp_err_set(err, DP_EINFEASIBLE,
+                              "layout: ep=%d must divide dp=%d (the CPU executor's expert groups "
+                              "are DP ranks of a stage)",
+                              l->ep, l->dp);
+    }
     /* Full recompute of only some layers per stage (Megatron --recompute-method block). */
     int most = 0;
     for (int s = 0; s < l->pp; s++)
@@ -191,6 +215,28 @@ void dp__dims_init(struct dp_exec *ex)
     dm->Vp = dp_padded_vocab(m->vocab, l->tp);
     dm->Vl = dm->Vp / l->tp;
     dm->v0 = dm->tp_rank * dm->Vl;
+    if (m->experts > 0) {
+        /* moe.c: the experts split over TP as the dense MLP (etp = tp), over EP by index. */
+        const int64_t N = dm->N, K = m->top_k, E = m->experts, ep = l->ep;
+        dm->E = (int)E;
+        dm->K = (int)K;
+        dm->El = (int)(E / ep);
+        dm->e0 = (int)((ex->c.dp_rank % ep) * dm->El);
+        dm->fe = m->moe_ffn_hidden / l->tp;
+        dm->Fe1 = m->ffn == DP_FFN_SWIGLU ? 2 * dm->fe : dm->fe;
+        dm->sf = m->moe_shared_experts * m->moe_shared_ffn_hidden / l->tp;
+        dm->Sf1 = m->ffn == DP_FFN_SWIGLU ? 2 * dm->sf : dm->sf;
+        /* Megatron-Core get_capacity: ceil(N K / E * capacity_factor). */
+        dm->cap =
+            l->moe_capacity > 0 ? (int64_t)ceil((double)(N * K) / (double)E * l->moe_capacity) : 0;
+        dm->R = dm->cap > 0 && E * dm->cap < N * K ? E * dm->cap : N * K;
+        /* From each of the ep ranks: a token picks each local expert at most once
+         * (min(K, El) rows per token), and capacity bounds each expert's rows. */
+        int64_t per = N * (K < dm->El ? K : dm->El);
+        if (dm->cap > 0 && dm->El * dm->cap < per)
+            per = dm->El * dm->cap;
+        dm->Rx = ep * per;
+    }
 }
 
 void dp__exec_free(struct dp_exec *ex)
@@ -199,6 +245,7 @@ void dp__exec_free(struct dp_exec *ex)
         return;
     dp__mem_release(ex);
     dp__model_release(ex);
+    dp__moe_release(ex);
     dp__ckpt_free(ex);
     free(ex->host_tok);
     if (ex->be)
@@ -303,6 +350,7 @@ int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const stru
                                  .dp = l->dp,
                                  .pp = l->pp,
                                  .shard = l->zero >= 1 ? dp_layout_shard(l) : l->dp,
+                                 .ep = m->experts > 0 ? l->ep : 1,
                                  .threads = o->threads};
     ex->be = dp__backend_new(o->backend, &cfg, err);
     if (!ex->be) {

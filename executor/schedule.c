@@ -158,13 +158,18 @@ static double local_sumsq(struct dp_exec *ex)
 {
     double s = 0;
     bool zero = ex->l.zero >= 1;
-    if (!zero && ex->c.dp_rank != 0)
-        return 0; /* DP replicas hold the same reduced gradients */
+    /* DP replicas hold the same reduced gradients; under expert parallelism the first
+     * ep of them hold one copy of every expert (edp_rank 0). */
+    int ep = ex->m->experts > 0 ? ex->l.ep : 1;
+    if (!zero && ex->c.dp_rank >= ep)
+        return 0;
     if (zero && ex->repl_rank != 0)
         return 0; /* HSDP: so do the replicas of a shard */
     for (int i = 0; i < ex->nsegs; i++) {
         const struct dp_seg *sg = &ex->segs[i];
         if (sg->t.tied_copy || (sg->norm_once && ex->c.tp_rank != 0))
+            continue;
+        if (!zero && ex->c.dp_rank != 0 && sg->t.expert < 0)
             continue;
         size_t lo = sg->off, hi = sg->off + (size_t)(sg->t.rows * sg->t.cols);
         if (zero) {
@@ -205,7 +210,25 @@ static int reduce_grads(struct dp_exec *ex)
         TRY(OPS->reduce_scatter(ex->be, DP_GROUP_SHARD, ex->grads, (int64_t)ex->shard, ex->err));
         return dp__shard_step_reduce(ex); /* HSDP: over the replicas */
     }
-    return OPS->allreduce(ex->be, DP_GROUP_DP, ex->grads, (int64_t)ex->nparams, DP_OP_SUM, ex->err);
+    if (ex->m->experts == 0 || ex->l.ep == 1)
+        return OPS->allreduce(ex->be, DP_GROUP_DP, ex->grads, (int64_t)ex->nparams, DP_OP_SUM,
+                              ex->err);
+    /* Expert parallelism: the experts' gradients over the ranks holding the same experts
+     * (expert data parallel, dp / ep), the rest over DP (Megatron-Core
+     * finalize_model_grads: expert grads reduced over the expert-data-parallel group);
+     * in runs of consecutive segments of one kind. */
+    for (int i = 0; i < ex->nsegs;) {
+        bool expert = ex->segs[i].t.expert >= 0;
+        int j = i;
+        while (j < ex->nsegs && (ex->segs[j].t.expert >= 0) == expert)
+            j++;
+        size_t lo = ex->segs[i].off;
+        size_t hi = ex->segs[j - 1].off + (size_t)(ex->segs[j - 1].t.rows * ex->segs[j - 1].t.cols);
+        TRY(OPS->allreduce(ex->be, expert ? DP_GROUP_EDP : DP_GROUP_DP, ex->grads + lo,
+                           (int64_t)(hi - lo), DP_OP_SUM, ex->err));
+        i = j;
+    }
+    return 0;
 }
 
 int dp__step_begin(struct dp_exec *ex)
@@ -213,6 +236,7 @@ int dp__step_begin(struct dp_exec *ex)
     if (ex->l.zero < 2)
         OPS->zero(ex->be, ex->grads, ex->nflat * sizeof(real));
     ex->loss_sum = 0;
+    ex->aux_sum = 0;
     return dp__shard_step_begin(ex);
 }
 
@@ -222,6 +246,9 @@ int dp__step_reduce(struct dp_exec *ex, double *loss)
     /* One world all-reduce: the loss (last stage, one TP rank per replica) and the
      * squared gradient norm. */
     double v[2] = {ex->last && ex->c.tp_rank == 0 ? ex->loss_sum : 0.0, local_sumsq(ex)};
+    /* MoE: the auxiliary loss of every stage's layers (moe.c), once per TP group. */
+    if (ex->c.tp_rank == 0)
+        v[0] += ex->aux_sum;
     TRY(OPS->allreduce_host(ex->be, DP_GROUP_WORLD, v, 2, DP_OP_SUM, ex->err));
     ex->grad_sumsq = v[1];
     *loss = v[0] / (double)ex->gbs_tokens;

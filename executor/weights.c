@@ -21,6 +21,15 @@ static int slices(const struct dp_exec *ex, const struct dp_ckpt_slice *t)
     return dp_ckpt_slice_split(t) ? ex->l.tp : 1;
 }
 
+/* The DP rank holding `t` in replica 0: expert parallelism puts expert j on ep_rank
+ * j / (E / ep), which is dp_rank ep_rank of the first expert-data-parallel replica. */
+static int expert_owner(const struct dp_exec *ex, const struct dp_ckpt_slice *t)
+{
+    if (t->expert < 0 || ex->m->experts == 0 || ex->l.ep <= 1)
+        return 0;
+    return (int)(t->expert / (ex->m->experts / ex->l.ep));
+}
+
 /* Every stage's tensors as TP rank 0 holds them, tied copies left out (they equal the
  * embedding). */
 struct gather {
@@ -42,7 +51,8 @@ static int fill(int i, void *buf, void *ctx)
     int64_t local = t->rows * t->cols;
     int rc = 0;
     for (int tr = 0; tr < slices(ex, t) && !rc; tr++) {
-        struct dp_coords c = {.tp_rank = tr, .dp_rank = 0, .pp_rank = g->stage[i]};
+        struct dp_coords c = {
+            .tp_rank = tr, .dp_rank = expert_owner(ex, t), .pp_rank = g->stage[i]};
         int owner = dp_rank_of(&c, ex->l.tp, ex->l.dp, ex->l.pp);
         if (owner == 0) {
             /* Rank 0 is stage 0, TP rank 0: its own segment of the same name. */
@@ -71,7 +81,10 @@ static int send_slices(struct dp_exec *ex, bool send)
 {
     for (int i = 0; i < ex->nsegs; i++) {
         const struct dp_seg *sg = &ex->segs[i];
-        if (sg->t.tied_copy || ex->c.tp_rank >= slices(ex, &sg->t))
+        /* A sender sends what rank 0 asks it for (expert_owner); a ZeRO-3 joiner visits
+         * what its shard group's sender does. */
+        if (sg->t.tied_copy || ex->c.tp_rank >= slices(ex, &sg->t) ||
+            (send && expert_owner(ex, &sg->t) != ex->c.dp_rank))
             continue;
         TRY(dp__shard_visit(ex, sg));
         if (send)
@@ -85,7 +98,7 @@ static int send_slices(struct dp_exec *ex, bool send)
 int dp__weights_save(struct dp_exec *ex, const char *file)
 {
     dp__shard_visit_reset(ex);
-    if (ex->rank != 0 && ex->c.dp_rank == 0)
+    if (ex->rank != 0 && (ex->c.dp_rank == 0 || (ex->m->experts > 0 && ex->c.dp_rank < ex->l.ep)))
         return send_slices(ex, true);
     if (ex->rank != 0) /* ZeRO-3: the shard group of replica 0 gathers with its owner */
         return ex->l.zero >= 3 && ex->repl_rank == 0 ? send_slices(ex, false) : 0;

@@ -42,6 +42,10 @@ enum dp_group {
     DP_GROUP_NODE,  /* the ranks of this node (shared memory): memory checks, threads */
     DP_GROUP_SHARD, /* ZeRO shard group: DP ranks with the same dp_rank / shard (HSDP) */
     DP_GROUP_REPL,  /* replicas of one shard: DP ranks with the same dp_rank % shard */
+    /* Experts (Megatron-Core's expert rank order tp-ep-dp-pp with etp = tp): the DP ranks
+     * of a stage split into groups of ep consecutive dp_ranks, ep_rank = dp_rank % ep. */
+    DP_GROUP_EP,  /* same pp, tp, dp_rank / ep: the all-to-all's ranks */
+    DP_GROUP_EDP, /* same pp, tp, dp_rank % ep: the replicas of one expert shard */
     DP_NGROUPS
 };
 
@@ -143,6 +147,30 @@ struct dp_backend_ops {
     void (*ce_grad)(struct dp_backend *be, real *logits, real *loss, const real *gmax,
                     const real *sums, const int32_t *tgt, int64_t N, int64_t nv, int64_t v0,
                     int64_t vocab, real dloss);
+    /*
+     * Mixture of experts (cpu_moe.c; executor/moe.c says where the conventions come from).
+     *  router_topk: probs [N][E] holds the router logits on entry and their softmax on
+     *    return; idx [N][K] the K largest probabilities' experts, largest first (ties: the
+     *    lower index), w [N][K] their weights renormalised to sum 1.
+     *  router_bwd: dl [N][E] = the logit gradient, from dw [R] (the gradient of the
+     *    weight of grouped row r; choice (n, k) sits at row rrow[n K + k], -1 dropped)
+     *    through w = softmax over the chosen logits, plus that of sum_e gaux[e] P[n][e]
+     *    through the full softmax (the auxiliary loss).
+     *  rows_gather: dst[r] = scale[r] src[idx[r]] (scale NULL: 1), rows of C.
+     *  rows_scatter_add: dst[idx[r]] += scale[r] src[r], r in order (deterministic).
+     *  rows_dot: out[r] = a[idx[r]] . b[r].
+     */
+    void (*router_topk)(struct dp_backend *be, real *probs, int32_t *idx, real *w, int64_t N, int E,
+                        int K);
+    void (*router_bwd)(struct dp_backend *be, real *dl, const real *probs, const real *w,
+                       const int32_t *idx, const int32_t *rrow, const real *dw, const real *gaux,
+                       int64_t N, int E, int K);
+    void (*rows_gather)(struct dp_backend *be, real *dst, const real *src, const int32_t *idx,
+                        const real *scale, int64_t R, int64_t C);
+    void (*rows_scatter_add)(struct dp_backend *be, real *dst, const real *src, const int32_t *idx,
+                             const real *scale, int64_t R, int64_t C);
+    void (*rows_dot)(struct dp_backend *be, real *out, const real *a, const int32_t *idx,
+                     const real *b, int64_t R, int64_t C);
     /* Host results in double: sum of x, sum of x^2. */
     double (*sum)(struct dp_backend *be, const real *x, int64_t n);
     double (*sumsq)(struct dp_backend *be, const real *x, int64_t n);
@@ -169,6 +197,10 @@ struct dp_backend_ops {
                             struct dp_err *err);
     int (*allgather_v)(struct dp_backend *be, enum dp_group g, real *buf, const int *counts,
                        struct dp_err *err);
+    /* All-to-all with counts (MPI_Alltoallv): scounts[i] elements of sbuf go to group
+     * rank i, rcounts[i] arrive from it into rbuf, each side packed in rank order. */
+    int (*alltoall_v)(struct dp_backend *be, enum dp_group g, const real *sbuf, const int *scounts,
+                      real *rbuf, const int *rcounts, struct dp_err *err);
     /* Host doubles (loss, squared norms, timings), in place. */
     int (*allreduce_host)(struct dp_backend *be, enum dp_group g, double *buf, int n,
                           enum dp_redop op, struct dp_err *err);
@@ -198,6 +230,7 @@ struct dp_backend {
 struct dp_backend_cfg {
     int tp, dp, pp; /* the layout's degrees: the backend's world must be tp * dp * pp */
     int shard;      /* ZeRO shard group size (divides dp; 0 = dp) */
+    int ep;         /* expert parallel size (divides dp; 0 = 1) */
     int threads;    /* compute threads per rank; <= 0: the backend's own rule */
 };
 

@@ -246,6 +246,32 @@ static int c_allgather_v(struct dp_backend *be, enum dp_group g, real *buf, cons
     return 0;
 }
 
+static int c_alltoall_v(struct dp_backend *be, enum dp_group g, const real *sbuf,
+                        const int *scounts, real *rbuf, const int *rcounts, struct dp_err *err)
+{
+    struct cpu_backend *cb = cpu(be);
+    int n = cb->size[g];
+    if (n <= 1) {
+        if (scounts[0] && rbuf != sbuf)
+            memcpy(rbuf, sbuf, (size_t)scounts[0] * sizeof(real));
+        return 0;
+    }
+    int *sd = malloc(2 * (size_t)n * sizeof *sd);
+    if (!sd)
+        return dp_err_set(err, DP_ENOMEM, "out of memory");
+    int *rd = sd + n;
+    for (int i = 0, a = 0, b = 0; i < n; a += scounts[i], b += rcounts[i], i++) {
+        sd[i] = a;
+        rd[i] = b;
+    }
+    int rc =
+        MPI_Alltoallv(sbuf, scounts, sd, MPI_REAL_T, rbuf, rcounts, rd, MPI_REAL_T, cb->comm[g]);
+    free(sd);
+    MPI_TRY(cb, err, g, rc);
+    dp__beat(NULL);
+    return 0;
+}
+
 static int c_allreduce_host(struct dp_backend *be, enum dp_group g, double *buf, int n,
                             enum dp_redop op, struct dp_err *err)
 {
@@ -362,11 +388,17 @@ static const struct dp_backend_ops cpu_ops = {
     .sum = dp__cpu_sum,
     .sumsq = dp__cpu_sumsq,
     .adamw = dp__cpu_adamw,
+    .router_topk = dp__cpu_router_topk,
+    .router_bwd = dp__cpu_router_bwd,
+    .rows_gather = dp__cpu_rows_gather,
+    .rows_scatter_add = dp__cpu_rows_scatter_add,
+    .rows_dot = dp__cpu_rows_dot,
     .allreduce = c_allreduce,
     .reduce_scatter = c_reduce_scatter,
     .allgather = c_allgather,
     .reduce_scatter_v = c_reduce_scatter_v,
     .allgather_v = c_allgather_v,
+    .alltoall_v = c_alltoall_v,
     .allreduce_host = c_allreduce_host,
     .gather_host = c_gather_host,
     .sendrecv = c_sendrecv,
@@ -416,6 +448,7 @@ static struct dp_backend *cpu_new(const struct dp_backend_cfg *cfg, struct dp_er
 {
     const int tp = cfg->tp, dp = cfg->dp, pp = cfg->pp;
     const int sh = cfg->shard > 0 && dp % cfg->shard == 0 ? cfg->shard : dp;
+    const int ep = cfg->ep > 0 && dp % cfg->ep == 0 ? cfg->ep : 1;
     if (mpi_up(err))
         return NULL;
     struct cpu_backend *cb = calloc(1, sizeof *cb);
@@ -452,7 +485,11 @@ static struct dp_backend *cpu_new(const struct dp_backend_cfg *cfg, struct dp_er
         split(cb, DP_GROUP_SHARD, c.tp_rank + tp * (c.pp_rank + pp * (c.dp_rank / sh)),
               c.dp_rank % sh, err) ||
         split(cb, DP_GROUP_REPL, c.tp_rank + tp * (c.pp_rank + pp * (c.dp_rank % sh)),
-              c.dp_rank / sh, err)) {
+              c.dp_rank / sh, err) ||
+        split(cb, DP_GROUP_EP, c.tp_rank + tp * (c.pp_rank + pp * (c.dp_rank / ep)), c.dp_rank % ep,
+              err) ||
+        split(cb, DP_GROUP_EDP, c.tp_rank + tp * (c.pp_rank + pp * (c.dp_rank % ep)),
+              c.dp_rank / ep, err)) {
         cpu_destroy(&cb->base);
         return NULL;
     }

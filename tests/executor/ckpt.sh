@@ -6,6 +6,7 @@
 # Faults come from DPLAN_FAULT_INJECT=RANK:STEP:MODE (TEST-ONLY).
 set -u
 case=$1 dplan=$2 tool=$3 runs=$4
+models=$(cd "$(dirname "$0")" && pwd)/models
 mkdir -p "$runs"
 cd "$runs" || exit 1
 fail=0
@@ -268,6 +269,31 @@ export)
   for f in src-llama/ck/step_00000010/rank_0000[0-3].safetensors; do
     "$tool" parse "$f" > /dev/null || bad "$f does not parse"
   done
+  ;;
+
+moe)
+  # Mixture of experts: the step-10 checkpoint of an ep=2 run (experts sharded over the
+  # two DP ranks) resumes on one rank (ep=1) and on ep=4 within 1e-5 of the uninterrupted
+  # run; resuming it with a dense model, or a dense checkpoint with the MoE model, is
+  # refused before any rank starts.
+  MOE=("$models/tiny-moe.json" --steps 20 --gbs 8 --seq-len 32 --mbs 2)
+  run moe-src 0 "${MOE[@]}" --dp 2 --ep 2 --ckpt-dir moe-src/ck --ckpt-every 10
+  for to in "ep1" "ep4"; do
+    opts=()
+    [ "$to" = ep4 ] && opts=(--dp 4 --ep 4)
+    run "moe-$to" 0 "${MOE[@]}" "${opts[@]}" --resume moe-src/ck/step_00000010
+    "$tool" losses moe-src/log.jsonl "moe-$to/log.jsonl" 11 1e-5 || bad "ep2 -> $to losses"
+    "$tool" close moe-src/model.safetensors "moe-$to/model.safetensors" 1e-5 ||
+      bad "ep2 -> $to weights"
+  done
+  run moe-dense 1 tiny-llama --steps 20 --gbs 8 --seq-len 32 --mbs 2 \
+    --resume moe-src/ck/step_00000010
+  has moe-dense.err 'experts 4 vs 0' "MoE checkpoint resumed by a dense model"
+  [ "$(grep -c 'dplan: error' moe-dense.err)" = 1 ] || bad "moe-dense: not one error line"
+  run moe-dsrc 0 tiny-llama --steps 4 --gbs 8 --seq-len 32 --mbs 4 --ckpt-dir moe-dsrc/ck \
+    --ckpt-every 2
+  run moe-rev 1 "${MOE[@]}" --resume moe-dsrc/ck/step_00000002
+  has moe-rev.err 'experts 0 vs 4' "dense checkpoint resumed by a MoE model"
   ;;
 
 *)

@@ -48,10 +48,24 @@ static double loss_at(struct dp_exec *ex)
     return loss;
 }
 
-static double gradcheck(bool llama, enum dp_recompute rc, struct dp_tokens *tok)
+/* kind 0 GPT, 1 Llama, 2 Llama with mixture-of-experts MLPs (4 experts, top-2, a shared
+ * expert, the first layer dense: router, experts, combine and the auxiliary loss),
+ * 3 the same with capacity factor 1 (dropped choices). */
+static double gradcheck(int kind, enum dp_recompute rc, struct dp_tokens *tok)
 {
     struct dp_model m;
+    bool llama = kind >= 1;
     base_model(&m, llama);
+    if (kind >= 2) {
+        snprintf(m.name, sizeof m.name, "%s", kind == 2 ? "gradcheck-moe" : "gradcheck-moe-cap");
+        m.layers = 3;
+        m.experts = 4;
+        m.top_k = 2;
+        m.moe_ffn_hidden = 12;
+        m.moe_shared_experts = 1;
+        m.moe_shared_ffn_hidden = 8;
+        m.moe_dense_layers = 1;
+    }
     struct dp_layout l;
     dp_layout_default(&l);
     l.precision = DP_FP32;
@@ -59,6 +73,8 @@ static double gradcheck(bool llama, enum dp_recompute rc, struct dp_tokens *tok)
     l.gbs = 4; /* two micro-batches: accumulation is checked too */
     l.seq_len = 40;
     l.recompute = rc;
+    if (kind == 3)
+        l.moe_capacity = 1.0;
     struct dp_exec_opts o;
     dp_exec_opts_default(&o);
     o.data = tok;
@@ -141,9 +157,10 @@ int main(void)
         x = x * 1664525u + 1013904223u;
         tok.tok[i] = (uint16_t)((x >> 16) % 40);
     }
-    for (int llama = 0; llama <= 1; llama++)
+    for (int kind = 0; kind <= 3; kind++)
         for (int rc = DP_RECOMPUTE_NONE; rc <= DP_RECOMPUTE_FULL; rc++)
-            CHECK(gradcheck(llama, (enum dp_recompute)rc, &tok) < 1e-6);
+            if (kind < 3 || rc == DP_RECOMPUTE_NONE)
+                CHECK(gradcheck(kind, (enum dp_recompute)rc, &tok) < 1e-6);
     free(tok.tok);
     dp_exec_finalize();
     return check_done("test_executor_gradcheck");

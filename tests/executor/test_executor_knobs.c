@@ -13,8 +13,9 @@
  * kernels and overlap (precision, gemm_precision, fp8_*, flash_attn, attention, eager,
  * the *_overlap knobs, grad_fp32) are run the CPU backend's one way: fp32, blocking
  * collectives, attention probabilities kept (executor/README.md "What runs"); MoE
- * knobs do nothing on a dense model (the cost model ignores them too) and MoE models
- * are refused.
+ * knobs do nothing on a dense model (the cost model ignores them too). On a MoE model
+ * (tiny-llama with 4 experts, top-2) ep, etp = tp, capacity and the dispatcher knobs run
+ * (the equivalence tests moe_* train them), and what moe.c does not do is refused.
  */
 #include "check.h"
 #include "executor/executor.h"
@@ -210,17 +211,58 @@ static void test_every_knob(void)
             run_case(&m, c, NULL, &runs, &refused);
         }
     }
-    /* A mixture-of-experts model: refused, naming experts=. */
+    /* A mixture-of-experts model with MLP biases: refused, naming them. */
     struct dp_model moe = m;
     moe.experts = 4;
     moe.top_k = 2;
+    moe.moe_ffn_hidden = m.ffn_hidden;
     struct dp_layout l;
     CHECK_EQ(read_layout("{}", &l, &err), 0);
     int rc = dp_exec_check(&moe, &l, 0, &err);
     CHECK(rc != 0);
-    CHECK_CONTAINS(err.msg, "experts=4");
+    CHECK_CONTAINS(err.msg, "mlp_bias");
     printf("%d knob values run, %d refused\n", runs, refused);
     CHECK(runs > 40 && refused >= 8);
+}
+
+/* On a MoE model (base: pp 2, dp 4, ZeRO-1 as above). */
+static const struct knob_case moe_cases[] = {
+    {"ep", "{\"ep\": 1}", RUNS, NULL},
+    {"ep", "{\"ep\": 2, \"zero\": 0}", RUNS, NULL},
+    {"ep", "{\"ep\": 4, \"zero\": 0}", RUNS, NULL},
+    {"ep", "{\"ep\": 2, \"tp\": 2, \"dp\": 2, \"sp\": true, \"zero\": 0}", RUNS, NULL},
+    {"zero", "{\"ep\": 2, \"zero\": 1}", REFUSED, NULL},
+    {"zero", "{\"zero\": 2, \"pp\": 1}", REFUSED, NULL},
+    {"zero", "{\"zero\": 3, \"pp\": 1}", REFUSED, NULL},
+    {"etp", "{\"tp\": 2, \"etp\": 1}", REFUSED, NULL},
+    {"etp", "{\"tp\": 2, \"etp\": 2}", RUNS, NULL},
+    {"moe_capacity", "{\"moe_capacity\": 1.25}", RUNS, NULL},
+    {"moe_pad", "{\"moe_capacity\": 1.25, \"moe_pad\": true}", RUNS, NULL},
+    {"moe_imbalance", "{\"moe_imbalance\": 1}", RUNS, NULL},
+    {"moe_dispatcher", "{\"moe_dispatcher\": \"dedup\"}", RUNS, NULL},
+};
+
+static void test_moe_knobs(void)
+{
+    struct dp_model m;
+    struct dp_err err = {0};
+    CHECK_EQ(dp_model_load("tiny-llama", &m, &err), 0);
+    m.experts = 4;
+    m.top_k = 2;
+    m.moe_ffn_hidden = 64;
+    int runs = 0, refused = 0;
+    for (size_t i = 0; i < sizeof moe_cases / sizeof *moe_cases; i++)
+        run_case(&m, &moe_cases[i], NULL, &runs, &refused);
+    /* The shared expert's gate (Qwen2-MoE) is not run: one line naming it. */
+    m.moe_shared_experts = 1;
+    m.moe_shared_ffn_hidden = 32;
+    m.moe_shared_gate = true;
+    struct dp_layout l;
+    CHECK_EQ(read_layout("{}", &l, &err), 0);
+    CHECK(dp_exec_check(&m, &l, 0, &err) != 0);
+    CHECK_CONTAINS(err.msg, "shared_gate");
+    CHECK_EQ(runs, 9);
+    CHECK_EQ(refused, 4);
 }
 
 /* Every key plan.json's layout writer can emit has a row above. */
@@ -269,6 +311,7 @@ static void test_coverage(void)
 int main(void)
 {
     test_every_knob();
+    test_moe_knobs();
     test_coverage();
     return check_failures ? 1 : 0;
 }
