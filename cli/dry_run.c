@@ -33,6 +33,14 @@ static void members(const struct dp_layout *l, const struct dp_coords *c, char w
             if (i / sg != c->dp_rank / sg)
                 continue;
             d.dp_rank = i;
+        } else if (which == 'e') { /* expert parallel: dp_rank / ep (executor/moe.c) */
+            if (i / l->ep != c->dp_rank / l->ep)
+                continue;
+            d.dp_rank = i;
+        } else if (which == 'x') { /* expert data parallel: dp_rank % ep */
+            if (i % l->ep != c->dp_rank % l->ep)
+                continue;
+            d.dp_rank = i;
         } else { /* 'r': replicas of the same shard: dp_rank % sg */
             if (i % sg != c->dp_rank % sg)
                 continue;
@@ -48,7 +56,9 @@ int cli_run_dry(const struct dp_model *m, const struct dp_layout *l)
 {
     const int world = l->tp * l->dp * l->pp;
     const bool hsdp = l->zero >= 1 && dp_layout_shard(l) < l->dp;
-    printf("\ngroups of each rank (world ranks; shard / replicas: ZeRO under HSDP):\n");
+    const bool ep = m->experts > 0 && l->ep > 1;
+    printf("\ngroups of each rank (world ranks; shard / replicas: ZeRO under HSDP%s):\n",
+           ep ? "; ep / edp: the experts' all-to-all and gradient groups" : "");
     for (int r = 0; r < world; r++) {
         if (r == MAX_LISTED) {
             printf("  ... %d more ranks\n", world - MAX_LISTED);
@@ -65,6 +75,11 @@ int cli_run_dry(const struct dp_model *m, const struct dp_layout *l)
             members(l, &c, 's', sh, sizeof sh);
             members(l, &c, 'r', rp, sizeof rp);
             printf(" shard %s replicas %s", sh, rp);
+        }
+        if (ep) {
+            members(l, &c, 'e', sh, sizeof sh);
+            members(l, &c, 'x', rp, sizeof rp);
+            printf(" ep %s edp %s", sh, rp);
         }
         printf("\n");
     }
