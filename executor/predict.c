@@ -458,6 +458,18 @@ static int p_sendrecv(struct dp_backend *be, enum dp_group g, int to, const real
     return 0;
 }
 
+/* The batch's sends and receives overlap (full duplex): it costs its largest message. */
+static int p_p2p(struct dp_backend *be, enum dp_group g, const struct dp_p2p *ops, int n,
+                 struct dp_err *err)
+{
+    int64_t most = 0;
+    for (int i = 0; i < n; i++)
+        most = ops[i].n > most ? ops[i].n : most;
+    if (n)
+        coll(pc(be), P2P, R * (double)most, 2);
+    return 0;
+}
+
 static int p_barrier(struct dp_backend *be, enum dp_group g, struct dp_err *err)
 {
     return 0;
@@ -521,6 +533,7 @@ static const struct dp_backend_ops pricing_ops = {
     .allreduce_host = p_allreduce_host,
     .gather_host = p_gather_host,
     .sendrecv = p_sendrecv,
+    .p2p = p_p2p,
     .barrier = p_barrier,
     .group_size = p_group_size,
     .group_rank = p_group_rank,

@@ -59,7 +59,10 @@ int dp__shard_buckets(struct dp_exec *ex)
         const struct dp_seg *sg = &ex->segs[k];
         if (sg->t.layer < 0)
             continue;
-        int i = sg->t.layer - ex->layer0;
+        int i = dp__local_layer(ex, sg->t.layer);
+        if (i < 0)
+            return dp_err_set(ex->err, DP_ERUNTIME, "internal: layer %d is not on this stage",
+                              sg->t.layer);
         size_t hi = sg->off + (size_t)(sg->t.rows * sg->t.cols);
         ex->lay_lo[i] = sg->off < ex->lay_lo[i] ? sg->off : ex->lay_lo[i];
         ex->lay_hi[i] = hi > ex->lay_hi[i] ? hi : ex->lay_hi[i];
@@ -73,7 +76,7 @@ int dp__shard_buckets(struct dp_exec *ex)
         if (ex->lay_lo[i] == SIZE_MAX || (i && ex->lay_lo[i] != ex->lay_hi[i - 1]))
             return dp_err_set(ex->err, DP_ERUNTIME,
                               "internal: layer %d's tensors are not contiguous in the flat buffer",
-                              ex->layer0 + i);
+                              i);
         size_t n = ex->lay_hi[i] - ex->lay_lo[i];
         ex->win_n = n > ex->win_n ? n : ex->win_n;
         total += n;
@@ -273,7 +276,7 @@ int dp__shard_visit(struct dp_exec *ex, const struct dp_seg *sg)
         TRY(gather_range(ex, 0, ex->edge_lo, ex->pedge));
         return gather_range(ex, ex->edge_hi, ex->nparams, ex->pedge + ex->edge_lo);
     }
-    int i = sg->t.layer - ex->layer0;
+    int i = dp__local_layer(ex, sg->t.layer);
     if (i == ex->win_layer)
         return 0;
     ex->win_layer = i;

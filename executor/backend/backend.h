@@ -52,6 +52,15 @@ enum dp_redop { DP_OP_SUM = 0, DP_OP_MAX = 1 };
 
 struct dp_backend;
 
+/* One message of a p2p batch: n reals to (send) or from peer (a rank of the group). */
+struct dp_p2p {
+    int peer;
+    real *buf;
+    int64_t n;
+    int tag;
+    bool send;
+};
+
 struct dp_backend_ops {
     const char *name; /* "cpu" */
     void (*destroy)(struct dp_backend *be);
@@ -178,6 +187,11 @@ struct dp_backend_ops {
     /* ---- point-to-point within a group (peer = rank in the group); -1 = no message */
     int (*sendrecv)(struct dp_backend *be, enum dp_group g, int to, const real *sbuf, int64_t sn,
                     int stag, int from, real *rbuf, int64_t rn, int rtag, struct dp_err *err);
+    /* A batch of sends and receives (struct dp_p2p), all posted at once and waited for
+     * together, as Megatron's p2p_communication batches torch's isend/irecv: no order of
+     * the batch's messages can deadlock (interleaved 1F1B). */
+    int (*p2p)(struct dp_backend *be, enum dp_group g, const struct dp_p2p *ops, int n,
+               struct dp_err *err);
     int (*barrier)(struct dp_backend *be, enum dp_group g, struct dp_err *err);
 
     /* ---- facts */

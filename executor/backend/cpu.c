@@ -291,6 +291,32 @@ static int c_sendrecv(struct dp_backend *be, enum dp_group g, int to, const real
     return 0;
 }
 
+static int c_p2p(struct dp_backend *be, enum dp_group g, const struct dp_p2p *ops, int n,
+                 struct dp_err *err)
+{
+    struct cpu_backend *cb = cpu(be);
+    MPI_Request req[8];
+    if (n > 8)
+        return dp_err_set(err, DP_ERUNTIME, "internal: %d messages in one pipeline batch", n);
+    for (int i = 0; i < n; i++) {
+        if (ops[i].n > INT_MAX)
+            return dp_err_set(err, DP_ERUNTIME, "pipeline message of %lld elements is too large",
+                              (long long)ops[i].n);
+        if (ops[i].send)
+            MPI_TRY(cb, err, g,
+                    MPI_Isend(ops[i].buf, (int)ops[i].n, MPI_REAL_T, ops[i].peer, ops[i].tag,
+                              cb->comm[g], &req[i]));
+        else
+            MPI_TRY(cb, err, g,
+                    MPI_Irecv(ops[i].buf, (int)ops[i].n, MPI_REAL_T, ops[i].peer, ops[i].tag,
+                              cb->comm[g], &req[i]));
+    }
+    if (n)
+        MPI_TRY(cb, err, g, MPI_Waitall(n, req, MPI_STATUSES_IGNORE));
+    dp__beat(NULL);
+    return 0;
+}
+
 static int c_barrier(struct dp_backend *be, enum dp_group g, struct dp_err *err)
 {
     struct cpu_backend *cb = cpu(be);
@@ -370,6 +396,7 @@ static const struct dp_backend_ops cpu_ops = {
     .allreduce_host = c_allreduce_host,
     .gather_host = c_gather_host,
     .sendrecv = c_sendrecv,
+    .p2p = c_p2p,
     .barrier = c_barrier,
     .group_size = c_group_size,
     .group_rank = c_group_rank,
