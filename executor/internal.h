@@ -162,6 +162,8 @@ struct dp_exec {
     real *pshard;        /* ZeRO-3: [shard] this rank's parameters (the master copy) */
     real *gedge, *gwin;  /* ZeRO-2/3: [edge_n] edge gradients; [win_n] one layer's */
     real *pedge, *pwin;  /* ZeRO-3: [edge_n] gathered edge parameters; [win_n] one layer's */
+    real *pwin2;         /* ZeRO-3: [win_n] the next layer's, prefetched while pwin's runs */
+    int pf_layer;        /* ZeRO-3: the layer being gathered into pwin2 (-1: none) */
     size_t edge_lo, edge_hi; /* flat [0, edge_lo) and [edge_hi, nparams) are the edge */
     size_t edge_n, win_n;    /* edge_lo + nparams - edge_hi; the largest layer */
     size_t *lay_lo, *lay_hi; /* [nlayers] each layer's flat range */
@@ -248,6 +250,10 @@ int dp__shard_step_begin(struct dp_exec *ex);
 /* ZeRO-3: gather layer i's parameters into the window (before its forward, again before
  * its backward); ZeRO-2/3: open layer i's gradient window. */
 int dp__shard_layer_fwd(struct dp_exec *ex, int i);
+/* ZeRO-3: start gathering layer i's parameters into the second window without blocking
+ * (the next layer of the pass; i < 0: none); dp__shard_layer_fwd / _bwd_begin of layer i
+ * waits for it and runs on that window (FSDP's forward/backward prefetch). */
+int dp__shard_prefetch(struct dp_exec *ex, int i);
 int dp__shard_layer_bwd_begin(struct dp_exec *ex, int i);
 /* ZeRO-2/3: after layer i's backward of one micro-batch: reduce-scatter its gradients
  * into gred (SP-partial norms all-reduced over TP first). */
@@ -285,6 +291,7 @@ enum dp__buf {
     DP__BUF_PSHARD,
     DP__BUF_PEDGE,
     DP__BUF_PWIN,
+    DP__BUF_PWIN2,
     DP__BUF_ADAM_M,
     DP__BUF_ADAM_V,
     DP__BUF_TMP,

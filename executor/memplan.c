@@ -39,6 +39,7 @@ static const struct bufdef bufs[DP__NBUF] = {
     [DP__BUF_PSHARD] = {DP_POOL_PARAMS, AT(pshard)},
     [DP__BUF_PEDGE] = {DP_POOL_PARAMS, AT(pedge)},
     [DP__BUF_PWIN] = {DP_POOL_PARAMS, AT(pwin)},
+    [DP__BUF_PWIN2] = {DP_POOL_PARAMS, AT(pwin2)},
     [DP__BUF_ADAM_M] = {DP_POOL_OPTIM, AT(adam_m)},
     [DP__BUF_ADAM_V] = {DP_POOL_OPTIM, AT(adam_v)},
     [DP__BUF_TMP] = {DP_POOL_ACT_WORK, AT(w.tmp)},
@@ -139,7 +140,8 @@ void dp__memplan(const struct dp_exec *ex, struct dp__memplan *p)
     /* The flat buffers: under ZeRO padded to a multiple of the shard group (dp, or
      * shard_group under HSDP), the optimizer state of one contiguous shard (schedule.c).
      * ZeRO-2 replaces the flat gradients by the reduced shard, the edge's gradients and
-     * one layer's window; ZeRO-3 the flat parameters likewise (shard.c). */
+     * one layer's window; ZeRO-3 the flat parameters likewise, with a second window for
+     * the next layer's prefetch (shard.c). */
     int64_t P = (int64_t)ex->nparams, flat = P, shard = P;
     if (l->zero >= 1) {
         int64_t sg = ex->sg > 0 ? ex->sg : l->dp;
@@ -158,6 +160,12 @@ void dp__memplan(const struct dp_exec *ex, struct dp__memplan *p)
         e[DP__BUF_PSHARD] = shard;
         e[DP__BUF_PEDGE] = (int64_t)ex->edge_n;
         e[DP__BUF_PWIN] = (int64_t)ex->win_n;
+        /* The next layer's window, prefetched within a pass (shard.c): needs a model
+         * chunk of two layers or more. */
+        bool two = false;
+        for (int c = 0; c < ex->nch; c++)
+            two = two || ex->ch_n[c] > 1;
+        e[DP__BUF_PWIN2] = two ? (int64_t)ex->win_n : 0;
     }
     /* act_work: one set per rank. */
     e[DP__BUF_TMP] = e[DP__BUF_DTMP] = Nh;

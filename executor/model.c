@@ -427,6 +427,7 @@ int dp__stage_forward(struct dp_exec *ex, struct dp_slot *s)
     for (int j = 0; j < n; j++) {
         real *out = j + 1 < n ? s->layers[j + 1].x : loss ? ex->hd.xf : ex->send_fwd;
         TRY(dp__shard_layer_fwd(ex, l0 + j));
+        TRY(dp__shard_prefetch(ex, j + 1 < n ? l0 + j + 1 : -1));
         TRY(layer_forward(ex, &ex->lp[l0 + j], layer_set(ex, s, j), out, false));
     }
     if (loss)
@@ -442,6 +443,7 @@ int dp__stage_backward(struct dp_exec *ex, struct dp_slot *s)
     for (int j = n - 1; j >= 0; j--) {
         struct dp_act *A = layer_set(ex, s, j);
         TRY(dp__shard_layer_bwd_begin(ex, l0 + j));
+        TRY(dp__shard_prefetch(ex, j > 0 ? l0 + j - 1 : -1));
         if (ex->l.recompute == DP_RECOMPUTE_FULL)
             TRY(layer_forward(ex, &ex->lp[l0 + j], A, NULL, true));
         TRY(layer_backward(ex, &ex->lp[l0 + j], A));

@@ -437,6 +437,19 @@ static int p_allgather_v(struct dp_backend *be, enum dp_group g, real *buf, cons
     return 0;
 }
 
+/* Priced as the blocking gather: the CPU backend's MPI progresses it only inside MPI
+ * calls, so no overlap with compute is assumed. */
+static int p_allgather_v_start(struct dp_backend *be, enum dp_group g, real *buf, const int *counts,
+                               struct dp_err *err)
+{
+    return p_allgather_v(be, g, buf, counts, err);
+}
+
+static int p_allgather_v_wait(struct dp_backend *be, struct dp_err *err)
+{
+    return 0;
+}
+
 static int p_allreduce_host(struct dp_backend *be, enum dp_group g, double *buf, int n,
                             enum dp_redop op, struct dp_err *err)
 {
@@ -530,6 +543,8 @@ static const struct dp_backend_ops pricing_ops = {
     .allgather = p_allgather,
     .reduce_scatter_v = p_reduce_scatter_v,
     .allgather_v = p_allgather_v,
+    .allgather_v_start = p_allgather_v_start,
+    .allgather_v_wait = p_allgather_v_wait,
     .allreduce_host = p_allreduce_host,
     .gather_host = p_gather_host,
     .sendrecv = p_sendrecv,

@@ -178,6 +178,13 @@ struct dp_backend_ops {
                             struct dp_err *err);
     int (*allgather_v)(struct dp_backend *be, enum dp_group g, real *buf, const int *counts,
                        struct dp_err *err);
+    /* allgather_v without blocking (ZeRO-3's prefetch of the next layer): _start posts it
+     * (counts are copied), _wait completes it; buf is not to be read before. One at a
+     * time per backend; other collectives may run in between, in the same order on
+     * every rank of the group (MPI-3 Sec. 5.12). */
+    int (*allgather_v_start)(struct dp_backend *be, enum dp_group g, real *buf, const int *counts,
+                             struct dp_err *err);
+    int (*allgather_v_wait)(struct dp_backend *be, struct dp_err *err);
     /* Host doubles (loss, squared norms, timings), in place. */
     int (*allreduce_host)(struct dp_backend *be, enum dp_group g, double *buf, int n,
                           enum dp_redop op, struct dp_err *err);
