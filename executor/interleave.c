@@ -235,6 +235,11 @@ int dp__pipeline_interleaved(struct dp_exec *ex, int step)
     const int p = ex->l.pp, v = ex->nch, r = ex->c.pp_rank;
     const int64_t Nlh = ex->dm.Nl * ex->dm.h;
     const struct dp__vsched *vs = ex->vs;
+    /* The head's activations (hd) are one set: the loss's chunk must run each
+     * micro-batch's backward right after its forward, as the order does on stage pp - 1
+     * (its warm-up (vpp - 1) pp ends where forward W + k and backward k are the same
+     * micro-batch's last chunk). */
+    int loss_mb = -1;
     if (!vs || !vs->t)
         return dp_err_set(ex->err, DP_ERUNTIME, "internal: no interleaved timeline");
     for (int64_t t = 0; t < vs->nt; t++) {
@@ -258,6 +263,12 @@ int dp__pipeline_interleaved(struct dp_exec *ex, int step)
                     trace(ex, 'F', mb, c);
                 if (s->inputs || s->targets)
                     dp__load_batch(ex, s, step, mb);
+                if (ex->last && c == v - 1) {
+                    if (loss_mb >= 0)
+                        return dp_err_set(ex->err, DP_ERUNTIME,
+                                          "internal: two forwards through the loss in a row");
+                    loss_mb = mb;
+                }
                 dp__beat("forward");
                 TRY(dp__stage_forward(ex, s));
                 int to = fwd_dest(p, v, r, c, &dc);
@@ -266,7 +277,14 @@ int dp__pipeline_interleaved(struct dp_exec *ex, int step)
             } else {
                 if (ex->trace)
                     trace(ex, 'B', mb, c);
-                if (!(ex->last && c == v - 1)) {
+                if (ex->last && c == v - 1) {
+                    if (loss_mb != mb)
+                        return dp_err_set(ex->err, DP_ERUNTIME,
+                                          "internal: the loss's backward of micro-batch %d "
+                                          "after another forward",
+                                          mb);
+                    loss_mb = -1;
+                } else {
                     int g = grecv_find(ex, mb, c);
                     if (g < 0)
                         return dp_err_set(ex->err, DP_ERUNTIME,
