@@ -235,6 +235,10 @@ struct dp_exec_machine;
 struct dp_exec_costs;
 bool cli_calibration_machine(const struct dp_calibration *cal, int threads, int concurrent,
                              struct dp_exec_costs *costs, struct dp_exec_machine *mc);
+/* The CPU step prediction by kind as JSON, the same keys wherever it is printed
+ * (`estimate --json`'s cpu_executor, summary.json's cpu_prediction). */
+struct dp_exec_prediction;
+struct cJSON *cli_cpu_prediction_json(const struct dp_exec_prediction *p);
 /* A plan file, rather than a model: its JSON has the "dplan_plan" key (within its first
  * 4 KiB). */
 bool cli_is_plan_file(const char *path);

@@ -143,6 +143,23 @@ int cli_apply_calibration(const struct cli_common *c, struct dp_cluster *cl, str
     return 0;
 }
 
+struct cJSON *cli_cpu_prediction_json(const struct dp_exec_prediction *p)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON_AddNumberToObject(o, "step_time_s", p->step_s);
+    cJSON_AddNumberToObject(o, "gemm_s", p->gemm_s);
+    cJSON_AddNumberToObject(o, "attention_s", p->attention_s);
+    cJSON_AddNumberToObject(o, "elementwise_s", p->elementwise_s);
+    cJSON_AddNumberToObject(o, "fork_join_s", p->fork_s);
+    cJSON_AddNumberToObject(o, "communication_s", p->comm_s);
+    cJSON_AddNumberToObject(o, "optimizer_s", p->optimizer_s);
+    cJSON_AddNumberToObject(o, "pipeline_bubble_s", p->bubble_s);
+    cJSON_AddNumberToObject(o, "time_sharing_s", p->timeshare_s);
+    return o;
+}
+
 bool cli_calibration_machine(const struct dp_calibration *cal, int threads, int concurrent,
                              struct dp_exec_costs *o, struct dp_exec_machine *mc)
 {
