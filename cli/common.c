@@ -282,6 +282,25 @@ const char *cli_split_option(const struct cli_common *c)
     return NULL;
 }
 
+int cli_search_args(const char *cmd, int argc, int optind_, const struct cli_common *c)
+{
+    if (optind_ != argc - 1)
+        return cli_usage_error(cmd, "expected one MODEL argument");
+    if (cli_split_option(c))
+        return cli_usage_error(cmd,
+                               "%s fixes the pipeline split of one layout (give it to `dplan "
+                               "estimate` or `dplan memory`); %s searches the splits itself",
+                               cli_split_option(c), cmd);
+    return 0;
+}
+
+int cli_layout_args(const char *cmd, int argc, int optind_, const struct cli_common *c)
+{
+    if (argc - optind_ > 1 || (optind_ == argc && !c->plan))
+        return cli_usage_error(cmd, "expected one MODEL argument (or --plan FILE)");
+    return 0;
+}
+
 /* The pipeline split from the split options: one rule at most, expanded here (the
  * model's layer count is known) into the explicit per-chunk counts the layout keeps.
  * Every complaint is a usage error naming the option. */
