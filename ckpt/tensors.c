@@ -159,6 +159,21 @@ static void moe_table(struct table *t, const struct dp_model *m, int L, int tp, 
     }
 }
 
+/* Global index of the stage's i-th layer: with interleaving the stage holds model chunks
+ * stage, stage + pp, ... (dp_layout_chunk_layers), its layers in model order. */
+static int stage_layer(const struct dp_layout *l, const struct dp_model *m, int stage, int i)
+{
+    const int nch = l->vpp > 1 ? l->vpp : 1;
+    for (int c = 0; c < nch; c++) {
+        int first = 0, n = 0;
+        dp_layout_chunk_layers(l, m, stage, c, &first, &n);
+        if (i < n)
+            return first + i;
+        i -= n;
+    }
+    return -1;
+}
+
 int dp_ckpt_stage_slices(const struct dp_model *m, const struct dp_layout *l, int stage,
                          int tp_rank, struct dp_ckpt_slice **out, int *n, struct dp_err *err)
 {
@@ -181,9 +196,6 @@ int dp_ckpt_stage_slices_ep(const struct dp_model *m, const struct dp_layout *l,
     const int64_t h = m->hidden, d = m->head_dim, tr = tp_rank;
     const int64_t qd = m->heads / tp * d, kvd = m->kv_heads / tp * d, f = m->ffn_hidden / tp;
     const int64_t F = m->ffn_hidden;
-    int layer0 = 0;
-    for (int s = 0; s < stage; s++)
-        layer0 += dp_layout_stage_layers(l, m, s);
     const int nlayers = dp_layout_stage_layers(l, m, stage);
     if (first) {
         vocab_table(&t, "wte", DP_ROLE_WTE, m, tp, tp_rank, false);
@@ -201,7 +213,7 @@ int dp_ckpt_stage_slices_ep(const struct dp_model *m, const struct dp_layout *l,
     }
     char nm[48];
     for (int i = 0; i < nlayers; i++) {
-        const int L = layer0 + i;
+        const int L = stage_layer(l, m, stage, i);
 #define NAME(fmt) (snprintf(nm, sizeof nm, "h.%d." fmt, L), nm)
         vec(&t, NAME("ln1.w"), DP_ROLE_LN1_W, L, h);
         if (ln)

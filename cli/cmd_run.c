@@ -60,7 +60,8 @@ static const char help_head[] =
     "  --hostfile FILE     launch the ranks on the hosts of FILE (mpirun --hostfile)\n"
     "  --ranks-per-node K  ranks per host with --hostfile and in --dry-run's lines\n"
     "                      [the plan's GPUs per node, else all on one]\n"
-    "  --dry-run           print the rank map, each rank's groups, each stage's 1F1B order,\n"
+    "  --dry-run           print the rank map, each rank's groups, each stage's 1F1B order\n"
+    "                      (interleaved: micro-batch and model chunk of each pass),\n"
     "                      the predicted memory per rank, and the hostfile, mpirun and\n"
     "                      Slurm lines that run this on a cluster; start nothing, write nothing\n"
     "\nThe environment variables and exit codes of the ranks: docs/rank-protocol.md.\n\n";
@@ -80,14 +81,17 @@ static const char run_knob_help[] =
     "  --recompute {none,selective,full}  activation recomputation [none]\n"
     "  --sp                  sequence parallelism (with tp > 1)\n"
     "  --first-stage-layers N --last-stage-layers N   uneven pipeline split\n"
+    "  --vpp N               interleaved 1F1B: N model chunks per stage (micro-batches a\n"
+    "                        multiple of pp; at least one layer in every chunk) [1]\n"
+    "  --stage-layers LIST   layers per stage, or per model chunk with vpp > 1\n"
     "  --ep N                mixture-of-experts models: expert parallel degree (divides\n"
     "                        dp; experts split over tp as the dense MLP, etp = tp) [1]\n"
     "  --moe-capacity F      expert capacity factor; 0: dropless [0]\n"
-    "  --cp 1 --vpp 1 --optimizer adam   accepted: the only values it runs\n\n"
-    "Refused with an error naming the knob: --cp or --vpp above 1 (context parallelism,\n"
-    "the interleaved schedule), --optimizer sgd; for MoE models --etp other than tp,\n"
-    "--zero 2 or 3, --zero 1 with ep > 1, expert biases, shared-expert gates and router\n"
-    "biases; ALiBi and parallel-attention (one-norm) models; a plan's recompute_layers below\n"
+    "  --cp 1 --optimizer adam                        accepted: the only values it runs\n\n"
+    "Refused with an error naming the knob: --cp above 1 (context parallelism), a model\n"
+    "chunk without layers, --optimizer sgd; for MoE models --etp other than tp, --zero 2\n"
+    "or 3, --zero 1 with ep > 1, expert biases, shared-expert gates and router biases;\n"
+    "ALiBi and parallel-attention (one-norm) models; a plan's recompute_layers below\n"
     "the stage's layers; and the planning-only knobs --precision and --grad-dtype\n"
     "(other than fp32), --no-flash-attn and --overhead-gib: it computes in fp32 and\n"
     "keeps attention probabilities (a plan file's values for these, and its overlap\n"
@@ -403,6 +407,11 @@ static int resolve(struct cli_run *r, int *world, struct dp_err *err)
         rc = cli_layout(&r->c, &r->m, gpus, &r->l, err);
         if (rc)
             return rc;
+        /* The plan.json the run writes must be one `dplan run PLAN` reads back, so the
+         * layout keeps to its framework's rules as the plan reader does. */
+        rc = dp_layout_check_framework(&r->l, NULL, err);
+        if (rc)
+            return rc;
     }
     r->l.precision = DP_FP32; /* what the CPU backend computes in */
     r->l.gemm = DP_GEMM_DEFAULT;
@@ -485,10 +494,15 @@ static int dry_run(const struct cli_run *r, int argc, char **argv)
     for (int k = 0; k < r->world; k++) {
         struct dp_coords c;
         dp_rank_coords(k, l->tp, l->dp, l->pp, &c);
+        /* "0-3", or with interleaving the chunks' ranges "0-1,4-5" */
+        char ranges[256];
         int first = dp_layout_stage_first_layer(l, &r->m, c.pp_rank);
         int n = dp_layout_stage_layers(l, &r->m, c.pp_rank);
-        printf("%6d %6d %6d %4d %4d %4d  %d-%d%s%s\n", k, k / K, k % K, c.tp_rank, c.dp_rank,
-               c.pp_rank, first, first + n - 1, c.pp_rank == 0 ? " +embedding" : "",
+        snprintf(ranges, sizeof ranges, "%d-%d", first, first + n - 1);
+        if (l->vpp > 1)
+            dp_layout_stage_ranges(l, &r->m, c.pp_rank, ranges, sizeof ranges);
+        printf("%6d %6d %6d %4d %4d %4d  %s%s%s\n", k, k / K, k % K, c.tp_rank, c.dp_rank,
+               c.pp_rank, ranges, c.pp_rank == 0 ? " +embedding" : "",
                c.pp_rank == l->pp - 1 ? " +head" : "");
     }
     int prc = cli_run_dry(&r->m, l); /* groups, schedule, memory (dry_run.c) */

@@ -86,7 +86,13 @@ int cli_run_dry(const struct dp_model *m, const struct dp_layout *l)
     printf("CPU backend: fp32 compute, blocking collectives, attention probabilities kept%s\n",
            l->precision != DP_FP32 ? " (not the plan's precision)" : "");
 
-    printf("\nschedule per stage (1F1B; Fm / Bm: forward / backward of micro-batch m):\n");
+    if (l->vpp > 1)
+        printf("\nschedule per stage (interleaved 1F1B, %d model chunks per stage; Fm.c / Bm.c: "
+               "forward / backward of micro-batch m through the stage's chunk c, model chunk "
+               "c pp + stage; sim/'s order):\n",
+               l->vpp);
+    else
+        printf("\nschedule per stage (1F1B; Fm / Bm: forward / backward of micro-batch m):\n");
     char *sched = malloc(4096);
     if (!sched) {
         fprintf(stderr, "dplan: error: out of memory\n");

@@ -50,8 +50,9 @@ const char *dp_pool_name(enum dp_pool p);
 int dp_exec_memory(const struct dp_model *m, const struct dp_layout *l, int stage,
                    int64_t out[DP_NPOOLS], struct dp_err *err);
 /* The order in which stage `stage` runs one step's micro-batches: "F0 F1 B0 F2 B1 B2"
- * (forward / backward of micro-batch m), from the executor's own 1F1B code run on the
- * pricing backend (nothing is computed); " ..." when it does not fit in cap. */
+ * (forward / backward of micro-batch m), with interleaving "F0.0 F1.0 F0.1 ..." (and the
+ * stage's model chunk), from the executor's own pipeline code run on the pricing
+ * backend (nothing is computed); " ..." when it does not fit in cap. */
 int dp_exec_schedule(const struct dp_model *m, const struct dp_layout *l, int stage, char *out,
                      size_t cap, struct dp_err *err);
 
@@ -221,8 +222,9 @@ void dp_exec_opts_default(struct dp_exec_opts *o);
 
 /*
  * Check that this executor can run `l` for `m` on `world` ranks (world <= 0: not
- * checked): cp = 1, ep = 1, vpp = 1, zero <= 1, Adam, a dense model, RoPE or learned
- * positions, two norms per layer, seq_len <= max_position. Errors name the field.
+ * checked): cp = 1, ep = 1, a layer in every model chunk (vpp >= 1), Adam, a dense model,
+ * RoPE or learned positions, two norms per layer, seq_len <= max_position. Errors name
+ * the field.
  */
 int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world,
                   struct dp_err *err);
@@ -265,7 +267,7 @@ struct dp_exec_prediction {
     double gemm_s;        /* OpenBLAS products */
     double attention_s;   /* the attention kernels */
     double elementwise_s; /* norms, activations, residuals, biases, embedding, cross-entropy */
-    double fork_s;        /* OpenMP fork/join of the parallel regions (part of the above) */
+    double fork_s;        /* OpenMP fork/join of the parallel regions (not in the three above) */
     double comm_s;        /* TP, PP, DP and embedding collectives, the loss all-reduce */
     double optimizer_s;   /* zeroing, the gradient norm, AdamW */
     double bubble_s;      /* pipeline fill and drain */

@@ -115,7 +115,8 @@ struct dp_slot {
     int32_t *targets;      /* [N] last stage */
     void *mem;             /* one allocation holding all of the above */
     size_t bytes;
-    int mb; /* micro-batch index, -1 when free */
+    int mb;    /* micro-batch index, -1 when free */
+    int chunk; /* the model chunk whose layers it holds (0 without interleaving) */
 };
 
 struct dp_work {
@@ -151,6 +152,8 @@ struct dp_head {
 
 /* ------------------------------------------------------------------ the rank */
 
+struct dp__vsched;
+
 struct dp_exec {
     const struct dp_model *m;
     struct dp_layout l;
@@ -161,9 +164,13 @@ struct dp_exec {
     struct dp_coords c;
     int rank, world;
     int layer0, nlayers; /* global index of the first local layer, local count */
-    bool first, last;    /* pipeline stage has the embedding / the head */
-    int64_t M;           /* micro-batches per step per DP rank */
-    int64_t gbs_tokens;  /* gbs * seq_len */
+    /* Model chunks (vpp; one chunk = the stage without interleaving): chunk c holds local
+     * layers [ch_l0[c], ch_l0[c] + ch_n[c]), global layers from ch_g0[c]. */
+    int nch;
+    int ch_l0[DP_MAX_CHUNKS], ch_n[DP_MAX_CHUNKS], ch_g0[DP_MAX_CHUNKS];
+    bool first, last;   /* pipeline stage has the embedding / the head */
+    int64_t M;          /* micro-batches per step per DP rank */
+    int64_t gbs_tokens; /* gbs * seq_len */
 
     /* parameters */
     struct dp_seg *segs;
@@ -185,6 +192,8 @@ struct dp_exec {
     real *pshard;        /* ZeRO-3: [shard] this rank's parameters (the master copy) */
     real *gedge, *gwin;  /* ZeRO-2/3: [edge_n] edge gradients; [win_n] one layer's */
     real *pedge, *pwin;  /* ZeRO-3: [edge_n] gathered edge parameters; [win_n] one layer's */
+    real *pwin2;         /* ZeRO-3: [win_n] the next layer's, prefetched while pwin's runs */
+    int pf_layer;        /* ZeRO-3: the layer being gathered into pwin2 (-1: none) */
     size_t edge_lo, edge_hi; /* flat [0, edge_lo) and [edge_hi, nparams) are the edge */
     size_t edge_n, win_n;    /* edge_lo + nparams - edge_hi; the largest layer */
     size_t *lay_lo, *lay_hi; /* [nlayers] each layer's flat range */
@@ -199,7 +208,12 @@ struct dp_exec {
     /* activations */
     struct dp_slot *slots;
     int nslots, maxslots;
-    size_t slot_bytes;
+    size_t slot_bytes;                   /* chunk 0's (the stage's without interleaving) */
+    size_t ch_slot_bytes[DP_MAX_CHUNKS]; /* each chunk's slot */
+    struct dp__vsched *vs;               /* interleaved 1F1B: this rank's timeline */
+    real *grecv;                         /* interleaved: [ngrecv, Nl h] received gradients */
+    int ngrecv;
+    int *grecv_mb, *grecv_ch; /* [ngrecv] which (micro-batch, chunk) each holds; -1 free */
     struct dp_work w;
     struct dp_head hd;
     real *send_fwd; /* [Nl, h] stage output (pp > 1, not last stage) */
@@ -268,6 +282,10 @@ int dp__shard_step_begin(struct dp_exec *ex);
 /* ZeRO-3: gather layer i's parameters into the window (before its forward, again before
  * its backward); ZeRO-2/3: open layer i's gradient window. */
 int dp__shard_layer_fwd(struct dp_exec *ex, int i);
+/* ZeRO-3: start gathering layer i's parameters into the second window without blocking
+ * (the next layer of the pass; i < 0: none); dp__shard_layer_fwd / _bwd_begin of layer i
+ * waits for it and runs on that window (FSDP's forward/backward prefetch). */
+int dp__shard_prefetch(struct dp_exec *ex, int i);
 int dp__shard_layer_bwd_begin(struct dp_exec *ex, int i);
 /* ZeRO-2/3: after layer i's backward of one micro-batch: reduce-scatter its gradients
  * into gred (SP-partial norms all-reduced over TP first). */
@@ -322,6 +340,7 @@ enum dp__buf {
     DP__BUF_PSHARD,
     DP__BUF_PEDGE,
     DP__BUF_PWIN,
+    DP__BUF_PWIN2,
     DP__BUF_ADAM_M,
     DP__BUF_ADAM_V,
     DP__BUF_TMP,
@@ -349,12 +368,14 @@ enum dp__buf {
     DP__BUF_MDL,
     DP__BUF_SDACT,
     DP__BUF_SDFC1,
+    DP__BUF_GRECV,
     DP__NBUF
 };
 struct dp__memplan {
     int64_t elems[DP__NBUF]; /* reals; 0 = not allocated on this stage */
     int64_t slot_bytes;      /* one micro-batch's kept activations and token ids */
-    int slots;               /* the most in flight: min(pp - stage, M) */
+    int slots;               /* the most in flight: min(pp - stage, M); interleaved: the
+                                slots allocated, each chunk's most at once summed */
     int64_t pool_bytes[DP_NPOOLS];
 };
 /* The plan of ex's stage (ex->m, l, dm, stage place, M and nparams set). */
@@ -364,16 +385,48 @@ void dp__memplan(const struct dp_exec *ex, struct dp__memplan *out);
 int dp__mem_build(struct dp_exec *ex);
 void dp__mem_release(struct dp_exec *ex);
 struct dp_slot *dp__slot_acquire(struct dp_exec *ex, int mb);
+/* A slot for micro-batch mb of model chunk `chunk` (interleaving); the chunk's slot in
+ * use by mb, or NULL (dp__slot_find). */
+struct dp_slot *dp__slot_acquire_chunk(struct dp_exec *ex, int mb, int chunk);
+struct dp_slot *dp__slot_find(struct dp_exec *ex, int mb, int chunk);
+/* The bytes of a slot of chunk c (its layers' kept sets and token ids). */
+size_t dp__slot_size(const struct dp_exec *ex, int c);
+/* Local layer index of global layer g on this stage (-1: not here). */
+int dp__local_layer(const struct dp_exec *ex, int g);
 void dp__slot_release(struct dp_exec *ex, struct dp_slot *s);
 /* Pipeline stage `stage`'s place: first, last, layer0 and nlayers (ex->l and ex->m set). */
 void dp__stage_place(struct dp_exec *ex, int stage);
-/* Forward of the stage's part for one micro-batch in `s`: embedding (first stage),
- * layers, and on the last stage the head with the loss and dlogits. The stage output
- * goes to ex->send_fwd (not last stage). */
+/* Forward of the stage's part (model chunk s->chunk) for one micro-batch in `s`:
+ * embedding (chunk 0 of the first stage), layers, and on the last chunk of the last
+ * stage the head with the loss and dlogits. The output goes to ex->send_fwd otherwise. */
 int dp__stage_forward(struct dp_exec *ex, struct dp_slot *s);
-/* Backward: ex->w.dres holds the output gradient (not last stage); on return it holds
- * the input gradient (not first stage). */
+/* Backward: ex->w.dres holds the output gradient (but for the loss's chunk); on return it
+ * holds the input gradient (but for the embedding's chunk). */
 int dp__stage_backward(struct dp_exec *ex, struct dp_slot *s);
+
+/* interleave.c: interleaved 1F1B (vpp > 1). */
+/* Pass k (0 <= k < 2 M v) of stage r in Megatron-Core's interleaved order. */
+void dp__vsched_pass(int p, int v, int64_t M, int r, int64_t k, int *mb, int *chunk, bool *fwd);
+/* One time step of a stage's timeline: the pass it runs (-1: none), then the messages
+ * it receives at the step's end: a forward input for (rf_mb, rf_ch) from the previous
+ * stage, an output gradient for (rb_mb, rb_ch) from the next (-1: none). */
+struct dp__vstep {
+    int64_t pass;
+    int rf_mb, rf_ch, rb_mb, rb_ch;
+};
+struct dp__vsched {
+    struct dp__vstep *t; /* NULL when only the counts were asked for */
+    int64_t nt;
+    int ch_max[DP_MAX_CHUNKS]; /* most slots of each chunk held at once */
+    int64_t peak_bytes;        /* most slot bytes held at once */
+    int grecv_max;             /* most received gradients waiting at once */
+};
+/* Stage r's timeline (keep_steps) and its memory counts; slot_bytes[c] per chunk. */
+int dp__vsched_build(int p, int v, int64_t M, int r, const size_t *slot_bytes, bool keep_steps,
+                     struct dp__vsched *out, struct dp_err *err);
+void dp__vsched_free(struct dp__vsched *vs);
+/* The step's passes on this stage in that order, with the pipeline messages. */
+int dp__pipeline_interleaved(struct dp_exec *ex, int step);
 
 /* schedule.c */
 /* Load micro-batch `mb` of step `step` into slot tokens (first/last stage). */

@@ -10,7 +10,9 @@
  * Activation slots are the exception that needs the schedule: a slot is
  * allocated when a micro-batch enters the stage and reused after its
  * backward, so the table holds their size and the most 1F1B keeps in flight
- * (min(pp - stage, M), schedule.c), and the pools count what is held.
+ * (min(pp - stage, M), schedule.c), and the pools count what is held. Interleaved,
+ * the slots differ per model chunk and the most held at once is counted on the
+ * stage's own timeline (interleave.c), which the run follows step for step.
  */
 #include "internal.h"
 
@@ -37,6 +39,7 @@ static const struct bufdef bufs[DP__NBUF] = {
     [DP__BUF_PSHARD] = {DP_POOL_PARAMS, AT(pshard)},
     [DP__BUF_PEDGE] = {DP_POOL_PARAMS, AT(pedge)},
     [DP__BUF_PWIN] = {DP_POOL_PARAMS, AT(pwin)},
+    [DP__BUF_PWIN2] = {DP_POOL_PARAMS, AT(pwin2)},
     [DP__BUF_ADAM_M] = {DP_POOL_OPTIM, AT(adam_m)},
     [DP__BUF_ADAM_V] = {DP_POOL_OPTIM, AT(adam_v)},
     [DP__BUF_TMP] = {DP_POOL_ACT_WORK, AT(w.tmp)},
@@ -64,6 +67,7 @@ static const struct bufdef bufs[DP__NBUF] = {
     [DP__BUF_MDL] = {DP_POOL_ACT_WORK, AT(w.mdl)},
     [DP__BUF_SDACT] = {DP_POOL_ACT_WORK, AT(w.sdact)},
     [DP__BUF_SDFC1] = {DP_POOL_ACT_WORK, AT(w.sdfc1)},
+    [DP__BUF_GRECV] = {DP_POOL_COMM, AT(grecv)},
 };
 #undef AT
 
@@ -145,26 +149,31 @@ static void layer_acts(const struct dp_exec *ex, struct dp_act *A, struct carver
         *A = a;
 }
 
-/* A slot: every local layer's kept set, then the input tokens (first stage) and the
- * target tokens (last stage). Returns its bytes. */
-static size_t slot_layout(const struct dp_exec *ex, struct dp_slot *s, char *mem)
+/* A slot of model chunk c: its layers' kept sets, then the input tokens (the embedding's
+ * chunk) and the target tokens (the loss's chunk). Returns its bytes. */
+static size_t slot_layout(const struct dp_exec *ex, int c, struct dp_slot *s, char *mem)
 {
     struct carver cv = {mem, 0};
     bool probs = ex->l.recompute == DP_RECOMPUTE_NONE;
-    for (int i = 0; i < ex->nlayers; i++)
+    for (int i = 0; i < ex->ch_n[c]; i++)
         layer_acts(ex, s ? &s->layers[i] : NULL, &cv, probs, false,
-                   dp__layer_moe(ex, ex->layer0 + i));
-    if (ex->first) {
+                   dp__layer_moe(ex, ex->ch_g0[c] + i));
+    if (ex->first && c == 0) {
         int32_t *t = carve(&cv, ex->dm.N, sizeof(int32_t));
         if (s)
             s->inputs = t;
     }
-    if (ex->last) {
+    if (ex->last && c == ex->nch - 1) {
         int32_t *t = carve(&cv, ex->dm.N, sizeof(int32_t));
         if (s)
             s->targets = t;
     }
     return cv.off;
+}
+
+size_t dp__slot_size(const struct dp_exec *ex, int c)
+{
+    return slot_layout(ex, c, NULL, NULL);
 }
 
 void dp__memplan(const struct dp_exec *ex, struct dp__memplan *p)
@@ -177,7 +186,8 @@ void dp__memplan(const struct dp_exec *ex, struct dp__memplan *p)
     /* The flat buffers: under ZeRO padded to a multiple of the shard group (dp, or
      * shard_group under HSDP), the optimizer state of one contiguous shard (schedule.c).
      * ZeRO-2 replaces the flat gradients by the reduced shard, the edge's gradients and
-     * one layer's window; ZeRO-3 the flat parameters likewise (shard.c). */
+     * one layer's window; ZeRO-3 the flat parameters likewise, with a second window for
+     * the next layer's prefetch (shard.c). */
     int64_t P = (int64_t)ex->nparams, flat = P, shard = P;
     if (l->zero >= 1) {
         int64_t sg = ex->sg > 0 ? ex->sg : l->dp;
@@ -196,6 +206,12 @@ void dp__memplan(const struct dp_exec *ex, struct dp__memplan *p)
         e[DP__BUF_PSHARD] = shard;
         e[DP__BUF_PEDGE] = (int64_t)ex->edge_n;
         e[DP__BUF_PWIN] = (int64_t)ex->win_n;
+        /* The next layer's window, prefetched within a pass (shard.c): needs a model
+         * chunk of two layers or more. */
+        bool two = false;
+        for (int c = 0; c < ex->nch; c++)
+            two = two || ex->ch_n[c] > 1;
+        e[DP__BUF_PWIN2] = two ? (int64_t)ex->win_n : 0;
     }
     /* act_work: one set per rank. */
     e[DP__BUF_TMP] = e[DP__BUF_DTMP] = Nh;
@@ -238,10 +254,35 @@ void dp__memplan(const struct dp_exec *ex, struct dp__memplan *p)
     /* Slots: at most min(pp - stage, M) micro-batches are in flight under 1F1B. */
     int64_t inflight = l->pp - ex->c.pp_rank;
     p->slots = (int)(inflight < ex->M ? inflight : ex->M);
-    p->slot_bytes = (int64_t)slot_layout(ex, NULL, NULL);
+    p->slot_bytes = (int64_t)slot_layout(ex, 0, NULL, NULL);
+    int64_t slots_bytes = p->slots * p->slot_bytes;
+    if (ex->nch > 1) {
+        /* Interleaved: the slots and received gradients the stage's timeline holds at
+         * once (interleave.c); every stage sends forward (the last to the first). */
+        size_t sb[DP_MAX_CHUNKS];
+        for (int c = 0; c < ex->nch; c++)
+            sb[c] = slot_layout(ex, c, NULL, NULL);
+        struct dp__vsched vs;
+        struct dp_err err = {0};
+        p->slots = 0;
+        if (!dp__vsched_build(l->pp, ex->nch, ex->M, ex->c.pp_rank, sb, false, &vs, &err)) {
+            for (int c = 0; c < ex->nch; c++)
+                p->slots += vs.ch_max[c];
+            slots_bytes = vs.peak_bytes;
+            e[DP__BUF_GRECV] = vs.grecv_max * Nlh;
+        } else {
+            /* Out of memory for the count: every micro-batch of every chunk at once. */
+            slots_bytes = 0;
+            for (int c = 0; c < ex->nch; c++)
+                slots_bytes += ex->M * (int64_t)sb[c];
+            p->slots = (int)(ex->M * ex->nch);
+            e[DP__BUF_GRECV] = ex->M * ex->nch * Nlh;
+        }
+        e[DP__BUF_SEND] = Nlh;
+    }
     for (int b = 0; b < DP__NBUF; b++)
         p->pool_bytes[bufs[b].pool] += e[b] * (int64_t)sizeof(real);
-    p->pool_bytes[DP_POOL_ACT_SLOTS] = p->slots * p->slot_bytes;
+    p->pool_bytes[DP_POOL_ACT_SLOTS] = slots_bytes;
 }
 
 /* ------------------------------------------------------------------ allocation */
@@ -293,6 +334,21 @@ int dp__mem_build(struct dp_exec *ex)
         rope_table(ex, &fail);
     ex->maxslots = p.slots;
     ex->slot_bytes = (size_t)p.slot_bytes;
+    for (int c = 0; c < ex->nch; c++)
+        ex->ch_slot_bytes[c] = slot_layout(ex, c, NULL, NULL);
+    if (ex->nch > 1) {
+        if (!(ex->vs = calloc(1, sizeof *ex->vs)))
+            return dp_err_set(ex->err, DP_ENOMEM, "rank %d: out of memory", ex->rank);
+        TRY(dp__vsched_build(ex->l.pp, ex->nch, ex->M, ex->c.pp_rank, ex->ch_slot_bytes, true,
+                             ex->vs, ex->err));
+        ex->ngrecv = ex->vs->grecv_max;
+        ex->grecv_mb = malloc((size_t)(ex->ngrecv ? ex->ngrecv : 1) * sizeof(int));
+        ex->grecv_ch = malloc((size_t)(ex->ngrecv ? ex->ngrecv : 1) * sizeof(int));
+        if (!ex->grecv_mb || !ex->grecv_ch)
+            return dp_err_set(ex->err, DP_ENOMEM, "rank %d: out of memory", ex->rank);
+        for (int i = 0; i < ex->ngrecv; i++)
+            ex->grecv_mb[i] = ex->grecv_ch[i] = -1;
+    }
     ex->slots = calloc((size_t)(ex->maxslots ? ex->maxslots : 1), sizeof *ex->slots);
     for (int i = 0; ex->slots && i < ex->maxslots; i++)
         ex->slots[i].mb = -1;
@@ -313,6 +369,13 @@ void dp__mem_release(struct dp_exec *ex)
     }
     free(ex->slots);
     ex->slots = NULL;
+    if (ex->vs)
+        dp__vsched_free(ex->vs);
+    free(ex->vs);
+    free(ex->grecv_mb);
+    free(ex->grecv_ch);
+    ex->vs = NULL;
+    ex->grecv_mb = ex->grecv_ch = NULL;
     if (ex->l.zero < 2)
         ex->gred = NULL; /* an alias of grads */
     /* Pool accounting is not unwound: the peaks are what matters and the rank ends. */
@@ -326,9 +389,22 @@ void dp__mem_release(struct dp_exec *ex)
 
 struct dp_slot *dp__slot_acquire(struct dp_exec *ex, int mb)
 {
+    return dp__slot_acquire_chunk(ex, mb, 0);
+}
+
+struct dp_slot *dp__slot_find(struct dp_exec *ex, int mb, int chunk)
+{
+    for (int i = 0; i < ex->nslots; i++)
+        if (ex->slots[i].mb == mb && ex->slots[i].chunk == chunk)
+            return &ex->slots[i];
+    return NULL;
+}
+
+struct dp_slot *dp__slot_acquire_chunk(struct dp_exec *ex, int mb, int chunk)
+{
     struct dp_slot *s = NULL;
     for (int i = 0; i < ex->nslots; i++)
-        if (ex->slots[i].mb < 0) {
+        if (ex->slots[i].mb < 0 && ex->slots[i].chunk == chunk) {
             s = &ex->slots[i];
             break;
         }
@@ -338,20 +414,23 @@ struct dp_slot *dp__slot_acquire(struct dp_exec *ex, int mb)
                        ex->maxslots);
             return NULL;
         }
+        size_t bytes = ex->ch_slot_bytes[chunk];
+        int nl = ex->ch_n[chunk];
         s = &ex->slots[ex->nslots];
-        s->layers = calloc((size_t)(ex->nlayers ? ex->nlayers : 1), sizeof *s->layers);
-        s->mem = dp__mem_alloc_unheld(ex->be, &ex->mem, ex->slot_bytes);
+        s->layers = calloc((size_t)(nl ? nl : 1), sizeof *s->layers);
+        s->mem = dp__mem_alloc_unheld(ex->be, &ex->mem, bytes);
         if (!s->layers || !s->mem) {
             free(s->layers);
             if (s->mem)
                 ex->be->ops->free(ex->be, s->mem);
             memset(s, 0, sizeof *s);
             dp_err_set(ex->err, DP_ENOMEM, "rank %d: cannot allocate activations (%.1f MiB)",
-                       ex->rank, (double)ex->slot_bytes / 1048576.0);
+                       ex->rank, (double)bytes / 1048576.0);
             return NULL;
         }
-        s->bytes = ex->slot_bytes;
-        slot_layout(ex, s, s->mem);
+        s->bytes = bytes;
+        s->chunk = chunk;
+        slot_layout(ex, chunk, s, s->mem);
         ex->nslots++;
     }
     s->mb = mb;

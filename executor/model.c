@@ -46,7 +46,10 @@ static real *G(struct dp_exec *ex, size_t off)
 /* Where a layer's or the stage's tensor of role `r` is kept (NULL: nowhere). */
 static size_t *offset_of(struct dp_exec *ex, const struct dp_ckpt_slice *t)
 {
-    struct dp_layer_params *p = t->layer >= 0 ? &ex->lp[t->layer - ex->layer0] : NULL;
+    int li = t->layer >= 0 ? dp__local_layer(ex, t->layer) : -1;
+    struct dp_layer_params *p = li >= 0 ? &ex->lp[li] : NULL;
+    if (t->layer >= 0 && !p)
+        return NULL; /* not a layer of this stage (ckpt's table lists only its own) */
     switch (t->role) {
     case DP_ROLE_WTE: return t->tied_copy ? &ex->head : &ex->wte;
     case DP_ROLE_WPE: return &ex->wpe;
@@ -445,31 +448,36 @@ static struct dp_act *layer_set(struct dp_exec *ex, struct dp_slot *s, int i)
 
 int dp__stage_forward(struct dp_exec *ex, struct dp_slot *s)
 {
-    if (ex->first)
+    const int c = s->chunk, l0 = ex->ch_l0[c], n = ex->ch_n[c];
+    const bool emb = ex->first && c == 0, loss = ex->last && c == ex->nch - 1;
+    if (emb)
         TRY(embed_forward(ex, s));
-    for (int i = 0; i < ex->nlayers; i++) {
-        real *out = i + 1 < ex->nlayers ? s->layers[i + 1].x : ex->last ? ex->hd.xf : ex->send_fwd;
-        TRY(dp__shard_layer_fwd(ex, i));
-        TRY(layer_forward(ex, &ex->lp[i], layer_set(ex, s, i), out, false));
+    for (int j = 0; j < n; j++) {
+        real *out = j + 1 < n ? s->layers[j + 1].x : loss ? ex->hd.xf : ex->send_fwd;
+        TRY(dp__shard_layer_fwd(ex, l0 + j));
+        TRY(dp__shard_prefetch(ex, j + 1 < n ? l0 + j + 1 : -1));
+        TRY(layer_forward(ex, &ex->lp[l0 + j], layer_set(ex, s, j), out, false));
     }
-    if (ex->last)
+    if (loss)
         TRY(head_forward(ex, s));
     return 0;
 }
 
 int dp__stage_backward(struct dp_exec *ex, struct dp_slot *s)
 {
-    if (ex->last)
+    const int c = s->chunk, l0 = ex->ch_l0[c], n = ex->ch_n[c];
+    if (ex->last && c == ex->nch - 1)
         TRY(head_backward(ex));
-    for (int i = ex->nlayers - 1; i >= 0; i--) {
-        struct dp_act *A = layer_set(ex, s, i);
-        TRY(dp__shard_layer_bwd_begin(ex, i));
+    for (int j = n - 1; j >= 0; j--) {
+        struct dp_act *A = layer_set(ex, s, j);
+        TRY(dp__shard_layer_bwd_begin(ex, l0 + j));
+        TRY(dp__shard_prefetch(ex, j > 0 ? l0 + j - 1 : -1));
         if (ex->l.recompute == DP_RECOMPUTE_FULL)
-            TRY(layer_forward(ex, &ex->lp[i], A, NULL, true));
-        TRY(layer_backward(ex, &ex->lp[i], A));
-        TRY(dp__shard_layer_bwd_end(ex, i));
+            TRY(layer_forward(ex, &ex->lp[l0 + j], A, NULL, true));
+        TRY(layer_backward(ex, &ex->lp[l0 + j], A));
+        TRY(dp__shard_layer_bwd_end(ex, l0 + j));
     }
-    if (ex->first)
+    if (ex->first && c == 0)
         TRY(embed_backward(ex, s));
     return 0;
 }
@@ -478,8 +486,27 @@ void dp__stage_place(struct dp_exec *ex, int stage)
 {
     ex->first = stage == 0;
     ex->last = stage == ex->l.pp - 1;
-    ex->layer0 = 0;
-    for (int s = 0; s < stage; s++)
-        ex->layer0 += dp_layout_stage_layers(&ex->l, ex->m, s);
-    ex->nlayers = dp_layout_stage_layers(&ex->l, ex->m, stage);
+    /* With interleaving stage r holds model chunks r, r + pp, ...: its layers are the
+     * chunks' in model order, not one range (core/layout.h dp_layout_chunk_layers). */
+    ex->nch = ex->l.vpp > 1 ? ex->l.vpp : 1;
+    if (ex->nch > DP_MAX_CHUNKS)
+        ex->nch = DP_MAX_CHUNKS; /* the layout validator refuses pp vpp above it */
+    ex->nlayers = 0;
+    for (int c = 0; c < ex->nch; c++) {
+        int g0 = 0, n = 0;
+        dp_layout_chunk_layers(&ex->l, ex->m, stage, c, &g0, &n);
+        ex->ch_l0[c] = ex->nlayers;
+        ex->ch_n[c] = n;
+        ex->ch_g0[c] = g0;
+        ex->nlayers += n;
+    }
+    ex->layer0 = ex->ch_g0[0];
+}
+
+int dp__local_layer(const struct dp_exec *ex, int g)
+{
+    for (int c = 0; c < ex->nch; c++)
+        if (g >= ex->ch_g0[c] && g < ex->ch_g0[c] + ex->ch_n[c])
+            return ex->ch_l0[c] + (g - ex->ch_g0[c]);
+    return -1;
 }

@@ -475,6 +475,19 @@ static int p_alltoall_v(struct dp_backend *be, enum dp_group g, const real *sbuf
     return 0;
 }
 
+/* Priced as the blocking gather: the CPU backend's MPI progresses it only inside MPI
+ * calls, so no overlap with compute is assumed. */
+static int p_allgather_v_start(struct dp_backend *be, enum dp_group g, real *buf, const int *counts,
+                               struct dp_err *err)
+{
+    return p_allgather_v(be, g, buf, counts, err);
+}
+
+static int p_allgather_v_wait(struct dp_backend *be, struct dp_err *err)
+{
+    return 0;
+}
+
 static int p_allreduce_host(struct dp_backend *be, enum dp_group g, double *buf, int n,
                             enum dp_redop op, struct dp_err *err)
 {
@@ -493,6 +506,18 @@ static int p_sendrecv(struct dp_backend *be, enum dp_group g, int to, const real
                       int stag, int from, real *rbuf, int64_t rn, int rtag, struct dp_err *err)
 {
     coll(pc(be), P2P, R * (double)(sn > rn ? sn : rn), 2);
+    return 0;
+}
+
+/* The batch's sends and receives overlap (full duplex): it costs its largest message. */
+static int p_p2p(struct dp_backend *be, enum dp_group g, const struct dp_p2p *ops, int n,
+                 struct dp_err *err)
+{
+    int64_t most = 0;
+    for (int i = 0; i < n; i++)
+        most = ops[i].n > most ? ops[i].n : most;
+    if (n)
+        coll(pc(be), P2P, R * (double)most, 2);
     return 0;
 }
 
@@ -562,9 +587,12 @@ static const struct dp_backend_ops pricing_ops = {
     .allgather = p_allgather,
     .reduce_scatter_v = p_reduce_scatter_v,
     .allgather_v = p_allgather_v,
+    .allgather_v_start = p_allgather_v_start,
+    .allgather_v_wait = p_allgather_v_wait,
     .allreduce_host = p_allreduce_host,
     .gather_host = p_gather_host,
     .sendrecv = p_sendrecv,
+    .p2p = p_p2p,
     .barrier = p_barrier,
     .group_size = p_group_size,
     .group_rank = p_group_rank,

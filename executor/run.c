@@ -138,11 +138,14 @@ int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world
                           "layout: recompute_layers=%d: the CPU executor recomputes every layer "
                           "of a stage under full recompute (recompute_layers 0)",
                           l->recompute_layers);
-    if (l->vpp != 1)
-        return dp_err_set(err, DP_EINFEASIBLE,
-                          "layout: vpp=%d: the interleaved schedule is not supported by the CPU "
-                          "executor (vpp must be 1)",
-                          l->vpp);
+    for (int r = 0; l->vpp > 1 && r < l->pp; r++)
+        for (int c = 0; c < l->vpp; c++)
+            if (dp_layout_chunk_count(l, m, r, c) == 0)
+                return dp_err_set(err, DP_EINFEASIBLE,
+                                  "layout: vpp=%d: model chunk %d of stage %d holds no "
+                                  "transformer layer (the embedding or the loss alone): the CPU "
+                                  "executor needs at least one per chunk",
+                                  l->vpp, c, r);
     for (int r = 0; r < l->pp; r++)
         if (dp_layout_stage_layers(l, m, r) == 0)
             return dp_err_set(err, DP_EINFEASIBLE,

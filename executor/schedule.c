@@ -103,6 +103,8 @@ static int backward_mb(struct dp_exec *ex, struct dp_slot *s)
 
 int dp__pipeline(struct dp_exec *ex, int step)
 {
+    if (ex->nch > 1)
+        return dp__pipeline_interleaved(ex, step); /* vpp > 1: interleave.c */
     const int p = ex->l.pp, r = ex->c.pp_rank;
     const int64_t M = ex->M;
     const int prev = ex->first ? -1 : r - 1, next = ex->last ? -1 : r + 1;

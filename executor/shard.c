@@ -51,6 +51,7 @@ int dp__shard_buckets(struct dp_exec *ex)
     ex->lay_lo = calloc((size_t)(nl ? nl : 1), sizeof *ex->lay_lo);
     ex->lay_hi = calloc((size_t)(nl ? nl : 1), sizeof *ex->lay_hi);
     ex->cnt = calloc((size_t)ex->sg, sizeof *ex->cnt);
+    ex->pf_layer = -1;
     if (!ex->lay_lo || !ex->lay_hi || !ex->cnt)
         return dp_err_set(ex->err, DP_ENOMEM, "out of memory");
     for (int i = 0; i < nl; i++)
@@ -59,7 +60,10 @@ int dp__shard_buckets(struct dp_exec *ex)
         const struct dp_seg *sg = &ex->segs[k];
         if (sg->t.layer < 0)
             continue;
-        int i = sg->t.layer - ex->layer0;
+        int i = dp__local_layer(ex, sg->t.layer);
+        if (i < 0)
+            return dp_err_set(ex->err, DP_ERUNTIME, "internal: layer %d is not on this stage",
+                              sg->t.layer);
         size_t hi = sg->off + (size_t)(sg->t.rows * sg->t.cols);
         ex->lay_lo[i] = sg->off < ex->lay_lo[i] ? sg->off : ex->lay_lo[i];
         ex->lay_hi[i] = hi > ex->lay_hi[i] ? hi : ex->lay_hi[i];
@@ -73,7 +77,7 @@ int dp__shard_buckets(struct dp_exec *ex)
         if (ex->lay_lo[i] == SIZE_MAX || (i && ex->lay_lo[i] != ex->lay_hi[i - 1]))
             return dp_err_set(ex->err, DP_ERUNTIME,
                               "internal: layer %d's tensors are not contiguous in the flat buffer",
-                              ex->layer0 + i);
+                              i);
         size_t n = ex->lay_hi[i] - ex->lay_lo[i];
         ex->win_n = n > ex->win_n ? n : ex->win_n;
         total += n;
@@ -139,12 +143,54 @@ int dp__shard_step_begin(struct dp_exec *ex)
     return gather_range(ex, ex->edge_hi, ex->nparams, ex->pedge + ex->edge_lo);
 }
 
+/* ZeRO-3: wait for the prefetch in flight (if any); with `use` its window becomes the
+ * current one. */
+static int prefetch_wait(struct dp_exec *ex, bool use)
+{
+    if (ex->pf_layer < 0)
+        return 0;
+    ex->pf_layer = -1;
+    TRY(OPS->allgather_v_wait(ex->be, ex->err));
+    if (use) {
+        real *t = ex->pwin;
+        ex->pwin = ex->pwin2;
+        ex->pwin2 = t;
+    }
+    return 0;
+}
+
+/* ZeRO-3: layer i's parameters whole in pwin: the prefetched window, or gathered now. */
+static int layer_gather(struct dp_exec *ex, int i)
+{
+    ex->win_lo = ex->lay_lo[i];
+    if (ex->pf_layer == i)
+        return prefetch_wait(ex, true);
+    TRY(prefetch_wait(ex, false)); /* another layer's (not in the schedule's order) */
+    return gather_range(ex, ex->lay_lo[i], ex->lay_hi[i], ex->pwin);
+}
+
+int dp__shard_prefetch(struct dp_exec *ex, int i)
+{
+    if (ex->l.zero < 3 || i < 0 || ex->params || !ex->pwin2)
+        return 0;
+    TRY(prefetch_wait(ex, false));
+    size_t a = ex->lay_lo[i], b = ex->lay_hi[i];
+    counts(ex, a, b);
+    int n = ex->cnt[ex->sg_rank];
+    if (n > 0) {
+        size_t lo = a > ex->shard_off ? a : ex->shard_off;
+        OPS->copy(ex->be, ex->pwin2 + (lo - a), ex->pshard + (lo - ex->shard_off), (size_t)n * R);
+    }
+    TRY(OPS->allgather_v_start(ex->be, DP_GROUP_SHARD, ex->pwin2, ex->cnt, ex->err));
+    ex->pf_layer = i;
+    return 0;
+}
+
 int dp__shard_layer_fwd(struct dp_exec *ex, int i)
 {
     if (ex->l.zero < 3)
         return 0;
-    ex->win_lo = ex->lay_lo[i];
-    return gather_range(ex, ex->lay_lo[i], ex->lay_hi[i], ex->pwin);
+    return layer_gather(ex, i);
 }
 
 int dp__shard_layer_bwd_begin(struct dp_exec *ex, int i)
@@ -155,7 +201,7 @@ int dp__shard_layer_bwd_begin(struct dp_exec *ex, int i)
     OPS->zero(ex->be, ex->gwin, (ex->lay_hi[i] - ex->lay_lo[i]) * R);
     if (ex->l.zero < 3)
         return 0;
-    return gather_range(ex, ex->lay_lo[i], ex->lay_hi[i], ex->pwin);
+    return layer_gather(ex, i);
 }
 
 /* Sequence parallel: replicated tensors of flat [a, b) saw only this rank's tokens
@@ -273,7 +319,7 @@ int dp__shard_visit(struct dp_exec *ex, const struct dp_seg *sg)
         TRY(gather_range(ex, 0, ex->edge_lo, ex->pedge));
         return gather_range(ex, ex->edge_hi, ex->nparams, ex->pedge + ex->edge_lo);
     }
-    int i = sg->t.layer - ex->layer0;
+    int i = dp__local_layer(ex, sg->t.layer);
     if (i == ex->win_layer)
         return 0;
     ex->win_layer = i;

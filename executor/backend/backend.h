@@ -56,6 +56,15 @@ enum dp_redop { DP_OP_SUM = 0, DP_OP_MAX = 1 };
 
 struct dp_backend;
 
+/* One message of a p2p batch: n reals to (send) or from peer (a rank of the group). */
+struct dp_p2p {
+    int peer;
+    real *buf;
+    int64_t n;
+    int tag;
+    bool send;
+};
+
 struct dp_backend_ops {
     const char *name; /* "cpu" */
     void (*destroy)(struct dp_backend *be);
@@ -201,6 +210,13 @@ struct dp_backend_ops {
      * rank i, rcounts[i] arrive from it into rbuf, each side packed in rank order. */
     int (*alltoall_v)(struct dp_backend *be, enum dp_group g, const real *sbuf, const int *scounts,
                       real *rbuf, const int *rcounts, struct dp_err *err);
+    /* allgather_v without blocking (ZeRO-3's prefetch of the next layer): _start posts it
+     * (counts are copied), _wait completes it; buf is not to be read before. One at a
+     * time per backend; other collectives may run in between, in the same order on
+     * every rank of the group (MPI-3 Sec. 5.12). */
+    int (*allgather_v_start)(struct dp_backend *be, enum dp_group g, real *buf, const int *counts,
+                             struct dp_err *err);
+    int (*allgather_v_wait)(struct dp_backend *be, struct dp_err *err);
     /* Host doubles (loss, squared norms, timings), in place. */
     int (*allreduce_host)(struct dp_backend *be, enum dp_group g, double *buf, int n,
                           enum dp_redop op, struct dp_err *err);
@@ -210,6 +226,11 @@ struct dp_backend_ops {
     /* ---- point-to-point within a group (peer = rank in the group); -1 = no message */
     int (*sendrecv)(struct dp_backend *be, enum dp_group g, int to, const real *sbuf, int64_t sn,
                     int stag, int from, real *rbuf, int64_t rn, int rtag, struct dp_err *err);
+    /* A batch of sends and receives (struct dp_p2p), all posted at once and waited for
+     * together, as Megatron's p2p_communication batches torch's isend/irecv: no order of
+     * the batch's messages can deadlock (interleaved 1F1B). */
+    int (*p2p)(struct dp_backend *be, enum dp_group g, const struct dp_p2p *ops, int n,
+               struct dp_err *err);
     int (*barrier)(struct dp_backend *be, enum dp_group g, struct dp_err *err);
 
     /* ---- facts */

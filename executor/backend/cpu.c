@@ -38,6 +38,11 @@ struct cpu_backend {
     MPI_Comm comm[DP_NGROUPS];
     int size[DP_NGROUPS], rank[DP_NGROUPS];
     char host[64];
+    /* The one non-blocking all-gather in flight (allgather_v_start). */
+    MPI_Request ag_req;
+    enum dp_group ag_group;
+    bool ag_pending;
+    int *ag_counts, *ag_displs; /* [size of the group], kept until it completes */
 };
 
 static const char *const group_names[DP_NGROUPS] = {"world", "tp",   "dp",    "pp",
@@ -272,6 +277,46 @@ static int c_alltoall_v(struct dp_backend *be, enum dp_group g, const real *sbuf
     return 0;
 }
 
+static int c_allgather_v_start(struct dp_backend *be, enum dp_group g, real *buf, const int *counts,
+                               struct dp_err *err)
+{
+    struct cpu_backend *cb = cpu(be);
+    int n = cb->size[g];
+    if (n <= 1)
+        return 0;
+    if (cb->ag_pending)
+        return dp_err_set(err, DP_ERUNTIME, "internal: a second non-blocking all-gather");
+    if (!cb->ag_counts) {
+        /* the largest group: the world */
+        int w = cb->size[DP_GROUP_WORLD];
+        cb->ag_counts = malloc((size_t)w * sizeof *cb->ag_counts);
+        cb->ag_displs = malloc((size_t)w * sizeof *cb->ag_displs);
+        if (!cb->ag_counts || !cb->ag_displs)
+            return dp_err_set(err, DP_ENOMEM, "out of memory");
+    }
+    for (int i = 0, at = 0; i < n; at += counts[i++]) {
+        cb->ag_counts[i] = counts[i];
+        cb->ag_displs[i] = at;
+    }
+    MPI_TRY(cb, err, g,
+            MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, cb->ag_counts, cb->ag_displs,
+                            MPI_REAL_T, cb->comm[g], &cb->ag_req));
+    cb->ag_pending = true;
+    cb->ag_group = g;
+    return 0;
+}
+
+static int c_allgather_v_wait(struct dp_backend *be, struct dp_err *err)
+{
+    struct cpu_backend *cb = cpu(be);
+    if (!cb->ag_pending)
+        return 0;
+    cb->ag_pending = false;
+    MPI_TRY(cb, err, cb->ag_group, MPI_Wait(&cb->ag_req, MPI_STATUS_IGNORE));
+    dp__beat(NULL);
+    return 0;
+}
+
 static int c_allreduce_host(struct dp_backend *be, enum dp_group g, double *buf, int n,
                             enum dp_redop op, struct dp_err *err)
 {
@@ -317,6 +362,32 @@ static int c_sendrecv(struct dp_backend *be, enum dp_group g, int to, const real
     return 0;
 }
 
+static int c_p2p(struct dp_backend *be, enum dp_group g, const struct dp_p2p *ops, int n,
+                 struct dp_err *err)
+{
+    struct cpu_backend *cb = cpu(be);
+    MPI_Request req[8];
+    if (n > 8)
+        return dp_err_set(err, DP_ERUNTIME, "internal: %d messages in one pipeline batch", n);
+    for (int i = 0; i < n; i++) {
+        if (ops[i].n > INT_MAX)
+            return dp_err_set(err, DP_ERUNTIME, "pipeline message of %lld elements is too large",
+                              (long long)ops[i].n);
+        if (ops[i].send)
+            MPI_TRY(cb, err, g,
+                    MPI_Isend(ops[i].buf, (int)ops[i].n, MPI_REAL_T, ops[i].peer, ops[i].tag,
+                              cb->comm[g], &req[i]));
+        else
+            MPI_TRY(cb, err, g,
+                    MPI_Irecv(ops[i].buf, (int)ops[i].n, MPI_REAL_T, ops[i].peer, ops[i].tag,
+                              cb->comm[g], &req[i]));
+    }
+    if (n)
+        MPI_TRY(cb, err, g, MPI_Waitall(n, req, MPI_STATUSES_IGNORE));
+    dp__beat(NULL);
+    return 0;
+}
+
 static int c_barrier(struct dp_backend *be, enum dp_group g, struct dp_err *err)
 {
     struct cpu_backend *cb = cpu(be);
@@ -351,6 +422,8 @@ static void cpu_destroy(struct dp_backend *be)
     for (int g = 1; g < DP_NGROUPS; g++)
         if (!fin && cb->comm[g] != MPI_COMM_NULL)
             MPI_Comm_free(&cb->comm[g]);
+    free(cb->ag_counts);
+    free(cb->ag_displs);
     free(cb);
 }
 
@@ -399,9 +472,12 @@ static const struct dp_backend_ops cpu_ops = {
     .reduce_scatter_v = c_reduce_scatter_v,
     .allgather_v = c_allgather_v,
     .alltoall_v = c_alltoall_v,
+    .allgather_v_start = c_allgather_v_start,
+    .allgather_v_wait = c_allgather_v_wait,
     .allreduce_host = c_allreduce_host,
     .gather_host = c_gather_host,
     .sendrecv = c_sendrecv,
+    .p2p = c_p2p,
     .barrier = c_barrier,
     .group_size = c_group_size,
     .group_rank = c_group_rank,

@@ -6,7 +6,8 @@
 # Faults come from DPLAN_FAULT_INJECT=RANK:STEP:MODE (TEST-ONLY).
 set -u
 case=$1 dplan=$2 tool=$3 runs=$4
-models=$(cd "$(dirname "$0")" && pwd)/models
+here=$(cd "$(dirname "$0")" && pwd)
+models=$here/models
 mkdir -p "$runs"
 cd "$runs" || exit 1
 fail=0
@@ -107,7 +108,7 @@ hang)
     --max-restarts 1 --steps 4
   has giveup/log.jsonl '"status":"restarting".*"resume_from":null' "restart from the start"
   has giveup/log.jsonl '"attempt":1,"status":"failed","rank":1,"step":3,.*"will_restart":false' "last failure"
-  has giveup.err 'giving up after 1 restart: rank 1, step 3: exit status 3' "message"
+  has giveup.err 'giving up after 1 restart: rank 1 at step 3: exit status 3' "message"
   ;;
 
 crash)
@@ -198,6 +199,20 @@ reshard)
   # The same layout resumes bit-identically (ZeRO-1 shards and the tied embedding's copy).
   run rs-llama-same 0 "${LLAMA[@]}" --resume src-llama/ck/step_00000010
   identical rs-llama-same src-llama "dp2 pp2 zero1 resumed on the same layout"
+  ;;
+
+vpp)
+  # (h) interleaved 1F1B (executor/interleave.c): a pp2 vpp2 checkpoint (stage 0 holds
+  # layers 0-1 and 4-5, stage 1 layers 2-3 and 6-7) resumes at pp1 within 1e-5 of the
+  # uninterrupted run, and on its own layout bit-identically.
+  V=("$here/models/tiny-gpt-8l.json" --steps 20 --gbs 8 --seq-len 32 --mbs 1)
+  run vsrc 0 "${V[@]}" --pp 2 --vpp 2 --ckpt-dir vsrc/ck --ckpt-every 10
+  run vrs-pp1 0 "${V[@]}" --resume vsrc/ck/step_00000010
+  "$tool" losses vsrc/log.jsonl vrs-pp1/log.jsonl 11 1e-5 || bad "pp2 vpp2 -> pp1 losses"
+  "$tool" close vsrc/model.safetensors vrs-pp1/model.safetensors 1e-5 ||
+    bad "pp2 vpp2 -> pp1 weights"
+  run vsame 0 "${V[@]}" --pp 2 --vpp 2 --resume vsrc/ck/step_00000010
+  identical vsame vsrc "pp2 vpp2 resumed on the same layout"
   ;;
 
 zero)

@@ -238,18 +238,20 @@ static void test_memory_table(void)
     CHECK_EQ(b[DP_POOL_PARAMS], 482304);
     CHECK_EQ(b[DP_POOL_GRADS], 402944);
     CHECK_EQ(b[DP_POOL_OPTIM], 241152);
-    /* ZeRO-3: the parameters are sharded the same way: 402944 bytes. */
+    /* ZeRO-3: the parameters are sharded the same way, plus a second layer window for
+     * the next layer's prefetch (shard.c): 100736 + 49984 = 150720 elements = 602880
+     * bytes. */
     l.zero = 3;
     CHECK_EQ(dp_exec_memory(&m, &l, 0, b, &err), 0);
-    CHECK_EQ(b[DP_POOL_PARAMS], 402944);
+    CHECK_EQ(b[DP_POOL_PARAMS], 602880);
     CHECK_EQ(b[DP_POOL_GRADS], 402944);
     CHECK_EQ(b[DP_POOL_OPTIM], 241152);
-    /* HSDP, shard groups of 2 of the 4: shards of 120576 / 2 = 60288, so parameters and
-     * gradients 60288 + 20608 + 49984 = 130880 elements = 523520 bytes, AdamW
-     * 2 * 60288 * 4 = 482304 bytes. */
+    /* HSDP, shard groups of 2 of the 4: shards of 120576 / 2 = 60288, so gradients
+     * 60288 + 20608 + 49984 = 130880 elements = 523520 bytes, parameters one window more
+     * (ZeRO-3's prefetch) 180864 = 723456 bytes, AdamW 2 * 60288 * 4 = 482304 bytes. */
     l.shard_group = 2;
     CHECK_EQ(dp_exec_memory(&m, &l, 0, b, &err), 0);
-    CHECK_EQ(b[DP_POOL_PARAMS], 523520);
+    CHECK_EQ(b[DP_POOL_PARAMS], 723456);
     CHECK_EQ(b[DP_POOL_GRADS], 523520);
     CHECK_EQ(b[DP_POOL_OPTIM], 482304);
 }

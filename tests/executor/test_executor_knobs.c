@@ -51,8 +51,7 @@ static const struct knob_case cases[] = {
     {"ep", "{\"ep\": 1}", RUNS, NULL},
     {"ep", "{\"ep\": 2}", REFUSED, NULL},
     {"vpp", "{\"vpp\": 1}", RUNS, NULL},
-    {"vpp", "{\"vpp\": 2}", REFUSED, NULL},
-    {"vpp", "{\"vpp\": 2, \"pp\": 1}", REFUSED, NULL},
+    {"vpp", "{\"vpp\": 2, \"pp\": 1}", REFUSED, NULL}, /* more: cases_8l */
     {"mbs", "{\"mbs\": 2}", RUNS, NULL},
     {"gbs", "{\"gbs\": 16}", RUNS, NULL},
     {"seq_len", "{\"seq_len\": 64}", RUNS, NULL},
@@ -120,7 +119,6 @@ static const struct knob_case cases[] = {
     {"fp8_params", "{\"precision\": \"fp8\", \"fp8_params\": true}", RUNS, NULL},
     {"tp_overlap", "{\"tp\": 2, \"sp\": true, \"tp_overlap\": true}", RUNS, NULL},
     {"overlap_param_gather", "{\"overlap_param_gather\": false}", RUNS, NULL},
-    /* pp_overlap true is valid only with vpp > 1, which is refused (vpp= above). */
     {"pp_overlap", "{\"pp_overlap\": false}", RUNS, NULL},
     {"attention", "{\"attention\": \"@attn\"}", RUNS, NULL},
     {"eager", "{\"eager\": true}", RUNS, NULL},
@@ -132,6 +130,19 @@ static const struct knob_case cases[] = {
     {"moe_imbalance", "{\"moe_imbalance\": 1}", RUNS, NULL},
     {"moe_dispatcher", "{\"moe_dispatcher\": \"dedup\"}", RUNS, NULL},
     {"moe_dispatcher", "{\"moe_dispatcher\": \"alltoall\"}", RUNS, NULL},
+};
+
+/* Interleaving (vpp > 1) on tiny-gpt with 8 layers, so that pp 2 vpp 2 and 4 have a
+ * layer in every model chunk (the base's gbs 8 / dp 4 = 2 micro-batches, a multiple of
+ * pp as interleaving needs). */
+static const struct knob_case cases_8l[] = {
+    {"vpp", "{\"vpp\": 2}", RUNS, NULL},
+    {"vpp", "{\"vpp\": 4}", RUNS, NULL},
+    {"vpp", "{\"vpp\": 2, \"stage_layers\": [1, 3, 3, 1]}", RUNS, NULL},
+    {"vpp", "{\"vpp\": 2, \"stage_layers\": [0, 4, 3, 1]}", REFUSED,
+     "model chunk 0 of stage 0 holds no transformer layer"},
+    {"vpp", "{\"vpp\": 2, \"zero\": 3, \"framework\": \"torchtitan\"}", RUNS, NULL},
+    {"pp_overlap", "{\"vpp\": 2, \"pp_overlap\": true}", RUNS, NULL}, /* blocking p2p */
 };
 
 /* base + fields of `over` -> a layout through plan.json's reader; 0 or its status. */
@@ -211,6 +222,10 @@ static void test_every_knob(void)
             run_case(&m, c, NULL, &runs, &refused);
         }
     }
+    struct dp_model m8 = m;
+    m8.layers = 8;
+    for (size_t i = 0; i < sizeof cases_8l / sizeof *cases_8l; i++)
+        run_case(&m8, &cases_8l[i], NULL, &runs, &refused);
     /* A mixture-of-experts model with MLP biases: refused, naming them. */
     struct dp_model moe = m;
     moe.experts = 4;
