@@ -129,6 +129,9 @@ static int route(struct dp_exec *ex, struct dp_act *A, struct moe_host *h, int64
     const int64_t N = dm->N, NK = N * K;
     OPS->download(ex->be, h->ridx, A->ridx, (size_t)NK * sizeof(int32_t));
     OPS->download(ex->be, h->rw, A->rw, (size_t)NK * sizeof(real));
+    if (ex->be->prices_only) /* balanced: choice k of token n to expert (n K + k) mod E */
+        for (int64_t c = 0; c < NK; c++)
+            h->ridx[c] = (int32_t)(c % E);
     memset(h->kept, 0, (size_t)E * sizeof(int32_t));
     memset(h->chosen, 0, (size_t)E * sizeof(int32_t));
     for (int64_t c = 0; c < NK; c++) {
@@ -171,8 +174,8 @@ static int route(struct dp_exec *ex, struct dp_act *A, struct moe_host *h, int64
     OPS->upload(ex->be, dev, h->cnt_r, (size_t)E * sizeof(real));
     TRY(OPS->alltoall_v(ex->be, DP_GROUP_EP, dev, one, dev + E, onr, ex->err));
     OPS->download(ex->be, h->cnt_r + E, dev + E, (size_t)(ep * El) * sizeof(real));
-    for (int i = 0; i < ep * El; i++)
-        h->chunk[i] = (int32_t)h->cnt_r[E + i];
+    for (int i = 0; i < ep * El; i++) /* pricing: every source sends as this rank does */
+        h->chunk[i] = ex->be->prices_only ? h->kept[dm->e0 + i % El] : (int32_t)h->cnt_r[E + i];
     /* Kept: kept per expert, chosen per expert, chunks received. */
     int32_t *ec = h->ec;
     memcpy(ec, h->kept, (size_t)E * sizeof(int32_t));

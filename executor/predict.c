@@ -342,9 +342,8 @@ static void p_ce_grad(struct dp_backend *be, real *logits, real *loss, const rea
 }
 
 /* MoE (cpu_moe.c): the router's softmax and top-K read and write N E; the row moves read
- * and write R C. The routing the step code reads back is all zeros here (nothing is
- * computed): every choice goes to expert 0, so the experts' GEMMs are priced for one
- * expert's rows on EP rank 0 and none elsewhere (a known gap of this prediction). */
+ * and write R C. Nothing is routed here: moe.c assumes balanced routing
+ * (prices_only), every expert N K / E choices of each rank. */
 static void p_router_topk(struct dp_backend *be, real *probs, int32_t *idx, real *w, int64_t N,
                           int E, int K)
 {
@@ -694,6 +693,7 @@ int dp_exec_predict(const struct dp_model *m, const struct dp_layout *l,
     struct pricer c;
     memset(&c, 0, sizeof c);
     c.base.ops = &pricing_ops;
+    c.base.prices_only = true;
     c.nt = run->threads > 0 ? run->threads : 1;
     c.base.threads = c.nt;
     int per_node = run->ranks_per_node > 0 ? run->ranks_per_node : 1;
@@ -795,6 +795,7 @@ int dp_exec_schedule(const struct dp_model *m, const struct dp_layout *l, int st
     struct pricer c;
     memset(&c, 0, sizeof c);
     c.base.ops = &pricing_ops;
+    c.base.prices_only = true;
     c.nt = c.base.threads = 1;
     c.pr.gemm_gflops = c.pr.conc_eff = 1;
     for (int i = 0; i < 3; i++)

@@ -244,6 +244,9 @@ struct dp_backend {
     const struct dp_backend_ops *ops;
     int rank, world;
     int threads; /* compute threads of this rank */
+    /* The step-time pricer (executor/predict.c): computes nothing, so what the step code
+     * reads back (MoE routing) is to be assumed (moe.c: balanced). */
+    bool prices_only;
 };
 
 /* ------------------------------------------------------------------ the factory */
