@@ -81,7 +81,8 @@ static int add_stage(cJSON *tensors, cJSON *zgroups, const struct dp_ckpt_meta *
         for (int tr = 0; tr < (sr || sc ? l->tp : 1); tr++) {
             struct dp_coords c = {.tp_rank = tr, .dp_rank = 0, .pp_rank = s};
             cJSON *p = cJSON_CreateObject();
-            dp_ckpt_rank_file_name(fname, sizeof fname, dp_rank_of(&c, l->tp, l->dp, l->pp));
+            dp_ckpt_rank_file_name(fname, sizeof fname,
+                                   dp_rank_of_cp(&c, l->tp, l->cp, l->dp, l->pp));
             cJSON_AddStringToObject(p, "file", fname);
             cJSON_AddStringToObject(p, "key", nm);
             cJSON_AddItemToObject(p, "offset",
@@ -112,7 +113,8 @@ static int add_stage(cJSON *tensors, cJSON *zgroups, const struct dp_ckpt_meta *
             struct dp_coords c = {.tp_rank = tr, .dp_rank = k, .pp_rank = s};
             cJSON *p = cJSON_CreateObject();
             cJSON_AddNumberToObject(p, "dp_rank", k);
-            dp_ckpt_rank_file_name(fname, sizeof fname, dp_rank_of(&c, l->tp, l->dp, l->pp));
+            dp_ckpt_rank_file_name(fname, sizeof fname,
+                                   dp_rank_of_cp(&c, l->tp, l->cp, l->dp, l->pp));
             cJSON_AddStringToObject(p, "file", fname);
             cJSON_AddNumberToObject(p, "flat_offset", (double)(k * shard));
             cJSON_AddItemToArray(gs, p);
@@ -176,7 +178,7 @@ cJSON *dp_ckpt_manifest_json(const struct dp_ckpt_meta *mt, const struct dp_ckpt
     char buf[64];
     for (int r = 0; r < mt->world; r++) {
         struct dp_coords c;
-        dp_rank_coords(r, l->tp, l->dp, l->pp, &c);
+        dp_rank_coords_cp(r, l->tp, l->cp, l->dp, l->pp, &c);
         cJSON *f = cJSON_CreateObject();
         dp_ckpt_rank_file_name(buf, sizeof buf, r);
         cJSON_AddStringToObject(f, "name", buf);

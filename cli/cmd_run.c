@@ -80,9 +80,13 @@ static const char run_knob_help[] =
     "  --recompute {none,selective,full}  activation recomputation [none]\n"
     "  --sp                  sequence parallelism (with tp > 1)\n"
     "  --first-stage-layers N --last-stage-layers N   uneven pipeline split\n"
-    "  --cp 1 --ep 1 --vpp 1 --optimizer adam         accepted: the only values it runs\n\n"
-    "Refused with an error naming the knob: --cp, --ep or --vpp above 1 (context and\n"
-    "expert parallelism, the interleaved schedule), --optimizer sgd; mixture-of-experts,\n"
+    "  --cp N                context parallelism: each sequence in 2*cp chunks (rank i\n"
+    "                        holds chunks i and 2*cp-1-i), ring attention over the cp\n"
+    "                        ranks; seq_len a multiple of 2*cp, zero 0 or 1 [1]\n"
+    "  --ep 1 --vpp 1 --optimizer adam                accepted: the only values it runs\n\n"
+    "Refused with an error naming the knob: --ep or --vpp above 1 (expert parallelism,\n"
+    "the interleaved schedule), --cp above 1 with --zero 2/3 or --shard-group,\n"
+    "--optimizer sgd; mixture-of-experts,\n"
     "ALiBi and parallel-attention (one-norm) models; a plan's recompute_layers below\n"
     "the stage's layers; and the planning-only knobs --precision and --grad-dtype\n"
     "(other than fp32), --no-flash-attn and --overhead-gib: it computes in fp32 and\n"
@@ -477,13 +481,19 @@ static int dry_run(const struct cli_run *r, int argc, char **argv)
     dp_layout_format(l, lay, sizeof lay);
     printf("dplan run %s: %s (%s) on %d rank%s, %d per node: %d node%s\n", r->target, r->m.name,
            lay, r->world, r->world == 1 ? "" : "s", K, nodes, nodes == 1 ? "" : "s");
-    printf("%6s %6s %6s %4s %4s %4s  %s\n", "rank", "node", "local", "tp", "dp", "pp", "layers");
+    /* The cp column only with context parallelism (Megatron order tp-cp-dp-pp). */
+    const bool cp = l->cp > 1;
+    printf("%6s %6s %6s %4s %s%4s %4s  %s\n", "rank", "node", "local", "tp", cp ? "  cp " : "",
+           "dp", "pp", "layers");
     for (int k = 0; k < r->world; k++) {
         struct dp_coords c;
-        dp_rank_coords(k, l->tp, l->dp, l->pp, &c);
+        dp_rank_coords_cp(k, l->tp, l->cp, l->dp, l->pp, &c);
         int first = dp_layout_stage_first_layer(l, &r->m, c.pp_rank);
         int n = dp_layout_stage_layers(l, &r->m, c.pp_rank);
-        printf("%6d %6d %6d %4d %4d %4d  %d-%d%s%s\n", k, k / K, k % K, c.tp_rank, c.dp_rank,
+        char cpc[16] = "";
+        if (cp)
+            snprintf(cpc, sizeof cpc, "%4d ", c.cp_rank);
+        printf("%6d %6d %6d %4d %s%4d %4d  %d-%d%s%s\n", k, k / K, k % K, c.tp_rank, cpc, c.dp_rank,
                c.pp_rank, first, first + n - 1, c.pp_rank == 0 ? " +embedding" : "",
                c.pp_rank == l->pp - 1 ? " +head" : "");
     }

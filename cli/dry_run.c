@@ -20,14 +20,24 @@ static void members(const struct dp_layout *l, const struct dp_coords *c, char w
 {
     const int sg = l->zero >= 1 ? dp_layout_shard(l) : l->dp;
     size_t n = (size_t)snprintf(out, cap, "{");
-    int count = 0, nmax = which == 't' ? l->tp : which == 'p' ? l->pp : l->dp;
+    const int cp = l->cp > 1 ? l->cp : 1;
+    int count = 0, nmax = which == 't'   ? l->tp
+                          : which == 'p' ? l->pp
+                          : which == 'c' ? cp
+                          : which == 'g' ? cp * l->dp
+                                         : l->dp;
     for (int i = 0; i < nmax && n + 16 < cap; i++) {
         struct dp_coords d = *c;
         if (which == 't')
             d.tp_rank = i;
         else if (which == 'p')
             d.pp_rank = i;
-        else if (which == 'd')
+        else if (which == 'c') /* the context-parallel ring */
+            d.cp_rank = i;
+        else if (which == 'g') { /* dp x cp: the gradients' sum */
+            d.cp_rank = i % cp;
+            d.dp_rank = i / cp;
+        } else if (which == 'd')
             d.dp_rank = i;
         else if (which == 's') { /* same shard group: dp_rank / sg */
             if (i / sg != c->dp_rank / sg)
@@ -39,14 +49,15 @@ static void members(const struct dp_layout *l, const struct dp_coords *c, char w
             d.dp_rank = i;
         }
         n += (size_t)snprintf(out + n, cap - n, "%s%d", count++ ? "," : "",
-                              dp_rank_of(&d, l->tp, l->dp, l->pp));
+                              dp_rank_of_cp(&d, l->tp, cp, l->dp, l->pp));
     }
     snprintf(out + n, cap - n, "}");
 }
 
 int cli_run_dry(const struct dp_model *m, const struct dp_layout *l)
 {
-    const int world = l->tp * l->dp * l->pp;
+    const int cp = l->cp > 1 ? l->cp : 1;
+    const int world = l->tp * cp * l->dp * l->pp;
     const bool hsdp = l->zero >= 1 && dp_layout_shard(l) < l->dp;
     printf("\ngroups of each rank (world ranks; shard / replicas: ZeRO under HSDP):\n");
     for (int r = 0; r < world; r++) {
@@ -55,12 +66,17 @@ int cli_run_dry(const struct dp_model *m, const struct dp_layout *l)
             break;
         }
         struct dp_coords c;
-        dp_rank_coords(r, l->tp, l->dp, l->pp, &c);
-        char tp[128], dp[128], pp[128], sh[128], rp[128];
+        dp_rank_coords_cp(r, l->tp, cp, l->dp, l->pp, &c);
+        char tp[128], dp[128], pp[128], sh[128], rp[128], cq[128], dc[128];
         members(l, &c, 't', tp, sizeof tp);
         members(l, &c, 'd', dp, sizeof dp);
         members(l, &c, 'p', pp, sizeof pp);
         printf("  rank %d: tp %s dp %s pp %s", r, tp, dp, pp);
+        if (cp > 1) { /* the ring; gradients are summed over dp x cp */
+            members(l, &c, 'c', cq, sizeof cq);
+            members(l, &c, 'g', dc, sizeof dc);
+            printf(" cp %s dp-cp %s", cq, dc);
+        }
         if (hsdp) {
             members(l, &c, 's', sh, sizeof sh);
             members(l, &c, 'r', rp, sizeof rp);
@@ -68,7 +84,9 @@ int cli_run_dry(const struct dp_model *m, const struct dp_layout *l)
         }
         printf("\n");
     }
-    printf("CPU backend: fp32 compute, blocking collectives, attention probabilities kept%s\n",
+    printf("CPU backend: fp32 compute, blocking collectives, %s%s\n",
+           cp > 1 ? "ring attention over the cp group (log-sum-exp kept)"
+                  : "attention probabilities kept",
            l->precision != DP_FP32 ? " (not the plan's precision)" : "");
 
     printf("\nschedule per stage (1F1B; Fm / Bm: forward / backward of micro-batch m):\n");
