@@ -18,14 +18,15 @@ enum { MAX_LISTED = 64 }; /* ranks listed one by one; beyond, the first ones and
 static void members(const struct dp_layout *l, const struct dp_coords *c, char which, char *out,
                     size_t cap)
 {
-    const int sg = l->zero >= 1 ? dp_layout_shard(l) : l->dp;
-    size_t n = (size_t)snprintf(out, cap, "{");
     const int cp = l->cp > 1 ? l->cp : 1;
+    /* ZeRO shards span the dp x cp ranks, q = cp_rank + cp dp_rank (executor/shard.c) */
+    const int sg = l->zero >= 1 ? dp_layout_shard(l) : l->dp * cp, q = c->cp_rank + cp * c->dp_rank;
+    size_t n = (size_t)snprintf(out, cap, "{");
     int count = 0, nmax = which == 't'   ? l->tp
                           : which == 'p' ? l->pp
                           : which == 'c' ? cp
-                          : which == 'g' ? cp * l->dp
-                                         : l->dp;
+                          : which == 'd' ? l->dp
+                                         : cp * l->dp;
     for (int i = 0; i < nmax && n + 16 < cap; i++) {
         struct dp_coords d = *c;
         if (which == 't')
@@ -34,19 +35,15 @@ static void members(const struct dp_layout *l, const struct dp_coords *c, char w
             d.pp_rank = i;
         else if (which == 'c') /* the context-parallel ring */
             d.cp_rank = i;
-        else if (which == 'g') { /* dp x cp: the gradients' sum */
+        else if (which == 'd')
+            d.dp_rank = i;
+        else if (which == 's' && i / sg != q / sg) /* same shard group: q / sg */
+            continue;
+        else if (which == 'r' && i % sg != q % sg) /* replicas of the same shard: q % sg */
+            continue;
+        if (which == 'g' || which == 's' || which == 'r') { /* i runs over q */
             d.cp_rank = i % cp;
             d.dp_rank = i / cp;
-        } else if (which == 'd')
-            d.dp_rank = i;
-        else if (which == 's') { /* same shard group: dp_rank / sg */
-            if (i / sg != c->dp_rank / sg)
-                continue;
-            d.dp_rank = i;
-        } else { /* 'r': replicas of the same shard: dp_rank % sg */
-            if (i % sg != c->dp_rank % sg)
-                continue;
-            d.dp_rank = i;
         }
         n += (size_t)snprintf(out + n, cap - n, "%s%d", count++ ? "," : "",
                               dp_rank_of_cp(&d, l->tp, cp, l->dp, l->pp));
@@ -58,7 +55,7 @@ int cli_run_dry(const struct dp_model *m, const struct dp_layout *l)
 {
     const int cp = l->cp > 1 ? l->cp : 1;
     const int world = l->tp * cp * l->dp * l->pp;
-    const bool hsdp = l->zero >= 1 && dp_layout_shard(l) < l->dp;
+    const bool hsdp = l->zero >= 1 && dp_layout_shard(l) < l->dp * cp;
     printf("\ngroups of each rank (world ranks; shard / replicas: ZeRO under HSDP):\n");
     for (int r = 0; r < world; r++) {
         if (r == MAX_LISTED) {

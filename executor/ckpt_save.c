@@ -141,7 +141,7 @@ static int write_rank_file(struct dp_exec *ex, const char *tmpdir, int step, uin
                      base + s->off);
         }
     }
-    if (zero && ex->c.cp_rank == 0) { /* CP ranks hold copies of their DP rank's shard */
+    if (zero) {
         add_item(it, &n, "", "exp_avg", 1, (int64_t)ex->shard, 1, ex->adam_m);
         add_item(it, &n, "", "exp_avg_sq", 1, (int64_t)ex->shard, 1, ex->adam_v);
     }

@@ -139,7 +139,7 @@ void dp__memplan(const struct dp_exec *ex, struct dp__memplan *p)
      * one layer's window; ZeRO-3 the flat parameters likewise (shard.c). */
     int64_t P = (int64_t)ex->nparams, flat = P, shard = P;
     if (l->zero >= 1) {
-        int64_t sg = ex->sg > 0 ? ex->sg : l->dp;
+        int64_t sg = ex->sg > 0 ? ex->sg : l->dp * (l->cp > 1 ? l->cp : 1);
         flat = (P + sg - 1) / sg * sg;
         shard = flat / sg;
     }

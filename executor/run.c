@@ -90,19 +90,6 @@ int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world
     struct dp_err lerr = {0};
     if (dp_layout_validate(l, m, world > 0 ? world : 0, &lerr))
         return dp_err_set(err, DP_EINFEASIBLE, "layout: %s", lerr.msg);
-    /* Context parallelism (cp.c; seq_len a multiple of 2 cp is dp_layout_validate's): the
-     * optimizer is sharded over DP and replicated over CP; ZeRO-2/3 and HSDP are not
-     * combined with it yet. */
-    if (l->cp > 1 && l->zero >= 2)
-        return dp_err_set(err, DP_EINFEASIBLE,
-                          "layout: zero=%d with cp=%d: the CPU executor runs context parallelism "
-                          "with ZeRO stages 0 and 1 only",
-                          l->zero, l->cp);
-    if (l->cp > 1 && l->zero >= 1 && l->shard_group > 0)
-        return dp_err_set(err, DP_EINFEASIBLE,
-                          "layout: shard_group=%d with cp=%d: the CPU executor does not run HSDP "
-                          "with context parallelism",
-                          l->shard_group, l->cp);
     if (l->ep != 1)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "layout: ep=%d: expert parallelism is not supported by the CPU executor "

@@ -159,7 +159,7 @@ static double local_sumsq(struct dp_exec *ex)
 {
     double s = 0;
     bool zero = ex->l.zero >= 1;
-    if (ex->c.cp_rank != 0 || (!zero && ex->c.dp_rank != 0))
+    if (!zero && (ex->c.dp_rank != 0 || ex->c.cp_rank != 0))
         return 0; /* DP and CP replicas hold the same reduced gradients */
     if (zero && ex->repl_rank != 0)
         return 0; /* HSDP: so do the replicas of a shard */
@@ -203,11 +203,7 @@ static int reduce_grads(struct dp_exec *ex)
     /* Data parallel: each replica's gradient is already scaled by 1 / (gbs T), so the
      * sum over replicas is the gradient of the global mean loss. */
     if (ex->l.zero >= 1) {
-        /* CP ranks saw other tokens of the same sequences: their sum first (the optimizer
-         * is sharded over DP and replicated over CP). */
-        if (ex->dm.cp > 1)
-            TRY(OPS->allreduce(ex->be, DP_GROUP_CP, ex->grads, (int64_t)ex->nparams, DP_OP_SUM,
-                               ex->err));
+        /* The shard group spans dp x cp: the CP ranks' gradients are summed in it. */
         TRY(OPS->reduce_scatter(ex->be, DP_GROUP_SHARD, ex->grads, (int64_t)ex->shard, ex->err));
         return dp__shard_step_reduce(ex); /* HSDP: over the replicas */
     }

@@ -40,8 +40,9 @@ enum dp_group {
     DP_GROUP_PP,    /* same tp, dp: the pipeline */
     DP_GROUP_EMB,   /* first and last stage of one pipeline (tied embeddings, pp > 1) */
     DP_GROUP_NODE,  /* the ranks of this node (shared memory): memory checks, threads */
-    DP_GROUP_SHARD, /* ZeRO shard group: DP ranks with the same dp_rank / shard (HSDP) */
-    DP_GROUP_REPL,  /* replicas of one shard: DP ranks with the same dp_rank % shard */
+    DP_GROUP_SHARD, /* ZeRO shard group: dp x cp ranks with the same q / shard (HSDP), where
+                     * q = cp_rank + cp dp_rank (dp_rank when cp = 1) */
+    DP_GROUP_REPL,  /* replicas of one shard: dp x cp ranks with the same q % shard */
     DP_GROUP_CP,    /* same tp, dp, pp: the context-parallel ring (cp_rank order) */
     DP_GROUP_DPCP,  /* same tp, pp: the dp x cp ranks whose gradients are summed */
     DP_NGROUPS
@@ -226,7 +227,7 @@ struct dp_backend {
 struct dp_backend_cfg {
     int tp, dp, pp; /* the layout's degrees: the backend's world must be tp * cp * dp * pp */
     int cp;         /* context parallelism (0 or 1: none) */
-    int shard;      /* ZeRO shard group size (divides dp; 0 = dp) */
+    int shard;      /* ZeRO shard group size (divides dp * cp; 0 = dp * cp) */
     int threads;    /* compute threads per rank; <= 0: the backend's own rule */
 };
 

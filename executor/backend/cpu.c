@@ -419,7 +419,7 @@ static int thread_policy(int requested, int node_ranks)
 static struct dp_backend *cpu_new(const struct dp_backend_cfg *cfg, struct dp_err *err)
 {
     const int tp = cfg->tp, dp = cfg->dp, pp = cfg->pp, cp = cfg->cp > 1 ? cfg->cp : 1;
-    const int sh = cfg->shard > 0 && dp % cfg->shard == 0 ? cfg->shard : dp;
+    const int sh = cfg->shard > 0 && (dp * cp) % cfg->shard == 0 ? cfg->shard : dp * cp;
     if (mpi_up(err))
         return NULL;
     struct cpu_backend *cb = calloc(1, sizeof *cb);
@@ -456,16 +456,15 @@ static struct dp_backend *cpu_new(const struct dp_backend_cfg *cfg, struct dp_er
     /* Colours: the coordinates a group's members share, as one number (cp_rank is one of
      * them except in the CP and DP-CP groups); keys: the place in the group. */
     const int tc = c.tp_rank + tp * c.cp_rank; /* tp and cp coordinates together */
+    const int q = c.cp_rank + cp * c.dp_rank;  /* place among the dp x cp ranks (ZeRO shards) */
     int emb = (pp > 1 && (c.pp_rank == 0 || c.pp_rank == pp - 1)) ? tc + tp * cp * c.dp_rank
                                                                   : MPI_UNDEFINED;
     if (split(cb, DP_GROUP_TP, c.cp_rank + cp * (c.dp_rank + dp * c.pp_rank), c.tp_rank, err) ||
         split(cb, DP_GROUP_DP, tc + tp * cp * c.pp_rank, c.dp_rank, err) ||
         split(cb, DP_GROUP_PP, tc + tp * cp * c.dp_rank, c.pp_rank, err) ||
         split(cb, DP_GROUP_EMB, emb, c.pp_rank, err) ||
-        split(cb, DP_GROUP_SHARD, tc + tp * cp * (c.pp_rank + pp * (c.dp_rank / sh)),
-              c.dp_rank % sh, err) ||
-        split(cb, DP_GROUP_REPL, tc + tp * cp * (c.pp_rank + pp * (c.dp_rank % sh)), c.dp_rank / sh,
-              err) ||
+        split(cb, DP_GROUP_SHARD, c.tp_rank + tp * (c.pp_rank + pp * (q / sh)), q % sh, err) ||
+        split(cb, DP_GROUP_REPL, c.tp_rank + tp * (c.pp_rank + pp * (q % sh)), q / sh, err) ||
         split(cb, DP_GROUP_CP, c.tp_rank + tp * (c.dp_rank + dp * c.pp_rank), c.cp_rank, err) ||
         split(cb, DP_GROUP_DPCP, c.tp_rank + tp * c.pp_rank, c.cp_rank + cp * c.dp_rank, err)) {
         cpu_destroy(&cb->base);

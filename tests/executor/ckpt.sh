@@ -179,9 +179,10 @@ corrupt)
   ;;
 
 cp)
-  # Context parallelism (executor/cp.c): a cp=2 dp=2 ZeRO-1 run saves checkpoints (only the
-  # cp_rank 0 ranks store weights and optimizer shards), survives a killed rank, and its
-  # step-10 checkpoint resumes on one process (cp=1, no ZeRO) within 1e-5.
+  # Context parallelism (executor/cp.c): a cp=2 dp=2 ZeRO-1 run (AdamW state in 4 shards
+  # over dp x cp; weights stored by the cp_rank 0, dp_rank 0 ranks) saves checkpoints,
+  # survives a killed rank, and its step-10 checkpoint resumes on one process (cp=1, no
+  # ZeRO) within 1e-5.
   CP=(tiny-llama --steps 20 --gbs 8 --seq-len 32 --cp 2 --dp 2 --mbs 1 --zero 1)
   run cp-src 0 "${CP[@]}" --ckpt-dir cp-src/ck --ckpt-every 10
   DPLAN_FAULT_INJECT=3:7:kill run cp-kill 0 "${CP[@]}" --ckpt-dir cp-kill/ck --ckpt-every 5 \

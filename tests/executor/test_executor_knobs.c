@@ -48,11 +48,11 @@ static const struct knob_case cases[] = {
     {"cp", "{\"cp\": 2}", RUNS, NULL},
     {"cp", "{\"cp\": 4}", RUNS, NULL},
     {"cp", "{\"cp\": 2, \"tp\": 2, \"zero\": 0}", RUNS, NULL},
-    /* 30 rows are not 2 cp = 4 chunks; ZeRO-2/3 and HSDP are not combined with CP yet */
+    /* ZeRO-2/3 and HSDP shard over the dp x cp ranks; 30 rows are not 2 cp = 4 chunks */
+    {"cp", "{\"cp\": 2, \"pp\": 1, \"zero\": 2}", RUNS, NULL},
+    {"cp", "{\"cp\": 2, \"pp\": 1, \"zero\": 3}", RUNS, NULL},
+    {"cp", "{\"cp\": 2, \"shard_group\": 2}", RUNS, NULL},
     {"cp", "{\"cp\": 2, \"seq_len\": 30}", REFUSED, "seq_len=30"},
-    {"cp", "{\"cp\": 2, \"pp\": 1, \"zero\": 2}", REFUSED, "zero=2 with cp=2"},
-    {"cp", "{\"cp\": 2, \"pp\": 1, \"zero\": 3}", REFUSED, "zero=3 with cp=2"},
-    {"cp", "{\"cp\": 2, \"shard_group\": 2}", REFUSED, "shard_group=2 with cp=2"},
     {"ep", "{\"ep\": 1}", RUNS, NULL},
     {"ep", "{\"ep\": 2}", REFUSED, NULL},
     {"vpp", "{\"vpp\": 1}", RUNS, NULL},
