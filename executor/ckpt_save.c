@@ -45,10 +45,11 @@ static void utc_now(char *buf, size_t cap)
     strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-/* Does this rank store weight slice `s`? (DP replica 0; replicated tensors on TP rank 0.) */
+/* Does this rank store weight slice `s`? (DP replica 0 of CP rank 0; replicated tensors on
+ * TP rank 0.) */
 static bool rank_stores(const struct dp_coords *c, const struct dp_ckpt_slice *s)
 {
-    return c->dp_rank == 0 && (dp_ckpt_slice_split(s) || c->tp_rank == 0);
+    return c->dp_rank == 0 && c->cp_rank == 0 && (dp_ckpt_slice_split(s) || c->tp_rank == 0);
 }
 
 void dp__ckpt_emit(const struct dp_exec *ex, enum dp_ckpt_event_kind kind, int step,

@@ -90,11 +90,6 @@ int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world
     struct dp_err lerr = {0};
     if (dp_layout_validate(l, m, world > 0 ? world : 0, &lerr))
         return dp_err_set(err, DP_EINFEASIBLE, "layout: %s", lerr.msg);
-    if (l->cp != 1)
-        return dp_err_set(err, DP_EINFEASIBLE,
-                          "layout: cp=%d: context parallelism is not supported by the CPU "
-                          "executor yet (cp must be 1)",
-                          l->cp);
     if (l->ep != 1)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "layout: ep=%d: expert parallelism is not supported by the CPU executor "
@@ -178,7 +173,11 @@ void dp__dims_init(struct dp_exec *ex)
     dm->tp_rank = ex->c.tp_rank;
     dm->sp = l->sp && l->tp > 1;
     dm->B = l->mbs;
-    dm->T = l->seq_len;
+    dm->cp = l->cp > 1 ? l->cp : 1;
+    dm->cp_rank = ex->c.cp_rank;
+    dm->Tg = l->seq_len;
+    dm->T = l->seq_len / dm->cp; /* the local rows of each sequence (cp.c) */
+    dm->C = dm->T / 2;
     dm->N = dm->B * dm->T;
     dm->Nl = dm->sp ? dm->N / l->tp : dm->N;
     dm->h = m->hidden;
@@ -305,6 +304,7 @@ int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const stru
     struct dp_backend_cfg cfg = {.tp = l->tp,
                                  .dp = l->dp,
                                  .pp = l->pp,
+                                 .cp = l->cp,
                                  .shard = l->zero >= 1 ? dp_layout_shard(l) : l->dp,
                                  .threads = o->threads};
     ex->be = dp__backend_new(o->backend, &cfg, err);
@@ -314,7 +314,7 @@ int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const stru
     }
     ex->rank = ex->be->rank;
     ex->world = ex->be->world;
-    dp_rank_coords(ex->rank, l->tp, l->dp, l->pp, &ex->c);
+    dp_rank_coords_cp(ex->rank, l->tp, l->cp, l->dp, l->pp, &ex->c);
     dp__dims_init(ex);
     dp__stage_place(ex, ex->c.pp_rank);
     ex->M = dp_layout_microbatches(l);

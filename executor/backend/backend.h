@@ -40,8 +40,11 @@ enum dp_group {
     DP_GROUP_PP,    /* same tp, dp: the pipeline */
     DP_GROUP_EMB,   /* first and last stage of one pipeline (tied embeddings, pp > 1) */
     DP_GROUP_NODE,  /* the ranks of this node (shared memory): memory checks, threads */
-    DP_GROUP_SHARD, /* ZeRO shard group: DP ranks with the same dp_rank / shard (HSDP) */
-    DP_GROUP_REPL,  /* replicas of one shard: DP ranks with the same dp_rank % shard */
+    DP_GROUP_SHARD, /* ZeRO shard group: dp x cp ranks with the same q / shard (HSDP), where
+                     * q = cp_rank + cp dp_rank (dp_rank when cp = 1) */
+    DP_GROUP_REPL,  /* replicas of one shard: dp x cp ranks with the same q % shard */
+    DP_GROUP_CP,    /* same tp, dp, pp: the context-parallel ring (cp_rank order) */
+    DP_GROUP_DPCP,  /* same tp, pp: the dp x cp ranks whose gradients are summed */
     DP_NGROUPS
 };
 
@@ -127,6 +130,32 @@ struct dp_backend_ops {
     /* dqkv = d/dqkv (overwritten); dprobs is scratch of the size of probs. */
     void (*attn_bwd)(struct dp_backend *be, real *dqkv, real *dprobs, const real *dctx,
                      const real *qkv, const real *probs, int64_t B, int64_t T, int a, int g, int d);
+    /*
+     * Ring attention (context parallelism, executor/cp.c). Each of the B sequences holds
+     * T = 2 C local rows in two chunks of C rows, whose global chunk indices are qc[0],
+     * qc[1] for the local queries and kc[0], kc[1] for the key/value block kv [B T][2 g d]
+     * (k heads, then v heads) from some rank of the ring. A pair (query chunk, key chunk)
+     * is full when kc < qc, causal when kc == qc, skipped when kc > qc. q is read from
+     * qkv rows (q heads first, row stride ldq).
+     *  attn_ring_fwd: online softmax (Milakov & Gimelshein 2018): acc [B T][a d] holds the
+     *    unnormalised context, mx and sm [B][a][T] the running row max and sum of
+     *    exponentials (start: all zero; sm 0 means nothing merged yet).
+     *  attn_ring_done: ctx = acc / sm in place; mx becomes the log-sum-exp mx + log sm.
+     *  attn_ring_dsum: dsum [B][a][T] = rowsum(dctx * ctx) (the backward's D).
+     *  attn_ring_bwd: with the softmax rebuilt from lse: dq (row stride ldq) += the
+     *    block's part of dL/dq; dkv [B T][2 g d] += dL/dk, dL/dv of the block's rows.
+     */
+    void (*attn_ring_fwd)(struct dp_backend *be, real *acc, real *mx, real *sm, const real *qkv,
+                          int64_t ldq, const real *kv, const int qc[2], const int kc[2], int64_t B,
+                          int64_t C, int a, int g, int d);
+    void (*attn_ring_done)(struct dp_backend *be, real *ctx, real *mx, const real *sm, int64_t B,
+                           int64_t T, int a, int d);
+    void (*attn_ring_dsum)(struct dp_backend *be, real *dsum, const real *dctx, const real *ctx,
+                           int64_t B, int64_t T, int a, int d);
+    void (*attn_ring_bwd)(struct dp_backend *be, real *dq, real *dkv, const real *dctx,
+                          const real *qkv, int64_t ldq, const real *kv, const real *lse,
+                          const real *dsum, const int qc[2], const int kc[2], int64_t B, int64_t C,
+                          int a, int g, int d);
     /* Vocabulary-parallel embedding: out[n] = wte[tok[n] - v0] if v0 <= tok < v0 + nv else 0. */
     void (*embed_fwd)(struct dp_backend *be, real *out, const int32_t *tok, const real *wte,
                       int64_t v0, int64_t nv, int64_t N, int64_t C);
@@ -217,8 +246,9 @@ struct dp_backend {
 /* ------------------------------------------------------------------ the factory */
 
 struct dp_backend_cfg {
-    int tp, dp, pp; /* the layout's degrees: the backend's world must be tp * dp * pp */
-    int shard;      /* ZeRO shard group size (divides dp; 0 = dp) */
+    int tp, dp, pp; /* the layout's degrees: the backend's world must be tp * cp * dp * pp */
+    int cp;         /* context parallelism (0 or 1: none) */
+    int shard;      /* ZeRO shard group size (divides dp * cp; 0 = dp * cp) */
     int threads;    /* compute threads per rank; <= 0: the backend's own rule */
 };
 

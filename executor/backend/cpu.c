@@ -45,8 +45,8 @@ struct cpu_backend {
     int *ag_counts, *ag_displs; /* [size of the group], kept until it completes */
 };
 
-static const char *const group_names[DP_NGROUPS] = {"world", "tp",   "dp",    "pp",
-                                                    "emb",   "node", "shard", "replica"};
+static const char *const group_names[DP_NGROUPS] = {"world", "tp",    "dp",      "pp", "emb",
+                                                    "node",  "shard", "replica", "cp", "dp-cp"};
 static bool mpi_started_here;
 
 static struct cpu_backend *cpu(struct dp_backend *be)
@@ -425,6 +425,10 @@ static const struct dp_backend_ops cpu_ops = {
     .attn_fwd = dp__cpu_attn_fwd,
     .attn_probs = dp__cpu_attn_probs,
     .attn_bwd = dp__cpu_attn_bwd,
+    .attn_ring_fwd = dp__cpu_attn_ring_fwd,
+    .attn_ring_done = dp__cpu_attn_ring_done,
+    .attn_ring_dsum = dp__cpu_attn_ring_dsum,
+    .attn_ring_bwd = dp__cpu_attn_ring_bwd,
     .embed_fwd = dp__cpu_embed_fwd,
     .embed_bwd = dp__cpu_embed_bwd,
     .pos_fwd = dp__cpu_pos_fwd,
@@ -490,8 +494,8 @@ static int thread_policy(int requested, int node_ranks)
 
 static struct dp_backend *cpu_new(const struct dp_backend_cfg *cfg, struct dp_err *err)
 {
-    const int tp = cfg->tp, dp = cfg->dp, pp = cfg->pp;
-    const int sh = cfg->shard > 0 && dp % cfg->shard == 0 ? cfg->shard : dp;
+    const int tp = cfg->tp, dp = cfg->dp, pp = cfg->pp, cp = cfg->cp > 1 ? cfg->cp : 1;
+    const int sh = cfg->shard > 0 && (dp * cp) % cfg->shard == 0 ? cfg->shard : dp * cp;
     if (mpi_up(err))
         return NULL;
     struct cpu_backend *cb = calloc(1, sizeof *cb);
@@ -508,27 +512,37 @@ static struct dp_backend *cpu_new(const struct dp_backend_cfg *cfg, struct dp_er
     cb->comm[DP_GROUP_WORLD] = MPI_COMM_WORLD;
     cb->size[DP_GROUP_WORLD] = cb->base.world;
     cb->rank[DP_GROUP_WORLD] = cb->base.rank;
-    int want = tp * dp * pp;
+    int want = tp * cp * dp * pp;
     if (cb->base.world != want) {
-        dp_err_set(err, DP_EINFEASIBLE,
-                   "the plan needs tp*pp*dp = %d*%d*%d = %d ranks but MPI started %d (launch "
-                   "with `mpirun -np %d` or let `dplan run` launch itself)",
-                   tp, pp, dp, want, cb->base.world, want);
+        if (cp > 1)
+            dp_err_set(err, DP_EINFEASIBLE,
+                       "the plan needs tp*cp*pp*dp = %d*%d*%d*%d = %d ranks but MPI started %d "
+                       "(launch with `mpirun -np %d` or let `dplan run` launch itself)",
+                       tp, cp, pp, dp, want, cb->base.world, want);
+        else
+            dp_err_set(err, DP_EINFEASIBLE,
+                       "the plan needs tp*pp*dp = %d*%d*%d = %d ranks but MPI started %d (launch "
+                       "with `mpirun -np %d` or let `dplan run` launch itself)",
+                       tp, pp, dp, want, cb->base.world, want);
         free(cb);
         return NULL;
     }
     struct dp_coords c;
-    dp_rank_coords(cb->base.rank, tp, dp, pp, &c);
-    int emb = (pp > 1 && (c.pp_rank == 0 || c.pp_rank == pp - 1)) ? c.tp_rank + tp * c.dp_rank
+    dp_rank_coords_cp(cb->base.rank, tp, cp, dp, pp, &c);
+    /* Colours: the coordinates a group's members share, as one number (cp_rank is one of
+     * them except in the CP and DP-CP groups); keys: the place in the group. */
+    const int tc = c.tp_rank + tp * c.cp_rank; /* tp and cp coordinates together */
+    const int q = c.cp_rank + cp * c.dp_rank;  /* place among the dp x cp ranks (ZeRO shards) */
+    int emb = (pp > 1 && (c.pp_rank == 0 || c.pp_rank == pp - 1)) ? tc + tp * cp * c.dp_rank
                                                                   : MPI_UNDEFINED;
-    if (split(cb, DP_GROUP_TP, c.dp_rank + dp * c.pp_rank, c.tp_rank, err) ||
-        split(cb, DP_GROUP_DP, c.tp_rank + tp * c.pp_rank, c.dp_rank, err) ||
-        split(cb, DP_GROUP_PP, c.tp_rank + tp * c.dp_rank, c.pp_rank, err) ||
+    if (split(cb, DP_GROUP_TP, c.cp_rank + cp * (c.dp_rank + dp * c.pp_rank), c.tp_rank, err) ||
+        split(cb, DP_GROUP_DP, tc + tp * cp * c.pp_rank, c.dp_rank, err) ||
+        split(cb, DP_GROUP_PP, tc + tp * cp * c.dp_rank, c.pp_rank, err) ||
         split(cb, DP_GROUP_EMB, emb, c.pp_rank, err) ||
-        split(cb, DP_GROUP_SHARD, c.tp_rank + tp * (c.pp_rank + pp * (c.dp_rank / sh)),
-              c.dp_rank % sh, err) ||
-        split(cb, DP_GROUP_REPL, c.tp_rank + tp * (c.pp_rank + pp * (c.dp_rank % sh)),
-              c.dp_rank / sh, err)) {
+        split(cb, DP_GROUP_SHARD, c.tp_rank + tp * (c.pp_rank + pp * (q / sh)), q % sh, err) ||
+        split(cb, DP_GROUP_REPL, c.tp_rank + tp * (c.pp_rank + pp * (q % sh)), q / sh, err) ||
+        split(cb, DP_GROUP_CP, c.tp_rank + tp * (c.dp_rank + dp * c.pp_rank), c.cp_rank, err) ||
+        split(cb, DP_GROUP_DPCP, c.tp_rank + tp * c.pp_rank, c.cp_rank + cp * c.dp_rank, err)) {
         cpu_destroy(&cb->base);
         return NULL;
     }
