@@ -602,6 +602,12 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struc
                 .rss_bytes = rss_now(),
             };
             memcpy(in.pool_peak_bytes, ex->mem.peak, sizeof in.pool_peak_bytes);
+            if (OPS->mem_peak) {
+                size_t pk = 0, used = 0;
+                OPS->mem_peak(ex->be, &pk, &used);
+                in.device_peak_bytes = (int64_t)pk;
+                in.device_used_bytes = (int64_t)used;
+            }
             o->on_step(&in, o->ctx);
         }
         rc = dp__ckpt_after_step(ex, step);

@@ -47,12 +47,12 @@ static void *cu_alloc(struct dp_backend *be, size_t bytes)
     struct cuda_backend *cb = dp__cu(be);
     size_t len = dp__arena_footprint(bytes);
     void *p = NULL;
-    if (cb->arena_base) {
-        size_t off;
-        if (dp__arena_alloc(&cb->arena, bytes, &off))
-            return NULL;
+    size_t off;
+    if (cb->arena_base && !dp__arena_alloc(&cb->arena, bytes, &off)) {
         p = cb->arena_base + off;
     } else {
+        /* Before the arena, or past it (a buffer the memory plan does not count): plain
+         * cudaMalloc, counted in the peak as never freed (its size is not kept). */
         if (cudaMalloc(&p, len) != cudaSuccess)
             return NULL;
         cb->loose_bytes += len;
@@ -344,6 +344,8 @@ static struct dp_backend *cu_new(const struct dp_backend_cfg *cfg, bool staged, 
     cb->base.ops = &cuda_ops;
     cb->base.threads = 1; /* one host thread drives the GPU */
     cb->staged = staged;
+    const char *gm = getenv("DPLAN_CUDA_GEMM");
+    cb->compute = gm && !strcmp(gm, "fp32") ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
     for (int g = 0; g < DP_NGROUPS; g++)
         cb->mcomm[g] = MPI_COMM_NULL;
     gethostname(cb->host, sizeof cb->host - 1);

@@ -20,6 +20,9 @@ struct cuda_backend {
     int device;
     cudaStream_t stream;
     cublasHandle_t blas;
+    /* CUBLAS_COMPUTE_32F_FAST_TF32, or CUBLAS_COMPUTE_32F with DPLAN_CUDA_GEMM=fp32 (the
+     * exact fp32 products, for equivalence runs against the CPU backend). */
+    cublasComputeType_t compute;
     MPI_Comm mcomm[DP_NGROUPS];
     ncclComm_t ncomm[DP_NGROUPS]; /* NULL in staged mode, for NODE, and outside a group */
     int size[DP_NGROUPS], rank[DP_NGROUPS];

@@ -1,7 +1,8 @@
 /*
  * The CUDA backend's compute operations (backend.h): GEMMs through cuBLAS in TF32
  * (cublasGemmStridedBatchedEx, CUBLAS_COMPUTE_32F_FAST_TF32: fp32 storage and
- * accumulation, inputs rounded to TF32 in the tensor cores), causal attention as batched
+ * accumulation, inputs rounded to TF32 in the tensor cores; DPLAN_CUDA_GEMM=fp32 asks
+ * for CUBLAS_COMPUTE_32F, exact fp32), causal attention as batched
  * GEMMs around the masked softmax of cuda_softmax.cu, and the element-wise kernels of
  * cuda_kernels.cu. Everything is queued on the backend's one stream; only sum and sumsq
  * wait for it (their results are host doubles).
@@ -29,7 +30,7 @@ static void gemm_rm(struct dp_backend *be, bool ta, bool tb, int m, int n, int k
     cublasStatus_t st = cublasGemmStridedBatchedEx(
         cb->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha,
         b, CUDA_R_32F, ldb, sb, a, CUDA_R_32F, lda, sa, &beta, c, CUDA_R_32F, ldc, sc, count,
-        CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT);
+        cb->compute, CUBLAS_GEMM_DEFAULT);
     if (st != CUBLAS_STATUS_SUCCESS)
         dp__cuda_note(cb, "cublasGemmStridedBatchedEx", (int)st, cublasGetStatusString(st));
 }
