@@ -89,7 +89,7 @@ fi
 if [ $nogpu = 1 ]; then
   bdir=build/gpu-check-nogpu cuda=OFF targets=(dplan compare_runs)
 else
-  bdir=build/gpu-check cuda=ON targets=(dplan compare_runs test_cuda_backend)
+  bdir=build/gpu-check cuda=ON targets=(dplan dplan_cuda compare_runs test_cuda_backend)
   # This GPU's architecture only: the build is part of the 8-minute budget.
   arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2> /dev/null | head -1 | tr -d '. ')
   [ -n "$arch" ] && cmake_deps+=(-DCMAKE_CUDA_ARCHITECTURES="$arch")

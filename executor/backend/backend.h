@@ -222,9 +222,10 @@ struct dp_backend_kind {
     const char *(*rank_env)(void);
 };
 extern const struct dp_backend_kind dp__cpu_kind; /* cpu.c, or none.c without MPI/OpenBLAS */
-/* cuda.c, in builds with the CUDA backend (DP_HAVE_CUDA): NCCL, and host-staged over MPI. */
+/* In builds with the CUDA backend (DP_HAVE_CUDA): NCCL, and host-staged over MPI;
+ * cuda_loader.c, which opens the module libdplan_cuda.so (cuda.c) on first use. */
 extern const struct dp_backend_kind dp__cuda_kind, dp__cuda_mpi_kind;
-/* Whether the CUDA runtime sees a GPU (cuda.c; tests skip without one). */
+/* Whether the module loads and the CUDA runtime sees a GPU (tests skip without one). */
 bool dp__cuda_device_present(void);
 
 /* The backend `name` (NULL: the first of this build, "cpu"); NULL with err set when the

@@ -8,8 +8,10 @@
  *  - "cuda-mpi": collectives staged through host memory over MPI, so several ranks may
  *    share one GPU (NCCL refuses two ranks on one device): the multi-rank layouts are
  *    testable on a single-GPU machine (the issue's `--comm mpi`).
- * Memory is one device arena (reserve, sized from the executor's memory plan); the
- * arena's high-water mark and cudaMemGetInfo come back through mem_peak.
+ * This file and its siblings form the module libdplan_cuda.so, which cuda_loader.c opens
+ * on first use (dplan links no CUDA library). Memory is one device arena (reserve, sized from the
+ * executor's memory plan); the arena's high-water mark and cudaMemGetInfo come back through
+ * mem_peak.
  *
  * Operations that return nothing (kernels, GEMMs) keep their first error (sticky) and the
  * next collective, p2p or barrier returns it, with CUDA's, cuBLAS's or NCCL's own text.
@@ -17,6 +19,7 @@
  * backend.h asks; overlap on a second stream is later work.
  */
 #include "cuda.h"
+#include "cuda_module.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -448,22 +451,25 @@ static struct dp_backend *cuda_mpi_create(const struct dp_backend_cfg *cfg, stru
     return cuda_mpi_new(cfg, err);
 }
 
-const struct dp_backend_kind dp__cuda_kind = {
+static const struct dp_backend_kind cuda_kind = {
     .name = "cuda",
     .create = cuda_create,
     .finalize = cuda_finalize,
     .abort = cuda_abort,
 };
 
-const struct dp_backend_kind dp__cuda_mpi_kind = {
+static const struct dp_backend_kind cuda_mpi_kind = {
     .name = "cuda-mpi",
     .create = cuda_mpi_create,
     .finalize = cuda_finalize,
     .abort = cuda_abort,
 };
 
-bool dp__cuda_device_present(void)
+static bool device_present(void)
 {
     int n = 0;
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
+
+/* The module's one export (cuda_module.h), which cuda_loader.c looks up. */
+const struct dp__cuda_module dp__cuda_module = {&cuda_kind, &cuda_mpi_kind, device_present};

@@ -11,6 +11,7 @@
  */
 #include "check.h"
 #include "executor/backend/backend.h"
+#include "executor/backend/cuda_module.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -348,6 +349,10 @@ static void test_arena(void)
 
 int main(void)
 {
+    if (dp__cuda_module_error()) { /* a build defect, not a missing GPU */
+        fprintf(stderr, "%s\n", dp__cuda_module_error());
+        return 1;
+    }
     if (!dp__cuda_device_present()) {
         printf("skipped: no CUDA device (cudaGetDeviceCount found none)\n");
         return 77;
