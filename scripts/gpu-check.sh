@@ -58,13 +58,15 @@ while at < len(data):
             t.extractall(sys.argv[2], **kw)
 PY
 }
-prefix=$root/.gpu-deps/root
+prefix=$root/build/gpu-deps-root # out of the source tree (tests/layering greps it)
 cmake_deps=()
+fresh_prefix=0
 if ls .gpu-deps/*.deb > /dev/null 2>&1; then
   if [ ! -f "$prefix/.unpacked" ] || [ -n "$(find .gpu-deps -maxdepth 1 -name '*.deb' -newer "$prefix/.unpacked")" ]; then
     rm -rf "$prefix" && mkdir -p "$prefix"
     for d in .gpu-deps/*.deb; do unpack "$d" "$prefix"; done
     touch "$prefix/.unpacked"
+    fresh_prefix=1
   fi
   M=$prefix/usr/lib/x86_64-linux-gnu
   # Debian links these through update-alternatives, which unpacking does not run.
@@ -95,6 +97,8 @@ else
   [ -n "$arch" ] && cmake_deps+=(-DCMAKE_CUDA_ARCHITECTURES="$arch")
 fi
 say "build: $bdir, DPLAN_CUDA=$cuda"
+# A cache from an earlier prefix holds its paths (MPI's above all): start over.
+[ $fresh_prefix = 1 ] && rm -rf "$bdir/CMakeCache.txt" "$bdir/CMakeFiles"
 cmake -S . -B "$bdir" -DCMAKE_BUILD_TYPE=Release -DDPLAN_CUDA=$cuda "${cmake_deps[@]}" > "$bdir.cmake.log" 2>&1 ||
   { tail -30 "$bdir.cmake.log"; exit 1; }
 cmake --build "$bdir" -j "$jobs" --target "${targets[@]}" > "$bdir.build.log" 2>&1 ||
