@@ -6,7 +6,7 @@
 set(DPLAN_HAVE_CUDA OFF)
 set(_want ${DPLAN_CUDA})
 if(_want STREQUAL "AUTO" AND (DPLAN_SANITIZE OR DPLAN_FUZZ))
-  message(STATUS "CUDA backend: off (AUTO, and this build is instrumented: ${DPLAN_SANITIZE}${DPLAN_FUZZ})")
+  message(STATUS "CUDA backend: off (AUTO, and this build is instrumented: DPLAN_SANITIZE=${DPLAN_SANITIZE}, DPLAN_FUZZ=${DPLAN_FUZZ})")
   set(_want OFF)
 endif()
 if(_want STREQUAL "AUTO" AND NOT DPLAN_MPI)
