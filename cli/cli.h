@@ -235,6 +235,10 @@ struct dp_exec_machine;
 struct dp_exec_costs;
 bool cli_calibration_machine(const struct dp_calibration *cal, int threads, int concurrent,
                              struct dp_exec_costs *costs, struct dp_exec_machine *mc);
+/* The CPU step prediction by kind as JSON, the same keys wherever it is printed
+ * (`estimate --json`'s cpu_executor, summary.json's cpu_prediction). */
+struct dp_exec_prediction;
+struct cJSON *cli_cpu_prediction_json(const struct dp_exec_prediction *p);
 /* A plan file, rather than a model: its JSON has the "dplan_plan" key (within its first
  * 4 KiB). */
 bool cli_is_plan_file(const char *path);
@@ -255,6 +259,11 @@ int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus,
                struct dp_layout *out, struct dp_err *err);
 /* The first pipeline-split option given ("--stage-layers", ...), or NULL. */
 const char *cli_split_option(const struct cli_common *c);
+/* The positional arguments after the options (from optind_): a search (suggest, whatif)
+ * takes one MODEL and no pipeline-split option; a layout command (estimate, memory) one
+ * MODEL or --plan. 0, or cli_usage_error's exit status 2 with the line printed. */
+int cli_search_args(const char *cmd, int argc, int optind_, const struct cli_common *c);
+int cli_layout_args(const char *cmd, int argc, int optind_, const struct cli_common *c);
 /* The overlap knobs the user left unset, as NeMo's and Megatron-Bridge's pretraining recipes
  * set them: TP overlap with sequence parallelism, the parameter all-gather overlap with the
  * gradient one, pipeline send/recv overlap with interleaving. */

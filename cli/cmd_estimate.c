@@ -108,8 +108,8 @@ int cmd_estimate(int argc, char **argv)
         default: return 2;
         }
     }
-    if (argc - optind > 1 || (optind == argc && !c.plan))
-        return cli_usage_error("estimate", "expected one MODEL argument (or --plan FILE)");
+    if (cli_layout_args("estimate", argc, optind, &c))
+        return 2;
     struct dp_err err = {0};
     struct dp_model m;
     struct dp_cluster cl;
@@ -160,15 +160,7 @@ int cmd_estimate(int argc, char **argv)
     if (c.json) {
         cJSON *o = with_fits_first(cli_time_json(&sc, &l), rep->fits);
         if (cp.step_s > 0) {
-            cJSON *e = cJSON_AddObjectToObject(o, "cpu_executor");
-            cJSON_AddNumberToObject(e, "step_time_s", cp.step_s);
-            cJSON_AddNumberToObject(e, "gemm_s", cp.gemm_s);
-            cJSON_AddNumberToObject(e, "attention_s", cp.attention_s);
-            cJSON_AddNumberToObject(e, "elementwise_s", cp.elementwise_s);
-            cJSON_AddNumberToObject(e, "communication_s", cp.comm_s);
-            cJSON_AddNumberToObject(e, "optimizer_s", cp.optimizer_s);
-            cJSON_AddNumberToObject(e, "pipeline_bubble_s", cp.bubble_s);
-            cJSON_AddNumberToObject(e, "time_sharing_s", cp.timeshare_s);
+            cJSON_AddItemToObject(o, "cpu_executor", cli_cpu_prediction_json(&cp));
         }
         if (simulate) {
             cJSON_AddBoolToObject(o, "simulated", true);

@@ -96,8 +96,8 @@ int cmd_memory(int argc, char **argv)
         default: return 2;
         }
     }
-    if (argc - optind > 1 || (optind == argc && !c.plan))
-        return cli_usage_error("memory", "expected one MODEL argument (or --plan FILE)");
+    if (cli_layout_args("memory", argc, optind, &c))
+        return 2;
     struct dp_err err = {0};
     struct dp_model m;
     struct dp_cluster cl;

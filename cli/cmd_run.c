@@ -400,6 +400,11 @@ static int resolve(struct cli_run *r, int *world, struct dp_err *err)
         rc = cli_layout(&r->c, &r->m, gpus, &r->l, err);
         if (rc)
             return rc;
+        /* The plan.json the run writes must be one `dplan run PLAN` reads back, so the
+         * layout keeps to its framework's rules as the plan reader does. */
+        rc = dp_layout_check_framework(&r->l, NULL, err);
+        if (rc)
+            return rc;
     }
     r->l.precision = DP_FP32; /* what the CPU backend computes in */
     r->l.gemm = DP_GEMM_DEFAULT;

@@ -192,13 +192,8 @@ int cmd_suggest(int argc, char **argv)
         }
         }
     }
-    if (optind != argc - 1)
-        return cli_usage_error("suggest", "expected one MODEL argument");
-    if (cli_split_option(&c))
-        return cli_usage_error("suggest",
-                               "%s fixes the pipeline split of one layout (give it to `dplan "
-                               "estimate` or `dplan memory`); suggest searches the splits itself",
-                               cli_split_option(&c));
+    if (cli_search_args("suggest", argc, optind, &c))
+        return 2;
     struct dp_err err = {0};
     struct dp_model m;
     struct dp_cluster cl;

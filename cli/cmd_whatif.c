@@ -147,13 +147,8 @@ int cmd_whatif(int argc, char **argv)
         }
         }
     }
-    if (optind != argc - 1)
-        return cli_usage_error("whatif", "expected one MODEL argument");
-    if (cli_split_option(&c))
-        return cli_usage_error("whatif",
-                               "%s fixes the pipeline split of one layout (give it to `dplan "
-                               "estimate` or `dplan memory`); whatif searches the splits itself",
-                               cli_split_option(&c));
+    if (cli_search_args("whatif", argc, optind, &c))
+        return 2;
     if (!systems_buf[0] || nn == 0)
         return cli_usage_error("whatif", "--systems and --nodes are required");
     struct dp_err err = {0};

@@ -143,6 +143,23 @@ int cli_apply_calibration(const struct cli_common *c, struct dp_cluster *cl, str
     return 0;
 }
 
+struct cJSON *cli_cpu_prediction_json(const struct dp_exec_prediction *p)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON_AddNumberToObject(o, "step_time_s", p->step_s);
+    cJSON_AddNumberToObject(o, "gemm_s", p->gemm_s);
+    cJSON_AddNumberToObject(o, "attention_s", p->attention_s);
+    cJSON_AddNumberToObject(o, "elementwise_s", p->elementwise_s);
+    cJSON_AddNumberToObject(o, "fork_join_s", p->fork_s);
+    cJSON_AddNumberToObject(o, "communication_s", p->comm_s);
+    cJSON_AddNumberToObject(o, "optimizer_s", p->optimizer_s);
+    cJSON_AddNumberToObject(o, "pipeline_bubble_s", p->bubble_s);
+    cJSON_AddNumberToObject(o, "time_sharing_s", p->timeshare_s);
+    return o;
+}
+
 bool cli_calibration_machine(const struct dp_calibration *cal, int threads, int concurrent,
                              struct dp_exec_costs *o, struct dp_exec_machine *mc)
 {
@@ -263,6 +280,25 @@ const char *cli_split_option(const struct cli_common *c)
     if (c->first_less >= 0 || c->last_less >= 0)
         return c->first_less >= 0 ? "--first-stage-less-layers" : "--last-stage-less-layers";
     return NULL;
+}
+
+int cli_search_args(const char *cmd, int argc, int optind_, const struct cli_common *c)
+{
+    if (optind_ != argc - 1)
+        return cli_usage_error(cmd, "expected one MODEL argument");
+    if (cli_split_option(c))
+        return cli_usage_error(cmd,
+                               "%s fixes the pipeline split of one layout (give it to `dplan "
+                               "estimate` or `dplan memory`); %s searches the splits itself",
+                               cli_split_option(c), cmd);
+    return 0;
+}
+
+int cli_layout_args(const char *cmd, int argc, int optind_, const struct cli_common *c)
+{
+    if (argc - optind_ > 1 || (optind_ == argc && !c->plan))
+        return cli_usage_error(cmd, "expected one MODEL argument (or --plan FILE)");
+    return 0;
 }
 
 /* The pipeline split from the split options: one rule at most, expanded here (the

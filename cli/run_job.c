@@ -15,6 +15,20 @@ struct job_ctx {
     struct cli_log lg;
 };
 
+/* "rank 3 at step 5", "rank 3 before its first step", or, when the launcher failed before
+ * any rank said who it was, "the launch (no rank started)". */
+static void where_text(const struct dp_launch_failure *f, char *out, size_t cap)
+{
+    if (f->rank < 0 && f->step < 0)
+        snprintf(out, cap, "the launch (no rank started)");
+    else if (f->rank < 0)
+        snprintf(out, cap, "an unknown rank at step %d", f->step);
+    else if (f->step < 0)
+        snprintf(out, cap, "rank %d before its first step", f->rank);
+    else
+        snprintf(out, cap, "rank %d at step %d", f->rank, f->step);
+}
+
 /* The closing line of a job without restarts, and the message of its record. */
 static void failure_text(const struct dp_launch_failure *f, char *msg, size_t cap)
 {
@@ -82,10 +96,12 @@ static void on_failed(struct job_ctx *j, const struct dp_launch_event *ev)
     }
     if (!supervised)
         fprintf(stderr, "dplan: error: %s; %s\n", msg, hint);
-    else if (!ev->will_restart && f->restartable)
-        fprintf(stderr, "dplan: error: giving up after %d restart%s: rank %d, step %d: %s\n",
-                ev->attempt, ev->attempt == 1 ? "" : "s", f->rank, f->step, f->what);
-    else if (!ev->will_restart)
+    else if (!ev->will_restart && f->restartable) {
+        char where[96];
+        where_text(f, where, sizeof where);
+        fprintf(stderr, "dplan: error: giving up after %d restart%s: %s: %s\n", ev->attempt,
+                ev->attempt == 1 ? "" : "s", where, f->what);
+    } else if (!ev->will_restart)
         fprintf(stderr, "dplan: error: not restarting: %s\n", f->what);
 }
 
@@ -109,10 +125,11 @@ static void on_event(const struct dp_launch_event *ev, void *ctx)
             cJSON_AddNumberToObject(o, "resume_step", 0);
         }
         cli_log_write(&j->lg, o, true);
-        fprintf(stderr,
-                "dplan run: rank %d failed at step %d (%s); restart %d of %d in %d s from %s\n",
-                ev->f->rank, ev->f->step, ev->f->what, ev->attempt + 1, ev->max_restarts,
-                ev->backoff_s, ev->resume_path ? ev->resume_path : "the start (no checkpoint yet)");
+        char where[96];
+        where_text(ev->f, where, sizeof where);
+        fprintf(stderr, "dplan run: %s failed (%s); restart %d of %d in %d s from %s\n", where,
+                ev->f->what, ev->attempt + 1, ev->max_restarts, ev->backoff_s,
+                ev->resume_path ? ev->resume_path : "the start (no checkpoint yet)");
         break;
     }
     case DP_LAUNCH_FINISHED:

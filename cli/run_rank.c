@@ -137,15 +137,7 @@ static void write_summary(struct cli_run *r, const struct dp_exec_result *res, c
     if (r->cpu_pred_s > 0) {
         cJSON_AddNumberToObject(o, "predicted_step_time_s", r->cpu_pred_s);
         /* The prediction by kind (executor/predict.c), for checking it against profiles. */
-        cJSON *b = cJSON_AddObjectToObject(o, "predicted_step_parts_s");
-        cJSON_AddNumberToObject(b, "gemm", cp.gemm_s);
-        cJSON_AddNumberToObject(b, "attention", cp.attention_s);
-        cJSON_AddNumberToObject(b, "elementwise", cp.elementwise_s);
-        cJSON_AddNumberToObject(b, "fork_join", cp.fork_s);
-        cJSON_AddNumberToObject(b, "communication", cp.comm_s);
-        cJSON_AddNumberToObject(b, "optimizer", cp.optimizer_s);
-        cJSON_AddNumberToObject(b, "pipeline_bubble", cp.bubble_s);
-        cJSON_AddNumberToObject(b, "time_sharing", cp.timeshare_s);
+        cJSON_AddItemToObject(o, "cpu_prediction", cli_cpu_prediction_json(&cp));
         cJSON_AddNumberToObject(o, "threads_per_rank", threads);
     }
     if (r->plan && r->plan->has_prediction) {

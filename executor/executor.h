@@ -268,7 +268,7 @@ struct dp_exec_prediction {
     double gemm_s;        /* OpenBLAS products */
     double attention_s;   /* the attention kernels */
     double elementwise_s; /* norms, activations, residuals, biases, embedding, cross-entropy */
-    double fork_s;        /* OpenMP fork/join of the parallel regions (part of the above) */
+    double fork_s;        /* OpenMP fork/join of the parallel regions (not in the three above) */
     double comm_s;        /* TP, PP, DP and embedding collectives, the loss all-reduce */
     double optimizer_s;   /* zeroing, the gradient norm, AdamW */
     double bubble_s;      /* pipeline fill and drain */

@@ -135,7 +135,7 @@ def main():
             for label, threads, steps, args in configs:
                 meas, pred, s = run_quiet(a.dplan, threads, steps, args, tmp, a.max_foreign,
                                           a.tries, stats)
-                res[label].append((meas, pred, s.get("predicted_step_parts_s", {})))
+                res[label].append((meas, pred, {k: v for k, v in s.get("cpu_prediction", {}).items() if k != "step_time_s"}))
     print(f"load average after: {loadavg()}; runs repeated for foreign load: "
           f"{stats['retries']}, kept although loaded: {stats['gave_up']}")
     print(f"{'':34} {'measured step (ms)':>19} {'predicted':>10} {'error vs':>17}")

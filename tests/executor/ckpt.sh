@@ -106,7 +106,7 @@ hang)
     --max-restarts 1 --steps 4
   has giveup/log.jsonl '"status":"restarting".*"resume_from":null' "restart from the start"
   has giveup/log.jsonl '"attempt":1,"status":"failed","rank":1,"step":3,.*"will_restart":false' "last failure"
-  has giveup.err 'giving up after 1 restart: rank 1, step 3: exit status 3' "message"
+  has giveup.err 'giving up after 1 restart: rank 1 at step 3: exit status 3' "message"
   ;;
 
 crash)

@@ -10,7 +10,8 @@
 #   ckptdir   an unwritable --ckpt-dir fails before step 1; a run whose checkpoints all
 #             failed exits non-zero
 #   damaged   resuming a damaged or incomplete checkpoint names what is wrong, before launch
-#   killed    a rank killed without --max-restarts: the log ends on a "failed" record
+#   killed    a rank killed without --max-restarts: the log ends on a "failed" record;
+#             a supervised launch that never starts a rank says so
 # Runs use tiny-gpt with seq-len 16 on one rank (two for `killed`): each case takes seconds.
 set -u
 case=$1 dplan=$2 runs=$3
@@ -156,6 +157,14 @@ killed)
     --ckpt-every 2 --out r
   tail -1 r/log.jsonl | grep -Eq '"status":"failed".*"rank":1.*"hint":".*--resume ck' ||
     bad "log ends on $(tail -1 r/log.jsonl)"
+  # A launcher that fails before any rank starts, supervised: the restart and give-up
+  # lines say so instead of naming rank -1 at step -1.
+  DPLAN_MPIRUN=/bin/false expect 1 \
+    '^dplan: error: giving up after 1 restart: the launch \(no rank started\): the launcher exited with status 1$' \
+    "$dplan" run tiny-gpt --steps 2 --gbs 2 --mbs 1 --seq-len 16 --dp 2 --max-restarts 1 --ckpt-dir ck2 --out r2
+  grep -q 'dplan run: the launch (no rank started) failed (the launcher exited with status 1); restart 1 of 1' err.txt ||
+    bad "restart line: $(grep 'restart 1' err.txt)"
+  grep -q -- '-1' err.txt && bad "a -1 rank or step in: $(grep -- '-1' err.txt)"
   ;;
 
 *)

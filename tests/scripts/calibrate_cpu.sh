@@ -48,6 +48,19 @@ grep -q '^CPU executor .*step [0-9.]* ms' "$out/est.txt" || fail "no CPU executo
 "$dplan" estimate tiny-gpt --calibration "$out/p.json" --dp 2 --gbs 8 --json > "$out/est.json" &&
   python3 -c "import json,sys; e=json.load(open(sys.argv[1]))['cpu_executor']; assert e['step_time_s'] > 0" "$out/est.json" ||
   fail "estimate --json has no cpu_executor"
+# The run's summary gives the same parts under the same keys, and the parts add up to the
+# step (executor.h: struct dp_exec_prediction).
+"$dplan" run tiny-gpt --steps 1 --dp 2 --gbs 8 --seq-len 32 --calibration "$out/p.json" \
+  --out "$out/parts" > /dev/null 2>&1 || fail "run --calibration"
+python3 - "$out/est.json" "$out/parts/summary.json" << 'PY' || fail "prediction parts"
+import json, sys
+e = json.load(open(sys.argv[1]))["cpu_executor"]
+r = json.load(open(sys.argv[2]))["cpu_prediction"]
+assert set(e) == set(r), (sorted(e), sorted(r))
+for p in (e, r):
+    parts = sum(v for k, v in p.items() if k != "step_time_s")
+    assert len(p) == 9 and abs(parts / p["step_time_s"] - 1) < 1e-9, p
+PY
 "$dplan" memory tiny-gpt --calibration "$out/p.json" --tp 2 --gbs 8 > "$out/mem.txt" 2>&1 ||
   { cat "$out/mem.txt"; fail "memory --calibration"; }
 "$dplan" suggest tiny-gpt --calibration "$out/p.json" --gbs 8 > "$out/sug.txt" 2>&1 ||
