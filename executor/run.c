@@ -325,6 +325,12 @@ int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const stru
         dp__memplan(ex, &plan);
         memcpy(ex->predicted, plan.pool_bytes, sizeof ex->predicted);
         rc = check_memory(ex);
+        /* A device backend reserves the plan's bytes now (its arena): backend.h. */
+        int64_t need = 0;
+        for (int p = 0; p < DP_NPOOLS; p++)
+            need += ex->predicted[p];
+        if (!rc && OPS->reserve)
+            rc = OPS->reserve(ex->be, (size_t)need, err);
     }
     if (!rc && !(ex->host_tok = malloc((size_t)(2 * ex->dm.N) * sizeof(int32_t))))
         rc = dp_err_set(err, DP_ENOMEM, "out of memory");
@@ -599,6 +605,12 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struc
                 .rss_bytes = rss_now(),
             };
             memcpy(in.pool_peak_bytes, ex->mem.peak, sizeof in.pool_peak_bytes);
+            if (OPS->mem_peak) {
+                size_t pk = 0, used = 0;
+                OPS->mem_peak(ex->be, &pk, &used);
+                in.device_peak_bytes = (int64_t)pk;
+                in.device_used_bytes = (int64_t)used;
+            }
             o->on_step(&in, o->ctx);
         }
         rc = dp__ckpt_after_step(ex, step);

@@ -234,6 +234,15 @@ struct dp_backend_ops {
     int (*group_size)(struct dp_backend *be, enum dp_group g);
     int (*group_rank)(struct dp_backend *be, enum dp_group g);
     double (*wtime)(struct dp_backend *be);
+
+    /* ---- device memory (optional, NULL on the CPU) */
+    /* Once, before the first alloc: the bytes the memory plan predicts for this rank
+     * (mem.c's pools). A device backend takes them at once (the CUDA arena), so a plan
+     * that cannot fit fails before step 1 with the device's numbers (DP_EINFEASIBLE). */
+    int (*reserve)(struct dp_backend *be, size_t bytes, struct dp_err *err);
+    /* The most bytes allocated at once (the arena's high-water mark), and what the device
+     * has in use now by every process (cudaMemGetInfo: total - free). */
+    void (*mem_peak)(struct dp_backend *be, size_t *peak, size_t *device_used);
 };
 
 /* A backend instance; implementations embed it first in their own struct. */
@@ -264,6 +273,11 @@ struct dp_backend_kind {
     const char *(*rank_env)(void);
 };
 extern const struct dp_backend_kind dp__cpu_kind; /* cpu.c, or none.c without MPI/OpenBLAS */
+/* In builds with the CUDA backend (DP_HAVE_CUDA): NCCL, and host-staged over MPI;
+ * cuda_loader.c, which opens the module libdplan_cuda.so (cuda.c) on first use. */
+extern const struct dp_backend_kind dp__cuda_kind, dp__cuda_mpi_kind;
+/* Whether the module loads and the CUDA runtime sees a GPU (tests skip without one). */
+bool dp__cuda_device_present(void);
 
 /* The backend `name` (NULL: the first of this build, "cpu"); NULL with err set when the
  * name is unknown or its creation fails. */
