@@ -312,6 +312,23 @@ int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const stru
         free(ex);
         return err->code ? err->code : DP_ERUNTIME;
     }
+    /* A backend may leave out the operations of knobs it does not run yet (the CUDA
+     * backend: ring attention, batched p2p, the non-blocking gather): refuse the layout
+     * here, on every rank alike, rather than call a missing operation. */
+    const char *missing = NULL;
+    if (l->cp > 1 && (!ex->be->ops->attn_ring_fwd || !ex->be->ops->attn_ring_bwd))
+        missing = "cp > 1 (ring attention)";
+    else if (l->vpp > 1 && !ex->be->ops->p2p)
+        missing = "vpp > 1 (batched point-to-point)";
+    else if (l->zero >= 3 && !ex->be->ops->allgather_v_start)
+        missing = "zero 3 (the prefetching parameter gather)";
+    if (missing) {
+        dp_err_set(err, DP_EINFEASIBLE, "layout: %s: the %s backend does not run it yet", missing,
+                   ex->be->ops->name);
+        ex->be->ops->destroy(ex->be);
+        free(ex);
+        return DP_EINFEASIBLE;
+    }
     ex->rank = ex->be->rank;
     ex->world = ex->be->world;
     dp_rank_coords_cp(ex->rank, l->tp, l->cp, l->dp, l->pp, &ex->c);

@@ -13,6 +13,7 @@
  * back as a dp_err naming the call, rank and host (MPI_ERRORS_RETURN).
  */
 #include "cpu.h"
+#include "groups.h"
 
 #include <cblas.h>
 #include <limits.h>
@@ -495,7 +496,6 @@ static int thread_policy(int requested, int node_ranks)
 static struct dp_backend *cpu_new(const struct dp_backend_cfg *cfg, struct dp_err *err)
 {
     const int tp = cfg->tp, dp = cfg->dp, pp = cfg->pp, cp = cfg->cp > 1 ? cfg->cp : 1;
-    const int sh = cfg->shard > 0 && (dp * cp) % cfg->shard == 0 ? cfg->shard : dp * cp;
     if (mpi_up(err))
         return NULL;
     struct cpu_backend *cb = calloc(1, sizeof *cb);
@@ -527,24 +527,16 @@ static struct dp_backend *cpu_new(const struct dp_backend_cfg *cfg, struct dp_er
         free(cb);
         return NULL;
     }
-    struct dp_coords c;
-    dp_rank_coords_cp(cb->base.rank, tp, cp, dp, pp, &c);
-    /* Colours: the coordinates a group's members share, as one number (cp_rank is one of
-     * them except in the CP and DP-CP groups); keys: the place in the group. */
-    const int tc = c.tp_rank + tp * c.cp_rank; /* tp and cp coordinates together */
-    const int q = c.cp_rank + cp * c.dp_rank;  /* place among the dp x cp ranks (ZeRO shards) */
-    int emb = (pp > 1 && (c.pp_rank == 0 || c.pp_rank == pp - 1)) ? tc + tp * cp * c.dp_rank
-                                                                  : MPI_UNDEFINED;
-    if (split(cb, DP_GROUP_TP, c.cp_rank + cp * (c.dp_rank + dp * c.pp_rank), c.tp_rank, err) ||
-        split(cb, DP_GROUP_DP, tc + tp * cp * c.pp_rank, c.dp_rank, err) ||
-        split(cb, DP_GROUP_PP, tc + tp * cp * c.dp_rank, c.pp_rank, err) ||
-        split(cb, DP_GROUP_EMB, emb, c.pp_rank, err) ||
-        split(cb, DP_GROUP_SHARD, c.tp_rank + tp * (c.pp_rank + pp * (q / sh)), q % sh, err) ||
-        split(cb, DP_GROUP_REPL, c.tp_rank + tp * (c.pp_rank + pp * (q % sh)), q / sh, err) ||
-        split(cb, DP_GROUP_CP, c.tp_rank + tp * (c.dp_rank + dp * c.pp_rank), c.cp_rank, err) ||
-        split(cb, DP_GROUP_DPCP, c.tp_rank + tp * c.pp_rank, c.cp_rank + cp * c.dp_rank, err)) {
-        cpu_destroy(&cb->base);
-        return NULL;
+    struct dp__split sp;
+    dp__split_plan(cb->base.rank, cfg, &sp);
+    for (int g = 1; g < DP_NGROUPS; g++) {
+        if (g == DP_GROUP_NODE)
+            continue; /* below: MPI_Comm_split_type */
+        if (split(cb, (enum dp_group)g, sp.color[g] < 0 ? MPI_UNDEFINED : sp.color[g], sp.key[g],
+                  err)) {
+            cpu_destroy(&cb->base);
+            return NULL;
+        }
     }
     /* The ranks sharing this node's memory (MPI-3 MPI_COMM_TYPE_SHARED). */
     int rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, cb->base.rank, MPI_INFO_NULL,

@@ -357,17 +357,17 @@ static struct dp_backend *cu_new(const struct dp_backend_cfg *cfg, bool staged, 
     cb->mcomm[DP_GROUP_WORLD] = MPI_COMM_WORLD;
     cb->size[DP_GROUP_WORLD] = cb->base.world;
     cb->rank[DP_GROUP_WORLD] = cb->base.rank;
-    const int want = cfg->tp * cfg->dp * cfg->pp;
+    const int cp = cfg->cp > 1 ? cfg->cp : 1, want = cfg->tp * cp * cfg->dp * cfg->pp;
     if (cb->base.world != want) {
         dp_err_set(err, DP_EINFEASIBLE,
-                   "the plan needs tp*pp*dp = %d*%d*%d = %d ranks but MPI started %d (launch "
-                   "with `mpirun -np %d` or let `dplan run` launch itself)",
-                   cfg->tp, cfg->pp, cfg->dp, want, cb->base.world, want);
+                   "the plan needs tp*cp*pp*dp = %d*%d*%d*%d = %d ranks but MPI started %d "
+                   "(launch with `mpirun -np %d` or let `dplan run` launch itself)",
+                   cfg->tp, cp, cfg->pp, cfg->dp, want, cb->base.world, want);
         free(cb);
         return NULL;
     }
     struct dp__split sp;
-    dp__cuda_split_plan(cb->base.rank, cfg->tp, cfg->dp, cfg->pp, cfg->shard, &sp);
+    dp__split_plan(cb->base.rank, cfg, &sp);
     cudaError_t cr;
     cublasStatus_t bs;
     if (mpi_groups(cb, &sp, err) || pick_device(cb, err))

@@ -141,26 +141,6 @@ size_t dp__arena_largest(const struct dp__arena *a)
 
 /* ------------------------------------------------------------------ the split plan */
 
-void dp__cuda_split_plan(int rank, int tp, int dp, int pp, int shard, struct dp__split *out)
-{
-    const int sh = shard > 0 && dp % shard == 0 ? shard : dp;
-    struct dp_coords c;
-    dp_rank_coords(rank, tp, dp, pp, &c);
-    for (int g = 0; g < DP_NGROUPS; g++)
-        out->color[g] = -1, out->key[g] = 0;
-    /* The colours and keys of cpu.c's cpu_new, so both backends number groups alike. */
-    out->color[DP_GROUP_WORLD] = 0, out->key[DP_GROUP_WORLD] = rank;
-    out->color[DP_GROUP_TP] = c.dp_rank + dp * c.pp_rank, out->key[DP_GROUP_TP] = c.tp_rank;
-    out->color[DP_GROUP_DP] = c.tp_rank + tp * c.pp_rank, out->key[DP_GROUP_DP] = c.dp_rank;
-    out->color[DP_GROUP_PP] = c.tp_rank + tp * c.dp_rank, out->key[DP_GROUP_PP] = c.pp_rank;
-    if (pp > 1 && (c.pp_rank == 0 || c.pp_rank == pp - 1))
-        out->color[DP_GROUP_EMB] = c.tp_rank + tp * c.dp_rank, out->key[DP_GROUP_EMB] = c.pp_rank;
-    out->color[DP_GROUP_SHARD] = c.tp_rank + tp * (c.pp_rank + pp * (c.dp_rank / sh));
-    out->key[DP_GROUP_SHARD] = c.dp_rank % sh;
-    out->color[DP_GROUP_REPL] = c.tp_rank + tp * (c.pp_rank + pp * (c.dp_rank % sh));
-    out->key[DP_GROUP_REPL] = c.dp_rank / sh;
-}
-
 /* ------------------------------------------------------------------ images */
 
 int dp__cuda_pick_image(int major, int minor, const int *sass, int nsass, int ptx, bool *jit)

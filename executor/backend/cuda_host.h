@@ -13,6 +13,7 @@
 #include <stddef.h>
 
 #include "backend.h"
+#include "groups.h"
 
 /* ---- the arena: first fit over offsets, freed blocks coalesce with their neighbours */
 
@@ -48,13 +49,7 @@ size_t dp__arena_largest(const struct dp__arena *a);
 
 /* ---- the communicator split plan */
 
-/* Colour -1: not a member (NCCL_SPLIT_NOCOLOR, MPI_UNDEFINED). DP_GROUP_WORLD has colour
- * 0, key = rank; DP_GROUP_NODE is not planned (it is the ranks sharing a host, which MPI
- * finds: colour -1 here). shard <= 0 or not dividing dp means dp. */
-struct dp__split {
-    int color[DP_NGROUPS], key[DP_NGROUPS];
-};
-void dp__cuda_split_plan(int rank, int tp, int dp, int pp, int shard, struct dp__split *out);
+/* groups.h's dp__split_plan, shared with the CPU backend. */
 
 /* ---- kernel images */
 

@@ -76,7 +76,7 @@ static void test_split(void)
     /* tp 2, dp 2, pp 2; rank 5 = tp_rank 1 + 2 (dp_rank 0 + 2 pp_rank 1)
      * (core/coords.c: tp fastest, then dp, then pp). */
     struct dp__split s;
-    dp__cuda_split_plan(5, 2, 2, 2, 0, &s);
+    dp__split_plan(5, &(struct dp_backend_cfg){.tp = 2, .dp = 2, .pp = 2}, &s);
     CHECK_EQ(s.color[DP_GROUP_WORLD], 0);
     CHECK_EQ(s.key[DP_GROUP_WORLD], 5);
     CHECK_EQ(s.color[DP_GROUP_TP], 2); /* dp_rank + dp pp_rank = 0 + 2 */
@@ -92,7 +92,8 @@ static void test_split(void)
     CHECK_EQ(s.key[DP_GROUP_SHARD], 0);
 
     /* pp 3: the middle stage holds no embedding, so it is outside the EMB group. */
-    dp__cuda_split_plan(2, 1, 2, 3, 0, &s); /* tp 0, dp 0, pp 1 */
+    dp__split_plan(2, &(struct dp_backend_cfg){.tp = 1, .dp = 2, .pp = 3},
+                   &s); /* tp 0, dp 0, pp 1 */
     CHECK_EQ(s.color[DP_GROUP_EMB], -1);
 
     /* Every group is the ranks that differ only in its own coordinate: over a 2 x 3 x 2
@@ -101,7 +102,7 @@ static void test_split(void)
     enum { TP = 2, DPD = 3, PP = 2, W = TP * DPD * PP };
     struct dp__split all[W];
     for (int r = 0; r < W; r++)
-        dp__cuda_split_plan(r, TP, DPD, PP, 0, &all[r]);
+        dp__split_plan(r, &(struct dp_backend_cfg){.tp = TP, .dp = DPD, .pp = PP}, &all[r]);
     for (int r = 0; r < W; r++)
         for (int q = 0; q < W; q++) {
             int rt = r % TP, rd = r / TP % DPD, rp = r / (TP * DPD);
@@ -115,13 +116,28 @@ static void test_split(void)
     /* HSDP, dp 4 in shards of 2: dp ranks {0,1} and {2,3} shard; {0,2}, {1,3} replicate. */
     struct dp__split h[4];
     for (int r = 0; r < 4; r++)
-        dp__cuda_split_plan(r, 1, 4, 1, 2, &h[r]);
+        dp__split_plan(r, &(struct dp_backend_cfg){.tp = 1, .dp = 4, .pp = 1, .shard = 2}, &h[r]);
     CHECK(h[0].color[DP_GROUP_SHARD] == h[1].color[DP_GROUP_SHARD]);
     CHECK(h[0].color[DP_GROUP_SHARD] != h[2].color[DP_GROUP_SHARD]);
     CHECK(h[0].color[DP_GROUP_REPL] == h[2].color[DP_GROUP_REPL]);
     CHECK(h[0].color[DP_GROUP_REPL] != h[1].color[DP_GROUP_REPL]);
     CHECK_EQ(h[3].key[DP_GROUP_SHARD], 1); /* 3 % 2 */
     CHECK_EQ(h[3].key[DP_GROUP_REPL], 1);  /* 3 / 2 */
+
+    /* cp 2 (tp 2, dp 2, pp 1): rank = tp_rank + 2 (cp_rank + 2 dp_rank); rank 6 is tp 0,
+     * cp 1, dp 1. Its ring is the ranks with tp 0 and dp 1: {4, 6}, where it is second;
+     * its DP-CP group the ranks with tp 0: {0, 2, 4, 6}, where it is q = 1 + 2 1 = 3. */
+    struct dp__split c[8];
+    for (int r = 0; r < 8; r++)
+        dp__split_plan(r, &(struct dp_backend_cfg){.tp = 2, .dp = 2, .pp = 1, .cp = 2}, &c[r]);
+    for (int r = 0; r < 8; r++) {
+        CHECK_EQ(c[r].color[DP_GROUP_CP] == c[6].color[DP_GROUP_CP], r == 4 || r == 6);
+        CHECK_EQ(c[r].color[DP_GROUP_DPCP] == c[6].color[DP_GROUP_DPCP], r % 2 == 0);
+        CHECK_EQ(c[r].color[DP_GROUP_DP] == c[6].color[DP_GROUP_DP], r == 2 || r == 6);
+    }
+    CHECK_EQ(c[6].key[DP_GROUP_CP], 1);
+    CHECK_EQ(c[6].key[DP_GROUP_DPCP], 3);
+    CHECK_EQ(c[6].key[DP_GROUP_SHARD], 3); /* ZeRO shards over the 4 dp x cp ranks */
 }
 
 static void test_images(void)
