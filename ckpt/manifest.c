@@ -85,7 +85,8 @@ static int add_stage(cJSON *tensors, cJSON *zgroups, const struct dp_ckpt_meta *
                 sg->expert >= 0 && l->ep > 1 ? (int)(sg->expert / (mt->model.experts / l->ep)) : 0;
             struct dp_coords c = {.tp_rank = tr, .dp_rank = dr, .pp_rank = s};
             cJSON *p = cJSON_CreateObject();
-            dp_ckpt_rank_file_name(fname, sizeof fname, dp_rank_of(&c, l->tp, l->dp, l->pp));
+            dp_ckpt_rank_file_name(fname, sizeof fname,
+                                   dp_rank_of_cp(&c, l->tp, l->cp, l->dp, l->pp));
             cJSON_AddStringToObject(p, "file", fname);
             cJSON_AddStringToObject(p, "key", nm);
             cJSON_AddItemToObject(p, "offset",
@@ -103,7 +104,9 @@ static int add_stage(cJSON *tensors, cJSON *zgroups, const struct dp_ckpt_meta *
         return 0;
     /* The stage's flat buffer, padded to a multiple of the shard group (dp; shard_group
      * under HSDP) and split in that many shards; under HSDP replica 0's files hold them. */
-    const int nsh = l->zero >= 1 && l->dp % dp_layout_shard(l) == 0 ? dp_layout_shard(l) : l->dp;
+    const int cp = l->cp > 1 ? l->cp : 1; /* shards span dp x cp: shard k on q = k */
+    const int nsh =
+        l->zero >= 1 && (l->dp * cp) % dp_layout_shard(l) == 0 ? dp_layout_shard(l) : l->dp * cp;
     int64_t nflat = (flat + nsh - 1) / nsh * nsh, shard = nflat / nsh;
     for (int tr = 0; tr < l->tp; tr++) {
         cJSON *g = cJSON_CreateObject();
@@ -113,10 +116,13 @@ static int add_stage(cJSON *tensors, cJSON *zgroups, const struct dp_ckpt_meta *
         cJSON_AddNumberToObject(g, "shard_elems", (double)shard);
         cJSON *gs = cJSON_AddArrayToObject(g, "shards");
         for (int k = 0; k < nsh; k++) {
-            struct dp_coords c = {.tp_rank = tr, .dp_rank = k, .pp_rank = s};
+            /* q = cp_rank + cp dp_rank; the key keeps its name (q = dp_rank when cp = 1) */
+            struct dp_coords c = {
+                .tp_rank = tr, .dp_rank = k / cp, .pp_rank = s, .cp_rank = k % cp};
             cJSON *p = cJSON_CreateObject();
             cJSON_AddNumberToObject(p, "dp_rank", k);
-            dp_ckpt_rank_file_name(fname, sizeof fname, dp_rank_of(&c, l->tp, l->dp, l->pp));
+            dp_ckpt_rank_file_name(fname, sizeof fname,
+                                   dp_rank_of_cp(&c, l->tp, l->cp, l->dp, l->pp));
             cJSON_AddStringToObject(p, "file", fname);
             cJSON_AddNumberToObject(p, "flat_offset", (double)(k * shard));
             cJSON_AddItemToArray(gs, p);
@@ -180,7 +186,7 @@ cJSON *dp_ckpt_manifest_json(const struct dp_ckpt_meta *mt, const struct dp_ckpt
     char buf[64];
     for (int r = 0; r < mt->world; r++) {
         struct dp_coords c;
-        dp_rank_coords(r, l->tp, l->dp, l->pp, &c);
+        dp_rank_coords_cp(r, l->tp, l->cp, l->dp, l->pp, &c);
         cJSON *f = cJSON_CreateObject();
         dp_ckpt_rank_file_name(buf, sizeof buf, r);
         cJSON_AddStringToObject(f, "name", buf);

@@ -48,7 +48,8 @@ static const char help_head[] =
     "  --min-lr-frac X     cosine decay to lr*X at the last step [0.1; 1 = constant]\n"
     "  --wd X              AdamW weight decay on 2-D weights [0.1]\n"
     "  --clip X            gradient clipping by global norm [1.0; 0 = off]\n"
-    "  --backend NAME      the backends of this build: cpu\n"
+    "  --backend NAME      cpu (the default); cuda (NCCL), cuda-mpi (collectives staged over\n"
+    "                      MPI, ranks may share a GPU) in builds with CUDA: docs/gpu.md\n"
     "  --threads N         compute threads per rank [OMP_NUM_THREADS, else the node's\n"
     "                      cores / its ranks]\n"
     "  --timeout S         a rank that makes no progress for S seconds ends the job (and\n"
@@ -68,7 +69,8 @@ static const char help_head[] =
 
 static const char run_knob_help[] =
     "Layout knobs, with a MODEL (a plan file brings its own layout):\n"
-    "  --tp N --pp N --dp N  tensor, pipeline and data parallel degrees [1; --dp: --np / (tp*pp)]\n"
+    "  --tp N --pp N --dp N  tensor, pipeline and data parallel degrees [1; --dp: --np / "
+    "(tp*pp*cp)]\n"
     "  --mbs N               micro-batch size in sequences [1]\n"
     "  --gbs N               global batch in sequences [mbs*dp*pp]; at most the windows\n"
     "                        of seq_len tokens in the data\n"
@@ -77,20 +79,23 @@ static const char run_knob_help[] =
     "                        gradients (reduce-scattered per layer), 3 also the parameters\n"
     "                        (gathered per layer before forward and backward) [0]\n"
     "  --shard-group N       HSDP: shard within groups of N dp ranks, all-reduce across\n"
-    "                        the groups (zero >= 1; N divides dp) [dp]\n"
+    "                        the groups (zero >= 1; N divides dp*cp) [dp*cp]\n"
     "  --recompute {none,selective,full}  activation recomputation [none]\n"
     "  --sp                  sequence parallelism (with tp > 1)\n"
     "  --first-stage-layers N --last-stage-layers N   uneven pipeline split\n"
     "  --vpp N               interleaved 1F1B: N model chunks per stage (micro-batches a\n"
     "                        multiple of pp; at least one layer in every chunk) [1]\n"
     "  --stage-layers LIST   layers per stage, or per model chunk with vpp > 1\n"
+    "  --cp N                context parallelism: each sequence in 2*cp chunks (rank i\n"
+    "                        holds chunks i and 2*cp-1-i), ring attention over the cp\n"
+    "                        ranks; seq_len a multiple of 2*cp; ZeRO shards span dp*cp [1]\n"
     "  --ep N                mixture-of-experts models: expert parallel degree (divides\n"
     "                        dp; experts split over tp as the dense MLP, etp = tp) [1]\n"
     "  --moe-capacity F      expert capacity factor; 0: dropless [0]\n"
-    "  --cp 1 --optimizer adam                        accepted: the only values it runs\n\n"
-    "Refused with an error naming the knob: --cp above 1 (context parallelism), a model\n"
-    "chunk without layers, --optimizer sgd; for MoE models --etp other than tp, --zero 2\n"
-    "or 3, --zero 1 with ep > 1, expert biases, shared-expert gates and router biases;\n"
+    "  --optimizer adam      accepted: the only value it runs\n\n"
+    "Refused with an error naming the knob: a model chunk without layers, --optimizer\n"
+    "sgd; for MoE models --cp above 1, --etp other than tp, --zero 2 or 3, --zero 1 with\n"
+    "ep > 1, expert biases, shared-expert gates and router biases;\n"
     "ALiBi and parallel-attention (one-norm) models; a plan's recompute_layers below\n"
     "the stage's layers; and the planning-only knobs --precision and --grad-dtype\n"
     "(other than fp32), --no-flash-attn and --overhead-gib: it computes in fp32 and\n"
@@ -490,10 +495,13 @@ static int dry_run(const struct cli_run *r, int argc, char **argv)
     dp_layout_format(l, lay, sizeof lay);
     printf("dplan run %s: %s (%s) on %d rank%s, %d per node: %d node%s\n", r->target, r->m.name,
            lay, r->world, r->world == 1 ? "" : "s", K, nodes, nodes == 1 ? "" : "s");
-    printf("%6s %6s %6s %4s %4s %4s  %s\n", "rank", "node", "local", "tp", "dp", "pp", "layers");
+    /* The cp column only with context parallelism (Megatron order tp-cp-dp-pp). */
+    const bool cp = l->cp > 1;
+    printf("%6s %6s %6s %4s %s%4s %4s  %s\n", "rank", "node", "local", "tp", cp ? "  cp " : "",
+           "dp", "pp", "layers");
     for (int k = 0; k < r->world; k++) {
         struct dp_coords c;
-        dp_rank_coords(k, l->tp, l->dp, l->pp, &c);
+        dp_rank_coords_cp(k, l->tp, l->cp, l->dp, l->pp, &c);
         /* "0-3", or with interleaving the chunks' ranges "0-1,4-5" */
         char ranges[256];
         int first = dp_layout_stage_first_layer(l, &r->m, c.pp_rank);
@@ -501,7 +509,10 @@ static int dry_run(const struct cli_run *r, int argc, char **argv)
         snprintf(ranges, sizeof ranges, "%d-%d", first, first + n - 1);
         if (l->vpp > 1)
             dp_layout_stage_ranges(l, &r->m, c.pp_rank, ranges, sizeof ranges);
-        printf("%6d %6d %6d %4d %4d %4d  %s%s%s\n", k, k / K, k % K, c.tp_rank, c.dp_rank,
+        char cpc[16] = "";
+        if (cp)
+            snprintf(cpc, sizeof cpc, "%4d ", c.cp_rank);
+        printf("%6d %6d %6d %4d %s%4d %4d  %s%s%s\n", k, k / K, k % K, c.tp_rank, cpc, c.dp_rank,
                c.pp_rank, ranges, c.pp_rank == 0 ? " +embedding" : "",
                c.pp_rank == l->pp - 1 ? " +head" : "");
     }

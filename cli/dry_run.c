@@ -18,44 +18,50 @@ enum { MAX_LISTED = 64 }; /* ranks listed one by one; beyond, the first ones and
 static void members(const struct dp_layout *l, const struct dp_coords *c, char which, char *out,
                     size_t cap)
 {
-    const int sg = l->zero >= 1 ? dp_layout_shard(l) : l->dp;
+    const int cp = l->cp > 1 ? l->cp : 1;
+    /* ZeRO shards span the dp x cp ranks, q = cp_rank + cp dp_rank (executor/shard.c) */
+    const int sg = l->zero >= 1 ? dp_layout_shard(l) : l->dp * cp, q = c->cp_rank + cp * c->dp_rank;
     size_t n = (size_t)snprintf(out, cap, "{");
-    int count = 0, nmax = which == 't' ? l->tp : which == 'p' ? l->pp : l->dp;
+    int count = 0, nmax = which == 't'   ? l->tp
+                          : which == 'p' ? l->pp
+                          : which == 'c' ? cp
+                          : which == 'd' ? l->dp
+                                         : cp * l->dp;
     for (int i = 0; i < nmax && n + 16 < cap; i++) {
         struct dp_coords d = *c;
         if (which == 't')
             d.tp_rank = i;
         else if (which == 'p')
             d.pp_rank = i;
+        else if (which == 'c') /* the context-parallel ring */
+            d.cp_rank = i;
         else if (which == 'd')
             d.dp_rank = i;
-        else if (which == 's') { /* same shard group: dp_rank / sg */
-            if (i / sg != c->dp_rank / sg)
-                continue;
+        else if (which == 's' && i / sg != q / sg) /* same shard group: q / sg */
+            continue;
+        else if (which == 'r' && i % sg != q % sg) /* replicas of the same shard: q % sg */
+            continue;
+        else if (which == 'e' && i / l->ep != c->dp_rank / l->ep) /* experts (moe.c) */
+            continue;
+        else if (which == 'x' && i % l->ep != c->dp_rank % l->ep) /* expert data parallel */
+            continue;
+        if (which == 'e' || which == 'x')
             d.dp_rank = i;
-        } else if (which == 'e') { /* expert parallel: dp_rank / ep (executor/moe.c) */
-            if (i / l->ep != c->dp_rank / l->ep)
-                continue;
-            d.dp_rank = i;
-        } else if (which == 'x') { /* expert data parallel: dp_rank % ep */
-            if (i % l->ep != c->dp_rank % l->ep)
-                continue;
-            d.dp_rank = i;
-        } else { /* 'r': replicas of the same shard: dp_rank % sg */
-            if (i % sg != c->dp_rank % sg)
-                continue;
-            d.dp_rank = i;
+        if (which == 'g' || which == 's' || which == 'r') { /* i runs over q */
+            d.cp_rank = i % cp;
+            d.dp_rank = i / cp;
         }
         n += (size_t)snprintf(out + n, cap - n, "%s%d", count++ ? "," : "",
-                              dp_rank_of(&d, l->tp, l->dp, l->pp));
+                              dp_rank_of_cp(&d, l->tp, cp, l->dp, l->pp));
     }
     snprintf(out + n, cap - n, "}");
 }
 
 int cli_run_dry(const struct dp_model *m, const struct dp_layout *l)
 {
-    const int world = l->tp * l->dp * l->pp;
-    const bool hsdp = l->zero >= 1 && dp_layout_shard(l) < l->dp;
+    const int cp = l->cp > 1 ? l->cp : 1;
+    const int world = l->tp * cp * l->dp * l->pp;
+    const bool hsdp = l->zero >= 1 && dp_layout_shard(l) < l->dp * cp;
     const bool ep = m->experts > 0 && l->ep > 1;
     printf("\ngroups of each rank (world ranks; shard / replicas: ZeRO under HSDP%s):\n",
            ep ? "; ep / edp: the experts' all-to-all and gradient groups" : "");
@@ -65,12 +71,17 @@ int cli_run_dry(const struct dp_model *m, const struct dp_layout *l)
             break;
         }
         struct dp_coords c;
-        dp_rank_coords(r, l->tp, l->dp, l->pp, &c);
-        char tp[128], dp[128], pp[128], sh[128], rp[128];
+        dp_rank_coords_cp(r, l->tp, cp, l->dp, l->pp, &c);
+        char tp[128], dp[128], pp[128], sh[128], rp[128], cq[128], dc[128];
         members(l, &c, 't', tp, sizeof tp);
         members(l, &c, 'd', dp, sizeof dp);
         members(l, &c, 'p', pp, sizeof pp);
         printf("  rank %d: tp %s dp %s pp %s", r, tp, dp, pp);
+        if (cp > 1) { /* the ring; gradients are summed over dp x cp */
+            members(l, &c, 'c', cq, sizeof cq);
+            members(l, &c, 'g', dc, sizeof dc);
+            printf(" cp %s dp-cp %s", cq, dc);
+        }
         if (hsdp) {
             members(l, &c, 's', sh, sizeof sh);
             members(l, &c, 'r', rp, sizeof rp);
@@ -83,7 +94,9 @@ int cli_run_dry(const struct dp_model *m, const struct dp_layout *l)
         }
         printf("\n");
     }
-    printf("CPU backend: fp32 compute, blocking collectives, attention probabilities kept%s\n",
+    printf("CPU backend: fp32 compute, blocking collectives, %s%s\n",
+           cp > 1 ? "ring attention over the cp group (log-sum-exp kept)"
+                  : "attention probabilities kept",
            l->precision != DP_FP32 ? " (not the plan's precision)" : "");
 
     if (l->vpp > 1)

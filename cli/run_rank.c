@@ -68,6 +68,10 @@ static void on_step(const struct dp_step_info *in, void *ctx)
     cJSON_AddNumberToObject(o, "memory_peak_bytes", (double)in->mem_peak_bytes);
     cJSON_AddNumberToObject(o, "memory_predicted_bytes", (double)in->mem_predicted_bytes);
     cJSON_AddNumberToObject(o, "rss_bytes", (double)in->rss_bytes);
+    if (in->device_peak_bytes > 0) { /* device backends only (docs/gpu.md) */
+        cJSON_AddNumberToObject(o, "device_peak_bytes", (double)in->device_peak_bytes);
+        cJSON_AddNumberToObject(o, "device_used_bytes", (double)in->device_used_bytes);
+    }
     cJSON *mem = cJSON_AddObjectToObject(o, "memory_peak_by_pool");
     for (int p = 0; p < DP_NPOOLS; p++)
         cJSON_AddNumberToObject(mem, dp_pool_name((enum dp_pool)p), (double)in->pool_peak_bytes[p]);

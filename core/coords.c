@@ -1,21 +1,36 @@
 /*
  * A rank's coordinates in the layout and back (core.h): Megatron's default
  * order tp-cp-ep-dp-pp with TP fastest (parallel_state.initialize_model_
- * parallel), with cp = ep = 1. The executor's process groups, the
- * checkpoints' file names and the launcher's rank map all use it.
+ * parallel): rank = tp_rank + tp (cp_rank + cp (dp_rank + dp pp_rank)), ep = 1
+ * (expert parallelism is carved from the DP ranks, not a factor of the world). The
+ * executor's process groups, the checkpoints' file names and the launcher's rank map
+ * all use it; the functions without _cp are the cp = 1 case.
  */
 #include "core.h"
 
-void dp_rank_coords(int rank, int tp, int dp, int pp, struct dp_coords *out)
+void dp_rank_coords_cp(int rank, int tp, int cp, int dp, int pp, struct dp_coords *out)
 {
     out->tp_rank = rank % tp;
-    out->dp_rank = (rank / tp) % dp;
-    out->pp_rank = rank / (tp * dp);
+    cp = cp > 1 ? cp : 1;
+    out->cp_rank = (rank / tp) % cp;
+    out->dp_rank = (rank / (tp * cp)) % dp;
+    out->pp_rank = rank / (tp * cp * dp);
     (void)pp;
+}
+
+int dp_rank_of_cp(const struct dp_coords *c, int tp, int cp, int dp, int pp)
+{
+    (void)pp;
+    cp = cp > 1 ? cp : 1;
+    return c->tp_rank + tp * (c->cp_rank + cp * (c->dp_rank + dp * c->pp_rank));
+}
+
+void dp_rank_coords(int rank, int tp, int dp, int pp, struct dp_coords *out)
+{
+    dp_rank_coords_cp(rank, tp, 1, dp, pp, out);
 }
 
 int dp_rank_of(const struct dp_coords *c, int tp, int dp, int pp)
 {
-    (void)pp;
-    return c->tp_rank + tp * (c->dp_rank + dp * c->pp_rank);
+    return dp_rank_of_cp(c, tp, 1, dp, pp);
 }

@@ -336,13 +336,17 @@ void dp_split_format_megatron(const int *c, int n, char *buf, size_t cap);
 int64_t dp_padded_vocab(int64_t vocab, int tp);
 
 /*
- * A rank's coordinates in a layout with cp = ep = 1 (Megatron's tp-cp-dp-pp order, TP
- * fastest): rank = tp_rank + tp * (dp_rank + dp * pp_rank).
+ * A rank's coordinates (Megatron's tp-cp-ep-dp-pp order, TP fastest, ep carved from dp):
+ * rank = tp_rank + tp * (cp_rank + cp * (dp_rank + dp * pp_rank)). dp_rank_coords and
+ * dp_rank_of are the cp = 1 case (cp_rank 0).
  */
 struct dp_coords {
     int tp_rank, dp_rank, pp_rank;
+    int cp_rank; /* context-parallel rank (0 when cp = 1) */
 };
 void dp_rank_coords(int rank, int tp, int dp, int pp, struct dp_coords *out);
 int dp_rank_of(const struct dp_coords *c, int tp, int dp, int pp);
+void dp_rank_coords_cp(int rank, int tp, int cp, int dp, int pp, struct dp_coords *out);
+int dp_rank_of_cp(const struct dp_coords *c, int tp, int cp, int dp, int pp);
 
 #endif

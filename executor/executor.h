@@ -163,6 +163,9 @@ struct dp_step_info {
     int64_t mem_predicted_bytes; /* the buffer table's total for this rank */
     int64_t pool_peak_bytes[DP_NPOOLS];
     int64_t rss_bytes; /* resident set size now */
+    /* A device backend's measured memory (backend.h mem_peak), 0 on the CPU: its arena's
+     * high-water mark, and what the device has in use by every process (cudaMemGetInfo). */
+    int64_t device_peak_bytes, device_used_bytes;
 };
 
 /* Per-rank results, gathered on rank 0. */

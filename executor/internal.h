@@ -71,7 +71,9 @@ struct dp_dims {
     int64_t f, F1;             /* local ffn width f/tp; fc1 width: f (GELU) or 2f (SwiGLU) */
     int64_t vocab, Vp, Vl, v0; /* vocab, padded, local rows, first local row */
     int tp, tp_rank;
-    bool sp; /* sequence parallel active (tp > 1) */
+    bool sp;         /* sequence parallel active (tp > 1) */
+    int cp, cp_rank; /* context parallelism: T = Tg / cp local rows of each sequence (cp.c) */
+    int64_t Tg, C;   /* the global seq_len; CP chunk rows Tg / (2 cp) (cp > 1) */
     /* Mixture of experts (moe.c; 0 for dense models). */
     int E, K;        /* routed experts, experts per token */
     int El, e0;      /* local experts and the first one's index (EP) */
@@ -90,6 +92,7 @@ struct dp_act {
     real *ln1, *ln1_st; /* [Nl, h], [2 Nl] */
     real *qkv;          /* [N, qkvd] after RoPE */
     real *probs;        /* [B, a, T, T] (recompute none) */
+    real *lse;          /* [B, a, T] CP: the softmax's log-sum-exp per query row (cp.c) */
     real *ctx;          /* [N, qd] */
     real *x2;           /* [Nl, h] residual after attention */
     real *ln2, *ln2_st; /* [Nl, h], [2 Nl] */
@@ -133,6 +136,8 @@ struct dp_work {
     struct dp_act rc; /* full recompute: one layer's activations (x aliases the slot) */
     real *rc_mem;     /* the allocation behind rc */
     real *rope;       /* [2, T, d/2] cos, sin */
+    real *ring;       /* CP: 2 ring blocks of [N, 4 kvd] (k, v, then dk, dv; cp.c) */
+    real *cpst;       /* CP: [B, a, T] running softmax sums (forward), D (backward) */
     /* MoE backward (moe.c). */
     real *mdy;   /* [R, h] dispatch rows; expert output gradient, then input gradient */
     real *mx;    /* [Rx, h] expert outputs; their gradient at the experts */
@@ -369,6 +374,8 @@ enum dp__buf {
     DP__BUF_SDACT,
     DP__BUF_SDFC1,
     DP__BUF_GRECV,
+    DP__BUF_RING,
+    DP__BUF_CPST,
     DP__NBUF
 };
 struct dp__memplan {
@@ -427,6 +434,20 @@ int dp__vsched_build(int p, int v, int64_t M, int r, const size_t *slot_bytes, b
 void dp__vsched_free(struct dp__vsched *vs);
 /* The step's passes on this stage in that order, with the pipeline messages. */
 int dp__pipeline_interleaved(struct dp_exec *ex, int step);
+
+/* cp.c: context parallelism (active when dm.cp > 1). */
+/* Global position in its sequence of local row j (0 <= j < dm.T): rank i holds chunks i
+ * and 2 cp - 1 - i of C rows; j itself when cp = 1. */
+int64_t dp__cp_pos(const struct dp_exec *ex, int64_t j);
+/* Learned positions of local tokens [n0, n0 + n) of the micro-batch (pos_fwd/pos_bwd in
+ * runs of consecutive global positions). */
+void dp__cp_pos_fwd(struct dp_exec *ex, real *out, const real *wpe, int64_t n0, int64_t n);
+void dp__cp_pos_bwd(struct dp_exec *ex, real *dwpe, const real *dout, int64_t n0, int64_t n);
+/* Ring attention over the CP group: ctx [N, qd] and lse [B, a, T] from qkv; backward
+ * dqkv (overwritten) from dctx, qkv, ctx and lse. */
+int dp__cp_attn_fwd(struct dp_exec *ex, const real *qkv, real *ctx, real *lse);
+int dp__cp_attn_bwd(struct dp_exec *ex, real *dqkv, const real *dctx, const real *qkv,
+                    const real *ctx, const real *lse);
 
 /* schedule.c */
 /* Load micro-batch `mb` of step `step` into slot tokens (first/last stage). */

@@ -68,6 +68,8 @@ static const struct bufdef bufs[DP__NBUF] = {
     [DP__BUF_SDACT] = {DP_POOL_ACT_WORK, AT(w.sdact)},
     [DP__BUF_SDFC1] = {DP_POOL_ACT_WORK, AT(w.sdfc1)},
     [DP__BUF_GRECV] = {DP_POOL_COMM, AT(grecv)},
+    [DP__BUF_RING] = {DP_POOL_COMM, AT(w.ring)},
+    [DP__BUF_CPST] = {DP_POOL_ACT_WORK, AT(w.cpst)},
 };
 #undef AT
 
@@ -130,7 +132,9 @@ static void layer_acts(const struct dp_exec *ex, struct dp_act *A, struct carver
         a.ln1 = carve(cv, dm->Nl * dm->h, sizeof(real));
         a.ln1_st = carve(cv, 2 * dm->Nl, sizeof(real));
         a.qkv = carve(cv, dm->N * dm->qkvd, sizeof(real));
-        if (keep_probs)
+        if (dm->cp > 1) /* ring attention keeps the log-sum-exp, never the probabilities */
+            a.lse = carve(cv, dm->B * dm->a * dm->T, sizeof(real));
+        else if (keep_probs)
             a.probs = carve(cv, dm->B * dm->a * dm->T * dm->T, sizeof(real));
         a.ctx = carve(cv, dm->N * dm->qd, sizeof(real));
         a.x2 = carve(cv, dm->Nl * dm->h, sizeof(real));
@@ -180,7 +184,8 @@ void dp__memplan(const struct dp_exec *ex, struct dp__memplan *p)
 {
     const struct dp_dims *dm = &ex->dm;
     const struct dp_layout *l = &ex->l;
-    const int64_t Nh = dm->N * dm->h, Nlh = dm->Nl * dm->h, S = dm->B * dm->a * dm->T * dm->T;
+    const int64_t Nh = dm->N * dm->h, Nlh = dm->Nl * dm->h;
+    const int64_t S = dm->cp > 1 ? 0 : dm->B * dm->a * dm->T * dm->T; /* CP: no probabilities */
     int64_t *e = p->elems;
     memset(p, 0, sizeof *p);
     /* The flat buffers: under ZeRO padded to a multiple of the shard group (dp, or
@@ -190,7 +195,7 @@ void dp__memplan(const struct dp_exec *ex, struct dp__memplan *p)
      * the next layer's prefetch (shard.c). */
     int64_t P = (int64_t)ex->nparams, flat = P, shard = P;
     if (l->zero >= 1) {
-        int64_t sg = ex->sg > 0 ? ex->sg : l->dp;
+        int64_t sg = ex->sg > 0 ? ex->sg : l->dp * (l->cp > 1 ? l->cp : 1);
         flat = (P + sg - 1) / sg * sg;
         shard = flat / sg;
     }
@@ -251,6 +256,9 @@ void dp__memplan(const struct dp_exec *ex, struct dp__memplan *p)
         e[DP__BUF_CE] = 4 * dm->N;
     }
     e[DP__BUF_SEND] = l->pp > 1 && !ex->last ? Nlh : 0;
+    /* CP (cp.c): two ring blocks of k, v and their gradients, and the softmax sums. */
+    e[DP__BUF_RING] = dm->cp > 1 ? 2 * dm->N * 4 * dm->kvd : 0;
+    e[DP__BUF_CPST] = dm->cp > 1 ? dm->B * dm->a * dm->T : 0;
     /* Slots: at most min(pp - stage, M) micro-batches are in flight under 1F1B. */
     int64_t inflight = l->pp - ex->c.pp_rank;
     p->slots = (int)(inflight < ex->M ? inflight : ex->M);
@@ -299,7 +307,8 @@ static void rope_table(struct dp_exec *ex, bool *fail)
     }
     for (int64_t p = 0; p < dm->T; p++)
         for (int64_t i = 0; i < half; i++) {
-            double th = (double)p * pow(10000.0, -2.0 * (double)i / (double)dm->d);
+            /* row p is local row p: its global position under CP (cp.c) */
+            double th = (double)dp__cp_pos(ex, p) * pow(10000.0, -2.0 * (double)i / (double)dm->d);
             host[p * half + i] = (real)cos(th);
             host[dm->T * half + p * half + i] = (real)sin(th);
         }

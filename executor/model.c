@@ -275,8 +275,12 @@ static int layer_forward(struct dp_exec *ex, const struct dp_layer_params *p, st
     linear_fwd(ex, A->qkv, g1, p->wqkv, p->bqkv, (int)dm->qkvd, h);
     if (m->pos == DP_POS_ROPE)
         OPS->rope(be, A->qkv, dm->qkvd, dm->N, dm->T, dm->a, dm->g, (int)dm->d, w->rope, false);
-    real *probs = A->probs ? A->probs : w->probs;
-    OPS->attn_fwd(be, A->ctx, probs, A->qkv, dm->B, dm->T, dm->a, dm->g, (int)dm->d);
+    if (dm->cp > 1) {
+        TRY(dp__cp_attn_fwd(ex, A->qkv, A->ctx, A->lse)); /* ring attention (cp.c) */
+    } else {
+        real *probs = A->probs ? A->probs : w->probs;
+        OPS->attn_fwd(be, A->ctx, probs, A->qkv, dm->B, dm->T, dm->a, dm->g, (int)dm->d);
+    }
     TRY(linear_residual(ex, A->x2, A->x, A->ctx, p->wo, p->bo, (int)dm->qd));
 
     OPS->norm_fwd(be, m->norm, A->ln2, A->ln2_st, A->x2, P(ex, p->ln2_w), P(ex, p->ln2_b), dm->Nl,
@@ -334,15 +338,19 @@ norm2:
     TRY(rc);
     OPS->gemm(be, false, false, N, qd, h, 1, dy, h, P(ex, p->wo), qd, 0, w->dctx, qd);
     OPS->gemm(be, true, false, h, qd, N, 1, dy, h, A->ctx, qd, 1, G(ex, p->wo), qd);
-    const real *probs = A->probs;
-    if (!probs) {
-        /* Selective recompute (Korthikanti et al. 2022, Sec. 5): the attention
-         * probabilities were not kept; recompute them from the kept q and k. */
-        OPS->attn_probs(be, w->probs, A->qkv, dm->B, dm->T, dm->a, dm->g, (int)dm->d);
-        probs = w->probs;
+    if (dm->cp > 1) {
+        TRY(dp__cp_attn_bwd(ex, w->dqkv, w->dctx, A->qkv, A->ctx, A->lse));
+    } else {
+        const real *probs = A->probs;
+        if (!probs) {
+            /* Selective recompute (Korthikanti et al. 2022, Sec. 5): the attention
+             * probabilities were not kept; recompute them from the kept q and k. */
+            OPS->attn_probs(be, w->probs, A->qkv, dm->B, dm->T, dm->a, dm->g, (int)dm->d);
+            probs = w->probs;
+        }
+        OPS->attn_bwd(be, w->dqkv, w->dprobs, w->dctx, A->qkv, probs, dm->B, dm->T, dm->a, dm->g,
+                      (int)dm->d);
     }
-    OPS->attn_bwd(be, w->dqkv, w->dprobs, w->dctx, A->qkv, probs, dm->B, dm->T, dm->a, dm->g,
-                  (int)dm->d);
     if (m->pos == DP_POS_ROPE)
         OPS->rope(be, w->dqkv, dm->qkvd, dm->N, dm->T, dm->a, dm->g, (int)dm->d, w->rope, true);
     if (p->bqkv != NONE)
@@ -373,8 +381,7 @@ static int embed_forward(struct dp_exec *ex, struct dp_slot *s)
         OPS->copy(be, out, ex->w.tmp, (size_t)(dm->Nl * dm->h) * sizeof(real));
     }
     if (ex->wpe != NONE)
-        OPS->pos_fwd(be, out, P(ex, ex->wpe), dm->sp ? dm->tp_rank * dm->Nl : 0, dm->Nl, dm->T,
-                     dm->h);
+        dp__cp_pos_fwd(ex, out, P(ex, ex->wpe), dm->sp ? dm->tp_rank * dm->Nl : 0, dm->Nl);
     return 0;
 }
 
@@ -383,8 +390,7 @@ static int embed_backward(struct dp_exec *ex, struct dp_slot *s)
     const struct dp_dims *dm = &ex->dm;
     int rc = 0;
     if (ex->wpe != NONE)
-        OPS->pos_bwd(ex->be, G(ex, ex->wpe), ex->w.dres, dm->sp ? dm->tp_rank * dm->Nl : 0, dm->Nl,
-                     dm->T, dm->h);
+        dp__cp_pos_bwd(ex, G(ex, ex->wpe), ex->w.dres, dm->sp ? dm->tp_rank * dm->Nl : 0, dm->Nl);
     const real *dx = gather_tokens(ex, ex->w.dres, ex->w.dgath, &rc);
     TRY(rc);
     OPS->embed_bwd(ex->be, G(ex, ex->wte), s->inputs, dx, dm->v0, dm->Vl, dm->N, dm->h);

@@ -60,6 +60,7 @@ struct pricer {
     double fit_alpha_s[4], fit_busbw_Bps[4];
     int size[DP_NGROUPS], rank[DP_NGROUPS];
     bool optimizer; /* bill element-wise work as optimizer work (zeroing, norm, AdamW) */
+    double seq_len; /* the probe's (global) sequence length: the ring kernels' share of it */
     struct parts bill;
     struct reservation *maps;
     int nmaps, capmaps;
@@ -292,6 +293,57 @@ static void p_attn_bwd(struct dp_backend *be, real *dqkv, real *dprobs, const re
     region(c);
     double t = fmax(ceil((double)(B * g) / c->nt) * ((double)a / g) * c->pr.attn_bwd_s,
                     (2 * pb + R * N * (2 * qkvd + qd)) / c->nt / bw(c, 2 * pb / c->nt));
+    c->bill.attn += t;
+    c->bill.core_s += c->nt * t;
+}
+
+/*
+ * Ring attention (CP, cp.c): one call is one block of the ring; the cp calls of a layer
+ * cover the local 2C rows against the causal half of the global keys, C Tg pairs per
+ * (sequence, head), 1 / cp of the probe's causal head of Tg (Tg^2 / 2 pairs), so a call
+ * costs the probe's head time / cp^2 (cp = Tg / 2C). Billed at the probe's rate although
+ * the block kernels are scalar loops (cpu_attention_cp.c): a lower bound.
+ */
+static double ring_share(const struct pricer *c, int64_t C)
+{
+    double cp = c->seq_len > 0 ? c->seq_len / (2.0 * (double)C) : 1;
+    return 1.0 / (cp * cp);
+}
+
+static void p_attn_ring_fwd(struct dp_backend *be, real *acc, real *mx, real *sm, const real *qkv,
+                            int64_t ldq, const real *kv, const int qc[2], const int kc[2],
+                            int64_t B, int64_t C, int a, int g, int d)
+{
+    struct pricer *c = pc(be);
+    region(c);
+    double t = ceil((double)(B * a) / c->nt) * c->pr.attn_fwd_s * ring_share(c, C);
+    c->bill.attn += t;
+    c->bill.core_s += c->nt * t;
+}
+
+static void p_attn_ring_done(struct dp_backend *be, real *ctx, real *mx, const real *sm, int64_t B,
+                             int64_t T, int a, int d)
+{
+    double e = (double)(B * T) * a * d;
+    ew(pc(be), e, R * 2 * e, 0);
+}
+
+static void p_attn_ring_dsum(struct dp_backend *be, real *dsum, const real *dctx, const real *ctx,
+                             int64_t B, int64_t T, int a, int d)
+{
+    double e = (double)(B * T) * a * d;
+    ew(pc(be), e, R * 2 * e, 0);
+}
+
+static void p_attn_ring_bwd(struct dp_backend *be, real *dq, real *dkv, const real *dctx,
+                            const real *qkv, int64_t ldq, const real *kv, const real *lse,
+                            const real *dsum, const int qc[2], const int kc[2], int64_t B,
+                            int64_t C, int a, int g, int d)
+{
+    struct pricer *c = pc(be);
+    region(c);
+    double t =
+        ceil((double)(B * g) / c->nt) * ((double)a / g) * c->pr.attn_bwd_s * ring_share(c, C);
     c->bill.attn += t;
     c->bill.core_s += c->nt * t;
 }
@@ -565,6 +617,10 @@ static const struct dp_backend_ops pricing_ops = {
     .attn_fwd = p_attn_fwd,
     .attn_probs = p_attn_probs,
     .attn_bwd = p_attn_bwd,
+    .attn_ring_fwd = p_attn_ring_fwd,
+    .attn_ring_done = p_attn_ring_done,
+    .attn_ring_dsum = p_attn_ring_dsum,
+    .attn_ring_bwd = p_attn_ring_bwd,
     .embed_fwd = p_embed_fwd,
     .embed_bwd = p_embed_bwd,
     .pos_fwd = p_pos_fwd,
@@ -618,8 +674,8 @@ static int price_stage(struct pricer *c, const struct dp_model *m, const struct 
     ex->err = err;
     ex->be = &c->base;
     ex->c = (struct dp_coords){.tp_rank = 0, .dp_rank = 0, .pp_rank = st};
-    ex->rank = dp_rank_of(&ex->c, l->tp, l->dp, l->pp);
-    ex->world = l->tp * l->dp * l->pp;
+    ex->rank = dp_rank_of_cp(&ex->c, l->tp, l->cp, l->dp, l->pp);
+    ex->world = l->tp * (l->cp > 1 ? l->cp : 1) * l->dp * l->pp;
     dp__dims_init(ex);
     dp__stage_place(ex, st);
     ex->M = dp_layout_microbatches(l);
@@ -719,7 +775,10 @@ int dp_exec_predict(const struct dp_model *m, const struct dp_layout *l,
     c.a_step = run->allreduce_small_s > 0 ? run->allreduce_small_s / steps : 0;
     double big = run->allreduce_1mib_s - run->allreduce_small_s;
     c.coll_bps = world > 1 && big > 0 ? 2.0 * (world - 1) / world * 1048576.0 / big : 1e18;
-    c.size[DP_GROUP_WORLD] = l->tp * l->dp * l->pp;
+    c.size[DP_GROUP_WORLD] = l->tp * (l->cp > 1 ? l->cp : 1) * l->dp * l->pp;
+    c.size[DP_GROUP_CP] = l->cp > 1 ? l->cp : 1;
+    c.size[DP_GROUP_DPCP] = (l->cp > 1 ? l->cp : 1) * l->dp;
+    c.seq_len = (double)l->seq_len;
     c.size[DP_GROUP_TP] = l->tp;
     c.size[DP_GROUP_DP] = l->dp;
     c.size[DP_GROUP_PP] = l->pp;
@@ -751,7 +810,7 @@ int dp_exec_predict(const struct dp_model *m, const struct dp_layout *l,
             best_mb = mb;
             best_step = step;
         }
-        core_s += (pipe.core_s + step.core_s) * l->tp * l->dp;
+        core_s += (pipe.core_s + step.core_s) * l->tp * (l->cp > 1 ? l->cp : 1) * l->dp;
     }
     free(c.maps);
     double pipe = M * tmax + (sum - tmax);
@@ -802,7 +861,10 @@ int dp_exec_schedule(const struct dp_model *m, const struct dp_layout *l, int st
         c.pr.bw_gbps[i] = 1;
     c.pr.cache_bytes[0] = c.pr.cache_bytes[1] = 1;
     c.coll_bps = 1e18;
-    c.size[DP_GROUP_WORLD] = l->tp * l->dp * l->pp;
+    c.size[DP_GROUP_WORLD] = l->tp * (l->cp > 1 ? l->cp : 1) * l->dp * l->pp;
+    c.size[DP_GROUP_CP] = l->cp > 1 ? l->cp : 1;
+    c.size[DP_GROUP_DPCP] = (l->cp > 1 ? l->cp : 1) * l->dp;
+    c.seq_len = (double)l->seq_len;
     c.size[DP_GROUP_TP] = l->tp;
     c.size[DP_GROUP_DP] = l->dp;
     c.size[DP_GROUP_PP] = l->pp;
@@ -818,8 +880,8 @@ int dp_exec_schedule(const struct dp_model *m, const struct dp_layout *l, int st
     ex->err = err;
     ex->be = &c.base;
     ex->c = (struct dp_coords){.tp_rank = 0, .dp_rank = 0, .pp_rank = stage};
-    ex->rank = dp_rank_of(&ex->c, l->tp, l->dp, l->pp);
-    ex->world = l->tp * l->dp * l->pp;
+    ex->rank = dp_rank_of_cp(&ex->c, l->tp, l->cp, l->dp, l->pp);
+    ex->world = l->tp * (l->cp > 1 ? l->cp : 1) * l->dp * l->pp;
     dp__dims_init(ex);
     dp__stage_place(ex, stage);
     ex->M = dp_layout_microbatches(l);

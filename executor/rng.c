@@ -4,28 +4,15 @@
  * of a tensor and get exactly the single-process values whatever the
  * layout. The mixer is splitmix64's finaliser (Steele, Lea, Flood 2014,
  * "Fast splittable pseudorandom number generators"); normals come from the
- * Box-Muller transform. Not for cryptography.
+ * Box-Muller transform (the code: rng_mix.h, shared with the CUDA kernels).
  */
 #include "internal.h"
 
-#include <math.h>
-
-static uint64_t mix64(uint64_t z)
-{
-    z += 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
+#include "rng_mix.h"
 
 double dp__rng_normal(uint64_t seed, uint64_t key, uint64_t idx)
 {
-    uint64_t base = mix64(seed ^ mix64(key));
-    uint64_t a = mix64(base ^ mix64(2 * idx));
-    uint64_t b = mix64(base ^ mix64(2 * idx + 1));
-    double u1 = ((double)(a >> 11) + 1.0) * 0x1.0p-53; /* (0, 1] */
-    double u2 = (double)(b >> 11) * 0x1.0p-53;         /* [0, 1) */
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+    return dp__rng_normal_at(seed, key, idx);
 }
 
 /* FNV-1a, 64 bit: a tensor's key is the hash of its global name. */

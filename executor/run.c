@@ -90,12 +90,12 @@ int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world
     struct dp_err lerr = {0};
     if (dp_layout_validate(l, m, world > 0 ? world : 0, &lerr))
         return dp_err_set(err, DP_EINFEASIBLE, "layout: %s", lerr.msg);
-    if (l->cp != 1)
-        return dp_err_set(err, DP_EINFEASIBLE,
-                          "layout: cp=%d: context parallelism is not supported by the CPU "
-                          "executor yet (cp must be 1)",
-                          l->cp);
     if (m->experts > 0) {
+        if (l->cp > 1)
+            return dp_err_set(err, DP_EINFEASIBLE,
+                              "layout: cp=%d with experts: the CPU executor runs "
+                              "mixture-of-experts models with cp 1",
+                              l->cp);
         /* What the MoE code (moe.c) runs: one line per limit. */
         if (dp_layout_etp(l) != l->tp)
             return dp_err_set(err, DP_EINFEASIBLE,
@@ -202,7 +202,11 @@ void dp__dims_init(struct dp_exec *ex)
     dm->tp_rank = ex->c.tp_rank;
     dm->sp = l->sp && l->tp > 1;
     dm->B = l->mbs;
-    dm->T = l->seq_len;
+    dm->cp = l->cp > 1 ? l->cp : 1;
+    dm->cp_rank = ex->c.cp_rank;
+    dm->Tg = l->seq_len;
+    dm->T = l->seq_len / dm->cp; /* the local rows of each sequence (cp.c) */
+    dm->C = dm->T / 2;
     dm->N = dm->B * dm->T;
     dm->Nl = dm->sp ? dm->N / l->tp : dm->N;
     dm->h = m->hidden;
@@ -352,6 +356,7 @@ int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const stru
     struct dp_backend_cfg cfg = {.tp = l->tp,
                                  .dp = l->dp,
                                  .pp = l->pp,
+                                 .cp = l->cp,
                                  .shard = l->zero >= 1 ? dp_layout_shard(l) : l->dp,
                                  .ep = m->experts > 0 ? l->ep : 1,
                                  .threads = o->threads};
@@ -360,9 +365,30 @@ int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const stru
         free(ex);
         return err->code ? err->code : DP_ERUNTIME;
     }
+    /* A backend may leave out the operations of knobs it does not run yet (the CUDA
+     * backend: ring attention, batched p2p, the non-blocking gather): refuse the layout
+     * here, on every rank alike, rather than call a missing operation. */
+    const char *missing = NULL;
+    if (l->cp > 1 && (!ex->be->ops->attn_ring_fwd || !ex->be->ops->attn_ring_bwd))
+        missing = "cp > 1 (ring attention)";
+    else if (l->vpp > 1 && !ex->be->ops->p2p)
+        missing = "vpp > 1 (batched point-to-point)";
+    else if (l->zero >= 3 && !ex->be->ops->allgather_v_start)
+        missing = "zero 3 (the prefetching parameter gather)";
+    else if (m->experts > 0 &&
+             (!ex->be->ops->router_topk || !ex->be->ops->router_bwd || !ex->be->ops->rows_gather ||
+              !ex->be->ops->rows_scatter_add || !ex->be->ops->rows_dot || !ex->be->ops->alltoall_v))
+        missing = "mixture of experts (router, dispatch and all-to-all)";
+    if (missing) {
+        dp_err_set(err, DP_EINFEASIBLE, "layout: %s: the %s backend does not run it yet", missing,
+                   ex->be->ops->name);
+        ex->be->ops->destroy(ex->be);
+        free(ex);
+        return DP_EINFEASIBLE;
+    }
     ex->rank = ex->be->rank;
     ex->world = ex->be->world;
-    dp_rank_coords(ex->rank, l->tp, l->dp, l->pp, &ex->c);
+    dp_rank_coords_cp(ex->rank, l->tp, l->cp, l->dp, l->pp, &ex->c);
     dp__dims_init(ex);
     dp__stage_place(ex, ex->c.pp_rank);
     ex->M = dp_layout_microbatches(l);
@@ -373,6 +399,12 @@ int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const stru
         dp__memplan(ex, &plan);
         memcpy(ex->predicted, plan.pool_bytes, sizeof ex->predicted);
         rc = check_memory(ex);
+        /* A device backend reserves the plan's bytes now (its arena): backend.h. */
+        int64_t need = 0;
+        for (int p = 0; p < DP_NPOOLS; p++)
+            need += ex->predicted[p];
+        if (!rc && OPS->reserve)
+            rc = OPS->reserve(ex->be, (size_t)need, err);
     }
     if (!rc && !(ex->host_tok = malloc((size_t)(2 * ex->dm.N) * sizeof(int32_t))))
         rc = dp_err_set(err, DP_ENOMEM, "out of memory");
@@ -647,6 +679,12 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struc
                 .rss_bytes = rss_now(),
             };
             memcpy(in.pool_peak_bytes, ex->mem.peak, sizeof in.pool_peak_bytes);
+            if (OPS->mem_peak) {
+                size_t pk = 0, used = 0;
+                OPS->mem_peak(ex->be, &pk, &used);
+                in.device_peak_bytes = (int64_t)pk;
+                in.device_used_bytes = (int64_t)used;
+            }
             o->on_step(&in, o->ctx);
         }
         rc = dp__ckpt_after_step(ex, step);

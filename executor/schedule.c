@@ -36,17 +36,18 @@ void dp__load_batch(struct dp_exec *ex, struct dp_slot *s, int step, int mb)
     const struct dp_tokens *d = ex->o.data;
     if ((!s->inputs && !s->targets) || !d)
         return; /* no data: the step-time prediction's pricing rank (predict.c) */
-    const int64_t T = ex->dm.T, B = ex->dm.B;
-    const int64_t nwin = (d->n - 1) / T;
+    /* CP: the rank's T local rows of each window, at their global positions (cp.c). */
+    const int64_t T = ex->dm.T, B = ex->dm.B, Tg = ex->dm.Tg;
+    const int64_t nwin = (d->n - 1) / Tg;
     const int64_t per_dp = ex->l.gbs / ex->l.dp;
     int32_t *in = ex->host_tok, *tg = ex->host_tok + ex->dm.N;
     for (int64_t b = 0; b < B; b++) {
         int64_t j = ex->c.dp_rank * per_dp + (int64_t)mb * B + b;
         int64_t w = ((int64_t)(step - 1) * ex->l.gbs + j) % nwin;
-        const uint16_t *src = d->tok + w * T;
+        const uint16_t *src = d->tok + w * Tg;
         for (int64_t t = 0; t < T; t++) {
-            in[b * T + t] = src[t];
-            tg[b * T + t] = src[t + 1];
+            in[b * T + t] = src[dp__cp_pos(ex, t)];
+            tg[b * T + t] = src[dp__cp_pos(ex, t) + 1];
         }
     }
     size_t bytes = (size_t)ex->dm.N * sizeof(int32_t);
@@ -160,10 +161,10 @@ static double local_sumsq(struct dp_exec *ex)
 {
     double s = 0;
     bool zero = ex->l.zero >= 1;
-    /* DP replicas hold the same reduced gradients; under expert parallelism the first
-     * ep of them hold one copy of every expert (edp_rank 0). */
+    /* DP and CP replicas hold the same reduced gradients; under expert parallelism the
+     * first ep DP ranks hold one copy of every expert (edp_rank 0). */
     int ep = ex->m->experts > 0 ? ex->l.ep : 1;
-    if (!zero && ex->c.dp_rank >= ep)
+    if (!zero && (ex->c.dp_rank >= ep || ex->c.cp_rank != 0))
         return 0;
     if (zero && ex->repl_rank != 0)
         return 0; /* HSDP: so do the replicas of a shard */
@@ -209,11 +210,13 @@ static int reduce_grads(struct dp_exec *ex)
     /* Data parallel: each replica's gradient is already scaled by 1 / (gbs T), so the
      * sum over replicas is the gradient of the global mean loss. */
     if (ex->l.zero >= 1) {
+        /* The shard group spans dp x cp: the CP ranks' gradients are summed in it. */
         TRY(OPS->reduce_scatter(ex->be, DP_GROUP_SHARD, ex->grads, (int64_t)ex->shard, ex->err));
         return dp__shard_step_reduce(ex); /* HSDP: over the replicas */
     }
+    /* Over dp x cp (Megatron's data-parallel group with CP); the DP group when cp = 1. */
     if (ex->m->experts == 0 || ex->l.ep == 1)
-        return OPS->allreduce(ex->be, DP_GROUP_DP, ex->grads, (int64_t)ex->nparams, DP_OP_SUM,
+        return OPS->allreduce(ex->be, DP_GROUP_DPCP, ex->grads, (int64_t)ex->nparams, DP_OP_SUM,
                               ex->err);
     /* Expert parallelism: the experts' gradients over the ranks holding the same experts
      * (expert data parallel, dp / ep), the rest over DP (Megatron-Core

@@ -41,12 +41,15 @@
 int dp__shard_buckets(struct dp_exec *ex)
 {
     const struct dp_layout *l = &ex->l;
+    /* The shards span the dp x cp ranks (Megatron's distributed optimizer shards over the
+     * data-parallel group with CP), in the order q = cp_rank + cp dp_rank; cp = 1: dp. */
+    const int cp = l->cp > 1 ? l->cp : 1, ndp = l->dp * cp, q = ex->c.cp_rank + cp * ex->c.dp_rank;
     ex->sg = l->zero >= 1 ? dp_layout_shard(l) : 1;
-    if (ex->sg < 1 || l->dp % ex->sg)
-        ex->sg = l->dp;
-    ex->sg_rank = ex->c.dp_rank % ex->sg;
-    ex->repl = l->dp / ex->sg;
-    ex->repl_rank = ex->c.dp_rank / ex->sg;
+    if (ex->sg < 1 || ndp % ex->sg)
+        ex->sg = ndp;
+    ex->sg_rank = q % ex->sg;
+    ex->repl = ndp / ex->sg;
+    ex->repl_rank = q / ex->sg;
     int nl = ex->nlayers;
     ex->lay_lo = calloc((size_t)(nl ? nl : 1), sizeof *ex->lay_lo);
     ex->lay_hi = calloc((size_t)(nl ? nl : 1), sizeof *ex->lay_hi);

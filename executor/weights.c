@@ -53,7 +53,7 @@ static int fill(int i, void *buf, void *ctx)
     for (int tr = 0; tr < slices(ex, t) && !rc; tr++) {
         struct dp_coords c = {
             .tp_rank = tr, .dp_rank = expert_owner(ex, t), .pp_rank = g->stage[i]};
-        int owner = dp_rank_of(&c, ex->l.tp, ex->l.dp, ex->l.pp);
+        int owner = dp_rank_of_cp(&c, ex->l.tp, ex->l.cp, ex->l.dp, ex->l.pp);
         if (owner == 0) {
             /* Rank 0 is stage 0, TP rank 0: its own segment of the same name. */
             for (int k = 0; k < ex->nsegs && !rc; k++)
@@ -98,7 +98,8 @@ static int send_slices(struct dp_exec *ex, bool send)
 int dp__weights_save(struct dp_exec *ex, const char *file)
 {
     dp__shard_visit_reset(ex);
-    if (ex->rank != 0 && (ex->c.dp_rank == 0 || (ex->m->experts > 0 && ex->c.dp_rank < ex->l.ep)))
+    if (ex->rank != 0 && ex->c.cp_rank == 0 &&
+        (ex->c.dp_rank == 0 || (ex->m->experts > 0 && ex->c.dp_rank < ex->l.ep)))
         return send_slices(ex, true);
     if (ex->rank != 0) /* ZeRO-3: the shard group of replica 0 gathers with its owner */
         return ex->l.zero >= 3 && ex->repl_rank == 0 ? send_slices(ex, false) : 0;

@@ -9,9 +9,11 @@ jobs=$(nproc)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1
 
-echo "== gcc Release, -Werror"
+# DPLAN_CUDA=ON: the CUDA backend is compiled and linked every time (CUDA is under
+# /usr/local/cuda on every build machine; its GPU tests skip without a GPU).
+echo "== gcc Release, -Werror, CUDA backend"
 cmake -S . -B build/ci-release -DCMAKE_BUILD_TYPE=Release -DDPLAN_WERROR=ON \
-  -DCMAKE_C_COMPILER=gcc > /dev/null
+  -DCMAKE_C_COMPILER=gcc -DDPLAN_CUDA=ON > /dev/null
 cmake --build build/ci-release -j "$jobs"
 ctest --test-dir build/ci-release --output-on-failure -j "$jobs"
 

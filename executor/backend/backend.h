@@ -40,8 +40,11 @@ enum dp_group {
     DP_GROUP_PP,    /* same tp, dp: the pipeline */
     DP_GROUP_EMB,   /* first and last stage of one pipeline (tied embeddings, pp > 1) */
     DP_GROUP_NODE,  /* the ranks of this node (shared memory): memory checks, threads */
-    DP_GROUP_SHARD, /* ZeRO shard group: DP ranks with the same dp_rank / shard (HSDP) */
-    DP_GROUP_REPL,  /* replicas of one shard: DP ranks with the same dp_rank % shard */
+    DP_GROUP_SHARD, /* ZeRO shard group: dp x cp ranks with the same q / shard (HSDP), where
+                     * q = cp_rank + cp dp_rank (dp_rank when cp = 1) */
+    DP_GROUP_REPL,  /* replicas of one shard: dp x cp ranks with the same q % shard */
+    DP_GROUP_CP,    /* same tp, dp, pp: the context-parallel ring (cp_rank order) */
+    DP_GROUP_DPCP,  /* same tp, pp: the dp x cp ranks whose gradients are summed */
     /* Experts (Megatron-Core's expert rank order tp-ep-dp-pp with etp = tp): the DP ranks
      * of a stage split into groups of ep consecutive dp_ranks, ep_rank = dp_rank % ep. */
     DP_GROUP_EP,  /* same pp, tp, dp_rank / ep: the all-to-all's ranks */
@@ -131,6 +134,32 @@ struct dp_backend_ops {
     /* dqkv = d/dqkv (overwritten); dprobs is scratch of the size of probs. */
     void (*attn_bwd)(struct dp_backend *be, real *dqkv, real *dprobs, const real *dctx,
                      const real *qkv, const real *probs, int64_t B, int64_t T, int a, int g, int d);
+    /*
+     * Ring attention (context parallelism, executor/cp.c). Each of the B sequences holds
+     * T = 2 C local rows in two chunks of C rows, whose global chunk indices are qc[0],
+     * qc[1] for the local queries and kc[0], kc[1] for the key/value block kv [B T][2 g d]
+     * (k heads, then v heads) from some rank of the ring. A pair (query chunk, key chunk)
+     * is full when kc < qc, causal when kc == qc, skipped when kc > qc. q is read from
+     * qkv rows (q heads first, row stride ldq).
+     *  attn_ring_fwd: online softmax (Milakov & Gimelshein 2018): acc [B T][a d] holds the
+     *    unnormalised context, mx and sm [B][a][T] the running row max and sum of
+     *    exponentials (start: all zero; sm 0 means nothing merged yet).
+     *  attn_ring_done: ctx = acc / sm in place; mx becomes the log-sum-exp mx + log sm.
+     *  attn_ring_dsum: dsum [B][a][T] = rowsum(dctx * ctx) (the backward's D).
+     *  attn_ring_bwd: with the softmax rebuilt from lse: dq (row stride ldq) += the
+     *    block's part of dL/dq; dkv [B T][2 g d] += dL/dk, dL/dv of the block's rows.
+     */
+    void (*attn_ring_fwd)(struct dp_backend *be, real *acc, real *mx, real *sm, const real *qkv,
+                          int64_t ldq, const real *kv, const int qc[2], const int kc[2], int64_t B,
+                          int64_t C, int a, int g, int d);
+    void (*attn_ring_done)(struct dp_backend *be, real *ctx, real *mx, const real *sm, int64_t B,
+                           int64_t T, int a, int d);
+    void (*attn_ring_dsum)(struct dp_backend *be, real *dsum, const real *dctx, const real *ctx,
+                           int64_t B, int64_t T, int a, int d);
+    void (*attn_ring_bwd)(struct dp_backend *be, real *dq, real *dkv, const real *dctx,
+                          const real *qkv, int64_t ldq, const real *kv, const real *lse,
+                          const real *dsum, const int qc[2], const int kc[2], int64_t B, int64_t C,
+                          int a, int g, int d);
     /* Vocabulary-parallel embedding: out[n] = wte[tok[n] - v0] if v0 <= tok < v0 + nv else 0. */
     void (*embed_fwd)(struct dp_backend *be, real *out, const int32_t *tok, const real *wte,
                       int64_t v0, int64_t nv, int64_t N, int64_t C);
@@ -237,6 +266,15 @@ struct dp_backend_ops {
     int (*group_size)(struct dp_backend *be, enum dp_group g);
     int (*group_rank)(struct dp_backend *be, enum dp_group g);
     double (*wtime)(struct dp_backend *be);
+
+    /* ---- device memory (optional, NULL on the CPU) */
+    /* Once, before the first alloc: the bytes the memory plan predicts for this rank
+     * (mem.c's pools). A device backend takes them at once (the CUDA arena), so a plan
+     * that cannot fit fails before step 1 with the device's numbers (DP_EINFEASIBLE). */
+    int (*reserve)(struct dp_backend *be, size_t bytes, struct dp_err *err);
+    /* The most bytes allocated at once (the arena's high-water mark), and what the device
+     * has in use now by every process (cudaMemGetInfo: total - free). */
+    void (*mem_peak)(struct dp_backend *be, size_t *peak, size_t *device_used);
 };
 
 /* A backend instance; implementations embed it first in their own struct. */
@@ -252,8 +290,9 @@ struct dp_backend {
 /* ------------------------------------------------------------------ the factory */
 
 struct dp_backend_cfg {
-    int tp, dp, pp; /* the layout's degrees: the backend's world must be tp * dp * pp */
-    int shard;      /* ZeRO shard group size (divides dp; 0 = dp) */
+    int tp, dp, pp; /* the layout's degrees: the backend's world must be tp * cp * dp * pp */
+    int cp;         /* context parallelism (0 or 1: none) */
+    int shard;      /* ZeRO shard group size (divides dp * cp; 0 = dp * cp) */
     int ep;         /* expert parallel size (divides dp; 0 = 1) */
     int threads;    /* compute threads per rank; <= 0: the backend's own rule */
 };
@@ -270,6 +309,11 @@ struct dp_backend_kind {
     const char *(*rank_env)(void);
 };
 extern const struct dp_backend_kind dp__cpu_kind; /* cpu.c, or none.c without MPI/OpenBLAS */
+/* In builds with the CUDA backend (DP_HAVE_CUDA): NCCL, and host-staged over MPI;
+ * cuda_loader.c, which opens the module libdplan_cuda.so (cuda.c) on first use. */
+extern const struct dp_backend_kind dp__cuda_kind, dp__cuda_mpi_kind;
+/* Whether the module loads and the CUDA runtime sees a GPU (tests skip without one). */
+bool dp__cuda_device_present(void);
 
 /* The backend `name` (NULL: the first of this build, "cpu"); NULL with err set when the
  * name is unknown or its creation fails. */

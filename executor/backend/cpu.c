@@ -13,6 +13,7 @@
  * back as a dp_err naming the call, rank and host (MPI_ERRORS_RETURN).
  */
 #include "cpu.h"
+#include "groups.h"
 
 #include <cblas.h>
 #include <limits.h>
@@ -45,8 +46,8 @@ struct cpu_backend {
     int *ag_counts, *ag_displs; /* [size of the group], kept until it completes */
 };
 
-static const char *const group_names[DP_NGROUPS] = {"world", "tp",   "dp",    "pp",
-                                                    "emb",   "node", "shard", "replica"};
+static const char *const group_names[DP_NGROUPS] = {"world", "tp",    "dp",      "pp", "emb",
+                                                    "node",  "shard", "replica", "cp", "dp-cp"};
 static bool mpi_started_here;
 
 static struct cpu_backend *cpu(struct dp_backend *be)
@@ -451,6 +452,10 @@ static const struct dp_backend_ops cpu_ops = {
     .attn_fwd = dp__cpu_attn_fwd,
     .attn_probs = dp__cpu_attn_probs,
     .attn_bwd = dp__cpu_attn_bwd,
+    .attn_ring_fwd = dp__cpu_attn_ring_fwd,
+    .attn_ring_done = dp__cpu_attn_ring_done,
+    .attn_ring_dsum = dp__cpu_attn_ring_dsum,
+    .attn_ring_bwd = dp__cpu_attn_ring_bwd,
     .embed_fwd = dp__cpu_embed_fwd,
     .embed_bwd = dp__cpu_embed_bwd,
     .pos_fwd = dp__cpu_pos_fwd,
@@ -522,9 +527,7 @@ static int thread_policy(int requested, int node_ranks)
 
 static struct dp_backend *cpu_new(const struct dp_backend_cfg *cfg, struct dp_err *err)
 {
-    const int tp = cfg->tp, dp = cfg->dp, pp = cfg->pp;
-    const int sh = cfg->shard > 0 && dp % cfg->shard == 0 ? cfg->shard : dp;
-    const int ep = cfg->ep > 0 && dp % cfg->ep == 0 ? cfg->ep : 1;
+    const int tp = cfg->tp, dp = cfg->dp, pp = cfg->pp, cp = cfg->cp > 1 ? cfg->cp : 1;
     if (mpi_up(err))
         return NULL;
     struct cpu_backend *cb = calloc(1, sizeof *cb);
@@ -541,33 +544,31 @@ static struct dp_backend *cpu_new(const struct dp_backend_cfg *cfg, struct dp_er
     cb->comm[DP_GROUP_WORLD] = MPI_COMM_WORLD;
     cb->size[DP_GROUP_WORLD] = cb->base.world;
     cb->rank[DP_GROUP_WORLD] = cb->base.rank;
-    int want = tp * dp * pp;
+    int want = tp * cp * dp * pp;
     if (cb->base.world != want) {
-        dp_err_set(err, DP_EINFEASIBLE,
-                   "the plan needs tp*pp*dp = %d*%d*%d = %d ranks but MPI started %d (launch "
-                   "with `mpirun -np %d` or let `dplan run` launch itself)",
-                   tp, pp, dp, want, cb->base.world, want);
+        if (cp > 1)
+            dp_err_set(err, DP_EINFEASIBLE,
+                       "the plan needs tp*cp*pp*dp = %d*%d*%d*%d = %d ranks but MPI started %d "
+                       "(launch with `mpirun -np %d` or let `dplan run` launch itself)",
+                       tp, cp, pp, dp, want, cb->base.world, want);
+        else
+            dp_err_set(err, DP_EINFEASIBLE,
+                       "the plan needs tp*pp*dp = %d*%d*%d = %d ranks but MPI started %d (launch "
+                       "with `mpirun -np %d` or let `dplan run` launch itself)",
+                       tp, pp, dp, want, cb->base.world, want);
         free(cb);
         return NULL;
     }
-    struct dp_coords c;
-    dp_rank_coords(cb->base.rank, tp, dp, pp, &c);
-    int emb = (pp > 1 && (c.pp_rank == 0 || c.pp_rank == pp - 1)) ? c.tp_rank + tp * c.dp_rank
-                                                                  : MPI_UNDEFINED;
-    if (split(cb, DP_GROUP_TP, c.dp_rank + dp * c.pp_rank, c.tp_rank, err) ||
-        split(cb, DP_GROUP_DP, c.tp_rank + tp * c.pp_rank, c.dp_rank, err) ||
-        split(cb, DP_GROUP_PP, c.tp_rank + tp * c.dp_rank, c.pp_rank, err) ||
-        split(cb, DP_GROUP_EMB, emb, c.pp_rank, err) ||
-        split(cb, DP_GROUP_SHARD, c.tp_rank + tp * (c.pp_rank + pp * (c.dp_rank / sh)),
-              c.dp_rank % sh, err) ||
-        split(cb, DP_GROUP_REPL, c.tp_rank + tp * (c.pp_rank + pp * (c.dp_rank % sh)),
-              c.dp_rank / sh, err) ||
-        split(cb, DP_GROUP_EP, c.tp_rank + tp * (c.pp_rank + pp * (c.dp_rank / ep)), c.dp_rank % ep,
-              err) ||
-        split(cb, DP_GROUP_EDP, c.tp_rank + tp * (c.pp_rank + pp * (c.dp_rank % ep)),
-              c.dp_rank / ep, err)) {
-        cpu_destroy(&cb->base);
-        return NULL;
+    struct dp__split sp;
+    dp__split_plan(cb->base.rank, cfg, &sp);
+    for (int g = 1; g < DP_NGROUPS; g++) {
+        if (g == DP_GROUP_NODE)
+            continue; /* below: MPI_Comm_split_type */
+        if (split(cb, (enum dp_group)g, sp.color[g] < 0 ? MPI_UNDEFINED : sp.color[g], sp.key[g],
+                  err)) {
+            cpu_destroy(&cb->base);
+            return NULL;
+        }
     }
     /* The ranks sharing this node's memory (MPI-3 MPI_COMM_TYPE_SHARED). */
     int rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, cb->base.rank, MPI_INFO_NULL,

@@ -46,6 +46,18 @@ void dp__cpu_attn_probs(struct dp_backend *be, real *probs, const real *qkv, int
 void dp__cpu_attn_bwd(struct dp_backend *be, real *dqkv, real *dprobs, const real *dctx,
                       const real *qkv, const real *probs, int64_t B, int64_t T, int a, int g,
                       int d);
+/* Ring attention's block kernels (cpu_attention_cp.c; backend.h attn_ring_*). */
+void dp__cpu_attn_ring_fwd(struct dp_backend *be, real *acc, real *mx, real *sm, const real *qkv,
+                           int64_t ldq, const real *kv, const int qc[2], const int kc[2], int64_t B,
+                           int64_t C, int a, int g, int d);
+void dp__cpu_attn_ring_done(struct dp_backend *be, real *ctx, real *mx, const real *sm, int64_t B,
+                            int64_t T, int a, int d);
+void dp__cpu_attn_ring_dsum(struct dp_backend *be, real *dsum, const real *dctx, const real *ctx,
+                            int64_t B, int64_t T, int a, int d);
+void dp__cpu_attn_ring_bwd(struct dp_backend *be, real *dq, real *dkv, const real *dctx,
+                           const real *qkv, int64_t ldq, const real *kv, const real *lse,
+                           const real *dsum, const int qc[2], const int kc[2], int64_t B, int64_t C,
+                           int a, int g, int d);
 void dp__cpu_embed_fwd(struct dp_backend *be, real *out, const int32_t *tok, const real *wte,
                        int64_t v0, int64_t nv, int64_t N, int64_t C);
 void dp__cpu_embed_bwd(struct dp_backend *be, real *dwte, const int32_t *tok, const real *dout,

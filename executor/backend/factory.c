@@ -2,14 +2,19 @@
  * The backend factory (backend.h): the one place that knows which backends
  * this build has and makes one by name. Whether the CPU backend is real or
  * the stand-in that says it was not built is CMake's choice of cpu.c or
- * none.c, not an #ifdef here; a CUDA backend adds one line to the table.
+ * none.c, not an #ifdef here; the CUDA kinds are in the table when the build has them
+ * (DP_HAVE_CUDA, CMake's DPLAN_CUDA; only the fp32 library).
  */
 #include "backend.h"
 
 #include <stdio.h>
 #include <string.h>
 
-static const struct dp_backend_kind *const kinds[] = {&dp__cpu_kind};
+static const struct dp_backend_kind *const kinds[] = {&dp__cpu_kind,
+#ifdef DP_HAVE_CUDA
+                                                      &dp__cuda_kind, &dp__cuda_mpi_kind
+#endif
+};
 #define NKINDS ((int)(sizeof kinds / sizeof kinds[0]))
 
 const struct dp_backend_kind *dp__backend_kind(const char *name)

@@ -180,6 +180,30 @@ corrupt)
   has usage.err 'ckpt-every needs --ckpt-dir' "usage"
   ;;
 
+cp)
+  # Context parallelism (executor/cp.c): a cp=2 dp=2 ZeRO-1 run (AdamW state in 4 shards
+  # over dp x cp; weights stored by the cp_rank 0, dp_rank 0 ranks) saves checkpoints,
+  # survives a killed rank, and its step-10 checkpoint resumes on one process (cp=1, no
+  # ZeRO) and on cp=4 within 1e-5.
+  CP=(tiny-llama --steps 20 --gbs 8 --seq-len 32 --cp 2 --dp 2 --mbs 1 --zero 1)
+  run cp-src 0 "${CP[@]}" --ckpt-dir cp-src/ck --ckpt-every 10
+  DPLAN_FAULT_INJECT=3:7:kill run cp-kill 0 "${CP[@]}" --ckpt-dir cp-kill/ck --ckpt-every 5 \
+    --max-restarts 2 --timeout 10
+  identical cp-kill cp-src "cp=2: rank 3 killed at step 7, resumed from step 5"
+  has cp-kill/log.jsonl '"status":"restarting","restart":1,.*"resume_step":5' "restarting record"
+  run cp-rs 0 tiny-llama --steps 20 --gbs 8 --seq-len 32 --mbs 2 \
+    --resume cp-src/ck/step_00000010
+  "$tool" losses cp-src/log.jsonl cp-rs/log.jsonl 11 1e-5 || bad "cp2 dp2 zero1 -> 1 rank losses"
+  "$tool" close cp-src/model.safetensors cp-rs/model.safetensors 1e-5 ||
+    bad "cp2 dp2 zero1 -> 1 rank weights"
+  # ... and on cp=4 (the 4 AdamW shards of dp x cp resharded to the 4 CP ranks).
+  run cp-rs4 0 tiny-llama --steps 20 --gbs 8 --seq-len 32 --cp 4 --mbs 2 --zero 1 \
+    --resume cp-src/ck/step_00000010
+  "$tool" losses cp-src/log.jsonl cp-rs4/log.jsonl 11 1e-5 || bad "cp2 dp2 zero1 -> cp4 losses"
+  "$tool" close cp-src/model.safetensors cp-rs4/model.safetensors 1e-5 ||
+    bad "cp2 dp2 zero1 -> cp4 weights"
+  ;;
+
 reshard)
   # (e) resume the step-10 checkpoints under other layouts; the losses of steps 11..20 and
   # the final weights stay within 1e-5 of the uninterrupted run.

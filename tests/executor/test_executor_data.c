@@ -178,6 +178,17 @@ static void test_rank_formula(void)
     for (int r = 0; r < 16; r++) {
         dp_rank_coords(r, 2, 2, 4, &c);
         CHECK_EQ(dp_rank_of(&c, 2, 2, 4), r);
+        CHECK_EQ(c.cp_rank, 0);
+    }
+    /* With CP (tp-cp-dp-pp, TP fastest), tp = cp = dp = pp = 2: rank 13 = 1 + 2 (0 + 2 (1 +
+     * 2 * 1)), i.e. tp 1, cp 0, dp 1, pp 1; rank 6 = 0 + 2 (1 + 2 (1 + 0)): cp 1, dp 1. */
+    dp_rank_coords_cp(13, 2, 2, 2, 2, &c);
+    CHECK(c.tp_rank == 1 && c.cp_rank == 0 && c.dp_rank == 1 && c.pp_rank == 1);
+    dp_rank_coords_cp(6, 2, 2, 2, 2, &c);
+    CHECK(c.tp_rank == 0 && c.cp_rank == 1 && c.dp_rank == 1 && c.pp_rank == 0);
+    for (int r = 0; r < 16; r++) {
+        dp_rank_coords_cp(r, 2, 2, 2, 2, &c);
+        CHECK_EQ(dp_rank_of_cp(&c, 2, 2, 2, 2), r);
     }
 }
 

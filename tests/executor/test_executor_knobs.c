@@ -8,7 +8,7 @@
  * without a row here fails the coverage check at the end.
  *
  * What "runs" means for each accepted knob is proved elsewhere: the equivalence tests
- * (tests/executor/CMakeLists.txt `layouts`) train tp, pp, dp, mbs, zero 0-3, HSDP,
+ * (tests/executor/CMakeLists.txt `layouts`) train tp, pp, dp, cp, mbs, zero 0-3, HSDP,
  * recompute, sp and uneven splits against the single process. Knobs about GPU
  * kernels and overlap (precision, gemm_precision, fp8_*, flash_attn, attention, eager,
  * the *_overlap knobs, grad_fp32) are run the CPU backend's one way: fp32, blocking
@@ -46,8 +46,14 @@ static const struct knob_case cases[] = {
     {"dp", "{\"dp\": 1, \"zero\": 0}", RUNS, NULL},
     {"dp", "{\"dp\": 2}", RUNS, NULL},
     {"cp", "{\"cp\": 1}", RUNS, NULL},
-    {"cp", "{\"cp\": 2}", REFUSED, NULL},
-    {"cp", "{\"cp\": 4}", REFUSED, NULL},
+    {"cp", "{\"cp\": 2}", RUNS, NULL},
+    {"cp", "{\"cp\": 4}", RUNS, NULL},
+    {"cp", "{\"cp\": 2, \"tp\": 2, \"zero\": 0}", RUNS, NULL},
+    /* ZeRO-2/3 and HSDP shard over the dp x cp ranks; 30 rows are not 2 cp = 4 chunks */
+    {"cp", "{\"cp\": 2, \"pp\": 1, \"zero\": 2}", RUNS, NULL},
+    {"cp", "{\"cp\": 2, \"pp\": 1, \"zero\": 3}", RUNS, NULL},
+    {"cp", "{\"cp\": 2, \"shard_group\": 2}", RUNS, NULL},
+    {"cp", "{\"cp\": 2, \"seq_len\": 30}", REFUSED, "seq_len=30"},
     {"ep", "{\"ep\": 1}", RUNS, NULL},
     {"ep", "{\"ep\": 2}", REFUSED, NULL},
     {"vpp", "{\"vpp\": 1}", RUNS, NULL},
@@ -250,6 +256,7 @@ static const struct knob_case moe_cases[] = {
     {"zero", "{\"zero\": 2, \"pp\": 1}", REFUSED, NULL},
     {"zero", "{\"zero\": 3, \"pp\": 1}", REFUSED, NULL},
     {"etp", "{\"tp\": 2, \"etp\": 1}", REFUSED, NULL},
+    {"cp", "{\"cp\": 2, \"zero\": 0}", REFUSED, NULL},
     {"etp", "{\"tp\": 2, \"etp\": 2}", RUNS, NULL},
     {"moe_capacity", "{\"moe_capacity\": 1.25}", RUNS, NULL},
     {"moe_pad", "{\"moe_capacity\": 1.25, \"moe_pad\": true}", RUNS, NULL},
@@ -277,7 +284,7 @@ static void test_moe_knobs(void)
     CHECK(dp_exec_check(&m, &l, 0, &err) != 0);
     CHECK_CONTAINS(err.msg, "shared_gate");
     CHECK_EQ(runs, 9);
-    CHECK_EQ(refused, 4);
+    CHECK_EQ(refused, 5);
 }
 
 /* Every key plan.json's layout writer can emit has a row above. */

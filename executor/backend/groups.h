@@ -1,0 +1,57 @@
+/*
+ * The communicator split of every backend: for this rank, the colour and key of each
+ * group of backend.h (MPI_Comm_split, ncclCommSplit), from the layout's degrees. One
+ * definition, so the CPU and CUDA backends number their groups alike.
+ *
+ * Ranks in Megatron's tp-cp-ep-dp-pp order (core/coords.c). A group's colour is the
+ * coordinates its members share, as one number; its key the member's place in it. The
+ * ZeRO shard and replica groups number the dp x cp ranks q = cp_rank + cp dp_rank
+ * (Megatron's distributed optimizer shards over its data-parallel group with CP).
+ */
+#ifndef DPLAN_EXECUTOR_BACKEND_GROUPS_H
+#define DPLAN_EXECUTOR_BACKEND_GROUPS_H
+
+#include "core/core.h"
+#include "executor/backend/backend.h"
+
+/* Colour -1: not a member (MPI_UNDEFINED, NCCL_SPLIT_NOCOLOR). DP_GROUP_WORLD has colour
+ * 0, key = rank; DP_GROUP_NODE is not planned (the ranks sharing a host, which MPI finds:
+ * colour -1 here). */
+struct dp__split {
+    int color[DP_NGROUPS], key[DP_NGROUPS];
+};
+
+static inline void dp__split_plan(int rank, const struct dp_backend_cfg *cfg, struct dp__split *out)
+{
+    const int tp = cfg->tp, dp = cfg->dp, pp = cfg->pp, cp = cfg->cp > 1 ? cfg->cp : 1;
+    const int sh = cfg->shard > 0 && (dp * cp) % cfg->shard == 0 ? cfg->shard : dp * cp;
+    struct dp_coords c;
+    dp_rank_coords_cp(rank, tp, cp, dp, pp, &c);
+    for (int g = 0; g < DP_NGROUPS; g++)
+        out->color[g] = -1, out->key[g] = 0;
+    const int tc = c.tp_rank + tp * c.cp_rank; /* tp and cp coordinates together */
+    const int q = c.cp_rank + cp * c.dp_rank;  /* place among the dp x cp ranks */
+    out->color[DP_GROUP_WORLD] = 0, out->key[DP_GROUP_WORLD] = rank;
+    out->color[DP_GROUP_TP] = c.cp_rank + cp * (c.dp_rank + dp * c.pp_rank);
+    out->key[DP_GROUP_TP] = c.tp_rank;
+    out->color[DP_GROUP_DP] = tc + tp * cp * c.pp_rank, out->key[DP_GROUP_DP] = c.dp_rank;
+    out->color[DP_GROUP_PP] = tc + tp * cp * c.dp_rank, out->key[DP_GROUP_PP] = c.pp_rank;
+    if (pp > 1 && (c.pp_rank == 0 || c.pp_rank == pp - 1))
+        out->color[DP_GROUP_EMB] = tc + tp * cp * c.dp_rank, out->key[DP_GROUP_EMB] = c.pp_rank;
+    out->color[DP_GROUP_SHARD] = c.tp_rank + tp * (c.pp_rank + pp * (q / sh));
+    out->key[DP_GROUP_SHARD] = q % sh;
+    out->color[DP_GROUP_REPL] = c.tp_rank + tp * (c.pp_rank + pp * (q % sh));
+    out->key[DP_GROUP_REPL] = q / sh;
+    out->color[DP_GROUP_CP] = c.tp_rank + tp * (c.dp_rank + dp * c.pp_rank);
+    out->key[DP_GROUP_CP] = c.cp_rank;
+    out->color[DP_GROUP_DPCP] = c.tp_rank + tp * c.pp_rank, out->key[DP_GROUP_DPCP] = q;
+    /* Experts (executor/moe.c; the executor runs them with cp = 1): ep consecutive
+     * dp_ranks, ep_rank = dp_rank % ep. */
+    const int ep = cfg->ep > 0 && dp % cfg->ep == 0 ? cfg->ep : 1;
+    out->color[DP_GROUP_EP] = tc + tp * cp * (c.pp_rank + pp * (c.dp_rank / ep));
+    out->key[DP_GROUP_EP] = c.dp_rank % ep;
+    out->color[DP_GROUP_EDP] = tc + tp * cp * (c.pp_rank + pp * (c.dp_rank % ep));
+    out->key[DP_GROUP_EDP] = c.dp_rank / ep;
+}
+
+#endif

@@ -1,0 +1,387 @@
+/*
+ * The CUDA backend against the CPU backend, op by op (backend.h): the same inputs
+ * through both, outputs compared. The CPU kernels are the reference that the executor's
+ * equivalence tests already hold against PyTorch (tests/executor/torch_ref.py), so
+ * agreement here means the GPU computes the same functions. Tolerances: 1e-5 relative
+ * for fp32 element-wise work (different summation orders, fast-math-free expf/tanhf of
+ * a few ulp), 1e-2 of the operands' scale for the GEMMs and what goes through them
+ * (TF32 keeps 10 mantissa bits: each product carries a relative error up to 2^-11 per
+ * operand, NVIDIA A100 whitepaper, "TF32"). Without a GPU (cudaGetDeviceCount) it says
+ * so and returns 77, ctest's skip code.
+ */
+#include "check.h"
+#include "executor/backend/backend.h"
+#include "executor/backend/cuda_module.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static struct dp_backend *cpu, *gpu;
+static uint64_t rng_state = 12345;
+
+static float frand(void) /* uniform in [-1, 1), xorshift64 */
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((double)(rng_state >> 11) * 0x1.0p-52 - 1.0);
+}
+
+static float *hrand(int64_t n, float scale)
+{
+    float *h = malloc((size_t)(n > 0 ? n : 1) * sizeof *h);
+    for (int64_t i = 0; i < n; i++)
+        h[i] = scale * frand();
+    return h;
+}
+
+/* A device copy of host data on backend be. */
+static void *dev(struct dp_backend *be, const void *h, size_t bytes)
+{
+    void *d = be->ops->alloc(be, bytes);
+    if (h)
+        be->ops->upload(be, d, h, bytes);
+    return d;
+}
+
+static float *get(struct dp_backend *be, const float *d, int64_t n)
+{
+    float *h = malloc((size_t)n * sizeof *h);
+    be->ops->download(be, h, d, (size_t)n * sizeof *h);
+    return h;
+}
+
+/* max |g - c| <= tol * max(1, max |c|): the GPU result g against the CPU's c. */
+static void same(const char *what, const float *g, const float *c, int64_t n, double tol)
+{
+    double err = 0, scale = 1;
+    int64_t at = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (fabs(c[i]) > scale)
+            scale = fabs(c[i]);
+        double e = fabs((double)g[i] - (double)c[i]);
+        if (!(e <= err)) {
+            err = e;
+            at = i;
+        }
+    }
+    if (!(err <= tol * scale)) {
+        fprintf(stderr, "%s: max error %.3g at %lld (gpu %.8g, cpu %.8g), allowed %.3g\n", what,
+                err, (long long)at, g[at], c[at], tol * scale);
+        check_failures++;
+    }
+}
+
+/* Run the body (the variadic part, which uses BE and the device copies it makes) on both backends,
+ * then compare the n floats at device pointer `out` of each. */
+#define BOTH(what, n, tol, out, ...)                                                               \
+    do {                                                                                           \
+        float *res_[2];                                                                            \
+        for (int b_ = 0; b_ < 2; b_++) {                                                           \
+            struct dp_backend *BE = b_ ? gpu : cpu;                                                \
+            __VA_ARGS__;                                                                           \
+            res_[b_] = get(BE, (out), (n));                                                        \
+        }                                                                                          \
+        same(what, res_[1], res_[0], (n), (tol));                                                  \
+        free(res_[0]);                                                                             \
+        free(res_[1]);                                                                             \
+    } while (0)
+
+#define F(n) ((size_t)(n) * sizeof(float))
+
+static void test_gemm(void)
+{
+    const int m = 33, n = 65, k = 47;
+    float *a = hrand(m * k, 1), *b = hrand(k * n, 1), *c = hrand(m * n, 1);
+    for (int t = 0; t < 4; t++) {
+        bool ta = t & 1, tb = t & 2;
+        char what[32];
+        snprintf(what, sizeof what, "gemm ta=%d tb=%d", ta, tb);
+        float *dc = NULL;
+        /* k = 47 products of magnitude < 1: |C| up to ~47, TF32 error ~ sqrt(k) 2^-11. */
+        BOTH(what, m * n, 1e-2, dc, {
+            float *da = dev(BE, a, F(m * k)), *db = dev(BE, b, F(k * n));
+            dc = dev(BE, c, F(m * n));
+            BE->ops->gemm(BE, ta, tb, m, n, k, 0.7f, da, ta ? m : k, db, tb ? k : n, 0.3f, dc, n);
+        });
+    }
+    free(a), free(b), free(c);
+}
+
+static void test_init(void)
+{
+    float *d = NULL;
+    /* A 5 x 7 slice at (3, 4) of a tensor with 20 columns: the same counter-based draws. */
+    BOTH("init_fill normal", 35, 1e-6, d, {
+        d = dev(BE, NULL, F(35));
+        BE->ops->init_fill(BE, d, 5, 7, 20, 3, 4, 42, 7, 0.02, 0);
+    });
+    BOTH("init_fill value", 35, 0, d, {
+        d = dev(BE, NULL, F(35));
+        BE->ops->init_fill(BE, d, 5, 7, 20, 0, 0, 42, 7, 0, 1.5);
+    });
+}
+
+static void test_norms(void)
+{
+    const int64_t N = 37, C = 96;
+    float *x = hrand(N * C, 2), *w = hrand(C, 1), *bb = hrand(C, 1), *dy = hrand(N * C, 1);
+    for (int kind = 0; kind < 2; kind++) {
+        enum dp_norm_kind nk = kind ? DP_NORM_RMSNORM : DP_NORM_LAYERNORM;
+        const float *bias = kind ? NULL : bb;
+        float *out = NULL, *st = NULL, *dx = NULL, *dw = NULL, *db = NULL;
+        BOTH(kind ? "rmsnorm fwd" : "layernorm fwd", N * C, 1e-5, out, {
+            out = dev(BE, NULL, F(N * C));
+            st = dev(BE, NULL, F(2 * N));
+            BE->ops->norm_fwd(BE, nk, out, st, dev(BE, x, F(N * C)), dev(BE, w, F(C)),
+                              bias ? dev(BE, bias, F(C)) : NULL, N, C);
+        });
+#define NORM_BWD                                                                                   \
+    do {                                                                                           \
+        float *dx_ = dev(BE, NULL, F(N * C)), *st_ = dev(BE, NULL, F(2 * N));                      \
+        float *x_ = dev(BE, x, F(N * C)), *w_ = dev(BE, w, F(C));                                  \
+        BE->ops->norm_fwd(BE, nk, dev(BE, NULL, F(N *C)), st_, x_, w_,                             \
+                          bias ? dev(BE, bias, F(C)) : NULL, N, C);                                \
+        dw = dev(BE, NULL, F(C));                                                                  \
+        db = kind ? NULL : dev(BE, NULL, F(C));                                                    \
+        BE->ops->norm_bwd(BE, nk, dx_, dw, db, dev(BE, dy, F(N *C)), x_, w_, st_, N, C);           \
+        dx = dx_;                                                                                  \
+    } while (0)
+        BOTH("norm bwd dinp", N * C, 1e-4, dx, NORM_BWD);
+        BOTH("norm bwd dw", C, 1e-4, dw, NORM_BWD);
+        if (!kind)
+            BOTH("norm bwd db", C, 1e-4, db, NORM_BWD);
+    }
+    free(x), free(w), free(bb), free(dy);
+}
+
+static void test_small(void)
+{
+    const int64_t N = 29, C = 70;
+    float *a = hrand(N * C, 1), *b = hrand(N * C, 1), *bias = hrand(C, 1);
+    float *o = NULL;
+    BOTH("bias_fill", N * C, 0, o, {
+        o = dev(BE, NULL, F(N * C));
+        BE->ops->bias_fill(BE, o, dev(BE, bias, F(C)), N, C);
+    });
+    BOTH("bias_grad", C, 1e-5, o, {
+        o = dev(BE, bias, F(C));
+        BE->ops->bias_grad(BE, o, dev(BE, a, F(N * C)), N, C);
+    });
+    BOTH("residual a+b+bias in place", N * C, 1e-6, o, {
+        o = dev(BE, a, F(N * C));
+        BE->ops->residual(BE, o, o, dev(BE, b, F(N * C)), dev(BE, bias, F(C)), N, C);
+    });
+    BOTH("residual a+bias", N * C, 1e-6, o, {
+        o = dev(BE, NULL, F(N * C));
+        BE->ops->residual(BE, o, dev(BE, a, F(N * C)), NULL, dev(BE, bias, F(C)), N, C);
+    });
+    BOTH("add_inplace", N * C, 1e-6, o, {
+        o = dev(BE, a, F(N * C));
+        BE->ops->add_inplace(BE, o, dev(BE, b, F(N * C)), N * C);
+    });
+    free(a), free(b), free(bias);
+}
+
+static void test_act(void)
+{
+    const int64_t N = 23, F_ = 50;
+    float *inp = hrand(N * 2 * F_, 4), *dy = hrand(N * 2 * F_, 1);
+    for (int kind = 0; kind < 2; kind++) {
+        enum dp_ffn_kind fk = kind ? DP_FFN_SWIGLU : DP_FFN_GELU;
+        const int64_t w_in = kind ? 2 * F_ : F_;
+        float *o = NULL, *dbias = NULL;
+        BOTH(kind ? "swiglu fwd" : "gelu fwd", N * F_, 1e-5, o, {
+            o = dev(BE, NULL, F(N * F_));
+            BE->ops->act_fwd(BE, fk, o, dev(BE, inp, F(N * w_in)), N, F_);
+        });
+#define ACT_BWD                                                                                    \
+    do {                                                                                           \
+        o = dev(BE, NULL, F(N * w_in));                                                            \
+        dbias = dev(BE, NULL, F(w_in));                                                            \
+        BE->ops->act_bwd(BE, fk, o, dbias, dev(BE, dy, F(N *F_)), dev(BE, inp, F(N *w_in)), N,     \
+                         F_);                                                                      \
+    } while (0)
+        BOTH("act bwd dinp", N * w_in, 1e-5, o, ACT_BWD);
+        BOTH("act bwd dbias", w_in, 1e-5, dbias, ACT_BWD);
+    }
+    free(inp), free(dy);
+}
+
+static void test_rope(void)
+{
+    const int64_t N = 12, T = 6;
+    const int nq = 2, nk = 1, d = 8, ld = (nq + 2 * nk) * d;
+    float *x = hrand(N * ld, 1), *cs = hrand(2 * T * d / 2, 1);
+    for (int inv = 0; inv < 2; inv++) {
+        float *o = NULL;
+        BOTH(inv ? "rope inverse" : "rope", N * ld, 1e-6, o, {
+            o = dev(BE, x, F(N * ld));
+            BE->ops->rope(BE, o, ld, N, T, nq, nk, d, dev(BE, cs, F(T * d)), inv);
+        });
+    }
+    free(x), free(cs);
+}
+
+static void test_attention(void)
+{
+    /* GQA: 4 query heads over 2 kv heads, head width 16, 2 sequences of 19 tokens. */
+    const int64_t B = 2, T = 19;
+    const int a = 4, g = 2, d = 16, ld = (a + 2 * g) * d;
+    float *qkv = hrand(B * T * ld, 1), *dctx = hrand(B * T * a * d, 1);
+    float *ctx = NULL, *probs = NULL, *dqkv = NULL;
+#define ATT_FWD                                                                                    \
+    do {                                                                                           \
+        ctx = dev(BE, NULL, F(B * T * a * d));                                                     \
+        probs = dev(BE, NULL, F(B * a * T * T));                                                   \
+        BE->ops->attn_fwd(BE, ctx, probs, dev(BE, qkv, F(B *T *ld)), B, T, a, g, d);               \
+    } while (0)
+    BOTH("attn ctx", B * T * a * d, 1e-2, ctx, ATT_FWD);
+    BOTH("attn probs", B * a * T * T, 1e-2, probs, ATT_FWD);
+    BOTH("attn_probs", B * a * T * T, 1e-2, probs, {
+        probs = dev(BE, NULL, F(B * a * T * T));
+        BE->ops->attn_probs(BE, probs, dev(BE, qkv, F(B * T * ld)), B, T, a, g, d);
+    });
+    BOTH("attn bwd dqkv", B * T * ld, 1e-2, dqkv, {
+        float *q_ = dev(BE, qkv, F(B * T * ld));
+        ctx = dev(BE, NULL, F(B * T * a * d));
+        probs = dev(BE, NULL, F(B * a * T * T));
+        BE->ops->attn_fwd(BE, ctx, probs, q_, B, T, a, g, d);
+        dqkv = dev(BE, NULL, F(B * T * ld));
+        BE->ops->attn_bwd(BE, dqkv, dev(BE, NULL, F(B * a * T * T)),
+                          dev(BE, dctx, F(B * T * a * d)), q_, probs, B, T, a, g, d);
+    });
+    free(qkv), free(dctx);
+}
+
+static void test_ends(void)
+{
+    const int64_t N = 16, C = 24, T = 8, v0 = 10, nv = 40, vocab = 45;
+    int32_t tok[16];
+    for (int i = 0; i < 16; i++)
+        tok[i] = (int32_t)((i * 7) % 50); /* some below v0, some past v0 + nv */
+    float *wte = hrand(nv * C, 1), *wpe = hrand(T * C, 1), *dout = hrand(N * C, 1);
+    float *o = NULL;
+    BOTH("embed fwd", N * C, 0, o, {
+        o = dev(BE, NULL, F(N * C));
+        BE->ops->embed_fwd(BE, o, dev(BE, tok, sizeof tok), dev(BE, wte, F(nv * C)), v0, nv, N, C);
+    });
+    BOTH("embed bwd", nv * C, 1e-6, o, {
+        o = dev(BE, wte, F(nv * C));
+        BE->ops->embed_bwd(BE, o, dev(BE, tok, sizeof tok), dev(BE, dout, F(N * C)), v0, nv, N, C);
+    });
+    BOTH("pos fwd", N * C, 1e-6, o, {
+        o = dev(BE, dout, F(N * C));
+        BE->ops->pos_fwd(BE, o, dev(BE, wpe, F(T * C)), 3, N, T, C);
+    });
+    BOTH("pos bwd", T * C, 1e-6, o, {
+        o = dev(BE, wpe, F(T * C));
+        BE->ops->pos_bwd(BE, o, dev(BE, dout, F(N * C)), 3, N, T, C);
+    });
+    /* Cross-entropy over a vocabulary shard [10, 50) of a 45-word vocabulary: columns
+     * 35 .. 39 are padding. */
+    float *logits = hrand(N * nv, 3);
+    float *mx = NULL, *sums = NULL, *loss = NULL, *lg = NULL;
+#define CE                                                                                         \
+    do {                                                                                           \
+        lg = dev(BE, logits, F(N * nv));                                                           \
+        int32_t *t_ = dev(BE, tok, sizeof tok);                                                    \
+        mx = dev(BE, NULL, F(N));                                                                  \
+        sums = dev(BE, NULL, F(2 * N));                                                            \
+        loss = dev(BE, NULL, F(N));                                                                \
+        BE->ops->ce_max(BE, mx, lg, N, nv, v0, vocab);                                             \
+        BE->ops->ce_sums(BE, sums, lg, mx, t_, N, nv, v0, vocab);                                  \
+        BE->ops->ce_grad(BE, lg, loss, mx, sums, t_, N, nv, v0, vocab, 0.25f);                     \
+    } while (0)
+    BOTH("ce max", N, 0, mx, CE);
+    BOTH("ce sums", 2 * N, 1e-5, sums, CE);
+    BOTH("ce loss", N, 1e-5, loss, CE);
+    BOTH("ce grad", N * nv, 1e-5, lg, CE);
+    free(wte), free(wpe), free(dout), free(logits);
+}
+
+static void test_reduce_adamw(void)
+{
+    const int64_t n = 100003;
+    float *x = hrand(n, 1);
+    double s[2][2];
+    for (int b = 0; b < 2; b++) {
+        struct dp_backend *BE = b ? gpu : cpu;
+        float *d = dev(BE, x, F(n));
+        s[b][0] = BE->ops->sum(BE, d, n);
+        s[b][1] = BE->ops->sumsq(BE, d, n);
+    }
+    CHECK_NEAR(s[1][0], s[0][0], 1e-9 * n / fabs(s[0][0])); /* double accumulation */
+    CHECK_NEAR(s[1][1], s[0][1], 1e-12);
+    float *g = hrand(n, 1), *m = hrand(n, 0.1f), *v = hrand(n, 0.1f);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = fabsf(v[i]);
+    float *p = NULL, *dm = NULL;
+#define ADAM                                                                                       \
+    do {                                                                                           \
+        p = dev(BE, x, F(n));                                                                      \
+        dm = dev(BE, m, F(n));                                                                     \
+        BE->ops->adamw(BE, p, dev(BE, g, F(n)), dm, dev(BE, v, F(n)), n, 3e-4, 0.9, 0.95, 1e-8,    \
+                       0.1, 1 - 0.9 * 0.9, 1 - 0.95 * 0.95, 0.5);                                  \
+    } while (0)
+    BOTH("adamw p", n, 1e-6, p, ADAM);
+    BOTH("adamw m", n, 1e-6, dm, ADAM);
+    free(x), free(g), free(m), free(v);
+}
+
+static void test_arena(void)
+{
+    struct dp_err err = {0};
+    CHECK(gpu->ops->reserve != NULL && gpu->ops->mem_peak != NULL);
+    CHECK_EQ(gpu->ops->reserve(gpu, (size_t)1 << 20, &err), 0);
+    size_t peak0 = 0, used = 0;
+    gpu->ops->mem_peak(gpu, &peak0, &used);
+    void *p = gpu->ops->alloc(gpu, 1000); /* 1024 bytes in the arena */
+    CHECK(p != NULL);
+    size_t peak1 = 0;
+    gpu->ops->mem_peak(gpu, &peak1, &used);
+    CHECK_EQ(peak1 - peak0, 1024);
+    CHECK(used > 0);
+    gpu->ops->free(gpu, p);
+}
+
+int main(void)
+{
+    if (dp__cuda_module_error()) { /* a build defect, not a missing GPU */
+        fprintf(stderr, "%s\n", dp__cuda_module_error());
+        return 1;
+    }
+    if (!dp__cuda_device_present()) {
+        printf("skipped: no CUDA device (cudaGetDeviceCount found none)\n");
+        return 77;
+    }
+    struct dp_err err = {0};
+    struct dp_backend_cfg cfg = {.tp = 1, .dp = 1, .pp = 1, .shard = 1, .threads = 1};
+    cpu = dp__backend_new("cpu", &cfg, &err);
+    gpu = cpu ? dp__backend_new("cuda", &cfg, &err) : NULL;
+    if (!cpu || !gpu) {
+        fprintf(stderr, "backend: %s\n", err.msg);
+        return 1;
+    }
+    test_arena(); /* first: the buffers of the other tests then come from the arena */
+    test_gemm();
+    test_init();
+    test_norms();
+    test_small();
+    test_act();
+    test_rope();
+    test_attention();
+    test_ends();
+    test_reduce_adamw();
+    /* Buffers are not freed one by one: the process ends here. */
+    if (gpu->ops->barrier(gpu, DP_GROUP_WORLD, &err)) {
+        fprintf(stderr, "after the kernels: %s\n", err.msg);
+        check_failures++;
+    }
+    gpu->ops->destroy(gpu);
+    cpu->ops->destroy(cpu);
+    dp__backend_finalize();
+    return check_failures ? 1 : 0;
+}

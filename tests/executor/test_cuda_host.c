@@ -1,0 +1,192 @@
+/*
+ * The CUDA backend's host-only logic (executor/backend/cuda_host.c), which runs in every
+ * build, GPU or not: the device arena's offsets, the communicator split plan, the choice
+ * of a kernel image for a GPU, and the one-line errors. Expected values are worked out
+ * by hand in the comments.
+ */
+#include "check.h"
+#include "executor/backend/cuda_host.h"
+
+static void test_arena(void)
+{
+    struct dp__arena a;
+    /* 1024 units of 256 bytes and 100 bytes over: the tail is not usable. */
+    CHECK_EQ(dp__arena_init(&a, 1024 * 256 + 100), 0);
+    CHECK_EQ(a.cap, 262144);
+    CHECK_EQ(dp__arena_footprint(0), 256);
+    CHECK_EQ(dp__arena_footprint(256), 256);
+    CHECK_EQ(dp__arena_footprint(257), 512);
+    size_t o1 = 1, o2 = 1, o3 = 1, o4 = 1;
+    CHECK_EQ(dp__arena_alloc(&a, 1, &o1), 0);   /* [0, 256) */
+    CHECK_EQ(dp__arena_alloc(&a, 300, &o2), 0); /* [256, 768) */
+    CHECK_EQ(dp__arena_alloc(&a, 0, &o3), 0);   /* [768, 1024) */
+    CHECK_EQ(o1, 0);
+    CHECK_EQ(o2, 256);
+    CHECK_EQ(o3, 768);
+    CHECK_EQ(a.used, 1024);
+    CHECK_EQ(a.hwm, 1024);
+    /* Not the start of a live block: refused, nothing changes. */
+    CHECK_EQ(dp__arena_free(&a, 5), DP_EINVAL);
+    CHECK_EQ(a.used, 1024);
+    /* Free the middle, then a block of the same size lands there (first fit). */
+    CHECK_EQ(dp__arena_free(&a, 256), 0);
+    CHECK_EQ(a.used, 512);
+    CHECK_EQ(dp__arena_alloc(&a, 512, &o4), 0);
+    CHECK_EQ(o4, 256);
+    CHECK_EQ(a.hwm, 1024);
+    /* A double free is refused. */
+    CHECK_EQ(dp__arena_free(&a, 0), 0);
+    CHECK_EQ(dp__arena_free(&a, 0), DP_EINVAL);
+    /* Free extents now [0, 256) and [1024, cap): the largest is cap - 1024. */
+    CHECK_EQ(dp__arena_largest(&a), 262144 - 1024);
+    /* Freeing the rest coalesces everything into one extent of the whole arena. */
+    CHECK_EQ(dp__arena_free(&a, 256), 0);
+    CHECK_EQ(dp__arena_free(&a, 768), 0);
+    CHECK_EQ(a.nfree, 1);
+    CHECK_EQ(a.used, 0);
+    CHECK_EQ(dp__arena_largest(&a), 262144);
+    /* The whole arena in one block, then nothing more fits. */
+    size_t big = 1;
+    CHECK_EQ(dp__arena_alloc(&a, 262144, &big), 0);
+    CHECK_EQ(big, 0);
+    CHECK_EQ(dp__arena_alloc(&a, 1, &o1), DP_ENOMEM);
+    CHECK_EQ(a.hwm, 262144);
+    CHECK_EQ(dp__arena_free(&a, 0), 0);
+    CHECK_EQ(dp__arena_alloc(&a, 262145, &o1), DP_ENOMEM);
+    dp__arena_release(&a);
+
+    /* Many blocks freed in an interleaved order still coalesce back to one extent. */
+    CHECK_EQ(dp__arena_init(&a, 256 * 100), 0);
+    size_t off[100];
+    for (int i = 0; i < 100; i++)
+        CHECK_EQ(dp__arena_alloc(&a, 256, &off[i]), 0);
+    CHECK_EQ(off[99], 99 * 256);
+    for (int i = 0; i < 100; i += 2)
+        CHECK_EQ(dp__arena_free(&a, off[i]), 0);
+    CHECK_EQ(a.nfree, 50);
+    for (int i = 1; i < 100; i += 2)
+        CHECK_EQ(dp__arena_free(&a, off[i]), 0);
+    CHECK_EQ(a.nfree, 1);
+    CHECK_EQ(dp__arena_largest(&a), 25600);
+    dp__arena_release(&a);
+}
+
+static void test_split(void)
+{
+    /* tp 2, dp 2, pp 2; rank 5 = tp_rank 1 + 2 (dp_rank 0 + 2 pp_rank 1)
+     * (core/coords.c: tp fastest, then dp, then pp). */
+    struct dp__split s;
+    dp__split_plan(5, &(struct dp_backend_cfg){.tp = 2, .dp = 2, .pp = 2}, &s);
+    CHECK_EQ(s.color[DP_GROUP_WORLD], 0);
+    CHECK_EQ(s.key[DP_GROUP_WORLD], 5);
+    CHECK_EQ(s.color[DP_GROUP_TP], 2); /* dp_rank + dp pp_rank = 0 + 2 */
+    CHECK_EQ(s.key[DP_GROUP_TP], 1);
+    CHECK_EQ(s.color[DP_GROUP_DP], 3); /* tp_rank + tp pp_rank = 1 + 2 */
+    CHECK_EQ(s.key[DP_GROUP_DP], 0);
+    CHECK_EQ(s.color[DP_GROUP_PP], 1); /* tp_rank + tp dp_rank = 1 + 0 */
+    CHECK_EQ(s.key[DP_GROUP_PP], 1);
+    CHECK_EQ(s.color[DP_GROUP_EMB], 1); /* last stage of pipeline 1 */
+    CHECK_EQ(s.color[DP_GROUP_NODE], -1);
+    /* shard 0 = dp: one shard group of both DP ranks, replicas of one rank each */
+    CHECK_EQ(s.color[DP_GROUP_SHARD], 3); /* 1 + 2 (1 + 2 (0 / 2)) */
+    CHECK_EQ(s.key[DP_GROUP_SHARD], 0);
+
+    /* pp 3: the middle stage holds no embedding, so it is outside the EMB group. */
+    dp__split_plan(2, &(struct dp_backend_cfg){.tp = 1, .dp = 2, .pp = 3},
+                   &s); /* tp 0, dp 0, pp 1 */
+    CHECK_EQ(s.color[DP_GROUP_EMB], -1);
+
+    /* Every group is the ranks that differ only in its own coordinate: over a 2 x 3 x 2
+     * layout, two ranks share a TP colour iff their dp and pp ranks match, and the keys
+     * inside a group are 0 .. size-1, each once. */
+    enum { TP = 2, DPD = 3, PP = 2, W = TP * DPD * PP };
+    struct dp__split all[W];
+    for (int r = 0; r < W; r++)
+        dp__split_plan(r, &(struct dp_backend_cfg){.tp = TP, .dp = DPD, .pp = PP}, &all[r]);
+    for (int r = 0; r < W; r++)
+        for (int q = 0; q < W; q++) {
+            int rt = r % TP, rd = r / TP % DPD, rp = r / (TP * DPD);
+            int qt = q % TP, qd = q / TP % DPD, qp = q / (TP * DPD);
+            CHECK_EQ(all[r].color[DP_GROUP_TP] == all[q].color[DP_GROUP_TP], rd == qd && rp == qp);
+            CHECK_EQ(all[r].color[DP_GROUP_DP] == all[q].color[DP_GROUP_DP], rt == qt && rp == qp);
+            CHECK_EQ(all[r].color[DP_GROUP_PP] == all[q].color[DP_GROUP_PP], rt == qt && rd == qd);
+            if (r != q && all[r].color[DP_GROUP_DP] == all[q].color[DP_GROUP_DP])
+                CHECK(all[r].key[DP_GROUP_DP] != all[q].key[DP_GROUP_DP]);
+        }
+    /* HSDP, dp 4 in shards of 2: dp ranks {0,1} and {2,3} shard; {0,2}, {1,3} replicate. */
+    struct dp__split h[4];
+    for (int r = 0; r < 4; r++)
+        dp__split_plan(r, &(struct dp_backend_cfg){.tp = 1, .dp = 4, .pp = 1, .shard = 2}, &h[r]);
+    CHECK(h[0].color[DP_GROUP_SHARD] == h[1].color[DP_GROUP_SHARD]);
+    CHECK(h[0].color[DP_GROUP_SHARD] != h[2].color[DP_GROUP_SHARD]);
+    CHECK(h[0].color[DP_GROUP_REPL] == h[2].color[DP_GROUP_REPL]);
+    CHECK(h[0].color[DP_GROUP_REPL] != h[1].color[DP_GROUP_REPL]);
+    CHECK_EQ(h[3].key[DP_GROUP_SHARD], 1); /* 3 % 2 */
+    CHECK_EQ(h[3].key[DP_GROUP_REPL], 1);  /* 3 / 2 */
+
+    /* cp 2 (tp 2, dp 2, pp 1): rank = tp_rank + 2 (cp_rank + 2 dp_rank); rank 6 is tp 0,
+     * cp 1, dp 1. Its ring is the ranks with tp 0 and dp 1: {4, 6}, where it is second;
+     * its DP-CP group the ranks with tp 0: {0, 2, 4, 6}, where it is q = 1 + 2 1 = 3. */
+    struct dp__split c[8];
+    for (int r = 0; r < 8; r++)
+        dp__split_plan(r, &(struct dp_backend_cfg){.tp = 2, .dp = 2, .pp = 1, .cp = 2}, &c[r]);
+    for (int r = 0; r < 8; r++) {
+        CHECK_EQ(c[r].color[DP_GROUP_CP] == c[6].color[DP_GROUP_CP], r == 4 || r == 6);
+        CHECK_EQ(c[r].color[DP_GROUP_DPCP] == c[6].color[DP_GROUP_DPCP], r % 2 == 0);
+        CHECK_EQ(c[r].color[DP_GROUP_DP] == c[6].color[DP_GROUP_DP], r == 2 || r == 6);
+    }
+    CHECK_EQ(c[6].key[DP_GROUP_CP], 1);
+    CHECK_EQ(c[6].key[DP_GROUP_DPCP], 3);
+    CHECK_EQ(c[6].key[DP_GROUP_SHARD], 3); /* ZeRO shards over the 4 dp x cp ranks */
+}
+
+static void test_images(void)
+{
+    int sass[8];
+    CHECK_EQ(dp__cuda_parse_archs("80,90,100", sass, 8), 3);
+    CHECK_EQ(sass[2], 100);
+    CHECK_EQ(dp__cuda_parse_archs("", sass, 8), 0);
+    bool jit = true;
+    /* A100 sm_80: its own SASS. */
+    CHECK_EQ(dp__cuda_pick_image(8, 0, sass, 3, 100, &jit), 80);
+    CHECK(!jit);
+    /* L4 / RTX 4090 sm_89 and A10 sm_86: sm_80 SASS runs within major 8. */
+    CHECK_EQ(dp__cuda_pick_image(8, 9, sass, 3, 100, &jit), 80);
+    CHECK_EQ(dp__cuda_pick_image(8, 6, sass, 3, 100, &jit), 80);
+    /* H100 sm_90, B200 sm_100, B300 sm_103. */
+    CHECK_EQ(dp__cuda_pick_image(9, 0, sass, 3, 100, &jit), 90);
+    CHECK_EQ(dp__cuda_pick_image(10, 3, sass, 3, 100, &jit), 100);
+    CHECK(!jit);
+    /* RTX 5090 sm_120: no SASS of major 12, the compute_100 PTX is JIT-compiled. */
+    CHECK_EQ(dp__cuda_pick_image(12, 0, sass, 3, 100, &jit), 100);
+    CHECK(jit);
+    /* T4 sm_75: older than everything built. */
+    CHECK_EQ(dp__cuda_pick_image(7, 5, sass, 3, 100, &jit), -1);
+}
+
+static void test_errors(void)
+{
+    struct dp_err err = {0};
+    /* ncclSystemError = 2: a runtime failure, not out-of-memory. */
+    CHECK_EQ(dp__cuda_fail(&err, true, 2, 3, "h1", "ncclAllReduce", "dp", "unhandled system error"),
+             DP_ERUNTIME);
+    CHECK_STR(err.msg, "rank 3 (h1): ncclAllReduce over the dp group failed: unhandled system "
+                       "error");
+    dp_err_clear(&err);
+    /* cudaErrorMemoryAllocation = 2. */
+    CHECK_EQ(dp__cuda_fail(&err, false, 2, 0, "h0", "cudaMalloc", NULL, "out of memory"),
+             DP_ENOMEM);
+    CHECK_STR(err.msg, "rank 0 (h0): cudaMalloc failed: out of memory");
+    dp_err_clear(&err);
+    CHECK_EQ(dp__cuda_fail(&err, false, 700, 1, "h", "x", NULL, ""), DP_ERUNTIME);
+    CHECK_STR(err.msg, "rank 1 (h): x failed: unknown error");
+}
+
+int main(void)
+{
+    test_arena();
+    test_split();
+    test_images();
+    test_errors();
+    return check_failures ? 1 : 0;
+}
