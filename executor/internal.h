@@ -141,8 +141,8 @@ struct dp_work {
     /* MoE backward (moe.c). */
     real *mdy;   /* [R, h] dispatch rows; expert output gradient, then input gradient */
     real *mx;    /* [Rx, h] expert outputs; their gradient at the experts */
-    real *mdact; /* [R, fe] */
-    real *mdfc1; /* [R, Fe1] SwiGLU only */
+    real *mdact; /* [Rx, fe] */
+    real *mdfc1; /* [Rx, Fe1] SwiGLU only */
     real *mdl;   /* [N E + R + E]: router logit gradient, row weight gradient, aux gradient */
     real *sdact; /* [N, sf] */
     real *sdfc1; /* [N, Sf1] SwiGLU only */
