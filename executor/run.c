@@ -365,9 +365,9 @@ int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const stru
         free(ex);
         return err->code ? err->code : DP_ERUNTIME;
     }
-    /* A backend may leave out the operations of knobs it does not run yet (the CUDA
-     * backend: ring attention, batched p2p, the non-blocking gather): refuse the layout
-     * here, on every rank alike, rather than call a missing operation. */
+    /* A backend may leave out the operations of knobs it does not run yet (the cpu and
+     * cuda backends have them all; a later backend may not): refuse the layout here, on
+     * every rank alike, rather than call a missing operation. */
     const char *missing = NULL;
     if (l->cp > 1 && (!ex->be->ops->attn_ring_fwd || !ex->be->ops->attn_ring_bwd))
         missing = "cp > 1 (ring attention)";

@@ -7,8 +7,8 @@
 #   1. the backend op by op against the CPU backend (test_cuda_backend),
 #   2. GPU vs CPU training of tiny models, 20 steps: exact fp32 GEMMs (DPLAN_CUDA_GEMM=fp32)
 #      tight, TF32 within TF32's rounding,
-#   3. multi-rank layouts (tp, pp, dp, ZeRO) on the one GPU over --backend cuda-mpi,
-#      against the single-process CPU run,
+#   3. multi-rank layouts (tp, pp, dp, ZeRO, cp, interleaved pp) on the one GPU over
+#      --backend cuda-mpi, against the single-process CPU run,
 #   4. GPT-2 124M throughput at seq 1024: dplan against PyTorch (eager and torch.compile)
 #      on the same GPU, MFU from the model FLOPs of Narayanan et al. 2021,
 # and writes the table to bench/results/gpu-check-<gpu>-<date>.md.
@@ -152,14 +152,29 @@ done
 
 # ---- 3. layouts on the one GPU
 say "3. layouts over cuda-mpi"
-for lay in "--tp 2" "--pp 2" "--dp 2 --zero 1" "--tp 2 --pp 2" "--dp 4 --zero 3"; do
+# cp 2: ring attention's kernels and the ring's sendrecv; dp 2 zero 3: the prefetching
+# gather (allgather_v_start, blocking on this backend).
+for lay in "--tp 2" "--pp 2" "--dp 2 --zero 1" "--tp 2 --pp 2" "--dp 4 --zero 3" "--cp 2" \
+           "--dp 2 --zero 3"; do
   name="lay$(echo "$lay" | tr -d ' -')"
   DPLAN_CUDA_GEMM=fp32 run "$name" tiny-gpt --backend cuda-mpi $lay &&
     row "| tiny-gpt cuda-mpi $lay vs 1-rank cpu, rtol 1e-4 | $(cmp tiny-gpt-cpu $name 1e-4) |"
 done
+# Interleaved 1F1B (the batched p2p) needs 4 chunks of layers: tiny-gpt with 8 layers,
+# against its own 1-rank cpu run at mbs 1 (the micro-batch sums the layout adds, as in
+# tests/executor/CMakeLists.txt's vpp layouts).
+m8=$root/tests/executor/models/tiny-gpt-8l.json
+if run 8l-cpu "$m8" --backend cpu --mbs 1; then
+  DPLAN_CUDA_GEMM=fp32 run lay8lpp2vpp2 "$m8" --backend cuda-mpi --pp 2 --vpp 2 --mbs 1 &&
+    row "| tiny-gpt-8l cuda-mpi --pp 2 --vpp 2 vs 1-rank cpu, rtol 1e-4 | $(cmp 8l-cpu lay8lpp2vpp2 1e-4) |"
+fi
 if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
   run nccl-dp2 tiny-gpt --backend cuda --dp 2 &&
     row "| tiny-gpt cuda (NCCL) --dp 2 vs cpu, rtol 1e-2 | $(cmp tiny-gpt-cpu nccl-dp2 1e-2) |"
+  run nccl-cp2 tiny-gpt --backend cuda --cp 2 &&
+    row "| tiny-gpt cuda (NCCL) --cp 2 vs cpu, rtol 1e-2 | $(cmp tiny-gpt-cpu nccl-cp2 1e-2) |"
+  [ -f "$work/8l-cpu/log.jsonl" ] && run nccl-vpp "$m8" --backend cuda --pp 2 --vpp 2 --mbs 1 &&
+    row "| tiny-gpt-8l cuda (NCCL) --pp 2 --vpp 2 vs cpu, rtol 1e-2 | $(cmp 8l-cpu nccl-vpp 1e-2) |"
 fi
 
 # ---- 4. throughput

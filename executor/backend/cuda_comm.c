@@ -8,7 +8,14 @@
  * NCCL has no uneven reduce-scatter or all-gather: the _v variants are one ncclReduce or
  * ncclBroadcast per rank's piece in one NCCL group (the pieces move in parallel). NCCL
  * p2p has no tags: messages between two ranks of a group match in order, which is what
- * the pipeline schedule sends (one message per tag and direction at a time).
+ * the pipeline schedule sends (one message per tag and direction at a time). A p2p batch
+ * (interleaved 1F1B) may hold two messages between the same two ranks (pp = 2: the next
+ * stage is also the previous one), so its messages are posted in (peer, tag) order on
+ * both sides, which pairs each send with the receive of the same tag.
+ *
+ * The non-blocking all-gather (allgather_v_start, ZeRO-3's prefetch) is the blocking
+ * allgather_v run in _start, with _wait a no-op: correct, but it does not overlap the
+ * gather with compute yet (that needs a second stream; docs/gpu.md).
  */
 #include "cuda.h"
 #include "cuda_kernels.h"
@@ -324,6 +331,20 @@ static int cu_allgather_v(struct dp_backend *be, enum dp_group g, real *buf, con
     return rc;
 }
 
+/* Blocking, see the top of the file: the gather is complete when _start returns. */
+static int cu_allgather_v_start(struct dp_backend *be, enum dp_group g, real *buf,
+                                const int *counts, struct dp_err *err)
+{
+    return cu_allgather_v(be, g, buf, counts, err);
+}
+
+static int cu_allgather_v_wait(struct dp_backend *be, struct dp_err *err)
+{
+    (void)be;
+    (void)err;
+    return 0;
+}
+
 static int cu_allreduce_host(struct dp_backend *be, enum dp_group g, double *buf, int n,
                              enum dp_redop op, struct dp_err *err)
 {
@@ -387,6 +408,83 @@ static int cu_sendrecv(struct dp_backend *be, enum dp_group g, int to, const rea
     return 0;
 }
 
+#define P2P_MAX 8 /* the most messages of one batch (the CPU backend's limit too) */
+
+/* The batch's messages in (peer, tag) order, stable (insertion sort of n <= 8). */
+static void p2p_order(const struct dp_p2p *ops, int n, int *ord)
+{
+    for (int i = 0; i < n; i++) {
+        int k = i;
+        while (k > 0 &&
+               (ops[ord[k - 1]].peer > ops[i].peer ||
+                (ops[ord[k - 1]].peer == ops[i].peer && ops[ord[k - 1]].tag > ops[i].tag))) {
+            ord[k] = ord[k - 1];
+            k--;
+        }
+        ord[k] = i;
+    }
+}
+
+static int cu_p2p(struct dp_backend *be, enum dp_group g, const struct dp_p2p *ops, int n,
+                  struct dp_err *err)
+{
+    struct cuda_backend *cb = dp__cu(be);
+    if (n > P2P_MAX)
+        return dp_err_set(err, DP_ERUNTIME, "internal: %d messages in one pipeline batch", n);
+    if (n <= 0)
+        return 0;
+    if (dp__cuda_settle(cb, err, g))
+        return err->code;
+    int ord[P2P_MAX];
+    p2p_order(ops, n, ord);
+    if (!cb->staged) {
+        ncclResult_t nr = ncclGroupStart();
+        for (int k = 0; k < n && nr == ncclSuccess; k++) {
+            const struct dp_p2p *o = &ops[ord[k]];
+            nr = o->send
+                     ? ncclSend(o->buf, (size_t)o->n, ncclFloat, o->peer, cb->ncomm[g], cb->stream)
+                     : ncclRecv(o->buf, (size_t)o->n, ncclFloat, o->peer, cb->ncomm[g], cb->stream);
+        }
+        ncclResult_t ne = ncclGroupEnd();
+        return finish(cb, err, g, nr == ncclSuccess ? ne : nr, "ncclSend/ncclRecv (batch)");
+    }
+    /* cuda-mpi: every message gets its own piece of the staging buffer; sends are copied
+     * to the host first, receives back to the device after the Waitall. */
+    int64_t at[P2P_MAX], total = 0;
+    for (int i = 0; i < n; i++) {
+        if (ops[i].n > INT_MAX)
+            return too_large(err, "a pipeline message", ops[i].n);
+        at[i] = total;
+        total += ops[i].n;
+    }
+    real *h;
+    if (staged_buf(cb, err, total, &h))
+        return err->code;
+    for (int i = 0; i < n; i++)
+        if (ops[i].send && ops[i].n && d2h(cb, h + at[i], ops[i].buf, ops[i].n, err, g))
+            return err->code;
+    MPI_Request req[P2P_MAX];
+    for (int i = 0; i < n; i++) {
+        int mr = ops[i].send ? MPI_Isend(h + at[i], (int)ops[i].n, MPI_FLOAT, ops[i].peer,
+                                         ops[i].tag, cb->mcomm[g], &req[i])
+                             : MPI_Irecv(h + at[i], (int)ops[i].n, MPI_FLOAT, ops[i].peer,
+                                         ops[i].tag, cb->mcomm[g], &req[i]);
+        if (mr != MPI_SUCCESS) {
+            /* The requests posted so far still refer to the staging buffer: finish them
+             * before it can be reused (the error is reported either way). */
+            if (i)
+                MPI_Waitall(i, req, MPI_STATUSES_IGNORE);
+            return dp__cuda_err_mpi(cb, err, mr, ops[i].send ? "MPI_Isend" : "MPI_Irecv", g);
+        }
+    }
+    MPI_TRY(cb, err, g, MPI_Waitall(n, req, MPI_STATUSES_IGNORE));
+    for (int i = 0; i < n; i++)
+        if (!ops[i].send && ops[i].n && h2d(cb, ops[i].buf, h + at[i], ops[i].n, err, g))
+            return err->code;
+    dp__beat(NULL);
+    return 0;
+}
+
 static int cu_barrier(struct dp_backend *be, enum dp_group g, struct dp_err *err)
 {
     struct cuda_backend *cb = dp__cu(be);
@@ -405,6 +503,9 @@ void dp__cuda_fill_comm(struct dp_backend_ops *o)
     o->allgather = cu_allgather;
     o->reduce_scatter_v = cu_reduce_scatter_v;
     o->allgather_v = cu_allgather_v;
+    o->allgather_v_start = cu_allgather_v_start;
+    o->allgather_v_wait = cu_allgather_v_wait;
+    o->p2p = cu_p2p;
     o->allreduce_host = cu_allreduce_host;
     o->gather_host = cu_gather_host;
     o->sendrecv = cu_sendrecv;

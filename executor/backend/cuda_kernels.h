@@ -59,6 +59,18 @@ void dp__cuk_adamw(void *stream, float *p, const float *grad, float *m, float *v
 void dp__cuk_causal_softmax(void *stream, float *P, int64_t rows, int64_t T);
 /* Its backward in place on dP: dS = P (dP - sum_j dP_j P_j), 0 above the diagonal. */
 void dp__cuk_causal_softmax_bwd(void *stream, float *dP, const float *P, int64_t rows, int64_t T);
+/* Ring attention's block kernels (backend.h attn_ring_*; cuda_softmax.cu). */
+void dp__cuk_ring_fwd(void *stream, float *acc, float *mx, float *sm, const float *qkv, int64_t ldq,
+                      const float *kv, const int qc[2], const int kc[2], int64_t B, int64_t C,
+                      int a, int g, int d);
+void dp__cuk_ring_done(void *stream, float *ctx, float *mx, const float *sm, int64_t B, int64_t T,
+                       int a, int d);
+void dp__cuk_ring_dsum(void *stream, float *dsum, const float *dctx, const float *ctx, int64_t B,
+                       int64_t T, int a, int d);
+/* dq += and dkv += the block's parts (two kernels: per query row, per key row). */
+void dp__cuk_ring_bwd(void *stream, float *dq, float *dkv, const float *dctx, const float *qkv,
+                      int64_t ldq, const float *kv, const float *lse, const float *dsum,
+                      const int qc[2], const int kc[2], int64_t B, int64_t C, int a, int g, int d);
 /* Forward copy of n floats from src to dst < src in pieces of (src - dst), so that an
  * overlapping move is still correct (a reduce-scatter's piece to the front). */
 void dp__cuk_move_front(void *stream, float *dst, const float *src, int64_t n);

@@ -3,9 +3,9 @@
  * (cublasGemmStridedBatchedEx, CUBLAS_COMPUTE_32F_FAST_TF32: fp32 storage and
  * accumulation, inputs rounded to TF32 in the tensor cores; DPLAN_CUDA_GEMM=fp32 asks
  * for CUBLAS_COMPUTE_32F, exact fp32), causal attention as batched
- * GEMMs around the masked softmax of cuda_softmax.cu, and the element-wise kernels of
- * cuda_kernels.cu. Everything is queued on the backend's one stream; only sum and sumsq
- * wait for it (their results are host doubles).
+ * GEMMs around the masked softmax of cuda_softmax.cu, ring attention's block kernels
+ * (cuda_softmax.cu too), and the element-wise kernels of cuda_kernels.cu. Everything is queued on
+ * the backend's one stream; only sum and sumsq wait for it (their results are host doubles).
  */
 #include "cuda.h"
 #include "cuda_kernels.h"
@@ -195,6 +195,35 @@ static void cu_attn_bwd(struct dp_backend *be, real *dqkv, real *dprobs, const r
     }
 }
 
+/* Ring attention (context parallelism): the block kernels of cuda_softmax.cu, which
+ * mirror the CPU's cpu_attention_cp.c. */
+static void cu_attn_ring_fwd(struct dp_backend *be, real *acc, real *mx, real *sm, const real *qkv,
+                             int64_t ldq, const real *kv, const int qc[2], const int kc[2],
+                             int64_t B, int64_t C, int a, int g, int d)
+{
+    dp__cuk_ring_fwd(ST(be), acc, mx, sm, qkv, ldq, kv, qc, kc, B, C, a, g, d);
+}
+
+static void cu_attn_ring_done(struct dp_backend *be, real *ctx, real *mx, const real *sm, int64_t B,
+                              int64_t T, int a, int d)
+{
+    dp__cuk_ring_done(ST(be), ctx, mx, sm, B, T, a, d);
+}
+
+static void cu_attn_ring_dsum(struct dp_backend *be, real *dsum, const real *dctx, const real *ctx,
+                              int64_t B, int64_t T, int a, int d)
+{
+    dp__cuk_ring_dsum(ST(be), dsum, dctx, ctx, B, T, a, d);
+}
+
+static void cu_attn_ring_bwd(struct dp_backend *be, real *dq, real *dkv, const real *dctx,
+                             const real *qkv, int64_t ldq, const real *kv, const real *lse,
+                             const real *dsum, const int qc[2], const int kc[2], int64_t B,
+                             int64_t C, int a, int g, int d)
+{
+    dp__cuk_ring_bwd(ST(be), dq, dkv, dctx, qkv, ldq, kv, lse, dsum, qc, kc, B, C, a, g, d);
+}
+
 /* ------------------------------------------------------------------ the two ends */
 
 static void cu_embed_fwd(struct dp_backend *be, real *out, const int32_t *tok, const real *wte,
@@ -305,6 +334,10 @@ void dp__cuda_fill_ops(struct dp_backend_ops *o)
     o->attn_fwd = cu_attn_fwd;
     o->attn_probs = cu_attn_probs;
     o->attn_bwd = cu_attn_bwd;
+    o->attn_ring_fwd = cu_attn_ring_fwd;
+    o->attn_ring_done = cu_attn_ring_done;
+    o->attn_ring_dsum = cu_attn_ring_dsum;
+    o->attn_ring_bwd = cu_attn_ring_bwd;
     o->embed_fwd = cu_embed_fwd;
     o->embed_bwd = cu_embed_bwd;
     o->pos_fwd = cu_pos_fwd;

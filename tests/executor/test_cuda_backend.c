@@ -331,6 +331,99 @@ static void test_reduce_adamw(void)
     free(x), free(g), free(m), free(v);
 }
 
+/*
+ * Ring attention's block kernels (context parallelism): cp = 2 cuts each sequence into
+ * 4 chunks; rank 0 holds chunks {0, 3}, rank 1 {1, 2} (the load-balanced split). For
+ * each rank's queries, its two key/value blocks are merged in the order that leaves
+ * some rows nothing to see in the first block (chunk 0 rows against block {1, 2}), so
+ * the "no block merged yet" path runs; then done, dsum and the backward of both blocks.
+ * No TF32 here (scalar fp32 loops on both backends): 1e-4 covers expf/logf ulps and
+ * sums of a few tens of terms.
+ */
+static void test_ring(void)
+{
+    const int64_t B = 2, C = 5, T = 2 * C;
+    const int a = 4, g = 2, d = 16, ldq = (a + 2 * g) * d, kvw = 2 * g * d;
+    const int chunks[2][2] = {{0, 3}, {1, 2}};
+    float *qkv = hrand(B * T * ldq, 1), *kvh[2], *dctx = hrand(B * T * a * d, 1);
+    for (int k = 0; k < 2; k++)
+        kvh[k] = hrand(B * T * kvw, 1);
+    for (int q = 0; q < 2; q++) {
+        const int *qc = chunks[q];
+        /* The block order: the other rank's chunks first, then the own ones. */
+        const int *kcs[2] = {chunks[1 - q], chunks[q]};
+        float *acc = NULL, *mx = NULL, *dq = NULL, *dkv[2] = {NULL, NULL};
+#define RING                                                                                       \
+    do {                                                                                           \
+        float *q_ = dev(BE, qkv, F(B * T * ldq)), *kv_[2], *sm_ = dev(BE, NULL, F(B * a * T));     \
+        acc = dev(BE, NULL, F(B * T * a * d));                                                     \
+        mx = dev(BE, NULL, F(B * a * T));                                                          \
+        for (int k_ = 0; k_ < 2; k_++) {                                                           \
+            kv_[k_] = dev(BE, kvh[k_], F(B * T * kvw));                                            \
+            BE->ops->attn_ring_fwd(BE, acc, mx, sm_, q_, ldq, kv_[k_], qc, kcs[k_], B, C, a, g,    \
+                                   d);                                                             \
+        }                                                                                          \
+        BE->ops->attn_ring_done(BE, acc, mx, sm_, B, T, a, d);                                     \
+        float *dc_ = dev(BE, dctx, F(B * T * a * d)), *ds_ = dev(BE, NULL, F(B * a * T));          \
+        BE->ops->attn_ring_dsum(BE, ds_, dc_, acc, B, T, a, d);                                    \
+        dq = dev(BE, NULL, F(B * T * ldq));                                                        \
+        for (int k_ = 0; k_ < 2; k_++) {                                                           \
+            dkv[k_] = dev(BE, NULL, F(B * T * kvw));                                               \
+            BE->ops->attn_ring_bwd(BE, dq, dkv[k_], dc_, q_, ldq, kv_[k_], mx, ds_, qc, kcs[k_],   \
+                                   B, C, a, g, d);                                                 \
+        }                                                                                          \
+    } while (0)
+        BOTH(q ? "ring ctx (rank 1)" : "ring ctx (rank 0)", B * T * a * d, 1e-4, acc, RING);
+        BOTH("ring lse", B * a * T, 1e-4, mx, RING);
+        BOTH("ring dq", B * T * ldq, 1e-4, dq, RING);
+        BOTH("ring dkv, other block", B * T * kvw, 1e-4, dkv[0], RING);
+        BOTH("ring dkv, own block", B * T * kvw, 1e-4, dkv[1], RING);
+    }
+    free(qkv), free(dctx), free(kvh[0]), free(kvh[1]);
+}
+
+/*
+ * The batched p2p in a one-rank world: two messages to itself, posted with their tags
+ * in opposite orders on the send and the receive side, and of different lengths, so a
+ * backend that paired them by posting order rather than by tag would swap (or truncate)
+ * them. Both kinds: NCCL ("cuda") and host-staged MPI (`staged`, "cuda-mpi").
+ * Then the non-blocking all-gather: in a group of one it is a no-op that returns 0.
+ */
+static void test_p2p(struct dp_backend *be)
+{
+    struct dp_err err = {0};
+    const int64_t n0 = 37, n1 = 53;
+    float *h0 = hrand(n0, 1), *h1 = hrand(n1, 1);
+    float *s0 = dev(be, h0, F(n0)), *s1 = dev(be, h1, F(n1));
+    float *r0 = dev(be, NULL, F(n0)), *r1 = dev(be, NULL, F(n1));
+    const struct dp_p2p ops[4] = {
+        {.peer = 0, .buf = r1, .n = n1, .tag = 11, .send = false},
+        {.peer = 0, .buf = s0, .n = n0, .tag = 10, .send = true},
+        {.peer = 0, .buf = r0, .n = n0, .tag = 10, .send = false},
+        {.peer = 0, .buf = s1, .n = n1, .tag = 11, .send = true},
+    };
+    CHECK(be->ops->p2p != NULL);
+    if (!be->ops->p2p)
+        return;
+    int rc = be->ops->p2p(be, DP_GROUP_WORLD, ops, 4, &err);
+    if (rc)
+        fprintf(stderr, "%s p2p: %s\n", be->ops->name, err.msg);
+    CHECK_EQ(rc, 0);
+    float *g0 = get(be, r0, n0), *g1 = get(be, r1, n1);
+    same("p2p message tag 10", g0, h0, n0, 0);
+    same("p2p message tag 11", g1, h1, n1, 0);
+    int counts[1] = {(int)n0};
+    CHECK(be->ops->allgather_v_start && be->ops->allgather_v_wait);
+    if (be->ops->allgather_v_start && be->ops->allgather_v_wait) {
+        CHECK_EQ(be->ops->allgather_v_start(be, DP_GROUP_WORLD, s0, counts, &err), 0);
+        CHECK_EQ(be->ops->allgather_v_wait(be, &err), 0);
+        float *g = get(be, s0, n0);
+        same("allgather_v_start, one rank", g, h0, n0, 0);
+        free(g);
+    }
+    free(h0), free(h1), free(g0), free(g1);
+}
+
 static void test_arena(void)
 {
     struct dp_err err = {0};
@@ -375,6 +468,16 @@ int main(void)
     test_attention();
     test_ends();
     test_reduce_adamw();
+    test_ring();
+    test_p2p(gpu);
+    struct dp_backend *staged = dp__backend_new("cuda-mpi", &cfg, &err);
+    if (!staged) {
+        fprintf(stderr, "cuda-mpi backend: %s\n", err.msg);
+        check_failures++;
+    } else {
+        test_p2p(staged);
+        staged->ops->destroy(staged);
+    }
     /* Buffers are not freed one by one: the process ends here. */
     if (gpu->ops->barrier(gpu, DP_GROUP_WORLD, &err)) {
         fprintf(stderr, "after the kernels: %s\n", err.msg);
