@@ -31,6 +31,13 @@
  *    are combined, and the sum over TP comes after the combine (one all-reduce or, under
  *    SP, reduce-scatter). The weight gradients' dot products are partial too and are
  *    all-reduced over TP (K values per token).
+ *  - Context parallelism: each CP rank routes and dispatches its own T = seq_len / cp
+ *    rows of every sequence (the EP group lies within one cp_rank); only the auxiliary
+ *    loss sees the whole micro-batch: its counts are summed over the CP ring and its
+ *    N is the micro-batch's cp N tokens. An expert's replicas are then the EDP ranks of
+ *    every cp_rank, whose gradients are summed over DP_GROUP_EDPCP (schedule.c).
+ *    Dropless only: the capacity's token-order drop policy is over the whole
+ *    micro-batch, which no rank holds (run.c refuses it).
  *
  * The routing decisions (counts, rows) are read back to the host once per layer and
  * micro-batch, as Megatron reads tokens_per_expert for its grouped GEMM.
@@ -53,7 +60,7 @@ struct moe_host {
     int32_t *ec;                 /* [2 E + ep El] staging of the kept counts */
     real *rw, *rwt, *probs;      /* [N K], [R], [N E] */
     real *cnt_r;                 /* [2 ep El] counts as reals for the exchange */
-    double *gaux;                /* [E] */
+    double *gaux;                /* [E] the chosen counts' CP all-reduce */
 };
 
 static int host_get(struct dp_exec *ex, struct moe_host **out)
@@ -142,6 +149,17 @@ static int route(struct dp_exec *ex, struct dp_act *A, struct moe_host *h, int64
         } else {
             h->rrow[c] = -1;
         }
+    }
+    /* CP: the auxiliary loss's f_e counts the whole micro-batch's choices, spread over the
+     * CP ring (Megatron-Core router.py sums tokens_per_expert over its tp-cp "sequence
+     * partition group"); TP ranks route the same gathered tokens, so over CP only. The
+     * kept counts stay local (dropless: every choice is kept, cp > 1 runs no capacity). */
+    if (dm->cp > 1) {
+        for (int e = 0; e < E; e++)
+            h->gaux[e] = (double)h->chosen[e];
+        TRY(OPS->allreduce_host(ex->be, DP_GROUP_CP, h->gaux, E, DP_OP_SUM, ex->err));
+        for (int e = 0; e < E; e++)
+            h->chosen[e] = (int32_t)h->gaux[e];
     }
     int32_t off[1024 + 1];
     int32_t *o = E < 1024 ? off : malloc((size_t)(E + 1) * sizeof *o);
@@ -280,17 +298,21 @@ int dp__moe_forward(struct dp_exec *ex, const struct dp_layer_params *p, struct 
     OPS->residual(be, out, A->x2, w->tmp, NULL, dm->Nl, dm->h);
 
     /* The auxiliary loss of this micro-batch and layer (its value; the gradient is
-     * formed in backward from the kept counts and probabilities). */
+     * formed in backward from the kept counts and probabilities). Under CP the
+     * micro-batch has Ng = cp N tokens and chosen[] is already summed over the ring;
+     * each CP rank adds its own tokens' share of the P_e sums, so the ring's shares add
+     * up to aux Ng in the step's world sum (as Megatron's per-rank partial aux loss). */
     OPS->download(be, H->probs, A->rprobs, (size_t)(dm->N * E) * sizeof(real));
+    const double Ng = (double)(dm->N * dm->cp);
     double aux = 0;
     for (int e = 0; e < E; e++) {
         double P = 0;
         for (int64_t n = 0; n < dm->N; n++)
             P += H->probs[n * E + e];
-        aux += ((double)H->chosen[e] / (double)(dm->N * K)) * (P / (double)dm->N);
+        aux += ((double)H->chosen[e] / (Ng * K)) * (P / Ng);
     }
     aux *= DP_MOE_AUX_COEFF * (double)E;
-    ex->aux_sum += aux * (double)dm->N;
+    ex->aux_sum += aux * Ng;
     return 0;
 }
 
@@ -362,13 +384,15 @@ int dp__moe_backward(struct dp_exec *ex, const struct dp_layer_params *p, struct
     }
     OPS->rows_scatter_add(be, w->dtmp, w->mdy, A->rtok, NULL, rows, dm->h);
 
-    /* Router: the auxiliary loss's gradient w.r.t. P[n][e] is c E f_e / N times this
-     * micro-batch's weight in the step's loss, N / (gbs T) (mean over micro-batches). */
-    double scale =
-        DP_MOE_AUX_COEFF * (double)E / (double)dm->N * ((double)dm->N / (double)ex->gbs_tokens);
+    /* Router: the auxiliary loss's gradient w.r.t. P[n][e] is c E f_e / Ng times this
+     * micro-batch's weight in the step's loss, Ng / (gbs T) (mean over micro-batches),
+     * Ng = cp N its tokens and chosen[] its counts (summed over CP in route). The router
+     * weight's gradient is then partial over CP, summed with DP's (DP_GROUP_DPCP). */
+    const double Ng = (double)(dm->N * dm->cp);
+    double scale = DP_MOE_AUX_COEFF * (double)E / Ng * (Ng / (double)ex->gbs_tokens);
     real *ga = (real *)H->probs; /* host staging */
     for (int e = 0; e < E; e++)
-        ga[e] = (real)(scale * (double)H->chosen[e] / (double)(dm->N * K));
+        ga[e] = (real)(scale * (double)H->chosen[e] / (Ng * K));
     OPS->upload(be, gaux, ga, (size_t)E * sizeof(real));
     OPS->router_bwd(be, dl, A->rprobs, A->rw, A->ridx, A->rrow, dwr, gaux, dm->N, E, K);
     OPS->gemm(be, true, false, E, h, N, 1, dl, E, g2, h, 1, dp__grad(ex, p->router), h);

@@ -787,6 +787,7 @@ int dp_exec_predict(const struct dp_model *m, const struct dp_layout *l,
     c.size[DP_GROUP_REPL] = l->zero >= 1 ? dp_layout_replicas(l) : 1;
     c.size[DP_GROUP_EP] = m->experts > 0 ? l->ep : 1;
     c.size[DP_GROUP_EDP] = m->experts > 0 ? l->dp / l->ep : l->dp;
+    c.size[DP_GROUP_EDPCP] = c.size[DP_GROUP_EDP] * (l->cp > 1 ? l->cp : 1);
 
     /* Per stage: a micro-batch (the pipeline's share of one) and the step's own work;
      * 1F1B paced by the slowest stage. */

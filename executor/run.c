@@ -91,10 +91,11 @@ int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world
     if (dp_layout_validate(l, m, world > 0 ? world : 0, &lerr))
         return dp_err_set(err, DP_EINFEASIBLE, "layout: %s", lerr.msg);
     if (m->experts > 0) {
-        if (l->cp > 1)
+        if (l->cp > 1 && l->moe_capacity > 0)
             return dp_err_set(err, DP_EINFEASIBLE,
-                              "layout: cp=%d with experts: the CPU executor runs "
-                              "mixture-of-experts models with cp 1",
+                              "layout: cp=%d with moe_capacity: the CPU executor runs "
+                              "context-parallel experts dropless (the drop order is over the "
+                              "whole micro-batch, which CP splits)",
                               l->cp);
         /* What the MoE code (moe.c) runs: one line per limit. */
         if (dp_layout_etp(l) != l->tp)

@@ -219,9 +219,10 @@ static int reduce_grads(struct dp_exec *ex)
         return OPS->allreduce(ex->be, DP_GROUP_DPCP, ex->grads, (int64_t)ex->nparams, DP_OP_SUM,
                               ex->err);
     /* Expert parallelism: the experts' gradients over the ranks holding the same experts
-     * (expert data parallel, dp / ep), the rest over DP (Megatron-Core
-     * finalize_model_grads: expert grads reduced over the expert-data-parallel group);
-     * in runs of consecutive segments of one kind. */
+     * (expert data parallel, dp / ep, times cp: each cp rank holds its ep coordinate's
+     * experts), the rest over dp x cp (Megatron-Core finalize_model_grads: expert grads
+     * reduced over the expert-data-parallel group); in runs of consecutive segments of
+     * one kind. */
     for (int i = 0; i < ex->nsegs;) {
         bool expert = ex->segs[i].t.expert >= 0;
         int j = i;
@@ -229,7 +230,7 @@ static int reduce_grads(struct dp_exec *ex)
             j++;
         size_t lo = ex->segs[i].off;
         size_t hi = ex->segs[j - 1].off + (size_t)(ex->segs[j - 1].t.rows * ex->segs[j - 1].t.cols);
-        TRY(OPS->allreduce(ex->be, expert ? DP_GROUP_EDP : DP_GROUP_DP, ex->grads + lo,
+        TRY(OPS->allreduce(ex->be, expert ? DP_GROUP_EDPCP : DP_GROUP_DPCP, ex->grads + lo,
                            (int64_t)(hi - lo), DP_OP_SUM, ex->err));
         i = j;
     }

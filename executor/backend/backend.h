@@ -48,7 +48,10 @@ enum dp_group {
     /* Experts (Megatron-Core's expert rank order tp-ep-dp-pp with etp = tp): the DP ranks
      * of a stage split into groups of ep consecutive dp_ranks, ep_rank = dp_rank % ep. */
     DP_GROUP_EP,  /* same pp, tp, dp_rank / ep: the all-to-all's ranks */
-    DP_GROUP_EDP, /* same pp, tp, dp_rank % ep: the replicas of one expert shard */
+    DP_GROUP_EDP, /* same pp, tp, cp, dp_rank % ep: the replicas of one expert shard */
+    /* same pp, tp, dp_rank % ep: every replica of one expert shard across dp and cp (each
+     * cp rank holds all of its ep coordinate's experts), whose gradients are summed */
+    DP_GROUP_EDPCP,
     DP_NGROUPS
 };
 

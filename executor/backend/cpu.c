@@ -48,7 +48,8 @@ struct cpu_backend {
 };
 
 static const char *const group_names[DP_NGROUPS] = {"world", "tp",    "dp",      "pp", "emb",
-                                                    "node",  "shard", "replica", "cp", "dp-cp"};
+                                                    "node",  "shard", "replica", "cp", "dp-cp",
+                                                    "ep",    "edp",   "edp-cp"};
 static bool mpi_started_here;
 
 static struct cpu_backend *cpu(struct dp_backend *be)

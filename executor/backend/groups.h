@@ -45,13 +45,17 @@ static inline void dp__split_plan(int rank, const struct dp_backend_cfg *cfg, st
     out->color[DP_GROUP_CP] = c.tp_rank + tp * (c.dp_rank + dp * c.pp_rank);
     out->key[DP_GROUP_CP] = c.cp_rank;
     out->color[DP_GROUP_DPCP] = c.tp_rank + tp * c.pp_rank, out->key[DP_GROUP_DPCP] = q;
-    /* Experts (executor/moe.c; the executor runs them with cp = 1): ep consecutive
-     * dp_ranks, ep_rank = dp_rank % ep. */
+    /* Experts (executor/moe.c): ep consecutive dp_ranks, ep_rank = dp_rank % ep, within
+     * one cp_rank (each cp rank routes its own tokens). */
     const int ep = cfg->ep > 0 && dp % cfg->ep == 0 ? cfg->ep : 1;
     out->color[DP_GROUP_EP] = tc + tp * cp * (c.pp_rank + pp * (c.dp_rank / ep));
     out->key[DP_GROUP_EP] = c.dp_rank % ep;
     out->color[DP_GROUP_EDP] = tc + tp * cp * (c.pp_rank + pp * (c.dp_rank % ep));
     out->key[DP_GROUP_EDP] = c.dp_rank / ep;
+    /* The expert gradients' group under CP: EDP of every cp_rank (Megatron-Core's
+     * expert-data-parallel group, which takes in the CP ranks as its dense DP group does). */
+    out->color[DP_GROUP_EDPCP] = c.tp_rank + tp * (c.pp_rank + pp * (c.dp_rank % ep));
+    out->key[DP_GROUP_EDPCP] = c.cp_rank + cp * (c.dp_rank / ep);
 }
 
 #endif

@@ -138,6 +138,24 @@ static void test_split(void)
     CHECK_EQ(c[6].key[DP_GROUP_CP], 1);
     CHECK_EQ(c[6].key[DP_GROUP_DPCP], 3);
     CHECK_EQ(c[6].key[DP_GROUP_SHARD], 3); /* ZeRO shards over the 4 dp x cp ranks */
+
+    /* Experts under cp 2 (tp 1, dp 4, ep 2, pp 1): rank = cp_rank + 2 dp_rank, ep_rank =
+     * dp_rank % 2. Rank 5 is cp 1, dp 2, ep_rank 0: its all-to-all partner has the same
+     * cp_rank and dp_rank / 2 (dp 3: rank 7); its EDP the same cp_rank and ep_rank (dp 0:
+     * rank 1); its EDP-CP every rank with ep_rank 0 (dp 0, 2 on both cp ranks: {0, 1, 4,
+     * 5}), where it is cp_rank + 2 (dp_rank / 2) = 1 + 2 = 3. */
+    struct dp__split e[8];
+    for (int r = 0; r < 8; r++)
+        dp__split_plan(r, &(struct dp_backend_cfg){.tp = 1, .dp = 4, .pp = 1, .cp = 2, .ep = 2},
+                       &e[r]);
+    for (int r = 0; r < 8; r++) {
+        CHECK_EQ(e[r].color[DP_GROUP_EP] == e[5].color[DP_GROUP_EP], r == 5 || r == 7);
+        CHECK_EQ(e[r].color[DP_GROUP_EDP] == e[5].color[DP_GROUP_EDP], r == 1 || r == 5);
+        CHECK_EQ(e[r].color[DP_GROUP_EDPCP] == e[5].color[DP_GROUP_EDPCP],
+                 r == 0 || r == 1 || r == 4 || r == 5);
+    }
+    CHECK_EQ(e[5].key[DP_GROUP_EDPCP], 3);
+    CHECK_EQ(e[0].key[DP_GROUP_EDPCP], 0);
 }
 
 static void test_images(void)

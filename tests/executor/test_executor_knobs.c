@@ -256,7 +256,10 @@ static const struct knob_case moe_cases[] = {
     {"zero", "{\"zero\": 2, \"pp\": 1}", REFUSED, NULL},
     {"zero", "{\"zero\": 3, \"pp\": 1}", REFUSED, NULL},
     {"etp", "{\"tp\": 2, \"etp\": 1}", REFUSED, NULL},
-    {"cp", "{\"cp\": 2, \"zero\": 0}", REFUSED, NULL},
+    /* CP with experts, dropless; capacity's drop order spans the micro-batch CP splits. */
+    {"cp", "{\"cp\": 2, \"zero\": 0}", RUNS, NULL},
+    {"cp", "{\"cp\": 2, \"ep\": 2, \"zero\": 0}", RUNS, NULL},
+    {"cp", "{\"cp\": 2, \"zero\": 0, \"moe_capacity\": 1.25}", REFUSED, NULL},
     {"etp", "{\"tp\": 2, \"etp\": 2}", RUNS, NULL},
     {"moe_capacity", "{\"moe_capacity\": 1.25}", RUNS, NULL},
     {"moe_pad", "{\"moe_capacity\": 1.25, \"moe_pad\": true}", RUNS, NULL},
@@ -283,7 +286,7 @@ static void test_moe_knobs(void)
     CHECK_EQ(read_layout("{}", &l, &err), 0);
     CHECK(dp_exec_check(&m, &l, 0, &err) != 0);
     CHECK_CONTAINS(err.msg, "shared_gate");
-    CHECK_EQ(runs, 9);
+    CHECK_EQ(runs, 11);
     CHECK_EQ(refused, 5);
 }
 
