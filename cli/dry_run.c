@@ -22,11 +22,11 @@ static void members(const struct dp_layout *l, const struct dp_coords *c, char w
     /* ZeRO shards span the dp x cp ranks, q = cp_rank + cp dp_rank (executor/shard.c) */
     const int sg = l->zero >= 1 ? dp_layout_shard(l) : l->dp * cp, q = c->cp_rank + cp * c->dp_rank;
     size_t n = (size_t)snprintf(out, cap, "{");
-    int count = 0, nmax = which == 't'   ? l->tp
-                          : which == 'p' ? l->pp
-                          : which == 'c' ? cp
-                          : which == 'd' ? l->dp
-                                         : cp * l->dp;
+    int count = 0, nmax = which == 't'                                   ? l->tp
+                          : which == 'p'                                 ? l->pp
+                          : which == 'c'                                 ? cp
+                          : which == 'd' || which == 'e' || which == 'x' ? l->dp
+                                                                         : cp * l->dp;
     for (int i = 0; i < nmax && n + 16 < cap; i++) {
         struct dp_coords d = *c;
         if (which == 't')
@@ -45,9 +45,11 @@ static void members(const struct dp_layout *l, const struct dp_coords *c, char w
             continue;
         else if (which == 'x' && i % l->ep != c->dp_rank % l->ep) /* expert data parallel */
             continue;
+        else if (which == 'y' && (i / cp) % l->ep != c->dp_rank % l->ep) /* the same over cp */
+            continue;
         if (which == 'e' || which == 'x')
             d.dp_rank = i;
-        if (which == 'g' || which == 's' || which == 'r') { /* i runs over q */
+        if (which == 'g' || which == 's' || which == 'r' || which == 'y') { /* i runs over q */
             d.cp_rank = i % cp;
             d.dp_rank = i / cp;
         }
@@ -64,7 +66,9 @@ int cli_run_dry(const struct dp_model *m, const struct dp_layout *l)
     const bool hsdp = l->zero >= 1 && dp_layout_shard(l) < l->dp * cp;
     const bool ep = m->experts > 0 && l->ep > 1;
     printf("\ngroups of each rank (world ranks; shard / replicas: ZeRO under HSDP%s):\n",
-           ep ? "; ep / edp: the experts' all-to-all and gradient groups" : "");
+           !ep      ? ""
+           : cp > 1 ? "; ep / edp / edp-cp: the experts' all-to-all, replica and gradient groups"
+                    : "; ep / edp: the experts' all-to-all and gradient groups");
     for (int r = 0; r < world; r++) {
         if (r == MAX_LISTED) {
             printf("  ... %d more ranks\n", world - MAX_LISTED);
@@ -91,6 +95,10 @@ int cli_run_dry(const struct dp_model *m, const struct dp_layout *l)
             members(l, &c, 'e', sh, sizeof sh);
             members(l, &c, 'x', rp, sizeof rp);
             printf(" ep %s edp %s", sh, rp);
+            if (cp > 1) { /* the expert gradients' group (executor/schedule.c) */
+                members(l, &c, 'y', dc, sizeof dc);
+                printf(" edp-cp %s", dc);
+            }
         }
         printf("\n");
     }

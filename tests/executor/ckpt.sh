@@ -312,14 +312,16 @@ export)
 
 moe)
   # Mixture of experts: the step-10 checkpoint of an ep=2 run (experts sharded over the
-  # two DP ranks) resumes on one rank (ep=1) and on ep=4 within 1e-5 of the uninterrupted
-  # run; resuming it with a dense model, or a dense checkpoint with the MoE model, is
-  # refused before any rank starts.
+  # two DP ranks) resumes on one rank (ep=1), on ep=4 and on cp=2 dp=2 ep=2 (which writes
+  # the final weights from its cp_rank 0 ranks) within 1e-5 of the uninterrupted run;
+  # resuming it with a dense model, or a dense checkpoint with the MoE model, is refused
+  # before any rank starts.
   MOE=("$models/tiny-moe.json" --steps 20 --gbs 8 --seq-len 32 --mbs 2)
   run moe-src 0 "${MOE[@]}" --dp 2 --ep 2 --ckpt-dir moe-src/ck --ckpt-every 10
-  for to in "ep1" "ep4"; do
+  for to in "ep1" "ep4" "cp2ep2"; do
     opts=()
     [ "$to" = ep4 ] && opts=(--dp 4 --ep 4)
+    [ "$to" = cp2ep2 ] && opts=(--cp 2 --dp 2 --ep 2)
     run "moe-$to" 0 "${MOE[@]}" "${opts[@]}" --resume moe-src/ck/step_00000010
     "$tool" losses moe-src/log.jsonl "moe-$to/log.jsonl" 11 1e-5 || bad "ep2 -> $to losses"
     "$tool" close moe-src/model.safetensors "moe-$to/model.safetensors" 1e-5 ||
