@@ -252,9 +252,17 @@ static const struct knob_case moe_cases[] = {
     {"ep", "{\"ep\": 2, \"zero\": 0}", RUNS, NULL},
     {"ep", "{\"ep\": 4, \"zero\": 0}", RUNS, NULL},
     {"ep", "{\"ep\": 2, \"tp\": 2, \"dp\": 2, \"sp\": true, \"zero\": 0}", RUNS, NULL},
-    {"zero", "{\"ep\": 2, \"zero\": 1}", REFUSED, NULL},
-    {"zero", "{\"zero\": 2, \"pp\": 1}", REFUSED, NULL},
-    {"zero", "{\"zero\": 3, \"pp\": 1}", REFUSED, NULL},
+    /* ZeRO with experts: dense state over DP, expert state over EDP (executor/shard.c). */
+    {"zero", "{\"ep\": 2, \"zero\": 1}", RUNS, NULL},
+    {"zero", "{\"ep\": 4, \"zero\": 1}", RUNS, NULL},
+    {"zero", "{\"zero\": 2, \"pp\": 1}", RUNS, NULL},
+    {"zero", "{\"ep\": 2, \"zero\": 2, \"pp\": 1}", RUNS, NULL},
+    {"zero", "{\"ep\": 2, \"zero\": 3, \"pp\": 1, \"framework\": \"torchtitan\"}", RUNS, NULL},
+    {"zero", "{\"zero\": 3, \"pp\": 1}", RUNS, NULL},
+    {"zero", "{\"zero\": 3}", REFUSED, "megatron"}, /* the framework's rule, with pp 2 */
+    /* HSDP with experts under ep > 1: one shard group per parameter group only. */
+    {"shard_group", "{\"ep\": 2, \"zero\": 1, \"shard_group\": 2}", REFUSED,
+     "shard_group=2 with ep=2"},
     {"etp", "{\"tp\": 2, \"etp\": 1}", REFUSED, NULL},
     {"cp", "{\"cp\": 2, \"zero\": 0}", REFUSED, NULL},
     {"etp", "{\"tp\": 2, \"etp\": 2}", RUNS, NULL},
@@ -283,8 +291,8 @@ static void test_moe_knobs(void)
     CHECK_EQ(read_layout("{}", &l, &err), 0);
     CHECK(dp_exec_check(&m, &l, 0, &err) != 0);
     CHECK_CONTAINS(err.msg, "shared_gate");
-    CHECK_EQ(runs, 9);
-    CHECK_EQ(refused, 5);
+    CHECK_EQ(runs, 15);
+    CHECK_EQ(refused, 4);
 }
 
 /* Every key plan.json's layout writer can emit has a row above. */
