@@ -222,7 +222,8 @@ void dp__memplan(const struct dp_exec *ex, struct dp__memplan *p)
         bool two = false;
         for (int c = 0; c < ex->nch; c++)
             two = two || ex->ch_n[c] > 1;
-        e[DP__BUF_PWIN2] = two ? (int64_t)ex->win_n : 0;
+        /* Two ZeRO groups: no prefetch (several gathers per layer, shard.c). */
+        e[DP__BUF_PWIN2] = two && !ex->zsplit ? (int64_t)ex->win_n : 0;
     }
     /* act_work: one set per rank. */
     e[DP__BUF_TMP] = e[DP__BUF_DTMP] = Nh;
