@@ -14,6 +14,7 @@
  */
 #include "cpu.h"
 #include "groups.h"
+#include "mpi_up.h"
 
 #include <cblas.h>
 #include <limits.h>
@@ -71,23 +72,6 @@ static int mpi_fail(struct cpu_backend *cb, struct dp_err *err, int rc, const ch
         if (rc_ != MPI_SUCCESS)                                                                    \
             return mpi_fail(cb, err, rc_, #call, g);                                               \
     } while (0)
-
-static int mpi_up(struct dp_err *err)
-{
-    int inited = 0, fin = 0;
-    MPI_Initialized(&inited);
-    MPI_Finalized(&fin);
-    if (fin)
-        return dp_err_set(err, DP_ERUNTIME, "MPI was already finalised in this process");
-    if (!inited) {
-        int provided = 0;
-        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
-            return dp_err_set(err, DP_ERUNTIME, "MPI_Init_thread failed");
-        mpi_started_here = true;
-    }
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    return 0;
-}
 
 static void cpu_finalize(void)
 {
@@ -528,7 +512,7 @@ static int thread_policy(int requested, int node_ranks)
 static struct dp_backend *cpu_new(const struct dp_backend_cfg *cfg, struct dp_err *err)
 {
     const int tp = cfg->tp, dp = cfg->dp, pp = cfg->pp, cp = cfg->cp > 1 ? cfg->cp : 1;
-    if (mpi_up(err))
+    if (dp__mpi_up(&mpi_started_here, err))
         return NULL;
     struct cpu_backend *cb = calloc(1, sizeof *cb);
     if (!cb) {

@@ -20,6 +20,7 @@
  */
 #include "cuda.h"
 #include "cuda_module.h"
+#include "mpi_up.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -228,23 +229,6 @@ static struct dp_backend_ops cuda_ops = {
     .wtime = cu_wtime,
 };
 
-static int mpi_up(struct dp_err *err)
-{
-    int inited = 0, fin = 0;
-    MPI_Initialized(&inited);
-    MPI_Finalized(&fin);
-    if (fin)
-        return dp_err_set(err, DP_ERUNTIME, "MPI was already finalised in this process");
-    if (!inited) {
-        int provided = 0;
-        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
-            return dp_err_set(err, DP_ERUNTIME, "MPI_Init_thread failed");
-        mpi_started_here = true;
-    }
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    return 0;
-}
-
 static int mpi_groups(struct cuda_backend *cb, const struct dp__split *sp, struct dp_err *err)
 {
     for (int g = 1; g < DP_NGROUPS; g++) {
@@ -337,7 +321,7 @@ static int pick_device(struct cuda_backend *cb, struct dp_err *err)
 
 static struct dp_backend *cu_new(const struct dp_backend_cfg *cfg, bool staged, struct dp_err *err)
 {
-    if (mpi_up(err))
+    if (dp__mpi_up(&mpi_started_here, err))
         return NULL;
     struct cuda_backend *cb = calloc(1, sizeof *cb);
     if (!cb) {
