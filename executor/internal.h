@@ -210,7 +210,7 @@ struct dp_exec {
      * bucket, gathered (ZeRO-3) or reduce-scattered (ZeRO-2/3) as the layer runs. */
     int sg, sg_rank;     /* shard group: its size and this rank's place (HSDP: dp / replicas) */
     int repl, repl_rank; /* replicas of each shard and this rank's replica */
-    real *gred;          /* [shard] reduced gradients, indexed like adam_m (grads when ZeRO <= 1) */
+    real *gred;          /* [shard] reduced gradients, like adam_m (ZeRO-1, one group: grads) */
     real *pshard;        /* ZeRO-3: [shard] this rank's parameters (the master copy) */
     real *gedge, *gwin;  /* ZeRO-2/3: [edge_n] edge gradients; [win_n] one layer's */
     real *pedge, *pwin;  /* ZeRO-3: [edge_n] gathered edge parameters; [win_n] one layer's */

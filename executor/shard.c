@@ -27,6 +27,9 @@
  *    --num-distributed-optimizer-instances): shards span the shard group of
  *    `shard_group` DP ranks; the reduced shard is then all-reduced over the
  *    replicas (the ranks holding the same shard), once per step.
+ *  - Experts under ep > 1 (zero_groups): a second parameter group, the expert
+ *    tensors sharded over EDP with their own padding; every range above is
+ *    cut in runs of one group, one collective per run over its group.
  * Reductions are sums of the same terms as the all-reduce, in another order:
  * the loss trajectory matches the single-process one to rounding.
  */
