@@ -52,7 +52,7 @@ static int load_state(struct dp_exec *ex, struct dp_ckpt *s)
             size_t lo, hi;
             /* ZeRO-3: only the part in this rank's shard is kept. */
             if (!rc && ex->l.zero >= 3 && dp__seg_in_shard(ex, sg, &lo, &hi))
-                OPS->upload(ex->be, ex->pshard + (lo - ex->shard_off), buf + (lo - sg->off),
+                OPS->upload(ex->be, ex->pshard + dp__shard_idx(ex, sg, lo), buf + (lo - sg->off),
                             (hi - lo) * sizeof(real));
             else if (!rc && ex->l.zero < 3)
                 OPS->upload(ex->be, base + sg->off, buf, (size_t)n * sizeof(real));
@@ -68,7 +68,7 @@ static int load_state(struct dp_exec *ex, struct dp_ckpt *s)
                 continue;
             struct dp_ckpt_tensor *t = dp_ckpt_source(s, &sg->t, err);
             rc = t ? dp_ckpt_read(s, t, (enum dp_ckpt_kind)k, &sg->t, (int64_t)(lo - sg->off),
-                                  (int64_t)(hi - sg->off), buf + (lo - ex->shard_off), err)
+                                  (int64_t)(hi - sg->off), buf + dp__shard_idx(ex, sg, lo), err)
                    : err->code;
         }
         if (!rc)

@@ -124,7 +124,7 @@ static int write_rank_file(struct dp_exec *ex, const char *tmpdir, int step, uin
                            int64_t *size, struct dp_err *err)
 {
     const struct dp_ckpt_opts *ck = ex->o.ckpt;
-    bool zero = ex->l.zero >= 1;
+    bool zero = ex->l.zero >= 1 && !ex->zsplit; /* two groups: m and v per tensor (save) */
     struct item *it = calloc((size_t)(3 * ex->nsegs + 2), sizeof *it);
     if (!it)
         return dp_err_set(err, DP_ENOMEM, "out of memory");
@@ -269,7 +269,10 @@ static int publish(struct dp_exec *ex, int step, const char *tmp, const char *fi
     mt->model = *ex->m;
     mt->layout = ex->l;
     mt->adam_step = (int64_t)ex->adam_t;
-    mt->zero = ex->l.zero >= 1; /* every stage keeps ZeRO-1's flat shards (shard.c) */
+    /* Every stage keeps ZeRO-1's flat shards (shard.c); with two parameter groups
+     * (experts under ep > 1) the state is written per tensor ("per_tensor"), which any
+     * layout reads, rather than as a second flat geometry in the manifest. */
+    mt->zero = ex->l.zero >= 1 && !ex->zsplit;
     mt->lr = o->lr;
     mt->warmup = o->warmup_steps;
     mt->min_lr_frac = o->min_lr_frac;
@@ -332,7 +335,17 @@ static int save(struct dp_exec *ex, int step)
     /* ZeRO-3: the parameters gathered for the writers (every rank: a collective). */
     if ((rc = dp__shard_full(ex)))
         return rc;
+    /* Two ZeRO groups: m and v gathered whole for the per-tensor writers (a collective). */
+    real *sm = ex->adam_m, *sv = ex->adam_v;
+    if (ex->zsplit && (rc = dp__shard_state_full(ex, &ex->adam_m, &ex->adam_v)))
+        return rc;
     int wrc = write_rank_file(ex, tmp, step, &crc, &size, &lerr);
+    if (ex->zsplit) {
+        OPS->free(ex->be, ex->adam_m);
+        OPS->free(ex->be, ex->adam_v);
+        ex->adam_m = sm;
+        ex->adam_v = sv;
+    }
     dp__shard_drop(ex);
     if (wrc)
         emit_local_failure(ex, step, final, lerr.msg);

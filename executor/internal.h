@@ -51,6 +51,23 @@ struct dp_seg {
     bool decay;      /* AdamW weight decay (2-D weights) */
     bool tp_partial; /* replicated over TP but its gradient is partial under SP */
     bool norm_once;  /* replicated over TP: counted in the grad norm on tp_rank 0 only */
+    int zk;          /* ZeRO parameter group (ex->zk): 0 dense, 1 experts under ep > 1 */
+    size_t z;        /* elements into its group's sharded (packed) order */
+};
+
+/* ZeRO's parameter groups (Megatron-Core distributed optimizer: dense parameters sharded
+ * over the data-parallel group, expert parameters over the expert-data-parallel group):
+ * group k's tensors, packed in flat order, padded to n shards of S; rank's shard sits at
+ * gred/adam_m/adam_v/pshard[base, base + S). Without experts under ep > 1, one group. */
+struct dp_zkind {
+    enum dp_group g;
+    int n, rank;
+    size_t S, base;
+};
+/* A run of consecutive segments of one group: flat [lo, hi), packed from z. */
+struct dp_zrun {
+    size_t lo, hi, z;
+    int k;
 };
 
 /* Offsets (elements) of a layer's parameters in the flat buffer; SIZE_MAX if absent. */
@@ -193,12 +210,16 @@ struct dp_exec {
      * bucket, gathered (ZeRO-3) or reduce-scattered (ZeRO-2/3) as the layer runs. */
     int sg, sg_rank;     /* shard group: its size and this rank's place (HSDP: dp / replicas) */
     int repl, repl_rank; /* replicas of each shard and this rank's replica */
-    real *gred;          /* [shard] reduced gradients, indexed like adam_m (grads when ZeRO <= 1) */
+    real *gred;          /* [shard] reduced gradients, like adam_m (ZeRO-1, one group: grads) */
     real *pshard;        /* ZeRO-3: [shard] this rank's parameters (the master copy) */
     real *gedge, *gwin;  /* ZeRO-2/3: [edge_n] edge gradients; [win_n] one layer's */
     real *pedge, *pwin;  /* ZeRO-3: [edge_n] gathered edge parameters; [win_n] one layer's */
     real *pwin2;         /* ZeRO-3: [win_n] the next layer's, prefetched while pwin's runs */
-    int pf_layer;        /* ZeRO-3: the layer being gathered into pwin2 (-1: none) */
+    struct dp_zkind zk[2];
+    struct dp_zrun *zr;
+    int nzk, nzr;
+    bool zsplit;             /* two groups: experts under ep > 1 with ZeRO (gred its own buffer) */
+    int pf_layer;            /* ZeRO-3: the layer being gathered into pwin2 (-1: none) */
     size_t edge_lo, edge_hi; /* flat [0, edge_lo) and [edge_hi, nparams) are the edge */
     size_t edge_n, win_n;    /* edge_lo + nparams - edge_hi; the largest layer */
     size_t *lay_lo, *lay_hi; /* [nlayers] each layer's flat range */
@@ -241,17 +262,24 @@ struct dp_exec {
     size_t trace_cap;
 };
 
-/* ZeRO-1: the part [*lo, *hi) of segment sg's flat range [off, off + rows cols) that lies in
- * this rank's shard [shard_off, shard_off + shard); false when they do not overlap. */
+/* ZeRO: the part [*lo, *hi) of segment sg's flat range [off, off + rows cols) that lies in
+ * this rank's shard of its group (ex->zk); false when they do not overlap. */
 static inline bool dp__seg_in_shard(const struct dp_exec *ex, const struct dp_seg *sg, size_t *lo,
                                     size_t *hi)
 {
-    size_t a = sg->off, b = sg->off + (size_t)(sg->t.rows * sg->t.cols);
-    *lo = a > ex->shard_off ? a : ex->shard_off;
-    *hi = b < ex->shard_off + ex->shard ? b : ex->shard_off + ex->shard;
-    return *lo < *hi;
+    const struct dp_zkind *k = &ex->zk[sg->zk];
+    size_t s0 = (size_t)k->rank * k->S, a = sg->z, b = sg->z + (size_t)(sg->t.rows * sg->t.cols);
+    size_t zl = a > s0 ? a : s0, zh = b < s0 + k->S ? b : s0 + k->S;
+    *lo = sg->off + (zl - a);
+    *hi = sg->off + (zh > zl ? zh - a : zl - a);
+    return zl < zh;
 }
-
+/* Where flat element lo of segment sg (in this rank's shard) sits in gred/adam_m/pshard. */
+static inline size_t dp__shard_idx(const struct dp_exec *ex, const struct dp_seg *sg, size_t lo)
+{
+    const struct dp_zkind *k = &ex->zk[sg->zk];
+    return k->base + sg->z + (lo - sg->off) - (size_t)k->rank * k->S;
+}
 /* Where flat element `off` lives for the kernels: the flat buffer (ZeRO <= 1 gradients,
  * ZeRO <= 2 parameters), or under ZeRO-2/3 the edge buffer or the layer window. */
 static inline size_t dp__edge_at(const struct dp_exec *ex, size_t off)
@@ -282,6 +310,13 @@ static inline real *dp__grad(struct dp_exec *ex, size_t off)
 /* shard.c: ZeRO-2/3 and HSDP. */
 /* The buckets of the stage (after dp__model_build): edge and layer ranges, win_n. */
 int dp__shard_buckets(struct dp_exec *ex);
+/* Two ZeRO groups (ex->zsplit), ZeRO-1: the flat gradients reduce-scattered into gred;
+ * after the optimizer, the flat parameters gathered from every shard. */
+int dp__shard_reduce_flat(struct dp_exec *ex);
+int dp__shard_gather_params(struct dp_exec *ex);
+/* Two ZeRO groups: m and v of the whole stage gathered into new flat buffers (*m, *v
+ * replaced; the caller frees them). Not in the memory plan: transient, while saving. */
+int dp__shard_state_full(struct dp_exec *ex, real **m, real **v);
 /* Start of a step: zero the reduced gradients and the edge; ZeRO-3 gathers the edge. */
 int dp__shard_step_begin(struct dp_exec *ex);
 /* ZeRO-3: gather layer i's parameters into the window (before its forward, again before

@@ -198,10 +198,16 @@ void dp__memplan(const struct dp_exec *ex, struct dp__memplan *p)
         int64_t sg = ex->sg > 0 ? ex->sg : l->dp * (l->cp > 1 ? l->cp : 1);
         flat = (P + sg - 1) / sg * sg;
         shard = flat / sg;
+        if (ex->zsplit) { /* dense and expert groups, each padded to its shards (shard.c) */
+            flat = P;
+            shard = (int64_t)(ex->zk[0].S + ex->zk[1].S);
+        }
     }
     e[DP__BUF_PARAMS] = l->zero >= 3 ? 0 : flat;
     e[DP__BUF_GRADS] = l->zero >= 2 ? 0 : flat;
     e[DP__BUF_ADAM_M] = e[DP__BUF_ADAM_V] = shard;
+    if (ex->zsplit) /* ZeRO-1 too: the reduced shards cannot sit in the flat buffer's head */
+        e[DP__BUF_GRED] = shard;
     if (l->zero >= 2) {
         e[DP__BUF_GRED] = shard;
         e[DP__BUF_GEDGE] = (int64_t)ex->edge_n;
@@ -216,7 +222,8 @@ void dp__memplan(const struct dp_exec *ex, struct dp__memplan *p)
         bool two = false;
         for (int c = 0; c < ex->nch; c++)
             two = two || ex->ch_n[c] > 1;
-        e[DP__BUF_PWIN2] = two ? (int64_t)ex->win_n : 0;
+        /* Two ZeRO groups: no prefetch (several gathers per layer, shard.c). */
+        e[DP__BUF_PWIN2] = two && !ex->zsplit ? (int64_t)ex->win_n : 0;
     }
     /* act_work: one set per rank. */
     e[DP__BUF_TMP] = e[DP__BUF_DTMP] = Nh;
@@ -322,8 +329,8 @@ int dp__mem_build(struct dp_exec *ex)
     dp__memplan(ex, &p);
     memcpy(ex->predicted, p.pool_bytes, sizeof ex->predicted);
     ex->shard = (size_t)p.elems[DP__BUF_ADAM_M];
-    ex->nflat = ex->l.zero >= 1 ? ex->shard * (size_t)ex->sg : ex->shard;
-    ex->shard_off = ex->l.zero >= 1 ? (size_t)ex->sg_rank * ex->shard : 0;
+    ex->nflat = ex->zsplit ? ex->nparams : ex->l.zero >= 1 ? ex->shard * (size_t)ex->sg : ex->shard;
+    ex->shard_off = ex->l.zero >= 1 && !ex->zsplit ? (size_t)ex->sg_rank * ex->shard : 0;
     for (int b = 0; b < DP__NBUF; b++) {
         real **at = (real **)((char *)ex + bufs[b].offset);
         if (!p.elems[b])
@@ -363,7 +370,8 @@ int dp__mem_build(struct dp_exec *ex)
         ex->slots[i].mb = -1;
     if (fail || !ex->slots)
         return dp_err_set(ex->err, DP_ENOMEM, "rank %d: out of memory", ex->rank);
-    ex->gred = ex->l.zero >= 2 ? ex->gred : ex->grads; /* ZeRO-1: the chunk at grads[0, shard) */
+    ex->gred = ex->l.zero >= 2 || ex->zsplit ? ex->gred
+                                             : ex->grads; /* ZeRO-1: the chunk at grads[0, shard) */
     return 0;
 }
 
@@ -385,7 +393,7 @@ void dp__mem_release(struct dp_exec *ex)
     free(ex->grecv_ch);
     ex->vs = NULL;
     ex->grecv_mb = ex->grecv_ch = NULL;
-    if (ex->l.zero < 2)
+    if (ex->l.zero < 2 && !ex->zsplit)
         ex->gred = NULL; /* an alias of grads */
     /* Pool accounting is not unwound: the peaks are what matters and the rank ends. */
     for (int b = 0; b < DP__NBUF; b++) {

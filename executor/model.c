@@ -176,6 +176,7 @@ void dp__model_release(struct dp_exec *ex)
     free(ex->lay_lo);
     free(ex->lay_hi);
     free(ex->cnt);
+    free(ex->zr);
     ex->segs = NULL;
     ex->lp = NULL;
     ex->lay_lo = ex->lay_hi = NULL;

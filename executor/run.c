@@ -97,22 +97,25 @@ int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world
                               "context-parallel experts dropless (the drop order is over the "
                               "whole micro-batch, which CP splits)",
                               l->cp);
+        if (l->cp > 1 && l->zero >= 1)
+            return dp_err_set(err, DP_EINFEASIBLE,
+                              "layout: cp=%d with zero=%d: the CPU executor runs "
+                              "context-parallel experts with zero 0 (its expert shard groups "
+                              "leave out the cp ranks)",
+                              l->cp, l->zero);
         /* What the MoE code (moe.c) runs: one line per limit. */
         if (dp_layout_etp(l) != l->tp)
             return dp_err_set(err, DP_EINFEASIBLE,
                               "layout: etp=%d: the CPU executor splits experts over TP like the "
                               "dense MLP (etp must equal tp=%d)",
                               dp_layout_etp(l), l->tp);
-        if (l->zero >= 2)
+        /* ZeRO with ep > 1: dense state over DP, expert state over EDP (shard.c); one
+         * shard group each, no replicas. */
+        if (l->zero >= 1 && l->ep > 1 && dp_layout_shard(l) != l->dp)
             return dp_err_set(err, DP_EINFEASIBLE,
-                              "layout: zero=%d: the CPU executor runs mixture-of-experts models "
-                              "with ZeRO stages 0 and 1 only",
-                              l->zero);
-        if (l->zero >= 1 && l->ep > 1)
-            return dp_err_set(err, DP_EINFEASIBLE,
-                              "layout: zero=%d with ep=%d: the CPU executor shards the "
-                              "optimizer of expert-parallel models with zero 0 only",
-                              l->zero, l->ep);
+                              "layout: shard_group=%d with ep=%d: the CPU executor shards "
+                              "expert-parallel models over the whole DP group (HSDP needs ep 1)",
+                              dp_layout_shard(l), l->ep);
         if (m->mlp_bias)
             return dp_err_set(err, DP_EINFEASIBLE,
                               "model %s: mlp_bias with experts: the CPU executor's experts have no "

@@ -179,7 +179,7 @@ static double local_sumsq(struct dp_exec *ex)
             /* Only this rank's shard holds reduced gradients, at gred[0, shard). */
             if (!dp__seg_in_shard(ex, sg, &lo, &hi))
                 continue;
-            s += OPS->sumsq(ex->be, ex->gred + (lo - ex->shard_off), (int64_t)(hi - lo));
+            s += OPS->sumsq(ex->be, ex->gred + dp__shard_idx(ex, sg, lo), (int64_t)(hi - lo));
         } else {
             s += OPS->sumsq(ex->be, ex->grads + lo, (int64_t)(hi - lo));
         }
@@ -210,6 +210,10 @@ static int reduce_grads(struct dp_exec *ex)
     /* Data parallel: each replica's gradient is already scaled by 1 / (gbs T), so the
      * sum over replicas is the gradient of the global mean loss. */
     if (ex->l.zero >= 1) {
+        if (ex->zsplit) { /* dense over DP, experts over EDP (shard.c) */
+            TRY(dp__shard_reduce_flat(ex));
+            return dp__shard_step_reduce(ex);
+        }
         /* The shard group spans dp x cp: the CP ranks' gradients are summed in it. */
         TRY(OPS->reduce_scatter(ex->be, DP_GROUP_SHARD, ex->grads, (int64_t)ex->shard, ex->err));
         return dp__shard_step_reduce(ex); /* HSDP: over the replicas */
@@ -290,7 +294,7 @@ int dp__optimizer_step(struct dp_exec *ex, double lr, double gscale)
         if (zero) {
             if (!dp__seg_in_shard(ex, sg, &lo, &hi))
                 continue;
-            base = lo - ex->shard_off;
+            base = dp__shard_idx(ex, sg, lo);
         } else {
             base = lo;
         }
@@ -300,7 +304,9 @@ int dp__optimizer_step(struct dp_exec *ex, double lr, double gscale)
                    ex->adam_v + base, (int64_t)(hi - lo), lr, o->beta1, o->beta2, o->eps,
                    sg->decay ? o->weight_decay : 0.0, bc1, bc2, gscale);
     }
-    if (zero && ex->l.zero < 3)
+    if (zero && ex->l.zero < 3 && ex->zsplit)
+        TRY(dp__shard_gather_params(ex));
+    else if (zero && ex->l.zero < 3)
         TRY(OPS->allgather(ex->be, DP_GROUP_SHARD, ex->params, (int64_t)ex->shard, ex->err));
     dp__beat(NULL);
     return 0;

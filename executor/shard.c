@@ -27,6 +27,9 @@
  *    --num-distributed-optimizer-instances): shards span the shard group of
  *    `shard_group` DP ranks; the reduced shard is then all-reduced over the
  *    replicas (the ranks holding the same shard), once per step.
+ *  - Experts under ep > 1 (zero_groups): a second parameter group, the expert
+ *    tensors sharded over EDP with their own padding; every range above is
+ *    cut in runs of one group, one collective per run over its group.
  * Reductions are sums of the same terms as the all-reduce, in another order:
  * the loss trajectory matches the single-process one to rounding.
  */
@@ -37,6 +40,46 @@
 #include <string.h>
 
 #define R sizeof(real)
+
+/* ZeRO's parameter groups and their runs (internal.h). Under expert parallelism the
+ * experts differ between the ep ranks of a DP group, so (Megatron-Core's distributed
+ * optimizer, expert_data_parallel group) their state is sharded over EDP: the dp / ep
+ * ranks holding the same experts, rank dp_rank / ep (backend/groups.h). */
+static int zero_groups(struct dp_exec *ex)
+{
+    const struct dp_layout *l = &ex->l;
+    ex->zsplit = l->zero >= 1 && ex->m->experts > 0 && l->ep > 1;
+    ex->nzk = ex->zsplit ? 2 : 1;
+    ex->zk[0] = (struct dp_zkind){DP_GROUP_SHARD, ex->sg, ex->sg_rank, 0, 0};
+    ex->zk[1] = (struct dp_zkind){DP_GROUP_EDP, l->dp / (l->ep > 0 ? l->ep : 1),
+                                  ex->c.dp_rank / (l->ep > 0 ? l->ep : 1), 0, 0};
+    size_t nz[2] = {0, 0};
+    free(ex->zr);
+    ex->nzr = 0;
+    ex->zr = calloc((size_t)(ex->nsegs ? ex->nsegs : 1), sizeof *ex->zr);
+    if (!ex->zr)
+        return dp_err_set(ex->err, DP_ENOMEM, "out of memory");
+    for (int i = 0; i < ex->nsegs; i++) {
+        struct dp_seg *sg = &ex->segs[i];
+        size_t n = (size_t)(sg->t.rows * sg->t.cols);
+        sg->zk = ex->zsplit && sg->t.expert >= 0;
+        sg->z = nz[sg->zk];
+        nz[sg->zk] += n;
+        struct dp_zrun *r = ex->nzr ? &ex->zr[ex->nzr - 1] : NULL;
+        if (r && r->k == sg->zk && r->hi == sg->off)
+            r->hi += n;
+        else
+            ex->zr[ex->nzr++] = (struct dp_zrun){sg->off, sg->off + n, sg->z, sg->zk};
+    }
+    for (int k = 0; k < ex->nzk; k++) {
+        struct dp_zkind *z = &ex->zk[k];
+        if (z->n < 1)
+            z->n = 1;
+        z->S = (nz[k] + (size_t)z->n - 1) / (size_t)z->n;
+    }
+    ex->zk[1].base = ex->zk[0].S;
+    return 0;
+}
 
 int dp__shard_buckets(struct dp_exec *ex)
 {
@@ -53,7 +96,7 @@ int dp__shard_buckets(struct dp_exec *ex)
     int nl = ex->nlayers;
     ex->lay_lo = calloc((size_t)(nl ? nl : 1), sizeof *ex->lay_lo);
     ex->lay_hi = calloc((size_t)(nl ? nl : 1), sizeof *ex->lay_hi);
-    ex->cnt = calloc((size_t)ex->sg, sizeof *ex->cnt);
+    ex->cnt = calloc((size_t)(ex->sg > l->dp ? ex->sg : l->dp), sizeof *ex->cnt); /* EDP <= dp */
     ex->pf_layer = -1;
     if (!ex->lay_lo || !ex->lay_hi || !ex->cnt)
         return dp_err_set(ex->err, DP_ENOMEM, "out of memory");
@@ -89,48 +132,120 @@ int dp__shard_buckets(struct dp_exec *ex)
         return dp_err_set(ex->err, DP_ERUNTIME,
                           "internal: non-layer tensors between the stage's layers");
     ex->edge_n = ex->edge_lo + (ex->nparams - ex->edge_hi);
-    return 0;
+    return zero_groups(ex);
 }
 
-/* Elements of flat [a, b) in each shard of the group (ex->cnt). */
-static void counts(struct dp_exec *ex, size_t a, size_t b)
+/* Elements of group k's packed [za, zb) in each of its shards (ex->cnt). */
+static void counts(struct dp_exec *ex, int k, size_t za, size_t zb)
 {
-    for (int k = 0; k < ex->sg; k++) {
-        size_t lo = (size_t)k * ex->shard, hi = lo + ex->shard;
-        lo = lo > a ? lo : a;
-        hi = hi < b ? hi : b;
-        ex->cnt[k] = hi > lo ? (int)(hi - lo) : 0;
+    const struct dp_zkind *z = &ex->zk[k];
+    for (int r = 0; r < z->n; r++) {
+        size_t lo = (size_t)r * z->S, hi = lo + z->S;
+        lo = lo > za ? lo : za;
+        hi = hi < zb ? hi : zb;
+        ex->cnt[r] = hi > lo ? (int)(hi - lo) : 0;
     }
 }
 
-/* Gradients of flat [a, b) in buf: summed over the shard group, this rank's part added to
- * its shard of gred. buf is scratch afterwards. */
+/* The part of run r inside flat [a, b): flat [*ra, *rb), packed from *za; false if none. */
+static bool run_part(const struct dp_zrun *r, size_t a, size_t b, size_t *ra, size_t *rb,
+                     size_t *za)
+{
+    *ra = a > r->lo ? a : r->lo;
+    *rb = b < r->hi ? b : r->hi;
+    *za = r->z + (*ra - r->lo);
+    return *ra < *rb;
+}
+
+/* Where packed element zl of group k sits in this rank's shard (gred, pshard). */
+static size_t shard_at(const struct dp_exec *ex, int k, size_t zl)
+{
+    const struct dp_zkind *z = &ex->zk[k];
+    return z->base + zl - (size_t)z->rank * z->S;
+}
+
+/* Gradients of flat [a, b) in buf: summed over each group's shard group, this rank's part
+ * added to its shard of gred. buf is scratch afterwards. */
 static int reduce_range(struct dp_exec *ex, size_t a, size_t b, real *buf)
 {
-    if (b <= a)
-        return 0;
-    counts(ex, a, b);
-    TRY(OPS->reduce_scatter_v(ex->be, DP_GROUP_SHARD, buf, ex->cnt, ex->err));
-    int n = ex->cnt[ex->sg_rank];
-    if (n > 0) {
-        size_t lo = a > ex->shard_off ? a : ex->shard_off;
-        OPS->add_inplace(ex->be, ex->gred + (lo - ex->shard_off), buf, n);
+    for (int i = 0; i < ex->nzr; i++) {
+        size_t ra, rb, za;
+        if (!run_part(&ex->zr[i], a, b, &ra, &rb, &za))
+            continue;
+        const int k = ex->zr[i].k;
+        const struct dp_zkind *z = &ex->zk[k];
+        counts(ex, k, za, za + (rb - ra));
+        TRY(OPS->reduce_scatter_v(ex->be, z->g, buf + (ra - a), ex->cnt, ex->err));
+        int n = ex->cnt[z->rank];
+        if (n > 0) {
+            size_t s0 = (size_t)z->rank * z->S, zl = za > s0 ? za : s0;
+            OPS->add_inplace(ex->be, ex->gred + shard_at(ex, k, zl), buf + (ra - a), n);
+        }
     }
     return 0;
 }
 
-/* ZeRO-3: the parameters of flat [a, b) from every shard into buf. */
+/* The parameters of flat [a, b) from every shard into buf; this rank's part copied from
+ * pshard first (ZeRO-3) or, without pshard, already in place (ZeRO-1/2's params). */
+static int gather_from(struct dp_exec *ex, size_t a, size_t b, real *buf, const real *src)
+{
+    for (int i = 0; i < ex->nzr; i++) {
+        size_t ra, rb, za;
+        if (!run_part(&ex->zr[i], a, b, &ra, &rb, &za))
+            continue;
+        const int k = ex->zr[i].k;
+        const struct dp_zkind *z = &ex->zk[k];
+        counts(ex, k, za, za + (rb - ra));
+        int n = ex->cnt[z->rank];
+        if (n > 0 && src) {
+            size_t s0 = (size_t)z->rank * z->S, zl = za > s0 ? za : s0;
+            OPS->copy(ex->be, buf + (ra - a) + (zl - za), src + shard_at(ex, k, zl), (size_t)n * R);
+        }
+        TRY(OPS->allgather_v(ex->be, z->g, buf + (ra - a), ex->cnt, ex->err));
+    }
+    return 0;
+}
+
 static int gather_range(struct dp_exec *ex, size_t a, size_t b, real *buf)
 {
-    if (b <= a)
-        return 0;
-    counts(ex, a, b);
-    int n = ex->cnt[ex->sg_rank];
-    if (n > 0) {
-        size_t lo = a > ex->shard_off ? a : ex->shard_off;
-        OPS->copy(ex->be, buf + (lo - a), ex->pshard + (lo - ex->shard_off), (size_t)n * R);
+    return gather_from(ex, a, b, buf, ex->pshard);
+}
+
+int dp__shard_state_full(struct dp_exec *ex, real **m, real **v)
+{
+    size_t bytes = (ex->nparams ? ex->nparams : 1) * R;
+    real *fm = OPS->alloc(ex->be, bytes), *fv = OPS->alloc(ex->be, bytes);
+    if (!fm || !fv) {
+        if (fm)
+            OPS->free(ex->be, fm);
+        if (fv)
+            OPS->free(ex->be, fv);
+        return dp_err_set(ex->err, DP_ENOMEM,
+                          "rank %d: cannot allocate %.1f MiB to gather the optimizer state",
+                          ex->rank, 2.0 * (double)bytes / 1048576.0);
     }
-    return OPS->allgather_v(ex->be, DP_GROUP_SHARD, buf, ex->cnt, ex->err);
+    int rc = gather_from(ex, 0, ex->nparams, fm, *m);
+    if (!rc)
+        rc = gather_from(ex, 0, ex->nparams, fv, *v);
+    if (rc) {
+        OPS->free(ex->be, fm);
+        OPS->free(ex->be, fv);
+        return rc;
+    }
+    *m = fm;
+    *v = fv;
+    return 0;
+}
+
+int dp__shard_gather_params(struct dp_exec *ex)
+{
+    return gather_range(ex, 0, ex->nparams, ex->params);
+}
+
+int dp__shard_reduce_flat(struct dp_exec *ex)
+{
+    OPS->zero(ex->be, ex->gred, ex->shard * R);
+    return reduce_range(ex, 0, ex->nparams, ex->grads);
 }
 
 int dp__shard_step_begin(struct dp_exec *ex)
@@ -174,11 +289,12 @@ static int layer_gather(struct dp_exec *ex, int i)
 
 int dp__shard_prefetch(struct dp_exec *ex, int i)
 {
-    if (ex->l.zero < 3 || i < 0 || ex->params || !ex->pwin2)
+    /* Two parameter groups: a layer is several gathers, done when it runs (no prefetch). */
+    if (ex->l.zero < 3 || i < 0 || ex->params || !ex->pwin2 || ex->zsplit)
         return 0;
     TRY(prefetch_wait(ex, false));
     size_t a = ex->lay_lo[i], b = ex->lay_hi[i];
-    counts(ex, a, b);
+    counts(ex, 0, a, b); /* one group: packed order is flat order */
     int n = ex->cnt[ex->sg_rank];
     if (n > 0) {
         size_t lo = a > ex->shard_off ? a : ex->shard_off;
@@ -260,7 +376,7 @@ void dp__shard_init(struct dp_exec *ex)
             continue;
         const int64_t cols = sg->t.cols;
         int64_t e = (int64_t)(lo - sg->off), end = (int64_t)(hi - sg->off);
-        real *dst = ex->pshard + (lo - ex->shard_off);
+        real *dst = ex->pshard + dp__shard_idx(ex, sg, lo);
         while (e < end) {
             int64_t r = e / cols, c = e % cols;
             if (c == 0 && end - e >= cols) { /* whole rows straight into the shard */
@@ -293,8 +409,7 @@ int dp__shard_full(struct dp_exec *ex)
         return dp_err_set(ex->err, DP_ENOMEM,
                           "rank %d: cannot allocate %.1f MiB to gather the parameters", ex->rank,
                           (double)(ex->nflat * R) / 1048576.0);
-    OPS->copy(ex->be, ex->params + ex->shard_off, ex->pshard, ex->shard * R);
-    return OPS->allgather(ex->be, DP_GROUP_SHARD, ex->params, (int64_t)ex->shard, ex->err);
+    return gather_range(ex, 0, ex->nparams, ex->params);
 }
 
 void dp__shard_drop(struct dp_exec *ex)

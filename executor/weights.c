@@ -95,7 +95,7 @@ static int send_slices(struct dp_exec *ex, bool send)
     return 0;
 }
 
-int dp__weights_save(struct dp_exec *ex, const char *file)
+static int weights_save(struct dp_exec *ex, const char *file)
 {
     dp__shard_visit_reset(ex);
     if (ex->rank != 0 && ex->c.cp_rank == 0 &&
@@ -150,5 +150,18 @@ int dp__weights_save(struct dp_exec *ex, const char *file)
     free(g.t);
     free(g.stage);
     free(h);
+    return rc;
+}
+
+int dp__weights_save(struct dp_exec *ex, const char *file)
+{
+    /* ZeRO-3 with two parameter groups (experts under ep > 1): the expert owners visit
+     * other tensors than their shard groups' other ranks, so the per-tensor gathers of
+     * send_slices would not match; every rank gathers the whole stage first (shard.c). */
+    if (!ex->zsplit || ex->l.zero < 3)
+        return weights_save(ex, file);
+    TRY(dp__shard_full(ex));
+    int rc = weights_save(ex, file);
+    dp__shard_drop(ex);
     return rc;
 }

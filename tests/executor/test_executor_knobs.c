@@ -252,14 +252,24 @@ static const struct knob_case moe_cases[] = {
     {"ep", "{\"ep\": 2, \"zero\": 0}", RUNS, NULL},
     {"ep", "{\"ep\": 4, \"zero\": 0}", RUNS, NULL},
     {"ep", "{\"ep\": 2, \"tp\": 2, \"dp\": 2, \"sp\": true, \"zero\": 0}", RUNS, NULL},
-    {"zero", "{\"ep\": 2, \"zero\": 1}", REFUSED, NULL},
-    {"zero", "{\"zero\": 2, \"pp\": 1}", REFUSED, NULL},
-    {"zero", "{\"zero\": 3, \"pp\": 1}", REFUSED, NULL},
+    /* ZeRO with experts: dense state over DP, expert state over EDP (executor/shard.c). */
+    {"zero", "{\"ep\": 2, \"zero\": 1}", RUNS, NULL},
+    {"zero", "{\"ep\": 4, \"zero\": 1}", RUNS, NULL},
+    {"zero", "{\"zero\": 2, \"pp\": 1}", RUNS, NULL},
+    {"zero", "{\"ep\": 2, \"zero\": 2, \"pp\": 1}", RUNS, NULL},
+    {"zero", "{\"ep\": 2, \"zero\": 3, \"pp\": 1, \"framework\": \"torchtitan\"}", RUNS, NULL},
+    {"zero", "{\"zero\": 3, \"pp\": 1}", RUNS, NULL},
+    {"zero", "{\"zero\": 3}", REFUSED, "megatron"}, /* the framework's rule, with pp 2 */
+    /* HSDP with experts under ep > 1: one shard group per parameter group only. */
+    {"shard_group", "{\"ep\": 2, \"zero\": 1, \"shard_group\": 2}", REFUSED,
+     "shard_group=2 with ep=2"},
     {"etp", "{\"tp\": 2, \"etp\": 1}", REFUSED, NULL},
-    /* CP with experts, dropless; capacity's drop order spans the micro-batch CP splits. */
+    /* CP with experts, dropless, zero 0; capacity's drop order spans the micro-batch CP
+     * splits, the expert shard groups leave out the cp ranks. */
     {"cp", "{\"cp\": 2, \"zero\": 0}", RUNS, NULL},
     {"cp", "{\"cp\": 2, \"ep\": 2, \"zero\": 0}", RUNS, NULL},
     {"cp", "{\"cp\": 2, \"zero\": 0, \"moe_capacity\": 1.25}", REFUSED, NULL},
+    {"cp", "{\"cp\": 2, \"zero\": 1}", REFUSED, NULL},
     {"etp", "{\"tp\": 2, \"etp\": 2}", RUNS, NULL},
     {"moe_capacity", "{\"moe_capacity\": 1.25}", RUNS, NULL},
     {"moe_pad", "{\"moe_capacity\": 1.25, \"moe_pad\": true}", RUNS, NULL},
@@ -286,7 +296,7 @@ static void test_moe_knobs(void)
     CHECK_EQ(read_layout("{}", &l, &err), 0);
     CHECK(dp_exec_check(&m, &l, 0, &err) != 0);
     CHECK_CONTAINS(err.msg, "shared_gate");
-    CHECK_EQ(runs, 11);
+    CHECK_EQ(runs, 17);
     CHECK_EQ(refused, 5);
 }
 
