@@ -97,12 +97,12 @@ int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world
                               "context-parallel experts dropless (the drop order is over the "
                               "whole micro-batch, which CP splits)",
                               l->cp);
-        if (l->cp > 1 && l->zero >= 1)
+        if (l->cp > 1 && l->zero >= 1 && l->ep > 1)
             return dp_err_set(err, DP_EINFEASIBLE,
-                              "layout: cp=%d with zero=%d: the CPU executor runs "
-                              "context-parallel experts with zero 0 (its expert shard groups "
+                              "layout: cp=%d with zero=%d and ep=%d: the CPU executor shards "
+                              "context-parallel experts with ep 1 only (its expert shard groups "
                               "leave out the cp ranks)",
-                              l->cp, l->zero);
+                              l->cp, l->zero, l->ep);
         /* What the MoE code (moe.c) runs: one line per limit. */
         if (dp_layout_etp(l) != l->tp)
             return dp_err_set(err, DP_EINFEASIBLE,

@@ -264,12 +264,13 @@ static const struct knob_case moe_cases[] = {
     {"shard_group", "{\"ep\": 2, \"zero\": 1, \"shard_group\": 2}", REFUSED,
      "shard_group=2 with ep=2"},
     {"etp", "{\"tp\": 2, \"etp\": 1}", REFUSED, NULL},
-    /* CP with experts, dropless, zero 0; capacity's drop order spans the micro-batch CP
-     * splits, the expert shard groups leave out the cp ranks. */
+    /* CP with experts, dropless, ZeRO with ep 1; capacity's drop order spans the
+     * micro-batch CP splits, the expert shard groups (ep > 1) leave out the cp ranks. */
     {"cp", "{\"cp\": 2, \"zero\": 0}", RUNS, NULL},
     {"cp", "{\"cp\": 2, \"ep\": 2, \"zero\": 0}", RUNS, NULL},
     {"cp", "{\"cp\": 2, \"zero\": 0, \"moe_capacity\": 1.25}", REFUSED, NULL},
-    {"cp", "{\"cp\": 2, \"zero\": 1}", REFUSED, NULL},
+    {"cp", "{\"cp\": 2, \"zero\": 1}", RUNS, NULL},
+    {"cp", "{\"cp\": 2, \"ep\": 2, \"zero\": 1}", REFUSED, NULL},
     {"etp", "{\"tp\": 2, \"etp\": 2}", RUNS, NULL},
     {"moe_capacity", "{\"moe_capacity\": 1.25}", RUNS, NULL},
     {"moe_pad", "{\"moe_capacity\": 1.25, \"moe_pad\": true}", RUNS, NULL},
@@ -296,7 +297,7 @@ static void test_moe_knobs(void)
     CHECK_EQ(read_layout("{}", &l, &err), 0);
     CHECK(dp_exec_check(&m, &l, 0, &err) != 0);
     CHECK_CONTAINS(err.msg, "shared_gate");
-    CHECK_EQ(runs, 17);
+    CHECK_EQ(runs, 18);
     CHECK_EQ(refused, 5);
 }
 
