@@ -662,6 +662,26 @@ static const struct dp_backend_ops pricing_ops = {
  * messages), *step the rest (zeroing, gradient reductions, the loss and norm all-reduce,
  * AdamW, the ZeRO-1 gather).
  */
+/* The group sizes of the layout (the embedding group is set per stage). */
+static void pricer_sizes(struct pricer *c, const struct dp_model *m, const struct dp_layout *l,
+                         int per_node)
+{
+    const int cp = l->cp > 1 ? l->cp : 1;
+    c->seq_len = (double)l->seq_len;
+    c->size[DP_GROUP_WORLD] = l->tp * cp * l->dp * l->pp;
+    c->size[DP_GROUP_CP] = cp;
+    c->size[DP_GROUP_DPCP] = cp * l->dp;
+    c->size[DP_GROUP_TP] = l->tp;
+    c->size[DP_GROUP_DP] = l->dp;
+    c->size[DP_GROUP_PP] = l->pp;
+    c->size[DP_GROUP_NODE] = per_node;
+    c->size[DP_GROUP_SHARD] = l->zero >= 1 ? dp_layout_shard(l) : 1;
+    c->size[DP_GROUP_REPL] = l->zero >= 1 ? dp_layout_replicas(l) : 1;
+    c->size[DP_GROUP_EP] = m->experts > 0 ? l->ep : 1;
+    c->size[DP_GROUP_EDP] = m->experts > 0 ? l->dp / l->ep : l->dp;
+    c->size[DP_GROUP_EDPCP] = c->size[DP_GROUP_EDP] * cp;
+}
+
 static int price_stage(struct pricer *c, const struct dp_model *m, const struct dp_layout *l,
                        int st, struct parts *pipe, struct parts *step, struct dp_err *err)
 {
@@ -775,19 +795,7 @@ int dp_exec_predict(const struct dp_model *m, const struct dp_layout *l,
     c.a_step = run->allreduce_small_s > 0 ? run->allreduce_small_s / steps : 0;
     double big = run->allreduce_1mib_s - run->allreduce_small_s;
     c.coll_bps = world > 1 && big > 0 ? 2.0 * (world - 1) / world * 1048576.0 / big : 1e18;
-    c.size[DP_GROUP_WORLD] = l->tp * (l->cp > 1 ? l->cp : 1) * l->dp * l->pp;
-    c.size[DP_GROUP_CP] = l->cp > 1 ? l->cp : 1;
-    c.size[DP_GROUP_DPCP] = (l->cp > 1 ? l->cp : 1) * l->dp;
-    c.seq_len = (double)l->seq_len;
-    c.size[DP_GROUP_TP] = l->tp;
-    c.size[DP_GROUP_DP] = l->dp;
-    c.size[DP_GROUP_PP] = l->pp;
-    c.size[DP_GROUP_NODE] = per_node;
-    c.size[DP_GROUP_SHARD] = l->zero >= 1 ? dp_layout_shard(l) : 1;
-    c.size[DP_GROUP_REPL] = l->zero >= 1 ? dp_layout_replicas(l) : 1;
-    c.size[DP_GROUP_EP] = m->experts > 0 ? l->ep : 1;
-    c.size[DP_GROUP_EDP] = m->experts > 0 ? l->dp / l->ep : l->dp;
-    c.size[DP_GROUP_EDPCP] = c.size[DP_GROUP_EDP] * (l->cp > 1 ? l->cp : 1);
+    pricer_sizes(&c, m, l, per_node);
 
     /* Per stage: a micro-batch (the pipeline's share of one) and the step's own work;
      * 1F1B paced by the slowest stage. */
@@ -862,16 +870,7 @@ int dp_exec_schedule(const struct dp_model *m, const struct dp_layout *l, int st
         c.pr.bw_gbps[i] = 1;
     c.pr.cache_bytes[0] = c.pr.cache_bytes[1] = 1;
     c.coll_bps = 1e18;
-    c.size[DP_GROUP_WORLD] = l->tp * (l->cp > 1 ? l->cp : 1) * l->dp * l->pp;
-    c.size[DP_GROUP_CP] = l->cp > 1 ? l->cp : 1;
-    c.size[DP_GROUP_DPCP] = (l->cp > 1 ? l->cp : 1) * l->dp;
-    c.seq_len = (double)l->seq_len;
-    c.size[DP_GROUP_TP] = l->tp;
-    c.size[DP_GROUP_DP] = l->dp;
-    c.size[DP_GROUP_PP] = l->pp;
-    c.size[DP_GROUP_NODE] = 1;
-    c.size[DP_GROUP_SHARD] = l->zero >= 1 ? dp_layout_shard(l) : 1;
-    c.size[DP_GROUP_REPL] = l->zero >= 1 ? dp_layout_replicas(l) : 1;
+    pricer_sizes(&c, m, l, 1);
     struct dp_exec *ex = calloc(1, sizeof *ex);
     if (!ex)
         return dp_err_set(err, DP_ENOMEM, "out of memory");
