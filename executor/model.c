@@ -177,6 +177,7 @@ void dp__model_release(struct dp_exec *ex)
     free(ex->lay_hi);
     free(ex->cnt);
     free(ex->zr);
+    dp__moe_release(ex); /* every path that built the model: run, predict, schedule */
     ex->segs = NULL;
     ex->lp = NULL;
     ex->lay_lo = ex->lay_hi = NULL;

@@ -728,7 +728,6 @@ static int price_stage(struct pricer *c, const struct dp_model *m, const struct 
     }
     dp__mem_release(ex);
     dp__model_release(ex);
-    dp__moe_release(ex);
     free(ex);
     return rc;
 }

@@ -256,7 +256,6 @@ void dp__exec_free(struct dp_exec *ex)
         return;
     dp__mem_release(ex);
     dp__model_release(ex);
-    dp__moe_release(ex);
     dp__ckpt_free(ex);
     free(ex->host_tok);
     if (ex->be)
