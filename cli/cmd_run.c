@@ -92,7 +92,7 @@ static const char run_knob_help[] =
     "  --ep N                mixture-of-experts models: expert parallel degree (divides\n"
     "                        dp; experts split over tp as the dense MLP, etp = tp;\n"
     "                        with --zero the expert state is sharded over dp/ep) [1]\n"
-    "  --moe-capacity F      expert capacity factor; 0: dropless (with cp > 1: 0 only) [0]\n"
+    "  --moe-capacity F      expert capacity factor; 0: dropless [0]\n"
     "  --optimizer adam      accepted: the only value it runs\n\n"
     "Refused with an error naming the knob: a model chunk without layers, --optimizer\n"
     "sgd; for MoE models --cp above 1 with a capacity or with --zero and ep > 1, --etp\n"

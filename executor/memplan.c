@@ -250,7 +250,10 @@ void dp__memplan(const struct dp_exec *ex, struct dp__memplan *p)
         e[DP__BUF_MX] = dm->Rx * dm->h;
         e[DP__BUF_MDACT] = dm->Rx * dm->fe;
         e[DP__BUF_MDFC1] = ex->m->ffn != DP_FFN_GELU ? dm->Rx * dm->Fe1 : 0;
+        /* The router's backward, or (capacity under CP) the ring's gathered choices. */
         e[DP__BUF_MDL] = dm->N * dm->E + dm->R + dm->E;
+        if (dm->cap > 0 && dm->cp > 1 && dm->cp * dm->N * dm->K > e[DP__BUF_MDL])
+            e[DP__BUF_MDL] = dm->cp * dm->N * dm->K;
         e[DP__BUF_SDACT] = dm->N * dm->sf;
         e[DP__BUF_SDFC1] = ex->m->ffn != DP_FFN_GELU ? dm->N * dm->Sf1 : 0;
     }

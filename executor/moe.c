@@ -17,7 +17,7 @@
  *    model files carry no coefficient). The step's loss is the mean token cross-entropy
  *    plus the mean over its micro-batches of the summed aux of the layers.
  *  - Capacity (layout moe_capacity > 0): each expert takes at most
- *    ceil(capacity N K / E) of a rank's micro-batch choices (Megatron-Core
+ *    ceil(capacity N K / E) of the micro-batch's N K choices (Megatron-Core
  *    moe_utils.get_capacity), kept in token order and, within a token, by rank of the
  *    choice (Megatron's "position" drop policy); a dropped choice adds nothing and its
  *    weight is not renormalised away. moe_capacity 0: dropless.
@@ -36,8 +36,15 @@
  *    loss sees the whole micro-batch: its counts are summed over the CP ring and its
  *    N is the micro-batch's cp N tokens. An expert's replicas are then the EDP ranks of
  *    every cp_rank, whose gradients are summed over DP_GROUP_EDPCP (schedule.c).
- *    Dropless only: the capacity's token-order drop policy is over the whole
- *    micro-batch, which no rank holds (run.c refuses it).
+ *    With capacity the drops are decided over the whole micro-batch too: the CP ranks'
+ *    top-k choices are all-gathered (N K indices each) and walked in global token order
+ *    (cp_keep), each expert taking ceil(capacity cp N K / E), so a layout with cp > 1
+ *    drops exactly the choices one process would. Megatron-Core differs here: its
+ *    router sees only the rank's own sequence chunks, and get_capacity is applied to
+ *    the local tokens (capacity ceil(capacity N K / E) per CP rank, position order
+ *    within the rank's chunks), so its drops change with cp. We keep the one-process
+ *    semantics (the equivalence tests hold the cp runs to it) at the price of one
+ *    all-gather of cp N K indices per layer and micro-batch.
  *
  * The routing decisions (counts, rows) are read back to the host once per layer and
  * micro-batch, as Megatron reads tokens_per_expert for its grouped GEMM.
@@ -61,6 +68,8 @@ struct moe_host {
     real *rw, *rwt, *probs;      /* [N K], [R], [N E] */
     real *cnt_r;                 /* [2 ep El] counts as reals for the exchange */
     double *gaux;                /* [E] the chosen counts' CP all-reduce */
+    real *gsel;                  /* [cp N K] every CP rank's choices (capacity under CP) */
+    int32_t *gkept;              /* [E] kept so far over the whole micro-batch */
 };
 
 static int host_get(struct dp_exec *ex, struct moe_host **out)
@@ -68,10 +77,11 @@ static int host_get(struct dp_exec *ex, struct moe_host **out)
     const struct dp_dims *dm = &ex->dm;
     if (!ex->moe_host) {
         const int64_t NK = dm->N * dm->K, E = dm->E, ep = ex->l.ep, El = dm->El;
-        size_t bytes = sizeof(struct moe_host) + (size_t)(2 * NK + dm->R + 4 * E + ep * El) * 4 +
+        const int64_t G = dm->cap > 0 && dm->cp > 1 ? dm->cp * NK : 0;
+        size_t bytes = sizeof(struct moe_host) + (size_t)(2 * NK + dm->R + 5 * E + ep * El) * 4 +
                        (size_t)(4 * ep + ep * El) * sizeof(int) +
-                       (size_t)(NK + dm->R + dm->N * E + 2 * ep * El) * sizeof(real) +
-                       (size_t)E * sizeof(double) + 64;
+                       (size_t)(NK + dm->R + dm->N * E + 2 * ep * El + G) * sizeof(real) +
+                       (size_t)E * sizeof(double) + 80;
         char *p = calloc(1, bytes);
         if (!p)
             return dp_err_set(ex->err, DP_ENOMEM, "out of memory");
@@ -88,6 +98,8 @@ static int host_get(struct dp_exec *ex, struct moe_host **out)
         TAKE(rwt, dm->R, real);
         TAKE(probs, dm->N * E, real);
         TAKE(cnt_r, 2 * ep * El, real);
+        TAKE(gsel, G, real);
+        TAKE(gkept, E, int32_t);
         TAKE(ridx, NK, int32_t);
         TAKE(rrow, NK, int32_t);
         TAKE(rtok, dm->R, int32_t);
@@ -127,6 +139,42 @@ static void counts_of(const struct dp_exec *ex, struct moe_host *h, int32_t *tot
     *total_in = in;
 }
 
+/* Capacity under CP: every CP rank's top-k choices (the expert indices, exact as reals),
+ * gathered over the ring into h->gsel, are walked in the global token order of the
+ * micro-batch (sequence, then position; cp.c's chunks i and 2 cp - 1 - i), so each expert
+ * keeps the first cap choices of the whole micro-batch as in one process; this rank
+ * marks its own. chosen[] gets the whole micro-batch's counts (the auxiliary loss). */
+static int cp_keep(struct dp_exec *ex, struct moe_host *h)
+{
+    const struct dp_dims *dm = &ex->dm;
+    const int E = dm->E, K = dm->K, cp = dm->cp, me = dm->cp_rank;
+    const int64_t NK = dm->N * K, C = dm->C, T = dm->T, Tg = dm->Tg;
+    real *mine = h->gsel + (int64_t)me * NK, *dev = ex->w.mdl; /* free in forward */
+    for (int64_t c = 0; c < NK; c++)
+        mine[c] = (real)h->ridx[c];
+    OPS->upload(ex->be, dev + (int64_t)me * NK, mine, (size_t)NK * sizeof(real));
+    TRY(OPS->allgather(ex->be, DP_GROUP_CP, dev, NK, ex->err));
+    OPS->download(ex->be, h->gsel, dev, (size_t)(cp * NK) * sizeof(real));
+    if (ex->be->prices_only) /* as route's balanced choices, on every rank */
+        for (int64_t c = 0; c < cp * NK; c++)
+            h->gsel[c] = (real)(c % NK % E);
+    memset(h->gkept, 0, (size_t)E * sizeof(int32_t));
+    for (int64_t gn = 0; gn < dm->B * Tg; gn++) {
+        int64_t b = gn / Tg, pos = gn % Tg, chunk = pos / C;
+        int r = chunk < cp ? (int)chunk : (int)(2 * cp - 1 - chunk);
+        int64_t j = (chunk < cp ? 0 : C) + pos - chunk * C, n = b * T + j;
+        for (int k = 0; k < K; k++) {
+            int e = (int)h->gsel[(int64_t)r * NK + n * K + k];
+            bool keep = h->gkept[e] < dm->cap;
+            h->chosen[e]++;
+            h->gkept[e] += keep;
+            if (r == me)
+                h->rrow[n * K + k] = keep ? h->kept[e]++ : -1;
+        }
+    }
+    return 0;
+}
+
 /* After router_topk: the host plan (capacity, rows grouped by expert), uploaded to the
  * kept set; the chunk counts exchanged over EP. */
 static int route(struct dp_exec *ex, struct dp_act *A, struct moe_host *h, int64_t *rows)
@@ -141,20 +189,25 @@ static int route(struct dp_exec *ex, struct dp_act *A, struct moe_host *h, int64
             h->ridx[c] = (int32_t)(c % E);
     memset(h->kept, 0, (size_t)E * sizeof(int32_t));
     memset(h->chosen, 0, (size_t)E * sizeof(int32_t));
-    for (int64_t c = 0; c < NK; c++) {
-        int e = h->ridx[c];
-        h->chosen[e]++;
-        if (dm->cap == 0 || h->kept[e] < dm->cap) {
-            h->rrow[c] = h->kept[e]++; /* position within e; made global below */
-        } else {
-            h->rrow[c] = -1;
+    if (dm->cap > 0 && dm->cp > 1) {
+        TRY(cp_keep(ex, h));
+    } else {
+        for (int64_t c = 0; c < NK; c++) {
+            int e = h->ridx[c];
+            h->chosen[e]++;
+            if (dm->cap == 0 || h->kept[e] < dm->cap) {
+                h->rrow[c] = h->kept[e]++; /* position within e; made global below */
+            } else {
+                h->rrow[c] = -1;
+            }
         }
     }
-    /* CP: the auxiliary loss's f_e counts the whole micro-batch's choices, spread over the
-     * CP ring (Megatron-Core router.py sums tokens_per_expert over its tp-cp "sequence
-     * partition group"); TP ranks route the same gathered tokens, so over CP only. The
-     * kept counts stay local (dropless: every choice is kept, cp > 1 runs no capacity). */
-    if (dm->cp > 1) {
+    /* CP, dropless: the auxiliary loss's f_e counts the whole micro-batch's choices,
+     * spread over the CP ring (Megatron-Core router.py sums tokens_per_expert over its
+     * tp-cp "sequence partition group"); TP ranks route the same gathered tokens, so over
+     * CP only. The kept counts stay local (every choice is kept). With capacity, cp_keep
+     * has counted every rank's choices already. */
+    if (dm->cp > 1 && dm->cap == 0) {
         for (int e = 0; e < E; e++)
             h->gaux[e] = (double)h->chosen[e];
         TRY(OPS->allreduce_host(ex->be, DP_GROUP_CP, h->gaux, E, DP_OP_SUM, ex->err));

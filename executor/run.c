@@ -91,12 +91,6 @@ int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world
     if (dp_layout_validate(l, m, world > 0 ? world : 0, &lerr))
         return dp_err_set(err, DP_EINFEASIBLE, "layout: %s", lerr.msg);
     if (m->experts > 0) {
-        if (l->cp > 1 && l->moe_capacity > 0)
-            return dp_err_set(err, DP_EINFEASIBLE,
-                              "layout: cp=%d with moe_capacity: the CPU executor runs "
-                              "context-parallel experts dropless (the drop order is over the "
-                              "whole micro-batch, which CP splits)",
-                              l->cp);
         if (l->cp > 1 && l->zero >= 1 && l->ep > 1)
             return dp_err_set(err, DP_EINFEASIBLE,
                               "layout: cp=%d with zero=%d and ep=%d: the CPU executor shards "
@@ -237,9 +231,11 @@ void dp__dims_init(struct dp_exec *ex)
         dm->Fe1 = m->ffn == DP_FFN_SWIGLU ? 2 * dm->fe : dm->fe;
         dm->sf = m->moe_shared_experts * m->moe_shared_ffn_hidden / l->tp;
         dm->Sf1 = m->ffn == DP_FFN_SWIGLU ? 2 * dm->sf : dm->sf;
-        /* Megatron-Core get_capacity: ceil(N K / E * capacity_factor). */
+        /* Megatron-Core get_capacity: ceil(N K / E * capacity_factor), N the whole
+         * micro-batch's tokens (cp N under CP: moe.c drops over the whole micro-batch). */
+        const int64_t Ng = N * dm->cp;
         dm->cap =
-            l->moe_capacity > 0 ? (int64_t)ceil((double)(N * K) / (double)E * l->moe_capacity) : 0;
+            l->moe_capacity > 0 ? (int64_t)ceil((double)(Ng * K) / (double)E * l->moe_capacity) : 0;
         dm->R = dm->cap > 0 && E * dm->cap < N * K ? E * dm->cap : N * K;
         /* From each of the ep ranks: a token picks each local expert at most once
          * (min(K, El) rows per token), and capacity bounds each expert's rows. */

@@ -264,11 +264,13 @@ static const struct knob_case moe_cases[] = {
     {"shard_group", "{\"ep\": 2, \"zero\": 1, \"shard_group\": 2}", REFUSED,
      "shard_group=2 with ep=2"},
     {"etp", "{\"tp\": 2, \"etp\": 1}", REFUSED, NULL},
-    /* CP with experts, dropless, ZeRO with ep 1; capacity's drop order spans the
-     * micro-batch CP splits, the expert shard groups (ep > 1) leave out the cp ranks. */
+    /* CP with experts, dropless or with capacity (drops over the whole micro-batch,
+     * moe.c cp_keep), ZeRO with ep 1; the expert shard groups (ep > 1) leave out the cp
+     * ranks. */
     {"cp", "{\"cp\": 2, \"zero\": 0}", RUNS, NULL},
     {"cp", "{\"cp\": 2, \"ep\": 2, \"zero\": 0}", RUNS, NULL},
-    {"cp", "{\"cp\": 2, \"zero\": 0, \"moe_capacity\": 1.25}", REFUSED, NULL},
+    {"cp", "{\"cp\": 2, \"zero\": 0, \"moe_capacity\": 1.25}", RUNS, NULL},
+    {"cp", "{\"cp\": 2, \"ep\": 2, \"zero\": 0, \"moe_capacity\": 1.25}", RUNS, NULL},
     {"cp", "{\"cp\": 2, \"zero\": 1}", RUNS, NULL},
     {"cp", "{\"cp\": 2, \"ep\": 2, \"zero\": 1}", REFUSED, NULL},
     {"etp", "{\"tp\": 2, \"etp\": 2}", RUNS, NULL},
@@ -297,8 +299,8 @@ static void test_moe_knobs(void)
     CHECK_EQ(read_layout("{}", &l, &err), 0);
     CHECK(dp_exec_check(&m, &l, 0, &err) != 0);
     CHECK_CONTAINS(err.msg, "shared_gate");
-    CHECK_EQ(runs, 18);
-    CHECK_EQ(refused, 5);
+    CHECK_EQ(runs, 20);
+    CHECK_EQ(refused, 4);
 }
 
 /* Every key plan.json's layout writer can emit has a row above. */
