@@ -180,6 +180,14 @@ enum dp_ckpt_role {
     DP_ROLE_SH_W1,  /* [shared * shared_ffn, h] */
     DP_ROLE_SH_W1_UP,
     DP_ROLE_SH_W2,
+    /* DeepSeek-V3's score-correction bias [E] of the router (replicated, no gradient:
+     * moved by a sign rule after each step, executor/moe.c), Qwen2-MoE's shared-expert
+     * gate [1, h] (replicated), the routed experts' MLP biases (mlp_bias). */
+    DP_ROLE_ROUTER_BIAS,
+    DP_ROLE_SH_GATE,
+    DP_ROLE_EXP_B1, /* GELU b1 / SwiGLU b_gate [moe_ffn]; SwiGLU b_up follows */
+    DP_ROLE_EXP_B1_UP,
+    DP_ROLE_EXP_B2, /* [h], replicated over TP */
 };
 
 /*

@@ -114,6 +114,11 @@ static void vocab_table(struct table *t, const char *name, enum dp_ckpt_role rol
  * experts' fc1 and fc2 weights each lie back to back; then the shared experts as one
  * dense MLP of shared * shared_ffn (DeepSeekMoE's n_shared_experts x
  * moe_intermediate_size, Qwen2-MoE's shared_expert).
+ * Options of the model: DeepSeek-V3's score-correction bias [E] after the router weight
+ * (HF gate.e_score_correction_bias); with mlp_bias each local expert's fc1 biases, then
+ * each one's fc2 bias [h] (replicated over TP: added once after the sum), after the
+ * experts' weights so that those stay back to back; Qwen2-MoE's shared_expert_gate
+ * Linear(h, 1) [1, h] (replicated) after the shared experts.
  */
 static void moe_table(struct table *t, const struct dp_model *m, int L, int tp, int64_t tr, int e0,
                       int e1)
@@ -131,6 +136,10 @@ static void moe_table(struct table *t, const struct dp_model *m, int L, int tp, 
                               .replicated = true};
     snprintf(r.name, sizeof r.name, "%s", nm);
     add(t, &r);
+    if (m->moe_router_bias) {
+        snprintf(nm, sizeof nm, "h.%d.mlp.router.bias", L);
+        vec(t, nm, DP_ROLE_ROUTER_BIAS, L, m->experts);
+    }
     for (int j = e0; j < e1; j++) {
         t->expert = j;
         snprintf(nm, sizeof nm, "h.%d.mlp.experts.%d.%s", L, j, glu ? "w_gate" : "w1");
@@ -145,6 +154,20 @@ static void moe_table(struct table *t, const struct dp_model *m, int L, int tp, 
         snprintf(nm, sizeof nm, "h.%d.mlp.experts.%d.w2", L, j);
         cols_of(t, nm, DP_ROLE_EXP_W2, L, h, f, F, tr * f);
     }
+    for (int j = e0; m->mlp_bias && j < e1; j++) {
+        t->expert = j;
+        snprintf(nm, sizeof nm, "h.%d.mlp.experts.%d.%s", L, j, glu ? "b_gate" : "b1");
+        rows_of(t, nm, DP_ROLE_EXP_B1, L, f, 1, F, tr * f);
+        if (glu) {
+            snprintf(nm, sizeof nm, "h.%d.mlp.experts.%d.b_up", L, j);
+            rows_of(t, nm, DP_ROLE_EXP_B1_UP, L, f, 1, F, tr * f);
+        }
+    }
+    for (int j = e0; m->mlp_bias && j < e1; j++) {
+        t->expert = j;
+        snprintf(nm, sizeof nm, "h.%d.mlp.experts.%d.b2", L, j);
+        vec(t, nm, DP_ROLE_EXP_B2, L, h);
+    }
     t->expert = -1;
     if (m->moe_shared_experts > 0) {
         const int64_t S = m->moe_shared_experts * m->moe_shared_ffn_hidden, s = S / tp;
@@ -156,6 +179,18 @@ static void moe_table(struct table *t, const struct dp_model *m, int L, int tp, 
         }
         snprintf(nm, sizeof nm, "h.%d.mlp.shared.w2", L);
         cols_of(t, nm, DP_ROLE_SH_W2, L, h, s, S, tr * s);
+        if (m->moe_shared_gate) {
+            snprintf(nm, sizeof nm, "h.%d.mlp.shared.gate", L);
+            struct dp_ckpt_slice g = {.role = DP_ROLE_SH_GATE,
+                                      .layer = L,
+                                      .rows = 1,
+                                      .cols = h,
+                                      .grows = 1,
+                                      .gcols = h,
+                                      .replicated = true};
+            snprintf(g.name, sizeof g.name, "%s", nm);
+            add(t, &g);
+        }
     }
 }
 

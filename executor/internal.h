@@ -76,6 +76,9 @@ struct dp_layer_params {
     /* MoE layers (moe.c): the router; the first local expert's fused fc1 and its fc2 (the
      * others follow at strides Fe1 h and h fe); the shared experts' fc1 and fc2. */
     size_t router, ew1, ew2, sw1, sw2;
+    /* Options: DeepSeek-V3's router score bias [E]; Qwen2-MoE's shared-expert gate [h];
+     * the first local expert's fc1 bias (the others at strides Fe1) and fc2 bias (h). */
+    size_t router_b, sgate, eb1, eb2;
 };
 
 /* Sizes of this rank's tensors (see README "Buffer table"). */
@@ -351,9 +354,14 @@ int dp__shard_visit(struct dp_exec *ex, const struct dp_seg *sg);
 /* Switch Transformer's load-balancing coefficient alpha = 1e-2 (Fedus et al. 2022,
  * Sec. 2.2), the model files having none. */
 #define DP_MOE_AUX_COEFF 1e-2
+/* The step of DeepSeek-V3's aux-loss-free bias update, gamma (DeepSeek-V3 report Sec.
+ * 2.1.2 and Sec. 4.2: 0.001; Megatron-Core moe_router_bias_update_rate, default 1e-3). */
+#define DP_MOE_BIAS_RATE 1e-3
 int dp__moe_forward(struct dp_exec *ex, const struct dp_layer_params *p, struct dp_act *A,
                     const real *g2, real *out);
 int dp__moe_backward(struct dp_exec *ex, const struct dp_layer_params *p, struct dp_act *A);
+/* After the optimizer step: DeepSeek-V3's router biases moved by the step's counts. */
+int dp__moe_bias_update(struct dp_exec *ex);
 void dp__moe_release(struct dp_exec *ex);
 /* model.c's TP helpers: SP all-gather of token slices (else src), and the partial sum
  * over TP (all-reduce, or reduce-scatter under SP). */

@@ -69,6 +69,10 @@ static size_t *offset_of(struct dp_exec *ex, const struct dp_ckpt_slice *t)
     case DP_ROLE_W2: return &p->w2;
     case DP_ROLE_B2: return &p->b2;
     case DP_ROLE_ROUTER: return &p->router;
+    case DP_ROLE_ROUTER_BIAS: return &p->router_b;
+    case DP_ROLE_SH_GATE: return &p->sgate;
+    case DP_ROLE_EXP_B1: return p->eb1 == NONE ? &p->eb1 : NULL;
+    case DP_ROLE_EXP_B2: return p->eb2 == NONE ? &p->eb2 : NULL;
     case DP_ROLE_SH_W1: return &p->sw1; /* SwiGLU: up follows */
     case DP_ROLE_SH_W2: return &p->sw2;
     /* The first local expert's; the others follow (ckpt/tensors.c moe_table). */
@@ -102,8 +106,11 @@ static int build_segments(struct dp_exec *ex)
         s->off = ex->nparams;
         s->decay = t[i].gcols > 1; /* AdamW decays 2-D weights only */
         s->norm_once = t[i].replicated && ex->dm.tp > 1;
-        /* The router sees the gathered tokens: its gradient is whole on every TP rank. */
-        s->tp_partial = t[i].replicated && ex->dm.sp && t[i].role != DP_ROLE_ROUTER;
+        /* The router, its bias, the shared gate and the experts' fc2 biases see the
+         * gathered tokens: their gradients are whole on every TP rank. */
+        s->tp_partial = t[i].replicated && ex->dm.sp && t[i].role != DP_ROLE_ROUTER &&
+                        t[i].role != DP_ROLE_ROUTER_BIAS && t[i].role != DP_ROLE_SH_GATE &&
+                        t[i].role != DP_ROLE_EXP_B2;
         size_t *at = offset_of(ex, &t[i]);
         if (at)
             *at = s->off;

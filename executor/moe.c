@@ -9,6 +9,19 @@
  *    (ties: the lower index), their weights renormalised to sum 1. That is
  *    Mixtral's "softmax over the top-k logits" (Jiang et al. 2024, Eq. 1; HF
  *    modeling_mixtral.py, norm after topk) and Qwen-MoE's norm_topk_prob = true.
+ *  - DeepSeek-V3 routing (model moe.router_bias; DeepSeek-V3 report Sec. 2.1.2, HF
+ *    modeling_deepseek_v3 noaux_tc, Megatron-Core moe_router_score_function sigmoid with
+ *    moe_router_enable_expert_bias, which Megatron allows with sigmoid scores only):
+ *    scores s = sigmoid(logits), the top-K of s + b chosen (b the per-expert bias
+ *    h.L.mlp.router.bias), their s renormalised to sum 1 as the weights, so b steers
+ *    the choice and never the weights. b has no gradient: after each optimizer step
+ *    b_e += gamma sign(mean_i c_i - c_e), c_e the choices expert e kept in the step
+ *    over the DP x CP ranks, gamma = DP_MOE_BIAS_RATE (dp__moe_bias_update). The
+ *    auxiliary loss below stays (Megatron's aux_loss type with expert bias), its P_e
+ *    from the per-token normalised sigmoid scores s_e / sum_i s_i as Megatron's
+ *    compute_routing_scores_for_aux_loss; DeepSeek-V3's own small sequence-wise loss,
+ *    its routed_scaling_factor and its group-limited (node) routing are not modelled
+ *    (the model files carry none of them).
  *  - Auxiliary load-balancing loss (Fedus et al. 2022, Switch Transformer, Eq. 4;
  *    Megatron-Core moe_utils.switch_load_balancing_loss_func): per layer and micro-batch
  *    aux = c E sum_e f_e P_e, f_e the fraction of the N K choices that picked e (before
@@ -70,6 +83,7 @@ struct moe_host {
     double *gaux;                /* [E] the chosen counts' CP all-reduce */
     real *gsel;                  /* [cp N K] every CP rank's choices (capacity under CP) */
     int32_t *gkept;              /* [E] kept so far over the whole micro-batch */
+    double *tpe;                 /* [layers E] the step's kept choices per expert (router bias) */
 };
 
 static int host_get(struct dp_exec *ex, struct moe_host **out)
@@ -78,10 +92,11 @@ static int host_get(struct dp_exec *ex, struct moe_host **out)
     if (!ex->moe_host) {
         const int64_t NK = dm->N * dm->K, E = dm->E, ep = ex->l.ep, El = dm->El;
         const int64_t G = dm->cap > 0 && dm->cp > 1 ? dm->cp * NK : 0;
+        const int64_t TPE = ex->m->moe_router_bias ? (int64_t)ex->nlayers * E : 0;
         size_t bytes = sizeof(struct moe_host) + (size_t)(2 * NK + dm->R + 5 * E + ep * El) * 4 +
                        (size_t)(4 * ep + ep * El) * sizeof(int) +
                        (size_t)(NK + dm->R + dm->N * E + 2 * ep * El + G) * sizeof(real) +
-                       (size_t)E * sizeof(double) + 80;
+                       (size_t)(E + TPE) * sizeof(double) + 88;
         char *p = calloc(1, bytes);
         if (!p)
             return dp_err_set(ex->err, DP_ENOMEM, "out of memory");
@@ -94,6 +109,7 @@ static int host_get(struct dp_exec *ex, struct moe_host **out)
         at += (size_t)(n) * sizeof(T);                                                             \
     } while (0)
         TAKE(gaux, E, double);
+        TAKE(tpe, TPE, double);
         TAKE(rw, NK, real);
         TAKE(rwt, dm->R, real);
         TAKE(probs, dm->N * E, real);
@@ -299,10 +315,17 @@ int dp__moe_forward(struct dp_exec *ex, const struct dp_layer_params *p, struct 
 
     /* Router. */
     OPS->gemm(be, false, true, N, E, h, 1, g2, h, dp__param(ex, p->router), h, 0, A->rprobs, E);
-    OPS->router_topk(be, A->rprobs, A->ridx, A->rw, dm->N, E, K);
+    const bool sig = m->moe_router_bias;
+    OPS->router_topk(be, A->rprobs, A->ridx, A->rw, sig ? dp__param(ex, p->router_b) : NULL, dm->N,
+                     E, K);
     int64_t rows = 0;
     int32_t in = 0;
     TRY(route(ex, A, H, &rows));
+    if (sig && out) { /* the step's load per expert (not again in recompute) */
+        double *t = H->tpe + (p - ex->lp) * E;
+        for (int e = 0; e < E; e++)
+            t[e] += H->kept[e];
+    }
     counts_of(ex, H, &in);
     if (in > dm->Rx)
         return dp_err_set(ex->err, DP_ERUNTIME,
@@ -358,6 +381,14 @@ int dp__moe_forward(struct dp_exec *ex, const struct dp_layer_params *p, struct 
     OPS->download(be, H->probs, A->rprobs, (size_t)(dm->N * E) * sizeof(real));
     const double Ng = (double)(dm->N * dm->cp);
     double aux = 0;
+    if (sig) /* the aux-loss scores of the sigmoid router: s normalised per token */
+        for (int64_t n = 0; n < dm->N; n++) {
+            double S = 0;
+            for (int e = 0; e < E; e++)
+                S += H->probs[n * E + e];
+            for (int e = 0; e < E; e++)
+                H->probs[n * E + e] = (real)(H->probs[n * E + e] / S);
+        }
     for (int e = 0; e < E; e++) {
         double P = 0;
         for (int64_t n = 0; n < dm->N; n++)
@@ -447,7 +478,8 @@ int dp__moe_backward(struct dp_exec *ex, const struct dp_layer_params *p, struct
     for (int e = 0; e < E; e++)
         ga[e] = (real)(scale * (double)H->chosen[e] / (Ng * K));
     OPS->upload(be, gaux, ga, (size_t)E * sizeof(real));
-    OPS->router_bwd(be, dl, A->rprobs, A->rw, A->ridx, A->rrow, dwr, gaux, dm->N, E, K);
+    OPS->router_bwd(be, dl, A->rprobs, A->rw, A->ridx, A->rrow, dwr, gaux, m->moe_router_bias,
+                    dm->N, E, K);
     OPS->gemm(be, true, false, E, h, N, 1, dl, E, g2, h, 1, dp__grad(ex, p->router), h);
     /* The experts' and shared part is partial over TP; the router's is whole on every TP
      * rank (its tokens are the gathered ones), so it joins after the sum. */
@@ -455,6 +487,49 @@ int dp__moe_backward(struct dp_exec *ex, const struct dp_layer_params *p, struct
     OPS->gemm(be, false, false, N, h, E, 1, dl, E, dp__param(ex, p->router), h, 0, w->tmp, h);
     int64_t first = dm->sp ? dm->tp_rank * dm->Nl : 0;
     OPS->add_inplace(be, w->dtmp, w->tmp + first * dm->h, dm->Nl * dm->h);
+    return 0;
+}
+
+/* DeepSeek-V3's aux-loss-free balancing (report Sec. 2.1.2; Megatron-Core
+ * moe_utils.get_updated_expert_bias, called from finalize_model_grads): after the step,
+ * each layer's bias b_e += rate sign(mean_i c_i - c_e), c_e the choices expert e kept in
+ * the whole step (every micro-batch, summed over the DP x CP ranks; Megatron sums over
+ * TP x DP x CP, where TP ranks count the same tokens, which changes no sign). Outside the
+ * gradient and the optimizer: the bias has no gradient, and AdamW leaves a vector with a
+ * zero gradient where it is (no weight decay on vectors). Every rank holding the layer
+ * applies the same update to its copy (under ZeRO-3 to its shard). */
+int dp__moe_bias_update(struct dp_exec *ex)
+{
+    if (!ex->m->moe_router_bias || ex->m->experts == 0)
+        return 0;
+    const int E = ex->dm.E;
+    struct moe_host *H;
+    TRY(host_get(ex, &H));
+    const int n = ex->nlayers * E;
+    if (ex->dm.cp > 1 || ex->l.dp > 1)
+        TRY(OPS->allreduce_host(ex->be, DP_GROUP_DPCP, H->tpe, n, DP_OP_SUM, ex->err));
+    real *delta = (real *)H->probs, *dev = ex->w.mdl; /* free between steps */
+    for (int i = 0; i < ex->nsegs; i++) {
+        const struct dp_seg *sg = &ex->segs[i];
+        if (sg->t.role != DP_ROLE_ROUTER_BIAS)
+            continue;
+        const double *c = H->tpe + (int64_t)dp__local_layer(ex, sg->t.layer) * E;
+        double mean = 0;
+        for (int e = 0; e < E; e++)
+            mean += c[e] / E;
+        for (int e = 0; e < E; e++)
+            delta[e] = (real)(DP_MOE_BIAS_RATE * (mean > c[e] ? 1 : mean < c[e] ? -1 : 0));
+        size_t lo = sg->off, hi = sg->off + (size_t)E;
+        real *dst = ex->params + lo;
+        if (ex->l.zero >= 3) {
+            if (!dp__seg_in_shard(ex, sg, &lo, &hi))
+                continue;
+            dst = ex->pshard + dp__shard_idx(ex, sg, lo);
+        }
+        OPS->upload(ex->be, dev, delta + (lo - sg->off), (hi - lo) * sizeof(real));
+        OPS->add_inplace(ex->be, dst, dev, (int64_t)(hi - lo));
+    }
+    memset(H->tpe, 0, (size_t)n * sizeof(double));
     return 0;
 }
 

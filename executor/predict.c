@@ -396,16 +396,18 @@ static void p_ce_grad(struct dp_backend *be, real *logits, real *loss, const rea
 /* MoE (cpu_moe.c): the router's softmax and top-K read and write N E; the row moves read
  * and write R C. Nothing is routed here: moe.c assumes balanced routing
  * (prices_only), every expert N K / E choices of each rank. */
-static void p_router_topk(struct dp_backend *be, real *probs, int32_t *idx, real *w, int64_t N,
-                          int E, int K)
+static void p_router_topk(struct dp_backend *be, real *probs, int32_t *idx, real *w,
+                          const real *bias, int64_t N, int E, int K)
 {
+    (void)bias; /* the sigmoid and the added bias: the same passes over N E */
     ew(pc(be), (double)(N * E * (K + 2)), R * 2.0 * N * E, 0);
 }
 
 static void p_router_bwd(struct dp_backend *be, real *dl, const real *probs, const real *w,
                          const int32_t *idx, const int32_t *rrow, const real *dw, const real *gaux,
-                         int64_t N, int E, int K)
+                         bool sigmoid, int64_t N, int E, int K)
 {
+    (void)sigmoid;
     ew(pc(be), (double)(N * E * 3), R * 2.0 * N * E, 0);
 }
 

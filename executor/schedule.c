@@ -308,6 +308,7 @@ int dp__optimizer_step(struct dp_exec *ex, double lr, double gscale)
         TRY(dp__shard_gather_params(ex));
     else if (zero && ex->l.zero < 3)
         TRY(OPS->allgather(ex->be, DP_GROUP_SHARD, ex->params, (int64_t)ex->shard, ex->err));
+    TRY(dp__moe_bias_update(ex));
     dp__beat(NULL);
     return 0;
 }

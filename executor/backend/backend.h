@@ -192,20 +192,24 @@ struct dp_backend_ops {
      * Mixture of experts (cpu_moe.c; executor/moe.c says where the conventions come from).
      *  router_topk: probs [N][E] holds the router logits on entry and their softmax on
      *    return; idx [N][K] the K largest probabilities' experts, largest first (ties: the
-     *    lower index), w [N][K] their weights renormalised to sum 1.
+     *    lower index), w [N][K] their weights renormalised to sum 1. With bias [E]
+     *    (DeepSeek-V3's scoring; NULL: the softmax): probs become the sigmoids s of the
+     *    logits, the K largest s + bias are chosen, w = their s renormalised to sum 1.
      *  router_bwd: dl [N][E] = the logit gradient, from dw [R] (the gradient of the
      *    weight of grouped row r; choice (n, k) sits at row rrow[n K + k], -1 dropped)
      *    through w = softmax over the chosen logits, plus that of sum_e gaux[e] P[n][e]
-     *    through the full softmax (the auxiliary loss).
+     *    through the full softmax (the auxiliary loss). sigmoid: probs holds s, w is
+     *    s renormalised over the chosen, P[n][e] = s_e / sum_i s_i (Megatron-Core's
+     *    aux-loss scores of the sigmoid router).
      *  rows_gather: dst[r] = scale[r] src[idx[r]] (scale NULL: 1), rows of C.
      *  rows_scatter_add: dst[idx[r]] += scale[r] src[r], r in order (deterministic).
      *  rows_dot: out[r] = a[idx[r]] . b[r].
      */
-    void (*router_topk)(struct dp_backend *be, real *probs, int32_t *idx, real *w, int64_t N, int E,
-                        int K);
+    void (*router_topk)(struct dp_backend *be, real *probs, int32_t *idx, real *w, const real *bias,
+                        int64_t N, int E, int K);
     void (*router_bwd)(struct dp_backend *be, real *dl, const real *probs, const real *w,
                        const int32_t *idx, const int32_t *rrow, const real *dw, const real *gaux,
-                       int64_t N, int E, int K);
+                       bool sigmoid, int64_t N, int E, int K);
     void (*rows_gather)(struct dp_backend *be, real *dst, const real *src, const int32_t *idx,
                         const real *scale, int64_t R, int64_t C);
     void (*rows_scatter_add)(struct dp_backend *be, real *dst, const real *src, const int32_t *idx,

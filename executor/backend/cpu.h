@@ -78,11 +78,11 @@ double dp__cpu_sumsq(struct dp_backend *be, const real *x, int64_t n);
 void dp__cpu_adamw(struct dp_backend *be, real *p, const real *grad, real *m, real *v, int64_t n,
                    double lr, double beta1, double beta2, double eps, double wd, double bc1,
                    double bc2, double gscale);
-void dp__cpu_router_topk(struct dp_backend *be, real *probs, int32_t *idx, real *w, int64_t N,
-                         int E, int K);
+void dp__cpu_router_topk(struct dp_backend *be, real *probs, int32_t *idx, real *w,
+                         const real *bias, int64_t N, int E, int K);
 void dp__cpu_router_bwd(struct dp_backend *be, real *dl, const real *probs, const real *w,
                         const int32_t *idx, const int32_t *rrow, const real *dw, const real *gaux,
-                        int64_t N, int E, int K);
+                        bool sigmoid, int64_t N, int E, int K);
 void dp__cpu_rows_gather(struct dp_backend *be, real *dst, const real *src, const int32_t *idx,
                          const real *scale, int64_t R, int64_t C);
 void dp__cpu_rows_scatter_add(struct dp_backend *be, real *dst, const real *src, const int32_t *idx,

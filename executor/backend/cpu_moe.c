@@ -11,31 +11,41 @@
 #include <omp.h>
 #include <string.h>
 
-void dp__cpu_router_topk(struct dp_backend *be, real *probs, int32_t *idx, real *w, int64_t N,
-                         int E, int K)
+void dp__cpu_router_topk(struct dp_backend *be, real *probs, int32_t *idx, real *w,
+                         const real *bias, int64_t N, int E, int K)
 {
     (void)be;
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++) {
         real *p = probs + n * E;
-        double mx = p[0], s = 0;
-        for (int e = 1; e < E; e++)
-            mx = p[e] > mx ? p[e] : mx;
-        for (int e = 0; e < E; e++)
-            s += exp((double)p[e] - mx);
-        for (int e = 0; e < E; e++)
-            p[e] = (real)(exp((double)p[e] - mx) / s);
-        /* K passes of selection: the largest not yet chosen, the lowest index on ties. */
+        if (bias) { /* sigmoid scores (DeepSeek-V3 report, Sec. 2.1.2) */
+            for (int e = 0; e < E; e++)
+                p[e] = (real)(1.0 / (1.0 + exp(-(double)p[e])));
+        } else {
+            double mx = p[0], s = 0;
+            for (int e = 1; e < E; e++)
+                mx = p[e] > mx ? p[e] : mx;
+            for (int e = 0; e < E; e++)
+                s += exp((double)p[e] - mx);
+            for (int e = 0; e < E; e++)
+                p[e] = (real)(exp((double)p[e] - mx) / s);
+        }
+        /* K passes of selection: the largest (score + bias) not yet chosen, the lowest
+         * index on ties. */
         int32_t *ix = idx + n * K;
         double ws = 0;
         for (int k = 0; k < K; k++) {
             int best = -1;
+            double bv = 0;
             for (int e = 0; e < E; e++) {
                 bool taken = false;
                 for (int j = 0; j < k; j++)
                     taken |= ix[j] == e;
-                if (!taken && (best < 0 || p[e] > p[best]))
+                double v = bias ? (double)p[e] + (double)bias[e] : (double)p[e];
+                if (!taken && (best < 0 || v > bv)) {
                     best = e;
+                    bv = v;
+                }
             }
             ix[k] = best;
             ws += p[best];
@@ -45,15 +55,46 @@ void dp__cpu_router_topk(struct dp_backend *be, real *probs, int32_t *idx, real 
     }
 }
 
+/* One token of the sigmoid router's backward: s = p (the sigmoids), the combine weights
+ * w_k = s_k / W over the chosen (W their sum), the auxiliary scores P_e = s_e / S (S the
+ * sum over all E). dL/ds_j = (dw_j - sum_k w_k dw_k) / W for a chosen j (dw_j = 0 when
+ * dropped), plus (g_e - sum_i P_i g_i) / S from the auxiliary loss; then dz = ds s (1 - s). */
+static void router_bwd_sigmoid(real *d, const real *s, const real *wn, const int32_t *ix,
+                               const int32_t *rr, const real *dw, const real *gaux, int E, int K)
+{
+    double S = 0, pg = 0, W = 0, wd = 0;
+    for (int e = 0; e < E; e++) {
+        S += s[e];
+        pg += (double)s[e] * gaux[e];
+    }
+    pg /= S;
+    for (int k = 0; k < K; k++) {
+        W += s[ix[k]];
+        wd += rr[k] >= 0 ? (double)wn[k] * dw[rr[k]] : 0.0;
+    }
+    for (int e = 0; e < E; e++)
+        d[e] = (real)(((double)gaux[e] - pg) / S);
+    for (int k = 0; k < K; k++) {
+        double dwk = rr[k] >= 0 ? (double)dw[rr[k]] : 0.0;
+        d[ix[k]] = (real)((double)d[ix[k]] + (dwk - wd) / W);
+    }
+    for (int e = 0; e < E; e++)
+        d[e] = (real)((double)d[e] * (double)s[e] * (1.0 - (double)s[e]));
+}
+
 void dp__cpu_router_bwd(struct dp_backend *be, real *dl, const real *probs, const real *w,
                         const int32_t *idx, const int32_t *rrow, const real *dw, const real *gaux,
-                        int64_t N, int E, int K)
+                        bool sigmoid, int64_t N, int E, int K)
 {
     (void)be;
 #pragma omp parallel for schedule(static)
     for (int64_t n = 0; n < N; n++) {
         const real *p = probs + n * E;
         real *d = dl + n * E;
+        if (sigmoid) {
+            router_bwd_sigmoid(d, p, w + n * K, idx + n * K, rrow + n * K, dw, gaux, E, K);
+            continue;
+        }
         /* Auxiliary term through the full softmax: dz_e = p_e (g_e - sum_i p_i g_i). */
         double pg = 0;
         for (int e = 0; e < E; e++)

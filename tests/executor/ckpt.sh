@@ -335,6 +335,15 @@ moe)
     --ckpt-every 2
   run moe-rev 1 "${MOE[@]}" --resume moe-dsrc/ck/step_00000002
   has moe-rev.err 'experts 0 vs 4' "dense checkpoint resumed by a MoE model"
+  # DeepSeek-V3 routing: the router bias (moved by the load, not by the optimizer) is in
+  # the checkpoint, so resuming on dp 2 zero 3 (the bias then in a shard) follows the
+  # uninterrupted dp 2 ep 2 run.
+  V3=("$models/tiny-moe-v3.json" --steps 20 --gbs 8 --seq-len 32 --mbs 2)
+  run v3-src 0 "${V3[@]}" --dp 2 --ep 2 --ckpt-dir v3-src/ck --ckpt-every 10
+  run v3-zero3 0 "${V3[@]}" --dp 2 --zero 3 --resume v3-src/ck/step_00000010
+  "$tool" losses v3-src/log.jsonl v3-zero3/log.jsonl 11 1e-5 || bad "v3 ep2 -> zero3 losses"
+  "$tool" close v3-src/model.safetensors v3-zero3/model.safetensors 1e-5 ||
+    bad "v3 ep2 -> zero3 weights"
   ;;
 
 moezero)

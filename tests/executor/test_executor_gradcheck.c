@@ -50,14 +50,19 @@ static double loss_at(struct dp_exec *ex)
 
 /* kind 0 GPT, 1 Llama, 2 Llama with mixture-of-experts MLPs (4 experts, top-2, a shared
  * expert, the first layer dense: router, experts, combine and the auxiliary loss),
- * 3 the same with capacity factor 1 (dropped choices). */
+ * 3 the same with capacity factor 1 (dropped choices), 4 the same with DeepSeek-V3's
+ * routing (sigmoid scores, the router bias in the selection only; the bias is moved off
+ * zero so that it decides choices, and has no gradient). */
 static double gradcheck(int kind, enum dp_recompute rc, struct dp_tokens *tok)
 {
     struct dp_model m;
     bool llama = kind >= 1;
     base_model(&m, llama);
     if (kind >= 2) {
-        snprintf(m.name, sizeof m.name, "%s", kind == 2 ? "gradcheck-moe" : "gradcheck-moe-cap");
+        snprintf(m.name, sizeof m.name, "%s",
+                 kind == 2   ? "gradcheck-moe"
+                 : kind == 3 ? "gradcheck-moe-cap"
+                             : "gradcheck-moe-v3");
         m.layers = 3;
         m.experts = 4;
         m.top_k = 2;
@@ -65,6 +70,7 @@ static double gradcheck(int kind, enum dp_recompute rc, struct dp_tokens *tok)
         m.moe_shared_experts = 1;
         m.moe_shared_ffn_hidden = 8;
         m.moe_dense_layers = 1;
+        m.moe_router_bias = kind == 4;
     }
     struct dp_layout l;
     dp_layout_default(&l);
@@ -100,6 +106,14 @@ static double gradcheck(int kind, enum dp_recompute rc, struct dp_tokens *tok)
     for (int s = 0; s < ex->nsegs; s++) {
         const struct dp_seg *sg = &ex->segs[s];
         size_t n = (size_t)(sg->t.rows * sg->t.cols), big = 0;
+        if (sg->t.role == DP_ROLE_ROUTER_BIAS) {
+            /* No gradient by construction (it only picks the experts: the loss is a step
+             * function of it, and a finite difference measures the steps where a choice
+             * flips); the gradient buffer must stay zero, so AdamW leaves it alone. */
+            for (size_t i = 0; i < n; i++)
+                CHECK(g[sg->off + i] == 0);
+            continue;
+        }
         for (size_t i = 1; i < n; i++)
             if (fabs(g[sg->off + i]) > fabs(g[sg->off + big]))
                 big = i;
@@ -157,12 +171,12 @@ int main(void)
         x = x * 1664525u + 1013904223u;
         tok.tok[i] = (uint16_t)((x >> 16) % 40);
     }
-    for (int kind = 0; kind <= 3; kind++)
+    for (int kind = 0; kind <= 4; kind++)
         for (int rc = DP_RECOMPUTE_NONE; rc <= DP_RECOMPUTE_FULL; rc++)
             /* MoE: selective recompute runs the MoE layer as without recompute; capacity
              * changes the routing only (CI time: the MoE cases cost the most). */
             if (kind < 2 || (kind == 2 && rc != DP_RECOMPUTE_SELECTIVE) ||
-                (kind == 3 && rc == DP_RECOMPUTE_NONE))
+                (kind >= 3 && rc == DP_RECOMPUTE_NONE) || (kind == 4 && rc == DP_RECOMPUTE_FULL))
                 CHECK(gradcheck(kind, (enum dp_recompute)rc, &tok) < 1e-6);
     free(tok.tok);
     dp_exec_finalize();

@@ -291,12 +291,15 @@ static void test_moe_knobs(void)
     int runs = 0, refused = 0;
     for (size_t i = 0; i < sizeof moe_cases / sizeof *moe_cases; i++)
         run_case(&m, &moe_cases[i], NULL, &runs, &refused);
+    struct dp_layout l;
+    CHECK_EQ(read_layout("{}", &l, &err), 0);
+    /* DeepSeek-V3's router bias runs (sigmoid scores, moe.c). */
+    m.moe_router_bias = true;
+    CHECK_EQ(dp_exec_check(&m, &l, 0, &err), 0);
     /* The shared expert's gate (Qwen2-MoE) is not run: one line naming it. */
     m.moe_shared_experts = 1;
     m.moe_shared_ffn_hidden = 32;
     m.moe_shared_gate = true;
-    struct dp_layout l;
-    CHECK_EQ(read_layout("{}", &l, &err), 0);
     CHECK(dp_exec_check(&m, &l, 0, &err) != 0);
     CHECK_CONTAINS(err.msg, "shared_gate");
     CHECK_EQ(runs, 20);
