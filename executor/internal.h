@@ -129,6 +129,8 @@ struct dp_act {
     real *ein, *efc1, *eact; /* [R, h], [R, Fe1], [R, fe] */
     real *eout;              /* [R, h] */
     real *sfc1, *sact;       /* [N, Sf1], [N, sf] */
+    real *sgate;             /* [N] the shared gate sigmoid(x . w_g) (shared_gate) */
+    int32_t *sidx;           /* [N] 0 .. N - 1, the rows the gate scales */
 };
 
 /* A micro-batch in flight on this stage. */

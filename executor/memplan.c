@@ -112,6 +112,10 @@ static void moe_acts(const struct dp_exec *ex, struct dp_act *a, struct carver *
         a->sfc1 = carve(cv, dm->N * dm->Sf1, sizeof(real));
         a->sact = carve(cv, dm->N * dm->sf, sizeof(real));
     }
+    if (ex->m->moe_shared_gate) {
+        a->sgate = carve(cv, dm->N, sizeof(real));
+        a->sidx = carve_i32(cv, dm->N);
+    }
     a->ridx = carve_i32(cv, NK);
     a->rrow = carve_i32(cv, NK);
     a->rtok = carve_i32(cv, dm->R);
@@ -251,7 +255,7 @@ void dp__memplan(const struct dp_exec *ex, struct dp__memplan *p)
         e[DP__BUF_MDACT] = dm->Rx * dm->fe;
         e[DP__BUF_MDFC1] = ex->m->ffn != DP_FFN_GELU ? dm->Rx * dm->Fe1 : 0;
         /* The router's backward, or (capacity under CP) the ring's gathered choices. */
-        e[DP__BUF_MDL] = dm->N * dm->E + dm->R + dm->E;
+        e[DP__BUF_MDL] = dm->N * dm->E + dm->R + dm->E + (ex->m->moe_shared_gate ? dm->N : 0);
         if (dm->cap > 0 && dm->cp > 1 && dm->cp * dm->N * dm->K > e[DP__BUF_MDL])
             e[DP__BUF_MDL] = dm->cp * dm->N * dm->K;
         e[DP__BUF_SDACT] = dm->N * dm->sf;

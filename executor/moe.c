@@ -22,6 +22,8 @@
  *    compute_routing_scores_for_aux_loss; DeepSeek-V3's own small sequence-wise loss,
  *    its routed_scaling_factor and its group-limited (node) routing are not modelled
  *    (the model files carry none of them).
+ *  - Qwen2-MoE's shared-expert gate (model moe.shared_gate, HF modeling_qwen2_moe):
+ *    the shared experts' output times sigmoid(x . w_g) per token (gate_forward).
  *  - Auxiliary load-balancing loss (Fedus et al. 2022, Switch Transformer, Eq. 4;
  *    Megatron-Core moe_utils.switch_load_balancing_loss_func): per layer and micro-batch
  *    aux = c E sum_e f_e P_e, f_e the fraction of the N K choices that picked e (before
@@ -84,6 +86,7 @@ struct moe_host {
     real *gsel;                  /* [cp N K] every CP rank's choices (capacity under CP) */
     int32_t *gkept;              /* [E] kept so far over the whole micro-batch */
     double *tpe;                 /* [layers E] the step's kept choices per expert (router bias) */
+    int32_t *iota;               /* [N] 0 .. N - 1 (shared gate) */
 };
 
 static int host_get(struct dp_exec *ex, struct moe_host **out)
@@ -93,10 +96,13 @@ static int host_get(struct dp_exec *ex, struct moe_host **out)
         const int64_t NK = dm->N * dm->K, E = dm->E, ep = ex->l.ep, El = dm->El;
         const int64_t G = dm->cap > 0 && dm->cp > 1 ? dm->cp * NK : 0;
         const int64_t TPE = ex->m->moe_router_bias ? (int64_t)ex->nlayers * E : 0;
-        size_t bytes = sizeof(struct moe_host) + (size_t)(2 * NK + dm->R + 5 * E + ep * El) * 4 +
+        const int64_t IO = ex->m->moe_shared_gate ? dm->N : 0;
+        const int64_t PR = dm->N * (E > 2 ? E : 2); /* also the gate's staging, 2 N */
+        size_t bytes = sizeof(struct moe_host) +
+                       (size_t)(2 * NK + dm->R + 5 * E + ep * El + IO) * 4 +
                        (size_t)(4 * ep + ep * El) * sizeof(int) +
-                       (size_t)(NK + dm->R + dm->N * E + 2 * ep * El + G) * sizeof(real) +
-                       (size_t)(E + TPE) * sizeof(double) + 88;
+                       (size_t)(NK + dm->R + PR + 2 * ep * El + G) * sizeof(real) +
+                       (size_t)(E + TPE) * sizeof(double) + 96;
         char *p = calloc(1, bytes);
         if (!p)
             return dp_err_set(ex->err, DP_ENOMEM, "out of memory");
@@ -112,10 +118,13 @@ static int host_get(struct dp_exec *ex, struct moe_host **out)
         TAKE(tpe, TPE, double);
         TAKE(rw, NK, real);
         TAKE(rwt, dm->R, real);
-        TAKE(probs, dm->N * E, real);
+        TAKE(probs, PR, real);
         TAKE(cnt_r, 2 * ep * El, real);
         TAKE(gsel, G, real);
         TAKE(gkept, E, int32_t);
+        TAKE(iota, IO, int32_t);
+        for (int64_t n = 0; n < IO; n++)
+            h->iota[n] = (int32_t)n;
         TAKE(ridx, NK, int32_t);
         TAKE(rrow, NK, int32_t);
         TAKE(rtok, dm->R, int32_t);
@@ -301,6 +310,28 @@ static real *expert_g2(struct dp_exec *ex, const struct dp_layer_params *p, int 
     return dp__grad(ex, p->ew2) + (size_t)j * (size_t)(ex->dm.h * ex->dm.fe);
 }
 
+/*
+ * Qwen2-MoE's shared-expert gate (HF modeling_qwen2_moe Qwen2MoeSparseMoeBlock:
+ * sigmoid(shared_expert_gate(x)) * shared_expert(x), shared_expert_gate Linear(h, 1,
+ * bias=False)): one scalar per token, the same on every TP rank (the gathered tokens),
+ * so it scales the TP-partial shared output before the sum. The N sigmoids are taken on
+ * the host, as the routing is.
+ */
+static int gate_forward(struct dp_exec *ex, const struct dp_layer_params *p, struct dp_act *A,
+                        struct moe_host *H, const real *g2)
+{
+    const struct dp_dims *dm = &ex->dm;
+    const int N = (int)dm->N, h = (int)dm->h;
+    OPS->gemm(ex->be, false, true, N, 1, h, 1, g2, h, dp__param(ex, p->sgate), h, 0, A->sgate, 1);
+    real *z = (real *)H->probs; /* host staging, free until the auxiliary loss */
+    OPS->download(ex->be, z, A->sgate, (size_t)N * sizeof(real));
+    for (int n = 0; n < N; n++)
+        z[n] = (real)(1.0 / (1.0 + exp(-(double)z[n])));
+    OPS->upload(ex->be, A->sgate, z, (size_t)N * sizeof(real));
+    OPS->upload(ex->be, A->sidx, H->iota, (size_t)N * sizeof(int32_t));
+    return 0;
+}
+
 int dp__moe_forward(struct dp_exec *ex, const struct dp_layer_params *p, struct dp_act *A,
                     const real *g2, real *out)
 {
@@ -361,13 +392,17 @@ int dp__moe_forward(struct dp_exec *ex, const struct dp_layer_params *p, struct 
                   A->sfc1, (int)dm->Sf1);
         OPS->act_fwd(be, m->ffn, A->sact, A->sfc1, dm->N, dm->sf);
     }
+    if (p->sgate != NONE)
+        TRY(gate_forward(ex, p, A, H, g2));
     if (!out)
         return 0; /* full recompute in backward: the kept set is complete */
 
-    if (dm->sf > 0)
+    if (dm->sf > 0) {
         OPS->gemm(be, false, true, N, h, (int)dm->sf, 1, A->sact, (int)dm->sf,
                   dp__param(ex, p->sw2), (int)dm->sf, 0, w->tmp, h);
-    else
+        if (p->sgate != NONE) /* the gate scales each token's (TP-partial) shared output */
+            OPS->rows_gather(be, w->tmp, w->tmp, A->sidx, A->sgate, dm->N, dm->h);
+    } else
         OPS->zero(be, w->tmp, (size_t)(dm->N * dm->h) * sizeof(real));
     OPS->rows_scatter_add(be, w->tmp, A->eout, A->rtok, A->rwt, rows, dm->h);
     TRY(dp__reduce_tokens(ex, w->tmp));
@@ -418,7 +453,7 @@ int dp__moe_backward(struct dp_exec *ex, const struct dp_layer_params *p, struct
     int32_t in = 0;
     counts_of(ex, H, &in);
     (void)in;
-    real *dl = w->mdl, *dwr = w->mdl + dm->N * E, *gaux = dwr + dm->R;
+    real *dl = w->mdl, *dwr = w->mdl + dm->N * E, *gaux = dwr + dm->R, *dgate = gaux + E;
 
     const real *dy = dp__gather_tokens(ex, w->dres, w->dgath, &rc);
     TRY(rc);
@@ -458,6 +493,15 @@ int dp__moe_backward(struct dp_exec *ex, const struct dp_layer_params *p, struct
         const int sf = (int)dm->sf, Sf1 = (int)dm->Sf1;
         real *sdfc1 = m->ffn == DP_FFN_GELU ? w->sdact : w->sdfc1;
         OPS->gemm(be, false, false, N, sf, h, 1, dy, h, dp__param(ex, p->sw2), sf, 0, w->sdact, sf);
+        if (p->sgate != NONE) {
+            /* y = g (act W2^T): dL/dg = (dy W2) . act per token (partial over TP, summed),
+             * then dy W2 and act are scaled by g in place (act is not read again). */
+            OPS->rows_dot(be, dgate, w->sdact, A->sidx, A->sact, dm->N, dm->sf);
+            if (dm->tp > 1)
+                TRY(OPS->allreduce(be, DP_GROUP_TP, dgate, dm->N, DP_OP_SUM, ex->err));
+            OPS->rows_gather(be, w->sdact, w->sdact, A->sidx, A->sgate, dm->N, dm->sf);
+            OPS->rows_gather(be, A->sact, A->sact, A->sidx, A->sgate, dm->N, dm->sf);
+        }
         OPS->gemm(be, true, false, h, sf, N, 1, dy, h, A->sact, sf, 1, dp__grad(ex, p->sw2), sf);
         OPS->act_bwd(be, m->ffn, sdfc1, NULL, w->sdact, A->sfc1, dm->N, dm->sf);
         OPS->gemm(be, true, false, Sf1, h, N, 1, sdfc1, Sf1, g2, h, 1, dp__grad(ex, p->sw1), h);
@@ -481,10 +525,21 @@ int dp__moe_backward(struct dp_exec *ex, const struct dp_layer_params *p, struct
     OPS->router_bwd(be, dl, A->rprobs, A->rw, A->ridx, A->rrow, dwr, gaux, m->moe_router_bias,
                     dm->N, E, K);
     OPS->gemm(be, true, false, E, h, N, 1, dl, E, g2, h, 1, dp__grad(ex, p->router), h);
+    if (p->sgate != NONE) { /* through the sigmoid, dz = dg g (1 - g), on the host */
+        real *dz = (real *)H->probs, *gv = dz + dm->N;
+        OPS->download(be, dz, dgate, (size_t)dm->N * sizeof(real));
+        OPS->download(be, gv, A->sgate, (size_t)dm->N * sizeof(real));
+        for (int64_t n = 0; n < dm->N; n++)
+            dz[n] = (real)((double)dz[n] * (double)gv[n] * (1.0 - (double)gv[n]));
+        OPS->upload(be, dgate, dz, (size_t)dm->N * sizeof(real));
+        OPS->gemm(be, true, false, 1, h, N, 1, dgate, 1, g2, h, 1, dp__grad(ex, p->sgate), h);
+    }
     /* The experts' and shared part is partial over TP; the router's is whole on every TP
      * rank (its tokens are the gathered ones), so it joins after the sum. */
     TRY(dp__reduce_tokens(ex, w->dtmp));
     OPS->gemm(be, false, false, N, h, E, 1, dl, E, dp__param(ex, p->router), h, 0, w->tmp, h);
+    if (p->sgate != NONE) /* the gate's input gradient, whole like the router's */
+        OPS->gemm(be, false, false, N, h, 1, 1, dgate, 1, dp__param(ex, p->sgate), h, 1, w->tmp, h);
     int64_t first = dm->sp ? dm->tp_rank * dm->Nl : 0;
     OPS->add_inplace(be, w->dtmp, w->tmp + first * dm->h, dm->Nl * dm->h);
     return 0;

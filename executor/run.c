@@ -115,11 +115,6 @@ int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world
                               "model %s: mlp_bias with experts: the CPU executor's experts have no "
                               "biases (Mixtral, Qwen-MoE)",
                               m->name);
-        if (m->moe_shared_gate)
-            return dp_err_set(err, DP_EINFEASIBLE,
-                              "model %s: moe.shared_gate (Qwen2-MoE's sigmoid gate) is not "
-                              "supported by the CPU executor",
-                              m->name);
         if (l->dp % l->ep)
             return dp_err_set(err, DP_EINFEASIBLE,
                               "layout: ep=%d must divide dp=%d (the CPU executor's expert groups "

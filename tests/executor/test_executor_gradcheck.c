@@ -52,7 +52,8 @@ static double loss_at(struct dp_exec *ex)
  * expert, the first layer dense: router, experts, combine and the auxiliary loss),
  * 3 the same with capacity factor 1 (dropped choices), 4 the same with DeepSeek-V3's
  * routing (sigmoid scores, the router bias in the selection only; the bias is moved off
- * zero so that it decides choices, and has no gradient). */
+ * zero so that it decides choices, and has no gradient), 5 Qwen2-MoE's (q/k/v biases,
+ * the shared expert behind its sigmoid gate). */
 static double gradcheck(int kind, enum dp_recompute rc, struct dp_tokens *tok)
 {
     struct dp_model m;
@@ -62,7 +63,8 @@ static double gradcheck(int kind, enum dp_recompute rc, struct dp_tokens *tok)
         snprintf(m.name, sizeof m.name, "%s",
                  kind == 2   ? "gradcheck-moe"
                  : kind == 3 ? "gradcheck-moe-cap"
-                             : "gradcheck-moe-v3");
+                 : kind == 4 ? "gradcheck-moe-v3"
+                             : "gradcheck-qwen2moe");
         m.layers = 3;
         m.experts = 4;
         m.top_k = 2;
@@ -71,6 +73,7 @@ static double gradcheck(int kind, enum dp_recompute rc, struct dp_tokens *tok)
         m.moe_shared_ffn_hidden = 8;
         m.moe_dense_layers = 1;
         m.moe_router_bias = kind == 4;
+        m.moe_shared_gate = m.qkv_bias = kind == 5;
     }
     struct dp_layout l;
     dp_layout_default(&l);
@@ -171,12 +174,12 @@ int main(void)
         x = x * 1664525u + 1013904223u;
         tok.tok[i] = (uint16_t)((x >> 16) % 40);
     }
-    for (int kind = 0; kind <= 4; kind++)
+    for (int kind = 0; kind <= 5; kind++)
         for (int rc = DP_RECOMPUTE_NONE; rc <= DP_RECOMPUTE_FULL; rc++)
             /* MoE: selective recompute runs the MoE layer as without recompute; capacity
              * changes the routing only (CI time: the MoE cases cost the most). */
             if (kind < 2 || (kind == 2 && rc != DP_RECOMPUTE_SELECTIVE) ||
-                (kind >= 3 && rc == DP_RECOMPUTE_NONE) || (kind == 4 && rc == DP_RECOMPUTE_FULL))
+                (kind >= 3 && rc == DP_RECOMPUTE_NONE) || (kind >= 4 && rc == DP_RECOMPUTE_FULL))
                 CHECK(gradcheck(kind, (enum dp_recompute)rc, &tok) < 1e-6);
     free(tok.tok);
     dp_exec_finalize();
