@@ -24,6 +24,10 @@
  *    (the model files carry none of them).
  *  - Qwen2-MoE's shared-expert gate (model moe.shared_gate, HF modeling_qwen2_moe):
  *    the shared experts' output times sigmoid(x . w_g) per token (gate_forward).
+ *  - Expert biases (model mlp_bias): each routed expert's fc1 and fc2 biases as the
+ *    dense MLP's (Megatron-Core SequentialMLP/GroupedMLP with add_bias_linear); fc2's is
+ *    added on TP rank 0 only, since the expert outputs are summed over TP after the
+ *    combine.
  *  - Auxiliary load-balancing loss (Fedus et al. 2022, Switch Transformer, Eq. 4;
  *    Megatron-Core moe_utils.switch_load_balancing_loss_func): per layer and micro-batch
  *    aux = c E sum_e f_e P_e, f_e the fraction of the N K choices that picked e (before
@@ -332,6 +336,20 @@ static int gate_forward(struct dp_exec *ex, const struct dp_layer_params *p, str
     return 0;
 }
 
+/* The experts' biases (mlp_bias; NULL without): fc1's [Fe1] and fc2's [h] of local j. */
+static real *expert_b1(struct dp_exec *ex, const struct dp_layer_params *p, int j, bool grad)
+{
+    if (p->eb1 == NONE)
+        return NULL;
+    return (grad ? dp__grad(ex, p->eb1) : dp__param(ex, p->eb1)) + (size_t)j * (size_t)ex->dm.Fe1;
+}
+static real *expert_b2(struct dp_exec *ex, const struct dp_layer_params *p, int j, bool grad)
+{
+    if (p->eb2 == NONE)
+        return NULL;
+    return (grad ? dp__grad(ex, p->eb2) : dp__param(ex, p->eb2)) + (size_t)j * (size_t)ex->dm.h;
+}
+
 int dp__moe_forward(struct dp_exec *ex, const struct dp_layer_params *p, struct dp_act *A,
                     const real *g2, real *out)
 {
@@ -373,12 +391,20 @@ int dp__moe_forward(struct dp_exec *ex, const struct dp_layer_params *p, struct 
         for (int j = 0; j < El; j++) {
             int n = H->chunk[s * El + j];
             if (n) {
-                real *fc1 = A->efc1 + r0 * Fe1, *act = A->eact + r0 * fe;
+                real *fc1 = A->efc1 + r0 * Fe1, *act = A->eact + r0 * fe, *y = w->mx + r0 * h;
+                /* Biases as the dense MLP's: fc1's split over TP, fc2's added once (TP rank
+                 * 0) to the partial outputs that the combine and the TP sum add up. */
+                real *b1 = expert_b1(ex, p, j, false), *b2 = expert_b2(ex, p, j, false);
+                if (b1)
+                    OPS->bias_fill(be, fc1, b1, n, Fe1);
                 OPS->gemm(be, false, true, n, Fe1, h, 1, A->ein + r0 * h, h, expert_w1(ex, p, j), h,
-                          0, fc1, Fe1);
+                          b1 ? 1 : 0, fc1, Fe1);
                 OPS->act_fwd(be, m->ffn, act, fc1, n, fe);
-                OPS->gemm(be, false, true, n, h, fe, 1, act, fe, expert_w2(ex, p, j), fe, 0,
-                          w->mx + r0 * h, h);
+                b2 = dm->tp_rank == 0 ? b2 : NULL;
+                if (b2)
+                    OPS->bias_fill(be, y, b2, n, h);
+                OPS->gemm(be, false, true, n, h, fe, 1, act, fe, expert_w2(ex, p, j), fe,
+                          b2 ? 1 : 0, y, h);
             }
             r0 += n;
         }
@@ -475,7 +501,10 @@ int dp__moe_backward(struct dp_exec *ex, const struct dp_layer_params *p, struct
                           fe);
                 OPS->gemm(be, true, false, h, fe, n, 1, dY, h, A->eact + r0 * fe, fe, 1,
                           expert_g2(ex, p, j), fe);
-                OPS->act_bwd(be, m->ffn, dfc1, NULL, dact, A->efc1 + r0 * Fe1, n, fe);
+                if (p->eb2 != NONE) /* dY is whole on every TP rank (gathered tokens) */
+                    OPS->bias_grad(be, expert_b2(ex, p, j, true), dY, n, h);
+                OPS->act_bwd(be, m->ffn, dfc1, expert_b1(ex, p, j, true), dact, A->efc1 + r0 * Fe1,
+                             n, fe);
                 OPS->gemm(be, true, false, Fe1, h, n, 1, dfc1, Fe1, A->ein + r0 * h, h, 1,
                           expert_g1(ex, p, j), h);
                 /* The input gradient over the chunk's dY (no longer needed). */

@@ -110,10 +110,10 @@ int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world
                               "layout: shard_group=%d with ep=%d: the CPU executor shards "
                               "expert-parallel models over the whole DP group (HSDP needs ep 1)",
                               dp_layout_shard(l), l->ep);
-        if (m->mlp_bias)
+        if (m->mlp_bias && m->moe_shared_experts > 0)
             return dp_err_set(err, DP_EINFEASIBLE,
-                              "model %s: mlp_bias with experts: the CPU executor's experts have no "
-                              "biases (Mixtral, Qwen-MoE)",
+                              "model %s: mlp_bias with shared experts: the CPU executor's shared "
+                              "experts have no biases (the routed experts have)",
                               m->name);
         if (l->dp % l->ep)
             return dp_err_set(err, DP_EINFEASIBLE,

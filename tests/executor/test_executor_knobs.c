@@ -232,16 +232,21 @@ static void test_every_knob(void)
     m8.layers = 8;
     for (size_t i = 0; i < sizeof cases_8l / sizeof *cases_8l; i++)
         run_case(&m8, &cases_8l[i], NULL, &runs, &refused);
-    /* A mixture-of-experts model with MLP biases: refused, naming them. */
+    /* A mixture-of-experts model with MLP biases runs (the routed experts' biases); with
+     * a shared expert it is refused, naming them. */
     struct dp_model moe = m;
     moe.experts = 4;
     moe.top_k = 2;
     moe.moe_ffn_hidden = m.ffn_hidden;
     struct dp_layout l;
     CHECK_EQ(read_layout("{}", &l, &err), 0);
+    CHECK(moe.mlp_bias);
+    CHECK_EQ(dp_exec_check(&moe, &l, 0, &err), 0);
+    moe.moe_shared_experts = 1;
+    moe.moe_shared_ffn_hidden = 32;
     int rc = dp_exec_check(&moe, &l, 0, &err);
     CHECK(rc != 0);
-    CHECK_CONTAINS(err.msg, "mlp_bias");
+    CHECK_CONTAINS(err.msg, "mlp_bias with shared experts");
     printf("%d knob values run, %d refused\n", runs, refused);
     CHECK(runs > 40 && refused >= 8);
 }
