@@ -188,6 +188,10 @@ enum dp_ckpt_role {
     DP_ROLE_EXP_B1, /* GELU b1 / SwiGLU b_gate [moe_ffn]; SwiGLU b_up follows */
     DP_ROLE_EXP_B1_UP,
     DP_ROLE_EXP_B2, /* [h], replicated over TP */
+    /* Qwen3's q/k RMSNorm weights [head_dim] (replicated; every head of the kind shares
+     * one), after the q/k/v biases. */
+    DP_ROLE_QNORM,
+    DP_ROLE_KNORM,
 };
 
 /*

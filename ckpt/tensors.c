@@ -262,6 +262,10 @@ int dp_ckpt_stage_slices_ep(const struct dp_model *m, const struct dp_layout *l,
             rows_of(&t, NAME("attn.bk"), DP_ROLE_BK, L, kvd, 1, m->kv_heads * d, tr * kvd);
             rows_of(&t, NAME("attn.bv"), DP_ROLE_BV, L, kvd, 1, m->kv_heads * d, tr * kvd);
         }
+        if (m->qk_norm) { /* HF q_norm, k_norm: RMSNorm(head_dim) */
+            vec(&t, NAME("attn.q_norm.w"), DP_ROLE_QNORM, L, d);
+            vec(&t, NAME("attn.k_norm.w"), DP_ROLE_KNORM, L, d);
+        }
         cols_of(&t, NAME("attn.wo"), DP_ROLE_WO, L, h, qd, m->heads * d, tr * qd);
         if (m->out_bias)
             vec(&t, NAME("attn.bo"), DP_ROLE_BO, L, h);

@@ -97,7 +97,7 @@ static const char run_knob_help[] =
     "Refused with an error naming the knob: a model chunk without layers, --optimizer\n"
     "sgd; for MoE models --cp above 1 with --zero and ep > 1, --etp other than tp,\n"
     "--shard-group below dp with ep > 1, and MLP biases with shared experts;\n"
-    "ALiBi and parallel-attention (one-norm) models; a plan's recompute_layers below\n"
+    "ALiBi, MLA and parallel-attention (one-norm) models; a plan's recompute_layers below\n"
     "the stage's layers; and the planning-only knobs --precision and --grad-dtype\n"
     "(other than fp32), --no-flash-attn and --overhead-gib: it computes in fp32 and\n"
     "keeps attention probabilities (a plan file's values for these, and its overlap\n"

@@ -79,6 +79,7 @@ struct dp_layer_params {
     /* Options: DeepSeek-V3's router score bias [E]; Qwen2-MoE's shared-expert gate [h];
      * the first local expert's fc1 bias (the others at strides Fe1) and fc2 bias (h). */
     size_t router_b, sgate, eb1, eb2;
+    size_t qn_w, kn_w; /* Qwen3's q/k norm weights [d] (qk_norm) */
 };
 
 /* Sizes of this rank's tensors (see README "Buffer table"). */
@@ -129,6 +130,7 @@ struct dp_act {
     real *ein, *efc1, *eact; /* [R, h], [R, Fe1], [R, fe] */
     real *eout;              /* [R, h] */
     real *sfc1, *sact;       /* [N, Sf1], [N, sf] */
+    real *qkraw, *qkrs;      /* [N, (a + g) d], [N (a + g)]: q/k norm inputs and 1/rms */
     real *sgate;             /* [N] the shared gate sigmoid(x . w_g) (shared_gate) */
     int32_t *sidx;           /* [N] 0 .. N - 1, the rows the gate scales */
 };

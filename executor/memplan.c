@@ -136,6 +136,10 @@ static void layer_acts(const struct dp_exec *ex, struct dp_act *A, struct carver
         a.ln1 = carve(cv, dm->Nl * dm->h, sizeof(real));
         a.ln1_st = carve(cv, 2 * dm->Nl, sizeof(real));
         a.qkv = carve(cv, dm->N * dm->qkvd, sizeof(real));
+        if (ex->m->qk_norm) { /* the norm's inputs and 1/rms (costmodel/activations.c) */
+            a.qkraw = carve(cv, dm->N * (dm->a + dm->g) * dm->d, sizeof(real));
+            a.qkrs = carve(cv, dm->N * (dm->a + dm->g), sizeof(real));
+        }
         if (dm->cp > 1) /* ring attention keeps the log-sum-exp, never the probabilities */
             a.lse = carve(cv, dm->B * dm->a * dm->T, sizeof(real));
         else if (keep_probs)

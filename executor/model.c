@@ -70,6 +70,8 @@ static size_t *offset_of(struct dp_exec *ex, const struct dp_ckpt_slice *t)
     case DP_ROLE_B2: return &p->b2;
     case DP_ROLE_ROUTER: return &p->router;
     case DP_ROLE_ROUTER_BIAS: return &p->router_b;
+    case DP_ROLE_QNORM: return &p->qn_w;
+    case DP_ROLE_KNORM: return &p->kn_w;
     case DP_ROLE_SH_GATE: return &p->sgate;
     case DP_ROLE_EXP_B1: return p->eb1 == NONE ? &p->eb1 : NULL;
     case DP_ROLE_EXP_B2: return p->eb2 == NONE ? &p->eb2 : NULL;
@@ -111,6 +113,9 @@ static int build_segments(struct dp_exec *ex)
         s->tp_partial = t[i].replicated && ex->dm.sp && t[i].role != DP_ROLE_ROUTER &&
                         t[i].role != DP_ROLE_ROUTER_BIAS && t[i].role != DP_ROLE_SH_GATE &&
                         t[i].role != DP_ROLE_EXP_B2;
+        /* The q/k norm weights see this rank's heads only: partial over TP, SP or not. */
+        if (t[i].role == DP_ROLE_QNORM || t[i].role == DP_ROLE_KNORM)
+            s->tp_partial = ex->dm.tp > 1;
         size_t *at = offset_of(ex, &t[i]);
         if (at)
             *at = s->off;
@@ -145,7 +150,8 @@ void dp__init_rows(struct dp_exec *ex, const struct dp_seg *sg, int64_t r0, int6
     if (r1 <= r0)
         return;
     const double std = 0.02, std_out = 0.02 / sqrt(2.0 * (double)ex->m->layers);
-    bool ones = t->role == DP_ROLE_LN1_W || t->role == DP_ROLE_LN2_W || t->role == DP_ROLE_LNF_W;
+    bool ones = t->role == DP_ROLE_LN1_W || t->role == DP_ROLE_LN2_W || t->role == DP_ROLE_LNF_W ||
+                t->role == DP_ROLE_QNORM || t->role == DP_ROLE_KNORM;
     double sd = t->gcols == 1 ? 0.0
                 : t->role == DP_ROLE_WO || t->role == DP_ROLE_W2 || t->role == DP_ROLE_EXP_W2 ||
                         t->role == DP_ROLE_SH_W2
@@ -282,6 +288,9 @@ static int layer_forward(struct dp_exec *ex, const struct dp_layer_params *p, st
     const real *g1 = gather_tokens(ex, A->ln1, w->tmp, &rc);
     TRY(rc);
     linear_fwd(ex, A->qkv, g1, p->wqkv, p->bqkv, (int)dm->qkvd, h);
+    if (p->qn_w != NONE) /* Qwen3: RMSNorm of each q and k head, before RoPE */
+        OPS->qk_norm_fwd(be, A->qkv, dm->qkvd, A->qkraw, A->qkrs, P(ex, p->qn_w), P(ex, p->kn_w),
+                         dm->N, dm->a, dm->g, (int)dm->d);
     if (m->pos == DP_POS_ROPE)
         OPS->rope(be, A->qkv, dm->qkvd, dm->N, dm->T, dm->a, dm->g, (int)dm->d, w->rope, false);
     if (dm->cp > 1) {
@@ -362,6 +371,9 @@ norm2:
     }
     if (m->pos == DP_POS_ROPE)
         OPS->rope(be, w->dqkv, dm->qkvd, dm->N, dm->T, dm->a, dm->g, (int)dm->d, w->rope, true);
+    if (p->qn_w != NONE)
+        OPS->qk_norm_bwd(be, w->dqkv, dm->qkvd, G(ex, p->qn_w), G(ex, p->kn_w), A->qkraw, A->qkrs,
+                         P(ex, p->qn_w), P(ex, p->kn_w), dm->N, dm->a, dm->g, (int)dm->d);
     if (p->bqkv != NONE)
         OPS->bias_grad(be, G(ex, p->bqkv), w->dqkv, dm->N, dm->qkvd);
     const real *g1 = gather_tokens(ex, A->ln1, w->tmp, &rc);

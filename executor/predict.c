@@ -256,6 +256,22 @@ static void p_rope(struct dp_backend *be, real *x, int64_t ld, int64_t N, int64_
     ew(pc(be), e, R * 2 * e, 0);
 }
 
+/* q/k norm (cpu_qknorm.c): a norm pass over the heads, and the copy of its input. */
+static void p_qk_norm_fwd(struct dp_backend *be, real *x, int64_t ld, real *raw, real *rstd,
+                          const real *wq, const real *wk, int64_t N, int nq, int nk, int d)
+{
+    double e = (double)N * (nq + nk) * d;
+    ew(pc(be), e, R * 3 * e, pc(be)->pr.norm_fwd_ns);
+}
+
+static void p_qk_norm_bwd(struct dp_backend *be, real *dx, int64_t ld, real *dwq, real *dwk,
+                          const real *raw, const real *rstd, const real *wq, const real *wk,
+                          int64_t N, int nq, int nk, int d)
+{
+    double e = (double)N * (nq + nk) * d;
+    ew(pc(be), e, R * 4 * e, pc(be)->pr.norm_bwd_ns);
+}
+
 /* Attention: one task per (sequence, head) over the threads, the probabilities kept. */
 static void p_attn_fwd(struct dp_backend *be, real *ctx, real *probs, const real *qkv, int64_t B,
                        int64_t T, int a, int g, int d)
@@ -616,6 +632,8 @@ static const struct dp_backend_ops pricing_ops = {
     .act_fwd = p_act_fwd,
     .act_bwd = p_act_bwd,
     .rope = p_rope,
+    .qk_norm_fwd = p_qk_norm_fwd,
+    .qk_norm_bwd = p_qk_norm_bwd,
     .attn_fwd = p_attn_fwd,
     .attn_probs = p_attn_probs,
     .attn_bwd = p_attn_bwd,

@@ -152,10 +152,11 @@ int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world
                           "model %s: ALiBi positions are not supported by the CPU executor "
                           "(learned or rope)",
                           m->name);
-    if (m->mla || m->qk_norm)
-        return dp_err_set(err, DP_EINFEASIBLE, "model %s: %s is not supported by the CPU executor",
-                          m->name,
-                          m->mla ? "multi-head latent attention (mla)" : "q/k normalization");
+    if (m->mla)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "model %s: multi-head latent attention (mla) is not supported by the CPU "
+                          "executor",
+                          m->name);
     if (m->norms_per_layer != 2)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "model %s: norms_per_layer=%d (parallel attention) is not supported by "
@@ -364,6 +365,8 @@ int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const stru
     const char *missing = NULL;
     if (l->cp > 1 && (!ex->be->ops->attn_ring_fwd || !ex->be->ops->attn_ring_bwd))
         missing = "cp > 1 (ring attention)";
+    else if (m->qk_norm && (!ex->be->ops->qk_norm_fwd || !ex->be->ops->qk_norm_bwd))
+        missing = "qk_norm (q/k RMSNorm)";
     else if (l->vpp > 1 && !ex->be->ops->p2p)
         missing = "vpp > 1 (batched point-to-point)";
     else if (l->zero >= 3 && !ex->be->ops->allgather_v_start)

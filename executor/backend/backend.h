@@ -122,6 +122,15 @@ struct dp_backend_ops {
      * may be dout (in place). */
     void (*act_bwd)(struct dp_backend *be, enum dp_ffn_kind kind, real *dinp, real *dbias,
                     const real *dout, const real *inp, int64_t N, int64_t F);
+    /* q/k RMSNorm (Qwen3) on the first nq + nk heads (width d) of each of N rows of x (row
+     * stride ld): raw [N][(nq + nk) d] receives their inputs, rstd [N (nq + nk)] the
+     * reciprocal rms, and x the normalised heads times wq (query heads) or wk (key heads).
+     * qk_norm_bwd turns dL/d(output) in dx's heads into dL/d(input) in place; dwq, dwk +=. */
+    void (*qk_norm_fwd)(struct dp_backend *be, real *x, int64_t ld, real *raw, real *rstd,
+                        const real *wq, const real *wk, int64_t N, int nq, int nk, int d);
+    void (*qk_norm_bwd)(struct dp_backend *be, real *dx, int64_t ld, real *dwq, real *dwk,
+                        const real *raw, const real *rstd, const real *wq, const real *wk,
+                        int64_t N, int nq, int nk, int d);
     /* Rotary embedding in place on the first nq + nk heads (of width d) of each row of x
      * (row stride ld); row n has position n % T; cs = [T][d/2] cos then [T][d/2] sin.
      * inverse = true applies the transpose (the backward). */

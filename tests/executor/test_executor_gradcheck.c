@@ -52,9 +52,9 @@ static double loss_at(struct dp_exec *ex)
  * expert, the first layer dense: router, experts, combine and the auxiliary loss),
  * 3 the same with capacity factor 1 (dropped choices), 4 the same with DeepSeek-V3's
  * routing (sigmoid scores, the router bias in the selection only; the bias is moved off
- * zero so that it decides choices, and has no gradient), 5 Qwen2-MoE's (q/k/v biases,
- * the shared expert behind its sigmoid gate), 6 the GPT model with GELU experts that have
- * biases (mlp_bias) and no shared expert. */
+ * zero so that it decides choices, and has no gradient), 5 Qwen's (q/k/v biases and the
+ * shared expert behind its sigmoid gate of Qwen2-MoE, Qwen3's q/k RMSNorm), 6 the GPT model with
+ * GELU experts that have biases (mlp_bias) and no shared expert. */
 static double gradcheck(int kind, enum dp_recompute rc, struct dp_tokens *tok)
 {
     struct dp_model m;
@@ -65,7 +65,7 @@ static double gradcheck(int kind, enum dp_recompute rc, struct dp_tokens *tok)
                  kind == 2   ? "gradcheck-moe"
                  : kind == 3 ? "gradcheck-moe-cap"
                  : kind == 4 ? "gradcheck-moe-v3"
-                 : kind == 5 ? "gradcheck-qwen2moe"
+                 : kind == 5 ? "gradcheck-qwen-moe"
                              : "gradcheck-gpt-moe");
         m.layers = 3;
         m.experts = 4;
@@ -75,10 +75,10 @@ static double gradcheck(int kind, enum dp_recompute rc, struct dp_tokens *tok)
         m.moe_shared_ffn_hidden = 8;
         m.moe_dense_layers = 1;
         m.moe_router_bias = kind == 4;
-        m.moe_shared_gate = m.qkv_bias = kind == 5 || kind == 6;
+        m.moe_shared_gate = m.qkv_bias = m.qk_norm = kind == 5 || kind == 6;
         if (kind == 6) { /* biases on the experts; shared experts with biases do not run */
             m.moe_shared_experts = m.moe_shared_ffn_hidden = 0;
-            m.moe_shared_gate = false;
+            m.moe_shared_gate = m.qk_norm = false;
         }
     }
     struct dp_layout l;

@@ -306,6 +306,13 @@ static void test_moe_knobs(void)
     m.moe_shared_ffn_hidden = 32;
     m.moe_shared_gate = true;
     CHECK_EQ(dp_exec_check(&m, &l, 0, &err), 0);
+    /* Qwen3's q/k norm runs; MLA does not, named. */
+    m.qk_norm = true;
+    CHECK_EQ(dp_exec_check(&m, &l, 0, &err), 0);
+    m.qk_norm = false;
+    m.mla = true;
+    CHECK(dp_exec_check(&m, &l, 0, &err) != 0);
+    CHECK_CONTAINS(err.msg, "mla");
     CHECK_EQ(runs, 20);
     CHECK_EQ(refused, 4);
 }
