@@ -604,11 +604,13 @@ int dp__moe_bias_update(struct dp_exec *ex)
         for (int e = 0; e < E; e++)
             delta[e] = (real)(DP_MOE_BIAS_RATE * (mean > c[e] ? 1 : mean < c[e] ? -1 : 0));
         size_t lo = sg->off, hi = sg->off + (size_t)E;
-        real *dst = ex->params + lo;
+        real *dst = NULL; /* ZeRO-3 has no full parameter buffer (ex->params NULL) */
         if (ex->l.zero >= 3) {
             if (!dp__seg_in_shard(ex, sg, &lo, &hi))
                 continue;
             dst = ex->pshard + dp__shard_idx(ex, sg, lo);
+        } else {
+            dst = ex->params + lo;
         }
         OPS->upload(ex->be, dev, delta + (lo - sg->off), (hi - lo) * sizeof(real));
         OPS->add_inplace(ex->be, dst, dev, (int64_t)(hi - lo));
