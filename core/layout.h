@@ -349,4 +349,22 @@ int dp_rank_of(const struct dp_coords *c, int tp, int dp, int pp);
 void dp_rank_coords_cp(int rank, int tp, int cp, int dp, int pp, struct dp_coords *out);
 int dp_rank_of_cp(const struct dp_coords *c, int tp, int cp, int dp, int pp);
 
+/*
+ * A rank's expert coordinates: Megatron-Core's MoE parallel folding (parallel_state.py,
+ * the expert RankGenerator with tp = etp, ep, dp = edp, cp = 1 in the dense order): a
+ * stage's tp x cp x dp ranks, numbered i = tp_rank + tp (cp_rank + cp dp_rank), refold
+ * with etp fastest, then ep, then edp = tp cp dp / (etp ep). ep <= 0: 1; etp <= 0: tp; a
+ * pair whose product does not divide tp cp dp (dp_layout_validate refuses it) folds as
+ * ep 1, etp tp. dp_rank_of_ecoords: the stage-local tp, cp and dp ranks (pp_rank
+ * untouched) of expert coordinates (etp_rank, ep_rank, edp_rank).
+ */
+struct dp_ecoords {
+    int etp, ep, edp;
+    int etp_rank, ep_rank, edp_rank;
+};
+void dp_rank_ecoords(const struct dp_coords *c, int tp, int cp, int dp, int ep, int etp,
+                     struct dp_ecoords *out);
+void dp_rank_of_ecoords(int tp, int cp, int etp, int ep, int etp_rank, int ep_rank, int edp_rank,
+                        struct dp_coords *c);
+
 #endif
