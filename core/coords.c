@@ -2,9 +2,10 @@
  * A rank's coordinates in the layout and back (core.h): Megatron's default
  * order tp-cp-ep-dp-pp with TP fastest (parallel_state.initialize_model_
  * parallel): rank = tp_rank + tp (cp_rank + cp (dp_rank + dp pp_rank)), ep = 1
- * (expert parallelism is carved from the DP ranks, not a factor of the world). The
- * executor's process groups, the checkpoints' file names and the launcher's rank map
- * all use it; the functions without _cp are the cp = 1 case.
+ * (expert parallelism is not a factor of the world: the expert coordinates refold each
+ * stage's tp x cp x dp ranks, dp_rank_ecoords). The executor's process groups, the
+ * checkpoints' file names and the launcher's rank map all use it; the functions without
+ * _cp are the cp = 1 case.
  */
 #include "core.h"
 

@@ -336,7 +336,8 @@ void dp_split_format_megatron(const int *c, int n, char *buf, size_t cap);
 int64_t dp_padded_vocab(int64_t vocab, int tp);
 
 /*
- * A rank's coordinates (Megatron's tp-cp-ep-dp-pp order, TP fastest, ep carved from dp):
+ * A rank's coordinates (Megatron's tp-cp-ep-dp-pp order, TP fastest; the experts'
+ * refold each stage's tp x cp x dp ranks, dp_rank_ecoords below):
  * rank = tp_rank + tp * (cp_rank + cp * (dp_rank + dp * pp_rank)). dp_rank_coords and
  * dp_rank_of are the cp = 1 case (cp_rank 0).
  */

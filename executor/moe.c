@@ -75,7 +75,7 @@ static int host_get(struct dp_exec *ex, struct moe_host **out)
 {
     const struct dp_dims *dm = &ex->dm;
     if (!ex->moe_host) {
-        const int64_t NK = dm->Nb * dm->K, E = dm->E, ep = dm->ep, El = dm->El;
+        const int64_t NK = dm->Nb * dm->K, E = dm->E, ep = ex->l.ep, El = dm->El;
         size_t bytes = sizeof(struct moe_host) + (size_t)(2 * NK + dm->R + 4 * E + ep * El) * 4 +
                        (size_t)(4 * ep + ep * El) * sizeof(int) +
                        (size_t)(NK + dm->R + dm->Nb * E + 2 * ep * El) * sizeof(real) +
@@ -118,7 +118,7 @@ static int host_get(struct dp_exec *ex, struct moe_host **out)
 static void counts_of(const struct dp_exec *ex, struct moe_host *h, int32_t *total_in)
 {
     const struct dp_dims *dm = &ex->dm;
-    const int ep = dm->ep, El = dm->El;
+    const int ep = ex->l.ep, El = dm->El;
     int32_t in = 0;
     for (int r = 0; r < ep; r++) {
         int s = 0, g = 0;
@@ -140,7 +140,7 @@ static void counts_of(const struct dp_exec *ex, struct moe_host *h, int32_t *tot
 static int route(struct dp_exec *ex, struct dp_act *A, struct moe_host *h, int64_t *rows)
 {
     const struct dp_dims *dm = &ex->dm;
-    const int E = dm->E, K = dm->K, ep = dm->ep, El = dm->El;
+    const int E = dm->E, K = dm->K, ep = ex->l.ep, El = dm->El;
     const int64_t N = dm->Nb, NK = N * K;
     OPS->download(ex->be, h->ridx, A->ridx, (size_t)NK * sizeof(int32_t));
     OPS->download(ex->be, h->rw, A->rw, (size_t)NK * sizeof(real));
@@ -221,7 +221,7 @@ static int route(struct dp_exec *ex, struct dp_act *A, struct moe_host *h, int64
 static void counts_load(struct dp_exec *ex, const struct dp_act *A, struct moe_host *h)
 {
     const struct dp_dims *dm = &ex->dm;
-    const int E = dm->E, ep = dm->ep, El = dm->El;
+    const int E = dm->E, ep = ex->l.ep, El = dm->El;
     int32_t *ec = h->ec;
     OPS->download(ex->be, ec, A->ecnt, (size_t)(2 * E + ep * El) * sizeof(int32_t));
     memcpy(h->kept, ec, (size_t)E * sizeof(int32_t));
@@ -254,7 +254,7 @@ int dp__moe_forward(struct dp_exec *ex, const struct dp_layer_params *p, struct 
     struct dp_backend *be = ex->be;
     struct dp_work *w = &ex->w;
     const int N = (int)dm->N, h = (int)dm->h, E = dm->E, K = dm->K, El = dm->El;
-    const int fe = (int)dm->fe, Fe1 = (int)dm->Fe1, ep = dm->ep, Nb = (int)dm->Nb;
+    const int fe = (int)dm->fe, Fe1 = (int)dm->Fe1, ep = ex->l.ep, Nb = (int)dm->Nb;
     const real *gb = g2 + dm->b0 * dm->h; /* the routed tokens */
     struct moe_host *H;
     TRY(host_get(ex, &H));
@@ -341,7 +341,7 @@ int dp__moe_backward(struct dp_exec *ex, const struct dp_layer_params *p, struct
     struct dp_backend *be = ex->be;
     struct dp_work *w = &ex->w;
     const int N = (int)dm->N, h = (int)dm->h, E = dm->E, K = dm->K, El = dm->El;
-    const int fe = (int)dm->fe, Fe1 = (int)dm->Fe1, ep = dm->ep, Nb = (int)dm->Nb;
+    const int fe = (int)dm->fe, Fe1 = (int)dm->Fe1, ep = ex->l.ep, Nb = (int)dm->Nb;
     int rc = 0;
     struct moe_host *H;
     TRY(host_get(ex, &H));
