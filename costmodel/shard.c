@@ -75,9 +75,13 @@ static double coll(const struct dp_layout *l, enum dp_coll_kind k, double bytes,
 /*
  * DeepSpeed ZeRO-3 with full recompute: the recomputed forward gathers each sub-module
  * again; one is kept for its backward only when it is reused within stage3_max_reuse_distance
- * parameters (partitioned_param_coordinator.py release_sub_module), i.e. when the sub-modules
- * recomputed after it hold fewer. The fraction of a layer's gathers repeated in backward,
- * for the four linears of a layer in forward order (QKV, output, MLP in, MLP out).
+ * parameters (partitioned_param_coordinator.py release_sub_module). That distance is the
+ * parameters of every trace entry between the two uses (stage3.py of 0.3.13,
+ * PrefetchCoordinator.get_reuse_distance_in_numel -> _distance_in_numel over the recorded
+ * sub-module trace), and between a sub-module's recomputed forward and its backward the
+ * trace holds each later sub-module of the layer twice: its recomputed forward, then its
+ * backward. The fraction of a layer's gathers repeated in backward, for the four linears
+ * of a layer in forward order (QKV, output, MLP in, MLP out).
  */
 static double ds_regather_share(const struct dp_model *m, const struct dp_layout *l)
 {
@@ -87,7 +91,7 @@ static double ds_regather_share(const struct dp_model *m, const struct dp_layout
                    (double)(m->heads * m->head_dim) * h / t, up * h * f / t, h * f / t};
     double after = 0, again = 0, all = 0;
     for (int i = 3; i >= 0; i--) {
-        if (after > DS_MAX_REUSE)
+        if (2 * after > DS_MAX_REUSE)
             again += w[i];
         after += w[i];
         all += w[i];
