@@ -99,6 +99,76 @@ static double ds_regather_share(const struct dp_model *m, const struct dp_layout
     return all > 0 ? again / all : 0;
 }
 
+/*
+ * DeepSpeed 0.3's ZeRO-3 re-gathers its persistent parameters (fewer elements than
+ * stage3_param_persistence_threshold, 1e5 by default: the norms and biases, which stay
+ * whole through forward and backward) after every optimizer step: backward ends by
+ * releasing every parameter (stage3.py 0.3.13 backward -> _partition_all_parameters) and
+ * _post_step gathers the persistent ones back synchronously
+ * (persistent_parameters[0].all_gather(...) -> partition_parameters.py _allgather_params):
+ * one all_gather of their concatenated partitions through PyTorch's list API, then a
+ * Python loop over every parameter and every rank whose partition starts inside it, each
+ * iteration a partitions[i].narrow, a replicated_tensor.view(-1).narrow and a copy_ of
+ * that rank's few elements. Host time with the GPU idle (the next forward is issued after
+ * it): three view ops from Python at 2.26 us each (PyTorch's operator micro-benchmark of a
+ * view op, split on cuda, after pytorch#32194) and the copy_'s dispatch and launch
+ * (LIST_COPY_S), per rank and parameter; plus the n narrows that build the partition list.
+ */
+#define DS_PERSIST_THRESHOLD 1e5
+#define PY_VIEW_OP_S         2.26e-6
+#define DS_PERSIST_ITER_S    (3 * PY_VIEW_OP_S + LIST_COPY_S)
+
+/* Ranks whose partition starts inside a parameter of `numel` elements: partitions of
+ * ceil(numel / n) (the parameter padded to a multiple of n, _aligned_size), so
+ * ceil(numel / ceil(numel / n)) of the n ranks copy. */
+static double ds_persist_copies(double numel, int n)
+{
+    if (numel <= 0 || numel >= DS_PERSIST_THRESHOLD)
+        return 0;
+    return ceil(numel / ceil(numel / n));
+}
+
+/* The persistent parameters of the stage as (copies, elements) sums: per decoder layer the
+ * norms (LayerNorm weight and bias, RMSNorm weight) and, where the model has them, the
+ * biases of Megatron's fused QKV, the attention output and the two MLP linears (per tensor-
+ * parallel rank for the column-parallel ones), Qwen3's q/k norms; the final norm on the
+ * last stage. The experts' biases are not counted. */
+static void ds_persistent(const struct dp_model *m, const struct dp_layout *l,
+                          const struct dp_shard_stage *st, int n, double *copies, double *elems)
+{
+    const double t = l->tp, h = (double)m->hidden, up = m->ffn == DP_FFN_SWIGLU ? 2 : 1;
+    const int per_norm = m->norm == DP_NORM_LAYERNORM ? 2 : 1;
+    double layer[12];
+    int k = 0;
+    for (int i = 0; i < (m->norms_per_layer == 1 ? 1 : 2) * per_norm; i++)
+        layer[k++] = h;
+    if (m->qkv_bias)
+        layer[k++] = (double)((m->heads + 2 * m->kv_heads) * m->head_dim) / t;
+    if (m->out_bias)
+        layer[k++] = h;
+    if (m->mlp_bias && m->experts == 0) {
+        layer[k++] = up * (double)m->ffn_hidden / t;
+        layer[k++] = h;
+    }
+    if (m->qk_norm) {
+        layer[k++] = (double)m->head_dim;
+        layer[k++] = (double)m->head_dim;
+    }
+    double c = 0, e = 0;
+    for (int i = 0; i < k; i++) {
+        c += ds_persist_copies(layer[i], n);
+        e += layer[i] < DS_PERSIST_THRESHOLD ? layer[i] : 0;
+    }
+    c *= st->layers;
+    e *= st->layers;
+    if (st->last) {
+        c += per_norm * ds_persist_copies(h, n);
+        e += per_norm * h;
+    }
+    *copies = c;
+    *elems = e;
+}
+
 void dp_shard_groups(const struct dp_cluster *cl, const struct dp_layout *l,
                      const struct dp_path *dpcp, const struct dp_path *edp,
                      struct dp_shard_groups *g)
@@ -259,7 +329,17 @@ void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const 
     double f_total = GU * gag;
     double b_gather = gathers_b * GU * gag;
     double rs = U * (red);
-    *total_s = M * (f_total + b_gather + rs);
+    /* Once per step, exposed: DeepSpeed 0.3's re-gather of the persistent parameters
+     * (ds_persistent above); list_collectives marks that DeepSpeed and PyTorch. */
+    double persist = 0;
+    if (l->framework == DP_FW_DEEPSPEED && l->list_collectives && sg > 1) {
+        double copies, elems;
+        ds_persistent(m, l, st, sg, &copies, &elems);
+        if (copies > 0)
+            persist = coll(l, DP_ALLGATHER, elems * 2, sg, &ps) + sg * PY_VIEW_OP_S +
+                      copies * DS_PERSIST_ITER_S;
+    }
+    *total_s = M * (f_total + b_gather + rs) + persist;
     /* Prefetch one unit ahead (FSDP2 implicit forward prefetch and _backward_prefetch one
      * group ahead; DeepSpeed's trace-based prefetch): each gather hides behind the previous
      * unit's compute, the first is exposed; reduce-scatters run under the next unit's
@@ -275,5 +355,5 @@ void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const 
         eb = GU * overlapped(gathers_b * gag, gbw) + rs;
     else
         eb = b_gather + rs;
-    *exposed_s = M * (ef + eb);
+    *exposed_s = M * (ef + eb) + persist;
 }

@@ -467,8 +467,56 @@ static void test_deepspeed_legacy(void)
     CHECK_NEAR(exposed, total, 1e-12);
     l.list_collectives = true;
     dp_shard_comm(&m, &c, &l, &st, &p, &p, &total, &exposed);
-    CHECK_NEAR(total, 36 * (ag + 80e-6) + rs + 80e-6, 1e-12);
+    /* and the persistent parameters' re-gather after the step: tiny's RMSNorm weights, 2
+     * per layer x 4 layers + the final one = 9 of 1024 elements, each copied by all 8
+     * ranks (partitions of 128): one all-gather of 9 x 1024 x 2 B (plus its 8 copies), 8
+     * narrows and 72 iterations of 3 x 2.26 us + 10 us */
+    double persist = ag8(9 * 1024 * 2) + 80e-6 + 8 * 2.26e-6 + 72 * (3 * 2.26e-6 + 10e-6);
+    CHECK_NEAR(total, 36 * (ag + 80e-6) + rs + 80e-6 + persist, 1e-12);
     CHECK_NEAR(exposed, total, 1e-12);
+}
+
+/* DeepSpeed 0.3's re-gather of the persistent parameters (< 1e5 elements) after the step,
+ * one 529.6B layer (h = 20480, 128 heads of 160, f = 81920, LayerNorm, every bias) on
+ * 2240 ranks, no embedding or output: 4 norm tensors, QKV bias 61440, out bias 20480, fc1
+ * bias 81920, fc2 bias 20480, all persistent. Ranks that copy (partitions of ceil(numel /
+ * 2240)): 20480 -> partitions of 10, 2048 ranks; 61440 -> 28, ceil(2194.3) = 2195; 81920
+ * -> 37, ceil(2214.1) = 2215. 6 x 2048 + 2195 + 2215 = 16698 iterations of 3 x 2.26 +
+ * 10 us; the all-gather of 266240 elements x 2 B over 2240 ranks at 1 us per step and
+ * 100 GB/s plus its 2240 list copies; 2240 narrows. It is the difference the list
+ * collectives make beside their own 10 us per rank on the 4 + 4 gathers and the 11
+ * reduce buckets (12 x 20480^2 = 5.03e9 parameters in 5e8-element buckets). */
+static void test_deepspeed_persistent(void)
+{
+    struct dp_model m = {0};
+    m.layers = 1;
+    m.hidden = 20480;
+    m.heads = m.kv_heads = 128;
+    m.head_dim = 160;
+    m.ffn_hidden = 81920;
+    m.ffn = DP_FFN_GELU;
+    m.norm = DP_NORM_LAYERNORM;
+    m.norms_per_layer = 2;
+    m.qkv_bias = m.out_bias = m.mlp_bias = true;
+    struct dp_cluster c = one_gpu();
+    struct dp_path p = {.busbw_gbps = 100, .latency_us = 1};
+    struct dp_shard_stage st = {0};
+    st.dense = 12.0 * 20480 * 20480;
+    st.layers = 1;
+    st.ag_dense_bytes = 2 * st.dense;
+    struct dp_layout l = layout(DP_FW_DEEPSPEED, 3);
+    l.dp = 2240;
+    l.gbs = 2240;
+    l.overlap_param_gather = false;
+    double t0, t1, e;
+    dp_shard_comm(&m, &c, &l, &st, &p, &p, &t0, &e);
+    l.list_collectives = true;
+    dp_shard_comm(&m, &c, &l, &st, &p, &p, &t1, &e);
+    double lists = 19 * 2240 * 10e-6;
+    double ag = 2239 * 1e-6 + 2239.0 / 2240 * 266240 * 2 / 100e9 + 2240 * 10e-6;
+    double persist = ag + 2240 * 2.26e-6 + 16698 * (3 * 2.26e-6 + 10e-6);
+    CHECK_NEAR(t1 - t0, lists + persist, 1e-9);
+    CHECK_NEAR(e, t1, 1e-9);
 }
 
 /* HSDP: reduce-scatter in the shard group, all-reduce of the 1/sg shard across the
@@ -576,6 +624,7 @@ int main(void)
     test_protocols();
     test_sharded_granularity();
     test_deepspeed_regather();
+    test_deepspeed_persistent();
     test_deepspeed_legacy();
     test_hsdp();
     test_framework_checks();
