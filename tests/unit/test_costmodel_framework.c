@@ -517,6 +517,14 @@ static void test_deepspeed_persistent(void)
     double persist = ag + 2240 * 2.26e-6 + 16698 * (3 * 2.26e-6 + 10e-6);
     CHECK_NEAR(t1 - t0, lists + persist, 1e-9);
     CHECK_NEAR(e, t1, 1e-9);
+    /* 0.3's zero-fill of each gathered buffer at 2000 GB/s x 0.8: the 4 sub-modules of
+     * 2 x 5.03e9 / 4 B each, gathered in forward and again in backward: 8 x 2.52e9 B /
+     * 1.6e12 B/s = 12.583 ms */
+    c.gpu.mem_bw_gbps = 2000;
+    double t2;
+    dp_shard_comm(&m, &c, &l, &st, &p, &p, &t2, &e);
+    CHECK_NEAR(t2 - t1, 8 * (2 * st.dense / 4) / 1.6e12, 1e-9);
+    CHECK_NEAR(8 * (2 * st.dense / 4) / 1.6e12, 12.583e-3, 1e-4);
 }
 
 /* HSDP: reduce-scatter in the shard group, all-reduce of the 1/sg shard across the
