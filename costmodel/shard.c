@@ -322,10 +322,14 @@ void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const 
               coll(l, DP_ALLGATHER, st->ag_expert_bytes / gunits, esg, &pe);
         /* 0.3 zero-fills each gathered buffer and waits for it before the all-gather
          * (partition_parameters.py _allgather_param: torch.zeros(aligned_param_size),
-         * torch.cuda.synchronize()): a memory-bound write of the gathered bytes. */
+         * torch.cuda.synchronize()): a memory-bound write of the gathered bytes; then,
+         * with the GPU idle, builds the all_gather's output list in Python, one
+         * flat_tensor.narrow per rank (PY_VIEW_OP_S each). */
         if (l->list_collectives && cl->gpu.mem_bw_gbps > 0)
             gag += (st->ag_dense_bytes + st->ag_expert_bytes) / gunits /
                    (cl->gpu.mem_bw_gbps * 1e9 * DP_MEM_EFFICIENCY);
+        if (l->list_collectives && sg > 1)
+            gag += sg * PY_VIEW_OP_S;
         prefetch = per_unit < DS_MAX_LIVE;
         if (l->recompute == DP_RECOMPUTE_FULL)
             gathers_b += ds_regather_share(m, l) * dp_layout_recomputed(l, st->layers) /
