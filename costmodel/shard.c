@@ -250,8 +250,14 @@ void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const 
         break;
     case DP_FW_DEEPSPEED:
         /* Reduce buckets of reduce_bucket_size elements; ZeRO-3 gathers per sub-module,
-         * counted below. */
-        units = (int)ceil(total_params / DS_BUCKET);
+         * counted below. 0.3's ZeRO-3 flushes a bucket when the next gradient would not
+         * fit, but reduce-scatters it one parameter at a time (stage3.py average_tensor ->
+         * partition_parameters.py _reduce_scatter_gradients: a reduce_scatter per
+         * parameter), so it issues one per sub-module's weight. */
+        if (l->list_collectives && l->zero == 3)
+            units = 4 * st->layers + (st->first ? 1 : 0) + (st->last ? 1 : 0);
+        else
+            units = (int)ceil(total_params / DS_BUCKET);
         break;
     default:
         units = l->zero >= 2 ? st->layers : (int)ceil(total_params / megatron_bucket(l));
