@@ -225,10 +225,12 @@ int dp_ckpt_stage_slices(const struct dp_model *m, const struct dp_layout *l, in
                          int tp_rank, struct dp_ckpt_slice **out, int *n, struct dp_err *err);
 /* The same for a rank whose expert-parallel place is ep_rank (of l->ep): a MoE layer holds
  * routed experts [ep_rank E / ep, (ep_rank + 1) E / ep) only; ep_rank < 0: every expert
- * (the whole model's table, as dp_ckpt_stage_slices gives). */
+ * (the whole model's table, as dp_ckpt_stage_slices gives). Each routed expert is split
+ * over dp_layout_etp(l) ranks (Megatron-Core's expert tensor parallelism), this rank's
+ * slice etp_rank of them. */
 int dp_ckpt_stage_slices_ep(const struct dp_model *m, const struct dp_layout *l, int stage,
-                            int tp_rank, int ep_rank, struct dp_ckpt_slice **out, int *n,
-                            struct dp_err *err);
+                            int tp_rank, int ep_rank, int etp_rank, struct dp_ckpt_slice **out,
+                            int *n, struct dp_err *err);
 /* The name checkpoints store a slice under: the tied copy is NAME.tied_copy. */
 void dp_ckpt_slice_key(const struct dp_ckpt_slice *s, char *buf, size_t cap);
 /* Whether TP splits the slice (its rows or its columns). */

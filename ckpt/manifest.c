@@ -78,12 +78,16 @@ static int add_stage(cJSON *tensors, cJSON *zgroups, const struct dp_ckpt_meta *
         if (sg->tied_copy)
             cJSON_AddStringToObject(t, "tied_to", sg->name);
         cJSON *sh = cJSON_AddArrayToObject(t, "shards");
-        for (int tr = 0; tr < (sr || sc ? l->tp : 1); tr++) {
-            /* Expert parallelism: expert j is on ep_rank j / (E / ep), which is that
-             * dp_rank of the first expert-data-parallel replica (executor/moe.c). */
-            int dr =
-                sg->expert >= 0 && l->ep > 1 ? (int)(sg->expert / (mt->model.experts / l->ep)) : 0;
-            struct dp_coords c = {.tp_rank = tr, .dp_rank = dr, .pp_rank = s};
+        /* A routed expert splits over its expert tensor group (etp ranks) and lies on
+         * ep_rank j / (E / ep), expert-data-parallel rank 0 (core dp_rank_ecoords, the
+         * executor's writers, executor/ckpt_save.c). */
+        const bool ex = sg->expert >= 0 && mt->model.experts > 0;
+        const int ep = l->ep > 0 ? l->ep : 1;
+        for (int tr = 0; tr < (sr || sc ? (ex ? dp_layout_etp(l) : l->tp) : 1); tr++) {
+            struct dp_coords c = {.tp_rank = tr, .pp_rank = s};
+            if (ex)
+                dp_rank_of_ecoords(l->tp, l->cp, dp_layout_etp(l), ep, tr,
+                                   (int)(sg->expert / (mt->model.experts / ep)), 0, &c);
             cJSON *p = cJSON_CreateObject();
             dp_ckpt_rank_file_name(fname, sizeof fname,
                                    dp_rank_of_cp(&c, l->tp, l->cp, l->dp, l->pp));

@@ -109,7 +109,8 @@ static void vocab_table(struct table *t, const char *name, enum dp_ckpt_role rol
 /*
  * A MoE layer's MLP: the router Linear(h, E) without bias (Mixtral, Qwen-MoE), replicated
  * on every rank as Megatron's TopKRouter; the routed experts [e0, e1), each an MLP of
- * moe_ffn_hidden split over TP as the dense one (expert tensor parallelism etp = tp), in
+ * moe_ffn_hidden split over the etp ranks of an expert tensor group (etr: the rank's place
+ * there) as the dense MLP over TP (Megatron-Core's expert tensor parallelism), in
  * the order every expert's w1 (w_gate, w_up), then every expert's w2, so that the local
  * experts' fc1 and fc2 weights each lie back to back; then the shared experts as one
  * dense MLP of shared * shared_ffn (DeepSeekMoE's n_shared_experts x
@@ -120,11 +121,11 @@ static void vocab_table(struct table *t, const char *name, enum dp_ckpt_role rol
  * experts' weights so that those stay back to back; Qwen2-MoE's shared_expert_gate
  * Linear(h, 1) [1, h] (replicated) after the shared experts.
  */
-static void moe_table(struct table *t, const struct dp_model *m, int L, int tp, int64_t tr, int e0,
-                      int e1)
+static void moe_table(struct table *t, const struct dp_model *m, int L, int tp, int64_t tr, int etp,
+                      int64_t etr, int e0, int e1)
 {
     char nm[64];
-    const int64_t h = m->hidden, F = m->moe_ffn_hidden, f = F / tp;
+    const int64_t h = m->hidden, F = m->moe_ffn_hidden, f = F / etp;
     const bool glu = m->ffn != DP_FFN_GELU;
     snprintf(nm, sizeof nm, "h.%d.mlp.router.w", L);
     struct dp_ckpt_slice r = {.role = DP_ROLE_ROUTER,
@@ -143,16 +144,16 @@ static void moe_table(struct table *t, const struct dp_model *m, int L, int tp, 
     for (int j = e0; j < e1; j++) {
         t->expert = j;
         snprintf(nm, sizeof nm, "h.%d.mlp.experts.%d.%s", L, j, glu ? "w_gate" : "w1");
-        rows_of(t, nm, DP_ROLE_EXP_W1, L, f, h, F, tr * f);
+        rows_of(t, nm, DP_ROLE_EXP_W1, L, f, h, F, etr * f);
         if (glu) {
             snprintf(nm, sizeof nm, "h.%d.mlp.experts.%d.w_up", L, j);
-            rows_of(t, nm, DP_ROLE_EXP_W1_UP, L, f, h, F, tr * f);
+            rows_of(t, nm, DP_ROLE_EXP_W1_UP, L, f, h, F, etr * f);
         }
     }
     for (int j = e0; j < e1; j++) {
         t->expert = j;
         snprintf(nm, sizeof nm, "h.%d.mlp.experts.%d.w2", L, j);
-        cols_of(t, nm, DP_ROLE_EXP_W2, L, h, f, F, tr * f);
+        cols_of(t, nm, DP_ROLE_EXP_W2, L, h, f, F, etr * f);
     }
     for (int j = e0; m->mlp_bias && j < e1; j++) {
         t->expert = j;
@@ -212,12 +213,12 @@ static int stage_layer(const struct dp_layout *l, const struct dp_model *m, int 
 int dp_ckpt_stage_slices(const struct dp_model *m, const struct dp_layout *l, int stage,
                          int tp_rank, struct dp_ckpt_slice **out, int *n, struct dp_err *err)
 {
-    return dp_ckpt_stage_slices_ep(m, l, stage, tp_rank, -1, out, n, err);
+    return dp_ckpt_stage_slices_ep(m, l, stage, tp_rank, -1, 0, out, n, err);
 }
 
 int dp_ckpt_stage_slices_ep(const struct dp_model *m, const struct dp_layout *l, int stage,
-                            int tp_rank, int ep_rank, struct dp_ckpt_slice **out, int *n,
-                            struct dp_err *err)
+                            int tp_rank, int ep_rank, int etp_rank, struct dp_ckpt_slice **out,
+                            int *n, struct dp_err *err)
 {
     *out = NULL;
     *n = 0;
@@ -273,7 +274,7 @@ int dp_ckpt_stage_slices_ep(const struct dp_model *m, const struct dp_layout *l,
         if (ln)
             vec(&t, NAME("ln2.b"), DP_ROLE_LN2_B, L, h);
         if (dp_model_layer_kind(m, L) == DP_LAYER_MOE) {
-            moe_table(&t, m, L, tp, tr, e0, e1);
+            moe_table(&t, m, L, tp, tr, dp_layout_etp(l), etp_rank, e0, e1);
             continue;
         }
         if (m->ffn == DP_FFN_GELU) {

@@ -22,11 +22,11 @@ static void members(const struct dp_layout *l, const struct dp_coords *c, char w
     /* ZeRO shards span the dp x cp ranks, q = cp_rank + cp dp_rank (executor/shard.c) */
     const int sg = l->zero >= 1 ? dp_layout_shard(l) : l->dp * cp, q = c->cp_rank + cp * c->dp_rank;
     size_t n = (size_t)snprintf(out, cap, "{");
-    int count = 0, nmax = which == 't'                                   ? l->tp
-                          : which == 'p'                                 ? l->pp
-                          : which == 'c'                                 ? cp
-                          : which == 'd' || which == 'e' || which == 'x' ? l->dp
-                                                                         : cp * l->dp;
+    int count = 0, nmax = which == 't'   ? l->tp
+                          : which == 'p' ? l->pp
+                          : which == 'c' ? cp
+                          : which == 'd' ? l->dp
+                                         : cp * l->dp;
     for (int i = 0; i < nmax && n + 16 < cap; i++) {
         struct dp_coords d = *c;
         if (which == 't')
@@ -41,15 +41,7 @@ static void members(const struct dp_layout *l, const struct dp_coords *c, char w
             continue;
         else if (which == 'r' && i % sg != q % sg) /* replicas of the same shard: q % sg */
             continue;
-        else if (which == 'e' && i / l->ep != c->dp_rank / l->ep) /* experts (moe.c) */
-            continue;
-        else if (which == 'x' && i % l->ep != c->dp_rank % l->ep) /* expert data parallel */
-            continue;
-        else if (which == 'y' && (i / cp) % l->ep != c->dp_rank % l->ep) /* the same over cp */
-            continue;
-        if (which == 'e' || which == 'x')
-            d.dp_rank = i;
-        if (which == 'g' || which == 's' || which == 'r' || which == 'y') { /* i runs over q */
+        if (which == 'g' || which == 's' || which == 'r') { /* i runs over q */
             d.cp_rank = i % cp;
             d.dp_rank = i / cp;
         }
@@ -59,16 +51,52 @@ static void members(const struct dp_layout *l, const struct dp_coords *c, char w
     snprintf(out + n, cap - n, "}");
 }
 
+/* "{a,b,c}": the world ranks of c's expert group (core dp_rank_ecoords, Megatron-Core's
+ * folding of the stage's tp x cp x dp ranks): 'e' the all-to-all (same etp and edp rank),
+ * 'x' expert data parallel (same etp and ep rank), 'z' expert tensor parallel (same ep and
+ * edp rank); under HSDP 'S' the expert shard group (EDP ranks with the same edp_rank / esh,
+ * esh = edp / replicas) and 'R' its replicas (the same edp_rank % esh). */
+static void expert_members(const struct dp_layout *l, const struct dp_coords *c, char which,
+                           char *out, size_t cap)
+{
+    const int cp = l->cp > 1 ? l->cp : 1, etp = dp_layout_etp(l);
+    struct dp_ecoords me, o;
+    dp_rank_ecoords(c, l->tp, cp, l->dp, l->ep, etp, &me);
+    const int nrep = l->zero >= 1 ? dp_layout_replicas(l) : 1;
+    const int esh = me.edp % nrep == 0 ? me.edp / nrep : me.edp;
+    size_t n = (size_t)snprintf(out, cap, "{");
+    int count = 0;
+    for (int i = 0; i < l->tp * cp * l->dp && n + 16 < cap; i++) {
+        struct dp_coords d = {.tp_rank = i % l->tp,
+                              .cp_rank = (i / l->tp) % cp,
+                              .dp_rank = i / (l->tp * cp),
+                              .pp_rank = c->pp_rank};
+        dp_rank_ecoords(&d, l->tp, cp, l->dp, l->ep, etp, &o);
+        const bool slice = o.etp_rank == me.etp_rank && o.ep_rank == me.ep_rank;
+        bool same = which == 'e'   ? o.etp_rank == me.etp_rank && o.edp_rank == me.edp_rank
+                    : which == 'x' ? slice
+                    : which == 'S' ? slice && o.edp_rank / esh == me.edp_rank / esh
+                    : which == 'R' ? slice && o.edp_rank % esh == me.edp_rank % esh
+                                   : o.ep_rank == me.ep_rank && o.edp_rank == me.edp_rank;
+        if (same)
+            n += (size_t)snprintf(out + n, cap - n, "%s%d", count++ ? "," : "",
+                                  dp_rank_of_cp(&d, l->tp, cp, l->dp, l->pp));
+    }
+    snprintf(out + n, cap - n, "}");
+}
+
 int cli_run_dry(const struct dp_model *m, const struct dp_layout *l)
 {
     const int cp = l->cp > 1 ? l->cp : 1;
     const int world = l->tp * cp * l->dp * l->pp;
     const bool hsdp = l->zero >= 1 && dp_layout_shard(l) < l->dp * cp;
-    const bool ep = m->experts > 0 && l->ep > 1;
-    printf("\ngroups of each rank (world ranks; shard / replicas: ZeRO under HSDP%s):\n",
-           !ep      ? ""
-           : cp > 1 ? "; ep / edp / edp-cp: the experts' all-to-all, replica and gradient groups"
-                    : "; ep / edp: the experts' all-to-all and gradient groups");
+    const bool etp = m->experts > 0 && dp_layout_etp(l) != l->tp;
+    const bool ep = m->experts > 0 && (l->ep > 1 || etp);
+    printf("\ngroups of each rank (world ranks; shard / replicas: ZeRO under HSDP%s%s):\n",
+           ep ? "; ep / edp: the experts' all-to-all and gradient groups, expert-shard / "
+                "expert-replicas their ZeRO groups under HSDP"
+              : "",
+           etp ? "; etp: an expert's tensor-parallel ranks" : "");
     for (int r = 0; r < world; r++) {
         if (r == MAX_LISTED) {
             printf("  ... %d more ranks\n", world - MAX_LISTED);
@@ -92,13 +120,18 @@ int cli_run_dry(const struct dp_model *m, const struct dp_layout *l)
             printf(" shard %s replicas %s", sh, rp);
         }
         if (ep) {
-            members(l, &c, 'e', sh, sizeof sh);
-            members(l, &c, 'x', rp, sizeof rp);
+            expert_members(l, &c, 'e', sh, sizeof sh);
+            expert_members(l, &c, 'x', rp, sizeof rp);
             printf(" ep %s edp %s", sh, rp);
-            if (cp > 1) { /* the expert gradients' group (executor/schedule.c) */
-                members(l, &c, 'y', dc, sizeof dc);
-                printf(" edp-cp %s", dc);
+            if (hsdp) { /* the expert state's shard group and replicas (executor/shard.c) */
+                expert_members(l, &c, 'S', sh, sizeof sh);
+                expert_members(l, &c, 'R', rp, sizeof rp);
+                printf(" expert-shard %s expert-replicas %s", sh, rp);
             }
+        }
+        if (etp) {
+            expert_members(l, &c, 'z', dc, sizeof dc);
+            printf(" etp %s", dc);
         }
         printf("\n");
     }

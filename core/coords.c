@@ -2,9 +2,10 @@
  * A rank's coordinates in the layout and back (core.h): Megatron's default
  * order tp-cp-ep-dp-pp with TP fastest (parallel_state.initialize_model_
  * parallel): rank = tp_rank + tp (cp_rank + cp (dp_rank + dp pp_rank)), ep = 1
- * (expert parallelism is carved from the DP ranks, not a factor of the world). The
- * executor's process groups, the checkpoints' file names and the launcher's rank map
- * all use it; the functions without _cp are the cp = 1 case.
+ * (expert parallelism is not a factor of the world: the expert coordinates refold each
+ * stage's tp x cp x dp ranks, dp_rank_ecoords). The executor's process groups, the
+ * checkpoints' file names and the launcher's rank map all use it; the functions without
+ * _cp are the cp = 1 case.
  */
 #include "core.h"
 
@@ -33,4 +34,30 @@ void dp_rank_coords(int rank, int tp, int dp, int pp, struct dp_coords *out)
 int dp_rank_of(const struct dp_coords *c, int tp, int dp, int pp)
 {
     return dp_rank_of_cp(c, tp, 1, dp, pp);
+}
+
+void dp_rank_ecoords(const struct dp_coords *c, int tp, int cp, int dp, int ep, int etp,
+                     struct dp_ecoords *out)
+{
+    cp = cp > 1 ? cp : 1;
+    ep = ep > 0 ? ep : 1;
+    etp = etp > 0 ? etp : tp;
+    const int n = tp * cp * dp;
+    if (n % (ep * etp))
+        ep = 1, etp = tp;
+    const int i = c->tp_rank + tp * (c->cp_rank + cp * c->dp_rank);
+    out->etp = etp, out->ep = ep, out->edp = n / (ep * etp);
+    out->etp_rank = i % etp;
+    out->ep_rank = (i / etp) % ep;
+    out->edp_rank = i / (etp * ep);
+}
+
+void dp_rank_of_ecoords(int tp, int cp, int etp, int ep, int etp_rank, int ep_rank, int edp_rank,
+                        struct dp_coords *c)
+{
+    cp = cp > 1 ? cp : 1;
+    const int i = etp_rank + etp * (ep_rank + ep * edp_rank);
+    c->tp_rank = i % tp;
+    c->cp_rank = (i / tp) % cp;
+    c->dp_rank = i / (tp * cp);
 }

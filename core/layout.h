@@ -165,7 +165,9 @@ struct dp_layout {
                               fused Megatron/TE kernels): more memory passes */
     bool list_collectives; /* sharded-DP all-gathers and reduce-scatters go through
                               PyTorch's list API (torch <= 1.8 all_gather(list) /
-                              reduce_scatter(list), DeepSpeed <= 0.3): one copy per rank each */
+                              reduce_scatter(list), DeepSpeed <= 0.3): one copy per rank each,
+                              and (DeepSpeed ZeRO-3) 0.3's per-rank Python loop re-gathering
+                              the persistent parameters after each step */
     /* Mixture of experts (ignored for dense models). */
     int etp;              /* expert tensor parallel size; 0 = tp (Megatron's default) */
     double moe_capacity;  /* expert capacity factor; 0 = dropless */
@@ -336,7 +338,8 @@ void dp_split_format_megatron(const int *c, int n, char *buf, size_t cap);
 int64_t dp_padded_vocab(int64_t vocab, int tp);
 
 /*
- * A rank's coordinates (Megatron's tp-cp-ep-dp-pp order, TP fastest, ep carved from dp):
+ * A rank's coordinates (Megatron's tp-cp-ep-dp-pp order, TP fastest; the experts'
+ * refold each stage's tp x cp x dp ranks, dp_rank_ecoords below):
  * rank = tp_rank + tp * (cp_rank + cp * (dp_rank + dp * pp_rank)). dp_rank_coords and
  * dp_rank_of are the cp = 1 case (cp_rank 0).
  */
@@ -348,5 +351,23 @@ void dp_rank_coords(int rank, int tp, int dp, int pp, struct dp_coords *out);
 int dp_rank_of(const struct dp_coords *c, int tp, int dp, int pp);
 void dp_rank_coords_cp(int rank, int tp, int cp, int dp, int pp, struct dp_coords *out);
 int dp_rank_of_cp(const struct dp_coords *c, int tp, int cp, int dp, int pp);
+
+/*
+ * A rank's expert coordinates: Megatron-Core's MoE parallel folding (parallel_state.py,
+ * the expert RankGenerator with tp = etp, ep, dp = edp, cp = 1 in the dense order): a
+ * stage's tp x cp x dp ranks, numbered i = tp_rank + tp (cp_rank + cp dp_rank), refold
+ * with etp fastest, then ep, then edp = tp cp dp / (etp ep). ep <= 0: 1; etp <= 0: tp; a
+ * pair whose product does not divide tp cp dp (dp_layout_validate refuses it) folds as
+ * ep 1, etp tp. dp_rank_of_ecoords: the stage-local tp, cp and dp ranks (pp_rank
+ * untouched) of expert coordinates (etp_rank, ep_rank, edp_rank).
+ */
+struct dp_ecoords {
+    int etp, ep, edp;
+    int etp_rank, ep_rank, edp_rank;
+};
+void dp_rank_ecoords(const struct dp_coords *c, int tp, int cp, int dp, int ep, int etp,
+                     struct dp_ecoords *out);
+void dp_rank_of_ecoords(int tp, int cp, int etp, int ep, int etp_rank, int ep_rank, int edp_rank,
+                        struct dp_coords *c);
 
 #endif

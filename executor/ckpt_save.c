@@ -46,13 +46,14 @@ static void utc_now(char *buf, size_t cap)
 }
 
 /* Does this rank store weight slice `s`? (DP replica 0 of CP rank 0; replicated tensors on
- * TP rank 0; under expert parallelism an expert's slices on the first expert-data-parallel
- * replica, dp_rank < ep, the only ranks whose table has that expert there.) */
+ * TP rank 0; a routed expert's slices on expert-data-parallel rank 0, which holds each
+ * (expert, expert tensor slice) once, backend/groups.h.) */
 static bool rank_stores(const struct dp_exec *ex, const struct dp_ckpt_slice *s)
 {
     const struct dp_coords *c = &ex->c;
-    int first = s->expert >= 0 && ex->l.ep > 1 ? ex->l.ep : 1;
-    return c->dp_rank < first && c->cp_rank == 0 && (dp_ckpt_slice_split(s) || c->tp_rank == 0);
+    if (s->expert >= 0)
+        return ex->dm.edp_rank == 0;
+    return c->dp_rank == 0 && c->cp_rank == 0 && (dp_ckpt_slice_split(s) || c->tp_rank == 0);
 }
 
 void dp__ckpt_emit(const struct dp_exec *ex, enum dp_ckpt_event_kind kind, int step,

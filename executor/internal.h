@@ -96,9 +96,13 @@ struct dp_dims {
     int cp, cp_rank; /* context parallelism: T = Tg / cp local rows of each sequence (cp.c) */
     int64_t Tg, C;   /* the global seq_len; CP chunk rows Tg / (2 cp) (cp > 1) */
     /* Mixture of experts (moe.c; 0 for dense models). */
-    int E, K;        /* routed experts, experts per token */
-    int El, e0;      /* local experts and the first one's index (EP) */
-    int64_t fe, Fe1; /* local expert width moe_ffn/tp; its fc1 width fe or 2 fe */
+    int E, K;   /* routed experts, experts per token */
+    int El, e0; /* local experts and the first one's index (EP) */
+    /* The expert folding (core dp_rank_ecoords): sizes and this rank's place. */
+    int etp, ep, edp, etp_rank, ep_rank, edp_rank;
+    bool esplit;     /* experts reduce over their own group (EDP is not DP x CP) */
+    int64_t Nb, b0;  /* the routed tokens: Nb rows of the gathered N from row b0 (moe.c) */
+    int64_t fe, Fe1; /* local expert width moe_ffn/etp; its fc1 width fe or 2 fe */
     int64_t sf, Sf1; /* local shared-expert width (0: none); its fc1 width */
     int64_t cap;     /* rows an expert takes per micro-batch (capacity mode), 0: dropless */
     int64_t R;       /* kept choices of this rank's micro-batch: at most N K, E cap */
@@ -217,6 +221,7 @@ struct dp_exec {
      * bucket, gathered (ZeRO-3) or reduce-scattered (ZeRO-2/3) as the layer runs. */
     int sg, sg_rank;     /* shard group: its size and this rank's place (HSDP: dp / replicas) */
     int repl, repl_rank; /* replicas of each shard and this rank's replica */
+    int erepl_rank;      /* under zsplit: this rank's replica of its expert shard (HSDP) */
     real *gred;          /* [shard] reduced gradients, like adam_m (ZeRO-1, one group: grads) */
     real *pshard;        /* ZeRO-3: [shard] this rank's parameters (the master copy) */
     real *gedge, *gwin;  /* ZeRO-2/3: [edge_n] edge gradients; [win_n] one layer's */
@@ -225,7 +230,7 @@ struct dp_exec {
     struct dp_zkind zk[2];
     struct dp_zrun *zr;
     int nzk, nzr;
-    bool zsplit;             /* two groups: experts under ep > 1 with ZeRO (gred its own buffer) */
+    bool zsplit;             /* two groups: experts of their own group (dm.esplit) with ZeRO */
     int pf_layer;            /* ZeRO-3: the layer being gathered into pwin2 (-1: none) */
     size_t edge_lo, edge_hi; /* flat [0, edge_lo) and [edge_hi, nparams) are the edge */
     size_t edge_n, win_n;    /* edge_lo + nparams - edge_hi; the largest layer */

@@ -100,8 +100,8 @@ static int32_t *carve_i32(struct carver *cv, int64_t n)
 static void moe_acts(const struct dp_exec *ex, struct dp_act *a, struct carver *cv)
 {
     const struct dp_dims *dm = &ex->dm;
-    const int64_t NK = dm->N * dm->K;
-    a->rprobs = carve(cv, dm->N * dm->E, sizeof(real));
+    const int64_t NK = dm->Nb * dm->K; /* the routed tokens' choices */
+    a->rprobs = carve(cv, dm->Nb * dm->E, sizeof(real));
     a->rw = carve(cv, NK, sizeof(real));
     a->rwt = carve(cv, dm->R, sizeof(real));
     a->ein = carve(cv, dm->Rx * dm->h, sizeof(real));
@@ -119,7 +119,7 @@ static void moe_acts(const struct dp_exec *ex, struct dp_act *a, struct carver *
     a->ridx = carve_i32(cv, NK);
     a->rrow = carve_i32(cv, NK);
     a->rtok = carve_i32(cv, dm->R);
-    a->ecnt = carve_i32(cv, 2 * dm->E + (int64_t)ex->l.ep * dm->El);
+    a->ecnt = carve_i32(cv, 2 * dm->E + (int64_t)dm->ep * dm->El);
 }
 
 /* One layer's kept activations: the slot's set (x, plus everything unless full
@@ -259,7 +259,7 @@ void dp__memplan(const struct dp_exec *ex, struct dp__memplan *p)
         e[DP__BUF_MDACT] = dm->Rx * dm->fe;
         e[DP__BUF_MDFC1] = ex->m->ffn != DP_FFN_GELU ? dm->Rx * dm->Fe1 : 0;
         /* The router's backward, or (capacity under CP) the ring's gathered choices. */
-        e[DP__BUF_MDL] = dm->N * dm->E + dm->R + dm->E + (ex->m->moe_shared_gate ? dm->N : 0);
+        e[DP__BUF_MDL] = dm->Nb * dm->E + dm->R + dm->E + (ex->m->moe_shared_gate ? dm->N : 0);
         if (dm->cap > 0 && dm->cp > 1 && dm->cp * dm->N * dm->K > e[DP__BUF_MDL])
             e[DP__BUF_MDL] = dm->cp * dm->N * dm->K;
         e[DP__BUF_SDACT] = dm->N * dm->sf;

@@ -90,10 +90,9 @@ static int build_segments(struct dp_exec *ex)
 {
     struct dp_ckpt_slice *t = NULL;
     int n = 0;
-    /* Expert parallelism: this rank's experts only (ep_rank = dp_rank % ep, backend.h). */
-    int ep_rank = ex->l.ep > 1 ? ex->c.dp_rank % ex->l.ep : -1;
-    TRY(dp_ckpt_stage_slices_ep(ex->m, &ex->l, ex->c.pp_rank, ex->dm.tp_rank, ep_rank, &t, &n,
-                                ex->err));
+    /* Experts: this rank's only, their slice of its expert tensor group (groups.h). */
+    TRY(dp_ckpt_stage_slices_ep(ex->m, &ex->l, ex->c.pp_rank, ex->dm.tp_rank, ex->dm.ep_rank,
+                                ex->dm.etp_rank, &t, &n, ex->err));
     ex->wte = ex->wpe = ex->lnf_w = ex->lnf_b = ex->head = NONE;
     ex->lp = calloc((size_t)(ex->nlayers ? ex->nlayers : 1), sizeof *ex->lp);
     ex->segs = calloc((size_t)(n ? n : 1), sizeof *ex->segs);
@@ -108,9 +107,12 @@ static int build_segments(struct dp_exec *ex)
         s->off = ex->nparams;
         s->decay = t[i].gcols > 1; /* AdamW decays 2-D weights only */
         s->norm_once = t[i].replicated && ex->dm.tp > 1;
-        /* The router, its bias, the shared gate and the experts' fc2 biases see the
-         * gathered tokens: their gradients are whole on every TP rank. */
-        s->tp_partial = t[i].replicated && ex->dm.sp && t[i].role != DP_ROLE_ROUTER &&
+        /* The router sees its expert tensor group's tokens: with etp = tp the gathered ones,
+         * its gradient whole on every TP rank; with etp < tp each rank adds its own slice's
+         * part (moe.c), summed over TP as the norms'. Its bias, the shared gate and the
+         * experts' fc2 biases (run with etp = tp only) see the gathered tokens: whole. */
+        s->tp_partial = t[i].replicated && ex->dm.sp &&
+                        (t[i].role != DP_ROLE_ROUTER || ex->dm.etp < ex->dm.tp) &&
                         t[i].role != DP_ROLE_ROUTER_BIAS && t[i].role != DP_ROLE_SH_GATE &&
                         t[i].role != DP_ROLE_EXP_B2;
         /* The q/k norm weights see this rank's heads only: partial over TP, SP or not. */

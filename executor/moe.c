@@ -45,25 +45,34 @@
  *    group, run there per (source rank, local expert) chunk, and returned by a second
  *    all-to-all in the same order (Megatron-Core token_dispatcher.py, MoEAlltoAll
  *    dispatcher: permute, all-to-all, sort by expert, experts, and back).
- *  - Tensor parallelism: the experts are split over TP like the dense MLP (etp = tp):
- *    every TP rank routes the same (gathered) tokens, its experts' partial outputs
- *    are combined, and the sum over TP comes after the combine (one all-reduce or, under
- *    SP, reduce-scatter). The weight gradients' dot products are partial too and are
- *    all-reduced over TP (K values per token).
+ *  - Expert tensor parallelism and the folding (core dp_rank_ecoords, Megatron-Core's
+ *    MoE parallel folding): a stage's tp x cp x dp ranks refold as etp x ep x edp; an
+ *    expert is split over the etp ranks of its expert tensor group (etp divides tp, so
+ *    consecutive TP ranks) like the dense MLP over TP. The ranks of an expert tensor
+ *    group route the same tokens: with etp = tp the gathered micro-batch; with etp < tp
+ *    (under SP) the group's etp slices of Nl rows, dm.Nb rows from row dm.b0 (Megatron's
+ *    dispatcher gathers them over the expert tensor group after the all-to-all, the same
+ *    rows). Each rank's partial outputs are combined into those rows of a zeroed [N, h]
+ *    buffer, and the sum over TP after the combine (one all-reduce or, under SP,
+ *    reduce-scatter, with the dense shared experts' partials) adds each group's etp
+ *    partials once. The combine weights' gradient dot products are partial too and are
+ *    all-reduced over the expert tensor group (K values per token).
  *  - Context parallelism: each CP rank routes and dispatches its own T = seq_len / cp
- *    rows of every sequence (the EP group lies within one cp_rank); only the auxiliary
- *    loss sees the whole micro-batch: its counts are summed over the CP ring and its
- *    N is the micro-batch's cp N tokens. An expert's replicas are then the EDP ranks of
- *    every cp_rank, whose gradients are summed over DP_GROUP_EDPCP (schedule.c).
- *    With capacity the drops are decided over the whole micro-batch too: the CP ranks'
- *    top-k choices are all-gathered (N K indices each) and walked in global token order
- *    (cp_keep), each expert taking ceil(capacity cp N K / E), so a layout with cp > 1
- *    drops exactly the choices one process would. Megatron-Core differs here: its
- *    router sees only the rank's own sequence chunks, and get_capacity is applied to
- *    the local tokens (capacity ceil(capacity N K / E) per CP rank, position order
- *    within the rank's chunks), so its drops change with cp. We keep the one-process
- *    semantics (the equivalence tests hold the cp runs to it) at the price of one
- *    all-gather of cp N K indices per layer and micro-batch.
+ *    rows of every sequence; the auxiliary loss sees the whole micro-batch: its counts
+ *    are summed over the CP ring (and over TP divided by etp where etp < tp) and its N is
+ *    the micro-batch's cp N tokens. An expert's replicas are the expert-data-parallel
+ *    ranks of the folding (they take in the CP ranks), whose gradients are summed over
+ *    DP_GROUP_EDP (schedule.c).
+ *    With capacity and cp > 1 the drops are decided over the whole micro-batch too: the
+ *    CP ranks' top-k choices are all-gathered (N K indices each) and walked in global
+ *    token order (cp_keep), each expert taking ceil(capacity cp N K / E), so a layout
+ *    with cp > 1 drops exactly the choices one process would. Megatron-Core differs
+ *    here: its router sees only the rank's own sequence chunks, and get_capacity is
+ *    applied to the local tokens (capacity ceil(capacity N K / E) per CP rank, position
+ *    order within the rank's chunks), so its drops change with cp. We keep the
+ *    one-process semantics (the equivalence tests hold the cp runs to it) at the price
+ *    of one all-gather of cp N K indices per layer and micro-batch. With etp < tp
+ *    (a rank routes part of the TP group's tokens) capacity is refused (run.c).
  *
  * The routing decisions (counts, rows) are read back to the host once per layer and
  * micro-batch, as Megatron reads tokens_per_expert for its grouped GEMM.
@@ -97,11 +106,11 @@ static int host_get(struct dp_exec *ex, struct moe_host **out)
 {
     const struct dp_dims *dm = &ex->dm;
     if (!ex->moe_host) {
-        const int64_t NK = dm->N * dm->K, E = dm->E, ep = ex->l.ep, El = dm->El;
+        const int64_t NK = dm->Nb * dm->K, E = dm->E, ep = ex->l.ep, El = dm->El;
         const int64_t G = dm->cap > 0 && dm->cp > 1 ? dm->cp * NK : 0;
         const int64_t TPE = ex->m->moe_router_bias ? (int64_t)ex->nlayers * E : 0;
         const int64_t IO = ex->m->moe_shared_gate ? dm->N : 0;
-        const int64_t PR = dm->N * (E > 2 ? E : 2); /* also the gate's staging, 2 N */
+        const int64_t PR = (dm->N > dm->Nb ? dm->N : dm->Nb) * (E > 2 ? E : 2); /* + gate's 2 N */
         size_t bytes = sizeof(struct moe_host) +
                        (size_t)(2 * NK + dm->R + 5 * E + ep * El + IO) * 4 +
                        (size_t)(4 * ep + ep * El) * sizeof(int) +
@@ -210,7 +219,7 @@ static int route(struct dp_exec *ex, struct dp_act *A, struct moe_host *h, int64
 {
     const struct dp_dims *dm = &ex->dm;
     const int E = dm->E, K = dm->K, ep = ex->l.ep, El = dm->El;
-    const int64_t N = dm->N, NK = N * K;
+    const int64_t N = dm->Nb, NK = N * K;
     OPS->download(ex->be, h->ridx, A->ridx, (size_t)NK * sizeof(int32_t));
     OPS->download(ex->be, h->rw, A->rw, (size_t)NK * sizeof(real));
     if (ex->be->prices_only) /* balanced: choice k of token n to expert (n K + k) mod E */
@@ -231,17 +240,23 @@ static int route(struct dp_exec *ex, struct dp_act *A, struct moe_host *h, int64
             }
         }
     }
-    /* CP, dropless: the auxiliary loss's f_e counts the whole micro-batch's choices,
-     * spread over the CP ring (Megatron-Core router.py sums tokens_per_expert over its
-     * tp-cp "sequence partition group"); TP ranks route the same gathered tokens, so over
-     * CP only. The kept counts stay local (every choice is kept). With capacity, cp_keep
-     * has counted every rank's choices already. */
-    if (dm->cp > 1 && dm->cap == 0) {
+    /* CP, etp < tp: the auxiliary loss's f_e counts the whole micro-batch's choices,
+     * spread over the CP ring and the TP group's expert tensor groups (Megatron-Core
+     * router.py sums tokens_per_expert over its tp-cp "sequence partition group"); the
+     * etp ranks of an expert tensor group route the same tokens, so the TP sum counts each
+     * choice etp times. The kept counts stay local (dropless: every choice is kept, these
+     * layouts run no capacity; with capacity under CP, cp_keep has counted every
+     * rank's choices already). */
+    if ((dm->cp > 1 && dm->cap == 0) || dm->etp < dm->tp) {
         for (int e = 0; e < E; e++)
             h->gaux[e] = (double)h->chosen[e];
-        TRY(OPS->allreduce_host(ex->be, DP_GROUP_CP, h->gaux, E, DP_OP_SUM, ex->err));
+        if (dm->cp > 1)
+            TRY(OPS->allreduce_host(ex->be, DP_GROUP_CP, h->gaux, E, DP_OP_SUM, ex->err));
+        if (dm->etp < dm->tp)
+            TRY(OPS->allreduce_host(ex->be, DP_GROUP_TP, h->gaux, E, DP_OP_SUM, ex->err));
+        const double copies = dm->etp < dm->tp ? (double)dm->etp : 1.0;
         for (int e = 0; e < E; e++)
-            h->chosen[e] = (int32_t)h->gaux[e];
+            h->chosen[e] = (int32_t)(h->gaux[e] / copies + 0.5);
     }
     int32_t off[1024 + 1];
     int32_t *o = E < 1024 ? off : malloc((size_t)(E + 1) * sizeof *o);
@@ -358,14 +373,15 @@ int dp__moe_forward(struct dp_exec *ex, const struct dp_layer_params *p, struct 
     struct dp_backend *be = ex->be;
     struct dp_work *w = &ex->w;
     const int N = (int)dm->N, h = (int)dm->h, E = dm->E, K = dm->K, El = dm->El;
-    const int fe = (int)dm->fe, Fe1 = (int)dm->Fe1, ep = ex->l.ep;
+    const int fe = (int)dm->fe, Fe1 = (int)dm->Fe1, ep = ex->l.ep, Nb = (int)dm->Nb;
+    const real *gb = g2 + dm->b0 * dm->h; /* the routed tokens */
     struct moe_host *H;
     TRY(host_get(ex, &H));
 
     /* Router. */
-    OPS->gemm(be, false, true, N, E, h, 1, g2, h, dp__param(ex, p->router), h, 0, A->rprobs, E);
+    OPS->gemm(be, false, true, Nb, E, h, 1, gb, h, dp__param(ex, p->router), h, 0, A->rprobs, E);
     const bool sig = m->moe_router_bias;
-    OPS->router_topk(be, A->rprobs, A->ridx, A->rw, sig ? dp__param(ex, p->router_b) : NULL, dm->N,
+    OPS->router_topk(be, A->rprobs, A->ridx, A->rw, sig ? dp__param(ex, p->router_b) : NULL, dm->Nb,
                      E, K);
     int64_t rows = 0;
     int32_t in = 0;
@@ -382,7 +398,7 @@ int dp__moe_forward(struct dp_exec *ex, const struct dp_layer_params *p, struct 
                           (int)in, (long long)dm->Rx);
 
     /* Dispatch: the kept choices' token rows, grouped by expert, to the experts' ranks. */
-    OPS->rows_gather(be, w->mdy, g2, A->rtok, NULL, rows, dm->h);
+    OPS->rows_gather(be, w->mdy, gb, A->rtok, NULL, rows, dm->h);
     TRY(OPS->alltoall_v(be, DP_GROUP_EP, w->mdy, H->sel, A->ein, H->rel, ex->err));
 
     /* Experts: one GEMM pair per (source rank, local expert) chunk. */
@@ -430,20 +446,23 @@ int dp__moe_forward(struct dp_exec *ex, const struct dp_layer_params *p, struct 
             OPS->rows_gather(be, w->tmp, w->tmp, A->sidx, A->sgate, dm->N, dm->h);
     } else
         OPS->zero(be, w->tmp, (size_t)(dm->N * dm->h) * sizeof(real));
-    OPS->rows_scatter_add(be, w->tmp, A->eout, A->rtok, A->rwt, rows, dm->h);
+    /* The routed experts' rows are partial over ETP and zero outside the routed block, so
+     * that the sum over TP (dp__reduce_tokens) adds each block's etp partials once. */
+    OPS->rows_scatter_add(be, w->tmp + dm->b0 * dm->h, A->eout, A->rtok, A->rwt, rows, dm->h);
     TRY(dp__reduce_tokens(ex, w->tmp));
     OPS->residual(be, out, A->x2, w->tmp, NULL, dm->Nl, dm->h);
 
     /* The auxiliary loss of this micro-batch and layer (its value; the gradient is
      * formed in backward from the kept counts and probabilities). Under CP the
      * micro-batch has Ng = cp N tokens and chosen[] is already summed over the ring;
-     * each CP rank adds its own tokens' share of the P_e sums, so the ring's shares add
-     * up to aux Ng in the step's world sum (as Megatron's per-rank partial aux loss). */
-    OPS->download(be, H->probs, A->rprobs, (size_t)(dm->N * E) * sizeof(real));
+     * each CP rank (and each expert tensor group of a TP group) adds its own tokens' share
+     * of the P_e sums, so the shares add up to aux Ng in the step's world sum, which takes
+     * one rank per expert tensor group (schedule.c; Megatron's per-rank partial aux loss). */
+    OPS->download(be, H->probs, A->rprobs, (size_t)(dm->Nb * E) * sizeof(real));
     const double Ng = (double)(dm->N * dm->cp);
     double aux = 0;
     if (sig) /* the aux-loss scores of the sigmoid router: s normalised per token */
-        for (int64_t n = 0; n < dm->N; n++) {
+        for (int64_t n = 0; n < dm->Nb; n++) {
             double S = 0;
             for (int e = 0; e < E; e++)
                 S += H->probs[n * E + e];
@@ -452,7 +471,7 @@ int dp__moe_forward(struct dp_exec *ex, const struct dp_layer_params *p, struct 
         }
     for (int e = 0; e < E; e++) {
         double P = 0;
-        for (int64_t n = 0; n < dm->N; n++)
+        for (int64_t n = 0; n < dm->Nb; n++)
             P += H->probs[n * E + e];
         aux += ((double)H->chosen[e] / (Ng * K)) * (P / Ng);
     }
@@ -468,7 +487,7 @@ int dp__moe_backward(struct dp_exec *ex, const struct dp_layer_params *p, struct
     struct dp_backend *be = ex->be;
     struct dp_work *w = &ex->w;
     const int N = (int)dm->N, h = (int)dm->h, E = dm->E, K = dm->K, El = dm->El;
-    const int fe = (int)dm->fe, Fe1 = (int)dm->Fe1, ep = ex->l.ep;
+    const int fe = (int)dm->fe, Fe1 = (int)dm->Fe1, ep = ex->l.ep, Nb = (int)dm->Nb;
     int rc = 0;
     struct moe_host *H;
     TRY(host_get(ex, &H));
@@ -479,16 +498,17 @@ int dp__moe_backward(struct dp_exec *ex, const struct dp_layer_params *p, struct
     int32_t in = 0;
     counts_of(ex, H, &in);
     (void)in;
-    real *dl = w->mdl, *dwr = w->mdl + dm->N * E, *gaux = dwr + dm->R, *dgate = gaux + E;
+    real *dl = w->mdl, *dwr = w->mdl + dm->Nb * E, *gaux = dwr + dm->R, *dgate = gaux + E;
 
     const real *dy = dp__gather_tokens(ex, w->dres, w->dgath, &rc);
     TRY(rc);
-    /* Combine weights: dL/dw of row r = dy[token] . eout[r] (partial over TP). */
-    OPS->rows_dot(be, dwr, dy, A->rtok, A->eout, rows, dm->h);
-    if (dm->tp > 1)
-        TRY(OPS->allreduce(be, DP_GROUP_TP, dwr, rows, DP_OP_SUM, ex->err));
+    const real *dyb = dy + dm->b0 * dm->h; /* the routed tokens' */
+    /* Combine weights: dL/dw of row r = dy[token] . eout[r] (partial over ETP). */
+    OPS->rows_dot(be, dwr, dyb, A->rtok, A->eout, rows, dm->h);
+    if (dm->etp > 1)
+        TRY(OPS->allreduce(be, DP_GROUP_ETP, dwr, rows, DP_OP_SUM, ex->err));
     /* Expert outputs' gradient, to the experts. */
-    OPS->rows_gather(be, w->mdy, dy, A->rtok, A->rwt, rows, dm->h);
+    OPS->rows_gather(be, w->mdy, dyb, A->rtok, A->rwt, rows, dm->h);
     TRY(OPS->alltoall_v(be, DP_GROUP_EP, w->mdy, H->sel, w->mx, H->rel, ex->err));
     int64_t r0 = 0;
     for (int s = 0; s < ep; s++)
@@ -539,7 +559,7 @@ int dp__moe_backward(struct dp_exec *ex, const struct dp_layer_params *p, struct
     } else {
         OPS->zero(be, w->dtmp, (size_t)(dm->N * dm->h) * sizeof(real));
     }
-    OPS->rows_scatter_add(be, w->dtmp, w->mdy, A->rtok, NULL, rows, dm->h);
+    OPS->rows_scatter_add(be, w->dtmp + dm->b0 * dm->h, w->mdy, A->rtok, NULL, rows, dm->h);
 
     /* Router: the auxiliary loss's gradient w.r.t. P[n][e] is c E f_e / Ng times this
      * micro-batch's weight in the step's loss, Ng / (gbs T) (mean over micro-batches),
@@ -552,9 +572,18 @@ int dp__moe_backward(struct dp_exec *ex, const struct dp_layer_params *p, struct
         ga[e] = (real)(scale * (double)H->chosen[e] / (Ng * K));
     OPS->upload(be, gaux, ga, (size_t)E * sizeof(real));
     OPS->router_bwd(be, dl, A->rprobs, A->rw, A->ridx, A->rrow, dwr, gaux, m->moe_router_bias,
-                    dm->N, E, K);
-    OPS->gemm(be, true, false, E, h, N, 1, dl, E, g2, h, 1, dp__grad(ex, p->router), h);
-    if (p->sgate != NONE) { /* through the sigmoid, dz = dg g (1 - g), on the host */
+                    dm->Nb, E, K);
+    /* This rank's own token rows within the routed block (under SP its Nl slice). With
+     * etp < tp the block's router gradient is the same on its etp ranks: each adds its own
+     * slice's part, summed over TP after the backward as the norms' (model.c tp_partial). */
+    const int64_t own = dm->sp ? (dm->tp_rank % dm->etp) * dm->Nl : 0;
+    if (dm->etp < dm->tp)
+        OPS->gemm(be, true, false, E, h, (int)dm->Nl, 1, dl + own * E, E,
+                  g2 + (dm->b0 + own) * dm->h, h, 1, dp__grad(ex, p->router), h);
+    else
+        OPS->gemm(be, true, false, E, h, Nb, 1, dl, E, g2 + dm->b0 * dm->h, h, 1,
+                  dp__grad(ex, p->router), h);
+    if (p->sgate != NONE) { /* through the sigmoid, dz = dg g (1 - g), on the host (etp = tp) */
         real *dz = (real *)H->probs, *gv = dz + dm->N;
         OPS->download(be, dz, dgate, (size_t)dm->N * sizeof(real));
         OPS->download(be, gv, A->sgate, (size_t)dm->N * sizeof(real));
@@ -563,14 +592,13 @@ int dp__moe_backward(struct dp_exec *ex, const struct dp_layer_params *p, struct
         OPS->upload(be, dgate, dz, (size_t)dm->N * sizeof(real));
         OPS->gemm(be, true, false, 1, h, N, 1, dgate, 1, g2, h, 1, dp__grad(ex, p->sgate), h);
     }
-    /* The experts' and shared part is partial over TP; the router's is whole on every TP
-     * rank (its tokens are the gathered ones), so it joins after the sum. */
+    /* The experts' and shared part is partial over TP; the router's is whole for the
+     * routed block on every rank of its expert tensor group, so it joins after the sum. */
     TRY(dp__reduce_tokens(ex, w->dtmp));
-    OPS->gemm(be, false, false, N, h, E, 1, dl, E, dp__param(ex, p->router), h, 0, w->tmp, h);
-    if (p->sgate != NONE) /* the gate's input gradient, whole like the router's */
+    OPS->gemm(be, false, false, Nb, h, E, 1, dl, E, dp__param(ex, p->router), h, 0, w->tmp, h);
+    if (p->sgate != NONE) /* the gate's input gradient, whole like the router's (Nb = N) */
         OPS->gemm(be, false, false, N, h, 1, 1, dgate, 1, dp__param(ex, p->sgate), h, 1, w->tmp, h);
-    int64_t first = dm->sp ? dm->tp_rank * dm->Nl : 0;
-    OPS->add_inplace(be, w->dtmp, w->tmp + first * dm->h, dm->Nl * dm->h);
+    OPS->add_inplace(be, w->dtmp, w->tmp + own * dm->h, dm->Nl * dm->h);
     return 0;
 }
 

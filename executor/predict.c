@@ -697,9 +697,16 @@ static void pricer_sizes(struct pricer *c, const struct dp_model *m, const struc
     c->size[DP_GROUP_NODE] = per_node;
     c->size[DP_GROUP_SHARD] = l->zero >= 1 ? dp_layout_shard(l) : 1;
     c->size[DP_GROUP_REPL] = l->zero >= 1 ? dp_layout_replicas(l) : 1;
-    c->size[DP_GROUP_EP] = m->experts > 0 ? l->ep : 1;
-    c->size[DP_GROUP_EDP] = m->experts > 0 ? l->dp / l->ep : l->dp;
-    c->size[DP_GROUP_EDPCP] = c->size[DP_GROUP_EDP] * cp;
+    /* Experts: core's folding of the stage's tp cp dp ranks (dp_rank_ecoords). */
+    const int ep = m->experts > 0 && l->ep > 0 ? l->ep : 1;
+    const int etp = m->experts > 0 ? dp_layout_etp(l) : l->tp,
+              edp = l->tp * cp * l->dp / (ep * etp);
+    const int nrep = c->size[DP_GROUP_REPL];
+    c->size[DP_GROUP_EP] = ep;
+    c->size[DP_GROUP_ETP] = etp;
+    c->size[DP_GROUP_EDP] = edp;
+    c->size[DP_GROUP_ESHARD] = nrep > 1 && edp % nrep == 0 ? edp / nrep : edp;
+    c->size[DP_GROUP_EREPL] = nrep > 1 && edp % nrep == 0 ? nrep : 1;
 }
 
 static int price_stage(struct pricer *c, const struct dp_model *m, const struct dp_layout *l,

@@ -91,35 +91,50 @@ int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world
     if (dp_layout_validate(l, m, world > 0 ? world : 0, &lerr))
         return dp_err_set(err, DP_EINFEASIBLE, "layout: %s", lerr.msg);
     if (m->experts > 0) {
-        if (l->cp > 1 && l->zero >= 1 && l->ep > 1)
-            return dp_err_set(err, DP_EINFEASIBLE,
-                              "layout: cp=%d with zero=%d and ep=%d: the CPU executor shards "
-                              "context-parallel experts with ep 1 only (its expert shard groups "
-                              "leave out the cp ranks)",
-                              l->cp, l->zero, l->ep);
         /* What the MoE code (moe.c) runs: one line per limit. */
-        if (dp_layout_etp(l) != l->tp)
+        const int etp = dp_layout_etp(l);
+        if (etp > l->tp || l->tp % etp)
             return dp_err_set(err, DP_EINFEASIBLE,
-                              "layout: etp=%d: the CPU executor splits experts over TP like the "
-                              "dense MLP (etp must equal tp=%d)",
-                              dp_layout_etp(l), l->tp);
-        /* ZeRO with ep > 1: dense state over DP, expert state over EDP (shard.c); one
-         * shard group each, no replicas. */
-        if (l->zero >= 1 && l->ep > 1 && dp_layout_shard(l) != l->dp)
+                              "layout: etp=%d: the CPU executor splits experts within a TP group "
+                              "(etp must divide tp=%d)",
+                              etp, l->tp);
+        if (etp < l->tp && !l->sp)
             return dp_err_set(err, DP_EINFEASIBLE,
-                              "layout: shard_group=%d with ep=%d: the CPU executor shards "
-                              "expert-parallel models over the whole DP group (HSDP needs ep 1)",
-                              dp_layout_shard(l), l->ep);
+                              "layout: etp=%d < tp=%d without sp: the TP ranks hold the same "
+                              "tokens (Megatron-Core requires sequence parallelism for MoE with "
+                              "tp > 1)",
+                              etp, l->tp);
+        /* Capacity with cp > 1 drops over the whole micro-batch (moe.c cp_keep); with
+         * etp < tp a rank routes part of its TP group's tokens, which it does not do. */
+        if (etp < l->tp && l->moe_capacity > 0)
+            return dp_err_set(err, DP_EINFEASIBLE,
+                              "layout: etp=%d with moe_capacity: the CPU executor runs experts "
+                              "that route part of a micro-batch dropless (the drop order is over "
+                              "the whole micro-batch)",
+                              etp);
+        /* HSDP with experts in their own group: as many expert instances as dense replicas
+         * (groups.h), so the replicas must divide the expert-data-parallel ranks. */
+        const int edp = dp_layout_edp(l), nrep = dp_layout_replicas(l);
+        if (l->zero >= 1 && nrep > 1 && (l->ep > 1 || etp != l->tp) && edp % nrep)
+            return dp_err_set(err, DP_EINFEASIBLE,
+                              "layout: shard_group=%d with ep=%d etp=%d: the %d replicas do not "
+                              "divide the %d expert-data-parallel ranks",
+                              dp_layout_shard(l), l->ep, etp, nrep, edp);
         if (m->mlp_bias && m->moe_shared_experts > 0)
             return dp_err_set(err, DP_EINFEASIBLE,
                               "model %s: mlp_bias with shared experts: the CPU executor's shared "
                               "experts have no biases (the routed experts have)",
                               m->name);
-        if (l->dp % l->ep)
+        /* The router bias, the shared gate and the experts' biases assume that the TP
+         * ranks route the same tokens (moe.c); not yet folded with etp < tp. */
+        if (etp < l->tp && (m->moe_router_bias || m->moe_shared_gate || m->mlp_bias))
             return dp_err_set(err, DP_EINFEASIBLE,
-                              "layout: ep=%d must divide dp=%d (the CPU executor's expert groups "
-                              "are DP ranks of a stage)",
-                              l->ep, l->dp);
+                              "layout: etp=%d < tp=%d with %s: the CPU executor runs it with "
+                              "etp = tp only",
+                              etp, l->tp,
+                              m->moe_router_bias   ? "moe.router_bias"
+                              : m->moe_shared_gate ? "moe.shared_gate"
+                                                   : "expert biases (mlp_bias)");
     }
     /* Full recompute of only some layers per stage (Megatron --recompute-method block). */
     int most = 0;
@@ -216,13 +231,27 @@ void dp__dims_init(struct dp_exec *ex)
     dm->Vl = dm->Vp / l->tp;
     dm->v0 = dm->tp_rank * dm->Vl;
     if (m->experts > 0) {
-        /* moe.c: the experts split over TP as the dense MLP (etp = tp), over EP by index. */
-        const int64_t N = dm->N, K = m->top_k, E = m->experts, ep = l->ep;
+        /* moe.c: the experts over EP by index and over ETP by width (core's expert
+         * folding); the shared experts split over TP as the dense MLP. */
+        struct dp_ecoords f;
+        dp_rank_ecoords(&ex->c, l->tp, l->cp, l->dp, l->ep, dp_layout_etp(l), &f);
+        dm->etp = f.etp, dm->ep = f.ep, dm->edp = f.edp;
+        dm->etp_rank = f.etp_rank, dm->ep_rank = f.ep_rank, dm->edp_rank = f.edp_rank;
+        /* EDP equals DP x CP only when the experts split as the dense MLP, ep = 1. */
+        dm->esplit = f.ep > 1 || f.etp != l->tp;
+        /* The routed tokens: those of the expert tensor group. With etp = tp every TP rank
+         * routes the whole gathered micro-batch; with etp < tp (sequence parallel, run.c
+         * dp_exec_check) the etp consecutive TP ranks of a group route their etp slices of
+         * Nl rows together, as Megatron's dispatcher gathers them over the expert tensor
+         * group after the all-to-all. */
+        dm->Nb = f.etp < l->tp ? f.etp * dm->Nl : dm->N;
+        dm->b0 = f.etp < l->tp ? (dm->tp_rank / f.etp) * dm->Nb : 0;
+        const int64_t N = dm->Nb, K = m->top_k, E = m->experts, ep = f.ep;
         dm->E = (int)E;
         dm->K = (int)K;
         dm->El = (int)(E / ep);
-        dm->e0 = (int)((ex->c.dp_rank % ep) * dm->El);
-        dm->fe = m->moe_ffn_hidden / l->tp;
+        dm->e0 = (int)(f.ep_rank * dm->El);
+        dm->fe = m->moe_ffn_hidden / f.etp;
         dm->Fe1 = m->ffn == DP_FFN_SWIGLU ? 2 * dm->fe : dm->fe;
         dm->sf = m->moe_shared_experts * m->moe_shared_ffn_hidden / l->tp;
         dm->Sf1 = m->ffn == DP_FFN_SWIGLU ? 2 * dm->sf : dm->sf;
@@ -353,6 +382,7 @@ int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const stru
                                  .cp = l->cp,
                                  .shard = l->zero >= 1 ? dp_layout_shard(l) : l->dp,
                                  .ep = m->experts > 0 ? l->ep : 1,
+                                 .etp = m->experts > 0 ? dp_layout_etp(l) : l->tp,
                                  .threads = o->threads};
     ex->be = dp__backend_new(o->backend, &cfg, err);
     if (!ex->be) {

@@ -161,18 +161,18 @@ static double local_sumsq(struct dp_exec *ex)
 {
     double s = 0;
     bool zero = ex->l.zero >= 1;
-    /* DP and CP replicas hold the same reduced gradients; under expert parallelism the
-     * first ep DP ranks hold one copy of every expert (edp_rank 0). */
-    int ep = ex->m->experts > 0 ? ex->l.ep : 1;
-    if (!zero && (ex->c.dp_rank >= ep || ex->c.cp_rank != 0))
-        return 0;
-    if (zero && ex->repl_rank != 0)
-        return 0; /* HSDP: so do the replicas of a shard */
+    /* DP and CP replicas hold the same reduced gradients (dp_rank 0, cp_rank 0 counts);
+     * the experts' ranks with edp_rank 0 hold one copy of every expert slice (groups.h);
+     * under HSDP the replicas of a shard hold the same (replica 0 counts). */
+    const bool dense_here = zero ? ex->repl_rank == 0 : ex->c.dp_rank == 0 && ex->c.cp_rank == 0;
+    const bool exp_here = !ex->dm.esplit ? dense_here
+                          : zero         ? ex->erepl_rank == 0
+                                         : ex->dm.edp_rank == 0;
     for (int i = 0; i < ex->nsegs; i++) {
         const struct dp_seg *sg = &ex->segs[i];
         if (sg->t.tied_copy || (sg->norm_once && ex->c.tp_rank != 0))
             continue;
-        if (!zero && ex->c.dp_rank != 0 && sg->t.expert < 0)
+        if (!(sg->t.expert >= 0 ? exp_here : dense_here))
             continue;
         size_t lo = sg->off, hi = sg->off + (size_t)(sg->t.rows * sg->t.cols);
         if (zero) {
@@ -219,14 +219,13 @@ static int reduce_grads(struct dp_exec *ex)
         return dp__shard_step_reduce(ex); /* HSDP: over the replicas */
     }
     /* Over dp x cp (Megatron's data-parallel group with CP); the DP group when cp = 1. */
-    if (ex->m->experts == 0 || ex->l.ep == 1)
+    if (!ex->dm.esplit)
         return OPS->allreduce(ex->be, DP_GROUP_DPCP, ex->grads, (int64_t)ex->nparams, DP_OP_SUM,
                               ex->err);
-    /* Expert parallelism: the experts' gradients over the ranks holding the same experts
-     * (expert data parallel, dp / ep, times cp: each cp rank holds its ep coordinate's
-     * experts), the rest over dp x cp (Megatron-Core finalize_model_grads: expert grads
-     * reduced over the expert-data-parallel group); in runs of consecutive segments of
-     * one kind. */
+    /* Experts in their own group: their gradients over the ranks holding the same expert
+     * slices (expert data parallel, tp cp dp / (etp ep), groups.h), the rest over dp x cp
+     * (Megatron-Core finalize_model_grads: expert grads reduced over the
+     * expert-data-parallel group); in runs of consecutive segments of one kind. */
     for (int i = 0; i < ex->nsegs;) {
         bool expert = ex->segs[i].t.expert >= 0;
         int j = i;
@@ -234,7 +233,7 @@ static int reduce_grads(struct dp_exec *ex)
             j++;
         size_t lo = ex->segs[i].off;
         size_t hi = ex->segs[j - 1].off + (size_t)(ex->segs[j - 1].t.rows * ex->segs[j - 1].t.cols);
-        TRY(OPS->allreduce(ex->be, expert ? DP_GROUP_EDPCP : DP_GROUP_DPCP, ex->grads + lo,
+        TRY(OPS->allreduce(ex->be, expert ? DP_GROUP_EDP : DP_GROUP_DPCP, ex->grads + lo,
                            (int64_t)(hi - lo), DP_OP_SUM, ex->err));
         i = j;
     }
@@ -256,8 +255,9 @@ int dp__step_reduce(struct dp_exec *ex, double *loss)
     /* One world all-reduce: the loss (last stage, one TP rank per replica) and the
      * squared gradient norm. */
     double v[2] = {ex->last && ex->c.tp_rank == 0 ? ex->loss_sum : 0.0, local_sumsq(ex)};
-    /* MoE: the auxiliary loss of every stage's layers (moe.c), once per TP group. */
-    if (ex->c.tp_rank == 0)
+    /* MoE: the auxiliary loss of every stage's layers (moe.c), once per expert tensor
+     * group (the TP group when etp = tp). */
+    if (ex->c.tp_rank % (ex->dm.etp > 0 ? ex->dm.etp : ex->dm.tp) == 0)
         v[0] += ex->aux_sum;
     TRY(OPS->allreduce_host(ex->be, DP_GROUP_WORLD, v, 2, DP_OP_SUM, ex->err));
     ex->grad_sumsq = v[1];

@@ -27,9 +27,11 @@
  *    --num-distributed-optimizer-instances): shards span the shard group of
  *    `shard_group` DP ranks; the reduced shard is then all-reduced over the
  *    replicas (the ranks holding the same shard), once per step.
- *  - Experts under ep > 1 (zero_groups): a second parameter group, the expert
- *    tensors sharded over EDP with their own padding; every range above is
- *    cut in runs of one group, one collective per run over its group.
+ *  - Experts in their own group (ep > 1 or etp < tp; zero_groups): a second
+ *    parameter group, the expert tensors sharded over EDP (under HSDP over a
+ *    sub-group of it, all-reduced across its replicas) with their own padding;
+ *    every range above is cut in runs of one group, one collective per run
+ *    over its group.
  * Reductions are sums of the same terms as the all-reduce, in another order:
  * the loss trajectory matches the single-process one to rounding.
  */
@@ -41,18 +43,24 @@
 
 #define R sizeof(real)
 
-/* ZeRO's parameter groups and their runs (internal.h). Under expert parallelism the
- * experts differ between the ep ranks of a DP group, so (Megatron-Core's distributed
- * optimizer, expert_data_parallel group) their state is sharded over EDP: the dp / ep
- * ranks holding the same experts, rank dp_rank / ep (backend/groups.h). */
+/* ZeRO's parameter groups and their runs (internal.h). Where the experts split otherwise
+ * than the dense layers (dm.esplit: ep > 1 or etp < tp) the ranks holding one expert slice
+ * are not the dp x cp ones, so (Megatron-Core's distributed optimizer,
+ * expert_data_parallel group) their state is sharded over EDP, the tp cp dp / (etp ep)
+ * ranks holding the same expert slice (backend/groups.h); under HSDP over edp / replicas
+ * of them (DP_GROUP_ESHARD, Megatron's intra-partial expert data-parallel group), as many
+ * expert instances as dense replicas. */
 static int zero_groups(struct dp_exec *ex)
 {
     const struct dp_layout *l = &ex->l;
-    ex->zsplit = l->zero >= 1 && ex->m->experts > 0 && l->ep > 1;
+    const struct dp_dims *dm = &ex->dm;
+    ex->zsplit = l->zero >= 1 && ex->m->experts > 0 && dm->esplit;
     ex->nzk = ex->zsplit ? 2 : 1;
     ex->zk[0] = (struct dp_zkind){DP_GROUP_SHARD, ex->sg, ex->sg_rank, 0, 0};
-    ex->zk[1] = (struct dp_zkind){DP_GROUP_EDP, l->dp / (l->ep > 0 ? l->ep : 1),
-                                  ex->c.dp_rank / (l->ep > 0 ? l->ep : 1), 0, 0};
+    const int edp = dm->edp > 0 ? dm->edp : 1; /* 0 for a dense model */
+    const int esh = ex->repl > 1 && edp % ex->repl == 0 ? edp / ex->repl : edp;
+    ex->zk[1] = (struct dp_zkind){DP_GROUP_ESHARD, esh, dm->edp_rank % esh, 0, 0};
+    ex->erepl_rank = ex->zsplit ? dm->edp_rank / esh : ex->repl_rank;
     size_t nz[2] = {0, 0};
     free(ex->zr);
     ex->nzr = 0;
@@ -96,7 +104,8 @@ int dp__shard_buckets(struct dp_exec *ex)
     int nl = ex->nlayers;
     ex->lay_lo = calloc((size_t)(nl ? nl : 1), sizeof *ex->lay_lo);
     ex->lay_hi = calloc((size_t)(nl ? nl : 1), sizeof *ex->lay_hi);
-    ex->cnt = calloc((size_t)(ex->sg > l->dp ? ex->sg : l->dp), sizeof *ex->cnt); /* EDP <= dp */
+    const int ne = ex->dm.edp > 0 ? ex->dm.edp : 1; /* the expert shard group: at most EDP */
+    ex->cnt = calloc((size_t)(ex->sg > ne ? ex->sg : ne), sizeof *ex->cnt);
     ex->pf_layer = -1;
     if (!ex->lay_lo || !ex->lay_hi || !ex->cnt)
         return dp_err_set(ex->err, DP_ENOMEM, "out of memory");
@@ -356,10 +365,17 @@ int dp__shard_step_reduce(struct dp_exec *ex)
         TRY(reduce_range(ex, 0, ex->edge_lo, ex->gedge));
         TRY(reduce_range(ex, ex->edge_hi, ex->nparams, ex->gedge + ex->edge_lo));
     }
-    /* HSDP: the replicas of a shard hold partial sums over their own shard group. */
-    if (ex->l.zero >= 1 && ex->repl > 1)
+    /* HSDP: the replicas of a shard hold partial sums over their own shard group; with two
+     * groups the dense shard's over DP_GROUP_REPL, the expert shard's over DP_GROUP_EREPL. */
+    if (ex->l.zero >= 1 && ex->repl > 1 && !ex->zsplit)
         TRY(OPS->allreduce(ex->be, DP_GROUP_REPL, ex->gred, (int64_t)ex->shard, DP_OP_SUM,
                            ex->err));
+    if (ex->l.zero >= 1 && ex->repl > 1 && ex->zsplit) {
+        TRY(OPS->allreduce(ex->be, DP_GROUP_REPL, ex->gred, (int64_t)ex->zk[0].S, DP_OP_SUM,
+                           ex->err));
+        TRY(OPS->allreduce(ex->be, DP_GROUP_EREPL, ex->gred + ex->zk[1].base, (int64_t)ex->zk[1].S,
+                           DP_OP_SUM, ex->err));
+    }
     return 0;
 }
 

@@ -15,19 +15,29 @@
 
 #define TAG_WEIGHTS 3
 
-/* Ranks of the TP group holding distinct slices of `t` (1 for replicated tensors). */
+/* Ranks holding distinct slices of `t`: of the TP group, or for a routed expert of its
+ * expert tensor group (1 for replicated tensors). */
 static int slices(const struct dp_exec *ex, const struct dp_ckpt_slice *t)
 {
-    return dp_ckpt_slice_split(t) ? ex->l.tp : 1;
+    if (!dp_ckpt_slice_split(t))
+        return 1;
+    return t->expert >= 0 ? dp_layout_etp(&ex->l) : ex->l.tp;
 }
 
-/* The DP rank holding `t` in replica 0: expert parallelism puts expert j on ep_rank
- * j / (E / ep), which is dp_rank ep_rank of the first expert-data-parallel replica. */
-static int expert_owner(const struct dp_exec *ex, const struct dp_ckpt_slice *t)
+/* The rank of stage `st` holding slice `tr` of `t` in replica 0: TP rank tr of DP and CP
+ * rank 0, or for routed expert j the expert-data-parallel rank 0 of the expert-parallel
+ * rank j / (E / ep), expert tensor rank tr (core/coords.c). */
+static int owner_of(const struct dp_exec *ex, const struct dp_ckpt_slice *t, int tr, int st)
 {
-    if (t->expert < 0 || ex->m->experts == 0 || ex->l.ep <= 1)
-        return 0;
-    return (int)(t->expert / (ex->m->experts / ex->l.ep));
+    const struct dp_layout *l = &ex->l;
+    struct dp_coords c = {.tp_rank = tr, .pp_rank = st};
+    if (t->expert >= 0 && ex->m->experts > 0) {
+        int ep = l->ep > 0 ? l->ep : 1;
+        dp_rank_of_ecoords(l->tp, l->cp, dp_layout_etp(l), ep, tr,
+                           (int)(t->expert / (ex->m->experts / ep)), 0, &c);
+        c.pp_rank = st;
+    }
+    return dp_rank_of_cp(&c, l->tp, l->cp, l->dp, l->pp);
 }
 
 /* Every stage's tensors as TP rank 0 holds them, tied copies left out (they equal the
@@ -51,9 +61,7 @@ static int fill(int i, void *buf, void *ctx)
     int64_t local = t->rows * t->cols;
     int rc = 0;
     for (int tr = 0; tr < slices(ex, t) && !rc; tr++) {
-        struct dp_coords c = {
-            .tp_rank = tr, .dp_rank = expert_owner(ex, t), .pp_rank = g->stage[i]};
-        int owner = dp_rank_of_cp(&c, ex->l.tp, ex->l.cp, ex->l.dp, ex->l.pp);
+        int owner = owner_of(ex, t, tr, g->stage[i]);
         if (owner == 0) {
             /* Rank 0 is stage 0, TP rank 0: its own segment of the same name. */
             for (int k = 0; k < ex->nsegs && !rc; k++)
@@ -81,10 +89,11 @@ static int send_slices(struct dp_exec *ex, bool send)
 {
     for (int i = 0; i < ex->nsegs; i++) {
         const struct dp_seg *sg = &ex->segs[i];
-        /* A sender sends what rank 0 asks it for (expert_owner); a ZeRO-3 joiner visits
-         * what its shard group's sender does. */
-        if (sg->t.tied_copy || ex->c.tp_rank >= slices(ex, &sg->t) ||
-            (send && expert_owner(ex, &sg->t) != ex->c.dp_rank))
+        /* A sender sends what rank 0 asks it for (owner_of); a ZeRO-3 joiner visits what
+         * its shard group's sender does. */
+        int tr = sg->t.expert >= 0 ? ex->dm.etp_rank : ex->c.tp_rank;
+        if (sg->t.tied_copy || tr >= slices(ex, &sg->t) ||
+            (send && owner_of(ex, &sg->t, tr, ex->c.pp_rank) != ex->rank))
             continue;
         TRY(dp__shard_visit(ex, sg));
         if (send)
@@ -98,8 +107,8 @@ static int send_slices(struct dp_exec *ex, bool send)
 static int weights_save(struct dp_exec *ex, const char *file)
 {
     dp__shard_visit_reset(ex);
-    if (ex->rank != 0 && ex->c.cp_rank == 0 &&
-        (ex->c.dp_rank == 0 || (ex->m->experts > 0 && ex->c.dp_rank < ex->l.ep)))
+    if (ex->rank != 0 && ((ex->c.cp_rank == 0 && ex->c.dp_rank == 0) ||
+                          (ex->m->experts > 0 && ex->dm.edp_rank == 0)))
         return send_slices(ex, true);
     if (ex->rank != 0) /* ZeRO-3: the shard group of replica 0 gathers with its owner */
         return ex->l.zero >= 3 && ex->repl_rank == 0 ? send_slices(ex, false) : 0;

@@ -45,13 +45,13 @@ enum dp_group {
     DP_GROUP_REPL,  /* replicas of one shard: dp x cp ranks with the same q % shard */
     DP_GROUP_CP,    /* same tp, dp, pp: the context-parallel ring (cp_rank order) */
     DP_GROUP_DPCP,  /* same tp, pp: the dp x cp ranks whose gradients are summed */
-    /* Experts (Megatron-Core's expert rank order tp-ep-dp-pp with etp = tp): the DP ranks
-     * of a stage split into groups of ep consecutive dp_ranks, ep_rank = dp_rank % ep. */
-    DP_GROUP_EP,  /* same pp, tp, dp_rank / ep: the all-to-all's ranks */
-    DP_GROUP_EDP, /* same pp, tp, cp, dp_rank % ep: the replicas of one expert shard */
-    /* same pp, tp, dp_rank % ep: every replica of one expert shard across dp and cp (each
-     * cp rank holds all of its ep coordinate's experts), whose gradients are summed */
-    DP_GROUP_EDPCP,
+    /* Experts (groups.h dp__efold_of: Megatron-Core's folding of a stage's tp x cp x dp
+     * ranks into etp x ep x edp). */
+    DP_GROUP_EP,     /* same pp, etp_rank, edp_rank: the all-to-all's ranks */
+    DP_GROUP_EDP,    /* same pp, etp_rank, ep_rank: every replica of one expert slice */
+    DP_GROUP_ETP,    /* same pp, ep_rank, edp_rank: one expert's tensor-parallel ranks */
+    DP_GROUP_ESHARD, /* ZeRO expert shard group: EDP ranks with the same edp_rank / esh */
+    DP_GROUP_EREPL,  /* replicas of one expert shard (HSDP): same edp_rank % esh */
     DP_NGROUPS
 };
 
@@ -309,7 +309,8 @@ struct dp_backend_cfg {
     int tp, dp, pp; /* the layout's degrees: the backend's world must be tp * cp * dp * pp */
     int cp;         /* context parallelism (0 or 1: none) */
     int shard;      /* ZeRO shard group size (divides dp * cp; 0 = dp * cp) */
-    int ep;         /* expert parallel size (divides dp; 0 = 1) */
+    int ep;         /* expert parallel size (0 = 1) */
+    int etp;        /* expert tensor parallel size (divides tp; 0 = tp) */
     int threads;    /* compute threads per rank; <= 0: the backend's own rule */
 };
 

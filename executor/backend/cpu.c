@@ -47,9 +47,9 @@ struct cpu_backend {
     int *ag_counts, *ag_displs; /* [size of the group], kept until it completes */
 };
 
-static const char *const group_names[DP_NGROUPS] = {"world", "tp",    "dp",      "pp", "emb",
-                                                    "node",  "shard", "replica", "cp", "dp-cp",
-                                                    "ep",    "edp",   "edp-cp"};
+static const char *const group_names[DP_NGROUPS] = {
+    "world", "tp",    "dp", "pp",  "emb", "node",         "shard",         "replica",
+    "cp",    "dp-cp", "ep", "edp", "etp", "expert-shard", "expert-replica"};
 static bool mpi_started_here;
 
 static struct cpu_backend *cpu(struct dp_backend *be)

@@ -25,12 +25,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const dp__cuda_group_names[DP_NGROUPS] = {
-    [DP_GROUP_WORLD] = "world", [DP_GROUP_TP] = "tp",        [DP_GROUP_DP] = "dp",
-    [DP_GROUP_PP] = "pp",       [DP_GROUP_EMB] = "emb",      [DP_GROUP_NODE] = "node",
-    [DP_GROUP_SHARD] = "shard", [DP_GROUP_REPL] = "replica", [DP_GROUP_CP] = "cp",
-    [DP_GROUP_DPCP] = "dp-cp",  [DP_GROUP_EP] = "ep",        [DP_GROUP_EDP] = "edp",
-    [DP_GROUP_EDPCP] = "edp-cp"};
+const char *const dp__cuda_group_names[DP_NGROUPS] = {[DP_GROUP_WORLD] = "world",
+                                                      [DP_GROUP_TP] = "tp",
+                                                      [DP_GROUP_DP] = "dp",
+                                                      [DP_GROUP_PP] = "pp",
+                                                      [DP_GROUP_EMB] = "emb",
+                                                      [DP_GROUP_NODE] = "node",
+                                                      [DP_GROUP_SHARD] = "shard",
+                                                      [DP_GROUP_REPL] = "replica",
+                                                      [DP_GROUP_CP] = "cp",
+                                                      [DP_GROUP_DPCP] = "dp-cp",
+                                                      [DP_GROUP_EP] = "ep",
+                                                      [DP_GROUP_EDP] = "edp",
+                                                      [DP_GROUP_ETP] = "etp",
+                                                      [DP_GROUP_ESHARD] = "expert-shard",
+                                                      [DP_GROUP_EREPL] = "expert-replica"};
 
 int dp__cuda_err_cuda(struct cuda_backend *cb, struct dp_err *err, int rc, const char *call, int g)
 {

@@ -3,10 +3,10 @@
  * group of backend.h (MPI_Comm_split, ncclCommSplit), from the layout's degrees. One
  * definition, so the CPU and CUDA backends number their groups alike.
  *
- * Ranks in Megatron's tp-cp-ep-dp-pp order (core/coords.c). A group's colour is the
- * coordinates its members share, as one number; its key the member's place in it. The
- * ZeRO shard and replica groups number the dp x cp ranks q = cp_rank + cp dp_rank
- * (Megatron's distributed optimizer shards over its data-parallel group with CP).
+ * Ranks in Megatron's tp-cp-dp-pp order (core/coords.c), experts refolded (below). A group's colour
+ * is the coordinates its members share, as one number; its key the member's place in it. The ZeRO
+ * shard and replica groups number the dp x cp ranks q = cp_rank + cp dp_rank (Megatron's
+ * distributed optimizer shards over its data-parallel group with CP).
  */
 #ifndef DPLAN_EXECUTOR_BACKEND_GROUPS_H
 #define DPLAN_EXECUTOR_BACKEND_GROUPS_H
@@ -45,17 +45,28 @@ static inline void dp__split_plan(int rank, const struct dp_backend_cfg *cfg, st
     out->color[DP_GROUP_CP] = c.tp_rank + tp * (c.dp_rank + dp * c.pp_rank);
     out->key[DP_GROUP_CP] = c.cp_rank;
     out->color[DP_GROUP_DPCP] = c.tp_rank + tp * c.pp_rank, out->key[DP_GROUP_DPCP] = q;
-    /* Experts (executor/moe.c): ep consecutive dp_ranks, ep_rank = dp_rank % ep, within
-     * one cp_rank (each cp rank routes its own tokens). */
-    const int ep = cfg->ep > 0 && dp % cfg->ep == 0 ? cfg->ep : 1;
-    out->color[DP_GROUP_EP] = tc + tp * cp * (c.pp_rank + pp * (c.dp_rank / ep));
-    out->key[DP_GROUP_EP] = c.dp_rank % ep;
-    out->color[DP_GROUP_EDP] = tc + tp * cp * (c.pp_rank + pp * (c.dp_rank % ep));
-    out->key[DP_GROUP_EDP] = c.dp_rank / ep;
-    /* The expert gradients' group under CP: EDP of every cp_rank (Megatron-Core's
-     * expert-data-parallel group, which takes in the CP ranks as its dense DP group does). */
-    out->color[DP_GROUP_EDPCP] = c.tp_rank + tp * (c.pp_rank + pp * (c.dp_rank % ep));
-    out->key[DP_GROUP_EDPCP] = c.cp_rank + cp * (c.dp_rank / ep);
+    /* Experts (executor/moe.c): the stage's ranks refolded as etp x ep x edp
+     * (core/coords.c dp_rank_ecoords, Megatron-Core's MoE parallel folding). */
+    struct dp_ecoords f;
+    dp_rank_ecoords(&c, tp, cp, dp, cfg->ep, cfg->etp, &f);
+    out->color[DP_GROUP_ETP] = f.ep_rank + f.ep * (f.edp_rank + f.edp * c.pp_rank);
+    out->key[DP_GROUP_ETP] = f.etp_rank;
+    out->color[DP_GROUP_EP] = f.etp_rank + f.etp * (f.edp_rank + f.edp * c.pp_rank);
+    out->key[DP_GROUP_EP] = f.ep_rank;
+    out->color[DP_GROUP_EDP] = f.etp_rank + f.etp * (f.ep_rank + f.ep * c.pp_rank);
+    out->key[DP_GROUP_EDP] = f.edp_rank;
+    /* ZeRO of the experts under HSDP (Megatron-Core parallel_state.py,
+     * num_distributed_optimizer_instances: the expert-data-parallel ranks split into
+     * instances of edp / instances consecutive ranks, the intra-partial group, whose
+     * replicas form the inter-partial group); as many instances as the dense state has
+     * replicas. Without HSDP one instance: the shard group is EDP. */
+    const int nrep = (dp * cp) / sh, esh = f.edp % nrep == 0 ? f.edp / nrep : f.edp;
+    out->color[DP_GROUP_ESHARD] =
+        f.etp_rank + f.etp * (f.ep_rank + f.ep * (c.pp_rank + pp * (f.edp_rank / esh)));
+    out->key[DP_GROUP_ESHARD] = f.edp_rank % esh;
+    out->color[DP_GROUP_EREPL] =
+        f.etp_rank + f.etp * (f.ep_rank + f.ep * (c.pp_rank + pp * (f.edp_rank % esh)));
+    out->key[DP_GROUP_EREPL] = f.edp_rank / esh;
 }
 
 #endif

@@ -312,16 +312,19 @@ export)
 
 moe)
   # Mixture of experts: the step-10 checkpoint of an ep=2 run (experts sharded over the
-  # two DP ranks) resumes on one rank (ep=1), on ep=4 and on cp=2 dp=2 ep=2 (which writes
-  # the final weights from its cp_rank 0 ranks) within 1e-5 of the uninterrupted run;
+  # two DP ranks) resumes on one rank (ep=1), on ep=4, on cp=2 dp=2 ep=2 and on tp=2 sp
+  # etp=1 ep=2 (Megatron-Core's folding: the EP group is the two TP ranks, each expert
+  # whole on one of them, which write the final weights) within 1e-5 of the uninterrupted
+  # run;
   # resuming it with a dense model, or a dense checkpoint with the MoE model, is refused
   # before any rank starts.
   MOE=("$models/tiny-moe.json" --steps 20 --gbs 8 --seq-len 32 --mbs 2)
   run moe-src 0 "${MOE[@]}" --dp 2 --ep 2 --ckpt-dir moe-src/ck --ckpt-every 10
-  for to in "ep1" "ep4" "cp2ep2"; do
+  for to in "ep1" "ep4" "cp2ep2" "tp2etp1"; do
     opts=()
     [ "$to" = ep4 ] && opts=(--dp 4 --ep 4)
     [ "$to" = cp2ep2 ] && opts=(--cp 2 --dp 2 --ep 2)
+    [ "$to" = tp2etp1 ] && opts=(--tp 2 --sp --etp 1 --ep 2)
     run "moe-$to" 0 "${MOE[@]}" "${opts[@]}" --resume moe-src/ck/step_00000010
     "$tool" losses moe-src/log.jsonl "moe-$to/log.jsonl" 11 1e-5 || bad "ep2 -> $to losses"
     "$tool" close moe-src/model.safetensors "moe-$to/model.safetensors" 1e-5 ||
@@ -351,7 +354,9 @@ moezero)
   # EDP. The step-10 checkpoint of dp 4 ep 2 zero 1 (expert state in shards of 2, written
   # per tensor) resumes on the same layout, on one rank (ep 1, no ZeRO) and on dp 2 ep 2
   # zero 3 within 1e-5 of the uninterrupted run; a zero1_flat checkpoint (dp 2 ep 1
-  # zero 1) resumes on dp 2 ep 2 zero 2.
+  # zero 1) resumes on dp 2 ep 2 zero 2; the step-10 checkpoint of cp 2 dp 2 ep 2 zero 1
+  # (the expert shard groups take in the cp ranks) resumes on tp 2 sp etp 1 dp 2 zero 2
+  # with HSDP (shard group 1: the expert state in shards of 2, two replicas).
   MOE=("$models/tiny-moe.json" --steps 20 --gbs 8 --seq-len 32 --mbs 2)
   run mz-src 0 "${MOE[@]}" --dp 4 --ep 2 --zero 1 --ckpt-dir mz-src/ck --ckpt-every 10
   grep -q '"per_tensor"' mz-src/ck/step_00000010/manifest.json ||
@@ -371,6 +376,14 @@ moezero)
   "$tool" losses mz-flat/log.jsonl mz-flat-z2/log.jsonl 11 1e-5 || bad "zero1_flat -> ep2 zero2 losses"
   "$tool" close mz-flat/model.safetensors mz-flat-z2/model.safetensors 1e-5 ||
     bad "zero1_flat -> ep2 zero2 weights"
+  run mz-cp 0 "${MOE[@]}" --cp 2 --dp 2 --ep 2 --zero 1 --ckpt-dir mz-cp/ck --ckpt-every 10
+  grep -q '"per_tensor"' mz-cp/ck/step_00000010/manifest.json ||
+    bad "cp2 ep2 zero1: optimizer state not per tensor"
+  run mz-fold 0 "${MOE[@]}" --tp 2 --sp --etp 1 --dp 2 --zero 2 --shard-group 1 \
+    --resume mz-cp/ck/step_00000010
+  "$tool" losses mz-cp/log.jsonl mz-fold/log.jsonl 11 1e-5 || bad "cp2 ep2 zero1 -> etp1 hsdp losses"
+  "$tool" close mz-cp/model.safetensors mz-fold/model.safetensors 1e-5 ||
+    bad "cp2 ep2 zero1 -> etp1 hsdp weights"
   ;;
 
 *)

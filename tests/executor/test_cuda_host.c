@@ -139,23 +139,53 @@ static void test_split(void)
     CHECK_EQ(c[6].key[DP_GROUP_DPCP], 3);
     CHECK_EQ(c[6].key[DP_GROUP_SHARD], 3); /* ZeRO shards over the 4 dp x cp ranks */
 
-    /* Experts under cp 2 (tp 1, dp 4, ep 2, pp 1): rank = cp_rank + 2 dp_rank, ep_rank =
-     * dp_rank % 2. Rank 5 is cp 1, dp 2, ep_rank 0: its all-to-all partner has the same
-     * cp_rank and dp_rank / 2 (dp 3: rank 7); its EDP the same cp_rank and ep_rank (dp 0:
-     * rank 1); its EDP-CP every rank with ep_rank 0 (dp 0, 2 on both cp ranks: {0, 1, 4,
-     * 5}), where it is cp_rank + 2 (dp_rank / 2) = 1 + 2 = 3. */
+    /* Experts under cp 2 (tp 1, dp 4, ep 2, pp 1), Megatron-Core's folding: the stage's
+     * ranks i = cp_rank + 2 dp_rank (here the rank) refold as ep_rank = i % 2, edp_rank =
+     * i / 2. Rank 5 (cp 1, dp 2) has ep_rank 1, edp_rank 2: its all-to-all partner is
+     * rank 4 (its other cp rank), its EDP the ranks with i odd {1, 3, 5, 7}, where it is
+     * third (key 2). */
     struct dp__split e[8];
     for (int r = 0; r < 8; r++)
         dp__split_plan(r, &(struct dp_backend_cfg){.tp = 1, .dp = 4, .pp = 1, .cp = 2, .ep = 2},
                        &e[r]);
     for (int r = 0; r < 8; r++) {
-        CHECK_EQ(e[r].color[DP_GROUP_EP] == e[5].color[DP_GROUP_EP], r == 5 || r == 7);
-        CHECK_EQ(e[r].color[DP_GROUP_EDP] == e[5].color[DP_GROUP_EDP], r == 1 || r == 5);
-        CHECK_EQ(e[r].color[DP_GROUP_EDPCP] == e[5].color[DP_GROUP_EDPCP],
-                 r == 0 || r == 1 || r == 4 || r == 5);
+        CHECK_EQ(e[r].color[DP_GROUP_EP] == e[5].color[DP_GROUP_EP], r == 4 || r == 5);
+        CHECK_EQ(e[r].color[DP_GROUP_EDP] == e[5].color[DP_GROUP_EDP], r % 2 == 1);
     }
-    CHECK_EQ(e[5].key[DP_GROUP_EDPCP], 3);
-    CHECK_EQ(e[0].key[DP_GROUP_EDPCP], 0);
+    CHECK_EQ(e[5].key[DP_GROUP_EP], 1);
+    CHECK_EQ(e[5].key[DP_GROUP_EDP], 2);
+    CHECK_EQ(e[0].key[DP_GROUP_EDP], 0);
+
+    /* tp 4, etp 2, ep 2, dp 2: i = tp_rank + 4 dp_rank = rank; etp_rank = i % 2, ep_rank =
+     * i / 2 % 2, edp_rank = i / 4. Rank 6 (tp 2, dp 1): its expert tensor group {6, 7}, its
+     * all-to-all {4, 6} (tp 0 and 2 of dp 1, key 1), its EDP {2, 6} (key 1). */
+    struct dp__split t[8];
+    for (int r = 0; r < 8; r++)
+        dp__split_plan(r, &(struct dp_backend_cfg){.tp = 4, .dp = 2, .pp = 1, .ep = 2, .etp = 2},
+                       &t[r]);
+    for (int r = 0; r < 8; r++) {
+        CHECK_EQ(t[r].color[DP_GROUP_ETP] == t[6].color[DP_GROUP_ETP], r == 6 || r == 7);
+        CHECK_EQ(t[r].color[DP_GROUP_EP] == t[6].color[DP_GROUP_EP], r == 4 || r == 6);
+        CHECK_EQ(t[r].color[DP_GROUP_EDP] == t[6].color[DP_GROUP_EDP], r == 2 || r == 6);
+    }
+    CHECK_EQ(t[6].key[DP_GROUP_ETP], 0);
+    CHECK_EQ(t[6].key[DP_GROUP_EP], 1);
+    CHECK_EQ(t[6].key[DP_GROUP_EDP], 1);
+
+    /* HSDP with experts (dp 8, ep 2, shards of 4: 2 replicas): edp = 4 splits into 2
+     * instances of 2 consecutive edp ranks. Rank 5: ep_rank 1, edp_rank 2; its expert shard
+     * group edp ranks {2, 3} = ranks {5, 7} (key 0), its expert replicas edp ranks {0, 2} =
+     * ranks {1, 5} (key 1). */
+    struct dp__split z[8];
+    for (int r = 0; r < 8; r++)
+        dp__split_plan(r, &(struct dp_backend_cfg){.tp = 1, .dp = 8, .pp = 1, .ep = 2, .shard = 4},
+                       &z[r]);
+    for (int r = 0; r < 8; r++) {
+        CHECK_EQ(z[r].color[DP_GROUP_ESHARD] == z[5].color[DP_GROUP_ESHARD], r == 5 || r == 7);
+        CHECK_EQ(z[r].color[DP_GROUP_EREPL] == z[5].color[DP_GROUP_EREPL], r == 1 || r == 5);
+    }
+    CHECK_EQ(z[5].key[DP_GROUP_ESHARD], 0);
+    CHECK_EQ(z[5].key[DP_GROUP_EREPL], 1);
 }
 
 static void test_images(void)

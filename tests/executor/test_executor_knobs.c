@@ -14,8 +14,9 @@
  * the *_overlap knobs, grad_fp32) are run the CPU backend's one way: fp32, blocking
  * collectives, attention probabilities kept (executor/README.md "What runs"); MoE
  * knobs do nothing on a dense model (the cost model ignores them too). On a MoE model
- * (tiny-llama with 4 experts, top-2) ep, etp = tp, capacity and the dispatcher knobs run
- * (the equivalence tests moe_* train them), and what moe.c does not do is refused.
+ * (tiny-llama with 4 experts, top-2) ep, etp dividing tp (under SP), HSDP, capacity and
+ * the dispatcher knobs run (the equivalence tests moe_* train them), and what moe.c does
+ * not do is refused.
  */
 #include "check.h"
 #include "executor/executor.h"
@@ -265,20 +266,35 @@ static const struct knob_case moe_cases[] = {
     {"zero", "{\"ep\": 2, \"zero\": 3, \"pp\": 1, \"framework\": \"torchtitan\"}", RUNS, NULL},
     {"zero", "{\"zero\": 3, \"pp\": 1}", RUNS, NULL},
     {"zero", "{\"zero\": 3}", REFUSED, "megatron"}, /* the framework's rule, with pp 2 */
-    /* HSDP with experts under ep > 1: one shard group per parameter group only. */
-    {"shard_group", "{\"ep\": 2, \"zero\": 1, \"shard_group\": 2}", REFUSED,
-     "shard_group=2 with ep=2"},
-    {"etp", "{\"tp\": 2, \"etp\": 1}", REFUSED, NULL},
+    /* HSDP with experts in their own group: the expert state sharded within edp /
+     * replicas ranks, all-reduced across as many replicas as the dense state has (dp 4,
+     * ep 2: edp 2 in 2 instances); refused where the replicas do not divide edp (ep 4:
+     * edp 1). */
+    {"shard_group", "{\"ep\": 2, \"zero\": 1, \"shard_group\": 2}", RUNS, NULL},
+    {"shard_group", "{\"ep\": 4, \"zero\": 1, \"shard_group\": 2}", REFUSED,
+     "shard_group=2 with ep=4"},
+    /* Megatron-Core's expert folding: etp dividing tp under SP, EP groups taking in TP
+     * and CP ranks; etp < tp without SP (the TP ranks hold the same tokens), etp above
+     * tp and capacity where a rank routes part of a micro-batch are refused. */
+    {"etp", "{\"tp\": 2, \"etp\": 2}", RUNS, NULL},
+    {"etp", "{\"tp\": 2, \"etp\": 1, \"sp\": true, \"zero\": 0}", RUNS, NULL},
+    {"etp", "{\"tp\": 2, \"etp\": 1, \"sp\": true, \"ep\": 2, \"dp\": 1, \"zero\": 0}", RUNS, NULL},
+    {"etp", "{\"tp\": 2, \"etp\": 1, \"sp\": true, \"ep\": 4, \"dp\": 2, \"zero\": 1}", RUNS, NULL},
+    {"etp", "{\"tp\": 2, \"etp\": 1}", REFUSED, "etp=1 < tp=2 without sp"},
+    {"etp", "{\"etp\": 2, \"zero\": 0}", REFUSED, "etp=2"},
+    {"etp", "{\"tp\": 2, \"etp\": 1, \"sp\": true, \"moe_capacity\": 1.25}", REFUSED,
+     "etp=1 with moe_capacity"},
     /* CP with experts, dropless or with capacity (drops over the whole micro-batch,
-     * moe.c cp_keep), ZeRO with ep 1; the expert shard groups (ep > 1) leave out the cp
-     * ranks. */
+     * moe.c cp_keep), with ZeRO (expert shard groups over the folded EDP, which takes in
+     * the cp ranks). */
     {"cp", "{\"cp\": 2, \"zero\": 0}", RUNS, NULL},
     {"cp", "{\"cp\": 2, \"ep\": 2, \"zero\": 0}", RUNS, NULL},
+    {"cp", "{\"cp\": 2, \"ep\": 2, \"dp\": 1, \"zero\": 0}", RUNS, NULL},
     {"cp", "{\"cp\": 2, \"zero\": 0, \"moe_capacity\": 1.25}", RUNS, NULL},
     {"cp", "{\"cp\": 2, \"ep\": 2, \"zero\": 0, \"moe_capacity\": 1.25}", RUNS, NULL},
     {"cp", "{\"cp\": 2, \"zero\": 1}", RUNS, NULL},
-    {"cp", "{\"cp\": 2, \"ep\": 2, \"zero\": 1}", REFUSED, NULL},
-    {"etp", "{\"tp\": 2, \"etp\": 2}", RUNS, NULL},
+    {"cp", "{\"cp\": 2, \"ep\": 2, \"zero\": 1}", RUNS, NULL},
+    {"cp", "{\"cp\": 2, \"ep\": 2, \"zero\": 3, \"pp\": 1}", RUNS, NULL},
     {"moe_capacity", "{\"moe_capacity\": 1.25}", RUNS, NULL},
     {"moe_pad", "{\"moe_capacity\": 1.25, \"moe_pad\": true}", RUNS, NULL},
     {"moe_imbalance", "{\"moe_imbalance\": 1}", RUNS, NULL},
@@ -313,8 +329,10 @@ static void test_moe_knobs(void)
     m.mla = true;
     CHECK(dp_exec_check(&m, &l, 0, &err) != 0);
     CHECK_CONTAINS(err.msg, "mla");
-    CHECK_EQ(runs, 20);
-    CHECK_EQ(refused, 4);
+    /* Counted from the table: ep 4 + zero 6 + shard_group 1 + etp 4 + cp 8 + capacity,
+     * pad, imbalance and dispatcher 4 run; zero 1 + shard_group 1 + etp 3 refused. */
+    CHECK_EQ(runs, 27);
+    CHECK_EQ(refused, 5);
 }
 
 /* Every key plan.json's layout writer can emit has a row above. */
