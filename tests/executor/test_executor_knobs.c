@@ -314,9 +314,17 @@ static void test_moe_knobs(void)
         run_case(&m, &moe_cases[i], NULL, &runs, &refused);
     struct dp_layout l;
     CHECK_EQ(read_layout("{}", &l, &err), 0);
-    /* DeepSeek-V3's router bias runs (sigmoid scores, moe.c). */
+    /* DeepSeek-V3's router bias runs (sigmoid scores, moe.c), with etp = tp only. */
     m.moe_router_bias = true;
     CHECK_EQ(dp_exec_check(&m, &l, 0, &err), 0);
+    struct dp_layout le;
+    CHECK_EQ(read_layout("{\"tp\": 2, \"etp\": 1, \"sp\": true, \"zero\": 0}", &le, &err), 0);
+    CHECK(dp_exec_check(&m, &le, 0, &err) != 0);
+    CHECK_CONTAINS(err.msg, "etp=1 < tp=2 with moe.router_bias");
+    err = (struct dp_err){0}; /* dp_err_set keeps the first message */
+    m.moe_router_bias = false;
+    CHECK_EQ(dp_exec_check(&m, &le, 0, &err), 0);
+    m.moe_router_bias = true;
     /* The shared expert's gate (Qwen2-MoE) runs too. */
     m.moe_shared_experts = 1;
     m.moe_shared_ffn_hidden = 32;
