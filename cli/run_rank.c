@@ -61,6 +61,11 @@ static void on_step(const struct dp_step_info *in, void *ctx)
     cJSON_AddNumberToObject(o, "loss", in->loss);
     cJSON_AddNumberToObject(o, "lr", in->lr);
     cJSON_AddNumberToObject(o, "grad_norm", in->grad_norm);
+    if (in->loss_scale > 0) { /* fp16 runs: the scale this step used, and whether it was
+                               * skipped for an overflow (grad_norm is then null) */
+        cJSON_AddNumberToObject(o, "loss_scale", in->loss_scale);
+        cJSON_AddBoolToObject(o, "skipped", in->skipped);
+    }
     cJSON_AddNumberToObject(o, "tokens_per_sec", in->tokens_per_s);
     cJSON_AddNumberToObject(o, "throughput_samples_per_sec", in->samples_per_s);
     cJSON_AddNumberToObject(o, "step_time_s", in->step_time_s);

@@ -157,6 +157,10 @@ struct dp_step_info {
     int rank, world, stage, tp_rank, dp_rank;
     int step, steps; /* step counts from 1 */
     double loss, lr, grad_norm;
+    /* fp16: the loss scale this step used (0 otherwise); skipped: its gradients held an
+     * inf or nan on some rank, so no update was made (grad_norm is then not finite) */
+    double loss_scale;
+    bool skipped;
     double step_time_s, tokens_per_s, samples_per_s;
     int64_t mem_used_bytes;      /* accounted pools in use now (this rank) */
     int64_t mem_peak_bytes;      /* their peak so far */
@@ -220,6 +224,15 @@ struct dp_exec_opts {
     void *ctx;
     /* Checkpoints and resume (above); NULL = neither. */
     const struct dp_ckpt_opts *ckpt;
+    /*
+     * Storage precision: DP_FP32 (dp_exec_opts_default), DP_BF16 or DP_FP16: the working
+     * copy of the weights, the kept activations, their gradients and the TP/PP messages
+     * (the CPU backend emulates 2-byte storage by rounding; executor/README.md "Mixed
+     * precision"). Master weights, gradients, reductions and AdamW state stay fp32.
+     * fp16 adds dynamic loss scaling, from loss_scale_init (0: Megatron's 2^32).
+     */
+    enum dp_precision precision;
+    double loss_scale_init;
 };
 void dp_exec_opts_default(struct dp_exec_opts *o);
 
@@ -231,10 +244,15 @@ void dp_exec_opts_default(struct dp_exec_opts *o);
  */
 int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world,
                   struct dp_err *err);
+/* Whether the executor runs `l` for `m` in storage precision `p` (what bf16 / fp16 do
+ * not cover yet is refused with one line naming the knob). */
+int dp_exec_check_precision(const struct dp_model *m, const struct dp_layout *l,
+                            enum dp_precision p, struct dp_err *err);
 
 /*
  * Train for opts->steps steps on this rank (MPI must span the whole world; the CPU
- * backend initialises it). The model computes in fp32 whatever l->precision says.
+ * backend initialises it). The model stores in opts->precision (fp32 by default),
+ * whatever l->precision says.
  * On failure err says what and where; `collective` (may be NULL) is set when every rank
  * fails the same way (e.g. a NaN loss), so that only rank 0 needs to report it.
  */

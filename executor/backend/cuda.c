@@ -342,6 +342,17 @@ static struct dp_backend *cu_new(const struct dp_backend_cfg *cfg, bool staged, 
     cb->size[DP_GROUP_WORLD] = cb->base.world;
     cb->rank[DP_GROUP_WORLD] = cb->base.rank;
     const int cp = cfg->cp > 1 ? cfg->cp : 1, want = cfg->tp * cp * cfg->dp * cfg->pp;
+    if (cfg->dtype != DP_DT_FP32) {
+        /* bf16 / fp16 storage (cuBLASLt bf16 inputs) is not built yet: refused rather than
+         * run in fp32 under a bf16 label. Every rank gets the same verdict. */
+        dp_err_set(err, DP_EINFEASIBLE,
+                   "the %s backend stores and computes in fp32 (TF32 GEMMs) only: --precision "
+                   "%s is not built yet (docs/gpu.md); run --precision fp32, or --backend cpu "
+                   "for the bf16/fp16 emulation",
+                   staged ? "cuda-mpi" : "cuda", cfg->dtype == DP_DT_BF16 ? "bf16" : "fp16");
+        free(cb);
+        return NULL;
+    }
     if (cb->base.world != want) {
         dp_err_set(err, DP_EINFEASIBLE,
                    "the plan needs tp*cp*pp*dp = %d*%d*%d*%d = %d ranks but MPI started %d "
