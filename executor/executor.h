@@ -46,6 +46,8 @@ const char *dp_pool_name(enum dp_pool p);
  * the executor's buffer table (README.md "Buffer table"; memplan.c), the same that sizes
  * what a rank allocates, so a run's accounted peaks equal it (the activation slots: at
  * most). Not counted: MPI's and OpenBLAS's own buffers, the program, thread stacks.
+ * l->precision bf16 / fp16 adds the working copy of the weights (a run stores in
+ * opts.precision; `dplan run` keeps the two equal).
  */
 int dp_exec_memory(const struct dp_model *m, const struct dp_layout *l, int stage,
                    int64_t out[DP_NPOOLS], struct dp_err *err);

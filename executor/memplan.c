@@ -484,6 +484,10 @@ int dp_exec_memory(const struct dp_model *m, const struct dp_layout *l, int stag
     ex->l = *l;
     ex->err = err;
     ex->c.pp_rank = stage;
+    /* The storage precision is the layout's here (`dplan run` gives the run's own). */
+    ex->dtype = l->precision == DP_BF16   ? DP_DT_BF16
+                : l->precision == DP_FP16 ? DP_DT_FP16
+                                          : DP_DT_FP32;
     dp__dims_init(ex);
     dp__stage_place(ex, stage);
     ex->M = dp_layout_microbatches(l);
