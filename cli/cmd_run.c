@@ -108,8 +108,8 @@ static const char run_knob_help[] =
     "other than tp, --shard-group below dp with ep > 1, expert biases, shared-expert\n"
     "gates and router biases;\n"
     "ALiBi and parallel-attention (one-norm) models; a plan's recompute_layers below\n"
-    "the stage's layers; --precision fp8 or auto, and bf16/fp16 with MoE models or\n"
-    "--zero 3; and the planning-only knobs --grad-dtype (other than fp32),\n"
+    "the stage's layers; --precision fp8 or auto, and bf16/fp16 with MoE models;\n"
+    "and the planning-only knobs --grad-dtype (other than fp32),\n"
     "--no-flash-attn and --overhead-gib: it keeps fp32 gradients and the attention\n"
     "probabilities (a plan file's values for these, and its overlap and kernel knobs,\n"
     "run the CPU backend's one way: executor/README.md \"What runs\").\n";

@@ -269,7 +269,8 @@ void dp__memplan(const struct dp_exec *ex, struct dp__memplan *p)
     e[DP__BUF_CPST] = dm->cp > 1 ? dm->B * dm->a * dm->T : 0;
     /* bf16 / fp16: the working copy of the weights beside the fp32 master, flat length
      * (Megatron's Float16OptimizerWithFloat16Params keeps both). The CPU backend emulates
-     * 2-byte storage in fp32 buffers, so it is 4 bytes an element like the others. */
+     * 2-byte storage in fp32 buffers, so it is 4 bytes an element like the others. ZeRO-3
+     * has none: its gathered windows are the working copy (model.c). */
     e[DP__BUF_PWORK] = ex->dtype != DP_DT_FP32 && l->zero < 3 ? flat : 0;
     /* Slots: at most min(pp - stage, M) micro-batches are in flight under 1F1B. */
     int64_t inflight = l->pp - ex->c.pp_rank;

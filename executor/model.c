@@ -59,8 +59,18 @@ static void store(struct dp_exec *ex, real *x, int64_t n)
         OPS->round_store(ex->be, x, n);
 }
 
+/* ZeRO-3 keeps no working copy: the gathered windows are one (FSDP's mixed precision
+ * casts the shard before its all-gather; rounding after it gives the same values). */
+static void store_window(struct dp_exec *ex, int i)
+{
+    if (ex->dtype != DP_DT_FP32 && ex->l.zero >= 3 && !ex->params)
+        store(ex, ex->pwin, (int64_t)(ex->lay_hi[i] - ex->lay_lo[i]));
+}
+
 void dp__model_working_copy(struct dp_exec *ex)
 {
+    if (ex->dtype != DP_DT_FP32 && ex->l.zero >= 3 && !ex->params)
+        store(ex, ex->pedge, (int64_t)ex->edge_n); /* the edge, gathered for the step */
     if (!ex->pwork)
         return;
     OPS->copy(ex->be, ex->pwork, ex->params, ex->nparams * sizeof(real));
@@ -526,6 +536,7 @@ int dp__stage_forward(struct dp_exec *ex, struct dp_slot *s)
     for (int j = 0; j < n; j++) {
         real *out = j + 1 < n ? s->layers[j + 1].x : loss ? ex->hd.xf : ex->send_fwd;
         TRY(dp__shard_layer_fwd(ex, l0 + j));
+        store_window(ex, l0 + j);
         TRY(dp__shard_prefetch(ex, j + 1 < n ? l0 + j + 1 : -1));
         TRY(layer_forward(ex, &ex->lp[l0 + j], layer_set(ex, s, j), out, false));
     }
@@ -542,6 +553,7 @@ int dp__stage_backward(struct dp_exec *ex, struct dp_slot *s)
     for (int j = n - 1; j >= 0; j--) {
         struct dp_act *A = layer_set(ex, s, j);
         TRY(dp__shard_layer_bwd_begin(ex, l0 + j));
+        store_window(ex, l0 + j);
         TRY(dp__shard_prefetch(ex, j > 0 ? l0 + j - 1 : -1));
         if (ex->l.recompute == DP_RECOMPUTE_FULL)
             TRY(layer_forward(ex, &ex->lp[l0 + j], A, NULL, true));

@@ -102,11 +102,6 @@ int dp_exec_check_precision(const struct dp_model *m, const struct dp_layout *l,
                           "precision %s: mixture-of-experts layers run fp32 only (the router "
                           "and expert tensors have no %s store points yet)",
                           name, name);
-    if (l->zero >= 3)
-        return dp_err_set(err, DP_EINFEASIBLE,
-                          "precision %s with zero 3: the gathered parameter windows have no %s "
-                          "working copy yet; run zero <= 2",
-                          name, name);
     return 0;
 }
 

@@ -248,8 +248,9 @@ int dp__step_begin(struct dp_exec *ex)
         OPS->zero(ex->be, ex->grads, ex->nflat * sizeof(real));
     ex->loss_sum = 0;
     ex->aux_sum = 0;
+    TRY(dp__shard_step_begin(ex));
     dp__model_working_copy(ex); /* bf16 / fp16: from the master weights, once a step */
-    return dp__shard_step_begin(ex);
+    return 0;
 }
 
 /*

@@ -72,7 +72,10 @@ parallel)
   # the reduction, a second rounding: not among them (5e-5).
   T=(--threads 1 --precision bf16)
   run s tiny-gpt "${BASE[@]}" --mbs 4 "${T[@]}"
-  for l in "dp2|--dp 2 --mbs 4" "dp2_zero1|--dp 2 --mbs 4 --zero 1"; do
+  # ZeRO-3's gathered windows are its working copy (rounded once gathered), so zero 3
+  # equals it too, with full recompute (the backward's gather and recomputed forward).
+  for l in "dp2|--dp 2 --mbs 4" "dp2_zero1|--dp 2 --mbs 4 --zero 1" \
+           "dp2_zero3_full|--dp 2 --mbs 4 --zero 3 --recompute full"; do
     n=${l%%|*}
     read -ra o <<< "${l#*|}"
     run "$n" tiny-gpt "${BASE[@]}" "${o[@]}" "${T[@]}"
@@ -81,6 +84,8 @@ parallel)
   run l4 tiny-llama "${BASE[@]}" --mbs 4 "${T[@]}"
   run ldp2 tiny-llama "${BASE[@]}" --dp 2 --mbs 4 "${T[@]}"
   "$compare" l4 ldp2 "${resident[@]}" || bad "bf16 tiny-llama dp2 against the single process"
+  run lz3 tiny-llama "${BASE[@]}" --dp 2 --mbs 4 --zero 3 "${T[@]}"
+  "$compare" l4 lz3 "${resident[@]}" || bad "bf16 tiny-llama dp2 zero3 against the single process"
   run l2 tiny-llama "${BASE[@]}" --mbs 2 "${T[@]}"
   run lpp2 tiny-llama "${BASE[@]}" --pp 2 --mbs 2 "${T[@]}"
   "$compare" l2 lpp2 "${resident[@]}" || bad "bf16 tiny-llama pp2 against the single process"
