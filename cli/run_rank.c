@@ -204,6 +204,14 @@ static void print_summary(struct cli_run *r, const struct dp_exec_result *res, c
             r->m.name, res->steps_done, res->steps_done == 1 ? "" : "s", res->world,
             res->world == 1 ? "" : "s", lay, (long long)r->l.gbs, (long long)r->l.seq_len,
             res->first_loss, res->final_loss);
+    if (r->o.precision != DP_FP32) /* fp32 runs print what they always did */
+        fprintf(stderr,
+                "precision: %s storage, emulated by the %s backend (stored tensors rounded to "
+                "nearest even, buffers fp32); fp32 master weights, gradients and AdamW state\n",
+                dp_precision_name(r->o.precision), r->o.backend ? r->o.backend : "cpu");
+    if (r->o.precision == DP_FP16)
+        fprintf(stderr, "loss scale: %.0f after the last step; %d step%s skipped for an overflow\n",
+                res->loss_scale, res->steps_skipped, res->steps_skipped == 1 ? "" : "s");
     fprintf(stderr, "%5s %5s %3s %3s %14s %14s %14s %8s %12s\n", "rank", "stage", "tp", "dp",
             "step (median)", "memory peak", "predicted", "diff", "rss peak");
     double worst = 0;

@@ -200,6 +200,10 @@ struct dp_exec_result {
     double first_loss, final_loss;
     int64_t tokens_per_step;
     int ckpt_tried, ckpt_saved; /* checkpoints this run attempted and published (all ranks) */
+    /* fp16: steps of this run skipped for an overflow, and the loss scale after the last
+     * step (0 in other precisions) */
+    int steps_skipped;
+    double loss_scale;
     /* world > 1: medians of a 1-element and a 1 MiB all-reduce over every rank after the
      * last step (MPI's latency and bandwidth here, for the step-time prediction); else 0 */
     double allreduce_small_s, allreduce_1mib_s;

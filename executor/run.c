@@ -701,8 +701,11 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struc
         }
         /* fp16: an overflow skips the update (AdamW's step count too, as Megatron's
          * optimizer.step returns update_successful = False) and backs the scale off. */
-        if (fp16)
+        if (fp16) {
             dp__loss_scale_update(ex, skipped);
+            res->steps_skipped += skipped;
+            res->loss_scale = ex->ls_scale;
+        }
         double dt = ex->be->ops->wtime(ex->be) - t0;
         times[step - 1] = dt;
         res->steps_done = step;

@@ -122,6 +122,8 @@ scaler)
     grep -q "\"loss_scale\":$sc,\"skipped\":$sk" <<< "$rec" ||
       bad "step $st: expected loss_scale $sc, skipped $sk: $rec"
   done
+  grep -q '^loss scale: 256 after the last step; 3 steps skipped for an overflow$' inf.err ||
+    bad "summary: $(grep 'loss scale' inf.err)"
   # A skipped step changes no weight and no AdamW state: 4 steps with steps 3 and 4
   # skipped end where 2 clean steps end, bit for bit.
   run two "${FP16[@]}" --steps 2
