@@ -330,6 +330,9 @@ static struct dp_backend *cu_new(const struct dp_backend_cfg *cfg, bool staged, 
     }
     cb->base.ops = &cuda_ops;
     cb->base.threads = 1; /* one host thread drives the GPU */
+    /* bf16 / fp16: emulated as on the CPU (round_store on fp32 buffers; docs/gpu.md), not
+     * yet bf16 buffers and cuBLASLt bf16 GEMMs: the run's summary says "emulated". */
+    cb->base.dtype = cfg->dtype;
     cb->staged = staged;
     const char *gm = getenv("DPLAN_CUDA_GEMM");
     cb->compute = gm && !strcmp(gm, "fp32") ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
@@ -342,17 +345,6 @@ static struct dp_backend *cu_new(const struct dp_backend_cfg *cfg, bool staged, 
     cb->size[DP_GROUP_WORLD] = cb->base.world;
     cb->rank[DP_GROUP_WORLD] = cb->base.rank;
     const int cp = cfg->cp > 1 ? cfg->cp : 1, want = cfg->tp * cp * cfg->dp * cfg->pp;
-    if (cfg->dtype != DP_DT_FP32) {
-        /* bf16 / fp16 storage (cuBLASLt bf16 inputs) is not built yet: refused rather than
-         * run in fp32 under a bf16 label. Every rank gets the same verdict. */
-        dp_err_set(err, DP_EINFEASIBLE,
-                   "the %s backend stores and computes in fp32 (TF32 GEMMs) only: --precision "
-                   "%s is not built yet (docs/gpu.md); run --precision fp32, or --backend cpu "
-                   "for the bf16/fp16 emulation",
-                   staged ? "cuda-mpi" : "cuda", cfg->dtype == DP_DT_BF16 ? "bf16" : "fp16");
-        free(cb);
-        return NULL;
-    }
     if (cb->base.world != want) {
         dp_err_set(err, DP_EINFEASIBLE,
                    "the plan needs tp*cp*pp*dp = %d*%d*%d*%d = %d ranks but MPI started %d "
