@@ -688,7 +688,9 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struc
                             isnan(isfinite(loss) ? norm : loss) ? "nan" : "inf");
             break;
         }
-        double lr = lr_at(o, step);
+        /* fp16: the schedule counts the updates made (Megatron's opt_param_scheduler.step
+         * runs only when update_successful), so a skipped step does not advance it. */
+        double lr = lr_at(o, fp16 ? (int)ex->adam_t + 1 : step);
         const bool skipped = fp16 && ex->found_inf;
         if (!skipped) {
             double gscale =
