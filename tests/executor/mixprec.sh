@@ -124,6 +124,17 @@ scaler)
   done
   grep -q '^loss scale: 256 after the last step; 3 steps skipped for an overflow$' inf.err ||
     bad "summary: $(grep 'loss scale' inf.err)"
+  # The lr schedule counts updates, not steps (Megatron's scheduler): over 4 steps,
+  # cosine from 1e-3 to 1e-4, lr(k) = 1e-4 + 0.45e-3 (1 + cos(pi (k - 1) / 3)) for the k-th
+  # update: step 2 skipped and step 3 both at k = 2 (7.75e-4), step 4 at k = 3 (3.25e-4).
+  DPLAN_TEST_GRAD_INF=2 run lr tiny-gpt --gbs 8 --seq-len 32 --mbs 8 --precision fp16 \
+    --initial-loss-scale 1024 --steps 4
+  for want in "2 0.000775" "3 0.000775" "4 0.000325"; do
+    read -r st lr <<< "$want"
+    got=$(record lr/log.jsonl "$st" | grep -o '"lr":[0-9.e-]*' | cut -d: -f2)
+    awk -v g="$got" -v w="$lr" 'BEGIN { exit !(g - w < 1e-12 && w - g < 1e-12) }' ||
+      bad "step $st: lr $got, expected $lr"
+  done
   # A skipped step changes no weight and no AdamW state: 4 steps with steps 3 and 4
   # skipped end where 2 clean steps end, bit for bit.
   run two "${FP16[@]}" --steps 2
