@@ -165,7 +165,9 @@ struct dp_layout {
                               fused Megatron/TE kernels): more memory passes */
     bool list_collectives; /* sharded-DP all-gathers and reduce-scatters go through
                               PyTorch's list API (torch <= 1.8 all_gather(list) /
-                              reduce_scatter(list), DeepSpeed <= 0.3): one copy per rank each */
+                              reduce_scatter(list), DeepSpeed <= 0.3): one copy per rank each,
+                              and (DeepSpeed ZeRO-3) 0.3's per-rank Python loop re-gathering
+                              the persistent parameters after each step */
     /* Mixture of experts (ignored for dense models). */
     int etp;              /* expert tensor parallel size; 0 = tp (Megatron's default) */
     double moe_capacity;  /* expert capacity factor; 0 = dropless */

@@ -75,9 +75,13 @@ static double coll(const struct dp_layout *l, enum dp_coll_kind k, double bytes,
 /*
  * DeepSpeed ZeRO-3 with full recompute: the recomputed forward gathers each sub-module
  * again; one is kept for its backward only when it is reused within stage3_max_reuse_distance
- * parameters (partitioned_param_coordinator.py release_sub_module), i.e. when the sub-modules
- * recomputed after it hold fewer. The fraction of a layer's gathers repeated in backward,
- * for the four linears of a layer in forward order (QKV, output, MLP in, MLP out).
+ * parameters (partitioned_param_coordinator.py release_sub_module). That distance is the
+ * parameters of every trace entry between the two uses (stage3.py of 0.3.13,
+ * PrefetchCoordinator.get_reuse_distance_in_numel -> _distance_in_numel over the recorded
+ * sub-module trace), and between a sub-module's recomputed forward and its backward the
+ * trace holds each later sub-module of the layer twice: its recomputed forward, then its
+ * backward. The fraction of a layer's gathers repeated in backward, for the four linears
+ * of a layer in forward order (QKV, output, MLP in, MLP out).
  */
 static double ds_regather_share(const struct dp_model *m, const struct dp_layout *l)
 {
@@ -87,12 +91,84 @@ static double ds_regather_share(const struct dp_model *m, const struct dp_layout
                    (double)(m->heads * m->head_dim) * h / t, up * h * f / t, h * f / t};
     double after = 0, again = 0, all = 0;
     for (int i = 3; i >= 0; i--) {
-        if (after > DS_MAX_REUSE)
+        if (2 * after > DS_MAX_REUSE)
             again += w[i];
         after += w[i];
         all += w[i];
     }
     return all > 0 ? again / all : 0;
+}
+
+/*
+ * DeepSpeed 0.3's ZeRO-3 re-gathers its persistent parameters (fewer elements than
+ * stage3_param_persistence_threshold, 1e5 by default: the norms and biases, which stay
+ * whole through forward and backward) after every optimizer step: backward ends by
+ * releasing every parameter (stage3.py 0.3.13 backward -> _partition_all_parameters) and
+ * _post_step gathers the persistent ones back synchronously
+ * (persistent_parameters[0].all_gather(...) -> partition_parameters.py _allgather_params):
+ * one all_gather of their concatenated partitions through PyTorch's list API, then a
+ * Python loop over every parameter and every rank whose partition starts inside it, each
+ * iteration a partitions[i].narrow, a replicated_tensor.view(-1).narrow and a copy_ of
+ * that rank's few elements. Host time with the GPU idle (the next forward is issued after
+ * it): three view ops from Python at 2.26 us each and the copy_'s dispatch and launch
+ * (LIST_COPY_S), per rank and parameter; plus the n narrows that build the partition list.
+ * 2.26 us: PyTorch's operator micro-benchmark of a view op from Python (split of an 8 x 8
+ * tensor) with pytorch#32194, on cpu; before it cpu and cuda took the same 3.33 us, so the
+ * figure is host-side work and holds for cuda tensors.
+ */
+#define DS_PERSIST_THRESHOLD 1e5
+#define PY_VIEW_OP_S         2.26e-6
+#define DS_PERSIST_ITER_S    (3 * PY_VIEW_OP_S + LIST_COPY_S)
+
+/* Ranks whose partition starts inside a parameter of `numel` elements: partitions of
+ * ceil(numel / n) (the parameter padded to a multiple of n, _aligned_size), so
+ * ceil(numel / ceil(numel / n)) of the n ranks copy. */
+static double ds_persist_copies(double numel, int n)
+{
+    if (numel <= 0 || numel >= DS_PERSIST_THRESHOLD)
+        return 0;
+    return ceil(numel / ceil(numel / n));
+}
+
+/* The persistent parameters of the stage as (copies, elements) sums: per decoder layer the
+ * norms (LayerNorm weight and bias, RMSNorm weight) and, where the model has them, the
+ * biases of Megatron's fused QKV, the attention output and the two MLP linears (per tensor-
+ * parallel rank for the column-parallel ones), Qwen3's q/k norms; the final norm on the
+ * last stage. The experts' biases are not counted. */
+static void ds_persistent(const struct dp_model *m, const struct dp_layout *l,
+                          const struct dp_shard_stage *st, int n, double *copies, double *elems)
+{
+    const double t = l->tp, h = (double)m->hidden, up = m->ffn == DP_FFN_SWIGLU ? 2 : 1;
+    const int per_norm = m->norm == DP_NORM_LAYERNORM ? 2 : 1;
+    double layer[12];
+    int k = 0;
+    for (int i = 0; i < (m->norms_per_layer == 1 ? 1 : 2) * per_norm; i++)
+        layer[k++] = h;
+    if (m->qkv_bias)
+        layer[k++] = (double)((m->heads + 2 * m->kv_heads) * m->head_dim) / t;
+    if (m->out_bias)
+        layer[k++] = h;
+    if (m->mlp_bias && m->experts == 0) {
+        layer[k++] = up * (double)m->ffn_hidden / t;
+        layer[k++] = h;
+    }
+    if (m->qk_norm) {
+        layer[k++] = (double)m->head_dim;
+        layer[k++] = (double)m->head_dim;
+    }
+    double c = 0, e = 0;
+    for (int i = 0; i < k; i++) {
+        c += ds_persist_copies(layer[i], n);
+        e += layer[i] < DS_PERSIST_THRESHOLD ? layer[i] : 0;
+    }
+    c *= st->layers;
+    e *= st->layers;
+    if (st->last) {
+        c += per_norm * ds_persist_copies(h, n);
+        e += per_norm * h;
+    }
+    *copies = c;
+    *elems = e;
 }
 
 void dp_shard_groups(const struct dp_cluster *cl, const struct dp_layout *l,
@@ -176,8 +252,14 @@ void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const 
         break;
     case DP_FW_DEEPSPEED:
         /* Reduce buckets of reduce_bucket_size elements; ZeRO-3 gathers per sub-module,
-         * counted below. */
-        units = (int)ceil(total_params / DS_BUCKET);
+         * counted below. 0.3's ZeRO-3 flushes a bucket when the next gradient would not
+         * fit, but reduce-scatters it one parameter at a time (stage3.py average_tensor ->
+         * partition_parameters.py _reduce_scatter_gradients: a reduce_scatter per
+         * parameter), so it issues one per sub-module's weight. */
+        if (l->list_collectives && l->zero == 3)
+            units = 4 * st->layers + (st->first ? 1 : 0) + (st->last ? 1 : 0);
+        else
+            units = (int)ceil(total_params / DS_BUCKET);
         break;
     default:
         units = l->zero >= 2 ? st->layers : (int)ceil(total_params / megatron_bucket(l));
@@ -246,6 +328,16 @@ void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const 
         double per_unit = total_params / gunits;
         gag = coll(l, DP_ALLGATHER, st->ag_dense_bytes / gunits, sg, &ps) +
               coll(l, DP_ALLGATHER, st->ag_expert_bytes / gunits, esg, &pe);
+        /* 0.3 zero-fills each gathered buffer and waits for it before the all-gather
+         * (partition_parameters.py _allgather_param: torch.zeros(aligned_param_size),
+         * torch.cuda.synchronize()): a memory-bound write of the gathered bytes; then,
+         * with the GPU idle, builds the all_gather's output list in Python, one
+         * flat_tensor.narrow per rank (PY_VIEW_OP_S each). */
+        if (l->list_collectives && cl->gpu.mem_bw_gbps > 0)
+            gag += (st->ag_dense_bytes + st->ag_expert_bytes) / gunits /
+                   (cl->gpu.mem_bw_gbps * 1e9 * DP_MEM_EFFICIENCY);
+        if (l->list_collectives && sg > 1)
+            gag += sg * PY_VIEW_OP_S;
         prefetch = per_unit < DS_MAX_LIVE;
         if (l->recompute == DP_RECOMPUTE_FULL)
             gathers_b += ds_regather_share(m, l) * dp_layout_recomputed(l, st->layers) /
@@ -255,7 +347,17 @@ void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const 
     double f_total = GU * gag;
     double b_gather = gathers_b * GU * gag;
     double rs = U * (red);
-    *total_s = M * (f_total + b_gather + rs);
+    /* Once per step, exposed: DeepSpeed 0.3's re-gather of the persistent parameters
+     * (ds_persistent above); list_collectives marks that DeepSpeed and PyTorch. */
+    double persist = 0;
+    if (l->framework == DP_FW_DEEPSPEED && l->list_collectives && sg > 1) {
+        double copies, elems;
+        ds_persistent(m, l, st, sg, &copies, &elems);
+        if (copies > 0)
+            persist = coll(l, DP_ALLGATHER, elems * 2, sg, &ps) + sg * PY_VIEW_OP_S +
+                      copies * DS_PERSIST_ITER_S;
+    }
+    *total_s = M * (f_total + b_gather + rs) + persist;
     /* Prefetch one unit ahead (FSDP2 implicit forward prefetch and _backward_prefetch one
      * group ahead; DeepSpeed's trace-based prefetch): each gather hides behind the previous
      * unit's compute, the first is exposed; reduce-scatters run under the next unit's
@@ -271,5 +373,5 @@ void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const 
         eb = GU * overlapped(gathers_b * gag, gbw) + rs;
     else
         eb = b_gather + rs;
-    *exposed_s = M * (ef + eb);
+    *exposed_s = M * (ef + eb) + persist;
 }

@@ -409,10 +409,12 @@ static void test_sharded_granularity(void)
 }
 
 /* DeepSpeed ZeRO-3 under full recompute: a sub-module is gathered again for backward
- * unless it is reused within stage3_max_reuse_distance = 1e9 parameters. GPT-3 175B at
- * t = 1: QKV 453M, out 151M, fc1 604M, fc2 604M; in backward order fc2 (nothing after),
- * fc1 (604M after), out (1208M > 1e9: again), QKV (again): 604 / 1812 = 1/3 of the
- * gathers repeat. */
+ * unless it is reused within stage3_max_reuse_distance = 1e9 parameters, counted over the
+ * trace between its recomputed forward and its backward, where every later linear of the
+ * layer appears twice (recomputed forward, then backward). GPT-3 175B at t = 1: QKV 453M,
+ * out 151M, fc1 604M, fc2 604M; fc2: nothing between (kept); fc1: fc2 twice = 1208M >
+ * 1e9 (again); out: 2 x 1208M (again); QKV: 2 x 1359M (again): (453 + 151 + 604) / 1812
+ * = 2/3 of the gathers repeat (1/3 when each later linear was counted once). */
 static void test_deepspeed_regather(void)
 {
     struct dp_model m = {0};
@@ -432,7 +434,7 @@ static void test_deepspeed_regather(void)
     dp_shard_comm(&m, &c, &l, &st, &p, &p, &t0, &e);
     l.recompute = DP_RECOMPUTE_FULL;
     dp_shard_comm(&m, &c, &l, &st, &p, &p, &t1, &e);
-    CHECK_NEAR(t1 - t0, 18 * ag8(2 * 1.812e9 / 18) / 3, 1e-9);
+    CHECK_NEAR(t1 - t0, 18 * ag8(2 * 1.812e9 / 18) * 2 / 3, 1e-9);
 }
 
 /* DeepSpeed 0.3 (SC'21 Table 2's ZeRO-3 rows): PyTorch 1.8's list collectives copy rank
@@ -465,8 +467,74 @@ static void test_deepspeed_legacy(void)
     CHECK_NEAR(exposed, total, 1e-12);
     l.list_collectives = true;
     dp_shard_comm(&m, &c, &l, &st, &p, &p, &total, &exposed);
-    CHECK_NEAR(total, 36 * (ag + 80e-6) + rs + 80e-6, 1e-12);
-    CHECK_NEAR(exposed, total, 1e-12);
+    /* and the persistent parameters' re-gather after the step: tiny's RMSNorm weights, 2
+     * per layer x 4 layers + the final one = 9 of 1024 elements, each copied by all 8
+     * ranks (partitions of 128): one all-gather of 9 x 1024 x 2 B (plus its 8 copies), 8
+     * narrows and 72 iterations of 3 x 2.26 us + 10 us */
+    double persist = ag8(9 * 1024 * 2) + 80e-6 + 8 * 2.26e-6 + 72 * (3 * 2.26e-6 + 10e-6);
+    /* and each sub-module gather's output list built in Python: 8 narrows of 2.26 us; the
+     * gradients reduce-scattered one weight at a time (18 of 2P/18 B with their 8 copies
+     * each) instead of one bucket, 17 of them under the next sub-module's backward
+     * (55.6 ms each) at 15% contention, the last exposed */
+    const double g3 = ag + 80e-6 + 8 * 2.26e-6, rs18 = ag + 80e-6;
+    CHECK_NEAR(total, 36 * g3 + 18 * rs18 + persist, 1e-12);
+    CHECK_NEAR(exposed, 36 * g3 + 17 * 0.15 * rs18 + rs18 + persist, 1e-12);
+}
+
+/* DeepSpeed 0.3 on one 529.6B layer (h = 20480, 128 heads of 160, f = 81920, LayerNorm,
+ * every bias) on 2240 ranks at 1 us per step and 100 GB/s, no embedding or output, nothing
+ * overlapped: its 4 weights of 12 x 20480^2 / 4 = 1.26e9 parameters each on average are
+ * gathered in forward and backward, each gather ag(2.52e9 B) = 2239 x 1 us + 2239/2240 x
+ * 2.52e9 B / 100 GB/s plus 2240 list copies of 10 us and 2240 narrows of 2.26 us, and
+ * reduce-scattered one at a time (4 x ag(2.52e9 B) + 2240 copies). After the step, the
+ * persistent parameters (< 1e5 elements): 4 norm tensors, QKV bias 61440, out bias 20480,
+ * fc1 bias 81920, fc2 bias 20480. Ranks that copy (partitions of ceil(numel / 2240)):
+ * 20480 -> partitions of 10, 2048 ranks; 61440 -> 28, ceil(2194.3) = 2195; 81920 -> 37,
+ * ceil(2214.1) = 2215. 6 x 2048 + 2195 + 2215 = 16698 iterations of 3 x 2.26 + 10 us; the
+ * all-gather of 266240 elements x 2 B plus its 2240 list copies; 2240 narrows. */
+static void test_deepspeed_persistent(void)
+{
+    struct dp_model m = {0};
+    m.layers = 1;
+    m.hidden = 20480;
+    m.heads = m.kv_heads = 128;
+    m.head_dim = 160;
+    m.ffn_hidden = 81920;
+    m.ffn = DP_FFN_GELU;
+    m.norm = DP_NORM_LAYERNORM;
+    m.norms_per_layer = 2;
+    m.qkv_bias = m.out_bias = m.mlp_bias = true;
+    struct dp_cluster c = one_gpu();
+    struct dp_path p = {.busbw_gbps = 100, .latency_us = 1};
+    struct dp_shard_stage st = {0};
+    st.dense = 12.0 * 20480 * 20480;
+    st.layers = 1;
+    st.ag_dense_bytes = 2 * st.dense;
+    struct dp_layout l = layout(DP_FW_DEEPSPEED, 3);
+    l.dp = 2240;
+    l.gbs = 2240;
+    l.overlap_param_gather = false;
+    l.dp_overlap = false;
+    l.list_collectives = true;
+    double t1, e;
+    dp_shard_comm(&m, &c, &l, &st, &p, &p, &t1, &e);
+    double unit = 2 * 12.0 * 20480 * 20480 / 4;
+    double ag = 2239 * 1e-6 + 2239.0 / 2240 * unit / 100e9;
+    double gather = ag + 2240 * 10e-6 + 2240 * 2.26e-6, reduce = ag + 2240 * 10e-6;
+    double pag = 2239 * 1e-6 + 2239.0 / 2240 * 266240 * 2 / 100e9 + 2240 * 10e-6;
+    double persist = pag + 2240 * 2.26e-6 + 16698 * (3 * 2.26e-6 + 10e-6);
+    CHECK_NEAR(t1, 8 * gather + 4 * reduce + persist, 1e-9);
+    CHECK_NEAR(e, t1, 1e-9);
+    /* 16698 x 16.78 us = 0.2802 s, the all-gather 24.6 ms, the narrows 5.1 ms */
+    CHECK_NEAR(persist, 0.30990, 1e-4);
+    /* 0.3's zero-fill of each gathered buffer at 2000 GB/s x 0.8: the 4 sub-modules of
+     * 2 x 5.03e9 / 4 B each, gathered in forward and again in backward: 8 x 2.52e9 B /
+     * 1.6e12 B/s = 12.583 ms */
+    c.gpu.mem_bw_gbps = 2000;
+    double t2;
+    dp_shard_comm(&m, &c, &l, &st, &p, &p, &t2, &e);
+    CHECK_NEAR(t2 - t1, 8 * (2 * st.dense / 4) / 1.6e12, 1e-9);
+    CHECK_NEAR(8 * (2 * st.dense / 4) / 1.6e12, 12.583e-3, 1e-4);
 }
 
 /* HSDP: reduce-scatter in the shard group, all-reduce of the 1/sg shard across the
@@ -574,6 +642,7 @@ int main(void)
     test_protocols();
     test_sharded_granularity();
     test_deepspeed_regather();
+    test_deepspeed_persistent();
     test_deepspeed_legacy();
     test_hsdp();
     test_framework_checks();
