@@ -299,7 +299,11 @@ struct dp_ckpt_meta {
     struct dp_model model;
     struct dp_layout layout;
     int64_t adam_step; /* AdamW's t */
-    bool zero;         /* optimizer state as ZeRO-1 flat shards, else per tensor */
+    /* fp16 runs: the dynamic loss scaler's scale (0: none, not written), its clean steps
+     * since the last overflow or growth, its overflows left before a backoff */
+    double loss_scale;
+    int64_t loss_scale_growth, loss_scale_hysteresis;
+    bool zero; /* optimizer state as ZeRO-1 flat shards, else per tensor */
     double lr, warmup, min_lr_frac, wd, beta1, beta2, eps, clip;
     char data_source[256];
     int64_t data_tokens, gbs, seq_len;

@@ -165,6 +165,11 @@ cJSON *dp_ckpt_manifest_json(const struct dp_ckpt_meta *mt, const struct dp_ckpt
     cJSON_AddNumberToObject(opt, "beta2", mt->beta2);
     cJSON_AddNumberToObject(opt, "eps", mt->eps);
     cJSON_AddNumberToObject(opt, "grad_clip", mt->clip);
+    if (mt->loss_scale > 0) { /* fp16 only: older readers never see the keys otherwise */
+        cJSON_AddNumberToObject(opt, "loss_scale", mt->loss_scale);
+        cJSON_AddNumberToObject(opt, "loss_scale_growth", (double)mt->loss_scale_growth);
+        cJSON_AddNumberToObject(opt, "loss_scale_hysteresis", (double)mt->loss_scale_hysteresis);
+    }
 
     /* The data position: batches are windows of seq_len tokens (executor/schedule.c). */
     int64_t windows = (mt->data_tokens - 1) / mt->seq_len;
@@ -461,9 +466,21 @@ static int parse_group(struct dp_jr *jr, struct dp_ckpt *ck, const cJSON *jg,
 
 static int parse_meta(struct dp_jr *jr, const cJSON *root, struct dp_ckpt_meta *mt)
 {
-    static const char *const okeys[] = {"type",         "step",        "state",        "lr",
-                                        "warmup_steps", "min_lr_frac", "weight_decay", "beta1",
-                                        "beta2",        "eps",         "grad_clip",    NULL};
+    static const char *const okeys[] = {"type",
+                                        "step",
+                                        "state",
+                                        "lr",
+                                        "warmup_steps",
+                                        "min_lr_frac",
+                                        "weight_decay",
+                                        "beta1",
+                                        "beta2",
+                                        "eps",
+                                        "grad_clip",
+                                        "loss_scale",
+                                        "loss_scale_growth",
+                                        "loss_scale_hysteresis",
+                                        NULL};
     static const char *const dkeys[] = {"source",       "tokens",  "crc32c",    "seq_len",
                                         "global_batch", "windows", "next_step", "samples_seen",
                                         "next_window",  NULL};
@@ -511,6 +528,11 @@ static int parse_meta(struct dp_jr *jr, const cJSON *root, struct dp_ckpt_meta *
         !(rc = dp_jr_number(jr, o, "beta2", true, 0, 1, &mt->beta2)) &&
         !(rc = dp_jr_number(jr, o, "eps", true, 0, 1e300, &mt->eps)))
         rc = dp_jr_number(jr, o, "grad_clip", true, 0, 1e300, &mt->clip);
+    if (!rc && !(rc = dp_jr_number(jr, o, "loss_scale", false, 0, 1e300, &mt->loss_scale)) &&
+        !(rc = dp_jr_int(jr, o, "loss_scale_growth", false, 0, INT64_MAX / 2,
+                         &mt->loss_scale_growth)))
+        rc = dp_jr_int(jr, o, "loss_scale_hysteresis", false, INT64_MIN / 2, INT64_MAX / 2,
+                       &mt->loss_scale_hysteresis);
     dp_jr_pop(jr, k);
     if (rc)
         return rc;

@@ -32,7 +32,8 @@ static const char help_head[] =
     "parallel, micro-batches, recompute, ZeRO-1/2/3, HSDP) on the CPU backend: MPI between\n"
     "ranks, OpenBLAS and OpenMP inside each. Started by hand it launches its ranks\n"
     "with mpirun; under mpirun or srun each process is one rank. The world size is\n"
-    "tp*pp*dp*cp. Computation is fp32 whatever the plan's precision.\n\n"
+    "tp*pp*dp*cp. It stores in fp32 unless --precision says bf16 or fp16 (a plan file's\n"
+    "precision too: runs as fp32 without the option).\n\n"
     "  --np N              ranks to launch (must equal the plan's world size)\n"
     "  --steps N           optimizer steps [50]\n"
     "  --data FILE         llm.c .bin token shard or raw uint16 tokens\n"
@@ -48,6 +49,14 @@ static const char help_head[] =
     "  --min-lr-frac X     cosine decay to lr*X at the last step [0.1; 1 = constant]\n"
     "  --wd X              AdamW weight decay on 2-D weights [0.1]\n"
     "  --clip X            gradient clipping by global norm [1.0; 0 = off]\n"
+    "  --precision P       fp32, bf16 or fp16: what the working copy of the weights, the\n"
+    "                      activations, their gradients and the TP/PP messages are stored\n"
+    "                      in (the cpu backend rounds fp32 values to nearest even: an\n"
+    "                      emulation, no memory saved); master weights, gradients and\n"
+    "                      AdamW state stay fp32 [fp32, with a plan file too]\n"
+    "  --initial-loss-scale X  fp16: the dynamic loss scale to start from (then halved\n"
+    "                      after 2 overflows in a row, doubled after 1000 clean steps:\n"
+    "                      Megatron's defaults) [4294967296 = 2^32]\n"
     "  --backend NAME      cpu (the default); cuda (NCCL), cuda-mpi (collectives staged over\n"
     "                      MPI, ranks may share a GPU) in builds with CUDA: docs/gpu.md\n"
     "  --threads N         compute threads per rank [OMP_NUM_THREADS, else the node's\n"
@@ -104,17 +113,19 @@ static const char run_knob_help[] =
     "biases with shared experts, and router biases, shared-expert gates and expert\n"
     "biases with etp < tp;\n"
     "ALiBi, MLA and parallel-attention (one-norm) models; a plan's recompute_layers below\n"
-    "the stage's layers; and the planning-only knobs --precision and --grad-dtype\n"
-    "(other than fp32), --no-flash-attn and --overhead-gib: it computes in fp32 and\n"
-    "keeps attention probabilities (a plan file's values for these, and its overlap\n"
-    "and kernel knobs, run the CPU backend's one way: executor/README.md \"What runs\").\n";
+    "the stage's layers; --precision fp8 or auto, and bf16/fp16 with MoE models;\n"
+    "and the planning-only knobs --grad-dtype (other than fp32),\n"
+    "--no-flash-attn and --overhead-gib: it keeps fp32 gradients and the attention\n"
+    "probabilities (a plan file's values for these, and its overlap and kernel knobs,\n"
+    "run the CPU backend's one way: executor/README.md \"What runs\").\n";
 
 /* Planning knobs that would do nothing here: refused rather than silently ignored. */
 static int refuse_planning_knobs(const struct cli_common *c)
 {
     const bool *given = c->knob_given;
-    if (given[OPT_PRECISION - OPT_SYSTEM] && c->precision != DP_FP32)
-        return cli_usage_error("run", "--precision: the CPU executor computes in fp32 only");
+    if (given[OPT_PRECISION - OPT_SYSTEM] && c->gemm != -1)
+        return cli_usage_error("run", "--precision: the executor stores fp32, bf16 or fp16 (fp8 "
+                                      "and auto are planning values: no FP8 GEMM emulation)");
     if (given[OPT_GRAD_DTYPE - OPT_SYSTEM] && c->grad_fp32 != 1)
         return cli_usage_error("run", "--grad-dtype: the CPU executor keeps fp32 gradients only");
     if (given[OPT_NO_FLASH - OPT_SYSTEM])
@@ -147,6 +158,7 @@ enum {
     OPT_RANKS_PER_NODE,
     OPT_DRY_RUN,
     OPT_CALIBRATION,
+    OPT_LOSS_SCALE,
 };
 
 static int parse_num(const char *opt, const char *arg, double lo, double hi, double *out)
@@ -194,6 +206,7 @@ static int parse_args(struct cli_run *r, int argc, char **argv)
         {"hang-timeout", required_argument, 0, OPT_HANG_TIMEOUT},
         {"timeout", required_argument, 0, OPT_TIMEOUT},
         {"calibration", required_argument, 0, OPT_CALIBRATION},
+        {"initial-loss-scale", required_argument, 0, OPT_LOSS_SCALE},
         {"hostfile", required_argument, 0, OPT_HOSTFILE},
         {"ranks-per-node", required_argument, 0, OPT_RANKS_PER_NODE},
         {"dry-run", no_argument, 0, OPT_DRY_RUN},
@@ -255,6 +268,9 @@ static int parse_args(struct cli_run *r, int argc, char **argv)
             break;
         case OPT_THREADS: bad = parse_count("threads", optarg, 1, 4096, &r->threads); break;
         case OPT_CALIBRATION: r->calibration = optarg; break;
+        case OPT_LOSS_SCALE:
+            bad = parse_num("initial-loss-scale", optarg, 1, 1e38, &r->o.loss_scale_init);
+            break;
         case OPT_HANG_TIMEOUT: /* the same option, by its old --max-restarts name */
         case OPT_TIMEOUT:
             deprecated_timeout |= ch == OPT_HANG_TIMEOUT;
@@ -302,10 +318,11 @@ static bool is_plan_file(const char *path)
     return yes;
 }
 
+/* --precision is the run's storage, so it goes with a plan file too. */
 static bool any_knob(const struct cli_common *c)
 {
     for (int i = OPT_TP; i < OPT_COMMON_END; i++)
-        if (i != OPT_JSON && c->knob_given[i - OPT_SYSTEM])
+        if (i != OPT_JSON && i != OPT_PRECISION && c->knob_given[i - OPT_SYSTEM])
             return true;
     return false;
 }
@@ -425,7 +442,10 @@ static int resolve(struct cli_run *r, int *world, struct dp_err *err)
         if (rc)
             return rc;
     }
-    r->l.precision = DP_FP32; /* what the CPU backend computes in */
+    /* What the run stores in: --precision, else fp32 (a plan's bf16 would otherwise change
+     * the numbers of every plan file run so far). The plan.json it writes says so. */
+    r->o.precision = r->c.knob_given[OPT_PRECISION - OPT_SYSTEM] ? r->c.precision : DP_FP32;
+    r->l.precision = r->o.precision;
     r->l.gemm = DP_GEMM_DEFAULT;
     r->l.fp8_params = false;
     r->l.grad_fp32 = true;
@@ -435,6 +455,8 @@ static int resolve(struct cli_run *r, int *world, struct dp_err *err)
                           "--np %d, but the layout needs tp*pp*dp*cp = %d*%d*%d*%d = %d ranks",
                           r->np, r->l.tp, r->l.pp, r->l.dp, r->l.cp, *world);
     int rc = dp_exec_check(&r->m, &r->l, *world, err);
+    if (!rc)
+        rc = dp_exec_check_precision(&r->m, &r->l, r->o.precision, err);
     if (rc)
         dp_err_prefix(err, "%s", r->target);
     return rc;

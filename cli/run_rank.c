@@ -61,6 +61,11 @@ static void on_step(const struct dp_step_info *in, void *ctx)
     cJSON_AddNumberToObject(o, "loss", in->loss);
     cJSON_AddNumberToObject(o, "lr", in->lr);
     cJSON_AddNumberToObject(o, "grad_norm", in->grad_norm);
+    if (in->loss_scale > 0) { /* fp16 runs: the scale this step used, and whether it was
+                               * skipped for an overflow (grad_norm is then null) */
+        cJSON_AddNumberToObject(o, "loss_scale", in->loss_scale);
+        cJSON_AddBoolToObject(o, "skipped", in->skipped);
+    }
     cJSON_AddNumberToObject(o, "tokens_per_sec", in->tokens_per_s);
     cJSON_AddNumberToObject(o, "throughput_samples_per_sec", in->samples_per_s);
     cJSON_AddNumberToObject(o, "step_time_s", in->step_time_s);
@@ -199,6 +204,14 @@ static void print_summary(struct cli_run *r, const struct dp_exec_result *res, c
             r->m.name, res->steps_done, res->steps_done == 1 ? "" : "s", res->world,
             res->world == 1 ? "" : "s", lay, (long long)r->l.gbs, (long long)r->l.seq_len,
             res->first_loss, res->final_loss);
+    if (r->o.precision != DP_FP32) /* fp32 runs print what they always did */
+        fprintf(stderr,
+                "precision: %s storage, emulated by the %s backend (stored tensors rounded to "
+                "nearest even, buffers fp32); fp32 master weights, gradients and AdamW state\n",
+                dp_precision_name(r->o.precision), r->o.backend ? r->o.backend : "cpu");
+    if (r->o.precision == DP_FP16)
+        fprintf(stderr, "loss scale: %.0f after the last step; %d step%s skipped for an overflow\n",
+                res->loss_scale, res->steps_skipped, res->steps_skipped == 1 ? "" : "s");
     fprintf(stderr, "%5s %5s %3s %3s %14s %14s %14s %8s %12s\n", "rank", "stage", "tp", "dp",
             "step (median)", "memory peak", "predicted", "diff", "rss peak");
     double worst = 0;

@@ -222,6 +222,13 @@ int dp__ckpt_resume(struct dp_exec *ex, int *start, bool *collective)
     if (!rc) {
         *start = s.meta.step;
         ex->adam_t = (uint64_t)s.meta.adam_step;
+        /* fp16: the loss scaler where it was (a checkpoint of another precision has none:
+         * the scaler starts afresh). */
+        if (ex->dtype == DP_DT_FP16 && s.meta.loss_scale > 0) {
+            ex->ls_scale = s.meta.loss_scale;
+            ex->ls_growth = (int)s.meta.loss_scale_growth;
+            ex->ls_hyst = (int)s.meta.loss_scale_hysteresis;
+        }
         if (ex->rank == 0) {
             notes(ex, &s);
             dp__ckpt_emit(ex, DP_CKPT_RESUMED, s.meta.step, s.dir, NULL, 0, 0, s.meta.saved_at);

@@ -270,6 +270,11 @@ static int publish(struct dp_exec *ex, int step, const char *tmp, const char *fi
     mt->model = *ex->m;
     mt->layout = ex->l;
     mt->adam_step = (int64_t)ex->adam_t;
+    if (ex->dtype == DP_DT_FP16) { /* the scale the next step uses, after this one's update */
+        mt->loss_scale = ex->ls_scale;
+        mt->loss_scale_growth = ex->ls_growth;
+        mt->loss_scale_hysteresis = ex->ls_hyst;
+    }
     /* Every stage keeps ZeRO-1's flat shards (shard.c); with two parameter groups
      * (experts under ep > 1) the state is written per tensor ("per_tensor"), which any
      * layout reads, rather than as a second flat geometry in the manifest. */

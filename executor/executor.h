@@ -46,6 +46,8 @@ const char *dp_pool_name(enum dp_pool p);
  * the executor's buffer table (README.md "Buffer table"; memplan.c), the same that sizes
  * what a rank allocates, so a run's accounted peaks equal it (the activation slots: at
  * most). Not counted: MPI's and OpenBLAS's own buffers, the program, thread stacks.
+ * l->precision bf16 / fp16 adds the working copy of the weights (a run stores in
+ * opts.precision; `dplan run` keeps the two equal).
  */
 int dp_exec_memory(const struct dp_model *m, const struct dp_layout *l, int stage,
                    int64_t out[DP_NPOOLS], struct dp_err *err);
@@ -157,6 +159,10 @@ struct dp_step_info {
     int rank, world, stage, tp_rank, dp_rank;
     int step, steps; /* step counts from 1 */
     double loss, lr, grad_norm;
+    /* fp16: the loss scale this step used (0 otherwise); skipped: its gradients held an
+     * inf or nan on some rank, so no update was made (grad_norm is then not finite) */
+    double loss_scale;
+    bool skipped;
     double step_time_s, tokens_per_s, samples_per_s;
     int64_t mem_used_bytes;      /* accounted pools in use now (this rank) */
     int64_t mem_peak_bytes;      /* their peak so far */
@@ -194,6 +200,10 @@ struct dp_exec_result {
     double first_loss, final_loss;
     int64_t tokens_per_step;
     int ckpt_tried, ckpt_saved; /* checkpoints this run attempted and published (all ranks) */
+    /* fp16: steps of this run skipped for an overflow, and the loss scale after the last
+     * step (0 in other precisions) */
+    int steps_skipped;
+    double loss_scale;
     /* world > 1: medians of a 1-element and a 1 MiB all-reduce over every rank after the
      * last step (MPI's latency and bandwidth here, for the step-time prediction); else 0 */
     double allreduce_small_s, allreduce_1mib_s;
@@ -220,6 +230,15 @@ struct dp_exec_opts {
     void *ctx;
     /* Checkpoints and resume (above); NULL = neither. */
     const struct dp_ckpt_opts *ckpt;
+    /*
+     * Storage precision: DP_FP32 (dp_exec_opts_default), DP_BF16 or DP_FP16: the working
+     * copy of the weights, the kept activations, their gradients and the TP/PP messages
+     * (the CPU backend emulates 2-byte storage by rounding; executor/README.md "Mixed
+     * precision"). Master weights, gradients, reductions and AdamW state stay fp32.
+     * fp16 adds dynamic loss scaling, from loss_scale_init (0: Megatron's 2^32).
+     */
+    enum dp_precision precision;
+    double loss_scale_init;
 };
 void dp_exec_opts_default(struct dp_exec_opts *o);
 
@@ -231,10 +250,15 @@ void dp_exec_opts_default(struct dp_exec_opts *o);
  */
 int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world,
                   struct dp_err *err);
+/* Whether the executor runs `l` for `m` in storage precision `p` (what bf16 / fp16 do
+ * not cover yet is refused with one line naming the knob). */
+int dp_exec_check_precision(const struct dp_model *m, const struct dp_layout *l,
+                            enum dp_precision p, struct dp_err *err);
 
 /*
  * Train for opts->steps steps on this rank (MPI must span the whole world; the CPU
- * backend initialises it). The model computes in fp32 whatever l->precision says.
+ * backend initialises it). The model stores in opts->precision (fp32 by default),
+ * whatever l->precision says.
  * On failure err says what and where; `collective` (may be NULL) is set when every rank
  * fails the same way (e.g. a NaN loss), so that only rank 0 needs to report it.
  */

@@ -272,6 +272,17 @@ struct dp_exec {
     struct dp__ckpt *ck; /* checkpoint state (ckpt.c), NULL until used */
     char *trace;         /* dp_exec_schedule: the pipeline's order is written here */
     size_t trace_cap;
+    /* Mixed precision (README "Mixed precision"): the storage type (fp32: nothing
+     * below is used); pwork [nflat] the working copy of the weights, rounded from the
+     * fp32 master ex->params at each step's start, which the model reads (model.c). */
+    enum dp_dtype dtype;
+    real *pwork;
+    /* fp16 dynamic loss scaler (Megatron-Core DynamicGradScaler): the scale, the steps
+     * since the last overflow or growth, the overflows left before a backoff; found_inf:
+     * this step's gradients held an inf or nan on some rank (a MAX over the world). */
+    double ls_scale;
+    int ls_growth, ls_hyst;
+    bool found_inf;
 };
 
 /* ZeRO: the part [*lo, *hi) of segment sg's flat range [off, off + rows cols) that lies in
@@ -428,6 +439,7 @@ enum dp__buf {
     DP__BUF_GRECV,
     DP__BUF_RING,
     DP__BUF_CPST,
+    DP__BUF_PWORK,
     DP__NBUF
 };
 struct dp__memplan {
@@ -520,6 +532,16 @@ int dp__forward_backward(struct dp_exec *ex, int step, double *loss);
 int dp__grad_norm(struct dp_exec *ex, double *norm);
 /* AdamW with clipping factor `gscale`, then the ZeRO-1 all-gather. */
 int dp__optimizer_step(struct dp_exec *ex, double lr, double gscale);
+/* Mixed precision: pwork = the master weights rounded to ex->dtype (model.c); the loss
+ * scaler's update after a step (schedule.c; Megatron DynamicGradScaler.update). */
+void dp__model_working_copy(struct dp_exec *ex);
+void dp__loss_scale_update(struct dp_exec *ex, bool found_inf);
+/* Megatron's defaults (megatron/training/arguments.py --initial-loss-scale,
+ * --loss-scale-window, --hysteresis, --min-loss-scale; growth 2, backoff 0.5). */
+#define DP_LS_INIT       4294967296.0 /* 2^32 */
+#define DP_LS_WINDOW     1000
+#define DP_LS_HYSTERESIS 2
+#define DP_LS_MIN        1.0
 
 /* Create / free a rank's executor (backend included) without running it. */
 int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const struct dp_exec_opts *o,

@@ -70,6 +70,7 @@ static const struct bufdef bufs[DP__NBUF] = {
     [DP__BUF_GRECV] = {DP_POOL_COMM, AT(grecv)},
     [DP__BUF_RING] = {DP_POOL_COMM, AT(w.ring)},
     [DP__BUF_CPST] = {DP_POOL_ACT_WORK, AT(w.cpst)},
+    [DP__BUF_PWORK] = {DP_POOL_PARAMS, AT(pwork)},
 };
 #undef AT
 
@@ -277,6 +278,11 @@ void dp__memplan(const struct dp_exec *ex, struct dp__memplan *p)
     /* CP (cp.c): two ring blocks of k, v and their gradients, and the softmax sums. */
     e[DP__BUF_RING] = dm->cp > 1 ? 2 * dm->N * 4 * dm->kvd : 0;
     e[DP__BUF_CPST] = dm->cp > 1 ? dm->B * dm->a * dm->T : 0;
+    /* bf16 / fp16: the working copy of the weights beside the fp32 master, flat length
+     * (Megatron's Float16OptimizerWithFloat16Params keeps both). The CPU backend emulates
+     * 2-byte storage in fp32 buffers, so it is 4 bytes an element like the others. ZeRO-3
+     * has none: its gathered windows are the working copy (model.c). */
+    e[DP__BUF_PWORK] = ex->dtype != DP_DT_FP32 && l->zero < 3 ? flat : 0;
     /* Slots: at most min(pp - stage, M) micro-batches are in flight under 1F1B. */
     int64_t inflight = l->pp - ex->c.pp_rank;
     p->slots = (int)(inflight < ex->M ? inflight : ex->M);
@@ -490,6 +496,10 @@ int dp_exec_memory(const struct dp_model *m, const struct dp_layout *l, int stag
     ex->l = *l;
     ex->err = err;
     ex->c.pp_rank = stage;
+    /* The storage precision is the layout's here (`dplan run` gives the run's own). */
+    ex->dtype = l->precision == DP_BF16   ? DP_DT_BF16
+                : l->precision == DP_FP16 ? DP_DT_FP16
+                                          : DP_DT_FP32;
     dp__dims_init(ex);
     dp__stage_place(ex, stage);
     ex->M = dp_layout_microbatches(l);

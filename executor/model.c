@@ -31,14 +31,50 @@
 
 #define NONE SIZE_MAX
 
-/* Where a parameter and its gradient are (ZeRO-2/3: the edge or the layer window). */
+/* Where a parameter and its gradient are (ZeRO-2/3: the edge or the layer window). The
+ * model reads the bf16 / fp16 working copy when there is one (ex->pwork, zero <= 2). */
 static real *P(struct dp_exec *ex, size_t off)
 {
+    if (ex->pwork && off != NONE)
+        return ex->pwork + off;
     return dp__param(ex, off);
 }
 static real *G(struct dp_exec *ex, size_t off)
 {
     return dp__grad(ex, off);
+}
+
+/*
+ * A tensor a kernel just wrote in fp32 is stored in the run's precision: rounded to
+ * bf16 / fp16 in place (README "Mixed precision"). The store points are Megatron's bf16
+ * tensors: every norm, GEMM, activation, attention and residual output, the logits and
+ * every activation gradient, the TP partial sums before their reduction and the sum
+ * after it; not the norm statistics, the cross-entropy's sums (fp32, as Megatron's
+ * vocab-parallel cross-entropy upcasts), nor any parameter gradient (fp32 main grads).
+ * fp32 runs never call the backend here, so they are bit for bit what they were.
+ */
+static void store(struct dp_exec *ex, real *x, int64_t n)
+{
+    if (ex->dtype != DP_DT_FP32)
+        OPS->round_store(ex->be, x, n);
+}
+
+/* ZeRO-3 keeps no working copy: the gathered windows are one (FSDP's mixed precision
+ * casts the shard before its all-gather; rounding after it gives the same values). */
+static void store_window(struct dp_exec *ex, int i)
+{
+    if (ex->dtype != DP_DT_FP32 && ex->l.zero >= 3 && !ex->params)
+        store(ex, ex->pwin, (int64_t)(ex->lay_hi[i] - ex->lay_lo[i]));
+}
+
+void dp__model_working_copy(struct dp_exec *ex)
+{
+    if (ex->dtype != DP_DT_FP32 && ex->l.zero >= 3 && !ex->params)
+        store(ex, ex->pedge, (int64_t)ex->edge_n); /* the edge, gathered for the step */
+    if (!ex->pwork)
+        return;
+    OPS->copy(ex->be, ex->pwork, ex->params, ex->nparams * sizeof(real));
+    OPS->round_store(ex->be, ex->pwork, (int64_t)ex->nparams);
 }
 
 /* ------------------------------------------------------------------ parameters */
@@ -220,9 +256,12 @@ int dp__reduce_tokens(struct dp_exec *ex, real *buf)
     const struct dp_dims *dm = &ex->dm;
     if (dm->tp == 1)
         return 0;
-    if (dm->sp)
-        return OPS->reduce_scatter(ex->be, DP_GROUP_TP, buf, dm->Nl * dm->h, ex->err);
-    return OPS->allreduce(ex->be, DP_GROUP_TP, buf, dm->N * dm->h, DP_OP_SUM, ex->err);
+    store(ex, buf, dm->N * dm->h); /* the message: a bf16 tensor on the wire */
+    int rc = dm->sp ? OPS->reduce_scatter(ex->be, DP_GROUP_TP, buf, dm->Nl * dm->h, ex->err)
+                    : OPS->allreduce(ex->be, DP_GROUP_TP, buf, dm->N * dm->h, DP_OP_SUM, ex->err);
+    if (!rc)
+        store(ex, buf, dm->sp ? dm->Nl * dm->h : dm->N * dm->h); /* the reduced tensor */
+    return rc;
 }
 
 #define gather_tokens dp__gather_tokens
@@ -260,6 +299,7 @@ static int linear_residual(struct dp_exec *ex, real *out, const real *res, const
     if (dm->tp == 1) {
         OPS->residual(ex->be, out, res, NULL, P(ex, b), dm->Nl, dm->h);
         OPS->gemm(ex->be, false, true, N, h, k, 1, x, k, P(ex, wt), k, 1, out, h);
+        store(ex, out, dm->Nl * dm->h);
         return 0;
     }
     OPS->gemm(ex->be, false, true, N, h, k, 1, x, k, P(ex, wt), k, 0, ex->w.tmp, h);
@@ -267,6 +307,7 @@ static int linear_residual(struct dp_exec *ex, real *out, const real *res, const
     if (rc)
         return rc;
     OPS->residual(ex->be, out, res, ex->w.tmp, P(ex, b), dm->Nl, dm->h);
+    store(ex, out, dm->Nl * dm->h);
     return 0;
 }
 
@@ -287,30 +328,42 @@ static int layer_forward(struct dp_exec *ex, const struct dp_layer_params *p, st
 
     OPS->norm_fwd(be, m->norm, A->ln1, A->ln1_st, A->x, P(ex, p->ln1_w), P(ex, p->ln1_b), dm->Nl,
                   dm->h);
+    store(ex, A->ln1, dm->Nl * dm->h);
     const real *g1 = gather_tokens(ex, A->ln1, w->tmp, &rc);
     TRY(rc);
     linear_fwd(ex, A->qkv, g1, p->wqkv, p->bqkv, (int)dm->qkvd, h);
-    if (p->qn_w != NONE) /* Qwen3: RMSNorm of each q and k head, before RoPE */
+    store(ex, A->qkv, dm->N * dm->qkvd);
+    if (p->qn_w != NONE) { /* Qwen3: RMSNorm of each q and k head, before RoPE */
         OPS->qk_norm_fwd(be, A->qkv, dm->qkvd, A->qkraw, A->qkrs, P(ex, p->qn_w), P(ex, p->kn_w),
                          dm->N, dm->a, dm->g, (int)dm->d);
-    if (m->pos == DP_POS_ROPE)
+        store(ex, A->qkv, dm->N * dm->qkvd);
+    }
+    if (m->pos == DP_POS_ROPE) {
         OPS->rope(be, A->qkv, dm->qkvd, dm->N, dm->T, dm->a, dm->g, (int)dm->d, w->rope, false);
+        store(ex, A->qkv, dm->N * dm->qkvd);
+    }
+    /* Attention as one fused kernel (flash attention's bf16 in and out, fp32 softmax
+     * inside): only its output is stored, not the probabilities. */
     if (dm->cp > 1) {
         TRY(dp__cp_attn_fwd(ex, A->qkv, A->ctx, A->lse)); /* ring attention (cp.c) */
     } else {
         real *probs = A->probs ? A->probs : w->probs;
         OPS->attn_fwd(be, A->ctx, probs, A->qkv, dm->B, dm->T, dm->a, dm->g, (int)dm->d);
     }
+    store(ex, A->ctx, dm->N * dm->qd);
     TRY(linear_residual(ex, A->x2, A->x, A->ctx, p->wo, p->bo, (int)dm->qd));
 
     OPS->norm_fwd(be, m->norm, A->ln2, A->ln2_st, A->x2, P(ex, p->ln2_w), P(ex, p->ln2_b), dm->Nl,
                   dm->h);
+    store(ex, A->ln2, dm->Nl * dm->h);
     const real *g2 = gather_tokens(ex, A->ln2, w->tmp, &rc);
     TRY(rc);
     if (p->router != NONE)
         return dp__moe_forward(ex, p, A, g2, recompute ? NULL : out);
     linear_fwd(ex, A->fc1, g2, p->w1, p->b1, (int)dm->F1, h);
+    store(ex, A->fc1, dm->N * dm->F1);
     OPS->act_fwd(be, m->ffn, A->act, A->fc1, dm->N, dm->f);
+    store(ex, A->act, dm->N * dm->f);
     if (recompute)
         return 0;
     return linear_residual(ex, out, A->x2, A->act, p->w2, p->b2, (int)dm->f);
@@ -338,18 +391,23 @@ static int layer_backward(struct dp_exec *ex, const struct dp_layer_params *p, s
     dy = gather_tokens(ex, w->dres, w->dgath, &rc);
     TRY(rc);
     OPS->gemm(be, false, false, N, f, h, 1, dy, h, P(ex, p->w2), f, 0, w->dact, f);
+    store(ex, w->dact, dm->N * dm->f);
     OPS->gemm(be, true, false, h, f, N, 1, dy, h, A->act, f, 1, G(ex, p->w2), f);
     /* GELU: dfc1 in place of dact (same shape; the written lines are already in cache). */
     real *dfc1 = m->ffn == DP_FFN_GELU ? w->dact : w->dfc1;
     OPS->act_bwd(be, m->ffn, dfc1, G(ex, p->b1), w->dact, A->fc1, dm->N, dm->f);
+    store(ex, dfc1, dm->N * dm->F1);
     const real *g2 = gather_tokens(ex, A->ln2, w->tmp, &rc);
     TRY(rc);
     OPS->gemm(be, true, false, F1, h, N, 1, dfc1, F1, g2, h, 1, G(ex, p->w1), h);
     OPS->gemm(be, false, false, N, h, F1, 1, dfc1, F1, P(ex, p->w1), h, 0, w->dtmp, h);
+    if (dm->tp == 1)
+        store(ex, w->dtmp, dm->N * dm->h); /* else reduce_tokens stores it */
     TRY(reduce_tokens(ex, w->dtmp));
 norm2:
     OPS->norm_bwd(be, m->norm, w->dres, G(ex, p->ln2_w), G(ex, p->ln2_b), w->dtmp, A->x2,
                   P(ex, p->ln2_w), A->ln2_st, dm->Nl, dm->h);
+    store(ex, w->dres, dm->Nl * dm->h);
 
     /* Attention: x2 = x + ctx Wo^T + bo, ctx = attn(qkv), qkv = Norm1(x) Wqkv^T + bqkv. */
     if (p->bo != NONE)
@@ -357,6 +415,7 @@ norm2:
     dy = gather_tokens(ex, w->dres, w->dgath, &rc);
     TRY(rc);
     OPS->gemm(be, false, false, N, qd, h, 1, dy, h, P(ex, p->wo), qd, 0, w->dctx, qd);
+    store(ex, w->dctx, dm->N * dm->qd);
     OPS->gemm(be, true, false, h, qd, N, 1, dy, h, A->ctx, qd, 1, G(ex, p->wo), qd);
     if (dm->cp > 1) {
         TRY(dp__cp_attn_bwd(ex, w->dqkv, w->dctx, A->qkv, A->ctx, A->lse));
@@ -371,20 +430,28 @@ norm2:
         OPS->attn_bwd(be, w->dqkv, w->dprobs, w->dctx, A->qkv, probs, dm->B, dm->T, dm->a, dm->g,
                       (int)dm->d);
     }
-    if (m->pos == DP_POS_ROPE)
+    store(ex, w->dqkv, dm->N * dm->qkvd);
+    if (m->pos == DP_POS_ROPE) {
         OPS->rope(be, w->dqkv, dm->qkvd, dm->N, dm->T, dm->a, dm->g, (int)dm->d, w->rope, true);
-    if (p->qn_w != NONE)
+        store(ex, w->dqkv, dm->N * dm->qkvd);
+    }
+    if (p->qn_w != NONE) {
         OPS->qk_norm_bwd(be, w->dqkv, dm->qkvd, G(ex, p->qn_w), G(ex, p->kn_w), A->qkraw, A->qkrs,
                          P(ex, p->qn_w), P(ex, p->kn_w), dm->N, dm->a, dm->g, (int)dm->d);
+        store(ex, w->dqkv, dm->N * dm->qkvd);
+    }
     if (p->bqkv != NONE)
         OPS->bias_grad(be, G(ex, p->bqkv), w->dqkv, dm->N, dm->qkvd);
     const real *g1 = gather_tokens(ex, A->ln1, w->tmp, &rc);
     TRY(rc);
     OPS->gemm(be, true, false, qkvd, h, N, 1, w->dqkv, qkvd, g1, h, 1, G(ex, p->wqkv), h);
     OPS->gemm(be, false, false, N, h, qkvd, 1, w->dqkv, qkvd, P(ex, p->wqkv), h, 0, w->dtmp, h);
+    if (dm->tp == 1)
+        store(ex, w->dtmp, dm->N * dm->h);
     TRY(reduce_tokens(ex, w->dtmp));
     OPS->norm_bwd(be, m->norm, w->dres, G(ex, p->ln1_w), G(ex, p->ln1_b), w->dtmp, A->x,
                   P(ex, p->ln1_w), A->ln1_st, dm->Nl, dm->h);
+    store(ex, w->dres, dm->Nl * dm->h);
     return 0;
 }
 
@@ -405,6 +472,7 @@ static int embed_forward(struct dp_exec *ex, struct dp_slot *s)
     }
     if (ex->wpe != NONE)
         dp__cp_pos_fwd(ex, out, P(ex, ex->wpe), dm->sp ? dm->tp_rank * dm->Nl : 0, dm->Nl);
+    store(ex, out, dm->Nl * dm->h);
     return 0;
 }
 
@@ -429,19 +497,25 @@ static int head_forward(struct dp_exec *ex, struct dp_slot *s)
     int rc = 0;
     OPS->norm_fwd(be, ex->m->norm, hd->lnf, hd->lnf_st, hd->xf, P(ex, ex->lnf_w), P(ex, ex->lnf_b),
                   dm->Nl, dm->h);
+    store(ex, hd->lnf, dm->Nl * dm->h);
     const real *gf = gather_tokens(ex, hd->lnf, ex->w.tmp, &rc);
     TRY(rc);
     OPS->gemm(be, false, true, (int)dm->N, (int)dm->Vl, (int)dm->h, 1, gf, (int)dm->h,
               P(ex, ex->head), (int)dm->h, 0, hd->logits, (int)dm->Vl);
+    store(ex, hd->logits, dm->N * dm->Vl);
     real *rowmax = hd->ce, *sums = hd->ce + dm->N, *loss = hd->ce + 3 * dm->N;
     OPS->ce_max(be, rowmax, hd->logits, dm->N, dm->Vl, dm->v0, dm->vocab);
     TRY(OPS->allreduce(be, DP_GROUP_TP, rowmax, dm->N, DP_OP_MAX, ex->err));
     OPS->ce_sums(be, sums, hd->logits, rowmax, s->targets, dm->N, dm->Vl, dm->v0, dm->vocab);
     TRY(OPS->allreduce(be, DP_GROUP_TP, sums, 2 * dm->N, DP_OP_SUM, ex->err));
-    /* The loss is the mean over the global batch's tokens. */
+    /* The loss is the mean over the global batch's tokens; fp16 scales its gradient by
+     * the loss scale (undone before clipping: run.c). */
     real dloss = (real)(1.0 / (double)ex->gbs_tokens);
+    if (ex->dtype == DP_DT_FP16)
+        dloss = (real)(ex->ls_scale / (double)ex->gbs_tokens);
     OPS->ce_grad(be, hd->logits, loss, rowmax, sums, s->targets, dm->N, dm->Vl, dm->v0, dm->vocab,
                  dloss);
+    store(ex, hd->logits, dm->N * dm->Vl); /* dlogits */
     ex->loss_sum += OPS->sum(be, loss, dm->N);
     return 0;
 }
@@ -457,10 +531,13 @@ static int head_backward(struct dp_exec *ex)
     TRY(rc);
     OPS->gemm(be, true, false, V, h, N, 1, hd->logits, V, gf, h, 1, G(ex, ex->head), h);
     OPS->gemm(be, false, false, N, h, V, 1, hd->logits, V, P(ex, ex->head), h, 0, ex->w.dtmp, h);
+    if (dm->tp == 1)
+        store(ex, ex->w.dtmp, dm->N * dm->h);
     TRY(reduce_tokens(ex, ex->w.dtmp));
     OPS->zero(be, ex->w.dres, (size_t)(dm->Nl * dm->h) * sizeof(real));
     OPS->norm_bwd(be, ex->m->norm, ex->w.dres, G(ex, ex->lnf_w), G(ex, ex->lnf_b), ex->w.dtmp,
                   hd->xf, P(ex, ex->lnf_w), hd->lnf_st, dm->Nl, dm->h);
+    store(ex, ex->w.dres, dm->Nl * dm->h);
     return 0;
 }
 
@@ -484,6 +561,7 @@ int dp__stage_forward(struct dp_exec *ex, struct dp_slot *s)
     for (int j = 0; j < n; j++) {
         real *out = j + 1 < n ? s->layers[j + 1].x : loss ? ex->hd.xf : ex->send_fwd;
         TRY(dp__shard_layer_fwd(ex, l0 + j));
+        store_window(ex, l0 + j);
         TRY(dp__shard_prefetch(ex, j + 1 < n ? l0 + j + 1 : -1));
         TRY(layer_forward(ex, &ex->lp[l0 + j], layer_set(ex, s, j), out, false));
     }
@@ -500,6 +578,7 @@ int dp__stage_backward(struct dp_exec *ex, struct dp_slot *s)
     for (int j = n - 1; j >= 0; j--) {
         struct dp_act *A = layer_set(ex, s, j);
         TRY(dp__shard_layer_bwd_begin(ex, l0 + j));
+        store_window(ex, l0 + j);
         TRY(dp__shard_prefetch(ex, j > 0 ? l0 + j - 1 : -1));
         if (ex->l.recompute == DP_RECOMPUTE_FULL)
             TRY(layer_forward(ex, &ex->lp[l0 + j], A, NULL, true));

@@ -82,6 +82,27 @@ void dp_exec_opts_default(struct dp_exec_opts *o)
     o->beta2 = 0.95;
     o->eps = 1e-8;
     o->grad_clip = 1.0;
+    o->precision = DP_FP32;
+}
+
+int dp_exec_check_precision(const struct dp_model *m, const struct dp_layout *l,
+                            enum dp_precision p, struct dp_err *err)
+{
+    if (p == DP_FP32)
+        return 0;
+    const char *name = dp_precision_name(p);
+    if (p != DP_BF16 && p != DP_FP16)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "precision %s: the executor stores bf16, fp16 or "
+                          "fp32",
+                          name);
+    /* Not covered by the emulation yet: refused rather than half rounded. */
+    if (m->experts > 0)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "precision %s: mixture-of-experts layers run fp32 only (the router "
+                          "and expert tensors have no %s store points yet)",
+                          name, name);
+    return 0;
 }
 
 int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world,
@@ -383,7 +404,18 @@ int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const stru
                                  .shard = l->zero >= 1 ? dp_layout_shard(l) : l->dp,
                                  .ep = m->experts > 0 ? l->ep : 1,
                                  .etp = m->experts > 0 ? dp_layout_etp(l) : l->tp,
-                                 .threads = o->threads};
+                                 .threads = o->threads,
+                                 .dtype = o->precision == DP_BF16   ? DP_DT_BF16
+                                          : o->precision == DP_FP16 ? DP_DT_FP16
+                                                                    : DP_DT_FP32};
+    int prc = dp_exec_check_precision(m, l, o->precision, err);
+    if (prc) {
+        free(ex);
+        return prc;
+    }
+    ex->dtype = cfg.dtype;
+    ex->ls_scale = o->loss_scale_init > 0 ? o->loss_scale_init : DP_LS_INIT;
+    ex->ls_hyst = DP_LS_HYSTERESIS;
     ex->be = dp__backend_new(o->backend, &cfg, err);
     if (!ex->be) {
         free(ex);
@@ -401,6 +433,9 @@ int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const stru
         missing = "vpp > 1 (batched point-to-point)";
     else if (l->zero >= 3 && !ex->be->ops->allgather_v_start)
         missing = "zero 3 (the prefetching parameter gather)";
+    else if (ex->dtype != DP_DT_FP32 && !ex->be->ops->round_store)
+        missing = ex->dtype == DP_DT_BF16 ? "precision bf16 (its store rounding)"
+                                          : "precision fp16 (its store rounding)";
     else if (m->experts > 0 &&
              (!ex->be->ops->router_topk || !ex->be->ops->router_bwd || !ex->be->ops->rows_gather ||
               !ex->be->ops->rows_scatter_add || !ex->be->ops->rows_dot || !ex->be->ops->alltoall_v))
@@ -662,7 +697,11 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struc
             rc = dp__grad_norm(ex, &norm);
         if (rc)
             break;
-        if (!isfinite(loss) || !isfinite(norm)) {
+        const bool fp16 = ex->dtype == DP_DT_FP16;
+        const double scale = ex->ls_scale;
+        if (fp16)
+            norm /= scale; /* unscaled before clipping (Megatron clip_grad_norm on main grads) */
+        if (!isfinite(loss) || (!isfinite(norm) && !ex->found_inf)) {
             /* Every rank has the same all-reduced values: all stop here together. */
             if (collective)
                 *collective = true;
@@ -672,12 +711,26 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struc
                             isnan(isfinite(loss) ? norm : loss) ? "nan" : "inf");
             break;
         }
-        double lr = lr_at(o, step);
-        double gscale =
-            o->grad_clip > 0 && norm > o->grad_clip ? o->grad_clip / (norm + 1e-6) : 1.0;
-        rc = dp__optimizer_step(ex, lr, gscale);
-        if (rc)
-            break;
+        /* fp16: the schedule counts the updates made (Megatron's opt_param_scheduler.step
+         * runs only when update_successful), so a skipped step does not advance it. */
+        double lr = lr_at(o, fp16 ? (int)ex->adam_t + 1 : step);
+        const bool skipped = fp16 && ex->found_inf;
+        if (!skipped) {
+            double gscale =
+                o->grad_clip > 0 && norm > o->grad_clip ? o->grad_clip / (norm + 1e-6) : 1.0;
+            if (fp16)
+                gscale /= scale; /* the unscale, folded into AdamW's gradient factor */
+            rc = dp__optimizer_step(ex, lr, gscale);
+            if (rc)
+                break;
+        }
+        /* fp16: an overflow skips the update (AdamW's step count too, as Megatron's
+         * optimizer.step returns update_successful = False) and backs the scale off. */
+        if (fp16) {
+            dp__loss_scale_update(ex, skipped);
+            res->steps_skipped += skipped;
+            res->loss_scale = ex->ls_scale;
+        }
         double dt = ex->be->ops->wtime(ex->be) - t0;
         times[step - 1] = dt;
         res->steps_done = step;
@@ -696,6 +749,8 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struc
                 .loss = loss,
                 .lr = lr,
                 .grad_norm = norm,
+                .loss_scale = fp16 ? scale : 0.0,
+                .skipped = skipped,
                 .step_time_s = dt,
                 .tokens_per_s = (double)ex->gbs_tokens / dt,
                 .samples_per_s = (double)l->gbs / dt,

@@ -21,6 +21,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum { TAG_FWD = 1, TAG_BWD = 2 };
@@ -246,7 +247,53 @@ int dp__step_begin(struct dp_exec *ex)
         OPS->zero(ex->be, ex->grads, ex->nflat * sizeof(real));
     ex->loss_sum = 0;
     ex->aux_sum = 0;
-    return dp__shard_step_begin(ex);
+    TRY(dp__shard_step_begin(ex));
+    dp__model_working_copy(ex); /* bf16 / fp16: from the master weights, once a step */
+    return 0;
+}
+
+/*
+ * A test hook (tests/executor: the loss-scaler test): DPLAN_TEST_GRAD_INF="3,4" makes
+ * world rank 0's first reduced gradient element inf at steps 3 and 4, after the
+ * reduction, so that only the overflow check's MAX over the world tells the other
+ * ranks. fp16 runs only; nothing else reads it.
+ */
+static void inject_inf(struct dp_exec *ex)
+{
+    const char *e = getenv("DPLAN_TEST_GRAD_INF");
+    if (!e || ex->rank != 0 || ex->dtype != DP_DT_FP16)
+        return;
+    for (const char *q = e; *q;) {
+        char *end;
+        long k = strtol(q, &end, 10);
+        if (end == q)
+            return;
+        if (k == ex->step) {
+            real inf = (real)INFINITY;
+            real *g = ex->l.zero >= 1 ? ex->gred : ex->grads;
+            OPS->upload(ex->be, g, &inf, sizeof inf);
+            return;
+        }
+        q = *end == ',' ? end + 1 : end;
+    }
+}
+
+/* Megatron-Core DynamicGradScaler.update (megatron/core/optimizer/grad_scaler.py): an
+ * overflow resets the growth count and spends one of the hysteresis; with none left
+ * the scale halves (not below the minimum); DP_LS_WINDOW clean steps in a row double it
+ * and restore the hysteresis. */
+void dp__loss_scale_update(struct dp_exec *ex, bool found_inf)
+{
+    if (found_inf) {
+        ex->ls_growth = 0;
+        ex->ls_hyst--;
+        if (ex->ls_hyst <= 0)
+            ex->ls_scale = fmax(ex->ls_scale * 0.5, DP_LS_MIN);
+    } else if (++ex->ls_growth == DP_LS_WINDOW) {
+        ex->ls_growth = 0;
+        ex->ls_hyst = DP_LS_HYSTERESIS;
+        ex->ls_scale *= 2.0;
+    }
 }
 
 int dp__step_reduce(struct dp_exec *ex, double *loss)
@@ -254,12 +301,22 @@ int dp__step_reduce(struct dp_exec *ex, double *loss)
     TRY(reduce_grads(ex));
     /* One world all-reduce: the loss (last stage, one TP rank per replica) and the
      * squared gradient norm. */
+    if (ex->dtype == DP_DT_FP16)
+        inject_inf(ex);
     double v[2] = {ex->last && ex->c.tp_rank == 0 ? ex->loss_sum : 0.0, local_sumsq(ex)};
     /* MoE: the auxiliary loss of every stage's layers (moe.c), once per expert tensor
      * group (the TP group when etp = tp). */
     if (ex->c.tp_rank % (ex->dm.etp > 0 ? ex->dm.etp : ex->dm.tp) == 0)
         v[0] += ex->aux_sum;
+    /* fp16: the overflow check (Megatron _unscale_main_grads_and_check_for_nan: found_inf
+     * all-reduced with MAX over the model-parallel group). A sum of squares is inf or nan
+     * when any element is; the replicas this rank skips in the norm hold the same
+     * reduced values as the ranks that count them, so every gradient is looked at. */
+    double inf = ex->dtype == DP_DT_FP16 && !isfinite(v[1]) ? 1.0 : 0.0;
     TRY(OPS->allreduce_host(ex->be, DP_GROUP_WORLD, v, 2, DP_OP_SUM, ex->err));
+    if (ex->dtype == DP_DT_FP16)
+        TRY(OPS->allreduce_host(ex->be, DP_GROUP_WORLD, &inf, 1, DP_OP_MAX, ex->err));
+    ex->found_inf = inf > 0;
     ex->grad_sumsq = v[1];
     *loss = v[0] / (double)ex->gbs_tokens;
     return 0;

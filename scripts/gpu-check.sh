@@ -122,8 +122,8 @@ run() {
   "$dplan" run "$model" --steps 20 --gbs 8 --seq-len 32 --out "$work/$name" "$@" \
     > "$work/$name.out" 2>&1 || { echo "  run $name failed:"; tail -5 "$work/$name.out"; return 1; }
 }
-cmp() { # cmp REF RUN RTOL: losses per step and final weights (compare_runs)
-  if "$compare" "$work/$1" "$work/$2" --rtol "$3" > "$work/$2.cmp" 2>&1; then echo pass; else echo "FAIL ($(tail -1 "$work/$2.cmp"))"; fi
+cmp() { # cmp REF RUN RTOL [--losses-only]: losses per step and final weights (compare_runs)
+  if "$compare" "$work/$1" "$work/$2" --rtol "$3" ${4:-} > "$work/$2.cmp" 2>&1; then echo pass; else echo "FAIL ($(tail -1 "$work/$2.cmp"))"; fi
 }
 
 if [ $nogpu = 1 ]; then
@@ -148,6 +148,12 @@ for model in tiny-gpt tiny-llama; do
     row "| $model cuda fp32 GEMMs vs cpu, rtol 1e-4 | $(cmp $model-cpu $model-fp32 1e-4) |"
   run "$model-tf32" $model --backend cuda &&
     row "| $model cuda TF32 vs cpu, rtol 1e-2 | $(cmp $model-cpu $model-tf32 1e-2) |"
+  # bf16 emulated on both (executor/README.md "Mixed precision"; TF32 takes bf16 values
+  # exactly): losses within bf16's tolerance of exec_mixprec_bf16 (2^-7), weights not
+  # compared (bf16's rounding steps make them drift apart as between layouts).
+  run "$model-cpu-bf16" $model --backend cpu --precision bf16 &&
+    run "$model-bf16" $model --backend cuda --precision bf16 &&
+    row "| $model cuda bf16 (emulated) vs cpu bf16, losses rtol 2^-7 | $(cmp $model-cpu-bf16 $model-bf16 0.0078125 --losses-only) |"
 done
 
 # ---- 3. layouts on the one GPU

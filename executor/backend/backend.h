@@ -57,6 +57,16 @@ enum dp_group {
 
 enum dp_redop { DP_OP_SUM = 0, DP_OP_MAX = 1 };
 
+/*
+ * Storage precision of a run (the plan's layout precision; 0 is fp32, so a zeroed
+ * configuration is today's fp32 run): what the working copy of the weights, the
+ * activations kept for backward, their gradients and the TP/PP messages are stored in.
+ * Master weights, gradients, their reductions and the optimizer state stay fp32
+ * (Megatron's Float16OptimizerWithFloat16Params, llm.c's master weights); GEMMs and
+ * kernels accumulate in fp32 (cuBLAS with bf16 inputs and CUBLAS_COMPUTE_32F).
+ */
+enum dp_dtype { DP_DT_FP32 = 0, DP_DT_BF16 = 1, DP_DT_FP16 = 2 };
+
 /* Norm eps (LayerNorm and RMSNorm), GPT-2 and Llama 2 defaults. */
 #define DP_NORM_EPS 1e-5
 
@@ -291,6 +301,12 @@ struct dp_backend_ops {
     /* The most bytes allocated at once (the arena's high-water mark), and what the device
      * has in use now by every process (cudaMemGetInfo: total - free). */
     void (*mem_peak)(struct dp_backend *be, size_t *peak, size_t *device_used);
+
+    /* ---- storage precision (optional: NULL where the backend runs fp32 only) */
+    /* Every element of x rounded to the backend's dtype, to nearest, ties to even
+     * (fp16: 65520 and above to inf), and stored back: what a bf16/fp16 store of a
+     * tensor computed in fp32 keeps. The executor calls it only when dtype != fp32. */
+    void (*round_store)(struct dp_backend *be, real *x, int64_t n);
 };
 
 /* A backend instance; implementations embed it first in their own struct. */
@@ -301,6 +317,7 @@ struct dp_backend {
     /* The step-time pricer (executor/predict.c): computes nothing, so what the step code
      * reads back (MoE routing) is to be assumed (moe.c: balanced). */
     bool prices_only;
+    enum dp_dtype dtype; /* the configuration's; the executor's store points use it */
 };
 
 /* ------------------------------------------------------------------ the factory */
@@ -312,6 +329,9 @@ struct dp_backend_cfg {
     int ep;         /* expert parallel size (0 = 1) */
     int etp;        /* expert tensor parallel size (divides tp; 0 = tp) */
     int threads;    /* compute threads per rank; <= 0: the backend's own rule */
+    /* Storage precision (the default 0: fp32). A backend without round_store refuses
+     * any other with one line. */
+    enum dp_dtype dtype;
 };
 
 /* One kind of backend this build has (a file defines it; factory.c lists them). */

@@ -453,6 +453,7 @@ static const struct dp_backend_ops cpu_ops = {
     .sum = dp__cpu_sum,
     .sumsq = dp__cpu_sumsq,
     .adamw = dp__cpu_adamw,
+    .round_store = dp__cpu_round_store,
     .router_topk = dp__cpu_router_topk,
     .router_bwd = dp__cpu_router_bwd,
     .rows_gather = dp__cpu_rows_gather,
@@ -523,6 +524,7 @@ static struct dp_backend *cpu_new(const struct dp_backend_cfg *cfg, struct dp_er
         return NULL;
     }
     cb->base.ops = &cpu_ops;
+    cb->base.dtype = cfg->dtype;
     for (int g = 0; g < DP_NGROUPS; g++)
         cb->comm[g] = MPI_COMM_NULL;
     gethostname(cb->host, sizeof cb->host - 1);

@@ -78,6 +78,8 @@ double dp__cpu_sumsq(struct dp_backend *be, const real *x, int64_t n);
 void dp__cpu_adamw(struct dp_backend *be, real *p, const real *grad, real *m, real *v, int64_t n,
                    double lr, double beta1, double beta2, double eps, double wd, double bc1,
                    double bc2, double gscale);
+/* Storage emulation: x rounded to be->dtype (cpu_round.c). */
+void dp__cpu_round_store(struct dp_backend *be, real *x, int64_t n);
 void dp__cpu_qk_norm_fwd(struct dp_backend *be, real *x, int64_t ld, real *raw, real *rstd,
                          const real *wq, const real *wk, int64_t N, int nq, int nk, int d);
 void dp__cpu_qk_norm_bwd(struct dp_backend *be, real *dx, int64_t ld, real *dwq, real *dwk,

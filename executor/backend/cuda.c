@@ -330,6 +330,9 @@ static struct dp_backend *cu_new(const struct dp_backend_cfg *cfg, bool staged, 
     }
     cb->base.ops = &cuda_ops;
     cb->base.threads = 1; /* one host thread drives the GPU */
+    /* bf16 / fp16: emulated as on the CPU (round_store on fp32 buffers; docs/gpu.md), not
+     * yet bf16 buffers and cuBLASLt bf16 GEMMs: the run's summary says "emulated". */
+    cb->base.dtype = cfg->dtype;
     cb->staged = staged;
     const char *gm = getenv("DPLAN_CUDA_GEMM");
     cb->compute = gm && !strcmp(gm, "fp32") ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;

@@ -10,6 +10,8 @@
  */
 #include "cuda_kernels.h"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 
@@ -219,6 +221,19 @@ __global__ static void k_add(float *y, const float *x, int64_t n)
 extern "C" void dp__cuk_add(void *stream, float *y, const float *x, int64_t n)
 {
     k_add<<<blocks_for(n), THREADS, 0, S(stream)>>>(y, x, n);
+}
+
+/* The CUDA conversions round to nearest even (the _rn suffix); fp16 overflows to inf as
+ * IEEE 754 rounding does, as the CPU's round.h. */
+__global__ static void k_round(float *x, int64_t n, int fp16)
+{
+    FOR_N(i, n)
+    x[i] = fp16 ? __half2float(__float2half_rn(x[i])) : __bfloat162float(__float2bfloat16_rn(x[i]));
+}
+
+extern "C" void dp__cuk_round(void *stream, float *x, int64_t n, int fp16)
+{
+    k_round<<<blocks_for(n), THREADS, 0, S(stream)>>>(x, n, fp16);
 }
 
 /* ------------------------------------------------------------------ activations */

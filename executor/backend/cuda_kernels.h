@@ -29,6 +29,9 @@ void dp__cuk_col_sum(void *stream, float *db, const float *x, int64_t N, int64_t
 void dp__cuk_residual(void *stream, float *out, const float *a, const float *b, const float *bias,
                       int64_t N, int64_t C);
 void dp__cuk_add(void *stream, float *y, const float *x, int64_t n);
+/* x rounded in place to bf16 (fp16 = 0) or fp16 (fp16 = 1), to nearest even, back in fp32:
+ * the storage emulation (backend.h round_store). */
+void dp__cuk_round(void *stream, float *x, int64_t n, int fp16);
 void dp__cuk_act_fwd(void *stream, int gelu, float *out, const float *inp, int64_t N, int64_t F);
 void dp__cuk_act_bwd(void *stream, int gelu, float *dinp, const float *dout, const float *inp,
                      int64_t N, int64_t F);

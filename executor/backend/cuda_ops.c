@@ -90,6 +90,15 @@ static void cu_add_inplace(struct dp_backend *be, real *y, const real *x, int64_
         dp__cuk_add(ST(be), y, x, n);
 }
 
+/* The storage emulation, as the CPU backend's (fp32 buffers holding rounded values). The
+ * GEMMs' TF32 inputs keep 10 significand bits, so bf16 (7) and fp16 (10) values enter
+ * them exactly: a TF32 GEMM of rounded values is a bf16 / fp16 GEMM with fp32 compute. */
+static void cu_round_store(struct dp_backend *be, real *x, int64_t n)
+{
+    if (n > 0 && be->dtype != DP_DT_FP32)
+        dp__cuk_round(ST(be), x, n, be->dtype == DP_DT_FP16);
+}
+
 static void cu_act_fwd(struct dp_backend *be, enum dp_ffn_kind kind, real *out, const real *inp,
                        int64_t N, int64_t F)
 {
@@ -328,6 +337,7 @@ void dp__cuda_fill_ops(struct dp_backend_ops *o)
     o->bias_grad = cu_bias_grad;
     o->residual = cu_residual;
     o->add_inplace = cu_add_inplace;
+    o->round_store = cu_round_store;
     o->act_fwd = cu_act_fwd;
     o->act_bwd = cu_act_bwd;
     o->rope = cu_rope;

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static struct dp_backend *cpu, *gpu;
 static uint64_t rng_state = 12345;
@@ -183,6 +184,38 @@ static void test_small(void)
         BE->ops->add_inplace(BE, o, dev(BE, b, F(N * C)), N * C);
     });
     free(a), free(b), free(bias);
+}
+
+/* The storage emulation: the same rounded values, bit for bit, from both backends (ties,
+ * fp16 overflow and subnormals among them). */
+static void test_round(void)
+{
+    enum { N = 4096 };
+    float *h = hrand(N, 70000);
+    const float special[] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 65519.0f,  65520.0f,     -1e5f,
+                             0x1p-25f,       3 * 0x1p-25f,       0x1p-134f, 3 * 0x1p-134f};
+    memcpy(h, special, sizeof special);
+    for (int t = DP_DT_BF16; t <= DP_DT_FP16; t++) {
+        float *r[2];
+        for (int b = 0; b < 2; b++) { /* compared bit for bit: inf - inf is no error */
+            struct dp_backend *be = b ? gpu : cpu;
+            be->dtype = (enum dp_dtype)t;
+            float *o = dev(be, h, F(N));
+            be->ops->round_store(be, o, N);
+            r[b] = get(be, o, N);
+        }
+        int differ = 0;
+        for (int i = 0; i < N; i++)
+            differ += memcmp(&r[0][i], &r[1][i], sizeof(float)) != 0;
+        if (differ) {
+            fprintf(stderr, "round_store %s: %d of %d values differ from the cpu's\n",
+                    t == DP_DT_BF16 ? "bf16" : "fp16", differ, N);
+            check_failures++;
+        }
+        free(r[0]), free(r[1]);
+    }
+    cpu->dtype = gpu->dtype = DP_DT_FP32;
+    free(h);
 }
 
 static void test_act(void)
@@ -463,6 +496,7 @@ int main(void)
     test_init();
     test_norms();
     test_small();
+    test_round();
     test_act();
     test_rope();
     test_attention();

@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# Mixed precision (executor/README.md "Mixed precision"): the CPU backend's bf16 / fp16
+# storage emulation and fp16 dynamic loss scaling.
+#   mixprec.sh CASE DPLAN COMPARE RUNS_DIR
+# Runs train tiny-gpt / tiny-llama for up to 20 steps (gbs 8, seq 32) on up to 2 ranks.
+# DPLAN_TEST_GRAD_INF=STEPS (TEST-ONLY, executor/schedule.c) makes world rank 0's first
+# reduced gradient element inf at those steps of an fp16 run.
+set -u
+case=$1 dplan=$2 compare=$3 runs=$4
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$runs"
+cd "$runs" || exit 1
+fail=0
+say() { echo "mixprec $case: $*"; }
+bad() { echo "FAIL mixprec $case: $*"; fail=1; }
+run() { # run NAME ARGS...
+  local name=$1
+  shift
+  rm -rf "$name"
+  if ! "$dplan" run "$@" --out "$name" > "$name.out" 2> "$name.err"; then
+    bad "dplan run $* --out $name failed"
+    tail -5 "$name.err"
+  fi
+}
+resident=()
+[ "${DPLAN_TEST_RESIDENT:-0}" = 1 ] && resident=(--resident)
+# record FILE STEP: the step's log record
+record() { grep "\"status\":\"[a-z]*\",\"step\":$2,\"steps\"" "$1" | tail -1; }
+pool() { grep -o "\"$2\":[0-9]*" "$1" | head -1 | cut -d: -f2; } # pool LOG NAME: bytes
+
+BASE=(--steps 20 --gbs 8 --seq-len 32)
+case $case in
+bf16)
+  # bf16 and fp32 runs of the same model, data and seed. Tolerance on the losses: a
+  # token's loss log sum exp(z) - z_t moves by at most 2 max|dz| when the logits z move
+  # by dz, and a bf16 store moves each by at most u |z| (u = 2^-8, RNE with 8
+  # significant bits); with |z| ~ 1 here that is 2^-7 absolute on losses of 4.4-5.3,
+  # the last rounding alone in the worst case, so 2^-7 relative leaves room for the
+  # rounding upstream (measured: 3e-4). fp32 runs of one layout repeat bit for bit, so
+  # a difference above 1e-5 shows the rounding is on. Weights are not compared: AdamW's
+  # normalised updates of tiny gradients differ by up to lr where their signs differ.
+  run fp32 tiny-gpt "${BASE[@]}" --mbs 8
+  run bf16 tiny-gpt "${BASE[@]}" --mbs 8 --precision bf16
+  "$compare" fp32 bf16 --losses-only --rtol 0.0078125 "${resident[@]}" || bad "bf16 losses"
+  if "$compare" fp32 bf16 --losses-only --rtol 1e-5 > same.txt 2>&1; then
+    bad "bf16 losses within 1e-5 of fp32 at every step: is the rounding on?"
+  else
+    say "bf16 differs from fp32 by more than 1e-5: $(grep -m1 worst same.txt)"
+  fi
+  # fp16 with a scale that does not overflow here (no step skipped): the same bound with
+  # fp16's u = 2^-11, so 2^-10 (measured: 3e-5, 8 times below bf16's, fp16's 3 more
+  # significand bits).
+  run fp16 tiny-gpt "${BASE[@]}" --mbs 8 --precision fp16 --initial-loss-scale 1024
+  "$compare" fp32 fp16 --losses-only --rtol 0.0009765625 || bad "fp16 losses"
+  grep -q '"skipped":true' fp16/log.jsonl && bad "fp16 at scale 1024 skipped a step"
+  # The same bounds on layouts whose store points differ from the single process's (TP's
+  # partial sums, CP's ring, interleaved PP's messages), each against its fp32 run.
+  m8=$here/models/tiny-gpt-8l.json
+  for l in "tp2_sp|tiny-gpt|--tp 2 --sp --mbs 2" "cp2|tiny-llama|--cp 2 --mbs 2 --recompute selective" \
+           "tp2_pp2|tiny-llama|--tp 2 --pp 2 --mbs 2" "pp2_vpp2|$m8|--pp 2 --vpp 2 --mbs 1"; do
+    IFS='|' read -r n m o <<< "$l"
+    read -ra o <<< "$o"
+    run "$n" "$m" "${BASE[@]}" "${o[@]}"
+    run "${n}_bf16" "$m" "${BASE[@]}" "${o[@]}" --precision bf16
+    run "${n}_fp16" "$m" "${BASE[@]}" "${o[@]}" --precision fp16 --initial-loss-scale 1024
+    "$compare" "$n" "${n}_bf16" --losses-only --rtol 0.0078125 || bad "bf16 $n losses"
+    "$compare" "$n" "${n}_fp16" --losses-only --rtol 0.0009765625 || bad "fp16 $n losses"
+  done
+  # The memory plan: bf16 keeps a working copy of the weights beside the fp32 master, 4
+  # bytes an element in the emulation: params = 2 P 4 = 2 x grads (P 4); fp32: equal.
+  p32=$(pool fp32/log.jsonl params) g32=$(pool fp32/log.jsonl grads)
+  p16=$(pool bf16/log.jsonl params) g16=$(pool bf16/log.jsonl grads)
+  [ "$p32" = "$g32" ] || bad "fp32 params pool $p32, grads $g32: expected equal"
+  [ "$p16" = $((2 * g16)) ] || bad "bf16 params pool $p16, expected 2 x grads = $((2 * g16))"
+  ;;
+
+parallel)
+  # Layouts with the single process's store points and its fp32 summation order, which
+  # bf16 needs: the working copy is a step function of the fp32 master, so an fp32 ulp
+  # of difference flips a master weight near a bf16 midpoint by a whole bf16 ulp, and
+  # the runs drift apart (2e-5 in the loss by step 20). So: one thread per rank (the
+  # kernels' OpenMP reductions split by thread); DP with one micro-batch per rank
+  # against the single process's two (g1 + g2 either way; with four against two per
+  # rank, (g1 + g2) + (g3 + g4) is not ((g1 + g2) + g3) + g4); PP with untied
+  # embeddings (tied ones add the two stages' embedding gradients in another order;
+  # the messages are the stored tensors themselves). TP stores its partial sums before
+  # the reduction, a second rounding: not among them (5e-5).
+  T=(--threads 1 --precision bf16)
+  run s tiny-gpt "${BASE[@]}" --mbs 4 "${T[@]}"
+  # ZeRO-3's gathered windows are its working copy (rounded once gathered), so zero 3
+  # equals it too, with full recompute (the backward's gather and recomputed forward).
+  for l in "dp2|--dp 2 --mbs 4" "dp2_zero1|--dp 2 --mbs 4 --zero 1" \
+           "dp2_zero3_full|--dp 2 --mbs 4 --zero 3 --recompute full"; do
+    n=${l%%|*}
+    read -ra o <<< "${l#*|}"
+    run "$n" tiny-gpt "${BASE[@]}" "${o[@]}" "${T[@]}"
+    "$compare" s "$n" "${resident[@]}" || bad "bf16 $n against the single process"
+  done
+  run l4 tiny-llama "${BASE[@]}" --mbs 4 "${T[@]}"
+  run ldp2 tiny-llama "${BASE[@]}" --dp 2 --mbs 4 "${T[@]}"
+  "$compare" l4 ldp2 "${resident[@]}" || bad "bf16 tiny-llama dp2 against the single process"
+  run lz3 tiny-llama "${BASE[@]}" --dp 2 --mbs 4 --zero 3 "${T[@]}"
+  "$compare" l4 lz3 "${resident[@]}" || bad "bf16 tiny-llama dp2 zero3 against the single process"
+  run l2 tiny-llama "${BASE[@]}" --mbs 2 "${T[@]}"
+  run lpp2 tiny-llama "${BASE[@]}" --pp 2 --mbs 2 "${T[@]}"
+  "$compare" l2 lpp2 "${resident[@]}" || bad "bf16 tiny-llama pp2 against the single process"
+  ;;
+
+scaler)
+  # fp16 on dp 2 from scale 1024 (no natural overflow), constant lr; rank 0's gradient
+  # made inf at steps 3, 4 and 8 (rank 1 learns it from the MAX over the world).
+  # Megatron's hysteresis 2: step 3 spends one (scale kept), step 4 the last (halved to
+  # 512 for step 5); the tracker is not restored until a growth, so step 8 halves at
+  # once (256 for step 9).
+  FP16=(tiny-gpt --gbs 8 --seq-len 32 --dp 2 --mbs 2 --precision fp16 --initial-loss-scale 1024
+        --min-lr-frac 1)
+  DPLAN_TEST_GRAD_INF=3,4,8 run inf "${FP16[@]}" --steps 10
+  for want in "1 1024 false" "2 1024 false" "3 1024 true" "4 1024 true" "5 512 false" \
+              "8 512 true" "9 256 false" "10 256 false"; do
+    read -r st sc sk <<< "$want"
+    rec=$(record inf/log.jsonl "$st")
+    grep -q "\"loss_scale\":$sc,\"skipped\":$sk" <<< "$rec" ||
+      bad "step $st: expected loss_scale $sc, skipped $sk: $rec"
+  done
+  grep -q '^loss scale: 256 after the last step; 3 steps skipped for an overflow$' inf.err ||
+    bad "summary: $(grep 'loss scale' inf.err)"
+  # The lr schedule counts updates, not steps (Megatron's scheduler): over 4 steps,
+  # cosine from 1e-3 to 1e-4, lr(k) = 1e-4 + 0.45e-3 (1 + cos(pi (k - 1) / 3)) for the k-th
+  # update: step 2 skipped and step 3 both at k = 2 (7.75e-4), step 4 at k = 3 (3.25e-4).
+  DPLAN_TEST_GRAD_INF=2 run lr tiny-gpt --gbs 8 --seq-len 32 --mbs 8 --precision fp16 \
+    --initial-loss-scale 1024 --steps 4
+  for want in "2 0.000775" "3 0.000775" "4 0.000325"; do
+    read -r st lr <<< "$want"
+    got=$(record lr/log.jsonl "$st" | grep -o '"lr":[0-9.e-]*' | cut -d: -f2)
+    awk -v g="$got" -v w="$lr" 'BEGIN { exit !(g - w < 1e-12 && w - g < 1e-12) }' ||
+      bad "step $st: lr $got, expected $lr"
+  done
+  # A skipped step changes no weight and no AdamW state: 4 steps with steps 3 and 4
+  # skipped end where 2 clean steps end, bit for bit.
+  run two "${FP16[@]}" --steps 2
+  DPLAN_TEST_GRAD_INF=3,4 run four "${FP16[@]}" --steps 4
+  cmp -s two/model.safetensors four/model.safetensors ||
+    bad "steps 3, 4 skipped, but the weights differ from the 2-step run's"
+  ;;
+
+resume)
+  # The scaler's state survives a kill and resume: rank 1 is killed at step 7, the job
+  # restarts from the step-5 checkpoint (scale 512, hysteresis spent), step 8's overflow
+  # must halve at once as in the uninterrupted run (a scaler started afresh would keep
+  # 1024 after step 8 and diverge), and the final weights equal it bit for bit.
+  FP16=(tiny-gpt --steps 10 --gbs 8 --seq-len 32 --dp 2 --mbs 2 --precision fp16
+        --initial-loss-scale 1024 --min-lr-frac 1)
+  DPLAN_TEST_GRAD_INF=3,4,8 run whole "${FP16[@]}" --ckpt-dir whole/ck --ckpt-every 5
+  DPLAN_TEST_GRAD_INF=3,4,8 DPLAN_FAULT_INJECT=1:7:kill run killed "${FP16[@]}" \
+    --ckpt-dir killed/ck --ckpt-every 5 --max-restarts 2 --timeout 10
+  grep -q '"status":"restarting".*"resume_step":5' killed/log.jsonl || bad "no restart from step 5"
+  grep -q '"attempt":1,"status":"running","step":6,.*"loss_scale":512,"skipped":false' \
+    killed/log.jsonl || bad "step 6 after the resume: $(grep '"attempt":1,"status":"running","step":6,' killed/log.jsonl)"
+  grep -q '"attempt":1,"status":"running","step":9,.*"loss_scale":256,"skipped":false' \
+    killed/log.jsonl || bad "step 9 after the resume: $(grep '"attempt":1,"status":"running","step":9,' killed/log.jsonl)"
+  # After step 5: scale 512, one clean step since the backoff, no hysteresis left;
+  # AdamW's t is 3 (steps 3 and 4 made no update).
+  tr -d ' \t\n' < whole/ck/step_00000005/manifest.json > m5.txt
+  grep -q '"step":3,.*"loss_scale":512,"loss_scale_growth":1,"loss_scale_hysteresis":0' m5.txt ||
+    bad "the step-5 manifest lacks the scaler state: $(grep -o '"optimizer":{[^}]*}' m5.txt)"
+  cmp -s whole/model.safetensors killed/model.safetensors ||
+    bad "the resumed run's weights differ from the uninterrupted run's"
+  ;;
+*)
+  echo "mixprec.sh: unknown case $case"
+  exit 2
+  ;;
+esac
+[ "$fail" = 0 ] && say ok
+exit "$fail"
