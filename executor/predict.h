@@ -1,0 +1,44 @@
+/*
+ * The pricing backend of the CPU executor's step-time prediction (predict.c):
+ * the bill it keeps and the backend table whose operations add to it
+ * (predict_ops.c). Internal to the executor.
+ */
+#ifndef DPLAN_EXECUTOR_PREDICT_H
+#define DPLAN_EXECUTOR_PREDICT_H
+
+#include "backend/probe.h"
+#include "internal.h"
+
+/* Seconds by kind, and core-seconds (for time-sharing when threads exceed cores). */
+struct parts {
+    double gemm, attn, ew, fork, comm, opt;
+    double core_s;
+};
+
+struct reservation {
+    void *p;
+    size_t n;
+};
+
+/* The pricing backend: this machine's measurements, the rank's place, the bill. */
+struct pricer {
+    struct dp_backend base;
+    struct dp_device_probe pr;
+    int nt;          /* threads per rank */
+    bool shared;     /* other ranks compute at the same time: GEMMs run at conc_eff */
+    double a_step;   /* MPI: seconds per step of a collective (recursive doubling) */
+    double coll_bps; /* MPI: bus bandwidth, bytes/s */
+    /* Fitted alpha-beta per collective kind (enum coll of predict_ops.c; busbw 0: none). */
+    double fit_alpha_s[4], fit_busbw_Bps[4];
+    int size[DP_NGROUPS], rank[DP_NGROUPS];
+    bool optimizer; /* bill element-wise work as optimizer work (zeroing, norm, AdamW) */
+    double seq_len; /* the probe's (global) sequence length: the ring kernels' share of it */
+    struct parts bill;
+    struct reservation *maps;
+    int nmaps, capmaps;
+};
+
+/* Every operation of backend.h priced on this machine (predict_ops.c). */
+extern const struct dp_backend_ops dp__pricing_ops;
+
+#endif

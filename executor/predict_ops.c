@@ -1,0 +1,607 @@
+/*
+ * The pricing backend's operations: each kernel, collective and message of
+ * backend.h adds what it costs on this machine to the rank's bill (struct
+ * pricer in predict.h), from the probe's or the calibration's measurements.
+ * Why a pricing backend, and the formulas' sources: predict.c.
+ */
+#include "predict.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define R ((double)sizeof(real)) /* bytes per element */
+
+static struct pricer *pc(struct dp_backend *be)
+{
+    return (struct pricer *)be;
+}
+
+/* Streaming bandwidth (bytes/s per thread) for a working set of `ws` bytes per thread:
+ * that of the cache level it fits in. */
+static double bw(const struct pricer *c, double ws)
+{
+    int lv = ws <= (double)c->pr.cache_bytes[0] ? 0 : ws <= (double)c->pr.cache_bytes[1] ? 1 : 2;
+    return c->pr.bw_gbps[lv] * 1e9;
+}
+
+/* A parallel region of the rank's threads: its fork and join. */
+static void region(struct pricer *c)
+{
+    if (c->nt > 1) {
+        c->bill.fork += c->pr.fork_s;
+        c->bill.core_s += c->nt * c->pr.fork_s;
+    }
+}
+
+/* Element-wise work over `elems` elements moving `bytes`, `ns` ns of compute per element
+ * on one thread, split over the rank's threads: the slower of compute and memory (a
+ * roofline), plus the region. */
+static void ew(struct pricer *c, double elems, double bytes, double ns)
+{
+    region(c);
+    double per = bytes / c->nt;
+    double t = fmax(elems * ns * 1e-9 / c->nt, per / bw(c, per));
+    *(c->optimizer ? &c->bill.opt : &c->bill.ew) += t;
+    c->bill.core_s += c->nt * t;
+}
+
+/* memset/memcpy on the calling thread. */
+static void serial(struct pricer *c, double *bucket, double bytes)
+{
+    double t = bytes / bw(c, bytes);
+    *bucket += t;
+    c->bill.core_s += t;
+}
+
+/* ------------------------------------------------------------------ the kernels' prices */
+
+/* Buffers are reservations of address space without access; their sizes are kept for
+ * munmap. */
+static void *p_alloc(struct dp_backend *be, size_t bytes)
+{
+    struct pricer *c = pc(be);
+    if (c->nmaps == c->capmaps) {
+        int cap = c->capmaps ? 2 * c->capmaps : 64;
+        struct reservation *r = realloc(c->maps, (size_t)cap * sizeof *r);
+        if (!r)
+            return NULL;
+        c->maps = r;
+        c->capmaps = cap;
+    }
+    size_t n = bytes ? bytes : 1;
+    void *p = mmap(NULL, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    c->maps[c->nmaps++] = (struct reservation){p, n};
+    return p;
+}
+
+static void p_free(struct dp_backend *be, void *p)
+{
+    struct pricer *c = pc(be);
+    for (int i = 0; i < c->nmaps; i++)
+        if (c->maps[i].p == p) {
+            munmap(p, c->maps[i].n);
+            c->maps[i] = c->maps[--c->nmaps];
+            return;
+        }
+}
+
+static void p_none(struct dp_backend *be, void *dst, const void *src, size_t bytes) {}
+
+static void p_zero(struct dp_backend *be, void *dst, size_t bytes)
+{
+    serial(pc(be), pc(be)->optimizer ? &pc(be)->bill.opt : &pc(be)->bill.ew, (double)bytes);
+}
+
+static void p_copy(struct dp_backend *be, void *dst, const void *src, size_t bytes)
+{
+    serial(pc(be), &pc(be)->bill.ew, 2.0 * (double)bytes);
+}
+
+/* C[m, n] = A[m, k] B[k, n], split by rows as cpu_gemm.c splits it (whole 16-row panels per
+ * thread): a fixed call cost, the FLOPs at the probed rate, and the packing of the
+ * operands into panels (GotoBLAS/OpenBLAS copy A's rows and all of B, read and write:
+ * 8 bytes per element, at the bandwidth of where they sit). Each thread packs all of B:
+ * what splitting a small product repeats. */
+static void p_gemm(struct dp_backend *be, bool ta, bool tb, int m, int n, int k, real alpha,
+                   const real *a, int lda, const real *b, int ldb, real beta, real *cc, int ldc)
+{
+    struct pricer *c = pc(be);
+    int nth = dp_exec_gemm_threads(m, n, k, c->nt);
+    double rows = m;
+    if (nth > 1) {
+        region(c);
+        rows = ceil(ceil((double)m / nth) / 16) * 16;
+        rows = rows < m ? rows : m;
+    }
+    double eff = nth > 1 || c->shared ? c->pr.conc_eff : 1.0;
+    double pack = (rows + n) * k;
+    double t = c->pr.gemm_call_s + 2 * rows * n * k / (c->pr.gemm_gflops * 1e9 * eff) +
+               2 * R * pack / bw(c, R * pack);
+    c->bill.gemm += t;
+    c->bill.core_s += nth * t;
+}
+
+static void p_init_fill(struct dp_backend *be, real *dst, int64_t rows, int64_t cols, int64_t gcols,
+                        int64_t r0, int64_t c0, uint64_t seed, uint64_t key, double std,
+                        double value)
+{
+}
+
+static void p_norm_fwd(struct dp_backend *be, enum dp_norm_kind kind, real *out, real *stats,
+                       const real *inp, const real *w, const real *b, int64_t N, int64_t C)
+{
+    ew(pc(be), (double)(N * C), R * (2.0 * N * C + 2.0 * N), pc(be)->pr.norm_fwd_ns);
+}
+
+static void p_norm_bwd(struct dp_backend *be, enum dp_norm_kind kind, real *dinp, real *dw,
+                       real *db, const real *dout, const real *inp, const real *w,
+                       const real *stats, int64_t N, int64_t C)
+{
+    ew(pc(be), (double)(N * C), R * 4.0 * N * C, pc(be)->pr.norm_bwd_ns);
+}
+
+static void p_bias_fill(struct dp_backend *be, real *out, const real *bias, int64_t N, int64_t C)
+{
+    ew(pc(be), (double)(N * C), R * (double)(N * C), 0);
+}
+
+static void p_bias_grad(struct dp_backend *be, real *db, const real *dout, int64_t N, int64_t C)
+{
+    ew(pc(be), (double)(N * C), R * (double)(N * C), 0);
+}
+
+static void p_residual(struct dp_backend *be, real *out, const real *a, const real *b,
+                       const real *bias, int64_t N, int64_t C)
+{
+    ew(pc(be), (double)(N * C), R * (b ? 3.0 : 2.0) * N * C, 0);
+}
+
+static void p_add_inplace(struct dp_backend *be, real *y, const real *x, int64_t n)
+{
+    ew(pc(be), (double)n, R * 3.0 * n, 0);
+}
+
+/* F columns out; GELU reads F, SwiGLU 2 F per row. */
+static void p_act_fwd(struct dp_backend *be, enum dp_ffn_kind kind, real *out, const real *inp,
+                      int64_t N, int64_t F)
+{
+    double F1 = kind == DP_FFN_SWIGLU ? 2.0 * F : (double)F;
+    ew(pc(be), (double)(N * F), R * N * (F1 + F), pc(be)->pr.act_fwd_ns);
+}
+
+static void p_act_bwd(struct dp_backend *be, enum dp_ffn_kind kind, real *dinp, real *dbias,
+                      const real *dout, const real *inp, int64_t N, int64_t F)
+{
+    double F1 = kind == DP_FFN_SWIGLU ? 2.0 * F : (double)F;
+    ew(pc(be), (double)(N * F), R * N * (F + 2 * F1), pc(be)->pr.act_bwd_ns);
+}
+
+static void p_rope(struct dp_backend *be, real *x, int64_t ld, int64_t N, int64_t T, int nq, int nk,
+                   int d, const real *cs, bool inverse)
+{
+    double e = (double)N * (nq + nk) * d;
+    ew(pc(be), e, R * 2 * e, 0);
+}
+
+/* q/k norm (cpu_qknorm.c): a norm pass over the heads, and the copy of its input. */
+static void p_qk_norm_fwd(struct dp_backend *be, real *x, int64_t ld, real *raw, real *rstd,
+                          const real *wq, const real *wk, int64_t N, int nq, int nk, int d)
+{
+    double e = (double)N * (nq + nk) * d;
+    ew(pc(be), e, R * 3 * e, pc(be)->pr.norm_fwd_ns);
+}
+
+static void p_qk_norm_bwd(struct dp_backend *be, real *dx, int64_t ld, real *dwq, real *dwk,
+                          const real *raw, const real *rstd, const real *wq, const real *wk,
+                          int64_t N, int nq, int nk, int d)
+{
+    double e = (double)N * (nq + nk) * d;
+    ew(pc(be), e, R * 4 * e, pc(be)->pr.norm_bwd_ns);
+}
+
+/* Attention: one task per (sequence, head) over the threads, the probabilities kept. */
+static void p_attn_fwd(struct dp_backend *be, real *ctx, real *probs, const real *qkv, int64_t B,
+                       int64_t T, int a, int g, int d)
+{
+    struct pricer *c = pc(be);
+    double N = (double)(B * T), qd = (double)a * d, qkvd = (double)(a + 2 * g) * d;
+    serial(c, &c->bill.attn, R * N * qd);
+    region(c);
+    double tasks = (double)(B * a), pb = R * tasks * T * T;
+    double t = fmax(ceil(tasks / c->nt) * c->pr.attn_fwd_s,
+                    (pb + R * N * (qkvd + qd)) / c->nt / bw(c, (pb + R * N * qkvd) / c->nt));
+    c->bill.attn += t;
+    c->bill.core_s += c->nt * t;
+}
+
+static void p_attn_probs(struct dp_backend *be, real *probs, const real *qkv, int64_t B, int64_t T,
+                         int a, int g, int d)
+{
+    struct pricer *c = pc(be);
+    region(c);
+    double t = ceil((double)(B * a) / c->nt) * c->pr.attn_probs_s;
+    c->bill.attn += t;
+    c->bill.core_s += c->nt * t;
+}
+
+/* One task per (sequence, kv head), each over its a/g query heads. */
+static void p_attn_bwd(struct dp_backend *be, real *dqkv, real *dprobs, const real *dctx,
+                       const real *qkv, const real *probs, int64_t B, int64_t T, int a, int g,
+                       int d)
+{
+    struct pricer *c = pc(be);
+    double N = (double)(B * T), qd = (double)a * d, qkvd = (double)(a + 2 * g) * d;
+    double pb = R * B * a * T * T;
+    serial(c, &c->bill.attn, R * N * qkvd);
+    region(c);
+    double t = fmax(ceil((double)(B * g) / c->nt) * ((double)a / g) * c->pr.attn_bwd_s,
+                    (2 * pb + R * N * (2 * qkvd + qd)) / c->nt / bw(c, 2 * pb / c->nt));
+    c->bill.attn += t;
+    c->bill.core_s += c->nt * t;
+}
+
+/*
+ * Ring attention (CP, cp.c): one call is one block of the ring; the cp calls of a layer
+ * cover the local 2C rows against the causal half of the global keys, C Tg pairs per
+ * (sequence, head), 1 / cp of the probe's causal head of Tg (Tg^2 / 2 pairs), so a call
+ * costs the probe's head time / cp^2 (cp = Tg / 2C). Billed at the probe's rate although
+ * the block kernels are scalar loops (cpu_attention_cp.c): a lower bound.
+ */
+static double ring_share(const struct pricer *c, int64_t C)
+{
+    double cp = c->seq_len > 0 ? c->seq_len / (2.0 * (double)C) : 1;
+    return 1.0 / (cp * cp);
+}
+
+static void p_attn_ring_fwd(struct dp_backend *be, real *acc, real *mx, real *sm, const real *qkv,
+                            int64_t ldq, const real *kv, const int qc[2], const int kc[2],
+                            int64_t B, int64_t C, int a, int g, int d)
+{
+    struct pricer *c = pc(be);
+    region(c);
+    double t = ceil((double)(B * a) / c->nt) * c->pr.attn_fwd_s * ring_share(c, C);
+    c->bill.attn += t;
+    c->bill.core_s += c->nt * t;
+}
+
+static void p_attn_ring_done(struct dp_backend *be, real *ctx, real *mx, const real *sm, int64_t B,
+                             int64_t T, int a, int d)
+{
+    double e = (double)(B * T) * a * d;
+    ew(pc(be), e, R * 2 * e, 0);
+}
+
+static void p_attn_ring_dsum(struct dp_backend *be, real *dsum, const real *dctx, const real *ctx,
+                             int64_t B, int64_t T, int a, int d)
+{
+    double e = (double)(B * T) * a * d;
+    ew(pc(be), e, R * 2 * e, 0);
+}
+
+static void p_attn_ring_bwd(struct dp_backend *be, real *dq, real *dkv, const real *dctx,
+                            const real *qkv, int64_t ldq, const real *kv, const real *lse,
+                            const real *dsum, const int qc[2], const int kc[2], int64_t B,
+                            int64_t C, int a, int g, int d)
+{
+    struct pricer *c = pc(be);
+    region(c);
+    double t =
+        ceil((double)(B * g) / c->nt) * ((double)a / g) * c->pr.attn_bwd_s * ring_share(c, C);
+    c->bill.attn += t;
+    c->bill.core_s += c->nt * t;
+}
+
+static void p_embed_fwd(struct dp_backend *be, real *out, const int32_t *tok, const real *wte,
+                        int64_t v0, int64_t nv, int64_t N, int64_t C)
+{
+    ew(pc(be), (double)(N * C), R * 2.0 * N * C, 0);
+}
+
+static void p_embed_bwd(struct dp_backend *be, real *dwte, const int32_t *tok, const real *dout,
+                        int64_t v0, int64_t nv, int64_t N, int64_t C)
+{
+    ew(pc(be), (double)(N * C), R * 3.0 * N * C, 0);
+}
+
+static void p_pos_fwd(struct dp_backend *be, real *out, const real *wpe, int64_t n0, int64_t N,
+                      int64_t T, int64_t C)
+{
+    ew(pc(be), (double)(N * C), R * 3.0 * N * C, 0);
+}
+
+static void p_pos_bwd(struct dp_backend *be, real *dwpe, const real *dout, int64_t n0, int64_t N,
+                      int64_t T, int64_t C)
+{
+    ew(pc(be), (double)(N * C), R * 2.0 * N * C, 0);
+}
+
+/* The probe times the three cross-entropy passes together (ce_ns per logit): a third
+ * each, over the logits they read (the last one also writes them). */
+static void p_ce_max(struct dp_backend *be, real *rowmax, const real *logits, int64_t N, int64_t nv,
+                     int64_t v0, int64_t vocab)
+{
+    ew(pc(be), (double)(N * nv), R * (double)(N * nv), pc(be)->pr.ce_ns / 3);
+}
+
+static void p_ce_sums(struct dp_backend *be, real *sums, const real *logits, const real *gmax,
+                      const int32_t *tgt, int64_t N, int64_t nv, int64_t v0, int64_t vocab)
+{
+    ew(pc(be), (double)(N * nv), R * (double)(N * nv), pc(be)->pr.ce_ns / 3);
+}
+
+static void p_ce_grad(struct dp_backend *be, real *logits, real *loss, const real *gmax,
+                      const real *sums, const int32_t *tgt, int64_t N, int64_t nv, int64_t v0,
+                      int64_t vocab, real dloss)
+{
+    ew(pc(be), (double)(N * nv), R * 2.0 * N * nv, pc(be)->pr.ce_ns / 3);
+}
+
+/* MoE (cpu_moe.c): the router's softmax and top-K read and write N E; the row moves read
+ * and write R C. Nothing is routed here: moe.c assumes balanced routing
+ * (prices_only), every expert N K / E choices of each rank. */
+static void p_router_topk(struct dp_backend *be, real *probs, int32_t *idx, real *w,
+                          const real *bias, int64_t N, int E, int K)
+{
+    (void)bias; /* the sigmoid and the added bias: the same passes over N E */
+    ew(pc(be), (double)(N * E * (K + 2)), R * 2.0 * N * E, 0);
+}
+
+static void p_router_bwd(struct dp_backend *be, real *dl, const real *probs, const real *w,
+                         const int32_t *idx, const int32_t *rrow, const real *dw, const real *gaux,
+                         bool sigmoid, int64_t N, int E, int K)
+{
+    (void)sigmoid;
+    ew(pc(be), (double)(N * E * 3), R * 2.0 * N * E, 0);
+}
+
+static void p_rows(struct dp_backend *be, real *dst, const real *src, const int32_t *idx,
+                   const real *scale, int64_t Rr, int64_t C)
+{
+    ew(pc(be), (double)(Rr * C), R * 2.0 * Rr * C, 0);
+}
+
+static void p_rows_dot(struct dp_backend *be, real *out, const real *a, const int32_t *idx,
+                       const real *b, int64_t Rr, int64_t C)
+{
+    ew(pc(be), (double)(Rr * C), R * 2.0 * Rr * C, 0);
+}
+
+/* Host sums run on all threads from 64 Ki elements (cpu_optim.c), else on the caller. */
+static double p_sum(struct dp_backend *be, const real *x, int64_t n)
+{
+    struct pricer *c = pc(be);
+    if (n < 65536 || c->nt <= 1)
+        serial(c, c->optimizer ? &c->bill.opt : &c->bill.ew, R * (double)n);
+    else
+        ew(c, (double)n, R * (double)n, 0);
+    return 0;
+}
+
+/* AdamW: p, g, m, v read, p, m, v written, in one region. */
+static void p_adamw(struct dp_backend *be, real *p, const real *grad, real *m, real *v, int64_t n,
+                    double lr, double beta1, double beta2, double eps, double wd, double bc1,
+                    double bc2, double gscale)
+{
+    struct pricer *c = pc(be);
+    region(c);
+    double t = fmax((double)n * c->pr.adamw_ns * 1e-9 / c->nt,
+                    7 * R * (double)n / c->nt / bw(c, 4 * R * (double)n / c->nt));
+    c->bill.opt += t;
+    c->bill.core_s += c->nt * t;
+}
+
+/* ------------------------------------------------------------------ communication */
+
+enum coll { AR, RS, AG, P2P };
+
+/* Alpha-beta over n ranks: log2(n) latency steps (Open MPI's recursive doubling for small
+ * messages), the bytes with nccl-tests' bus factors: all-reduce 2(n-1)/n, reduce-scatter
+ * and all-gather (n-1)/n, a point-to-point message 1. */
+static void coll(struct pricer *c, enum coll k, double bytes, int n)
+{
+    if (n <= 1 && k != P2P)
+        return;
+    if (c->fit_busbw_Bps[k] > 0) {
+        /* A calibration's fit, in its own model (NCCL's ring, nccl-tests doc/PERFORMANCE.md):
+         * all-reduce 2(n-1) steps and factor 2(n-1)/n, reduce-scatter and all-gather n-1
+         * and (n-1)/n, send/recv 1 and 1. */
+        int r = k == P2P ? 2 : n;
+        double st = k == P2P ? 1 : k == AR ? 2.0 * (r - 1) : r - 1.0;
+        double fb = k == P2P ? 1 : k == AR ? 2.0 * (r - 1) / r : (r - 1.0) / r;
+        c->bill.comm += c->fit_alpha_s[k] * st + fb * bytes / c->fit_busbw_Bps[k];
+        return;
+    }
+    double steps = k == P2P ? 1 : ceil(log2((double)n));
+    double f = k == P2P ? 1 : k == AR ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
+    c->bill.comm += c->a_step * steps + f * bytes / c->coll_bps;
+}
+
+static int p_allreduce(struct dp_backend *be, enum dp_group g, real *buf, int64_t n,
+                       enum dp_redop op, struct dp_err *err)
+{
+    coll(pc(be), AR, R * (double)n, pc(be)->size[g]);
+    return 0;
+}
+
+/* nccl-tests count the whole buffer (size x chunk) for reduce-scatter and all-gather. */
+static int p_reduce_scatter(struct dp_backend *be, enum dp_group g, real *buf, int64_t chunk,
+                            struct dp_err *err)
+{
+    coll(pc(be), RS, R * (double)chunk * pc(be)->size[g], pc(be)->size[g]);
+    return 0;
+}
+
+static int p_allgather(struct dp_backend *be, enum dp_group g, real *buf, int64_t chunk,
+                       struct dp_err *err)
+{
+    coll(pc(be), AG, R * (double)chunk * pc(be)->size[g], pc(be)->size[g]);
+    return 0;
+}
+
+static int64_t sum_counts(const int *counts, int n)
+{
+    int64_t s = 0;
+    for (int i = 0; i < n; i++)
+        s += counts[i];
+    return s;
+}
+
+static int p_reduce_scatter_v(struct dp_backend *be, enum dp_group g, real *buf, const int *counts,
+                              struct dp_err *err)
+{
+    int n = pc(be)->size[g];
+    coll(pc(be), RS, R * (double)sum_counts(counts, n), n);
+    return 0;
+}
+
+static int p_allgather_v(struct dp_backend *be, enum dp_group g, real *buf, const int *counts,
+                         struct dp_err *err)
+{
+    int n = pc(be)->size[g];
+    coll(pc(be), AG, R * (double)sum_counts(counts, n), n);
+    return 0;
+}
+
+/* An all-to-all moves what this rank sends; priced as an all-gather of it (n - 1 steps). */
+static int p_alltoall_v(struct dp_backend *be, enum dp_group g, const real *sbuf,
+                        const int *scounts, real *rbuf, const int *rcounts, struct dp_err *err)
+{
+    int n = pc(be)->size[g];
+    coll(pc(be), AG, R * (double)sum_counts(scounts, n > 0 ? n : 1), n);
+    return 0;
+}
+
+/* Priced as the blocking gather: the CPU backend's MPI progresses it only inside MPI
+ * calls, so no overlap with compute is assumed. */
+static int p_allgather_v_start(struct dp_backend *be, enum dp_group g, real *buf, const int *counts,
+                               struct dp_err *err)
+{
+    return p_allgather_v(be, g, buf, counts, err);
+}
+
+static int p_allgather_v_wait(struct dp_backend *be, struct dp_err *err)
+{
+    return 0;
+}
+
+static int p_allreduce_host(struct dp_backend *be, enum dp_group g, double *buf, int n,
+                            enum dp_redop op, struct dp_err *err)
+{
+    coll(pc(be), AR, 8.0 * n, pc(be)->size[g]);
+    return 0;
+}
+
+static int p_gather_host(struct dp_backend *be, enum dp_group g, const double *in, double *out,
+                         int n, struct dp_err *err)
+{
+    return 0;
+}
+
+/* MPI_Sendrecv is full duplex: a send and a receive together cost the larger message. */
+static int p_sendrecv(struct dp_backend *be, enum dp_group g, int to, const real *sbuf, int64_t sn,
+                      int stag, int from, real *rbuf, int64_t rn, int rtag, struct dp_err *err)
+{
+    coll(pc(be), P2P, R * (double)(sn > rn ? sn : rn), 2);
+    return 0;
+}
+
+/* The batch's sends and receives overlap (full duplex): it costs its largest message. */
+static int p_p2p(struct dp_backend *be, enum dp_group g, const struct dp_p2p *ops, int n,
+                 struct dp_err *err)
+{
+    int64_t most = 0;
+    for (int i = 0; i < n; i++)
+        most = ops[i].n > most ? ops[i].n : most;
+    if (n)
+        coll(pc(be), P2P, R * (double)most, 2);
+    return 0;
+}
+
+static int p_barrier(struct dp_backend *be, enum dp_group g, struct dp_err *err)
+{
+    return 0;
+}
+
+static int p_group_size(struct dp_backend *be, enum dp_group g)
+{
+    return pc(be)->size[g];
+}
+
+static int p_group_rank(struct dp_backend *be, enum dp_group g)
+{
+    return pc(be)->rank[g];
+}
+
+static double p_wtime(struct dp_backend *be)
+{
+    return 0;
+}
+
+static void p_destroy(struct dp_backend *be) {}
+
+const struct dp_backend_ops dp__pricing_ops = {
+    .name = "pricing",
+    .destroy = p_destroy,
+    .alloc = p_alloc,
+    .free = p_free,
+    .upload = p_none,
+    .download = p_none,
+    .zero = p_zero,
+    .copy = p_copy,
+    .gemm = p_gemm,
+    .init_fill = p_init_fill,
+    .norm_fwd = p_norm_fwd,
+    .norm_bwd = p_norm_bwd,
+    .bias_fill = p_bias_fill,
+    .bias_grad = p_bias_grad,
+    .residual = p_residual,
+    .add_inplace = p_add_inplace,
+    .act_fwd = p_act_fwd,
+    .act_bwd = p_act_bwd,
+    .rope = p_rope,
+    .qk_norm_fwd = p_qk_norm_fwd,
+    .qk_norm_bwd = p_qk_norm_bwd,
+    .attn_fwd = p_attn_fwd,
+    .attn_probs = p_attn_probs,
+    .attn_bwd = p_attn_bwd,
+    .attn_ring_fwd = p_attn_ring_fwd,
+    .attn_ring_done = p_attn_ring_done,
+    .attn_ring_dsum = p_attn_ring_dsum,
+    .attn_ring_bwd = p_attn_ring_bwd,
+    .embed_fwd = p_embed_fwd,
+    .embed_bwd = p_embed_bwd,
+    .pos_fwd = p_pos_fwd,
+    .pos_bwd = p_pos_bwd,
+    .ce_max = p_ce_max,
+    .ce_sums = p_ce_sums,
+    .ce_grad = p_ce_grad,
+    .sum = p_sum,
+    .sumsq = p_sum,
+    .adamw = p_adamw,
+    .router_topk = p_router_topk,
+    .router_bwd = p_router_bwd,
+    .rows_gather = p_rows,
+    .rows_scatter_add = p_rows,
+    .rows_dot = p_rows_dot,
+    .alltoall_v = p_alltoall_v,
+    .allreduce = p_allreduce,
+    .reduce_scatter = p_reduce_scatter,
+    .allgather = p_allgather,
+    .reduce_scatter_v = p_reduce_scatter_v,
+    .allgather_v = p_allgather_v,
+    .allgather_v_start = p_allgather_v_start,
+    .allgather_v_wait = p_allgather_v_wait,
+    .allreduce_host = p_allreduce_host,
+    .gather_host = p_gather_host,
+    .sendrecv = p_sendrecv,
+    .p2p = p_p2p,
+    .barrier = p_barrier,
+    .group_size = p_group_size,
+    .group_rank = p_group_rank,
+    .wtime = p_wtime,
+};
