@@ -47,9 +47,6 @@ struct cpu_backend {
     int *ag_counts, *ag_displs; /* [size of the group], kept until it completes */
 };
 
-static const char *const group_names[DP_NGROUPS] = {
-    "world", "tp",    "dp", "pp",  "emb", "node",         "shard",         "replica",
-    "cp",    "dp-cp", "ep", "edp", "etp", "expert-shard", "expert-replica"};
 static bool mpi_started_here;
 
 static struct cpu_backend *cpu(struct dp_backend *be)
@@ -64,7 +61,7 @@ static int mpi_fail(struct cpu_backend *cb, struct dp_err *err, int rc, const ch
     int len = 0;
     MPI_Error_string(rc, msg, &len);
     return dp_err_set(err, DP_ERUNTIME, "rank %d (%s): %s over the %s group failed: %s",
-                      cb->base.rank, cb->host, call, group_names[g], msg);
+                      cb->base.rank, cb->host, call, dp__group_name(g), msg);
 }
 
 #define MPI_TRY(cb, err, g, call)                                                                  \

@@ -54,7 +54,6 @@ void dp__cuda_fill_comm(struct dp_backend_ops *ops);
 
 /* Errors (cuda_comm.c): fill err for a failed CUDA, NCCL or MPI call over group g (-1:
  * none) with the library's own text; return the status. */
-extern const char *const dp__cuda_group_names[DP_NGROUPS];
 int dp__cuda_err_cuda(struct cuda_backend *cb, struct dp_err *err, int rc, const char *call, int g);
 int dp__cuda_err_nccl(struct cuda_backend *cb, struct dp_err *err, int rc, const char *call, int g);
 int dp__cuda_err_mpi(struct cuda_backend *cb, struct dp_err *err, int rc, const char *call, int g);

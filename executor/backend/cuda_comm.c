@@ -19,32 +19,16 @@
  */
 #include "cuda.h"
 #include "cuda_kernels.h"
+#include "groups.h"
 
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-const char *const dp__cuda_group_names[DP_NGROUPS] = {[DP_GROUP_WORLD] = "world",
-                                                      [DP_GROUP_TP] = "tp",
-                                                      [DP_GROUP_DP] = "dp",
-                                                      [DP_GROUP_PP] = "pp",
-                                                      [DP_GROUP_EMB] = "emb",
-                                                      [DP_GROUP_NODE] = "node",
-                                                      [DP_GROUP_SHARD] = "shard",
-                                                      [DP_GROUP_REPL] = "replica",
-                                                      [DP_GROUP_CP] = "cp",
-                                                      [DP_GROUP_DPCP] = "dp-cp",
-                                                      [DP_GROUP_EP] = "ep",
-                                                      [DP_GROUP_EDP] = "edp",
-                                                      [DP_GROUP_ETP] = "etp",
-                                                      [DP_GROUP_ESHARD] = "expert-shard",
-                                                      [DP_GROUP_EREPL] = "expert-replica"};
-
 int dp__cuda_err_cuda(struct cuda_backend *cb, struct dp_err *err, int rc, const char *call, int g)
 {
-    return dp__cuda_fail(err, false, (int)rc, cb->base.rank, cb->host, call,
-                         g >= 0 ? dp__cuda_group_names[g] : NULL,
+    return dp__cuda_fail(err, false, (int)rc, cb->base.rank, cb->host, call, dp__group_name(g),
                          cudaGetErrorString((cudaError_t)rc));
 }
 
@@ -56,8 +40,8 @@ int dp__cuda_err_nccl(struct cuda_backend *cb, struct dp_err *err, int rc, const
     const char *last = ncclGetLastError(g >= 0 ? cb->ncomm[g] : NULL);
     snprintf(text, sizeof text, "%s%s%s", ncclGetErrorString((ncclResult_t)rc),
              last && *last ? ": " : "", last ? last : "");
-    return dp__cuda_fail(err, true, (int)rc, cb->base.rank, cb->host, call,
-                         g >= 0 ? dp__cuda_group_names[g] : NULL, text);
+    return dp__cuda_fail(err, true, (int)rc, cb->base.rank, cb->host, call, dp__group_name(g),
+                         text);
 }
 
 int dp__cuda_err_mpi(struct cuda_backend *cb, struct dp_err *err, int rc, const char *call, int g)
@@ -65,8 +49,7 @@ int dp__cuda_err_mpi(struct cuda_backend *cb, struct dp_err *err, int rc, const 
     char msg[MPI_MAX_ERROR_STRING] = "";
     int len = 0;
     MPI_Error_string(rc, msg, &len);
-    return dp__cuda_fail(err, false, -1, cb->base.rank, cb->host, call, dp__cuda_group_names[g],
-                         msg);
+    return dp__cuda_fail(err, false, -1, cb->base.rank, cb->host, call, dp__group_name(g), msg);
 }
 
 /* The sticky error of earlier void operations, then the stream's own state. */

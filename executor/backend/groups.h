@@ -14,6 +14,27 @@
 #include "core/core.h"
 #include "executor/backend/backend.h"
 
+/* Each group's name in errors and the dry run's table, for every backend. */
+static inline const char *dp__group_name(int g)
+{
+    static const char *const names[DP_NGROUPS] = {[DP_GROUP_WORLD] = "world",
+                                                  [DP_GROUP_TP] = "tp",
+                                                  [DP_GROUP_DP] = "dp",
+                                                  [DP_GROUP_PP] = "pp",
+                                                  [DP_GROUP_EMB] = "emb",
+                                                  [DP_GROUP_NODE] = "node",
+                                                  [DP_GROUP_SHARD] = "shard",
+                                                  [DP_GROUP_REPL] = "replica",
+                                                  [DP_GROUP_CP] = "cp",
+                                                  [DP_GROUP_DPCP] = "dp-cp",
+                                                  [DP_GROUP_EP] = "ep",
+                                                  [DP_GROUP_EDP] = "edp",
+                                                  [DP_GROUP_ETP] = "etp",
+                                                  [DP_GROUP_ESHARD] = "expert-shard",
+                                                  [DP_GROUP_EREPL] = "expert-replica"};
+    return g >= 0 && g < DP_NGROUPS ? names[g] : NULL;
+}
+
 /* Colour -1: not a member (MPI_UNDEFINED, NCCL_SPLIT_NOCOLOR). DP_GROUP_WORLD has colour
  * 0, key = rank; DP_GROUP_NODE is not planned (the ranks sharing a host, which MPI finds:
  * colour -1 here). */
