@@ -108,7 +108,7 @@ int dp_exec_check_precision(const struct dp_model *m, const struct dp_layout *l,
     }
     if (p == DP_FP32)
         return 0;
-    const char *name = dp_precision_name(p);
+    const char *name = l && dp_layout_gemm(l) == DP_GEMM_FP8 ? "fp8" : dp_precision_name(p);
     if (p != DP_BF16 && p != DP_FP16)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "precision %s: the executor stores bf16, fp16 or "

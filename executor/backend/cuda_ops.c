@@ -9,6 +9,7 @@
  */
 #include "cuda.h"
 #include "cuda_kernels.h"
+#include "cuda_lt.h"
 
 #include <math.h>
 
@@ -38,6 +39,10 @@ static void gemm_rm(struct dp_backend *be, bool ta, bool tb, int m, int n, int k
 static void cu_gemm(struct dp_backend *be, bool ta, bool tb, int m, int n, int k, real alpha,
                     const real *a, int lda, const real *b, int ldb, real beta, real *c, int ldc)
 {
+    /* cuBLASLt first (cuda_lt.c: TF32, or bf16 / fp16 operands in those runs). */
+    if (m > 0 && n > 0 && k > 0 &&
+        dp__cuda_lt_gemm(dp__cu(be), ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
+        return;
     gemm_rm(be, ta, tb, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1);
 }
 
@@ -358,4 +363,5 @@ void dp__cuda_fill_ops(struct dp_backend_ops *o)
     o->sum = cu_sum;
     o->sumsq = cu_sumsq;
     o->adamw = cu_adamw;
+    o->gemm_fp8 = dp__cuda_lt_gemm_fp8; /* cuda_lt.c */
 }

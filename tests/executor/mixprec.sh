@@ -113,6 +113,12 @@ fp8)
     grep -q -- "$msg" refused.err || bad "dplan run ${o[*]}: $(head -1 refused.err)"
     [ "$(wc -l < refused.err)" = 1 ] || bad "dplan run ${o[*]}: more than one line"
   done
+  "$dplan" run "$here/models/tiny-moe.json" "${BASE[@]}" --mbs 8 --precision fp8 --out refused \
+    > refused.out 2> refused.err
+  got=$?
+  [ "$got" = 1 ] || bad "dplan run tiny-moe --precision fp8: exit $got, expected 1"
+  grep -q "precision fp8: mixture-of-experts layers run fp32 only" refused.err ||
+    bad "dplan run tiny-moe --precision fp8: $(head -1 refused.err)"
   ;;
 
 parallel)
