@@ -292,12 +292,17 @@ static void lin_gemm(struct dp_exec *ex, bool grad, bool ta, bool tb, int m, int
 }
 
 /* Column-parallel linear: y [N, n] = x W^T + b. The bias (if any) is written first and the
- * GEMM adds to it (beta = 1): one pass over y fewer than clearing it and adding b later. */
+ * GEMM adds to it (beta = 1): one pass over y fewer than clearing it and adding b later;
+ * a backend with gemm_bias adds it in the GEMM's epilogue instead (no pass at all). */
 static void linear_fwd(struct dp_exec *ex, real *y, const real *x, size_t wt, size_t b, int n,
                        int k)
 {
     const int N = (int)ex->dm.N;
     real beta = 0;
+    if (b != NONE && OPS->gemm_bias && !ex->fp8) { /* the GEMM's epilogue adds it */
+        OPS->gemm_bias(ex->be, false, true, N, n, k, x, k, P(ex, wt), k, P(ex, b), y, n);
+        return;
+    }
     if (b != NONE) {
         OPS->bias_fill(ex->be, y, P(ex, b), N, n);
         beta = 1;

@@ -324,6 +324,11 @@ struct dp_backend_ops {
     void (*gemm_fp8)(struct dp_backend *be, bool ta, bool tb, int m, int n, int k, real alpha,
                      const real *a, int lda, enum dp_f8 fa, const real *b, int ldb, enum dp_f8 fb,
                      real beta, real *c, int ldc);
+    /* ---- fused GEMM + bias (optional: NULL, and the executor composes bias_fill and
+     * gemm with beta 1): C = op(A) op(B) + bias, bias [n] added to every row of C
+     * (cuBLASLt's CUBLASLT_EPILOGUE_BIAS). */
+    void (*gemm_bias)(struct dp_backend *be, bool ta, bool tb, int m, int n, int k, const real *a,
+                      int lda, const real *b, int ldb, const real *bias, real *c, int ldc);
 };
 
 /* A backend instance; implementations embed it first in their own struct. */

@@ -16,6 +16,7 @@
  *    CUBLAS_COMPUTE_32F without fast accumulation. Refused below sm_89 (cuda.c).
  * A shape whose fp32 / bf16 GEMM cuBLASLt has no algorithm for falls back to
  * cublasGemmEx (cuda_ops.c); DPLAN_CUDA_LT=0 turns cuBLASLt off (the TF32 path of old).
+ * gemm_bias adds the bias in the epilogue (CUBLASLT_EPILOGUE_BIAS, an fp32 bias).
  * Nothing of this has run on a GPU.
  */
 #include "cuda_lt.h"
@@ -167,6 +168,17 @@ static struct lt_slot *slot_for(struct cuda_backend *cb, const struct dp__lt_pla
     if (st == CUBLAS_STATUS_SUCCESS)
         st =
             cublasLtMatmulDescSetAttribute(sl->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
+    if (st == CUBLAS_STATUS_SUCCESS && k->epi) {
+        /* D = alpha op(A) op(B) + beta C + bias, the bias a vector over D's rows (our
+         * columns), fp32; its pointer is set per call (matmul). */
+        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        cudaDataType_t bt = CUDA_R_32F;
+        st = cublasLtMatmulDescSetAttribute(sl->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                            sizeof epi);
+        if (st == CUBLAS_STATUS_SUCCESS)
+            st = cublasLtMatmulDescSetAttribute(sl->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
+                                                sizeof bt);
+    }
     if (st == CUBLAS_STATUS_SUCCESS && fp8) {
         /* cuBLASLt's A is our B: its descale is 1 / s_B (f8[5]); its B is our A (f8[3]). */
         const void *pa = lt->f8 + 5, *pb = lt->f8 + 3;
@@ -206,10 +218,13 @@ static struct lt_slot *slot_for(struct cuda_backend *cb, const struct dp__lt_pla
 }
 
 static bool matmul(struct cuda_backend *cb, const struct dp__lt_plan *p, float alpha, const void *a,
-                   const void *b, float beta, float *c, const char *what)
+                   const void *b, float beta, float *c, const float *bias, const char *what)
 {
     struct lt_slot *sl = slot_for(cb, p);
     if (!sl->ok)
+        return false;
+    if (p->key.epi && cublasLtMatmulDescSetAttribute(sl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                     &bias, sizeof bias) != CUBLAS_STATUS_SUCCESS)
         return false;
     char *ws = workspace(cb, p->bytes);
     if (!ws)
@@ -223,7 +238,7 @@ static bool matmul(struct cuda_backend *cb, const struct dp__lt_plan *p, float a
 
 bool dp__cuda_lt_gemm(struct cuda_backend *cb, bool ta, bool tb, int m, int n, int k, float alpha,
                       const float *a, int lda, const float *b, int ldb, float beta, float *c,
-                      int ldc)
+                      int ldc, const float *bias)
 {
     if (!cb->lt)
         return false;
@@ -233,8 +248,9 @@ bool dp__cuda_lt_gemm(struct cuda_backend *cb, bool ta, bool tb, int m, int n, i
                                                     : DP_LT_FP32;
     struct dp__lt_plan p;
     dp__lt_plan_make(&p, mode, ta, tb, m, n, k, lda, ldb, ldc, 0, 0, cb->lt->exact);
+    p.key.epi = bias != NULL;
     if (!p.copy)
-        return matmul(cb, &p, alpha, a, b, beta, c, "cublasLtMatmul");
+        return matmul(cb, &p, alpha, a, b, beta, c, bias, "cublasLtMatmul");
     struct lt_slot *sl = slot_for(cb, &p);
     if (!sl->ok)
         return false;
@@ -245,7 +261,7 @@ bool dp__cuda_lt_gemm(struct cuda_backend *cb, bool ta, bool tb, int m, int n, i
     const int h = mode == DP_LT_FP16;
     dp__cuk_lt_copy16(cb->stream, qa, p.key.lda, a, lda, p.rows_a, p.cols_a, h);
     dp__cuk_lt_copy16(cb->stream, qb, p.key.ldb, b, ldb, p.rows_b, p.cols_b, h);
-    return matmul(cb, &p, alpha, qa, qb, beta, c, "cublasLtMatmul (bf16/fp16)");
+    return matmul(cb, &p, alpha, qa, qb, beta, c, bias, "cublasLtMatmul (bf16/fp16)");
 }
 
 void dp__cuda_lt_gemm_fp8(struct dp_backend *be, bool ta, bool tb, int m, int n, int k, real alpha,
@@ -292,7 +308,7 @@ void dp__cuda_lt_gemm_fp8(struct dp_backend *be, bool ta, bool tb, int m, int n,
                      fa == DP_F8_E5M2, lt->f8 + 2);
     dp__cuk_lt_quant(cb->stream, qb, p.key.ldb, p.rows_b, p.cols_b, b, ldb, p.tr_b,
                      fb == DP_F8_E5M2, lt->f8 + 4);
-    if (!matmul(cb, &p, (float)alpha, qa, qb, (float)beta, d, "cublasLtMatmul (fp8)")) {
+    if (!matmul(cb, &p, (float)alpha, qa, qb, (float)beta, d, NULL, "cublasLtMatmul (fp8)")) {
         char msg[96];
         snprintf(msg, sizeof msg, "no FP8 algorithm for m=%d n=%d k=%d", m, n, k);
         dp__cuda_note(cb, "cublasLtMatmulAlgoGetHeuristic", -1, msg);

@@ -12,11 +12,12 @@
  * cb->lt NULL with DPLAN_CUDA_LT=0 (no FP8 then). */
 int dp__cuda_lt_init(struct cuda_backend *cb, bool fp8, struct dp_err *err);
 void dp__cuda_lt_destroy(struct cuda_backend *cb);
-/* C = alpha op(A) op(B) + beta C through cuBLASLt in the run's dtype; false when cuBLASLt
- * is off or has no algorithm for the shape (the caller runs cublasGemmEx). */
+/* C = alpha op(A) op(B) + beta C (+ bias [n] on every row, when not NULL, in the
+ * epilogue) through cuBLASLt in the run's dtype; false when cuBLASLt is off or has no
+ * algorithm for the shape (the caller composes it with cublasGemmEx). */
 bool dp__cuda_lt_gemm(struct cuda_backend *cb, bool ta, bool tb, int m, int n, int k, float alpha,
                       const float *a, int lda, const float *b, int ldb, float beta, float *c,
-                      int ldc);
+                      int ldc, const float *bias);
 /* backend.h gemm_fp8. */
 void dp__cuda_lt_gemm_fp8(struct dp_backend *be, bool ta, bool tb, int m, int n, int k, real alpha,
                           const real *a, int lda, enum dp_f8 fa, const real *b, int ldb,

@@ -77,7 +77,7 @@ static bool same(const struct dp__lt_key *a, const struct dp__lt_key *b)
 {
     return a->m == b->m && a->n == b->n && a->k == b->k && a->lda == b->lda && a->ldb == b->ldb &&
            a->ldc == b->ldc && a->ta == b->ta && a->tb == b->tb && a->mode == b->mode &&
-           a->fa == b->fa && a->fb == b->fb && a->compute == b->compute;
+           a->fa == b->fa && a->fb == b->fb && a->compute == b->compute && a->epi == b->epi;
 }
 
 int dp__lt_cache_find(const struct dp__lt_cache *c, const struct dp__lt_key *k)

@@ -32,6 +32,7 @@ struct dp__lt_key {
     uint8_t mode;      /* enum dp__lt_mode */
     uint8_t fa, fb;    /* FP8 formats of our A and B (enum dp_f8), 0 otherwise */
     uint8_t compute;   /* 1: exact fp32 (DPLAN_CUDA_GEMM=fp32), 0: the mode's default */
+    uint8_t epi;       /* 1: the bias epilogue (gemm_bias), 0: none */
 };
 
 /*

@@ -109,6 +109,28 @@ static void test_gemm(void)
             BE->ops->gemm(BE, ta, tb, m, n, k, 0.7f, da, ta ? m : k, db, tb ? k : n, 0.3f, dc, n);
         });
     }
+    /* gemm_bias (the epilogue on the GPU) against bias_fill + gemm with beta 1 on the CPU,
+     * which has no gemm_bias: the same sum, the same TF32 bound. */
+    float *bias = hrand(n, 1);
+    for (int t = 0; t < 4; t++) {
+        bool ta = t & 1, tb = t & 2;
+        char what[40];
+        snprintf(what, sizeof what, "gemm_bias ta=%d tb=%d", ta, tb);
+        float *dc = NULL;
+        BOTH(what, m * n, 1e-2, dc, {
+            float *da = dev(BE, a, F(m * k)), *db = dev(BE, b, F(k * n));
+            float *dbias = dev(BE, bias, F(n));
+            dc = dev(BE, c, F(m * n));
+            if (BE->ops->gemm_bias) {
+                BE->ops->gemm_bias(BE, ta, tb, m, n, k, da, ta ? m : k, db, tb ? k : n, dbias, dc,
+                                   n);
+            } else {
+                BE->ops->bias_fill(BE, dc, dbias, m, n);
+                BE->ops->gemm(BE, ta, tb, m, n, k, 1, da, ta ? m : k, db, tb ? k : n, 1, dc, n);
+            }
+        });
+    }
+    free(bias);
     free(a), free(b), free(c);
 }
 

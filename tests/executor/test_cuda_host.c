@@ -300,7 +300,7 @@ static void test_lt_plans(void)
     CHECK_EQ(p.key.lda, 8);
     CHECK_EQ(p.key.ldb, 8);
 
-    /* The cache: a hit returns the slot; a different ld, dtype or compute is a miss;
+    /* The cache: a hit returns the slot; a different ld, compute or epilogue is a miss;
      * past DP_LT_SLOTS keys the oldest slot (0) is taken again and reported evicted. */
     struct dp__lt_cache c;
     memset(&c, 0, sizeof c);
@@ -316,6 +316,9 @@ static void test_lt_plans(void)
     CHECK_EQ(dp__lt_cache_find(&c, &k2), -1);
     k2 = q.key;
     k2.ldc = 64;
+    CHECK_EQ(dp__lt_cache_find(&c, &k2), -1);
+    k2 = q.key;
+    k2.epi = 1; /* the bias epilogue is another descriptor */
     CHECK_EQ(dp__lt_cache_find(&c, &k2), -1);
     for (int i = 1; i < DP_LT_SLOTS; i++) {
         k2 = q.key;
