@@ -183,8 +183,14 @@ static inline DP_MOE_HD void dp__moe_scatter_col(float *dst, const float *src, c
                                                  int64_t c)
 {
     for (int64_t r = 0; r < R; r++) {
-        float a = scale ? scale[r] : 1.0f;
-        dst[(int64_t)idx[r] * C + c] += a * src[r * C + c];
+        float a = scale ? scale[r] : 1.0f, *o = dst + (int64_t)idx[r] * C + c;
+#ifdef __CUDA_ARCH__
+        /* Rounded product, then rounded sum: nvcc would fuse them into one FMA (its
+         * default --fmad=true), which the CPU (x86-64 without -mfma) does not. */
+        *o = __fadd_rn(*o, __fmul_rn(a, src[r * C + c]));
+#else
+        *o += a * src[r * C + c];
+#endif
     }
 }
 
