@@ -332,8 +332,8 @@ static struct dp_backend *cu_new(const struct dp_backend_cfg *cfg, bool staged, 
     }
     cb->base.ops = &cuda_ops;
     cb->base.threads = 1; /* one host thread drives the GPU */
-    /* bf16 / fp16: emulated as on the CPU (round_store on fp32 buffers; docs/gpu.md), not
-     * yet bf16 buffers and cuBLASLt bf16 GEMMs: the run's summary says "emulated". */
+    /* bf16 / fp16 storage: emulated as on the CPU (round_store on fp32 buffers; docs/gpu.md),
+     * the GEMMs on 2-byte copies (cuda_lt.c): the run's summary says "emulated". */
     cb->base.dtype = cfg->dtype;
     cb->staged = staged;
     const char *gm = getenv("DPLAN_CUDA_GEMM");

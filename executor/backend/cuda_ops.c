@@ -1,5 +1,6 @@
 /*
- * The CUDA backend's compute operations (backend.h): GEMMs through cuBLAS in TF32
+ * The CUDA backend's compute operations (backend.h): GEMMs through cuBLASLt first
+ * (cuda_lt.c: TF32, bf16 / fp16 copies, FP8, the bias epilogue), else cuBLAS in TF32
  * (cublasGemmStridedBatchedEx, CUBLAS_COMPUTE_32F_FAST_TF32: fp32 storage and
  * accumulation, inputs rounded to TF32 in the tensor cores; DPLAN_CUDA_GEMM=fp32 asks
  * for CUBLAS_COMPUTE_32F, exact fp32), causal attention as batched
