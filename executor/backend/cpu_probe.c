@@ -94,7 +94,7 @@ static double gemm_time(int m, int n, int k, int reps)
  * (c = 1: alone). */
 static double gemm_rate_concurrent(int c)
 {
-    const int n = 256, reps = 9;
+    const int n = 256, reps = 21;
     double rate = 0;
 #pragma omp parallel num_threads(c) reduction(+ : rate)
     {
@@ -304,8 +304,10 @@ int dp_exec_probe_device(const struct dp_probe_shape *sh, struct dp_device_probe
     openblas_set_num_threads(1);
 
     /* SGEMM: a large product for the rate, a tiny one (whose FLOPs are negligible) for the
-     * cost of a call. */
-    double tl = gemm_time(1024, 768, 256, 9);
+     * cost of a call. 21 repetitions of the large one (4 ms each here): under a scheduler
+     * slice of 3-4 ms on a loaded machine most repetitions are preempted once, and the
+     * 10th percentile needs two that were not. */
+    double tl = gemm_time(1024, 768, 256, 21);
     out->gemm_gflops = tl > 0 ? 2.0 * 1024 * 768 * 256 / tl / 1e9 : 0;
     double ts = gemm_time(16, 16, 16, 400);
     if (out->gemm_gflops <= 0 || ts <= 0)
