@@ -197,6 +197,14 @@ bool cli_calibration_machine(const struct dp_calibration *cal, int threads, int 
         const struct dp_cal_coll *f = dp_calibration_coll(cal, kind[i], NULL);
         mc->coll_alpha_s[i] = f ? f->alpha_us * 1e-6 : 0;
         mc->coll_busbw_Bps[i] = f ? f->busbw_gbps * 1e9 : 0;
+        mc->coll_ranks[i] = f ? f->ranks_min : 0;
+        int np = f ? f->npoints : 0;
+        np = np < DP_EXEC_COLL_POINTS ? np : DP_EXEC_COLL_POINTS;
+        mc->coll_npoints[i] = f && f->ranks_min == f->ranks_max ? np : 0;
+        for (int j = 0; j < mc->coll_npoints[i]; j++) {
+            mc->coll_point_bytes[i][j] = f->point_bytes[j];
+            mc->coll_point_s[i][j] = f->point_us[j] * 1e-6;
+        }
     }
     return true;
 }

@@ -272,6 +272,8 @@ uint64_t dp_exec_heartbeat(const char **what, int *step);
 
 /* ------------------------------------------------------------------ step time */
 
+#define DP_EXEC_COLL_POINTS 32
+
 /* How a run ran, besides its model and layout. */
 struct dp_exec_machine {
     int world;                /* ranks */
@@ -286,6 +288,11 @@ struct dp_exec_machine {
      * order): alpha per ring step, nccl-tests' bus bandwidth in bytes/s; 0: not fitted, the
      * two all-reduces above price it. */
     double coll_alpha_s[4], coll_busbw_Bps[4];
+    /* The measured times behind each fit (same order), over coll_ranks[i] ranks at
+     * nccl-tests' sizes, bytes ascending: a message within their range is priced off them
+     * (log-log between the two sizes around it); 0 points: the fit alone. */
+    int coll_ranks[4], coll_npoints[4];
+    double coll_point_bytes[4][DP_EXEC_COLL_POINTS], coll_point_s[4][DP_EXEC_COLL_POINTS];
 };
 
 /* One step, split by kind (seconds, the slowest stage's share; they add up to step_s). */
@@ -349,15 +356,15 @@ struct dp_exec_costs {
 int dp_exec_measure_costs(struct dp_exec_costs *out, struct dp_err *err);
 
 /*
- * For `dplan calibrate --backend cpu` (bench.c): the median seconds of `reps` runs
- * (after one warm-up) of the backend's GEMM C[m, n] = A[m, k] B[k, n] over `threads`
- * OpenMP threads (split by rows as a step splits it), and of one streaming pass
- * y = a x + b y over a working set of `bytes` (x and y; 3 elements moved per element)
- * on the calling thread. DP_ERUNTIME without the CPU backend, DP_ENOMEM, DP_EINVAL.
+ * For `dplan calibrate --backend cpu` (bench.c): the seconds of `reps` runs (their 10th
+ * percentile, the minimum below 11: noise only adds time; after one warm-up) of the backend's GEMM
+ * C[m, n] = A[m, k] B[k, n] over `threads` OpenMP threads (split by rows as a step splits it), and
+ * of one streaming pass y = a x + b y over a working set of `bytes` (x and y; 3 elements moved per
+ * element) on the calling thread. DP_ERUNTIME without the CPU backend, DP_ENOMEM, DP_EINVAL.
  */
-int dp_exec_bench_gemm(int m, int n, int k, int threads, int reps, double *median_s,
+int dp_exec_bench_gemm(int m, int n, int k, int threads, int reps, double *seconds,
                        struct dp_err *err);
-int dp_exec_bench_stream(int64_t bytes, int reps, double *median_s, struct dp_err *err);
+int dp_exec_bench_stream(int64_t bytes, int reps, double *seconds, struct dp_err *err);
 
 /* Shut MPI down at process end (no-op if not started), or abort every rank. */
 void dp_exec_finalize(void);

@@ -193,6 +193,10 @@ int dp_exec_predict(const struct dp_model *m, const struct dp_layout *l,
     }
     memcpy(c.fit_alpha_s, run->coll_alpha_s, sizeof c.fit_alpha_s);
     memcpy(c.fit_busbw_Bps, run->coll_busbw_Bps, sizeof c.fit_busbw_Bps);
+    memcpy(c.tab_ranks, run->coll_ranks, sizeof c.tab_ranks);
+    memcpy(c.tab_n, run->coll_npoints, sizeof c.tab_n);
+    memcpy(c.tab_bytes, run->coll_point_bytes, sizeof c.tab_bytes);
+    memcpy(c.tab_s, run->coll_point_s, sizeof c.tab_s);
     /* MPI as measured after the run: the small all-reduce's latency spread over its
      * log2(world) steps; the bus bandwidth from the 1 MiB one. */
     int world = run->world > 1 ? run->world : 1;

@@ -30,6 +30,9 @@ struct pricer {
     double coll_bps; /* MPI: bus bandwidth, bytes/s */
     /* Fitted alpha-beta per collective kind (enum coll of predict_ops.c; busbw 0: none). */
     double fit_alpha_s[4], fit_busbw_Bps[4];
+    /* The measured times behind them (dp_exec_machine.coll_point_*), over tab_ranks[k]. */
+    int tab_ranks[4], tab_n[4];
+    double tab_bytes[4][DP_EXEC_COLL_POINTS], tab_s[4][DP_EXEC_COLL_POINTS];
     int size[DP_NGROUPS], rank[DP_NGROUPS];
     bool optimizer; /* bill element-wise work as optimizer work (zeroing, norm, AdamW) */
     double seq_len; /* the probe's (global) sequence length: the ring kernels' share of it */

@@ -415,10 +415,37 @@ enum coll { AR, RS, AG, P2P };
 /* Alpha-beta over n ranks: log2(n) latency steps (Open MPI's recursive doubling for small
  * messages), the bytes with nccl-tests' bus factors: all-reduce 2(n-1)/n, reduce-scatter
  * and all-gather (n-1)/n, a point-to-point message 1. */
+/* A message of `bytes` read off the calibration's measured times over the same group size
+ * (nccl-tests' sizes, as coll's): between two measured sizes, the straight line between
+ * them in log(bytes)-log(time) (the regimes are power laws: flat below the eager limit,
+ * linear in bytes above it); below the smallest, the smallest's time (the latency floor);
+ * above the largest, the largest's time scaled by bytes (its bandwidth). < 0: no table. */
+static double table_s(const struct pricer *c, enum coll k, double bytes, int n)
+{
+    int np = c->tab_n[k];
+    const double *b = c->tab_bytes[k], *t = c->tab_s[k];
+    if (np < 2 || c->tab_ranks[k] != n || !(bytes > 0))
+        return -1;
+    if (bytes <= b[0])
+        return t[0];
+    if (bytes >= b[np - 1])
+        return t[np - 1] * bytes / b[np - 1];
+    int i = 1;
+    while (b[i] < bytes)
+        i++;
+    double f = log(bytes / b[i - 1]) / log(b[i] / b[i - 1]);
+    return t[i - 1] * pow(t[i] / t[i - 1], f);
+}
+
 static void coll(struct pricer *c, enum coll k, double bytes, int n)
 {
     if (n <= 1 && k != P2P)
         return;
+    double tab = table_s(c, k, bytes, k == P2P ? 2 : n);
+    if (tab >= 0) {
+        c->bill.comm += tab;
+        return;
+    }
     if (c->fit_busbw_Bps[k] > 0) {
         /* A calibration's fit, in its own model (NCCL's ring, nccl-tests doc/PERFORMANCE.md):
          * all-reduce 2(n-1) steps and factor 2(n-1)/n, reduce-scatter and all-gather n-1

@@ -168,6 +168,7 @@ void dp_nccl_row(enum dp_nccl_coll k, double bytes, int elem_bytes, const char *
  */
 #define DP_CALIBRATION_VERSION 1
 #define DP_CAL_MAX_COLL        64
+#define DP_CAL_MAX_POINTS      32
 
 struct dp_cal_gemm {
     enum dp_precision dtype;
@@ -183,6 +184,12 @@ struct dp_cal_coll {
     int ranks_min, ranks_max; /* group sizes measured */
     double alpha_us, busbw_gbps, alpha_se_us, busbw_se_gbps;
     struct dp_fit_quality q;
+    /* The measured times the fit is over (ranks_min ranks, bytes ascending, nccl-tests'
+     * sizes), kept because one alpha-beta line does not follow a shared-memory MPI: its
+     * eager limit, then the caches, then DRAM give three regimes (docs/accuracy.md, "The
+     * loop"); the CPU step-time prediction reads a message's cost off them. 0: none. */
+    int npoints;
+    double point_bytes[DP_CAL_MAX_POINTS], point_us[DP_CAL_MAX_POINTS];
 };
 struct dp_cal_membw {
     double bw_gbps, overhead_us, bw_se_gbps, overhead_se_us;

@@ -128,10 +128,42 @@ static int read_gemm(struct dp_jr *jr, const cJSON *v, struct dp_cal_gemm *g)
     return 0;
 }
 
+/* "measured": [[bytes, us], ...], bytes ascending (optional). */
+static int read_points(struct dp_jr *jr, const cJSON *v, struct dp_cal_coll *c)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(v, "measured");
+    c->npoints = 0;
+    if (!a || cJSON_IsNull(a))
+        return 0;
+    int n = cJSON_GetArraySize(a);
+    if (!cJSON_IsArray(a) || n > DP_CAL_MAX_POINTS)
+        return dp_err_set(jr->err, DP_EINVAL,
+                          "%s: %s.measured: expected an array of at most %d [bytes, us] pairs, "
+                          "got %s",
+                          jr->file, jr->path, DP_CAL_MAX_POINTS,
+                          cJSON_IsArray(a) ? "more" : "something else");
+    for (int i = 0; i < n; i++) {
+        const cJSON *e = cJSON_GetArrayItem(a, i);
+        const cJSON *b = cJSON_GetArrayItem(e, 0), *t = cJSON_GetArrayItem(e, 1);
+        double prev = i ? c->point_bytes[i - 1] : 0;
+        if (!cJSON_IsArray(e) || cJSON_GetArraySize(e) != 2 || !cJSON_IsNumber(b) ||
+            !cJSON_IsNumber(t) || !(b->valuedouble > prev) || !isfinite(b->valuedouble) ||
+            !(t->valuedouble > 0) || !isfinite(t->valuedouble))
+            return dp_err_set(jr->err, DP_EINVAL,
+                              "%s: %s.measured[%d]: expected [bytes > %g, us > 0], got something "
+                              "else",
+                              jr->file, jr->path, i, prev);
+        c->point_bytes[i] = b->valuedouble;
+        c->point_us[i] = t->valuedouble;
+    }
+    c->npoints = n;
+    return 0;
+}
+
 static int read_coll(struct dp_jr *jr, const cJSON *v, struct dp_cal_coll *c)
 {
     static const char *const keys[] = {"collective", "link",   "ranks_min", "ranks_max", "alpha_us",
-                                       "busbw_gbps", "stderr", "quality",   NULL};
+                                       "busbw_gbps", "stderr", "quality",   "measured",  NULL};
     static const char *const se_keys[] = {"alpha_us", "busbw_gbps", NULL};
     const char *names[DP_NCCL_COLLS];
     for (int i = 0; i < DP_NCCL_COLLS; i++)
@@ -156,7 +188,7 @@ static int read_coll(struct dp_jr *jr, const cJSON *v, struct dp_cal_coll *c)
     double *se[] = {&c->alpha_se_us, &c->busbw_se_gbps};
     if (read_stderr(jr, v, se_keys, se) || read_quality(jr, v, &c->q))
         return jr->err->code;
-    return 0;
+    return read_points(jr, v, c);
 }
 
 static int read_membw(struct dp_jr *jr, const cJSON *v, struct dp_cal_membw *m)
@@ -465,6 +497,13 @@ cJSON *dp_calibration_to_json(const struct dp_calibration *c)
         cJSON_AddNumberToObject(e, "busbw_gbps", k->busbw_gbps);
         add_stderr(e, "alpha_us", k->alpha_se_us, "busbw_gbps", k->busbw_se_gbps);
         add_quality(e, &k->q);
+        if (k->npoints > 0) {
+            cJSON *pa = cJSON_AddArrayToObject(e, "measured");
+            for (int j = 0; j < k->npoints; j++) {
+                double pt[2] = {k->point_bytes[j], k->point_us[j]};
+                cJSON_AddItemToArray(pa, cJSON_CreateDoubleArray(pt, 2));
+            }
+        }
         cJSON_AddItemToArray(ca, e);
     }
     if (c->has_membw) {

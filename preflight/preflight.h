@@ -216,7 +216,8 @@ int dp_pf_mpi_bcast_int(const struct dp_pf_mpi *m, int *v);
  * For `dplan calibrate`: collective k over all ranks on a buffer of `bytes` as
  * nccl-tests sizes it (the whole buffer; all-gather's and all-to-all's per-rank share
  * is bytes / ranks; send/recv passes bytes to the next rank of a ring), 3 warm-ups,
- * then the median of `iters` each timed from a barrier, the slowest rank's. Collective: every rank
+ * then the 20th percentile of `iters` each timed from a barrier (noise only adds time),
+ * the slowest rank's. Collective: every rank
  * calls it.
  */
 int dp_pf_mpi_bench_coll(const struct dp_pf_mpi *m, enum dp_nccl_coll k, int64_t bytes, int iters,

@@ -1,9 +1,12 @@
 /*
  * Device probe for the CPU backend (probe.h): the quantities the CPU
  * step-time model needs (executor/predict.c), measured here rather than
- * assumed, each the median of repetitions so that a busy neighbour on a
- * shared VM does not decide it. It measures kernels and the machine, never
- * a whole training step.
+ * assumed. Each time is the low quantile of repetitions (low_quantile): a
+ * kernel's work is the same every repetition, and what else runs on the
+ * machine (a neighbour's job, an interrupt, a migration) only ever adds time,
+ * so the fast tail is the kernel and the slow tail the neighbours. The first
+ * repetitions warm the caches and clocks as a training step's back-to-back
+ * kernels do. It measures kernels and the machine, never a whole training step.
  */
 #include "cpu.h"
 #include "probe.h"
@@ -29,10 +32,14 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static double median(double *t, int n)
+/* The 10th percentile of n repetitions (the minimum below 11): noise only adds time, so
+ * the low end is the kernel's own cost; a low quantile rather than the minimum because the
+ * very fastest of hundreds of repetitions of a microsecond kernel is a lucky one (a timer
+ * tick's rounding, a line another repetition left in L1), and twenty of them agree. */
+static double low_quantile(double *t, int n)
 {
     qsort(t, (size_t)n, sizeof *t, cmp_double);
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+    return t[(n - 1) / 10];
 }
 
 /* Repetitions of a measurement of about `each_s` seconds so that all take about `budget_s`
@@ -60,19 +67,21 @@ static real *fill_real(size_t n, int salt)
     return x;
 }
 
-/* Median seconds of C[m,n] = A[m,k] B[n,k]^T on the calling thread. */
+/* Seconds of C[m,n] = A[m,k] B[n,k]^T on the calling thread (low quantile, after two warm-up
+ * calls). */
 static double gemm_time(int m, int n, int k, int reps)
 {
     float *a = fill((size_t)m * k, 1), *b = fill((size_t)n * k, 2), *c = fill((size_t)m * n, 3);
     double *t = malloc((size_t)reps * sizeof *t), med = 0;
     if (a && b && c && t) {
-        for (int r = 0; r < reps; r++) {
+        for (int r = -2; r < reps; r++) {
             double t0 = now_s();
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, a, k, b, k, 0.0f, c,
                         n);
-            t[r] = now_s() - t0;
+            if (r >= 0)
+                t[r] = now_s() - t0;
         }
-        med = median(t, reps);
+        med = low_quantile(t, reps);
     }
     free(a);
     free(b);
@@ -85,21 +94,22 @@ static double gemm_time(int m, int n, int k, int reps)
  * (c = 1: alone). */
 static double gemm_rate_concurrent(int c)
 {
-    const int n = 256, reps = 9;
+    const int n = 256, reps = 21;
     double rate = 0;
 #pragma omp parallel num_threads(c) reduction(+ : rate)
     {
         float *a = fill((size_t)n * n, 1), *b = fill((size_t)n * n, 2), *x = fill((size_t)n * n, 3);
         double *t = malloc(reps * sizeof *t);
         if (a && b && x && t) {
-            for (int r = 0; r < reps; r++) {
+            for (int r = -1; r < reps; r++) {
 #pragma omp barrier
                 double t0 = now_s();
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n,
                             0.0f, x, n);
-                t[r] = now_s() - t0;
+                if (r >= 0)
+                    t[r] = now_s() - t0;
             }
-            rate = 2.0 * n * n * n / median(t, reps) / 1e9;
+            rate = 2.0 * n * n * n / low_quantile(t, reps) / 1e9;
         }
         free(a);
         free(b);
@@ -109,7 +119,7 @@ static double gemm_rate_concurrent(int c)
     return rate / c;
 }
 
-/* Median seconds of an empty parallel region of `nt` threads. */
+/* Seconds (low quantile) of an empty parallel region of `nt` threads. */
 static double fork_time(int nt)
 {
     enum { R = 200 };
@@ -122,7 +132,7 @@ static double fork_time(int nt)
         t[r] = now_s() - t0;
     }
     (void)sink;
-    return median(t, R);
+    return low_quantile(t, R);
 }
 
 /* Per-thread bandwidth (GB/s of y = a x + b y: 12 bytes per element) with `c` threads
@@ -151,7 +161,7 @@ static double stream_gbps(int c, size_t ws)
                 t[r] = now_s() - t0;
             }
             if (t)
-                bw = 12.0 * (double)n / median(t, reps) / 1e9;
+                bw = 12.0 * (double)n / low_quantile(t, reps) / 1e9;
             free(t);
         }
         free(x);
@@ -198,18 +208,19 @@ static int64_t cache_size(int level)
     return v > 0 ? v : (level == 2 ? 1 << 20 : 32 << 20);
 }
 
-/* Median seconds of kernel call `body` over reps (the kernels' own OpenMP loops run on
- * one thread: the caller set omp_set_num_threads(1)). */
-#define TIME_MEDIAN(out, reps, body)                                                               \
+/* Seconds (low quantile) of kernel call `body` over reps, after two untimed calls (the
+ * kernels' own OpenMP loops run on one thread: the caller set omp_set_num_threads(1)). */
+#define TIME_LOW(out, reps, body)                                                                  \
     do {                                                                                           \
         double t_[200];                                                                            \
         int r_ = (reps) < 200 ? (reps) : 200;                                                      \
-        for (int i_ = 0; i_ < r_; i_++) {                                                          \
+        for (int i_ = -2; i_ < r_; i_++) {                                                         \
             double t0_ = now_s();                                                                  \
             body;                                                                                  \
-            t_[i_] = now_s() - t0_;                                                                \
+            if (i_ >= 0)                                                                           \
+                t_[i_] = now_s() - t0_;                                                            \
         }                                                                                          \
-        (out) = median(t_, r_);                                                                    \
+        (out) = low_quantile(t_, r_);                                                              \
     } while (0)
 
 static int kernels(const struct dp_probe_shape *sh, struct dp_device_probe *o)
@@ -232,39 +243,38 @@ static int kernels(const struct dp_probe_shape *sh, struct dp_device_probe *o)
         bool gelu = sh->ffn == DP_FFN_GELU;
         /* SwiGLU reads [gate | up] of 2 F columns per output element. */
         int64_t F = gelu ? C : C / 2;
-        TIME_MEDIAN(t, 20, dp__cpu_act_fwd(NULL, sh->ffn, a, b, N, F));
+        TIME_LOW(t, 20, dp__cpu_act_fwd(NULL, sh->ffn, a, b, N, F));
         o->act_fwd_ns = 1e9 * t / (double)(N * F);
-        TIME_MEDIAN(t, 20, dp__cpu_act_bwd(NULL, sh->ffn, c, db, a, b, N, F));
+        TIME_LOW(t, 20, dp__cpu_act_bwd(NULL, sh->ffn, c, db, a, b, N, F));
         o->act_bwd_ns = 1e9 * t / (double)(N * F);
         bool ln = sh->norm == DP_NORM_LAYERNORM;
-        TIME_MEDIAN(t, 20, dp__cpu_norm_fwd(NULL, sh->norm, a, st, b, w, ln ? w : NULL, N, C));
+        TIME_LOW(t, 20, dp__cpu_norm_fwd(NULL, sh->norm, a, st, b, w, ln ? w : NULL, N, C));
         o->norm_fwd_ns = 1e9 * t / (double)E;
-        TIME_MEDIAN(t, 20,
-                    dp__cpu_norm_bwd(NULL, sh->norm, c, db, ln ? db + C : NULL, b, a, w, st, N, C));
+        TIME_LOW(t, 20,
+                 dp__cpu_norm_bwd(NULL, sh->norm, c, db, ln ? db + C : NULL, b, a, w, st, N, C));
         o->norm_bwd_ns = 1e9 * t / (double)E;
         /* rowmax st[0, N), sums st[N, 3N), loss st[3N, 4N). */
-        TIME_MEDIAN(t, 20, {
+        TIME_LOW(t, 20, {
             dp__cpu_ce_max(NULL, st, a, N, C, 0, C);
             dp__cpu_ce_sums(NULL, st + N, a, st, tgt, N, C, 0, C);
             dp__cpu_ce_grad(NULL, a, st + 3 * N, st, st + N, tgt, N, C, 0, C, (real)1e-3);
         });
         o->ce_ns = 1e9 * t / (double)E;
-        TIME_MEDIAN(
-            t, 20,
-            dp__cpu_adamw(NULL, a, b, c, w, E / 2, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.1, 0.05, 1));
+        TIME_LOW(t, 20,
+                 dp__cpu_adamw(NULL, a, b, c, w, E / 2, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.1, 0.05, 1));
         o->adamw_ns = 1e9 * t / (double)(E / 2);
         /* One causal head of T x d, the executor's attention kernels. */
         real *qkv = a, *probs = b, *dqkv = c, *dprobs = w, *ctx = fill_real((size_t)(T * d), 7),
              *dctx = fill_real((size_t)(T * d), 8);
         if (ctx && dctx) {
-            TIME_MEDIAN(t, 1, dp__cpu_attn_fwd(NULL, ctx, probs, qkv, 1, T, 1, 1, (int)d));
+            TIME_LOW(t, 1, dp__cpu_attn_fwd(NULL, ctx, probs, qkv, 1, T, 1, 1, (int)d));
             int reps = reps_for(t, 0.02);
-            TIME_MEDIAN(o->attn_fwd_s, reps,
-                        dp__cpu_attn_fwd(NULL, ctx, probs, qkv, 1, T, 1, 1, (int)d));
-            TIME_MEDIAN(o->attn_probs_s, reps,
-                        dp__cpu_attn_probs(NULL, probs, qkv, 1, T, 1, 1, (int)d));
-            TIME_MEDIAN(o->attn_bwd_s, reps,
-                        dp__cpu_attn_bwd(NULL, dqkv, dprobs, dctx, qkv, probs, 1, T, 1, 1, (int)d));
+            TIME_LOW(o->attn_fwd_s, reps,
+                     dp__cpu_attn_fwd(NULL, ctx, probs, qkv, 1, T, 1, 1, (int)d));
+            TIME_LOW(o->attn_probs_s, reps,
+                     dp__cpu_attn_probs(NULL, probs, qkv, 1, T, 1, 1, (int)d));
+            TIME_LOW(o->attn_bwd_s, reps,
+                     dp__cpu_attn_bwd(NULL, dqkv, dprobs, dctx, qkv, probs, 1, T, 1, 1, (int)d));
         } else {
             rc = -1;
         }
@@ -294,8 +304,10 @@ int dp_exec_probe_device(const struct dp_probe_shape *sh, struct dp_device_probe
     openblas_set_num_threads(1);
 
     /* SGEMM: a large product for the rate, a tiny one (whose FLOPs are negligible) for the
-     * cost of a call. */
-    double tl = gemm_time(1024, 768, 256, 9);
+     * cost of a call. 21 repetitions of the large one (4 ms each here): under a scheduler
+     * slice of 3-4 ms on a loaded machine most repetitions are preempted once, and the
+     * 10th percentile needs two that were not. */
+    double tl = gemm_time(1024, 768, 256, 21);
     out->gemm_gflops = tl > 0 ? 2.0 * 1024 * 768 * 256 / tl / 1e9 : 0;
     double ts = gemm_time(16, 16, 16, 400);
     if (out->gemm_gflops <= 0 || ts <= 0)

@@ -34,19 +34,19 @@ int dp_exec_gemm_threads(int m, int n, int k, int threads)
     return 1;
 }
 
-int dp_exec_bench_gemm(int m, int n, int k, int threads, int reps, double *median_s,
+int dp_exec_bench_gemm(int m, int n, int k, int threads, int reps, double *seconds,
                        struct dp_err *err)
 {
     (void)m, (void)n, (void)k, (void)threads, (void)reps;
-    *median_s = 0;
+    *seconds = 0;
     return dp_err_set(err, DP_ERUNTIME,
                       "GEMM benchmark: this dplan was built without the CPU backend");
 }
 
-int dp_exec_bench_stream(int64_t bytes, int reps, double *median_s, struct dp_err *err)
+int dp_exec_bench_stream(int64_t bytes, int reps, double *seconds, struct dp_err *err)
 {
     (void)bytes, (void)reps;
-    *median_s = 0;
+    *seconds = 0;
     return dp_err_set(err, DP_ERUNTIME,
                       "stream benchmark: this dplan was built without the CPU backend");
 }

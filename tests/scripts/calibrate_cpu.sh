@@ -15,7 +15,7 @@ fail() {
 }
 "$dplan" calibrate --backend cpu --np 2 --max-size 256K -o "$out/p.json" > "$out/cal.txt" 2> "$out/cal.err" ||
   { cat "$out/cal.txt" "$out/cal.err"; fail "calibrate failed"; }
-# nccl-tests' table: 1 KiB to 256 KiB by 4x is 1K, 4K, 16K, 64K, 256K: 5 rows per collective.
+# nccl-tests' table: 1 KiB to 256 KiB by 2x is 1K, 2K, ..., 256K: 9 rows per collective.
 for c in all_reduce all_gather reduce_scatter alltoall sendrecv; do
   grep -q "^# $c over 2 ranks" "$out/cal.txt" || fail "no $c table"
   # The fit, or why noise defeated it (a shared machine).
@@ -23,7 +23,7 @@ for c in all_reduce all_gather reduce_scatter alltoall sendrecv; do
     fail "no $c fit line nor warning"
 done
 rows=$(grep -cE '^ +[0-9]+ +[0-9]+ +float' "$out/cal.txt")
-[ "$rows" = 25 ] || fail "expected 5 sizes x 5 collectives = 25 rows, got $rows"
+[ "$rows" = 45 ] || fail "expected 9 sizes x 5 collectives = 45 rows, got $rows"
 grep -q '^gemm fp32' "$out/cal.txt" || grep -q 'GEMM curve left out' "$out/cal.err" || fail "no GEMM fit line"
 grep -q '^memory ' "$out/cal.txt" || grep -q 'memory bandwidth left out' "$out/cal.err" || fail "no memory fit line"
 grep -q 'calibrate: collectives' "$out/cal.err" || fail "no progress line on stderr"
@@ -36,6 +36,10 @@ assert 1 <= len(p["cpu"]) <= 3, len(p["cpu"])
 assert {c["collective"] for c in p["collectives"]} <= {
     "all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv"}
 assert all(c["link"] == "shm" and c["ranks_min"] == 2 and c["busbw_gbps"] > 0 for c in p["collectives"])
+# Each fit keeps the 9 measured times it was fitted to, sizes ascending from 1 KiB.
+for c in p["collectives"]:
+    m = c["measured"]
+    assert [b for b, _ in m] == [1024 << i for i in range(9)] and all(t > 0 for _, t in m), c
 cl = p["machine"]["cluster"]
 assert cl["nodes"] == 1 and cl["gpus_per_node"] == 2, cl
 assert all(g["dtype"] == "fp32" and g["eff_max"] == 1 for g in p["gemm"])
@@ -87,6 +91,33 @@ import json, sys
 t = json.load(open(sys.argv[1]))['dp_comm_total_s']
 sys.exit(0 if abs(t / 56.21 - 1) < 0.02 else 'dp comm %.3f s, expected 56.21' % t)" "$out/ov.out" ||
   fail "the profile's intra all-reduce was not laid over dgx-h100"
+# The CPU executor's collectives are read off the measured times, not the fit. DP 2 of
+# tiny-gpt (120,576 parameters, fp32) all-reduces 482,304 bytes of gradients and a 16-byte
+# host buffer (loss and gradient norm) per step. With all-reduce measured at 1 ms per KiB
+# ([1 KiB, 1 ms] to [1 GiB, 2^20 ms]: t = bytes / 1024 ms in log-log too) the gradients take
+# 482304 / 1024 = 471.0 ms and the 16 bytes the smallest size's 1 ms: 472 ms. With
+# [256 KiB, 100 us] and [1 MiB, 400 us] (bandwidth 2.62 GB/s between them) the gradients
+# take 100 x 482304 / 262144 = 183.984375 us and the 16 bytes 100 us: 283.984375 us. The fit
+# (alpha 5 ms, far from either) must not price them.
+for case in "1024 1000 1073741824 1048576000 0.472" "262144 100 1048576 400 0.000283984375"; do
+  python3 - "$out/p.json" "$out/tab.json" $case << 'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+b0, t0, b1, t1 = map(float, sys.argv[3:7])
+for c in p["collectives"]:
+    c["alpha_us"] = 5000
+    c["measured"] = [[b0, t0], [b1, t1]]
+json.dump(p, open(sys.argv[2], "w"))
+PY
+  want=${case##* }
+  "$dplan" estimate tiny-gpt --calibration "$out/tab.json" --dp 2 --gbs 16 --mbs 8 --json > "$out/tab.out" ||
+    fail "estimate with measured collective times"
+  python3 -c "
+import json, sys
+t = json.load(open(sys.argv[1]))['cpu_executor']['communication_s']
+sys.exit(0 if abs(t / float(sys.argv[2]) - 1) < 1e-6 else 'comm %.9g s, expected %s' % (t, sys.argv[2]))" "$out/tab.out" "$want" ||
+    fail "collectives not priced off the measured times"
+done
 # A profile without CPU kernel costs: run refuses it before starting.
 python3 -c "
 import json, sys

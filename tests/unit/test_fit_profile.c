@@ -55,7 +55,10 @@ static struct dp_calibration sample(void)
                                      .ranks_max = 2,
                                      .alpha_us = 0,
                                      .busbw_gbps = 1e-3,
-                                     .q = {3, 2, 1, 0, 0}};
+                                     .q = {3, 2, 1, 0, 0},
+                                     .npoints = 3,
+                                     .point_bytes = {1024, 4096, 1048576},
+                                     .point_us = {1.25, 2.5, 412.75}};
     snprintf(c.coll[1].link, sizeof c.coll[1].link, "ib-ndr-400");
     c.has_membw = true;
     c.membw = (struct dp_cal_membw){2811.5, 4.25, 12.5, 0.3, {30, 2, 0.9999, 0.019, 0.05}};
@@ -133,6 +136,9 @@ static void same(const struct dp_calibration *a, const struct dp_calibration *b)
         CHECK(x->alpha_us == y->alpha_us && x->busbw_gbps == y->busbw_gbps);
         CHECK(x->alpha_se_us == y->alpha_se_us && x->busbw_se_gbps == y->busbw_se_gbps);
         same_quality(&x->q, &y->q);
+        CHECK_EQ(x->npoints, y->npoints);
+        for (int j = 0; j < x->npoints && j < y->npoints; j++)
+            CHECK(x->point_bytes[j] == y->point_bytes[j] && x->point_us[j] == y->point_us[j]);
     }
     CHECK_EQ(a->has_membw, b->has_membw);
     CHECK(a->membw.bw_gbps == b->membw.bw_gbps && a->membw.overhead_us == b->membw.overhead_us);
@@ -284,6 +290,17 @@ static void test_errors(void)
                      "\"stderr\": {\"alpha_us\": 0, \"busbw_gbps\": 0}, \"quality\": {\"samples\": "
                      "0, \"params\": 2, \"r2\": 1, \"rms_rel\": 0, \"max_rel\": 0}}]}",
         "p.json: collectives[0].quality.samples: expected integer in [1, 100000000], got number 0");
+    /* The measured times: sizes must ascend (a table read between neighbours). */
+    bad(HEAD MACHINE ", \"collectives\": [{\"collective\": \"all_reduce\", \"link\": \"shm\", "
+                     "\"ranks_min\": 2, \"ranks_max\": 2, \"alpha_us\": 5, \"busbw_gbps\": 3, "
+                     "\"stderr\": {\"alpha_us\": 0, \"busbw_gbps\": 0}, " QUAL
+                     ", \"measured\": [[4096, 2], [1024, 1]]}]}",
+        "p.json: collectives[0].measured[1]: expected [bytes > 4096, us > 0], got something else");
+    bad(HEAD MACHINE ", \"collectives\": [{\"collective\": \"all_reduce\", \"link\": \"shm\", "
+                     "\"ranks_min\": 2, \"ranks_max\": 2, \"alpha_us\": 5, \"busbw_gbps\": 3, "
+                     "\"stderr\": {\"alpha_us\": 0, \"busbw_gbps\": 0}, " QUAL
+                     ", \"measured\": [[1024, 0]]}]}",
+        "p.json: collectives[0].measured[0]: expected [bytes > 0, us > 0], got something else");
     bad(HEAD "\"machine\": {\"hostname\": \"h\", \"backend\": \"cpu\", \"cluster\": "
              "{\"dplan_cluster\": 1, \"nodes\": 1}}}",
         "p.json: machine.cluster.gpus_per_node: missing required field (expected integer in [1, "
