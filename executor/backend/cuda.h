@@ -45,6 +45,8 @@ struct cuda_backend {
     cudaEvent_t ev_ready, ev_done[DP_MAX_REQS];
     struct dp__reqs reqs;
     int ag_req;
+    /* cuBLASLt GEMMs (cuda_lt.c): handle, descriptor cache, workspace; NULL: off. */
+    struct dp__lt *lt;
 };
 
 static inline struct cuda_backend *dp__cu(struct dp_backend *be)
@@ -58,6 +60,8 @@ void dp__cuda_note(struct cuda_backend *cb, const char *what, int code, const ch
  * the ops table by cuda.c. */
 void dp__cuda_fill_ops(struct dp_backend_ops *ops);
 void dp__cuda_fill_comm(struct dp_backend_ops *ops);
+/* Mixture of experts and q/k norm (cuda_ops_moe.c over cuda_moe.cu). */
+void dp__cuda_fill_moe(struct dp_backend_ops *ops);
 
 /* Errors (cuda_comm.c): fill err for a failed CUDA, NCCL or MPI call over group g (-1:
  * none) with the library's own text; return the status. */

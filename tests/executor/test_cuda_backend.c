@@ -6,7 +6,8 @@
  * for fp32 element-wise work (different summation orders, fast-math-free expf/tanhf of
  * a few ulp), 1e-2 of the operands' scale for the GEMMs and what goes through them
  * (TF32 keeps 10 mantissa bits: each product carries a relative error up to 2^-11 per
- * operand, NVIDIA A100 whitepaper, "TF32"). Without a GPU (cudaGetDeviceCount) it says
+ * operand, NVIDIA A100 whitepaper, "TF32"); test_lt states its own (cuBLASLt bf16 and FP8).
+ * Without a GPU (cudaGetDeviceCount) it says
  * so and returns 77, ctest's skip code.
  */
 #include "check.h"
@@ -108,6 +109,28 @@ static void test_gemm(void)
             BE->ops->gemm(BE, ta, tb, m, n, k, 0.7f, da, ta ? m : k, db, tb ? k : n, 0.3f, dc, n);
         });
     }
+    /* gemm_bias (the epilogue on the GPU) against bias_fill + gemm with beta 1 on the CPU,
+     * which has no gemm_bias: the same sum, the same TF32 bound. */
+    float *bias = hrand(n, 1);
+    for (int t = 0; t < 4; t++) {
+        bool ta = t & 1, tb = t & 2;
+        char what[40];
+        snprintf(what, sizeof what, "gemm_bias ta=%d tb=%d", ta, tb);
+        float *dc = NULL;
+        BOTH(what, m * n, 1e-2, dc, {
+            float *da = dev(BE, a, F(m * k)), *db = dev(BE, b, F(k * n));
+            float *dbias = dev(BE, bias, F(n));
+            dc = dev(BE, c, F(m * n));
+            if (BE->ops->gemm_bias) {
+                BE->ops->gemm_bias(BE, ta, tb, m, n, k, da, ta ? m : k, db, tb ? k : n, dbias, dc,
+                                   n);
+            } else {
+                BE->ops->bias_fill(BE, dc, dbias, m, n);
+                BE->ops->gemm(BE, ta, tb, m, n, k, 1, da, ta ? m : k, db, tb ? k : n, 1, dc, n);
+            }
+        });
+    }
+    free(bias);
     free(a), free(b), free(c);
 }
 
@@ -457,6 +480,153 @@ static void test_p2p(struct dp_backend *be)
     free(h0), free(h1), free(g0), free(g1);
 }
 
+/* ---- mixture of experts, q/k norm (cuda_moe.cu; the row code is host-tested in
+ * test_cuda_moe_host.c). The router's per-row arithmetic is the CPU's in the same
+ * order, so the outputs agree to a float ulp or two (the device's double exp is within
+ * 1 ulp): 1e-6; the rows ops are exact copies and sums in the CPU's order (0), or a
+ * double dot product in a different order (1e-6). Logits from 4 values give ties. */
+static void test_moe(void)
+{
+    enum { N = 50, E = 8, K = 2, C = 24 };
+    const int R = N * K;
+    float lg[N * E], bias[E];
+    static const float v4[4] = {-1, 0, 0.5f, 1};
+    for (int i = 0; i < N * E; i++)
+        lg[i] = i % 3 ? v4[(int)((frand() + 1) * 2) & 3] : frand();
+    for (int e = 0; e < E; e++)
+        bias[e] = e % 3 ? 0 : 0.25f;
+    for (int sig = 0; sig < 2; sig++) {
+        float *pr[2], *w[2], *dl[2];
+        int32_t *ix[2], hix[2][N * K], *rr[2];
+        int32_t hrr[N * K];
+        for (int i = 0; i < R; i++)
+            hrr[i] = i % 7 == 6 ? -1 : (int32_t)((i * 5) % R);
+        float *dw = hrand(R, 1), *ga = hrand(E, 0.1f);
+        for (int b = 0; b < 2; b++) {
+            struct dp_backend *BE = b ? gpu : cpu;
+            pr[b] = dev(BE, lg, F(N * E));
+            w[b] = dev(BE, NULL, F(R));
+            ix[b] = dev(BE, NULL, (size_t)R * sizeof(int32_t));
+            BE->ops->router_topk(BE, pr[b], ix[b], w[b], sig ? dev(BE, bias, F(E)) : NULL, N, E, K);
+            BE->ops->download(BE, hix[b], ix[b], sizeof hix[b]);
+            rr[b] = dev(BE, hrr, sizeof hrr);
+            dl[b] = dev(BE, NULL, F(N * E));
+            BE->ops->router_bwd(BE, dl[b], pr[b], w[b], ix[b], rr[b], dev(BE, dw, F(R)),
+                                dev(BE, ga, F(E)), sig, N, E, K);
+        }
+        CHECK(memcmp(hix[0], hix[1], sizeof hix[0]) == 0);
+        float *g[2];
+        for (int b = 0; b < 2; b++)
+            g[b] = get(b ? gpu : cpu, pr[b], N * E);
+        same(sig ? "router_topk sigmoid probs" : "router_topk softmax probs", g[1], g[0], N * E,
+             1e-6);
+        free(g[0]), free(g[1]);
+        for (int b = 0; b < 2; b++)
+            g[b] = get(b ? gpu : cpu, w[b], R);
+        same("router_topk weights", g[1], g[0], R, 1e-6);
+        free(g[0]), free(g[1]);
+        for (int b = 0; b < 2; b++)
+            g[b] = get(b ? gpu : cpu, dl[b], N * E);
+        same(sig ? "router_bwd sigmoid" : "router_bwd softmax", g[1], g[0], N * E, 1e-6);
+        free(g[0]), free(g[1]), free(dw), free(ga);
+    }
+    /* Rows: token n's K choices (rows r = n K + k) from and back to N tokens. */
+    int32_t tok[N * K];
+    for (int r = 0; r < R; r++)
+        tok[r] = (int32_t)((r * 13) % N);
+    float *x = hrand(N * C, 1), *y = hrand(R * C, 1), *sc = hrand(R, 1);
+    float *o = NULL;
+    BOTH("rows_gather scaled", R * C, 0, o, {
+        o = dev(BE, NULL, F(R * C));
+        BE->ops->rows_gather(BE, o, dev(BE, x, F(N * C)), dev(BE, tok, sizeof tok),
+                             dev(BE, sc, F(R)), R, C);
+    });
+    BOTH("rows_gather in place (identity)", N * C, 0, o, {
+        int32_t iota[N];
+        for (int n = 0; n < N; n++)
+            iota[n] = n;
+        o = dev(BE, x, F(N * C));
+        BE->ops->rows_gather(BE, o, o, dev(BE, iota, sizeof iota), dev(BE, sc, F(N)), N, C);
+    });
+    BOTH("rows_scatter_add", N * C, 0, o, {
+        o = dev(BE, x, F(N * C));
+        BE->ops->rows_scatter_add(BE, o, dev(BE, y, F(R * C)), dev(BE, tok, sizeof tok),
+                                  dev(BE, sc, F(R)), R, C);
+    });
+    BOTH("rows_scatter_add unscaled", N * C, 0, o, {
+        o = dev(BE, x, F(N * C));
+        BE->ops->rows_scatter_add(BE, o, dev(BE, y, F(R * C)), dev(BE, tok, sizeof tok), NULL, R,
+                                  C);
+    });
+    BOTH("rows_dot", R, 1e-6, o, {
+        o = dev(BE, NULL, F(R));
+        BE->ops->rows_dot(BE, o, dev(BE, x, F(N * C)), dev(BE, tok, sizeof tok),
+                          dev(BE, y, F(R * C)), R, C);
+    });
+    free(x), free(y), free(sc);
+}
+
+/* q/k RMSNorm on 3 query and 1 key heads of width 64 in rows that also hold the v
+ * heads (ld = (3 + 2) 64, as the QKV output with g = 1); the weight gradient sums in a
+ * different order (1e-5), the rest as the CPU. */
+static void test_qk_norm(void)
+{
+    const int64_t N = 70;
+    const int nq = 3, nk = 1, d = 64, H = nq + nk;
+    const int64_t ld = (int64_t)(nq + 2 * nk) * d;
+    float *x = hrand(N * ld, 2), *wq = hrand(d, 1), *wk = hrand(d, 1), *g = hrand(N * ld, 1);
+    float *xo = NULL, *raw = NULL, *rs = NULL, *dx = NULL, *dwq = NULL, *dwk = NULL;
+    BOTH("qk_norm_fwd", N * ld, 1e-6, xo, {
+        xo = dev(BE, x, F(N * ld));
+        raw = dev(BE, NULL, F(N * H * d));
+        rs = dev(BE, NULL, F(N * H));
+        BE->ops->qk_norm_fwd(BE, xo, ld, raw, rs, dev(BE, wq, F(d)), dev(BE, wk, F(d)), N, nq, nk,
+                             d);
+    });
+    for (int part = 0; part < 3; part++)
+        BOTH(part == 0   ? "qk_norm_bwd dx"
+             : part == 1 ? "qk_norm_bwd dwq"
+                         : "qk_norm_bwd dwk",
+             part ? d : N * ld, part ? 1e-5 : 1e-6,
+             part == 0   ? dx
+             : part == 1 ? dwq
+                         : dwk,
+             {
+                 xo = dev(BE, x, F(N * ld));
+                 raw = dev(BE, NULL, F(N * H * d));
+                 rs = dev(BE, NULL, F(N * H));
+                 float *dq = dev(BE, wq, F(d)), *dk = dev(BE, wk, F(d));
+                 BE->ops->qk_norm_fwd(BE, xo, ld, raw, rs, dq, dk, N, nq, nk, d);
+                 dx = dev(BE, g, F(N * ld));
+                 dwq = dev(BE, wq, F(d)); /* accumulates onto a nonzero start */
+                 dwk = dev(BE, NULL, F(d));
+                 BE->ops->qk_norm_bwd(BE, dx, ld, dwq, dwk, raw, rs, dq, dk, N, nq, nk, d);
+             });
+    free(x), free(wq), free(wk), free(g);
+}
+
+/* All-to-all with counts in a group of one: this rank's piece copied to rbuf (a group
+ * of two needs two GPUs for NCCL, which refuses two ranks on one device; gpu-check.sh
+ * runs the cuda-mpi path with ep = 2 on one GPU). */
+static void test_alltoall(struct dp_backend *be)
+{
+    struct dp_err err = {0};
+    const int64_t n = 41;
+    float *h = hrand(n, 1);
+    float *s = dev(be, h, F(n)), *r = dev(be, NULL, F(n));
+    int cnt[1] = {(int)n};
+    CHECK(be->ops->alltoall_v != NULL);
+    if (!be->ops->alltoall_v)
+        return;
+    int rc = be->ops->alltoall_v(be, DP_GROUP_EP, s, cnt, r, cnt, &err);
+    if (rc)
+        fprintf(stderr, "%s alltoall_v: %s\n", be->ops->name, err.msg);
+    CHECK_EQ(rc, 0);
+    float *g = get(be, r, n);
+    same("alltoall_v, one rank", g, h, n, 0);
+    free(g), free(h);
+}
+
 /*
  * The non-blocking reductions (gradient buckets) against the CPU backend's. In this
  * one-rank process every group has one rank, so each start must leave the buffer as it
@@ -508,6 +678,103 @@ static void test_arena(void)
     gpu->ops->free(gpu, p);
 }
 
+/* ---- cuBLASLt (cuda_lt.c): bf16 GEMMs and FP8 GEMMs against the CPU backend */
+
+static float bf16_of(float x) /* round to nearest even, as round.h */
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&x, &u, sizeof u);
+    return x;
+}
+
+/*
+ * bf16 runs: the GPU copies the operands to bf16 (exact: they are bf16 values here, as
+ * the executor's stored tensors are) and multiplies with fp32 accumulation; the CPU
+ * multiplies the same values in fp32. Every product of two bf16 values is exact in fp32
+ * (8 + 8 significant bits), so only the summation order differs: k = 47 terms, each sum
+ * rounded by 2^-24 relative, under 1e-5 of the scale.
+ * FP8 (gemm_fp8, both formats, every transpose, k = 47 padded to 48 on the GPU): the
+ * quantised values are the same on both (the same scale and round-to-nearest-even with
+ * saturation; a difference there is one FP8 ulp, 2^-4 relative, far above the bound) and
+ * their products exact; Hopper's FP8 tensor cores accumulate with fewer bits than fp32
+ * (DeepSeek-V3 report Sec. 3.3.2: about 14), so 47 additions at 2^-14 each: 47 / 16384 =
+ * 2.9e-3 of the scale at worst; allowed 4e-3.
+ */
+static void test_lt(void)
+{
+    struct dp_err err = {0};
+    struct dp_backend_cfg cfg = {
+        .tp = 1, .dp = 1, .pp = 1, .shard = 1, .threads = 1, .dtype = DP_DT_BF16};
+    struct dp_backend *cpu16 = dp__backend_new("cpu", &cfg, &err);
+    struct dp_backend *gpu16 = cpu16 ? dp__backend_new("cuda-mpi", &cfg, &err) : NULL;
+    if (!cpu16 || !gpu16) {
+        fprintf(stderr, "bf16 backends: %s\n", err.msg);
+        check_failures++;
+        return;
+    }
+    const int m = 33, n = 65, k = 47;
+    float *a = hrand(m * k, 1), *b = hrand(k * n, 1), *c = hrand(m * n, 1);
+    for (int i = 0; i < m * k; i++)
+        a[i] = bf16_of(a[i]);
+    for (int i = 0; i < k * n; i++)
+        b[i] = bf16_of(b[i]);
+    struct dp_backend *save_cpu = cpu, *save_gpu = gpu;
+    cpu = cpu16;
+    gpu = gpu16;
+    for (int t = 0; t < 4; t++) {
+        bool ta = t & 1, tb = t & 2;
+        char what[48];
+        snprintf(what, sizeof what, "cublasLt bf16 gemm ta=%d tb=%d", ta, tb);
+        float *dc = NULL;
+        BOTH(what, m * n, 1e-5, dc, {
+            float *da = dev(BE, a, F(m * k)), *db = dev(BE, b, F(k * n));
+            dc = dev(BE, c, F(m * n));
+            BE->ops->gemm(BE, ta, tb, m, n, k, 0.7f, da, ta ? m : k, db, tb ? k : n, 0.3f, dc, n);
+        });
+    }
+    cfg.fp8 = true;
+    struct dp_backend *gpu8 = dp__backend_new("cuda-mpi", &cfg, &err);
+    if (!gpu8 && strstr(err.msg, "sm_")) {
+        printf("fp8: skipped (%s)\n", err.msg);
+    } else if (!gpu8) {
+        fprintf(stderr, "fp8 backend: %s\n", err.msg);
+        check_failures++;
+    } else {
+        gpu = gpu8;
+        for (int t = 0; t < 8; t++) {
+            bool ta = t & 1, tb = t & 2;
+            enum dp_f8 fa = t & 4 ? DP_F8_E5M2 : DP_F8_E4M3;
+            char what[48];
+            snprintf(what, sizeof what, "gemm_fp8 ta=%d tb=%d fa=%s", ta, tb,
+                     fa == DP_F8_E5M2 ? "e5m2" : "e4m3");
+            float *dc = NULL;
+            BOTH(what, m * n, 4e-3, dc, {
+                float *da = dev(BE, a, F(m * k)), *db = dev(BE, b, F(k * n));
+                dc = dev(BE, c, F(m * n));
+                BE->ops->gemm_fp8(BE, ta, tb, m, n, k, 0.7f, da, ta ? m : k, fa, db, tb ? k : n,
+                                  DP_F8_E4M3, 0.3f, dc, n);
+            });
+        }
+        if (gpu8->ops->barrier(gpu8, DP_GROUP_WORLD, &err)) {
+            fprintf(stderr, "after gemm_fp8: %s\n", err.msg);
+            check_failures++;
+        }
+        gpu8->ops->destroy(gpu8);
+    }
+    if (gpu16->ops->barrier(gpu16, DP_GROUP_WORLD, &err)) {
+        fprintf(stderr, "after the bf16 gemms: %s\n", err.msg);
+        check_failures++;
+    }
+    cpu = save_cpu;
+    gpu = save_gpu;
+    gpu16->ops->destroy(gpu16);
+    cpu16->ops->destroy(cpu16);
+    free(a), free(b), free(c);
+}
+
 int main(void)
 {
     if (dp__cuda_module_error()) { /* a build defect, not a missing GPU */
@@ -538,6 +805,10 @@ int main(void)
     test_ends();
     test_reduce_adamw();
     test_ring();
+    test_lt();
+    test_moe();
+    test_qk_norm();
+    test_alltoall(gpu);
     test_p2p(gpu);
     test_async(gpu);
     struct dp_backend *staged = dp__backend_new("cuda-mpi", &cfg, &err);
@@ -546,6 +817,7 @@ int main(void)
         check_failures++;
     } else {
         test_p2p(staged);
+        test_alltoall(staged);
         test_async(staged);
         staged->ops->destroy(staged);
     }
