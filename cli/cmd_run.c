@@ -62,6 +62,13 @@ static const char help_head[] =
     "  --initial-loss-scale X  fp16: the dynamic loss scale to start from (then halved\n"
     "                      after 2 overflows in a row, doubled after 1000 clean steps:\n"
     "                      Megatron's defaults) [4294967296 = 2^32]\n"
+    "  --overlap-grad-reduce on|off  reduce the data-parallel gradients in buckets while\n"
+    "                      the backward runs (ZeRO 0 and 1; Megatron's --overlap-grad-reduce),\n"
+    "                      or after it; on refuses a layout it cannot overlap [the layout's\n"
+    "                      dp_overlap: on unless the plan or --no-dp-overlap says otherwise;\n"
+    "                      blocking under zero 2/3]\n"
+    "  --ddp-bucket-size N elements per gradient bucket, consecutive layers from the last\n"
+    "                      [Megatron's max(40000000, 1000000*dp*cp)]\n"
     "  --backend NAME      cpu (the default); cuda (NCCL), cuda-mpi (collectives staged over\n"
     "                      MPI, ranks may share a GPU) in builds with CUDA: docs/gpu.md\n"
     "  --threads N         compute threads per rank [OMP_NUM_THREADS, else the node's\n"
@@ -171,6 +178,8 @@ enum {
     OPT_DRY_RUN,
     OPT_CALIBRATION,
     OPT_LOSS_SCALE,
+    OPT_OVERLAP_GRAD,
+    OPT_BUCKET,
 };
 
 static int parse_num(const char *opt, const char *arg, double lo, double hi, double *out)
@@ -219,6 +228,8 @@ static int parse_args(struct cli_run *r, int argc, char **argv)
         {"timeout", required_argument, 0, OPT_TIMEOUT},
         {"calibration", required_argument, 0, OPT_CALIBRATION},
         {"initial-loss-scale", required_argument, 0, OPT_LOSS_SCALE},
+        {"overlap-grad-reduce", required_argument, 0, OPT_OVERLAP_GRAD},
+        {"ddp-bucket-size", required_argument, 0, OPT_BUCKET},
         {"hostfile", required_argument, 0, OPT_HOSTFILE},
         {"ranks-per-node", required_argument, 0, OPT_RANKS_PER_NODE},
         {"dry-run", no_argument, 0, OPT_DRY_RUN},
@@ -282,6 +293,22 @@ static int parse_args(struct cli_run *r, int argc, char **argv)
         case OPT_CALIBRATION: r->calibration = optarg; break;
         case OPT_LOSS_SCALE:
             bad = parse_num("initial-loss-scale", optarg, 1, 1e38, &r->o.loss_scale_init);
+            break;
+        case OPT_OVERLAP_GRAD:
+            if (!strcmp(optarg, "on"))
+                r->o.overlap_grad_reduce = DP_OVERLAP_ON;
+            else if (!strcmp(optarg, "off"))
+                r->o.overlap_grad_reduce = DP_OVERLAP_OFF;
+            else
+                bad = cli_usage_error(
+                    "run", "--overlap-grad-reduce: expected on or off, got \"%s\"", optarg);
+            break;
+        case OPT_BUCKET:
+            bad = parse_num("ddp-bucket-size", optarg, 1, 1e15, &v);
+            if (!bad && v != floor(v))
+                bad = cli_usage_error("run", "--ddp-bucket-size: expected an integer, got \"%s\"",
+                                      optarg);
+            r->o.bucket_elems = (int64_t)v;
             break;
         case OPT_HANG_TIMEOUT: /* the same option, by its old --max-restarts name */
         case OPT_TIMEOUT:
@@ -471,9 +498,15 @@ static int resolve(struct cli_run *r, int *world, struct dp_err *err)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "--np %d, but the layout needs tp*pp*dp*cp = %d*%d*%d*%d = %d ranks",
                           r->np, r->l.tp, r->l.pp, r->l.dp, r->l.cp, *world);
+    /* --overlap-grad-reduce overrides the layout's dp_overlap; the plan.json written says
+     * what ran. */
+    if (r->o.overlap_grad_reduce != DP_OVERLAP_PLAN)
+        r->l.dp_overlap = r->o.overlap_grad_reduce == DP_OVERLAP_ON;
     int rc = dp_exec_check(&r->m, &r->l, *world, err);
     if (!rc)
         rc = dp_exec_check_precision(&r->m, &r->l, r->o.precision, err);
+    if (!rc)
+        rc = dp_exec_check_overlap(&r->l, r->o.overlap_grad_reduce, err);
     if (rc)
         dp_err_prefix(err, "%s", r->target);
     return rc;

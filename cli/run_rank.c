@@ -69,6 +69,10 @@ static void on_step(const struct dp_step_info *in, void *ctx)
     cJSON_AddNumberToObject(o, "tokens_per_sec", in->tokens_per_s);
     cJSON_AddNumberToObject(o, "throughput_samples_per_sec", in->samples_per_s);
     cJSON_AddNumberToObject(o, "step_time_s", in->step_time_s);
+    /* The step's wait for the DP gradient reduction after the backward (executor/overlap.c):
+     * what overlapping buckets with the backward left exposed. */
+    cJSON_AddNumberToObject(o, "dp_comm_exposed_s", in->dp_exposed_s);
+    cJSON_AddBoolToObject(o, "dp_overlap", in->dp_overlap);
     cJSON_AddNumberToObject(o, "memory_used_bytes", (double)in->mem_used_bytes);
     cJSON_AddNumberToObject(o, "memory_peak_bytes", (double)in->mem_peak_bytes);
     cJSON_AddNumberToObject(o, "memory_predicted_bytes", (double)in->mem_predicted_bytes);
@@ -160,6 +164,8 @@ static void write_summary(struct cli_run *r, const struct dp_exec_result *res, c
         cJSON_AddNumberToObject(e, "dp_rank", s->dp_rank);
         cJSON_AddNumberToObject(e, "step_time_mean_s", s->step_time_mean_s);
         cJSON_AddNumberToObject(e, "step_time_median_s", s->step_time_median_s);
+        cJSON_AddNumberToObject(e, "dp_comm_exposed_mean_s", s->dp_exposed_mean_s);
+        cJSON_AddBoolToObject(e, "dp_overlap", s->dp_overlap);
         cJSON_AddNumberToObject(e, "rss_peak_bytes", (double)s->rss_peak_bytes);
         cJSON_AddNumberToObject(e, "rss_base_bytes", (double)s->rss_base_bytes);
         cJSON_AddNumberToObject(e, "rss_train_peak_bytes", (double)s->rss_train_peak_bytes);
@@ -269,6 +275,17 @@ static void print_summary(struct cli_run *r, const struct dp_exec_result *res, c
                 "MiB (the pools in whole allocator pages): %+.2f MiB for MPI, OpenBLAS and code "
                 "(the most of any rank)\n",
                 un_rank, un_grew / 1048576.0, un_occupy / 1048576.0, un_max / 1048576.0);
+    /* The DP gradient reduction's exposed part, the most of any rank. */
+    int dx = 0;
+    for (int i = 1; i < res->world; i++)
+        if (res->ranks[i].dp_exposed_mean_s > res->ranks[dx].dp_exposed_mean_s)
+            dx = i;
+    if (res->world > 1)
+        fprintf(stderr,
+                "gradient reduction: %s, %.2f ms of the step exposed after the backward (rank "
+                "%d's mean, the most of any rank; its step %.2f ms)\n",
+                res->ranks[dx].dp_overlap ? "buckets overlapped with the backward" : "blocking",
+                1e3 * res->ranks[dx].dp_exposed_mean_s, dx, 1e3 * res->ranks[dx].step_time_mean_s);
     if (r->plan && r->plan->has_prediction)
         fprintf(stderr,
                 "plan prediction (for %s): step %.3f s, peak %.2f GiB per GPU; this CPU run: step "

@@ -164,6 +164,10 @@ struct dp_step_info {
     double loss_scale;
     bool skipped;
     double step_time_s, tokens_per_s, samples_per_s;
+    /* Seconds of the step spent in the DP gradient reduction after the backward: all of
+     * it when blocking, the waits and the edge's reductions when overlapped (overlap.c). */
+    double dp_exposed_s;
+    bool dp_overlap;             /* buckets were reduced during the backward */
     int64_t mem_used_bytes;      /* accounted pools in use now (this rank) */
     int64_t mem_peak_bytes;      /* their peak so far */
     int64_t mem_predicted_bytes; /* the buffer table's total for this rank */
@@ -179,6 +183,8 @@ struct dp_rank_summary {
     int rank, stage, tp_rank, dp_rank;
     double step_time_mean_s;   /* steps 2.. (the first warms caches and MPI) */
     double step_time_median_s; /* the same steps */
+    double dp_exposed_mean_s;  /* the same steps' dp_exposed_s (dp_step_info) */
+    bool dp_overlap;           /* gradient buckets reduced during the backward */
     int64_t pool_peak_bytes[DP_NPOOLS];
     int64_t pool_predicted_bytes[DP_NPOOLS];
     int64_t rss_peak_bytes; /* VmHWM at the end of the run (weights written, MPI probed) */
@@ -239,6 +245,12 @@ struct dp_exec_opts {
      */
     enum dp_precision precision;
     double loss_scale_init;
+    /* DP gradient buckets reduced while the backward runs (executor/overlap.c, ZeRO-0/1):
+     * as the layout's dp_overlap says (PLAN, the default), or OFF / ON (ON refuses a
+     * layout it cannot overlap); bucket_elems: elements per bucket (0: Megatron's
+     * max(40M, 1M dp cp)). */
+    enum dp_overlap_mode { DP_OVERLAP_PLAN = 0, DP_OVERLAP_OFF, DP_OVERLAP_ON } overlap_grad_reduce;
+    int64_t bucket_elems;
 };
 void dp_exec_opts_default(struct dp_exec_opts *o);
 
@@ -250,6 +262,8 @@ void dp_exec_opts_default(struct dp_exec_opts *o);
  */
 int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world,
                   struct dp_err *err);
+/* Whether --overlap-grad-reduce `mode` can run under `l` (ON: ZeRO 0 or 1 only). */
+int dp_exec_check_overlap(const struct dp_layout *l, enum dp_overlap_mode mode, struct dp_err *err);
 /* Whether the executor runs `l` for `m` in storage precision `p` (what bf16 / fp16 do
  * not cover yet is refused with one line naming the knob). */
 int dp_exec_check_precision(const struct dp_model *m, const struct dp_layout *l,

@@ -187,6 +187,19 @@ struct dp_head {
 
 struct dp__vsched;
 
+/* overlap.c: a gradient bucket, flat [lo, hi) of consecutive layers, started after the
+ * last micro-batch's backward through `layer` (its lowest); an in-flight request (ZeRO-1:
+ * this rank's reduced piece at grads[at, at + n), to be added at gred[gat]). */
+struct dp__bucket {
+    size_t lo, hi;
+    int layer;
+};
+struct dp__ovreq {
+    int req;
+    int n;
+    size_t at, gat;
+};
+
 struct dp_exec {
     const struct dp_model *m;
     struct dp_layout l;
@@ -288,6 +301,17 @@ struct dp_exec {
     double ls_scale;
     int ls_growth, ls_hyst;
     bool found_inf;
+    /* Overlapped gradient reduction (overlap.c): on, elements per bucket, the buckets in
+     * start order, the requests in flight; the step's seconds in the DP reduction after
+     * the backward (the exposed part: waits and the edge's blocking reductions). */
+    bool ov, ov_early;
+    int64_t ov_bucket;
+    struct dp__bucket *bk;
+    int nbk, noq;
+    struct dp__ovreq oq[DP_MAX_REQS];
+    double dp_exposed_s;
+    double dp_exposed_sum; /* over the steps the summary's mean counts */
+    int dp_exposed_n;
 };
 
 /* ZeRO: the part [*lo, *hi) of segment sg's flat range [off, off + rows cols) that lies in
@@ -361,6 +385,31 @@ int dp__shard_layer_bwd_end(struct dp_exec *ex, int i);
 /* End of the step's backward (ZeRO-2/3): the edge's TP, tied-embedding and shard-group
  * reductions into gred; every stage: gred all-reduced over the replicas (HSDP). */
 int dp__shard_step_reduce(struct dp_exec *ex);
+/* Sequence parallel: the SP-partial tensors of flat [a, b) all-reduced over TP. */
+int dp__tp_partial(struct dp_exec *ex, size_t a, size_t b);
+/* ZeRO-1/2: the gradients of flat [a, b) in ex->grads reduce-scattered, blocking, this
+ * rank's part added into gred (grads[a, b) is scratch afterwards). */
+int dp__shard_reduce_part(struct dp_exec *ex, size_t a, size_t b);
+/* Elements of group k's packed [za, zb) in each of its shards (into ex->cnt); where
+ * packed element zl of group k sits in this rank's shard; the part of run r in [a, b). */
+void dp__shard_counts(struct dp_exec *ex, int k, size_t za, size_t zb);
+size_t dp__shard_at(const struct dp_exec *ex, int k, size_t zl);
+bool dp__zrun_part(const struct dp_zrun *r, size_t a, size_t b, size_t *ra, size_t *rb, size_t *za);
+/* ZeRO-1 keeps its reduced shard apart from the flat gradients (memplan.c). */
+static inline bool dp__gred_own(const struct dp_exec *ex)
+{
+    return ex->l.zero >= 2 || ex->zsplit || (ex->ov && ex->l.zero == 1);
+}
+
+/* overlap.c: the buckets (after dp__shard_buckets; decides ex->ov from the options and
+ * the layout's dp_overlap); at a step's start; after layer i's backward of slot s (starts
+ * the buckets it completes); after the backward (the edge, then every wait). */
+int dp__overlap_build(struct dp_exec *ex);
+void dp__overlap_release(struct dp_exec *ex);
+int dp__overlap_step_begin(struct dp_exec *ex);
+int dp__overlap_layer_bwd_end(struct dp_exec *ex, const struct dp_slot *s, int i);
+int dp__overlap_reduce(struct dp_exec *ex);
+
 /* ZeRO-3: every parameter initialised into pshard (init_fill on the shard's part). */
 void dp__shard_init(struct dp_exec *ex);
 /* ZeRO-3: a temporary full flat copy of the parameters in ex->params (all-gathered) while

@@ -215,7 +215,9 @@ void dp__memplan(const struct dp_exec *ex, struct dp__memplan *p)
     e[DP__BUF_PARAMS] = l->zero >= 3 ? 0 : flat;
     e[DP__BUF_GRADS] = l->zero >= 2 ? 0 : flat;
     e[DP__BUF_ADAM_M] = e[DP__BUF_ADAM_V] = shard;
-    if (ex->zsplit) /* ZeRO-1 too: the reduced shards cannot sit in the flat buffer's head */
+    /* ZeRO-1 too with two groups (the reduced shards cannot sit in the flat buffer's
+     * head), or with buckets in flight (overlap.c: the head is still being reduced). */
+    if (dp__gred_own(ex))
         e[DP__BUF_GRED] = shard;
     if (l->zero >= 2) {
         e[DP__BUF_GRED] = shard;
@@ -387,8 +389,7 @@ int dp__mem_build(struct dp_exec *ex)
         ex->slots[i].mb = -1;
     if (fail || !ex->slots)
         return dp_err_set(ex->err, DP_ENOMEM, "rank %d: out of memory", ex->rank);
-    ex->gred = ex->l.zero >= 2 || ex->zsplit ? ex->gred
-                                             : ex->grads; /* ZeRO-1: the chunk at grads[0, shard) */
+    ex->gred = dp__gred_own(ex) ? ex->gred : ex->grads; /* ZeRO-1: the chunk at grads[0, shard) */
     return 0;
 }
 
@@ -410,7 +411,7 @@ void dp__mem_release(struct dp_exec *ex)
     free(ex->grecv_ch);
     ex->vs = NULL;
     ex->grecv_mb = ex->grecv_ch = NULL;
-    if (ex->l.zero < 2 && !ex->zsplit)
+    if (!dp__gred_own(ex))
         ex->gred = NULL; /* an alias of grads */
     /* Pool accounting is not unwound: the peaks are what matters and the rank ends. */
     for (int b = 0; b < DP__NBUF; b++) {

@@ -212,7 +212,8 @@ static void init_params(struct dp_exec *ex)
 int dp__model_build(struct dp_exec *ex)
 {
     TRY(build_segments(ex));
-    return dp__shard_buckets(ex);
+    TRY(dp__shard_buckets(ex));
+    return dp__overlap_build(ex);
 }
 
 void dp__model_init(struct dp_exec *ex)
@@ -229,6 +230,7 @@ void dp__model_release(struct dp_exec *ex)
     free(ex->cnt);
     free(ex->zr);
     dp__moe_release(ex); /* every path that built the model: run, predict, schedule */
+    dp__overlap_release(ex);
     ex->segs = NULL;
     ex->lp = NULL;
     ex->lay_lo = ex->lay_hi = NULL;
@@ -606,6 +608,7 @@ int dp__stage_backward(struct dp_exec *ex, struct dp_slot *s)
             TRY(layer_forward(ex, &ex->lp[l0 + j], A, NULL, true));
         TRY(layer_backward(ex, &ex->lp[l0 + j], A));
         TRY(dp__shard_layer_bwd_end(ex, l0 + j));
+        TRY(dp__overlap_layer_bwd_end(ex, s, l0 + j));
     }
     if (ex->first && c == 0)
         TRY(embed_backward(ex, s));

@@ -37,6 +37,10 @@ struct pricer {
     bool optimizer; /* bill element-wise work as optimizer work (zeroing, norm, AdamW) */
     double seq_len; /* the probe's (global) sequence length: the ring kernels' share of it */
     struct parts bill;
+    /* Gradient buckets in flight (allreduce_start): each one's price, billed at its wait
+     * (predict_ops.c), and which ids are in flight. */
+    double pend_s[DP_MAX_REQS];
+    bool pend_used[DP_MAX_REQS];
     struct reservation *maps;
     int nmaps, capmaps;
 };

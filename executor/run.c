@@ -554,7 +554,7 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* Every rank's summary to rank 0 (as doubles: exact below 2^53 bytes). */
-enum { SUM_FIELDS = 6 + 2 * DP_NPOOLS + 5 };
+enum { SUM_FIELDS = 6 + 2 * DP_NPOOLS + 7 };
 static int gather_summary(struct dp_exec *ex, const double *times, int n,
                           struct dp_exec_result *res)
 {
@@ -591,6 +591,8 @@ static int gather_summary(struct dp_exec *ex, const double *times, int n,
     mine[j++] = (double)ex->rss_train_peak;
     mine[j++] = (double)ex->mem.reserved;
     mine[j++] = ex->hwm_reset;
+    mine[j++] = ex->dp_exposed_n ? ex->dp_exposed_sum / ex->dp_exposed_n : 0.0;
+    mine[j++] = ex->ov;
     if (ex->rank == 0) {
         all = malloc((size_t)ex->world * SUM_FIELDS * sizeof *all);
         res->ranks = calloc((size_t)ex->world, sizeof *res->ranks);
@@ -620,6 +622,8 @@ static int gather_summary(struct dp_exec *ex, const double *times, int n,
             s->rss_train_peak_bytes = (int64_t)v[k++];
             s->reserved_bytes = (int64_t)v[k++];
             s->rss_peak_since_base = v[k++] != 0;
+            s->dp_exposed_mean_s = v[k++];
+            s->dp_overlap = v[k++] != 0;
         }
     free(all);
     return rc;
@@ -756,6 +760,12 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struc
         }
         double dt = ex->be->ops->wtime(ex->be) - t0;
         times[step - 1] = dt;
+        /* The exposed DP time's mean over the steps the step time's mean counts (2.., the
+         * first warms caches and MPI; the only one when there is one). */
+        if (step <= start + 2) /* the first step, then from the second on */
+            ex->dp_exposed_sum = ex->dp_exposed_n = 0;
+        ex->dp_exposed_sum += ex->dp_exposed_s;
+        ex->dp_exposed_n++;
         res->steps_done = step;
         if (step == start + 1)
             res->first_loss = loss;
@@ -775,6 +785,8 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struc
                 .loss_scale = fp16 ? scale : 0.0,
                 .skipped = skipped,
                 .step_time_s = dt,
+                .dp_exposed_s = ex->dp_exposed_s,
+                .dp_overlap = ex->ov,
                 .tokens_per_s = (double)ex->gbs_tokens / dt,
                 .samples_per_s = (double)l->gbs / dt,
                 .mem_used_bytes = ex->mem.total_in_use,

@@ -191,6 +191,8 @@ static double local_sumsq(struct dp_exec *ex)
 static int reduce_grads(struct dp_exec *ex)
 {
     dp__beat("gradient reduction");
+    if (ex->ov) /* buckets in flight since the backward (overlap.c) */
+        return dp__overlap_reduce(ex);
     if (ex->l.zero >= 2)
         return dp__shard_step_reduce(ex); /* the layers were reduced during backward */
     /* Sequence parallel: replicated parameters saw only this rank's tokens
@@ -248,6 +250,7 @@ int dp__step_begin(struct dp_exec *ex)
     ex->loss_sum = 0;
     ex->aux_sum = 0;
     TRY(dp__shard_step_begin(ex));
+    TRY(dp__overlap_step_begin(ex));
     dp__model_working_copy(ex); /* bf16 / fp16: from the master weights, once a step */
     return 0;
 }
@@ -298,7 +301,9 @@ void dp__loss_scale_update(struct dp_exec *ex, bool found_inf)
 
 int dp__step_reduce(struct dp_exec *ex, double *loss)
 {
+    double t0 = OPS->wtime(ex->be);
     TRY(reduce_grads(ex));
+    ex->dp_exposed_s = OPS->wtime(ex->be) - t0;
     /* One world all-reduce: the loss (last stage, one TP rank per replica) and the
      * squared gradient norm. */
     if (ex->dtype == DP_DT_FP16)

@@ -145,7 +145,7 @@ int dp__shard_buckets(struct dp_exec *ex)
 }
 
 /* Elements of group k's packed [za, zb) in each of its shards (ex->cnt). */
-static void counts(struct dp_exec *ex, int k, size_t za, size_t zb)
+void dp__shard_counts(struct dp_exec *ex, int k, size_t za, size_t zb)
 {
     const struct dp_zkind *z = &ex->zk[k];
     for (int r = 0; r < z->n; r++) {
@@ -157,8 +157,7 @@ static void counts(struct dp_exec *ex, int k, size_t za, size_t zb)
 }
 
 /* The part of run r inside flat [a, b): flat [*ra, *rb), packed from *za; false if none. */
-static bool run_part(const struct dp_zrun *r, size_t a, size_t b, size_t *ra, size_t *rb,
-                     size_t *za)
+bool dp__zrun_part(const struct dp_zrun *r, size_t a, size_t b, size_t *ra, size_t *rb, size_t *za)
 {
     *ra = a > r->lo ? a : r->lo;
     *rb = b < r->hi ? b : r->hi;
@@ -167,7 +166,7 @@ static bool run_part(const struct dp_zrun *r, size_t a, size_t b, size_t *ra, si
 }
 
 /* Where packed element zl of group k sits in this rank's shard (gred, pshard). */
-static size_t shard_at(const struct dp_exec *ex, int k, size_t zl)
+size_t dp__shard_at(const struct dp_exec *ex, int k, size_t zl)
 {
     const struct dp_zkind *z = &ex->zk[k];
     return z->base + zl - (size_t)z->rank * z->S;
@@ -179,16 +178,16 @@ static int reduce_range(struct dp_exec *ex, size_t a, size_t b, real *buf)
 {
     for (int i = 0; i < ex->nzr; i++) {
         size_t ra, rb, za;
-        if (!run_part(&ex->zr[i], a, b, &ra, &rb, &za))
+        if (!dp__zrun_part(&ex->zr[i], a, b, &ra, &rb, &za))
             continue;
         const int k = ex->zr[i].k;
         const struct dp_zkind *z = &ex->zk[k];
-        counts(ex, k, za, za + (rb - ra));
+        dp__shard_counts(ex, k, za, za + (rb - ra));
         TRY(OPS->reduce_scatter_v(ex->be, z->g, buf + (ra - a), ex->cnt, ex->err));
         int n = ex->cnt[z->rank];
         if (n > 0) {
             size_t s0 = (size_t)z->rank * z->S, zl = za > s0 ? za : s0;
-            OPS->add_inplace(ex->be, ex->gred + shard_at(ex, k, zl), buf + (ra - a), n);
+            OPS->add_inplace(ex->be, ex->gred + dp__shard_at(ex, k, zl), buf + (ra - a), n);
         }
     }
     return 0;
@@ -200,15 +199,16 @@ static int gather_from(struct dp_exec *ex, size_t a, size_t b, real *buf, const 
 {
     for (int i = 0; i < ex->nzr; i++) {
         size_t ra, rb, za;
-        if (!run_part(&ex->zr[i], a, b, &ra, &rb, &za))
+        if (!dp__zrun_part(&ex->zr[i], a, b, &ra, &rb, &za))
             continue;
         const int k = ex->zr[i].k;
         const struct dp_zkind *z = &ex->zk[k];
-        counts(ex, k, za, za + (rb - ra));
+        dp__shard_counts(ex, k, za, za + (rb - ra));
         int n = ex->cnt[z->rank];
         if (n > 0 && src) {
             size_t s0 = (size_t)z->rank * z->S, zl = za > s0 ? za : s0;
-            OPS->copy(ex->be, buf + (ra - a) + (zl - za), src + shard_at(ex, k, zl), (size_t)n * R);
+            OPS->copy(ex->be, buf + (ra - a) + (zl - za), src + dp__shard_at(ex, k, zl),
+                      (size_t)n * R);
         }
         TRY(OPS->allgather_v(ex->be, z->g, buf + (ra - a), ex->cnt, ex->err));
     }
@@ -249,6 +249,11 @@ int dp__shard_state_full(struct dp_exec *ex, real **m, real **v)
 int dp__shard_gather_params(struct dp_exec *ex)
 {
     return gather_range(ex, 0, ex->nparams, ex->params);
+}
+
+int dp__shard_reduce_part(struct dp_exec *ex, size_t a, size_t b)
+{
+    return reduce_range(ex, a, b, ex->grads + a);
 }
 
 int dp__shard_reduce_flat(struct dp_exec *ex)
@@ -303,7 +308,7 @@ int dp__shard_prefetch(struct dp_exec *ex, int i)
         return 0;
     TRY(prefetch_wait(ex, false));
     size_t a = ex->lay_lo[i], b = ex->lay_hi[i];
-    counts(ex, 0, a, b); /* one group: packed order is flat order */
+    dp__shard_counts(ex, 0, a, b); /* one group: packed order is flat order */
     int n = ex->cnt[ex->sg_rank];
     if (n > 0) {
         size_t lo = a > ex->shard_off ? a : ex->shard_off;
@@ -334,7 +339,7 @@ int dp__shard_layer_bwd_begin(struct dp_exec *ex, int i)
 
 /* Sequence parallel: replicated tensors of flat [a, b) saw only this rank's tokens
  * (Megatron finalize_model_grads); their gradients are summed over TP first. */
-static int tp_partial(struct dp_exec *ex, size_t a, size_t b)
+int dp__tp_partial(struct dp_exec *ex, size_t a, size_t b)
 {
     for (int k = 0; k < ex->nsegs; k++) {
         const struct dp_seg *sg = &ex->segs[k];
@@ -350,15 +355,15 @@ int dp__shard_layer_bwd_end(struct dp_exec *ex, int i)
     if (ex->l.zero < 2)
         return 0;
     dp__beat("gradient reduce-scatter");
-    TRY(tp_partial(ex, ex->lay_lo[i], ex->lay_hi[i]));
+    TRY(dp__tp_partial(ex, ex->lay_lo[i], ex->lay_hi[i]));
     return reduce_range(ex, ex->lay_lo[i], ex->lay_hi[i], ex->gwin);
 }
 
 int dp__shard_step_reduce(struct dp_exec *ex)
 {
     if (ex->l.zero >= 2) {
-        TRY(tp_partial(ex, 0, ex->edge_lo));
-        TRY(tp_partial(ex, ex->edge_hi, ex->nparams));
+        TRY(dp__tp_partial(ex, 0, ex->edge_lo));
+        TRY(dp__tp_partial(ex, ex->edge_hi, ex->nparams));
         if (ex->l.pp > 1 && ex->m->tied_embeddings && (ex->first || ex->last))
             TRY(OPS->allreduce(ex->be, DP_GROUP_EMB, dp__grad(ex, ex->first ? ex->wte : ex->head),
                                ex->dm.Vl * ex->dm.h, DP_OP_SUM, ex->err));

@@ -19,8 +19,8 @@
  *  - Kernels that produce parameter gradients accumulate (+=); the caller
  *    zeroes the gradient buffer once per step.
  *  - Collectives and p2p return 0 or a negative enum dp_status with err set
- *    (call site, rank and host). They are blocking. A group of size 1 makes
- *    them no-ops.
+ *    (call site, rank and host). They are blocking, except the `_start` ones
+ *    (completed by a wait). A group of size 1 makes them no-ops.
  */
 #ifndef DPLAN_EXECUTOR_BACKEND_H
 #define DPLAN_EXECUTOR_BACKEND_H
@@ -67,6 +67,8 @@ enum dp_redop { DP_OP_SUM = 0, DP_OP_MAX = 1 };
  */
 enum dp_dtype { DP_DT_FP32 = 0, DP_DT_BF16 = 1, DP_DT_FP16 = 2 };
 
+/* Non-blocking requests a backend keeps in flight at once (allreduce_start). */
+#define DP_MAX_REQS 64
 /*
  * FP8 GEMM operand formats (gemm_fp8): E4M3 for forward tensors (activations, weights),
  * E5M2 for gradients under Transformer Engine's HYBRID format, E4M3 everywhere under
@@ -294,6 +296,27 @@ struct dp_backend_ops {
     int (*p2p)(struct dp_backend *be, enum dp_group g, const struct dp_p2p *ops, int n,
                struct dp_err *err);
     int (*barrier)(struct dp_backend *be, enum dp_group g, struct dp_err *err);
+
+    /*
+     * ---- non-blocking gradient reductions (executor/overlap.c: DP gradient buckets
+     * reduced while the backward runs, Megatron-Core's overlap_grad_reduce).
+     * Optional: NULL where a backend has none; the executor then reduces after the
+     * backward, blocking. `_start` posts a reduction in place with the semantics of
+     * allreduce / reduce_scatter_v (counts are copied) and sets *req to a request id;
+     * `req_wait` completes request `req` (ids are reused after it). buf is neither read
+     * nor written by the caller in between. At most DP_MAX_REQS requests in flight per
+     * backend. Order (MPI-3 Sec. 5.12): every rank of a group starts the group's
+     * collectives, blocking or not, in the same order; waits may come in any order.
+     * On the CPU (MPI without a progress thread) a request advances only inside MPI calls
+     * (bench/executor/mpi_progress.c measures what that leaves); on CUDA it runs on the
+     * communication stream after the compute stream's work so far, and req_wait orders the compute
+     * stream's later work after it without a host sync (cuda_async.c).
+     */
+    int (*allreduce_start)(struct dp_backend *be, enum dp_group g, real *buf, int64_t n,
+                           enum dp_redop op, int *req, struct dp_err *err);
+    int (*reduce_scatter_v_start)(struct dp_backend *be, enum dp_group g, real *buf,
+                                  const int *counts, int *req, struct dp_err *err);
+    int (*req_wait)(struct dp_backend *be, int req, struct dp_err *err);
 
     /* ---- facts */
     int (*group_size)(struct dp_backend *be, enum dp_group g);

@@ -45,6 +45,22 @@ struct cpu_backend {
     enum dp_group ag_group;
     bool ag_pending;
     int *ag_counts, *ag_displs; /* [size of the group], kept until it completes */
+    /* Gradient buckets in flight (allreduce_start): MPI requests of one id (an
+     * all-reduce goes in ALLREDUCE_CHUNK pieces), and the counts MPI reads until the
+     * request completes. Open MPI advances them only inside MPI calls (no progress thread:
+     * bench/executor/mpi_progress.c), i.e. in the pipeline's messages and the waits. */
+    struct cpu_req {
+        MPI_Request *r;
+        int *pc; /* [n] each piece's elements */
+        int n, cap;
+        int done; /* pieces [0, done) completed early (drain) */
+        int *counts;
+        enum dp_group g;
+        bool used;
+        uint64_t seq; /* start order */
+    } req[DP_MAX_REQS];
+    int64_t inflight; /* elements of the pieces in flight */
+    uint64_t seq;
 };
 
 static bool mpi_started_here;
@@ -300,6 +316,147 @@ static int c_allgather_v_wait(struct dp_backend *be, struct dp_err *err)
     return 0;
 }
 
+/* ------------------------------------------------------------------ non-blocking */
+
+/* A free request id with room for n MPI requests (and `counts` ints when > 0). */
+static int req_take(struct cpu_backend *cb, int n, int counts, struct dp_err *err)
+{
+    int id = 0;
+    while (id < DP_MAX_REQS && cb->req[id].used)
+        id++;
+    if (id == DP_MAX_REQS)
+        return dp_err_set(err, DP_ERUNTIME, "internal: more than %d gradient buckets in flight",
+                          DP_MAX_REQS);
+    struct cpu_req *q = &cb->req[id];
+    if (n > q->cap) {
+        MPI_Request *r = realloc(q->r, (size_t)n * sizeof *r);
+        if (r)
+            q->r = r;
+        int *pc = r ? realloc(q->pc, (size_t)n * sizeof *pc) : NULL;
+        if (!pc)
+            return dp_err_set(err, DP_ENOMEM, "out of memory");
+        q->pc = pc;
+        q->cap = n;
+    }
+    if (counts > 0) {
+        int *c = realloc(q->counts, (size_t)counts * sizeof *c);
+        if (!c)
+            return dp_err_set(err, DP_ENOMEM, "out of memory");
+        q->counts = c;
+    }
+    q->n = q->done = 0;
+    q->seq = cb->seq++;
+    return id;
+}
+
+/*
+ * Room for a piece of `need` elements: while the pieces in flight and it would exceed
+ * ASYNC_CHUNK, the oldest piece completes first. Open MPI's non-blocking collectives
+ * (coll/libnbc) allocate scratch of up to their message, as the blocking ones do (see
+ * ALLREDUCE_CHUNK), and it stays resident: so at most 1 MiB of buckets is in flight
+ * (the resident check, tests/executor/compare_runs.c, leaves MPI a few MiB, which the
+ * blocking path's 4 MiB pieces already use). It costs no overlap here: without a progress thread a
+ * request advances only inside MPI calls anyway (bench/executor/mpi_progress.c). Every rank posts
+ * the same pieces in the same order, and a wait progresses all of them: no rank can wait
+ * for a piece a peer has not posted while that peer waits for it.
+ */
+#define ASYNC_CHUNK ((int64_t)(1 << 20) / (int64_t)sizeof(real))
+
+static int drain(struct cpu_backend *cb, int64_t need, struct dp_err *err)
+{
+    while (cb->inflight > 0 && cb->inflight + need > ASYNC_CHUNK) {
+        struct cpu_req *o = NULL;
+        for (int i = 0; i < DP_MAX_REQS; i++) {
+            struct cpu_req *q = &cb->req[i];
+            if (q->used && q->done < q->n && (!o || q->seq < o->seq))
+                o = q;
+        }
+        if (!o)
+            break;
+        MPI_TRY(cb, err, o->g, MPI_Wait(&o->r[o->done], MPI_STATUS_IGNORE));
+        cb->inflight -= o->pc[o->done++];
+    }
+    return 0;
+}
+
+static int c_allreduce_start(struct dp_backend *be, enum dp_group g, real *buf, int64_t n,
+                             enum dp_redop op, int *req, struct dp_err *err)
+{
+    struct cpu_backend *cb = cpu(be);
+    *req = -1;
+    if (cb->size[g] <= 1 || n <= 0)
+        return 0;
+    int id = req_take(cb, (int)((n + ASYNC_CHUNK - 1) / ASYNC_CHUNK), 0, err);
+    if (id < 0)
+        return id;
+    struct cpu_req *q = &cb->req[id];
+    q->g = g;
+    q->used = true;
+    *req = id;
+    MPI_Op mop = op == DP_OP_MAX ? MPI_MAX : MPI_SUM;
+    for (int64_t off = 0; off < n; off += ASYNC_CHUNK) {
+        int cnt = (int)(n - off < ASYNC_CHUNK ? n - off : ASYNC_CHUNK);
+        int rc = drain(cb, cnt, err);
+        if (rc)
+            return rc;
+        MPI_TRY(cb, err, g,
+                MPI_Iallreduce(MPI_IN_PLACE, buf + off, cnt, MPI_REAL_T, mop, cb->comm[g],
+                               &q->r[q->n]));
+        q->pc[q->n++] = cnt;
+        cb->inflight += cnt;
+    }
+    return 0;
+}
+
+static int c_reduce_scatter_v_start(struct dp_backend *be, enum dp_group g, real *buf,
+                                    const int *counts, int *req, struct dp_err *err)
+{
+    struct cpu_backend *cb = cpu(be);
+    int n = cb->size[g];
+    *req = -1;
+    if (n <= 1)
+        return 0;
+    int id = req_take(cb, 1, n, err);
+    if (id < 0)
+        return id;
+    struct cpu_req *q = &cb->req[id];
+    memcpy(q->counts, counts, (size_t)n * sizeof *counts);
+    q->g = g;
+    q->used = true;
+    *req = id;
+    int64_t total = 0;
+    for (int i = 0; i < n; i++)
+        total += counts[i];
+    int rc = drain(cb, total, err);
+    if (rc)
+        return rc;
+    MPI_TRY(cb, err, g,
+            MPI_Ireduce_scatter(MPI_IN_PLACE, buf, q->counts, MPI_REAL_T, MPI_SUM, cb->comm[g],
+                                &q->r[0]));
+    q->pc[0] = (int)(total < INT_MAX ? total : INT_MAX);
+    q->n = 1;
+    cb->inflight += q->pc[0];
+    return 0;
+}
+
+static int c_req_wait(struct dp_backend *be, int req, struct dp_err *err)
+{
+    struct cpu_backend *cb = cpu(be);
+    if (req < 0)
+        return 0; /* a group of one: nothing was posted */
+    if (req >= DP_MAX_REQS || !cb->req[req].used)
+        return dp_err_set(err, DP_ERUNTIME, "internal: wait for request %d, not in flight", req);
+    struct cpu_req *q = &cb->req[req];
+    q->used = false;
+    for (int i = q->done; i < q->n; i++)
+        cb->inflight -= q->pc[i];
+    if (q->n > q->done)
+        MPI_TRY(cb, err, q->g, MPI_Waitall(q->n - q->done, q->r + q->done, MPI_STATUSES_IGNORE));
+    q->n = q->done = 0;
+    dp__beat(NULL);
+    return 0;
+}
+
 static int c_allreduce_host(struct dp_backend *be, enum dp_group g, double *buf, int n,
                             enum dp_redop op, struct dp_err *err)
 {
@@ -407,6 +564,11 @@ static void cpu_destroy(struct dp_backend *be)
             MPI_Comm_free(&cb->comm[g]);
     free(cb->ag_counts);
     free(cb->ag_displs);
+    for (int i = 0; i < DP_MAX_REQS; i++) {
+        free(cb->req[i].r);
+        free(cb->req[i].pc);
+        free(cb->req[i].counts);
+    }
     free(cb);
 }
 
@@ -465,6 +627,9 @@ static const struct dp_backend_ops cpu_ops = {
     .alltoall_v = c_alltoall_v,
     .allgather_v_start = c_allgather_v_start,
     .allgather_v_wait = c_allgather_v_wait,
+    .allreduce_start = c_allreduce_start,
+    .reduce_scatter_v_start = c_reduce_scatter_v_start,
+    .req_wait = c_req_wait,
     .allreduce_host = c_allreduce_host,
     .gather_host = c_gather_host,
     .sendrecv = c_sendrecv,

@@ -16,7 +16,8 @@
  * Operations that return nothing (kernels, GEMMs) keep their first error (sticky) and the
  * next collective, p2p or barrier returns it, with CUDA's, cuBLAS's or NCCL's own text.
  * Collectives are blocking (the stream is synchronised, then ncclCommGetAsyncError), as
- * backend.h asks; overlap on a second stream is later work.
+ * backend.h asks, except the non-blocking ones, which run on a second stream
+ * (cuda_async.c).
  */
 #include "cuda.h"
 #include "cuda_lt.h"
@@ -194,6 +195,7 @@ static void cu_destroy(struct dp_backend *be)
     struct cuda_backend *cb = dp__cu(be);
     if (cb->stream)
         cudaStreamSynchronize(cb->stream);
+    dp__cuda_async_release(cb);
     for (int g = 0; g < DP_NGROUPS; g++)
         if (cb->ncomm[g])
             ncclCommDestroy(cb->ncomm[g]);
@@ -331,6 +333,7 @@ static struct dp_backend *cu_new(const struct dp_backend_cfg *cfg, bool staged, 
         return NULL;
     }
     cb->base.ops = &cuda_ops;
+    dp__cuda_async_init(cb);
     cb->base.threads = 1; /* one host thread drives the GPU */
     /* bf16 / fp16 storage: emulated as on the CPU (round_store on fp32 buffers; docs/gpu.md),
      * the GEMMs on 2-byte copies (cuda_lt.c): the run's summary says "emulated". */
@@ -425,6 +428,7 @@ static void fill_once(void)
     if (!cuda_ops.gemm) {
         dp__cuda_fill_ops(&cuda_ops);
         dp__cuda_fill_comm(&cuda_ops);
+        dp__cuda_fill_async(&cuda_ops);
         dp__cuda_fill_moe(&cuda_ops);
         cuda_ops.reserve = cu_reserve;
         cuda_ops.mem_peak = cu_mem_peak;

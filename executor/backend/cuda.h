@@ -38,6 +38,13 @@ struct cuda_backend {
      * GEMMs): the next call that returns a status reports it. */
     int sticky;
     char sticky_msg[160];
+    /* The communication stream of the non-blocking collectives (cuda_async.c, created on
+     * first use), the event its work waits for, each request's completion event, the
+     * request ids in flight and ZeRO-3's prefetch among them (-1: none). */
+    cudaStream_t cstream;
+    cudaEvent_t ev_ready, ev_done[DP_MAX_REQS];
+    struct dp__reqs reqs;
+    int ag_req;
     /* cuBLASLt GEMMs (cuda_lt.c): handle, descriptor cache, workspace; NULL: off. */
     struct dp__lt *lt;
 };
@@ -61,7 +68,14 @@ void dp__cuda_fill_moe(struct dp_backend_ops *ops);
 int dp__cuda_err_cuda(struct cuda_backend *cb, struct dp_err *err, int rc, const char *call, int g);
 int dp__cuda_err_nccl(struct cuda_backend *cb, struct dp_err *err, int rc, const char *call, int g);
 int dp__cuda_err_mpi(struct cuda_backend *cb, struct dp_err *err, int rc, const char *call, int g);
-/* The sticky error of earlier void operations, else the stream's own (synchronised). */
+/* The sticky error of earlier void operations, else the stream's own (synchronised),
+ * after the requests in flight over group g (dp__cuda_order_after). */
 int dp__cuda_settle(struct cuda_backend *cb, struct dp_err *err, int g);
+/* cuda_async.c: the non-blocking operations into the table; the request state at create
+ * and destroy; the compute stream queued after the requests in flight over g. */
+void dp__cuda_fill_async(struct dp_backend_ops *ops);
+void dp__cuda_async_init(struct cuda_backend *cb);
+void dp__cuda_async_release(struct cuda_backend *cb);
+void dp__cuda_order_after(struct cuda_backend *cb, int g);
 
 #endif

@@ -2,8 +2,8 @@
  * The CUDA backend's communication (backend.h "collectives", "point-to-point"): NCCL
  * on the backend's stream for "cuda", host staging over MPI for "cuda-mpi" (cuda.c says
  * why both), MPI for the host doubles and barriers in both; and the error text of a
- * failed CUDA, NCCL or MPI call. Every call is blocking: the stream is synchronised and
- * NCCL's asynchronous error read before it returns.
+ * failed CUDA, NCCL or MPI call. Every call here is blocking: the stream is synchronised
+ * and NCCL's asynchronous error read before it returns.
  *
  * NCCL has no uneven reduce-scatter or all-gather: the _v variants are one ncclReduce or
  * ncclBroadcast per rank's piece in one NCCL group (the pieces move in parallel). NCCL
@@ -13,9 +13,8 @@
  * stage is also the previous one), so its messages are posted in (peer, tag) order on
  * both sides, which pairs each send with the receive of the same tag.
  *
- * The non-blocking all-gather (allgather_v_start, ZeRO-3's prefetch) is the blocking
- * allgather_v run in _start, with _wait a no-op: correct, but it does not overlap the
- * gather with compute yet (that needs a second stream; docs/gpu.md).
+ * The non-blocking operations (gradient buckets, ZeRO-3's prefetch) run on a second
+ * stream: cuda_async.c.
  */
 #include "cuda.h"
 #include "cuda_kernels.h"
@@ -58,6 +57,7 @@ int dp__cuda_settle(struct cuda_backend *cb, struct dp_err *err, int g)
     if (cb->sticky)
         return dp_err_set(err, DP_ERUNTIME, "rank %d (%s): %s", cb->base.rank, cb->host,
                           cb->sticky_msg);
+    dp__cuda_order_after(cb, g);
     cudaError_t rc = cudaStreamSynchronize(cb->stream);
     if (rc == cudaSuccess)
         rc = cudaGetLastError();
@@ -391,20 +391,6 @@ static int cu_alltoall_v(struct dp_backend *be, enum dp_group g, const real *sbu
     return rc;
 }
 
-/* Blocking, see the top of the file: the gather is complete when _start returns. */
-static int cu_allgather_v_start(struct dp_backend *be, enum dp_group g, real *buf,
-                                const int *counts, struct dp_err *err)
-{
-    return cu_allgather_v(be, g, buf, counts, err);
-}
-
-static int cu_allgather_v_wait(struct dp_backend *be, struct dp_err *err)
-{
-    (void)be;
-    (void)err;
-    return 0;
-}
-
 static int cu_allreduce_host(struct dp_backend *be, enum dp_group g, double *buf, int n,
                              enum dp_redop op, struct dp_err *err)
 {
@@ -564,8 +550,6 @@ void dp__cuda_fill_comm(struct dp_backend_ops *o)
     o->reduce_scatter_v = cu_reduce_scatter_v;
     o->allgather_v = cu_allgather_v;
     o->alltoall_v = cu_alltoall_v;
-    o->allgather_v_start = cu_allgather_v_start;
-    o->allgather_v_wait = cu_allgather_v_wait;
     o->p2p = cu_p2p;
     o->allreduce_host = cu_allreduce_host;
     o->gather_host = cu_gather_host;

@@ -187,3 +187,38 @@ int dp__cuda_fail(struct dp_err *err, bool is_nccl, int code, int rank, const ch
                       rank, host, call, group ? " over the " : "", group ? group : "",
                       group ? " group" : "", text && *text ? text : "unknown error");
 }
+
+/* ------------------------------------------------------------------ requests */
+
+void dp__reqs_init(struct dp__reqs *r)
+{
+    for (int i = 0; i < DP_MAX_REQS; i++)
+        r->group[i] = -1;
+}
+
+int dp__reqs_take(struct dp__reqs *r, int g)
+{
+    for (int i = 0; i < DP_MAX_REQS; i++)
+        if (r->group[i] < 0) {
+            r->group[i] = g;
+            return i;
+        }
+    return -1;
+}
+
+int dp__reqs_done(struct dp__reqs *r, int id)
+{
+    if (id < 0 || id >= DP_MAX_REQS || r->group[id] < 0)
+        return DP_EINVAL;
+    r->group[id] = -1;
+    return 0;
+}
+
+int dp__reqs_of_group(const struct dp__reqs *r, int g, int *ids)
+{
+    int n = 0;
+    for (int i = 0; i < DP_MAX_REQS; i++)
+        if (r->group[i] == g)
+            ids[n++] = i;
+    return n;
+}

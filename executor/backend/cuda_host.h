@@ -4,7 +4,8 @@
  * GPU: the device arena's bookkeeping (offsets in one cudaMalloc), the
  * communicator split plan (which group colour and key a rank has: the same
  * Megatron order as the CPU backend's MPI_Comm_split calls), the choice of a
- * build's kernel image for a GPU, and the error text of a failed CUDA/NCCL call.
+ * build's kernel image for a GPU, the bookkeeping of non-blocking requests, and the
+ * error text of a failed CUDA/NCCL call.
  */
 #ifndef DPLAN_EXECUTOR_CUDA_HOST_H
 #define DPLAN_EXECUTOR_CUDA_HOST_H
@@ -50,6 +51,23 @@ size_t dp__arena_largest(const struct dp__arena *a);
 /* ---- the communicator split plan */
 
 /* groups.h's dp__split_plan, shared with the CPU backend. */
+
+/* ---- non-blocking requests (cuda_async.c): which ids are in flight, over which group */
+
+/* Each id's group, -1 when free (DP_MAX_REQS of backend.h at most in flight). */
+struct dp__reqs {
+    int group[DP_MAX_REQS];
+};
+void dp__reqs_init(struct dp__reqs *r);
+/* The lowest free id, now in flight over group g; -1 when all are in flight. */
+int dp__reqs_take(struct dp__reqs *r, int g);
+/* Request id completes: 0, or DP_EINVAL when it is not in flight (nothing changes). */
+int dp__reqs_done(struct dp__reqs *r, int id);
+/* The ids in flight over group g, in id order, into ids (room for DP_MAX_REQS); the count.
+ * A blocking collective over g is ordered after them (the same communicator on two
+ * streams: NCCL runs a communicator's operations in the order they are enqueued only
+ * within one stream). */
+int dp__reqs_of_group(const struct dp__reqs *r, int g, int *ids);
 
 /* ---- kernel images */
 

@@ -270,7 +270,9 @@ static int check_memory(const char *run, double tol)
  * the accounted buffers occupy with the CPU allocator's rounding (64 bytes, and whole
  * 2 MiB huge pages from 2 MiB up), all written at allocation so all resident, plus, on
  * the first DP rank of each shard group under ZeRO-1 (DP rank 0; under HSDP every
- * dp_rank that is a multiple of shard_group), the whole flat gradient buffer once more:
+ * dp_rank that is a multiple of shard_group), the whole flat gradient buffer once more
+ * (measured with the blocking reduction and with the overlapped buckets, whose
+ * MPI_Ireduce_scatter and the edge's MPI_Reduce_scatter do the same):
  * Open MPI 4.1's MPI_Reduce_scatter_block (coll/tuned decision_fixed.c -> coll/base
  * reduce_scatter_block_basic_linear) reduces into a full-size buffer on the group's rank
  * 0, then scatters. ZeRO-2 and ZeRO-3 reduce-scatter one layer window per call
@@ -314,8 +316,11 @@ static int check_resident(const char *run, double margin_mib, bool alone)
         }
         double growth = num(r, "rss_train_peak_bytes") - num(r, "rss_base_bytes");
         double expect = num(r, "reserved_bytes");
+        /* The flat gradient buffer's size: ZeRO-1's params pool (the flat parameters, of
+         * the same padded length); its grads pool holds the reduced shard besides when
+         * the gradient buckets overlap the backward (executor/overlap.c). */
         if (zero == 1 && shard > 1 && fmod(num(r, "dp_rank"), shard) == 0)
-            expect += num(cJSON_GetObjectItemCaseSensitive(r, "measured_peak_bytes"), "grads");
+            expect += num(cJSON_GetObjectItemCaseSensitive(r, "measured_peak_bytes"), "params");
         double un = growth - expect;
         if (!(un <= margin && un >= -mib)) {
             fprintf(stderr,

@@ -6,6 +6,7 @@
 #             checkpoint is refused; temporary names never clobber a file; a failed write
 #             leaves the old file intact
 #   batch     a global batch larger than the data, and the epochs note
+#   overlap   --overlap-grad-reduce on where it cannot run, and bad values of its options
 #   memory    the CPU memory prediction against MemAvailable, before any allocation
 #   ckptdir   an unwritable --ckpt-dir fails before step 1; a run whose checkpoints all
 #             failed exits non-zero
@@ -94,6 +95,18 @@ batch)
   expect 0 'note: 3 steps x gbs 64 = 192 sequences of 16 tokens; t.bin holds 125: the data is read 1.54 times' \
     "$dplan" run tiny-gpt --seq-len 16 --gbs 64 --mbs 32 --steps 3 --data t.bin --out r
   grep -Eq '"data_epochs":[[:space:]]*1.536,' r/summary.json || bad "summary.json lacks data_epochs 1.536"
+  ;;
+
+overlap)
+  # --overlap-grad-reduce on where the executor has no overlap (ZeRO-2/3 reduce per layer,
+  # blocking): refused before launch, naming the option; a bad value is a usage error.
+  expect 1 'tiny-gpt: --overlap-grad-reduce on: not with zero 2 ' \
+    "$dplan" run tiny-gpt --seq-len 16 --dp 2 --zero 2 --overlap-grad-reduce on --out r
+  [ -e r ] && bad "the refused run wrote r/"
+  expect 2 '--overlap-grad-reduce: expected on or off, got "yes"' \
+    "$dplan" run tiny-gpt --overlap-grad-reduce yes --out r
+  expect 2 '--ddp-bucket-size: expected a number in ' \
+    "$dplan" run tiny-gpt --ddp-bucket-size 0 --out r
   ;;
 
 memory)

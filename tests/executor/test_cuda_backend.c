@@ -627,6 +627,41 @@ static void test_alltoall(struct dp_backend *be)
     free(g), free(h);
 }
 
+/*
+ * The non-blocking reductions (gradient buckets) against the CPU backend's. In this
+ * one-rank process every group has one rank, so each start must leave the buffer as it
+ * is, return 0 and no request (-1), and the wait for it succeed; a wait for an id that is
+ * not in flight is refused on both. The many-rank NCCL path (the communication stream)
+ * runs only where each rank has its own GPU (docs/gpu.md, "Not done").
+ */
+static void test_async(struct dp_backend *be)
+{
+    struct dp_err err = {0};
+    const int64_t n = 41;
+    float *h = hrand(n, 1);
+    float *dg = dev(be, h, F(n)), *dc = dev(cpu, h, F(n));
+    CHECK(be->ops->allreduce_start && be->ops->reduce_scatter_v_start && be->ops->req_wait);
+    if (!be->ops->allreduce_start || !be->ops->reduce_scatter_v_start || !be->ops->req_wait)
+        return;
+    int rg = 7, rc = 7, counts[1] = {(int)n};
+    CHECK_EQ(be->ops->allreduce_start(be, DP_GROUP_DPCP, dg, n, DP_OP_SUM, &rg, &err), 0);
+    CHECK_EQ(cpu->ops->allreduce_start(cpu, DP_GROUP_DPCP, dc, n, DP_OP_SUM, &rc, &err), 0);
+    CHECK_EQ(rg, -1);
+    CHECK_EQ(rc, -1);
+    CHECK_EQ(be->ops->req_wait(be, rg, &err), 0);
+    CHECK_EQ(cpu->ops->req_wait(cpu, rc, &err), 0);
+    CHECK_EQ(be->ops->reduce_scatter_v_start(be, DP_GROUP_SHARD, dg, counts, &rg, &err), 0);
+    CHECK_EQ(cpu->ops->reduce_scatter_v_start(cpu, DP_GROUP_SHARD, dc, counts, &rc, &err), 0);
+    CHECK_EQ(be->ops->req_wait(be, rg, &err), 0);
+    CHECK_EQ(cpu->ops->req_wait(cpu, rc, &err), 0);
+    float *g = get(be, dg, n), *c = get(cpu, dc, n);
+    same("allreduce_start + reduce_scatter_v_start, one rank", g, c, n, 0);
+    same("the same, unchanged", g, h, n, 0);
+    CHECK(be->ops->req_wait(be, 3, &err) != 0);
+    CHECK(cpu->ops->req_wait(cpu, 3, &err) != 0);
+    free(h), free(g), free(c);
+}
+
 static void test_arena(void)
 {
     struct dp_err err = {0};
@@ -775,6 +810,7 @@ int main(void)
     test_qk_norm();
     test_alltoall(gpu);
     test_p2p(gpu);
+    test_async(gpu);
     struct dp_backend *staged = dp__backend_new("cuda-mpi", &cfg, &err);
     if (!staged) {
         fprintf(stderr, "cuda-mpi backend: %s\n", err.msg);
@@ -782,6 +818,7 @@ int main(void)
     } else {
         test_p2p(staged);
         test_alltoall(staged);
+        test_async(staged);
         staged->ops->destroy(staged);
     }
     /* Buffers are not freed one by one: the process ends here. */

@@ -1,7 +1,8 @@
 /*
  * The CUDA backend's host-only logic (executor/backend/cuda_host.c), which runs in every
  * build, GPU or not: the device arena's offsets, the communicator split plan, the choice
- * of a kernel image for a GPU, and the one-line errors. Expected values are worked out
+ * of a kernel image for a GPU, the one-line errors and the request ids of the
+ * communication stream. Expected values are worked out
  * by hand in the comments.
  */
 #include "check.h"
@@ -233,6 +234,40 @@ static void test_errors(void)
     CHECK_STR(err.msg, "rank 1 (h): x failed: unknown error");
 }
 
+/* The communication stream's request ids (cuda_async.c). */
+static void test_reqs(void)
+{
+    struct dp__reqs r;
+    int ids[DP_MAX_REQS];
+    dp__reqs_init(&r);
+    CHECK_EQ(dp__reqs_of_group(&r, DP_GROUP_DPCP, ids), 0);
+    /* Lowest free first: 0, 1, 2 over DPCP, EDP, DPCP. */
+    CHECK_EQ(dp__reqs_take(&r, DP_GROUP_DPCP), 0);
+    CHECK_EQ(dp__reqs_take(&r, DP_GROUP_EDP), 1);
+    CHECK_EQ(dp__reqs_take(&r, DP_GROUP_DPCP), 2);
+    CHECK_EQ(dp__reqs_of_group(&r, DP_GROUP_DPCP, ids), 2);
+    CHECK_EQ(ids[0], 0);
+    CHECK_EQ(ids[1], 2);
+    CHECK_EQ(dp__reqs_of_group(&r, DP_GROUP_TP, ids), 0);
+    /* Completing 0 frees it for the next take; a second completion, or an id never
+     * taken or out of range, is refused and changes nothing. */
+    CHECK_EQ(dp__reqs_done(&r, 0), 0);
+    CHECK_EQ(dp__reqs_done(&r, 0), DP_EINVAL);
+    CHECK_EQ(dp__reqs_done(&r, 7), DP_EINVAL);
+    CHECK_EQ(dp__reqs_done(&r, -1), DP_EINVAL);
+    CHECK_EQ(dp__reqs_done(&r, DP_MAX_REQS), DP_EINVAL);
+    CHECK_EQ(dp__reqs_of_group(&r, DP_GROUP_DPCP, ids), 1);
+    CHECK_EQ(ids[0], 2);
+    CHECK_EQ(dp__reqs_take(&r, DP_GROUP_SHARD), 0);
+    /* Full: ids 0..2 taken, DP_MAX_REQS - 3 more, then none. */
+    for (int i = 3; i < DP_MAX_REQS; i++)
+        CHECK_EQ(dp__reqs_take(&r, DP_GROUP_DPCP), i);
+    CHECK_EQ(dp__reqs_take(&r, DP_GROUP_DPCP), -1);
+    CHECK_EQ(dp__reqs_of_group(&r, DP_GROUP_DPCP, ids), DP_MAX_REQS - 2);
+    CHECK_EQ(dp__reqs_done(&r, 1), 0);
+    CHECK_EQ(dp__reqs_take(&r, DP_GROUP_TP), 1);
+}
+
 /*
  * cuBLASLt plans (cuda_lt_host.h). The executor's linears on tiny-gpt's QKV (N = 32
  * tokens, k = h = 16 in, n = 48 out):
@@ -347,5 +382,6 @@ int main(void)
     test_split();
     test_images();
     test_errors();
+    test_reqs();
     return check_failures ? 1 : 0;
 }
