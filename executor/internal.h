@@ -277,6 +277,9 @@ struct dp_exec {
      * fp32 master ex->params at each step's start, which the model reads (model.c). */
     enum dp_dtype dtype;
     real *pwork;
+    /* Flash attention (attn_flash_*): the layers keep lse [B][a][T], no probabilities
+     * (memplan.c); resolved from opts.attention and the backend (run.c). */
+    bool flash;
     /* fp16 dynamic loss scaler (Megatron-Core DynamicGradScaler): the scale, the steps
      * since the last overflow or growth, the overflows left before a backoff; found_inf:
      * this step's gradients held an inf or nan on some rank (a MAX over the world). */

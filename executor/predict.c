@@ -95,6 +95,7 @@ static int price_stage(struct pricer *c, const struct dp_model *m, const struct 
     dp_exec_opts_default(&ex->o); /* no data: batches are not loaded */
     ex->err = err;
     ex->be = &c->base;
+    ex->flash = c->flash && l->cp <= 1;
     ex->c = (struct dp_coords){.tp_rank = 0, .dp_rank = 0, .pp_rank = st};
     ex->rank = dp_rank_of_cp(&ex->c, l->tp, l->cp, l->dp, l->pp);
     ex->world = l->tp * (l->cp > 1 ? l->cp : 1) * l->dp * l->pp;
@@ -175,6 +176,7 @@ int dp_exec_predict(const struct dp_model *m, const struct dp_layout *l,
     c.base.threads = c.nt;
     int per_node = run->ranks_per_node > 0 ? run->ranks_per_node : 1;
     c.shared = per_node > 1;
+    c.flash = run->flash;
     struct dp_probe_shape sh = {.threads = c.nt,
                                 .concurrent = c.nt * per_node,
                                 .seq_len = l->seq_len,
