@@ -7,9 +7,9 @@
 #   1. the backend op by op against the CPU backend (test_cuda_backend),
 #   2. GPU vs CPU training of tiny models, 20 steps: exact fp32 GEMMs (DPLAN_CUDA_GEMM=fp32)
 #      tight, TF32 within TF32's rounding,
-#   3. multi-rank layouts (tp, pp, dp, ZeRO, cp, interleaved pp) on the one GPU over
-#      --backend cuda-mpi, against the single-process CPU run,
-#   4. GPT-2 124M throughput at seq 1024: dplan against PyTorch (eager and torch.compile)
+#   3. multi-rank layouts (tp, pp, dp, ZeRO, cp, interleaved pp, MoE with ep 2, q/k norm)
+#      on the one GPU over --backend cuda-mpi, against the single-process CPU run,
+#   4. GPT-2 124M and 350M throughput at seq 1024: dplan against PyTorch (eager and torch.compile)
 #      on the same GPU, MFU from the model FLOPs of Narayanan et al. 2021,
 # and writes the table to bench/results/gpu-check-<gpu>-<date>.md.
 #
@@ -178,11 +178,31 @@ if run 8l-cpu "$m8" --backend cpu --mbs 1; then
   DPLAN_CUDA_GEMM=fp32 run lay8lpp2vpp2 "$m8" --backend cuda-mpi --pp 2 --vpp 2 --mbs 1 &&
     row "| tiny-gpt-8l cuda-mpi --pp 2 --vpp 2 vs 1-rank cpu, rtol 1e-4 | $(cmp 8l-cpu lay8lpp2vpp2 1e-4) |"
 fi
+# Mixture of experts (router, dispatch and combine, the EP all-to-all over MPI_Alltoallv)
+# and Qwen3's q/k norm, against 1-rank cpu runs at the same micro-batch size (the
+# auxiliary loss and capacity are per micro-batch; tests/executor/CMakeLists.txt's
+# moe_refs): softmax top-2 (tiny-moe), sigmoid + bias (tiny-moe-v3), qk_norm with
+# experts (tiny-qwen3moe).
+mm=$root/tests/executor/models
+for spec in "tiny-moe|--dp 2 --ep 2" "tiny-moe|--dp 2 --ep 2 --zero 1" "tiny-moe-v3|--dp 2 --ep 2" \
+            "tiny-qwen3moe|--tp 2" "tiny-qwen3moe|--tp 2 --dp 2 --ep 2"; do
+  model=${spec%%|*} lay=${spec#*|}
+  [ -f "$work/$model-ref/log.jsonl" ] || run "$model-ref" "$mm/$model.json" --backend cpu --mbs 2 || continue
+  if [ ! -f "$work/$model-gpu1/log.jsonl" ]; then
+    DPLAN_CUDA_GEMM=fp32 run "$model-gpu1" "$mm/$model.json" --backend cuda --mbs 2 &&
+      row "| $model cuda (1 rank) vs cpu, rtol 1e-4 | $(cmp $model-ref $model-gpu1 1e-4) |"
+  fi
+  name="$model-$(echo "$lay" | tr -d ' -')"
+  DPLAN_CUDA_GEMM=fp32 run "$name" "$mm/$model.json" --backend cuda-mpi --mbs 2 $lay &&
+    row "| $model cuda-mpi $lay vs 1-rank cpu, rtol 1e-4 | $(cmp $model-ref $name 1e-4) |"
+done
 if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
   run nccl-dp2 tiny-gpt --backend cuda --dp 2 &&
     row "| tiny-gpt cuda (NCCL) --dp 2 vs cpu, rtol 1e-2 | $(cmp tiny-gpt-cpu nccl-dp2 1e-2) |"
   run nccl-cp2 tiny-gpt --backend cuda --cp 2 &&
     row "| tiny-gpt cuda (NCCL) --cp 2 vs cpu, rtol 1e-2 | $(cmp tiny-gpt-cpu nccl-cp2 1e-2) |"
+  [ -f "$work/tiny-moe-ref/log.jsonl" ] && run nccl-moe-ep2 "$mm/tiny-moe.json" --backend cuda --dp 2 --ep 2 --mbs 2 &&
+    row "| tiny-moe cuda (NCCL all-to-all) --dp 2 --ep 2 vs cpu, rtol 1e-2 | $(cmp tiny-moe-ref nccl-moe-ep2 1e-2) |"
   [ -f "$work/8l-cpu/log.jsonl" ] && run nccl-vpp "$m8" --backend cuda --pp 2 --vpp 2 --mbs 1 &&
     row "| tiny-gpt-8l cuda (NCCL) --pp 2 --vpp 2 vs cpu, rtol 1e-2 | $(cmp 8l-cpu nccl-vpp 1e-2) |"
 fi
@@ -190,7 +210,6 @@ fi
 # ---- 4. throughput
 bench_rows=()
 if [ $bench = 1 ]; then
-  say "4. GPT-2 124M, seq 1024"
   B=${GPU_CHECK_BATCH:-8} T=1024
   python3 -c "
 import random, struct, sys
@@ -198,19 +217,26 @@ random.seed(0)
 n = $B * $T * 40 + 1
 with open('$work/tok.bin', 'wb') as f:
     f.write(struct.pack('<%dH' % n, *[random.randrange(50257) for _ in range(n)]))"
-  if "$dplan" run gpt2-124m --backend cuda --steps 12 --gbs $B --mbs $B --seq-len $T \
-      --data "$work/tok.bin" --data-format raw --out "$work/g124" > "$work/g124.out" 2>&1; then
-    tok=$(python3 -c "
+  # GPT-2 small and medium (Radford et al. 2019 Table 2), the shapes issue 17 names:
+  # name, layers, hidden, heads for both implementations.
+  for spec in "gpt2-124m 12 768 12" "gpt2-350m 24 1024 16"; do
+    read -r gm gl gh ga <<< "$spec"
+    say "4. $gm, seq $T, batch $B"
+    if "$dplan" run "$gm" --backend cuda --steps 12 --gbs $B --mbs $B --seq-len $T \
+        --data "$work/tok.bin" --data-format raw --out "$work/$gm" > "$work/$gm.out" 2>&1; then
+      tok=$(python3 -c "
 import json, statistics
-r = [json.loads(l) for l in open('$work/g124/log.jsonl')]
+r = [json.loads(l) for l in open('$work/$gm/log.jsonl')]
 r = [x['tokens_per_sec'] for x in r if x.get('step', 0) > 2 and 'tokens_per_sec' in x]
 print(statistics.median(r))")
-    bench_rows+=("{\"impl\": \"dplan cuda\", \"precision\": \"fp32/tf32\", \"tokens_per_s\": $tok}")
-  else
-    bench_rows+=("{\"impl\": \"dplan cuda\", \"precision\": \"fp32/tf32\", \"error\": \"$(tail -1 "$work/g124.out" | tr -d '"' | cut -c1-160)\"}")
-  fi
-  while IFS= read -r l; do bench_rows+=("$l"); done < <(
-    timeout 300 python3 bench/gpu/torch_gpt2.py --batch $B --seq $T --bf16 2> "$work/torch.err" || true)
+      bench_rows+=("{\"model\": \"$gm\", \"impl\": \"dplan cuda\", \"precision\": \"fp32/tf32\", \"tokens_per_s\": $tok}")
+    else
+      bench_rows+=("{\"model\": \"$gm\", \"impl\": \"dplan cuda\", \"precision\": \"fp32/tf32\", \"error\": \"$(tail -1 "$work/$gm.out" | tr -d '"' | cut -c1-160)\"}")
+    fi
+    while IFS= read -r l; do bench_rows+=("$l"); done < <(
+      timeout 150 python3 bench/gpu/torch_gpt2.py --name "$gm" --layers "$gl" --hidden "$gh" \
+        --heads "$ga" --batch $B --seq $T --bf16 2>> "$work/torch.err" || true)
+  done
 fi
 
 # ---- the table

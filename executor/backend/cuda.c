@@ -421,6 +421,7 @@ static void fill_once(void)
     if (!cuda_ops.gemm) {
         dp__cuda_fill_ops(&cuda_ops);
         dp__cuda_fill_comm(&cuda_ops);
+        dp__cuda_fill_moe(&cuda_ops);
         cuda_ops.reserve = cu_reserve;
         cuda_ops.mem_peak = cu_mem_peak;
     }

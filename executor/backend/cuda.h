@@ -51,6 +51,8 @@ void dp__cuda_note(struct cuda_backend *cb, const char *what, int code, const ch
  * the ops table by cuda.c. */
 void dp__cuda_fill_ops(struct dp_backend_ops *ops);
 void dp__cuda_fill_comm(struct dp_backend_ops *ops);
+/* Mixture of experts and q/k norm (cuda_ops_moe.c over cuda_moe.cu). */
+void dp__cuda_fill_moe(struct dp_backend_ops *ops);
 
 /* Errors (cuda_comm.c): fill err for a failed CUDA, NCCL or MPI call over group g (-1:
  * none) with the library's own text; return the status. */

@@ -324,6 +324,73 @@ static int cu_allgather_v(struct dp_backend *be, enum dp_group g, real *buf, con
     return rc;
 }
 
+/* All-to-all with counts (expert dispatch and combine, moe.c). NCCL has no alltoallv:
+ * one ncclSend and one ncclRecv per peer with a non-zero count in one NCCL group (the
+ * pattern of NCCL's user guide, "Point-to-point communication: all-to-all"); this
+ * rank's own piece is a device copy. cuda-mpi: MPI_Alltoallv on the staging buffer. */
+static int cu_alltoall_v(struct dp_backend *be, enum dp_group g, const real *sbuf,
+                         const int *scounts, real *rbuf, const int *rcounts, struct dp_err *err)
+{
+    struct cuda_backend *cb = dp__cu(be);
+    const int n = cb->size[g], r = cb->rank[g];
+    if (n <= 1) {
+        cudaError_t cr = cudaSuccess;
+        if (scounts[0] && rbuf != sbuf)
+            cr = cudaMemcpyAsync(rbuf, sbuf, (size_t)scounts[0] * sizeof(real),
+                                 cudaMemcpyDeviceToDevice, cb->stream);
+        return cr == cudaSuccess
+                   ? 0
+                   : dp__cuda_err_cuda(cb, err, (int)cr, "cudaMemcpyAsync (all-to-all-v)", g);
+    }
+    if (dp__cuda_settle(cb, err, g))
+        return err->code;
+    int *sd = malloc(2 * (size_t)n * sizeof *sd);
+    if (!sd)
+        return dp_err_set(err, DP_ENOMEM, "out of memory");
+    int *rd = sd + n;
+    const int64_t stot = displs_of(scounts, n, sd), rtot = displs_of(rcounts, n, rd);
+    int rc = 0;
+    if (!cb->staged) {
+        cudaError_t cr = cudaSuccess;
+        if (scounts[r])
+            cr = cudaMemcpyAsync(rbuf + rd[r], sbuf + sd[r], (size_t)scounts[r] * sizeof(real),
+                                 cudaMemcpyDeviceToDevice, cb->stream);
+        if (cr != cudaSuccess) {
+            free(sd);
+            return dp__cuda_err_cuda(cb, err, (int)cr, "cudaMemcpyAsync (all-to-all-v)", g);
+        }
+        ncclResult_t nr = ncclGroupStart();
+        for (int i = 0; i < n && nr == ncclSuccess; i++) {
+            if (i == r)
+                continue;
+            if (scounts[i])
+                nr = ncclSend(sbuf + sd[i], (size_t)scounts[i], ncclFloat, i, cb->ncomm[g],
+                              cb->stream);
+            if (nr == ncclSuccess && rcounts[i])
+                nr = ncclRecv(rbuf + rd[i], (size_t)rcounts[i], ncclFloat, i, cb->ncomm[g],
+                              cb->stream);
+        }
+        ncclResult_t ne = ncclGroupEnd();
+        rc = finish(cb, err, g, nr == ncclSuccess ? ne : nr, "ncclSend/ncclRecv (all-to-all-v)");
+    } else {
+        real *h;
+        rc = staged_buf(cb, err, stot + rtot, &h);
+        if (!rc && stot)
+            rc = d2h(cb, h, sbuf, stot, err, g);
+        if (!rc) {
+            int mr = MPI_Alltoallv(h, scounts, sd, MPI_FLOAT, h + stot, rcounts, rd, MPI_FLOAT,
+                                   cb->mcomm[g]);
+            rc = mr != MPI_SUCCESS ? dp__cuda_err_mpi(cb, err, mr, "MPI_Alltoallv", g)
+                 : rtot            ? h2d(cb, rbuf, h + stot, rtot, err, g)
+                                   : 0;
+        }
+        if (!rc)
+            dp__beat(NULL);
+    }
+    free(sd);
+    return rc;
+}
+
 /* Blocking, see the top of the file: the gather is complete when _start returns. */
 static int cu_allgather_v_start(struct dp_backend *be, enum dp_group g, real *buf,
                                 const int *counts, struct dp_err *err)
@@ -496,6 +563,7 @@ void dp__cuda_fill_comm(struct dp_backend_ops *o)
     o->allgather = cu_allgather;
     o->reduce_scatter_v = cu_reduce_scatter_v;
     o->allgather_v = cu_allgather_v;
+    o->alltoall_v = cu_alltoall_v;
     o->allgather_v_start = cu_allgather_v_start;
     o->allgather_v_wait = cu_allgather_v_wait;
     o->p2p = cu_p2p;

@@ -525,6 +525,153 @@ static void test_p2p(struct dp_backend *be)
     free(h0), free(h1), free(g0), free(g1);
 }
 
+/* ---- mixture of experts, q/k norm (cuda_moe.cu; the row code is host-tested in
+ * test_cuda_moe_host.c). The router's per-row arithmetic is the CPU's in the same
+ * order, so the outputs agree to a float ulp or two (the device's double exp is within
+ * 1 ulp): 1e-6; the rows ops are exact copies and sums in the CPU's order (0), or a
+ * double dot product in a different order (1e-6). Logits from 4 values give ties. */
+static void test_moe(void)
+{
+    enum { N = 50, E = 8, K = 2, C = 24 };
+    const int R = N * K;
+    float lg[N * E], bias[E];
+    static const float v4[4] = {-1, 0, 0.5f, 1};
+    for (int i = 0; i < N * E; i++)
+        lg[i] = i % 3 ? v4[(int)((frand() + 1) * 2) & 3] : frand();
+    for (int e = 0; e < E; e++)
+        bias[e] = e % 3 ? 0 : 0.25f;
+    for (int sig = 0; sig < 2; sig++) {
+        float *pr[2], *w[2], *dl[2];
+        int32_t *ix[2], hix[2][N * K], *rr[2];
+        int32_t hrr[N * K];
+        for (int i = 0; i < R; i++)
+            hrr[i] = i % 7 == 6 ? -1 : (int32_t)((i * 5) % R);
+        float *dw = hrand(R, 1), *ga = hrand(E, 0.1f);
+        for (int b = 0; b < 2; b++) {
+            struct dp_backend *BE = b ? gpu : cpu;
+            pr[b] = dev(BE, lg, F(N * E));
+            w[b] = dev(BE, NULL, F(R));
+            ix[b] = dev(BE, NULL, (size_t)R * sizeof(int32_t));
+            BE->ops->router_topk(BE, pr[b], ix[b], w[b], sig ? dev(BE, bias, F(E)) : NULL, N, E, K);
+            BE->ops->download(BE, hix[b], ix[b], sizeof hix[b]);
+            rr[b] = dev(BE, hrr, sizeof hrr);
+            dl[b] = dev(BE, NULL, F(N * E));
+            BE->ops->router_bwd(BE, dl[b], pr[b], w[b], ix[b], rr[b], dev(BE, dw, F(R)),
+                                dev(BE, ga, F(E)), sig, N, E, K);
+        }
+        CHECK(memcmp(hix[0], hix[1], sizeof hix[0]) == 0);
+        float *g[2];
+        for (int b = 0; b < 2; b++)
+            g[b] = get(b ? gpu : cpu, pr[b], N * E);
+        same(sig ? "router_topk sigmoid probs" : "router_topk softmax probs", g[1], g[0], N * E,
+             1e-6);
+        free(g[0]), free(g[1]);
+        for (int b = 0; b < 2; b++)
+            g[b] = get(b ? gpu : cpu, w[b], R);
+        same("router_topk weights", g[1], g[0], R, 1e-6);
+        free(g[0]), free(g[1]);
+        for (int b = 0; b < 2; b++)
+            g[b] = get(b ? gpu : cpu, dl[b], N * E);
+        same(sig ? "router_bwd sigmoid" : "router_bwd softmax", g[1], g[0], N * E, 1e-6);
+        free(g[0]), free(g[1]), free(dw), free(ga);
+    }
+    /* Rows: token n's K choices (rows r = n K + k) from and back to N tokens. */
+    int32_t tok[N * K];
+    for (int r = 0; r < R; r++)
+        tok[r] = (int32_t)((r * 13) % N);
+    float *x = hrand(N * C, 1), *y = hrand(R * C, 1), *sc = hrand(R, 1);
+    float *o = NULL;
+    BOTH("rows_gather scaled", R * C, 0, o, {
+        o = dev(BE, NULL, F(R * C));
+        BE->ops->rows_gather(BE, o, dev(BE, x, F(N * C)), dev(BE, tok, sizeof tok),
+                             dev(BE, sc, F(R)), R, C);
+    });
+    BOTH("rows_gather in place (identity)", N * C, 0, o, {
+        int32_t iota[N];
+        for (int n = 0; n < N; n++)
+            iota[n] = n;
+        o = dev(BE, x, F(N * C));
+        BE->ops->rows_gather(BE, o, o, dev(BE, iota, sizeof iota), dev(BE, sc, F(N)), N, C);
+    });
+    BOTH("rows_scatter_add", N * C, 0, o, {
+        o = dev(BE, x, F(N * C));
+        BE->ops->rows_scatter_add(BE, o, dev(BE, y, F(R * C)), dev(BE, tok, sizeof tok),
+                                  dev(BE, sc, F(R)), R, C);
+    });
+    BOTH("rows_scatter_add unscaled", N * C, 0, o, {
+        o = dev(BE, x, F(N * C));
+        BE->ops->rows_scatter_add(BE, o, dev(BE, y, F(R * C)), dev(BE, tok, sizeof tok), NULL, R,
+                                  C);
+    });
+    BOTH("rows_dot", R, 1e-6, o, {
+        o = dev(BE, NULL, F(R));
+        BE->ops->rows_dot(BE, o, dev(BE, x, F(N * C)), dev(BE, tok, sizeof tok),
+                          dev(BE, y, F(R * C)), R, C);
+    });
+    free(x), free(y), free(sc);
+}
+
+/* q/k RMSNorm on 3 query and 1 key heads of width 64 in rows that also hold the v
+ * heads (ld = (3 + 2) 64, as the QKV output with g = 1); the weight gradient sums in a
+ * different order (1e-5), the rest as the CPU. */
+static void test_qk_norm(void)
+{
+    const int64_t N = 70;
+    const int nq = 3, nk = 1, d = 64, H = nq + nk;
+    const int64_t ld = (int64_t)(nq + 2 * nk) * d;
+    float *x = hrand(N * ld, 2), *wq = hrand(d, 1), *wk = hrand(d, 1), *g = hrand(N * ld, 1);
+    float *xo = NULL, *raw = NULL, *rs = NULL, *dx = NULL, *dwq = NULL, *dwk = NULL;
+    BOTH("qk_norm_fwd", N * ld, 1e-6, xo, {
+        xo = dev(BE, x, F(N * ld));
+        raw = dev(BE, NULL, F(N * H * d));
+        rs = dev(BE, NULL, F(N * H));
+        BE->ops->qk_norm_fwd(BE, xo, ld, raw, rs, dev(BE, wq, F(d)), dev(BE, wk, F(d)), N, nq, nk,
+                             d);
+    });
+    for (int part = 0; part < 3; part++)
+        BOTH(part == 0   ? "qk_norm_bwd dx"
+             : part == 1 ? "qk_norm_bwd dwq"
+                         : "qk_norm_bwd dwk",
+             part ? d : N * ld, part ? 1e-5 : 1e-6,
+             part == 0   ? dx
+             : part == 1 ? dwq
+                         : dwk,
+             {
+                 xo = dev(BE, x, F(N * ld));
+                 raw = dev(BE, NULL, F(N * H * d));
+                 rs = dev(BE, NULL, F(N * H));
+                 float *dq = dev(BE, wq, F(d)), *dk = dev(BE, wk, F(d));
+                 BE->ops->qk_norm_fwd(BE, xo, ld, raw, rs, dq, dk, N, nq, nk, d);
+                 dx = dev(BE, g, F(N * ld));
+                 dwq = dev(BE, wq, F(d)); /* accumulates onto a nonzero start */
+                 dwk = dev(BE, NULL, F(d));
+                 BE->ops->qk_norm_bwd(BE, dx, ld, dwq, dwk, raw, rs, dq, dk, N, nq, nk, d);
+             });
+    free(x), free(wq), free(wk), free(g);
+}
+
+/* All-to-all with counts in a group of one: this rank's piece copied to rbuf (a group
+ * of two needs two GPUs for NCCL, which refuses two ranks on one device; gpu-check.sh
+ * runs the cuda-mpi path with ep = 2 on one GPU). */
+static void test_alltoall(struct dp_backend *be)
+{
+    struct dp_err err = {0};
+    const int64_t n = 41;
+    float *h = hrand(n, 1);
+    float *s = dev(be, h, F(n)), *r = dev(be, NULL, F(n));
+    int cnt[1] = {(int)n};
+    CHECK(be->ops->alltoall_v != NULL);
+    if (!be->ops->alltoall_v)
+        return;
+    int rc = be->ops->alltoall_v(be, DP_GROUP_EP, s, cnt, r, cnt, &err);
+    if (rc)
+        fprintf(stderr, "%s alltoall_v: %s\n", be->ops->name, err.msg);
+    CHECK_EQ(rc, 0);
+    float *g = get(be, r, n);
+    same("alltoall_v, one rank", g, h, n, 0);
+    free(g), free(h);
+}
+
 static void test_arena(void)
 {
     struct dp_err err = {0};
@@ -572,6 +719,9 @@ int main(void)
     test_ends();
     test_reduce_adamw();
     test_ring();
+    test_moe();
+    test_qk_norm();
+    test_alltoall(gpu);
     test_p2p(gpu);
     struct dp_backend *staged = dp__backend_new("cuda-mpi", &cfg, &err);
     if (!staged) {
@@ -579,6 +729,7 @@ int main(void)
         check_failures++;
     } else {
         test_p2p(staged);
+        test_alltoall(staged);
         staged->ops->destroy(staged);
     }
     /* Buffers are not freed one by one: the process ends here. */
