@@ -71,6 +71,11 @@ static const char help_head[] =
     "                      [Megatron's max(40000000, 1000000*dp*cp)]\n"
     "  --backend NAME      cpu (the default); cuda (NCCL), cuda-mpi (collectives staged over\n"
     "                      MPI, ranks may share a GPU) in builds with CUDA: docs/gpu.md\n"
+    "  --attention A       math: softmax(q k^T) kept as T x T probabilities for backward;\n"
+    "                      flash: tiled with an online softmax, only each row's log-sum-exp\n"
+    "                      kept, the probabilities rebuilt in backward (FlashAttention-2);\n"
+    "                      auto: the backend's (cpu math, cuda flash); with --cp the ring\n"
+    "                      attention either way [auto]\n"
     "  --threads N         compute threads per rank [OMP_NUM_THREADS, else the node's\n"
     "                      cores / its ranks]\n"
     "  --timeout S         a rank that makes no progress for S seconds ends the job (and\n"
@@ -128,9 +133,9 @@ static const char run_knob_help[] =
     "the stage's layers; --precision auto, fp8 recipes other than current, --fp8-params,\n"
     "and bf16/fp16/fp8 with MoE models;\n"
     "and the planning-only knobs --grad-dtype (other than fp32),\n"
-    "--no-flash-attn and --overhead-gib: it keeps fp32 gradients and the attention\n"
-    "probabilities (a plan file's values for these, and its overlap and kernel knobs,\n"
-    "run the CPU backend's one way: executor/README.md \"What runs\").\n";
+    "--no-flash-attn and --overhead-gib: it keeps fp32 gradients, and its attention is\n"
+    "--attention's (a plan file's values for these, and its overlap and kernel knobs,\n"
+    "run the backend's one way: executor/README.md \"What runs\").\n";
 
 /* Planning knobs that would do nothing here: refused rather than silently ignored. */
 static int refuse_planning_knobs(const struct cli_common *c)
@@ -148,8 +153,8 @@ static int refuse_planning_knobs(const struct cli_common *c)
     if (given[OPT_GRAD_DTYPE - OPT_SYSTEM] && c->grad_fp32 != 1)
         return cli_usage_error("run", "--grad-dtype: the CPU executor keeps fp32 gradients only");
     if (given[OPT_NO_FLASH - OPT_SYSTEM])
-        return cli_usage_error("run", "--no-flash-attn is a planning knob: the CPU executor "
-                                      "always keeps the attention probabilities");
+        return cli_usage_error("run", "--no-flash-attn is a planning knob: the executor's "
+                                      "attention is --attention math or flash");
     if (given[OPT_OVERHEAD - OPT_SYSTEM])
         return cli_usage_error("run", "--overhead-gib is a planning knob (GPU runtime memory)");
     return 0;
@@ -180,6 +185,7 @@ enum {
     OPT_LOSS_SCALE,
     OPT_OVERLAP_GRAD,
     OPT_BUCKET,
+    OPT_ATTENTION,
 };
 
 static int parse_num(const char *opt, const char *arg, double lo, double hi, double *out)
@@ -230,6 +236,7 @@ static int parse_args(struct cli_run *r, int argc, char **argv)
         {"initial-loss-scale", required_argument, 0, OPT_LOSS_SCALE},
         {"overlap-grad-reduce", required_argument, 0, OPT_OVERLAP_GRAD},
         {"ddp-bucket-size", required_argument, 0, OPT_BUCKET},
+        {"attention", required_argument, 0, OPT_ATTENTION},
         {"hostfile", required_argument, 0, OPT_HOSTFILE},
         {"ranks-per-node", required_argument, 0, OPT_RANKS_PER_NODE},
         {"dry-run", no_argument, 0, OPT_DRY_RUN},
@@ -288,6 +295,11 @@ static int parse_args(struct cli_run *r, int argc, char **argv)
                                       strchr(dp_exec_backend_names(), ',') ? "s" : " only");
             else
                 r->o.backend = optarg;
+            break;
+        case OPT_ATTENTION:
+            if (dp_exec_attn_parse(optarg, &r->o.attention))
+                bad = cli_usage_error(
+                    "run", "--attention: expected auto, math or flash, got \"%s\"", optarg);
             break;
         case OPT_THREADS: bad = parse_count("threads", optarg, 1, 4096, &r->threads); break;
         case OPT_CALIBRATION: r->calibration = optarg; break;
@@ -595,7 +607,8 @@ static int dry_run(const struct cli_run *r, int argc, char **argv)
                c.pp_rank, ranges, c.pp_rank == 0 ? " +embedding" : "",
                c.pp_rank == l->pp - 1 ? " +head" : "");
     }
-    int prc = cli_run_dry(&r->m, l); /* groups, schedule, memory (dry_run.c) */
+    /* groups, schedule, memory (dry_run.c) */
+    int prc = cli_run_dry(&r->m, l, dp_exec_attn_flash(r->o.backend, r->o.attention));
     if (prc)
         return prc;
     printf("\noutput: %s%s\n", r->out_dir, r->out ? "" : " (the default: --out DIR to choose)");

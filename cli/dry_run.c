@@ -85,7 +85,7 @@ static void expert_members(const struct dp_layout *l, const struct dp_coords *c,
     snprintf(out + n, cap - n, "}");
 }
 
-int cli_run_dry(const struct dp_model *m, const struct dp_layout *l)
+int cli_run_dry(const struct dp_model *m, const struct dp_layout *l, bool flash)
 {
     const int cp = l->cp > 1 ? l->cp : 1;
     const int world = l->tp * cp * l->dp * l->pp;
@@ -176,7 +176,7 @@ int cli_run_dry(const struct dp_model *m, const struct dp_layout *l)
     for (int s = 0; s < l->pp; s++) {
         int64_t b[DP_NPOOLS];
         struct dp_err err = {0};
-        if (dp_exec_memory(m, l, s, b, &err)) {
+        if (dp_exec_memory_attn(m, l, s, flash ? DP_EXEC_ATTN_FLASH : DP_EXEC_ATTN_MATH, b, &err)) {
             fprintf(stderr, "dplan: error: %s: %s\n", m->name, err.msg);
             return 1;
         }

@@ -126,7 +126,8 @@ static void write_summary(struct cli_run *r, const struct dp_exec_result *res, c
                                      r->env.local_world > 0 ? r->env.local_world : res->world,
                                  .threads = threads,
                                  .allreduce_small_s = res->allreduce_small_s,
-                                 .allreduce_1mib_s = res->allreduce_1mib_s};
+                                 .allreduce_1mib_s = res->allreduce_1mib_s,
+                                 .flash = res->flash};
     /* With --calibration: the profile's costs at this split instead of a probe now. */
     struct dp_exec_costs costs;
     if (r->cal)
@@ -137,6 +138,7 @@ static void write_summary(struct cli_run *r, const struct dp_exec_result *res, c
     cJSON_AddStringToObject(o, "model", r->m.name);
     cJSON_AddItemToObject(o, "layout", dp_layout_to_json(&r->l));
     cJSON_AddStringToObject(o, "backend", "cpu");
+    cJSON_AddStringToObject(o, "attention", res->flash ? "flash" : "math");
     cJSON_AddNumberToObject(o, "world_size", res->world);
     cJSON_AddNumberToObject(o, "steps", res->steps_done);
     cJSON_AddNumberToObject(o, "first_loss", res->first_loss);
@@ -215,6 +217,8 @@ static void print_summary(struct cli_run *r, const struct dp_exec_result *res, c
                 "precision: %s storage, emulated by the %s backend (stored tensors rounded to "
                 "nearest even, buffers fp32); fp32 master weights, gradients and AdamW state\n",
                 dp_precision_name(r->o.precision), r->o.backend ? r->o.backend : "cpu");
+    if (res->flash) /* math runs print what they always did */
+        fprintf(stderr, "attention: flash (only the log-sum-exp kept, no T x T probabilities)\n");
     if (r->l.gemm == DP_GEMM_FP8)
         fprintf(stderr,
                 "fp8: the transformer layers' linear GEMMs in FP8 (%s, current "

@@ -41,6 +41,18 @@ enum dp_pool {
 /* "params", "grads", "optimizer", "act_slots", "act_head", "act_work", "comm". */
 const char *dp_pool_name(enum dp_pool p);
 
+/* The attention core a run computes (`dplan run --attention`; executor/README.md
+ * "Attention"): the backend's choice (its flash_default: flash on CUDA, math on the
+ * CPU), the math attention keeping the T x T probabilities for backward, or flash
+ * attention keeping only each row's log-sum-exp. Same function either way. */
+enum dp_exec_attn { DP_EXEC_ATTN_AUTO = 0, DP_EXEC_ATTN_MATH, DP_EXEC_ATTN_FLASH };
+/* "auto", "math", "flash"; parse: 0, or -1 for an unknown name. */
+const char *dp_exec_attn_name(enum dp_exec_attn a);
+int dp_exec_attn_parse(const char *s, enum dp_exec_attn *out);
+/* Whether a run on backend `backend` (NULL: the default) with attention `a` runs flash
+ * attention (with cp > 1 the ring attention runs instead, whatever this says). */
+bool dp_exec_attn_flash(const char *backend, enum dp_exec_attn a);
+
 /*
  * The bytes each rank of pipeline stage `stage` holds, pool by pool, for `m` under `l`:
  * the executor's buffer table (README.md "Buffer table"; memplan.c), the same that sizes
@@ -51,6 +63,10 @@ const char *dp_pool_name(enum dp_pool p);
  */
 int dp_exec_memory(const struct dp_model *m, const struct dp_layout *l, int stage,
                    int64_t out[DP_NPOOLS], struct dp_err *err);
+/* The same for a run with the attention `attn` (dp_exec_memory: the math attention, the
+ * CPU backend's default; flash keeps lse [B][a][T] instead of the probabilities). */
+int dp_exec_memory_attn(const struct dp_model *m, const struct dp_layout *l, int stage,
+                        enum dp_exec_attn attn, int64_t out[DP_NPOOLS], struct dp_err *err);
 /* The order in which stage `stage` runs one step's micro-batches: "F0 F1 B0 F2 B1 B2"
  * (forward / backward of micro-batch m), with interleaving "F0.0 F1.0 F0.1 ..." (and the
  * stage's model chunk), from the executor's own pipeline code run on the pricing
@@ -202,6 +218,7 @@ struct dp_rank_summary {
 struct dp_exec_result {
     int rank, world;
     int threads; /* compute threads per rank, as the backend chose them */
+    bool flash;  /* the attention ran as flash attention (opts.attention resolved) */
     int steps_done;
     double first_loss, final_loss;
     int64_t tokens_per_step;
@@ -251,6 +268,7 @@ struct dp_exec_opts {
      * max(40M, 1M dp cp)). */
     enum dp_overlap_mode { DP_OVERLAP_PLAN = 0, DP_OVERLAP_OFF, DP_OVERLAP_ON } overlap_grad_reduce;
     int64_t bucket_elems;
+    enum dp_exec_attn attention; /* DP_EXEC_ATTN_AUTO: the backend's default */
 };
 void dp_exec_opts_default(struct dp_exec_opts *o);
 
@@ -307,6 +325,7 @@ struct dp_exec_machine {
      * (log-log between the two sizes around it); 0 points: the fit alone. */
     int coll_ranks[4], coll_npoints[4];
     double coll_point_bytes[4][DP_EXEC_COLL_POINTS], coll_point_s[4][DP_EXEC_COLL_POINTS];
+    bool flash; /* the run's attention was flash (attn_flash_*), else the math one */
 };
 
 /* One step, split by kind (seconds, the slowest stage's share; they add up to step_s). */

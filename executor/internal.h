@@ -290,6 +290,9 @@ struct dp_exec {
      * fp32 master ex->params at each step's start, which the model reads (model.c). */
     enum dp_dtype dtype;
     real *pwork;
+    /* Flash attention (attn_flash_*): the layers keep lse [B][a][T], no probabilities
+     * (memplan.c); resolved from opts.attention and the backend (run.c). */
+    bool flash;
     /* FP8 GEMMs (the layout's gemm fp8, bf16 storage): the transformer layers' linear
      * GEMMs go through gemm_fp8 (model.c lin_gemm); f8_grad is the gradients' format
      * (E5M2 under HYBRID, E4M3 under E4M3), forward tensors are always E4M3. */

@@ -141,7 +141,8 @@ static void layer_acts(const struct dp_exec *ex, struct dp_act *A, struct carver
             a.qkraw = carve(cv, dm->N * (dm->a + dm->g) * dm->d, sizeof(real));
             a.qkrs = carve(cv, dm->N * (dm->a + dm->g), sizeof(real));
         }
-        if (dm->cp > 1) /* ring attention keeps the log-sum-exp, never the probabilities */
+        /* ring and flash attention keep the log-sum-exp, never the probabilities */
+        if (dm->cp > 1 || ex->flash)
             a.lse = carve(cv, dm->B * dm->a * dm->T, sizeof(real));
         else if (keep_probs)
             a.probs = carve(cv, dm->B * dm->a * dm->T * dm->T, sizeof(real));
@@ -194,7 +195,8 @@ void dp__memplan(const struct dp_exec *ex, struct dp__memplan *p)
     const struct dp_dims *dm = &ex->dm;
     const struct dp_layout *l = &ex->l;
     const int64_t Nh = dm->N * dm->h, Nlh = dm->Nl * dm->h;
-    const int64_t S = dm->cp > 1 ? 0 : dm->B * dm->a * dm->T * dm->T; /* CP: no probabilities */
+    /* CP and flash attention: no probabilities */
+    const int64_t S = dm->cp > 1 || ex->flash ? 0 : dm->B * dm->a * dm->T * dm->T;
     int64_t *e = p->elems;
     memset(p, 0, sizeof *p);
     /* The flat buffers: under ZeRO padded to a multiple of the shard group (dp, or
@@ -279,7 +281,8 @@ void dp__memplan(const struct dp_exec *ex, struct dp__memplan *p)
     e[DP__BUF_SEND] = l->pp > 1 && !ex->last ? Nlh : 0;
     /* CP (cp.c): two ring blocks of k, v and their gradients, and the softmax sums. */
     e[DP__BUF_RING] = dm->cp > 1 ? 2 * dm->N * 4 * dm->kvd : 0;
-    e[DP__BUF_CPST] = dm->cp > 1 ? dm->B * dm->a * dm->T : 0;
+    /* ... flash attention's backward: D = rowsum(dctx * ctx) in the same buffer */
+    e[DP__BUF_CPST] = dm->cp > 1 || ex->flash ? dm->B * dm->a * dm->T : 0;
     /* bf16 / fp16: the working copy of the weights beside the fp32 master, flat length
      * (Megatron's Float16OptimizerWithFloat16Params keeps both). The CPU backend emulates
      * 2-byte storage in fp32 buffers, so it is 4 bytes an element like the others. ZeRO-3
@@ -484,6 +487,12 @@ void dp__slot_release(struct dp_exec *ex, struct dp_slot *s)
 int dp_exec_memory(const struct dp_model *m, const struct dp_layout *l, int stage,
                    int64_t out[DP_NPOOLS], struct dp_err *err)
 {
+    return dp_exec_memory_attn(m, l, stage, DP_EXEC_ATTN_MATH, out, err);
+}
+
+int dp_exec_memory_attn(const struct dp_model *m, const struct dp_layout *l, int stage,
+                        enum dp_exec_attn attn, int64_t out[DP_NPOOLS], struct dp_err *err)
+{
     memset(out, 0, DP_NPOOLS * sizeof *out);
     int rc = dp_layout_validate(l, m, 0, err);
     if (rc)
@@ -497,6 +506,7 @@ int dp_exec_memory(const struct dp_model *m, const struct dp_layout *l, int stag
     ex->l = *l;
     ex->err = err;
     ex->c.pp_rank = stage;
+    ex->flash = attn == DP_EXEC_ATTN_FLASH && l->cp <= 1; /* CP: ring attention */
     /* The storage precision is the layout's here (`dplan run` gives the run's own). */
     ex->dtype = l->precision == DP_BF16   ? DP_DT_BF16
                 : l->precision == DP_FP16 ? DP_DT_FP16

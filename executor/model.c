@@ -370,6 +370,8 @@ static int layer_forward(struct dp_exec *ex, const struct dp_layer_params *p, st
      * inside): only its output is stored, not the probabilities. */
     if (dm->cp > 1) {
         TRY(dp__cp_attn_fwd(ex, A->qkv, A->ctx, A->lse)); /* ring attention (cp.c) */
+    } else if (ex->flash) {
+        OPS->attn_flash_fwd(be, A->ctx, A->lse, A->qkv, dm->B, dm->T, dm->a, dm->g, (int)dm->d);
     } else {
         real *probs = A->probs ? A->probs : w->probs;
         OPS->attn_fwd(be, A->ctx, probs, A->qkv, dm->B, dm->T, dm->a, dm->g, (int)dm->d);
@@ -443,6 +445,10 @@ norm2:
     lin_gemm(ex, true, true, false, h, qd, N, dy, h, A->ctx, qd, 1, G(ex, p->wo), qd);
     if (dm->cp > 1) {
         TRY(dp__cp_attn_bwd(ex, w->dqkv, w->dctx, A->qkv, A->ctx, A->lse));
+    } else if (ex->flash) {
+        /* Nothing to recompute under selective recompute: lse is kept (memplan.c). */
+        OPS->attn_flash_bwd(be, w->dqkv, w->cpst, w->dctx, A->qkv, A->ctx, A->lse, dm->B, dm->T,
+                            dm->a, dm->g, (int)dm->d);
     } else {
         const real *probs = A->probs;
         if (!probs) {
@@ -528,17 +534,21 @@ static int head_forward(struct dp_exec *ex, struct dp_slot *s)
               P(ex, ex->head), (int)dm->h, 0, hd->logits, (int)dm->Vl);
     store(ex, hd->logits, dm->N * dm->Vl);
     real *rowmax = hd->ce, *sums = hd->ce + dm->N, *loss = hd->ce + 3 * dm->N;
-    OPS->ce_max(be, rowmax, hd->logits, dm->N, dm->Vl, dm->v0, dm->vocab);
-    TRY(OPS->allreduce(be, DP_GROUP_TP, rowmax, dm->N, DP_OP_MAX, ex->err));
-    OPS->ce_sums(be, sums, hd->logits, rowmax, s->targets, dm->N, dm->Vl, dm->v0, dm->vocab);
-    TRY(OPS->allreduce(be, DP_GROUP_TP, sums, 2 * dm->N, DP_OP_SUM, ex->err));
     /* The loss is the mean over the global batch's tokens; fp16 scales its gradient by
      * the loss scale (undone before clipping: run.c). */
     real dloss = (real)(1.0 / (double)ex->gbs_tokens);
     if (ex->dtype == DP_DT_FP16)
         dloss = (real)(ex->ls_scale / (double)ex->gbs_tokens);
-    OPS->ce_grad(be, hd->logits, loss, rowmax, sums, s->targets, dm->N, dm->Vl, dm->v0, dm->vocab,
-                 dloss);
+    if (dm->tp == 1 && OPS->ce_fused) { /* the whole vocabulary here: one fused pass */
+        OPS->ce_fused(be, hd->logits, loss, s->targets, dm->N, dm->Vl, dm->vocab, dloss);
+    } else {
+        OPS->ce_max(be, rowmax, hd->logits, dm->N, dm->Vl, dm->v0, dm->vocab);
+        TRY(OPS->allreduce(be, DP_GROUP_TP, rowmax, dm->N, DP_OP_MAX, ex->err));
+        OPS->ce_sums(be, sums, hd->logits, rowmax, s->targets, dm->N, dm->Vl, dm->v0, dm->vocab);
+        TRY(OPS->allreduce(be, DP_GROUP_TP, sums, 2 * dm->N, DP_OP_SUM, ex->err));
+        OPS->ce_grad(be, hd->logits, loss, rowmax, sums, s->targets, dm->N, dm->Vl, dm->v0,
+                     dm->vocab, dloss);
+    }
     store(ex, hd->logits, dm->N * dm->Vl); /* dlogits */
     ex->loss_sum += OPS->sum(be, loss, dm->N);
     return 0;

@@ -95,6 +95,7 @@ static int price_stage(struct pricer *c, const struct dp_model *m, const struct 
     dp_exec_opts_default(&ex->o); /* no data: batches are not loaded */
     ex->err = err;
     ex->be = &c->base;
+    ex->flash = c->flash && l->cp <= 1;
     /* FP8 GEMMs priced as the CPU backend runs them (predict_ops.c p_gemm_fp8); the bf16
      * store rounding is not priced (dtype fp32 here). */
     ex->fp8 = dp_layout_gemm(l) == DP_GEMM_FP8;
@@ -179,6 +180,7 @@ int dp_exec_predict(const struct dp_model *m, const struct dp_layout *l,
     c.base.threads = c.nt;
     int per_node = run->ranks_per_node > 0 ? run->ranks_per_node : 1;
     c.shared = per_node > 1;
+    c.flash = run->flash;
     struct dp_probe_shape sh = {.threads = c.nt,
                                 .concurrent = c.nt * per_node,
                                 .seq_len = l->seq_len,

@@ -36,6 +36,7 @@ struct pricer {
     int size[DP_NGROUPS], rank[DP_NGROUPS];
     bool optimizer; /* bill element-wise work as optimizer work (zeroing, norm, AdamW) */
     double seq_len; /* the probe's (global) sequence length: the ring kernels' share of it */
+    bool flash;     /* the run's attention is flash (attn_flash_*) */
     struct parts bill;
     /* Gradient buckets in flight (allreduce_start): each one's price, billed at its wait
      * (predict_ops.c), and which ids are in flight. */

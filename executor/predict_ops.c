@@ -259,6 +259,54 @@ static void p_attn_bwd(struct dp_backend *be, real *dqkv, real *dprobs, const re
 }
 
 /*
+ * Flash attention (attn_flash_*, cpu_attention_flash.c): priced by its FLOPs at the
+ * probe's attention rate. A causal head does 4 T^2 d FLOPs forward halved by the mask
+ * (S = q k^T and ctx = P v, 2 T^2 d each unmasked) and its backward 2.5 times that: the
+ * recomputed S, dP = dctx v^T, dV, dQ, dK, five products against the forward's two (Dao
+ * 2023, FlashAttention-2, Sec. 3.1.2 and Alg. 2; Sec. 4.1 counts the backward as 2.5x the
+ * forward). The probe times the math head (cpu_attention.c), which does the forward's
+ * same 2 T^2 d, so the rate is 2 T^2 d / attn_fwd_s at its shape. A lower bound: the
+ * flash kernels are scalar loops, the math ones register-blocked. Memory: qkv and ctx
+ * (and their gradients) stream once, no T x T buffer.
+ */
+static double flash_head_s(const struct pricer *c, int64_t T, int d, double passes)
+{
+    /* the probe's head: the run's seq_len and head_dim (cp = 1 here) */
+    double pT = c->seq_len > 0 ? c->seq_len : (double)T;
+    double flops = 2.0 * (double)T * (double)T * d; /* causal: 4 T^2 d / 2 */
+    double rate = c->pr.attn_fwd_s > 0 ? 2.0 * pT * pT * d / c->pr.attn_fwd_s : 0;
+    return rate > 0 ? passes * flops / rate : 0;
+}
+
+static void p_attn_flash_fwd(struct dp_backend *be, real *ctx, real *lse, const real *qkv,
+                             int64_t B, int64_t T, int a, int g, int d)
+{
+    struct pricer *c = pc(be);
+    double N = (double)(B * T), qd = (double)a * d, qkvd = (double)(a + 2 * g) * d;
+    region(c);
+    double tasks = (double)(B * a), bytes = R * (N * (qkvd + qd) + tasks * T);
+    double t =
+        fmax(ceil(tasks / c->nt) * flash_head_s(c, T, d, 1), bytes / c->nt / bw(c, bytes / c->nt));
+    c->bill.attn += t;
+    c->bill.core_s += c->nt * t;
+}
+
+/* One task per (sequence, kv head), each over its a/g query heads. */
+static void p_attn_flash_bwd(struct dp_backend *be, real *dqkv, real *dsum, const real *dctx,
+                             const real *qkv, const real *ctx, const real *lse, int64_t B,
+                             int64_t T, int a, int g, int d)
+{
+    struct pricer *c = pc(be);
+    double N = (double)(B * T), qd = (double)a * d, qkvd = (double)(a + 2 * g) * d;
+    region(c);
+    double bytes = R * (N * (2 * qkvd + 2 * qd) + 2.0 * B * a * T);
+    double t = fmax(ceil((double)(B * g) / c->nt) * ((double)a / g) * flash_head_s(c, T, d, 2.5),
+                    bytes / c->nt / bw(c, bytes / c->nt));
+    c->bill.attn += t;
+    c->bill.core_s += c->nt * t;
+}
+
+/*
  * Ring attention (CP, cp.c): one call is one block of the ring; the cp calls of a layer
  * cover the local 2C rows against the causal half of the global keys, C Tg pairs per
  * (sequence, head), 1 / cp of the probe's causal head of Tg (Tg^2 / 2 pairs), so a call
@@ -663,6 +711,8 @@ const struct dp_backend_ops dp__pricing_ops = {
     .attn_fwd = p_attn_fwd,
     .attn_probs = p_attn_probs,
     .attn_bwd = p_attn_bwd,
+    .attn_flash_fwd = p_attn_flash_fwd,
+    .attn_flash_bwd = p_attn_flash_bwd,
     .attn_ring_fwd = p_attn_ring_fwd,
     .attn_ring_done = p_attn_ring_done,
     .attn_ring_dsum = p_attn_ring_dsum,

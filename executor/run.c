@@ -69,6 +69,29 @@ const char *dp_exec_rank_env(const char *backend)
 
 /* ------------------------------------------------------------------ options, checks */
 
+static const char *const attn_names[] = {"auto", "math", "flash"};
+
+const char *dp_exec_attn_name(enum dp_exec_attn a)
+{
+    return (unsigned)a < 3 ? attn_names[a] : "?";
+}
+
+bool dp_exec_attn_flash(const char *backend, enum dp_exec_attn a)
+{
+    const struct dp_backend_kind *k = dp__backend_kind(backend);
+    return a == DP_EXEC_ATTN_FLASH || (a == DP_EXEC_ATTN_AUTO && k && k->flash_default);
+}
+
+int dp_exec_attn_parse(const char *s, enum dp_exec_attn *out)
+{
+    for (int i = 0; i < 3; i++)
+        if (s && !strcmp(s, attn_names[i])) {
+            *out = (enum dp_exec_attn)i;
+            return 0;
+        }
+    return -1;
+}
+
 void dp_exec_opts_default(struct dp_exec_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -463,6 +486,12 @@ int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const stru
              (!ex->be->ops->router_topk || !ex->be->ops->router_bwd || !ex->be->ops->rows_gather ||
               !ex->be->ops->rows_scatter_add || !ex->be->ops->rows_dot || !ex->be->ops->alltoall_v))
         missing = "mixture of experts (router, dispatch and all-to-all)";
+    /* The attention: flash where asked or by the backend's default (CP runs its ring
+     * attention, which keeps only the log-sum-exp already). */
+    const bool has_flash = ex->be->ops->attn_flash_fwd && ex->be->ops->attn_flash_bwd;
+    ex->flash = l->cp <= 1 && dp_exec_attn_flash(o->backend, o->attention);
+    if (!missing && ex->flash && !has_flash)
+        missing = "attention flash (attn_flash_fwd / attn_flash_bwd)";
     if (missing) {
         dp_err_set(err, DP_EINFEASIBLE, "layout: %s: the %s backend does not run it yet", missing,
                    ex->be->ops->name);
@@ -695,6 +724,7 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struc
     res->rank = ex->rank;
     res->world = ex->world;
     res->threads = ex->be->threads;
+    res->flash = ex->flash;
     res->tokens_per_step = ex->gbs_tokens;
     double *times = calloc((size_t)(o->steps > 0 ? o->steps : 1), sizeof *times);
     if (!times) {

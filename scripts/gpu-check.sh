@@ -144,8 +144,12 @@ else row "| ops vs CPU backend | FAIL: $(head -3 "$work/ops.log" | tr '\n' ' ') 
 say "2. equivalence, 20 steps"
 for model in tiny-gpt tiny-llama; do
   run "$model-cpu" $model --backend cpu || continue
+  # The cuda runs get flash attention (cuda_flash.cu, the backend's default) against the
+  # cpu's math attention; --attention math runs the cuBLAS + softmax path.
   DPLAN_CUDA_GEMM=fp32 run "$model-fp32" $model --backend cuda &&
-    row "| $model cuda fp32 GEMMs vs cpu, rtol 1e-4 | $(cmp $model-cpu $model-fp32 1e-4) |"
+    row "| $model cuda fp32 GEMMs, flash attention vs cpu, rtol 1e-4 | $(cmp $model-cpu $model-fp32 1e-4) |"
+  DPLAN_CUDA_GEMM=fp32 run "$model-fp32-math" $model --backend cuda --attention math &&
+    row "| $model cuda fp32 GEMMs, math attention vs cpu, rtol 1e-4 | $(cmp $model-cpu $model-fp32-math 1e-4) |"
   run "$model-tf32" $model --backend cuda &&
     row "| $model cuda TF32 vs cpu, rtol 1e-2 | $(cmp $model-cpu $model-tf32 1e-2) |"
   # bf16 storage emulated on both (executor/README.md "Mixed precision"), the GPU's GEMMs

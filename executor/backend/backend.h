@@ -166,6 +166,20 @@ struct dp_backend_ops {
     void (*attn_bwd)(struct dp_backend *be, real *dqkv, real *dprobs, const real *dctx,
                      const real *qkv, const real *probs, int64_t B, int64_t T, int a, int g, int d);
     /*
+     * Flash attention (optional: NULL where a backend has none; the executor then runs
+     * the three above). The same causal attention, tiled over query and key blocks with
+     * the online softmax (flash_tile.h; Dao 2023, FlashAttention-2, Alg. 1 and 2), keeping
+     * no probabilities: attn_flash_fwd writes ctx [B*T][a d] and lse [B][a][T], each
+     * row's log-sum-exp of its scaled scores; attn_flash_bwd overwrites dqkv, rebuilding
+     * the probabilities tile by tile from lse, with dsum [B][a][T] scratch for
+     * D = rowsum(dctx * ctx). GQA as attn_fwd.
+     */
+    void (*attn_flash_fwd)(struct dp_backend *be, real *ctx, real *lse, const real *qkv, int64_t B,
+                           int64_t T, int a, int g, int d);
+    void (*attn_flash_bwd)(struct dp_backend *be, real *dqkv, real *dsum, const real *dctx,
+                           const real *qkv, const real *ctx, const real *lse, int64_t B, int64_t T,
+                           int a, int g, int d);
+    /*
      * Ring attention (context parallelism, executor/cp.c). Each of the B sequences holds
      * T = 2 C local rows in two chunks of C rows, whose global chunk indices are qc[0],
      * qc[1] for the local queries and kc[0], kc[1] for the key/value block kv [B T][2 g d]
@@ -216,6 +230,11 @@ struct dp_backend_ops {
     void (*ce_grad)(struct dp_backend *be, real *logits, real *loss, const real *gmax,
                     const real *sums, const int32_t *tgt, int64_t N, int64_t nv, int64_t v0,
                     int64_t vocab, real dloss);
+    /* Fused classifier for an unsplit vocabulary (tp = 1; optional: NULL, the executor
+     * runs the three above): loss[n] and the in-place gradient of ce_grad from one read
+     * of each row for its maximum and sum together (ce_online.h). */
+    void (*ce_fused)(struct dp_backend *be, real *logits, real *loss, const int32_t *tgt, int64_t N,
+                     int64_t nv, int64_t vocab, real dloss);
     /*
      * Mixture of experts (cpu_moe.c; executor/moe.c says where the conventions come from).
      *  router_topk: probs [N][E] holds the router logits on entry and their softmax on
@@ -390,6 +409,9 @@ struct dp_backend_kind {
     /* An environment variable the ranks should start with, "NAME=VALUE" (OpenBLAS reads
      * its core type only at load time), or NULL. */
     const char *(*rank_env)(void);
+    /* The attention a run gets without --attention: flash (attn_flash_*) when set, else
+     * the math attention (attn_fwd / attn_bwd). */
+    bool flash_default;
 };
 extern const struct dp_backend_kind dp__cpu_kind; /* cpu.c, or none.c without MPI/OpenBLAS */
 /* In builds with the CUDA backend (DP_HAVE_CUDA): NCCL, and host-staged over MPI;

@@ -46,6 +46,15 @@ void dp__cpu_attn_probs(struct dp_backend *be, real *probs, const real *qkv, int
 void dp__cpu_attn_bwd(struct dp_backend *be, real *dqkv, real *dprobs, const real *dctx,
                       const real *qkv, const real *probs, int64_t B, int64_t T, int a, int g,
                       int d);
+/* The fused classifier (backend.h ce_fused), left out of the CPU table (cpu_loss.c). */
+void dp__cpu_ce_fused(struct dp_backend *be, real *logits, real *loss, const int32_t *tgt,
+                      int64_t N, int64_t nv, int64_t vocab, real dloss);
+/* Flash attention (cpu_attention_flash.c; backend.h attn_flash_*). */
+void dp__cpu_attn_flash_fwd(struct dp_backend *be, real *ctx, real *lse, const real *qkv, int64_t B,
+                            int64_t T, int a, int g, int d);
+void dp__cpu_attn_flash_bwd(struct dp_backend *be, real *dqkv, real *dsum, const real *dctx,
+                            const real *qkv, const real *ctx, const real *lse, int64_t B, int64_t T,
+                            int a, int g, int d);
 /* Ring attention's block kernels (cpu_attention_cp.c; backend.h attn_ring_*). */
 void dp__cpu_attn_ring_fwd(struct dp_backend *be, real *acc, real *mx, real *sm, const real *qkv,
                            int64_t ldq, const real *kv, const int qc[2], const int kc[2], int64_t B,

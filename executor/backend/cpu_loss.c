@@ -7,6 +7,9 @@
 #include "cpu.h"
 #include "cpu_simd.h"
 
+#define DP_CE_T real
+#include "ce_online.h"
+
 #include <math.h>
 #include <omp.h>
 #include <string.h>
@@ -168,5 +171,29 @@ void dp__cpu_ce_grad(struct dp_backend *be, real *logits, real *loss, const real
         int64_t n0, n1;
         thread_range(N, &n0, &n1);
         ce_grad_rows(logits, loss, gmax, sums, tgt, n0, n1, N, nv, v0, valid, dloss);
+    }
+}
+
+/* The fused classifier's CPU equivalent (backend.h ce_fused; the CUDA kernel is
+ * cuda_ce.cu): not in the CPU backend's table, whose three vectorised passes above are
+ * faster here than this scalar online pass; test_executor_flash checks it against them. */
+void dp__cpu_ce_fused(struct dp_backend *be, real *logits, real *loss, const int32_t *tgt,
+                      int64_t N, int64_t nv, int64_t vocab, real dloss)
+{
+    (void)be;
+    const int64_t valid = ce_valid(nv, 0, vocab);
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; n++) {
+        real *l = logits + n * nv;
+        real m = -R_INF, s = 0;
+        for (int64_t j = 0; j < valid; j++)
+            dp__ce_online_add(&m, &s, l[j]);
+        const int64_t t = tgt[n];
+        loss[n] = R_LOG(s) + m - (t >= 0 && t < valid ? l[t] : 0);
+        const real inv = (real)1 / s;
+        for (int64_t j = 0; j < valid; j++)
+            l[j] = dp__ce_grad(l[j], m, inv, j == t, dloss);
+        for (int64_t j = valid; j < nv; j++)
+            l[j] = 0;
     }
 }

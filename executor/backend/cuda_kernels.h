@@ -1,5 +1,6 @@
 /*
- * The CUDA backend's kernels (cuda_kernels.cu, cuda_softmax.cu) behind a C interface
+ * The CUDA backend's kernels (cuda_kernels.cu, cuda_softmax.cu, cuda_flash.cu,
+ * cuda_ce.cu) behind a C interface
  * of plain types, so that the C side (cuda.c, cuda_ops.c) never includes C++ and the
  * kernels never include the executor's headers. Every launcher is asynchronous on
  * `stream` (a cudaStream_t) and has the semantics of the backend.h operation of the same
@@ -74,6 +75,16 @@ void dp__cuk_ring_dsum(void *stream, float *dsum, const float *dctx, const float
 void dp__cuk_ring_bwd(void *stream, float *dq, float *dkv, const float *dctx, const float *qkv,
                       int64_t ldq, const float *kv, const float *lse, const float *dsum,
                       const int qc[2], const int kc[2], int64_t B, int64_t C, int a, int g, int d);
+/* The fused classifier (backend.h ce_fused; cuda_ce.cu), `valid` unpadded columns. */
+void dp__cuk_ce_fused(void *stream, float *logits, float *loss, const int32_t *tgt, int64_t N,
+                      int64_t nv, int64_t valid, float dloss);
+/* Flash attention (backend.h attn_flash_*; cuda_flash.cu): ctx and lse; dqkv
+ * overwritten, dsum [B][a][T] scratch for D. */
+void dp__cuk_flash_fwd(void *stream, float *ctx, float *lse, const float *qkv, int64_t B, int64_t T,
+                       int a, int g, int d);
+void dp__cuk_flash_bwd(void *stream, float *dqkv, float *dsum, const float *dctx, const float *qkv,
+                       const float *ctx, const float *lse, int64_t B, int64_t T, int a, int g,
+                       int d);
 /* Forward copy of n floats from src to dst < src in pieces of (src - dst), so that an
  * overlapping move is still correct (a reduce-scatter's piece to the front). */
 void dp__cuk_move_front(void *stream, float *dst, const float *src, int64_t n);

@@ -106,6 +106,7 @@ const struct dp_backend_kind dp__cuda_kind = {
     .create = cuda_create,
     .finalize = finalize,
     .abort = cuda_abort,
+    .flash_default = true, /* cuda_flash.cu: no T x T probabilities on the device */
 };
 
 const struct dp_backend_kind dp__cuda_mpi_kind = {
@@ -113,4 +114,5 @@ const struct dp_backend_kind dp__cuda_mpi_kind = {
     .create = cuda_mpi_create,
     .finalize = finalize,
     .abort = cuda_abort,
+    .flash_default = true, /* cuda_flash.cu: no T x T probabilities on the device */
 };

@@ -224,6 +224,20 @@ static void cu_attn_bwd(struct dp_backend *be, real *dqkv, real *dprobs, const r
     }
 }
 
+/* Flash attention: the tiled kernels of cuda_flash.cu (no T x T buffer). */
+static void cu_attn_flash_fwd(struct dp_backend *be, real *ctx, real *lse, const real *qkv,
+                              int64_t B, int64_t T, int a, int g, int d)
+{
+    dp__cuk_flash_fwd(ST(be), ctx, lse, qkv, B, T, a, g, d);
+}
+
+static void cu_attn_flash_bwd(struct dp_backend *be, real *dqkv, real *dsum, const real *dctx,
+                              const real *qkv, const real *ctx, const real *lse, int64_t B,
+                              int64_t T, int a, int g, int d)
+{
+    dp__cuk_flash_bwd(ST(be), dqkv, dsum, dctx, qkv, ctx, lse, B, T, a, g, d);
+}
+
 /* Ring attention (context parallelism): the block kernels of cuda_softmax.cu, which
  * mirror the CPU's cpu_attention_cp.c. */
 static void cu_attn_ring_fwd(struct dp_backend *be, real *acc, real *mx, real *sm, const real *qkv,
@@ -301,6 +315,14 @@ static void cu_ce_sums(struct dp_backend *be, real *sums, const real *logits, co
     dp__cuk_ce_sums(ST(be), sums, logits, gmax, tgt, N, nv, v0, ce_valid(nv, v0, vocab));
 }
 
+/* tp = 1: the fused classifier of cuda_ce.cu (model.c picks it over the three above). */
+static void cu_ce_fused(struct dp_backend *be, real *logits, real *loss, const int32_t *tgt,
+                        int64_t N, int64_t nv, int64_t vocab, real dloss)
+{
+    int64_t valid = vocab < nv ? vocab : nv;
+    dp__cuk_ce_fused(ST(be), logits, loss, tgt, N, nv, valid < 0 ? 0 : valid, dloss);
+}
+
 static void cu_ce_grad(struct dp_backend *be, real *logits, real *loss, const real *gmax,
                        const real *sums, const int32_t *tgt, int64_t N, int64_t nv, int64_t v0,
                        int64_t vocab, real dloss)
@@ -364,6 +386,8 @@ void dp__cuda_fill_ops(struct dp_backend_ops *o)
     o->attn_fwd = cu_attn_fwd;
     o->attn_probs = cu_attn_probs;
     o->attn_bwd = cu_attn_bwd;
+    o->attn_flash_fwd = cu_attn_flash_fwd;
+    o->attn_flash_bwd = cu_attn_flash_bwd;
     o->attn_ring_fwd = cu_attn_ring_fwd;
     o->attn_ring_done = cu_attn_ring_done;
     o->attn_ring_dsum = cu_attn_ring_dsum;
@@ -375,6 +399,7 @@ void dp__cuda_fill_ops(struct dp_backend_ops *o)
     o->ce_max = cu_ce_max;
     o->ce_sums = cu_ce_sums;
     o->ce_grad = cu_ce_grad;
+    o->ce_fused = cu_ce_fused;
     o->sum = cu_sum;
     o->sumsq = cu_sumsq;
     o->adamw = cu_adamw;

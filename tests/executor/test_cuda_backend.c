@@ -312,6 +312,54 @@ static void test_attention(void)
     free(qkv), free(dctx);
 }
 
+/* Flash attention (cuda_flash.cu) against the CPU backend's math attention (the
+ * reference; for lse, the CPU's flash attention): one partial tile (T = 19), three tiles
+ * with a partial last (T = 70), GQA, and d = 64, whose backward needs more than 48 KiB of
+ * shared memory (the opt-in of cuda_flash.cu). */
+static void test_flash(void)
+{
+    const int64_t B = 2, Ts[2] = {19, 70};
+    const int a = 4, g = 2, ds[2] = {16, 64};
+    for (int c = 0; c < 2; c++) {
+        const int64_t T = Ts[c];
+        const int d = ds[c], ld = (a + 2 * g) * d;
+        float *qkv = hrand(B * T * ld, 1), *dctx = hrand(B * T * a * d, 1);
+        float *ctx = NULL, *lse = NULL, *dqkv = NULL;
+#define FLASH_FWD(q_)                                                                              \
+    do {                                                                                           \
+        ctx = dev(BE, NULL, F(B * T * a * d));                                                     \
+        lse = dev(BE, NULL, F(B * a * T));                                                         \
+        if (BE == gpu)                                                                             \
+            BE->ops->attn_flash_fwd(BE, ctx, lse, q_, B, T, a, g, d);                              \
+        else                                                                                       \
+            BE->ops->attn_fwd(BE, ctx, dev(BE, NULL, F(B *a *T *T)), q_, B, T, a, g, d);           \
+    } while (0)
+        BOTH("flash ctx", B * T * a * d, 1e-4, ctx, FLASH_FWD(dev(BE, qkv, F(B * T * ld))));
+        BOTH("flash lse", B * a * T, 1e-4, lse, {
+            ctx = dev(BE, NULL, F(B * T * a * d));
+            lse = dev(BE, NULL, F(B * a * T));
+            BE->ops->attn_flash_fwd(BE, ctx, lse, dev(BE, qkv, F(B * T * ld)), B, T, a, g, d);
+        });
+        BOTH("flash bwd dqkv", B * T * ld, 1e-4, dqkv, {
+            float *q_ = dev(BE, qkv, F(B * T * ld)), *dc_ = dev(BE, dctx, F(B * T * a * d));
+            dqkv = dev(BE, NULL, F(B * T * ld));
+            if (BE == gpu) {
+                FLASH_FWD(q_);
+                BE->ops->attn_flash_bwd(BE, dqkv, dev(BE, NULL, F(B * a * T)), dc_, q_, ctx, lse, B,
+                                        T, a, g, d);
+            } else {
+                float *P = dev(BE, NULL, F(B * a * T * T));
+                ctx = dev(BE, NULL, F(B * T * a * d));
+                BE->ops->attn_fwd(BE, ctx, P, q_, B, T, a, g, d);
+                BE->ops->attn_bwd(BE, dqkv, dev(BE, NULL, F(B * a * T * T)), dc_, q_, P, B, T, a, g,
+                                  d);
+            }
+        });
+#undef FLASH_FWD
+        free(qkv), free(dctx);
+    }
+}
+
 static void test_ends(void)
 {
     const int64_t N = 16, C = 24, T = 8, v0 = 10, nv = 40, vocab = 45;
@@ -355,6 +403,26 @@ static void test_ends(void)
     BOTH("ce sums", 2 * N, 1e-5, sums, CE);
     BOTH("ce loss", N, 1e-5, loss, CE);
     BOTH("ce grad", N * nv, 1e-5, lg, CE);
+    /* The fused classifier (cuda_ce.cu) on the GPU against the three passes on the CPU,
+     * over the whole vocabulary (v0 = 0, tp = 1): 45 words in 50 columns. */
+#define CE_FUSED                                                                                   \
+    do {                                                                                           \
+        lg = dev(BE, logits, F(N * nv));                                                           \
+        int32_t *t_ = dev(BE, tok, sizeof tok);                                                    \
+        mx = dev(BE, NULL, F(N));                                                                  \
+        sums = dev(BE, NULL, F(2 * N));                                                            \
+        loss = dev(BE, NULL, F(N));                                                                \
+        if (BE == gpu) {                                                                           \
+            BE->ops->ce_fused(BE, lg, loss, t_, N, nv, vocab, 0.25f);                              \
+        } else {                                                                                   \
+            BE->ops->ce_max(BE, mx, lg, N, nv, 0, vocab);                                          \
+            BE->ops->ce_sums(BE, sums, lg, mx, t_, N, nv, 0, vocab);                               \
+            BE->ops->ce_grad(BE, lg, loss, mx, sums, t_, N, nv, 0, vocab, 0.25f);                  \
+        }                                                                                          \
+    } while (0)
+    BOTH("ce fused loss", N, 1e-5, loss, CE_FUSED);
+    BOTH("ce fused grad", N * nv, 1e-5, lg, CE_FUSED);
+#undef CE_FUSED
     free(wte), free(wpe), free(dout), free(logits);
 }
 
@@ -802,6 +870,7 @@ int main(void)
     test_act();
     test_rope();
     test_attention();
+    test_flash();
     test_ends();
     test_reduce_adamw();
     test_ring();

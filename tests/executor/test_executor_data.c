@@ -229,6 +229,26 @@ static void test_memory_table(void)
     CHECK_EQ(b[DP_POOL_ACT_HEAD], 99840);
     CHECK_EQ(b[DP_POOL_ACT_WORK], 212992);
     CHECK_EQ(b[DP_POOL_COMM], 0);
+    /* Flash attention: per layer the probabilities 2*4*32*32 = 8192 give way to the
+     * log-sum-exp [B][a][T] = 2*4*32 = 256, so a slot holds 73984 - 8192 + 256 = 66048 per
+     * layer, two layers and 128 ids = 132224 = 528896 bytes; work loses dprobs 8192 and
+     * gains the backward's D [B][a][T] 256: 53248 - 8192 + 256 = 45312 = 181248 bytes. */
+    CHECK_EQ(dp_exec_memory_attn(&m, &l, 0, DP_EXEC_ATTN_FLASH, b, &err), 0);
+    CHECK_EQ(b[DP_POOL_ACT_SLOTS], 528896);
+    CHECK_EQ(b[DP_POOL_ACT_WORK], 181248);
+    CHECK_EQ(b[DP_POOL_ACT_HEAD], 99840);
+    /* Selective recompute: the math attention drops probs from the slot (2 * (73984 -
+     * 8192) + 128 = 131712 = 526848 bytes) and recomputes them into a work buffer (212992
+     * + 8192 * 4 = 245760 bytes); flash has nothing to recompute and keeps the lse: the
+     * same 528896 and 181248 as without recompute. */
+    l.recompute = DP_RECOMPUTE_SELECTIVE;
+    CHECK_EQ(dp_exec_memory(&m, &l, 0, b, &err), 0);
+    CHECK_EQ(b[DP_POOL_ACT_SLOTS], 526848);
+    CHECK_EQ(b[DP_POOL_ACT_WORK], 245760);
+    CHECK_EQ(dp_exec_memory_attn(&m, &l, 0, DP_EXEC_ATTN_FLASH, b, &err), 0);
+    CHECK_EQ(b[DP_POOL_ACT_SLOTS], 528896);
+    CHECK_EQ(b[DP_POOL_ACT_WORK], 181248);
+    l.recompute = DP_RECOMPUTE_NONE;
     /* ZeRO-1 over dp 4, mbs 1 (M = 4 / (1 * 4) = 1): 120576 parameters are a multiple
      * of 4, so AdamW holds 2 * 120576 / 4 = 60288 elements = 241152 bytes; a slot of
      * N = 32 tokens holds per layer x 2048, ln1 2048 + 64, qkv 32*192, probs 4*32*32,
@@ -279,32 +299,35 @@ static void test_memory_single_rank(void)
         tok.tok[i] = (uint16_t)(i * 7 % 256);
     for (int mi = 0; mi < 2; mi++)
         for (int rc = 0; rc < 3; rc++)
-            for (int mbs = 1; mbs <= 4; mbs *= 4) {
-                struct dp_model m;
-                struct dp_err err = {0};
-                CHECK_EQ(dp_model_load(models[mi], &m, &err), 0);
-                struct dp_layout l;
-                dp_layout_default(&l);
-                l.precision = DP_FP32;
-                l.mbs = mbs;
-                l.gbs = 4;
-                l.seq_len = 32;
-                l.recompute = (enum dp_recompute)rc;
-                int64_t plan[DP_NPOOLS];
-                CHECK_EQ(dp_exec_memory(&m, &l, 0, plan, &err), 0);
-                struct dp_exec_opts o;
-                dp_exec_opts_default(&o);
-                o.data = &tok;
-                o.threads = 1;
-                struct dp_exec *ex;
-                CHECK_EQ(dp__exec_new(&m, &l, &o, &ex, &err), 0);
-                double loss;
-                CHECK_EQ(dp__forward_backward(ex, 1, &loss), 0);
-                CHECK_EQ(dp__optimizer_step(ex, 1e-3, 1.0), 0);
-                for (int p = 0; p < DP_NPOOLS; p++)
-                    CHECK_EQ(ex->mem.peak[p], plan[p]);
-                dp__exec_free(ex);
-            }
+            for (int mbs = 1; mbs <= 4; mbs *= 4)
+                for (int fa = 0; fa < 2; fa++) { /* math, flash attention */
+                    struct dp_model m;
+                    struct dp_err err = {0};
+                    CHECK_EQ(dp_model_load(models[mi], &m, &err), 0);
+                    struct dp_layout l;
+                    dp_layout_default(&l);
+                    l.precision = DP_FP32;
+                    l.mbs = mbs;
+                    l.gbs = 4;
+                    l.seq_len = 32;
+                    l.recompute = (enum dp_recompute)rc;
+                    int64_t plan[DP_NPOOLS];
+                    const enum dp_exec_attn at = fa ? DP_EXEC_ATTN_FLASH : DP_EXEC_ATTN_MATH;
+                    CHECK_EQ(dp_exec_memory_attn(&m, &l, 0, at, plan, &err), 0);
+                    struct dp_exec_opts o;
+                    dp_exec_opts_default(&o);
+                    o.attention = at;
+                    o.data = &tok;
+                    o.threads = 1;
+                    struct dp_exec *ex;
+                    CHECK_EQ(dp__exec_new(&m, &l, &o, &ex, &err), 0);
+                    double loss;
+                    CHECK_EQ(dp__forward_backward(ex, 1, &loss), 0);
+                    CHECK_EQ(dp__optimizer_step(ex, 1e-3, 1.0), 0);
+                    for (int p = 0; p < DP_NPOOLS; p++)
+                        CHECK_EQ(ex->mem.peak[p], plan[p]);
+                    dp__exec_free(ex);
+                }
     free(tok.tok);
 }
 

@@ -9,7 +9,9 @@
  * every parameter tensor is probed at a few elements (including its largest
  * gradient): central differences (L(w + h) - L(w - h)) / 2h at h = 1e-4 and 5e-5,
  * combined by Richardson extrapolation, against the analytic gradient. Sequences of
- * 40 tokens span two attention blocks. Passes when the worst relative error is below
+ * 40 tokens span two attention blocks. The GPT and Llama models again with flash
+ * attention (--attention flash), whose backward rebuilds the softmax from the
+ * log-sum-exp. Passes when the worst relative error is below
  * 1e-6; differences below an absolute 1e-10 count as zero (the finite-difference
  * noise floor: loss ~4, double rounding, h = 5e-5; the attention key bias, for one,
  * has an exactly zero gradient).
@@ -55,7 +57,8 @@ static double loss_at(struct dp_exec *ex)
  * zero so that it decides choices, and has no gradient), 5 Qwen's (q/k/v biases and the
  * shared expert behind its sigmoid gate of Qwen2-MoE, Qwen3's q/k RMSNorm), 6 the GPT model with
  * GELU experts that have biases (mlp_bias) and no shared expert. */
-static double gradcheck(int kind, enum dp_recompute rc, struct dp_tokens *tok)
+static double gradcheck(int kind, enum dp_recompute rc, enum dp_exec_attn attn,
+                        struct dp_tokens *tok)
 {
     struct dp_model m;
     bool llama = kind >= 1 && kind != 6;
@@ -95,6 +98,7 @@ static double gradcheck(int kind, enum dp_recompute rc, struct dp_tokens *tok)
     o.data = tok;
     o.seed = 7;
     o.threads = 1;
+    o.attention = attn;
     struct dp_err err = {0};
     struct dp_exec *ex;
     if (dp__exec_new(&m, &l, &o, &ex, &err)) {
@@ -164,10 +168,11 @@ static double gradcheck(int kind, enum dp_recompute rc, struct dp_tokens *tok)
                         sg->t.name, probe[k], ana, num, e);
         }
     }
-    printf("%s recompute=%s: %d tensors, largest gradient %.3g; worst relative error %.3g "
+    printf("%s recompute=%s attention=%s: %d tensors, largest gradient %.3g; worst relative error "
+           "%.3g "
            "(gradients >= 1e-4), worst absolute %.3g, worst over the 1e-10 floor %.3g%s%s\n",
-           m.name, dp_recompute_name(rc), ex->nsegs, gmax, worst_big, worst_abs, worst,
-           worst > 0 ? " in " : "", worst_name);
+           m.name, dp_recompute_name(rc), dp_exec_attn_name(attn), ex->nsegs, gmax, worst_big,
+           worst_abs, worst, worst > 0 ? " in " : "", worst_name);
     free(g);
     dp__exec_free(ex);
     return worst;
@@ -191,7 +196,14 @@ int main(void)
              * changes the routing only (CI time: the MoE cases cost the most). */
             if (kind < 2 || (kind == 2 && rc != DP_RECOMPUTE_SELECTIVE) ||
                 (kind >= 3 && rc == DP_RECOMPUTE_NONE) || (kind == 5 && rc == DP_RECOMPUTE_FULL))
-                CHECK(gradcheck(kind, (enum dp_recompute)rc, &tok) < 1e-6);
+                CHECK(gradcheck(kind, (enum dp_recompute)rc, DP_EXEC_ATTN_MATH, &tok) < 1e-6);
+    /* Flash attention (cpu_attention_flash.c): its backward rebuilds the probabilities
+     * from the kept log-sum-exp; T = 40 spans a whole key tile and a partial one
+     * (DP_FLASH_BK = 32) with the causal diagonal in each, and the Llama model's GQA
+     * (4 query heads on 2 kv heads) shares kv heads. */
+    for (int kind = 0; kind <= 1; kind++)
+        for (int rc = DP_RECOMPUTE_NONE; rc <= DP_RECOMPUTE_SELECTIVE; rc++)
+            CHECK(gradcheck(kind, (enum dp_recompute)rc, DP_EXEC_ATTN_FLASH, &tok) < 1e-6);
     free(tok.tok);
     dp_exec_finalize();
     return check_done("test_executor_gradcheck");
