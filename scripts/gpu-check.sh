@@ -9,7 +9,7 @@
 #      tight, TF32 within TF32's rounding,
 #   3. multi-rank layouts (tp, pp, dp, ZeRO, cp, interleaved pp, MoE with ep 2, q/k norm)
 #      on the one GPU over --backend cuda-mpi, against the single-process CPU run,
-#   4. GPT-2 124M throughput at seq 1024: dplan against PyTorch (eager and torch.compile)
+#   4. GPT-2 124M and 350M throughput at seq 1024: dplan against PyTorch (eager and torch.compile)
 #      on the same GPU, MFU from the model FLOPs of Narayanan et al. 2021,
 # and writes the table to bench/results/gpu-check-<gpu>-<date>.md.
 #
@@ -206,7 +206,6 @@ fi
 # ---- 4. throughput
 bench_rows=()
 if [ $bench = 1 ]; then
-  say "4. GPT-2 124M, seq 1024"
   B=${GPU_CHECK_BATCH:-8} T=1024
   python3 -c "
 import random, struct, sys
@@ -214,19 +213,26 @@ random.seed(0)
 n = $B * $T * 40 + 1
 with open('$work/tok.bin', 'wb') as f:
     f.write(struct.pack('<%dH' % n, *[random.randrange(50257) for _ in range(n)]))"
-  if "$dplan" run gpt2-124m --backend cuda --steps 12 --gbs $B --mbs $B --seq-len $T \
-      --data "$work/tok.bin" --data-format raw --out "$work/g124" > "$work/g124.out" 2>&1; then
-    tok=$(python3 -c "
+  # GPT-2 small and medium (Radford et al. 2019 Table 2), the shapes issue 17 names:
+  # name, layers, hidden, heads for both implementations.
+  for spec in "gpt2-124m 12 768 12" "gpt2-350m 24 1024 16"; do
+    read -r gm gl gh ga <<< "$spec"
+    say "4. $gm, seq $T, batch $B"
+    if "$dplan" run "$gm" --backend cuda --steps 12 --gbs $B --mbs $B --seq-len $T \
+        --data "$work/tok.bin" --data-format raw --out "$work/$gm" > "$work/$gm.out" 2>&1; then
+      tok=$(python3 -c "
 import json, statistics
-r = [json.loads(l) for l in open('$work/g124/log.jsonl')]
+r = [json.loads(l) for l in open('$work/$gm/log.jsonl')]
 r = [x['tokens_per_sec'] for x in r if x.get('step', 0) > 2 and 'tokens_per_sec' in x]
 print(statistics.median(r))")
-    bench_rows+=("{\"impl\": \"dplan cuda\", \"precision\": \"fp32/tf32\", \"tokens_per_s\": $tok}")
-  else
-    bench_rows+=("{\"impl\": \"dplan cuda\", \"precision\": \"fp32/tf32\", \"error\": \"$(tail -1 "$work/g124.out" | tr -d '"' | cut -c1-160)\"}")
-  fi
-  while IFS= read -r l; do bench_rows+=("$l"); done < <(
-    timeout 300 python3 bench/gpu/torch_gpt2.py --batch $B --seq $T --bf16 2> "$work/torch.err" || true)
+      bench_rows+=("{\"model\": \"$gm\", \"impl\": \"dplan cuda\", \"precision\": \"fp32/tf32\", \"tokens_per_s\": $tok}")
+    else
+      bench_rows+=("{\"model\": \"$gm\", \"impl\": \"dplan cuda\", \"precision\": \"fp32/tf32\", \"error\": \"$(tail -1 "$work/$gm.out" | tr -d '"' | cut -c1-160)\"}")
+    fi
+    while IFS= read -r l; do bench_rows+=("$l"); done < <(
+      timeout 150 python3 bench/gpu/torch_gpt2.py --name "$gm" --layers "$gl" --hidden "$gh" \
+        --heads "$ga" --batch $B --seq $T --bf16 2>> "$work/torch.err" || true)
+  done
 fi
 
 # ---- the table

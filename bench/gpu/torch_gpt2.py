@@ -3,7 +3,7 @@
 
 The same model as dplan's gpt2-124m profile (GPT-2 small: 12 layers, 12 heads, hidden 768,
 vocabulary 50257, learned positions, pre-LayerNorm, GELU tanh, tied embeddings; Radford
-et al. 2019), trained with AdamW on random tokens at the given batch and sequence length.
+et al. 2019) or, with --layers 24 --hidden 1024 --heads 16, gpt2-350m (GPT-2 medium), trained with AdamW on random tokens at the given batch and sequence length.
 Modes: fp32 storage with TF32 matmuls (what dplan's CUDA backend computes today) and bf16
 autocast (the mixed-precision target), each eager and under torch.compile. Attention is
 F.scaled_dot_product_attention(is_causal=True) (flash or memory-efficient kernels), the
@@ -85,6 +85,7 @@ def run(args, compiled, bf16):
     dt = times[len(times) // 2]
     tok_s = args.batch * args.seq / dt
     return {
+        "model": args.name,
         "impl": "pytorch " + ("compile" if compiled else "eager"),
         "precision": "bf16 autocast" if bf16 else "fp32/tf32",
         "step_s": dt,
@@ -97,6 +98,7 @@ def run(args, compiled, bf16):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--name", default="gpt2-124m", help="the model's name in the output")
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--hidden", type=int, default=768)
     p.add_argument("--heads", type=int, default=12)
@@ -115,7 +117,7 @@ def main():
             try:
                 r = run(args, mode == "compile", bf16)
             except Exception as e:  # torch.compile needs a compiler toolchain: say so
-                r = {"impl": "pytorch " + mode, "precision": "bf16 autocast" if bf16 else "fp32/tf32",
+                r = {"model": args.name, "impl": "pytorch " + mode, "precision": "bf16 autocast" if bf16 else "fp32/tf32",
                      "error": str(e).splitlines()[0][:200]}
             r["device"] = torch.cuda.get_device_name()
             print(json.dumps(r), flush=True)
