@@ -32,8 +32,8 @@ static const char help_head[] =
     "parallel, micro-batches, recompute, ZeRO-1/2/3, HSDP) on the CPU backend: MPI between\n"
     "ranks, OpenBLAS and OpenMP inside each. Started by hand it launches its ranks\n"
     "with mpirun; under mpirun or srun each process is one rank. The world size is\n"
-    "tp*pp*dp*cp. It stores in fp32 unless --precision says bf16 or fp16 (a plan file's\n"
-    "precision too: runs as fp32 without the option).\n\n"
+    "tp*pp*dp*cp. It stores in fp32 unless --precision says bf16, fp16 or fp8 (a plan\n"
+    "file's precision too: runs as fp32 without the option).\n\n"
     "  --np N              ranks to launch (must equal the plan's world size)\n"
     "  --steps N           optimizer steps [50]\n"
     "  --data FILE         llm.c .bin token shard or raw uint16 tokens\n"
@@ -53,7 +53,12 @@ static const char help_head[] =
     "                      activations, their gradients and the TP/PP messages are stored\n"
     "                      in (the cpu backend rounds fp32 values to nearest even: an\n"
     "                      emulation, no memory saved); master weights, gradients and\n"
-    "                      AdamW state stay fp32 [fp32, with a plan file too]\n"
+    "                      AdamW state stay fp32 [fp32, with a plan file too]; fp8: bf16\n"
+    "                      storage with the transformer layers' linear GEMMs in FP8\n"
+    "                      (Transformer Engine's current per-tensor scaling, E4M3\n"
+    "                      activations and weights, E5M2 gradients; the attention core,\n"
+    "                      norms and output layer stay bf16; exact emulation on the cpu)\n"
+    "  --fp8-recipe current  the only FP8 recipe the executor runs [current]\n"
     "  --initial-loss-scale X  fp16: the dynamic loss scale to start from (then halved\n"
     "                      after 2 overflows in a row, doubled after 1000 clean steps:\n"
     "                      Megatron's defaults) [4294967296 = 2^32]\n"
@@ -113,7 +118,8 @@ static const char run_knob_help[] =
     "biases with shared experts, and router biases, shared-expert gates and expert\n"
     "biases with etp < tp;\n"
     "ALiBi, MLA and parallel-attention (one-norm) models; a plan's recompute_layers below\n"
-    "the stage's layers; --precision fp8 or auto, and bf16/fp16 with MoE models;\n"
+    "the stage's layers; --precision auto, fp8 recipes other than current, --fp8-params,\n"
+    "and bf16/fp16/fp8 with MoE models;\n"
     "and the planning-only knobs --grad-dtype (other than fp32),\n"
     "--no-flash-attn and --overhead-gib: it keeps fp32 gradients and the attention\n"
     "probabilities (a plan file's values for these, and its overlap and kernel knobs,\n"
@@ -123,9 +129,15 @@ static const char run_knob_help[] =
 static int refuse_planning_knobs(const struct cli_common *c)
 {
     const bool *given = c->knob_given;
-    if (given[OPT_PRECISION - OPT_SYSTEM] && c->gemm != -1)
-        return cli_usage_error("run", "--precision: the executor stores fp32, bf16 or fp16 (fp8 "
-                                      "and auto are planning values: no FP8 GEMM emulation)");
+    if (given[OPT_PRECISION - OPT_SYSTEM] && c->gemm == -2)
+        return cli_usage_error("run", "--precision auto: expected fp32, bf16, fp16 or fp8 (auto "
+                                      "is a planning value: `dplan suggest` searches it)");
+    if (c->fp8_params)
+        return cli_usage_error("run", "--fp8-params: the executor keeps bf16 weights and "
+                                      "quantises them per GEMM");
+    if (c->fp8_recipe >= 0 && c->fp8_recipe != DP_FP8_CURRENT)
+        return cli_usage_error("run", "--fp8-recipe: the executor runs current (per-tensor "
+                                      "current scaling) only");
     if (given[OPT_GRAD_DTYPE - OPT_SYSTEM] && c->grad_fp32 != 1)
         return cli_usage_error("run", "--grad-dtype: the CPU executor keeps fp32 gradients only");
     if (given[OPT_NO_FLASH - OPT_SYSTEM])
@@ -446,7 +458,12 @@ static int resolve(struct cli_run *r, int *world, struct dp_err *err)
      * the numbers of every plan file run so far). The plan.json it writes says so. */
     r->o.precision = r->c.knob_given[OPT_PRECISION - OPT_SYSTEM] ? r->c.precision : DP_FP32;
     r->l.precision = r->o.precision;
-    r->l.gemm = DP_GEMM_DEFAULT;
+    /* --precision fp8: bf16 storage (r->c.precision) with FP8 GEMMs under the recipe the
+     * executor runs, current scaling (a plan's delayed is replaced, as its precision is). */
+    const bool fp8 = r->c.knob_given[OPT_PRECISION - OPT_SYSTEM] && r->c.gemm == DP_GEMM_FP8;
+    r->l.gemm = fp8 ? DP_GEMM_FP8 : DP_GEMM_DEFAULT;
+    if (fp8)
+        r->l.fp8_recipe = DP_FP8_CURRENT;
     r->l.fp8_params = false;
     r->l.grad_fp32 = true;
     *world = r->l.tp * r->l.pp * r->l.dp * r->l.cp;

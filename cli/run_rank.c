@@ -209,6 +209,12 @@ static void print_summary(struct cli_run *r, const struct dp_exec_result *res, c
                 "precision: %s storage, emulated by the %s backend (stored tensors rounded to "
                 "nearest even, buffers fp32); fp32 master weights, gradients and AdamW state\n",
                 dp_precision_name(r->o.precision), r->o.backend ? r->o.backend : "cpu");
+    if (r->l.gemm == DP_GEMM_FP8)
+        fprintf(stderr,
+                "fp8: the transformer layers' linear GEMMs in FP8 (%s, current "
+                "per-tensor scaling); attention core, norms and output layer bf16\n",
+                r->l.fp8_format == DP_FP8_E4M3 ? "E4M3 everywhere"
+                                               : "E4M3 forward, E5M2 gradients");
     if (r->o.precision == DP_FP16)
         fprintf(stderr, "loss scale: %.0f after the last step; %d step%s skipped for an overflow\n",
                 res->loss_scale, res->steps_skipped, res->steps_skipped == 1 ? "" : "s");

@@ -277,6 +277,11 @@ struct dp_exec {
      * fp32 master ex->params at each step's start, which the model reads (model.c). */
     enum dp_dtype dtype;
     real *pwork;
+    /* FP8 GEMMs (the layout's gemm fp8, bf16 storage): the transformer layers' linear
+     * GEMMs go through gemm_fp8 (model.c lin_gemm); f8_grad is the gradients' format
+     * (E5M2 under HYBRID, E4M3 under E4M3), forward tensors are always E4M3. */
+    bool fp8;
+    enum dp_f8 f8_grad;
     /* fp16 dynamic loss scaler (Megatron-Core DynamicGradScaler): the scale, the steps
      * since the last overflow or growth, the overflows left before a backoff; found_inf:
      * this step's gradients held an inf or nan on some rank (a MAX over the world). */

@@ -274,18 +274,40 @@ bool dp__layer_moe(const struct dp_exec *ex, int i)
 
 /* ------------------------------------------------------------------ layers */
 
+/*
+ * A GEMM of a transformer layer's linear (QKV, out-projection, MLP; not the attention
+ * core, the norms or the output layer, which stay bf16 as under Transformer Engine's
+ * fp8_autocast). `grad`: op(A) is an activation gradient (dgrad and wgrad: dY W and
+ * dY^T X), quantised to ex->f8_grad; every other operand (X, W) is a forward tensor,
+ * E4M3 (TE Format.HYBRID). Without FP8 it is the plain gemm.
+ */
+static void lin_gemm(struct dp_exec *ex, bool grad, bool ta, bool tb, int m, int n, int k,
+                     const real *a, int lda, const real *b, int ldb, real beta, real *c, int ldc)
+{
+    if (ex->fp8)
+        OPS->gemm_fp8(ex->be, ta, tb, m, n, k, 1, a, lda, grad ? ex->f8_grad : DP_F8_E4M3, b, ldb,
+                      DP_F8_E4M3, beta, c, ldc);
+    else
+        OPS->gemm(ex->be, ta, tb, m, n, k, 1, a, lda, b, ldb, beta, c, ldc);
+}
+
 /* Column-parallel linear: y [N, n] = x W^T + b. The bias (if any) is written first and the
- * GEMM adds to it (beta = 1): one pass over y fewer than clearing it and adding b later. */
+ * GEMM adds to it (beta = 1): one pass over y fewer than clearing it and adding b later;
+ * a backend with gemm_bias adds it in the GEMM's epilogue instead (no pass at all). */
 static void linear_fwd(struct dp_exec *ex, real *y, const real *x, size_t wt, size_t b, int n,
                        int k)
 {
     const int N = (int)ex->dm.N;
     real beta = 0;
+    if (b != NONE && OPS->gemm_bias && !ex->fp8) { /* the GEMM's epilogue adds it */
+        OPS->gemm_bias(ex->be, false, true, N, n, k, x, k, P(ex, wt), k, P(ex, b), y, n);
+        return;
+    }
     if (b != NONE) {
         OPS->bias_fill(ex->be, y, P(ex, b), N, n);
         beta = 1;
     }
-    OPS->gemm(ex->be, false, true, N, n, k, 1, x, k, P(ex, wt), k, beta, y, n);
+    lin_gemm(ex, false, false, true, N, n, k, x, k, P(ex, wt), k, beta, y, n);
 }
 
 /* Row-parallel linear and residual: out [Nl, h] = res + x W^T + b. Without TP the GEMM
@@ -298,11 +320,11 @@ static int linear_residual(struct dp_exec *ex, real *out, const real *res, const
     const int N = (int)dm->N, h = (int)dm->h;
     if (dm->tp == 1) {
         OPS->residual(ex->be, out, res, NULL, P(ex, b), dm->Nl, dm->h);
-        OPS->gemm(ex->be, false, true, N, h, k, 1, x, k, P(ex, wt), k, 1, out, h);
+        lin_gemm(ex, false, false, true, N, h, k, x, k, P(ex, wt), k, 1, out, h);
         store(ex, out, dm->Nl * dm->h);
         return 0;
     }
-    OPS->gemm(ex->be, false, true, N, h, k, 1, x, k, P(ex, wt), k, 0, ex->w.tmp, h);
+    lin_gemm(ex, false, false, true, N, h, k, x, k, P(ex, wt), k, 0, ex->w.tmp, h);
     int rc = reduce_tokens(ex, ex->w.tmp);
     if (rc)
         return rc;
@@ -390,17 +412,17 @@ static int layer_backward(struct dp_exec *ex, const struct dp_layer_params *p, s
         OPS->bias_grad(be, G(ex, p->b2), w->dres, dm->Nl, dm->h);
     dy = gather_tokens(ex, w->dres, w->dgath, &rc);
     TRY(rc);
-    OPS->gemm(be, false, false, N, f, h, 1, dy, h, P(ex, p->w2), f, 0, w->dact, f);
+    lin_gemm(ex, true, false, false, N, f, h, dy, h, P(ex, p->w2), f, 0, w->dact, f);
     store(ex, w->dact, dm->N * dm->f);
-    OPS->gemm(be, true, false, h, f, N, 1, dy, h, A->act, f, 1, G(ex, p->w2), f);
+    lin_gemm(ex, true, true, false, h, f, N, dy, h, A->act, f, 1, G(ex, p->w2), f);
     /* GELU: dfc1 in place of dact (same shape; the written lines are already in cache). */
     real *dfc1 = m->ffn == DP_FFN_GELU ? w->dact : w->dfc1;
     OPS->act_bwd(be, m->ffn, dfc1, G(ex, p->b1), w->dact, A->fc1, dm->N, dm->f);
     store(ex, dfc1, dm->N * dm->F1);
     const real *g2 = gather_tokens(ex, A->ln2, w->tmp, &rc);
     TRY(rc);
-    OPS->gemm(be, true, false, F1, h, N, 1, dfc1, F1, g2, h, 1, G(ex, p->w1), h);
-    OPS->gemm(be, false, false, N, h, F1, 1, dfc1, F1, P(ex, p->w1), h, 0, w->dtmp, h);
+    lin_gemm(ex, true, true, false, F1, h, N, dfc1, F1, g2, h, 1, G(ex, p->w1), h);
+    lin_gemm(ex, true, false, false, N, h, F1, dfc1, F1, P(ex, p->w1), h, 0, w->dtmp, h);
     if (dm->tp == 1)
         store(ex, w->dtmp, dm->N * dm->h); /* else reduce_tokens stores it */
     TRY(reduce_tokens(ex, w->dtmp));
@@ -414,9 +436,9 @@ norm2:
         OPS->bias_grad(be, G(ex, p->bo), w->dres, dm->Nl, dm->h);
     dy = gather_tokens(ex, w->dres, w->dgath, &rc);
     TRY(rc);
-    OPS->gemm(be, false, false, N, qd, h, 1, dy, h, P(ex, p->wo), qd, 0, w->dctx, qd);
+    lin_gemm(ex, true, false, false, N, qd, h, dy, h, P(ex, p->wo), qd, 0, w->dctx, qd);
     store(ex, w->dctx, dm->N * dm->qd);
-    OPS->gemm(be, true, false, h, qd, N, 1, dy, h, A->ctx, qd, 1, G(ex, p->wo), qd);
+    lin_gemm(ex, true, true, false, h, qd, N, dy, h, A->ctx, qd, 1, G(ex, p->wo), qd);
     if (dm->cp > 1) {
         TRY(dp__cp_attn_bwd(ex, w->dqkv, w->dctx, A->qkv, A->ctx, A->lse));
     } else {
@@ -444,8 +466,8 @@ norm2:
         OPS->bias_grad(be, G(ex, p->bqkv), w->dqkv, dm->N, dm->qkvd);
     const real *g1 = gather_tokens(ex, A->ln1, w->tmp, &rc);
     TRY(rc);
-    OPS->gemm(be, true, false, qkvd, h, N, 1, w->dqkv, qkvd, g1, h, 1, G(ex, p->wqkv), h);
-    OPS->gemm(be, false, false, N, h, qkvd, 1, w->dqkv, qkvd, P(ex, p->wqkv), h, 0, w->dtmp, h);
+    lin_gemm(ex, true, true, false, qkvd, h, N, w->dqkv, qkvd, g1, h, 1, G(ex, p->wqkv), h);
+    lin_gemm(ex, true, false, false, N, h, qkvd, w->dqkv, qkvd, P(ex, p->wqkv), h, 0, w->dtmp, h);
     if (dm->tp == 1)
         store(ex, w->dtmp, dm->N * dm->h);
     TRY(reduce_tokens(ex, w->dtmp));

@@ -95,6 +95,10 @@ static int price_stage(struct pricer *c, const struct dp_model *m, const struct 
     dp_exec_opts_default(&ex->o); /* no data: batches are not loaded */
     ex->err = err;
     ex->be = &c->base;
+    /* FP8 GEMMs priced as the CPU backend runs them (predict_ops.c p_gemm_fp8); the bf16
+     * store rounding is not priced (dtype fp32 here). */
+    ex->fp8 = dp_layout_gemm(l) == DP_GEMM_FP8;
+    ex->f8_grad = l->fp8_format == DP_FP8_E4M3 ? DP_F8_E4M3 : DP_F8_E5M2;
     ex->c = (struct dp_coords){.tp_rank = 0, .dp_rank = 0, .pp_rank = st};
     ex->rank = dp_rank_of_cp(&ex->c, l->tp, l->cp, l->dp, l->pp);
     ex->world = l->tp * (l->cp > 1 ? l->cp : 1) * l->dp * l->pp;

@@ -126,6 +126,19 @@ static void p_gemm(struct dp_backend *be, bool ta, bool tb, int m, int n, int k,
     c->bill.core_s += nth * t;
 }
 
+/* cpu_fp8.c's FP8 GEMM: per operand an amax pass (read) and the quantisation into a
+ * packed copy (read, write), memory-bound, then the fp32 GEMM of the copies (the CPU has
+ * no FP8 rate: its BLAS runs fp32). */
+static void p_gemm_fp8(struct dp_backend *be, bool ta, bool tb, int m, int n, int k, real alpha,
+                       const real *a, int lda, enum dp_f8 fa, const real *b, int ldb, enum dp_f8 fb,
+                       real beta, real *cc, int ldc)
+{
+    const double ea = (double)m * k, eb = (double)k * n;
+    ew(pc(be), ea, R * 3.0 * ea, 0);
+    ew(pc(be), eb, R * 3.0 * eb, 0);
+    p_gemm(be, ta, tb, m, n, k, alpha, NULL, ta ? m : k, NULL, tb ? k : n, beta, cc, ldc);
+}
+
 static void p_init_fill(struct dp_backend *be, real *dst, int64_t rows, int64_t cols, int64_t gcols,
                         int64_t r0, int64_t c0, uint64_t seed, uint64_t key, double std,
                         double value)
@@ -554,6 +567,7 @@ const struct dp_backend_ops dp__pricing_ops = {
     .zero = p_zero,
     .copy = p_copy,
     .gemm = p_gemm,
+    .gemm_fp8 = p_gemm_fp8,
     .init_fill = p_init_fill,
     .norm_fwd = p_norm_fwd,
     .norm_bwd = p_norm_bwd,

@@ -88,15 +88,37 @@ void dp_exec_opts_default(struct dp_exec_opts *o)
 int dp_exec_check_precision(const struct dp_model *m, const struct dp_layout *l,
                             enum dp_precision p, struct dp_err *err)
 {
+    if (l && dp_layout_gemm(l) == DP_GEMM_FP8) {
+        /* FP8 GEMMs (executor/README.md "Mixed precision"): Transformer Engine's current
+         * per-tensor scaling over bf16 storage; the other recipes keep state (delayed: an
+         * amax history per tensor) or scales per block that no backend op carries. */
+        if (p != DP_BF16)
+            return dp_err_set(err, DP_EINFEASIBLE,
+                              "precision fp8: FP8 GEMMs store in bf16, got %s storage",
+                              dp_precision_name(p));
+        if (l->fp8_recipe != DP_FP8_CURRENT)
+            return dp_err_set(err, DP_EINFEASIBLE,
+                              "fp8 recipe %s: the executor runs current per-tensor scaling only "
+                              "(--fp8-recipe current)",
+                              dp_fp8_recipe_name(l->fp8_recipe));
+        if (l->fp8_params)
+            return dp_err_set(err, DP_EINFEASIBLE,
+                              "fp8 params: the executor keeps bf16 weights (FP8 copies are made "
+                              "per GEMM)");
+    }
     if (p == DP_FP32)
         return 0;
-    const char *name = dp_precision_name(p);
+    const char *name = l && dp_layout_gemm(l) == DP_GEMM_FP8 ? "fp8" : dp_precision_name(p);
     if (p != DP_BF16 && p != DP_FP16)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "precision %s: the executor stores bf16, fp16 or "
                           "fp32",
                           name);
-    (void)m; /* every layer kind has its store points (model.c, moe.c) */
+    /* bf16 / fp16: every layer kind has its store points (model.c, moe.c); FP8 GEMMs
+     * are the dense layers' only (moe.c's expert GEMMs would run bf16). */
+    if (m->experts > 0 && l && dp_layout_gemm(l) == DP_GEMM_FP8)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "precision fp8: mixture-of-experts layers have no FP8 GEMMs yet");
     return 0;
 }
 
@@ -402,13 +424,16 @@ int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const stru
                                  .threads = o->threads,
                                  .dtype = o->precision == DP_BF16   ? DP_DT_BF16
                                           : o->precision == DP_FP16 ? DP_DT_FP16
-                                                                    : DP_DT_FP32};
+                                                                    : DP_DT_FP32,
+                                 .fp8 = dp_layout_gemm(l) == DP_GEMM_FP8};
     int prc = dp_exec_check_precision(m, l, o->precision, err);
     if (prc) {
         free(ex);
         return prc;
     }
     ex->dtype = cfg.dtype;
+    ex->fp8 = cfg.fp8;
+    ex->f8_grad = l->fp8_format == DP_FP8_E4M3 ? DP_F8_E4M3 : DP_F8_E5M2;
     ex->ls_scale = o->loss_scale_init > 0 ? o->loss_scale_init : DP_LS_INIT;
     ex->ls_hyst = DP_LS_HYSTERESIS;
     ex->be = dp__backend_new(o->backend, &cfg, err);
@@ -431,6 +456,8 @@ int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const stru
     else if (ex->dtype != DP_DT_FP32 && !ex->be->ops->round_store)
         missing = ex->dtype == DP_DT_BF16 ? "precision bf16 (its store rounding)"
                                           : "precision fp16 (its store rounding)";
+    else if (ex->fp8 && !ex->be->ops->gemm_fp8)
+        missing = "precision fp8 (FP8 GEMMs)";
     else if (m->experts > 0 &&
              (!ex->be->ops->router_topk || !ex->be->ops->router_bwd || !ex->be->ops->rows_gather ||
               !ex->be->ops->rows_scatter_add || !ex->be->ops->rows_dot || !ex->be->ops->alltoall_v))

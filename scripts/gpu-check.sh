@@ -148,12 +148,18 @@ for model in tiny-gpt tiny-llama; do
     row "| $model cuda fp32 GEMMs vs cpu, rtol 1e-4 | $(cmp $model-cpu $model-fp32 1e-4) |"
   run "$model-tf32" $model --backend cuda &&
     row "| $model cuda TF32 vs cpu, rtol 1e-2 | $(cmp $model-cpu $model-tf32 1e-2) |"
-  # bf16 emulated on both (executor/README.md "Mixed precision"; TF32 takes bf16 values
-  # exactly): losses within bf16's tolerance of exec_mixprec_bf16 (2^-7), weights not
-  # compared (bf16's rounding steps make them drift apart as between layouts).
+  # bf16 storage emulated on both (executor/README.md "Mixed precision"), the GPU's GEMMs
+  # through cuBLASLt on bf16 copies of the stored values (exact; cuda_lt.c): losses
+  # within bf16's tolerance of exec_mixprec_bf16 (2^-7), weights not compared (bf16's
+  # rounding steps make them drift apart as between layouts).
   run "$model-cpu-bf16" $model --backend cpu --precision bf16 &&
     run "$model-bf16" $model --backend cuda --precision bf16 &&
-    row "| $model cuda bf16 (emulated) vs cpu bf16, losses rtol 2^-7 | $(cmp $model-cpu-bf16 $model-bf16 0.0078125 --losses-only) |"
+    row "| $model cuda bf16 (cuBLASLt) vs cpu bf16, losses rtol 2^-7 | $(cmp $model-cpu-bf16 $model-bf16 0.0078125 --losses-only) |"
+  # FP8 (current scaling, E4M3/E5M2): cuBLASLt FP8 against the CPU's exact emulation, the
+  # same quantised values, accumulation differs: the bf16 bound, 2^-7 on the losses.
+  run "$model-cpu-fp8" $model --backend cpu --precision fp8 &&
+    run "$model-fp8" $model --backend cuda --precision fp8 &&
+    row "| $model cuda fp8 (cuBLASLt) vs cpu fp8, losses rtol 2^-7 | $(cmp $model-cpu-fp8 $model-fp8 0.0078125 --losses-only) |"
 done
 
 # ---- 3. layouts on the one GPU

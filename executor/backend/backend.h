@@ -67,6 +67,13 @@ enum dp_redop { DP_OP_SUM = 0, DP_OP_MAX = 1 };
  */
 enum dp_dtype { DP_DT_FP32 = 0, DP_DT_BF16 = 1, DP_DT_FP16 = 2 };
 
+/*
+ * FP8 GEMM operand formats (gemm_fp8): E4M3 for forward tensors (activations, weights),
+ * E5M2 for gradients under Transformer Engine's HYBRID format, E4M3 everywhere under
+ * its E4M3 format (round.h gives both formats' numbers).
+ */
+enum dp_f8 { DP_F8_E4M3 = 0, DP_F8_E5M2 = 1 };
+
 /* Norm eps (LayerNorm and RMSNorm), GPT-2 and Llama 2 defaults. */
 #define DP_NORM_EPS 1e-5
 
@@ -307,6 +314,21 @@ struct dp_backend_ops {
      * (fp16: 65520 and above to inf), and stored back: what a bf16/fp16 store of a
      * tensor computed in fp32 keeps. The executor calls it only when dtype != fp32. */
     void (*round_store)(struct dp_backend *be, real *x, int64_t n);
+
+    /* ---- FP8 GEMMs (optional: NULL where the backend has none; the executor refuses
+     * --precision fp8 there). As gemm, with op(A) and op(B) each quantised to its format
+     * with current per-tensor scaling: s = fp8_max / amax of the operand (round.h
+     * dp__fp8_scale), q = fp8(x s) rounded to nearest even with saturation, then
+     * C = alpha (q_A q_B) / (s_A s_B) + beta C, accumulated in fp32 (cuBLASLt's FP8
+     * matmul with A/B scale pointers). */
+    void (*gemm_fp8)(struct dp_backend *be, bool ta, bool tb, int m, int n, int k, real alpha,
+                     const real *a, int lda, enum dp_f8 fa, const real *b, int ldb, enum dp_f8 fb,
+                     real beta, real *c, int ldc);
+    /* ---- fused GEMM + bias (optional: NULL, and the executor composes bias_fill and
+     * gemm with beta 1): C = op(A) op(B) + bias, bias [n] added to every row of C
+     * (cuBLASLt's CUBLASLT_EPILOGUE_BIAS). */
+    void (*gemm_bias)(struct dp_backend *be, bool ta, bool tb, int m, int n, int k, const real *a,
+                      int lda, const real *b, int ldb, const real *bias, real *c, int ldc);
 };
 
 /* A backend instance; implementations embed it first in their own struct. */
@@ -332,6 +354,7 @@ struct dp_backend_cfg {
     /* Storage precision (the default 0: fp32). A backend without round_store refuses
      * any other with one line. */
     enum dp_dtype dtype;
+    bool fp8; /* the linear layers' GEMMs in FP8 (gemm_fp8): a device backend checks its GPU */
 };
 
 /* One kind of backend this build has (a file defines it; factory.c lists them). */

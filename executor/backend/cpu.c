@@ -451,6 +451,7 @@ static const struct dp_backend_ops cpu_ops = {
     .sumsq = dp__cpu_sumsq,
     .adamw = dp__cpu_adamw,
     .round_store = dp__cpu_round_store,
+    .gemm_fp8 = dp__cpu_gemm_fp8,
     .router_topk = dp__cpu_router_topk,
     .router_bwd = dp__cpu_router_bwd,
     .rows_gather = dp__cpu_rows_gather,

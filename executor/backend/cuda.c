@@ -19,6 +19,7 @@
  * backend.h asks; overlap on a second stream is later work.
  */
 #include "cuda.h"
+#include "cuda_lt.h"
 #include "cuda_module.h"
 #include "mpi_up.h"
 
@@ -201,6 +202,7 @@ static void cu_destroy(struct dp_backend *be)
     for (int g = 1; g < DP_NGROUPS; g++)
         if (!fin && cb->mcomm[g] != MPI_COMM_NULL)
             MPI_Comm_free(&cb->mcomm[g]);
+    dp__cuda_lt_destroy(cb);
     if (cb->blas)
         cublasDestroy(cb->blas);
     cudaFree(cb->dsum);
@@ -330,8 +332,8 @@ static struct dp_backend *cu_new(const struct dp_backend_cfg *cfg, bool staged, 
     }
     cb->base.ops = &cuda_ops;
     cb->base.threads = 1; /* one host thread drives the GPU */
-    /* bf16 / fp16: emulated as on the CPU (round_store on fp32 buffers; docs/gpu.md), not
-     * yet bf16 buffers and cuBLASLt bf16 GEMMs: the run's summary says "emulated". */
+    /* bf16 / fp16 storage: emulated as on the CPU (round_store on fp32 buffers; docs/gpu.md),
+     * the GEMMs on 2-byte copies (cuda_lt.c): the run's summary says "emulated". */
     cb->base.dtype = cfg->dtype;
     cb->staged = staged;
     const char *gm = getenv("DPLAN_CUDA_GEMM");
@@ -370,6 +372,8 @@ static struct dp_backend *cu_new(const struct dp_backend_cfg *cfg, bool staged, 
                    cb->host, cublasGetStatusString(bs));
         goto fail;
     }
+    if (dp__cuda_lt_init(cb, cfg->fp8, err))
+        goto fail;
     if (!staged && nccl_groups(cb, &sp, err))
         goto fail;
     live = cb;

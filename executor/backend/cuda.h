@@ -38,6 +38,8 @@ struct cuda_backend {
      * GEMMs): the next call that returns a status reports it. */
     int sticky;
     char sticky_msg[160];
+    /* cuBLASLt GEMMs (cuda_lt.c): handle, descriptor cache, workspace; NULL: off. */
+    struct dp__lt *lt;
 };
 
 static inline struct cuda_backend *dp__cu(struct dp_backend *be)

@@ -1,5 +1,6 @@
 /*
- * The CUDA backend's compute operations (backend.h): GEMMs through cuBLAS in TF32
+ * The CUDA backend's compute operations (backend.h): GEMMs through cuBLASLt first
+ * (cuda_lt.c: TF32, bf16 / fp16 copies, FP8, the bias epilogue), else cuBLAS in TF32
  * (cublasGemmStridedBatchedEx, CUBLAS_COMPUTE_32F_FAST_TF32: fp32 storage and
  * accumulation, inputs rounded to TF32 in the tensor cores; DPLAN_CUDA_GEMM=fp32 asks
  * for CUBLAS_COMPUTE_32F, exact fp32), causal attention as batched
@@ -9,6 +10,7 @@
  */
 #include "cuda.h"
 #include "cuda_kernels.h"
+#include "cuda_lt.h"
 
 #include <math.h>
 
@@ -38,7 +40,25 @@ static void gemm_rm(struct dp_backend *be, bool ta, bool tb, int m, int n, int k
 static void cu_gemm(struct dp_backend *be, bool ta, bool tb, int m, int n, int k, real alpha,
                     const real *a, int lda, const real *b, int ldb, real beta, real *c, int ldc)
 {
+    /* cuBLASLt first (cuda_lt.c: TF32, or bf16 / fp16 operands in those runs). */
+    if (m > 0 && n > 0 && k > 0 &&
+        dp__cuda_lt_gemm(dp__cu(be), ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, NULL))
+        return;
     gemm_rm(be, ta, tb, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1);
+}
+
+static void cu_bias_fill(struct dp_backend *be, real *out, const real *bias, int64_t N, int64_t C);
+
+/* The bias in cuBLASLt's epilogue; without an algorithm for it, bias_fill and beta 1. */
+static void cu_gemm_bias(struct dp_backend *be, bool ta, bool tb, int m, int n, int k,
+                         const real *a, int lda, const real *b, int ldb, const real *bias, real *c,
+                         int ldc)
+{
+    if (m > 0 && n > 0 && k > 0 &&
+        dp__cuda_lt_gemm(dp__cu(be), ta, tb, m, n, k, 1, a, lda, b, ldb, 0, c, ldc, bias))
+        return;
+    cu_bias_fill(be, c, bias, m, n);
+    cu_gemm(be, ta, tb, m, n, k, 1, a, lda, b, ldb, 1, c, ldc);
 }
 
 static void cu_init_fill(struct dp_backend *be, real *dst, int64_t rows, int64_t cols,
@@ -358,4 +378,6 @@ void dp__cuda_fill_ops(struct dp_backend_ops *o)
     o->sum = cu_sum;
     o->sumsq = cu_sumsq;
     o->adamw = cu_adamw;
+    o->gemm_fp8 = dp__cuda_lt_gemm_fp8; /* cuda_lt.c */
+    o->gemm_bias = cu_gemm_bias;
 }

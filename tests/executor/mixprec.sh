@@ -74,6 +74,53 @@ bf16)
   [ "$p16" = $((2 * g16)) ] || bad "bf16 params pool $p16, expected 2 x grads = $((2 * g16))"
   ;;
 
+fp8)
+  # FP8 GEMMs (current per-tensor scaling, E4M3 forward, E5M2 gradients) against the
+  # bf16 run of the same model, data and seed: bf16 storage in both, only the linear
+  # GEMMs' inputs differ. E4M3's unit roundoff is 2^-4, 16 times bf16's, but each GEMM
+  # output sums k products whose rounding errors have independent signs, and the
+  # logits come from the output layer, which stays bf16; the bound is bf16's against
+  # fp32, 2^-7 relative on the losses (measured: 2.1e-4 on tiny-gpt, 20 steps). That
+  # the FP8 path is on at all: above 1e-5 from bf16. That it is the right recipe (formats,
+  # scaling): test_executor_fp8.
+  run bf16 tiny-gpt "${BASE[@]}" --mbs 8 --precision bf16
+  run fp8 tiny-gpt "${BASE[@]}" --mbs 8 --precision fp8
+  "$compare" bf16 fp8 --losses-only --rtol 0.0078125 "${resident[@]}" || bad "fp8 losses"
+  if "$compare" bf16 fp8 --losses-only --rtol 1e-5 > same.txt 2>&1; then
+    bad "fp8 losses within 1e-5 of bf16 at every step: are the FP8 GEMMs on?"
+  else
+    say "fp8 differs from bf16 by more than 1e-5: $(grep -m1 worst same.txt)"
+  fi
+  grep -q '"gemm_precision":.*"fp8"' fp8/plan.json || bad "fp8/plan.json lacks gemm_precision fp8"
+  grep -q '"fp8_recipe":.*"current"' fp8/plan.json || bad "fp8/plan.json lacks fp8_recipe current"
+  # Llama (RMSNorm, SwiGLU, RoPE, GQA) and TP 2 with SP (the GEMMs of a TP shard).
+  for l in "l|tiny-llama|--mbs 8" "tp2_sp|tiny-gpt|--tp 2 --sp --mbs 2"; do
+    IFS='|' read -r n m o <<< "$l"
+    read -ra o <<< "$o"
+    run "${n}_bf16" "$m" "${BASE[@]}" "${o[@]}" --precision bf16
+    run "${n}_fp8" "$m" "${BASE[@]}" "${o[@]}" --precision fp8
+    "$compare" "${n}_bf16" "${n}_fp8" --losses-only --rtol 0.0078125 || bad "fp8 $n losses"
+  done
+  # What the executor does not run is refused in one line, exit 2 (usage) or 1.
+  for r in "2|--fp8-recipe: the executor runs current|--precision fp8 --fp8-recipe delayed" \
+           "2|--fp8-params: the executor keeps bf16 weights|--precision fp8 --fp8-params" \
+           "2|--precision auto: expected fp32, bf16, fp16 or fp8|--precision auto"; do
+    IFS='|' read -r code msg o <<< "$r"
+    read -ra o <<< "$o"
+    "$dplan" run tiny-gpt "${BASE[@]}" --mbs 8 "${o[@]}" --out refused > refused.out 2> refused.err
+    got=$?
+    [ "$got" = "$code" ] || bad "dplan run ${o[*]}: exit $got, expected $code"
+    grep -q -- "$msg" refused.err || bad "dplan run ${o[*]}: $(head -1 refused.err)"
+    [ "$(wc -l < refused.err)" = 1 ] || bad "dplan run ${o[*]}: more than one line"
+  done
+  "$dplan" run "$here/models/tiny-moe.json" "${BASE[@]}" --mbs 8 --precision fp8 --out refused \
+    > refused.out 2> refused.err
+  got=$?
+  [ "$got" = 1 ] || bad "dplan run tiny-moe --precision fp8: exit $got, expected 1"
+  grep -q "precision fp8: mixture-of-experts layers have no FP8 GEMMs yet" refused.err ||
+    bad "dplan run tiny-moe --precision fp8: $(head -1 refused.err)"
+  ;;
+
 parallel)
   # Layouts with the single process's store points and its fp32 summation order, which
   # bf16 needs: the working copy is a step function of the fp32 master, so an fp32 ulp

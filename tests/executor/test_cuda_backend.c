@@ -6,7 +6,8 @@
  * for fp32 element-wise work (different summation orders, fast-math-free expf/tanhf of
  * a few ulp), 1e-2 of the operands' scale for the GEMMs and what goes through them
  * (TF32 keeps 10 mantissa bits: each product carries a relative error up to 2^-11 per
- * operand, NVIDIA A100 whitepaper, "TF32"). Without a GPU (cudaGetDeviceCount) it says
+ * operand, NVIDIA A100 whitepaper, "TF32"); test_lt states its own (cuBLASLt bf16 and FP8).
+ * Without a GPU (cudaGetDeviceCount) it says
  * so and returns 77, ctest's skip code.
  */
 #include "check.h"
@@ -108,6 +109,28 @@ static void test_gemm(void)
             BE->ops->gemm(BE, ta, tb, m, n, k, 0.7f, da, ta ? m : k, db, tb ? k : n, 0.3f, dc, n);
         });
     }
+    /* gemm_bias (the epilogue on the GPU) against bias_fill + gemm with beta 1 on the CPU,
+     * which has no gemm_bias: the same sum, the same TF32 bound. */
+    float *bias = hrand(n, 1);
+    for (int t = 0; t < 4; t++) {
+        bool ta = t & 1, tb = t & 2;
+        char what[40];
+        snprintf(what, sizeof what, "gemm_bias ta=%d tb=%d", ta, tb);
+        float *dc = NULL;
+        BOTH(what, m * n, 1e-2, dc, {
+            float *da = dev(BE, a, F(m * k)), *db = dev(BE, b, F(k * n));
+            float *dbias = dev(BE, bias, F(n));
+            dc = dev(BE, c, F(m * n));
+            if (BE->ops->gemm_bias) {
+                BE->ops->gemm_bias(BE, ta, tb, m, n, k, da, ta ? m : k, db, tb ? k : n, dbias, dc,
+                                   n);
+            } else {
+                BE->ops->bias_fill(BE, dc, dbias, m, n);
+                BE->ops->gemm(BE, ta, tb, m, n, k, 1, da, ta ? m : k, db, tb ? k : n, 1, dc, n);
+            }
+        });
+    }
+    free(bias);
     free(a), free(b), free(c);
 }
 
@@ -620,6 +643,103 @@ static void test_arena(void)
     gpu->ops->free(gpu, p);
 }
 
+/* ---- cuBLASLt (cuda_lt.c): bf16 GEMMs and FP8 GEMMs against the CPU backend */
+
+static float bf16_of(float x) /* round to nearest even, as round.h */
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&x, &u, sizeof u);
+    return x;
+}
+
+/*
+ * bf16 runs: the GPU copies the operands to bf16 (exact: they are bf16 values here, as
+ * the executor's stored tensors are) and multiplies with fp32 accumulation; the CPU
+ * multiplies the same values in fp32. Every product of two bf16 values is exact in fp32
+ * (8 + 8 significant bits), so only the summation order differs: k = 47 terms, each sum
+ * rounded by 2^-24 relative, under 1e-5 of the scale.
+ * FP8 (gemm_fp8, both formats, every transpose, k = 47 padded to 48 on the GPU): the
+ * quantised values are the same on both (the same scale and round-to-nearest-even with
+ * saturation; a difference there is one FP8 ulp, 2^-4 relative, far above the bound) and
+ * their products exact; Hopper's FP8 tensor cores accumulate with fewer bits than fp32
+ * (DeepSeek-V3 report Sec. 3.3.2: about 14), so 47 additions at 2^-14 each: 47 / 16384 =
+ * 2.9e-3 of the scale at worst; allowed 4e-3.
+ */
+static void test_lt(void)
+{
+    struct dp_err err = {0};
+    struct dp_backend_cfg cfg = {
+        .tp = 1, .dp = 1, .pp = 1, .shard = 1, .threads = 1, .dtype = DP_DT_BF16};
+    struct dp_backend *cpu16 = dp__backend_new("cpu", &cfg, &err);
+    struct dp_backend *gpu16 = cpu16 ? dp__backend_new("cuda-mpi", &cfg, &err) : NULL;
+    if (!cpu16 || !gpu16) {
+        fprintf(stderr, "bf16 backends: %s\n", err.msg);
+        check_failures++;
+        return;
+    }
+    const int m = 33, n = 65, k = 47;
+    float *a = hrand(m * k, 1), *b = hrand(k * n, 1), *c = hrand(m * n, 1);
+    for (int i = 0; i < m * k; i++)
+        a[i] = bf16_of(a[i]);
+    for (int i = 0; i < k * n; i++)
+        b[i] = bf16_of(b[i]);
+    struct dp_backend *save_cpu = cpu, *save_gpu = gpu;
+    cpu = cpu16;
+    gpu = gpu16;
+    for (int t = 0; t < 4; t++) {
+        bool ta = t & 1, tb = t & 2;
+        char what[48];
+        snprintf(what, sizeof what, "cublasLt bf16 gemm ta=%d tb=%d", ta, tb);
+        float *dc = NULL;
+        BOTH(what, m * n, 1e-5, dc, {
+            float *da = dev(BE, a, F(m * k)), *db = dev(BE, b, F(k * n));
+            dc = dev(BE, c, F(m * n));
+            BE->ops->gemm(BE, ta, tb, m, n, k, 0.7f, da, ta ? m : k, db, tb ? k : n, 0.3f, dc, n);
+        });
+    }
+    cfg.fp8 = true;
+    struct dp_backend *gpu8 = dp__backend_new("cuda-mpi", &cfg, &err);
+    if (!gpu8 && strstr(err.msg, "sm_")) {
+        printf("fp8: skipped (%s)\n", err.msg);
+    } else if (!gpu8) {
+        fprintf(stderr, "fp8 backend: %s\n", err.msg);
+        check_failures++;
+    } else {
+        gpu = gpu8;
+        for (int t = 0; t < 8; t++) {
+            bool ta = t & 1, tb = t & 2;
+            enum dp_f8 fa = t & 4 ? DP_F8_E5M2 : DP_F8_E4M3;
+            char what[48];
+            snprintf(what, sizeof what, "gemm_fp8 ta=%d tb=%d fa=%s", ta, tb,
+                     fa == DP_F8_E5M2 ? "e5m2" : "e4m3");
+            float *dc = NULL;
+            BOTH(what, m * n, 4e-3, dc, {
+                float *da = dev(BE, a, F(m * k)), *db = dev(BE, b, F(k * n));
+                dc = dev(BE, c, F(m * n));
+                BE->ops->gemm_fp8(BE, ta, tb, m, n, k, 0.7f, da, ta ? m : k, fa, db, tb ? k : n,
+                                  DP_F8_E4M3, 0.3f, dc, n);
+            });
+        }
+        if (gpu8->ops->barrier(gpu8, DP_GROUP_WORLD, &err)) {
+            fprintf(stderr, "after gemm_fp8: %s\n", err.msg);
+            check_failures++;
+        }
+        gpu8->ops->destroy(gpu8);
+    }
+    if (gpu16->ops->barrier(gpu16, DP_GROUP_WORLD, &err)) {
+        fprintf(stderr, "after the bf16 gemms: %s\n", err.msg);
+        check_failures++;
+    }
+    cpu = save_cpu;
+    gpu = save_gpu;
+    gpu16->ops->destroy(gpu16);
+    cpu16->ops->destroy(cpu16);
+    free(a), free(b), free(c);
+}
+
 int main(void)
 {
     if (dp__cuda_module_error()) { /* a build defect, not a missing GPU */
@@ -650,6 +770,7 @@ int main(void)
     test_ends();
     test_reduce_adamw();
     test_ring();
+    test_lt();
     test_moe();
     test_qk_norm();
     test_alltoall(gpu);

@@ -5,7 +5,10 @@
  * by hand in the comments.
  */
 #include "check.h"
+
 #include "executor/backend/cuda_host.h"
+#include "executor/backend/cuda_lt_host.h"
+#include <string.h>
 
 static void test_arena(void)
 {
@@ -230,8 +233,116 @@ static void test_errors(void)
     CHECK_STR(err.msg, "rank 1 (h): x failed: unknown error");
 }
 
+/*
+ * cuBLASLt plans (cuda_lt_host.h). The executor's linears on tiny-gpt's QKV (N = 32
+ * tokens, k = h = 16 in, n = 48 out):
+ *  forward  Y = X W^T: ta 0, tb 1, m 32, n 48, k 16, lda 16, ldb 16, ldc 48;
+ *  dgrad   dX = dY W: ta 0, tb 0, m 32, n 16, k 48, lda 48, ldb 16, ldc 16;
+ *  wgrad   dW += dY^T X: ta 1, tb 0, m 48, n 16, k 32, lda 48, ldb 16, ldc 16.
+ */
+static void test_lt_plans(void)
+{
+    struct dp__lt_plan p;
+    /* fp32: the buffers as they are, nothing copied. */
+    dp__lt_plan_make(&p, DP_LT_FP32, false, true, 32, 48, 16, 16, 16, 48, 0, 0, false);
+    CHECK(!p.copy);
+    CHECK_EQ(p.bytes, 0);
+    CHECK_EQ(p.key.lda, 16);
+    CHECK_EQ(p.key.ta, 0);
+    CHECK_EQ(p.key.tb, 1);
+    /* FP8 forward is TN already: no transposes; K 16 is a multiple of 16 bytes of FP8.
+     * A copy 32 x 16 = 512 bytes (256-aligned: B at 512), B 48 x 16 = 768: 1280. */
+    dp__lt_plan_make(&p, DP_LT_FP8, false, true, 32, 48, 16, 16, 16, 48, 0, 0, false);
+    CHECK(p.copy && !p.tr_a && !p.tr_b);
+    CHECK_EQ(p.key.ta, 0);
+    CHECK_EQ(p.key.tb, 1);
+    CHECK_EQ(p.key.k, 16);
+    CHECK_EQ(p.off_b, 512);
+    CHECK_EQ(p.bytes, 1280);
+    /* dgrad: B (W, stored k x n = 48 x 16) must become n x k = 16 x 48: transposed. */
+    dp__lt_plan_make(&p, DP_LT_FP8, false, false, 32, 16, 48, 48, 16, 16, 1, 0, false);
+    CHECK(!p.tr_a && p.tr_b);
+    CHECK_EQ(p.key.ta, 0);
+    CHECK_EQ(p.key.tb, 1);
+    CHECK_EQ(p.rows_b, 16);
+    CHECK_EQ(p.cols_b, 48);
+    CHECK_EQ(p.key.ldb, 48);
+    CHECK_EQ(p.key.fa, 1);
+    /* wgrad: A (dY, stored k x m = 32 x 48) becomes m x k = 48 x 32; B (X, 32 x 16 = k x n)
+     * becomes 16 x 32. Both transposed. */
+    dp__lt_plan_make(&p, DP_LT_FP8, true, false, 48, 16, 32, 48, 16, 16, 1, 0, false);
+    CHECK(p.tr_a && p.tr_b);
+    CHECK_EQ(p.rows_a, 48);
+    CHECK_EQ(p.cols_a, 32);
+    CHECK_EQ(p.rows_b, 16);
+    CHECK_EQ(p.key.lda, 32);
+    /* An odd K pads to 16: k = 20 -> 32, the copies' rows 32 bytes; 3 x 32 = 96 -> 256,
+     * then 5 x 32 = 160 -> 256: 512 bytes. */
+    dp__lt_plan_make(&p, DP_LT_FP8, false, true, 3, 5, 20, 20, 20, 5, 0, 0, false);
+    CHECK_EQ(p.key.k, 32);
+    CHECK_EQ(p.key.lda, 32);
+    CHECK_EQ(p.cols_a, 20);
+    CHECK_EQ(p.bytes, 512);
+    /* bf16 keeps the call's orientation; rows padded to 8 elements (16 bytes): the
+     * wgrad's A stored 32 x 48 (ld 48), B 32 x 16 (ld 16): 3072 + 1024 bytes. */
+    dp__lt_plan_make(&p, DP_LT_BF16, true, false, 48, 16, 32, 48, 16, 16, 0, 0, false);
+    CHECK(p.copy && !p.tr_a && !p.tr_b);
+    CHECK_EQ(p.key.ta, 1);
+    CHECK_EQ(p.key.tb, 0);
+    CHECK_EQ(p.rows_a, 32);
+    CHECK_EQ(p.cols_a, 48);
+    CHECK_EQ(p.key.lda, 48);
+    CHECK_EQ(p.key.k, 32);
+    CHECK_EQ(p.off_b, 3072);
+    CHECK_EQ(p.bytes, 4096);
+    /* 2-byte rows of 3 values pad to 8. */
+    dp__lt_plan_make(&p, DP_LT_FP16, false, false, 2, 3, 3, 3, 3, 3, 0, 0, false);
+    CHECK_EQ(p.key.lda, 8);
+    CHECK_EQ(p.key.ldb, 8);
+
+    /* The cache: a hit returns the slot; a different ld, compute or epilogue is a miss;
+     * past DP_LT_SLOTS keys the oldest slot (0) is taken again and reported evicted. */
+    struct dp__lt_cache c;
+    memset(&c, 0, sizeof c);
+    struct dp__lt_plan q;
+    dp__lt_plan_make(&q, DP_LT_FP32, false, true, 32, 48, 16, 16, 16, 48, 0, 0, false);
+    CHECK_EQ(dp__lt_cache_find(&c, &q.key), -1);
+    bool ev = true;
+    CHECK_EQ(dp__lt_cache_take(&c, &q.key, &ev), 0);
+    CHECK(!ev);
+    CHECK_EQ(dp__lt_cache_find(&c, &q.key), 0);
+    struct dp__lt_key k2 = q.key;
+    k2.compute = 1;
+    CHECK_EQ(dp__lt_cache_find(&c, &k2), -1);
+    k2 = q.key;
+    k2.ldc = 64;
+    CHECK_EQ(dp__lt_cache_find(&c, &k2), -1);
+    k2 = q.key;
+    k2.epi = 1; /* the bias epilogue is another descriptor */
+    CHECK_EQ(dp__lt_cache_find(&c, &k2), -1);
+    for (int i = 1; i < DP_LT_SLOTS; i++) {
+        k2 = q.key;
+        k2.m = 100 + i;
+        CHECK_EQ(dp__lt_cache_take(&c, &k2, &ev), i);
+        CHECK(!ev);
+    }
+    k2.m = 7;
+    CHECK_EQ(dp__lt_cache_take(&c, &k2, &ev), 0);
+    CHECK(ev);
+    CHECK_EQ(dp__lt_cache_find(&c, &q.key), -1);
+    CHECK_EQ(dp__lt_cache_find(&c, &k2), 0);
+
+    /* FP8 tensor cores: sm_89 (Ada), sm_90 (Hopper), sm_100; not sm_80/86 (Ampere). */
+    CHECK(!dp__lt_fp8_capable(8, 0));
+    CHECK(!dp__lt_fp8_capable(8, 6));
+    CHECK(dp__lt_fp8_capable(8, 9));
+    CHECK(dp__lt_fp8_capable(9, 0));
+    CHECK(dp__lt_fp8_capable(10, 0));
+}
+
 int main(void)
 {
+    test_lt_plans();
     test_arena();
     test_split();
     test_images();
