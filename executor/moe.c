@@ -312,13 +312,40 @@ static void counts_load(struct dp_exec *ex, const struct dp_act *A, struct moe_h
     memcpy(h->chunk, ec + 2 * E, (size_t)(ep * El) * sizeof(int32_t));
 }
 
+/*
+ * Mixed precision (README "Mixed precision", model.c store()): the weights are read from
+ * the bf16 / fp16 working copy, and the expert and shared-expert tensors are stored in
+ * the run's precision where Megatron-Core keeps them in bf16: the experts' fc1,
+ * activation and fc2 outputs and their gradients, the gradient of the dispatched tokens,
+ * the combined output, the MoE layer's output and its input gradient. The router
+ * computes in fp32 (Megatron-Core moe_router_dtype = "fp32": the gating GEMM on the
+ * upcast input, the scores, the top-k weights, the auxiliary loss and the logits'
+ * gradient stay fp32), and so does the shared-expert gate (a per-token scalar of the
+ * router's kind). A gather or an all-to-all of stored rows moves stored values, so the
+ * dispatched tokens and the returned expert outputs need no store of their own; the
+ * combine sums in fp32 and is stored once (Megatron-Core's unpermute weighs the rows
+ * with the fp32 probabilities and casts the sum back).
+ */
+static real *W(struct dp_exec *ex, size_t off)
+{
+    if (ex->pwork && off != SIZE_MAX)
+        return ex->pwork + off;
+    return dp__param(ex, off);
+}
+
+static void store(struct dp_exec *ex, real *x, int64_t n)
+{
+    if (ex->dtype != DP_DT_FP32 && n > 0)
+        OPS->round_store(ex->be, x, n);
+}
+
 static real *expert_w1(struct dp_exec *ex, const struct dp_layer_params *p, int j)
 {
-    return dp__param(ex, p->ew1) + (size_t)j * (size_t)(ex->dm.Fe1 * ex->dm.h);
+    return W(ex, p->ew1) + (size_t)j * (size_t)(ex->dm.Fe1 * ex->dm.h);
 }
 static real *expert_w2(struct dp_exec *ex, const struct dp_layer_params *p, int j)
 {
-    return dp__param(ex, p->ew2) + (size_t)j * (size_t)(ex->dm.h * ex->dm.fe);
+    return W(ex, p->ew2) + (size_t)j * (size_t)(ex->dm.h * ex->dm.fe);
 }
 static real *expert_g1(struct dp_exec *ex, const struct dp_layer_params *p, int j)
 {
@@ -341,7 +368,7 @@ static int gate_forward(struct dp_exec *ex, const struct dp_layer_params *p, str
 {
     const struct dp_dims *dm = &ex->dm;
     const int N = (int)dm->N, h = (int)dm->h;
-    OPS->gemm(ex->be, false, true, N, 1, h, 1, g2, h, dp__param(ex, p->sgate), h, 0, A->sgate, 1);
+    OPS->gemm(ex->be, false, true, N, 1, h, 1, g2, h, W(ex, p->sgate), h, 0, A->sgate, 1);
     real *z = (real *)H->probs; /* host staging, free until the auxiliary loss */
     OPS->download(ex->be, z, A->sgate, (size_t)N * sizeof(real));
     for (int n = 0; n < N; n++)
@@ -356,13 +383,13 @@ static real *expert_b1(struct dp_exec *ex, const struct dp_layer_params *p, int 
 {
     if (p->eb1 == NONE)
         return NULL;
-    return (grad ? dp__grad(ex, p->eb1) : dp__param(ex, p->eb1)) + (size_t)j * (size_t)ex->dm.Fe1;
+    return (grad ? dp__grad(ex, p->eb1) : W(ex, p->eb1)) + (size_t)j * (size_t)ex->dm.Fe1;
 }
 static real *expert_b2(struct dp_exec *ex, const struct dp_layer_params *p, int j, bool grad)
 {
     if (p->eb2 == NONE)
         return NULL;
-    return (grad ? dp__grad(ex, p->eb2) : dp__param(ex, p->eb2)) + (size_t)j * (size_t)ex->dm.h;
+    return (grad ? dp__grad(ex, p->eb2) : W(ex, p->eb2)) + (size_t)j * (size_t)ex->dm.h;
 }
 
 int dp__moe_forward(struct dp_exec *ex, const struct dp_layer_params *p, struct dp_act *A,
@@ -379,10 +406,9 @@ int dp__moe_forward(struct dp_exec *ex, const struct dp_layer_params *p, struct 
     TRY(host_get(ex, &H));
 
     /* Router. */
-    OPS->gemm(be, false, true, Nb, E, h, 1, gb, h, dp__param(ex, p->router), h, 0, A->rprobs, E);
+    OPS->gemm(be, false, true, Nb, E, h, 1, gb, h, W(ex, p->router), h, 0, A->rprobs, E);
     const bool sig = m->moe_router_bias;
-    OPS->router_topk(be, A->rprobs, A->ridx, A->rw, sig ? dp__param(ex, p->router_b) : NULL, dm->Nb,
-                     E, K);
+    OPS->router_topk(be, A->rprobs, A->ridx, A->rw, sig ? W(ex, p->router_b) : NULL, dm->Nb, E, K);
     int64_t rows = 0;
     int32_t in = 0;
     TRY(route(ex, A, H, &rows));
@@ -415,12 +441,15 @@ int dp__moe_forward(struct dp_exec *ex, const struct dp_layer_params *p, struct 
                     OPS->bias_fill(be, fc1, b1, n, Fe1);
                 OPS->gemm(be, false, true, n, Fe1, h, 1, A->ein + r0 * h, h, expert_w1(ex, p, j), h,
                           b1 ? 1 : 0, fc1, Fe1);
+                store(ex, fc1, (int64_t)n * Fe1);
                 OPS->act_fwd(be, m->ffn, act, fc1, n, fe);
+                store(ex, act, (int64_t)n * fe);
                 b2 = dm->tp_rank == 0 ? b2 : NULL;
                 if (b2)
                     OPS->bias_fill(be, y, b2, n, h);
                 OPS->gemm(be, false, true, n, h, fe, 1, act, fe, expert_w2(ex, p, j), fe,
                           b2 ? 1 : 0, y, h);
+                store(ex, y, (int64_t)n * h);
             }
             r0 += n;
         }
@@ -430,9 +459,11 @@ int dp__moe_forward(struct dp_exec *ex, const struct dp_layer_params *p, struct 
     /* Shared experts: a dense MLP of the same tokens (before w->tmp, which may hold g2
      * under SP, is overwritten). */
     if (dm->sf > 0) {
-        OPS->gemm(be, false, true, N, (int)dm->Sf1, h, 1, g2, h, dp__param(ex, p->sw1), h, 0,
-                  A->sfc1, (int)dm->Sf1);
+        OPS->gemm(be, false, true, N, (int)dm->Sf1, h, 1, g2, h, W(ex, p->sw1), h, 0, A->sfc1,
+                  (int)dm->Sf1);
+        store(ex, A->sfc1, dm->N * dm->Sf1);
         OPS->act_fwd(be, m->ffn, A->sact, A->sfc1, dm->N, dm->sf);
+        store(ex, A->sact, dm->N * dm->sf);
     }
     if (p->sgate != NONE)
         TRY(gate_forward(ex, p, A, H, g2));
@@ -440,17 +471,23 @@ int dp__moe_forward(struct dp_exec *ex, const struct dp_layer_params *p, struct 
         return 0; /* full recompute in backward: the kept set is complete */
 
     if (dm->sf > 0) {
-        OPS->gemm(be, false, true, N, h, (int)dm->sf, 1, A->sact, (int)dm->sf,
-                  dp__param(ex, p->sw2), (int)dm->sf, 0, w->tmp, h);
-        if (p->sgate != NONE) /* the gate scales each token's (TP-partial) shared output */
+        OPS->gemm(be, false, true, N, h, (int)dm->sf, 1, A->sact, (int)dm->sf, W(ex, p->sw2),
+                  (int)dm->sf, 0, w->tmp, h);
+        store(ex, w->tmp, dm->N * dm->h);
+        if (p->sgate != NONE) { /* the gate scales each token's (TP-partial) shared output */
             OPS->rows_gather(be, w->tmp, w->tmp, A->sidx, A->sgate, dm->N, dm->h);
+            store(ex, w->tmp, dm->N * dm->h);
+        }
     } else
         OPS->zero(be, w->tmp, (size_t)(dm->N * dm->h) * sizeof(real));
     /* The routed experts' rows are partial over ETP and zero outside the routed block, so
      * that the sum over TP (dp__reduce_tokens) adds each block's etp partials once. */
     OPS->rows_scatter_add(be, w->tmp + dm->b0 * dm->h, A->eout, A->rtok, A->rwt, rows, dm->h);
+    if (dm->tp == 1)
+        store(ex, w->tmp, dm->N * dm->h); /* else reduce_tokens stores it */
     TRY(dp__reduce_tokens(ex, w->tmp));
     OPS->residual(be, out, A->x2, w->tmp, NULL, dm->Nl, dm->h);
+    store(ex, out, dm->Nl * dm->h);
 
     /* The auxiliary loss of this micro-batch and layer (its value; the gradient is
      * formed in backward from the kept counts and probabilities). Under CP the
@@ -509,6 +546,7 @@ int dp__moe_backward(struct dp_exec *ex, const struct dp_layer_params *p, struct
         TRY(OPS->allreduce(be, DP_GROUP_ETP, dwr, rows, DP_OP_SUM, ex->err));
     /* Expert outputs' gradient, to the experts. */
     OPS->rows_gather(be, w->mdy, dyb, A->rtok, A->rwt, rows, dm->h);
+    store(ex, w->mdy, rows * dm->h);
     TRY(OPS->alltoall_v(be, DP_GROUP_EP, w->mdy, H->sel, w->mx, H->rel, ex->err));
     int64_t r0 = 0;
     for (int s = 0; s < ep; s++)
@@ -519,17 +557,20 @@ int dp__moe_backward(struct dp_exec *ex, const struct dp_layer_params *p, struct
                 real *dfc1 = m->ffn == DP_FFN_GELU ? dact : w->mdfc1 + r0 * Fe1;
                 OPS->gemm(be, false, false, n, fe, h, 1, dY, h, expert_w2(ex, p, j), fe, 0, dact,
                           fe);
+                store(ex, dact, (int64_t)n * fe);
                 OPS->gemm(be, true, false, h, fe, n, 1, dY, h, A->eact + r0 * fe, fe, 1,
                           expert_g2(ex, p, j), fe);
                 if (p->eb2 != NONE) /* dY is whole on every TP rank (gathered tokens) */
                     OPS->bias_grad(be, expert_b2(ex, p, j, true), dY, n, h);
                 OPS->act_bwd(be, m->ffn, dfc1, expert_b1(ex, p, j, true), dact, A->efc1 + r0 * Fe1,
                              n, fe);
+                store(ex, dfc1, (int64_t)n * Fe1);
                 OPS->gemm(be, true, false, Fe1, h, n, 1, dfc1, Fe1, A->ein + r0 * h, h, 1,
                           expert_g1(ex, p, j), h);
                 /* The input gradient over the chunk's dY (no longer needed). */
                 OPS->gemm(be, false, false, n, h, Fe1, 1, dfc1, Fe1, expert_w1(ex, p, j), h, 0, dY,
                           h);
+                store(ex, dY, (int64_t)n * h);
             }
             r0 += n;
         }
@@ -541,7 +582,8 @@ int dp__moe_backward(struct dp_exec *ex, const struct dp_layer_params *p, struct
     if (dm->sf > 0) {
         const int sf = (int)dm->sf, Sf1 = (int)dm->Sf1;
         real *sdfc1 = m->ffn == DP_FFN_GELU ? w->sdact : w->sdfc1;
-        OPS->gemm(be, false, false, N, sf, h, 1, dy, h, dp__param(ex, p->sw2), sf, 0, w->sdact, sf);
+        OPS->gemm(be, false, false, N, sf, h, 1, dy, h, W(ex, p->sw2), sf, 0, w->sdact, sf);
+        store(ex, w->sdact, dm->N * sf);
         if (p->sgate != NONE) {
             /* y = g (act W2^T): dL/dg = (dy W2) . act per token (partial over TP, summed),
              * then dy W2 and act are scaled by g in place (act is not read again). */
@@ -550,16 +592,21 @@ int dp__moe_backward(struct dp_exec *ex, const struct dp_layer_params *p, struct
                 TRY(OPS->allreduce(be, DP_GROUP_TP, dgate, dm->N, DP_OP_SUM, ex->err));
             OPS->rows_gather(be, w->sdact, w->sdact, A->sidx, A->sgate, dm->N, dm->sf);
             OPS->rows_gather(be, A->sact, A->sact, A->sidx, A->sgate, dm->N, dm->sf);
+            store(ex, w->sdact, dm->N * sf);
+            store(ex, A->sact, dm->N * sf);
         }
         OPS->gemm(be, true, false, h, sf, N, 1, dy, h, A->sact, sf, 1, dp__grad(ex, p->sw2), sf);
         OPS->act_bwd(be, m->ffn, sdfc1, NULL, w->sdact, A->sfc1, dm->N, dm->sf);
+        store(ex, sdfc1, dm->N * Sf1);
         OPS->gemm(be, true, false, Sf1, h, N, 1, sdfc1, Sf1, g2, h, 1, dp__grad(ex, p->sw1), h);
-        OPS->gemm(be, false, false, N, h, Sf1, 1, sdfc1, Sf1, dp__param(ex, p->sw1), h, 0, w->dtmp,
-                  h);
+        OPS->gemm(be, false, false, N, h, Sf1, 1, sdfc1, Sf1, W(ex, p->sw1), h, 0, w->dtmp, h);
+        store(ex, w->dtmp, dm->N * dm->h);
     } else {
         OPS->zero(be, w->dtmp, (size_t)(dm->N * dm->h) * sizeof(real));
     }
     OPS->rows_scatter_add(be, w->dtmp + dm->b0 * dm->h, w->mdy, A->rtok, NULL, rows, dm->h);
+    if (dm->tp == 1)
+        store(ex, w->dtmp, dm->N * dm->h); /* else reduce_tokens stores it */
 
     /* Router: the auxiliary loss's gradient w.r.t. P[n][e] is c E f_e / Ng times this
      * micro-batch's weight in the step's loss, Ng / (gbs T) (mean over micro-batches),
@@ -567,6 +614,8 @@ int dp__moe_backward(struct dp_exec *ex, const struct dp_layer_params *p, struct
      * weight's gradient is then partial over CP, summed with DP's (DP_GROUP_DPCP). */
     const double Ng = (double)(dm->N * dm->cp);
     double scale = DP_MOE_AUX_COEFF * (double)E / Ng * (Ng / (double)ex->gbs_tokens);
+    if (ex->dtype == DP_DT_FP16)
+        scale *= ex->ls_scale;   /* the loss scale, as the cross-entropy's (model.c head_forward) */
     real *ga = (real *)H->probs; /* host staging */
     for (int e = 0; e < E; e++)
         ga[e] = (real)(scale * (double)H->chosen[e] / (Ng * K));
@@ -595,10 +644,13 @@ int dp__moe_backward(struct dp_exec *ex, const struct dp_layer_params *p, struct
     /* The experts' and shared part is partial over TP; the router's is whole for the
      * routed block on every rank of its expert tensor group, so it joins after the sum. */
     TRY(dp__reduce_tokens(ex, w->dtmp));
-    OPS->gemm(be, false, false, Nb, h, E, 1, dl, E, dp__param(ex, p->router), h, 0, w->tmp, h);
+    OPS->gemm(be, false, false, Nb, h, E, 1, dl, E, W(ex, p->router), h, 0, w->tmp, h);
     if (p->sgate != NONE) /* the gate's input gradient, whole like the router's (Nb = N) */
-        OPS->gemm(be, false, false, N, h, 1, 1, dgate, 1, dp__param(ex, p->sgate), h, 1, w->tmp, h);
+        OPS->gemm(be, false, false, N, h, 1, 1, dgate, 1, W(ex, p->sgate), h, 1, w->tmp, h);
+    /* The fp32 router's input gradient, cast to the input's precision, then the sum. */
+    store(ex, w->tmp, dm->Nb * dm->h);
     OPS->add_inplace(be, w->dtmp, w->tmp + own * dm->h, dm->Nl * dm->h);
+    store(ex, w->dtmp, dm->Nl * dm->h);
     return 0;
 }
 
