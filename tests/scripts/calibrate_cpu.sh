@@ -92,14 +92,17 @@ t = json.load(open(sys.argv[1]))['dp_comm_total_s']
 sys.exit(0 if abs(t / 56.21 - 1) < 0.02 else 'dp comm %.3f s, expected 56.21' % t)" "$out/ov.out" ||
   fail "the profile's intra all-reduce was not laid over dgx-h100"
 # The CPU executor's collectives are read off the measured times, not the fit. DP 2 of
-# tiny-gpt (120,576 parameters, fp32) all-reduces 482,304 bytes of gradients and a 16-byte
-# host buffer (loss and gradient norm) per step. With all-reduce measured at 1 ms per KiB
-# ([1 KiB, 1 ms] to [1 GiB, 2^20 ms]: t = bytes / 1024 ms in log-log too) the gradients take
-# 482304 / 1024 = 471.0 ms and the 16 bytes the smallest size's 1 ms: 472 ms. With
-# [256 KiB, 100 us] and [1 MiB, 400 us] (bandwidth 2.62 GB/s between them) the gradients
-# take 100 x 482304 / 262144 = 183.984375 us and the 16 bytes 100 us: 283.984375 us. The fit
-# (alpha 5 ms, far from either) must not price them.
-for case in "1024 1000 1073741824 1048576000 0.472" "262144 100 1048576 400 0.000283984375"; do
+# tiny-gpt (120,576 fp32 parameters: 2 layers of 49,984, the final norm's 128, the tied
+# embedding and the positions 20,480) with its gradient buckets overlapped (the layout's
+# dp_overlap, executor/overlap.c) all-reduces per step: the layers' bucket, 399,872 bytes;
+# the stage's edge after the backward, blocking: the embeddings, 81,920 bytes, and the final
+# norm, 512 bytes; and a 16-byte host buffer (loss and gradient norm). With all-reduce
+# measured at 1 ms per KiB ([1 KiB, 1 ms] to [1 GiB, 2^20 ms]: t = bytes / 1024 ms in
+# log-log too, the smallest size's 1 ms below it): 390.5 + 80 + 1 + 1 = 472.5 ms. With
+# [256 KiB, 100 us] and [1 MiB, 400 us] (bandwidth 2.62 GB/s between them, 100 us below):
+# 100 x 399872 / 262144 = 152.5390625 us for the bucket and 100 us for each of the other
+# three: 452.5390625 us. The fit (alpha 5 ms, far from either) must not price them.
+for case in "1024 1000 1073741824 1048576000 0.4725" "262144 100 1048576 400 0.0004525390625"; do
   python3 - "$out/p.json" "$out/tab.json" $case << 'PY'
 import json, sys
 p = json.load(open(sys.argv[1]))
