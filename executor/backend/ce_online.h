@@ -17,13 +17,7 @@
 #error "define DP_CE_T (the element type) before including ce_online.h"
 #endif
 
-#ifndef DP_HD
-#ifdef __CUDACC__
-#define DP_HD __host__ __device__
-#else
-#define DP_HD
-#endif
-#endif
+#include "hd.h"
 
 /* (m, s) takes x in (start: -inf, 0). */
 static inline DP_HD void dp__ce_online_add(DP_CE_T *m, DP_CE_T *s, DP_CE_T x)

@@ -17,21 +17,7 @@
 
 #include "executor/rng_mix.h"
 
-#define S(stream) ((cudaStream_t)(stream))
-#define THREADS   256
-
-static unsigned blocks_for(int64_t n, int per = THREADS)
-{
-    int64_t b = (n + per - 1) / per;
-    if (b < 1)
-        b = 1;
-    return (unsigned)(b > 65535LL * 512 ? 65535LL * 512 : b);
-}
-
-/* Grid-stride loop over [0, n). */
-#define FOR_N(i, n)                                                                                \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                    \
-         i += (int64_t)gridDim.x * blockDim.x)
+#include "cuda_grid.cuh"
 
 __device__ static inline float warp_sum(float v)
 {

@@ -13,20 +13,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 
-#define S(stream) ((cudaStream_t)(stream))
-#define THREADS   256
-
-static unsigned blocks_for(int64_t n)
-{
-    int64_t b = (n + THREADS - 1) / THREADS;
-    if (b < 1)
-        b = 1;
-    return (unsigned)(b > 65535LL * 512 ? 65535LL * 512 : b);
-}
-
-#define FOR_N(i, n)                                                                                \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                      \
-         i += (int64_t)gridDim.x * blockDim.x)
+#include "cuda_grid.cuh"
 
 __global__ static void k_copy16(void *dst, int64_t ldd, const float *src, int64_t ld, int64_t rows,
                                 int64_t cols, int fp16)

@@ -15,20 +15,7 @@
 
 #include <cuda_runtime.h>
 
-#define S(stream) ((cudaStream_t)(stream))
-#define THREADS   256
-
-static unsigned grid_for(int64_t n, int per = THREADS)
-{
-    int64_t b = (n + per - 1) / per;
-    if (b < 1)
-        b = 1;
-    return (unsigned)(b > 65535LL * 512 ? 65535LL * 512 : b);
-}
-
-#define FOR_N(i, n)                                                                                \
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);                    \
-         i += (int64_t)gridDim.x * blockDim.x)
+#include "cuda_grid.cuh"
 
 /* ------------------------------------------------------------------ router */
 
@@ -43,7 +30,7 @@ extern "C" void dp__cuk_router_topk(void *stream, float *probs, int32_t *idx, fl
                                     const float *bias, int64_t N, int E, int K)
 {
     if (N > 0 && E > 0 && K > 0)
-        k_router_topk<<<grid_for(N, 128), 128, 0, S(stream)>>>(probs, idx, w, bias, N, E, K);
+        k_router_topk<<<blocks_for(N, 128), 128, 0, S(stream)>>>(probs, idx, w, bias, N, E, K);
 }
 
 __global__ static void k_router_bwd(float *dl, const float *probs, const float *w,
@@ -60,7 +47,7 @@ extern "C" void dp__cuk_router_bwd(void *stream, float *dl, const float *probs, 
                                    const float *gaux, bool sigmoid, int64_t N, int E, int K)
 {
     if (N > 0 && E > 0 && K > 0)
-        k_router_bwd<<<grid_for(N, 128), 128, 0, S(stream)>>>(dl, probs, w, idx, rrow, dw, gaux,
+        k_router_bwd<<<blocks_for(N, 128), 128, 0, S(stream)>>>(dl, probs, w, idx, rrow, dw, gaux,
                                                               sigmoid, N, E, K);
 }
 
@@ -83,7 +70,7 @@ extern "C" void dp__cuk_rows_gather(void *stream, float *dst, const float *src, 
                                     const float *scale, int64_t R, int64_t C)
 {
     if (R > 0 && C > 0)
-        k_rows_gather<<<grid_for(R * C), THREADS, 0, S(stream)>>>(dst, src, idx, scale, R, C);
+        k_rows_gather<<<blocks_for(R * C), THREADS, 0, S(stream)>>>(dst, src, idx, scale, R, C);
 }
 
 /* Column c of every destination row gets its rows' terms in r order: the CPU's sum
@@ -100,7 +87,7 @@ extern "C" void dp__cuk_rows_scatter_add(void *stream, float *dst, const float *
                                          int64_t C)
 {
     if (R > 0 && C > 0)
-        k_rows_scatter_add<<<grid_for(C, 128), 128, 0, S(stream)>>>(dst, src, idx, scale, R, C);
+        k_rows_scatter_add<<<blocks_for(C, 128), 128, 0, S(stream)>>>(dst, src, idx, scale, R, C);
 }
 
 /* One warp per row, in double (the CPU's sum is sequential in double: the orders differ
@@ -126,7 +113,7 @@ extern "C" void dp__cuk_rows_dot(void *stream, float *out, const float *a, const
                                  const float *b, int64_t R, int64_t C)
 {
     if (R > 0)
-        k_rows_dot<<<grid_for(R * 32), THREADS, 0, S(stream)>>>(out, a, idx, b, R, C);
+        k_rows_dot<<<blocks_for(R * 32), THREADS, 0, S(stream)>>>(out, a, idx, b, R, C);
 }
 
 /* ------------------------------------------------------------------ q/k norm */
@@ -145,7 +132,7 @@ extern "C" void dp__cuk_qk_norm_fwd(void *stream, float *x, int64_t ld, float *r
                                     int d, float eps)
 {
     if (N > 0 && nq + nk > 0 && d > 0)
-        k_qkn_fwd<<<grid_for(N * (nq + nk), 128), 128, 0, S(stream)>>>(x, ld, raw, rstd, wq, wk, N,
+        k_qkn_fwd<<<blocks_for(N * (nq + nk), 128), 128, 0, S(stream)>>>(x, ld, raw, rstd, wq, wk, N,
                                                                        nq, nk, d, (double)eps);
 }
 
@@ -192,6 +179,6 @@ extern "C" void dp__cuk_qk_norm_bwd(void *stream, float *dx, int64_t ld, float *
     const int tiles = (d + 31) / 32;
     k_qkn_dw<<<2 * tiles, dim3(32, QKN_PH), 0, S(stream)>>>(dwq, dwk, dx, ld, raw, rstd, N, nq, nk,
                                                             d);
-    k_qkn_dx<<<grid_for(N * (nq + nk), 128), 128, 0, S(stream)>>>(dx, ld, raw, rstd, wq, wk, N, nq,
+    k_qkn_dx<<<blocks_for(N * (nq + nk), 128), 128, 0, S(stream)>>>(dx, ld, raw, rstd, wq, wk, N, nq,
                                                                   nk, d);
 }

@@ -18,11 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#ifdef __CUDACC__
-#define DP_MOE_HD __host__ __device__
-#else
-#define DP_MOE_HD
-#endif
+#include "hd.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -59,8 +55,8 @@ void dp__cuk_qk_norm_bwd(void *stream, float *dx, int64_t ld, float *dwq, float 
  * scores (+ bias), largest first, the lower index on ties; w [K] their probabilities
  * renormalised to sum 1.
  */
-static inline DP_MOE_HD void dp__moe_topk_row(float *p, int32_t *ix, float *w, const float *bias,
-                                              int E, int K)
+static inline DP_HD void dp__moe_topk_row(float *p, int32_t *ix, float *w, const float *bias, int E,
+                                          int K)
 {
     if (bias) {
         for (int e = 0; e < E; e++)
@@ -103,10 +99,10 @@ static inline DP_MOE_HD void dp__moe_topk_row(float *p, int32_t *ix, float *w, c
  * chosen ix [K], their grouped rows rr [K] (-1: dropped) into dw, and the auxiliary
  * loss's gradient gaux [E] with respect to the scores.
  */
-static inline DP_MOE_HD void dp__moe_router_bwd_row(float *d, const float *p, const float *wn,
-                                                    const int32_t *ix, const int32_t *rr,
-                                                    const float *dw, const float *gaux,
-                                                    bool sigmoid, int E, int K)
+static inline DP_HD void dp__moe_router_bwd_row(float *d, const float *p, const float *wn,
+                                                const int32_t *ix, const int32_t *rr,
+                                                const float *dw, const float *gaux, bool sigmoid,
+                                                int E, int K)
 {
     if (sigmoid) {
         double S = 0, pg = 0, W = 0, wd = 0;
@@ -144,14 +140,14 @@ static inline DP_MOE_HD void dp__moe_router_bwd_row(float *d, const float *p, co
 }
 
 /* The place of head r (of H = nq + nk per row) of a [N][ld] buffer. */
-static inline DP_MOE_HD int64_t dp__qkn_at(int64_t r, int H, int64_t ld, int d)
+static inline DP_HD int64_t dp__qkn_at(int64_t r, int H, int64_t ld, int d)
 {
     return (r / H) * ld + (r % H) * (int64_t)d;
 }
 
 /* qk_norm_fwd of one head: s [d] keeps the input y [d], which becomes y rstd w. */
-static inline DP_MOE_HD void dp__qkn_fwd_head(float *y, float *s, float *rstd, const float *w,
-                                              int d, double eps)
+static inline DP_HD void dp__qkn_fwd_head(float *y, float *s, float *rstd, const float *w, int d,
+                                          double eps)
 {
     double ss = 0;
     for (int c = 0; c < d; c++) {
@@ -166,8 +162,8 @@ static inline DP_MOE_HD void dp__qkn_fwd_head(float *y, float *s, float *rstd, c
 
 /* qk_norm_bwd's input gradient of one head, in place on g [d]:
  * dx_c = rstd g_c w_c - rstd^3 x_c sum_j (g_j w_j x_j) / d. */
-static inline DP_MOE_HD void dp__qkn_bwd_head(float *g, const float *s, const float *w, double rs,
-                                              int d)
+static inline DP_HD void dp__qkn_bwd_head(float *g, const float *s, const float *w, double rs,
+                                          int d)
 {
     double dot = 0;
     for (int c = 0; c < d; c++)
@@ -178,9 +174,8 @@ static inline DP_MOE_HD void dp__qkn_bwd_head(float *g, const float *s, const fl
 
 /* rows_scatter_add's column c: dst[idx[r]][c] += scale[r] src[r][c] for r = 0 .. R-1 in
  * order, the CPU's order of the terms of each destination row. */
-static inline DP_MOE_HD void dp__moe_scatter_col(float *dst, const float *src, const int32_t *idx,
-                                                 const float *scale, int64_t R, int64_t C,
-                                                 int64_t c)
+static inline DP_HD void dp__moe_scatter_col(float *dst, const float *src, const int32_t *idx,
+                                             const float *scale, int64_t R, int64_t C, int64_t c)
 {
     for (int64_t r = 0; r < R; r++) {
         float a = scale ? scale[r] : 1.0f, *o = dst + (int64_t)idx[r] * C + c;
@@ -198,9 +193,9 @@ static inline DP_MOE_HD void dp__moe_scatter_col(float *dst, const float *src, c
  * over the heads of one kind (kind 0: the nq query heads, 1: the nk key heads) whose
  * position j among them (row-major over the N rows) is ph mod nph. The nph phases,
  * added in order, give dw_c's increment. */
-static inline DP_MOE_HD double dp__qkn_dw_part(const float *g, int64_t ld, const float *raw,
-                                               const float *rstd, int64_t N, int nq, int nk, int d,
-                                               int kind, int c, int ph, int nph)
+static inline DP_HD double dp__qkn_dw_part(const float *g, int64_t ld, const float *raw,
+                                           const float *rstd, int64_t N, int nq, int nk, int d,
+                                           int kind, int c, int ph, int nph)
 {
     const int H = nq + nk, h0 = kind ? nq : 0, nh = kind ? nk : nq;
     double s = 0;

@@ -28,13 +28,7 @@
 #error "define DP_FLASH_T (the element type) before including flash_tile.h"
 #endif
 
-#ifndef DP_HD
-#ifdef __CUDACC__
-#define DP_HD __host__ __device__
-#else
-#define DP_HD
-#endif
-#endif
+#include "hd.h"
 
 #define DP_FLASH_BQ 32 /* query rows of a tile */
 #define DP_FLASH_BK 32 /* keys of a tile */
