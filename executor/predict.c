@@ -27,8 +27,10 @@
  * unnoticed.
  */
 #include "predict.h"
+#include "optime.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -84,6 +86,12 @@ static void pricer_sizes(struct pricer *c, const struct dp_model *m, const struc
     c->size[DP_GROUP_EREPL] = nrep > 1 && edp % nrep == 0 ? nrep : 1;
 }
 
+/* The per-operation timing's clock over the pricer: its bill so far (optime.h). */
+static double bill_s(struct dp_backend *be)
+{
+    return total(&((struct pricer *)be)->bill);
+}
+
 static int price_stage(struct pricer *c, const struct dp_model *m, const struct dp_layout *l,
                        int st, struct parts *pipe, struct parts *step, struct dp_err *err)
 {
@@ -114,8 +122,13 @@ static int price_stage(struct pricer *c, const struct dp_model *m, const struct 
     if (!rc && (rc = dp__mem_build(ex)) == DP_ENOMEM)
         dp_err_prefix(err, "step-time prediction");
     double loss = 0;
+    /* DPLAN_OPTIME=DIR: the stage's predicted step by operation, in
+     * DIR/optime.pred.stageS.tsv, as run.c splits the measured one. */
+    const bool optime = !rc && dp__optime_dir() && !dp__optime_wrap(&c->base, bill_s);
     if (!rc) {
         memset(&c->bill, 0, sizeof c->bill);
+        if (optime)
+            dp__optime_begin(&c->base);
         c->optimizer = true;
         rc = dp__step_begin(ex);
         c->optimizer = false;
@@ -132,6 +145,12 @@ static int price_stage(struct pricer *c, const struct dp_model *m, const struct 
         c->optimizer = false;
         *step = c->bill;
         add(step, pipe, -1);
+    }
+    if (optime) {
+        char name[64];
+        snprintf(name, sizeof name, "optime.pred.stage%d", st);
+        dp__optime_end(&c->base, total(&c->bill));
+        dp__optime_finish(&c->base, name);
     }
     dp__mem_release(ex);
     dp__model_release(ex);

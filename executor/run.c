@@ -6,12 +6,14 @@
  * heartbeat a watchdog reads.
  */
 #include "internal.h"
+#include "optime.h"
 
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------------ heartbeat */
@@ -697,6 +699,15 @@ void dp_exec_result_release(struct dp_exec_result *r)
     r->ranks = NULL;
 }
 
+/* The per-operation timing's clock for a backend that computes on the host (optime.h). */
+static double optime_wall(struct dp_backend *be)
+{
+    (void)be;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
 int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struct dp_exec_opts *o,
                 struct dp_exec_result *res, bool *collective, struct dp_err *err)
 {
@@ -742,10 +753,15 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struc
         *collective = rc == DP_EIO; /* every rank saw rank 0's verdict */
     if (!rc && (rc = dp__ckpt_resume(ex, &start, &alike)) && collective)
         *collective = alike;
+    /* DPLAN_OPTIME=DIR: each step's time split by operation (optime.h), this rank's in
+     * DIR/optime.rankR.tsv. */
+    const bool optime = dp__optime_dir() && !dp__optime_wrap(ex->be, optime_wall);
     for (int step = start + 1; step <= o->steps && !rc; step++) {
         atomic_store(&beat_step, step);
         if (o->before_step)
             o->before_step(step, ex->rank, o->ctx);
+        if (optime)
+            dp__optime_begin(ex->be);
         double t0 = ex->be->ops->wtime(ex->be);
         double loss, norm;
         rc = dp__forward_backward(ex, step, &loss);
@@ -788,6 +804,8 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struc
             res->loss_scale = ex->ls_scale;
         }
         double dt = ex->be->ops->wtime(ex->be) - t0;
+        if (optime)
+            dp__optime_end(ex->be, dt);
         times[step - 1] = dt;
         /* The exposed DP time's mean over the steps the step time's mean counts (2.., the
          * first warms caches and MPI; the only one when there is one). */
@@ -833,6 +851,11 @@ int dp_exec_run(const struct dp_model *m, const struct dp_layout *l, const struc
             o->on_step(&in, o->ctx);
         }
         rc = dp__ckpt_after_step(ex, step);
+    }
+    if (optime) {
+        char name[64];
+        snprintf(name, sizeof name, "optime.rank%d", ex->rank);
+        dp__optime_finish(ex->be, name); /* a diagnostic: a file it cannot write is not fatal */
     }
     ex->rss_train_peak = proc_status_bytes("VmHWM:");
     if (!rc && o->out_dir) {
