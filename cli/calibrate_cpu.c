@@ -372,6 +372,7 @@ static void best_of(const struct dp_exec_costs *p, int n, struct dp_exec_costs *
         LO(norm_bwd_ns);
         LO(ce_ns);
         LO(adamw_ns);
+        HI(swept_gbps);
 #undef LO
 #undef HI
     }
@@ -412,10 +413,13 @@ static void to_cal_cpu(const struct dp_exec_costs *p, struct dp_cal_cpu *o)
     o->norm_bwd_ns = p->norm_bwd_ns;
     o->ce_ns = p->ce_ns;
     o->adamw_ns = p->adamw_ns;
+    o->hidden = p->hidden;
+    o->sweep_bytes = (double)p->sweep_bytes;
+    o->swept_gbps = p->swept_gbps;
 }
 
 /* The probe at each thread split of 1, 2, 4, ..., np ranks (and np itself). */
-static int measure_kernels(const struct dp_model *m, int64_t seq, int np, int cores,
+static int measure_kernels(const struct dp_model *m, int64_t seq, int64_t sweep, int np, int cores,
                            struct dp_calibration *cal, int64_t *l3_total, struct dp_err *err)
 {
     /* Each rank count at the launcher's split (cores / ranks threads) and at one thread
@@ -440,7 +444,9 @@ static int measure_kernels(const struct dp_model *m, int64_t seq, int np, int co
                                   .seq_len = seq,
                                   .head_dim = (int)m->head_dim,
                                   .ffn = m->ffn,
-                                  .norm = m->norm};
+                                  .norm = m->norm,
+                                  .hidden = (int)m->hidden,
+                                  .sweep_bytes = sweep};
         bool dup = false;
         for (int j = 0; j < ns; j++)
             dup |= sh[j].threads == x.threads && sh[j].concurrent == x.concurrent;
@@ -672,8 +678,18 @@ int cli_calibrate_cpu(int argc, char **argv)
     fflush(stdout);
     double rate = 0;
     int64_t l3 = 0;
+    /* The kernels are timed on operands where a step leaves them: a step touches its
+     * whole buffer table between two uses of most of its tensors (an activation written in
+     * the forward and read in the backward, a gradient, the optimizer's moments), so each
+     * repetition runs after a sweep of the model's step working set, one rank's buffer
+     * table (dp_exec_memory) at the calibrated micro-batch. */
+    int64_t pools[DP_NPOOLS], sweep = 0;
+    if (!dp_exec_memory(&m, &l, 0, pools, &err))
+        for (int p = 0; p < DP_NPOOLS; p++)
+            sweep += pools[p];
+    dp_err_clear(&err);
     if ((rc = measure_gemm(&m, l.mbs * l.seq_len, cal, &rate, &err)) ||
-        (rc = measure_kernels(&m, l.seq_len, np, cores, cal, &l3, &err)))
+        (rc = measure_kernels(&m, l.seq_len, sweep, np, cores, cal, &l3, &err)))
         goto out;
     int64_t from = 4 * l3 > (int64_t)(4 * MIB) ? 4 * l3 : (int64_t)(4 * MIB);
     int64_t to = 4 * from < cap ? 4 * from : cap;
@@ -700,6 +716,11 @@ int cli_calibrate_cpu(int argc, char **argv)
                k->gemm_call_us, k->fork_us, k->bw_gbps[0], k->bw_gbps[1], k->bw_gbps[2],
                k->attn_fwd_us, k->attn_bwd_us);
     }
+    if (cal->ncpu && cal->cpu[0].sweep_bytes > 0)
+        printf("kernels     timed after sweeping %.1f MiB through the caches (one rank's buffers "
+               "of %s at %lld tokens a micro-batch); a small pass right after it %.0f GB/s\n",
+               cal->cpu[0].sweep_bytes / MIB, m.name, (long long)(l.mbs * l.seq_len),
+               cal->cpu[0].swept_gbps);
     if (cal->has_membw)
         printf("memory      %.2f GB/s, %.1f us per pass; R^2 %.3f, residuals rms %.1f%% max %.1f%% "
                "(%d sizes, %.0f to %.0f MiB)\n",

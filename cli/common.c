@@ -189,6 +189,9 @@ bool cli_calibration_machine(const struct dp_calibration *cal, int threads, int 
     o->norm_bwd_ns = p->norm_bwd_ns;
     o->ce_ns = p->ce_ns;
     o->adamw_ns = p->adamw_ns;
+    o->hidden = p->hidden;
+    o->sweep_bytes = (int64_t)p->sweep_bytes;
+    o->swept_gbps = p->swept_gbps;
     mc->costs = o;
     /* dp_exec_machine's order: all-reduce, reduce-scatter, all-gather, send/recv. */
     static const enum dp_nccl_coll kind[4] = {DP_NCCL_ALL_REDUCE, DP_NCCL_REDUCE_SCATTER,

@@ -110,7 +110,9 @@ int dp_exec_measure_costs(struct dp_exec_costs *out, struct dp_err *err)
                                 .seq_len = out->seq_len,
                                 .head_dim = out->head_dim,
                                 .ffn = out->ffn,
-                                .norm = out->norm};
+                                .norm = out->norm,
+                                .hidden = out->hidden,
+                                .sweep_bytes = out->sweep_bytes};
     struct dp_device_probe p;
     int rc = dp_exec_probe_device(&sh, &p, err);
     if (rc)
@@ -130,5 +132,6 @@ int dp_exec_measure_costs(struct dp_exec_costs *out, struct dp_err *err)
     out->norm_bwd_ns = p.norm_bwd_ns;
     out->ce_ns = p.ce_ns;
     out->adamw_ns = p.adamw_ns;
+    out->swept_gbps = p.swept_gbps;
     return 0;
 }

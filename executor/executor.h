@@ -383,8 +383,15 @@ struct dp_exec_costs {
     int64_t cache_bytes[2];
     double attn_fwd_s, attn_bwd_s, attn_probs_s;
     double act_fwd_ns, act_bwd_ns, norm_fwd_ns, norm_bwd_ns, ce_ns, adamw_ns;
+    /* The kernels measured after sweeping sweep_bytes through the caches (the step's
+     * working set: its operands' reuse distance), the norms over rows of `hidden` (0: 1024);
+     * swept_gbps the swept streaming bandwidth (probe.h). 0: the older hot probe. */
+    int hidden;
+    int64_t sweep_bytes;
+    double swept_gbps;
 };
-/* Measure them at that split and shape (out's first six fields say which; about 0.1-0.3 s).
+/* Measure them at that split and shape (out's first six fields and hidden, sweep_bytes
+ * say which; about 0.1-0.5 s).
  * DP_ERUNTIME without the CPU backend. */
 int dp_exec_measure_costs(struct dp_exec_costs *out, struct dp_err *err);
 

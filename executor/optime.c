@@ -868,13 +868,13 @@ int dp__optime_finish(struct dp_backend *be, const char *name)
             long calls = kept > 0 ? s->calls[(size_t)(s->nsteps - 1) * OP_N + j] : 0;
             double t = median_col(s, first, j, tmp);
             if (calls || t > 0)
-                fprintf(f, "%s\t%ld\t%.9f\n", op_name[j], calls, t);
+                fprintf(f, "%s\t%ld\t%.12g\n", op_name[j], calls, t);
         }
-        fprintf(f, "step\t0\t%.9f\n", median_col(s, first, OP_N, tmp));
-        fprintf(f, "untimed\t0\t%.9f\n", median_col(s, first, OP_N + 1, tmp));
+        fprintf(f, "step\t0\t%.12g\n", median_col(s, first, OP_N, tmp));
+        fprintf(f, "untimed\t0\t%.12g\n", median_col(s, first, OP_N + 1, tmp));
         for (int i = 0; i < s->nshp; i++)
             if (s->shp[i].n_calls)
-                fprintf(f, "gemm %c%c %dx%dx%d\t%ld\t%.9f\n", s->shp[i].ta ? 'T' : 'N',
+                fprintf(f, "gemm %c%c %dx%dx%d\t%ld\t%.12g\n", s->shp[i].ta ? 'T' : 'N',
                         s->shp[i].tb ? 'T' : 'N', s->shp[i].m, s->shp[i].n, s->shp[i].k,
                         kept > 0 ? s->shp[i].n_calls / kept : 0, kept > 0 ? s->shp[i].s / kept : 0);
         if (fclose(f))

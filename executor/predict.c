@@ -184,6 +184,7 @@ static void measured_costs(const struct dp_exec_costs *k, const struct dp_probe_
     p->norm_bwd_ns = k->norm_bwd_ns;
     p->ce_ns = k->ce_ns;
     p->adamw_ns = k->adamw_ns;
+    p->swept_gbps = k->swept_gbps;
 }
 
 int dp_exec_predict(const struct dp_model *m, const struct dp_layout *l,
@@ -205,7 +206,14 @@ int dp_exec_predict(const struct dp_model *m, const struct dp_layout *l,
                                 .seq_len = l->seq_len,
                                 .head_dim = (int)m->head_dim,
                                 .ffn = m->ffn,
-                                .norm = m->norm};
+                                .norm = m->norm,
+                                .hidden = (int)m->hidden};
+    /* A probe now: the kernels after a sweep of this stage's buffer table (cpu_probe.c). */
+    int64_t pools[DP_NPOOLS];
+    struct dp_err ignore = {0};
+    if (!run->costs && !dp_exec_memory(m, l, 0, pools, &ignore))
+        for (int p = 0; p < DP_NPOOLS; p++)
+            sh.sweep_bytes += pools[p];
     int rc = 0;
     if (run->costs) {
         measured_costs(run->costs, &sh, &c.pr);

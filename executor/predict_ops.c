@@ -20,20 +20,25 @@ static struct pricer *pc(struct dp_backend *be)
 }
 
 /* Streaming bandwidth (bytes/s per thread) for a working set of `ws` bytes per thread:
- * that of the cache level it fits in. */
+ * that of the cache level it fits in. With a swept probe (probe.h swept_gbps), a working
+ * set within the L3 share moves at the swept rate instead: its operands were last touched
+ * a step's buffer table ago, so they are not in L2 however small the pass (tiny-gpt's
+ * element-wise ops and GEMM packing ran at 20-50 GB/s in its step, DPLAN_OPTIME, against
+ * 121 GB/s streaming hot in L2); beyond the L3 share it streams from DRAM either way. */
 static double bw(const struct pricer *c, double ws)
 {
     int lv = ws <= (double)c->pr.cache_bytes[0] ? 0 : ws <= (double)c->pr.cache_bytes[1] ? 1 : 2;
+    if (lv < 2 && c->pr.swept_gbps > 0)
+        return fmin(c->pr.swept_gbps, c->pr.bw_gbps[lv]) * 1e9;
     return c->pr.bw_gbps[lv] * 1e9;
 }
 
-/* A parallel region of the rank's threads: its fork and join. */
+/* A parallel region of the rank's threads: its fork and join (on one thread too: the
+ * probe measures it there, cpu_probe.c). */
 static void region(struct pricer *c)
 {
-    if (c->nt > 1) {
-        c->bill.fork += c->pr.fork_s;
-        c->bill.core_s += c->nt * c->pr.fork_s;
-    }
+    c->bill.fork += c->pr.fork_s;
+    c->bill.core_s += c->nt * c->pr.fork_s;
 }
 
 /* Element-wise work over `elems` elements moving `bytes`, `ns` ns of compute per element

@@ -215,6 +215,11 @@ struct dp_cal_cpu {
     double l2_bytes, l3_bytes; /* per thread: where those levels end */
     double attn_fwd_us, attn_bwd_us, attn_probs_us;
     double act_fwd_ns, act_bwd_ns, norm_fwd_ns, norm_bwd_ns, ce_ns, adamw_ns;
+    /* Optional (0 when absent: the hot probe of older profiles): the norms' row width, the
+     * bytes swept through the caches before each kernel repetition, and the streaming
+     * bandwidth of a small pass right after such a sweep (executor/backend/probe.h). */
+    int hidden;
+    double sweep_bytes, swept_gbps;
 };
 
 struct dp_cal_machine {

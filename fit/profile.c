@@ -221,17 +221,18 @@ static const struct {
 
 static int read_cpu(struct dp_jr *jr, const cJSON *v, struct dp_cal_cpu *c)
 {
-    const char *keys[NCPU_F + 8];
+    const char *keys[NCPU_F + 12];
     size_t nk = 0;
-    static const char *const fixed[] = {"threads", "concurrent", "seq_len", "head_dim",
-                                        "ffn",     "norm",       "bw_gbps"};
+    static const char *const fixed[] = {"threads",     "concurrent", "seq_len", "head_dim",
+                                        "ffn",         "norm",       "bw_gbps", "hidden",
+                                        "sweep_bytes", "swept_gbps"};
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
         keys[nk++] = fixed[i];
     for (size_t i = 0; i < NCPU_F; i++)
         keys[nk++] = cpu_fields[i].key;
     keys[nk] = NULL;
     static const char *const ffns[] = {"gelu", "swiglu"}, *const norms[] = {"layernorm", "rmsnorm"};
-    int64_t th = 0, co = 0, seq = 0, hd = 0;
+    int64_t th = 0, co = 0, seq = 0, hd = 0, hid = 0;
     int ffn = 0, norm = 0;
     if (dp_jr_expect_object(jr, v, "a CPU cost object") || dp_jr_check_keys(jr, v, keys) ||
         dp_jr_int(jr, v, "threads", true, 1, 4096, &th) ||
@@ -239,8 +240,12 @@ static int read_cpu(struct dp_jr *jr, const cJSON *v, struct dp_cal_cpu *c)
         dp_jr_int(jr, v, "seq_len", true, 1, 1 << 24, &seq) ||
         dp_jr_int(jr, v, "head_dim", true, 1, 1 << 16, &hd) ||
         dp_jr_enum(jr, v, "ffn", true, ffns, 2, &ffn) ||
-        dp_jr_enum(jr, v, "norm", true, norms, 2, &norm))
+        dp_jr_enum(jr, v, "norm", true, norms, 2, &norm) ||
+        dp_jr_int(jr, v, "hidden", false, 1, 1 << 20, &hid) ||
+        dp_jr_number(jr, v, "sweep_bytes", false, 0, BIG, &c->sweep_bytes) ||
+        dp_jr_number(jr, v, "swept_gbps", false, 0, BIG, &c->swept_gbps))
         return jr->err->code;
+    c->hidden = (int)hid;
     c->threads = (int)th;
     c->concurrent = (int)co;
     c->seq_len = seq;
@@ -528,6 +533,12 @@ cJSON *dp_calibration_to_json(const struct dp_calibration *c)
             for (size_t f = 0; f < NCPU_F; f++)
                 cJSON_AddNumberToObject(e, cpu_fields[f].key,
                                         *(const double *)((const char *)k + cpu_fields[f].off));
+            if (k->hidden > 0)
+                cJSON_AddNumberToObject(e, "hidden", k->hidden);
+            if (k->sweep_bytes > 0) {
+                cJSON_AddNumberToObject(e, "sweep_bytes", k->sweep_bytes);
+                cJSON_AddNumberToObject(e, "swept_gbps", k->swept_gbps);
+            }
             cJSON_AddItemToArray(a, e);
         }
     }

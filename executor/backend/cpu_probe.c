@@ -170,6 +170,11 @@ static double stream_gbps(int c, size_t ws)
     return bw / c;
 }
 
+/* GB/s of one pass y = a x + b y over 2 x 256 KiB right after a sweep of sweep_now
+ * (low quantile of 20, after two): an element-wise pass of a step, its operands last
+ * touched a working set ago. */
+static double swept_stream_gbps(void);
+
 /* Cache sizes: sysfs (Linux) first, as VMs often report nonsense through sysconf. */
 static int64_t cache_size(int level)
 {
@@ -208,13 +213,47 @@ static int64_t cache_size(int level)
     return v > 0 ? v : (level == 2 ? 1 << 20 : 32 << 20);
 }
 
+/*
+ * The caches as a training step leaves them for its next kernel: between two uses of
+ * most of its tensors (an activation written in the forward and read in the backward, a
+ * weight's gradient, the optimizer's moments) a step touches the rest of its buffer
+ * table. A kernel timed on the same operands again and again finds them in L1/L2, which
+ * a step's kernel does not: measured here (2-core EPYC VM, one thread), tiny-gpt's
+ * attention ran 4.4 us per head forward hot, 8.2 after sweeping 12 MiB (its step's
+ * buffers: 10.5 MiB) and 8.4 in the step (DPLAN_OPTIME); its residual add 4.7, 8.0 and
+ * 9.7 us. So each repetition below first sweeps sweep_bytes through the caches (a write
+ * to every line of a buffer of that size: what the step's other tensors do to them).
+ */
+static void sweep(int64_t bytes)
+{
+    static unsigned char *buf;
+    static int64_t have;
+    if (bytes <= 0)
+        return;
+    if (bytes > have) {
+        unsigned char *b = realloc(buf, (size_t)bytes);
+        if (!b)
+            return;
+        memset(b + have, 0, (size_t)(bytes - have));
+        buf = b;
+        have = bytes;
+    }
+    for (int64_t i = 0; i < bytes; i += 64)
+        buf[i]++;
+    __asm__ volatile("" : : "r"(buf) : "memory");
+}
+
+static int64_t sweep_now; /* the sweep of the probe in progress (dp_exec_probe_device) */
+
 /* Seconds (low quantile) of kernel call `body` over reps, after two untimed calls (the
- * kernels' own OpenMP loops run on one thread: the caller set omp_set_num_threads(1)). */
+ * kernels' own OpenMP loops run on one thread: the caller set omp_set_num_threads(1)),
+ * each after a sweep of sweep_now bytes (untimed). */
 #define TIME_LOW(out, reps, body)                                                                  \
     do {                                                                                           \
         double t_[200];                                                                            \
         int r_ = (reps) < 200 ? (reps) : 200;                                                      \
         for (int i_ = -2; i_ < r_; i_++) {                                                         \
+            sweep(sweep_now);                                                                      \
             double t0_ = now_s();                                                                  \
             body;                                                                                  \
             if (i_ >= 0)                                                                           \
@@ -225,15 +264,27 @@ static int64_t cache_size(int level)
 
 static int kernels(const struct dp_probe_shape *sh, struct dp_device_probe *o)
 {
-    /* Element-wise: 64 rows of 1024 (256 KiB per operand: L2-resident). */
+    /* Element-wise: 64 rows of 1024 (256 KiB per operand). The norms over rows of the
+     * model's width, as many as make the same 64 Ki elements: a row's reductions (mean,
+     * variance) cost per row, which at hidden 64 is 2.3x the per-element cost of rows of
+     * 1024 (measured, 0.61 against 0.27 ns per element hot). */
     const int64_t N = 64, C = 1024, E = N * C;
+    const int64_t Cn = sh->hidden > 0 && sh->hidden <= E ? sh->hidden : C, Nn = E / Cn;
     const int64_t T = sh->seq_len > 0 ? sh->seq_len : 64, d = sh->head_dim > 0 ? sh->head_dim : 16;
-    size_t big = (size_t)(2 * E > T * T ? 2 * E : T * T);
-    if ((size_t)(3 * T * d) > big)
-        big = (size_t)(3 * T * d);
+    /* Attention: Bq sequences of the model's a = hidden / head_dim heads a call, H = Bq a
+     * >= 16 heads, laid out as a step lays them ([Bq T, 3 a d], each head a strided slice
+     * of the rows): measured after a 12 MiB sweep, tiny-gpt's forward took 5.6 us for one
+     * head alone and 8.2 us per head in 8 sequences of 4 heads, the layout of its step
+     * (8.4 us there, DPLAN_OPTIME). */
+    const int64_t ah = sh->hidden > 0 && sh->hidden % d == 0 ? sh->hidden / d : 1,
+                  Bq = (16 + ah - 1) / ah, H = Bq * ah;
+    size_t big = (size_t)(2 * E > H * T * T ? 2 * E : H * T * T);
+    if ((size_t)(3 * H * T * d) > big)
+        big = (size_t)(3 * H * T * d);
     real *a = fill_real(big, 1), *b = fill_real(big, 2), *c = fill_real(big, 3),
          *w = fill_real(big, 4);
-    real *st = fill_real((size_t)(4 * N), 5), *db = fill_real((size_t)(2 * C), 6);
+    real *st = fill_real((size_t)(4 * (Nn > N ? Nn : N)), 5),
+         *db = fill_real((size_t)(2 * (Cn > C ? Cn : C)), 6);
     int32_t *tgt = malloc((size_t)N * sizeof *tgt);
     int rc = a && b && c && w && st && db && tgt ? 0 : -1;
     if (!rc) {
@@ -248,10 +299,10 @@ static int kernels(const struct dp_probe_shape *sh, struct dp_device_probe *o)
         TIME_LOW(t, 20, dp__cpu_act_bwd(NULL, sh->ffn, c, db, a, b, N, F));
         o->act_bwd_ns = 1e9 * t / (double)(N * F);
         bool ln = sh->norm == DP_NORM_LAYERNORM;
-        TIME_LOW(t, 20, dp__cpu_norm_fwd(NULL, sh->norm, a, st, b, w, ln ? w : NULL, N, C));
+        TIME_LOW(t, 20, dp__cpu_norm_fwd(NULL, sh->norm, a, st, b, w, ln ? w : NULL, Nn, Cn));
         o->norm_fwd_ns = 1e9 * t / (double)E;
         TIME_LOW(t, 20,
-                 dp__cpu_norm_bwd(NULL, sh->norm, c, db, ln ? db + C : NULL, b, a, w, st, N, C));
+                 dp__cpu_norm_bwd(NULL, sh->norm, c, db, ln ? db + Cn : NULL, b, a, w, st, Nn, Cn));
         o->norm_bwd_ns = 1e9 * t / (double)E;
         /* rowmax st[0, N), sums st[N, 3N), loss st[3N, 4N). */
         TIME_LOW(t, 20, {
@@ -263,18 +314,22 @@ static int kernels(const struct dp_probe_shape *sh, struct dp_device_probe *o)
         TIME_LOW(t, 20,
                  dp__cpu_adamw(NULL, a, b, c, w, E / 2, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.1, 0.05, 1));
         o->adamw_ns = 1e9 * t / (double)(E / 2);
-        /* One causal head of T x d, the executor's attention kernels. */
-        real *qkv = a, *probs = b, *dqkv = c, *dprobs = w, *ctx = fill_real((size_t)(T * d), 7),
-             *dctx = fill_real((size_t)(T * d), 8);
+        /* Causal heads of T x d, the executor's attention kernels; the time per head. */
+        real *qkv = a, *probs = b, *dqkv = c, *dprobs = w, *ctx = fill_real((size_t)(H * T * d), 7),
+             *dctx = fill_real((size_t)(H * T * d), 8);
         if (ctx && dctx) {
-            TIME_LOW(t, 1, dp__cpu_attn_fwd(NULL, ctx, probs, qkv, 1, T, 1, 1, (int)d));
-            int reps = reps_for(t, 0.02);
+            const int A = (int)ah;
+            TIME_LOW(t, 1, dp__cpu_attn_fwd(NULL, ctx, probs, qkv, Bq, T, A, A, (int)d));
+            int reps = reps_for(t, sweep_now > 0 ? 0.01 : 0.02);
             TIME_LOW(o->attn_fwd_s, reps,
-                     dp__cpu_attn_fwd(NULL, ctx, probs, qkv, 1, T, 1, 1, (int)d));
+                     dp__cpu_attn_fwd(NULL, ctx, probs, qkv, Bq, T, A, A, (int)d));
             TIME_LOW(o->attn_probs_s, reps,
-                     dp__cpu_attn_probs(NULL, probs, qkv, 1, T, 1, 1, (int)d));
+                     dp__cpu_attn_probs(NULL, probs, qkv, Bq, T, A, A, (int)d));
             TIME_LOW(o->attn_bwd_s, reps,
-                     dp__cpu_attn_bwd(NULL, dqkv, dprobs, dctx, qkv, probs, 1, T, 1, 1, (int)d));
+                     dp__cpu_attn_bwd(NULL, dqkv, dprobs, dctx, qkv, probs, Bq, T, A, A, (int)d));
+            o->attn_fwd_s /= (double)H;
+            o->attn_probs_s /= (double)H;
+            o->attn_bwd_s /= (double)H;
         } else {
             rc = -1;
         }
@@ -320,7 +375,10 @@ int dp_exec_probe_device(const struct dp_probe_shape *sh, struct dp_device_probe
     out->conc_eff = conc > 1 ? gemm_rate_concurrent(conc) / gemm_rate_concurrent(1) : 1.0;
     if (out->conc_eff > 1)
         out->conc_eff = 1; /* noise: sharing never speeds a thread up */
-    out->fork_s = nt > 1 ? fork_time(nt) : 0;
+    /* An OpenMP region costs its fork and join even on one thread (GOMP still enters the
+     * team: 0.42 us an empty region here at OMP_NUM_THREADS=1, against 0.04 us for a
+     * kernel of 16 elements without one), and every element-wise kernel opens one. */
+    out->fork_s = fork_time(nt);
 
     int64_t l2 = cache_size(2), l3 = cache_size(3);
     out->cache_bytes[0] = l2;
@@ -331,7 +389,11 @@ int dp_exec_probe_device(const struct dp_probe_shape *sh, struct dp_device_probe
     out->bw_gbps[2] = stream_gbps(conc, dram > ((size_t)48 << 20) ? dram : (size_t)48 << 20);
 
     omp_set_num_threads(1);
+    sweep_now = sh->sweep_bytes > 0 ? sh->sweep_bytes : 0;
     int rc = kernels(sh, out);
+    if (!rc && sweep_now > 0)
+        out->swept_gbps = swept_stream_gbps();
+    sweep_now = 0;
     omp_set_num_threads(saved);
     if (rc || out->bw_gbps[2] <= 0)
         return dp_err_set(err, DP_ENOMEM, "device probe: out of memory");
@@ -341,4 +403,20 @@ int dp_exec_probe_device(const struct dp_probe_shape *sh, struct dp_device_probe
 int dp_exec_gemm_threads(int m, int n, int k, int threads)
 {
     return dp__cpu_gemm_threads(m, n, k, threads);
+}
+
+static double swept_stream_gbps(void)
+{
+    const size_t n = 65536;
+    float *x = fill(n, 1), *y = fill(n, 2);
+    double t = 0;
+    if (x && y)
+        TIME_LOW(t, 20, {
+            for (size_t i = 0; i < n; i++)
+                y[i] = 1.5f * x[i] + 0.5f * y[i];
+            __asm__ volatile("" : : "r"(y) : "memory");
+        });
+    free(x);
+    free(y);
+    return t > 0 ? 12.0 * (double)n / t / 1e9 : 0;
 }

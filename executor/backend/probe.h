@@ -20,6 +20,8 @@ struct dp_probe_shape {
     int head_dim;
     enum dp_ffn_kind ffn;
     enum dp_norm_kind norm;
+    int hidden;          /* the norms' row width (0: rows of 1024) */
+    int64_t sweep_bytes; /* bytes swept through the caches before each repetition (0: none) */
 };
 
 struct dp_device_probe {
@@ -32,7 +34,12 @@ struct dp_device_probe {
      * `concurrent` threads stream: working set within L2, within the L3 share, beyond. */
     double bw_gbps[3];
     int64_t cache_bytes[2]; /* per thread: L2, and L3 / concurrent */
-    /* The executor's kernels on one thread, operands cache-resident (their compute cost). */
+    /* A pass y = a x + b y over 2 x 256 KiB just after a sweep of sweep_bytes (0 without a
+     * sweep): what an element-wise pass moves per second when its operands were last
+     * touched a step's working set ago. */
+    double swept_gbps;
+    /* The executor's kernels on one thread (their compute cost), operands where a sweep of
+     * sweep_bytes leaves them (cache-resident without one). */
     double attn_fwd_s, attn_bwd_s, attn_probs_s; /* one head (seq_len x head_dim) */
     double act_fwd_ns, act_bwd_ns;               /* per element of N x f */
     double norm_fwd_ns, norm_bwd_ns;             /* per element of N x h */

@@ -43,3 +43,28 @@ if fail:
     sys.exit(1)
 print("ok")
 PY
+
+# The swept probe's prices (executor/predict_ops.c bw, region), by hand, in the predicted
+# split of tiny-gpt mbs 8 on one thread with optime-profile.json (every split: L2 and L3
+# 100 GB/s, an OpenMP region 10 us, swept_gbps 1): tiny-gpt's 4 residual adds a step (2 a
+# layer, 2 layers) each read and write 512 tokens x 64 x 4 B = 131,072 B: 262,144 B at
+# 1 GB/s = 262.144 us, plus the region: 4 x 272.144 = 1088.576 us. Without the swept fields
+# (an older profile) the same bytes move at L2's 100 GB/s: 4 x (2.62144 + 10) = 50.48576 us.
+here=$(dirname "$0")
+python3 - "$here/optime-profile.json" "$dir/hot.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+for c in p["cpu"]:
+    for k in ("hidden", "sweep_bytes", "swept_gbps"):
+        del c[k]
+json.dump(p, open(sys.argv[2], "w"))
+PY
+for prof in swept:"$here/optime-profile.json":1088.576 hot:"$dir/hot.json":50.48576; do
+    IFS=: read -r name file want <<<"$prof"
+    mkdir -p "$dir/$name"
+    DPLAN_OPTIME="$dir/$name" "$dplan" run tiny-gpt --mbs 8 --steps 2 --calibration "$file" \
+        --out "$dir/run-$name" >"$dir/$name.log" 2>&1 || { cat "$dir/$name.log"; exit 1; }
+    got=$(awk -F'\t' '$1 == "residual" { printf "%.6f", $3 * 1e6 }' "$dir/$name/optime.pred.stage0.tsv")
+    python3 -c "import sys; g, w = float(sys.argv[1] or 0), float(sys.argv[2]); sys.exit(0 if abs(g / w - 1) < 1e-6 else 'FAIL: $name: residual priced %.6f us a step, expected %.6f' % (g, w))" "$got" "$want"
+done
+echo "ok: swept and hot prices"

@@ -87,7 +87,12 @@ static struct dp_calibration sample(void)
                                        .norm_fwd_ns = 0.7,
                                        .norm_bwd_ns = 1.1,
                                        .ce_ns = 3.3,
-                                       .adamw_ns = 0.9};
+                                       .adamw_ns = 0.9,
+                                       /* the swept probe's fields; the third entry without
+                                        * them, as older profiles are */
+                                       .hidden = i < 2 ? 64 : 0,
+                                       .sweep_bytes = i < 2 ? 10439680 : 0,
+                                       .swept_gbps = i < 2 ? 87.5 : 0};
     return c;
 }
 
@@ -156,6 +161,8 @@ static void same(const struct dp_calibration *a, const struct dp_calibration *b)
         CHECK(x->l2_bytes == y->l2_bytes && x->l3_bytes == y->l3_bytes);
         CHECK(x->attn_fwd_us == y->attn_fwd_us && x->attn_probs_us == y->attn_probs_us);
         CHECK(x->norm_bwd_ns == y->norm_bwd_ns && x->adamw_ns == y->adamw_ns);
+        CHECK(x->hidden == y->hidden && x->sweep_bytes == y->sweep_bytes);
+        CHECK(x->swept_gbps == y->swept_gbps);
     }
 }
 
