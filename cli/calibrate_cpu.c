@@ -446,7 +446,9 @@ static int measure_kernels(const struct dp_model *m, int64_t seq, int64_t sweep,
                                   .ffn = m->ffn,
                                   .norm = m->norm,
                                   .hidden = (int)m->hidden,
-                                  .sweep_bytes = sweep};
+                                  /* the node's ranks share its L3: each rank's tensors
+                                   * are pushed out by every rank's buffer table */
+                                  .sweep_bytes = sweep * ranks[i]};
         bool dup = false;
         for (int j = 0; j < ns; j++)
             dup |= sh[j].threads == x.threads && sh[j].concurrent == x.concurrent;
@@ -717,8 +719,9 @@ int cli_calibrate_cpu(int argc, char **argv)
                k->attn_fwd_us, k->attn_bwd_us);
     }
     if (cal->ncpu && cal->cpu[0].sweep_bytes > 0)
-        printf("kernels     timed after sweeping %.1f MiB through the caches (one rank's buffers "
-               "of %s at %lld tokens a micro-batch); a small pass right after it %.0f GB/s\n",
+        printf("kernels     timed after sweeping %.1f MiB a rank through the caches (one rank's "
+               "buffers of %s at %lld tokens a micro-batch, times the ranks computing); a small "
+               "pass right after it %.0f GB/s\n",
                cal->cpu[0].sweep_bytes / MIB, m.name, (long long)(l.mbs * l.seq_len),
                cal->cpu[0].swept_gbps);
     if (cal->has_membw)

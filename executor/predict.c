@@ -208,12 +208,13 @@ int dp_exec_predict(const struct dp_model *m, const struct dp_layout *l,
                                 .ffn = m->ffn,
                                 .norm = m->norm,
                                 .hidden = (int)m->hidden};
-    /* A probe now: the kernels after a sweep of this stage's buffer table (cpu_probe.c). */
+    /* A probe now: the kernels after a sweep of the node's buffer tables (cpu_probe.c; its
+     * ranks share the L3), this stage's times the ranks on the node. */
     int64_t pools[DP_NPOOLS];
     struct dp_err ignore = {0};
     if (!run->costs && !dp_exec_memory(m, l, 0, pools, &ignore))
         for (int p = 0; p < DP_NPOOLS; p++)
-            sh.sweep_bytes += pools[p];
+            sh.sweep_bytes += pools[p] * per_node;
     int rc = 0;
     if (run->costs) {
         measured_costs(run->costs, &sh, &c.pr);
