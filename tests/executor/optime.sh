@@ -50,6 +50,10 @@ PY
 # layer, 2 layers) each read and write 512 tokens x 64 x 4 B = 131,072 B: 262,144 B at
 # 1 GB/s = 262.144 us, plus the region: 4 x 272.144 = 1088.576 us. Without the swept fields
 # (an older profile) the same bytes move at L2's 100 GB/s: 4 x (2.62144 + 10) = 50.48576 us.
+# Its 4 bias fills (QKV's 512 x 192 and FC1's 512 x 256 outputs, 2 layers: 458,752
+# elements, 1,835,008 B) only write, so each line moves twice (write-allocate): 3,670,016 B
+# at 1 GB/s + 4 regions = 3710.016 us; hot, each call's 768 KiB-1 MiB within L2, at 100
+# GB/s: 36.70016 + 40 = 76.70016 us.
 here=$(dirname "$0")
 python3 - "$here/optime-profile.json" "$dir/hot.json" <<'PY'
 import json, sys
@@ -59,12 +63,15 @@ for c in p["cpu"]:
         del c[k]
 json.dump(p, open(sys.argv[2], "w"))
 PY
-for prof in swept:"$here/optime-profile.json":1088.576 hot:"$dir/hot.json":50.48576; do
-    IFS=: read -r name file want <<<"$prof"
+for prof in swept:"$here/optime-profile.json":1088.576:3710.016 \
+    hot:"$dir/hot.json":50.48576:76.70016; do
+    IFS=: read -r name file want want_bias <<<"$prof"
     mkdir -p "$dir/$name"
     DPLAN_OPTIME="$dir/$name" "$dplan" run tiny-gpt --mbs 8 --steps 2 --calibration "$file" \
         --out "$dir/run-$name" >"$dir/$name.log" 2>&1 || { cat "$dir/$name.log"; exit 1; }
     got=$(awk -F'\t' '$1 == "residual" { printf "%.6f", $3 * 1e6 }' "$dir/$name/optime.pred.stage0.tsv")
     python3 -c "import sys; g, w = float(sys.argv[1] or 0), float(sys.argv[2]); sys.exit(0 if abs(g / w - 1) < 1e-6 else 'FAIL: $name: residual priced %.6f us a step, expected %.6f' % (g, w))" "$got" "$want"
+    got=$(awk -F'\t' '$1 == "bias_fill" { printf "%.6f", $3 * 1e6 }' "$dir/$name/optime.pred.stage0.tsv")
+    python3 -c "import sys; g, w = float(sys.argv[1] or 0), float(sys.argv[2]); sys.exit(0 if abs(g / w - 1) < 1e-6 else 'FAIL: $name: bias_fill priced %.6f us a step, expected %.6f' % (g, w))" "$got" "$want_bias"
 done
 echo "ok: swept and hot prices"
