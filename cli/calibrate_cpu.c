@@ -578,7 +578,8 @@ static const char help_cpu[] =
     "  --backend cpu    measure the CPU backend (the only one in this build)\n"
     "  --np N           ranks for the collectives and thread splits [2]\n"
     "  MODEL            the model whose shapes to measure at [tiny-gpt]; --mbs and\n"
-    "                   --seq-len set the token count of its GEMMs\n"
+    "                   --seq-len set the token count of its GEMMs and the buffer\n"
+    "                   table swept through the caches before each kernel timing\n"
     "  --max-size SIZE  largest collective buffer (K, M, G suffixes) [4M: a quick run];\n"
     "                   capped by MemAvailable / (4 N); 1G on a real cluster\n"
     "  -o FILE          write the profile\n";
