@@ -40,6 +40,15 @@ void dp_mem_bytes_per_param(const struct dp_layout *l, int *param_b, int *grad_b
     *param_b = p;
     *grad_b = (l->grad_fp32 || !mixed) ? 4 : p;
     *opt_b = (mixed ? 4 : 0) + moments;
+    if (l->optimizer_dtype != DP_FP32) {
+        /* Apex DistributedFusedAdam (NeMo's distributed_fused_adam) keeps its states in
+         * optim.dtype; NeMo's setup_optimization (nemo/collections/nlp/models/
+         * language_modeling/megatron_base_model.py) sets store_params False when that is
+         * the model's dtype, so the half-precision shard itself is stepped, with no master
+         * copy: bf16 moments, 2 + 2 B per parameter. */
+        int od = dp_precision_bytes(l->optimizer_dtype);
+        *opt_b = (l->optimizer_dtype != l->precision ? od : 0) + (moments / 4) * od;
+    }
 }
 
 static int64_t ceil_div(int64_t a, int64_t b)

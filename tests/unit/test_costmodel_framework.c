@@ -12,6 +12,8 @@
 #include "check.h"
 #include "costmodel/costmodel.h"
 
+#include <cjson/cJSON.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,6 +101,36 @@ static void test_bytes_per_param(void)
     l = layout(DP_FW_MEGATRON, 1);
     dp_mem_states(n, N, &l, &s);
     CHECK_EQ(states_total(&s), 6 * n + 12 * n / N);
+    /* NeMo's distributed_fused_adam with optim.dtype bf16 on bf16 weights (the Nemotron-4
+     * 340B recipe, grad_sync_dtype bf16): no master copy, bf16 m and v, 2 + 2 B sharded,
+     * beside the 2 B weights and 2 B gradients: 4 + 4 / d = 4.5 B per parameter at d = 8
+     * (with fp32 states 4 + 12 / 8 = 5.5) */
+    l.optimizer_dtype = DP_BF16;
+    l.grad_fp32 = false;
+    dp_mem_bytes_per_param(&l, &pb, &gb, &ob);
+    CHECK_EQ(pb, 2);
+    CHECK_EQ(gb, 2);
+    CHECK_EQ(ob, 4);
+    dp_mem_states(n, N, &l, &s);
+    CHECK_EQ(states_total(&s), 4500000000LL);
+    /* on fp16 weights the bf16 states need a bf16 master copy (store_params): 2 + 2 + 2 */
+    l.precision = DP_FP16;
+    dp_mem_bytes_per_param(&l, &pb, &gb, &ob);
+    CHECK_EQ(ob, 6);
+    /* plan.json's field: read, and written back only when not the fp32 default */
+    struct dp_err err = {0};
+    struct dp_jr jr = {.file = "plan.json", .err = &err};
+    cJSON *o = cJSON_Parse("{\"tp\": 1, \"pp\": 1, \"dp\": 8, \"mbs\": 1, \"gbs\": 8, "
+                           "\"seq_len\": 2048, \"optimizer_dtype\": \"bf16\"}");
+    struct dp_layout r;
+    CHECK_EQ(dp_layout_from_json(&jr, o, &r), 0);
+    CHECK_EQ(r.optimizer_dtype, DP_BF16);
+    cJSON_Delete(o);
+    o = cJSON_Parse("{\"tp\": 1, \"pp\": 1, \"dp\": 8, \"mbs\": 1, \"gbs\": 8, "
+                    "\"seq_len\": 2048, \"optimizer_dtype\": \"fp8\"}");
+    CHECK(dp_layout_from_json(&jr, o, &r) != 0);
+    CHECK_CONTAINS(err.msg, "optimizer_dtype");
+    cJSON_Delete(o);
 }
 
 /* The loss's bytes per logit element at its peak: Megatron's vocab-parallel cross entropy
