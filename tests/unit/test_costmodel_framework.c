@@ -84,6 +84,13 @@ static void test_bytes_per_param(void)
     CHECK_EQ(s.grads_bytes, 4 * n);
     CHECK_EQ(s.optimizer_bytes, 8 * n / N);
     CHECK_EQ(states_total(&s), 7500000000LL);
+    /* bf16 shards (NeMo Automodel builds the model in bf16): 2 + 2 + 2 x 2 = 8 B, half */
+    l.pp = 1;
+    l.optimizer_dtype = DP_BF16;
+    dp_mem_bytes_per_param(&l, &pb, &gb, &ob);
+    CHECK_EQ(pb + gb + ob, 8);
+    dp_mem_states(n, N, &l, &s);
+    CHECK_EQ(states_total(&s), 8 * n / N);
 
     l = layout(DP_FW_DEEPSPEED, 3);
     dp_mem_bytes_per_param(&l, &pb, &gb, &ob);
