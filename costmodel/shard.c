@@ -391,8 +391,8 @@ void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const 
      * the fetch ends in torch.cuda.synchronize() (_synchronize_communication), which waits
      * for every stream, the reduction stream included; ProcessGroupNCCL runs a group's
      * collectives in order on one NCCL stream, so the gather queues behind the reduction
-     * anyway. Each reduction is on the step's path, as PR #1188 (2021-06) found of the
-     * gathers ("the async version is not async at all").
+     * anyway. Each reduction is on the step's path, as DeepSpeed PR #1188 (2021-06) found
+     * of the "asynchronous" gathers, each waiting on the synchronize of the previous one.
      */
     const bool sync_fetch = l->framework == DP_FW_DEEPSPEED && l->list_collectives;
     double eb;
