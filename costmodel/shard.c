@@ -396,7 +396,7 @@ void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const 
      */
     const bool sync_fetch = l->framework == DP_FW_DEEPSPEED && l->list_collectives;
     double eb;
-    if (opg && prefetch && ovl)
+    if (opg && prefetch && ovl && !sync_fetch)
         eb = (GU - 1) * overlapped(one, gbw) + one;
     else if (ovl && !sync_fetch)
         eb = b_gather + (U - 1) * overlapped(red, bw) + red;

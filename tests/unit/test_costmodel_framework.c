@@ -520,6 +520,12 @@ static void test_deepspeed_legacy(void)
     const double g3 = ag + 80e-6 + 8 * 2.26e-6, rs18 = ag + 80e-6;
     CHECK_NEAR(total, 36 * g3 + 18 * rs18 + persist, 1e-12);
     CHECK_NEAR(exposed, 36 * g3 + 18 * rs18 + persist, 1e-12);
+    /* 0.3 with its prefetch priced (overlap_param_gather): the first forward gather
+     * exposed, the other 17 and the 18 backward ones under a sub-module's 55.6 ms at 15%
+     * contention, and still every reduction exposed */
+    l.overlap_param_gather = true;
+    dp_shard_comm(&m, &c, &l, &st, &p, &p, &total, &exposed);
+    CHECK_NEAR(exposed, g3 + 35 * 0.15 * g3 + 18 * rs18 + persist, 1e-12);
 }
 
 /* DeepSpeed 0.3 on one 529.6B layer (h = 20480, 128 heads of 160, f = 81920, LayerNorm,
