@@ -485,6 +485,12 @@ int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const stru
              (!ex->be->ops->router_topk || !ex->be->ops->router_bwd || !ex->be->ops->rows_gather ||
               !ex->be->ops->rows_scatter_add || !ex->be->ops->rows_dot || !ex->be->ops->alltoall_v))
         missing = "mixture of experts (router, dispatch and all-to-all)";
+    /* The working copy in 2-byte words needs pack / unpack; without them (or under the
+     * test hook DPLAN_TEST_STORE_FP32=1, tests/executor/storage.sh) it is kept in fp32. */
+    const char *emul = getenv("DPLAN_TEST_STORE_FP32");
+    ex->pw_emul = (emul && !strcmp(emul, "1")) || !ex->be->ops->pack || !ex->be->ops->unpack;
+    ex->pwwin_layer = -1;
+    ex->stash16 = dp__stash16_on(ex);
     /* The attention: flash where asked or by the backend's default (CP runs its ring
      * attention, which keeps only the log-sum-exp already). */
     const bool has_flash = ex->be->ops->attn_flash_fwd && ex->be->ops->attn_flash_bwd;
