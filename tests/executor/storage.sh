@@ -157,6 +157,18 @@ memory() {
   done
   echo "storage memory: predicted per rank fp32 $tf, bf16 $tb bytes"
   [ $((tf - tb)) = 50025472 ] || bad "bf16 predicts $((tf - tb)) bytes below fp32, expected 50025472"
+  # The estimate `dplan run --dry-run` prints (dp_exec_memory, without a rank): the same
+  # table, in MiB to 3 decimals: params 117675008 / 2^20 = 112.224, act_slots 144.441,
+  # total 516131840 / 2^20 = 492.222; fp32 72.682, 240.191 and 539.930.
+  local d
+  for want in "--precision bf16|112.224|144.441|492.222" "--precision fp32|72.682|240.191|539.930"; do
+    IFS='|' read -r o pa sl to <<< "$want"
+    read -ra o <<< "$o"
+    d=$("$dplan" run "${B[@]}" "${o[@]}" --dry-run 2>&1 | grep -A2 '^predicted memory' | tail -1)
+    read -ra f <<< "$d"
+    [ "${f[1]}" = "$pa" ] && [ "${f[4]}" = "$sl" ] && [ "${f[8]}" = "$to" ] ||
+      bad "dry-run ${o[*]}: '$d', expected params $pa, act_slots $sl, total $to MiB"
+  done
   # The process: each run's resident growth matches its accounted buffers (compare_runs),
   # and the 2-byte run's is below the emulation's by the 126237696 bytes above, give or
   # take what neither accounts (1 to 4.7 MiB a run on these layouts, README "Resident
