@@ -198,7 +198,11 @@ static double lin(const struct dp__time_ctx *c, struct dp_layer_time *o, double 
  * With FP8 GEMMs under sequence parallelism the all-gathers move the GEMM inputs
  * already quantized, 1 byte per element (torchao Float8ColwiseParallel casts to float8
  * before the all-gather; Transformer Engine quantizes the norm output, or the output
- * gradient, before gathering it); reduce-scatters carry the bf16 GEMM outputs.
+ * gradient, before gathering it); reduce-scatters carry the bf16 GEMM outputs. Not
+ * with torchao's rowwise recipe: its scales are taken over the gathered rows and
+ * columns, so the input is gathered in bf16 and quantized after (pytorch/torchtitan
+ * issue 845, "ensure rowwise scaling uses bf16 all_gather"; the float8 rowwise
+ * all-gather, pytorch/ao PR 2145 and torchtitan PR 1157, was never merged).
  *
  * With tp_overlap each collective is pipelined with its GEMM (see pipelined()):
  * forward, the all-gather feeds g_in (ring exchange, tp chunks) and the reduce-scatter
@@ -207,6 +211,13 @@ static double lin(const struct dp__time_ctx *c, struct dp_layer_time *o, double 
  * weight-gradient GEMM and the re-gather of its input under the input-gradient GEMM
  * (userbuffers "bulk" overlap: one collective beside one GEMM, no chunking). Backward
  * GEMMs take as long as the forward one each (dgrad and wgrad have its FLOPs).
+ *
+ * torchtitan's async TP is a compiler pass that fuses all-gather -> matmul and
+ * matmul -> reduce-scatter patterns (torch/_inductor/fx_passes/micro_pipeline_tp.py).
+ * With rowwise FP8 scales only the matmul -> reduce-scatter fusion matches
+ * (pytorch/pytorch PR 149247); the all-gather -> scaled_mm patterns are left unfused
+ * (pytorch/pytorch issue 149990, open as of the 2025-06 torchtitan benchmarks), so the
+ * all-gathers stay exposed in full.
  */
 static void tp_region(const struct dp__time_ctx *c, double in_width, double out_width, double g_in,
                       double g_out, struct dp_layer_time *o)
@@ -214,7 +225,8 @@ static void tp_region(const struct dp__time_ctx *c, double in_width, double out_
     const struct dp_layout *l = c->l;
     if (l->tp <= 1)
         return;
-    double T = c->T, p = c->p, pg = c->fp8 ? 1.0 : p;
+    const bool rowwise = c->fp8 && l->fp8_recipe == DP_FP8_ROWWISE;
+    double T = c->T, p = c->p, pg = c->fp8 && !rowwise ? 1.0 : p;
     if (l->sp) {
         double ag_in = dp_coll_time_s(DP_ALLGATHER, pg * T * in_width, l->tp, &c->tp);
         double rs_in = dp_coll_time_s(DP_REDUCE_SCATTER, p * T * in_width, l->tp, &c->tp);
@@ -222,7 +234,10 @@ static void tp_region(const struct dp__time_ctx *c, double in_width, double out_
         double ag_out = dp_coll_time_s(DP_ALLGATHER, pg * T * out_width, l->tp, &c->tp);
         o->tp_raw_f += ag_in + rs_out;
         o->tp_raw_b += ag_out + rs_in + ag_in;
-        if (l->tp_overlap) {
+        if (l->tp_overlap && rowwise) {
+            o->tp_f += ag_in + pipelined(rs_out, g_out, UB_RS_SPLITS);
+            o->tp_b += ag_out + overlapped(rs_in, g_in) + ag_in;
+        } else if (l->tp_overlap) {
             o->tp_f += pipelined(ag_in, g_in, l->tp) + pipelined(rs_out, g_out, UB_RS_SPLITS);
             o->tp_b +=
                 pipelined(ag_out, g_out, l->tp) + overlapped(rs_in, g_in) + overlapped(ag_in, g_in);

@@ -190,6 +190,49 @@ static void test_tp_overlap(void)
 }
 
 /*
+ * torchao's rowwise recipe under TP (torchtitan, 2025-06): the inputs are gathered in
+ * bf16 and quantized after (torchtitan issue 845), so the all-gathers move p T h =
+ * 8.39 MB as with bf16 GEMMs: c = 22.47 us each (test_tp_overlap). Without overlap,
+ * forward 2 regions x (all-gather + reduce-scatter) = 4 c, backward 6 c, where the
+ * tensorwise recipe's forward is 2 (ag8 + c) with 1-byte all-gathers.
+ * With async TP only matmul -> reduce-scatter fuses (pytorch issue 149990): the
+ * all-gathers stay exposed in full. The FP8 GEMMs at 200 TFLOP/s: out-projection
+ * 2 T h (h/2) / 200e12 = 21.47 us (shorter than c: it hides only 21.47 us of its
+ * reduce-scatter), fc2 2 T h (f/2) / 200e12 = 85.90 us, QKV 2 T (3h/2) h / 200e12 =
+ * 64.42 us, fc1 85.90 us (both longer than c).
+ *   forward: attention c + (c - 21.47us) + c/4 + 0.15 x 21.47us; MLP c + c/4 + 0.15 c
+ *   backward per region: the output-gradient all-gather c, the input-gradient
+ *   reduce-scatter beside its weight-gradient GEMM 0.15 c, the input re-gather c:
+ *   2.15 c, twice = 4.3 c.
+ */
+static void test_rowwise_tp(void)
+{
+    struct dp_model m = model();
+    struct dp_cluster c = cluster(1, 2);
+    struct dp_layout l = layout();
+    l.tp = 2;
+    l.sp = true;
+    l.gemm = DP_GEMM_FP8;
+    l.fp8_recipe = DP_FP8_ROWWISE;
+    double cc = 0.5 * 2 * 4096 * 1024 / 200e9 + 1.5e-6;
+    struct dp_layer_time a;
+    layer_time(&m, &c, &l, &a);
+    CHECK_NEAR(a.tp_f, 4 * cc, 1e-9);
+    CHECK_NEAR(a.tp_b, 6 * cc, 1e-9);
+    l.tp_overlap = true;
+    layer_time(&m, &c, &l, &a);
+    double g_out = 2.0 * 4096 * 1024 * 512 / 200e12;
+    CHECK_NEAR(a.tp_f, cc + (cc - g_out) + cc / 4 + 0.15 * g_out + cc + cc / 4 + 0.15 * cc, 1e-9);
+    CHECK_NEAR(a.tp_b, 4.3 * cc, 1e-9);
+    /* The tensorwise recipe keeps its 1-byte all-gathers: less forward TP time. */
+    l.fp8_recipe = DP_FP8_CURRENT;
+    l.tp_overlap = false;
+    struct dp_layer_time t;
+    layer_time(&m, &c, &l, &t);
+    CHECK(t.tp_f < 4 * cc - 1e-6);
+}
+
+/*
  * ZeRO-1 on dp = 2 across two nodes: the gradient reduce-scatter overlaps the last
  * backward (dp_overlap) and the parameter all-gather the first forward only with
  * overlap_param_gather; otherwise it is exposed in full.
@@ -345,6 +388,7 @@ int main(void)
     test_fp8_step_and_mfu();
     test_gpu_support();
     test_tp_overlap();
+    test_rowwise_tp();
     test_param_gather_overlap();
     test_pp_overlap();
     test_fp8_memory();
