@@ -173,6 +173,7 @@ static void write_summary(struct cli_run *r, const struct dp_exec_result *res, c
         cJSON_AddNumberToObject(e, "rss_train_peak_bytes", (double)s->rss_train_peak_bytes);
         cJSON_AddBoolToObject(e, "rss_peak_since_base", s->rss_peak_since_base);
         cJSON_AddNumberToObject(e, "reserved_bytes", (double)s->reserved_bytes);
+        cJSON_AddNumberToObject(e, "flat_grads_bytes", (double)s->flat_grads_bytes);
         cJSON *meas = cJSON_AddObjectToObject(e, "measured_peak_bytes");
         cJSON *pred = cJSON_AddObjectToObject(e, "predicted_bytes");
         for (int p = 0; p < DP_NPOOLS; p++) {

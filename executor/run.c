@@ -588,7 +588,7 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* Every rank's summary to rank 0 (as doubles: exact below 2^53 bytes). */
-enum { SUM_FIELDS = 6 + 2 * DP_NPOOLS + 7 };
+enum { SUM_FIELDS = 6 + 2 * DP_NPOOLS + 8 };
 static int gather_summary(struct dp_exec *ex, const double *times, int n,
                           struct dp_exec_result *res)
 {
@@ -627,6 +627,7 @@ static int gather_summary(struct dp_exec *ex, const double *times, int n,
     mine[j++] = ex->hwm_reset;
     mine[j++] = ex->dp_exposed_n ? ex->dp_exposed_sum / ex->dp_exposed_n : 0.0;
     mine[j++] = ex->ov;
+    mine[j++] = ex->grads ? (double)(ex->nflat * sizeof(real)) : 0.0;
     if (ex->rank == 0) {
         all = malloc((size_t)ex->world * SUM_FIELDS * sizeof *all);
         res->ranks = calloc((size_t)ex->world, sizeof *res->ranks);
@@ -658,6 +659,7 @@ static int gather_summary(struct dp_exec *ex, const double *times, int n,
             s->rss_peak_since_base = v[k++] != 0;
             s->dp_exposed_mean_s = v[k++];
             s->dp_overlap = v[k++] != 0;
+            s->flat_grads_bytes = (int64_t)v[k++];
         }
     free(all);
     return rc;
