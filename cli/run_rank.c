@@ -173,6 +173,7 @@ static void write_summary(struct cli_run *r, const struct dp_exec_result *res, c
         cJSON_AddNumberToObject(e, "rss_train_peak_bytes", (double)s->rss_train_peak_bytes);
         cJSON_AddBoolToObject(e, "rss_peak_since_base", s->rss_peak_since_base);
         cJSON_AddNumberToObject(e, "reserved_bytes", (double)s->reserved_bytes);
+        cJSON_AddNumberToObject(e, "flat_grads_bytes", (double)s->flat_grads_bytes);
         cJSON *meas = cJSON_AddObjectToObject(e, "measured_peak_bytes");
         cJSON *pred = cJSON_AddObjectToObject(e, "predicted_bytes");
         for (int p = 0; p < DP_NPOOLS; p++) {
@@ -214,8 +215,10 @@ static void print_summary(struct cli_run *r, const struct dp_exec_result *res, c
             res->first_loss, res->final_loss);
     if (r->o.precision != DP_FP32) /* fp32 runs print what they always did */
         fprintf(stderr,
-                "precision: %s storage, emulated by the %s backend (stored tensors rounded to "
-                "nearest even, buffers fp32); fp32 master weights, gradients and AdamW state\n",
+                "precision: %s storage on the %s backend (in 2-byte words: the working weights "
+                "but under ZeRO-3, the kept activations but with experts or full recompute; the "
+                "other stored tensors rounded to nearest even in fp32 buffers); fp32 master "
+                "weights, gradients and AdamW state\n",
                 dp_precision_name(r->o.precision), r->o.backend ? r->o.backend : "cpu");
     if (res->flash) /* math runs print what they always did */
         fprintf(stderr, "attention: flash (only the log-sum-exp kept, no T x T probabilities)\n");

@@ -213,6 +213,9 @@ struct dp_rank_summary {
      */
     int64_t rss_base_bytes, rss_train_peak_bytes, reserved_bytes;
     bool rss_peak_since_base;
+    /* The flat gradient buffer's bytes (ZeRO <= 1; 0 without one): what Open MPI's
+     * reduce-scatter holds once more on a shard group's first rank (compare_runs.c). */
+    int64_t flat_grads_bytes;
 };
 
 struct dp_exec_result {

@@ -8,6 +8,8 @@
 #include "executor.h"
 #include "executor/backend/backend.h"
 
+#include <assert.h>
+
 /* The rank's backend operations (needs `ex` in scope). */
 #define OPS (ex->be->ops)
 /* Return the status of x from the enclosing function if it is non-zero. */
@@ -137,6 +139,10 @@ struct dp_act {
     real *qkraw, *qkrs;      /* [N, (a + g) d], [N (a + g)]: q/k norm inputs and 1/rms */
     real *sgate;             /* [N] the shared gate sigmoid(x . w_g) (shared_gate) */
     int32_t *sidx;           /* [N] 0 .. N - 1, the rows the gate scales */
+    /* The 2-byte stash (ex->stash16): a slot's layer keeps these in words instead of the
+     * fp32 fields of the same name (NULL then), x only from its second layer on (the
+     * first's is where the embedding and the pipeline write, fp32). */
+    uint16_t *hx, *hln1, *hqkv, *hctx, *hx2, *hln2, *hfc1, *hact;
 };
 
 /* A micro-batch in flight on this stage. */
@@ -161,7 +167,10 @@ struct dp_work {
     real *dfc1;       /* [N, F1] */
     real *dact;       /* [N, f] */
     real *probs;      /* [B, a, T, T] selective: probabilities, computed twice */
-    struct dp_act rc; /* full recompute: one layer's activations (x aliases the slot) */
+    struct dp_act rc; /* full recompute: one layer's activations (x aliases the slot);
+                       * 2-byte stash: one layer's fp32 set (its statistics, lse and
+                       * probabilities alias the slot's) */
+    real *xa, *xb;    /* 2-byte stash: [Nl, h] the layer's input and output (fp32) */
     real *rc_mem;     /* the allocation behind rc */
     real *rope;       /* [2, T, d/2] cos, sin */
     real *ring;       /* CP: 2 ring blocks of [N, 4 kvd] (k, v, then dk, dv; cp.c) */
@@ -286,10 +295,25 @@ struct dp_exec {
     char *trace;         /* dp_exec_schedule: the pipeline's order is written here */
     size_t trace_cap;
     /* Mixed precision (README "Mixed precision"): the storage type (fp32: nothing
-     * below is used); pwork [nflat] the working copy of the weights, rounded from the
-     * fp32 master ex->params at each step's start, which the model reads (model.c). */
+     * below is used). The working copy of the weights (ZeRO <= 2), made from the fp32
+     * master ex->params at each step's start, which the model reads (dp__pw): pw16
+     * [edge_hi - edge_lo] the layers' part in 2-byte words (backend pack); pwedge
+     * [edge_n] the edge (the stage's tensors outside its layers) rounded in fp32 for the
+     * step; pwwin [win_n] one layer's part unpacked to fp32 before its forward and its
+     * backward (pwwin_layer: which; -1 none). pw_emul (DPLAN_TEST_STORE_FP32=1, or a
+     * backend without pack / unpack): instead pwork [nflat], the whole copy rounded in
+     * fp32 (the storage emulation before 2-byte words; the same values). */
     enum dp_dtype dtype;
+    bool pw_emul;
+    /* The activations a slot keeps for backward in 2-byte words (memplan.c layer_acts):
+     * bf16 / fp16 without the fp32 emulation, dense models, recompute none or selective
+     * (dp__stash16_on); the layer runs in the fp32 set w.rc, packed after its forward
+     * and unpacked before its backward (model.c). */
+    bool stash16;
     real *pwork;
+    uint16_t *pw16;
+    real *pwedge, *pwwin;
+    int pwwin_layer;
     /* Flash attention (attn_flash_*): the layers keep lse [B][a][T], no probabilities
      * (memplan.c); resolved from opts.attention and the backend (run.c). */
     bool flash;
@@ -353,6 +377,23 @@ static inline real *dp__param(struct dp_exec *ex, size_t off)
         return ex->params + off;
     return dp__in_edge(ex, off) ? ex->pedge + dp__edge_at(ex, off) : ex->pwin + (off - ex->win_lo);
 }
+/* Where the kernels read a parameter: the working copy when there is one (bf16 / fp16,
+ * ZeRO <= 2: the edge's, or the layer window's, which must hold the layer of `off`),
+ * else dp__param. */
+static inline real *dp__pw(struct dp_exec *ex, size_t off)
+{
+    if (off == SIZE_MAX)
+        return NULL;
+    if (ex->pwork)
+        return ex->pwork + off;
+    if (!ex->pw16)
+        return dp__param(ex, off);
+    if (dp__in_edge(ex, off))
+        return ex->pwedge + dp__edge_at(ex, off);
+    assert(ex->pwwin_layer >= 0 && off >= ex->lay_lo[ex->pwwin_layer] &&
+           off < ex->lay_hi[ex->pwwin_layer]);
+    return ex->pwwin + (off - ex->lay_lo[ex->pwwin_layer]);
+}
 static inline real *dp__grad(struct dp_exec *ex, size_t off)
 {
     if (off == SIZE_MAX)
@@ -398,6 +439,13 @@ int dp__shard_reduce_part(struct dp_exec *ex, size_t a, size_t b);
 void dp__shard_counts(struct dp_exec *ex, int k, size_t za, size_t zb);
 size_t dp__shard_at(const struct dp_exec *ex, int k, size_t zl);
 bool dp__zrun_part(const struct dp_zrun *r, size_t a, size_t b, size_t *ra, size_t *rb, size_t *za);
+/* Whether the slots keep their activations in 2-byte words (ex->stash16), from the
+ * storage type, pw_emul, the recompute and the model. */
+static inline bool dp__stash16_on(const struct dp_exec *ex)
+{
+    return ex->dtype != DP_DT_FP32 && !ex->pw_emul && ex->l.recompute != DP_RECOMPUTE_FULL &&
+           ex->m->experts == 0;
+}
 /* ZeRO-1 keeps its reduced shard apart from the flat gradients (memplan.c). */
 static inline bool dp__gred_own(const struct dp_exec *ex)
 {
@@ -497,10 +545,13 @@ enum dp__buf {
     DP__BUF_RING,
     DP__BUF_CPST,
     DP__BUF_PWORK,
+    DP__BUF_PW16, /* 2-byte words: elems counts them, 2 bytes each */
+    DP__BUF_PWEDGE,
+    DP__BUF_PWWIN,
     DP__NBUF
 };
 struct dp__memplan {
-    int64_t elems[DP__NBUF]; /* reals; 0 = not allocated on this stage */
+    int64_t elems[DP__NBUF]; /* reals (DP__BUF_PW16: 2-byte words); 0 = not allocated */
     int64_t slot_bytes;      /* one micro-batch's kept activations and token ids */
     int slots;               /* the most in flight: min(pp - stage, M); interleaved: the
                                 slots allocated, each chunk's most at once summed */
@@ -589,9 +640,12 @@ int dp__forward_backward(struct dp_exec *ex, int step, double *loss);
 int dp__grad_norm(struct dp_exec *ex, double *norm);
 /* AdamW with clipping factor `gscale`, then the ZeRO-1 all-gather. */
 int dp__optimizer_step(struct dp_exec *ex, double lr, double gscale);
-/* Mixed precision: pwork = the master weights rounded to ex->dtype (model.c); the loss
- * scaler's update after a step (schedule.c; Megatron DynamicGradScaler.update). */
+/* Mixed precision: the working copy = the master weights rounded to ex->dtype (model.c:
+ * pw16 and pwedge, or pwork); layer i's part unpacked into pwwin (a no-op when it is
+ * there already, or without 2-byte words); the loss scaler's update after a step
+ * (schedule.c; Megatron DynamicGradScaler.update). */
 void dp__model_working_copy(struct dp_exec *ex);
+void dp__model_work_window(struct dp_exec *ex, int i);
 void dp__loss_scale_update(struct dp_exec *ex, bool found_inf);
 /* Megatron's defaults (megatron/training/arguments.py --initial-loss-scale,
  * --loss-scale-window, --hysteresis, --min-loss-scale; growth 2, backoff 0.5). */

@@ -71,8 +71,17 @@ static const struct bufdef bufs[DP__NBUF] = {
     [DP__BUF_RING] = {DP_POOL_COMM, AT(w.ring)},
     [DP__BUF_CPST] = {DP_POOL_ACT_WORK, AT(w.cpst)},
     [DP__BUF_PWORK] = {DP_POOL_PARAMS, AT(pwork)},
+    [DP__BUF_PW16] = {DP_POOL_PARAMS, AT(pw16)},
+    [DP__BUF_PWEDGE] = {DP_POOL_PARAMS, AT(pwedge)},
+    [DP__BUF_PWWIN] = {DP_POOL_PARAMS, AT(pwwin)},
 };
 #undef AT
+
+/* Bytes an element of buffer b: the 2-byte words of the working copy, else a real. */
+static int64_t esize(int b)
+{
+    return b == DP__BUF_PW16 ? (int64_t)sizeof(uint16_t) : (int64_t)sizeof(real);
+}
 
 /* Lays buffers out back to back from `base` (no padding: sizes are exact); with
  * base == NULL it only counts. */
@@ -93,6 +102,12 @@ static void *carve(struct carver *cv, int64_t n, size_t esize)
 static int32_t *carve_i32(struct carver *cv, int64_t n)
 {
     return carve(cv, (n + 1) / 2 * 2, sizeof(int32_t));
+}
+
+/* 2-byte words among the reals: rounded up to 8 bytes, as the token ids. */
+static uint16_t *carve_u16(struct carver *cv, int64_t n)
+{
+    return carve(cv, (n + 3) / 4 * 4, sizeof(uint16_t));
 }
 
 /* A MoE layer's kept set (moe.c): routing, the experts' rows as this rank's experts
@@ -123,44 +138,79 @@ static void moe_acts(const struct dp_exec *ex, struct dp_act *a, struct carver *
     a->ecnt = carve_i32(cv, 2 * dm->E + (int64_t)dm->ep * dm->El);
 }
 
-/* One layer's kept activations: the slot's set (x, plus everything unless full
+/* A tensor of a layer's kept set: fp32 (*r), or with the 2-byte stash (h non-NULL) in
+ * words (*h); NULL r and h: not carved here (the stash's work set aliases it). */
+static void kept(struct carver *cv, int64_t n, real **r, uint16_t **h)
+{
+    if (h)
+        *h = carve_u16(cv, n);
+    else if (r)
+        *r = carve(cv, n, sizeof(real));
+}
+
+/*
+ * One layer's kept activations: the slot's set (x, plus everything unless full
  * recompute) or the full-recompute working set (everything but x, which aliases; for a
- * MoE model the MoE layer's set). */
+ * MoE model the MoE layer's set). With the 2-byte stash (ex->stash16) the slot's set
+ * keeps the stored tensors in words (x from the second layer of the slot on: `first` is
+ * the slot's first layer) and the statistics, log-sum-exp and probabilities in fp32, and
+ * the working set is every fp32 tensor but those (they alias the slot's).
+ */
 static void layer_acts(const struct dp_exec *ex, struct dp_act *A, struct carver *cv,
-                       bool keep_probs, bool full_set, bool moe)
+                       bool keep_probs, bool full_set, bool moe, bool first)
 {
     const struct dp_dims *dm = &ex->dm;
     struct dp_act a = {0};
+    const bool w16 = ex->stash16 && !full_set;   /* the slot's words */
+    const bool own = !(ex->stash16 && full_set); /* fp32 statistics carved here */
     if (!full_set)
-        a.x = carve(cv, dm->Nl * dm->h, sizeof(real));
+        kept(cv, dm->Nl * dm->h, &a.x, w16 && !first ? &a.hx : NULL);
     if (full_set || ex->l.recompute != DP_RECOMPUTE_FULL) {
-        a.ln1 = carve(cv, dm->Nl * dm->h, sizeof(real));
-        a.ln1_st = carve(cv, 2 * dm->Nl, sizeof(real));
-        a.qkv = carve(cv, dm->N * dm->qkvd, sizeof(real));
+        kept(cv, dm->Nl * dm->h, &a.ln1, w16 ? &a.hln1 : NULL);
+        kept(cv, 2 * dm->Nl, own ? &a.ln1_st : NULL, NULL);
+        kept(cv, dm->N * dm->qkvd, &a.qkv, w16 ? &a.hqkv : NULL);
         if (ex->m->qk_norm) { /* the norm's inputs and 1/rms (costmodel/activations.c) */
-            a.qkraw = carve(cv, dm->N * (dm->a + dm->g) * dm->d, sizeof(real));
-            a.qkrs = carve(cv, dm->N * (dm->a + dm->g), sizeof(real));
+            kept(cv, dm->N * (dm->a + dm->g) * dm->d, own ? &a.qkraw : NULL, NULL);
+            kept(cv, dm->N * (dm->a + dm->g), own ? &a.qkrs : NULL, NULL);
         }
         /* ring and flash attention keep the log-sum-exp, never the probabilities */
         if (dm->cp > 1 || ex->flash)
-            a.lse = carve(cv, dm->B * dm->a * dm->T, sizeof(real));
+            kept(cv, dm->B * dm->a * dm->T, own ? &a.lse : NULL, NULL);
         else if (keep_probs)
-            a.probs = carve(cv, dm->B * dm->a * dm->T * dm->T, sizeof(real));
-        a.ctx = carve(cv, dm->N * dm->qd, sizeof(real));
-        a.x2 = carve(cv, dm->Nl * dm->h, sizeof(real));
-        a.ln2 = carve(cv, dm->Nl * dm->h, sizeof(real));
-        a.ln2_st = carve(cv, 2 * dm->Nl, sizeof(real));
+            kept(cv, dm->B * dm->a * dm->T * dm->T, own ? &a.probs : NULL, NULL);
+        kept(cv, dm->N * dm->qd, &a.ctx, w16 ? &a.hctx : NULL);
+        kept(cv, dm->Nl * dm->h, &a.x2, w16 ? &a.hx2 : NULL);
+        kept(cv, dm->Nl * dm->h, &a.ln2, w16 ? &a.hln2 : NULL);
+        kept(cv, 2 * dm->Nl, own ? &a.ln2_st : NULL, NULL);
         /* The full-recompute set serves every layer of the stage, which may hold both
          * kinds (moe_dense_layers): it has both. */
         if (!moe || full_set) {
-            a.fc1 = carve(cv, dm->N * dm->F1, sizeof(real));
-            a.act = carve(cv, dm->N * dm->f, sizeof(real));
+            kept(cv, dm->N * dm->F1, &a.fc1, w16 ? &a.hfc1 : NULL);
+            kept(cv, dm->N * dm->f, &a.act, w16 ? &a.hact : NULL);
         }
         if (moe)
             moe_acts(ex, &a, cv);
     }
     if (A)
         *A = a;
+}
+
+/* The working set (w->rc, and with the 2-byte stash w->xa and w->xb) from cv; w NULL:
+ * only counted. */
+static void rc_layout(const struct dp_exec *ex, struct carver *cv, struct dp_work *w)
+{
+    struct dp_act a;
+    layer_acts(ex, &a, cv, true, true, ex->m->experts > 0, false);
+    real *xa = NULL, *xb = NULL;
+    if (ex->stash16) {
+        xa = carve(cv, ex->dm.Nl * ex->dm.h, sizeof(real));
+        xb = carve(cv, ex->dm.Nl * ex->dm.h, sizeof(real));
+    }
+    if (w) {
+        w->rc = a;
+        w->xa = xa;
+        w->xb = xb;
+    }
 }
 
 /* A slot of model chunk c: its layers' kept sets, then the input tokens (the embedding's
@@ -171,7 +221,7 @@ static size_t slot_layout(const struct dp_exec *ex, int c, struct dp_slot *s, ch
     bool probs = ex->l.recompute == DP_RECOMPUTE_NONE;
     for (int i = 0; i < ex->ch_n[c]; i++)
         layer_acts(ex, s ? &s->layers[i] : NULL, &cv, probs, false,
-                   dp__layer_moe(ex, ex->ch_g0[c] + i));
+                   dp__layer_moe(ex, ex->ch_g0[c] + i), i == 0);
     if (ex->first && c == 0) {
         int32_t *t = carve(&cv, ex->dm.N, sizeof(int32_t));
         if (s)
@@ -252,9 +302,11 @@ void dp__memplan(const struct dp_exec *ex, struct dp__memplan *p)
      * probabilities are recomputed in backward into this buffer (model.c). */
     e[DP__BUF_PROBS] =
         l->recompute == DP_RECOMPUTE_SELECTIVE || l->recompute == DP_RECOMPUTE_OP ? S : 0;
-    if (l->recompute == DP_RECOMPUTE_FULL) {
+    /* One layer's fp32 set: full recompute's, or the 2-byte stash's (with the layer's
+     * input and output, xa and xb). */
+    if (l->recompute == DP_RECOMPUTE_FULL || ex->stash16) {
         struct carver cv = {NULL, 0};
-        layer_acts(ex, NULL, &cv, true, true, ex->m->experts > 0);
+        rc_layout(ex, &cv, NULL);
         e[DP__BUF_RC] = (int64_t)((cv.off + sizeof(real) - 1) / sizeof(real));
     }
     if (ex->m->experts > 0) {
@@ -283,11 +335,20 @@ void dp__memplan(const struct dp_exec *ex, struct dp__memplan *p)
     e[DP__BUF_RING] = dm->cp > 1 ? 2 * dm->N * 4 * dm->kvd : 0;
     /* ... flash attention's backward: D = rowsum(dctx * ctx) in the same buffer */
     e[DP__BUF_CPST] = dm->cp > 1 || ex->flash ? dm->B * dm->a * dm->T : 0;
-    /* bf16 / fp16: the working copy of the weights beside the fp32 master, flat length
-     * (Megatron's Float16OptimizerWithFloat16Params keeps both). The CPU backend emulates
-     * 2-byte storage in fp32 buffers, so it is 4 bytes an element like the others. ZeRO-3
-     * has none: its gathered windows are the working copy (model.c). */
-    e[DP__BUF_PWORK] = ex->dtype != DP_DT_FP32 && l->zero < 3 ? flat : 0;
+    /* bf16 / fp16: the working copy of the weights beside the fp32 master (Megatron's
+     * Float16OptimizerWithFloat16Params keeps both): the layers' part in 2-byte words,
+     * the edge in fp32 for the step, and one layer's fp32 window the kernels read
+     * (model.c). Under the test hook (or a backend without pack) the whole copy in fp32,
+     * flat length, as before. ZeRO-3 has none: its gathered windows are the working copy. */
+    if (ex->dtype != DP_DT_FP32 && l->zero < 3) {
+        if (ex->pw_emul) {
+            e[DP__BUF_PWORK] = flat;
+        } else {
+            e[DP__BUF_PW16] = (int64_t)(ex->edge_hi - ex->edge_lo);
+            e[DP__BUF_PWEDGE] = (int64_t)ex->edge_n;
+            e[DP__BUF_PWWIN] = (int64_t)ex->win_n;
+        }
+    }
     /* Slots: at most min(pp - stage, M) micro-batches are in flight under 1F1B. */
     int64_t inflight = l->pp - ex->c.pp_rank;
     p->slots = (int)(inflight < ex->M ? inflight : ex->M);
@@ -318,7 +379,7 @@ void dp__memplan(const struct dp_exec *ex, struct dp__memplan *p)
         e[DP__BUF_SEND] = Nlh;
     }
     for (int b = 0; b < DP__NBUF; b++)
-        p->pool_bytes[bufs[b].pool] += e[b] * (int64_t)sizeof(real);
+        p->pool_bytes[bufs[b].pool] += e[b] * esize(b);
     p->pool_bytes[DP_POOL_ACT_SLOTS] = slots_bytes;
 }
 
@@ -357,7 +418,7 @@ int dp__mem_build(struct dp_exec *ex)
         real **at = (real **)((char *)ex + bufs[b].offset);
         if (!p.elems[b])
             continue;
-        size_t bytes = (size_t)p.elems[b] * sizeof(real);
+        size_t bytes = (size_t)(p.elems[b] * esize(b));
         if (!(*at = dp__mem_alloc(ex->be, &ex->mem, bufs[b].pool, bytes)))
             return dp_err_set(
                 ex->err, DP_ENOMEM, "rank %d: cannot allocate %.1f MiB of %s (the parameters: %zu)",
@@ -365,7 +426,7 @@ int dp__mem_build(struct dp_exec *ex)
     }
     if (ex->w.rc_mem) {
         struct carver cv = {(char *)ex->w.rc_mem, 0};
-        layer_acts(ex, &ex->w.rc, &cv, true, true, ex->m->experts > 0);
+        rc_layout(ex, &cv, &ex->w);
     }
     bool fail = false;
     if (ex->w.rope)
@@ -511,6 +572,7 @@ int dp_exec_memory_attn(const struct dp_model *m, const struct dp_layout *l, int
     ex->dtype = l->precision == DP_BF16   ? DP_DT_BF16
                 : l->precision == DP_FP16 ? DP_DT_FP16
                                           : DP_DT_FP32;
+    ex->stash16 = dp__stash16_on(ex);
     dp__dims_init(ex);
     dp__stage_place(ex, stage);
     ex->M = dp_layout_microbatches(l);

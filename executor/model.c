@@ -32,12 +32,10 @@
 #define NONE SIZE_MAX
 
 /* Where a parameter and its gradient are (ZeRO-2/3: the edge or the layer window). The
- * model reads the bf16 / fp16 working copy when there is one (ex->pwork, zero <= 2). */
+ * model reads the bf16 / fp16 working copy when there is one (dp__pw, zero <= 2). */
 static real *P(struct dp_exec *ex, size_t off)
 {
-    if (ex->pwork && off != NONE)
-        return ex->pwork + off;
-    return dp__param(ex, off);
+    return dp__pw(ex, off);
 }
 static real *G(struct dp_exec *ex, size_t off)
 {
@@ -67,14 +65,38 @@ static void store_window(struct dp_exec *ex, int i)
         store(ex, ex->pwin, (int64_t)(ex->lay_hi[i] - ex->lay_lo[i]));
 }
 
+/*
+ * The working copy (ZeRO <= 2), once a step from the master: the layers' part packed
+ * into 2-byte words (pack rounds as round_store does), the edge rounded in fp32 beside
+ * them; each layer's part is unpacked into the fp32 window right before the layer runs
+ * (dp__model_work_window), so the kernels read the values the emulation's fp32 copy
+ * held, bit for bit (pack16.h), while the resident copy costs 2 bytes a layer weight.
+ */
 void dp__model_working_copy(struct dp_exec *ex)
 {
     if (ex->dtype != DP_DT_FP32 && ex->l.zero >= 3 && !ex->params)
         store(ex, ex->pedge, (int64_t)ex->edge_n); /* the edge, gathered for the step */
-    if (!ex->pwork)
+    if (ex->pwork) {
+        OPS->copy(ex->be, ex->pwork, ex->params, ex->nparams * sizeof(real));
+        OPS->round_store(ex->be, ex->pwork, (int64_t)ex->nparams);
+    }
+    if (!ex->pw16)
         return;
-    OPS->copy(ex->be, ex->pwork, ex->params, ex->nparams * sizeof(real));
-    OPS->round_store(ex->be, ex->pwork, (int64_t)ex->nparams);
+    OPS->copy(ex->be, ex->pwedge, ex->params, ex->edge_lo * sizeof(real));
+    OPS->copy(ex->be, ex->pwedge + ex->edge_lo, ex->params + ex->edge_hi,
+              (ex->nparams - ex->edge_hi) * sizeof(real));
+    OPS->round_store(ex->be, ex->pwedge, (int64_t)ex->edge_n);
+    OPS->pack(ex->be, ex->pw16, ex->params + ex->edge_lo, (int64_t)(ex->edge_hi - ex->edge_lo));
+    ex->pwwin_layer = -1;
+}
+
+void dp__model_work_window(struct dp_exec *ex, int i)
+{
+    if (!ex->pw16 || ex->pwwin_layer == i)
+        return;
+    OPS->unpack(ex->be, ex->pwwin, ex->pw16 + (ex->lay_lo[i] - ex->edge_lo),
+                (int64_t)(ex->lay_hi[i] - ex->lay_lo[i]));
+    ex->pwwin_layer = i;
 }
 
 /* ------------------------------------------------------------------ parameters */
@@ -586,6 +608,50 @@ static struct dp_act *layer_set(struct dp_exec *ex, struct dp_slot *s, int i)
     return &ex->w.rc;
 }
 
+/*
+ * The 2-byte stash (ex->stash16): layer j of slot s runs in the fp32 set w.rc, whose
+ * statistics, log-sum-exp and probabilities are the slot's own (fp32), and whose input
+ * is the slot's x for the first layer (where the embedding and the pipeline write) or
+ * w.xa. After the forward its stored tensors are packed into the slot's words, before
+ * the backward unpacked: they were rounded at their store points, so the words hold
+ * them exactly (pack16.h) and the backward reads the values the fp32 slot held.
+ */
+static struct dp_act *stash_set(struct dp_exec *ex, struct dp_slot *s, int j)
+{
+    struct dp_act *A = &ex->w.rc;
+    const struct dp_act *S = &s->layers[j];
+    A->x = j == 0 ? S->x : ex->w.xa;
+    A->ln1_st = S->ln1_st;
+    A->ln2_st = S->ln2_st;
+    A->lse = S->lse;
+    A->probs = S->probs;
+    A->qkraw = S->qkraw;
+    A->qkrs = S->qkrs;
+    return A;
+}
+
+/* The stash's tensors of one layer: pack (to the slot's words) or unpack (from them). */
+static void stash_move(struct dp_exec *ex, struct dp_act *S, struct dp_act *A, bool pack)
+{
+    const struct dp_dims *dm = &ex->dm;
+    struct {
+        real *r;
+        uint16_t *h;
+        int64_t n;
+    } t[8] = {{A->x, S->hx, dm->Nl * dm->h},       {A->ln1, S->hln1, dm->Nl * dm->h},
+              {A->qkv, S->hqkv, dm->N * dm->qkvd}, {A->ctx, S->hctx, dm->N * dm->qd},
+              {A->x2, S->hx2, dm->Nl * dm->h},     {A->ln2, S->hln2, dm->Nl * dm->h},
+              {A->fc1, S->hfc1, dm->N * dm->F1},   {A->act, S->hact, dm->N * dm->f}};
+    for (int k = 0; k < 8; k++) {
+        if (!t[k].h) /* the first layer's x: the slot's own fp32 */
+            continue;
+        if (pack)
+            OPS->pack(ex->be, t[k].h, t[k].r, t[k].n);
+        else
+            OPS->unpack(ex->be, t[k].r, t[k].h, t[k].n);
+    }
+}
+
 int dp__stage_forward(struct dp_exec *ex, struct dp_slot *s)
 {
     const int c = s->chunk, l0 = ex->ch_l0[c], n = ex->ch_n[c];
@@ -593,11 +659,21 @@ int dp__stage_forward(struct dp_exec *ex, struct dp_slot *s)
     if (emb)
         TRY(embed_forward(ex, s));
     for (int j = 0; j < n; j++) {
-        real *out = j + 1 < n ? s->layers[j + 1].x : loss ? ex->hd.xf : ex->send_fwd;
+        real *out = j + 1 < n ? (ex->stash16 ? ex->w.xb : s->layers[j + 1].x)
+                    : loss    ? ex->hd.xf
+                              : ex->send_fwd;
         TRY(dp__shard_layer_fwd(ex, l0 + j));
         store_window(ex, l0 + j);
+        dp__model_work_window(ex, l0 + j);
         TRY(dp__shard_prefetch(ex, j + 1 < n ? l0 + j + 1 : -1));
-        TRY(layer_forward(ex, &ex->lp[l0 + j], layer_set(ex, s, j), out, false));
+        struct dp_act *A = ex->stash16 ? stash_set(ex, s, j) : layer_set(ex, s, j);
+        TRY(layer_forward(ex, &ex->lp[l0 + j], A, out, false));
+        if (ex->stash16) {
+            stash_move(ex, &s->layers[j], A, true);
+            real *t = ex->w.xa; /* the output is the next layer's input */
+            ex->w.xa = ex->w.xb;
+            ex->w.xb = t;
+        }
     }
     if (loss)
         TRY(head_forward(ex, s));
@@ -610,9 +686,12 @@ int dp__stage_backward(struct dp_exec *ex, struct dp_slot *s)
     if (ex->last && c == ex->nch - 1)
         TRY(head_backward(ex));
     for (int j = n - 1; j >= 0; j--) {
-        struct dp_act *A = layer_set(ex, s, j);
+        struct dp_act *A = ex->stash16 ? stash_set(ex, s, j) : layer_set(ex, s, j);
+        if (ex->stash16)
+            stash_move(ex, &s->layers[j], A, false);
         TRY(dp__shard_layer_bwd_begin(ex, l0 + j));
         store_window(ex, l0 + j);
+        dp__model_work_window(ex, l0 + j);
         TRY(dp__shard_prefetch(ex, j > 0 ? l0 + j - 1 : -1));
         if (ex->l.recompute == DP_RECOMPUTE_FULL)
             TRY(layer_forward(ex, &ex->lp[l0 + j], A, NULL, true));

@@ -328,9 +328,7 @@ static void counts_load(struct dp_exec *ex, const struct dp_act *A, struct moe_h
  */
 static real *W(struct dp_exec *ex, size_t off)
 {
-    if (ex->pwork && off != SIZE_MAX)
-        return ex->pwork + off;
-    return dp__param(ex, off);
+    return dp__pw(ex, off);
 }
 
 static void store(struct dp_exec *ex, real *x, int64_t n)

@@ -492,6 +492,12 @@ int dp__exec_new(const struct dp_model *m, const struct dp_layout *l, const stru
              (!ex->be->ops->router_topk || !ex->be->ops->router_bwd || !ex->be->ops->rows_gather ||
               !ex->be->ops->rows_scatter_add || !ex->be->ops->rows_dot || !ex->be->ops->alltoall_v))
         missing = "mixture of experts (router, dispatch and all-to-all)";
+    /* The working copy in 2-byte words needs pack / unpack; without them (or under the
+     * test hook DPLAN_TEST_STORE_FP32=1, tests/executor/storage.sh) it is kept in fp32. */
+    const char *emul = getenv("DPLAN_TEST_STORE_FP32");
+    ex->pw_emul = (emul && !strcmp(emul, "1")) || !ex->be->ops->pack || !ex->be->ops->unpack;
+    ex->pwwin_layer = -1;
+    ex->stash16 = dp__stash16_on(ex);
     /* The attention: flash where asked or by the backend's default (CP runs its ring
      * attention, which keeps only the log-sum-exp already). */
     const bool has_flash = ex->be->ops->attn_flash_fwd && ex->be->ops->attn_flash_bwd;
@@ -589,7 +595,7 @@ static int cmp_double(const void *a, const void *b)
 }
 
 /* Every rank's summary to rank 0 (as doubles: exact below 2^53 bytes). */
-enum { SUM_FIELDS = 6 + 2 * DP_NPOOLS + 7 };
+enum { SUM_FIELDS = 6 + 2 * DP_NPOOLS + 8 };
 static int gather_summary(struct dp_exec *ex, const double *times, int n,
                           struct dp_exec_result *res)
 {
@@ -628,6 +634,7 @@ static int gather_summary(struct dp_exec *ex, const double *times, int n,
     mine[j++] = ex->hwm_reset;
     mine[j++] = ex->dp_exposed_n ? ex->dp_exposed_sum / ex->dp_exposed_n : 0.0;
     mine[j++] = ex->ov;
+    mine[j++] = ex->grads ? (double)(ex->nflat * sizeof(real)) : 0.0;
     if (ex->rank == 0) {
         all = malloc((size_t)ex->world * SUM_FIELDS * sizeof *all);
         res->ranks = calloc((size_t)ex->world, sizeof *res->ranks);
@@ -659,6 +666,7 @@ static int gather_summary(struct dp_exec *ex, const double *times, int n,
             s->rss_peak_since_base = v[k++] != 0;
             s->dp_exposed_mean_s = v[k++];
             s->dp_overlap = v[k++] != 0;
+            s->flat_grads_bytes = (int64_t)v[k++];
         }
     free(all);
     return rc;

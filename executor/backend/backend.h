@@ -356,6 +356,13 @@ struct dp_backend_ops {
      * (fp16: 65520 and above to inf), and stored back: what a bf16/fp16 store of a
      * tensor computed in fp32 keeps. The executor calls it only when dtype != fp32. */
     void (*round_store)(struct dp_backend *be, real *x, int64_t n);
+    /* 2-byte storage words in the backend's dtype (bf16 or fp16; pack16.h): pack rounds
+     * each of src's n values as round_store does and writes its 16-bit word to dst;
+     * unpack writes each word's value to dst. unpack(pack(x)) equals round_store(x) bit
+     * for bit (NaN stays NaN), so a tensor kept in 2 bytes (model.c's working copy of the
+     * weights) computes as the emulated one. Called only when dtype != fp32. */
+    void (*pack)(struct dp_backend *be, uint16_t *dst, const real *src, int64_t n);
+    void (*unpack)(struct dp_backend *be, real *dst, const uint16_t *src, int64_t n);
 
     /* ---- FP8 GEMMs (optional: NULL where the backend has none; the executor refuses
      * --precision fp8 there). As gemm, with op(A) and op(B) each quantised to its format

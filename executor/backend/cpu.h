@@ -89,6 +89,8 @@ void dp__cpu_adamw(struct dp_backend *be, real *p, const real *grad, real *m, re
                    double bc2, double gscale);
 /* Storage emulation: x rounded to be->dtype (cpu_round.c). */
 void dp__cpu_round_store(struct dp_backend *be, real *x, int64_t n);
+void dp__cpu_pack(struct dp_backend *be, uint16_t *dst, const real *src, int64_t n);
+void dp__cpu_unpack(struct dp_backend *be, real *dst, const uint16_t *src, int64_t n);
 /* FP8 GEMM with current per-tensor scaling, emulated exactly (cpu_fp8.c). */
 void dp__cpu_gemm_fp8(struct dp_backend *be, bool ta, bool tb, int m, int n, int k, real alpha,
                       const real *a, int lda, enum dp_f8 fa, const real *b, int ldb, enum dp_f8 fb,

@@ -18,6 +18,7 @@
 #include "executor/rng_mix.h"
 
 #include "cuda_grid.cuh"
+#include "pack16.h"
 
 __device__ static inline float warp_sum(float v)
 {
@@ -220,6 +221,31 @@ __global__ static void k_round(float *x, int64_t n, int fp16)
 extern "C" void dp__cuk_round(void *stream, float *x, int64_t n, int fp16)
 {
     k_round<<<blocks_for(n), THREADS, 0, S(stream)>>>(x, n, fp16);
+}
+
+/* 2-byte storage words: the per-element code is pack16.h's, which the CPU backend runs
+ * too (cpu_round.c) and test_executor_round checks on the host. */
+__global__ static void k_pack16(uint16_t *dst, const float *src, int64_t n, int fp16)
+{
+    FOR_N(i, n)
+    dst[i] = dp__pack16(src[i], fp16 != 0);
+}
+
+__global__ static void k_unpack16(float *dst, const uint16_t *src, int64_t n, int fp16)
+{
+    FOR_N(i, n)
+    dst[i] = dp__unpack16(src[i], fp16 != 0);
+}
+
+extern "C" void dp__cuk_pack16(void *stream, uint16_t *dst, const float *src, int64_t n, int fp16)
+{
+    k_pack16<<<blocks_for(n), THREADS, 0, S(stream)>>>(dst, src, n, fp16);
+}
+
+extern "C" void dp__cuk_unpack16(void *stream, float *dst, const uint16_t *src, int64_t n,
+                                 int fp16)
+{
+    k_unpack16<<<blocks_for(n), THREADS, 0, S(stream)>>>(dst, src, n, fp16);
 }
 
 /* ------------------------------------------------------------------ activations */

@@ -33,6 +33,10 @@ void dp__cuk_add(void *stream, float *y, const float *x, int64_t n);
 /* x rounded in place to bf16 (fp16 = 0) or fp16 (fp16 = 1), to nearest even, back in fp32:
  * the storage emulation (backend.h round_store). */
 void dp__cuk_round(void *stream, float *x, int64_t n, int fp16);
+/* fp32 to 2-byte words and back in bf16 (fp16 = 0) or fp16 (pack16.h; backend.h pack,
+ * unpack). */
+void dp__cuk_pack16(void *stream, uint16_t *dst, const float *src, int64_t n, int fp16);
+void dp__cuk_unpack16(void *stream, float *dst, const uint16_t *src, int64_t n, int fp16);
 void dp__cuk_act_fwd(void *stream, int gelu, float *out, const float *inp, int64_t N, int64_t F);
 void dp__cuk_act_bwd(void *stream, int gelu, float *dinp, const float *dout, const float *inp,
                      int64_t N, int64_t F);

@@ -119,6 +119,18 @@ static void cu_round_store(struct dp_backend *be, real *x, int64_t n)
         dp__cuk_round(ST(be), x, n, be->dtype == DP_DT_FP16);
 }
 
+static void cu_pack(struct dp_backend *be, uint16_t *dst, const real *src, int64_t n)
+{
+    if (n > 0 && be->dtype != DP_DT_FP32)
+        dp__cuk_pack16(ST(be), dst, src, n, be->dtype == DP_DT_FP16);
+}
+
+static void cu_unpack(struct dp_backend *be, real *dst, const uint16_t *src, int64_t n)
+{
+    if (n > 0 && be->dtype != DP_DT_FP32)
+        dp__cuk_unpack16(ST(be), dst, src, n, be->dtype == DP_DT_FP16);
+}
+
 static void cu_act_fwd(struct dp_backend *be, enum dp_ffn_kind kind, real *out, const real *inp,
                        int64_t N, int64_t F)
 {
@@ -380,6 +392,8 @@ void dp__cuda_fill_ops(struct dp_backend_ops *o)
     o->residual = cu_residual;
     o->add_inplace = cu_add_inplace;
     o->round_store = cu_round_store;
+    o->pack = cu_pack;
+    o->unpack = cu_unpack;
     o->act_fwd = cu_act_fwd;
     o->act_bwd = cu_act_bwd;
     o->rope = cu_rope;

@@ -316,11 +316,11 @@ static int check_resident(const char *run, double margin_mib, bool alone)
         }
         double growth = num(r, "rss_train_peak_bytes") - num(r, "rss_base_bytes");
         double expect = num(r, "reserved_bytes");
-        /* The flat gradient buffer's size: ZeRO-1's params pool (the flat parameters, of
-         * the same padded length); its grads pool holds the reduced shard besides when
-         * the gradient buckets overlap the backward (executor/overlap.c). */
+        /* The flat gradient buffer's size, as the rank reports it (flat_grads_bytes; its
+         * params pool holds the bf16 / fp16 working copy besides, its grads pool the
+         * reduced shard when the gradient buckets overlap the backward, overlap.c). */
         if (zero == 1 && shard > 1 && fmod(num(r, "dp_rank"), shard) == 0)
-            expect += num(cJSON_GetObjectItemCaseSensitive(r, "measured_peak_bytes"), "params");
+            expect += num(r, "flat_grads_bytes");
         double un = growth - expect;
         if (!(un <= margin && un >= -mib)) {
             fprintf(stderr,

@@ -66,8 +66,12 @@ bf16)
     "$compare" "$n" "${n}_bf16" --losses-only --rtol 0.0078125 || bad "bf16 $n losses"
     "$compare" "$n" "${n}_fp16" --losses-only --rtol 0.0009765625 || bad "fp16 $n losses"
   done
-  # The memory plan: bf16 keeps a working copy of the weights beside the fp32 master, 4
-  # bytes an element in the emulation: params = 2 P 4 = 2 x grads (P 4); fp32: equal.
+  # The memory plan: bf16 keeps a working copy of the weights beside the fp32 master:
+  # the layers' LW elements in 2 bytes, the edge E and one layer's window W in 4, so
+  # params = 4 P + 2 LW + 4 E + 4 W; tiny-gpt has L = 2 layers (LW = 2 W), so this is
+  # 4 P + 4 LW + 4 E = 2 x grads (4 P), as the fp32 copy of the emulation was (P =
+  # 120576: W = 49984, LW = 99968, E = 20608; exec_storage_memory checks a model of 24
+  # layers, where the two differ). fp32: params = grads.
   p32=$(pool fp32/log.jsonl params) g32=$(pool fp32/log.jsonl grads)
   p16=$(pool bf16/log.jsonl params) g16=$(pool bf16/log.jsonl grads)
   [ "$p32" = "$g32" ] || bad "fp32 params pool $p32, grads $g32: expected equal"

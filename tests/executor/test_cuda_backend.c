@@ -241,6 +241,42 @@ static void test_round(void)
     free(h);
 }
 
+/* 2-byte words (pack / unpack, pack16.h on both): the same words from both backends, and
+ * each backend's unpack of them the same values, bit for bit. */
+static void test_pack(void)
+{
+    enum { N = 4096 };
+    float *h = hrand(N, 70000);
+    const float special[] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 65519.0f,  65520.0f,     -1e5f,
+                             0x1p-25f,       3 * 0x1p-25f,       0x1p-134f, 3 * 0x1p-134f};
+    memcpy(h, special, sizeof special);
+    for (int t = DP_DT_BF16; t <= DP_DT_FP16; t++) {
+        uint16_t w[2][N];
+        float *r[2];
+        for (int b = 0; b < 2; b++) {
+            struct dp_backend *be = b ? gpu : cpu;
+            be->dtype = (enum dp_dtype)t;
+            float *x = dev(be, h, F(N));
+            uint16_t *d = dev(be, NULL, (size_t)N * sizeof(uint16_t));
+            be->ops->pack(be, d, x, N);
+            be->ops->download(be, w[b], d, (size_t)N * sizeof(uint16_t));
+            be->ops->unpack(be, x, d, N);
+            r[b] = get(be, x, N);
+        }
+        int differ = 0;
+        for (int i = 0; i < N; i++)
+            differ += w[0][i] != w[1][i] || memcmp(&r[0][i], &r[1][i], sizeof(float)) != 0;
+        if (differ) {
+            fprintf(stderr, "pack/unpack %s: %d of %d values differ from the cpu's\n",
+                    t == DP_DT_BF16 ? "bf16" : "fp16", differ, N);
+            check_failures++;
+        }
+        free(r[0]), free(r[1]);
+    }
+    cpu->dtype = gpu->dtype = DP_DT_FP32;
+    free(h);
+}
+
 static void test_act(void)
 {
     const int64_t N = 23, F_ = 50;
@@ -867,6 +903,7 @@ int main(void)
     test_norms();
     test_small();
     test_round();
+    test_pack();
     test_act();
     test_rope();
     test_attention();
