@@ -514,6 +514,9 @@ struct dp_dp_unit {
     int chunk, first, count; /* model chunk of the stage; its layers, chunk-local */
     bool emb, head;          /* holds the embedding / the output layer */
     double reduce_s, gather_s;
+    /* FSDP2's copies (shard.c): the copy-out of one gather on the compute stream, and
+     * what the reduce-scatter copy-in costs beside the backward (0.15 of it) */
+    double copy_out_s, copy_in_s;
     int64_t params;       /* per GPU, before sharding */
     int64_t gather_bytes; /* held while gathered (ZeRO-3) */
 };
