@@ -192,9 +192,14 @@ void cli_mem_derivation(FILE *f, const struct dp_layout *l, const struct dp_mem_
                 cli_gib(s->fp8_copy_bytes));
     fprintf(f, "  grads        x %d B (%s)%s\n", gb, gb == 4 ? "fp32 accumulation" : "half",
             l->zero >= 2 ? ", sharded over dp" : "");
-    fprintf(f, "  optimizer    x %d B (%s%s)%s\n", ob,
-            l->precision == DP_FP32 || l->framework == DP_FW_TORCHTITAN ? "" : "fp32 master + ",
+    const bool half_states = l->optimizer_dtype != DP_FP32;
+    const char *master = l->precision == DP_FP32 || l->framework == DP_FW_TORCHTITAN ? ""
+                         : !half_states                       ? "fp32 master + "
+                         : l->optimizer_dtype != l->precision ? "master + "
+                                                              : "";
+    fprintf(f, "  optimizer    x %d B (%s%s%s)%s\n", ob, master,
             l->optimizer == DP_OPT_ADAM ? "Adam m, v" : "SGD momentum",
+            half_states ? (l->optimizer_dtype == DP_BF16 ? " in bf16" : " in fp16") : "",
             l->zero >= 1 ? "" : ", not sharded");
     if (l->zero >= 1)
         fprintf(f, "               sharded over %lld data-parallel ranks (ZeRO-%d%s)\n",

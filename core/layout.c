@@ -195,6 +195,7 @@ void dp_layout_default(struct dp_layout *l)
     l->precision = DP_BF16;
     l->grad_fp32 = true;
     l->optimizer = DP_OPT_ADAM;
+    l->optimizer_dtype = DP_FP32;
     l->dp_overlap = true;
     l->overlap_param_gather = true; /* follows dp_overlap, as a layout in JSON does */
     l->etp = 0;
@@ -491,6 +492,8 @@ cJSON *dp_layout_to_json(const struct dp_layout *l)
     cJSON_AddStringToObject(o, "precision", precision_names[l->precision]);
     cJSON_AddBoolToObject(o, "grad_fp32", l->grad_fp32);
     cJSON_AddStringToObject(o, "optimizer", optimizer_names[l->optimizer]);
+    if (l->optimizer_dtype != DP_FP32)
+        cJSON_AddStringToObject(o, "optimizer_dtype", precision_names[l->optimizer_dtype]);
     cJSON_AddBoolToObject(o, "dp_overlap", l->dp_overlap);
     enum dp_gemm g = dp_layout_gemm(l);
     cJSON_AddStringToObject(o, "gemm_precision", dp_gemm_name(g));
@@ -639,6 +642,7 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
                                        "precision",
                                        "grad_fp32",
                                        "optimizer",
+                                       "optimizer_dtype",
                                        "dp_overlap",
                                        "first_stage_layers",
                                        "last_stage_layers",
@@ -670,7 +674,7 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
     int64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1, zero = 0, first = 0, last = 0, rl = 0,
             etp = 0;
     int rc_ = 0, prec = 0, opt = 0, gemm = DP_GEMM_DEFAULT, fmt = 0, attn = 0, disp = 0;
-    int method = 0, loss = 0, fw = 0;
+    int method = 0, loss = 0, fw = 0, odt = DP_FP32;
     int64_t sg = 0;
     /* "precision": "fp8" is shorthand for bf16 storage with FP8 GEMMs. */
     const cJSON *pv = cJSON_GetObjectItemCaseSensitive(obj, "precision");
@@ -697,6 +701,7 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
         dp_jr_enum(jr, obj, "precision", false, prec_in, 4, &prec) ||
         dp_jr_bool(jr, obj, "grad_fp32", false, &out->grad_fp32) ||
         dp_jr_enum(jr, obj, "optimizer", false, optimizer_names, 2, &opt) ||
+        dp_jr_enum(jr, obj, "optimizer_dtype", false, precision_names, DP_PRECISIONS, &odt) ||
         dp_jr_bool(jr, obj, "dp_overlap", false, &out->dp_overlap) ||
         dp_jr_int(jr, obj, "first_stage_layers", false, 0, 100000, &first) ||
         dp_jr_int(jr, obj, "last_stage_layers", false, 0, 100000, &last) ||
@@ -716,6 +721,7 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
         dp_jr_enum(jr, obj, "moe_dispatcher", false, dispatcher_names, 2, &disp))
         return jr->err->code;
     out->moe_dispatcher = (enum dp_moe_dispatcher)disp;
+    out->optimizer_dtype = (enum dp_precision)odt;
     out->recompute_method = (enum dp_recompute_method)method;
     out->framework = (enum dp_framework)fw;
     out->shard_group = (int)sg;

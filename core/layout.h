@@ -129,6 +129,10 @@ struct dp_layout {
     enum dp_precision precision;
     bool grad_fp32; /* gradients accumulated in fp32 (Megatron main_grad) */
     enum dp_optimizer optimizer;
+    /* dtype of the optimizer's states (the moments, and the master copy of the weights
+     * unless it is the weights' own dtype): fp32 (default), or what NeMo's
+     * distributed_fused_adam takes as optim.dtype (bf16 in its Nemotron-4 340B recipe) */
+    enum dp_precision optimizer_dtype;
     bool dp_overlap; /* DP gradient reduction overlaps backward (torch DDP
                         buckets, Megatron --overlap-grad-reduce) */
     /* Compute type of the linear layers' GEMMs and, for FP8, how it is scaled. */

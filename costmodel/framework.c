@@ -29,6 +29,16 @@ void dp_mem_bytes_per_param(const struct dp_layout *l, int *param_b, int *grad_b
         *param_b = 4;
         *grad_b = 4;
         *opt_b = moments;
+        if (l->optimizer_dtype != DP_FP32) {
+            /* Sharded parameters created in half precision (NeMo Automodel's from_config:
+             * torch_dtype "auto" = torch.bfloat16, nemo_automodel/_transformers/
+             * auto_model.py): the shard the optimizer steps is bf16, FSDP2 casts the fp32
+             * reduce-scatter output to it for .grad, and torch.optim.Adam's moments are
+             * zeros_like(param): 2 + 2 + 2 + 2 B. */
+            int od = dp_precision_bytes(l->optimizer_dtype);
+            *param_b = *grad_b = od;
+            *opt_b = (moments / 4) * od;
+        }
         return;
     }
     /* Megatron-Core (docs/user-guide/features/dist_optimizer.md): bf16 parameters, fp32
@@ -40,6 +50,15 @@ void dp_mem_bytes_per_param(const struct dp_layout *l, int *param_b, int *grad_b
     *param_b = p;
     *grad_b = (l->grad_fp32 || !mixed) ? 4 : p;
     *opt_b = (mixed ? 4 : 0) + moments;
+    if (l->optimizer_dtype != DP_FP32) {
+        /* Apex DistributedFusedAdam (NeMo's distributed_fused_adam) keeps its states in
+         * optim.dtype; NeMo's setup_optimization (nemo/collections/nlp/models/
+         * language_modeling/megatron_base_model.py) sets store_params False when that is
+         * the model's dtype, so the half-precision shard itself is stepped, with no master
+         * copy: bf16 moments, 2 + 2 B per parameter. */
+        int od = dp_precision_bytes(l->optimizer_dtype);
+        *opt_b = (l->optimizer_dtype != l->precision ? od : 0) + (moments / 4) * od;
+    }
 }
 
 static int64_t ceil_div(int64_t a, int64_t b)

@@ -61,6 +61,21 @@ struct pass {
  */
 #define LIST_COPY_S 10e-6
 
+/*
+ * The device side of the same list collectives: allgather's n copy_ calls move the whole
+ * gathered buffer from the flat NCCL output into the caller's tensors, and reduce_scatter's
+ * flatten_for_scatter_gather copies the n inputs into a new flat buffer before
+ * ncclReduceScatter (ProcessGroupNCCL.cpp of v1.8), both on the group's NCCL stream, so
+ * the collective's Work completes only after them: each byte read and written once more,
+ * memory-bound at DP_MEM_EFFICIENCY of HBM bandwidth.
+ */
+static double list_copy_s(const struct dp_layout *l, const struct dp_cluster *cl, double bytes)
+{
+    if (!l->list_collectives || cl->gpu.mem_bw_gbps <= 0 || bytes <= 0)
+        return 0;
+    return 2 * bytes / (cl->gpu.mem_bw_gbps * 1e9 * DP_MEM_EFFICIENCY);
+}
+
 static double coll(const struct dp_layout *l, enum dp_coll_kind k, double bytes, int n,
                    const struct dp_path *p)
 {
@@ -274,6 +289,9 @@ void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const 
     double red;
     dp_shard_unit(l, &grp, st->dense / U, st->expert / U, st->ag_dense_bytes / U,
                   st->ag_expert_bytes / U, &ps_.ag, &red);
+    /* DeepSpeed 0.3 reduce-scatters through PyTorch 1.8's list API: its input copies. */
+    if (l->framework == DP_FW_DEEPSPEED && l->zero == 3 && sg > 1)
+        red += list_copy_s(l, cl, (st->dense + st->expert) / U * grp.rb);
     const double fw = st->fwd_s / U, bw = st->bwd_s / U; /* compute per unit */
     const bool opg = l->overlap_param_gather, ovl = l->dp_overlap;
 
@@ -335,7 +353,8 @@ void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const 
          * flat_tensor.narrow per rank (PY_VIEW_OP_S each). */
         if (l->list_collectives && cl->gpu.mem_bw_gbps > 0)
             gag += (st->ag_dense_bytes + st->ag_expert_bytes) / gunits /
-                   (cl->gpu.mem_bw_gbps * 1e9 * DP_MEM_EFFICIENCY);
+                       (cl->gpu.mem_bw_gbps * 1e9 * DP_MEM_EFFICIENCY) +
+                   list_copy_s(l, cl, (st->ag_dense_bytes + st->ag_expert_bytes) / gunits);
         if (l->list_collectives && sg > 1)
             gag += sg * PY_VIEW_OP_S;
         prefetch = per_unit < DS_MAX_LIVE;
@@ -354,8 +373,8 @@ void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const 
         double copies, elems;
         ds_persistent(m, l, st, sg, &copies, &elems);
         if (copies > 0)
-            persist = coll(l, DP_ALLGATHER, elems * 2, sg, &ps) + sg * PY_VIEW_OP_S +
-                      copies * DS_PERSIST_ITER_S;
+            persist = coll(l, DP_ALLGATHER, elems * 2, sg, &ps) + list_copy_s(l, cl, elems * 2) +
+                      sg * PY_VIEW_OP_S + copies * DS_PERSIST_ITER_S;
     }
     /* FSDP2's copies around its collectives, on the unsharded parameters of every
      * micro-batch (torch/distributed/_composable/fsdp/_fsdp_collectives.py):
@@ -377,10 +396,22 @@ void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const 
      * backward, the last after it. */
     double ef = opg && prefetch ? gag + (GU - 1) * overlapped(gag, gfw) : f_total;
     double one = gathers_b * gag + rs / GU; /* one unit's backward traffic */
+    /*
+     * DeepSpeed 0.3 cannot hide its gradient reductions: a weight's gradient is reduced
+     * from the hook of the next one (stage3.py reduce_independent_p_g_buckets_and_remove_grads
+     * flushes the bucket when the next gradient would overflow it, one weight per bucket
+     * at these sizes), the next thing backward does is fetch the following sub-module, and
+     * the fetch ends in torch.cuda.synchronize() (_synchronize_communication), which waits
+     * for every stream, the reduction stream included; ProcessGroupNCCL runs a group's
+     * collectives in order on one NCCL stream, so the gather queues behind the reduction
+     * anyway. Each reduction is on the step's path, as DeepSpeed PR #1188 (2021-06) found
+     * of the "asynchronous" gathers, each waiting on the synchronize of the previous one.
+     */
+    const bool sync_fetch = l->framework == DP_FW_DEEPSPEED && l->list_collectives;
     double eb;
-    if (opg && prefetch && ovl)
+    if (opg && prefetch && ovl && !sync_fetch)
         eb = (GU - 1) * overlapped(one, gbw) + one;
-    else if (ovl)
+    else if (ovl && !sync_fetch)
         eb = b_gather + (U - 1) * overlapped(red, bw) + red;
     else if (opg && prefetch)
         eb = GU * overlapped(gathers_b * gag, gbw) + rs;

@@ -223,6 +223,11 @@ int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world
     if (l->optimizer != DP_OPT_ADAM)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "layout: optimizer=sgd: the CPU executor trains with AdamW only");
+    if (l->optimizer_dtype != DP_FP32)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "layout: optimizer_dtype=%s: the CPU executor keeps fp32 optimizer "
+                          "states only",
+                          dp_precision_name(l->optimizer_dtype));
     if (m->pos == DP_POS_ALIBI)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "model %s: ALiBi positions are not supported by the CPU executor "

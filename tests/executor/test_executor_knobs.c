@@ -113,6 +113,8 @@ static const struct knob_case cases[] = {
     {"grad_fp32", "{\"grad_fp32\": false}", RUNS, NULL},
     {"optimizer", "{\"optimizer\": \"adam\"}", RUNS, NULL},
     {"optimizer", "{\"optimizer\": \"sgd\"}", REFUSED, NULL},
+    {"optimizer_dtype", "{\"optimizer_dtype\": \"fp32\"}", RUNS, NULL},
+    {"optimizer_dtype", "{\"optimizer_dtype\": \"bf16\"}", REFUSED, "optimizer_dtype"},
     {"dp_overlap", "{\"dp_overlap\": false}", RUNS, NULL},
     {"first_stage_layers", "{\"first_stage_layers\": 1}", RUNS, NULL},
     {"last_stage_layers", "{\"last_stage_layers\": 1}", RUNS, NULL},

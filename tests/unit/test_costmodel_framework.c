@@ -12,6 +12,8 @@
 #include "check.h"
 #include "costmodel/costmodel.h"
 
+#include <cjson/cJSON.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -82,6 +84,13 @@ static void test_bytes_per_param(void)
     CHECK_EQ(s.grads_bytes, 4 * n);
     CHECK_EQ(s.optimizer_bytes, 8 * n / N);
     CHECK_EQ(states_total(&s), 7500000000LL);
+    /* bf16 shards (NeMo Automodel builds the model in bf16): 2 + 2 + 2 x 2 = 8 B, half */
+    l.pp = 1;
+    l.optimizer_dtype = DP_BF16;
+    dp_mem_bytes_per_param(&l, &pb, &gb, &ob);
+    CHECK_EQ(pb + gb + ob, 8);
+    dp_mem_states(n, N, &l, &s);
+    CHECK_EQ(states_total(&s), 8 * n / N);
 
     l = layout(DP_FW_DEEPSPEED, 3);
     dp_mem_bytes_per_param(&l, &pb, &gb, &ob);
@@ -99,6 +108,36 @@ static void test_bytes_per_param(void)
     l = layout(DP_FW_MEGATRON, 1);
     dp_mem_states(n, N, &l, &s);
     CHECK_EQ(states_total(&s), 6 * n + 12 * n / N);
+    /* NeMo's distributed_fused_adam with optim.dtype bf16 on bf16 weights (the Nemotron-4
+     * 340B recipe, grad_sync_dtype bf16): no master copy, bf16 m and v, 2 + 2 B sharded,
+     * beside the 2 B weights and 2 B gradients: 4 + 4 / d = 4.5 B per parameter at d = 8
+     * (with fp32 states 4 + 12 / 8 = 5.5) */
+    l.optimizer_dtype = DP_BF16;
+    l.grad_fp32 = false;
+    dp_mem_bytes_per_param(&l, &pb, &gb, &ob);
+    CHECK_EQ(pb, 2);
+    CHECK_EQ(gb, 2);
+    CHECK_EQ(ob, 4);
+    dp_mem_states(n, N, &l, &s);
+    CHECK_EQ(states_total(&s), 4500000000LL);
+    /* on fp16 weights the bf16 states need a bf16 master copy (store_params): 2 + 2 + 2 */
+    l.precision = DP_FP16;
+    dp_mem_bytes_per_param(&l, &pb, &gb, &ob);
+    CHECK_EQ(ob, 6);
+    /* plan.json's field: read, and written back only when not the fp32 default */
+    struct dp_err err = {0};
+    struct dp_jr jr = {.file = "plan.json", .err = &err};
+    cJSON *o = cJSON_Parse("{\"tp\": 1, \"pp\": 1, \"dp\": 8, \"mbs\": 1, \"gbs\": 8, "
+                           "\"seq_len\": 2048, \"optimizer_dtype\": \"bf16\"}");
+    struct dp_layout r;
+    CHECK_EQ(dp_layout_from_json(&jr, o, &r), 0);
+    CHECK_EQ(r.optimizer_dtype, DP_BF16);
+    cJSON_Delete(o);
+    o = cJSON_Parse("{\"tp\": 1, \"pp\": 1, \"dp\": 8, \"mbs\": 1, \"gbs\": 8, "
+                    "\"seq_len\": 2048, \"optimizer_dtype\": \"fp8\"}");
+    CHECK(dp_layout_from_json(&jr, o, &r) != 0);
+    CHECK_CONTAINS(err.msg, "optimizer_dtype");
+    cJSON_Delete(o);
 }
 
 /* The loss's bytes per logit element at its peak: Megatron's vocab-parallel cross entropy
@@ -512,11 +551,19 @@ static void test_deepspeed_legacy(void)
     double persist = ag8(9 * 1024 * 2) + 80e-6 + 8 * 2.26e-6 + 72 * (3 * 2.26e-6 + 10e-6);
     /* and each sub-module gather's output list built in Python: 8 narrows of 2.26 us; the
      * gradients reduce-scattered one weight at a time (18 of 2P/18 B with their 8 copies
-     * each) instead of one bucket, 17 of them under the next sub-module's backward
-     * (55.6 ms each) at 15% contention, the last exposed */
+     * each) instead of one bucket, every one exposed although backward has 55.6 ms of
+     * compute per sub-module to hide it under (the next fetch's torch.cuda.synchronize()
+     * waits for it): exposed = total, where hiding 17 of them at 15% contention would
+     * leave 36 g3 + 17 x 0.15 rs18 + rs18 + persist */
     const double g3 = ag + 80e-6 + 8 * 2.26e-6, rs18 = ag + 80e-6;
     CHECK_NEAR(total, 36 * g3 + 18 * rs18 + persist, 1e-12);
-    CHECK_NEAR(exposed, 36 * g3 + 17 * 0.15 * rs18 + rs18 + persist, 1e-12);
+    CHECK_NEAR(exposed, 36 * g3 + 18 * rs18 + persist, 1e-12);
+    /* 0.3 with its prefetch priced (overlap_param_gather): the first forward gather
+     * exposed, the other 17 and the 18 backward ones under a sub-module's 55.6 ms at 15%
+     * contention, and still every reduction exposed */
+    l.overlap_param_gather = true;
+    dp_shard_comm(&m, &c, &l, &st, &p, &p, &total, &exposed);
+    CHECK_NEAR(exposed, g3 + 35 * 0.15 * g3 + 18 * rs18 + persist, 1e-12);
 }
 
 /* DeepSpeed 0.3 on one 529.6B layer (h = 20480, 128 heads of 160, f = 81920, LayerNorm,
@@ -565,14 +612,18 @@ static void test_deepspeed_persistent(void)
     CHECK_NEAR(e, t1, 1e-9);
     /* 16698 x 16.78 us = 0.2802 s, the all-gather 24.6 ms, the narrows 5.1 ms */
     CHECK_NEAR(persist, 0.30990, 1e-4);
-    /* 0.3's zero-fill of each gathered buffer at 2000 GB/s x 0.8: the 4 sub-modules of
-     * 2 x 5.03e9 / 4 B each, gathered in forward and again in backward: 8 x 2.52e9 B /
-     * 1.6e12 B/s = 12.583 ms */
+    /* On the device, at 2000 GB/s x 0.8 = 1.6e12 B/s: each of the 8 gathers of
+     * 2 x 12 x 20480^2 / 4 = 2,516,582,400 B is zero-filled (one write) and copied out of
+     * PyTorch 1.8's flat all-gather buffer (a read and a write): 8 x 3 x 2,516,582,400 =
+     * 60,397,977,600 B; each of the 4 reduce-scatters copies its input into the flat
+     * buffer: 4 x 2 x 2,516,582,400 = 20,132,659,200 B; the persistent all-gather's copy
+     * 2 x 532,480 = 1,064,960 B. 80,531,701,760 B / 1.6e12 B/s = 50.3323 ms (the
+     * zero-fill alone was 8 x 2,516,582,400 / 1.6e12 = 12.583 ms) */
     c.gpu.mem_bw_gbps = 2000;
     double t2;
     dp_shard_comm(&m, &c, &l, &st, &p, &p, &t2, &e);
-    CHECK_NEAR(t2 - t1, 8 * (2 * st.dense / 4) / 1.6e12, 1e-9);
-    CHECK_NEAR(8 * (2 * st.dense / 4) / 1.6e12, 12.583e-3, 1e-4);
+    CHECK_NEAR(t2 - t1, 80531701760.0 / 1.6e12, 1e-9);
+    CHECK_NEAR(t2 - t1, 50.3323e-3, 1e-6);
 }
 
 /* HSDP: reduce-scatter in the shard group, all-reduce of the 1/sg shard across the
