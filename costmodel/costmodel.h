@@ -220,6 +220,10 @@ struct dp_flops {
     double recompute_flops;
 };
 void dp_flops_step(const struct dp_model *m, const struct dp_layout *l, struct dp_flops *out);
+/* Whether full recompute would stop before a dense layer's fc2 GEMM: PyTorch's non-reentrant
+ * checkpoint (torchtitan, Composer/llm-foundry) with bf16/fp16 linears and no dropout
+ * (time.c's tail_f has the why and the sources). */
+bool dp_recompute_early_stop(const struct dp_model *m, const struct dp_layout *l);
 
 /* ------------------------------------------------------------------ placement */
 
@@ -413,6 +417,9 @@ struct dp_layer_time {
      * (op_f, and its TP collectives op_tp_f) and Megatron's recompute_modules. */
     double op_f, op_tp_f;
     double norm_f, mlp_f, moe_f, moe_act_f, shared_f, mla_up_f;
+    /* Forward work after the last tensor autograd saves (a dense layer's fc2 GEMM and the
+     * residual add after it), which PyTorch's non-reentrant checkpoint does not redo. */
+    double tail_f;
     /* The ends, which depend on the same: the embedding (first stage) and the final norm,
      * output layer and loss (last stage), compute and TP collectives (the same in every
      * kind's entry). */
@@ -507,6 +514,9 @@ struct dp_dp_unit {
     int chunk, first, count; /* model chunk of the stage; its layers, chunk-local */
     bool emb, head;          /* holds the embedding / the output layer */
     double reduce_s, gather_s;
+    /* FSDP2's copies (shard.c): the copy-out of one gather on the compute stream, and
+     * what the reduce-scatter copy-in costs beside the backward (0.15 of it) */
+    double copy_out_s, copy_in_s;
     int64_t params;       /* per GPU, before sharding */
     int64_t gather_bytes; /* held while gathered (ZeRO-3) */
 };

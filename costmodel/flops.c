@@ -8,6 +8,11 @@
 
 #include <string.h>
 
+bool dp_recompute_early_stop(const struct dp_model *m, const struct dp_layout *l)
+{
+    return l->framework == DP_FW_TORCHTITAN && !m->dropout && dp_layout_gemm(l) != DP_GEMM_FP8;
+}
+
 void dp_flops_step(const struct dp_model *m, const struct dp_layout *l, struct dp_flops *out)
 {
     memset(out, 0, sizeof *out);
@@ -49,8 +54,15 @@ void dp_flops_step(const struct dp_model *m, const struct dp_layout *l, struct d
                         k.n[DP_LAYER_MOE] * out->kind_fwd[DP_LAYER_MOE];
     double fwd = micro * (layers_fwd + out->head_fwd);
     out->model_flops = 3 * fwd;
+    /* What full recompute redoes of a layer: all of its forward, or without its fc2
+     * (2 T h f) where the checkpoint stops early (dp_recompute_early_stop). */
+    double redo[DP_LAYER_KINDS] = {out->kind_fwd[DP_LAYER_DENSE], out->kind_fwd[DP_LAYER_MOE]};
+    if (dp_recompute_early_stop(m, l))
+        redo[DP_LAYER_DENSE] -= 2 * tokens * h * (double)m->ffn_hidden;
+    double layers_redo =
+        k.n[DP_LAYER_DENSE] * redo[DP_LAYER_DENSE] + k.n[DP_LAYER_MOE] * redo[DP_LAYER_MOE];
     if (l->recompute == DP_RECOMPUTE_FULL && l->recompute_layers <= 0)
-        out->recompute_flops = micro * layers_fwd;
+        out->recompute_flops = micro * layers_redo;
     else if (l->recompute == DP_RECOMPUTE_FULL) {
         /* recompute_layers applies per pipeline stage: that share of each stage's
          * layers, of the stage's kinds. */
@@ -59,8 +71,8 @@ void dp_flops_step(const struct dp_model *m, const struct dp_layout *l, struct d
             int n = dp_layout_stage_layers(l, m, st);
             struct dp_layer_kinds sk;
             dp_layout_stage_kinds(l, m, st, &sk);
-            double fwd_st = sk.n[DP_LAYER_DENSE] * out->kind_fwd[DP_LAYER_DENSE] +
-                            sk.n[DP_LAYER_MOE] * out->kind_fwd[DP_LAYER_MOE];
+            double fwd_st = sk.n[DP_LAYER_DENSE] * redo[DP_LAYER_DENSE] +
+                            sk.n[DP_LAYER_MOE] * redo[DP_LAYER_MOE];
             if (n > 0)
                 r += fwd_st * dp_layout_recomputed(l, n) / n;
         }

@@ -124,6 +124,7 @@ struct unit_ctx {
     int ndp, ndpe, pb, gb;
     bool fp8_gather;
     double lin_per_layer; /* linear weights of one layer (FP8 when gathered in FP8) */
+    double hbm;           /* sustained HBM bandwidth, B/s (FSDP's copies) */
     int64_t emb, head;
     int64_t dense[DP_LAYER_KINDS], expert[DP_LAYER_KINDS];
 };
@@ -150,6 +151,12 @@ static void unit_price(const struct unit_ctx *x, struct dp_dp_unit *u, int64_t d
     /* shard.c's collectives: the framework's reduce dtype, HSDP's shard and replica
      * groups, list-collective copies. */
     dp_shard_unit(l, &x->g, (double)dense, (double)expert, ag_d, ag_e, &u->gather_s, &u->reduce_s);
+    u->copy_out_s = u->copy_in_s = 0;
+    if (l->framework == DP_FW_TORCHTITAN && l->zero >= 2 && x->hbm > 0) {
+        u->copy_out_s = 2 * (ag_d + ag_e) / x->hbm;
+        u->copy_in_s = OVERLAP_CONTENTION * (double)u->params *
+                       (dp_precision_bytes(l->precision) + x->g.rb) / x->hbm;
+    }
 }
 
 /* The layers [gfirst, gfirst + n) of the model, their parameters by kind. */
@@ -228,6 +235,7 @@ int dp_time_dp_units(const struct dp_model *m, const struct dp_cluster *cl,
     memset(&x, 0, sizeof x);
     x.m = m;
     x.l = l;
+    x.hbm = cl->gpu.mem_bw_gbps * 1e9 * DP_MEM_EFFICIENCY;
     x.ndp = l->dp * l->cp;
     x.ndpe = dp_layout_edp(l);
     if (x.ndp <= 1 && x.ndpe <= 1)

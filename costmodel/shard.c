@@ -376,7 +376,20 @@ void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const 
             persist = coll(l, DP_ALLGATHER, elems * 2, sg, &ps) + list_copy_s(l, cl, elems * 2) +
                       sg * PY_VIEW_OP_S + copies * DS_PERSIST_ITER_S;
     }
-    *total_s = M * (f_total + b_gather + rs) + persist;
+    /* FSDP2's copies around its collectives, on the unsharded parameters of every
+     * micro-batch (torch/distributed/_composable/fsdp/_fsdp_collectives.py):
+     * foreach_all_gather_copy_out splits each gathered buffer into the parameters
+     * (split_with_sizes_copy: the gathered bytes read and written, on the compute stream,
+     * before the block runs), foreach_reduce copies the unsharded gradients (compute
+     * dtype) into the reduce-scatter input in reduce_dtype (torch._chunk_cat, fp32 in
+     * torchtitan). Memory-bound passes at the GPU's sustained bandwidth. */
+    double copy_out = 0, copy_in = 0;
+    if (l->framework == DP_FW_TORCHTITAN && cl->gpu.mem_bw_gbps > 0) {
+        const double hbm = cl->gpu.mem_bw_gbps * 1e9 * DP_MEM_EFFICIENCY;
+        copy_out = (1 + gathers_b) * 2 * (st->ag_dense_bytes + st->ag_expert_bytes) / hbm;
+        copy_in = (st->dense + st->expert) * (dp_precision_bytes(l->precision) + grp.rb) / hbm;
+    }
+    *total_s = M * (f_total + b_gather + rs + copy_out + copy_in) + persist;
     /* Prefetch one unit ahead (FSDP2 implicit forward prefetch and _backward_prefetch one
      * group ahead; DeepSpeed's trace-based prefetch): each gather hides behind the previous
      * unit's compute, the first is exposed; reduce-scatters run under the next unit's
@@ -404,5 +417,7 @@ void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const 
         eb = GU * overlapped(gathers_b * gag, gbw) + rs;
     else
         eb = b_gather + rs;
-    *exposed_s = M * (ef + eb) + persist;
+    /* The copy-out holds the compute stream; the copy-in runs on the reduce-scatter
+     * stream beside the next block's backward, and costs what overlapped traffic does. */
+    *exposed_s = M * (ef + eb + copy_out + OVERLAP_CONTENTION * copy_in) + persist;
 }

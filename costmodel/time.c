@@ -459,6 +459,7 @@ static void layer(const struct dp__time_ctx *c, enum dp_layer_kind kind, struct 
 
     attention(c, o);
     struct dp_layer_time a = *o; /* the attention block */
+    double fc2 = 0;
     if (kind == DP_LAYER_MOE) {
         moe_mlp(c, o);
     } else {
@@ -470,6 +471,7 @@ static void layer(const struct dp__time_ctx *c, enum dp_layer_kind kind, struct 
         double act = ew_act_bytes(c) * T * f / t / c->membw;
         o->ew_f += act;
         o->mlp_f = g1 + g2 + act;
+        fc2 = g2;
         /* Per-op SAC: SwiGLU's w3 (half of the fused gate/up GEMM), or GELU's fc2. */
         o->op_f += (m->ffn == DP_FFN_SWIGLU ? g1 / 2 : g2) + act;
         tp_region(c, h, h, g1, g2, o);
@@ -483,6 +485,17 @@ static void layer(const struct dp__time_ctx *c, enum dp_layer_kind kind, struct 
     double bda = 2 * 3.0 * p * T * h / u + (m->dropout ? 2.0 * T * h / u : 0);
     o->ew_f += (norms + bda) / c->membw;
     o->norm_f = norms / c->membw;
+    /* The last tensors a dense layer saves for backward are fc2's inputs (its input and
+     * weight), which autograd packs before it runs the GEMM (the generated VariableType
+     * code stores SavedVariables before the redispatch); nothing after fc2 saves anything
+     * without dropout (the residual add saves nothing). PyTorch's non-reentrant checkpoint
+     * stops recomputing once every saved tensor is rebuilt (torch/utils/checkpoint.py since
+     * 2.1: _enable_checkpoint_early_stop = True, the recomputation pack hook raises
+     * _StopRecomputationError at the last one), so fc2 and the add are not redone. FP8
+     * linears (Transformer Engine, torchao Float8Linear) are autograd Functions whose
+     * saved tensors are packed when their forward returns, after the GEMM. */
+    if (kind != DP_LAYER_MOE && dp_recompute_early_stop(m, l))
+        o->tail_f = fc2 + bda / 2 / c->membw;
     o->op_f += (norms + bda) / c->membw;
     /* Per-op SAC saves the reduce-scatters' outputs (sequence parallel) but not the
      * all-gathers, which the recomputed norms feed again; without SP the all-reduces. */

@@ -74,8 +74,12 @@ void dp__time_redo(const struct dp_layout *l, const struct dp_layer_time *lc,
     memset(re, 0, sizeof *re);
     if (l->recompute == DP_RECOMPUTE_FULL) {
         /* The whole forward again, collectives included (Megatron checkpoints the
-         * layer input and reruns the layer). */
+         * layer input and reruns the layer: tensor_parallel.checkpoint's CheckpointFunction;
+         * DeepSpeed's checkpointing likewise); PyTorch's non-reentrant checkpoint
+         * (torchtitan's and Composer/llm-foundry's checkpoint_wrapper with NO_REENTRANT)
+         * stops before what follows the last saved tensor (time.c tail_f). */
         re->compute_s = lc->gemm_f + lc->attn_f + lc->ew_f + lc->cast_f;
+        re->compute_s -= lc->tail_f;
         re->tp_s = lc->tp_f;
         re->ep_s = lc->ep_f;
     } else if (l->recompute == DP_RECOMPUTE_SELECTIVE) {

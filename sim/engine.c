@@ -412,6 +412,7 @@ static void run_pass(struct eng *E, struct rank *R, const struct dp_sim_step *st
                 gather_unit(E, R, UNIT_K(uk + P), R->t, &w, cp);
             uk++;
             wait_until(R, R->gather_end[u], &b->dp);
+            wait_until(R, R->t + R->unit[u].copy_out_s, &b->dp); /* FSDP2 copy-out */
         } else if (begins && first_fwd && ds->gather_at_start) {
             wait_until(R, R->gather_end[u], &b->dp);
         }
@@ -472,6 +473,8 @@ static void run_pass(struct eng *E, struct rank *R, const struct dp_sim_step *st
          * starts their reduction. */
         if (finishes && g_each)
             mem_add(R, R->t, -R->unit[u].gather_bytes, false);
+        if (finishes && !st->fwd && ds->reduce_each_mb)
+            wait_until(R, R->t + R->unit[u].copy_in_s, &b->dp); /* FSDP2 copy-in */
         if (finishes && !st->fwd && ds->reduce_overlap && (ds->reduce_each_mb || last_bwd)) {
             struct where ww = w;
             ww.layer = -1;

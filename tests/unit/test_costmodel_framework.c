@@ -447,6 +447,44 @@ static void test_sharded_granularity(void)
     CHECK_NEAR(total, 36 * ag8(2 * P / 18) + ag8(2 * P), 1e-12);
 }
 
+/* FSDP2's copies around its collectives (shard.c), with 1000 GB/s of HBM at
+ * DP_MEM_EFFICIENCY 0.8 = 0.8e12 B/s, the same 60M-parameter stage, dp 8, one
+ * micro-batch, bf16 compute, fp32 reduce:
+ *   copy-out (split_with_sizes_copy, read + write of the gathered 2P bytes, forward and
+ *     backward gather): 2 x 2 x 120e6 B / 0.8e12 = 6e-4 s, on the compute stream: exposed;
+ *   copy-in (bf16 gradients into the fp32 reduce-scatter input, 2 + 4 B per parameter):
+ *     60e6 x 6 / 0.8e12 = 4.5e-4 s, on the reduce-scatter stream: 0.15 of it exposed.
+ * zero 2 gathers once: copy-out 3e-4 s. Megatron's buckets copy nothing. */
+static void test_fsdp_copies(void)
+{
+    struct dp_model m = tiny();
+    struct dp_cluster c = one_gpu();
+    c.gpu.mem_bw_gbps = 1000;
+    struct dp_path p = {.busbw_gbps = 100, .latency_us = 1};
+    const double P = 60e6;
+    struct dp_shard_stage st = shard_stage(P);
+    double total, exposed;
+    struct dp_layout l = layout(DP_FW_TORCHTITAN, 3);
+    l.dp = 8;
+    l.gbs = 8;
+    dp_shard_comm(&m, &c, &l, &st, &p, &p, &total, &exposed);
+    double coll = 12 * ag8(2 * P / 6) + 6 * ag8(4 * P / 6);
+    CHECK_NEAR(total, coll + 6e-4 + 4.5e-4, 1e-12);
+    CHECK_NEAR(exposed, coll + 6e-4 + 0.15 * 4.5e-4, 1e-12);
+    l.zero = 2;
+    dp_shard_comm(&m, &c, &l, &st, &p, &p, &total, &exposed);
+    CHECK_NEAR(total, 6 * ag8(2 * P / 6) + 6 * ag8(4 * P / 6) + 3e-4 + 4.5e-4, 1e-12);
+    l = layout(DP_FW_MEGATRON, 3);
+    l.dp = 8;
+    l.gbs = 8;
+    dp_shard_comm(&m, &c, &l, &st, &p, &p, &total, &exposed);
+    double mt = total;
+    c.gpu.mem_bw_gbps = 0;
+    dp_shard_comm(&m, &c, &l, &st, &p, &p, &total, &exposed);
+    CHECK_NEAR(mt, total, 0);
+    CHECK(total > 0);
+}
+
 /* DeepSpeed ZeRO-3 under full recompute: a sub-module is gathered again for backward
  * unless it is reused within stage3_max_reuse_distance = 1e9 parameters, counted over the
  * trace between its recomputed forward and its backward, where every later linear of the
@@ -692,6 +730,7 @@ int main(void)
     test_quantities();
     test_protocols();
     test_sharded_granularity();
+    test_fsdp_copies();
     test_deepspeed_regather();
     test_deepspeed_persistent();
     test_deepspeed_legacy();

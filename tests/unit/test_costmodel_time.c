@@ -284,6 +284,44 @@ static void test_paths_by_reach(void)
 }
 
 /*
+ * PyTorch's non-reentrant checkpoint stops recomputing once the last saved tensor is
+ * rebuilt, before each layer's fc2 GEMM (time.c tail_f, torch/utils/checkpoint.py), so
+ * torchtitan's full recompute redoes 28 - 8 = 20 of each layer's 28 * 2^30 forward FLOPs
+ * per sequence (fc2: 2 s h f = 2 * 2^10 * 2^10 * 2^12 = 8 * 2^30). The hand GPU of
+ * test_flop_rates, dp = 2 (8 sequences per GPU):
+ *   recompute 8 * 8 * 20 * 2^30 = 1280 * 2^30 FLOPs in 1280 * 2^30 / 100e12 = 0.0137438953 s
+ *   step (5382 + 1280) * 2^30 / 100e12 = 6662 * 2^30 / 100e12 = 0.0715326803 s
+ *   hardware FLOPs 10764 + 2 * 1280 = 13324 * 2^30: HFU 1, MFU 5382 / 6662 = 0.80786550
+ * With dropout the dropout after fc2 saves its mask, and Megatron's CheckpointFunction
+ * reruns the whole layer: the full 28 * 2^30 again (test_flop_rates' 0.0770302385 s).
+ */
+static void test_recompute_early_stop(void)
+{
+    struct dp_model m = model();
+    struct dp_cluster c = cluster(1, 2);
+    c.gpu.mem_bw_gbps = 1e12;
+    c.intra.bw_gbps = 1e12;
+    struct dp_layout l = layout();
+    l.dp = 2;
+    l.gbs = 16;
+    l.recompute = DP_RECOMPUTE_FULL;
+    l.framework = DP_FW_TORCHTITAN;
+    struct dp_step_cost a;
+    dp_time_step_fast(&m, &c, &l, &a);
+    CHECK_NEAR(a.recompute_s, 1280.0 * 1073741824.0 / 100e12, 1e-9);
+    CHECK_NEAR(a.step_time_s, 6662.0 * 1073741824.0 / 100e12, 1e-8);
+    CHECK_NEAR(a.hfu, 1.0, 1e-6);
+    CHECK_NEAR(a.mfu, 5382.0 / 6662.0, 1e-6);
+    m.dropout = true;
+    dp_time_step_fast(&m, &c, &l, &a);
+    CHECK_NEAR(a.recompute_s, 1792.0 * 1073741824.0 / 100e12, 1e-6);
+    m.dropout = false;
+    l.framework = DP_FW_MEGATRON;
+    dp_time_step_fast(&m, &c, &l, &a);
+    CHECK_NEAR(a.step_time_s, 0.07703023845376, 1e-8);
+}
+
+/*
  * The derived rates of a step worked out on paper. The GPU runs every GEMM at its
  * 100 TFLOP/s peak (eff_max 1, half_flops 0, every dimension a multiple of 128) and
  * has 1e12 GB/s of memory bandwidth, and the two GPUs of the node are joined by a
@@ -355,5 +393,6 @@ int main(void)
     test_dp_exposure();
     test_paths_by_reach();
     test_flop_rates();
+    test_recompute_early_stop();
     return check_done("test_costmodel_time");
 }
