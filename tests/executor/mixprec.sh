@@ -11,17 +11,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$runs"
 cd "$runs" || exit 1
 fail=0
-say() { echo "mixprec $case: $*"; }
-bad() { echo "FAIL mixprec $case: $*"; fail=1; }
-run() { # run NAME ARGS...
-  local name=$1
-  shift
-  rm -rf "$name"
-  if ! "$dplan" run "$@" --out "$name" > "$name.out" 2> "$name.err"; then
-    bad "dplan run $* --out $name failed"
-    tail -5 "$name.err"
-  fi
-}
+suite=mixprec
+. "$here/runs_lib.sh"
 resident=()
 [ "${DPLAN_TEST_RESIDENT:-0}" = 1 ] && resident=(--resident)
 # record FILE STEP: the step's log record

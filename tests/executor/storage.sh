@@ -16,20 +16,12 @@
 set -u
 case=$1 dplan=$2 compare=$3 runs=$4
 file=${5:-}
+here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$runs"
 cd "$runs" || exit 1
-here=$(cd "$(dirname "$0")" && pwd)
 fail=0
-bad() { echo "FAIL storage $case: $*"; fail=1; }
-run() { # run NAME ARGS...
-  local name=$1
-  shift
-  rm -rf "$name"
-  if ! "$dplan" run "$@" --out "$name" > "$name.out" 2> "$name.err"; then
-    bad "dplan run $* --out $name failed"
-    tail -5 "$name.err"
-  fi
-}
+suite=storage
+. "$here/runs_lib.sh"
 losses() { grep -o '"step":[0-9]*,"steps":[0-9]*,"loss":[^,]*' "$1/log.jsonl" | tr '\n' ' '; }
 pool() { grep -o "\"$2\":[0-9]*" "$1/log.jsonl" | head -1 | cut -d: -f2; }
 
