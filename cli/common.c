@@ -445,6 +445,8 @@ int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus, s
         l->moe_imbalance = c->moe_imbalance;
     if (c->dispatcher >= 0)
         l->moe_dispatcher = (enum dp_moe_dispatcher)c->dispatcher;
+    if (c->routing >= 0)
+        l->moe_routing = (enum dp_moe_routing)c->routing;
     /* the split first: a list's length may set vpp, which the overlap defaults read */
     int rc = cli_split(c, m, l, err);
     if (rc)
@@ -628,6 +630,8 @@ int cli_search_opts(const struct cli_common *c, const struct dp_model *m, struct
         o->moe_imbalance = c->moe_imbalance;
     if (c->dispatcher >= 0)
         o->moe_dispatcher = (enum dp_moe_dispatcher)c->dispatcher;
+    if (c->routing >= 0)
+        o->moe_routing = (enum dp_moe_routing)c->routing;
     cli_mem_opts(c, &o->mem);
     return 0;
 }
@@ -864,9 +868,11 @@ void cli_describe_layout(FILE *f, const struct dp_layout *l, const struct dp_mod
             snprintf(route, sizeof route, "dropless, imbalance %.3f%s", dp_moe_load(m, l),
                      l->moe_imbalance > 0 ? "" : " (routing statistics)");
         fprintf(f,
-                "experts  etp=%d ep=%d edp=%d, %s, %s dispatch: %.0f token copies per GPU per "
+                "experts  etp=%d ep=%d edp=%d, %s, %s dispatch%s: %.0f token copies per GPU per "
                 "micro-batch (load %.2f)\n",
                 dp_layout_etp(l), l->ep, dp_layout_edp(l), route,
-                dp_dispatcher_name(l->moe_dispatcher), dp_moe_rows(m, l), dp_moe_load(m, l));
+                dp_dispatcher_name(l->moe_dispatcher),
+                l->moe_routing == DP_ROUTING_ROUND_ROBIN ? ", round-robin routing" : "",
+                dp_moe_rows(m, l), dp_moe_load(m, l));
     }
 }

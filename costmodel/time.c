@@ -361,6 +361,13 @@ static void attention(const struct dp__time_ctx *c, struct dp_layer_time *o)
     tp_region(c, in_width, h, g_in, g_out, o);
 }
 
+/* Whether a MoE layer's combine all-to-all follows its last saved tensor (layer()). */
+static bool combine_after_last_save(const struct dp__time_ctx *c)
+{
+    return dp_recompute_early_stop(c->m, c->l) && c->l->moe_dispatcher == DP_DISPATCH_DEDUP &&
+           c->l->ep > 1;
+}
+
 /*
  * A MoE layer's MLP per GPU (Megatron-Core MoELayer): the router on the local tokens,
  * the token copies' dispatch over EP, the local experts' grouped GEMMs on
@@ -424,6 +431,8 @@ static void moe_mlp(const struct dp__time_ctx *c, struct dp_layer_time *o)
         double a2a = (l->ep - 1) * c->ep.latency_us * 1e-6 + (t_in > t_net ? t_in : t_net);
         o->ep_f += 2 * a2a;
         o->ep_b += 2 * a2a;
+        if (combine_after_last_save(c))
+            o->tail_ep_f = a2a;
     }
     if (etp > 1) {
         double bytes = p * rows * h;
@@ -496,6 +505,16 @@ static void layer(const struct dp__time_ctx *c, enum dp_layer_kind kind, struct 
      * saved tensors are packed when their forward returns, after the GEMM. */
     if (kind != DP_LAYER_MOE && dp_recompute_early_stop(m, l))
         o->tail_f = fc2 + bda / 2 / c->membw;
+    /* A MoE layer under the DeepEP path of Megatron's flex dispatcher, as NeMo Automodel
+     * ports it (nemo_automodel/components/moe/megatron/token_dispatcher.py
+     * token_unpermutation): the experts' output is unpermuted (saving its index) and only
+     * then combined by DeepEP (fused_a2a.py FusedCombine keeps its handle as a ctx
+     * attribute and saves no tensor), so the combine all-to-all and the residual add
+     * follow the last saved tensor and the early stop skips them. torchtitan's own
+     * all-to-all path combines first and scatters after (its MoE.forward scatter_add_),
+     * so there the combine is redone: only the dedup (DeepEP) dispatcher qualifies. */
+    if (kind == DP_LAYER_MOE && combine_after_last_save(c))
+        o->tail_f = bda / 2 / c->membw; /* moe_mlp set tail_ep_f */
     o->op_f += (norms + bda) / c->membw;
     /* Per-op SAC saves the reduce-scatters' outputs (sequence parallel) but not the
      * all-gathers, which the recomputed norms feed again; without SP the all-reduces. */

@@ -476,6 +476,83 @@ static void test_dispatch_copies(void)
     /* Inside one node (n = g = 8): no copy crosses. */
     dp_moe_dispatch_copies(&m, &l, 8, 8, &in, &net);
     CHECK_NEAR(net, 0, 0);
+
+    /* Round-robin routing (NeMo Automodel's FakeBalancedGate: token i takes experts 8i ..
+     * 8i + 7 mod 128). Every first expert is a multiple of gcd(8, 128) = 8. */
+    l.moe_routing = DP_ROUTING_ROUND_ROBIN;
+    /* EP 8 in one node, 16 experts per GPU: a token's 8 experts sit on one GPU, which is
+     * the sender with probability 1/8: 7/8 of a copy over NVLink (random routing: 7 x
+     * 0.65... = 4.63). */
+    dp_moe_dispatch_copies(&m, &l, 8, 8, &in, &net);
+    CHECK_NEAR(in, 7.0 / 8, 1e-15);
+    CHECK_NEAR(net, 0, 0);
+    /* EP 16 over two nodes, 8 experts per GPU: still one GPU and one node, which is the
+     * other node for half the senders. */
+    dp_moe_dispatch_copies(&m, &l, 16, 8, &in, &net);
+    CHECK_NEAR(in, 7.0 / 8, 1e-15);
+    CHECK_NEAR(net, 0.5, 1e-15);
+    /* DeepSeek-V3's 256 experts, top-8, on EP 64 over 8 nodes: 4 experts per GPU, so two
+     * GPUs (1 3/4 copies over NVLink) on one node (7/8 of a copy across). */
+    m.experts = 256;
+    dp_moe_dispatch_copies(&m, &l, 64, 8, &in, &net);
+    CHECK_NEAR(in, 2 * 7.0 / 8, 1e-15);
+    CHECK_NEAR(net, 7.0 / 8, 1e-15);
+    /* DeepSeek-V2's 160 experts, top-6, on EP 8 in a node: 20 experts per GPU, first
+     * experts 0, 2, ..., 158 (gcd 2); of each GPU's 10 starts, 16 and 18 (mod 20) run into
+     * the next GPU: 1.2 GPUs per token, 1.2 x 7/8 = 1.05 copies over NVLink. */
+    m.experts = 160;
+    m.top_k = 6;
+    dp_moe_dispatch_copies(&m, &l, 8, 8, &in, &net);
+    CHECK_NEAR(in, 1.05, 1e-12);
+    /* The all-to-all dispatcher sends a copy per (token, expert) whatever the routing. */
+    l.moe_dispatcher = DP_DISPATCH_ALLTOALL;
+    dp_moe_dispatch_copies(&m, &l, 8, 8, &in, &net);
+    CHECK_NEAR(in, 6.0 * 7 / 8, 1e-15);
+}
+
+/*
+ * PyTorch's non-reentrant checkpoint stops at the last saved tensor. Under the DeepEP
+ * (dedup) path NeMo Automodel ports from Megatron's flex dispatcher, a MoE layer
+ * unpermutes before the DeepEP combine, which saves no tensor: the combine all-to-all and
+ * the residual add are not redone (torchtitan framework, full recompute). Not with the
+ * all-to-all dispatcher, not under Megatron (CheckpointFunction reruns the layer).
+ */
+static void test_moe_early_stop(void)
+{
+    struct dp_cluster c = cluster(1, 8, 0);
+    struct dp_model m = tiny_ds();
+    m.mla = false;
+    m.head_dim = 128;
+    struct dp_layout l;
+    dp_layout_default(&l);
+    l.dp = 2;
+    l.ep = 2;
+    l.gbs = 2;
+    l.seq_len = 1024;
+    l.moe_imbalance = 1;
+    l.moe_dispatcher = DP_DISPATCH_DEDUP;
+    l.recompute = DP_RECOMPUTE_FULL;
+    l.framework = DP_FW_TORCHTITAN;
+    struct dp_layer_time lt[DP_LAYER_KINDS];
+    dp_time_layer(&m, &c, &l, lt);
+    const struct dp_layer_time *e = &lt[DP_LAYER_MOE];
+    /* ep_f is dispatch + combine, two equal all-to-alls: the tail is one of them. */
+    CHECK(e->ep_f > 0);
+    CHECK_NEAR(e->tail_ep_f, e->ep_f / 2, 1e-15);
+    /* ... and the residual add after the MLP: read output and residual, write (3 x 2 B
+     * per element of 1024 tokens x 1024) at 80% of 1000 GB/s. */
+    CHECK_NEAR(e->tail_f, 3.0 * 2 * 1024 * 1024 / (1000e9 * 0.8), 1e-15);
+    /* The dense layer's tail is fc2, as before. */
+    CHECK(lt[DP_LAYER_DENSE].tail_f > e->tail_f);
+    CHECK_NEAR(lt[DP_LAYER_DENSE].tail_ep_f, 0, 0);
+    l.moe_dispatcher = DP_DISPATCH_ALLTOALL;
+    dp_time_layer(&m, &c, &l, lt);
+    CHECK_NEAR(lt[DP_LAYER_MOE].tail_ep_f, 0, 0);
+    CHECK_NEAR(lt[DP_LAYER_MOE].tail_f, 0, 0);
+    l.moe_dispatcher = DP_DISPATCH_DEDUP;
+    l.framework = DP_FW_MEGATRON;
+    dp_time_layer(&m, &c, &l, lt);
+    CHECK_NEAR(lt[DP_LAYER_MOE].tail_ep_f, 0, 0);
 }
 
 static void test_mixed_stages(void)
@@ -539,6 +616,7 @@ int main(void)
     test_alltoall_path();
     test_moe_layer_time();
     test_dispatch_copies();
+    test_moe_early_stop();
     test_mixed_stages();
     test_validate_rules();
     return check_done("test_costmodel_moe");
