@@ -83,6 +83,7 @@ enum {
     OPT_MOE_IMBALANCE,
     OPT_MOE_DISPATCHER,
     OPT_MOE_ROUTING,
+    OPT_EP_OVERLAP,
     OPT_FRAMEWORK,
     OPT_SHARD_GROUP,
     OPT_DP_SHARD,
@@ -147,6 +148,7 @@ enum {
         {"moe-imbalance", required_argument, 0, OPT_MOE_IMBALANCE},                                \
         {"moe-dispatcher", required_argument, 0, OPT_MOE_DISPATCHER},                              \
         {"moe-routing", required_argument, 0, OPT_MOE_ROUTING},                                    \
+        {"ep-overlap", no_argument, 0, OPT_EP_OVERLAP},                                            \
         {"framework", required_argument, 0, OPT_FRAMEWORK},                                        \
         {"shard-group", required_argument, 0, OPT_SHARD_GROUP},                                    \
         {"data-parallel-shard-degree", required_argument, 0, OPT_DP_SHARD},                        \
@@ -183,7 +185,7 @@ struct cli_common {
     int gemm;                        /* enum dp_gemm, -1 unset, -2 auto */
     int fp8_recipe;                  /* -1 = unset */
     int tp_overlap, opg, pp_overlap; /* -1 = framework default, 0 off, 1 on */
-    bool sp, no_flash, no_dp_overlap, fp8_params, json, moe_pad;
+    bool sp, no_flash, no_dp_overlap, fp8_params, json, moe_pad, ep_overlap;
     double overhead_gib;  /* < 0 = unset */
     double moe_capacity;  /* 0 = dropless */
     double moe_imbalance; /* < 0 = unset */

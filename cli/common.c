@@ -441,6 +441,7 @@ int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus, s
     l->etp = c->etp;
     l->moe_capacity = c->moe_capacity;
     l->moe_pad = c->moe_pad;
+    l->ep_overlap = c->ep_overlap;
     if (c->moe_imbalance >= 0)
         l->moe_imbalance = c->moe_imbalance;
     if (c->dispatcher >= 0)
@@ -626,6 +627,7 @@ int cli_search_opts(const struct cli_common *c, const struct dp_model *m, struct
     o->etp = c->etp;
     o->moe_capacity = c->moe_capacity;
     o->moe_pad = c->moe_pad;
+    o->ep_overlap = c->ep_overlap;
     if (c->moe_imbalance >= 0)
         o->moe_imbalance = c->moe_imbalance;
     if (c->dispatcher >= 0)
@@ -842,7 +844,7 @@ void cli_describe_layout(FILE *f, const struct dp_layout *l, const struct dp_mod
     fprintf(f, "layout   %s gbs=%lld seq=%lld %s, %lld micro-batch%s per step\n", buf,
             (long long)l->gbs, (long long)l->seq_len, prec, (long long)dp_layout_microbatches(l),
             dp_layout_microbatches(l) == 1 ? "" : "es");
-    char ov[160] = "";
+    char ov[256] = "";
     size_t n = 0;
     if (l->tp > 1 && l->sp)
         n += (size_t)snprintf(ov + n, sizeof ov - n, "%stp %s", n ? ", " : "",
@@ -854,8 +856,11 @@ void cli_describe_layout(FILE *f, const struct dp_layout *l, const struct dp_mod
         n += (size_t)snprintf(ov + n, sizeof ov - n, "%sparameter gather %s", n ? ", " : "",
                               l->overlap_param_gather ? "overlapped" : "exposed");
     if (l->vpp > 1)
-        snprintf(ov + n, sizeof ov - n, "%spipeline send/recv %s", n ? ", " : "",
-                 l->pp_overlap ? "overlapped" : "exposed");
+        n += (size_t)snprintf(ov + n, sizeof ov - n, "%spipeline send/recv %s", n ? ", " : "",
+                              l->pp_overlap ? "overlapped" : "exposed");
+    if (l->ep_overlap)
+        snprintf(ov + n, sizeof ov - n, "%sexpert all-to-alls beside another micro-batch",
+                 n ? ", " : "");
     if (ov[0])
         fprintf(f, "overlap  %s\n", ov);
     cli_describe_framework(f, l);

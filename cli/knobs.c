@@ -141,7 +141,10 @@ const char cli_knob_help[] =
     "                              [alltoall]\n"
     "  --moe-routing {random,round-robin}  which experts a token's copies reach: k drawn at\n"
     "                              random, or k neighbouring ones (NeMo Automodel's\n"
-    "                              FakeBalancedGate); decides dedup's copies [random]\n";
+    "                              FakeBalancedGate); decides dedup's copies [random]\n"
+    "  --ep-overlap                Megatron --overlap-moe-expert-parallel-comm: in the 1F1B\n"
+    "                              steady state each all-to-all runs beside the compute of\n"
+    "                              another micro-batch (needs vpp > 1 with pp > 1) [off]\n";
 
 // clang-format on
 
@@ -364,6 +367,7 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
                          &c->moe_capacity);
         break;
     case OPT_MOE_PAD: c->moe_pad = true; break;
+    case OPT_EP_OVERLAP: c->ep_overlap = true; break;
     case OPT_MOE_DISPATCHER:
         r = parse_choice(cmd, "moe-dispatcher", arg, disp_names, 2, &c->dispatcher);
         break;

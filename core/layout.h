@@ -189,6 +189,11 @@ struct dp_layout {
                              routing statistics */
     enum dp_moe_dispatcher moe_dispatcher;
     enum dp_moe_routing moe_routing;
+    /* Megatron-Core --overlap-moe-expert-parallel-comm (with --delay-wgrad-compute;
+     * Megatron-Bridge moe_a2a_overlap): in the 1F1B steady state the forward of one
+     * micro-batch and the backward of another run layer by layer on two streams, each
+     * all-to-all beside the other's compute (costmodel/time.c ep_overlapped). */
+    bool ep_overlap;
     /*
      * The pipeline split (core/split.c): which decoder layers each stage and model
      * chunk holds. With nchunks == 0 it is even (layers / (pp * vpp) per chunk) or,

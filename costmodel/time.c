@@ -443,6 +443,50 @@ static void moe_mlp(const struct dp__time_ctx *c, struct dp_layer_time *o)
     }
 }
 
+/*
+ * Megatron-Core's EP all-to-all overlap (--overlap-moe-expert-parallel-comm with
+ * --delay-wgrad-compute; Megatron-Bridge moe_a2a_overlap), l->ep_overlap: in the 1F1B steady
+ * state the forward of one micro-batch and the backward of another are merged layer by layer
+ * (megatron/core/pipeline_parallel/combined_1f1b.py; the per-layer order is
+ * TransformerLayerSchedulePlan.run in megatron/core/models/common/model_chunk_schedule_plan.py):
+ *   comm stream:    combine bwd  | dispatch fwd -> dispatch bwd          | combine fwd
+ *   compute stream: attention fwd| mlp bwd (dgrad), mlp wgrad -> mlp fwd  | attention bwd
+ * Each phase lasts as long as the longer stream; in the middle one the MLP forward waits for
+ * its dispatch and the backward dispatch for the MLP's input gradient. What the phases add
+ * to the two passes' compute is the pair's exposed communication, plus the usual contention
+ * share of what hid. Only steady-state pairs merge: rank r runs (p - r - 1) 2 + (v - 1) p
+ * warm-up forwards and as many cool-down backwards alone (schedules.py,
+ * forward_backward_pipelining_with_interleaving), (p - 1) + (v - 1) p on average of its M v
+ * passes; without a pipeline the first forward and the last backward
+ * (combined_1f1b_schedule_for_no_pipelining). The passes' all-to-all time is the mean over
+ * them. *a is the layer's attention block, *o the whole layer.
+ */
+static void ep_overlapped(const struct dp__time_ctx *c, const struct dp_layer_time *a,
+                          struct dp_layer_time *o)
+{
+    const struct dp_layout *l = c->l;
+    double x = o->ep_f / 2; /* one all-to-all (with etp > 1, its expert-TP collective) */
+    if (x <= 0)
+        return;
+    double af = a->gemm_f + a->attn_f + a->ew_f + a->cast_f + a->tp_f + a->cp_f;
+    double ab = 2 * a->gemm_f + a->attn_b + 2 * a->ew_f + a->cast_b + a->tp_b + a->cp_b;
+    double mg = o->gemm_f - a->gemm_f, me = o->ew_f - a->ew_f;
+    double mf = mg + me + (o->cast_f - a->cast_f) + (o->tp_f - a->tp_f);
+    double mdg = mg + 2 * me + (o->cast_b - a->cast_b) + (o->tp_b - a->tp_b), mw = mg;
+    double p1 = x > af ? x : af;
+    double d_end = (x > mdg ? x : mdg) + x, f_start = mdg + mw > x ? mdg + mw : x;
+    double p2 = d_end > f_start + mf ? d_end : f_start + mf;
+    double p3 = x > ab ? x : ab;
+    double exposed = p1 + p2 + p3 - (af + ab + mf + mdg + mw);
+    double hidden = 4 * x - exposed;
+    double pair = exposed + OVERLAP_CONTENTION * (hidden > 0 ? hidden : 0);
+    double M = (double)dp_layout_microbatches(l), v = l->vpp, p = l->pp;
+    double passes = M * v, alone = p > 1 ? (p - 1) + (v - 1) * p : 1;
+    double merged = passes > alone ? (passes - alone) / passes : 0;
+    o->ep_f = (1 - merged) * o->ep_f + merged * pair / 2;
+    o->ep_b = (1 - merged) * o->ep_b + merged * pair / 2;
+}
+
 /* d = a - b, field by field (every field of struct dp_layer_time is a double). */
 static void lt_sub(const struct dp_layer_time *a, const struct dp_layer_time *b,
                    struct dp_layer_time *d)
@@ -556,6 +600,8 @@ static void layer(const struct dp__time_ctx *c, enum dp_layer_kind kind, struct 
         a.cp_raw_f = o->cp_raw_f;
         a.cp_raw_b = o->cp_raw_b;
     }
+    if (kind == DP_LAYER_MOE && l->ep_overlap)
+        ep_overlapped(c, &a, o);
     if (blk) {
         blk[0] = a;
         lt_sub(o, &a, &blk[1]);

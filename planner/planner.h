@@ -84,6 +84,7 @@ struct dp_search_opts {
     int etp;
     double moe_capacity;
     bool moe_pad;
+    bool ep_overlap;
     double moe_imbalance;
     enum dp_moe_dispatcher moe_dispatcher;
     enum dp_moe_routing moe_routing;

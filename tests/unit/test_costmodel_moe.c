@@ -555,6 +555,92 @@ static void test_moe_early_stop(void)
     CHECK_NEAR(lt[DP_LAYER_MOE].tail_ep_f, 0, 0);
 }
 
+/*
+ * Megatron-Core's EP all-to-all overlap (ep_overlap): a steady-state forward/backward pair
+ * runs combine-bwd | attention-fwd, dispatch-fwd -> dispatch-bwd | mlp-bwd, wgrad -> mlp-fwd,
+ * combine-fwd | attention-bwd; warm-up and cool-down passes run alone. Without a pipeline
+ * one forward and one backward of the M = 8 / (2 x 1) = 4 micro-batches stay alone: 3/4 of
+ * the passes merge. x is one all-to-all, C the layer's forward + backward compute.
+ */
+static void test_ep_overlap(void)
+{
+    struct dp_model m = plain_moe();
+    struct dp_layout l;
+    dp_layout_default(&l);
+    l.dp = 2;
+    l.ep = 2;
+    l.gbs = 8;
+    l.seq_len = 1024;
+    l.moe_imbalance = 1;
+    struct dp_layer_time lt[DP_LAYER_KINDS], ov[DP_LAYER_KINDS];
+    /* A fast link: every all-to-all hides under the other pass's compute, so the pair pays
+     * only the contention share of the four, 0.15 x 4x: per pass (1/4) 2x + (3/4) 0.3x. */
+    struct dp_cluster c = cluster(1, 8, 1e9);
+    c.intra.bw_gbps = 1e6;
+    dp_time_layer(&m, &c, &l, lt);
+    l.ep_overlap = true;
+    dp_time_layer(&m, &c, &l, ov);
+    double x = lt[DP_LAYER_MOE].ep_f / 2;
+    CHECK(x > 0);
+    CHECK_NEAR(ov[DP_LAYER_MOE].ep_f, 0.25 * 2 * x + 0.75 * 0.3 * x, 1e-6);
+    CHECK_NEAR(ov[DP_LAYER_MOE].ep_b, ov[DP_LAYER_MOE].ep_f, 1e-15);
+    CHECK_NEAR(ov[DP_LAYER_DENSE].ep_f, 0, 0);
+    /* A slow link: each phase waits for its all-to-all (the middle one for two), the pair
+     * takes 4x, of which the compute C hides: (4x - C) + 0.15 C exposed. */
+    c.intra.bw_gbps = 0.01;
+    l.ep_overlap = false;
+    dp_time_layer(&m, &c, &l, lt);
+    l.ep_overlap = true;
+    dp_time_layer(&m, &c, &l, ov);
+    const struct dp_layer_time *e = &lt[DP_LAYER_MOE];
+    x = e->ep_f / 2;
+    double C = 3 * e->gemm_f + e->attn_f + e->attn_b + 3 * e->ew_f;
+    CHECK(x > C);
+    CHECK_NEAR(ov[DP_LAYER_MOE].ep_f, 0.25 * 2 * x + 0.75 * (4 * x - 0.85 * C) / 2, 1e-9);
+    /* The compute is untouched; with pp 2 and vpp 2 the (p - 1) + (v - 1) p = 3 of the
+     * M v = 8 x 2 = 16 passes run alone. */
+    CHECK_NEAR(ov[DP_LAYER_MOE].gemm_f, e->gemm_f, 0);
+    l.pp = 2;
+    l.vpp = 2;
+    l.gbs = 8;
+    l.dp = 1;
+    l.ep_overlap = false;
+    dp_time_layer(&m, &c, &l, lt);
+    l.ep_overlap = true;
+    dp_time_layer(&m, &c, &l, ov);
+    e = &lt[DP_LAYER_MOE];
+    x = e->ep_f / 2;
+    C = 3 * e->gemm_f + e->attn_f + e->attn_b + 3 * e->ew_f;
+    CHECK_NEAR(ov[DP_LAYER_MOE].ep_f, 3.0 / 16 * 2 * x + 13.0 / 16 * (4 * x - 0.85 * C) / 2, 1e-9);
+    /* Megatron-Core refuses it without EP, with pp > 1 and no VPP, with full recompute, and
+     * it is Megatron's. */
+    struct dp_err err = {0};
+    struct dp_model mm = m;
+    l.ep = 1;
+    CHECK_EQ(dp_layout_validate(&l, &mm, 2, &err), DP_EINFEASIBLE);
+    CHECK_CONTAINS(err.msg, "ep_overlap needs ep > 1");
+    l.ep = 2;
+    l.dp = 2;
+    l.gbs = 8;
+    l.vpp = 1;
+    err = (struct dp_err){0};
+    CHECK_EQ(dp_layout_validate(&l, &mm, 4, &err), DP_EINFEASIBLE);
+    CHECK_CONTAINS(err.msg, "needs vpp > 1");
+    l.vpp = 2;
+    l.recompute = DP_RECOMPUTE_FULL;
+    err = (struct dp_err){0};
+    CHECK_EQ(dp_layout_validate(&l, &mm, 4, &err), DP_EINFEASIBLE);
+    CHECK_CONTAINS(err.msg, "recompute other than full");
+    l.recompute = DP_RECOMPUTE_NONE;
+    l.framework = DP_FW_TORCHTITAN;
+    err = (struct dp_err){0};
+    CHECK_EQ(dp_layout_validate(&l, &mm, 4, &err), DP_EINFEASIBLE);
+    CHECK_CONTAINS(err.msg, "does not offer it");
+    l.framework = DP_FW_MEGATRON;
+    err = (struct dp_err){0};
+    CHECK_EQ(dp_layout_validate(&l, &mm, 4, &err), 0);
+}
+
 static void test_mixed_stages(void)
 {
     /* pp 2 of the tiny model: stage 0 holds the dense layer and a MoE layer, stage 1 two
@@ -617,6 +703,7 @@ int main(void)
     test_moe_layer_time();
     test_dispatch_copies();
     test_moe_early_stop();
+    test_ep_overlap();
     test_mixed_stages();
     test_validate_rules();
     return check_done("test_costmodel_moe");
