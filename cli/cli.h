@@ -82,6 +82,8 @@ enum {
     OPT_MOE_PAD,
     OPT_MOE_IMBALANCE,
     OPT_MOE_DISPATCHER,
+    OPT_MOE_ROUTING,
+    OPT_EP_OVERLAP,
     OPT_FRAMEWORK,
     OPT_SHARD_GROUP,
     OPT_DP_SHARD,
@@ -145,6 +147,8 @@ enum {
         {"moe-pad", no_argument, 0, OPT_MOE_PAD},                                                  \
         {"moe-imbalance", required_argument, 0, OPT_MOE_IMBALANCE},                                \
         {"moe-dispatcher", required_argument, 0, OPT_MOE_DISPATCHER},                              \
+        {"moe-routing", required_argument, 0, OPT_MOE_ROUTING},                                    \
+        {"ep-overlap", no_argument, 0, OPT_EP_OVERLAP},                                            \
         {"framework", required_argument, 0, OPT_FRAMEWORK},                                        \
         {"shard-group", required_argument, 0, OPT_SHARD_GROUP},                                    \
         {"data-parallel-shard-degree", required_argument, 0, OPT_DP_SHARD},                        \
@@ -172,8 +176,8 @@ struct cli_common {
     bool account_embedding, account_loss;
     int first_less, last_less; /* -1 = unset */
     long long mbs, gbs, seq_len;
-    int recompute, precision, grad_fp32, optimizer, dispatcher; /* -1 = unset */
-    int framework, recompute_method, loss;                      /* -1 = unset */
+    int recompute, precision, grad_fp32, optimizer, dispatcher, routing; /* -1 = unset */
+    int framework, recompute_method, loss;                               /* -1 = unset */
     int shard_group;      /* 0 = unset (full sharding; the search tries HSDP) */
     int instances;        /* --num-distributed-optimizer-instances: shard = dp*cp / it */
     int recompute_layers; /* 0 = unset */
@@ -181,7 +185,7 @@ struct cli_common {
     int gemm;                        /* enum dp_gemm, -1 unset, -2 auto */
     int fp8_recipe;                  /* -1 = unset */
     int tp_overlap, opg, pp_overlap; /* -1 = framework default, 0 off, 1 on */
-    bool sp, no_flash, no_dp_overlap, fp8_params, json, moe_pad;
+    bool sp, no_flash, no_dp_overlap, fp8_params, json, moe_pad, ep_overlap;
     double overhead_gib;  /* < 0 = unset */
     double moe_capacity;  /* 0 = dropless */
     double moe_imbalance; /* < 0 = unset */

@@ -441,10 +441,13 @@ int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus, s
     l->etp = c->etp;
     l->moe_capacity = c->moe_capacity;
     l->moe_pad = c->moe_pad;
+    l->ep_overlap = c->ep_overlap;
     if (c->moe_imbalance >= 0)
         l->moe_imbalance = c->moe_imbalance;
     if (c->dispatcher >= 0)
         l->moe_dispatcher = (enum dp_moe_dispatcher)c->dispatcher;
+    if (c->routing >= 0)
+        l->moe_routing = (enum dp_moe_routing)c->routing;
     /* the split first: a list's length may set vpp, which the overlap defaults read */
     int rc = cli_split(c, m, l, err);
     if (rc)
@@ -624,10 +627,13 @@ int cli_search_opts(const struct cli_common *c, const struct dp_model *m, struct
     o->etp = c->etp;
     o->moe_capacity = c->moe_capacity;
     o->moe_pad = c->moe_pad;
+    o->ep_overlap = c->ep_overlap;
     if (c->moe_imbalance >= 0)
         o->moe_imbalance = c->moe_imbalance;
     if (c->dispatcher >= 0)
         o->moe_dispatcher = (enum dp_moe_dispatcher)c->dispatcher;
+    if (c->routing >= 0)
+        o->moe_routing = (enum dp_moe_routing)c->routing;
     cli_mem_opts(c, &o->mem);
     return 0;
 }
@@ -838,7 +844,7 @@ void cli_describe_layout(FILE *f, const struct dp_layout *l, const struct dp_mod
     fprintf(f, "layout   %s gbs=%lld seq=%lld %s, %lld micro-batch%s per step\n", buf,
             (long long)l->gbs, (long long)l->seq_len, prec, (long long)dp_layout_microbatches(l),
             dp_layout_microbatches(l) == 1 ? "" : "es");
-    char ov[160] = "";
+    char ov[256] = "";
     size_t n = 0;
     if (l->tp > 1 && l->sp)
         n += (size_t)snprintf(ov + n, sizeof ov - n, "%stp %s", n ? ", " : "",
@@ -850,8 +856,11 @@ void cli_describe_layout(FILE *f, const struct dp_layout *l, const struct dp_mod
         n += (size_t)snprintf(ov + n, sizeof ov - n, "%sparameter gather %s", n ? ", " : "",
                               l->overlap_param_gather ? "overlapped" : "exposed");
     if (l->vpp > 1)
-        snprintf(ov + n, sizeof ov - n, "%spipeline send/recv %s", n ? ", " : "",
-                 l->pp_overlap ? "overlapped" : "exposed");
+        n += (size_t)snprintf(ov + n, sizeof ov - n, "%spipeline send/recv %s", n ? ", " : "",
+                              l->pp_overlap ? "overlapped" : "exposed");
+    if (l->ep_overlap)
+        snprintf(ov + n, sizeof ov - n, "%sexpert all-to-alls beside another micro-batch",
+                 n ? ", " : "");
     if (ov[0])
         fprintf(f, "overlap  %s\n", ov);
     cli_describe_framework(f, l);
@@ -864,9 +873,11 @@ void cli_describe_layout(FILE *f, const struct dp_layout *l, const struct dp_mod
             snprintf(route, sizeof route, "dropless, imbalance %.3f%s", dp_moe_load(m, l),
                      l->moe_imbalance > 0 ? "" : " (routing statistics)");
         fprintf(f,
-                "experts  etp=%d ep=%d edp=%d, %s, %s dispatch: %.0f token copies per GPU per "
+                "experts  etp=%d ep=%d edp=%d, %s, %s dispatch%s: %.0f token copies per GPU per "
                 "micro-batch (load %.2f)\n",
                 dp_layout_etp(l), l->ep, dp_layout_edp(l), route,
-                dp_dispatcher_name(l->moe_dispatcher), dp_moe_rows(m, l), dp_moe_load(m, l));
+                dp_dispatcher_name(l->moe_dispatcher),
+                l->moe_routing == DP_ROUTING_ROUND_ROBIN ? ", round-robin routing" : "",
+                dp_moe_rows(m, l), dp_moe_load(m, l));
     }
 }

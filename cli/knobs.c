@@ -138,14 +138,20 @@ const char cli_knob_help[] =
     "                              (1 - 1/ep) / (T k)); 1 for forced-balanced routing]\n"
     "  --moe-dispatcher {alltoall,dedup}  token dispatch: one copy per (token, expert), or\n"
     "                              one per destination GPU and node (DeepEP, HybridEP)\n"
-    "                              [alltoall]\n";
+    "                              [alltoall]\n"
+    "  --moe-routing {random,round-robin}  which experts a token's copies reach: k drawn at\n"
+    "                              random, or k neighbouring ones (NeMo Automodel's\n"
+    "                              FakeBalancedGate); decides dedup's copies [random]\n"
+    "  --ep-overlap                Megatron --overlap-moe-expert-parallel-comm: in the 1F1B\n"
+    "                              steady state each all-to-all runs beside the compute of\n"
+    "                              another micro-batch (needs vpp > 1 with pp > 1) [off]\n";
 
 // clang-format on
 
 void cli_common_init(struct cli_common *c)
 {
     memset(c, 0, sizeof *c);
-    c->recompute = c->precision = c->grad_fp32 = c->optimizer = c->dispatcher = -1;
+    c->recompute = c->precision = c->grad_fp32 = c->optimizer = c->dispatcher = c->routing = -1;
     c->framework = c->recompute_method = c->loss = -1;
     c->gemm = c->fp8_recipe = -1;
     c->tp_overlap = c->opg = c->pp_overlap = -1;
@@ -221,6 +227,7 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
     static const char *const grad_names[] = {"half", "fp32"};
     static const char *const opt_names[] = {"adam", "sgd"};
     static const char *const disp_names[] = {"alltoall", "dedup"};
+    static const char *const routing_names[] = {"random", "round-robin"};
     if (opt < OPT_SYSTEM || opt >= OPT_COMMON_END)
         return 0;
     c->knob_given[opt - OPT_SYSTEM] = true;
@@ -360,8 +367,12 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
                          &c->moe_capacity);
         break;
     case OPT_MOE_PAD: c->moe_pad = true; break;
+    case OPT_EP_OVERLAP: c->ep_overlap = true; break;
     case OPT_MOE_DISPATCHER:
         r = parse_choice(cmd, "moe-dispatcher", arg, disp_names, 2, &c->dispatcher);
+        break;
+    case OPT_MOE_ROUTING:
+        r = parse_choice(cmd, "moe-routing", arg, routing_names, 2, &c->routing);
         break;
     case OPT_MOE_IMBALANCE:
         r = parse_double(cmd, "moe-imbalance", arg, 1, 1000, "number >= 1", &c->moe_imbalance);

@@ -164,10 +164,15 @@ int dp_layout_check_gpu(const struct dp_layout *l, const struct dp_gpu *gpu, con
 }
 
 static const char *const dispatcher_names[] = {"alltoall", "dedup"};
+static const char *const routing_names[] = {"random", "round-robin"};
 
 const char *dp_dispatcher_name(enum dp_moe_dispatcher d)
 {
     return dispatcher_names[d];
+}
+const char *dp_routing_name(enum dp_moe_routing r)
+{
+    return routing_names[r];
 }
 
 const char *dp_recompute_name(enum dp_recompute r)
@@ -357,6 +362,27 @@ int dp_layout_validate(const struct dp_layout *l, const struct dp_model *m, int 
     if (l->moe_pad && l->moe_capacity == 0)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "moe_pad needs a capacity factor (dropless routing has no capacity)");
+    /* Megatron-Core TransformerConfig.__post_init__ on overlap_moe_expert_parallel_comm:
+     * "only supported with expert model parallelism", a virtual pipeline with pp > 1,
+     * "disable full recomputation"; the schedule is Megatron's (combined_1f1b.py). */
+    if (l->ep_overlap && l->ep < 2)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "ep_overlap needs ep > 1 (Megatron-Core: 'only supported with expert "
+                          "model parallelism')");
+    if (l->ep_overlap && l->pp > 1 && l->vpp < 2)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "ep_overlap with pp=%d needs vpp > 1 (Megatron-Core merges forward and "
+                          "backward passes only in the interleaved schedule or without a pipeline)",
+                          l->pp);
+    if (l->ep_overlap && l->recompute == DP_RECOMPUTE_FULL)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "ep_overlap needs recompute other than full (Megatron-Core: 'disable "
+                          "full recomputation when enabling overlap_moe_expert_parallel_comm')");
+    if (l->ep_overlap && l->framework != DP_FW_MEGATRON)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "ep_overlap is Megatron-Core's (--overlap-moe-expert-parallel-comm); "
+                          "framework %s does not offer it",
+                          dp_framework_name(l->framework));
     if (!(l->moe_imbalance == 0 || (l->moe_imbalance >= 1 && l->moe_imbalance <= 1000)))
         return dp_err_set(err, DP_EINFEASIBLE,
                           "moe_imbalance=%g: expected the busiest rank's load over the mean, >= 1 "
@@ -538,6 +564,10 @@ cJSON *dp_layout_to_json(const struct dp_layout *l)
         cJSON_AddNumberToObject(o, "moe_imbalance", l->moe_imbalance);
     if (l->moe_dispatcher != DP_DISPATCH_ALLTOALL)
         cJSON_AddStringToObject(o, "moe_dispatcher", dispatcher_names[l->moe_dispatcher]);
+    if (l->ep_overlap)
+        cJSON_AddBoolToObject(o, "ep_overlap", true);
+    if (l->moe_routing != DP_ROUTING_RANDOM)
+        cJSON_AddStringToObject(o, "moe_routing", routing_names[l->moe_routing]);
     if (l->first_stage_layers)
         cJSON_AddNumberToObject(o, "first_stage_layers", l->first_stage_layers);
     if (l->last_stage_layers)
@@ -664,6 +694,8 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
                                        "moe_pad",
                                        "moe_imbalance",
                                        "moe_dispatcher",
+                                       "moe_routing",
+                                       "ep_overlap",
                                        "recompute_method",
                                        "recompute_modules",
                                        "loss",
@@ -673,7 +705,7 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
     dp_layout_default(out);
     int64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1, zero = 0, first = 0, last = 0, rl = 0,
             etp = 0;
-    int rc_ = 0, prec = 0, opt = 0, gemm = DP_GEMM_DEFAULT, fmt = 0, attn = 0, disp = 0;
+    int rc_ = 0, prec = 0, opt = 0, gemm = DP_GEMM_DEFAULT, fmt = 0, attn = 0, disp = 0, route = 0;
     int method = 0, loss = 0, fw = 0, odt = DP_FP32;
     int64_t sg = 0;
     /* "precision": "fp8" is shorthand for bf16 storage with FP8 GEMMs. */
@@ -718,9 +750,12 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
         dp_jr_number(jr, obj, "moe_capacity", false, 0, 1000, &out->moe_capacity) ||
         dp_jr_bool(jr, obj, "moe_pad", false, &out->moe_pad) ||
         dp_jr_number(jr, obj, "moe_imbalance", false, 1, 1000, &out->moe_imbalance) ||
-        dp_jr_enum(jr, obj, "moe_dispatcher", false, dispatcher_names, 2, &disp))
+        dp_jr_enum(jr, obj, "moe_dispatcher", false, dispatcher_names, 2, &disp) ||
+        dp_jr_enum(jr, obj, "moe_routing", false, routing_names, 2, &route) ||
+        dp_jr_bool(jr, obj, "ep_overlap", false, &out->ep_overlap))
         return jr->err->code;
     out->moe_dispatcher = (enum dp_moe_dispatcher)disp;
+    out->moe_routing = (enum dp_moe_routing)route;
     out->optimizer_dtype = (enum dp_precision)odt;
     out->recompute_method = (enum dp_recompute_method)method;
     out->framework = (enum dp_framework)fw;

@@ -107,6 +107,15 @@ int dp_framework_parse(const char *s); /* -1 if unknown */
  * GPU inside a node and one per destination node across nodes, forwarded there. */
 enum dp_moe_dispatcher { DP_DISPATCH_ALLTOALL = 0, DP_DISPATCH_DEDUP = 1 };
 const char *dp_dispatcher_name(enum dp_moe_dispatcher d);
+/* Which experts a token's k copies go to, as the dispatch sees it (costmodel/moe.c):
+ * random: k distinct experts drawn uniformly (a trained router, as far as placement goes;
+ * Megatron-Core's moe_router_force_load_balancing draws random logits, router.py
+ * apply_random_logits); round-robin: token i of a rank takes experts i k .. i k + k - 1
+ * (mod E), NeMo Automodel's FakeBalancedGate (nemo_automodel/components/moe/layers.py,
+ * `fake_balanced_gate: true` in its benchmark recipes): every expert gets the same load,
+ * but a token's experts are neighbours, so they sit on one or two GPUs. */
+enum dp_moe_routing { DP_ROUTING_RANDOM = 0, DP_ROUTING_ROUND_ROBIN = 1 };
+const char *dp_routing_name(enum dp_moe_routing r);
 enum dp_optimizer { DP_OPT_ADAM = 0, DP_OPT_SGD = 1 };
 const char *dp_recompute_name(enum dp_recompute r);
 
@@ -179,6 +188,12 @@ struct dp_layout {
     double moe_imbalance; /* busiest EP rank's routed tokens over the mean (dropless); 0 =
                              routing statistics */
     enum dp_moe_dispatcher moe_dispatcher;
+    enum dp_moe_routing moe_routing;
+    /* Megatron-Core --overlap-moe-expert-parallel-comm (with --delay-wgrad-compute;
+     * Megatron-Bridge moe_a2a_overlap): in the 1F1B steady state the forward of one
+     * micro-batch and the backward of another run layer by layer on two streams, each
+     * all-to-all beside the other's compute (costmodel/time.c ep_overlapped). */
+    bool ep_overlap;
     /*
      * The pipeline split (core/split.c): which decoder layers each stage and model
      * chunk holds. With nchunks == 0 it is even (layers / (pp * vpp) per chunk) or,

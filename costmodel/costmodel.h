@@ -52,8 +52,9 @@ double dp_moe_rows(const struct dp_model *m, const struct dp_layout *l);
  * group of n ranks of which g share its node: *in to members on its node (and, for
  * the deduplicating dispatcher, forwarded inside remote nodes), *net across nodes.
  * alltoall: k (g - 1)/n and k (n - g)/n. dedup: one copy per destination GPU and
- * one per destination node, forwarded there over NVLink, for k experts drawn
- * uniformly from E (balanced routing).
+ * one per destination node, forwarded there over NVLink, for the token's k experts as
+ * the layout's routing places them (moe_routing: drawn uniformly from E, or k
+ * neighbouring experts).
  */
 void dp_moe_dispatch_copies(const struct dp_model *m, const struct dp_layout *l, int n, int g,
                             double *in, double *net);
@@ -418,8 +419,10 @@ struct dp_layer_time {
     double op_f, op_tp_f;
     double norm_f, mlp_f, moe_f, moe_act_f, shared_f, mla_up_f;
     /* Forward work after the last tensor autograd saves (a dense layer's fc2 GEMM and the
-     * residual add after it), which PyTorch's non-reentrant checkpoint does not redo. */
-    double tail_f;
+     * residual add after it; a MoE layer's DeepEP combine and the add), which PyTorch's
+     * non-reentrant checkpoint does not redo: compute in tail_f, the all-to-all in
+     * tail_ep_f. */
+    double tail_f, tail_ep_f;
     /* The ends, which depend on the same: the embedding (first stage) and the final norm,
      * output layer and loss (last stage), compute and TP collectives (the same in every
      * kind's entry). */

@@ -10,6 +10,8 @@
 
 #include <math.h>
 
+#define DP_MOE_MAX_GROUPS 4096
+
 double dp_moe_load(const struct dp_model *m, const struct dp_layout *l)
 {
     if (m->experts == 0)
@@ -75,6 +77,41 @@ static double hit(double E, double m, double k)
     return 1 - miss;
 }
 
+/*
+ * Expected number of the n groups of consecutive experts (group j holds experts j E/n ..
+ * (j + 1) E/n - 1: EP rank j's, or with n nodes a node's) a token's k experts reach.
+ * random: n x P(one given group is reached). round-robin: NeMo Automodel's
+ * FakeBalancedGate gives token i experts (i k + j) mod E, j < k (indices = arange(T k)
+ * .view(T, k) % E, nemo_automodel/components/moe/layers.py), so over a rank's tokens the
+ * first expert s = i k mod E runs through the multiples of gcd(k, E), each as often:
+ * the mean over those starts of the groups that experts s .. s + k - 1 (mod E) fall in.
+ */
+static double groups_reached(const struct dp_model *m, const struct dp_layout *l, int n)
+{
+    const int E = (int)m->experts, k = (int)m->top_k;
+    if (l->moe_routing != DP_ROUTING_ROUND_ROBIN || k < 1 || E < n || n > DP_MOE_MAX_GROUPS)
+        return n * hit(E, (double)E / n, k);
+    int step = k, r = E;
+    while (r) { /* gcd(k, E) */
+        int t = step % r;
+        step = r;
+        r = t;
+    }
+    double sum = 0;
+    int starts = 0;
+    for (int s = 0; s < E; s += step, starts++) {
+        unsigned char seen[DP_MOE_MAX_GROUPS] = {0};
+        int count = 0;
+        for (int j = 0; j < k && j < E; j++) {
+            int grp = (int)((int64_t)((s + j) % E) * n / E); /* E/n experts per group */
+            count += !seen[grp];
+            seen[grp] = 1;
+        }
+        sum += count;
+    }
+    return sum / starts;
+}
+
 void dp_moe_dispatch_copies(const struct dp_model *m, const struct dp_layout *l, int n, int g,
                             double *in, double *net)
 {
@@ -95,14 +132,17 @@ void dp_moe_dispatch_copies(const struct dp_model *m, const struct dp_layout *l,
     /*
      * DeepEP normal kernels (deepseek-ai/DeepEP README: intranode over NVLink,
      * internode RDMA to the same-index GPU of each destination node, then NVLink
-     * forwarding): a token goes once to each GPU hosting one of its experts (E/n
-     * each) and once to each remote node hosting one (E g / n each); on each of the
-     * N = n/g nodes, the GPUs it reaches other than the landing one receive it over
-     * NVLink: N (g - 1) q_gpu copies in all, carried symmetrically by the nodes'
-     * links.
+     * forwarding): a token goes once to each GPU hosting one of its experts and once to
+     * each remote node hosting one. Of the G GPUs it reaches, each is the landing GPU of
+     * its node (the sender's same-index GPU, or the sender itself) with probability 1/g,
+     * so G (g - 1)/g copies move over NVLink; of the D nodes it reaches, (N - 1)/N are
+     * remote (N = n/g nodes). Random experts: G = n q_gpu, D = N q_node with q the
+     * chance that a given GPU's E/n (node's E g/n) experts are among the k, which gives
+     * N (g - 1) q_gpu and (N - 1) q_node, carried symmetrically by the nodes' links.
      */
     double N = (double)n / g;
-    double q_gpu = hit(E, E / n, k), q_node = hit(E, E * g / n, k);
-    *in = N * (g - 1) * q_gpu;
-    *net = (N - 1) * q_node;
+    double G = groups_reached(m, l, n);
+    double D = n % g == 0 ? groups_reached(m, l, n / g) : N * hit(E, E * g / n, k);
+    *in = G * (g - 1) / g;
+    *net = D * (N - 1) / N;
 }

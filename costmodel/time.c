@@ -361,6 +361,13 @@ static void attention(const struct dp__time_ctx *c, struct dp_layer_time *o)
     tp_region(c, in_width, h, g_in, g_out, o);
 }
 
+/* Whether a MoE layer's combine all-to-all follows its last saved tensor (layer()). */
+static bool combine_after_last_save(const struct dp__time_ctx *c)
+{
+    return dp_recompute_early_stop(c->m, c->l) && c->l->moe_dispatcher == DP_DISPATCH_DEDUP &&
+           c->l->ep > 1;
+}
+
 /*
  * A MoE layer's MLP per GPU (Megatron-Core MoELayer): the router on the local tokens,
  * the token copies' dispatch over EP, the local experts' grouped GEMMs on
@@ -424,6 +431,8 @@ static void moe_mlp(const struct dp__time_ctx *c, struct dp_layer_time *o)
         double a2a = (l->ep - 1) * c->ep.latency_us * 1e-6 + (t_in > t_net ? t_in : t_net);
         o->ep_f += 2 * a2a;
         o->ep_b += 2 * a2a;
+        if (combine_after_last_save(c))
+            o->tail_ep_f = a2a;
     }
     if (etp > 1) {
         double bytes = p * rows * h;
@@ -432,6 +441,50 @@ static void moe_mlp(const struct dp__time_ctx *c, struct dp_layer_time *o)
         o->ep_f += ag + rs;
         o->ep_b += ag + rs;
     }
+}
+
+/*
+ * Megatron-Core's EP all-to-all overlap (--overlap-moe-expert-parallel-comm with
+ * --delay-wgrad-compute; Megatron-Bridge moe_a2a_overlap), l->ep_overlap: in the 1F1B steady
+ * state the forward of one micro-batch and the backward of another are merged layer by layer
+ * (megatron/core/pipeline_parallel/combined_1f1b.py; the per-layer order is
+ * TransformerLayerSchedulePlan.run in megatron/core/models/common/model_chunk_schedule_plan.py):
+ *   comm stream:    combine bwd  | dispatch fwd -> dispatch bwd          | combine fwd
+ *   compute stream: attention fwd| mlp bwd (dgrad), mlp wgrad -> mlp fwd  | attention bwd
+ * Each phase lasts as long as the longer stream; in the middle one the MLP forward waits for
+ * its dispatch and the backward dispatch for the MLP's input gradient. What the phases add
+ * to the two passes' compute is the pair's exposed communication, plus the usual contention
+ * share of what hid. Only steady-state pairs merge: rank r runs (p - r - 1) 2 + (v - 1) p
+ * warm-up forwards and as many cool-down backwards alone (schedules.py,
+ * forward_backward_pipelining_with_interleaving), (p - 1) + (v - 1) p on average of its M v
+ * passes; without a pipeline the first forward and the last backward
+ * (combined_1f1b_schedule_for_no_pipelining). The passes' all-to-all time is the mean over
+ * them. *a is the layer's attention block, *o the whole layer.
+ */
+static void ep_overlapped(const struct dp__time_ctx *c, const struct dp_layer_time *a,
+                          struct dp_layer_time *o)
+{
+    const struct dp_layout *l = c->l;
+    double x = o->ep_f / 2; /* one all-to-all (with etp > 1, its expert-TP collective) */
+    if (x <= 0)
+        return;
+    double af = a->gemm_f + a->attn_f + a->ew_f + a->cast_f + a->tp_f + a->cp_f;
+    double ab = 2 * a->gemm_f + a->attn_b + 2 * a->ew_f + a->cast_b + a->tp_b + a->cp_b;
+    double mg = o->gemm_f - a->gemm_f, me = o->ew_f - a->ew_f;
+    double mf = mg + me + (o->cast_f - a->cast_f) + (o->tp_f - a->tp_f);
+    double mdg = mg + 2 * me + (o->cast_b - a->cast_b) + (o->tp_b - a->tp_b), mw = mg;
+    double p1 = x > af ? x : af;
+    double d_end = (x > mdg ? x : mdg) + x, f_start = mdg + mw > x ? mdg + mw : x;
+    double p2 = d_end > f_start + mf ? d_end : f_start + mf;
+    double p3 = x > ab ? x : ab;
+    double exposed = p1 + p2 + p3 - (af + ab + mf + mdg + mw);
+    double hidden = 4 * x - exposed;
+    double pair = exposed + OVERLAP_CONTENTION * (hidden > 0 ? hidden : 0);
+    double M = (double)dp_layout_microbatches(l), v = l->vpp, p = l->pp;
+    double passes = M * v, alone = p > 1 ? (p - 1) + (v - 1) * p : 1;
+    double merged = passes > alone ? (passes - alone) / passes : 0;
+    o->ep_f = (1 - merged) * o->ep_f + merged * pair / 2;
+    o->ep_b = (1 - merged) * o->ep_b + merged * pair / 2;
 }
 
 /* d = a - b, field by field (every field of struct dp_layer_time is a double). */
@@ -496,6 +549,16 @@ static void layer(const struct dp__time_ctx *c, enum dp_layer_kind kind, struct 
      * saved tensors are packed when their forward returns, after the GEMM. */
     if (kind != DP_LAYER_MOE && dp_recompute_early_stop(m, l))
         o->tail_f = fc2 + bda / 2 / c->membw;
+    /* A MoE layer under the DeepEP path of Megatron's flex dispatcher, as NeMo Automodel
+     * ports it (nemo_automodel/components/moe/megatron/token_dispatcher.py
+     * token_unpermutation): the experts' output is unpermuted (saving its index) and only
+     * then combined by DeepEP (fused_a2a.py FusedCombine keeps its handle as a ctx
+     * attribute and saves no tensor), so the combine all-to-all and the residual add
+     * follow the last saved tensor and the early stop skips them. torchtitan's own
+     * all-to-all path combines first and scatters after (its MoE.forward scatter_add_),
+     * so there the combine is redone: only the dedup (DeepEP) dispatcher qualifies. */
+    if (kind == DP_LAYER_MOE && combine_after_last_save(c))
+        o->tail_f = bda / 2 / c->membw; /* moe_mlp set tail_ep_f */
     o->op_f += (norms + bda) / c->membw;
     /* Per-op SAC saves the reduce-scatters' outputs (sequence parallel) but not the
      * all-gathers, which the recomputed norms feed again; without SP the all-reduces. */
@@ -537,6 +600,8 @@ static void layer(const struct dp__time_ctx *c, enum dp_layer_kind kind, struct 
         a.cp_raw_f = o->cp_raw_f;
         a.cp_raw_b = o->cp_raw_b;
     }
+    if (kind == DP_LAYER_MOE && l->ep_overlap)
+        ep_overlapped(c, &a, o);
     if (blk) {
         blk[0] = a;
         lt_sub(o, &a, &blk[1]);

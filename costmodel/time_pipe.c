@@ -81,7 +81,7 @@ void dp__time_redo(const struct dp_layout *l, const struct dp_layer_time *lc,
         re->compute_s = lc->gemm_f + lc->attn_f + lc->ew_f + lc->cast_f;
         re->compute_s -= lc->tail_f;
         re->tp_s = lc->tp_f;
-        re->ep_s = lc->ep_f;
+        re->ep_s = lc->ep_f - lc->tail_ep_f;
     } else if (l->recompute == DP_RECOMPUTE_SELECTIVE) {
         /* Megatron-Core recompute_modules (default core_attn: the attention core and its
          * element-wise passes, Korthikanti Sec. 5). */

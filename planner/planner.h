@@ -79,12 +79,15 @@ struct dp_search_opts {
     int shard_group; /* -1 = search full sharding and node-sized HSDP groups, 0 = full
                         sharding only, > 0 = that group */
     /* Mixture of experts, fixed (never searched): expert tensor parallelism (0 = tp),
-     * capacity factor (0 = dropless), padding, load imbalance, token dispatcher. */
+     * capacity factor (0 = dropless), padding, load imbalance, token dispatcher and the
+     * routing's expert placement. */
     int etp;
     double moe_capacity;
     bool moe_pad;
+    bool ep_overlap;
     double moe_imbalance;
     enum dp_moe_dispatcher moe_dispatcher;
+    enum dp_moe_routing moe_routing;
     struct dp_mem_opts mem;
     /*
      * Optional: called once for every layout that fits, in enumeration order, after

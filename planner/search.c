@@ -98,6 +98,8 @@ void dp__apply_moe_opts(const struct dp_search_opts *o, struct dp_layout *l)
     l->moe_pad = o->moe_pad;
     l->moe_imbalance = o->moe_imbalance;
     l->moe_dispatcher = o->moe_dispatcher;
+    l->moe_routing = o->moe_routing;
+    l->ep_overlap = o->ep_overlap;
 }
 
 struct search {

@@ -139,6 +139,13 @@ static const struct knob_case cases[] = {
     {"moe_imbalance", "{\"moe_imbalance\": 1}", RUNS, NULL},
     {"moe_dispatcher", "{\"moe_dispatcher\": \"dedup\"}", RUNS, NULL},
     {"moe_dispatcher", "{\"moe_dispatcher\": \"alltoall\"}", RUNS, NULL},
+    /* The routing's expert placement prices the cost model's dispatch; the executor routes
+     * with its own router. */
+    {"moe_routing", "{\"moe_routing\": \"round-robin\"}", RUNS, NULL},
+    {"moe_routing", "{\"moe_routing\": \"random\"}", RUNS, NULL},
+    /* Megatron's EP all-to-all overlap: an overlap knob, run the CPU backend's one way
+     * (blocking collectives); the layout rules (ep > 1) are plan.json's. */
+    {"ep_overlap", "{\"ep_overlap\": false}", RUNS, NULL},
 };
 
 /* Interleaving (vpp > 1) on tiny-gpt with 8 layers, so that pp 2 vpp 2 and 4 have a
@@ -301,6 +308,8 @@ static const struct knob_case moe_cases[] = {
     {"moe_pad", "{\"moe_capacity\": 1.25, \"moe_pad\": true}", RUNS, NULL},
     {"moe_imbalance", "{\"moe_imbalance\": 1}", RUNS, NULL},
     {"moe_dispatcher", "{\"moe_dispatcher\": \"dedup\"}", RUNS, NULL},
+    {"moe_routing", "{\"moe_routing\": \"round-robin\"}", RUNS, NULL},
+    {"ep_overlap", "{\"ep\": 2, \"ep_overlap\": true, \"pp\": 1}", RUNS, NULL},
 };
 
 static void test_moe_knobs(void)
@@ -340,8 +349,9 @@ static void test_moe_knobs(void)
     CHECK(dp_exec_check(&m, &l, 0, &err) != 0);
     CHECK_CONTAINS(err.msg, "mla");
     /* Counted from the table: ep 4 + zero 6 + shard_group 1 + etp 4 + cp 8 + capacity,
-     * pad, imbalance and dispatcher 4 run; zero 1 + shard_group 1 + etp 3 refused. */
-    CHECK_EQ(runs, 27);
+     * pad, imbalance, dispatcher, routing and ep_overlap 6 run; zero 1 + shard_group 1 + etp 3
+     * refused. */
+    CHECK_EQ(runs, 29);
     CHECK_EQ(refused, 5);
 }
 
@@ -362,6 +372,8 @@ static void test_coverage(void)
     l.moe_pad = true;
     l.moe_imbalance = 1;
     l.moe_dispatcher = DP_DISPATCH_DEDUP;
+    l.moe_routing = DP_ROUTING_ROUND_ROBIN;
+    l.ep_overlap = true;
     l.shard_group = 2;
     l.recompute = DP_RECOMPUTE_FULL;
     l.recompute_method = DP_RC_UNIFORM;

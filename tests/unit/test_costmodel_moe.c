@@ -476,6 +476,169 @@ static void test_dispatch_copies(void)
     /* Inside one node (n = g = 8): no copy crosses. */
     dp_moe_dispatch_copies(&m, &l, 8, 8, &in, &net);
     CHECK_NEAR(net, 0, 0);
+
+    /* Round-robin routing (NeMo Automodel's FakeBalancedGate: token i takes experts 8i ..
+     * 8i + 7 mod 128). Every first expert is a multiple of gcd(8, 128) = 8. */
+    l.moe_routing = DP_ROUTING_ROUND_ROBIN;
+    /* EP 8 in one node, 16 experts per GPU: a token's 8 experts sit on one GPU, which is
+     * the sender with probability 1/8: 7/8 of a copy over NVLink (random routing: 7 x
+     * 0.65... = 4.63). */
+    dp_moe_dispatch_copies(&m, &l, 8, 8, &in, &net);
+    CHECK_NEAR(in, 7.0 / 8, 1e-15);
+    CHECK_NEAR(net, 0, 0);
+    /* EP 16 over two nodes, 8 experts per GPU: still one GPU and one node, which is the
+     * other node for half the senders. */
+    dp_moe_dispatch_copies(&m, &l, 16, 8, &in, &net);
+    CHECK_NEAR(in, 7.0 / 8, 1e-15);
+    CHECK_NEAR(net, 0.5, 1e-15);
+    /* DeepSeek-V3's 256 experts, top-8, on EP 64 over 8 nodes: 4 experts per GPU, so two
+     * GPUs (1 3/4 copies over NVLink) on one node (7/8 of a copy across). */
+    m.experts = 256;
+    dp_moe_dispatch_copies(&m, &l, 64, 8, &in, &net);
+    CHECK_NEAR(in, 2 * 7.0 / 8, 1e-15);
+    CHECK_NEAR(net, 7.0 / 8, 1e-15);
+    /* DeepSeek-V2's 160 experts, top-6, on EP 8 in a node: 20 experts per GPU, first
+     * experts 0, 2, ..., 158 (gcd 2); of each GPU's 10 starts, 16 and 18 (mod 20) run into
+     * the next GPU: 1.2 GPUs per token, 1.2 x 7/8 = 1.05 copies over NVLink. */
+    m.experts = 160;
+    m.top_k = 6;
+    dp_moe_dispatch_copies(&m, &l, 8, 8, &in, &net);
+    CHECK_NEAR(in, 1.05, 1e-12);
+    /* The all-to-all dispatcher sends a copy per (token, expert) whatever the routing. */
+    l.moe_dispatcher = DP_DISPATCH_ALLTOALL;
+    dp_moe_dispatch_copies(&m, &l, 8, 8, &in, &net);
+    CHECK_NEAR(in, 6.0 * 7 / 8, 1e-15);
+}
+
+/*
+ * PyTorch's non-reentrant checkpoint stops at the last saved tensor. Under the DeepEP
+ * (dedup) path NeMo Automodel ports from Megatron's flex dispatcher, a MoE layer
+ * unpermutes before the DeepEP combine, which saves no tensor: the combine all-to-all and
+ * the residual add are not redone (torchtitan framework, full recompute). Not with the
+ * all-to-all dispatcher, not under Megatron (CheckpointFunction reruns the layer).
+ */
+static void test_moe_early_stop(void)
+{
+    struct dp_cluster c = cluster(1, 8, 0);
+    struct dp_model m = tiny_ds();
+    m.mla = false;
+    m.head_dim = 128;
+    struct dp_layout l;
+    dp_layout_default(&l);
+    l.dp = 2;
+    l.ep = 2;
+    l.gbs = 2;
+    l.seq_len = 1024;
+    l.moe_imbalance = 1;
+    l.moe_dispatcher = DP_DISPATCH_DEDUP;
+    l.recompute = DP_RECOMPUTE_FULL;
+    l.framework = DP_FW_TORCHTITAN;
+    struct dp_layer_time lt[DP_LAYER_KINDS];
+    dp_time_layer(&m, &c, &l, lt);
+    const struct dp_layer_time *e = &lt[DP_LAYER_MOE];
+    /* ep_f is dispatch + combine, two equal all-to-alls: the tail is one of them. */
+    CHECK(e->ep_f > 0);
+    CHECK_NEAR(e->tail_ep_f, e->ep_f / 2, 1e-15);
+    /* ... and the residual add after the MLP: read output and residual, write (3 x 2 B
+     * per element of 1024 tokens x 1024) at 80% of 1000 GB/s. */
+    CHECK_NEAR(e->tail_f, 3.0 * 2 * 1024 * 1024 / (1000e9 * 0.8), 1e-15);
+    /* The dense layer's tail is fc2, as before. */
+    CHECK(lt[DP_LAYER_DENSE].tail_f > e->tail_f);
+    CHECK_NEAR(lt[DP_LAYER_DENSE].tail_ep_f, 0, 0);
+    l.moe_dispatcher = DP_DISPATCH_ALLTOALL;
+    dp_time_layer(&m, &c, &l, lt);
+    CHECK_NEAR(lt[DP_LAYER_MOE].tail_ep_f, 0, 0);
+    CHECK_NEAR(lt[DP_LAYER_MOE].tail_f, 0, 0);
+    l.moe_dispatcher = DP_DISPATCH_DEDUP;
+    l.framework = DP_FW_MEGATRON;
+    dp_time_layer(&m, &c, &l, lt);
+    CHECK_NEAR(lt[DP_LAYER_MOE].tail_ep_f, 0, 0);
+}
+
+/*
+ * Megatron-Core's EP all-to-all overlap (ep_overlap): a steady-state forward/backward pair
+ * runs combine-bwd | attention-fwd, dispatch-fwd -> dispatch-bwd | mlp-bwd, wgrad -> mlp-fwd,
+ * combine-fwd | attention-bwd; warm-up and cool-down passes run alone. Without a pipeline
+ * one forward and one backward of the M = 8 / (2 x 1) = 4 micro-batches stay alone: 3/4 of
+ * the passes merge. x is one all-to-all, C the layer's forward + backward compute.
+ */
+static void test_ep_overlap(void)
+{
+    struct dp_model m = plain_moe();
+    struct dp_layout l;
+    dp_layout_default(&l);
+    l.dp = 2;
+    l.ep = 2;
+    l.gbs = 8;
+    l.seq_len = 1024;
+    l.moe_imbalance = 1;
+    struct dp_layer_time lt[DP_LAYER_KINDS], ov[DP_LAYER_KINDS];
+    /* A fast link: every all-to-all hides under the other pass's compute, so the pair pays
+     * only the contention share of the four, 0.15 x 4x: per pass (1/4) 2x + (3/4) 0.3x. */
+    struct dp_cluster c = cluster(1, 8, 1e9);
+    c.intra.bw_gbps = 1e6;
+    dp_time_layer(&m, &c, &l, lt);
+    l.ep_overlap = true;
+    dp_time_layer(&m, &c, &l, ov);
+    double x = lt[DP_LAYER_MOE].ep_f / 2;
+    CHECK(x > 0);
+    CHECK_NEAR(ov[DP_LAYER_MOE].ep_f, 0.25 * 2 * x + 0.75 * 0.3 * x, 1e-6);
+    CHECK_NEAR(ov[DP_LAYER_MOE].ep_b, ov[DP_LAYER_MOE].ep_f, 1e-15);
+    CHECK_NEAR(ov[DP_LAYER_DENSE].ep_f, 0, 0);
+    /* A slow link: each phase waits for its all-to-all (the middle one for two), the pair
+     * takes 4x, of which the compute C hides: (4x - C) + 0.15 C exposed. */
+    c.intra.bw_gbps = 0.01;
+    l.ep_overlap = false;
+    dp_time_layer(&m, &c, &l, lt);
+    l.ep_overlap = true;
+    dp_time_layer(&m, &c, &l, ov);
+    const struct dp_layer_time *e = &lt[DP_LAYER_MOE];
+    x = e->ep_f / 2;
+    double C = 3 * e->gemm_f + e->attn_f + e->attn_b + 3 * e->ew_f;
+    CHECK(x > C);
+    CHECK_NEAR(ov[DP_LAYER_MOE].ep_f, 0.25 * 2 * x + 0.75 * (4 * x - 0.85 * C) / 2, 1e-9);
+    /* The compute is untouched; with pp 2 and vpp 2 the (p - 1) + (v - 1) p = 3 of the
+     * M v = 8 x 2 = 16 passes run alone. */
+    CHECK_NEAR(ov[DP_LAYER_MOE].gemm_f, e->gemm_f, 0);
+    l.pp = 2;
+    l.vpp = 2;
+    l.gbs = 8;
+    l.dp = 1;
+    l.ep_overlap = false;
+    dp_time_layer(&m, &c, &l, lt);
+    l.ep_overlap = true;
+    dp_time_layer(&m, &c, &l, ov);
+    e = &lt[DP_LAYER_MOE];
+    x = e->ep_f / 2;
+    C = 3 * e->gemm_f + e->attn_f + e->attn_b + 3 * e->ew_f;
+    CHECK_NEAR(ov[DP_LAYER_MOE].ep_f, 3.0 / 16 * 2 * x + 13.0 / 16 * (4 * x - 0.85 * C) / 2, 1e-9);
+    /* Megatron-Core refuses it without EP, with pp > 1 and no VPP, with full recompute, and
+     * it is Megatron's. */
+    struct dp_err err = {0};
+    struct dp_model mm = m;
+    l.ep = 1;
+    CHECK_EQ(dp_layout_validate(&l, &mm, 2, &err), DP_EINFEASIBLE);
+    CHECK_CONTAINS(err.msg, "ep_overlap needs ep > 1");
+    l.ep = 2;
+    l.dp = 2;
+    l.gbs = 8;
+    l.vpp = 1;
+    err = (struct dp_err){0};
+    CHECK_EQ(dp_layout_validate(&l, &mm, 4, &err), DP_EINFEASIBLE);
+    CHECK_CONTAINS(err.msg, "needs vpp > 1");
+    l.vpp = 2;
+    l.recompute = DP_RECOMPUTE_FULL;
+    err = (struct dp_err){0};
+    CHECK_EQ(dp_layout_validate(&l, &mm, 4, &err), DP_EINFEASIBLE);
+    CHECK_CONTAINS(err.msg, "recompute other than full");
+    l.recompute = DP_RECOMPUTE_NONE;
+    l.framework = DP_FW_TORCHTITAN;
+    err = (struct dp_err){0};
+    CHECK_EQ(dp_layout_validate(&l, &mm, 4, &err), DP_EINFEASIBLE);
+    CHECK_CONTAINS(err.msg, "does not offer it");
+    l.framework = DP_FW_MEGATRON;
+    err = (struct dp_err){0};
+    CHECK_EQ(dp_layout_validate(&l, &mm, 4, &err), 0);
 }
 
 static void test_mixed_stages(void)
@@ -539,6 +702,8 @@ int main(void)
     test_alltoall_path();
     test_moe_layer_time();
     test_dispatch_copies();
+    test_moe_early_stop();
+    test_ep_overlap();
     test_mixed_stages();
     test_validate_rules();
     return check_done("test_costmodel_moe");
