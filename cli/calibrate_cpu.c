@@ -480,6 +480,45 @@ static int measure_kernels(const struct dp_model *m, int64_t seq, int64_t sweep,
     return 0;
 }
 
+/* Bandwidth by reuse distance and the kernels' cold factors, once (one thread alone; about
+ * 3-5 s of sweeps up to 256 MiB). */
+static int measure_reuse(const struct dp_model *m, int64_t seq, struct dp_calibration *cal,
+                         struct dp_err *err)
+{
+    progress("reuse", 0, 1);
+    struct dp_exec_costs sh = {.threads = 1,
+                               .concurrent = 1,
+                               .seq_len = seq,
+                               .head_dim = (int)m->head_dim,
+                               .ffn = m->ffn,
+                               .norm = m->norm,
+                               .hidden = (int)m->hidden};
+    struct dp_exec_reuse x;
+    int rc = dp_exec_measure_reuse(&sh, &x, err);
+    if (rc)
+        return rc;
+    progress("reuse", 1, 1);
+    struct dp_cal_reuse *r = &cal->reuse;
+    r->n = x.n < DP_CAL_REUSE_POINTS ? x.n : DP_CAL_REUSE_POINTS;
+    memcpy(r->bytes, x.bytes, (size_t)r->n * sizeof *r->bytes);
+    memcpy(r->read_gbps, x.read_gbps, (size_t)r->n * sizeof *r->read_gbps);
+    memcpy(r->write_gbps, x.write_gbps, (size_t)r->n * sizeof *r->write_gbps);
+    r->gemm_ab = x.gemm_ab;
+    r->gemm_c = x.gemm_c;
+    r->gemm_rms = x.gemm_rms;
+    r->attn_fwd = x.attn_fwd;
+    r->attn_bwd = x.attn_bwd;
+    r->attn_probs = x.attn_probs;
+    r->act_fwd = x.act_fwd;
+    r->act_bwd = x.act_bwd;
+    r->norm_fwd = x.norm_fwd;
+    r->norm_bwd = x.norm_bwd;
+    r->ce = x.ce;
+    r->adamw = x.adamw;
+    cal->has_reuse = true;
+    return 0;
+}
+
 static int measure_memory(int64_t from, int64_t to, struct dp_calibration *cal, struct dp_err *err)
 {
     struct dp_stream_sample s[16];
@@ -681,18 +720,13 @@ int cli_calibrate_cpu(int argc, char **argv)
     fflush(stdout);
     double rate = 0;
     int64_t l3 = 0;
-    /* The kernels are timed on operands where a step leaves them: a step touches its
-     * whole buffer table between two uses of most of its tensors (an activation written in
-     * the forward and read in the backward, a gradient, the optimizer's moments), so each
-     * repetition runs after a sweep of the model's step working set, one rank's buffer
-     * table (dp_exec_memory) at the calibrated micro-batch. */
-    int64_t pools[DP_NPOOLS], sweep = 0;
-    if (!dp_exec_memory(&m, &l, 0, pools, &err))
-        for (int p = 0; p < DP_NPOOLS; p++)
-            sweep += pools[p];
-    dp_err_clear(&err);
+    /* The kernels are timed hot; where a step leaves their operands is measured apart, as
+     * bandwidth by reuse distance and each kernel's cold factor (measure_reuse), and the
+     * prediction prices every operand at its own distance in the step (executor.h struct
+     * dp_exec_reuse). */
     if ((rc = measure_gemm(&m, l.mbs * l.seq_len, cal, &rate, &err)) ||
-        (rc = measure_kernels(&m, l.seq_len, sweep, np, cores, cal, &l3, &err)))
+        (rc = measure_kernels(&m, l.seq_len, 0, np, cores, cal, &l3, &err)) ||
+        (rc = measure_reuse(&m, l.seq_len, cal, &err)))
         goto out;
     int64_t from = 4 * l3 > (int64_t)(4 * MIB) ? 4 * l3 : (int64_t)(4 * MIB);
     int64_t to = 4 * from < cap ? 4 * from : cap;
@@ -719,12 +753,19 @@ int cli_calibrate_cpu(int argc, char **argv)
                k->gemm_call_us, k->fork_us, k->bw_gbps[0], k->bw_gbps[1], k->bw_gbps[2],
                k->attn_fwd_us, k->attn_bwd_us);
     }
-    if (cal->ncpu && cal->cpu[0].sweep_bytes > 0)
-        printf("kernels     timed after sweeping %.1f MiB a rank through the caches (one rank's "
-               "buffers of %s at %lld tokens a micro-batch, times the ranks computing); a small "
-               "pass right after it %.0f GB/s\n",
-               cal->cpu[0].sweep_bytes / MIB, m.name, (long long)(l.mbs * l.seq_len),
-               cal->cpu[0].swept_gbps);
+    if (cal->has_reuse) {
+        const struct dp_cal_reuse *r = &cal->reuse;
+        printf("reuse       read / write GB/s of a line last touched N bytes ago:");
+        for (int i = 0; i < r->n; i += 2)
+            printf("%s %.0f/%.0f at %.3g MiB", i ? "," : "", r->read_gbps[i], r->write_gbps[i],
+                   r->bytes[i] / MIB);
+        printf(
+            "\n            cold operands cost their bytes' extra time at those rates x: sgemm A+B "
+            "%.2f, C %.2f (rms %.0f%% over 6 shapes); attention fwd %.2f bwd %.2f, norms "
+            "%.2f/%.2f, activation %.2f/%.2f, cross-entropy %.2f, adamw %.2f\n",
+            r->gemm_ab, r->gemm_c, 100 * r->gemm_rms, r->attn_fwd, r->attn_bwd, r->norm_fwd,
+            r->norm_bwd, r->act_fwd, r->act_bwd, r->ce, r->adamw);
+    }
     if (cal->has_membw)
         printf("memory      %.2f GB/s, %.1f us per pass; R^2 %.3f, residuals rms %.1f%% max %.1f%% "
                "(%d sizes, %.0f to %.0f MiB)\n",

@@ -307,6 +307,28 @@ uint64_t dp_exec_heartbeat(const char **what, int *step);
 
 /* ------------------------------------------------------------------ step time */
 
+/* Points of the bandwidth-by-reuse-distance curve (0, then 256 KiB .. 256 MiB by 2x). */
+#define DP_EXEC_REUSE_POINTS 16
+
+/*
+ * Where a step leaves its operands, measured (`dplan calibrate --backend cpu`, one thread
+ * alone; backend/cpu_probe.c dp_exec_probe_reuse): what reading a byte costs when its line
+ * was last touched `bytes[i]` bytes of other traffic ago, and what writing one costs (its
+ * read for ownership and, the caches being full of dirty lines, its write-back), as rates;
+ * and for each kernel what operands that are not in cache cost it beyond its hot time, as
+ * a multiple of what those bytes cost at those rates (OpenBLAS's SGEMM per byte of A and
+ * B, which it packs with strided reads, and of C). The step-time prediction prices each
+ * operand at its reuse distance in the step off these (predict_ops.c), and the kernels'
+ * per-call costs (struct dp_exec_costs) are then their hot times.
+ */
+struct dp_exec_reuse {
+    int n; /* points, bytes ascending (0: none measured) */
+    double bytes[DP_EXEC_REUSE_POINTS], read_gbps[DP_EXEC_REUSE_POINTS],
+        write_gbps[DP_EXEC_REUSE_POINTS];
+    double gemm_ab, gemm_c, gemm_rms; /* SGEMM's factors, and the fit's relative rms residual */
+    double attn_fwd, attn_bwd, attn_probs, act_fwd, act_bwd, norm_fwd, norm_bwd, ce, adamw;
+};
+
 #define DP_EXEC_COLL_POINTS 32
 
 /* How a run ran, besides its model and layout. */
@@ -392,11 +414,20 @@ struct dp_exec_costs {
     int hidden;
     int64_t sweep_bytes;
     double swept_gbps;
+    /* Bandwidth by reuse distance and the kernels' cold factors (reuse.n 0: none; then each
+     * operand is priced at the bandwidth of its working set or the swept rate). With them,
+     * the kernel times above are hot (sweep_bytes 0). */
+    struct dp_exec_reuse reuse;
 };
 /* Measure them at that split and shape (out's first six fields and hidden, sweep_bytes
  * say which; about 0.1-0.5 s).
  * DP_ERUNTIME without the CPU backend. */
 int dp_exec_measure_costs(struct dp_exec_costs *out, struct dp_err *err);
+/* Measure bandwidth by reuse distance and the kernels' cold factors at shape's model shapes
+ * (its seq_len, head_dim, ffn, norm, hidden), one thread (about 3-5 s: sweeps of up to
+ * 256 MiB). DP_ERUNTIME without the CPU backend. */
+int dp_exec_measure_reuse(const struct dp_exec_costs *shape, struct dp_exec_reuse *out,
+                          struct dp_err *err);
 
 /*
  * For `dplan calibrate --backend cpu` (bench.c): the seconds of `reps` runs (their 10th

@@ -222,6 +222,21 @@ struct dp_cal_cpu {
     double sweep_bytes, swept_gbps;
 };
 
+/*
+ * Bandwidth by reuse distance and the CPU kernels' cold factors (executor.h struct
+ * dp_exec_reuse, where the measurement is described): `measured` holds [bytes, read GB/s,
+ * write GB/s] triples, bytes ascending; each factor is the kernel's extra time for
+ * operands not in cache over what their bytes cost at those rates (>= 0).
+ */
+#define DP_CAL_REUSE_POINTS 16
+struct dp_cal_reuse {
+    int n;
+    double bytes[DP_CAL_REUSE_POINTS], read_gbps[DP_CAL_REUSE_POINTS],
+        write_gbps[DP_CAL_REUSE_POINTS];
+    double gemm_ab, gemm_c, gemm_rms;
+    double attn_fwd, attn_bwd, attn_probs, act_fwd, act_bwd, norm_fwd, norm_bwd, ce, adamw;
+};
+
 struct dp_cal_machine {
     char hostname[64];
     char backend[16]; /* "cpu" or "cuda" */
@@ -244,6 +259,8 @@ struct dp_calibration {
     struct dp_cal_membw membw;
     int ncpu; /* one per (threads, concurrent) at most */
     struct dp_cal_cpu cpu[DP_CAL_MAX_CPU];
+    bool has_reuse; /* the cpu entries' kernel times are then hot (sweep_bytes 0) */
+    struct dp_cal_reuse reuse;
 };
 /* The fit of collective k over `link` in c, or NULL. */
 const struct dp_cal_coll *dp_calibration_coll(const struct dp_calibration *c, enum dp_nccl_coll k,

@@ -321,11 +321,66 @@ static int array_of(struct dp_jr *jr, const cJSON *obj, const char *key, const c
                       what, got);
 }
 
+/* The cold factors of a reuse object, by name (all required). */
+#define REUSE_F(f)                                                                                 \
+    {                                                                                              \
+#f, offsetof(struct dp_cal_reuse, f)                                                       \
+    }
+static const struct {
+    const char *key;
+    size_t off;
+} reuse_fields[] = {REUSE_F(gemm_ab),  REUSE_F(gemm_c),     REUSE_F(gemm_rms), REUSE_F(attn_fwd),
+                    REUSE_F(attn_bwd), REUSE_F(attn_probs), REUSE_F(act_fwd),  REUSE_F(act_bwd),
+                    REUSE_F(norm_fwd), REUSE_F(norm_bwd),   REUSE_F(ce),       REUSE_F(adamw)};
+#define NREUSE_F (sizeof reuse_fields / sizeof reuse_fields[0])
+
+/* "reuse": {"measured": [[bytes, read GB/s, write GB/s], ...], factors...}. */
+static int read_reuse(struct dp_jr *jr, const cJSON *v, struct dp_cal_reuse *r)
+{
+    const char *keys[NREUSE_F + 2];
+    size_t nk = 0;
+    keys[nk++] = "measured";
+    for (size_t i = 0; i < NREUSE_F; i++)
+        keys[nk++] = reuse_fields[i].key;
+    keys[nk] = NULL;
+    if (dp_jr_expect_object(jr, v, "a reuse object") || dp_jr_check_keys(jr, v, keys))
+        return jr->err->code;
+    for (size_t i = 0; i < NREUSE_F; i++)
+        if (dp_jr_number(jr, v, reuse_fields[i].key, true, 0, BIG,
+                         (double *)((char *)r + reuse_fields[i].off)))
+            return jr->err->code;
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(v, "measured");
+    int n = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : -1;
+    if (n < 2 || n > DP_CAL_REUSE_POINTS)
+        return dp_err_set(jr->err, DP_EINVAL,
+                          "%s: %s.measured: expected an array of 2 to %d [bytes, read GB/s, "
+                          "write GB/s] triples",
+                          jr->file, jr->path, DP_CAL_REUSE_POINTS);
+    int i = 0;
+    for (const cJSON *e = a->child; e; e = e->next, i++) {
+        const cJSON *b = cJSON_IsArray(e) && cJSON_GetArraySize(e) == 3 ? e->child : NULL;
+        const cJSON *rd = b ? b->next : NULL, *wr = rd ? rd->next : NULL;
+        bool ok = b && cJSON_IsNumber(b) && cJSON_IsNumber(rd) && cJSON_IsNumber(wr);
+        for (const cJSON *x = b; ok && x; x = x->next)
+            ok = x->valuedouble > 0 && x->valuedouble < BIG;
+        if (!ok || (i > 0 && !(b->valuedouble > r->bytes[i - 1])))
+            return dp_err_set(jr->err, DP_EINVAL,
+                              "%s: %s.measured[%d]: expected [bytes > 0, read GB/s > 0, write "
+                              "GB/s > 0], bytes ascending",
+                              jr->file, jr->path, i);
+        r->bytes[i] = b->valuedouble;
+        r->read_gbps[i] = rd->valuedouble;
+        r->write_gbps[i] = wr->valuedouble;
+    }
+    r->n = n;
+    return 0;
+}
+
 int dp_calibration_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_calibration *out)
 {
     static const char *const keys[] = {
         "dplan_calibration", "created_by", "measured_at", "machine", "gemm",
-        "collectives",       "memory",     "cpu",         NULL};
+        "collectives",       "memory",     "cpu",         "reuse",   NULL};
     memset(out, 0, sizeof *out);
     int64_t ver = 0;
     if (dp_jr_expect_object(jr, obj, "a calibration profile object") ||
@@ -425,6 +480,14 @@ int dp_calibration_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_calib
                                   jr->file, jr->path, c->threads, c->concurrent, j);
         out->ncpu = i + 1;
         dp_jr_pop(jr, at);
+    }
+    const cJSON *ru = cJSON_GetObjectItemCaseSensitive(obj, "reuse");
+    if (ru && !cJSON_IsNull(ru)) {
+        at = dp_jr_push(jr, "reuse", 0);
+        if (read_reuse(jr, ru, &out->reuse))
+            return jr->err->code;
+        dp_jr_pop(jr, at);
+        out->has_reuse = true;
     }
     return 0;
 }
@@ -541,6 +604,18 @@ cJSON *dp_calibration_to_json(const struct dp_calibration *c)
             }
             cJSON_AddItemToArray(a, e);
         }
+    }
+    if (c->has_reuse) {
+        cJSON *e = cJSON_AddObjectToObject(o, "reuse");
+        cJSON *pa = cJSON_AddArrayToObject(e, "measured");
+        for (int j = 0; j < c->reuse.n; j++) {
+            double pt[3] = {c->reuse.bytes[j], c->reuse.read_gbps[j], c->reuse.write_gbps[j]};
+            cJSON_AddItemToArray(pa, cJSON_CreateDoubleArray(pt, 3));
+        }
+        for (size_t f = 0; f < NREUSE_F; f++)
+            cJSON_AddNumberToObject(
+                e, reuse_fields[f].key,
+                *(const double *)((const char *)&c->reuse + reuse_fields[f].off));
     }
     return o;
 }

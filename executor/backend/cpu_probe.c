@@ -12,6 +12,7 @@
 #include "probe.h"
 
 #include <cblas.h>
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -243,7 +244,8 @@ static void sweep(int64_t bytes)
     __asm__ volatile("" : : "r"(buf) : "memory");
 }
 
-static int64_t sweep_now; /* the sweep of the probe in progress (dp_exec_probe_device) */
+static int64_t sweep_now;  /* the sweep of the probe in progress (dp_exec_probe_device) */
+static int reps_cap = 200; /* at most this many repetitions (fewer behind long sweeps) */
 
 /* Seconds (low quantile) of kernel call `body` over reps, after two untimed calls (the
  * kernels' own OpenMP loops run on one thread: the caller set omp_set_num_threads(1)),
@@ -251,7 +253,7 @@ static int64_t sweep_now; /* the sweep of the probe in progress (dp_exec_probe_d
 #define TIME_LOW(out, reps, body)                                                                  \
     do {                                                                                           \
         double t_[200];                                                                            \
-        int r_ = (reps) < 200 ? (reps) : 200;                                                      \
+        int r_ = (reps) < reps_cap ? (reps) : reps_cap;                                            \
         for (int i_ = -2; i_ < r_; i_++) {                                                         \
             sweep(sweep_now);                                                                      \
             double t0_ = now_s();                                                                  \
@@ -419,4 +421,205 @@ static double swept_stream_gbps(void)
     free(x);
     free(y);
     return t > 0 ? 12.0 * (double)n / t / 1e9 : 0;
+}
+
+/* ------------------------------------------------------------------ bandwidth by reuse distance */
+
+/* Seconds (low quantile of `reps`) of op(A) op(B) into C (beta 0) on this thread, each
+ * repetition after a sweep of sweep_now (untimed). */
+static double gemm_swept(bool ta, bool tb, int m, int n, int k, const float *a, const float *b,
+                         float *c, int reps)
+{
+    double t;
+    TIME_LOW(t, reps,
+             cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+                         tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a, ta ? m : k, b,
+                         tb ? k : n, 0.0f, c, n));
+    return t;
+}
+
+/* Least squares of extra = g1 x1 + g2 x2 on the relative error (weights 1/extra^2) with
+ * g1, g2 >= 0: where the pair comes out negative, the better one-factor fit. Returns the
+ * relative rms residual. */
+static double fit2(const double *x1, const double *x2, const double *extra, int n, double *g1,
+                   double *g2)
+{
+    double s11 = 0, s12 = 0, s22 = 0, r1 = 0, r2 = 0;
+    for (int i = 0; i < n; i++) {
+        if (!(extra[i] > 0))
+            continue;
+        double w = 1 / (extra[i] * extra[i]);
+        s11 += w * x1[i] * x1[i];
+        s12 += w * x1[i] * x2[i];
+        s22 += w * x2[i] * x2[i];
+        r1 += w * x1[i] * extra[i];
+        r2 += w * x2[i] * extra[i];
+    }
+    double det = s11 * s22 - s12 * s12;
+    *g1 = *g2 = 0;
+    if (det > 0) {
+        *g1 = (r1 * s22 - r2 * s12) / det;
+        *g2 = (s11 * r2 - s12 * r1) / det;
+    }
+    if (!(det > 0) || *g1 < 0 || *g2 < 0) {
+        double a1 = s11 > 0 ? fmax(0, r1 / s11) : 0, a2 = s22 > 0 ? fmax(0, r2 / s22) : 0;
+        double e1 = 0, e2 = 0;
+        for (int i = 0; i < n; i++)
+            if (extra[i] > 0) {
+                e1 += pow((a1 * x1[i] - extra[i]) / extra[i], 2);
+                e2 += pow((a2 * x2[i] - extra[i]) / extra[i], 2);
+            }
+        *g1 = e1 <= e2 ? a1 : 0;
+        *g2 = e1 <= e2 ? 0 : a2;
+    }
+    double ss = 0;
+    int used = 0;
+    for (int i = 0; i < n; i++)
+        if (extra[i] > 0) {
+            ss += pow((*g1 * x1[i] + *g2 * x2[i] - extra[i]) / extra[i], 2);
+            used++;
+        }
+    return used ? sqrt(ss / used) : 0;
+}
+
+/* A kernel's cold factor: its extra time between the curve's ends over what its bytes read
+ * (rd) and written (wr) cost extra between the same ends (>= 0). */
+static double cold_factor(double hot, double far, double rd, double wr, double drd, double dwr)
+{
+    double x = rd * drd + wr * dwr;
+    return x > 0 && far > hot ? (far - hot) / x : 0;
+}
+
+/*
+ * The curve (executor.h struct dp_exec_reuse): after sweeps of 0 and 256 KiB to 256 MiB,
+ * a pass y = a x + b y (x, y: B = 256 KiB each, read 2B, write back B) and a fill of y
+ * from a 1 KiB row (write B: each line read for ownership, then written back). With r
+ * and w the seconds per byte of reading a line and of writing back a dirty one, the pass
+ * takes 2B r + B w and the fill B (r + w): so r is their difference over B, and a write
+ * costs the fill's rate. Measured on this VM (footprint bytes, one thread): read ~60 GB/s
+ * hot, ~50 between 4 and 16 MiB, ~27 beyond 32 MiB; write ~54, ~20, ~8.5; sysfs claims a
+ * 480 MiB L3 (the host's, shared with other guests): the curve measures the share this
+ * thread gets.
+ *
+ * The GEMM factors: six products of the shapes a small transformer's linears have, with
+ * every transpose a step uses (NN forward, NT input gradient, TN weight gradient), hot and
+ * after a far sweep, fitted over A and B read and C written (fit2): OpenBLAS packs A and
+ * B panel by panel with strided reads that the prefetcher does not follow. The executor's
+ * kernels likewise, each at the probe's shapes (kernels()) hot and after the farthest
+ * sweep, over what its operands read and write in the probe.
+ */
+int dp_exec_probe_reuse(const struct dp_probe_shape *sh, struct dp_exec_reuse *out,
+                        struct dp_err *err)
+{
+    memset(out, 0, sizeof *out);
+    const size_t n = 65536; /* x and y of the pass: 2 x 256 KiB */
+    const double B = 4.0 * (double)n;
+    const int64_t far = (int64_t)256 << 20;
+    float *x = fill(n, 1), *y = fill(n, 2), *row = fill(256, 3);
+    int rc = x && y && row ? 0 : -1;
+    for (int64_t s = 0; !rc && out->n < DP_EXEC_REUSE_POINTS && s <= far;
+         s = s ? 2 * s : (int64_t)256 << 10) {
+        double tp, tf;
+        sweep_now = s;
+        TIME_LOW(tp, 12, {
+            for (size_t i = 0; i < n; i++)
+                y[i] = 1.5f * x[i] + 0.5f * y[i];
+            __asm__ volatile("" : : "r"(y) : "memory");
+        });
+        TIME_LOW(tf, 12, {
+            for (size_t i = 0; i < n; i += 256)
+                memcpy(y + i, row, 256 * sizeof *y);
+            __asm__ volatile("" : : "r"(y) : "memory");
+        });
+        /* noise can make the difference small or negative: a read costs at least a third
+         * of the pass's per-byte time */
+        double r = fmax(tp - tf, tp / 3) / B;
+        out->bytes[out->n] = (double)s + 2 * B;
+        out->read_gbps[out->n] = 1e-9 / r;
+        out->write_gbps[out->n++] = tf > 0 ? B / tf / 1e9 : 0;
+    }
+    free(x);
+    free(y);
+    free(row);
+    /* Farther is never faster: a point slower than one beyond it was slowed by something
+     * else (a neighbour, a page the host reclaimed), and the farther one bounds it. */
+    for (int i = out->n - 2; i >= 0; i--) {
+        out->read_gbps[i] = fmax(out->read_gbps[i], out->read_gbps[i + 1]);
+        out->write_gbps[i] = fmax(out->write_gbps[i], out->write_gbps[i + 1]);
+    }
+    if (rc || out->n < 2 || !(out->write_gbps[out->n - 1] > 0)) {
+        sweep_now = 0;
+        return dp_err_set(err, DP_ENOMEM, "reuse probe: out of memory");
+    }
+    /* extra seconds per byte read and written, hot to the farthest point */
+    const int e = out->n - 1;
+    const double drd = 1e-9 / out->read_gbps[e] - 1e-9 / out->read_gbps[0],
+                 dwr = 1e-9 / out->write_gbps[e] - 1e-9 / out->write_gbps[0];
+
+    static const int shapes[][5] = {{0, 0, 256, 1024, 256}, {0, 1, 256, 256, 1024},
+                                    {1, 0, 1024, 256, 256}, {0, 1, 256, 256, 256},
+                                    {0, 0, 512, 192, 64},   {1, 0, 64, 192, 512}};
+    enum { NS = sizeof shapes / sizeof shapes[0] };
+    const size_t most = (size_t)1 << 18; /* elements of the largest operand */
+    float *a = fill(most, 3), *b = fill(most, 4), *c = fill(most, 5);
+    double ab[NS], cc[NS], extra[NS];
+    rc = a && b && c ? 0 : -1;
+    for (int i = 0; !rc && i < NS; i++) {
+        const int *g = shapes[i];
+        sweep_now = 0;
+        double hot = gemm_swept(g[0], g[1], g[2], g[3], g[4], a, b, c, 9);
+        sweep_now = far;
+        double cold = gemm_swept(g[0], g[1], g[2], g[3], g[4], a, b, c, 7);
+        ab[i] = 4.0 * ((double)g[2] * g[4] + (double)g[4] * g[3]) * drd;
+        cc[i] = 4.0 * (double)g[2] * g[3] * dwr;
+        extra[i] = cold - hot;
+    }
+    free(a);
+    free(b);
+    free(c);
+    if (!rc)
+        out->gemm_rms = fit2(ab, cc, extra, NS, &out->gemm_ab, &out->gemm_c);
+
+    /* The kernels hot and far, at the shapes kernels() measures. */
+    struct dp_device_probe hot, cold;
+    memset(&hot, 0, sizeof hot);
+    memset(&cold, 0, sizeof cold);
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    sweep_now = 0;
+    if (!rc)
+        rc = kernels(sh, &hot);
+    sweep_now = far;
+    reps_cap = 5;
+    if (!rc)
+        rc = kernels(sh, &cold);
+    reps_cap = 200;
+    sweep_now = 0;
+    omp_set_num_threads(saved);
+    if (rc)
+        return dp_err_set(err, DP_ENOMEM, "reuse probe: out of memory");
+    /* What each kernel reads and writes per unit of its cost, as kernels() lays its
+     * operands out (and predict_ops.c counts them): per element of N x F for the
+     * activation, N x C for the norms, per logit (its first pass reads them; the others find
+     * them hot), per parameter, per head of T x d. */
+    const double Rb = (double)sizeof(real);
+    const int64_t T = sh->seq_len > 0 ? sh->seq_len : 64, d = sh->head_dim > 0 ? sh->head_dim : 16;
+    const double F1 = sh->ffn == DP_FFN_GELU ? 1 : 2; /* input columns per output column */
+    const double Td = (double)(T * d), TT = (double)(T * T);
+#define NS_F(f, rd, wr)                                                                            \
+    out->f = cold_factor(1e-9 * hot.f##_ns, 1e-9 * cold.f##_ns, Rb * (rd), Rb * (wr), drd, dwr)
+    NS_F(act_fwd, F1, 1);
+    NS_F(act_bwd, 1 + F1, F1);
+    NS_F(norm_fwd, 1, 1);
+    NS_F(norm_bwd, 2, 1);
+    NS_F(ce, 1, 0);
+    NS_F(adamw, 1, 3);
+#undef NS_F
+    out->attn_fwd =
+        cold_factor(hot.attn_fwd_s, cold.attn_fwd_s, Rb * 3 * Td, Rb * (TT + Td), drd, dwr);
+    out->attn_probs =
+        cold_factor(hot.attn_probs_s, cold.attn_probs_s, Rb * 3 * Td, Rb * TT, drd, dwr);
+    out->attn_bwd = cold_factor(hot.attn_bwd_s, cold.attn_bwd_s, Rb * (4 * Td + TT),
+                                Rb * (TT + 3 * Td), drd, dwr);
+    return 0;
 }
