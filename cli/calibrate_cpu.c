@@ -480,8 +480,8 @@ static int measure_kernels(const struct dp_model *m, int64_t seq, int64_t sweep,
     return 0;
 }
 
-/* Bandwidth by reuse distance and the kernels' cold factors, once (one thread alone; about
- * 3-5 s of sweeps up to 256 MiB). */
+/* Bandwidth by reuse distance, SGEMM hot and cold and the kernels' cold factors, once (one
+ * thread alone; about 5 s of sweeps up to 256 MiB), fitted (fit/reuse.c). */
 static int measure_reuse(const struct dp_model *m, int64_t seq, struct dp_calibration *cal,
                          struct dp_err *err)
 {
@@ -493,30 +493,40 @@ static int measure_reuse(const struct dp_model *m, int64_t seq, struct dp_calibr
                                .ffn = m->ffn,
                                .norm = m->norm,
                                .hidden = (int)m->hidden};
-    struct dp_exec_reuse x;
-    int rc = dp_exec_measure_reuse(&sh, &x, err);
-    if (rc)
-        return rc;
-    progress("reuse", 1, 1);
-    struct dp_cal_reuse *r = &cal->reuse;
-    r->n = x.n < DP_CAL_REUSE_POINTS ? x.n : DP_CAL_REUSE_POINTS;
-    memcpy(r->bytes, x.bytes, (size_t)r->n * sizeof *r->bytes);
-    memcpy(r->read_gbps, x.read_gbps, (size_t)r->n * sizeof *r->read_gbps);
-    memcpy(r->write_gbps, x.write_gbps, (size_t)r->n * sizeof *r->write_gbps);
-    r->gemm_ab = x.gemm_ab;
-    r->gemm_c = x.gemm_c;
-    r->gemm_rms = x.gemm_rms;
-    r->attn_fwd = x.attn_fwd;
-    r->attn_bwd = x.attn_bwd;
-    r->attn_probs = x.attn_probs;
-    r->act_fwd = x.act_fwd;
-    r->act_bwd = x.act_bwd;
-    r->norm_fwd = x.norm_fwd;
-    r->norm_bwd = x.norm_bwd;
-    r->ce = x.ce;
-    r->adamw = x.adamw;
-    cal->has_reuse = true;
-    return 0;
+    struct dp_exec_reuse_samples *x = calloc(1, sizeof *x);
+    struct dp_reuse_samples *f = calloc(1, sizeof *f);
+    int rc =
+        x && f ? dp_exec_measure_reuse(&sh, x, err) : dp_err_set(err, DP_ENOMEM, "out of memory");
+    if (!rc) {
+        progress("reuse", 1, 1);
+        f->n = x->n < DP_CAL_REUSE_POINTS ? x->n : DP_CAL_REUSE_POINTS;
+        memcpy(f->bytes, x->bytes, (size_t)f->n * sizeof *f->bytes);
+        memcpy(f->read_gbps, x->read_gbps, (size_t)f->n * sizeof *f->read_gbps);
+        memcpy(f->write_gbps, x->write_gbps, (size_t)f->n * sizeof *f->write_gbps);
+        f->ngemm = x->ngemm < DP_CAL_GEMM_SHAPES ? x->ngemm : DP_CAL_GEMM_SHAPES;
+        for (int i = 0; i < f->ngemm; i++)
+            f->gemm[i] = (struct dp_sgemm_sample){x->gemm[i].ta,    x->gemm[i].tb, x->gemm[i].m,
+                                                  x->gemm[i].n,     x->gemm[i].k,  x->gemm[i].hot_s,
+                                                  x->gemm[i].cold_s};
+#define K(k)                                                                                       \
+    f->k = (struct dp_reuse_kernel_sample){x->k.hot_s, x->k.far_s, x->k.rd_bytes, x->k.wr_bytes}
+        K(attn_fwd);
+        K(attn_bwd);
+        K(attn_probs);
+        K(act_fwd);
+        K(act_bwd);
+        K(norm_fwd);
+        K(norm_bwd);
+        K(ce);
+        K(adamw);
+        K(sumsq);
+#undef K
+        rc = dp_fit_reuse(f, &cal->reuse, NULL, err);
+        cal->has_reuse = !rc;
+    }
+    free(x);
+    free(f);
+    return rc;
 }
 
 static int measure_memory(int64_t from, int64_t to, struct dp_calibration *cal, struct dp_err *err)
@@ -759,12 +769,15 @@ int cli_calibrate_cpu(int argc, char **argv)
         for (int i = 0; i < r->n; i += 2)
             printf("%s %.0f/%.0f at %.3g MiB", i ? "," : "", r->read_gbps[i], r->write_gbps[i],
                    r->bytes[i] / MIB);
-        printf(
-            "\n            cold operands cost their bytes' extra time at those rates x: sgemm A+B "
-            "%.2f, C %.2f (rms %.0f%% over 6 shapes); attention fwd %.2f bwd %.2f, norms "
-            "%.2f/%.2f, activation %.2f/%.2f, cross-entropy %.2f, adamw %.2f\n",
-            r->gemm_ab, r->gemm_c, 100 * r->gemm_rms, r->attn_fwd, r->attn_bwd, r->norm_fwd,
-            r->norm_bwd, r->act_fwd, r->act_bwd, r->ce, r->adamw);
+        printf("\n            sgemm hot: %.2f us a call, %.1f GFLOP/s, %.3f ns per packed "
+               "element, %.3f ns per element of C (%d shapes, residuals rms %.1f%% max %.1f%%)\n",
+               r->gemm_call_us, r->gemm_gflops, r->gemm_ab_ns, r->gemm_c_ns, r->gemm_hot_q.n,
+               100 * r->gemm_hot_q.rms_rel, 100 * r->gemm_hot_q.max_rel);
+        printf("            cold operands cost their bytes' extra time at those rates x: sgemm "
+               "A+B %.2f, C %.2f (%d shapes, rms %.0f%%); attention fwd %.2f bwd %.2f, norms "
+               "%.2f/%.2f, activation %.2f/%.2f, cross-entropy %.2f, adamw %.2f\n",
+               r->gemm_ab, r->gemm_c, r->gemm_cold_q.n, 100 * r->gemm_cold_q.rms_rel, r->attn_fwd,
+               r->attn_bwd, r->norm_fwd, r->norm_bwd, r->act_fwd, r->act_bwd, r->ce, r->adamw);
     }
     if (cal->has_membw)
         printf("memory      %.2f GB/s, %.1f us per pass; R^2 %.3f, residuals rms %.1f%% max %.1f%% "

@@ -199,9 +199,12 @@ bool cli_calibration_machine(const struct dp_calibration *cal, int threads, int 
         memcpy(x->bytes, r->bytes, (size_t)x->n * sizeof *x->bytes);
         memcpy(x->read_gbps, r->read_gbps, (size_t)x->n * sizeof *x->read_gbps);
         memcpy(x->write_gbps, r->write_gbps, (size_t)x->n * sizeof *x->write_gbps);
+        x->gemm_call_s = r->gemm_call_us * 1e-6;
+        x->gemm_gflops = r->gemm_gflops;
+        x->gemm_ab_s = r->gemm_ab_ns * 1e-9;
+        x->gemm_c_s = r->gemm_c_ns * 1e-9;
         x->gemm_ab = r->gemm_ab;
         x->gemm_c = r->gemm_c;
-        x->gemm_rms = r->gemm_rms;
         x->attn_fwd = r->attn_fwd;
         x->attn_bwd = r->attn_bwd;
         x->attn_probs = r->attn_probs;
@@ -211,6 +214,8 @@ bool cli_calibration_machine(const struct dp_calibration *cal, int threads, int 
         x->norm_bwd = r->norm_bwd;
         x->ce = r->ce;
         x->adamw = r->adamw;
+        x->sumsq = r->sumsq;
+        x->sumsq_s = r->sumsq_ns * 1e-9;
     }
     mc->costs = o;
     /* dp_exec_machine's order: all-reduce, reduce-scatter, all-gather, send/recv. */

@@ -136,7 +136,7 @@ int dp_exec_measure_costs(struct dp_exec_costs *out, struct dp_err *err)
     return 0;
 }
 
-int dp_exec_measure_reuse(const struct dp_exec_costs *shape, struct dp_exec_reuse *out,
+int dp_exec_measure_reuse(const struct dp_exec_costs *shape, struct dp_exec_reuse_samples *out,
                           struct dp_err *err)
 {
     struct dp_probe_shape sh = {.threads = 1,

@@ -309,24 +309,54 @@ uint64_t dp_exec_heartbeat(const char **what, int *step);
 
 /* Points of the bandwidth-by-reuse-distance curve (0, then 256 KiB .. 256 MiB by 2x). */
 #define DP_EXEC_REUSE_POINTS 16
+/* SGEMM shapes the reuse probe times. */
+#define DP_EXEC_GEMM_SHAPES 32
 
 /*
- * Where a step leaves its operands, measured (`dplan calibrate --backend cpu`, one thread
- * alone; backend/cpu_probe.c dp_exec_probe_reuse): what reading a byte costs when its line
- * was last touched `bytes[i]` bytes of other traffic ago, and what writing one costs (its
- * read for ownership and, the caches being full of dirty lines, its write-back), as rates;
- * and for each kernel what operands that are not in cache cost it beyond its hot time, as
- * a multiple of what those bytes cost at those rates (OpenBLAS's SGEMM per byte of A and
- * B, which it packs with strided reads, and of C). The step-time prediction prices each
- * operand at its reuse distance in the step off these (predict_ops.c), and the kernels'
- * per-call costs (struct dp_exec_costs) are then their hot times.
+ * Where a step leaves its operands, and OpenBLAS's SGEMM on one thread, as the step-time
+ * prediction prices them (predict_ops.c; fitted by `dplan calibrate --backend cpu` from
+ * struct dp_exec_reuse_samples, fit/fit.h dp_fit_reuse):
+ * - the curve: what reading a byte costs when its line was last touched `bytes[i]` bytes
+ *   of other traffic ago, and what writing one costs (its read for ownership and, the
+ *   caches being full of dirty lines, its write-back), as rates;
+ * - SGEMM hot: call_s + 2 m n k / (gflops 1e9) + ab_s (m + n) k + c_s m n (the call, the
+ *   multiply-adds, the packing of A's rows and B's columns into panels, each C element's
+ *   loads and stores around the micro-kernel: per k-panel, so small k pays more per FLOP);
+ * - what operands that are not in cache cost a kernel beyond its hot time, as a multiple
+ *   of what those bytes cost at the curve's rates (SGEMM per byte of A and B, which it
+ *   packs with strided reads, and of C; the executor's kernels each), and the hot cost of
+ *   the reductions (sum, sumsq: the gradient norm), which the per-split probe lacks.
+ * The kernels' per-call costs (struct dp_exec_costs) are then their hot times.
  */
 struct dp_exec_reuse {
     int n; /* points, bytes ascending (0: none measured) */
     double bytes[DP_EXEC_REUSE_POINTS], read_gbps[DP_EXEC_REUSE_POINTS],
         write_gbps[DP_EXEC_REUSE_POINTS];
-    double gemm_ab, gemm_c, gemm_rms; /* SGEMM's factors, and the fit's relative rms residual */
-    double attn_fwd, attn_bwd, attn_probs, act_fwd, act_bwd, norm_fwd, norm_bwd, ce, adamw;
+    double gemm_call_s, gemm_gflops, gemm_ab_s, gemm_c_s; /* SGEMM hot */
+    double gemm_ab, gemm_c;                               /* SGEMM's cold factors */
+    double attn_fwd, attn_bwd, attn_probs, act_fwd, act_bwd, norm_fwd, norm_bwd, ce, adamw, sumsq;
+    double sumsq_s; /* the gradient norm's reduction (sum, sumsq) hot, per element */
+};
+
+/* A kernel timed hot and after the curve's farthest sweep (seconds per unit of its cost:
+ * a head, an element, a parameter) and what one unit reads and writes (bytes). */
+struct dp_exec_kernel_sample {
+    double hot_s, far_s, rd_bytes, wr_bytes;
+};
+
+/* What the reuse probe measures (backend/cpu_probe.c dp_exec_probe_reuse). */
+struct dp_exec_reuse_samples {
+    int n; /* the curve, as in struct dp_exec_reuse */
+    double bytes[DP_EXEC_REUSE_POINTS], read_gbps[DP_EXEC_REUSE_POINTS],
+        write_gbps[DP_EXEC_REUSE_POINTS];
+    int ngemm; /* C[m, n] = op(A) op(B), hot; cold_s after the farthest sweep (0: not timed) */
+    struct {
+        bool ta, tb;
+        int m, n, k;
+        double hot_s, cold_s;
+    } gemm[DP_EXEC_GEMM_SHAPES];
+    struct dp_exec_kernel_sample attn_fwd, attn_bwd, attn_probs, act_fwd, act_bwd, norm_fwd,
+        norm_bwd, ce, adamw, sumsq;
 };
 
 #define DP_EXEC_COLL_POINTS 32
@@ -423,10 +453,10 @@ struct dp_exec_costs {
  * say which; about 0.1-0.5 s).
  * DP_ERUNTIME without the CPU backend. */
 int dp_exec_measure_costs(struct dp_exec_costs *out, struct dp_err *err);
-/* Measure bandwidth by reuse distance and the kernels' cold factors at shape's model shapes
- * (its seq_len, head_dim, ffn, norm, hidden), one thread (about 3-5 s: sweeps of up to
- * 256 MiB). DP_ERUNTIME without the CPU backend. */
-int dp_exec_measure_reuse(const struct dp_exec_costs *shape, struct dp_exec_reuse *out,
+/* Measure bandwidth by reuse distance, SGEMM hot and cold and the kernels hot and cold at
+ * shape's model shapes (its seq_len, head_dim, ffn, norm, hidden), one thread (about 3-5 s:
+ * sweeps of up to 256 MiB). DP_ERUNTIME without the CPU backend. */
+int dp_exec_measure_reuse(const struct dp_exec_costs *shape, struct dp_exec_reuse_samples *out,
                           struct dp_err *err);
 
 /*

@@ -263,8 +263,8 @@ int dp_exec_predict(const struct dp_model *m, const struct dp_layout *l,
         struct parts pipe = {0}, step = {0};
         if ((rc = price_stage(&c, m, l, st, &pipe, &step, err))) {
             free(c.maps);
-    free(c.fen);
-    free(c.fen_val);
+            free(c.fen);
+            free(c.fen_val);
             return rc;
         }
         struct parts mb = {0};

@@ -419,13 +419,14 @@ static void p_gemm(struct dp_backend *be, bool ta, bool tb, int m, int n, int k,
     }
     double eff = nth > 1 || c->shared ? c->pr.conc_eff : 1.0;
     double pack = (rows + n) * k;
-    double t = c->pr.gemm_call_s;
+    double t = 0;
     if (!reuse(c)) {
-        t += 2 * rows * n * k / (c->pr.gemm_gflops * 1e9 * eff) + 2 * R * pack / bw(c, R * pack);
+        t = c->pr.gemm_call_s + 2 * rows * n * k / (c->pr.gemm_gflops * 1e9 * eff) +
+            2 * R * pack / bw(c, R * pack);
     } else {
-        /* Packing at the hot rate, and per operand what its distance adds over hot times
-         * SGEMM's measured factors (executor.h struct dp_exec_reuse): each thread packs its
-         * rows of A and all of B, and writes its rows of C. */
+        /* Per operand what its distance adds over hot, times SGEMM's measured cold factors
+         * (executor.h struct dp_exec_reuse): each thread packs its rows of A and all of B,
+         * and writes its rows of C. */
         const struct dp_exec_reuse *f = &c->pr.reuse;
         struct opnd o[3] = {ta ? block(a, k, m, lda, RD) : block(a, m, k, lda, RD),
                             tb ? block(b, n, k, ldb, RD) : block(b, k, n, ldb, RD),
@@ -434,19 +435,13 @@ static void p_gemm(struct dp_backend *be, bool ta, bool tb, int m, int n, int k,
         for (int i = 0; i < 3; i++)
             cost(c, &o[i], &x[i]);
         touch(c, o, 3);
-        /* Hot, a product is its multiply-adds at the kernel's rate, the packing (read and
-         * write) of its panels, and C's two passes (beta's, then the kernel's update of each
-         * panel): small-k products spend more per FLOP on C (at k = 64 a quarter of
-         * k = 256's FLOPs per byte of C; 512 x 192 x 64 took 98 us hot here against 86 at
-         * the 1024 x 768 x 256 probe's rate). The kernel's rate is the probe's with its own
-         * packing and C passes taken out. */
-        const double h = spb(c, 0, false), pm = 1024, pn = 768, pk = 256;
-        double probe = 2 * pm * pn * pk / (c->pr.gemm_gflops * 1e9);
-        double rate = 2 * pm * pn * pk /
-                      fmax(0.5 * probe, probe - (2 * R * (pm + pn) * pk + 2 * R * pm * pn) * h);
+        /* Hot, the calibration's SGEMM model for this thread's rows (executor.h struct
+         * dp_exec_reuse: the call, the multiply-adds, the packed panels, C's elements; the
+         * rate shared as the probe measured with the node's other threads busy). */
         double share = rows / m;
-        t += 2 * rows * n * k / (rate * eff) + (2 * R * pack + 2 * R * rows * n) * h +
-             f->gemm_ab * (share * x[0] + x[1]) + f->gemm_c * share * x[2];
+        t += f->gemm_call_s + 2 * rows * n * k / (f->gemm_gflops * 1e9 * eff) +
+             f->gemm_ab_s * pack + f->gemm_c_s * rows * n + f->gemm_ab * (share * x[0] + x[1]) +
+             f->gemm_c * share * x[2];
     }
     c->bill.gemm += t;
     c->bill.core_s += nth * t;
@@ -832,11 +827,22 @@ static void p_rows_dot(struct dp_backend *be, real *out, const real *a, const in
 static double p_sum(struct dp_backend *be, const real *x, int64_t n)
 {
     struct pricer *c = pc(be);
-    if (n < 65536 || c->nt <= 1)
-        serialo(c, c->optimizer ? &c->bill.opt : &c->bill.ew, R * (double)n,
-                OPND(dense(x, (double)n, RD)));
-    else
-        ewo(c, (double)n, R * (double)n, 0, 0, OPND(dense(x, (double)n, RD)));
+    if (reuse(c)) {
+        /* the reduction's hot cost (its double accumulation: about 3 elements a ns here) and
+         * its operand's distance, on the caller or split over the threads */
+        double x0;
+        mem(c, OPND(dense(x, (double)n, RD)), &x0);
+        int th = n < 65536 ? 1 : c->nt;
+        if (th > 1)
+            region(c);
+        double t = ((double)n * c->pr.reuse.sumsq_s + c->pr.reuse.sumsq * x0) / th;
+        *(c->optimizer ? &c->bill.opt : &c->bill.ew) += t;
+        c->bill.core_s += th * t;
+    } else if (n < 65536 || c->nt <= 1) {
+        serial(c, c->optimizer ? &c->bill.opt : &c->bill.ew, R * (double)n);
+    } else {
+        ew(c, (double)n, R * (double)n, 0);
+    }
     return 0;
 }
 

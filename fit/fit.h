@@ -223,19 +223,59 @@ struct dp_cal_cpu {
 };
 
 /*
- * Bandwidth by reuse distance and the CPU kernels' cold factors (executor.h struct
- * dp_exec_reuse, where the measurement is described): `measured` holds [bytes, read GB/s,
- * write GB/s] triples, bytes ascending; each factor is the kernel's extra time for
- * operands not in cache over what their bytes cost at those rates (>= 0).
+ * Bandwidth by reuse distance, OpenBLAS's SGEMM and the CPU kernels' cold factors
+ * (executor.h struct dp_exec_reuse, where the quantities are described), fitted by
+ * dp_fit_reuse: `measured` holds [bytes, read GB/s, write GB/s] triples, bytes ascending;
+ * SGEMM hot t = call + 2 m n k / gflops + ab_ns (m + n) k + c_ns m n with its fit's
+ * quality; each cold factor is a kernel's extra time for operands not in cache over what
+ * their bytes cost at those rates (>= 0), SGEMM's fitted over A + B and C with its quality.
  */
 #define DP_CAL_REUSE_POINTS 16
+#define DP_CAL_GEMM_SHAPES  24
 struct dp_cal_reuse {
     int n;
     double bytes[DP_CAL_REUSE_POINTS], read_gbps[DP_CAL_REUSE_POINTS],
         write_gbps[DP_CAL_REUSE_POINTS];
-    double gemm_ab, gemm_c, gemm_rms;
-    double attn_fwd, attn_bwd, attn_probs, act_fwd, act_bwd, norm_fwd, norm_bwd, ce, adamw;
+    double gemm_call_us, gemm_gflops, gemm_ab_ns, gemm_c_ns;
+    struct dp_fit_quality gemm_hot_q;
+    double gemm_ab, gemm_c;
+    struct dp_fit_quality gemm_cold_q;
+    double attn_fwd, attn_bwd, attn_probs, act_fwd, act_bwd, norm_fwd, norm_bwd, ce, adamw, sumsq;
+    double sumsq_ns; /* the reductions (sum, sumsq) hot, per element */
 };
+
+/* What the reuse probe measures (executor.h struct dp_exec_reuse_samples, the same
+ * fields). */
+struct dp_reuse_kernel_sample {
+    double hot_s, far_s, rd_bytes, wr_bytes;
+};
+struct dp_sgemm_sample {
+    bool ta, tb;
+    int m, n, k;
+    double hot_s, cold_s; /* cold_s 0: not timed cold */
+};
+struct dp_reuse_samples {
+    int n;
+    double bytes[DP_CAL_REUSE_POINTS], read_gbps[DP_CAL_REUSE_POINTS],
+        write_gbps[DP_CAL_REUSE_POINTS];
+    int ngemm;
+    struct dp_sgemm_sample gemm[DP_CAL_GEMM_SHAPES];
+    struct dp_reuse_kernel_sample attn_fwd, attn_bwd, attn_probs, act_fwd, act_bwd, norm_fwd,
+        norm_bwd, ce, adamw, sumsq;
+};
+/*
+ * Fit them: the curve is kept as measured; SGEMM hot by GSL weighted linear least squares
+ * on relative error over the call, the multiply-adds, the packed elements and C's elements
+ * (a coefficient that comes out negative, noise on a term too small to see, is dropped and
+ * the rest refitted); SGEMM cold, the products timed cold, the same over what A and B read
+ * and C writes extra between the curve's first and last point; each kernel's factor its
+ * extra time over its bytes' (0 when it came out no slower). `resid_hot` (ngemm entries, may
+ * be NULL) gets each product's relative residual hot.
+ * DP_EINVAL with one line: fewer than 2 curve points or a non-positive rate, fewer than 5
+ * products (4 parameters and one degree of freedom) or 3 timed cold, a non-positive time.
+ */
+int dp_fit_reuse(const struct dp_reuse_samples *s, struct dp_cal_reuse *out, double *resid_hot,
+                 struct dp_err *err);
 
 struct dp_cal_machine {
     char hostname[64];

@@ -321,7 +321,7 @@ static int array_of(struct dp_jr *jr, const cJSON *obj, const char *key, const c
                       what, got);
 }
 
-/* The cold factors of a reuse object, by name (all required). */
+/* The cold factors of a reuse object's kernels, by name (all required). */
 #define REUSE_F(f)                                                                                 \
     {                                                                                              \
 #f, offsetof(struct dp_cal_reuse, f)                                                       \
@@ -329,17 +329,25 @@ static int array_of(struct dp_jr *jr, const cJSON *obj, const char *key, const c
 static const struct {
     const char *key;
     size_t off;
-} reuse_fields[] = {REUSE_F(gemm_ab),  REUSE_F(gemm_c),     REUSE_F(gemm_rms), REUSE_F(attn_fwd),
-                    REUSE_F(attn_bwd), REUSE_F(attn_probs), REUSE_F(act_fwd),  REUSE_F(act_bwd),
-                    REUSE_F(norm_fwd), REUSE_F(norm_bwd),   REUSE_F(ce),       REUSE_F(adamw)};
+} reuse_fields[] = {
+    REUSE_F(attn_fwd), REUSE_F(attn_bwd), REUSE_F(attn_probs), REUSE_F(act_fwd),
+    REUSE_F(act_bwd),  REUSE_F(norm_fwd), REUSE_F(norm_bwd),   REUSE_F(ce),
+    REUSE_F(adamw),    REUSE_F(sumsq),    REUSE_F(sumsq_ns),
+};
 #define NREUSE_F (sizeof reuse_fields / sizeof reuse_fields[0])
 
-/* "reuse": {"measured": [[bytes, read GB/s, write GB/s], ...], factors...}. */
+/*
+ * "reuse": {"measured": [[bytes, read GB/s, write GB/s], ...],
+ *           "sgemm_hot": {"call_us", "gflops", "ab_ns", "c_ns", "quality"},
+ *           "sgemm_cold": {"ab", "c", "quality"?}, kernel factors...}.
+ */
 static int read_reuse(struct dp_jr *jr, const cJSON *v, struct dp_cal_reuse *r)
 {
-    const char *keys[NREUSE_F + 2];
+    const char *keys[NREUSE_F + 4];
     size_t nk = 0;
     keys[nk++] = "measured";
+    keys[nk++] = "sgemm_hot";
+    keys[nk++] = "sgemm_cold";
     for (size_t i = 0; i < NREUSE_F; i++)
         keys[nk++] = reuse_fields[i].key;
     keys[nk] = NULL;
@@ -349,6 +357,31 @@ static int read_reuse(struct dp_jr *jr, const cJSON *v, struct dp_cal_reuse *r)
         if (dp_jr_number(jr, v, reuse_fields[i].key, true, 0, BIG,
                          (double *)((char *)r + reuse_fields[i].off)))
             return jr->err->code;
+    static const char *const hot_keys[] = {"call_us", "gflops", "ab_ns", "c_ns", "quality", NULL};
+    static const char *const cold_keys[] = {"ab", "c", "quality", NULL};
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(v, "sgemm_hot"),
+                *c = cJSON_GetObjectItemCaseSensitive(v, "sgemm_cold");
+    if (!h || !c)
+        return dp_err_set(jr->err, DP_EINVAL,
+                          "%s: %s.%s: missing required field (expected an SGEMM model object)",
+                          jr->file, jr->path, h ? "sgemm_cold" : "sgemm_hot");
+    size_t at = dp_jr_push(jr, "sgemm_hot", 0);
+    if (dp_jr_expect_object(jr, h, "an SGEMM model object") || dp_jr_check_keys(jr, h, hot_keys) ||
+        dp_jr_number(jr, h, "call_us", true, 0, BIG, &r->gemm_call_us) ||
+        dp_jr_number(jr, h, "gflops", true, 1e-9, BIG, &r->gemm_gflops) ||
+        dp_jr_number(jr, h, "ab_ns", true, 0, BIG, &r->gemm_ab_ns) ||
+        dp_jr_number(jr, h, "c_ns", true, 0, BIG, &r->gemm_c_ns) ||
+        read_quality(jr, h, &r->gemm_hot_q))
+        return jr->err->code;
+    dp_jr_pop(jr, at);
+    at = dp_jr_push(jr, "sgemm_cold", 0);
+    if (dp_jr_expect_object(jr, c, "an SGEMM cold-factor object") ||
+        dp_jr_check_keys(jr, c, cold_keys) ||
+        dp_jr_number(jr, c, "ab", true, 0, BIG, &r->gemm_ab) ||
+        dp_jr_number(jr, c, "c", true, 0, BIG, &r->gemm_c) ||
+        (cJSON_GetObjectItemCaseSensitive(c, "quality") && read_quality(jr, c, &r->gemm_cold_q)))
+        return jr->err->code;
+    dp_jr_pop(jr, at);
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(v, "measured");
     int n = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : -1;
     if (n < 2 || n > DP_CAL_REUSE_POINTS)
@@ -606,16 +639,27 @@ cJSON *dp_calibration_to_json(const struct dp_calibration *c)
         }
     }
     if (c->has_reuse) {
+        const struct dp_cal_reuse *r = &c->reuse;
         cJSON *e = cJSON_AddObjectToObject(o, "reuse");
         cJSON *pa = cJSON_AddArrayToObject(e, "measured");
-        for (int j = 0; j < c->reuse.n; j++) {
-            double pt[3] = {c->reuse.bytes[j], c->reuse.read_gbps[j], c->reuse.write_gbps[j]};
+        for (int j = 0; j < r->n; j++) {
+            double pt[3] = {r->bytes[j], r->read_gbps[j], r->write_gbps[j]};
             cJSON_AddItemToArray(pa, cJSON_CreateDoubleArray(pt, 3));
         }
+        cJSON *h = cJSON_AddObjectToObject(e, "sgemm_hot");
+        cJSON_AddNumberToObject(h, "call_us", r->gemm_call_us);
+        cJSON_AddNumberToObject(h, "gflops", r->gemm_gflops);
+        cJSON_AddNumberToObject(h, "ab_ns", r->gemm_ab_ns);
+        cJSON_AddNumberToObject(h, "c_ns", r->gemm_c_ns);
+        add_quality(h, &r->gemm_hot_q);
+        cJSON *k = cJSON_AddObjectToObject(e, "sgemm_cold");
+        cJSON_AddNumberToObject(k, "ab", r->gemm_ab);
+        cJSON_AddNumberToObject(k, "c", r->gemm_c);
+        if (r->gemm_cold_q.n > 0)
+            add_quality(k, &r->gemm_cold_q);
         for (size_t f = 0; f < NREUSE_F; f++)
-            cJSON_AddNumberToObject(
-                e, reuse_fields[f].key,
-                *(const double *)((const char *)&c->reuse + reuse_fields[f].off));
+            cJSON_AddNumberToObject(e, reuse_fields[f].key,
+                                    *(const double *)((const char *)r + reuse_fields[f].off));
     }
     return o;
 }

@@ -246,6 +246,8 @@ static void sweep(int64_t bytes)
 
 static int64_t sweep_now;  /* the sweep of the probe in progress (dp_exec_probe_device) */
 static int reps_cap = 200; /* at most this many repetitions (fewer behind long sweeps) */
+static volatile float sink_f;
+static volatile double sink_d;
 
 /* Seconds (low quantile) of kernel call `body` over reps, after two untimed calls (the
  * kernels' own OpenMP loops run on one thread: the caller set omp_set_num_threads(1)),
@@ -438,77 +440,24 @@ static double gemm_swept(bool ta, bool tb, int m, int n, int k, const float *a, 
     return t;
 }
 
-/* Least squares of extra = g1 x1 + g2 x2 on the relative error (weights 1/extra^2) with
- * g1, g2 >= 0: where the pair comes out negative, the better one-factor fit. Returns the
- * relative rms residual. */
-static double fit2(const double *x1, const double *x2, const double *extra, int n, double *g1,
-                   double *g2)
-{
-    double s11 = 0, s12 = 0, s22 = 0, r1 = 0, r2 = 0;
-    for (int i = 0; i < n; i++) {
-        if (!(extra[i] > 0))
-            continue;
-        double w = 1 / (extra[i] * extra[i]);
-        s11 += w * x1[i] * x1[i];
-        s12 += w * x1[i] * x2[i];
-        s22 += w * x2[i] * x2[i];
-        r1 += w * x1[i] * extra[i];
-        r2 += w * x2[i] * extra[i];
-    }
-    double det = s11 * s22 - s12 * s12;
-    *g1 = *g2 = 0;
-    if (det > 0) {
-        *g1 = (r1 * s22 - r2 * s12) / det;
-        *g2 = (s11 * r2 - s12 * r1) / det;
-    }
-    if (!(det > 0) || *g1 < 0 || *g2 < 0) {
-        double a1 = s11 > 0 ? fmax(0, r1 / s11) : 0, a2 = s22 > 0 ? fmax(0, r2 / s22) : 0;
-        double e1 = 0, e2 = 0;
-        for (int i = 0; i < n; i++)
-            if (extra[i] > 0) {
-                e1 += pow((a1 * x1[i] - extra[i]) / extra[i], 2);
-                e2 += pow((a2 * x2[i] - extra[i]) / extra[i], 2);
-            }
-        *g1 = e1 <= e2 ? a1 : 0;
-        *g2 = e1 <= e2 ? 0 : a2;
-    }
-    double ss = 0;
-    int used = 0;
-    for (int i = 0; i < n; i++)
-        if (extra[i] > 0) {
-            ss += pow((*g1 * x1[i] + *g2 * x2[i] - extra[i]) / extra[i], 2);
-            used++;
-        }
-    return used ? sqrt(ss / used) : 0;
-}
-
-/* A kernel's cold factor: its extra time between the curve's ends over what its bytes read
- * (rd) and written (wr) cost extra between the same ends (>= 0). */
-static double cold_factor(double hot, double far, double rd, double wr, double drd, double dwr)
-{
-    double x = rd * drd + wr * dwr;
-    return x > 0 && far > hot ? (far - hot) / x : 0;
-}
-
 /*
- * The curve (executor.h struct dp_exec_reuse): after sweeps of 0 and 256 KiB to 256 MiB,
- * a pass y = a x + b y (x, y: B = 256 KiB each, read 2B, write back B) and a fill of y
- * from a 1 KiB row (write B: each line read for ownership, then written back). With r
- * and w the seconds per byte of reading a line and of writing back a dirty one, the pass
- * takes 2B r + B w and the fill B (r + w): so r is their difference over B, and a write
- * costs the fill's rate. Measured on this VM (footprint bytes, one thread): read ~60 GB/s
- * hot, ~50 between 4 and 16 MiB, ~27 beyond 32 MiB; write ~54, ~20, ~8.5; sysfs claims a
- * 480 MiB L3 (the host's, shared with other guests): the curve measures the share this
- * thread gets.
+ * The samples (executor.h struct dp_exec_reuse_samples); fit/ fits them (dp_fit_reuse).
  *
- * The GEMM factors: six products of the shapes a small transformer's linears have, with
- * every transpose a step uses (NN forward, NT input gradient, TN weight gradient), hot and
- * after a far sweep, fitted over A and B read and C written (fit2): OpenBLAS packs A and
- * B panel by panel with strided reads that the prefetcher does not follow. The executor's
- * kernels likewise, each at the probe's shapes (kernels()) hot and after the farthest
- * sweep, over what its operands read and write in the probe.
+ * The curve: after sweeps of 0 and 256 KiB to 256 MiB, a read of x (B = 256 KiB, eight
+ * independent sums so the loads set the pace) and a fill of y from a 1 KiB row (B written:
+ * each line read for ownership, then written back, the caches being full of the sweep's
+ * dirty lines). Measured on this VM (one thread): read ~100 GB/s hot, ~40 between 4 and 16
+ * MiB, ~30 beyond 64 MiB; write ~45, ~19, ~7; sysfs claims a 480 MiB L3 (the host's, shared
+ * with other guests): the curve measures the share this thread gets.
+ *
+ * SGEMM: products of the shapes a small transformer's linears have (tokens x width,
+ * width x width, the widths a tensor-parallel split halves), with every transpose a step
+ * uses (NN forward, NT input gradient, TN weight gradient) and k from 32 to 1024, hot; a
+ * quarter of them also after the farthest sweep. The executor's kernels at the probe's shapes
+ * (kernels()) hot and after the farthest sweep, with what each reads and writes per unit of its
+ * cost.
  */
-int dp_exec_probe_reuse(const struct dp_probe_shape *sh, struct dp_exec_reuse *out,
+int dp_exec_probe_reuse(const struct dp_probe_shape *sh, struct dp_exec_reuse_samples *out,
                         struct dp_err *err)
 {
     memset(out, 0, sizeof *out);
@@ -519,23 +468,23 @@ int dp_exec_probe_reuse(const struct dp_probe_shape *sh, struct dp_exec_reuse *o
     int rc = x && y && row ? 0 : -1;
     for (int64_t s = 0; !rc && out->n < DP_EXEC_REUSE_POINTS && s <= far;
          s = s ? 2 * s : (int64_t)256 << 10) {
-        double tp, tf;
+        double tr, tf;
         sweep_now = s;
-        TIME_LOW(tp, 12, {
-            for (size_t i = 0; i < n; i++)
-                y[i] = 1.5f * x[i] + 0.5f * y[i];
-            __asm__ volatile("" : : "r"(y) : "memory");
+        TIME_LOW(tr, 12, {
+            /* eight independent sums: the loads, not the additions' latency, set the pace */
+            float acc[8] = {0};
+            for (size_t i = 0; i < n; i += 8)
+                for (int j = 0; j < 8; j++)
+                    acc[j] += x[i + j];
+            sink_f = acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7];
         });
         TIME_LOW(tf, 12, {
             for (size_t i = 0; i < n; i += 256)
                 memcpy(y + i, row, 256 * sizeof *y);
             __asm__ volatile("" : : "r"(y) : "memory");
         });
-        /* noise can make the difference small or negative: a read costs at least a third
-         * of the pass's per-byte time */
-        double r = fmax(tp - tf, tp / 3) / B;
-        out->bytes[out->n] = (double)s + 2 * B;
-        out->read_gbps[out->n] = 1e-9 / r;
+        out->bytes[out->n] = (double)s + B;
+        out->read_gbps[out->n] = tr > 0 ? B / tr / 1e9 : 0;
         out->write_gbps[out->n++] = tf > 0 ? B / tf / 1e9 : 0;
     }
     free(x);
@@ -547,38 +496,44 @@ int dp_exec_probe_reuse(const struct dp_probe_shape *sh, struct dp_exec_reuse *o
         out->read_gbps[i] = fmax(out->read_gbps[i], out->read_gbps[i + 1]);
         out->write_gbps[i] = fmax(out->write_gbps[i], out->write_gbps[i + 1]);
     }
-    if (rc || out->n < 2 || !(out->write_gbps[out->n - 1] > 0)) {
+    if (rc || out->n < 2 || !(out->write_gbps[out->n - 1] > 0) ||
+        !(out->read_gbps[out->n - 1] > 0)) {
         sweep_now = 0;
         return dp_err_set(err, DP_ENOMEM, "reuse probe: out of memory");
     }
-    /* extra seconds per byte read and written, hot to the farthest point */
-    const int e = out->n - 1;
-    const double drd = 1e-9 / out->read_gbps[e] - 1e-9 / out->read_gbps[0],
-                 dwr = 1e-9 / out->write_gbps[e] - 1e-9 / out->write_gbps[0];
 
-    static const int shapes[][5] = {{0, 0, 256, 1024, 256}, {0, 1, 256, 256, 1024},
-                                    {1, 0, 1024, 256, 256}, {0, 1, 256, 256, 256},
-                                    {0, 0, 512, 192, 64},   {1, 0, 64, 192, 512}};
+    /* {ta, tb, m, n, k, timed cold too} */
+    static const int shapes[][6] = {
+        {0, 0, 256, 1024, 256, 1}, {0, 0, 512, 192, 64, 1},   {0, 0, 512, 64, 256, 0},
+        {0, 0, 256, 256, 1024, 0}, {0, 0, 1024, 256, 256, 0}, {0, 0, 128, 128, 128, 0},
+        {0, 0, 512, 32, 64, 0},    {0, 0, 512, 64, 96, 0},    {0, 1, 256, 256, 1024, 1},
+        {0, 1, 256, 256, 256, 1},  {0, 1, 512, 256, 64, 0},   {0, 1, 512, 64, 256, 0},
+        {0, 1, 256, 768, 256, 0},  {0, 1, 1024, 64, 64, 0},   {0, 1, 512, 64, 32, 0},
+        {0, 1, 512, 96, 64, 0},    {1, 0, 1024, 256, 256, 1}, {1, 0, 64, 192, 512, 1},
+        {1, 0, 64, 256, 512, 0},   {1, 0, 256, 64, 512, 0},   {1, 0, 256, 256, 1024, 0},
+        {1, 0, 768, 256, 256, 0},  {1, 0, 64, 32, 512, 0},    {1, 0, 32, 128, 512, 0}};
     enum { NS = sizeof shapes / sizeof shapes[0] };
+    _Static_assert(NS <= DP_EXEC_GEMM_SHAPES, "the probe's shapes fit the samples");
     const size_t most = (size_t)1 << 18; /* elements of the largest operand */
     float *a = fill(most, 3), *b = fill(most, 4), *c = fill(most, 5);
-    double ab[NS], cc[NS], extra[NS];
     rc = a && b && c ? 0 : -1;
     for (int i = 0; !rc && i < NS; i++) {
         const int *g = shapes[i];
         sweep_now = 0;
-        double hot = gemm_swept(g[0], g[1], g[2], g[3], g[4], a, b, c, 9);
+        out->gemm[i].ta = g[0];
+        out->gemm[i].tb = g[1];
+        out->gemm[i].m = g[2];
+        out->gemm[i].n = g[3];
+        out->gemm[i].k = g[4];
+        out->gemm[i].hot_s = gemm_swept(g[0], g[1], g[2], g[3], g[4], a, b, c, 11);
         sweep_now = far;
-        double cold = gemm_swept(g[0], g[1], g[2], g[3], g[4], a, b, c, 7);
-        ab[i] = 4.0 * ((double)g[2] * g[4] + (double)g[4] * g[3]) * drd;
-        cc[i] = 4.0 * (double)g[2] * g[3] * dwr;
-        extra[i] = cold - hot;
+        if (g[5])
+            out->gemm[i].cold_s = gemm_swept(g[0], g[1], g[2], g[3], g[4], a, b, c, 7);
+        out->ngemm = i + 1;
     }
     free(a);
     free(b);
     free(c);
-    if (!rc)
-        out->gemm_rms = fit2(ab, cc, extra, NS, &out->gemm_ab, &out->gemm_c);
 
     /* The kernels hot and far, at the shapes kernels() measures. */
     struct dp_device_probe hot, cold;
@@ -593,6 +548,19 @@ int dp_exec_probe_reuse(const struct dp_probe_shape *sh, struct dp_exec_reuse *o
     reps_cap = 5;
     if (!rc)
         rc = kernels(sh, &cold);
+    /* The gradient norm's reduction over 64 Ki elements (double accumulation). */
+    const int64_t nv = 65536;
+    real *v = rc ? NULL : fill_real((size_t)nv, 6);
+    double sq_hot = 0, sq_far = 0;
+    if (!rc && v) {
+        TIME_LOW(sq_far, 5, sink_d = dp__cpu_sumsq(NULL, v, nv));
+        reps_cap = 200;
+        sweep_now = 0;
+        TIME_LOW(sq_hot, 20, sink_d = dp__cpu_sumsq(NULL, v, nv));
+    } else if (!rc) {
+        rc = -1;
+    }
+    free(v);
     reps_cap = 200;
     sweep_now = 0;
     omp_set_num_threads(saved);
@@ -606,20 +574,18 @@ int dp_exec_probe_reuse(const struct dp_probe_shape *sh, struct dp_exec_reuse *o
     const int64_t T = sh->seq_len > 0 ? sh->seq_len : 64, d = sh->head_dim > 0 ? sh->head_dim : 16;
     const double F1 = sh->ffn == DP_FFN_GELU ? 1 : 2; /* input columns per output column */
     const double Td = (double)(T * d), TT = (double)(T * T);
-#define NS_F(f, rd, wr)                                                                            \
-    out->f = cold_factor(1e-9 * hot.f##_ns, 1e-9 * cold.f##_ns, Rb * (rd), Rb * (wr), drd, dwr)
-    NS_F(act_fwd, F1, 1);
-    NS_F(act_bwd, 1 + F1, F1);
-    NS_F(norm_fwd, 1, 1);
-    NS_F(norm_bwd, 2, 1);
-    NS_F(ce, 1, 0);
-    NS_F(adamw, 1, 3);
-#undef NS_F
-    out->attn_fwd =
-        cold_factor(hot.attn_fwd_s, cold.attn_fwd_s, Rb * 3 * Td, Rb * (TT + Td), drd, dwr);
-    out->attn_probs =
-        cold_factor(hot.attn_probs_s, cold.attn_probs_s, Rb * 3 * Td, Rb * TT, drd, dwr);
-    out->attn_bwd = cold_factor(hot.attn_bwd_s, cold.attn_bwd_s, Rb * (4 * Td + TT),
-                                Rb * (TT + 3 * Td), drd, dwr);
+#define KS(f, hs, cs, rd, wr)                                                                      \
+    out->f = (struct dp_exec_kernel_sample){(hs), (cs), Rb * (rd), Rb * (wr)}
+    KS(act_fwd, 1e-9 * hot.act_fwd_ns, 1e-9 * cold.act_fwd_ns, F1, 1);
+    KS(act_bwd, 1e-9 * hot.act_bwd_ns, 1e-9 * cold.act_bwd_ns, 1 + F1, F1);
+    KS(norm_fwd, 1e-9 * hot.norm_fwd_ns, 1e-9 * cold.norm_fwd_ns, 1, 1);
+    KS(norm_bwd, 1e-9 * hot.norm_bwd_ns, 1e-9 * cold.norm_bwd_ns, 2, 1);
+    KS(ce, 1e-9 * hot.ce_ns, 1e-9 * cold.ce_ns, 1, 0);
+    KS(adamw, 1e-9 * hot.adamw_ns, 1e-9 * cold.adamw_ns, 1, 3);
+    KS(attn_fwd, hot.attn_fwd_s, cold.attn_fwd_s, 3 * Td, TT + Td);
+    KS(attn_probs, hot.attn_probs_s, cold.attn_probs_s, 3 * Td, TT);
+    KS(attn_bwd, hot.attn_bwd_s, cold.attn_bwd_s, 4 * Td + TT, TT + 3 * Td);
+    KS(sumsq, sq_hot / (double)nv, sq_far / (double)nv, 1, 0);
+#undef KS
     return 0;
 }

@@ -54,9 +54,9 @@ struct dp_device_probe {
 int dp_exec_probe_device(const struct dp_probe_shape *shape, struct dp_device_probe *out,
                          struct dp_err *err);
 
-/* Bandwidth by reuse distance and the kernels' cold factors (executor.h struct
- * dp_exec_reuse) at the shape's model shapes, on the calling thread. */
-int dp_exec_probe_reuse(const struct dp_probe_shape *shape, struct dp_exec_reuse *out,
+/* Bandwidth by reuse distance, SGEMM and the kernels hot and cold (executor.h struct
+ * dp_exec_reuse_samples) at the shape's model shapes, on the calling thread. */
+int dp_exec_probe_reuse(const struct dp_probe_shape *shape, struct dp_exec_reuse_samples *out,
                         struct dp_err *err);
 
 /* How many of `threads` threads the executor's GEMM C[m, n] = A[m, k] B[k, n] runs on
