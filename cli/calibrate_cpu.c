@@ -169,6 +169,21 @@ static int coll_worker(const char *file, int64_t max_bytes)
         }
         fflush(stdout);
     }
+    /* Ranks in lock step: segments of about 0.03, 0.1 and 0.4 ms between synchronisations
+     * (tensor parallelism's are a layer's fraction of a step; data parallelism's a step). */
+    static const int passes[] = {2, 8, 32};
+    cJSON *ls = mpi.rank == 0 ? cJSON_AddArrayToObject(root, "lockstep") : NULL;
+    for (int i = 0; i < 3 && !rc; i++) {
+        double seg = 0, wait = 0;
+        if ((rc = dp_pf_mpi_bench_lockstep(&mpi, passes[i], 600, &seg, &wait, &err)))
+            break;
+        if (ls) {
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "seg_s", seg);
+            cJSON_AddNumberToObject(e, "wait_s", wait);
+            cJSON_AddItemToArray(ls, e);
+        }
+    }
     if (!rc && mpi.rank == 0)
         rc = dp_json_save_file(file, root, &err);
     cJSON_Delete(root);
@@ -257,6 +272,33 @@ static int measure_colls(int np, int64_t max_bytes, struct dp_calibration *cal, 
                 o->point_bytes[o->npoints] = s[i].bytes;
                 o->point_us[o->npoints++] = s[i].seconds * 1e6;
             }
+    }
+    /* Lock step: wait = e_n jitter sqrt(segment) (executor.h struct dp_exec_machine
+     * lockstep_jitter); each segment length gives jitter = wait / (e_n sqrt(segment)), and
+     * the median of them is kept (one length's burst does not decide it). */
+    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(root, "lockstep");
+    double k[DP_CAL_LOCKSTEP_POINTS];
+    int nl = 0;
+    for (const cJSON *e = ls ? ls->child : NULL; e && !rc; e = e->next) {
+        double seg = cJSON_GetNumberValue(cJSON_GetObjectItem(e, "seg_s")),
+               wait = cJSON_GetNumberValue(cJSON_GetObjectItem(e, "wait_s"));
+        if (!(seg > 0) || !(wait >= 0) || nl >= DP_CAL_LOCKSTEP_POINTS || np < 2)
+            continue;
+        k[nl] = wait / (dp_max_normal(np) * sqrt(seg));
+        cal->lockstep.seg_s[nl] = seg;
+        cal->lockstep.wait_s[nl++] = wait;
+    }
+    if (nl) {
+        for (int i = 1; i < nl; i++)
+            for (int j = i; j > 0 && k[j - 1] > k[j]; j--) {
+                double t = k[j];
+                k[j] = k[j - 1];
+                k[j - 1] = t;
+            }
+        cal->has_lockstep = true;
+        cal->lockstep.ranks = np;
+        cal->lockstep.n = nl;
+        cal->lockstep.jitter = nl % 2 ? k[nl / 2] : 0.5 * (k[nl / 2 - 1] + k[nl / 2]);
     }
     cJSON_Delete(root);
     free(s);
@@ -503,6 +545,7 @@ static int measure_reuse(const struct dp_model *m, int64_t seq, struct dp_calibr
         memcpy(f->bytes, x->bytes, (size_t)f->n * sizeof *f->bytes);
         memcpy(f->read_gbps, x->read_gbps, (size_t)f->n * sizeof *f->read_gbps);
         memcpy(f->write_gbps, x->write_gbps, (size_t)f->n * sizeof *f->write_gbps);
+        f->far_bytes = x->far_bytes;
         f->ngemm = x->ngemm < DP_CAL_GEMM_SHAPES ? x->ngemm : DP_CAL_GEMM_SHAPES;
         for (int i = 0; i < f->ngemm; i++)
             f->gemm[i] = (struct dp_sgemm_sample){x->gemm[i].ta,    x->gemm[i].tb, x->gemm[i].m,
@@ -774,9 +817,9 @@ int cli_calibrate_cpu(int argc, char **argv)
                r->gemm_call_us, r->gemm_gflops, r->gemm_ab_ns, r->gemm_c_ns, r->gemm_hot_q.n,
                100 * r->gemm_hot_q.rms_rel, 100 * r->gemm_hot_q.max_rel);
         printf("            cold operands cost their bytes' extra time at those rates x: sgemm "
-               "A+B %.2f, C %.2f (%d shapes, rms %.0f%%); attention fwd %.2f bwd %.2f, norms "
+               "%.2f (%d shapes, rms %.0f%% around it); attention fwd %.2f bwd %.2f, norms "
                "%.2f/%.2f, activation %.2f/%.2f, cross-entropy %.2f, adamw %.2f\n",
-               r->gemm_ab, r->gemm_c, r->gemm_cold_q.n, 100 * r->gemm_cold_q.rms_rel, r->attn_fwd,
+               r->gemm_cold, r->gemm_cold_q.n, 100 * r->gemm_cold_q.rms_rel, r->attn_fwd,
                r->attn_bwd, r->norm_fwd, r->norm_bwd, r->act_fwd, r->act_bwd, r->ce, r->adamw);
     }
     if (cal->has_membw)
@@ -791,6 +834,15 @@ int cli_calibrate_cpu(int argc, char **argv)
                "%.3f, residuals rms %.1f%% max %.1f%%\n",
                dp_nccl_coll_name(k->coll), k->ranks_min, k->alpha_us, k->alpha_se_us, k->busbw_gbps,
                k->busbw_se_gbps, k->q.r2, 100 * k->q.rms_rel, 100 * k->q.max_rel);
+    }
+    if (cal->has_lockstep) {
+        printf("lock step   %d ranks, each synchronisation waits for the slowest:",
+               cal->lockstep.ranks);
+        for (int i = 0; i < cal->lockstep.n; i++)
+            printf("%s %.1f us after %.0f us", i ? "," : "", cal->lockstep.wait_s[i] * 1e6,
+                   cal->lockstep.seg_s[i] * 1e6);
+        printf("; jitter %.2g s^0.5 (wait = %.2f jitter sqrt(segment))\n", cal->lockstep.jitter,
+               dp_max_normal(cal->lockstep.ranks));
     }
     if (outfile) {
         if ((rc = dp_calibration_save(outfile, cal, &err)))

@@ -203,8 +203,7 @@ bool cli_calibration_machine(const struct dp_calibration *cal, int threads, int 
         x->gemm_gflops = r->gemm_gflops;
         x->gemm_ab_s = r->gemm_ab_ns * 1e-9;
         x->gemm_c_s = r->gemm_c_ns * 1e-9;
-        x->gemm_ab = r->gemm_ab;
-        x->gemm_c = r->gemm_c;
+        x->gemm_cold = r->gemm_cold;
         x->attn_fwd = r->attn_fwd;
         x->attn_bwd = r->attn_bwd;
         x->attn_probs = r->attn_probs;
@@ -218,6 +217,7 @@ bool cli_calibration_machine(const struct dp_calibration *cal, int threads, int 
         x->sumsq_s = r->sumsq_ns * 1e-9;
     }
     mc->costs = o;
+    mc->lockstep_jitter = cal->has_lockstep ? cal->lockstep.jitter : 0;
     /* dp_exec_machine's order: all-reduce, reduce-scatter, all-gather, send/recv. */
     static const enum dp_nccl_coll kind[4] = {DP_NCCL_ALL_REDUCE, DP_NCCL_REDUCE_SCATTER,
                                               DP_NCCL_ALL_GATHER, DP_NCCL_SENDRECV};

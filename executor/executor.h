@@ -323,9 +323,9 @@ uint64_t dp_exec_heartbeat(const char **what, int *step);
  *   multiply-adds, the packing of A's rows and B's columns into panels, each C element's
  *   loads and stores around the micro-kernel: per k-panel, so small k pays more per FLOP);
  * - what operands that are not in cache cost a kernel beyond its hot time, as a multiple
- *   of what those bytes cost at the curve's rates (SGEMM per byte of A and B, which it
- *   packs with strided reads, and of C; the executor's kernels each), and the hot cost of
- *   the reductions (sum, sumsq: the gradient norm), which the per-split probe lacks.
+ *   of what those bytes cost at the curve's rates (SGEMM over its A, B and C: it packs A
+ *   and B with strided reads that the prefetcher does not follow; the executor's kernels each), and
+ * the hot cost of the reductions (sum, sumsq: the gradient norm), which the per-split probe lacks.
  * The kernels' per-call costs (struct dp_exec_costs) are then their hot times.
  */
 struct dp_exec_reuse {
@@ -333,12 +333,12 @@ struct dp_exec_reuse {
     double bytes[DP_EXEC_REUSE_POINTS], read_gbps[DP_EXEC_REUSE_POINTS],
         write_gbps[DP_EXEC_REUSE_POINTS];
     double gemm_call_s, gemm_gflops, gemm_ab_s, gemm_c_s; /* SGEMM hot */
-    double gemm_ab, gemm_c;                               /* SGEMM's cold factors */
+    double gemm_cold;                                     /* SGEMM's cold factor */
     double attn_fwd, attn_bwd, attn_probs, act_fwd, act_bwd, norm_fwd, norm_bwd, ce, adamw, sumsq;
     double sumsq_s; /* the gradient norm's reduction (sum, sumsq) hot, per element */
 };
 
-/* A kernel timed hot and after the curve's farthest sweep (seconds per unit of its cost:
+/* A kernel timed hot and where the curve stops falling (seconds per unit of its cost:
  * a head, an element, a parameter) and what one unit reads and writes (bytes). */
 struct dp_exec_kernel_sample {
     double hot_s, far_s, rd_bytes, wr_bytes;
@@ -349,7 +349,8 @@ struct dp_exec_reuse_samples {
     int n; /* the curve, as in struct dp_exec_reuse */
     double bytes[DP_EXEC_REUSE_POINTS], read_gbps[DP_EXEC_REUSE_POINTS],
         write_gbps[DP_EXEC_REUSE_POINTS];
-    int ngemm; /* C[m, n] = op(A) op(B), hot; cold_s after the farthest sweep (0: not timed) */
+    double far_bytes; /* the curve's point the cold times below were taken at */
+    int ngemm;        /* C[m, n] = op(A) op(B), hot; cold_s at far_bytes (0: not timed) */
     struct {
         bool ta, tb;
         int m, n, k;
@@ -381,6 +382,10 @@ struct dp_exec_machine {
     int coll_ranks[4], coll_npoints[4];
     double coll_point_bytes[4][DP_EXEC_COLL_POINTS], coll_point_s[4][DP_EXEC_COLL_POINTS];
     bool flash; /* the run's attention was flash (attn_flash_*), else the math one */
+    /* Ranks in lock step (`dplan calibrate`'s measurement, 0: none): each synchronisation
+     * with a group of n waits dp_max_normal(n) lockstep_jitter sqrt(t) for the slowest, t
+     * the work since the rank's last one (predict_ops.c). */
+    double lockstep_jitter;
 };
 
 /* One step, split by kind (seconds, the slowest stage's share; they add up to step_s). */

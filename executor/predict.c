@@ -216,6 +216,7 @@ int dp_exec_predict(const struct dp_model *m, const struct dp_layout *l,
     int per_node = run->ranks_per_node > 0 ? run->ranks_per_node : 1;
     c.shared = per_node > 1;
     c.per_node = per_node;
+    c.lockstep_jitter = run->lockstep_jitter > 0 ? run->lockstep_jitter : 0;
     c.flash = run->flash;
     struct dp_probe_shape sh = {.threads = c.nt,
                                 .concurrent = c.nt * per_node,

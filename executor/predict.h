@@ -56,6 +56,9 @@ struct pricer {
     double *fen, *fen_val, fen_total;
     int64_t fen_cap;
     int per_node;
+    /* Ranks in lock step (executor.h struct dp_exec_machine): the jitter, and the bill's
+     * total at this rank's last synchronisation with others. */
+    double lockstep_jitter, last_sync;
 };
 
 /* Every operation of backend.h priced on this machine (predict_ops.c). */

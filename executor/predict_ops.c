@@ -440,8 +440,8 @@ static void p_gemm(struct dp_backend *be, bool ta, bool tb, int m, int n, int k,
          * rate shared as the probe measured with the node's other threads busy). */
         double share = rows / m;
         t += f->gemm_call_s + 2 * rows * n * k / (f->gemm_gflops * 1e9 * eff) +
-             f->gemm_ab_s * pack + f->gemm_c_s * rows * n + f->gemm_ab * (share * x[0] + x[1]) +
-             f->gemm_c * share * x[2];
+             f->gemm_ab_s * pack + f->gemm_c_s * rows * n +
+             f->gemm_cold * (share * x[0] + x[1] + share * x[2]);
     }
     c->bill.gemm += t;
     c->bill.core_s += nth * t;
@@ -894,10 +894,45 @@ static double table_s(const struct pricer *c, enum coll k, double bytes, int n)
     return t[i - 1] * pow(t[i] / t[i - 1], f);
 }
 
+static double bill_total(const struct pricer *c)
+{
+    const struct parts *p = &c->bill;
+    return p->gemm + p->attn + p->ew + p->fork + p->comm + p->opt;
+}
+
+/*
+ * Ranks in lock step: each works on its own between synchronisations, and each
+ * synchronisation waits for the slowest of its group. On a shared machine the same work
+ * varies from rank to rank (interrupts, timer ticks, other guests on the host's cores and
+ * caches), so a group of n waits, on average, the expected largest of n such deviations:
+ * dp_max_normal(n) jitter sqrt(t) for t seconds of work since the last synchronisation, the
+ * noise amplification of bulk-synchronous programs (Petrini et al., SC'03, "The Case of the
+ * Missing Supercomputer Performance"; Hoefler et al., SC'10, "Characterizing the Influence
+ * of System Noise on Large-Scale Applications by Simulation"). `dplan calibrate` measures
+ * jitter with its ranks in lock step (preflight.h dp_pf_mpi_bench_lockstep): on this VM a
+ * 0.28 ms segment waited 11-27 us a synchronisation, and tiny-gpt's 13 all-reduces a step
+ * under TP 2 took 180 us more than the collectives alone (DPLAN_OPTIME).
+ */
+static void sync_wait(struct pricer *c, int n)
+{
+    double now = bill_total(c), span = now - c->last_sync;
+    if (c->lockstep_jitter > 0 && n > 1 && span > 0)
+        c->bill.comm += dp_max_normal(n) * c->lockstep_jitter * sqrt(span);
+}
+
+static void coll_price(struct pricer *c, enum coll k, double bytes, int n);
+
 static void coll(struct pricer *c, enum coll k, double bytes, int n)
 {
     if (n <= 1 && k != P2P)
         return;
+    sync_wait(c, k == P2P ? 2 : n);
+    coll_price(c, k, bytes, n);
+    c->last_sync = bill_total(c);
+}
+
+static void coll_price(struct pricer *c, enum coll k, double bytes, int n)
+{
     double tab = table_s(c, k, bytes, k == P2P ? 2 : n);
     if (tab >= 0) {
         c->bill.comm += tab;
@@ -1007,6 +1042,7 @@ static int pend(struct pricer *c, double before, int *req)
             c->pend_used[i] = true;
             c->pend_s[i] = c->bill.comm - before;
             c->bill.comm = before;
+            c->last_sync = fmin(c->last_sync, bill_total(c));
             *req = i;
             return 0;
         }

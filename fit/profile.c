@@ -339,7 +339,7 @@ static const struct {
 /*
  * "reuse": {"measured": [[bytes, read GB/s, write GB/s], ...],
  *           "sgemm_hot": {"call_us", "gflops", "ab_ns", "c_ns", "quality"},
- *           "sgemm_cold": {"ab", "c", "quality"?}, kernel factors...}.
+ *           "sgemm_cold": {"factor", "quality"?}, kernel factors...}.
  */
 static int read_reuse(struct dp_jr *jr, const cJSON *v, struct dp_cal_reuse *r)
 {
@@ -358,7 +358,7 @@ static int read_reuse(struct dp_jr *jr, const cJSON *v, struct dp_cal_reuse *r)
                          (double *)((char *)r + reuse_fields[i].off)))
             return jr->err->code;
     static const char *const hot_keys[] = {"call_us", "gflops", "ab_ns", "c_ns", "quality", NULL};
-    static const char *const cold_keys[] = {"ab", "c", "quality", NULL};
+    static const char *const cold_keys[] = {"factor", "quality", NULL};
     const cJSON *h = cJSON_GetObjectItemCaseSensitive(v, "sgemm_hot"),
                 *c = cJSON_GetObjectItemCaseSensitive(v, "sgemm_cold");
     if (!h || !c)
@@ -377,8 +377,7 @@ static int read_reuse(struct dp_jr *jr, const cJSON *v, struct dp_cal_reuse *r)
     at = dp_jr_push(jr, "sgemm_cold", 0);
     if (dp_jr_expect_object(jr, c, "an SGEMM cold-factor object") ||
         dp_jr_check_keys(jr, c, cold_keys) ||
-        dp_jr_number(jr, c, "ab", true, 0, BIG, &r->gemm_ab) ||
-        dp_jr_number(jr, c, "c", true, 0, BIG, &r->gemm_c) ||
+        dp_jr_number(jr, c, "factor", true, 0, BIG, &r->gemm_cold) ||
         (cJSON_GetObjectItemCaseSensitive(c, "quality") && read_quality(jr, c, &r->gemm_cold_q)))
         return jr->err->code;
     dp_jr_pop(jr, at);
@@ -409,11 +408,51 @@ static int read_reuse(struct dp_jr *jr, const cJSON *v, struct dp_cal_reuse *r)
     return 0;
 }
 
+/* "lockstep": {"ranks", "jitter", "measured": [[segment s, wait s], ...]}. */
+static int read_lockstep(struct dp_jr *jr, const cJSON *v, struct dp_cal_lockstep *l)
+{
+    static const char *const keys[] = {"ranks", "jitter", "measured", NULL};
+    int64_t ranks = 0;
+    if (dp_jr_expect_object(jr, v, "a lock-step object") || dp_jr_check_keys(jr, v, keys) ||
+        dp_jr_int(jr, v, "ranks", true, 2, 1 << 20, &ranks) ||
+        dp_jr_number(jr, v, "jitter", true, 0, 1, &l->jitter))
+        return jr->err->code;
+    l->ranks = (int)ranks;
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(v, "measured");
+    int n = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : -1;
+    if (n < 1 || n > DP_CAL_LOCKSTEP_POINTS)
+        return dp_err_set(jr->err, DP_EINVAL,
+                          "%s: %s.measured: expected an array of 1 to %d [segment s, wait s] pairs",
+                          jr->file, jr->path, DP_CAL_LOCKSTEP_POINTS);
+    int i = 0;
+    for (const cJSON *e = a->child; e; e = e->next, i++) {
+        const cJSON *s = cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 ? e->child : NULL;
+        const cJSON *w = s ? s->next : NULL;
+        if (!s || !cJSON_IsNumber(s) || !cJSON_IsNumber(w) || !(s->valuedouble > 0) ||
+            !(w->valuedouble >= 0) || !(s->valuedouble < 1e9) || !(w->valuedouble < 1e9))
+            return dp_err_set(jr->err, DP_EINVAL,
+                              "%s: %s.measured[%d]: expected [segment s > 0, wait s >= 0]",
+                              jr->file, jr->path, i);
+        l->seg_s[i] = s->valuedouble;
+        l->wait_s[i] = w->valuedouble;
+    }
+    l->n = n;
+    return 0;
+}
+
 int dp_calibration_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_calibration *out)
 {
-    static const char *const keys[] = {
-        "dplan_calibration", "created_by", "measured_at", "machine", "gemm",
-        "collectives",       "memory",     "cpu",         "reuse",   NULL};
+    static const char *const keys[] = {"dplan_calibration",
+                                       "created_by",
+                                       "measured_at",
+                                       "machine",
+                                       "gemm",
+                                       "collectives",
+                                       "memory",
+                                       "cpu",
+                                       "reuse",
+                                       "lockstep",
+                                       NULL};
     memset(out, 0, sizeof *out);
     int64_t ver = 0;
     if (dp_jr_expect_object(jr, obj, "a calibration profile object") ||
@@ -513,6 +552,14 @@ int dp_calibration_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_calib
                                   jr->file, jr->path, c->threads, c->concurrent, j);
         out->ncpu = i + 1;
         dp_jr_pop(jr, at);
+    }
+    const cJSON *lk = cJSON_GetObjectItemCaseSensitive(obj, "lockstep");
+    if (lk && !cJSON_IsNull(lk)) {
+        at = dp_jr_push(jr, "lockstep", 0);
+        if (read_lockstep(jr, lk, &out->lockstep))
+            return jr->err->code;
+        dp_jr_pop(jr, at);
+        out->has_lockstep = true;
     }
     const cJSON *ru = cJSON_GetObjectItemCaseSensitive(obj, "reuse");
     if (ru && !cJSON_IsNull(ru)) {
@@ -638,6 +685,16 @@ cJSON *dp_calibration_to_json(const struct dp_calibration *c)
             cJSON_AddItemToArray(a, e);
         }
     }
+    if (c->has_lockstep) {
+        cJSON *e = cJSON_AddObjectToObject(o, "lockstep");
+        cJSON_AddNumberToObject(e, "ranks", c->lockstep.ranks);
+        cJSON_AddNumberToObject(e, "jitter", c->lockstep.jitter);
+        cJSON *pa = cJSON_AddArrayToObject(e, "measured");
+        for (int j = 0; j < c->lockstep.n; j++) {
+            double pt[2] = {c->lockstep.seg_s[j], c->lockstep.wait_s[j]};
+            cJSON_AddItemToArray(pa, cJSON_CreateDoubleArray(pt, 2));
+        }
+    }
     if (c->has_reuse) {
         const struct dp_cal_reuse *r = &c->reuse;
         cJSON *e = cJSON_AddObjectToObject(o, "reuse");
@@ -653,8 +710,7 @@ cJSON *dp_calibration_to_json(const struct dp_calibration *c)
         cJSON_AddNumberToObject(h, "c_ns", r->gemm_c_ns);
         add_quality(h, &r->gemm_hot_q);
         cJSON *k = cJSON_AddObjectToObject(e, "sgemm_cold");
-        cJSON_AddNumberToObject(k, "ab", r->gemm_ab);
-        cJSON_AddNumberToObject(k, "c", r->gemm_c);
+        cJSON_AddNumberToObject(k, "factor", r->gemm_cold);
         if (r->gemm_cold_q.n > 0)
             add_quality(k, &r->gemm_cold_q);
         for (size_t f = 0; f < NREUSE_F; f++)

@@ -152,7 +152,7 @@ int dp_fit_reuse(const struct dp_reuse_samples *s, struct dp_cal_reuse *out, dou
                           "%s: %d SGEMM samples for 4 parameters (call, rate, packing, C): need at "
                           "least 5",
                           what, s->ngemm);
-    double X[DP_CAL_GEMM_SHAPES][MAXP], y[DP_CAL_GEMM_SHAPES], c[MAXP];
+    double X[DP_CAL_GEMM_SHAPES][MAXP], y[DP_CAL_GEMM_SHAPES], c[MAXP] = {0};
     int ncold = 0;
     for (int i = 0; i < s->ngemm; i++) {
         const struct dp_sgemm_sample *g = &s->gemm[i];
@@ -188,28 +188,40 @@ int dp_fit_reuse(const struct dp_reuse_samples *s, struct dp_cal_reuse *out, dou
     memcpy(out->bytes, s->bytes, (size_t)s->n * sizeof *s->bytes);
     memcpy(out->read_gbps, s->read_gbps, (size_t)s->n * sizeof *s->read_gbps);
     memcpy(out->write_gbps, s->write_gbps, (size_t)s->n * sizeof *s->write_gbps);
-    /* extra seconds per byte read and written, hot to the farthest point */
-    const int e = s->n - 1;
+    /* extra seconds per byte read and written, hot to the point the cold times were taken at
+     * (the last one unless far_bytes names another) */
+    int e = s->n - 1;
+    for (int i = 0; i < s->n && s->far_bytes > 0; i++)
+        if (s->bytes[i] == s->far_bytes)
+            e = i;
     const double drd = 1e-9 / s->read_gbps[e] - 1e-9 / s->read_gbps[0],
                  dwr = 1e-9 / s->write_gbps[e] - 1e-9 / s->write_gbps[0];
-    if (ncold >= 3 && (drd > 0 || dwr > 0)) {
-        double Xc[DP_CAL_GEMM_SHAPES][MAXP] = {{0}}, yc[DP_CAL_GEMM_SHAPES], g[MAXP];
+    if (ncold >= 1 && (drd > 0 || dwr > 0)) {
+        double f[DP_CAL_GEMM_SHAPES] = {0};
         int j = 0;
         for (int i = 0; i < s->ngemm; i++) {
             const struct dp_sgemm_sample *q = &s->gemm[i];
-            if (!(q->cold_s > q->hot_s))
-                continue;
             double m = q->m, n = q->n, k = q->k;
-            Xc[j][0] = 4.0 * (m * k + k * n) * drd;
-            Xc[j][1] = 4.0 * m * n * dwr;
-            yc[j++] = q->cold_s - q->hot_s;
+            double x = 4.0 * (m * k + k * n) * drd + 4.0 * m * n * dwr;
+            if (q->cold_s > q->hot_s && x > 0)
+                f[j++] = (q->cold_s - q->hot_s) / x;
         }
-        rc = nonneg_fit((const double(*)[MAXP])Xc, yc, j, 2, g, &out->gemm_cold_q, NULL,
-                        "SGEMM cold fit", err);
-        if (rc)
-            return rc;
-        out->gemm_ab = g[0];
-        out->gemm_c = g[1];
+        for (int i = 1; i < j; i++)
+            for (int u = i; u > 0 && f[u - 1] > f[u]; u--) {
+                double t = f[u];
+                f[u] = f[u - 1];
+                f[u - 1] = t;
+            }
+        out->gemm_cold = !j ? 0 : j % 2 ? f[j / 2] : 0.5 * (f[j / 2 - 1] + f[j / 2]);
+        /* the products' own factors around it, as relative residuals */
+        double ss = 0, mx = 0;
+        for (int i = 0; i < j; i++) {
+            double r = out->gemm_cold / f[i] - 1;
+            ss += r * r;
+            mx = fmax(mx, fabs(r));
+        }
+        if (j)
+            out->gemm_cold_q = (struct dp_fit_quality){j, 1, 0, sqrt(ss / j), mx};
     }
     out->attn_fwd = factor(&s->attn_fwd, drd, dwr);
     out->attn_bwd = factor(&s->attn_bwd, drd, dwr);

@@ -10,6 +10,7 @@
  */
 #include "preflight.h"
 
+#include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -258,5 +259,67 @@ int dp_pf_mpi_bench_coll(const struct dp_pf_mpi *m, enum dp_nccl_coll k, int64_t
     *seconds = tmax;
     free(sbuf);
     free(rbuf);
+    return 0;
+}
+
+int dp_pf_mpi_bench_lockstep(const struct dp_pf_mpi *m, int passes, int iters, double *seg_s,
+                             double *wait_s, struct dp_err *err)
+{
+    *seg_s = *wait_s = 0;
+    if (!m->active || m->size < 2 || passes < 1 || iters < 3)
+        return dp_err_set(err, DP_EINVAL, "lock-step benchmark: needs 2 or more MPI ranks");
+    enum { N = 65536 };
+    float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);
+    double *ts = malloc((size_t)iters * sizeof *ts);
+    if (!x || !y || !ts) {
+        free(x);
+        free(y);
+        free(ts);
+        return dp_err_set(err, DP_ENOMEM, "out of memory");
+    }
+    for (int i = 0; i < N; i++) {
+        x[i] = (float)(i % 7) * 0.25f;
+        y[i] = 1;
+    }
+    /* The all-reduce of one double when the ranks arrive together: from a barrier, the
+     * median. */
+    for (int i = -3; i < iters; i++) {
+        double v = 1;
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        if (i >= 0)
+            ts[i] = MPI_Wtime() - t0;
+    }
+    for (int i = 1; i < iters; i++)
+        for (int j = i; j > 0 && ts[j - 1] > ts[j]; j--) {
+            double t = ts[j];
+            ts[j] = ts[j - 1];
+            ts[j - 1] = t;
+        }
+    double floor_s = ts[iters / 2], seg = 0, wait = 0;
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int i = -3; i < iters; i++) {
+        double t0 = MPI_Wtime();
+        for (int p = 0; p < passes; p++) {
+            for (int j = 0; j < N; j++)
+                y[j] = 0.999f * y[j] + 0.5f * x[j];
+            __asm__ volatile("" : : "r"(y) : "memory");
+        }
+        double t1 = MPI_Wtime(), v = 1;
+        MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        double t2 = MPI_Wtime();
+        if (i >= 0) {
+            seg += t1 - t0;
+            wait += t2 - t1;
+        }
+    }
+    double sum[2] = {seg / iters, fmax(0, wait / iters - floor_s)};
+    MPI_Allreduce(MPI_IN_PLACE, sum, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    *seg_s = sum[0] / m->size;
+    *wait_s = sum[1] / m->size;
+    free(x);
+    free(y);
+    free(ts);
     return 0;
 }

@@ -427,6 +427,11 @@ static double swept_stream_gbps(void)
 
 /* ------------------------------------------------------------------ bandwidth by reuse distance */
 
+static double median3(double a, double b, double c)
+{
+    return fmax(fmin(a, b), fmin(fmax(a, b), c));
+}
+
 /* Seconds (low quantile of `reps`) of op(A) op(B) into C (beta 0) on this thread, each
  * repetition after a sweep of sweep_now (untimed). */
 static double gemm_swept(bool ta, bool tb, int m, int n, int k, const float *a, const float *b,
@@ -502,6 +507,13 @@ int dp_exec_probe_reuse(const struct dp_probe_shape *sh, struct dp_exec_reuse_sa
         return dp_err_set(err, DP_ENOMEM, "reuse probe: out of memory");
     }
 
+    /* The cold times below are taken at the curve's farthest point: at its knee (32-64 MiB
+     * on this VM, the edge of the last-level cache share other guests also use) the same
+     * measurement moved by 2x between calibrations minutes apart, beyond it by 10%. */
+    const int fi = out->n - 1;
+    const int64_t far_f = (int64_t)(out->bytes[fi] - B);
+    out->far_bytes = out->bytes[fi];
+
     /* {ta, tb, m, n, k, timed cold too} */
     static const int shapes[][6] = {
         {0, 0, 256, 1024, 256, 1}, {0, 0, 512, 192, 64, 1},   {0, 0, 512, 64, 256, 0},
@@ -512,60 +524,109 @@ int dp_exec_probe_reuse(const struct dp_probe_shape *sh, struct dp_exec_reuse_sa
         {0, 1, 512, 96, 64, 0},    {1, 0, 1024, 256, 256, 1}, {1, 0, 64, 192, 512, 1},
         {1, 0, 64, 256, 512, 0},   {1, 0, 256, 64, 512, 0},   {1, 0, 256, 256, 1024, 0},
         {1, 0, 768, 256, 256, 0},  {1, 0, 64, 32, 512, 0},    {1, 0, 32, 128, 512, 0}};
-    enum { NS = sizeof shapes / sizeof shapes[0] };
+    enum { NS = sizeof shapes / sizeof shapes[0], ROUNDS = 3 };
     _Static_assert(NS <= DP_EXEC_GEMM_SHAPES, "the probe's shapes fit the samples");
     const size_t most = (size_t)1 << 18; /* elements of the largest operand */
+    const int64_t nv = 65536;            /* the reduction's elements */
     float *a = fill(most, 3), *b = fill(most, 4), *c = fill(most, 5);
-    rc = a && b && c ? 0 : -1;
-    for (int i = 0; !rc && i < NS; i++) {
-        const int *g = shapes[i];
+    real *v = fill_real((size_t)nv, 6);
+    rc = a && b && c && v ? 0 : -1;
+    /*
+     * ROUNDS rounds of everything. The cold times are the noisy ones (a burst of another
+     * guest's memory traffic through the host's cache after a long sweep), and a factor is a
+     * ratio of a kernel's extra time to the pass's at the same distance: each round
+     * measures the pass again beside its kernels, and each round's extra is rescaled by the
+     * curve's pass over the round's (what the kernel would have taken in the curve's state
+     * of the machine); the median round is kept. Hot times keep their fastest round.
+     */
+    double gh[ROUNDS][NS], gc[ROUNDS][NS];
+    struct dp_device_probe kh[ROUNDS], kc[ROUNDS];
+    double qh[ROUNDS], qf[ROUNDS], drr[ROUNDS], dwr[ROUNDS];
+    memset(kh, 0, sizeof kh);
+    memset(kc, 0, sizeof kc);
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    float *px = fill(n, 7), *py = fill(n, 8);
+    rc |= px && py ? 0 : -1;
+    for (int r = 0; r < ROUNDS && !rc; r++) {
+        /* the pass, hot and at far_f, this round */
+        double rh = 0, rf = 0, wh = 0, wf = 0;
+        for (int fr = 0; fr < 2; fr++) {
+            sweep_now = fr ? far_f : 0;
+            reps_cap = fr ? 7 : 200;
+            TIME_LOW(*(fr ? &rf : &rh), 12, {
+                float acc[8] = {0};
+                for (size_t i = 0; i < n; i += 8)
+                    for (int j = 0; j < 8; j++)
+                        acc[j] += px[i + j];
+                sink_f = acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7];
+            });
+            TIME_LOW(*(fr ? &wf : &wh), 12, {
+                for (size_t i = 0; i < n; i += 256)
+                    memcpy(py + i, px, 256 * sizeof *py);
+                __asm__ volatile("" : : "r"(py) : "memory");
+            });
+        }
+        reps_cap = 200;
+        drr[r] = (rf - rh) / B;
+        dwr[r] = (wf - wh) / B;
+        for (int i = 0; i < NS; i++) {
+            const int *g = shapes[i];
+            sweep_now = 0;
+            gh[r][i] = gemm_swept(g[0], g[1], g[2], g[3], g[4], a, b, c, 11);
+            sweep_now = far_f;
+            gc[r][i] = g[5] ? gemm_swept(g[0], g[1], g[2], g[3], g[4], a, b, c, 7) : 0;
+        }
+        /* The kernels hot and far, at the shapes kernels() measures. */
         sweep_now = 0;
-        out->gemm[i].ta = g[0];
-        out->gemm[i].tb = g[1];
-        out->gemm[i].m = g[2];
-        out->gemm[i].n = g[3];
-        out->gemm[i].k = g[4];
-        out->gemm[i].hot_s = gemm_swept(g[0], g[1], g[2], g[3], g[4], a, b, c, 11);
-        sweep_now = far;
-        if (g[5])
-            out->gemm[i].cold_s = gemm_swept(g[0], g[1], g[2], g[3], g[4], a, b, c, 7);
-        out->ngemm = i + 1;
+        rc = kernels(sh, &kh[r]);
+        sweep_now = far_f;
+        reps_cap = 7;
+        if (!rc)
+            rc = kernels(sh, &kc[r]);
+        if (!rc) {
+            /* The gradient norm's reduction over 64 Ki elements (double accumulation). */
+            TIME_LOW(qf[r], 7, sink_d = dp__cpu_sumsq(NULL, v, nv));
+            reps_cap = 200;
+            sweep_now = 0;
+            TIME_LOW(qh[r], 20, sink_d = dp__cpu_sumsq(NULL, v, nv));
+        }
+        reps_cap = 200;
     }
+    sweep_now = 0;
+    omp_set_num_threads(saved);
+    free(px);
+    free(py);
     free(a);
     free(b);
     free(c);
-
-    /* The kernels hot and far, at the shapes kernels() measures. */
-    struct dp_device_probe hot, cold;
-    memset(&hot, 0, sizeof hot);
-    memset(&cold, 0, sizeof cold);
-    int saved = omp_get_max_threads();
-    omp_set_num_threads(1);
-    sweep_now = 0;
-    if (!rc)
-        rc = kernels(sh, &hot);
-    sweep_now = far;
-    reps_cap = 5;
-    if (!rc)
-        rc = kernels(sh, &cold);
-    /* The gradient norm's reduction over 64 Ki elements (double accumulation). */
-    const int64_t nv = 65536;
-    real *v = rc ? NULL : fill_real((size_t)nv, 6);
-    double sq_hot = 0, sq_far = 0;
-    if (!rc && v) {
-        TIME_LOW(sq_far, 5, sink_d = dp__cpu_sumsq(NULL, v, nv));
-        reps_cap = 200;
-        sweep_now = 0;
-        TIME_LOW(sq_hot, 20, sink_d = dp__cpu_sumsq(NULL, v, nv));
-    } else if (!rc) {
-        rc = -1;
-    }
     free(v);
-    reps_cap = 200;
-    sweep_now = 0;
-    omp_set_num_threads(saved);
     if (rc)
         return dp_err_set(err, DP_ENOMEM, "reuse probe: out of memory");
+    /* the curve's extra seconds per byte read and written at far_f */
+    const double crd = 1e-9 / out->read_gbps[fi] - 1e-9 / out->read_gbps[0],
+                 cwr = 1e-9 / out->write_gbps[fi] - 1e-9 / out->write_gbps[0];
+    /* Hot: the fastest round. Cold: hot plus the median round's extra rescaled from its
+     * pass to the curve's, for an operand mix of rd bytes read and wr written. */
+    double ex[ROUNDS];
+    out->ngemm = NS;
+    for (int i = 0; i < NS; i++) {
+        const int *g = shapes[i];
+        double hot = fmin(fmin(gh[0][i], gh[1][i]), gh[2][i]);
+        double ab = 4.0 * ((double)g[2] * g[4] + (double)g[4] * g[3]), cb = 4.0 * g[2] * g[3];
+        double cold = 0;
+        if (g[5]) {
+            for (int r = 0; r < ROUNDS; r++) {
+                double here = ab * fmax(drr[r], 0) + cb * fmax(dwr[r], 0),
+                       curve = ab * crd + cb * cwr;
+                double xr = gc[r][i] - gh[r][i];
+                ex[r] = here > 0 && curve > 0 ? xr * curve / here : xr;
+            }
+            double m = median3(ex[0], ex[1], ex[2]);
+            cold = hot + (m > 0 ? m : 0);
+        }
+        out->gemm[i] = (__typeof__(out->gemm[i])){g[0], g[1], g[2], g[3], g[4], hot, cold};
+    }
     /* What each kernel reads and writes per unit of its cost, as kernels() lays its
      * operands out (and predict_ops.c counts them): per element of N x F for the
      * activation, N x C for the norms, per logit (its first pass reads them; the others find
@@ -574,18 +635,37 @@ int dp_exec_probe_reuse(const struct dp_probe_shape *sh, struct dp_exec_reuse_sa
     const int64_t T = sh->seq_len > 0 ? sh->seq_len : 64, d = sh->head_dim > 0 ? sh->head_dim : 16;
     const double F1 = sh->ffn == DP_FFN_GELU ? 1 : 2; /* input columns per output column */
     const double Td = (double)(T * d), TT = (double)(T * T);
-#define KS(f, hs, cs, rd, wr)                                                                      \
-    out->f = (struct dp_exec_kernel_sample){(hs), (cs), Rb * (rd), Rb * (wr)}
-    KS(act_fwd, 1e-9 * hot.act_fwd_ns, 1e-9 * cold.act_fwd_ns, F1, 1);
-    KS(act_bwd, 1e-9 * hot.act_bwd_ns, 1e-9 * cold.act_bwd_ns, 1 + F1, F1);
-    KS(norm_fwd, 1e-9 * hot.norm_fwd_ns, 1e-9 * cold.norm_fwd_ns, 1, 1);
-    KS(norm_bwd, 1e-9 * hot.norm_bwd_ns, 1e-9 * cold.norm_bwd_ns, 2, 1);
-    KS(ce, 1e-9 * hot.ce_ns, 1e-9 * cold.ce_ns, 1, 0);
-    KS(adamw, 1e-9 * hot.adamw_ns, 1e-9 * cold.adamw_ns, 1, 3);
-    KS(attn_fwd, hot.attn_fwd_s, cold.attn_fwd_s, 3 * Td, TT + Td);
-    KS(attn_probs, hot.attn_probs_s, cold.attn_probs_s, 3 * Td, TT);
-    KS(attn_bwd, hot.attn_bwd_s, cold.attn_bwd_s, 4 * Td + TT, TT + 3 * Td);
-    KS(sumsq, sq_hot / (double)nv, sq_far / (double)nv, 1, 0);
+#define KS(f, field, scale, rd, wr)                                                                \
+    do {                                                                                           \
+        double h_ = fmin(fmin(kh[0].field, kh[1].field), kh[2].field) * (scale);                   \
+        for (int r_ = 0; r_ < ROUNDS; r_++) {                                                      \
+            double here_ = Rb * (rd)*fmax(drr[r_], 0) + Rb * (wr)*fmax(dwr[r_], 0);                \
+            double curve_ = Rb * (rd)*crd + Rb * (wr)*cwr;                                         \
+            double x_ = (kc[r_].field - kh[r_].field) * (scale);                                   \
+            ex[r_] = here_ > 0 && curve_ > 0 ? x_ * curve_ / here_ : x_;                           \
+        }                                                                                          \
+        double m_ = median3(ex[0], ex[1], ex[2]);                                                  \
+        out->f = (struct dp_exec_kernel_sample){h_, h_ + (m_ > 0 ? m_ : 0), Rb * (rd), Rb * (wr)}; \
+    } while (0)
+    KS(act_fwd, act_fwd_ns, 1e-9, F1, 1);
+    KS(act_bwd, act_bwd_ns, 1e-9, 1 + F1, F1);
+    KS(norm_fwd, norm_fwd_ns, 1e-9, 1, 1);
+    KS(norm_bwd, norm_bwd_ns, 1e-9, 2, 1);
+    KS(ce, ce_ns, 1e-9, 1, 0);
+    KS(adamw, adamw_ns, 1e-9, 1, 3);
+    KS(attn_fwd, attn_fwd_s, 1, 3 * Td, TT + Td);
+    KS(attn_probs, attn_probs_s, 1, 3 * Td, TT);
+    KS(attn_bwd, attn_bwd_s, 1, 4 * Td + TT, TT + 3 * Td);
 #undef KS
+    {
+        double h = fmin(fmin(qh[0], qh[1]), qh[2]) / (double)nv;
+        for (int r = 0; r < ROUNDS; r++) {
+            double here = Rb * fmax(drr[r], 0), curve = Rb * crd;
+            double xr = (qf[r] - qh[r]) / (double)nv;
+            ex[r] = here > 0 && curve > 0 ? xr * curve / here : xr;
+        }
+        double m = median3(ex[0], ex[1], ex[2]);
+        out->sumsq = (struct dp_exec_kernel_sample){h, h + (m > 0 ? m : 0), Rb, 0};
+    }
     return 0;
 }

@@ -119,9 +119,30 @@ int main(void)
     CHECK_NEAR(t, 2 * MIB / 40e9 + MIB / 20e9, 1e-12);
     release(&c);
 
+    /* Ranks in lock step: a collective over n ranks waits dp_max_normal(n) jitter sqrt(t) for
+     * t seconds of work since this rank's last synchronisation (collectives themselves
+     * free here). 2 ranks: 0.5642; 4: 1.0294. */
+    init(&c, 1);
+    c.lockstep_jitter = 1e-3;
+    c.coll_bps = 1e30;
+    c.size[DP_GROUP_TP] = 2;
+    c.size[DP_GROUP_DP] = 4;
+    a = o->alloc(be, (size_t)MIB);
+    b = o->alloc(be, (size_t)MIB);
+    out = o->alloc(be, (size_t)MIB);
+    double work = PRICE(&c, o->residual(be, out, a, b, NULL, N, C));
+    t = PRICE(&c, o->allreduce(be, DP_GROUP_TP, out, 16, DP_OP_SUM, NULL));
+    CHECK_NEAR(t, 0.5642 * 1e-3 * sqrt(work), 1e-12);
+    t = PRICE(&c, o->allreduce(be, DP_GROUP_TP, out, 16, DP_OP_SUM, NULL)); /* nothing since */
+    CHECK(t == 0);
+    work = PRICE(&c, o->residual(be, out, a, b, NULL, N, C));
+    t = PRICE(&c, o->allreduce(be, DP_GROUP_DP, out, 16, DP_OP_SUM, NULL));
+    CHECK_NEAR(t, 1.0294 * 1e-3 * sqrt(work), 1e-12);
+    release(&c);
+
     /* SGEMM: the hot model plus each operand's extra over hot times its factor. 256 x 1024
      * x 256 NN, A and B never touched (far), C written: hot 1 us + 2 m n k / 100 GFLOP/s +
-     * 0.1 ns (m + n) k + 0.2 ns m n; cold A + B 2x their extra read time, C 1x its extra
+     * 0.1 ns (m + n) k + 0.2 ns m n; cold 2x A's and B's extra read time and C's extra
      * write time. */
     init(&c, 1);
     struct dp_exec_reuse *r = &c.pr.reuse;
@@ -129,8 +150,7 @@ int main(void)
     r->gemm_gflops = 100;
     r->gemm_ab_s = 0.1e-9;
     r->gemm_c_s = 0.2e-9;
-    r->gemm_ab = 2;
-    r->gemm_c = 1;
+    r->gemm_cold = 2;
     const int m = 256, n = 1024, k = 256;
     a = o->alloc(be, sizeof(real) * m * k);
     b = o->alloc(be, sizeof(real) * k * n);
@@ -138,7 +158,7 @@ int main(void)
     t = PRICE(&c, o->gemm(be, false, false, m, n, k, 1, a, k, b, n, 0, out, n));
     double hot = 1e-6 + 2.0 * m * n * k / 100e9 + 0.1e-9 * (m + n) * k + 0.2e-9 * m * n;
     double ab = (double)sizeof(real) * (m * k + k * n), cb = (double)sizeof(real) * m * n;
-    double cold = 2 * ab * (1 / 10e9 - 1 / 100e9) + 1 * cb * (1 / 5e9 - 1 / 50e9);
+    double cold = 2 * (ab * (1 / 10e9 - 1 / 100e9) + cb * (1 / 5e9 - 1 / 50e9));
     CHECK_NEAR(t, hot + cold, 1e-12);
     /* again at once: hot */
     t = PRICE(&c, o->gemm(be, false, false, m, n, k, 1, a, k, b, n, 0, out, n));

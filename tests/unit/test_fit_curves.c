@@ -318,7 +318,7 @@ static void test_nccl_format(void)
 
 /* The reuse fit (fit/reuse.c) on samples made from known parameters: SGEMM hot t = 0.5 us +
  * 2 m n k / 140 GFLOP/s + 0.1 ns (m + n) k + 0.12 ns m n; cold adds 2x the extra read time
- * of A and B and 0.8x the extra write time of C between a curve's ends (read 100 -> 10 GB/s,
+ * of A and B and the extra write time of C between a curve's ends (read 100 -> 10 GB/s,
  * write 50 -> 5); with seeded noise, relative 2% on each time. */
 static void reuse_samples(struct dp_reuse_samples *s, double sigma, uint64_t seed)
 {
@@ -341,7 +341,7 @@ static void reuse_samples(struct dp_reuse_samples *s, double sigma, uint64_t see
         const int *g = shapes[i];
         double m = g[2], n = g[3], k = g[4];
         double hot = 0.5e-6 + 2 * m * n * k / 140e9 + 0.1e-9 * (m + n) * k + 0.12e-9 * m * n;
-        double cold = hot + 2 * 4 * (m * k + k * n) * drd + 0.8 * 4 * m * n * dwr;
+        double cold = hot + 2 * (4 * (m * k + k * n) * drd + 4 * m * n * dwr);
         s->gemm[i] = (struct dp_sgemm_sample){g[0],
                                               g[1],
                                               g[2],
@@ -369,9 +369,9 @@ static void test_reuse(void)
     CHECK_NEAR(r.gemm_call_us, 0.5, 1e-6);
     CHECK_NEAR(r.gemm_ab_ns, 0.1, 1e-6);
     CHECK_NEAR(r.gemm_c_ns, 0.12, 1e-6);
-    CHECK_NEAR(r.gemm_ab, 2, 1e-6);
-    CHECK_NEAR(r.gemm_c, 0.8, 1e-6);
+    CHECK_NEAR(r.gemm_cold, 2, 1e-6);
     CHECK(r.gemm_hot_q.rms_rel < 1e-9 && r.gemm_hot_q.n == 12 && r.gemm_cold_q.n == 6);
+    CHECK(r.gemm_cold_q.rms_rel < 1e-9);
     CHECK_NEAR(r.act_fwd, 1.5, 1e-9);
     CHECK(r.ce == 0);
     CHECK_NEAR(r.sumsq_ns, 0.33, 1e-9);
@@ -381,8 +381,7 @@ static void test_reuse(void)
     reuse_samples(&s, 0.02, 7);
     CHECK_EQ(dp_fit_reuse(&s, &r, NULL, &err), 0);
     CHECK_NEAR(r.gemm_gflops, 140, 0.03);
-    CHECK_NEAR(r.gemm_ab, 2, 0.1);
-    CHECK_NEAR(r.gemm_c, 0.8, 0.25);
+    CHECK_NEAR(r.gemm_cold, 2, 0.1);
     CHECK(r.gemm_hot_q.rms_rel > 0.005 && r.gemm_hot_q.rms_rel < 0.04);
     /* No call cost in the samples and noise on top: a negative call cost is dropped, not
      * kept, and the rest stays close. */
