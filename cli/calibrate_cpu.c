@@ -656,22 +656,26 @@ static const char help_cpu[] =
     "                       [--max-size SIZE] [-o PROFILE.json]\n\n"
     "Measure this machine as the CPU backend uses it and fit the cost model's constants:\n"
     "the backend's GEMM at the model's layer shapes and a grid of token counts around them\n"
-    "(efficiency curve, GSL nonlinear least squares), its attention, norm, activation,\n"
-    "cross-entropy and AdamW kernels and OpenMP fork/join at each thread split of 1..N\n"
-    "ranks, streaming memory bandwidth beyond the last-level cache (linear fit), and with\n"
-    "N >= 2 the collectives all-reduce, all-gather, reduce-scatter, all-to-all and\n"
-    "send/recv over MPI with N ranks from 1 KiB to SIZE, printed as nccl-tests prints\n"
-    "them, fitted to alpha-beta (latency per ring step, bus bandwidth) and kept as measured\n"
-    "(the CPU executor's prediction reads each message off them). Every time is the fast\n"
-    "end of repetitions (noise only adds time). Each fit is printed with R^2 and its\n"
-    "relative residuals. -o writes the profile (dplan_calibration; schema\n"
-    "in README): `--calibration PROFILE.json` applies it in memory, estimate, suggest,\n"
-    "whatif and run, and stands for the cluster (N ranks of this machine).\n\n"
+    "(efficiency curve, GSL nonlinear least squares); its attention, norm, activation,\n"
+    "cross-entropy and AdamW kernels, hot, and OpenMP fork/join at each thread split of\n"
+    "1..N ranks; where a step leaves its operands: the cost of reading and of writing a\n"
+    "line last touched 256 KiB to 256 MiB of other traffic ago, OpenBLAS's SGEMM over 24\n"
+    "shapes and transposes (call, multiply-adds, packing, C: GSL weighted least squares)\n"
+    "and what operands out of cache cost it and each kernel; streaming memory bandwidth\n"
+    "beyond the last-level cache (linear fit); and with N >= 2 the collectives all-reduce,\n"
+    "all-gather, reduce-scatter, all-to-all and send/recv over MPI with N ranks from 1 KiB\n"
+    "to SIZE, in place as the executor calls them, printed as nccl-tests prints them,\n"
+    "fitted to alpha-beta (latency per ring step, bus bandwidth) and kept as measured (the\n"
+    "CPU executor's prediction reads each message off them), and how long ranks in lock\n"
+    "step wait for the slowest at each synchronisation. Kernel times are the fast end of\n"
+    "repetitions (noise only adds time). Each fit is printed with its quality. -o writes\n"
+    "the profile (dplan_calibration; schema in docs/accuracy.md): `--calibration\n"
+    "PROFILE.json` applies it in memory, estimate, suggest, whatif and run, and stands for\n"
+    "the cluster (N ranks of this machine).\n\n"
     "  --backend cpu    measure the CPU backend (the only one in this build)\n"
     "  --np N           ranks for the collectives and thread splits [2]\n"
     "  MODEL            the model whose shapes to measure at [tiny-gpt]; --mbs and\n"
-    "                   --seq-len set the token count of its GEMMs and the buffer\n"
-    "                   table swept through the caches before each kernel timing\n"
+    "                   --seq-len set the token count of its GEMMs and attention\n"
     "  --max-size SIZE  largest collective buffer (K, M, G suffixes) [4M: a quick run];\n"
     "                   capped by MemAvailable / (4 N); 1G on a real cluster\n"
     "  -o FILE          write the profile\n";
@@ -781,6 +785,11 @@ int cli_calibrate_cpu(int argc, char **argv)
         (rc = measure_kernels(&m, l.seq_len, 0, np, cores, cal, &l3, &err)) ||
         (rc = measure_reuse(&m, l.seq_len, cal, &err)))
         goto out;
+    /* Streaming beyond the last-level cache: from 4x its share as sysfs gives it, or 2x the
+     * reuse curve's farthest point where the curve found the cache smaller (a VM's sysfs
+     * may give the host's whole L3: 480 MiB here, where the curve falls at 32-64 MiB). */
+    if (cal->has_reuse && cal->reuse.n > 0 && 2 * cal->reuse.bytes[cal->reuse.n - 1] < 4.0 * l3)
+        l3 = (int64_t)(cal->reuse.bytes[cal->reuse.n - 1] / 2);
     int64_t from = 4 * l3 > (int64_t)(4 * MIB) ? 4 * l3 : (int64_t)(4 * MIB);
     int64_t to = 4 * from < cap ? 4 * from : cap;
     if ((rc = measure_memory(from, to > 2 * from ? to : 4 * from, cal, &err)))
