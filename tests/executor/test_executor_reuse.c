@@ -138,6 +138,20 @@ int main(void)
     work = PRICE(&c, o->residual(be, out, a, b, NULL, N, C));
     t = PRICE(&c, o->allreduce(be, DP_GROUP_DP, out, 16, DP_OP_SUM, NULL));
     CHECK_NEAR(t, 1.0294 * 1e-3 * sqrt(work), 1e-12);
+
+    /* A collective's result sits in another core's cache: its next touch is priced from the
+     * shared cache, 4x the private L2 (2 MiB) away: 8 MiB, read 55 GB/s, write 27.5. The
+     * all-reduce above covered out's first 64 bytes (one 4 KiB granule); a group of one
+     * moves nothing. */
+    c.lockstep_jitter = 0;
+    o->residual(be, out, a, b, NULL, N, C); /* all three hot now */
+    o->allreduce(be, DP_GROUP_TP, out, 262144, DP_OP_SUM, NULL);
+    t = PRICE(&c, o->residual(be, out, a, b, NULL, N, C));
+    CHECK_NEAR(t, 2 * MIB / 100e9 + MIB / 27.5e9, 1e-12);
+    c.size[DP_GROUP_TP] = 1;
+    o->allreduce(be, DP_GROUP_TP, out, 262144, DP_OP_SUM, NULL);
+    t = PRICE(&c, o->residual(be, out, a, b, NULL, N, C));
+    CHECK_NEAR(t, 2 * MIB / 100e9 + MIB / 50e9, 1e-12);
     release(&c);
 
     /* SGEMM: the hot model plus each operand's extra over hot times its factor. 256 x 1024
