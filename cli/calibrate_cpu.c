@@ -169,6 +169,21 @@ static int coll_worker(const char *file, int64_t max_bytes)
         }
         fflush(stdout);
     }
+    /* Ranks in lock step: segments of about 0.03, 0.1 and 0.4 ms between synchronisations
+     * (tensor parallelism's are a layer's fraction of a step; data parallelism's a step). */
+    static const int passes[] = {2, 8, 32};
+    cJSON *ls = mpi.rank == 0 ? cJSON_AddArrayToObject(root, "lockstep") : NULL;
+    for (int i = 0; i < 3 && !rc; i++) {
+        double seg = 0, wait = 0;
+        if ((rc = dp_pf_mpi_bench_lockstep(&mpi, passes[i], 600, &seg, &wait, &err)))
+            break;
+        if (ls) {
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "seg_s", seg);
+            cJSON_AddNumberToObject(e, "wait_s", wait);
+            cJSON_AddItemToArray(ls, e);
+        }
+    }
     if (!rc && mpi.rank == 0)
         rc = dp_json_save_file(file, root, &err);
     cJSON_Delete(root);
@@ -257,6 +272,33 @@ static int measure_colls(int np, int64_t max_bytes, struct dp_calibration *cal, 
                 o->point_bytes[o->npoints] = s[i].bytes;
                 o->point_us[o->npoints++] = s[i].seconds * 1e6;
             }
+    }
+    /* Lock step: wait = e_n jitter sqrt(segment) (executor.h struct dp_exec_machine
+     * lockstep_jitter); each segment length gives jitter = wait / (e_n sqrt(segment)), and
+     * the median of them is kept (one length's burst does not decide it). */
+    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(root, "lockstep");
+    double k[DP_CAL_LOCKSTEP_POINTS];
+    int nl = 0;
+    for (const cJSON *e = ls ? ls->child : NULL; e && !rc; e = e->next) {
+        double seg = cJSON_GetNumberValue(cJSON_GetObjectItem(e, "seg_s")),
+               wait = cJSON_GetNumberValue(cJSON_GetObjectItem(e, "wait_s"));
+        if (!(seg > 0) || !(wait >= 0) || nl >= DP_CAL_LOCKSTEP_POINTS || np < 2)
+            continue;
+        k[nl] = wait / (dp_max_normal(np) * sqrt(seg));
+        cal->lockstep.seg_s[nl] = seg;
+        cal->lockstep.wait_s[nl++] = wait;
+    }
+    if (nl) {
+        for (int i = 1; i < nl; i++)
+            for (int j = i; j > 0 && k[j - 1] > k[j]; j--) {
+                double t = k[j];
+                k[j] = k[j - 1];
+                k[j - 1] = t;
+            }
+        cal->has_lockstep = true;
+        cal->lockstep.ranks = np;
+        cal->lockstep.n = nl;
+        cal->lockstep.jitter = nl % 2 ? k[nl / 2] : 0.5 * (k[nl / 2 - 1] + k[nl / 2]);
     }
     cJSON_Delete(root);
     free(s);
@@ -480,6 +522,56 @@ static int measure_kernels(const struct dp_model *m, int64_t seq, int64_t sweep,
     return 0;
 }
 
+/* Bandwidth by reuse distance, SGEMM hot and cold and the kernels' cold factors, once (one
+ * thread alone; about 5 s of sweeps up to 256 MiB), fitted (fit/reuse.c). */
+static int measure_reuse(const struct dp_model *m, int64_t seq, struct dp_calibration *cal,
+                         struct dp_err *err)
+{
+    progress("reuse", 0, 1);
+    struct dp_exec_costs sh = {.threads = 1,
+                               .concurrent = 1,
+                               .seq_len = seq,
+                               .head_dim = (int)m->head_dim,
+                               .ffn = m->ffn,
+                               .norm = m->norm,
+                               .hidden = (int)m->hidden};
+    struct dp_exec_reuse_samples *x = calloc(1, sizeof *x);
+    struct dp_reuse_samples *f = calloc(1, sizeof *f);
+    int rc =
+        x && f ? dp_exec_measure_reuse(&sh, x, err) : dp_err_set(err, DP_ENOMEM, "out of memory");
+    if (!rc) {
+        progress("reuse", 1, 1);
+        f->n = x->n < DP_CAL_REUSE_POINTS ? x->n : DP_CAL_REUSE_POINTS;
+        memcpy(f->bytes, x->bytes, (size_t)f->n * sizeof *f->bytes);
+        memcpy(f->read_gbps, x->read_gbps, (size_t)f->n * sizeof *f->read_gbps);
+        memcpy(f->write_gbps, x->write_gbps, (size_t)f->n * sizeof *f->write_gbps);
+        f->far_bytes = x->far_bytes;
+        f->ngemm = x->ngemm < DP_CAL_GEMM_SHAPES ? x->ngemm : DP_CAL_GEMM_SHAPES;
+        for (int i = 0; i < f->ngemm; i++)
+            f->gemm[i] = (struct dp_sgemm_sample){x->gemm[i].ta,    x->gemm[i].tb, x->gemm[i].m,
+                                                  x->gemm[i].n,     x->gemm[i].k,  x->gemm[i].hot_s,
+                                                  x->gemm[i].cold_s};
+#define K(k)                                                                                       \
+    f->k = (struct dp_reuse_kernel_sample){x->k.hot_s, x->k.far_s, x->k.rd_bytes, x->k.wr_bytes}
+        K(attn_fwd);
+        K(attn_bwd);
+        K(attn_probs);
+        K(act_fwd);
+        K(act_bwd);
+        K(norm_fwd);
+        K(norm_bwd);
+        K(ce);
+        K(adamw);
+        K(sumsq);
+#undef K
+        rc = dp_fit_reuse(f, &cal->reuse, NULL, err);
+        cal->has_reuse = !rc;
+    }
+    free(x);
+    free(f);
+    return rc;
+}
+
 static int measure_memory(int64_t from, int64_t to, struct dp_calibration *cal, struct dp_err *err)
 {
     struct dp_stream_sample s[16];
@@ -564,22 +656,26 @@ static const char help_cpu[] =
     "                       [--max-size SIZE] [-o PROFILE.json]\n\n"
     "Measure this machine as the CPU backend uses it and fit the cost model's constants:\n"
     "the backend's GEMM at the model's layer shapes and a grid of token counts around them\n"
-    "(efficiency curve, GSL nonlinear least squares), its attention, norm, activation,\n"
-    "cross-entropy and AdamW kernels and OpenMP fork/join at each thread split of 1..N\n"
-    "ranks, streaming memory bandwidth beyond the last-level cache (linear fit), and with\n"
-    "N >= 2 the collectives all-reduce, all-gather, reduce-scatter, all-to-all and\n"
-    "send/recv over MPI with N ranks from 1 KiB to SIZE, printed as nccl-tests prints\n"
-    "them, fitted to alpha-beta (latency per ring step, bus bandwidth) and kept as measured\n"
-    "(the CPU executor's prediction reads each message off them). Every time is the fast\n"
-    "end of repetitions (noise only adds time). Each fit is printed with R^2 and its\n"
-    "relative residuals. -o writes the profile (dplan_calibration; schema\n"
-    "in README): `--calibration PROFILE.json` applies it in memory, estimate, suggest,\n"
-    "whatif and run, and stands for the cluster (N ranks of this machine).\n\n"
+    "(efficiency curve, GSL nonlinear least squares); its attention, norm, activation,\n"
+    "cross-entropy and AdamW kernels, hot, and OpenMP fork/join at each thread split of\n"
+    "1..N ranks; where a step leaves its operands: the cost of reading and of writing a\n"
+    "line last touched 256 KiB to 256 MiB of other traffic ago, OpenBLAS's SGEMM over 24\n"
+    "shapes and transposes (call, multiply-adds, packing, C: GSL weighted least squares)\n"
+    "and what operands out of cache cost it and each kernel; streaming memory bandwidth\n"
+    "beyond the last-level cache (linear fit); and with N >= 2 the collectives all-reduce,\n"
+    "all-gather, reduce-scatter, all-to-all and send/recv over MPI with N ranks from 1 KiB\n"
+    "to SIZE, in place as the executor calls them, printed as nccl-tests prints them,\n"
+    "fitted to alpha-beta (latency per ring step, bus bandwidth) and kept as measured (the\n"
+    "CPU executor's prediction reads each message off them), and how long ranks in lock\n"
+    "step wait for the slowest at each synchronisation. Kernel times are the fast end of\n"
+    "repetitions (noise only adds time). Each fit is printed with its quality. -o writes\n"
+    "the profile (dplan_calibration; schema in docs/accuracy.md): `--calibration\n"
+    "PROFILE.json` applies it in memory, estimate, suggest, whatif and run, and stands for\n"
+    "the cluster (N ranks of this machine).\n\n"
     "  --backend cpu    measure the CPU backend (the only one in this build)\n"
     "  --np N           ranks for the collectives and thread splits [2]\n"
     "  MODEL            the model whose shapes to measure at [tiny-gpt]; --mbs and\n"
-    "                   --seq-len set the token count of its GEMMs and the buffer\n"
-    "                   table swept through the caches before each kernel timing\n"
+    "                   --seq-len set the token count of its GEMMs and attention\n"
     "  --max-size SIZE  largest collective buffer (K, M, G suffixes) [4M: a quick run];\n"
     "                   capped by MemAvailable / (4 N); 1G on a real cluster\n"
     "  -o FILE          write the profile\n";
@@ -681,19 +777,19 @@ int cli_calibrate_cpu(int argc, char **argv)
     fflush(stdout);
     double rate = 0;
     int64_t l3 = 0;
-    /* The kernels are timed on operands where a step leaves them: a step touches its
-     * whole buffer table between two uses of most of its tensors (an activation written in
-     * the forward and read in the backward, a gradient, the optimizer's moments), so each
-     * repetition runs after a sweep of the model's step working set, one rank's buffer
-     * table (dp_exec_memory) at the calibrated micro-batch. */
-    int64_t pools[DP_NPOOLS], sweep = 0;
-    if (!dp_exec_memory(&m, &l, 0, pools, &err))
-        for (int p = 0; p < DP_NPOOLS; p++)
-            sweep += pools[p];
-    dp_err_clear(&err);
+    /* The kernels are timed hot; where a step leaves their operands is measured apart, as
+     * bandwidth by reuse distance and each kernel's cold factor (measure_reuse), and the
+     * prediction prices every operand at its own distance in the step (executor.h struct
+     * dp_exec_reuse). */
     if ((rc = measure_gemm(&m, l.mbs * l.seq_len, cal, &rate, &err)) ||
-        (rc = measure_kernels(&m, l.seq_len, sweep, np, cores, cal, &l3, &err)))
+        (rc = measure_kernels(&m, l.seq_len, 0, np, cores, cal, &l3, &err)) ||
+        (rc = measure_reuse(&m, l.seq_len, cal, &err)))
         goto out;
+    /* Streaming beyond the last-level cache: from 4x its share as sysfs gives it, or 2x the
+     * reuse curve's farthest point where the curve found the cache smaller (a VM's sysfs
+     * may give the host's whole L3: 480 MiB here, where the curve falls at 32-64 MiB). */
+    if (cal->has_reuse && cal->reuse.n > 0 && 2 * cal->reuse.bytes[cal->reuse.n - 1] < 4.0 * l3)
+        l3 = (int64_t)(cal->reuse.bytes[cal->reuse.n - 1] / 2);
     int64_t from = 4 * l3 > (int64_t)(4 * MIB) ? 4 * l3 : (int64_t)(4 * MIB);
     int64_t to = 4 * from < cap ? 4 * from : cap;
     if ((rc = measure_memory(from, to > 2 * from ? to : 4 * from, cal, &err)))
@@ -719,12 +815,22 @@ int cli_calibrate_cpu(int argc, char **argv)
                k->gemm_call_us, k->fork_us, k->bw_gbps[0], k->bw_gbps[1], k->bw_gbps[2],
                k->attn_fwd_us, k->attn_bwd_us);
     }
-    if (cal->ncpu && cal->cpu[0].sweep_bytes > 0)
-        printf("kernels     timed after sweeping %.1f MiB a rank through the caches (one rank's "
-               "buffers of %s at %lld tokens a micro-batch, times the ranks computing); a small "
-               "pass right after it %.0f GB/s\n",
-               cal->cpu[0].sweep_bytes / MIB, m.name, (long long)(l.mbs * l.seq_len),
-               cal->cpu[0].swept_gbps);
+    if (cal->has_reuse) {
+        const struct dp_cal_reuse *r = &cal->reuse;
+        printf("reuse       read / write GB/s of a line last touched N bytes ago:");
+        for (int i = 0; i < r->n; i += 2)
+            printf("%s %.0f/%.0f at %.3g MiB", i ? "," : "", r->read_gbps[i], r->write_gbps[i],
+                   r->bytes[i] / MIB);
+        printf("\n            sgemm hot: %.2f us a call, %.1f GFLOP/s, %.3f ns per packed "
+               "element, %.3f ns per element of C (%d shapes, residuals rms %.1f%% max %.1f%%)\n",
+               r->gemm_call_us, r->gemm_gflops, r->gemm_ab_ns, r->gemm_c_ns, r->gemm_hot_q.n,
+               100 * r->gemm_hot_q.rms_rel, 100 * r->gemm_hot_q.max_rel);
+        printf("            cold operands cost their bytes' extra time at those rates x: sgemm "
+               "%.2f (%d shapes, rms %.0f%% around it); attention fwd %.2f bwd %.2f, norms "
+               "%.2f/%.2f, activation %.2f/%.2f, cross-entropy %.2f, adamw %.2f\n",
+               r->gemm_cold, r->gemm_cold_q.n, 100 * r->gemm_cold_q.rms_rel, r->attn_fwd,
+               r->attn_bwd, r->norm_fwd, r->norm_bwd, r->act_fwd, r->act_bwd, r->ce, r->adamw);
+    }
     if (cal->has_membw)
         printf("memory      %.2f GB/s, %.1f us per pass; R^2 %.3f, residuals rms %.1f%% max %.1f%% "
                "(%d sizes, %.0f to %.0f MiB)\n",
@@ -737,6 +843,15 @@ int cli_calibrate_cpu(int argc, char **argv)
                "%.3f, residuals rms %.1f%% max %.1f%%\n",
                dp_nccl_coll_name(k->coll), k->ranks_min, k->alpha_us, k->alpha_se_us, k->busbw_gbps,
                k->busbw_se_gbps, k->q.r2, 100 * k->q.rms_rel, 100 * k->q.max_rel);
+    }
+    if (cal->has_lockstep) {
+        printf("lock step   %d ranks, each synchronisation waits for the slowest:",
+               cal->lockstep.ranks);
+        for (int i = 0; i < cal->lockstep.n; i++)
+            printf("%s %.1f us after %.0f us", i ? "," : "", cal->lockstep.wait_s[i] * 1e6,
+                   cal->lockstep.seg_s[i] * 1e6);
+        printf("; jitter %.2g s^0.5 (wait = %.2f jitter sqrt(segment))\n", cal->lockstep.jitter,
+               dp_max_normal(cal->lockstep.ranks));
     }
     if (outfile) {
         if ((rc = dp_calibration_save(outfile, cal, &err)))

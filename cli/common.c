@@ -192,7 +192,32 @@ bool cli_calibration_machine(const struct dp_calibration *cal, int threads, int 
     o->hidden = p->hidden;
     o->sweep_bytes = (int64_t)p->sweep_bytes;
     o->swept_gbps = p->swept_gbps;
+    if (cal->has_reuse) {
+        const struct dp_cal_reuse *r = &cal->reuse;
+        struct dp_exec_reuse *x = &o->reuse;
+        x->n = r->n < DP_EXEC_REUSE_POINTS ? r->n : DP_EXEC_REUSE_POINTS;
+        memcpy(x->bytes, r->bytes, (size_t)x->n * sizeof *x->bytes);
+        memcpy(x->read_gbps, r->read_gbps, (size_t)x->n * sizeof *x->read_gbps);
+        memcpy(x->write_gbps, r->write_gbps, (size_t)x->n * sizeof *x->write_gbps);
+        x->gemm_call_s = r->gemm_call_us * 1e-6;
+        x->gemm_gflops = r->gemm_gflops;
+        x->gemm_ab_s = r->gemm_ab_ns * 1e-9;
+        x->gemm_c_s = r->gemm_c_ns * 1e-9;
+        x->gemm_cold = r->gemm_cold;
+        x->attn_fwd = r->attn_fwd;
+        x->attn_bwd = r->attn_bwd;
+        x->attn_probs = r->attn_probs;
+        x->act_fwd = r->act_fwd;
+        x->act_bwd = r->act_bwd;
+        x->norm_fwd = r->norm_fwd;
+        x->norm_bwd = r->norm_bwd;
+        x->ce = r->ce;
+        x->adamw = r->adamw;
+        x->sumsq = r->sumsq;
+        x->sumsq_s = r->sumsq_ns * 1e-9;
+    }
     mc->costs = o;
+    mc->lockstep_jitter = cal->has_lockstep ? cal->lockstep.jitter : 0;
     /* dp_exec_machine's order: all-reduce, reduce-scatter, all-gather, send/recv. */
     static const enum dp_nccl_coll kind[4] = {DP_NCCL_ALL_REDUCE, DP_NCCL_REDUCE_SCATTER,
                                               DP_NCCL_ALL_GATHER, DP_NCCL_SENDRECV};

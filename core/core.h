@@ -549,6 +549,9 @@ int dp_runs_append(const char *path, struct dp_run **runs, int *n, struct dp_err
 
 /* Parse "1,2,4" into ints; returns count or a negative status. */
 int dp_parse_int_list(const char *s, int *out, int cap);
+/* The expected largest of n independent standard normals (0 for n < 2): how far the
+ * slowest of n ranks doing the same noisy work lags their mean, in standard deviations. */
+double dp_max_normal(int n);
 /* Human units: "12.34 GiB", fixed precision. */
 void dp_fmt_bytes(int64_t bytes, char *out, size_t cap);
 /* Read a whole file (NUL-terminated); caller frees. */

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -157,4 +158,19 @@ void dp_buf_release(struct dp_buf *b)
 {
     free(b->data);
     memset(b, 0, sizeof *b);
+}
+
+/* Tippett (1925)'s expected largest of n standard normals for n <= 16; beyond, the
+ * asymptote sqrt(2 ln n) less its first correction (Cramer 1946). */
+double dp_max_normal(int n)
+{
+    static const double e[17] = {0,      0,      0.5642, 0.8463, 1.0294, 1.1630,
+                                 1.2672, 1.3522, 1.4236, 1.4850, 1.5388, 1.5864,
+                                 1.6292, 1.6680, 1.7034, 1.7359, 1.7660};
+    if (n < 2)
+        return 0;
+    if (n <= 16)
+        return e[n];
+    double l = sqrt(2 * log((double)n));
+    return l - (log(log((double)n)) + log(4 * 3.14159265358979323846)) / (2 * l);
 }

@@ -135,3 +135,16 @@ int dp_exec_measure_costs(struct dp_exec_costs *out, struct dp_err *err)
     out->swept_gbps = p.swept_gbps;
     return 0;
 }
+
+int dp_exec_measure_reuse(const struct dp_exec_costs *shape, struct dp_exec_reuse_samples *out,
+                          struct dp_err *err)
+{
+    struct dp_probe_shape sh = {.threads = 1,
+                                .concurrent = 1,
+                                .seq_len = shape->seq_len,
+                                .head_dim = shape->head_dim,
+                                .ffn = shape->ffn,
+                                .norm = shape->norm,
+                                .hidden = shape->hidden};
+    return dp_exec_probe_reuse(&sh, out, err);
+}

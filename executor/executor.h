@@ -307,6 +307,59 @@ uint64_t dp_exec_heartbeat(const char **what, int *step);
 
 /* ------------------------------------------------------------------ step time */
 
+/* Points of the bandwidth-by-reuse-distance curve (0, then 256 KiB .. 256 MiB by 2x). */
+#define DP_EXEC_REUSE_POINTS 16
+/* SGEMM shapes the reuse probe times. */
+#define DP_EXEC_GEMM_SHAPES 32
+
+/*
+ * Where a step leaves its operands, and OpenBLAS's SGEMM on one thread, as the step-time
+ * prediction prices them (predict_ops.c; fitted by `dplan calibrate --backend cpu` from
+ * struct dp_exec_reuse_samples, fit/fit.h dp_fit_reuse):
+ * - the curve: what reading a byte costs when its line was last touched `bytes[i]` bytes
+ *   of other traffic ago, and what writing one costs (its read for ownership and, the
+ *   caches being full of dirty lines, its write-back), as rates;
+ * - SGEMM hot: call_s + 2 m n k / (gflops 1e9) + ab_s (m + n) k + c_s m n (the call, the
+ *   multiply-adds, the packing of A's rows and B's columns into panels, each C element's
+ *   loads and stores around the micro-kernel: per k-panel, so small k pays more per FLOP);
+ * - what operands that are not in cache cost a kernel beyond its hot time, as a multiple
+ *   of what those bytes cost at the curve's rates (SGEMM over its A, B and C: it packs A
+ *   and B with strided reads that the prefetcher does not follow; the executor's kernels each), and
+ * the hot cost of the reductions (sum, sumsq: the gradient norm), which the per-split probe lacks.
+ * The kernels' per-call costs (struct dp_exec_costs) are then their hot times.
+ */
+struct dp_exec_reuse {
+    int n; /* points, bytes ascending (0: none measured) */
+    double bytes[DP_EXEC_REUSE_POINTS], read_gbps[DP_EXEC_REUSE_POINTS],
+        write_gbps[DP_EXEC_REUSE_POINTS];
+    double gemm_call_s, gemm_gflops, gemm_ab_s, gemm_c_s; /* SGEMM hot */
+    double gemm_cold;                                     /* SGEMM's cold factor */
+    double attn_fwd, attn_bwd, attn_probs, act_fwd, act_bwd, norm_fwd, norm_bwd, ce, adamw, sumsq;
+    double sumsq_s; /* the gradient norm's reduction (sum, sumsq) hot, per element */
+};
+
+/* A kernel timed hot and where the curve stops falling (seconds per unit of its cost:
+ * a head, an element, a parameter) and what one unit reads and writes (bytes). */
+struct dp_exec_kernel_sample {
+    double hot_s, far_s, rd_bytes, wr_bytes;
+};
+
+/* What the reuse probe measures (backend/cpu_probe.c dp_exec_probe_reuse). */
+struct dp_exec_reuse_samples {
+    int n; /* the curve, as in struct dp_exec_reuse */
+    double bytes[DP_EXEC_REUSE_POINTS], read_gbps[DP_EXEC_REUSE_POINTS],
+        write_gbps[DP_EXEC_REUSE_POINTS];
+    double far_bytes; /* the curve's point the cold times below were taken at */
+    int ngemm;        /* C[m, n] = op(A) op(B), hot; cold_s at far_bytes (0: not timed) */
+    struct {
+        bool ta, tb;
+        int m, n, k;
+        double hot_s, cold_s;
+    } gemm[DP_EXEC_GEMM_SHAPES];
+    struct dp_exec_kernel_sample attn_fwd, attn_bwd, attn_probs, act_fwd, act_bwd, norm_fwd,
+        norm_bwd, ce, adamw, sumsq;
+};
+
 #define DP_EXEC_COLL_POINTS 32
 
 /* How a run ran, besides its model and layout. */
@@ -329,6 +382,10 @@ struct dp_exec_machine {
     int coll_ranks[4], coll_npoints[4];
     double coll_point_bytes[4][DP_EXEC_COLL_POINTS], coll_point_s[4][DP_EXEC_COLL_POINTS];
     bool flash; /* the run's attention was flash (attn_flash_*), else the math one */
+    /* Ranks in lock step (`dplan calibrate`'s measurement, 0: none): each synchronisation
+     * with a group of n waits dp_max_normal(n) lockstep_jitter sqrt(t) for the slowest, t
+     * the work since the rank's last one (predict_ops.c). */
+    double lockstep_jitter;
 };
 
 /* One step, split by kind (seconds, the slowest stage's share; they add up to step_s). */
@@ -392,11 +449,20 @@ struct dp_exec_costs {
     int hidden;
     int64_t sweep_bytes;
     double swept_gbps;
+    /* Bandwidth by reuse distance and the kernels' cold factors (reuse.n 0: none; then each
+     * operand is priced at the bandwidth of its working set or the swept rate). With them,
+     * the kernel times above are hot (sweep_bytes 0). */
+    struct dp_exec_reuse reuse;
 };
 /* Measure them at that split and shape (out's first six fields and hidden, sweep_bytes
  * say which; about 0.1-0.5 s).
  * DP_ERUNTIME without the CPU backend. */
 int dp_exec_measure_costs(struct dp_exec_costs *out, struct dp_err *err);
+/* Measure bandwidth by reuse distance, SGEMM hot and cold and the kernels hot and cold at
+ * shape's model shapes (its seq_len, head_dim, ffn, norm, hidden), one thread (about 3-5 s:
+ * sweeps of up to 256 MiB). DP_ERUNTIME without the CPU backend. */
+int dp_exec_measure_reuse(const struct dp_exec_costs *shape, struct dp_exec_reuse_samples *out,
+                          struct dp_err *err);
 
 /*
  * For `dplan calibrate --backend cpu` (bench.c): the seconds of `reps` runs (their 10th

@@ -122,6 +122,21 @@ static int price_stage(struct pricer *c, const struct dp_model *m, const struct 
     if (!rc && (rc = dp__mem_build(ex)) == DP_ENOMEM)
         dp_err_prefix(err, "step-time prediction");
     double loss = 0;
+    /* With a reuse curve, a step first to leave the buffers where a step leaves them for the
+     * next (weights, gradients, optimizer states: the previous step's distances); its bill
+     * is dropped. */
+    if (!rc && c->pr.reuse.n > 0) {
+        c->optimizer = true;
+        rc = dp__step_begin(ex);
+        c->optimizer = false;
+        if (!rc)
+            rc = dp__pipeline(ex, 1);
+        if (!rc)
+            rc = dp__step_reduce(ex, &loss);
+        if (!rc)
+            rc = dp__optimizer_step(ex, ex->o.lr, 1.0);
+        memset(c->pend_used, 0, sizeof c->pend_used);
+    }
     /* DPLAN_OPTIME=DIR: the stage's predicted step by operation, in
      * DIR/optime.pred.stageS.tsv, as run.c splits the measured one. */
     const bool optime = !rc && dp__optime_dir() && !dp__optime_wrap(&c->base, bill_s);
@@ -200,6 +215,8 @@ int dp_exec_predict(const struct dp_model *m, const struct dp_layout *l,
     c.base.threads = c.nt;
     int per_node = run->ranks_per_node > 0 ? run->ranks_per_node : 1;
     c.shared = per_node > 1;
+    c.per_node = per_node;
+    c.lockstep_jitter = run->lockstep_jitter > 0 ? run->lockstep_jitter : 0;
     c.flash = run->flash;
     struct dp_probe_shape sh = {.threads = c.nt,
                                 .concurrent = c.nt * per_node,
@@ -218,6 +235,8 @@ int dp_exec_predict(const struct dp_model *m, const struct dp_layout *l,
     int rc = 0;
     if (run->costs) {
         measured_costs(run->costs, &sh, &c.pr);
+        if (run->costs->reuse.n >= 2)
+            c.pr.reuse = run->costs->reuse;
     } else if ((rc = dp_exec_probe_device(&sh, &c.pr, err))) {
         return rc;
     }
@@ -245,6 +264,8 @@ int dp_exec_predict(const struct dp_model *m, const struct dp_layout *l,
         struct parts pipe = {0}, step = {0};
         if ((rc = price_stage(&c, m, l, st, &pipe, &step, err))) {
             free(c.maps);
+            free(c.fen);
+            free(c.fen_val);
             return rc;
         }
         struct parts mb = {0};
@@ -261,6 +282,8 @@ int dp_exec_predict(const struct dp_model *m, const struct dp_layout *l,
         core_s += (pipe.core_s + step.core_s) * l->tp * (l->cp > 1 ? l->cp : 1) * l->dp;
     }
     free(c.maps);
+    free(c.fen);
+    free(c.fen_val);
     double pipe = M * tmax + (sum - tmax);
     struct parts all = {0};
     add(&all, &best_mb, M);
@@ -341,5 +364,7 @@ int dp_exec_schedule(const struct dp_model *m, const struct dp_layout *l, int st
     dp__model_release(ex);
     free(ex);
     free(c.maps);
+    free(c.fen);
+    free(c.fen_val);
     return rc;
 }

@@ -15,9 +15,13 @@ struct parts {
     double core_s;
 };
 
+/* A buffer: address space reserved (predict_ops.c p_alloc), and when the probe has a reuse
+ * curve, the reuse clock's reading at the last touch of each granule of it (-1: never). */
 struct reservation {
     void *p;
     size_t n;
+    size_t gran;    /* bytes per stamp: a page, or more for a buffer past 64 Ki pages */
+    int64_t *stamp; /* the operation that last touched each granule, -1: none */
 };
 
 /* The pricing backend: this machine's measurements, the rank's place, the bill. */
@@ -42,8 +46,19 @@ struct pricer {
      * (predict_ops.c), and which ids are in flight. */
     double pend_s[DP_MAX_REQS];
     bool pend_used[DP_MAX_REQS];
-    struct reservation *maps;
+    struct reservation *maps; /* by address */
     int nmaps, capmaps;
+    /* Reuse distances (executor.h struct dp_exec_reuse; pr.reuse.n > 0): operations are
+     * numbered (now), each granule holds the number of the last one that touched it, and a
+     * Fenwick tree over those numbers holds the bytes of the granules whose last touch each
+     * was, so the distinct bytes touched since any operation are a suffix sum. */
+    int64_t now;
+    double *fen, *fen_val, fen_total;
+    int64_t fen_cap;
+    int per_node;
+    /* Ranks in lock step (executor.h struct dp_exec_machine): the jitter, and the bill's
+     * total at this rank's last synchronisation with others. */
+    double lockstep_jitter, last_sync;
 };
 
 /* Every operation of backend.h priced on this machine (predict_ops.c). */

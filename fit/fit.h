@@ -222,6 +222,77 @@ struct dp_cal_cpu {
     double sweep_bytes, swept_gbps;
 };
 
+/*
+ * Bandwidth by reuse distance, OpenBLAS's SGEMM and the CPU kernels' cold factors
+ * (executor.h struct dp_exec_reuse, where the quantities are described), fitted by
+ * dp_fit_reuse: `measured` holds [bytes, read GB/s, write GB/s] triples, bytes ascending;
+ * SGEMM hot t = call + 2 m n k / gflops + ab_ns (m + n) k + c_ns m n with its fit's
+ * quality; each cold factor is a kernel's extra time for operands not in cache over what
+ * their bytes cost at those rates (>= 0); SGEMM's the median of its products' with the
+ * spread of theirs around it.
+ */
+#define DP_CAL_REUSE_POINTS 16
+#define DP_CAL_GEMM_SHAPES  24
+struct dp_cal_reuse {
+    int n;
+    double bytes[DP_CAL_REUSE_POINTS], read_gbps[DP_CAL_REUSE_POINTS],
+        write_gbps[DP_CAL_REUSE_POINTS];
+    double gemm_call_us, gemm_gflops, gemm_ab_ns, gemm_c_ns;
+    struct dp_fit_quality gemm_hot_q;
+    double gemm_cold; /* SGEMM's cold factor, the median over the products timed cold */
+    struct dp_fit_quality gemm_cold_q;
+    double attn_fwd, attn_bwd, attn_probs, act_fwd, act_bwd, norm_fwd, norm_bwd, ce, adamw, sumsq;
+    double sumsq_ns; /* the reductions (sum, sumsq) hot, per element */
+};
+
+/* What the reuse probe measures (executor.h struct dp_exec_reuse_samples, the same
+ * fields). */
+struct dp_reuse_kernel_sample {
+    double hot_s, far_s, rd_bytes, wr_bytes;
+};
+struct dp_sgemm_sample {
+    bool ta, tb;
+    int m, n, k;
+    double hot_s, cold_s; /* cold_s 0: not timed cold */
+};
+struct dp_reuse_samples {
+    int n;
+    double bytes[DP_CAL_REUSE_POINTS], read_gbps[DP_CAL_REUSE_POINTS],
+        write_gbps[DP_CAL_REUSE_POINTS];
+    double far_bytes; /* the curve point the cold times were taken at (0: the last) */
+    int ngemm;
+    struct dp_sgemm_sample gemm[DP_CAL_GEMM_SHAPES];
+    struct dp_reuse_kernel_sample attn_fwd, attn_bwd, attn_probs, act_fwd, act_bwd, norm_fwd,
+        norm_bwd, ce, adamw, sumsq;
+};
+/*
+ * Fit them: the curve is kept as measured; SGEMM hot by GSL weighted linear least squares
+ * on relative error over the call, the multiply-adds, the packed elements and C's elements
+ * (a coefficient that comes out negative, noise on a term too small to see, is dropped and
+ * the rest refitted); SGEMM cold, the median over the products timed cold of their extra
+ * time over what A and B read and C writes extra between the curve's first point and the
+ * one they were timed at (a two-factor fit of A + B against C was ill-conditioned: their
+ * bytes rise together, and 6 products moved it by 3x); each kernel's factor its
+ * extra time over its bytes' (0 when it came out no slower). `resid_hot` (ngemm entries, may
+ * be NULL) gets each product's relative residual hot.
+ * DP_EINVAL with one line: fewer than 2 curve points or a non-positive rate, fewer than 5
+ * products (4 parameters and one degree of freedom), a non-positive time.
+ */
+int dp_fit_reuse(const struct dp_reuse_samples *s, struct dp_cal_reuse *out, double *resid_hot,
+                 struct dp_err *err);
+
+/*
+ * Ranks in lock step (preflight.h dp_pf_mpi_bench_lockstep): with `ranks` ranks doing the
+ * same work, each synchronisation waits on average e_n jitter sqrt(segment) for the slowest
+ * (e_n = dp_max_normal(ranks)); `measured` holds [segment s, wait s] pairs.
+ */
+#define DP_CAL_LOCKSTEP_POINTS 8
+struct dp_cal_lockstep {
+    int ranks, n;
+    double jitter;
+    double seg_s[DP_CAL_LOCKSTEP_POINTS], wait_s[DP_CAL_LOCKSTEP_POINTS];
+};
+
 struct dp_cal_machine {
     char hostname[64];
     char backend[16]; /* "cpu" or "cuda" */
@@ -244,6 +315,10 @@ struct dp_calibration {
     struct dp_cal_membw membw;
     int ncpu; /* one per (threads, concurrent) at most */
     struct dp_cal_cpu cpu[DP_CAL_MAX_CPU];
+    bool has_reuse; /* the cpu entries' kernel times are then hot (sweep_bytes 0) */
+    struct dp_cal_reuse reuse;
+    bool has_lockstep;
+    struct dp_cal_lockstep lockstep;
 };
 /* The fit of collective k over `link` in c, or NULL. */
 const struct dp_cal_coll *dp_calibration_coll(const struct dp_calibration *c, enum dp_nccl_coll k,

@@ -321,11 +321,138 @@ static int array_of(struct dp_jr *jr, const cJSON *obj, const char *key, const c
                       what, got);
 }
 
+/* The cold factors of a reuse object's kernels, by name (all required). */
+#define REUSE_F(f)                                                                                 \
+    {                                                                                              \
+#f, offsetof(struct dp_cal_reuse, f)                                                       \
+    }
+static const struct {
+    const char *key;
+    size_t off;
+} reuse_fields[] = {
+    REUSE_F(attn_fwd), REUSE_F(attn_bwd), REUSE_F(attn_probs), REUSE_F(act_fwd),
+    REUSE_F(act_bwd),  REUSE_F(norm_fwd), REUSE_F(norm_bwd),   REUSE_F(ce),
+    REUSE_F(adamw),    REUSE_F(sumsq),    REUSE_F(sumsq_ns),
+};
+#define NREUSE_F (sizeof reuse_fields / sizeof reuse_fields[0])
+
+/*
+ * "reuse": {"measured": [[bytes, read GB/s, write GB/s], ...],
+ *           "sgemm_hot": {"call_us", "gflops", "ab_ns", "c_ns", "quality"},
+ *           "sgemm_cold": {"factor", "quality"?}, kernel factors...}.
+ */
+static int read_reuse(struct dp_jr *jr, const cJSON *v, struct dp_cal_reuse *r)
+{
+    const char *keys[NREUSE_F + 4];
+    size_t nk = 0;
+    keys[nk++] = "measured";
+    keys[nk++] = "sgemm_hot";
+    keys[nk++] = "sgemm_cold";
+    for (size_t i = 0; i < NREUSE_F; i++)
+        keys[nk++] = reuse_fields[i].key;
+    keys[nk] = NULL;
+    if (dp_jr_expect_object(jr, v, "a reuse object") || dp_jr_check_keys(jr, v, keys))
+        return jr->err->code;
+    for (size_t i = 0; i < NREUSE_F; i++)
+        if (dp_jr_number(jr, v, reuse_fields[i].key, true, 0, BIG,
+                         (double *)((char *)r + reuse_fields[i].off)))
+            return jr->err->code;
+    static const char *const hot_keys[] = {"call_us", "gflops", "ab_ns", "c_ns", "quality", NULL};
+    static const char *const cold_keys[] = {"factor", "quality", NULL};
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(v, "sgemm_hot"),
+                *c = cJSON_GetObjectItemCaseSensitive(v, "sgemm_cold");
+    if (!h || !c)
+        return dp_err_set(jr->err, DP_EINVAL,
+                          "%s: %s.%s: missing required field (expected an SGEMM model object)",
+                          jr->file, jr->path, h ? "sgemm_cold" : "sgemm_hot");
+    size_t at = dp_jr_push(jr, "sgemm_hot", 0);
+    if (dp_jr_expect_object(jr, h, "an SGEMM model object") || dp_jr_check_keys(jr, h, hot_keys) ||
+        dp_jr_number(jr, h, "call_us", true, 0, BIG, &r->gemm_call_us) ||
+        dp_jr_number(jr, h, "gflops", true, 1e-9, BIG, &r->gemm_gflops) ||
+        dp_jr_number(jr, h, "ab_ns", true, 0, BIG, &r->gemm_ab_ns) ||
+        dp_jr_number(jr, h, "c_ns", true, 0, BIG, &r->gemm_c_ns) ||
+        read_quality(jr, h, &r->gemm_hot_q))
+        return jr->err->code;
+    dp_jr_pop(jr, at);
+    at = dp_jr_push(jr, "sgemm_cold", 0);
+    if (dp_jr_expect_object(jr, c, "an SGEMM cold-factor object") ||
+        dp_jr_check_keys(jr, c, cold_keys) ||
+        dp_jr_number(jr, c, "factor", true, 0, BIG, &r->gemm_cold) ||
+        (cJSON_GetObjectItemCaseSensitive(c, "quality") && read_quality(jr, c, &r->gemm_cold_q)))
+        return jr->err->code;
+    dp_jr_pop(jr, at);
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(v, "measured");
+    int n = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : -1;
+    if (n < 2 || n > DP_CAL_REUSE_POINTS)
+        return dp_err_set(jr->err, DP_EINVAL,
+                          "%s: %s.measured: expected an array of 2 to %d [bytes, read GB/s, "
+                          "write GB/s] triples",
+                          jr->file, jr->path, DP_CAL_REUSE_POINTS);
+    int i = 0;
+    for (const cJSON *e = a->child; e; e = e->next, i++) {
+        const cJSON *b = cJSON_IsArray(e) && cJSON_GetArraySize(e) == 3 ? e->child : NULL;
+        const cJSON *rd = b ? b->next : NULL, *wr = rd ? rd->next : NULL;
+        bool ok = b && cJSON_IsNumber(b) && cJSON_IsNumber(rd) && cJSON_IsNumber(wr);
+        for (const cJSON *x = b; ok && x; x = x->next)
+            ok = x->valuedouble > 0 && x->valuedouble < BIG;
+        if (!ok || (i > 0 && !(b->valuedouble > r->bytes[i - 1])))
+            return dp_err_set(jr->err, DP_EINVAL,
+                              "%s: %s.measured[%d]: expected [bytes > 0, read GB/s > 0, write "
+                              "GB/s > 0], bytes ascending",
+                              jr->file, jr->path, i);
+        r->bytes[i] = b->valuedouble;
+        r->read_gbps[i] = rd->valuedouble;
+        r->write_gbps[i] = wr->valuedouble;
+    }
+    r->n = n;
+    return 0;
+}
+
+/* "lockstep": {"ranks", "jitter", "measured": [[segment s, wait s], ...]}. */
+static int read_lockstep(struct dp_jr *jr, const cJSON *v, struct dp_cal_lockstep *l)
+{
+    static const char *const keys[] = {"ranks", "jitter", "measured", NULL};
+    int64_t ranks = 0;
+    if (dp_jr_expect_object(jr, v, "a lock-step object") || dp_jr_check_keys(jr, v, keys) ||
+        dp_jr_int(jr, v, "ranks", true, 2, 1 << 20, &ranks) ||
+        dp_jr_number(jr, v, "jitter", true, 0, 1, &l->jitter))
+        return jr->err->code;
+    l->ranks = (int)ranks;
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(v, "measured");
+    int n = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : -1;
+    if (n < 1 || n > DP_CAL_LOCKSTEP_POINTS)
+        return dp_err_set(jr->err, DP_EINVAL,
+                          "%s: %s.measured: expected an array of 1 to %d [segment s, wait s] pairs",
+                          jr->file, jr->path, DP_CAL_LOCKSTEP_POINTS);
+    int i = 0;
+    for (const cJSON *e = a->child; e; e = e->next, i++) {
+        const cJSON *s = cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 ? e->child : NULL;
+        const cJSON *w = s ? s->next : NULL;
+        if (!s || !cJSON_IsNumber(s) || !cJSON_IsNumber(w) || !(s->valuedouble > 0) ||
+            !(w->valuedouble >= 0) || !(s->valuedouble < 1e9) || !(w->valuedouble < 1e9))
+            return dp_err_set(jr->err, DP_EINVAL,
+                              "%s: %s.measured[%d]: expected [segment s > 0, wait s >= 0]",
+                              jr->file, jr->path, i);
+        l->seg_s[i] = s->valuedouble;
+        l->wait_s[i] = w->valuedouble;
+    }
+    l->n = n;
+    return 0;
+}
+
 int dp_calibration_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_calibration *out)
 {
-    static const char *const keys[] = {
-        "dplan_calibration", "created_by", "measured_at", "machine", "gemm",
-        "collectives",       "memory",     "cpu",         NULL};
+    static const char *const keys[] = {"dplan_calibration",
+                                       "created_by",
+                                       "measured_at",
+                                       "machine",
+                                       "gemm",
+                                       "collectives",
+                                       "memory",
+                                       "cpu",
+                                       "reuse",
+                                       "lockstep",
+                                       NULL};
     memset(out, 0, sizeof *out);
     int64_t ver = 0;
     if (dp_jr_expect_object(jr, obj, "a calibration profile object") ||
@@ -425,6 +552,22 @@ int dp_calibration_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_calib
                                   jr->file, jr->path, c->threads, c->concurrent, j);
         out->ncpu = i + 1;
         dp_jr_pop(jr, at);
+    }
+    const cJSON *lk = cJSON_GetObjectItemCaseSensitive(obj, "lockstep");
+    if (lk && !cJSON_IsNull(lk)) {
+        at = dp_jr_push(jr, "lockstep", 0);
+        if (read_lockstep(jr, lk, &out->lockstep))
+            return jr->err->code;
+        dp_jr_pop(jr, at);
+        out->has_lockstep = true;
+    }
+    const cJSON *ru = cJSON_GetObjectItemCaseSensitive(obj, "reuse");
+    if (ru && !cJSON_IsNull(ru)) {
+        at = dp_jr_push(jr, "reuse", 0);
+        if (read_reuse(jr, ru, &out->reuse))
+            return jr->err->code;
+        dp_jr_pop(jr, at);
+        out->has_reuse = true;
     }
     return 0;
 }
@@ -541,6 +684,38 @@ cJSON *dp_calibration_to_json(const struct dp_calibration *c)
             }
             cJSON_AddItemToArray(a, e);
         }
+    }
+    if (c->has_lockstep) {
+        cJSON *e = cJSON_AddObjectToObject(o, "lockstep");
+        cJSON_AddNumberToObject(e, "ranks", c->lockstep.ranks);
+        cJSON_AddNumberToObject(e, "jitter", c->lockstep.jitter);
+        cJSON *pa = cJSON_AddArrayToObject(e, "measured");
+        for (int j = 0; j < c->lockstep.n; j++) {
+            double pt[2] = {c->lockstep.seg_s[j], c->lockstep.wait_s[j]};
+            cJSON_AddItemToArray(pa, cJSON_CreateDoubleArray(pt, 2));
+        }
+    }
+    if (c->has_reuse) {
+        const struct dp_cal_reuse *r = &c->reuse;
+        cJSON *e = cJSON_AddObjectToObject(o, "reuse");
+        cJSON *pa = cJSON_AddArrayToObject(e, "measured");
+        for (int j = 0; j < r->n; j++) {
+            double pt[3] = {r->bytes[j], r->read_gbps[j], r->write_gbps[j]};
+            cJSON_AddItemToArray(pa, cJSON_CreateDoubleArray(pt, 3));
+        }
+        cJSON *h = cJSON_AddObjectToObject(e, "sgemm_hot");
+        cJSON_AddNumberToObject(h, "call_us", r->gemm_call_us);
+        cJSON_AddNumberToObject(h, "gflops", r->gemm_gflops);
+        cJSON_AddNumberToObject(h, "ab_ns", r->gemm_ab_ns);
+        cJSON_AddNumberToObject(h, "c_ns", r->gemm_c_ns);
+        add_quality(h, &r->gemm_hot_q);
+        cJSON *k = cJSON_AddObjectToObject(e, "sgemm_cold");
+        cJSON_AddNumberToObject(k, "factor", r->gemm_cold);
+        if (r->gemm_cold_q.n > 0)
+            add_quality(k, &r->gemm_cold_q);
+        for (size_t f = 0; f < NREUSE_F; f++)
+            cJSON_AddNumberToObject(e, reuse_fields[f].key,
+                                    *(const double *)((const char *)r + reuse_fields[f].off));
     }
     return o;
 }

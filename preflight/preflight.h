@@ -220,6 +220,16 @@ int dp_pf_mpi_bcast_int(const struct dp_pf_mpi *m, int *v);
  * the slowest rank's. Collective: every rank
  * calls it.
  */
+/*
+ * For `dplan calibrate`: ranks in lock step. Every rank runs `iters` rounds of a segment of
+ * work (`passes` streaming passes y = a x + b y over 2 x 256 KiB, its cache) followed by an
+ * all-reduce of one double: *seg_s gets the segment's mean time, *wait_s the all-reduce's
+ * mean time beyond what it takes when the ranks arrive together (its median from a
+ * barrier), both averaged over the ranks: what each rank waits, on average, for the
+ * slowest of its group when all do the same work on a shared machine. Collective.
+ */
+int dp_pf_mpi_bench_lockstep(const struct dp_pf_mpi *m, int passes, int iters, double *seg_s,
+                             double *wait_s, struct dp_err *err);
 int dp_pf_mpi_bench_coll(const struct dp_pf_mpi *m, enum dp_nccl_coll k, int64_t bytes, int iters,
                          double *seconds, struct dp_err *err);
 

@@ -12,6 +12,7 @@
 #include "probe.h"
 
 #include <cblas.h>
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -243,7 +244,10 @@ static void sweep(int64_t bytes)
     __asm__ volatile("" : : "r"(buf) : "memory");
 }
 
-static int64_t sweep_now; /* the sweep of the probe in progress (dp_exec_probe_device) */
+static int64_t sweep_now;  /* the sweep of the probe in progress (dp_exec_probe_device) */
+static int reps_cap = 200; /* at most this many repetitions (fewer behind long sweeps) */
+static volatile float sink_f;
+static volatile double sink_d;
 
 /* Seconds (low quantile) of kernel call `body` over reps, after two untimed calls (the
  * kernels' own OpenMP loops run on one thread: the caller set omp_set_num_threads(1)),
@@ -251,7 +255,7 @@ static int64_t sweep_now; /* the sweep of the probe in progress (dp_exec_probe_d
 #define TIME_LOW(out, reps, body)                                                                  \
     do {                                                                                           \
         double t_[200];                                                                            \
-        int r_ = (reps) < 200 ? (reps) : 200;                                                      \
+        int r_ = (reps) < reps_cap ? (reps) : reps_cap;                                            \
         for (int i_ = -2; i_ < r_; i_++) {                                                         \
             sweep(sweep_now);                                                                      \
             double t0_ = now_s();                                                                  \
@@ -283,8 +287,7 @@ static int kernels(const struct dp_probe_shape *sh, struct dp_device_probe *o)
         big = (size_t)(3 * H * T * d);
     real *a = fill_real(big, 1), *b = fill_real(big, 2), *c = fill_real(big, 3),
          *w = fill_real(big, 4);
-    real *st = fill_real((size_t)(4 * (Nn > N ? Nn : N)), 5),
-         *db = fill_real((size_t)(2 * (Cn > C ? Cn : C)), 6);
+    real *st = fill_real((size_t)(4 * (Nn > N ? Nn : N)), 5), *db = fill_real((size_t)(2 * E), 6);
     int32_t *tgt = malloc((size_t)N * sizeof *tgt);
     int rc = a && b && c && w && st && db && tgt ? 0 : -1;
     if (!rc) {
@@ -292,12 +295,20 @@ static int kernels(const struct dp_probe_shape *sh, struct dp_device_probe *o)
             tgt[i] = (int32_t)(i % C);
         double t;
         bool gelu = sh->ffn == DP_FFN_GELU;
-        /* SwiGLU reads [gate | up] of 2 F columns per output element. */
+        /* SwiGLU reads [gate | up] of 2 F columns per output element. At the model's width
+         * (a GELU MLP's 4 h; SwiGLU's 8 h / 3 in 64s): the backward walks columns blocks
+         * over every row for the bias gradient, whose cost per element depends on the
+         * rows (tiny-gpt's 512 x 256 took 0.9 ns an element in its step, 64 x 1024 0.5
+         * hot). */
         int64_t F = gelu ? C : C / 2;
-        TIME_LOW(t, 20, dp__cpu_act_fwd(NULL, sh->ffn, a, b, N, F));
-        o->act_fwd_ns = 1e9 * t / (double)(N * F);
-        TIME_LOW(t, 20, dp__cpu_act_bwd(NULL, sh->ffn, c, db, a, b, N, F));
-        o->act_bwd_ns = 1e9 * t / (double)(N * F);
+        if (sh->hidden > 0)
+            F = gelu ? 4 * (int64_t)sh->hidden : ((8 * (int64_t)sh->hidden / 3 + 63) / 64) * 64;
+        F = F > E / 2 ? E / 2 : F < 16 ? 16 : F;
+        const int64_t Na = E / (gelu ? F : 2 * F);
+        TIME_LOW(t, 20, dp__cpu_act_fwd(NULL, sh->ffn, a, b, Na, F));
+        o->act_fwd_ns = 1e9 * t / (double)(Na * F);
+        TIME_LOW(t, 20, dp__cpu_act_bwd(NULL, sh->ffn, c, db, a, b, Na, F));
+        o->act_bwd_ns = 1e9 * t / (double)(Na * F);
         bool ln = sh->norm == DP_NORM_LAYERNORM;
         TIME_LOW(t, 20, dp__cpu_norm_fwd(NULL, sh->norm, a, st, b, w, ln ? w : NULL, Nn, Cn));
         o->norm_fwd_ns = 1e9 * t / (double)E;
@@ -419,4 +430,249 @@ static double swept_stream_gbps(void)
     free(x);
     free(y);
     return t > 0 ? 12.0 * (double)n / t / 1e9 : 0;
+}
+
+/* ------------------------------------------------------------------ bandwidth by reuse distance */
+
+static double median3(double a, double b, double c)
+{
+    return fmax(fmin(a, b), fmin(fmax(a, b), c));
+}
+
+/* Seconds (low quantile of `reps`) of op(A) op(B) into C (beta 0) on this thread, each
+ * repetition after a sweep of sweep_now (untimed). */
+static double gemm_swept(bool ta, bool tb, int m, int n, int k, const float *a, const float *b,
+                         float *c, int reps)
+{
+    double t;
+    TIME_LOW(t, reps,
+             cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+                         tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a, ta ? m : k, b,
+                         tb ? k : n, 0.0f, c, n));
+    return t;
+}
+
+/*
+ * The samples (executor.h struct dp_exec_reuse_samples); fit/ fits them (dp_fit_reuse).
+ *
+ * The curve: after sweeps of 0 and 256 KiB to 256 MiB, a read of x (B = 256 KiB, eight
+ * independent sums so the loads set the pace) and a fill of y from a 1 KiB row (B written:
+ * each line read for ownership, then written back, the caches being full of the sweep's
+ * dirty lines). Measured on this VM (one thread): read ~100 GB/s hot, ~40 between 4 and 16
+ * MiB, ~30 beyond 64 MiB; write ~45, ~19, ~7; sysfs claims a 480 MiB L3 (the host's, shared
+ * with other guests): the curve measures the share this thread gets.
+ *
+ * SGEMM: products of the shapes a small transformer's linears have (tokens x width,
+ * width x width, the widths a tensor-parallel split halves), with every transpose a step
+ * uses (NN forward, NT input gradient, TN weight gradient) and k from 32 to 1024, hot; a
+ * quarter of them also after the farthest sweep. The executor's kernels at the probe's shapes
+ * (kernels()) hot and after the farthest sweep, with what each reads and writes per unit of its
+ * cost.
+ */
+int dp_exec_probe_reuse(const struct dp_probe_shape *sh, struct dp_exec_reuse_samples *out,
+                        struct dp_err *err)
+{
+    memset(out, 0, sizeof *out);
+    const size_t n = 65536; /* x and y of the pass: 2 x 256 KiB */
+    const double B = 4.0 * (double)n;
+    const int64_t far = (int64_t)256 << 20;
+    float *x = fill(n, 1), *y = fill(n, 2), *row = fill(256, 3);
+    int rc = x && y && row ? 0 : -1;
+    for (int64_t s = 0; !rc && out->n < DP_EXEC_REUSE_POINTS && s <= far;
+         s = s ? 2 * s : (int64_t)256 << 10) {
+        double tr, tf;
+        sweep_now = s;
+        TIME_LOW(tr, 12, {
+            /* eight independent sums: the loads, not the additions' latency, set the pace */
+            float acc[8] = {0};
+            for (size_t i = 0; i < n; i += 8)
+                for (int j = 0; j < 8; j++)
+                    acc[j] += x[i + j];
+            sink_f = acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7];
+        });
+        TIME_LOW(tf, 12, {
+            for (size_t i = 0; i < n; i += 256)
+                memcpy(y + i, row, 256 * sizeof *y);
+            __asm__ volatile("" : : "r"(y) : "memory");
+        });
+        out->bytes[out->n] = (double)s + B;
+        out->read_gbps[out->n] = tr > 0 ? B / tr / 1e9 : 0;
+        out->write_gbps[out->n++] = tf > 0 ? B / tf / 1e9 : 0;
+    }
+    free(x);
+    free(y);
+    free(row);
+    /* Farther is never faster: a point slower than one beyond it was slowed by something
+     * else (a neighbour, a page the host reclaimed), and the farther one bounds it. */
+    for (int i = out->n - 2; i >= 0; i--) {
+        out->read_gbps[i] = fmax(out->read_gbps[i], out->read_gbps[i + 1]);
+        out->write_gbps[i] = fmax(out->write_gbps[i], out->write_gbps[i + 1]);
+    }
+    if (rc || out->n < 2 || !(out->write_gbps[out->n - 1] > 0) ||
+        !(out->read_gbps[out->n - 1] > 0)) {
+        sweep_now = 0;
+        return dp_err_set(err, DP_ENOMEM, "reuse probe: out of memory");
+    }
+
+    /* The cold times below are taken at the curve's farthest point: at its knee (32-64 MiB
+     * on this VM, the edge of the last-level cache share other guests also use) the same
+     * measurement moved by 2x between calibrations minutes apart, beyond it by 10%. */
+    const int fi = out->n - 1;
+    const int64_t far_f = (int64_t)(out->bytes[fi] - B);
+    out->far_bytes = out->bytes[fi];
+
+    /* {ta, tb, m, n, k, timed cold too} */
+    static const int shapes[][6] = {
+        {0, 0, 256, 1024, 256, 1}, {0, 0, 512, 192, 64, 1},   {0, 0, 512, 64, 256, 0},
+        {0, 0, 256, 256, 1024, 0}, {0, 0, 1024, 256, 256, 0}, {0, 0, 128, 128, 128, 0},
+        {0, 0, 512, 32, 64, 0},    {0, 0, 512, 64, 96, 0},    {0, 1, 256, 256, 1024, 1},
+        {0, 1, 256, 256, 256, 1},  {0, 1, 512, 256, 64, 0},   {0, 1, 512, 64, 256, 0},
+        {0, 1, 256, 768, 256, 0},  {0, 1, 1024, 64, 64, 0},   {0, 1, 512, 64, 32, 0},
+        {0, 1, 512, 96, 64, 0},    {1, 0, 1024, 256, 256, 1}, {1, 0, 64, 192, 512, 1},
+        {1, 0, 64, 256, 512, 0},   {1, 0, 256, 64, 512, 0},   {1, 0, 256, 256, 1024, 0},
+        {1, 0, 768, 256, 256, 0},  {1, 0, 64, 32, 512, 0},    {1, 0, 32, 128, 512, 0}};
+    enum { NS = sizeof shapes / sizeof shapes[0], ROUNDS = 3 };
+    _Static_assert(NS <= DP_EXEC_GEMM_SHAPES, "the probe's shapes fit the samples");
+    const size_t most = (size_t)1 << 18; /* elements of the largest operand */
+    const int64_t nv = 65536;            /* the reduction's elements */
+    float *a = fill(most, 3), *b = fill(most, 4), *c = fill(most, 5);
+    real *v = fill_real((size_t)nv, 6);
+    rc = a && b && c && v ? 0 : -1;
+    /*
+     * ROUNDS rounds of everything. The cold times are the noisy ones (a burst of another
+     * guest's memory traffic through the host's cache after a long sweep), and a factor is a
+     * ratio of a kernel's extra time to the pass's at the same distance: each round
+     * measures the pass again beside its kernels, and each round's extra is rescaled by the
+     * curve's pass over the round's (what the kernel would have taken in the curve's state
+     * of the machine); the median round is kept. Hot times keep their fastest round.
+     */
+    double gh[ROUNDS][NS], gc[ROUNDS][NS];
+    struct dp_device_probe kh[ROUNDS], kc[ROUNDS];
+    double qh[ROUNDS], qf[ROUNDS], drr[ROUNDS], dwr[ROUNDS];
+    memset(kh, 0, sizeof kh);
+    memset(kc, 0, sizeof kc);
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    float *px = fill(n, 7), *py = fill(n, 8);
+    rc |= px && py ? 0 : -1;
+    for (int r = 0; r < ROUNDS && !rc; r++) {
+        /* the pass, hot and at far_f, this round */
+        double rh = 0, rf = 0, wh = 0, wf = 0;
+        for (int fr = 0; fr < 2; fr++) {
+            sweep_now = fr ? far_f : 0;
+            reps_cap = fr ? 7 : 200;
+            TIME_LOW(*(fr ? &rf : &rh), 12, {
+                float acc[8] = {0};
+                for (size_t i = 0; i < n; i += 8)
+                    for (int j = 0; j < 8; j++)
+                        acc[j] += px[i + j];
+                sink_f = acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7];
+            });
+            TIME_LOW(*(fr ? &wf : &wh), 12, {
+                for (size_t i = 0; i < n; i += 256)
+                    memcpy(py + i, px, 256 * sizeof *py);
+                __asm__ volatile("" : : "r"(py) : "memory");
+            });
+        }
+        reps_cap = 200;
+        drr[r] = (rf - rh) / B;
+        dwr[r] = (wf - wh) / B;
+        for (int i = 0; i < NS; i++) {
+            const int *g = shapes[i];
+            sweep_now = 0;
+            gh[r][i] = gemm_swept(g[0], g[1], g[2], g[3], g[4], a, b, c, 11);
+            sweep_now = far_f;
+            gc[r][i] = g[5] ? gemm_swept(g[0], g[1], g[2], g[3], g[4], a, b, c, 7) : 0;
+        }
+        /* The kernels hot and far, at the shapes kernels() measures. */
+        sweep_now = 0;
+        rc = kernels(sh, &kh[r]);
+        sweep_now = far_f;
+        reps_cap = 7;
+        if (!rc)
+            rc = kernels(sh, &kc[r]);
+        if (!rc) {
+            /* The gradient norm's reduction over 64 Ki elements (double accumulation). */
+            TIME_LOW(qf[r], 7, sink_d = dp__cpu_sumsq(NULL, v, nv));
+            reps_cap = 200;
+            sweep_now = 0;
+            TIME_LOW(qh[r], 20, sink_d = dp__cpu_sumsq(NULL, v, nv));
+        }
+        reps_cap = 200;
+    }
+    sweep_now = 0;
+    omp_set_num_threads(saved);
+    free(px);
+    free(py);
+    free(a);
+    free(b);
+    free(c);
+    free(v);
+    if (rc)
+        return dp_err_set(err, DP_ENOMEM, "reuse probe: out of memory");
+    /* the curve's extra seconds per byte read and written at far_f */
+    const double crd = 1e-9 / out->read_gbps[fi] - 1e-9 / out->read_gbps[0],
+                 cwr = 1e-9 / out->write_gbps[fi] - 1e-9 / out->write_gbps[0];
+    /* Hot: the fastest round. Cold: hot plus the median round's extra rescaled from its
+     * pass to the curve's, for an operand mix of rd bytes read and wr written. */
+    double ex[ROUNDS];
+    out->ngemm = NS;
+    for (int i = 0; i < NS; i++) {
+        const int *g = shapes[i];
+        double hot = fmin(fmin(gh[0][i], gh[1][i]), gh[2][i]);
+        double ab = 4.0 * ((double)g[2] * g[4] + (double)g[4] * g[3]), cb = 4.0 * g[2] * g[3];
+        double cold = 0;
+        if (g[5]) {
+            for (int r = 0; r < ROUNDS; r++) {
+                double here = ab * fmax(drr[r], 0) + cb * fmax(dwr[r], 0),
+                       curve = ab * crd + cb * cwr;
+                double xr = gc[r][i] - gh[r][i];
+                ex[r] = here > 0 && curve > 0 ? xr * curve / here : xr;
+            }
+            double m = median3(ex[0], ex[1], ex[2]);
+            cold = hot + (m > 0 ? m : 0);
+        }
+        out->gemm[i] = (__typeof__(out->gemm[i])){g[0], g[1], g[2], g[3], g[4], hot, cold};
+    }
+    /* What each kernel reads and writes per unit of its cost, as kernels() lays its
+     * operands out (and predict_ops.c counts them): per element of N x F for the
+     * activation, N x C for the norms, per logit (its first pass reads them; the others find
+     * them hot), per parameter, per head of T x d. */
+    const double Rb = (double)sizeof(real);
+    const int64_t T = sh->seq_len > 0 ? sh->seq_len : 64, d = sh->head_dim > 0 ? sh->head_dim : 16;
+    const double F1 = sh->ffn == DP_FFN_GELU ? 1 : 2; /* input columns per output column */
+    const double Td = (double)(T * d), TT = (double)(T * T);
+#define KS(f, field, scale, rd, wr)                                                                \
+    do {                                                                                           \
+        double h_ = fmin(fmin(kh[0].field, kh[1].field), kh[2].field) * (scale);                   \
+        for (int r_ = 0; r_ < ROUNDS; r_++) {                                                      \
+            double here_ = Rb * (rd)*fmax(drr[r_], 0) + Rb * (wr)*fmax(dwr[r_], 0);                \
+            double curve_ = Rb * (rd)*crd + Rb * (wr)*cwr;                                         \
+            double x_ = (kc[r_].field - kh[r_].field) * (scale);                                   \
+            ex[r_] = here_ > 0 && curve_ > 0 ? x_ * curve_ / here_ : x_;                           \
+        }                                                                                          \
+        double m_ = median3(ex[0], ex[1], ex[2]);                                                  \
+        out->f = (struct dp_exec_kernel_sample){h_, h_ + (m_ > 0 ? m_ : 0), Rb * (rd), Rb * (wr)}; \
+    } while (0)
+    KS(act_fwd, act_fwd_ns, 1e-9, F1, 1);
+    KS(act_bwd, act_bwd_ns, 1e-9, 1 + F1, F1);
+    KS(norm_fwd, norm_fwd_ns, 1e-9, 1, 1);
+    KS(norm_bwd, norm_bwd_ns, 1e-9, 2, 1);
+    KS(ce, ce_ns, 1e-9, 1, 0);
+    KS(adamw, adamw_ns, 1e-9, 1, 3);
+    KS(attn_fwd, attn_fwd_s, 1, 3 * Td, TT + Td);
+    KS(attn_probs, attn_probs_s, 1, 3 * Td, TT);
+    KS(attn_bwd, attn_bwd_s, 1, 4 * Td + TT, TT + 3 * Td);
+#undef KS
+    {
+        double h = fmin(fmin(qh[0], qh[1]), qh[2]) / (double)nv;
+        for (int r = 0; r < ROUNDS; r++) {
+            double here = Rb * fmax(drr[r], 0), curve = Rb * crd;
+            double xr = (qf[r] - qh[r]) / (double)nv;
+            ex[r] = here > 0 && curve > 0 ? xr * curve / here : xr;
+        }
+        double m = median3(ex[0], ex[1], ex[2]);
+        out->sumsq = (struct dp_exec_kernel_sample){h, h + (m > 0 ? m : 0), Rb, 0};
+    }
+    return 0;
 }

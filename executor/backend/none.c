@@ -56,3 +56,12 @@ int dp_exec_measure_costs(struct dp_exec_costs *out, struct dp_err *err)
     (void)out;
     return dp_err_set(err, DP_ERUNTIME, "cost probe: this dplan was built without the CPU backend");
 }
+
+int dp_exec_measure_reuse(const struct dp_exec_costs *shape, struct dp_exec_reuse_samples *out,
+                          struct dp_err *err)
+{
+    (void)shape;
+    memset(out, 0, sizeof *out);
+    return dp_err_set(err, DP_ERUNTIME,
+                      "reuse probe: this dplan was built without the CPU backend");
+}

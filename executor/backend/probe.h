@@ -11,6 +11,7 @@
 #define DPLAN_EXECUTOR_PROBE_H
 
 #include "core/core.h"
+#include "executor/executor.h"
 
 /* What a rank of this machine runs, for the probe to measure at. */
 struct dp_probe_shape {
@@ -45,12 +46,18 @@ struct dp_device_probe {
     double norm_fwd_ns, norm_bwd_ns;             /* per element of N x h */
     double ce_ns;                                /* per logit: the three cross-entropy passes */
     double adamw_ns;                             /* per parameter */
+    struct dp_exec_reuse reuse; /* n 0: none (the probe does not measure it; a calibration does) */
 };
 
 /* Measure (about 0.1-0.3 s; the calling thread and `concurrent` OpenMP threads).
  * Fails when the backend has no BLAS, or out of memory. */
 int dp_exec_probe_device(const struct dp_probe_shape *shape, struct dp_device_probe *out,
                          struct dp_err *err);
+
+/* Bandwidth by reuse distance, SGEMM and the kernels hot and cold (executor.h struct
+ * dp_exec_reuse_samples) at the shape's model shapes, on the calling thread. */
+int dp_exec_probe_reuse(const struct dp_probe_shape *shape, struct dp_exec_reuse_samples *out,
+                        struct dp_err *err);
 
 /* How many of `threads` threads the executor's GEMM C[m, n] = A[m, k] B[k, n] runs on
  * (kernels.c splits C by rows when it is large enough; else one thread). */

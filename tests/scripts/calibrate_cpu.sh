@@ -43,7 +43,24 @@ for c in p["collectives"]:
 cl = p["machine"]["cluster"]
 assert cl["nodes"] == 1 and cl["gpus_per_node"] == 2, cl
 assert all(g["dtype"] == "fp32" and g["eff_max"] == 1 for g in p["gemm"])
+# Bandwidth by reuse distance: hot, then 256 KiB .. 256 MiB by 2x; farther is never faster
+# (a slower nearer point is raised to the farther one's); the kernels hot (no sweep).
+r = p["reuse"]
+m = r["measured"]
+assert len(m) == 12 and m[0][0] == 262144 and m[-1][0] == (256 << 20) + 262144, [b for b, _, _ in m]
+for i in range(len(m) - 1):
+    assert m[i][1] >= m[i + 1][1] and m[i][2] >= m[i + 1][2], m
+h = r["sgemm_hot"]
+assert 1 < h["gflops"] < 1e4 and h["quality"]["samples"] == 24 and h["quality"]["rms_rel"] < 0.25, h
+assert all(r[k] >= 0 for k in ("attn_fwd", "act_fwd", "norm_fwd", "ce", "adamw", "sumsq"))
+assert r["sgemm_cold"]["factor"] >= 0 and r["sumsq_ns"] > 0
+assert all("sweep_bytes" not in c for c in p["cpu"]), "kernels swept though the reuse curve prices distance"
+# Ranks in lock step: three segment lengths, each waiting >= 0; the jitter their median.
+ls = p["lockstep"]
+assert ls["ranks"] == 2 and len(ls["measured"]) == 3 and ls["jitter"] >= 0, ls
 PY
+grep -q '^reuse .*read / write GB/s' "$out/cal.txt" || fail "no reuse line"
+grep -q '^lock step   2 ranks' "$out/cal.txt" || fail "no lock-step line"
 # The profile is the cluster: 2 ranks; estimate prices the executor's step.
 "$dplan" estimate tiny-gpt --calibration "$out/p.json" --dp 2 --gbs 8 > "$out/est.txt" 2>&1 ||
   { cat "$out/est.txt"; fail "estimate --calibration"; }
@@ -107,6 +124,7 @@ for case in "1024 1000 1073741824 1048576000 0.4725" "262144 100 1048576 400 0.0
 import json, sys
 p = json.load(open(sys.argv[1]))
 b0, t0, b1, t1 = map(float, sys.argv[3:7])
+p.pop("lockstep", None)  # the waits of ranks in lock step: test_executor_reuse prices them
 for c in p["collectives"]:
     c["alpha_us"] = 5000
     c["measured"] = [[b0, t0], [b1, t1]]

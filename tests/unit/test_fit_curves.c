@@ -316,8 +316,103 @@ static void test_nccl_format(void)
     CHECK_EQ(dp_nccl_coll_parse("allreduce"), -1);
 }
 
+/* The reuse fit (fit/reuse.c) on samples made from known parameters: SGEMM hot t = 0.5 us +
+ * 2 m n k / 140 GFLOP/s + 0.1 ns (m + n) k + 0.12 ns m n; cold adds 2x the extra read time
+ * of A and B and the extra write time of C between a curve's ends (read 100 -> 10 GB/s,
+ * write 50 -> 5); with seeded noise, relative 2% on each time. */
+static void reuse_samples(struct dp_reuse_samples *s, double sigma, uint64_t seed)
+{
+    static const int shapes[][5] = {
+        {0, 0, 256, 1024, 256}, {0, 0, 512, 192, 64},  {0, 0, 512, 64, 256}, {0, 0, 256, 256, 1024},
+        {0, 1, 1024, 256, 256}, {0, 1, 128, 128, 128}, {0, 1, 512, 32, 64},  {1, 0, 512, 64, 96},
+        {1, 0, 256, 256, 1024}, {1, 0, 256, 256, 256}, {1, 0, 64, 192, 512}, {1, 0, 32, 128, 512}};
+    rng = seed;
+    memset(s, 0, sizeof *s);
+    s->n = 2;
+    s->bytes[0] = 524288;
+    s->bytes[1] = 268697600;
+    s->read_gbps[0] = 100;
+    s->read_gbps[1] = 10;
+    s->write_gbps[0] = 50;
+    s->write_gbps[1] = 5;
+    const double drd = 1 / 10e9 - 1 / 100e9, dwr = 1 / 5e9 - 1 / 50e9;
+    s->ngemm = (int)(sizeof shapes / sizeof shapes[0]);
+    for (int i = 0; i < s->ngemm; i++) {
+        const int *g = shapes[i];
+        double m = g[2], n = g[3], k = g[4];
+        double hot = 0.5e-6 + 2 * m * n * k / 140e9 + 0.1e-9 * (m + n) * k + 0.12e-9 * m * n;
+        double cold = hot + 2 * (4 * (m * k + k * n) * drd + 4 * m * n * dwr);
+        s->gemm[i] = (struct dp_sgemm_sample){g[0],
+                                              g[1],
+                                              g[2],
+                                              g[3],
+                                              g[4],
+                                              hot * (1 + sigma * normal()),
+                                              i % 2 ? cold * (1 + sigma * normal()) : 0};
+    }
+    /* a kernel 1.5x as sensitive as its bytes' extra time: 64 KiB read, 32 KiB written */
+    double x = 65536 * drd + 32768 * dwr;
+    s->act_fwd = (struct dp_reuse_kernel_sample){10e-6, 10e-6 + 1.5 * x, 65536, 32768};
+    /* one that came out faster cold (noise): factor 0 */
+    s->ce = (struct dp_reuse_kernel_sample){10e-6, 9e-6, 65536, 0};
+    s->sumsq = (struct dp_reuse_kernel_sample){0.33e-9, 0.5e-9, 4, 0};
+}
+
+static void test_reuse(void)
+{
+    struct dp_reuse_samples s;
+    struct dp_cal_reuse r;
+    struct dp_err err = {0};
+    reuse_samples(&s, 0, 1);
+    CHECK_EQ(dp_fit_reuse(&s, &r, NULL, &err), 0);
+    CHECK_NEAR(r.gemm_gflops, 140, 1e-6);
+    CHECK_NEAR(r.gemm_call_us, 0.5, 1e-6);
+    CHECK_NEAR(r.gemm_ab_ns, 0.1, 1e-6);
+    CHECK_NEAR(r.gemm_c_ns, 0.12, 1e-6);
+    CHECK_NEAR(r.gemm_cold, 2, 1e-6);
+    CHECK(r.gemm_hot_q.rms_rel < 1e-9 && r.gemm_hot_q.n == 12 && r.gemm_cold_q.n == 6);
+    CHECK(r.gemm_cold_q.rms_rel < 1e-9);
+    CHECK_NEAR(r.act_fwd, 1.5, 1e-9);
+    CHECK(r.ce == 0);
+    CHECK_NEAR(r.sumsq_ns, 0.33, 1e-9);
+    CHECK_EQ(r.n, 2);
+    CHECK(r.read_gbps[1] == 10 && r.write_gbps[0] == 50);
+    /* 2% noise: the rate and the factors within a few percent, the residuals about 2% */
+    reuse_samples(&s, 0.02, 7);
+    CHECK_EQ(dp_fit_reuse(&s, &r, NULL, &err), 0);
+    CHECK_NEAR(r.gemm_gflops, 140, 0.03);
+    CHECK_NEAR(r.gemm_cold, 2, 0.1);
+    CHECK(r.gemm_hot_q.rms_rel > 0.005 && r.gemm_hot_q.rms_rel < 0.04);
+    /* No call cost in the samples and noise on top: a negative call cost is dropped, not
+     * kept, and the rest stays close. */
+    reuse_samples(&s, 0, 1);
+    for (int i = 0; i < s.ngemm; i++)
+        s.gemm[i].hot_s -= 0.5e-6 + (i % 3 ? 0.2e-6 : -0.1e-6);
+    CHECK_EQ(dp_fit_reuse(&s, &r, NULL, &err), 0);
+    CHECK(r.gemm_call_us >= 0 && r.gemm_ab_ns >= 0 && r.gemm_c_ns >= 0);
+    CHECK_NEAR(r.gemm_gflops, 140, 0.05);
+    /* Refused in one line. */
+    reuse_samples(&s, 0, 1);
+    s.ngemm = 4;
+    CHECK(dp_fit_reuse(&s, &r, NULL, &err) == DP_EINVAL);
+    CHECK_STR(err.msg, "reuse fit: 4 SGEMM samples for 4 parameters (call, rate, packing, C): "
+                       "need at least 5");
+    dp_err_clear(&err);
+    reuse_samples(&s, 0, 1);
+    s.bytes[1] = s.bytes[0];
+    CHECK(dp_fit_reuse(&s, &r, NULL, &err) == DP_EINVAL);
+    CHECK_STR(err.msg, "reuse fit: curve point 1: expected bytes > 0 ascending and rates > 0");
+    dp_err_clear(&err);
+    reuse_samples(&s, 0, 1);
+    s.gemm[3].hot_s = 0;
+    CHECK(dp_fit_reuse(&s, &r, NULL, &err) == DP_EINVAL);
+    CHECK_STR(err.msg, "reuse fit: SGEMM sample 3: expected positive sizes and hot time, cold "
+                       "time >= 0");
+}
+
 int main(void)
 {
+    test_reuse();
     test_gemm_exact();
     test_gemm_noise();
     test_gemm_degenerate();

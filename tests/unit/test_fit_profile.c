@@ -93,6 +93,37 @@ static struct dp_calibration sample(void)
                                        .hidden = i < 2 ? 64 : 0,
                                        .sweep_bytes = i < 2 ? 10439680 : 0,
                                        .swept_gbps = i < 2 ? 87.5 : 0};
+    /* Ranks in lock step. */
+    c.has_lockstep = true;
+    c.lockstep = (struct dp_cal_lockstep){.ranks = 2,
+                                          .n = 3,
+                                          .jitter = 0.00125,
+                                          .seg_s = {1.75e-5, 7.25e-5, 2.875e-4},
+                                          .wait_s = {2.5e-6, 4.5e-6, 1.25e-5}};
+    /* Bandwidth by reuse distance and the SGEMM model (fit/reuse.c's fields). */
+    c.has_reuse = true;
+    c.reuse = (struct dp_cal_reuse){.n = 3,
+                                    .bytes = {262144, 8650752, 268697600},
+                                    .read_gbps = {99.5, 40.25, 16.125},
+                                    .write_gbps = {47.5, 19.0, 6.0625},
+                                    .gemm_call_us = 0.125,
+                                    .gemm_gflops = 138.5,
+                                    .gemm_ab_ns = 0.1,
+                                    .gemm_c_ns = 0.105,
+                                    .gemm_hot_q = {24, 4, 0.998, 0.031, 0.061},
+                                    .gemm_cold = 2.15,
+                                    .gemm_cold_q = {6, 2, 0.5, 0.22, 0.4},
+                                    .attn_fwd = 1.37,
+                                    .attn_bwd = 1.21,
+                                    .attn_probs = 1.5,
+                                    .act_fwd = 0.88,
+                                    .act_bwd = 0.68,
+                                    .norm_fwd = 0.82,
+                                    .norm_bwd = 0.61,
+                                    .ce = 1.73,
+                                    .adamw = 0.79,
+                                    .sumsq = 0.5,
+                                    .sumsq_ns = 0.33};
     return c;
 }
 
@@ -164,6 +195,29 @@ static void same(const struct dp_calibration *a, const struct dp_calibration *b)
         CHECK(x->hidden == y->hidden && x->sweep_bytes == y->sweep_bytes);
         CHECK(x->swept_gbps == y->swept_gbps);
     }
+    CHECK_EQ(a->has_lockstep, b->has_lockstep);
+    CHECK(a->lockstep.ranks == b->lockstep.ranks && a->lockstep.n == b->lockstep.n &&
+          a->lockstep.jitter == b->lockstep.jitter);
+    for (int i = 0; i < a->lockstep.n && i < b->lockstep.n; i++)
+        CHECK(a->lockstep.seg_s[i] == b->lockstep.seg_s[i] &&
+              a->lockstep.wait_s[i] == b->lockstep.wait_s[i]);
+    CHECK_EQ(a->has_reuse, b->has_reuse);
+    const struct dp_cal_reuse *x = &a->reuse, *y = &b->reuse;
+    CHECK_EQ(x->n, y->n);
+    for (int i = 0; i < x->n && i < y->n; i++)
+        CHECK(x->bytes[i] == y->bytes[i] && x->read_gbps[i] == y->read_gbps[i] &&
+              x->write_gbps[i] == y->write_gbps[i]);
+    CHECK(x->gemm_call_us == y->gemm_call_us && x->gemm_gflops == y->gemm_gflops);
+    CHECK(x->gemm_ab_ns == y->gemm_ab_ns && x->gemm_c_ns == y->gemm_c_ns);
+    CHECK(x->gemm_cold == y->gemm_cold);
+    same_quality(&x->gemm_hot_q, &y->gemm_hot_q);
+    same_quality(&x->gemm_cold_q, &y->gemm_cold_q);
+    CHECK(x->attn_fwd == y->attn_fwd && x->attn_bwd == y->attn_bwd &&
+          x->attn_probs == y->attn_probs);
+    CHECK(x->act_fwd == y->act_fwd && x->act_bwd == y->act_bwd && x->norm_fwd == y->norm_fwd &&
+          x->norm_bwd == y->norm_bwd);
+    CHECK(x->ce == y->ce && x->adamw == y->adamw && x->sumsq == y->sumsq &&
+          x->sumsq_ns == y->sumsq_ns);
 }
 
 /* The CPU entry for a run's split: the exact one when measured, else the nearest in
@@ -268,7 +322,40 @@ static void test_errors(void)
         "p.json: machine.backend: expected one of \"cpu\", \"cuda\", got string \"tpu\"");
     bad(HEAD "\"machines\": {}}",
         "p.json: machines: unknown field (expected one of: dplan_calibration, created_by, "
-        "measured_at, machine, gemm, collectives, memory, cpu)");
+        "measured_at, machine, gemm, collectives, memory, cpu, reuse, lockstep)");
+    /* Bandwidth by reuse distance: farther points ascend; the SGEMM model must be there. */
+#define FACTORS                                                                                    \
+    "\"attn_fwd\": 1, \"attn_bwd\": 1, \"attn_probs\": 1, \"act_fwd\": 1, \"act_bwd\": 1, "        \
+    "\"norm_fwd\": 1, \"norm_bwd\": 1, \"ce\": 1, \"adamw\": 1, \"sumsq\": 1, \"sumsq_ns\": 0.3"
+#define SGEMM                                                                                      \
+    "\"sgemm_hot\": {\"call_us\": 0, \"gflops\": 140, \"ab_ns\": 0.1, \"c_ns\": 0.1, " QUAL        \
+    "}, \"sgemm_cold\": {\"factor\": 2}"
+    bad(HEAD MACHINE ", \"reuse\": {\"measured\": [[262144, 100, 50], [1048576, 40, 20], "
+                     "[524288, 30, 10]], " SGEMM ", " FACTORS "}}",
+        "p.json: reuse.measured[2]: expected [bytes > 0, read GB/s > 0, write GB/s > 0], bytes "
+        "ascending");
+    bad(HEAD MACHINE ", \"reuse\": {\"measured\": [[262144, 100]], " SGEMM ", " FACTORS "}}",
+        "p.json: reuse.measured: expected an array of 2 to 16 [bytes, read GB/s, write GB/s] "
+        "triples");
+    bad(HEAD MACHINE ", \"reuse\": {\"measured\": [[262144, 100, 50], [1048576, 40, 20]], "
+                     "\"sgemm_cold\": {\"factor\": 2}, " FACTORS "}}",
+        "p.json: reuse.sgemm_hot: missing required field (expected an SGEMM model object)");
+    bad(HEAD MACHINE ", \"reuse\": {\"measured\": [[262144, 100, 50], [1048576, 40, 20]], " SGEMM
+                     ", " FACTORS ", \"jitter\": 1}}",
+        "p.json: reuse.jitter: unknown field (expected one of: measured, sgemm_hot, sgemm_cold, "
+        "attn_fwd, attn_bwd, attn_probs, act_fwd, act_bwd, norm_fwd, norm_bwd, ce, adamw, sumsq, "
+        "sumsq_ns)");
+    bad(HEAD MACHINE
+        ", \"reuse\": {\"measured\": [[262144, 100, 50], [1048576, 40, 20]], "
+        "\"sgemm_hot\": {\"call_us\": 0, \"gflops\": 0, \"ab_ns\": 0.1, \"c_ns\": 0.1, " QUAL
+        "}, \"sgemm_cold\": {\"factor\": 2}, " FACTORS "}}",
+        "p.json: reuse.sgemm_hot.gflops: expected number >= 1e-09, got number 0");
+    bad(HEAD MACHINE
+        ", \"lockstep\": {\"ranks\": 1, \"jitter\": 0.001, \"measured\": [[1e-4, 1e-5]]}}",
+        "p.json: lockstep.ranks: expected integer in [2, 1048576], got number 1");
+    bad(HEAD MACHINE
+        ", \"lockstep\": {\"ranks\": 2, \"jitter\": 0.001, \"measured\": [[0, 1e-5]]}}",
+        "p.json: lockstep.measured[0]: expected [segment s > 0, wait s >= 0]");
     bad(HEAD MACHINE ", \"cpu\": [{\"threads\": 0}]}",
         "p.json: cpu[0].threads: expected integer in [1, 4096], got number 0");
     bad(HEAD MACHINE ", \"cpu\": [{\"threads\": 1, \"concurrent\": 1, \"seq_len\": 64, "

@@ -1,0 +1,185 @@
+/*
+ * The CPU step-time prediction's reuse distances (executor/predict_ops.c): each operand is
+ * priced at the rate the calibration measured for a line last touched that many distinct
+ * bytes ago. The pricing backend is driven directly with a two-point curve chosen so every
+ * price can be worked out by hand:
+ *   d <= 1 MiB: read 100 GB/s, write 50 GB/s; d >= 64 MiB: read 10, write 5;
+ *   between: the rate linear in log(d), so at 8 MiB (log 8 / log 64 = 1/2) read 55, write
+ *   27.5, and at 16 MiB (2/3) read 40, write 20.
+ * A plain pass (a residual add: ns 0) costs its operands' bytes at those rates; an operand
+ * never touched is as far as the curve goes.
+ */
+#include "check.h"
+#include "executor/predict.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MIB 1048576.0
+
+static void init(struct pricer *c, int per_node)
+{
+    memset(c, 0, sizeof *c);
+    c->base.ops = &dp__pricing_ops;
+    c->base.prices_only = true;
+    c->nt = c->base.threads = 1;
+    c->per_node = per_node;
+    c->shared = per_node > 1;
+    c->pr.cache_bytes[0] = 2 << 20; /* the private L2 the node's ranks do not share */
+    c->pr.cache_bytes[1] = 32 << 20;
+    c->pr.bw_gbps[0] = c->pr.bw_gbps[1] = c->pr.bw_gbps[2] = 1;
+    c->pr.conc_eff = 1;
+    struct dp_exec_reuse *r = &c->pr.reuse;
+    r->n = 2;
+    r->bytes[0] = MIB;
+    r->bytes[1] = 64 * MIB;
+    r->read_gbps[0] = 100;
+    r->read_gbps[1] = 10;
+    r->write_gbps[0] = 50;
+    r->write_gbps[1] = 5;
+}
+
+static double total(const struct pricer *c)
+{
+    const struct parts *p = &c->bill;
+    return p->gemm + p->attn + p->ew + p->fork + p->comm + p->opt;
+}
+
+/* The price of one operation: the bill's growth. */
+#define PRICE(c, call)                                                                             \
+    ({                                                                                             \
+        double t0_ = total(c);                                                                     \
+        call;                                                                                      \
+        total(c) - t0_;                                                                            \
+    })
+
+static void release(struct pricer *c)
+{
+    while (c->nmaps)
+        c->base.ops->free(&c->base, c->maps[0].p);
+    free(c->maps);
+    free(c->fen);
+    free(c->fen_val);
+}
+
+int main(void)
+{
+    struct pricer c;
+    init(&c, 1);
+    const struct dp_backend_ops *o = c.base.ops;
+    struct dp_backend *be = &c.base;
+    const int64_t N = 256, C = 1024; /* 1 MiB of floats */
+    real *a = o->alloc(be, (size_t)MIB), *b = o->alloc(be, (size_t)MIB),
+         *out = o->alloc(be, (size_t)MIB), *x = o->alloc(be, (size_t)(8 * MIB)),
+         *y = o->alloc(be, 4096);
+    CHECK(a && b && out && x && y);
+
+    /* Never touched: read 2 MiB at 10 GB/s, write 1 MiB at 5. */
+    double t = PRICE(&c, o->residual(be, out, a, b, NULL, N, C));
+    CHECK_NEAR(t, 2 * MIB / 10e9 + MIB / 5e9, 1e-12);
+
+    /* 8 MiB of something else written, then the same add: every operand 8 MiB away. */
+    t = PRICE(&c, o->zero(be, x, (size_t)(8 * MIB)));
+    CHECK_NEAR(t, 8 * MIB / 5e9, 1e-12);
+    t = PRICE(&c, o->residual(be, out, a, b, NULL, N, C));
+    CHECK_NEAR(t, 2 * MIB / 55e9 + MIB / 27.5e9, 1e-12);
+
+    /* At once again: 0 bytes in between, hot. */
+    t = PRICE(&c, o->residual(be, out, a, b, NULL, N, C));
+    CHECK_NEAR(t, 2 * MIB / 100e9 + MIB / 50e9, 1e-12);
+
+    /* Distinct bytes, not traffic: 5000 passes over one 4 KiB buffer in between count
+     * 4 KiB once (and number the operations past the tree's first 4096). */
+    for (int i = 0; i < 5000; i++)
+        o->add_inplace(be, y, y, 1024);
+    o->zero(be, x, (size_t)(8 * MIB));
+    t = PRICE(&c, o->residual(be, out, a, b, NULL, N, C));
+    double d = 8 * MIB + 4096, f = log(d / MIB) / log(64.0);
+    CHECK_NEAR(t, 2 * MIB / ((100 + f * (10 - 100)) * 1e9) + MIB / ((50 + f * (5 - 50)) * 1e9),
+               1e-12);
+
+    /* A buffer freed no longer counts: x's 8 MiB is gone from between. */
+    o->zero(be, x, (size_t)(8 * MIB));
+    o->free(be, x);
+    t = PRICE(&c, o->residual(be, out, a, b, NULL, N, C));
+    CHECK_NEAR(t, 2 * MIB / 100e9 + MIB / 50e9, 1e-12);
+
+    release(&c);
+
+    /* Two ranks on the node share its last-level cache: past the private L2, what the other
+     * touches meanwhile doubles the distance, 8 MiB -> 16 MiB. */
+    init(&c, 2);
+    a = o->alloc(be, (size_t)MIB);
+    b = o->alloc(be, (size_t)MIB);
+    out = o->alloc(be, (size_t)MIB);
+    x = o->alloc(be, (size_t)(8 * MIB));
+    o->residual(be, out, a, b, NULL, N, C);
+    o->zero(be, x, (size_t)(8 * MIB));
+    t = PRICE(&c, o->residual(be, out, a, b, NULL, N, C));
+    CHECK_NEAR(t, 2 * MIB / 40e9 + MIB / 20e9, 1e-12);
+    release(&c);
+
+    /* Ranks in lock step: a collective over n ranks waits dp_max_normal(n) jitter sqrt(t) for
+     * t seconds of work since this rank's last synchronisation (collectives themselves
+     * free here). 2 ranks: 0.5642; 4: 1.0294. */
+    init(&c, 1);
+    c.lockstep_jitter = 1e-3;
+    c.coll_bps = 1e30;
+    c.size[DP_GROUP_TP] = 2;
+    c.size[DP_GROUP_DP] = 4;
+    a = o->alloc(be, (size_t)MIB);
+    b = o->alloc(be, (size_t)MIB);
+    out = o->alloc(be, (size_t)MIB);
+    double work = PRICE(&c, o->residual(be, out, a, b, NULL, N, C));
+    t = PRICE(&c, o->allreduce(be, DP_GROUP_TP, out, 16, DP_OP_SUM, NULL));
+    CHECK_NEAR(t, 0.5642 * 1e-3 * sqrt(work), 1e-12);
+    t = PRICE(&c, o->allreduce(be, DP_GROUP_TP, out, 16, DP_OP_SUM, NULL)); /* nothing since */
+    CHECK(t == 0);
+    work = PRICE(&c, o->residual(be, out, a, b, NULL, N, C));
+    t = PRICE(&c, o->allreduce(be, DP_GROUP_DP, out, 16, DP_OP_SUM, NULL));
+    CHECK_NEAR(t, 1.0294 * 1e-3 * sqrt(work), 1e-12);
+
+    /* A collective's result sits in another core's cache: its next touch is priced from the
+     * shared cache, 4x the private L2 (2 MiB) away: 8 MiB, read 55 GB/s, write 27.5. The
+     * all-reduce above covered out's first 64 bytes (one 4 KiB granule); a group of one
+     * moves nothing. */
+    c.lockstep_jitter = 0;
+    o->residual(be, out, a, b, NULL, N, C); /* all three hot now */
+    o->allreduce(be, DP_GROUP_TP, out, 262144, DP_OP_SUM, NULL);
+    t = PRICE(&c, o->residual(be, out, a, b, NULL, N, C));
+    CHECK_NEAR(t, 2 * MIB / 100e9 + MIB / 27.5e9, 1e-12);
+    c.size[DP_GROUP_TP] = 1;
+    o->allreduce(be, DP_GROUP_TP, out, 262144, DP_OP_SUM, NULL);
+    t = PRICE(&c, o->residual(be, out, a, b, NULL, N, C));
+    CHECK_NEAR(t, 2 * MIB / 100e9 + MIB / 50e9, 1e-12);
+    release(&c);
+
+    /* SGEMM: the hot model plus each operand's extra over hot times its factor. 256 x 1024
+     * x 256 NN, A and B never touched (far), C written: hot 1 us + 2 m n k / 100 GFLOP/s +
+     * 0.1 ns (m + n) k + 0.2 ns m n; cold 2x A's and B's extra read time and C's extra
+     * write time. */
+    init(&c, 1);
+    struct dp_exec_reuse *r = &c.pr.reuse;
+    r->gemm_call_s = 1e-6;
+    r->gemm_gflops = 100;
+    r->gemm_ab_s = 0.1e-9;
+    r->gemm_c_s = 0.2e-9;
+    r->gemm_cold = 2;
+    const int m = 256, n = 1024, k = 256;
+    a = o->alloc(be, sizeof(real) * m * k);
+    b = o->alloc(be, sizeof(real) * k * n);
+    out = o->alloc(be, sizeof(real) * m * n);
+    t = PRICE(&c, o->gemm(be, false, false, m, n, k, 1, a, k, b, n, 0, out, n));
+    double hot = 1e-6 + 2.0 * m * n * k / 100e9 + 0.1e-9 * (m + n) * k + 0.2e-9 * m * n;
+    double ab = (double)sizeof(real) * (m * k + k * n), cb = (double)sizeof(real) * m * n;
+    double cold = 2 * (ab * (1 / 10e9 - 1 / 100e9) + cb * (1 / 5e9 - 1 / 50e9));
+    CHECK_NEAR(t, hot + cold, 1e-12);
+    /* again at once: hot */
+    t = PRICE(&c, o->gemm(be, false, false, m, n, k, 1, a, k, b, n, 0, out, n));
+    CHECK_NEAR(t, hot, 1e-12);
+    /* A's transposed read covers the same bytes: the same price */
+    t = PRICE(&c, o->gemm(be, true, false, m, n, k, 1, a, m, b, n, 1, out, n));
+    CHECK_NEAR(t, hot, 1e-12);
+    release(&c);
+    return check_failures ? 1 : 0;
+}
