@@ -132,15 +132,19 @@ int cmd_estimate(int argc, char **argv)
         free(rep);
         return cli_fail(&err);
     }
-    /* A profile of this machine's CPU backend: also the executor's step as `dplan run`
-     * would take it here (executor/predict.c, priced with the profile's kernel costs). */
+    /* A profile of this machine's CPU backend, estimating this machine (the cluster is the
+     * one the profile measured): also the executor's step as `dplan run` would take it here
+     * (executor/predict.c, priced with the profile's kernel costs). On another cluster
+     * (--system with the profile's collective fits laid over it) that step answers nothing
+     * asked, and for a large model pricing it walks every granule of its weights. */
     const struct dp_calibration *cal = NULL;
     struct dp_exec_prediction cp = {0};
     if (cli_calibration(&c, &cal, &err)) {
         free(rep);
         return cli_fail(&err);
     }
-    if (cal && cal->ncpu > 0 && strcmp(cal->machine.backend, "cpu") == 0) {
+    if (cal && cal->ncpu > 0 && strcmp(cal->machine.backend, "cpu") == 0 &&
+        cal->machine.has_cluster && strcmp(cal->machine.cluster.name, cl.name) == 0) {
         int world = l.tp * l.pp * l.dp * l.cp;
         int cores = cal->machine.cores > 0 ? cal->machine.cores : 1;
         /* The launcher's split: OMP_NUM_THREADS = cores / ranks (launch/mpirun.c). */

@@ -270,25 +270,31 @@ static double cost(const struct pricer *c, const struct opnd *o, double *extra)
     if (!r || !(o->bytes > 0))
         return o->bytes > 0 ? o->bytes * hot : 0;
     const double dens = o->bytes / o->extent;
-    int64_t last = INT64_MIN;
-    double d = 0;
     size_t off = (size_t)((uintptr_t)o->p - (uintptr_t)r->p);
     size_t end = off + (size_t)o->extent;
     end = end > r->n ? r->n : end;
-    double t = 0;
-    for (size_t g = off / r->gran; g * r->gran < end; g++) {
+    /* An operand's granules mostly share their last touch: a run of them is one distance,
+     * priced once (a large model's weight is tens of thousands of granules). */
+    double t = 0, run = 0;
+    int64_t last = INT64_MIN;
+    for (size_t g = off / r->gran;; g++) {
+        bool done = g * r->gran >= end;
+        int64_t st = done ? INT64_MIN : r->stamp[g];
+        if ((done || st != last) && run > 0) {
+            double d = last == REMOTE ? 4.0 * (double)c->pr.cache_bytes[0]
+                       : last < 0     ? 1e300
+                                      : c->fen_total - fen_prefix(c, last);
+            double x = dens * run * spb(c, d, w);
+            t += x;
+            *extra += x - dens * run * hot;
+            run = 0;
+        }
+        if (done)
+            break;
+        last = st;
         size_t a = g * r->gran > off ? g * r->gran : off;
         size_t b = (g + 1) * r->gran < end ? (g + 1) * r->gran : end;
-        int64_t st = r->stamp[g];
-        if (st != last) { /* an operand's granules mostly share their last touch */
-            last = st;
-            d = st == REMOTE ? 4.0 * (double)c->pr.cache_bytes[0]
-                : st < 0     ? 1e300
-                             : c->fen_total - fen_prefix(c, st);
-        }
-        double x = dens * (double)(b - a) * spb(c, d, w);
-        t += x;
-        *extra += x - dens * (double)(b - a) * hot;
+        run += (double)(b - a);
     }
     return t;
 }
@@ -306,15 +312,26 @@ static void touch(struct pricer *c, const struct opnd *o, int n)
         size_t off = (size_t)((uintptr_t)o[i].p - (uintptr_t)r->p);
         size_t end = off + (size_t)o[i].extent;
         end = end > r->n ? r->n : end;
+        /* Runs of granules last touched by one operation move in one update. */
+        double moved = 0, run = 0;
+        int64_t last = -1;
         for (size_t g = off / r->gran; g * r->gran < end; g++) {
             if (r->stamp[g] == now)
                 continue;
             double b = (double)gran_bytes(r, g);
-            if (r->stamp[g] >= 0)
-                fen_add(c, r->stamp[g], -b);
-            fen_add(c, now, b);
+            if (r->stamp[g] != last) {
+                if (last >= 0)
+                    fen_add(c, last, -run);
+                last = r->stamp[g];
+                run = 0;
+            }
+            run += b;
+            moved += b;
             r->stamp[g] = now;
         }
+        if (last >= 0)
+            fen_add(c, last, -run);
+        fen_add(c, now, moved);
     }
 }
 
