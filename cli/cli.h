@@ -277,7 +277,6 @@ int cli_check_knobs(const struct cli_common *c, const struct dp_layout *l, const
                     struct dp_err *err);
 /* Help text for the shared options. */
 extern const char cli_cluster_help[];
-extern const char cli_knob_help[];      /* dplan run's */
 extern const char cli_plan_knob_help[]; /* estimate, memory, suggest, whatif */
 
 /* The shipped measured runs, tests/validation/runs.json. */

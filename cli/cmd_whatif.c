@@ -26,6 +26,8 @@ static const char help_head[] =
     "prices are given. Knobs fix dimensions as in suggest.\n\n"
     "  --systems LIST            system profiles to compare\n"
     "  --nodes LIST              node counts to try for each system\n"
+    "  --network NAME            inter-node network for every system (profiles/network)\n"
+    "                            [each system's own]\n"
     "  --tokens T                training tokens (e.g. 2e12, 300B, 15T), at most 1e15 [1T]\n"
     "  --price-per-gpu-hour LIST prices in USD per GPU-hour, e.g. dgx-h100=2.5,dgx-a100-80gb=1.3;\n"
     "                            the cost is the GPU-hours of the days with failures\n"

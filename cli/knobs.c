@@ -22,7 +22,7 @@ const char cli_cluster_help[] =
     "                              (check: only the busbw expectation, see above)\n"
     "  --network NAME              inter-node network (profiles/network)\n";
 
-/* The pipeline-split options, in both knob helps. */
+/* The pipeline-split options. */
 #define CLI_SPLIT_HELP                                                                             \
     "Pipeline split (at most one rule; the default is even):\n"                                    \
     "  --stage-layers LIST         layers per stage, or per model chunk with vpp > 1 in model\n"   \
@@ -33,16 +33,17 @@ const char cli_cluster_help[] =
     "  --pipeline-layout STR       Megatron's --pipeline-model-parallel-layout (alias):\n"         \
     "                              E embedding, t layer, L loss, | between virtual stages,\n"      \
     "                              (..)*n and t*n repeats, e.g. \"Et|(tt|)*62,tL\"\n"              \
-    "  --first-stage-layers N --last-stage-layers N  Megatron --decoder-first/last-\n"             \
-    "                              pipeline-num-layers (aliases); the middle stages share\n"       \
-    "                              the rest evenly\n"                                              \
+    "  --first-stage-layers N --last-stage-layers N  the first/last stage's layers (Megatron's\n"  \
+    "                              --decoder-first-pipeline-num-layers and\n"                      \
+    "                              --decoder-last-pipeline-num-layers, aliases); the middle\n"     \
+    "                              stages share the rest evenly\n"                                 \
     "  --account-for-embedding-in-pipeline-split, --account-for-loss-in-pipeline-split\n"          \
     "                              Megatron: the embedding/loss counts as a layer\n"               \
     "  --first-stage-less-layers N --last-stage-less-layers N  torchtitan's split (each\n"         \
     "                              defaults to 1 when the other is given): the\n"                  \
     "                              embedding/output weigh N layers, the rest spreads\n"
 
-/* The framework and sharding options, in both knob helps. */
+/* The framework and sharding options. */
 #define CLI_FRAMEWORK_HELP                                                                         \
     "Framework and sharding (never searched but --shard-group):\n"                                 \
     "  --framework {megatron,torchtitan,deepspeed}  the stack that runs the plan: its bytes\n"     \
@@ -68,9 +69,51 @@ const char cli_cluster_help[] =
     "                              fusion, compiled = torchtitan's under torch.compile\n"          \
     "                              [megatron: vocab-parallel; torchtitan, deepspeed: unfused]\n"
 
+/* Precision, overlap and mixture-of-experts options. */
+#define CLI_PRECISION_HELP                                                                         \
+    "  --precision {bf16,fp16,fp32,fp8} [bf16]: fp8 = bf16 weights and activations with the\n"     \
+    "                              linear layers' GEMMs in FP8 (attention, norms and the output\n" \
+    "                              layer stay bf16); `suggest --precision auto` also tries fp8\n"  \
+    "  --fp8-recipe {delayed,current,rowwise,blockwise,mxfp8}  FP8 scaling [delayed];\n"           \
+    "                              current = per-tensor current scaling (torchao tensorwise)\n"    \
+    "  --fp8-params                weights kept and gathered in FP8 (--fp8-param-gather)\n"        \
+    "  --grad-dtype {fp32,half}    gradient accumulation [fp32; half for fp16 and deepspeed]\n"    \
+    "  --optimizer {adam,sgd}      [adam]\n"                                                       \
+    "  --no-flash-attn             attention stores the s^2 score matrices\n"
+
+#define CLI_OVERLAP_HELP                                                                           \
+    "  --no-dp-overlap             gradient reduction after backward, not overlapped\n"            \
+    "  --[no-]overlap-param-gather distributed-optimizer/FSDP weight all-gather overlapped\n"      \
+    "                              with the forward [on, off with --no-dp-overlap]\n"              \
+    "  --[no-]tp-overlap           TP collectives pipelined with their GEMMs (Megatron\n"          \
+    "                              --tp-comm-overlap; needs --sp) [on with --sp]\n"                \
+    "  --[no-]pp-overlap           pipeline send/recv overlapped with compute (Megatron\n"         \
+    "                              overlap_p2p_comm; needs --vpp > 1) [on with --vpp > 1]\n"       \
+    "  --overhead-gib X            runtime memory per GPU, replacing the CUDA context, NCCL\n"     \
+    "                              buffers, workspaces and allocator slack [computed]\n"
+
+#define CLI_MOE_HELP                                                                               \
+    "Mixture of experts (never searched):\n"                                                       \
+    "  --etp N                     expert tensor parallel size [tp]; the expert layers\n"          \
+    "                              regroup each stage's tp*cp*dp ranks as etp*ep*edp\n"            \
+    "  --moe-capacity F            expert capacity factor (tokens beyond it are dropped)\n"        \
+    "                              [0: dropless]; --moe-pad pads every expert to it\n"             \
+    "  --moe-imbalance F           dropless: the busiest EP rank's routed tokens over the\n"       \
+    "                              mean [balanced routing's sampling spread, 1 + sqrt(2 ln ep\n"   \
+    "                              (1 - 1/ep) / (T k)); 1 for forced-balanced routing]\n"          \
+    "  --moe-dispatcher {alltoall,dedup}  token dispatch: one copy per (token, expert), or\n"      \
+    "                              one per destination GPU and node (DeepEP, HybridEP)\n"          \
+    "                              [alltoall]\n"                                                   \
+    "  --moe-routing {random,round-robin}  which experts a token's copies reach: k drawn at\n"     \
+    "                              random, or k neighbouring ones (NeMo Automodel's\n"             \
+    "                              FakeBalancedGate); decides dedup's copies [random]\n"           \
+    "  --ep-overlap                Megatron --overlap-moe-expert-parallel-comm: in the 1F1B\n"     \
+    "                              steady state each all-to-all runs beside the compute of\n"      \
+    "                              another micro-batch (needs vpp > 1 with pp > 1) [off]\n"
+
 // clang-format off
-/* The knobs as the planning commands read them: their --gbs and --seq-len defaults differ
- * from `dplan run`'s (cli_knob_help). */
+/* The knobs as the planning commands read them (`dplan run` documents what the executor
+ * runs in its own help, cmd_run.c). */
 const char cli_plan_knob_help[] =
     "Plan knobs (defaults in brackets):\n"
     "  --tp N --pp N --cp N --ep N parallel degrees [1]; --dp N [what the GPU count leaves]\n"
@@ -85,66 +128,13 @@ const char cli_plan_knob_help[] =
     "  --recompute {none,selective,full,op}  activation recomputation: op = torchtitan's\n"
     "                              per-op selective checkpointing [none]\n"
     "  --sp                        sequence parallelism (with tp > 1)\n"
-    "  --precision {bf16,fp16,fp32} [bf16]; --grad-dtype {fp32,half} [fp32; half for fp16\n"
-    "                              and deepspeed]\n"
-    "  --optimizer {adam,sgd}      [adam]\n"
-    "  --no-flash-attn             attention stores the s^2 score matrices\n"
-    "  --no-dp-overlap             gradient reduction after backward, not overlapped\n"
-    "  --overhead-gib X            runtime memory per GPU, replacing the CUDA context, NCCL\n"
-    "                              buffers, workspaces and allocator slack [computed]\n"
+    CLI_PRECISION_HELP
+    CLI_OVERLAP_HELP
     CLI_SPLIT_HELP
     CLI_FRAMEWORK_HELP
+    CLI_MOE_HELP
     "The defaults taken are printed (\"--nodes not given: ...\") and listed under\n"
     "\"defaults\" in --json.\n";
-
-const char cli_knob_help[] =
-    "Plan knobs (defaults in brackets):\n"
-    "  --tp N --pp N --cp N --ep N parallel degrees [1]; --dp N [what the GPU count leaves]\n"
-    "  --vpp N                     model chunks per pipeline rank (interleaved 1F1B) [1]\n"
-    "  --mbs N                     micro-batch size in sequences [1]\n"
-    "  --gbs N                     global batch in sequences [mbs*dp*pp: fills the pipeline]\n"
-    "  --seq-len N                 sequence length [the model's]\n"
-    "  --zero {0,1,2,3}            ZeRO stage; 1 = Megatron distributed optimizer [0]\n"
-    "  --recompute {none,selective,full,op}  activation recomputation: op = torchtitan's\n"
-    "                              per-op selective checkpointing [none]\n"
-    "  --sp                        sequence parallelism (with tp > 1)\n"
-    "  --precision {bf16,fp16,fp32,fp8} [bf16]: fp8 = bf16 weights and activations with the\n"
-    "                              linear layers' GEMMs in FP8 (attention, norms and the output\n"
-    "                              layer stay bf16); `suggest --precision auto` also tries fp8\n"
-    "  --fp8-recipe {delayed,current,rowwise,blockwise,mxfp8}  FP8 scaling [delayed];\n"
-    "                              current = per-tensor current scaling (torchao tensorwise)\n"
-    "  --fp8-params                weights kept and gathered in FP8 (--fp8-param-gather)\n"
-    "  --grad-dtype {fp32,half}    gradient accumulation [fp32; half for fp16]\n"
-    "  --optimizer {adam,sgd}      [adam]\n"
-    "  --no-flash-attn             attention stores the s^2 score matrices\n"
-    "  --no-dp-overlap             gradient reduction after backward, not overlapped\n"
-    "  --[no-]overlap-param-gather distributed-optimizer/FSDP weight all-gather overlapped\n"
-    "                              with the forward [on, off with --no-dp-overlap]\n"
-    "  --[no-]tp-overlap           TP collectives pipelined with their GEMMs (Megatron\n"
-    "                              --tp-comm-overlap; needs --sp) [on with --sp]\n"
-    "  --[no-]pp-overlap           pipeline send/recv overlapped with compute (Megatron\n"
-    "                              overlap_p2p_comm; needs --vpp > 1) [on with --vpp > 1]\n"
-    "  --overhead-gib X            runtime memory per GPU, replacing the CUDA context, NCCL\n"
-    "                              buffers, workspaces and allocator slack [computed]\n"
-    CLI_SPLIT_HELP
-    CLI_FRAMEWORK_HELP
-    "Mixture of experts (never searched):\n"
-    "  --etp N                     expert tensor parallel size [tp]; the expert layers\n"
-    "                              regroup each stage's tp*cp*dp ranks as etp*ep*edp\n"
-    "  --moe-capacity F            expert capacity factor (tokens beyond it are dropped)\n"
-    "                              [0: dropless]; --moe-pad pads every expert to it\n"
-    "  --moe-imbalance F           dropless: the busiest EP rank's routed tokens over the\n"
-    "                              mean [balanced routing's sampling spread, 1 + sqrt(2 ln ep\n"
-    "                              (1 - 1/ep) / (T k)); 1 for forced-balanced routing]\n"
-    "  --moe-dispatcher {alltoall,dedup}  token dispatch: one copy per (token, expert), or\n"
-    "                              one per destination GPU and node (DeepEP, HybridEP)\n"
-    "                              [alltoall]\n"
-    "  --moe-routing {random,round-robin}  which experts a token's copies reach: k drawn at\n"
-    "                              random, or k neighbouring ones (NeMo Automodel's\n"
-    "                              FakeBalancedGate); decides dedup's copies [random]\n"
-    "  --ep-overlap                Megatron --overlap-moe-expert-parallel-comm: in the 1F1B\n"
-    "                              steady state each all-to-all runs beside the compute of\n"
-    "                              another micro-batch (needs vpp > 1 with pp > 1) [off]\n";
 
 // clang-format on
 
