@@ -137,7 +137,18 @@ static const char run_knob_help[] =
     "and the planning-only knobs --grad-dtype (other than fp32),\n"
     "--no-flash-attn and --overhead-gib: it keeps fp32 gradients, and its attention is\n"
     "--attention's (a plan file's values for these, and its overlap and kernel knobs,\n"
-    "run the backend's one way: executor/README.md \"What runs\").\n";
+    "run the backend's one way: executor/README.md \"What runs\").\n\n"
+    "Accepted as a plan file's values are (executor/README.md \"What runs\" says which\n"
+    "run as planned and which the backend's one way): the split rules of `dplan estimate\n"
+    "--help` (--pipeline-layout, --pipeline-model-parallel-layout,\n"
+    "--decoder-first-pipeline-num-layers, --decoder-last-pipeline-num-layers,\n"
+    "--account-for-embedding-in-pipeline-split, --account-for-loss-in-pipeline-split,\n"
+    "--first-stage-less-layers, --last-stage-less-layers), --shard-group's aliases\n"
+    "(--data-parallel-shard-degree, --num-distributed-optimizer-instances,\n"
+    "--mics-shard-size), --recompute-method, --recompute-layers, --recompute-modules,\n"
+    "--framework, --loss, --[no-]tp-overlap, --[no-]pp-overlap,\n"
+    "--[no-]overlap-param-gather, --moe-pad, --moe-imbalance, --moe-dispatcher,\n"
+    "--moe-routing and --ep-overlap.\n";
 
 /* Planning knobs that would do nothing here: refused rather than silently ignored. */
 static int refuse_planning_knobs(const struct cli_common *c)

@@ -42,10 +42,6 @@ for cmd in commands:
     table = m.group(1)
     opts = names(table)
     for k, v in shared.items():
-        # `dplan run`'s help documents what the executor runs, not every planning knob
-        # it accepts for a plan's sake (executor/README.md "What runs"): its own options.
-        if cmd == "run" and k == "CLI_KNOB_OPTIONS":
-            continue
         if re.search(r"\b" + k + r"\b", table):
             opts += v
     opts = sorted(set(opts) - {"help"})
