@@ -173,6 +173,38 @@ static int refuse_planning_knobs(const struct cli_common *c)
     return 0;
 }
 
+/* Planning knobs the executor takes as a plan's values but runs its one way (executor/
+ * README.md "What runs"): given on the command line, each is said once, so that nobody
+ * believes the run tested it. */
+static void note_planning_knobs(const struct cli_common *c)
+{
+    static const struct {
+        int opt;
+        const char *name, *how;
+    } k[] = {
+        {OPT_TP_OVERLAP, "--tp-overlap", "its TP collectives are blocking"},
+        {OPT_NO_TP_OVERLAP, "--no-tp-overlap", "its TP collectives are blocking"},
+        {OPT_OPG, "--overlap-param-gather", "its parameter gathers are blocking"},
+        {OPT_NO_OPG, "--no-overlap-param-gather", "its parameter gathers are blocking"},
+        {OPT_PP_OVERLAP, "--pp-overlap", "its pipeline messages move between passes"},
+        {OPT_NO_PP_OVERLAP, "--no-pp-overlap", "its pipeline messages move between passes"},
+        {OPT_FRAMEWORK, "--framework", "it is its own stack"},
+        {OPT_LOSS, "--loss", "its cross entropy is its own"},
+        {OPT_MOE_DISPATCHER, "--moe-dispatcher", "it sends one copy per (token, expert)"},
+        {OPT_MOE_ROUTING, "--moe-routing", "its router picks the experts"},
+        {OPT_MOE_IMBALANCE, "--moe-imbalance", "the router's load is what it is"},
+        {OPT_EP_OVERLAP, "--ep-overlap", "its all-to-alls are blocking"},
+        {OPT_RECOMPUTE_MODULES, "--recompute-modules",
+         "selective recompute redoes the attention core"},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (c->knob_given[k[i].opt - OPT_SYSTEM])
+            fprintf(stderr,
+                    "dplan run: note: %s is kept in the run's plan.json, but the CPU executor "
+                    "runs one way (%s: executor/README.md \"What runs\")\n",
+                    k[i].name, k[i].how);
+}
+
 enum {
     OPT_NP = OPT_COMMON_END + 1,
     OPT_STEPS,
@@ -364,6 +396,8 @@ static int parse_args(struct cli_run *r, int argc, char **argv)
     if (deprecated_timeout && user)
         fprintf(stderr, "dplan: warning: --hang-timeout is deprecated: it is --timeout, which "
                         "a later release keeps alone\n");
+    if (user)
+        note_planning_knobs(&r->c);
     return cli_ckpt_finish(&r->ck, user);
 }
 
