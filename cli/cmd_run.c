@@ -178,31 +178,33 @@ static int refuse_planning_knobs(const struct cli_common *c)
  * believes the run tested it. */
 static void note_planning_knobs(const struct cli_common *c)
 {
+    /* Each knob, its --no- form where it has one (0: none), and what the executor does. */
     static const struct {
-        int opt;
+        int opt, no;
         const char *name, *how;
     } k[] = {
-        {OPT_TP_OVERLAP, "--tp-overlap", "its TP collectives are blocking"},
-        {OPT_NO_TP_OVERLAP, "--no-tp-overlap", "its TP collectives are blocking"},
-        {OPT_OPG, "--overlap-param-gather", "its parameter gathers are blocking"},
-        {OPT_NO_OPG, "--no-overlap-param-gather", "its parameter gathers are blocking"},
-        {OPT_PP_OVERLAP, "--pp-overlap", "its pipeline messages move between passes"},
-        {OPT_NO_PP_OVERLAP, "--no-pp-overlap", "its pipeline messages move between passes"},
-        {OPT_FRAMEWORK, "--framework", "it is its own stack"},
-        {OPT_LOSS, "--loss", "its cross entropy is its own"},
-        {OPT_MOE_DISPATCHER, "--moe-dispatcher", "it sends one copy per (token, expert)"},
-        {OPT_MOE_ROUTING, "--moe-routing", "its router picks the experts"},
-        {OPT_MOE_IMBALANCE, "--moe-imbalance", "the router's load is what it is"},
-        {OPT_EP_OVERLAP, "--ep-overlap", "its all-to-alls are blocking"},
-        {OPT_RECOMPUTE_MODULES, "--recompute-modules",
+        {OPT_TP_OVERLAP, OPT_NO_TP_OVERLAP, "tp-overlap", "its TP collectives are blocking"},
+        {OPT_OPG, OPT_NO_OPG, "overlap-param-gather", "its parameter gathers are blocking"},
+        {OPT_PP_OVERLAP, OPT_NO_PP_OVERLAP, "pp-overlap",
+         "its pipeline messages move between passes"},
+        {OPT_FRAMEWORK, 0, "framework", "it is its own stack"},
+        {OPT_LOSS, 0, "loss", "its cross entropy is its own"},
+        {OPT_MOE_DISPATCHER, 0, "moe-dispatcher", "it sends one copy per (token, expert)"},
+        {OPT_MOE_ROUTING, 0, "moe-routing", "its router picks the experts"},
+        {OPT_MOE_IMBALANCE, 0, "moe-imbalance", "the router's load is what it is"},
+        {OPT_EP_OVERLAP, 0, "ep-overlap", "its all-to-alls are blocking"},
+        {OPT_RECOMPUTE_MODULES, 0, "recompute-modules",
          "selective recompute redoes the attention core"},
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
-        if (c->knob_given[k[i].opt - OPT_SYSTEM])
-            fprintf(stderr,
-                    "dplan run: note: %s is kept in the run's plan.json, but the CPU executor "
-                    "runs one way (%s: executor/README.md \"What runs\")\n",
-                    k[i].name, k[i].how);
+        for (int neg = 0; neg < 2; neg++) {
+            int opt = neg ? k[i].no : k[i].opt;
+            if (opt && c->knob_given[opt - OPT_SYSTEM])
+                fprintf(stderr,
+                        "dplan run: note: --%s%s is kept in the run's plan.json, but the CPU "
+                        "executor runs one way (%s: executor/README.md \"What runs\")\n",
+                        neg ? "no-" : "", k[i].name, k[i].how);
+        }
 }
 
 enum {

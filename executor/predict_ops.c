@@ -258,6 +258,20 @@ static double spb(const struct pricer *c, double d, bool write)
     return 1e-9 / (g[i - 1] + f * (g[i] - g[i - 1]));
 }
 
+/* The buffer holding [p, p + bytes) and the byte range of it that the span covers (cut at
+ * the buffer's end); NULL outside every buffer. */
+static struct reservation *span(const struct pricer *c, const void *p, double bytes, size_t *off,
+                                size_t *end)
+{
+    struct reservation *r = p && bytes > 0 ? find(c, p) : NULL;
+    if (r) {
+        *off = (size_t)((uintptr_t)p - (uintptr_t)r->p);
+        *end = *off + (size_t)bytes;
+        *end = *end > r->n ? r->n : *end;
+    }
+    return r;
+}
+
 /* The seconds operand o's bytes cost where its granules were left, read or written; *extra
  * what that is over the same bytes hot. An operand outside every buffer (a scratch the
  * backend owns, a NULL one) is hot. */
@@ -266,13 +280,11 @@ static double cost(const struct pricer *c, const struct opnd *o, double *extra)
     const bool w = o->rw != RD;
     const double hot = spb(c, 0, w);
     *extra = 0;
-    struct reservation *r = o->p && o->extent > 0 ? find(c, o->p) : NULL;
+    size_t off = 0, end = 0;
+    struct reservation *r = span(c, o->p, o->extent, &off, &end);
     if (!r || !(o->bytes > 0))
         return o->bytes > 0 ? o->bytes * hot : 0;
     const double dens = o->bytes / o->extent;
-    size_t off = (size_t)((uintptr_t)o->p - (uintptr_t)r->p);
-    size_t end = off + (size_t)o->extent;
-    end = end > r->n ? r->n : end;
     /* An operand's granules mostly share their last touch: a run of them is one distance,
      * priced once (a large model's weight is tens of thousands of granules). */
     double t = 0, run = 0;
@@ -299,6 +311,32 @@ static double cost(const struct pricer *c, const struct opnd *o, double *extra)
     return t;
 }
 
+/* Gives the granules over bytes [off, end) of r the stamp `to`; the bytes they held leave
+ * the tree in one update per run of granules last touched by one operation. The bytes
+ * restamped. */
+static double restamp(struct pricer *c, struct reservation *r, size_t off, size_t end, int64_t to)
+{
+    double moved = 0, run = 0;
+    int64_t last = -1;
+    for (size_t g = off / r->gran; g * r->gran < end; g++) {
+        if (r->stamp[g] == to)
+            continue;
+        if (r->stamp[g] != last) {
+            if (last >= 0)
+                fen_add(c, last, -run);
+            last = r->stamp[g];
+            run = 0;
+        }
+        double b = (double)gran_bytes(r, g);
+        run += b;
+        moved += b;
+        r->stamp[g] = to;
+    }
+    if (last >= 0)
+        fen_add(c, last, -run);
+    return moved;
+}
+
 /* Marks the operands touched by operation number `now`, the next number. */
 static void touch(struct pricer *c, const struct opnd *o, int n)
 {
@@ -306,32 +344,10 @@ static void touch(struct pricer *c, const struct opnd *o, int n)
     if (fen_room(c, now))
         return; /* out of memory: distances stop growing, prices stay finite */
     for (int i = 0; i < n; i++) {
-        struct reservation *r = o[i].p && o[i].extent > 0 ? find(c, o[i].p) : NULL;
-        if (!r)
-            continue;
-        size_t off = (size_t)((uintptr_t)o[i].p - (uintptr_t)r->p);
-        size_t end = off + (size_t)o[i].extent;
-        end = end > r->n ? r->n : end;
-        /* Runs of granules last touched by one operation move in one update. */
-        double moved = 0, run = 0;
-        int64_t last = -1;
-        for (size_t g = off / r->gran; g * r->gran < end; g++) {
-            if (r->stamp[g] == now)
-                continue;
-            double b = (double)gran_bytes(r, g);
-            if (r->stamp[g] != last) {
-                if (last >= 0)
-                    fen_add(c, last, -run);
-                last = r->stamp[g];
-                run = 0;
-            }
-            run += b;
-            moved += b;
-            r->stamp[g] = now;
-        }
-        if (last >= 0)
-            fen_add(c, last, -run);
-        fen_add(c, now, moved);
+        size_t off, end;
+        struct reservation *r = span(c, o[i].p, o[i].extent, &off, &end);
+        if (r)
+            fen_add(c, now, restamp(c, r, off, end, now));
     }
 }
 
@@ -345,17 +361,10 @@ static void touch(struct pricer *c, const struct opnd *o, int n)
  */
 static void remote(struct pricer *c, const void *p, double bytes, int n)
 {
-    struct reservation *r = p && bytes > 0 && n > 1 && reuse(c) ? find(c, p) : NULL;
-    if (!r)
-        return;
-    size_t off = (size_t)((uintptr_t)p - (uintptr_t)r->p);
-    size_t end = off + (size_t)bytes;
-    end = end > r->n ? r->n : end;
-    for (size_t g = off / r->gran; g * r->gran < end; g++) {
-        if (r->stamp[g] >= 0)
-            fen_add(c, r->stamp[g], -(double)gran_bytes(r, g));
-        r->stamp[g] = REMOTE;
-    }
+    size_t off, end;
+    struct reservation *r = n > 1 && reuse(c) ? span(c, p, bytes, &off, &end) : NULL;
+    if (r)
+        restamp(c, r, off, end, REMOTE);
 }
 
 /* An operation's operands where the step left them: the seconds of their footprint at the
