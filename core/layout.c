@@ -378,6 +378,12 @@ int dp_layout_validate(const struct dp_layout *l, const struct dp_model *m, int 
         return dp_err_set(err, DP_EINFEASIBLE,
                           "ep_overlap needs recompute other than full (Megatron-Core: 'disable "
                           "full recomputation when enabling overlap_moe_expert_parallel_comm')");
+    if (l->ep_overlap && l->recompute == DP_RECOMPUTE_SELECTIVE &&
+        (l->recompute_modules & DP_RCM_MOE))
+        return dp_err_set(
+            err, DP_EINFEASIBLE,
+            "ep_overlap needs recompute_modules without moe (Megatron-Core: 'disable "
+            "moe in recompute_modules when enabling overlap_moe_expert_parallel_comm')");
     if (l->ep_overlap && l->framework != DP_FW_MEGATRON)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "ep_overlap is Megatron-Core's (--overlap-moe-expert-parallel-comm); "

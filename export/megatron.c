@@ -148,7 +148,10 @@ static int query_groups(const struct dp__ctx *c, struct dp__val *v)
 }
 static int kv_channels(const struct dp__ctx *c, struct dp__val *v)
 {
-    /* Megatron defaults kv_channels to hidden / heads (TransformerConfig.__post_init__). */
+    /* Megatron defaults kv_channels to hidden / heads (TransformerConfig.__post_init__);
+     * multi-latent attention sizes its heads with the MLA options instead. */
+    if (c->m->mla)
+        return 0;
     return c->m->head_dim != c->m->hidden / c->m->heads ? dp__int(v, c->m->head_dim) : 0;
 }
 static int max_positions(const struct dp__ctx *c, struct dp__val *v)
@@ -197,6 +200,72 @@ static int topk(const struct dp__ctx *c, struct dp__val *v)
 static int moe_ffn(const struct dp__ctx *c, struct dp__val *v)
 {
     return c->m->experts ? dp__int(v, c->m->moe_ffn_hidden) : 0;
+}
+static int qk_layernorm(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->m->qk_norm ? dp__flag(v) : 0;
+}
+/* Multi-latent attention (DeepSeek-V2/V3): the ranks and head widths of
+ * MLATransformerConfig; q_lora_rank None is a plain query projection. */
+static int mla(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->m->mla ? dp__flag(v) : 0;
+}
+static int q_lora_rank(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->m->mla && c->m->mla_q_rank > 0 ? dp__int(v, c->m->mla_q_rank) : 0;
+}
+static int kv_lora_rank(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->m->mla ? dp__int(v, c->m->mla_kv_rank) : 0;
+}
+static int qk_head_dim(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->m->mla ? dp__int(v, c->m->mla_nope_dim) : 0;
+}
+static int qk_pos_emb_head_dim(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->m->mla ? dp__int(v, c->m->mla_rope_dim) : 0;
+}
+static int v_head_dim(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->m->mla ? dp__int(v, c->m->mla_v_dim) : 0;
+}
+/* The first k layers dense (DeepSeek first_k_dense_replace): --moe-layer-freq takes a
+ * Python list expression, 0 = dense, 1 = MoE (arguments.py moe_freq_type). */
+static int moe_layer_freq(const struct dp__ctx *c, struct dp__val *v)
+{
+    const struct dp_model *m = c->m;
+    if (!m->experts || m->moe_dense_layers <= 0)
+        return 0;
+    snprintf(v->s, sizeof v->s, "([0]*%lld+[1]*%lld)", (long long)m->moe_dense_layers,
+             (long long)(m->layers - m->moe_dense_layers));
+    v->kind = DP__STR;
+    return 1;
+}
+/* Megatron sizes the shared experts as one MLP of their summed width
+ * (SharedExpertMLP, moe_shared_expert_intermediate_size). */
+static int shared_size(const struct dp__ctx *c, struct dp__val *v)
+{
+    const struct dp_model *m = c->m;
+    return m->experts && m->moe_shared_experts > 0
+               ? dp__int(v, m->moe_shared_experts * m->moe_shared_ffn_hidden)
+               : 0;
+}
+static int shared_gate(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->m->experts && c->m->moe_shared_gate ? dp__flag(v) : 0;
+}
+/* DeepSeek-V3's e_score_correction_bias is aux-loss-free routing, which Megatron allows
+ * only with sigmoid (or sqrtsoftplus) scores (TransformerConfig.__post_init__), the
+ * scoring DeepSeek-V3's config names (scoring_func "sigmoid"). */
+static int router_score(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->m->experts && c->m->moe_router_bias ? dp__str(v, "sigmoid") : 0;
+}
+static int router_bias(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->m->experts && c->m->moe_router_bias ? dp__flag(v) : 0;
 }
 static int vocab_divisible(const struct dp__ctx *c, struct dp__val *v)
 {
@@ -248,6 +317,18 @@ static int cp(const struct dp__ctx *c, struct dp__val *v)
 static int ep(const struct dp__ctx *c, struct dp__val *v)
 {
     return c->m->experts ? dp__int(v, c->l->ep) : 0;
+}
+/* Expert TP: Megatron defaults it to tp (expert_tensor_parallel_size None), as dplan
+ * does (etp 0). */
+static int etp(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->m->experts && c->l->etp > 0 && c->l->etp != c->l->tp ? dp__int(v, c->l->etp) : 0;
+}
+/* The EP all-to-all overlap runs with delayed weight gradients in Megatron-Bridge's
+ * moe_a2a_overlap, as dplan models it (costmodel/time.c ep_overlapped). */
+static int ep_overlap(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->m->experts && c->l->ep_overlap ? dp__flag(v) : 0;
 }
 static int sp(const struct dp__ctx *c, struct dp__val *v)
 {
@@ -372,6 +453,39 @@ static int attention(const struct dp__ctx *c, struct dp__val *v)
      * unfused materialises the s x s scores as dplan's non-flash model does. */
     return dp__str(v, c->l->flash_attn ? "flash" : "unfused");
 }
+/* ------------------------------------------------------------------ options: MoE */
+
+/* Megatron's default dispatcher is allgather (TransformerConfig.moe_token_dispatcher_type);
+ * dplan prices all-to-all dispatch, or DeepEP's deduplicating one, which Megatron runs as
+ * the flex dispatcher (its default backend deepep). */
+static int dispatcher(const struct dp__ctx *c, struct dp__val *v)
+{
+    if (!c->m->experts)
+        return 0;
+    return dp__str(v, c->l->moe_dispatcher == DP_DISPATCH_DEDUP ? "flex" : "alltoall");
+}
+static int flex_backend(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->m->experts && c->l->moe_dispatcher == DP_DISPATCH_DEDUP ? dp__str(v, "deepep") : 0;
+}
+/* dplan prices the local experts as grouped GEMMs; without the flag Megatron loops over
+ * them (SequentialMLP). */
+static int grouped_gemm(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->m->experts ? dp__flag(v) : 0;
+}
+static int capacity(const struct dp__ctx *c, struct dp__val *v)
+{
+    if (!c->m->experts || c->l->moe_capacity <= 0)
+        return 0;
+    snprintf(v->s, sizeof v->s, "%g", c->l->moe_capacity);
+    v->kind = DP__STR;
+    return 1;
+}
+static int capacity_pad(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->m->experts && c->l->moe_capacity > 0 && c->l->moe_pad ? dp__flag(v) : 0;
+}
 static int optimizer(const struct dp__ctx *c, struct dp__val *v)
 {
     return dp__str(v, c->l->optimizer == DP_OPT_SGD ? "sgd" : "adam");
@@ -430,26 +544,38 @@ static int fsdp_grads(const struct dp__ctx *c, struct dp__val *v)
  *   ARG megatron/training/arguments.py (explicit add_argument)
  */
 static const struct dp__opt opts[] = {
-    {"MODEL_ARGS", "--num-layers", num_layers},                        /* TC */
-    {"MODEL_ARGS", "--hidden-size", hidden_size},                      /* TC */
-    {"MODEL_ARGS", "--ffn-hidden-size", ffn_hidden_size},              /* TC */
-    {"MODEL_ARGS", "--num-attention-heads", num_heads},                /* TC */
-    {"MODEL_ARGS", "--group-query-attention", gqa},                    /* ARG */
-    {"MODEL_ARGS", "--num-query-groups", query_groups},                /* TC */
-    {"MODEL_ARGS", "--kv-channels", kv_channels},                      /* TC */
-    {"MODEL_ARGS", "--max-position-embeddings", max_positions},        /* ARG */
-    {"MODEL_ARGS", "--position-embedding-type", position_type},        /* ARG */
-    {"MODEL_ARGS", "--normalization", normalization},                  /* TC */
-    {"MODEL_ARGS", "--swiglu", swiglu},                                /* ARG */
-    {"MODEL_ARGS", "--untie-embeddings-and-output-weights", untie},    /* ARG */
-    {"MODEL_ARGS", "--disable-bias-linear", no_linear_bias},           /* TC add_bias_linear */
-    {"MODEL_ARGS", "--add-qkv-bias", qkv_bias},                        /* TC */
-    {"MODEL_ARGS", "--attention-dropout", dropout},                    /* TC */
-    {"MODEL_ARGS", "--hidden-dropout", dropout},                       /* TC */
-    {"MODEL_ARGS", "--num-experts", experts},                          /* ARG */
-    {"MODEL_ARGS", "--moe-router-topk", topk},                         /* TC */
-    {"MODEL_ARGS", "--moe-ffn-hidden-size", moe_ffn},                  /* TC */
-    {"MODEL_ARGS", "--make-vocab-size-divisible-by", vocab_divisible}, /* ARG */
+    {"MODEL_ARGS", "--num-layers", num_layers},                           /* TC */
+    {"MODEL_ARGS", "--hidden-size", hidden_size},                         /* TC */
+    {"MODEL_ARGS", "--ffn-hidden-size", ffn_hidden_size},                 /* TC */
+    {"MODEL_ARGS", "--num-attention-heads", num_heads},                   /* TC */
+    {"MODEL_ARGS", "--group-query-attention", gqa},                       /* ARG */
+    {"MODEL_ARGS", "--num-query-groups", query_groups},                   /* TC */
+    {"MODEL_ARGS", "--kv-channels", kv_channels},                         /* TC */
+    {"MODEL_ARGS", "--max-position-embeddings", max_positions},           /* ARG */
+    {"MODEL_ARGS", "--position-embedding-type", position_type},           /* ARG */
+    {"MODEL_ARGS", "--normalization", normalization},                     /* TC */
+    {"MODEL_ARGS", "--swiglu", swiglu},                                   /* ARG */
+    {"MODEL_ARGS", "--untie-embeddings-and-output-weights", untie},       /* ARG */
+    {"MODEL_ARGS", "--disable-bias-linear", no_linear_bias},              /* TC add_bias_linear */
+    {"MODEL_ARGS", "--add-qkv-bias", qkv_bias},                           /* TC */
+    {"MODEL_ARGS", "--attention-dropout", dropout},                       /* TC */
+    {"MODEL_ARGS", "--hidden-dropout", dropout},                          /* TC */
+    {"MODEL_ARGS", "--num-experts", experts},                             /* ARG */
+    {"MODEL_ARGS", "--moe-router-topk", topk},                            /* TC */
+    {"MODEL_ARGS", "--moe-ffn-hidden-size", moe_ffn},                     /* TC */
+    {"MODEL_ARGS", "--moe-layer-freq", moe_layer_freq},                   /* ARG */
+    {"MODEL_ARGS", "--moe-shared-expert-intermediate-size", shared_size}, /* TC */
+    {"MODEL_ARGS", "--moe-shared-expert-gate", shared_gate},              /* TC */
+    {"MODEL_ARGS", "--moe-router-score-function", router_score},          /* TC */
+    {"MODEL_ARGS", "--moe-router-enable-expert-bias", router_bias},       /* TC */
+    {"MODEL_ARGS", "--qk-layernorm", qk_layernorm},                       /* TC */
+    {"MODEL_ARGS", "--multi-latent-attention", mla},                      /* TC */
+    {"MODEL_ARGS", "--q-lora-rank", q_lora_rank},                         /* ARG */
+    {"MODEL_ARGS", "--kv-lora-rank", kv_lora_rank},                       /* ARG */
+    {"MODEL_ARGS", "--qk-head-dim", qk_head_dim},                         /* ARG */
+    {"MODEL_ARGS", "--qk-pos-emb-head-dim", qk_pos_emb_head_dim},         /* ARG */
+    {"MODEL_ARGS", "--v-head-dim", v_head_dim},                           /* ARG */
+    {"MODEL_ARGS", "--make-vocab-size-divisible-by", vocab_divisible},    /* ARG */
 
     {"PARALLEL_ARGS", "--tensor-model-parallel-size", tp},                          /* MPC */
     {"PARALLEL_ARGS", "--pipeline-model-parallel-size", pp},                        /* MPC */
@@ -459,6 +585,7 @@ static const struct dp__opt opts[] = {
     {"PARALLEL_ARGS", "--pipeline-model-parallel-layout", pp_layout},               /* ARG */
     {"PARALLEL_ARGS", "--context-parallel-size", cp},                               /* MPC */
     {"PARALLEL_ARGS", "--expert-model-parallel-size", ep},                          /* MPC */
+    {"PARALLEL_ARGS", "--expert-tensor-parallel-size", etp},                        /* MPC */
     {"PARALLEL_ARGS", "--sequence-parallel", sp},                                   /* MPC */
     {"PARALLEL_ARGS", "--use-distributed-optimizer", dist_opt},                     /* ARG */
     {"PARALLEL_ARGS", "--num-distributed-optimizer-instances", dist_opt_instances}, /* ARG */
@@ -468,6 +595,14 @@ static const struct dp__opt opts[] = {
     {"PARALLEL_ARGS", "--overlap-param-gather", overlap_param},            /* ARG */
     {"PARALLEL_ARGS", "--tp-comm-overlap", tp_overlap},                    /* ARG */
     {"PARALLEL_ARGS", "--no-overlap-p2p-communication", no_pp_overlap},    /* ARG */
+    {"PARALLEL_ARGS", "--overlap-moe-expert-parallel-comm", ep_overlap},   /* MPC */
+    {"PARALLEL_ARGS", "--delay-wgrad-compute", ep_overlap},                /* MPC */
+
+    {"MOE_ARGS", "--moe-token-dispatcher-type", dispatcher},          /* TC */
+    {"MOE_ARGS", "--moe-flex-dispatcher-backend", flex_backend},      /* TC */
+    {"MOE_ARGS", "--moe-grouped-gemm", grouped_gemm},                 /* TC */
+    {"MOE_ARGS", "--moe-expert-capacity-factor", capacity},           /* TC */
+    {"MOE_ARGS", "--moe-pad-expert-input-to-capacity", capacity_pad}, /* TC */
 
     {"TRAINING_ARGS", "--micro-batch-size", mbs},                     /* TRC */
     {"TRAINING_ARGS", "--global-batch-size", gbs},                    /* TRC */
