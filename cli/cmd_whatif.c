@@ -1,8 +1,9 @@
 /*
- * dplan whatif MODEL --systems a,b,c --nodes 1,2,4 [--tokens T]
+ * dplan whatif MODEL [--systems a,b,c] [--nodes 1,2,4] [--tokens T]
  * [--price-per-gpu-hour sys=usd,...]: the buying question. For each system and
  * size, the best layout that fits, its throughput, days to train T tokens and
- * what that costs.
+ * what that costs. Without --systems every shipped system, without --nodes
+ * 1, 2, 4, ... 128 nodes (said in the output).
  */
 #include "cli.h"
 #include "goodput_report.h"
@@ -11,11 +12,13 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char help_head[] =
-    "usage: dplan whatif MODEL --systems A,B,... --nodes N1,N2,... [--tokens T]\n"
+    "usage: dplan whatif MODEL [--systems A,B,...] [--nodes N1,N2,...] [--tokens T]\n"
     "                   [--price-per-gpu-hour SYS=USD,...] [--gbs N] [--seq-len N] [--json]\n"
     "                   [--svg FILE] [--failure-rate R | --mtbf-hours H] [--ckpt-write-gbps X]\n"
     "                   [--storage-gbps X] [--restart-min M]\n\n"
@@ -24,8 +27,9 @@ static const char help_head[] =
     "tokens without failures, the checkpoint interval that maximises goodput, the\n"
     "goodput there and the days with failures, and the cost of those days when\n"
     "prices are given. Knobs fix dimensions as in suggest.\n\n"
-    "  --systems LIST            system profiles to compare\n"
-    "  --nodes LIST              node counts to try for each system\n"
+    "  --systems LIST            system profiles to compare [every one in\n"
+    "                            profiles/system, listed by `dplan profiles`]\n"
+    "  --nodes LIST              node counts to try for each system [1,2,4,...,128]\n"
     "  --network NAME            inter-node network for every system (profiles/network)\n"
     "                            [each system's own]\n"
     "  --tokens T                training tokens (e.g. 2e12, 300B, 15T), at most 1e15 [1T]\n"
@@ -151,12 +155,33 @@ int cmd_whatif(int argc, char **argv)
     }
     if (cli_search_args("whatif", argc, optind, &c))
         return 2;
-    if (!systems_buf[0] || nn == 0)
-        return cli_usage_error("whatif", "--systems and --nodes are required");
     struct dp_err err = {0};
     struct dp_model m;
     if (dp_model_load(argv[optind], &m, &err))
         return cli_fail(&err);
+    /* The defaults: every shipped system, node counts doubling from 1 to 128. */
+    const bool all_systems = !systems_buf[0], default_nodes = nn == 0;
+    if (all_systems) {
+        char **names;
+        int count;
+        if (dp_profile_names("system", &names, &count, &err))
+            return cli_fail(&err);
+        size_t len = 0;
+        for (int i = 0; i < count && i < 32; i++) {
+            int w = snprintf(systems_buf + len, sizeof systems_buf - len, "%s%s", i ? "," : "",
+                             names[i]);
+            if (w < 0 || (size_t)w >= sizeof systems_buf - len)
+                break;
+            len += (size_t)w;
+        }
+        dp_names_free(names, count);
+        if (!systems_buf[0])
+            return cli_usage_error("whatif", "no system profiles in %s/system: give --systems",
+                                   dp_profiles_dir());
+    }
+    if (default_nodes)
+        for (int k = 1; k <= 128; k *= 2)
+            nodes[nn++] = k;
     char *systems[32];
     int ns = 0;
     for (char *tok = strtok(systems_buf, ","); tok; tok = strtok(NULL, ",")) {
@@ -198,7 +223,11 @@ int cmd_whatif(int argc, char **argv)
     }
     cJSON *rows = cJSON_CreateArray();
     int rc = 0, nt = 0;
+    /* A search per system and size: say where it is when a person is watching. */
+    const bool progress = isatty(STDERR_FILENO) && ns * nn > 8;
     for (int si = 0; si < ns && !rc; si++) {
+        if (progress)
+            fprintf(stderr, "\rwhatif: %s (%d of %d systems)\033[K", systems[si], si + 1, ns);
         for (int ni = 0; ni < nn; ni++) {
             struct dp_cluster cl;
             if (dp_cluster_from_system(systems[si], nodes[ni], c.network, &cl, &err) ||
@@ -289,6 +318,8 @@ int cmd_whatif(int argc, char **argv)
             cJSON_AddItemToArray(rows, e);
         }
     }
+    if (progress)
+        fputs("\r\033[K", stderr);
     free(r);
     if (!rc && svg) {
         struct dp_buf b = {0};
@@ -310,12 +341,23 @@ int cmd_whatif(int argc, char **argv)
         cJSON_AddNumberToObject(o, "gbs", (double)so.gbs);
         cJSON_AddNumberToObject(o, "seq_len", (double)so.seq_len);
         cli_defaults_json(o, &d);
+        cJSON *dj = cJSON_GetObjectItem(o, "defaults");
+        if (all_systems)
+            cJSON_AddStringToObject(dj, "systems", "every system in profiles/system");
+        if (default_nodes && !cJSON_GetObjectItem(dj, "nodes"))
+            cJSON_AddStringToObject(dj, "nodes", "1, 2, 4, ... 128");
         cJSON_AddItemToObject(o, "failures", cli_goodput_assumptions_json(&go));
         cJSON_AddItemToObject(o, "results", rows);
         cli_print_json(o);
     } else {
         cJSON_Delete(rows);
         printf("model %s, %.3g tokens\n", m.name, tokens);
+        if (all_systems)
+            printf("systems  all %d system profiles (--systems not given; `dplan profiles` lists "
+                   "them)\n",
+                   ns);
+        if (default_nodes)
+            printf("nodes    1, 2, 4, ... 128 (--nodes not given)\n");
         cli_describe_batch(stdout, so.gbs, so.seq_len, &d);
         printf("\n");
         /* Columns as wide as their content. */
