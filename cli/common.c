@@ -8,6 +8,7 @@
 #include "executor/executor.h"
 #include "fit/fit.h"
 #include "planner/planner.h"
+#include "topology/topology.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -243,6 +244,45 @@ int cli_cluster(const struct cli_common *c, struct dp_cluster *out, struct dp_er
     return rc ? rc : cli_apply_calibration(c, out, err);
 }
 
+/*
+ * No cluster option: the machine dplan runs on, read as `dplan topo` reads it (hwloc, then
+ * NVML), at --nodes of its kind, when it has GPUs; said on stderr, since the report's own
+ * cluster line names it only as "this machine".
+ */
+static int live_cluster(const struct cli_common *c, struct dp_cluster *out, struct dp_err *err)
+{
+    static const char alternatives[] =
+        "use --system NAME --nodes N, --gpu NAME --gpus N, or --cluster FILE.json (from `dplan "
+        "topo -o` on a GPU node; list: `dplan profiles`)";
+    if (c->gpus || c->gpus_per_node || c->intra)
+        return dp_err_set(err, DP_EUSAGE, "--gpus/--gpus-per-node/--intra go with --gpu NAME");
+    struct dp_topo t;
+    struct dp_err terr = {0};
+    if (dp_topo_discover(&t, &terr))
+        return dp_err_set(err, DP_EUSAGE,
+                          "no cluster given, and this machine could not be read "
+                          "(%s): %s",
+                          terr.msg, alternatives);
+    if (t.ngpus == 0) {
+        dp_topo_release(&t);
+        return dp_err_set(err, DP_EUSAGE, "no cluster given, and this machine has no GPUs: %s",
+                          alternatives);
+    }
+    struct dp_topo_cluster_opts o = {.nodes = c->nodes ? c->nodes : 1, .network = c->network};
+    struct dp_topo_choice ch;
+    int rc = dp_topo_cluster(&t, &o, out, &ch, &terr);
+    dp_topo_release(&t);
+    if (rc)
+        return dp_err_set(err, rc == DP_EUSAGE ? DP_EUSAGE : DP_EINVAL,
+                          "no cluster given, and this machine's GPUs make none (%s): %s", terr.msg,
+                          alternatives);
+    fprintf(stderr,
+            "dplan: cluster: this machine, %d node%s of %d x %s (found by hwloc/NVML as `dplan "
+            "topo` shows it; --system, --gpu or --cluster to plan for another)\n",
+            out->nodes, out->nodes == 1 ? "" : "s", out->gpus_per_node, ch.gpu_profile);
+    return 0;
+}
+
 static int cli_cluster_base(const struct cli_common *c, struct dp_cluster *out, struct dp_err *err)
 {
     int kinds = !!c->system + !!c->gpu + !!c->cluster;
@@ -265,9 +305,7 @@ static int cli_cluster_base(const struct cli_common *c, struct dp_cluster *out, 
         return 0;
     }
     if (kinds == 0)
-        return dp_err_set(err, DP_EUSAGE,
-                          "no cluster given: use --system NAME --nodes N, --gpu NAME --gpus N, or "
-                          "--cluster FILE.json (list: `dplan profiles`)");
+        return live_cluster(c, out, err);
     if (kinds > 1)
         return dp_err_set(err, DP_EUSAGE,
                           "--system, --gpu and --cluster are alternatives: give only one");

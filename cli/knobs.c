@@ -20,6 +20,8 @@ const char cli_cluster_help[] =
     "                              cluster option, its fitted GEMM curve (same GPU) and\n"
     "                              all-reduce busbw and latency (same link) laid over it\n"
     "                              (check: only the busbw expectation, see above)\n"
+    "  (none)                      this machine, read as `dplan topo` reads it (hwloc, then\n"
+    "                              NVML), at --nodes N of its kind, when it has GPUs\n"
     "  --network NAME              inter-node network (profiles/network)\n";
 
 /* The pipeline-split options. */
