@@ -75,6 +75,7 @@ enum {
     OPT_PP_OVERLAP,
     OPT_NO_PP_OVERLAP,
     OPT_OVERHEAD,
+    OPT_MEMORY_MARGIN,
     OPT_JSON,
     OPT_PLAN,
     OPT_ETP,
@@ -158,8 +159,9 @@ enum {
         {"recompute-layers", required_argument, 0, OPT_RECOMPUTE_LAYERS},                          \
         {"recompute-modules", required_argument, 0, OPT_RECOMPUTE_MODULES},                        \
         {"loss", required_argument, 0, OPT_LOSS},                                                  \
+        {"overhead-gib", required_argument, 0, OPT_OVERHEAD},                                      \
     {                                                                                              \
-        "overhead-gib", required_argument, 0, OPT_OVERHEAD                                         \
+        "memory-margin", required_argument, 0, OPT_MEMORY_MARGIN                                   \
     }
 
 /* What the user typed; unset values are 0 / NULL / -1 so defaults can be derived. */
@@ -187,6 +189,7 @@ struct cli_common {
     int tp_overlap, opg, pp_overlap; /* -1 = framework default, 0 off, 1 on */
     bool sp, no_flash, no_dp_overlap, fp8_params, json, moe_pad, ep_overlap;
     double overhead_gib;  /* < 0 = unset */
+    double memory_margin; /* fraction of the usable bytes; < 0 = unset (DP_MEM_TIGHT_FRACTION) */
     double moe_capacity;  /* 0 = dropless */
     double moe_imbalance; /* < 0 = unset */
     bool knob_given[OPT_COMMON_END - OPT_SYSTEM];
@@ -285,6 +288,12 @@ const char *cli_default_runs(void);
 /* Memory options from the knobs (--overhead-gib), for estimate, memory and the searches. */
 struct dp_mem_opts;
 void cli_mem_opts(const struct cli_common *c, struct dp_mem_opts *o);
+/* --memory-margin as a fraction, DP_MEM_TIGHT_FRACTION when not given. */
+double cli_memory_margin(const struct cli_common *c);
+/* "75.20 GiB: 79.16 usable less the 5% margin" (or just the usable bytes at margin 0). */
+void cli_capacity_words(const struct dp_cluster *cl, double margin, char *out, size_t cap);
+/* The searches' "memory   layouts keep 5% headroom ..." line. */
+void cli_describe_margin(FILE *f, const struct cli_common *c, const struct dp_cluster *cl);
 /*
  * The planning commands' one default global batch (estimate, memory, suggest, whatif):
  * ~4M tokens, 2^k sequences. `unit` > 1 rounds it to the nearest multiple of unit

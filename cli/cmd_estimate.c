@@ -185,7 +185,7 @@ int cmd_estimate(int argc, char **argv)
         cli_describe_batch(stdout, l.gbs, l.seq_len, &d);
         printf("\n");
         /* The verdict first: a layout that does not fit does not run, however fast. */
-        cli_mem_verdict(stdout, rep);
+        cli_mem_verdict(stdout, rep, cli_memory_margin(&c));
         if (!rep->fits)
             printf("the times below are what it would take if it fit; `dplan memory` with the "
                    "same options lists fixes\n");

@@ -141,6 +141,7 @@ int cmd_memory(int argc, char **argv)
             cJSON_AddNumberToObject(o, "nodes", mg.nodes);
             cJSON_AddNumberToObject(o, "peak_bytes", (double)mg.peak_bytes);
             cJSON_AddNumberToObject(o, "capacity_bytes", (double)dp_gpu_usable_bytes(&cl.gpu));
+            cJSON_AddNumberToObject(o, "memory_margin", so.memory_margin);
             cJSON_AddNumberToObject(o, "layouts_tried", (double)mg.layouts_tried);
             if (mg.found)
                 cJSON_AddItemToObject(o, "layout", dp_layout_to_json(&mg.layout));
@@ -150,6 +151,7 @@ int cmd_memory(int argc, char **argv)
             }
             cli_print_json(o);
         } else {
+            cli_describe_margin(stdout, &c, &cl);
             print_min_gpus(&mg, &m, &cl);
         }
         return mg.found ? 0 : 1;
@@ -210,7 +212,7 @@ int cmd_memory(int argc, char **argv)
             cli_split_text(stdout, &l, &m);
         }
         printf("\n");
-        cli_mem_verdict(stdout, rep);
+        cli_mem_verdict(stdout, rep, cli_memory_margin(&c));
         printf("\n");
         cli_mem_table(stdout, rep, &l, &m);
         cli_mem_balance(stdout, rep);

@@ -170,6 +170,8 @@ static int refuse_planning_knobs(const struct cli_common *c)
                                       "attention is --attention math or flash");
     if (given[OPT_OVERHEAD - OPT_SYSTEM])
         return cli_usage_error("run", "--overhead-gib is a planning knob (GPU runtime memory)");
+    if (given[OPT_MEMORY_MARGIN - OPT_SYSTEM])
+        return cli_usage_error("run", "--memory-margin is a planning knob (GPU memory headroom)");
     return 0;
 }
 

@@ -109,27 +109,29 @@ static cJSON *candidate_json(const struct dp_candidate *c, int64_t cap, int rank
 
 /* Nothing fits at this batch: the smallest peak, and the batch that would fit if any. */
 static int nothing_fits(const struct dp_model *m, const struct dp_cluster *cl,
-                        const struct dp_search_result *r, int64_t gbs, struct dp_err *err)
+                        const struct dp_search_result *r, const struct dp_search_opts *o,
+                        struct dp_err *err)
 {
-    char lay[160];
+    char lay[160], against[96];
+    cli_capacity_words(cl, o->memory_margin, against, sizeof against);
+    int64_t gbs = o->gbs;
     dp_layout_format_model(&r->lowest_layout, m, lay, sizeof lay);
     if (r->alt_gbs) {
         char alt[160];
         dp_layout_format_model(&r->alt_layout, m, alt, sizeof alt);
         return dp_err_set(err, DP_EINFEASIBLE,
                           "%s fits no layout on %d x %s that divides the global batch %lld (the "
-                          "smallest peak is %.2f GiB per GPU, %s, against %.2f GiB); --gbs %lld "
+                          "smallest peak is %.2f GiB per GPU, %s, against %s); --gbs %lld "
                           "fits %s",
                           m->name, dp_cluster_gpus(cl), cl->gpu.name, (long long)gbs,
-                          cli_gib(r->lowest_peak), lay, cli_gib(dp_gpu_usable_bytes(&cl->gpu)),
-                          (long long)r->alt_gbs, alt);
+                          cli_gib(r->lowest_peak), lay, against, (long long)r->alt_gbs, alt);
     }
     return dp_err_set(err, DP_EINFEASIBLE,
                       "%s fits no layout on %d x %s: the smallest peak is %.2f GiB per GPU (%s) "
-                      "against %.2f GiB; try more GPUs (`dplan memory %s ... --min-gpus`), a GPU "
+                      "against %s; try more GPUs (`dplan memory %s ... --min-gpus`), a GPU "
                       "with more memory, or a shorter --seq-len",
                       m->name, dp_cluster_gpus(cl), cl->gpu.name, cli_gib(r->lowest_peak), lay,
-                      cli_gib(dp_gpu_usable_bytes(&cl->gpu)), m->name);
+                      against, m->name);
 }
 
 int cmd_suggest(int argc, char **argv)
@@ -225,7 +227,7 @@ int cmd_suggest(int argc, char **argv)
     }
     int64_t cap = dp_gpu_usable_bytes(&cl.gpu);
     if (r->n == 0) {
-        nothing_fits(&m, &cl, r, so.gbs, &err);
+        nothing_fits(&m, &cl, r, &so, &err);
         free(r);
         cli_scatter_release(&pts);
         return cli_fail(&err);
@@ -302,6 +304,14 @@ int cmd_suggest(int argc, char **argv)
         cJSON_AddNumberToObject(o, "gbs", (double)so.gbs);
         cJSON_AddNumberToObject(o, "seq_len", (double)so.seq_len);
         cli_defaults_json(o, &d);
+        cJSON_AddNumberToObject(o, "memory_margin", so.memory_margin);
+        if (c.memory_margin < 0) {
+            char words[96];
+            snprintf(words, sizeof words, "%g%%: about the memory model's measured error",
+                     100 * so.memory_margin);
+            cJSON_AddStringToObject(cJSON_GetObjectItemCaseSensitive(o, "defaults"),
+                                    "memory_margin", words);
+        }
         cJSON *se = cJSON_AddObjectToObject(o, "search");
         cJSON_AddNumberToObject(se, "evaluated", (double)r->evaluated);
         cJSON_AddNumberToObject(se, "fitting", (double)r->fitting);
@@ -348,6 +358,7 @@ int cmd_suggest(int argc, char **argv)
         cli_describe_cluster(stdout, &cl, &d);
         cli_describe_batch(stdout, so.gbs, so.seq_len, &d);
         cli_describe_search_framework(stdout, &so, c.framework >= 0);
+        cli_describe_margin(stdout, &c, &cl);
         printf("search   %lld layouts evaluated: %lld fit, %lld out of memory\n", r->evaluated,
                r->fitting, r->oom);
         if (timing)

@@ -308,7 +308,7 @@ int cmd_whatif(int argc, char **argv)
             } else {
                 cJSON_AddNumberToObject(e, "lowest_peak_bytes", (double)r->lowest_peak);
                 snprintf(t->layout, sizeof t->layout, "nothing fits (best peak %.1f GiB > %.1f)",
-                         cli_gib(r->lowest_peak), cli_gib(dp_gpu_usable_bytes(&cl.gpu)));
+                         cli_gib(r->lowest_peak), cli_gib(dp_search_capacity(&cl, &so)));
                 if (r->alt_gbs) {
                     cJSON_AddNumberToObject(e, "fits_with_gbs", (double)r->alt_gbs);
                     snprintf(t->layout, sizeof t->layout,
@@ -341,6 +341,7 @@ int cmd_whatif(int argc, char **argv)
         cJSON_AddNumberToObject(o, "gbs", (double)so.gbs);
         cJSON_AddNumberToObject(o, "seq_len", (double)so.seq_len);
         cli_defaults_json(o, &d);
+        cJSON_AddNumberToObject(o, "memory_margin", so.memory_margin);
         cJSON *dj = cJSON_GetObjectItem(o, "defaults");
         if (all_systems)
             cJSON_AddStringToObject(dj, "systems", "every system in profiles/system");
@@ -359,6 +360,10 @@ int cmd_whatif(int argc, char **argv)
         if (default_nodes)
             printf("nodes    1, 2, 4, ... 128 (--nodes not given)\n");
         cli_describe_batch(stdout, so.gbs, so.seq_len, &d);
+        printf("memory   layouts keep %g%% headroom%s\n", 100 * so.memory_margin,
+               c.memory_margin < 0 ? " (--memory-margin not given: about the memory model's "
+                                     "measured error)"
+                                   : "");
         printf("\n");
         /* Columns as wide as their content. */
         int sw = (int)strlen("system"), lw = (int)strlen("best layout");

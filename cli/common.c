@@ -583,6 +583,32 @@ int cli_check_knobs(const struct cli_common *c, const struct dp_layout *l, const
     return 0;
 }
 
+double cli_memory_margin(const struct cli_common *c)
+{
+    return c->memory_margin >= 0 ? c->memory_margin : DP_MEM_TIGHT_FRACTION;
+}
+
+void cli_capacity_words(const struct dp_cluster *cl, double margin, char *out, size_t cap)
+{
+    int64_t usable = dp_gpu_usable_bytes(&cl->gpu);
+    if (margin > 0)
+        snprintf(out, cap, "%.2f GiB: %.2f usable less the %g%% margin",
+                 cli_gib((int64_t)((double)usable * (1 - margin))), cli_gib(usable), 100 * margin);
+    else
+        snprintf(out, cap, "%.2f GiB", cli_gib(usable));
+}
+
+void cli_describe_margin(FILE *f, const struct cli_common *c, const struct dp_cluster *cl)
+{
+    double margin = cli_memory_margin(c);
+    int64_t usable = dp_gpu_usable_bytes(&cl->gpu);
+    fprintf(f, "memory   layouts keep %g%% headroom, %.2f of %.2f GiB usable per GPU", 100 * margin,
+            cli_gib((int64_t)((double)usable * (1 - margin))), cli_gib(usable));
+    if (c->memory_margin < 0)
+        fprintf(f, " (--memory-margin not given: about the memory model's measured error)");
+    fputc('\n', f);
+}
+
 void cli_mem_opts(const struct cli_common *c, struct dp_mem_opts *o)
 {
     dp_mem_opts_default(o);
@@ -698,6 +724,7 @@ int cli_search_opts(const struct cli_common *c, const struct dp_model *m, struct
     if (c->routing >= 0)
         o->moe_routing = (enum dp_moe_routing)c->routing;
     cli_mem_opts(c, &o->mem);
+    o->memory_margin = cli_memory_margin(c);
     return 0;
 }
 
@@ -757,7 +784,8 @@ int cli_resolve(const struct cli_common *c, const char *model_arg, struct dp_mod
     if (model_arg)
         return dp_err_set(err, DP_EUSAGE, "give either MODEL or --plan, not both");
     for (int k = OPT_TP; k < OPT_COMMON_END; k++)
-        if (k != OPT_OVERHEAD && k != OPT_JSON && k != OPT_PLAN && c->knob_given[k - OPT_SYSTEM])
+        if (k != OPT_OVERHEAD && k != OPT_MEMORY_MARGIN && k != OPT_JSON && k != OPT_PLAN &&
+            c->knob_given[k - OPT_SYSTEM])
             return dp_err_set(err, DP_EUSAGE,
                               "layout options cannot be combined with --plan (the plan fixes the "
                               "layout; edit the plan or use MODEL and knobs)");

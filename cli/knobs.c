@@ -92,7 +92,12 @@ const char cli_cluster_help[] =
     "  --[no-]pp-overlap           pipeline send/recv overlapped with compute (Megatron\n"         \
     "                              overlap_p2p_comm; needs --vpp > 1) [on with --vpp > 1]\n"       \
     "  --overhead-gib X            runtime memory per GPU, replacing the CUDA context, NCCL\n"     \
-    "                              buffers, workspaces and allocator slack [computed]\n"
+    "                              buffers, workspaces and allocator slack [computed]\n"           \
+    "  --memory-margin PCT         headroom a layout keeps, in % of the usable memory: the\n"      \
+    "                              searches (suggest, whatif, --min-gpus) count only layouts\n"    \
+    "                              that keep it as fitting, estimate and memory call a layout\n"   \
+    "                              that fits without it tight; 0 = the memory model's bare\n"      \
+    "                              verdict [5: about the model's measured error]\n"
 
 #define CLI_MOE_HELP                                                                               \
     "Mixture of experts (never searched):\n"                                                       \
@@ -148,6 +153,7 @@ void cli_common_init(struct cli_common *c)
     c->gemm = c->fp8_recipe = -1;
     c->tp_overlap = c->opg = c->pp_overlap = -1;
     c->overhead_gib = -1;
+    c->memory_margin = -1;
     c->moe_imbalance = -1;
     c->zero = -1;
     c->first_less = c->last_less = -1;
@@ -352,6 +358,11 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
         break;
     case OPT_OVERHEAD:
         r = parse_double(cmd, "overhead-gib", arg, 0, 1e6, "number >= 0", &c->overhead_gib);
+        break;
+    case OPT_MEMORY_MARGIN:
+        r = parse_double(cmd, "memory-margin", arg, 0, 50, "percent in [0, 50]", &c->memory_margin);
+        if (r == 0)
+            c->memory_margin /= 100;
         break;
     case OPT_ETP: r = parse_int(cmd, "etp", arg, 1, 1 << 20, &c->etp); break;
     case OPT_MOE_CAPACITY:

@@ -134,16 +134,30 @@ void cli_mem_table(FILE *f, const struct dp_mem_report *r, const struct dp_layou
     }
 }
 
-void cli_mem_verdict(FILE *f, const struct dp_mem_report *r)
+void cli_mem_tight_note(FILE *f, double margin)
 {
+    fprintf(f,
+            "tight: under %g%% headroom (--memory-margin), within the memory model's measured "
+            "error (`dplan "
+            "validate --memory`): the run may go out of memory or thrash the caching "
+            "allocator\n",
+            100 * margin);
+}
+
+void cli_mem_verdict(FILE *f, const struct dp_mem_report *r, double margin)
+{
+    const bool tight = dp_mem_tight(r->peak_bytes, r->capacity_bytes, margin);
     int64_t head = r->capacity_bytes - r->peak_bytes;
     if (r->fits)
         fprintf(f,
-                "FITS: peak %.2f GiB on stage %d, capacity %.2f GiB, headroom %.2f GiB "
+                "FITS%s: peak %.2f GiB on stage %d, capacity %.2f GiB, headroom %.2f GiB "
                 "(%.1f%%)\n",
-                cli_gib(r->peak_bytes), r->peak_stage, cli_gib(r->capacity_bytes), cli_gib(head),
+                tight ? " (tight)" : "", cli_gib(r->peak_bytes), r->peak_stage,
+                cli_gib(r->capacity_bytes), cli_gib(head),
                 100.0 * (double)head / (double)r->capacity_bytes);
-    else
+    if (r->fits && tight)
+        cli_mem_tight_note(f, margin);
+    if (!r->fits)
         fprintf(f, "OOM: stage %d needs %.2f GiB per GPU, capacity %.2f GiB (%.2f GiB over)\n",
                 r->peak_stage, cli_gib(r->peak_bytes), cli_gib(r->capacity_bytes), cli_gib(-head));
 }

@@ -16,7 +16,10 @@ struct cJSON *cli_mem_json(const struct dp_mem_report *r, const struct dp_layout
 void cli_mem_table(FILE *f, const struct dp_mem_report *r, const struct dp_layout *l,
                    const struct dp_model *m);
 /* "FITS: ..." or "OOM: ...", one line. */
-void cli_mem_verdict(FILE *f, const struct dp_mem_report *r);
+/* FITS (tight under `margin` of the capacity free), or OOM, with the peak and headroom. */
+void cli_mem_verdict(FILE *f, const struct dp_mem_report *r, double margin);
+/* One line on what a tight layout (costmodel.h dp_mem_tight) risks. */
+void cli_mem_tight_note(FILE *f, double margin);
 /* "balance: stages range ..." when there is more than one stage. */
 void cli_mem_balance(FILE *f, const struct dp_mem_report *r);
 void cli_mem_derivation(FILE *f, const struct dp_layout *l, const struct dp_mem_report *r);

@@ -131,6 +131,23 @@ struct dp_mem_report {
     int64_t microbatches;
 };
 
+/*
+ * Headroom under which a layout that fits is "tight": its margin is within the memory
+ * model's own error (`dplan validate --memory`: held-out mean 2.9%, worst 9.3%; the worst
+ * fitted run, an under-prediction, 12.6%), so the run may go out of memory, or thrash
+ * PyTorch's caching allocator, whose cudaMalloc retries free the cache with a device-wide
+ * synchronize (MosaicML's 30B at seq 8192 on 8 GPUs, predicted at 96% of the usable bytes,
+ * ran 20% under the step-time model; docs/accuracy.md). 5% of the usable bytes: where
+ * `dplan check` warns.
+ */
+#define DP_MEM_TIGHT_FRACTION 0.05
+/* A peak that fits the capacity but leaves less than margin x capacity free. */
+static inline bool dp_mem_tight(int64_t peak_bytes, int64_t capacity_bytes, double margin)
+{
+    return peak_bytes <= capacity_bytes &&
+           (double)(capacity_bytes - peak_bytes) < margin * (double)capacity_bytes;
+}
+
 /* Full per-stage report. Fails (DP_EINFEASIBLE) only for layouts that do not
  * validate; an OOM layout is reported with fits = false. */
 int dp_mem_estimate(const struct dp_model *m, const struct dp_cluster *cl,

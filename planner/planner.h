@@ -89,6 +89,10 @@ struct dp_search_opts {
     enum dp_moe_dispatcher moe_dispatcher;
     enum dp_moe_routing moe_routing;
     struct dp_mem_opts mem;
+    /* The fraction of the usable bytes a layout must leave free to count as fitting: 0 is
+     * the memory model's own verdict; the CLI defaults to DP_MEM_TIGHT_FRACTION, the
+     * model's measured error (costmodel.h). */
+    double memory_margin;
     /*
      * Optional: called once for every layout that fits, in enumeration order, after
      * its step time is computed (`dplan suggest --svg` plots them). The candidate is
@@ -98,6 +102,8 @@ struct dp_search_opts {
     void *on_fit_ctx;
 };
 void dp_search_opts_default(struct dp_search_opts *o);
+/* The bytes per GPU a layout may use in the searches: the usable bytes less the margin. */
+int64_t dp_search_capacity(const struct dp_cluster *cl, const struct dp_search_opts *o);
 
 /* The recompute policies the searches try under a framework, in search order (Megatron none,
  * selective, full; torchtitan none, op, full; DeepSpeed none, full), written to out[];

@@ -38,6 +38,12 @@ void dp_search_opts_default(struct dp_search_opts *o)
     dp_mem_opts_default(&o->mem);
 }
 
+int64_t dp_search_capacity(const struct dp_cluster *cl, const struct dp_search_opts *o)
+{
+    double m = o->memory_margin > 0 && o->memory_margin < 1 ? o->memory_margin : 0;
+    return (int64_t)((double)dp_gpu_usable_bytes(&cl->gpu) * (1 - m));
+}
+
 bool dp__tp_divides(const struct dp_model *m, int tp, int etp)
 {
     if (m->heads % tp || m->kv_heads % tp)
@@ -579,7 +585,7 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
                        .o = o,
                        .r = r,
                        .gpus = dp_cluster_gpus(cl),
-                       .cap = dp_gpu_usable_bytes(&cl->gpu)};
+                       .cap = dp_search_capacity(cl, o)};
     const int gpus = s.gpus, L = (int)m->layers;
     if (cl->nodes > 1 && cl->nics_per_node < 1)
         return dp_err_set(err, DP_EINFEASIBLE,

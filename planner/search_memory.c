@@ -282,7 +282,7 @@ int dp_plan_min_gpus(const struct dp_model *m, const struct dp_cluster *cl,
                      .o = o,
                      .gpn = cl->gpus_per_node,
                      .max_gpus = max_gpus,
-                     .cap = dp_gpu_usable_bytes(&cl->gpu),
+                     .cap = dp_search_capacity(cl, o),
                      .gbs = o->gbs,
                      .best = max_gpus + 1,
                      .lowest_peak = -1};

@@ -163,8 +163,9 @@ void dp_pf_check_ckpt_every(int64_t every_steps, double step_time_s,
 
 /* ------------------------------------------------------------------ memory, topology */
 
-/* Headroom below which a fitting stage warns: 5% of the usable capacity. */
-#define DP_PF_MEM_HEADROOM 0.05
+/* Headroom below which a fitting stage warns: the cost model's tight margin, 5% of the
+ * usable capacity (costmodel.h DP_MEM_TIGHT_FRACTION). */
+#define DP_PF_MEM_HEADROOM DP_MEM_TIGHT_FRACTION
 /* Item "memory": FAIL when a stage does not fit, WARN below the headroom. */
 void dp_pf_check_memory(const struct dp_mem_report *rep, struct dp_pf_report *r);
 /*

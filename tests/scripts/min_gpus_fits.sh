@@ -6,7 +6,8 @@ set -eu
 dplan=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$dplan" memory llama3-405b --system dgx-h100 --min-gpus --json > "$tmp/min.json"
+# --memory-margin 0: the memory model's bare verdict (the default keeps 5% headroom, below)
+"$dplan" memory llama3-405b --system dgx-h100 --min-gpus --memory-margin 0 --json > "$tmp/min.json"
 # The JSON prints one key per line ("key":<tab>value); every layout key is unique.
 val() { grep -m1 "\"$1\":" "$tmp/min.json" | sed 's/.*:[[:space:]]*//; s/[",]//g'; }
 gpus=$(val gpus)
@@ -30,4 +31,11 @@ want=$(val peak_bytes)
 grep -q '"fits":[[:space:]]*true' "$tmp/check.json" || { echo "reported layout does not fit: ${args[*]}"; exit 1; }
 got=$(grep -m1 '"peak_bytes"' "$tmp/check.json" | tr -dc '0-9')
 [ "$want" = "$got" ] || { echo "peak bytes: min-gpus $want, memory $got (${args[*]})"; exit 1; }
-echo "min-gpus: $gpus GPUs, the layout fits (peak $got bytes)"
+# With the default margin the answer keeps 5% of the usable bytes free, on no fewer GPUs.
+"$dplan" memory llama3-405b --system dgx-h100 --min-gpus --json > "$tmp/min.json"
+[ "$(val found)" = true ] || { echo "min-gpus with the default margin found nothing"; exit 1; }
+mgpus=$(val gpus) mpeak=$(val peak_bytes) cap=$(val capacity_bytes)
+[ "$mgpus" -ge "$gpus" ] || { echo "with the margin $mgpus GPUs, fewer than the bare $gpus"; exit 1; }
+awk -v p="$mpeak" -v c="$cap" 'BEGIN { exit !(p <= 0.95 * c) }' ||
+  { echo "with the margin the peak $mpeak keeps under 5% of $cap free"; exit 1; }
+echo "min-gpus: $gpus GPUs, the layout fits (peak $got bytes); $mgpus GPUs keeping 5% headroom"
