@@ -450,6 +450,11 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                         /* Megatron-Core: expert with tensor parallelism needs SP. */
                         if (ep > 1 && tp > 1 && !sp)
                             continue;
+                        /* --ep-overlap fixes the EP all-to-all overlap, so only the layouts
+                         * that can run it (core/layout.c's checks, Megatron-Core's): ep > 1,
+                         * an interleaved pipeline when pp > 1, recompute other than full. */
+                        if (o->ep_overlap && ep < 2)
+                            continue;
                         struct dp_layout l = *base;
                         l.gemm = s->gemms[gi];
                         l.fp8_params = l.gemm == DP_GEMM_FP8 && o->fp8_params;
@@ -510,6 +515,8 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                                     continue;
                                 if (vpp > 1 && M % pp)
                                     continue;
+                                if (o->ep_overlap && pp > 1 && vpp < 2)
+                                    continue;
                                 /* DeepSpeed's pipeline engine has no interleaving. */
                                 if (vpp > 1 && fw == DP_FW_DEEPSPEED)
                                     continue;
@@ -544,6 +551,8 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                                             for (int i = 0; i < nrc; i++) {
                                                 int rc = rcs[i];
                                                 if (o->recompute >= 0 && rc != o->recompute)
+                                                    continue;
+                                                if (o->ep_overlap && rc == DP_RECOMPUTE_FULL)
                                                     continue;
                                                 l.zero = zero;
                                                 l.shard_group = sgs[gi2];

@@ -40,5 +40,18 @@ grep -q "^FITS: " "$tmp/est0.txt" || { echo "FAIL: --memory-margin 0 still tight
 "$dplan" suggest "${args[@]}" --memory-margin 60 > /dev/null 2> "$tmp/err"
 [ $? = 2 ] && grep -q "memory-margin: expected percent in \[0, 50\]" "$tmp/err" ||
   { echo "FAIL: --memory-margin 60: $(cat "$tmp/err")"; bad=1; }
-[ $bad = 0 ] && echo "memory_margin: default winner keeps 5%, bare winner is tight, estimate says so"
+# --ep-overlap fixed: every layout ranked can run it (ep > 1, vpp > 1 with pp > 1, no full
+# recompute). Failed before: under the margin the fastest fitting layout recomputed fully,
+# and suggest ended on the winner's failed validation.
+"$dplan" suggest deepseek-v3 --system dgx-h100 --nodes 32 --tp 2 --pp 8 --ep-overlap --json \
+  > "$tmp/ep.json" 2> "$tmp/ep.err" || { echo "FAIL: suggest --ep-overlap: $(cat "$tmp/ep.err")"; bad=1; }
+python3 - "$tmp/ep.json" <<'PY' || bad=1
+import json, sys
+top = json.load(open(sys.argv[1]))["top"]
+wrong = [c["layout"] for c in top if c["layout"].get("recompute") == "full" or
+         c["layout"]["ep"] < 2 or (c["layout"]["pp"] > 1 and c["layout"]["vpp"] < 2)]
+if not top or wrong:
+    sys.exit(f"FAIL: --ep-overlap: {len(top)} ranked, {len(wrong)} cannot run it: {wrong[:1]}")
+PY
+[ $bad = 0 ] && echo "memory_margin: default winner keeps 5%, bare winner is tight, estimate says so; --ep-overlap ranks only layouts that run it"
 exit $bad
