@@ -16,7 +16,7 @@ static const char help[] =
     "Write the plan (from `dplan suggest -o`) as what a training framework or a\n"
     "launcher takes. Each output names the framework version whose option names it\n"
     "uses; a plan knob the framework cannot express is an error naming the knob and\n"
-    "the framework (exit 1), never a silent omission.\n\n"
+    "the framework (exit 2), never a silent omission.\n\n"
     "Formats:\n"
     "  megatron        Megatron-LM / Megatron-Core arguments for pretrain_gpt.py as bash\n"
     "                  arrays: model shape, tensor/pipeline/virtual-pipeline/context/expert\n"
