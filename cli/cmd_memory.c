@@ -40,6 +40,7 @@ static void fix_json(cJSON *arr, const struct dp_fix *fx)
     cJSON_AddNumberToObject(e, "gpus", fx->gpus);
     cJSON_AddNumberToObject(e, "peak_bytes", (double)fx->peak_bytes);
     cJSON_AddBoolToObject(e, "fits", fx->fits);
+    cJSON_AddBoolToObject(e, "tight", fx->tight);
     cJSON_AddStringToObject(e, "cost", fx->cost);
     cJSON_AddNumberToObject(e, "extra_flops_fraction", fx->extra_flops);
     cJSON_AddItemToObject(e, "layout", dp_layout_to_json(&fx->layout));
@@ -170,7 +171,8 @@ int cmd_memory(int argc, char **argv)
     }
     struct dp_fix fixes[DP_MAX_FIXES];
     int nfix = 0;
-    if (!rep->fits && dp_plan_fixes(&m, &cl, &l, &mo, fixes, 8, &nfix, &err)) {
+    if (!rep->fits &&
+        dp_plan_fixes(&m, &cl, &l, &mo, cli_memory_margin(&c), fixes, 8, &nfix, &err)) {
         free(rep);
         return cli_fail(&err);
     }
@@ -219,11 +221,16 @@ int cmd_memory(int argc, char **argv)
         cli_mem_quantity(stdout, &l, rep);
         cli_mem_derivation(stdout, &l, rep);
         if (!rep->fits) {
-            printf("\nfixes (fitting first, then cheapest):\n");
-            printf("  %9s  %-4s  %s\n", "peak GiB", "fits", "change -> cost");
+            printf("\nfixes (fitting first, then cheapest; fits = leaves %g%% headroom, "
+                   "--memory-margin):\n",
+                   100 * cli_memory_margin(&c));
+            printf("  %9s  %-5s  %s\n", "peak GiB", "fits", "change -> cost");
             for (int i = 0; i < nfix; i++)
-                printf("  %9.2f  %-4s  %s -> %s\n", cli_gib(fixes[i].peak_bytes),
-                       fixes[i].fits ? "yes" : "no", fixes[i].change, fixes[i].cost);
+                printf("  %9.2f  %-5s  %s -> %s\n", cli_gib(fixes[i].peak_bytes),
+                       fixes[i].fits    ? "yes"
+                       : fixes[i].tight ? "tight"
+                                        : "no",
+                       fixes[i].change, fixes[i].cost);
             if (nfix == 0)
                 printf("  none found on this node type; try a GPU with more memory\n");
         }

@@ -152,7 +152,8 @@ static double per_gpu_rate(const struct dp_model *m, const struct dp_cluster *cl
 
 static bool evaluate(const struct dp_model *m, const struct dp_cluster *cl,
                      const struct dp_layout *from, const struct dp_layout *to,
-                     const struct dp_mem_opts *o, double base_rate, struct dp_fix *fx)
+                     const struct dp_mem_opts *o, double margin, double base_rate,
+                     struct dp_fix *fx)
 {
     struct dp_err e = {0};
     struct dp_layout split;
@@ -179,7 +180,8 @@ static bool evaluate(const struct dp_model *m, const struct dp_cluster *cl,
     fx->layout = *to;
     fx->gpus = dp_cluster_gpus(cl);
     dp_mem_peak(m, cl, to, o, &fx->peak_bytes, NULL, NULL);
-    fx->fits = fx->peak_bytes <= dp_gpu_usable_bytes(&cl->gpu);
+    fx->fits = (double)fx->peak_bytes <= (double)dp_gpu_usable_bytes(&cl->gpu) * (1 - margin);
+    fx->tight = !fx->fits && fx->peak_bytes <= dp_gpu_usable_bytes(&cl->gpu);
     describe_cost(m, from, to, fx);
     fx->slowdown = base_rate / per_gpu_rate(m, cl, to) - 1;
     /* Lead with the predicted effect; the reasons follow. */
@@ -191,7 +193,7 @@ static bool evaluate(const struct dp_model *m, const struct dp_cluster *cl,
 }
 
 int dp_plan_fixes(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
-                  const struct dp_mem_opts *o, struct dp_fix *out, int cap, int *n,
+                  const struct dp_mem_opts *o, double margin, struct dp_fix *out, int cap, int *n,
                   struct dp_err *err)
 {
     *n = 0;
@@ -208,7 +210,7 @@ int dp_plan_fixes(const struct dp_model *m, const struct dp_cluster *cl, const s
             continue;
         /* A change that saves under 0.5% is no fix (e.g. selective recompute when
          * flash attention already keeps no score matrices). */
-        if (evaluate(m, cl, l, &t, o, base_rate, &fx) &&
+        if (evaluate(m, cl, l, &t, o, margin, base_rate, &fx) &&
             fx.peak_bytes < base_peak - base_peak / 200) {
             cand[nc++] = fx;
             any_fits |= fx.fits;
@@ -227,7 +229,7 @@ int dp_plan_fixes(const struct dp_model *m, const struct dp_cluster *cl, const s
                     !apply((enum change_kind)b, cl, &t, o2, sizeof o2))
                     continue;
                 snprintf(fx.change, sizeof fx.change, "%s %s", o1, o2);
-                if (evaluate(m, cl, l, &t, o, base_rate, &fx) && fx.fits)
+                if (evaluate(m, cl, l, &t, o, margin, base_rate, &fx) && fx.fits)
                     cand[nc++] = fx;
             }
     }
@@ -243,7 +245,7 @@ int dp_plan_fixes(const struct dp_model *m, const struct dp_cluster *cl, const s
         int gpus = dp_cluster_gpus(cl) * k;
         struct dp_cluster big = dp__cluster_with_gpus(cl, gpus);
         struct dp_fix fx = {0};
-        if (!evaluate(m, &big, l, &t, o, base_rate, &fx) || !fx.fits)
+        if (!evaluate(m, &big, l, &t, o, margin, base_rate, &fx) || !fx.fits)
             continue;
         snprintf(fx.change, sizeof fx.change, "%d GPUs (dp=%d, --zero %d, gbs=%lld)", gpus, t.dp,
                  t.zero, (long long)t.gbs);
@@ -266,13 +268,14 @@ int dp_plan_fixes(const struct dp_model *m, const struct dp_cluster *cl, const s
     so.optimizer = l->optimizer;
     if (o)
         so.mem = *o;
+    so.memory_margin = margin;
     int rc = dp_plan_min_gpus(m, cl, &so, 1 << 16, &mg, err);
     if (rc)
         return rc;
     if (mg.found && mg.gpus > dp_cluster_gpus(cl)) {
         struct dp_cluster mgc = dp__cluster_with_gpus(cl, mg.gpus);
         struct dp_fix fx = {0};
-        if (evaluate(m, &mgc, l, &mg.layout, o, base_rate, &fx)) {
+        if (evaluate(m, &mgc, l, &mg.layout, o, margin, base_rate, &fx)) {
             char lay[160];
             dp_layout_format_model(&mg.layout, m, lay, sizeof lay);
             if (mg.nodes)

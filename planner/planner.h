@@ -17,7 +17,8 @@ struct dp_fix {
     struct dp_layout layout; /* the changed layout */
     int gpus;                /* GPUs it runs on */
     int64_t peak_bytes;
-    bool fits;
+    bool fits;  /* leaves the margin free */
+    bool tight; /* fits the usable bytes, but inside the margin */
 };
 
 #define DP_MAX_FIXES 32
@@ -27,11 +28,12 @@ struct dp_fix {
  * sequence parallel, ZeRO stage, tp x2, pp x2, smaller micro-batch) and, when
  * none fits alone, pairs of them; then the fewest GPUs of this node type that
  * fit. Sorted: fitting first, then fewest GPUs, then the smallest predicted
- * loss of per-GPU throughput (the step-time model).
+ * loss of per-GPU throughput (the step-time model). A fix fits when its peak leaves
+ * `margin` of the usable bytes free (dp_search_opts.memory_margin).
  * *n gets the count (<= cap).
  */
 int dp_plan_fixes(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
-                  const struct dp_mem_opts *o, struct dp_fix *out, int cap, int *n,
+                  const struct dp_mem_opts *o, double margin, struct dp_fix *out, int cap, int *n,
                   struct dp_err *err);
 
 /* ------------------------------------------------------------------ search */
