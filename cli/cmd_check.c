@@ -57,7 +57,8 @@ static const char help_text[] =
     "               when outside 1/2..2x the goodput-optimal interval (Young 1974, Daly\n"
     "               2006; the failure options below) or when not given.\n"
     "  memory       the predicted peak of every pipeline stage against the GPU's usable\n"
-    "               memory: FAIL when a stage does not fit, WARN under 5% headroom.\n"
+    "               memory: FAIL when a stage does not fit, WARN under 5% headroom\n"
+    "               (--memory-margin PCT, the planner's margin).\n"
     "  topology     this node (hwloc, NVML; or --topology FILE) has the plan's GPUs per node,\n"
     "               and where the plan puts TP on NVLink each TP group of the node is joined\n"
     "               by NVLink at >= 70% of the plan's rate. WARN when no GPU is found.\n\n"
@@ -295,7 +296,7 @@ static int run_checks(const struct cli_common *c, const struct opts *o,
     if ((rc = worst_of_ranks(&mpi, mine.host, r, &err)))
         goto out;
     dp_pf_check_ckpt_every(o->ckpt_every, sc.step_time_s, &g.f, r);
-    dp_pf_check_memory(rep, r);
+    dp_pf_check_memory(rep, cli_memory_margin(c), r);
     dp_pf_check_topology(&topo, &cl, &l, r);
     if ((rc = worst_of_ranks(&mpi, mine.host, r, &err)))
         goto out;

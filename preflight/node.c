@@ -231,7 +231,7 @@ void dp_pf_check_ckpt_every(int64_t every_steps, double step_time_s,
  * cost model's activation bytes follow the framework's kernels, which
  * change between releases. A layout that fits with less is a gamble.
  */
-void dp_pf_check_memory(const struct dp_mem_report *rep, struct dp_pf_report *r)
+void dp_pf_check_memory(const struct dp_mem_report *rep, double margin, struct dp_pf_report *r)
 {
     int worst = 0;
     for (int s = 1; s < rep->nstages; s++)
@@ -247,11 +247,11 @@ void dp_pf_check_memory(const struct dp_mem_report *rep, struct dp_pf_report *r)
                   "%d of %d stages do not fit: stage %d needs %.1f GiB of %.1f GiB usable (%.1f "
                   "GiB over; `dplan memory` lists fixes)",
                   over, rep->nstages, w->stage, gib(w->total_bytes), gib(cap), gib(-room));
-    else if ((double)room < DP_PF_MEM_HEADROOM * (double)cap)
+    else if ((double)room < margin * (double)cap)
         dp_pf_add(r, "memory", DP_PF_WARN,
                   "stage %d: %.1f GiB of %.1f GiB usable, %.1f GiB (%.1f%%) headroom, under %.0f%%",
                   w->stage, gib(w->total_bytes), gib(cap), gib(room),
-                  100.0 * (double)room / (double)cap, 100 * DP_PF_MEM_HEADROOM);
+                  100.0 * (double)room / (double)cap, 100 * margin);
     else
         dp_pf_add(r, "memory", DP_PF_PASS,
                   "%d stage%s fit; the fullest, stage %d, needs %.1f GiB of %.1f GiB usable "

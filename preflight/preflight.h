@@ -163,11 +163,10 @@ void dp_pf_check_ckpt_every(int64_t every_steps, double step_time_s,
 
 /* ------------------------------------------------------------------ memory, topology */
 
-/* Headroom below which a fitting stage warns: the cost model's tight margin, 5% of the
- * usable capacity (costmodel.h DP_MEM_TIGHT_FRACTION). */
-#define DP_PF_MEM_HEADROOM DP_MEM_TIGHT_FRACTION
-/* Item "memory": FAIL when a stage does not fit, WARN below the headroom. */
-void dp_pf_check_memory(const struct dp_mem_report *rep, struct dp_pf_report *r);
+/* Item "memory": FAIL when a stage does not fit, WARN when it leaves less than `margin` of
+ * the usable capacity free (the planner's memory margin, costmodel.h
+ * DP_MEM_TIGHT_FRACTION by default). */
+void dp_pf_check_memory(const struct dp_mem_report *rep, double margin, struct dp_pf_report *r);
 /*
  * Item "topology": this node (t) against the plan: at least gpus_per_node
  * GPUs, and where the plan puts a TP group inside a node on NVLink (its

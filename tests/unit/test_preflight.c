@@ -320,19 +320,26 @@ static void test_memory(void)
     r.stage[0].total_bytes = 60LL << 30;
     r.stage[1].total_bytes = 50LL << 30;
     rep.n = 0;
-    dp_pf_check_memory(&r, &rep);
+    dp_pf_check_memory(&r, DP_MEM_TIGHT_FRACTION, &rep);
     CHECK_EQ(last()->status, DP_PF_PASS);
     /* 20 GiB of 80 = 25% headroom */
     CHECK_CONTAINS(last()->detail, "stage 0, needs 60.0 GiB of 80.0 GiB usable (20.0 GiB, 25%");
     /* 77 GiB: 3 GiB = 3.75% < 5% */
     r.stage[1].total_bytes = 77LL << 30;
-    dp_pf_check_memory(&r, &rep);
+    dp_pf_check_memory(&r, DP_MEM_TIGHT_FRACTION, &rep);
     CHECK_EQ(last()->status, DP_PF_WARN);
     CHECK_CONTAINS(last()->detail, "stage 1: 77.0 GiB of 80.0 GiB usable, 3.0 GiB (3.8%)");
     r.stage[1].total_bytes = 81LL << 30;
-    dp_pf_check_memory(&r, &rep);
+    dp_pf_check_memory(&r, DP_MEM_TIGHT_FRACTION, &rep);
     CHECK_EQ(last()->status, DP_PF_FAIL);
     CHECK_CONTAINS(last()->detail, "1 of 2 stages do not fit: stage 1");
+    /* --memory-margin 10: 75 GiB of 80 leaves 6.25%, under 10% */
+    r.stage[1].total_bytes = 75LL << 30;
+    dp_pf_check_memory(&r, 0.10, &rep);
+    CHECK_EQ(last()->status, DP_PF_WARN);
+    CHECK_CONTAINS(last()->detail, "5.0 GiB (6.2%) headroom, under 10%");
+    dp_pf_check_memory(&r, DP_MEM_TIGHT_FRACTION, &rep);
+    CHECK_EQ(last()->status, DP_PF_PASS);
 }
 
 static void topo_case(const char *xml, int tp, int want, const char *text)
