@@ -289,9 +289,15 @@ void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const 
     double red;
     dp_shard_unit(l, &grp, st->dense / U, st->expert / U, st->ag_dense_bytes / U,
                   st->ag_expert_bytes / U, &ps_.ag, &red);
-    /* DeepSpeed 0.3 reduce-scatters through PyTorch 1.8's list API: its input copies. */
-    if (l->framework == DP_FW_DEEPSPEED && l->zero == 3 && sg > 1)
+    /* DeepSpeed 0.3 reduce-scatters through PyTorch 1.8's list API: its input copies; and
+     * before it, with the GPU waiting on the host, builds that list in Python, a
+     * grad.view(-1).narrow(...) per rank (partition_parameters.py _reduce_scatter_gradient:
+     * two view ops per rank, PY_VIEW_OP_S each), as the gathers build theirs. */
+    if (l->framework == DP_FW_DEEPSPEED && l->zero == 3 && sg > 1) {
         red += list_copy_s(l, cl, (st->dense + st->expert) / U * grp.rb);
+        if (l->list_collectives)
+            red += sg * 2 * PY_VIEW_OP_S;
+    }
     const double fw = st->fwd_s / U, bw = st->bwd_s / U; /* compute per unit */
     const bool opg = l->overlap_param_gather, ovl = l->dp_overlap;
 

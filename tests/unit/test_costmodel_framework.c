@@ -551,11 +551,12 @@ static void test_deepspeed_legacy(void)
     double persist = ag8(9 * 1024 * 2) + 80e-6 + 8 * 2.26e-6 + 72 * (3 * 2.26e-6 + 10e-6);
     /* and each sub-module gather's output list built in Python: 8 narrows of 2.26 us; the
      * gradients reduce-scattered one weight at a time (18 of 2P/18 B with their 8 copies
-     * each) instead of one bucket, every one exposed although backward has 55.6 ms of
+     * each, and the input list built in Python first: 8 x (view + narrow) of 2.26 us)
+     * instead of one bucket, every one exposed although backward has 55.6 ms of
      * compute per sub-module to hide it under (the next fetch's torch.cuda.synchronize()
      * waits for it): exposed = total, where hiding 17 of them at 15% contention would
      * leave 36 g3 + 17 x 0.15 rs18 + rs18 + persist */
-    const double g3 = ag + 80e-6 + 8 * 2.26e-6, rs18 = ag + 80e-6;
+    const double g3 = ag + 80e-6 + 8 * 2.26e-6, rs18 = ag + 80e-6 + 8 * 2 * 2.26e-6;
     CHECK_NEAR(total, 36 * g3 + 18 * rs18 + persist, 1e-12);
     CHECK_NEAR(exposed, 36 * g3 + 18 * rs18 + persist, 1e-12);
     /* 0.3 with its prefetch priced (overlap_param_gather): the first forward gather
@@ -571,7 +572,8 @@ static void test_deepspeed_legacy(void)
  * overlapped: its 4 weights of 12 x 20480^2 / 4 = 1.26e9 parameters each on average are
  * gathered in forward and backward, each gather ag(2.52e9 B) = 2239 x 1 us + 2239/2240 x
  * 2.52e9 B / 100 GB/s plus 2240 list copies of 10 us and 2240 narrows of 2.26 us, and
- * reduce-scattered one at a time (4 x ag(2.52e9 B) + 2240 copies). After the step, the
+ * reduce-scattered one at a time (4 x ag(2.52e9 B) + 2240 copies + 2240 x (view + narrow)
+ * of 2.26 us: 15.3 ms a weight at 2240 ranks, 61.2 ms for the layer). After the step, the
  * persistent parameters (< 1e5 elements): 4 norm tensors, QKV bias 61440, out bias 20480,
  * fc1 bias 81920, fc2 bias 20480. Ranks that copy (partitions of ceil(numel / 2240)):
  * 20480 -> partitions of 10, 2048 ranks; 61440 -> 28, ceil(2194.3) = 2195; 81920 -> 37,
@@ -605,7 +607,8 @@ static void test_deepspeed_persistent(void)
     dp_shard_comm(&m, &c, &l, &st, &p, &p, &t1, &e);
     double unit = 2 * 12.0 * 20480 * 20480 / 4;
     double ag = 2239 * 1e-6 + 2239.0 / 2240 * unit / 100e9;
-    double gather = ag + 2240 * 10e-6 + 2240 * 2.26e-6, reduce = ag + 2240 * 10e-6;
+    double gather = ag + 2240 * 10e-6 + 2240 * 2.26e-6,
+           reduce = ag + 2240 * 10e-6 + 2240 * 2 * 2.26e-6;
     double pag = 2239 * 1e-6 + 2239.0 / 2240 * 266240 * 2 / 100e9 + 2240 * 10e-6;
     double persist = pag + 2240 * 2.26e-6 + 16698 * (3 * 2.26e-6 + 10e-6);
     CHECK_NEAR(t1, 8 * gather + 4 * reduce + persist, 1e-9);
