@@ -288,11 +288,13 @@ const char *cli_default_runs(void);
 /* Memory options from the knobs (--overhead-gib), for estimate, memory and the searches. */
 struct dp_mem_opts;
 void cli_mem_opts(const struct cli_common *c, struct dp_mem_opts *o);
-/* --memory-margin as a fraction, DP_MEM_TIGHT_FRACTION when not given. */
+/* --memory-margin as a fraction, DP_MEM_TIGHT_FRACTION when not given; why that default. */
+#define CLI_MARGIN_WHY "about the memory model's measured error"
 double cli_memory_margin(const struct cli_common *c);
 /* "75.20 GiB: 79.16 usable less the 5% margin" (or just the usable bytes at margin 0). */
 void cli_capacity_words(const struct dp_cluster *cl, double margin, char *out, size_t cap);
-/* The searches' "memory   layouts keep 5% headroom ..." line. */
+/* The searches' "memory   layouts keep 5% headroom ..." line; with cl, the bytes that leaves
+ * on its GPU (whatif, over several systems, passes NULL). */
 void cli_describe_margin(FILE *f, const struct cli_common *c, const struct dp_cluster *cl);
 /*
  * The planning commands' one default global batch (estimate, memory, suggest, whatif):

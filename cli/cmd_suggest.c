@@ -307,8 +307,7 @@ int cmd_suggest(int argc, char **argv)
         cJSON_AddNumberToObject(o, "memory_margin", so.memory_margin);
         if (c.memory_margin < 0) {
             char words[96];
-            snprintf(words, sizeof words, "%g%%: about the memory model's measured error",
-                     100 * so.memory_margin);
+            snprintf(words, sizeof words, "%g%%: " CLI_MARGIN_WHY, 100 * so.memory_margin);
             cJSON_AddStringToObject(cJSON_GetObjectItemCaseSensitive(o, "defaults"),
                                     "memory_margin", words);
         }

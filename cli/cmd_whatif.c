@@ -360,10 +360,7 @@ int cmd_whatif(int argc, char **argv)
         if (default_nodes)
             printf("nodes    1, 2, 4, ... 128 (--nodes not given)\n");
         cli_describe_batch(stdout, so.gbs, so.seq_len, &d);
-        printf("memory   layouts keep %g%% headroom%s\n", 100 * so.memory_margin,
-               c.memory_margin < 0 ? " (--memory-margin not given: about the memory model's "
-                                     "measured error)"
-                                   : "");
+        cli_describe_margin(stdout, &c, NULL);
         printf("\n");
         /* Columns as wide as their content. */
         int sw = (int)strlen("system"), lw = (int)strlen("best layout");

@@ -593,7 +593,7 @@ void cli_capacity_words(const struct dp_cluster *cl, double margin, char *out, s
     int64_t usable = dp_gpu_usable_bytes(&cl->gpu);
     if (margin > 0)
         snprintf(out, cap, "%.2f GiB: %.2f usable less the %g%% margin",
-                 cli_gib((int64_t)((double)usable * (1 - margin))), cli_gib(usable), 100 * margin);
+                 cli_gib(dp_mem_within_margin(usable, margin)), cli_gib(usable), 100 * margin);
     else
         snprintf(out, cap, "%.2f GiB", cli_gib(usable));
 }
@@ -601,11 +601,14 @@ void cli_capacity_words(const struct dp_cluster *cl, double margin, char *out, s
 void cli_describe_margin(FILE *f, const struct cli_common *c, const struct dp_cluster *cl)
 {
     double margin = cli_memory_margin(c);
-    int64_t usable = dp_gpu_usable_bytes(&cl->gpu);
-    fprintf(f, "memory   layouts keep %g%% headroom, %.2f of %.2f GiB usable per GPU", 100 * margin,
-            cli_gib((int64_t)((double)usable * (1 - margin))), cli_gib(usable));
+    fprintf(f, "memory   layouts keep %g%% headroom", 100 * margin);
+    if (cl) {
+        int64_t usable = dp_gpu_usable_bytes(&cl->gpu);
+        fprintf(f, ", %.2f of %.2f GiB usable per GPU",
+                cli_gib(dp_mem_within_margin(usable, margin)), cli_gib(usable));
+    }
     if (c->memory_margin < 0)
-        fprintf(f, " (--memory-margin not given: about the memory model's measured error)");
+        fprintf(f, " (--memory-margin not given: " CLI_MARGIN_WHY ")");
     fputc('\n', f);
 }
 

@@ -141,6 +141,13 @@ struct dp_mem_report {
  * `dplan check` warns.
  */
 #define DP_MEM_TIGHT_FRACTION 0.05
+/* The most a peak may reach and leave `margin` (a fraction, in [0, 1)) of the capacity
+ * free: what the searches count as fitting. */
+static inline int64_t dp_mem_within_margin(int64_t capacity_bytes, double margin)
+{
+    double m = margin > 0 && margin < 1 ? margin : 0;
+    return (int64_t)((double)capacity_bytes * (1 - m));
+}
 /* A peak that fits the capacity but leaves less than margin x capacity free. */
 static inline bool dp_mem_tight(int64_t peak_bytes, int64_t capacity_bytes, double margin)
 {

@@ -238,10 +238,10 @@ static int moe_layer_freq(const struct dp__ctx *c, struct dp__val *v)
     const struct dp_model *m = c->m;
     if (!m->experts || m->moe_dense_layers <= 0)
         return 0;
-    snprintf(v->s, sizeof v->s, "([0]*%lld+[1]*%lld)", (long long)m->moe_dense_layers,
+    char freq[64];
+    snprintf(freq, sizeof freq, "([0]*%lld+[1]*%lld)", (long long)m->moe_dense_layers,
              (long long)(m->layers - m->moe_dense_layers));
-    v->kind = DP__STR;
-    return 1;
+    return dp__str(v, freq);
 }
 /* Megatron sizes the shared experts as one MLP of their summed width
  * (SharedExpertMLP, moe_shared_expert_intermediate_size). */
@@ -478,9 +478,9 @@ static int capacity(const struct dp__ctx *c, struct dp__val *v)
 {
     if (!c->m->experts || c->l->moe_capacity <= 0)
         return 0;
-    snprintf(v->s, sizeof v->s, "%g", c->l->moe_capacity);
-    v->kind = DP__STR;
-    return 1;
+    char cf[32];
+    snprintf(cf, sizeof cf, "%g", c->l->moe_capacity);
+    return dp__str(v, cf);
 }
 static int capacity_pad(const struct dp__ctx *c, struct dp__val *v)
 {

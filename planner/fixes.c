@@ -180,8 +180,9 @@ static bool evaluate(const struct dp_model *m, const struct dp_cluster *cl,
     fx->layout = *to;
     fx->gpus = dp_cluster_gpus(cl);
     dp_mem_peak(m, cl, to, o, &fx->peak_bytes, NULL, NULL);
-    fx->fits = (double)fx->peak_bytes <= (double)dp_gpu_usable_bytes(&cl->gpu) * (1 - margin);
-    fx->tight = !fx->fits && fx->peak_bytes <= dp_gpu_usable_bytes(&cl->gpu);
+    const int64_t usable = dp_gpu_usable_bytes(&cl->gpu);
+    fx->fits = fx->peak_bytes <= dp_mem_within_margin(usable, margin);
+    fx->tight = !fx->fits && fx->peak_bytes <= usable;
     describe_cost(m, from, to, fx);
     fx->slowdown = base_rate / per_gpu_rate(m, cl, to) - 1;
     /* Lead with the predicted effect; the reasons follow. */

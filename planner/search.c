@@ -40,8 +40,7 @@ void dp_search_opts_default(struct dp_search_opts *o)
 
 int64_t dp_search_capacity(const struct dp_cluster *cl, const struct dp_search_opts *o)
 {
-    double m = o->memory_margin > 0 && o->memory_margin < 1 ? o->memory_margin : 0;
-    return (int64_t)((double)dp_gpu_usable_bytes(&cl->gpu) * (1 - m));
+    return dp_mem_within_margin(dp_gpu_usable_bytes(&cl->gpu), o->memory_margin);
 }
 
 bool dp__tp_divides(const struct dp_model *m, int tp, int etp)
