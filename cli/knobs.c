@@ -79,7 +79,8 @@ const char cli_cluster_help[] =
     "  --fp8-recipe {delayed,current,rowwise,blockwise,mxfp8}  FP8 scaling [delayed];\n"           \
     "                              current = per-tensor current scaling (torchao tensorwise)\n"    \
     "  --fp8-params                weights kept and gathered in FP8 (--fp8-param-gather)\n"        \
-    "  --grad-dtype {fp32,half}    gradient accumulation [fp32; half for fp16 and deepspeed]\n"    \
+    "  --grad-dtype {fp32,half}    gradient accumulation [fp32; half for fp16 and deepspeed];\n"   \
+    "                              torchtitan: FSDP2's reduce_dtype (half: bf16, as Automodel)\n"  \
     "  --optimizer {adam,sgd}      [adam]\n"                                                       \
     "  --no-flash-attn             attention stores the s^2 score matrices\n"
 

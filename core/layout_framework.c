@@ -117,14 +117,8 @@ int dp_layout_check_framework(const struct dp_layout *l, const char *where, stru
                               "fp16",
                               f);
         }
-        if (!l->grad_fp32 && l->precision != DP_FP32) {
-            field_name(where, "grad_fp32", "--grad-dtype", f, sizeof f);
-            return dp_err_set(err, DP_EUSAGE,
-                              "%s: torchtitan reduces and keeps gradients in fp32 "
-                              "(mixed_precision_reduce float32, fp32 sharded parameters), got "
-                              "half",
-                              f);
-        }
+        /* Half gradients are FSDP2's reduce_dtype bf16 (MixedPrecisionPolicy; NeMo
+         * Automodel's default), which torchtitan's own config does not offer. */
         return 0;
     case DP_FW_DEEPSPEED:
         if (l->zero >= 2 && l->pp > 1) {

@@ -72,6 +72,10 @@ void dp_mem_states(int64_t n, int64_t shard, const struct dp_layout *l, struct d
 /* Bytes per parameter of weights, gradients and optimizer state (unsharded), as the layout's
  * framework keeps them (costmodel/framework.c; torchtitan: the fp32 shard is the master). */
 void dp_mem_bytes_per_param(const struct dp_layout *l, int *param_b, int *grad_b, int *opt_b);
+/* Bytes per element of FSDP2's reduce-scatter (MixedPrecisionPolicy reduce_dtype): 4 (fp32,
+ * torchtitan's mixed_precision_reduce) unless the layout's gradients are half precision
+ * (grad_fp32 false: reduce_dtype bf16, NeMo Automodel's FSDP2Manager default). */
+int dp_fsdp_reduce_bytes(const struct dp_layout *l);
 
 /* The framework profile (framework.c): the loss's bytes per logit element at its peak,
  * the runtime buffers, and the caching allocator's slack. */

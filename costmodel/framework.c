@@ -61,6 +61,11 @@ void dp_mem_bytes_per_param(const struct dp_layout *l, int *param_b, int *grad_b
     }
 }
 
+int dp_fsdp_reduce_bytes(const struct dp_layout *l)
+{
+    return l->grad_fp32 || l->precision == DP_FP32 ? 4 : dp_precision_bytes(l->precision);
+}
+
 static int64_t ceil_div(int64_t a, int64_t b)
 {
     return (a + b - 1) / b;
@@ -86,11 +91,11 @@ void dp_mem_states(int64_t n, int64_t shard, const struct dp_layout *l, struct d
              * get_fsdp_reshard_after_forward_policy), and the pipeline schedule turns off
              * gradient sync but for the last micro-batch (set_requires_gradient_sync), so
              * FSDP2 accumulates each unsharded gradient in reduce_dtype
-             * (to_accumulated_grad_if_needed): the stage's bf16 parameters and fp32
-             * gradients stay whole for the step, beside the fp32 shards.
+             * (to_accumulated_grad_if_needed): the stage's bf16 parameters and its
+             * gradients (fp32 in torchtitan) stay whole for the step, beside the shards.
              */
             out->params_bytes += n * p;
-            out->grads_bytes = n * 4;
+            out->grads_bytes = n * dp_fsdp_reduce_bytes(l);
         }
         return;
     }

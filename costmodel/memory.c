@@ -426,18 +426,18 @@ static void stage_with(const struct mem_ctx *x, int r, const int64_t *act, struc
     switch (l->framework) {
     case DP_FW_TORCHTITAN:
         if (l->zero >= 2 && l->pp > 1) {
-            /* The stage stays unsharded (dp_mem_states); the last micro-batch's fp32
-             * reduce-scatter input of the current and the previous block. */
-            per_layer = 2 * 4 * big;
+            /* The stage stays unsharded (dp_mem_states); the last micro-batch's
+             * reduce-scatter input (reduce_dtype) of the current and the previous block. */
+            per_layer = 2 * (int64_t)dp_fsdp_reduce_bytes(l) * big;
         } else if (l->zero >= 2) {
             /* FSDP2 per block (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py):
              * backward holds the block's bf16 parameters, the next block's (prefetched one
-             * ahead, _backward_prefetch), its bf16 gradients, their fp32 reduce-scatter
-             * input, and the previous block's reduce-scatter input until the next reduce
-             * starts (reduce_scatter_state): (2 + 2 + 2 + 4 + 4) B per parameter. The
+             * ahead, _backward_prefetch), its bf16 gradients, their reduce-scatter input
+             * in reduce_dtype (fp32 in torchtitan), and the previous block's until the next
+             * reduce starts (reduce_scatter_state): (2 + 2 + 2 + 4 + 4) B per parameter. The
              * output layer's group is never resharded (torchtitan apply_fsdp), nor (zero 2,
              * reshard_after_forward False) any block between its forward and backward. */
-            per_layer = (3 * p + 8) * big;
+            per_layer = (3 * p + 2 * (int64_t)dp_fsdp_reduce_bytes(l)) * big;
             if (out->has_head)
                 steady += p * (vpad * h / t);
             if (l->zero == 2)

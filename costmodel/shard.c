@@ -200,8 +200,8 @@ void dp_shard_groups(const struct dp_cluster *cl, const struct dp_layout *l,
     dp_mem_bytes_per_param(l, &pb, &g->gb, &ob);
     /* Reduce in the gradient dtype (Megatron: fp32 main grads with
      * --accumulate-allreduce-grads-in-fp32; DeepSpeed: the accumulation dtype); FSDP2 in
-     * reduce_dtype, fp32 in torchtitan (mixed_precision_reduce). */
-    g->rb = l->framework == DP_FW_TORCHTITAN ? 4 : g->gb;
+     * reduce_dtype, fp32 in torchtitan (mixed_precision_reduce), bf16 with half gradients. */
+    g->rb = l->framework == DP_FW_TORCHTITAN ? dp_fsdp_reduce_bytes(l) : g->gb;
     /* The groups: the shard group is the innermost sg of the dp x cp ranks (FSDP2's mesh
      * [dp_replicate, dp_shard], Megatron's instances of consecutive dp ranks), the replica
      * group the ranks sg apart. */

@@ -84,6 +84,11 @@ static void test_bytes_per_param(void)
     CHECK_EQ(s.grads_bytes, 4 * n);
     CHECK_EQ(s.optimizer_bytes, 8 * n / N);
     CHECK_EQ(states_total(&s), 7500000000LL);
+    /* with reduce_dtype bf16 (half gradients) the accumulators are bf16: 2 GB */
+    l.grad_fp32 = false;
+    dp_mem_states(n, N, &l, &s);
+    CHECK_EQ(s.grads_bytes, 2 * n);
+    l.grad_fp32 = true;
     /* bf16 shards (NeMo Automodel builds the model in bf16): 2 + 2 + 2 x 2 = 8 B, half */
     l.pp = 1;
     l.optimizer_dtype = DP_BF16;
@@ -427,6 +432,11 @@ static void test_sharded_granularity(void)
     double want = 12 * ag8(2 * P / 6) + 6 * ag8(4 * P / 6);
     CHECK_NEAR(total, want, 1e-12);
     CHECK_NEAR(exposed, want, 1e-12);
+    /* half gradients: FSDP2's reduce_dtype bf16 (NeMo Automodel), 6 RS(2P/6) */
+    l.grad_fp32 = false;
+    dp_shard_comm(&m, &c, &l, &st, &p, &p, &total, &exposed);
+    CHECK_NEAR(total, 12 * ag8(2 * P / 6) + 6 * ag8(2 * P / 6), 1e-12);
+    l.grad_fp32 = true;
     /* zero 2 (reshard_after_forward False): no backward gather */
     l.zero = 2;
     dp_shard_comm(&m, &c, &l, &st, &p, &p, &total, &exposed);
@@ -474,6 +484,10 @@ static void test_fsdp_copies(void)
     l.zero = 2;
     dp_shard_comm(&m, &c, &l, &st, &p, &p, &total, &exposed);
     CHECK_NEAR(total, 6 * ag8(2 * P / 6) + 6 * ag8(4 * P / 6) + 3e-4 + 4.5e-4, 1e-12);
+    /* reduce_dtype bf16: the copy-in writes 2 B, 60e6 x 4 / 0.8e12 = 3e-4 s */
+    l.grad_fp32 = false;
+    dp_shard_comm(&m, &c, &l, &st, &p, &p, &total, &exposed);
+    CHECK_NEAR(total, 6 * ag8(2 * P / 6) + 6 * ag8(2 * P / 6) + 3e-4 + 3e-4, 1e-12);
     l = layout(DP_FW_MEGATRON, 3);
     l.dp = 8;
     l.gbs = 8;
@@ -700,6 +714,10 @@ static void test_framework_checks(void)
     CHECK_EQ(dp_layout_check_framework(&l, NULL, &err), DP_EUSAGE);
     CHECK_CONTAINS(err.msg, "--shard-group");
     l.shard_group = 4;
+    dp_err_clear(&err);
+    CHECK_EQ(dp_layout_check_framework(&l, NULL, &err), 0);
+    /* half gradients under FSDP2: reduce_dtype bf16, accepted */
+    l.grad_fp32 = false;
     dp_err_clear(&err);
     CHECK_EQ(dp_layout_check_framework(&l, NULL, &err), 0);
     /* MiCS-style groups in DeepSpeed: zero 3 only */
