@@ -51,9 +51,9 @@ static int fp32_grads(const struct dp__ctx *c)
 {
     if (c->l->precision != DP_FP32 && !c->l->grad_fp32)
         return dp__refuse(c, "layout.grad_fp32",
-                          "%s gradients: torchtitan reduces and keeps gradients in float32 "
-                          "(training.mixed_precision_reduce takes float32 only)",
-                          dp_precision_name(c->l->precision));
+                          "%s gradients (FSDP2 reduce_dtype %s): torchtitan reduces in float32 "
+                          "only (training.mixed_precision_reduce)",
+                          dp_precision_name(c->l->precision), dp_precision_name(c->l->precision));
     return 0;
 }
 
