@@ -373,6 +373,15 @@ static void test_quantities(void)
     dp_mem_stage(&m, &c, &l, NULL, 0, &st);
     CHECK_EQ(st.kept_bytes, 16 * st.params);
     CHECK_EQ(st.params_bytes + st.grads_bytes + st.optimizer_bytes, (4 + 2 + 4 + 8) * st.params);
+    /* with reduce_dtype bf16 (half gradients) the accumulators are 2 B, and the two
+     * blocks' reduce-scatter inputs held in backward are 2 x 2 B instead of 2 x 4 B per
+     * parameter of the largest layer: 4 x 1024^2 (attention) + 3 x 1024 x 4096 (SwiGLU)
+     * + 2 x 1024 (norms) = 16,779,264 parameters, 67,117,056 bytes less on stage 0 */
+    int64_t fp32_comm = st.comm_bytes, fp32_grads = st.grads_bytes;
+    l.grad_fp32 = false;
+    dp_mem_stage(&m, &c, &l, NULL, 0, &st);
+    CHECK_EQ(fp32_comm - st.comm_bytes, 4LL * 16779264);
+    CHECK_EQ(fp32_grads - st.grads_bytes, 2 * st.params);
 }
 
 /* NCCL's protocols: LL128 pays the lower per-step latency at 92% of the bandwidth, Simple
