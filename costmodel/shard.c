@@ -10,19 +10,10 @@
  * of the shard across the replicas. Sources per term below.
  */
 #include "costmodel.h"
+#include "overlap.h"
 
 #include <math.h>
 #include <string.h>
-
-/* Communication hidden behind compute still costs this fraction of its time (NCCL's
- * kernels take SMs and memory bandwidth); the same figure as time.c's. */
-#define OVERLAP_CONTENTION 0.15
-
-static double overlapped(double comm, double window)
-{
-    double hidden = comm < window ? comm : window;
-    return (comm - hidden) + OVERLAP_CONTENTION * hidden;
-}
 
 /* Megatron-Core DDP bucket: max(40M, 1M x dp size) parameters with --overlap-grad-reduce,
  * one bucket for all without it (megatron/core/distributed/distributed_data_parallel.py). */

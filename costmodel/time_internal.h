@@ -1,24 +1,12 @@
 /*
  * What costmodel/time.c shares with costmodel/time_pipe.c: the per-layout context of
- * the step-time model and the overlap rule.
+ * the step-time model (and, through overlap.h, the overlap rule).
  */
 #ifndef DPLAN_COSTMODEL_TIME_INTERNAL_H
 #define DPLAN_COSTMODEL_TIME_INTERNAL_H
 
 #include "costmodel.h"
-
-/* Communication hidden behind compute is not free: NCCL's kernels occupy SMs (one
- * per channel; 16-32 channels on NVLink/IB systems, against 108-132 SMs) and HBM
- * bandwidth while they run, so the compute they overlap slows down. Overlapped
- * communication is charged this fraction of its duration. */
-#define OVERLAP_CONTENTION 0.15
-
-/* Exposed time of communication `comm` overlapped with compute `window`. */
-static inline double overlapped(double comm, double window)
-{
-    double hidden = comm < window ? comm : window;
-    return (comm - hidden) + OVERLAP_CONTENTION * hidden;
-}
+#include "overlap.h"
 
 /* What every term of one layout's step time shares (ctx_init in time.c). */
 struct dp__time_ctx {
