@@ -2,8 +2,8 @@
  * dplan validate [RUNS...]: predicted against measured step times of
  * published (or your own) training runs; each run's error, then the mean and
  * worst absolute percentage error of the scored runs, overall, for the runs
- * the GPU curves were fitted on and for the held-out ones, per source and per
- * GPU. tests/validation/ is the shipped data set.
+ * the GPU curves were fitted on and for the held-out ones, per source, per
+ * GPU and per framework profile. tests/validation/ is the shipped data set.
  */
 #include "cli.h"
 #include "validate/validate.h"
@@ -27,7 +27,9 @@ static const char help[] =
     "does not model yet, e.g. [\"hsdp\"]; the layout holds the nearest expressible\n"
     "one) are shown but not scored.\n"
     "Held-out runs (a file's \"held_out_rule\": \"every-third\") were not used to fit\n"
-    "any GPU curve and are summarised separately. A directory means all of its\n"
+    "any GPU curve and are summarised separately. The summary groups the runs by\n"
+    "source, by GPU and by the framework profile they are expressed in (torchtitan:\n"
+    "PyTorch FSDP runs, torchtitan's or not). A directory means all of its\n"
     "*.json files; default: the shipped tests/validation/.\n\n"
     "  --memory                  the memory model instead: each measured per-GPU peak\n"
     "                            (\"peak_memory\": {gib, quantity allocated|reserved|device,\n"
@@ -57,15 +59,34 @@ static void print_stats(const char *label, struct dp_val_stats s)
                100 * s.mean, 100 * s.worst, s.worst_id);
 }
 
-/* The distinct values of a run field (source or GPU) among the scored runs, in first-seen
- * order; *out holds borrowed pointers. */
-static int distinct(const struct dp_run *runs, int n, bool gpu, const char **out)
+/* What the summary tables group the scored runs by. */
+enum group { BY_SOURCE, BY_GPU, BY_FRAMEWORK };
+static const char *const group_names[] = {"source", "GPU", "framework"};
+static const char *const group_json[] = {"per_source", "per_gpu", "per_framework"};
+
+static const char *group_key(const struct dp_run *r, enum group g)
+{
+    return g == BY_GPU         ? r->cluster.gpu.name
+           : g == BY_FRAMEWORK ? dp_framework_name(r->layout.framework)
+                               : r->source_key;
+}
+
+static struct dp_val_stats group_stats(const struct dp_run *runs, const struct dp_run_result *res,
+                                       int n, int held, enum group g, const char *key)
+{
+    return dp_val_stats(runs, res, n, held, g == BY_SOURCE ? key : NULL, g == BY_GPU ? key : NULL,
+                        g == BY_FRAMEWORK ? key : NULL);
+}
+
+/* The distinct values of a run field (source, GPU or framework) among the scored runs, in
+ * first-seen order; *out holds borrowed pointers. */
+static int distinct(const struct dp_run *runs, int n, enum group g, const char **out)
 {
     int k = 0;
     for (int i = 0; i < n; i++) {
         if (!dp_run_scored(&runs[i]))
             continue;
-        const char *v = gpu ? runs[i].cluster.gpu.name : runs[i].source_key;
+        const char *v = group_key(&runs[i], g);
         int j = 0;
         while (j < k && strcmp(out[j], v) != 0)
             j++;
@@ -76,19 +97,18 @@ static int distinct(const struct dp_run *runs, int n, bool gpu, const char **out
 }
 
 static void print_groups(const struct dp_run *runs, const struct dp_run_result *res, int n,
-                         bool gpu)
+                         enum group g)
 {
     const char **keys = malloc((size_t)(n > 0 ? n : 1) * sizeof *keys);
     if (!keys)
         return;
-    int k = distinct(runs, n, gpu, keys);
+    int k = distinct(runs, n, g, keys);
     printf("\nper %s%*s  runs  mean    worst    fitted: mean worst   held out: mean worst\n",
-           gpu ? "GPU" : "source", gpu ? 25 : 22, "");
+           group_names[g], 28 - (int)strlen(group_names[g]), "");
     for (int j = 0; j < k; j++) {
-        const char *s = gpu ? NULL : keys[j], *g = gpu ? keys[j] : NULL;
-        struct dp_val_stats a = dp_val_stats(runs, res, n, -1, s, g);
-        struct dp_val_stats f = dp_val_stats(runs, res, n, 0, s, g);
-        struct dp_val_stats h = dp_val_stats(runs, res, n, 1, s, g);
+        struct dp_val_stats a = group_stats(runs, res, n, -1, g, keys[j]);
+        struct dp_val_stats f = group_stats(runs, res, n, 0, g, keys[j]);
+        struct dp_val_stats h = group_stats(runs, res, n, 1, g, keys[j]);
         char fs[40] = "  0       -       -", hs[40] = "  0       -       -";
         if (f.n)
             snprintf(fs, sizeof fs, "%3d %6.2f%% %6.2f%%", f.n, 100 * f.mean, 100 * f.worst);
@@ -111,19 +131,18 @@ static cJSON *stats_json(struct dp_val_stats s)
 }
 
 static cJSON *groups_json(const struct dp_run *runs, const struct dp_run_result *res, int n,
-                          bool gpu)
+                          enum group g)
 {
     cJSON *o = cJSON_CreateObject();
     const char **keys = malloc((size_t)(n > 0 ? n : 1) * sizeof *keys);
     if (!keys)
         return o;
-    int k = distinct(runs, n, gpu, keys);
+    int k = distinct(runs, n, g, keys);
     for (int j = 0; j < k; j++) {
-        const char *s = gpu ? NULL : keys[j], *g = gpu ? keys[j] : NULL;
         cJSON *e = cJSON_AddObjectToObject(o, keys[j]);
-        cJSON_AddItemToObject(e, "all", stats_json(dp_val_stats(runs, res, n, -1, s, g)));
-        cJSON_AddItemToObject(e, "fitted", stats_json(dp_val_stats(runs, res, n, 0, s, g)));
-        cJSON_AddItemToObject(e, "held_out", stats_json(dp_val_stats(runs, res, n, 1, s, g)));
+        cJSON_AddItemToObject(e, "all", stats_json(group_stats(runs, res, n, -1, g, keys[j])));
+        cJSON_AddItemToObject(e, "fitted", stats_json(group_stats(runs, res, n, 0, g, keys[j])));
+        cJSON_AddItemToObject(e, "held_out", stats_json(group_stats(runs, res, n, 1, g, keys[j])));
     }
     free(keys);
     return o;
@@ -348,9 +367,9 @@ int cmd_validate(int argc, char **argv)
             free(runs);
             return cli_fail(&err);
         }
-    struct dp_val_stats all = dp_val_stats(runs, res, n, -1, NULL, NULL);
-    struct dp_val_stats fit = dp_val_stats(runs, res, n, 0, NULL, NULL);
-    struct dp_val_stats held = dp_val_stats(runs, res, n, 1, NULL, NULL);
+    struct dp_val_stats all = dp_val_stats(runs, res, n, -1, NULL, NULL, NULL);
+    struct dp_val_stats fit = dp_val_stats(runs, res, n, 0, NULL, NULL, NULL);
+    struct dp_val_stats held = dp_val_stats(runs, res, n, 1, NULL, NULL, NULL);
     if (json) {
         cJSON *o = cJSON_CreateObject();
         cJSON *a = cJSON_AddArrayToObject(o, "runs");
@@ -379,8 +398,8 @@ int cmd_validate(int argc, char **argv)
         cJSON_AddNumberToObject(o, "worst_abs_error", all.worst);
         cJSON_AddItemToObject(o, "fitted", stats_json(fit));
         cJSON_AddItemToObject(o, "held_out", stats_json(held));
-        cJSON_AddItemToObject(o, "per_source", groups_json(runs, res, n, false));
-        cJSON_AddItemToObject(o, "per_gpu", groups_json(runs, res, n, true));
+        for (enum group g = BY_SOURCE; g <= BY_FRAMEWORK; g++)
+            cJSON_AddItemToObject(o, group_json[g], groups_json(runs, res, n, g));
         cli_print_json(o);
     } else {
         printf("%-48s %11s %11s %8s\n", "run", "measured s", "predicted s", "error");
@@ -428,8 +447,8 @@ int cmd_validate(int argc, char **argv)
         print_stats("scored (all)", all);
         print_stats("used to fit GPU curves", fit);
         print_stats("held out", held);
-        print_groups(runs, res, n, false);
-        print_groups(runs, res, n, true);
+        for (enum group g = BY_SOURCE; g <= BY_FRAMEWORK; g++)
+            print_groups(runs, res, n, g);
     }
     /* A bar over no run would pass whatever the model predicts. */
     const char *empty =

@@ -45,7 +45,8 @@ int dp_run_predict(const struct dp_run *r, struct dp_run_result *out, struct dp_
 }
 
 struct dp_val_stats dp_val_stats(const struct dp_run *runs, const struct dp_run_result *res, int n,
-                                 int held, const char *source, const char *gpu)
+                                 int held, const char *source, const char *gpu,
+                                 const char *framework)
 {
     struct dp_val_stats s = {0, 0, 0, ""};
     for (int i = 0; i < n; i++) {
@@ -55,6 +56,8 @@ struct dp_val_stats dp_val_stats(const struct dp_run *runs, const struct dp_run_
         if (source && strcmp(r->source_key, source) != 0)
             continue;
         if (gpu && strcmp(r->cluster.gpu.name, gpu) != 0)
+            continue;
+        if (framework && strcmp(dp_framework_name(r->layout.framework), framework) != 0)
             continue;
         double e = fabs(res[i].error);
         s.mean += e;

@@ -32,11 +32,13 @@ struct dp_val_stats {
 };
 /*
  * Statistics over the scored runs (dp_run_scored) that pass the filters: `held`
- * -1 = all, 0 = the fitted (training) subset, 1 = the held-out subset; `source`
- * and `gpu` NULL = any, else the run's source_key / GPU profile name must match.
+ * -1 = all, 0 = the fitted (training) subset, 1 = the held-out subset; `source`,
+ * `gpu` and `framework` NULL = any, else the run's source_key / GPU profile name /
+ * framework profile (dp_framework_name) must match.
  */
 struct dp_val_stats dp_val_stats(const struct dp_run *runs, const struct dp_run_result *res, int n,
-                                 int held, const char *source, const char *gpu);
+                                 int held, const char *source, const char *gpu,
+                                 const char *framework);
 
 /*
  * Memory: the predicted peak of a run with a measured one, read as the run measured it:

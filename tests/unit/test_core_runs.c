@@ -127,12 +127,15 @@ static void test_waiting_and_stats(void)
     /* Statistics over hand-set errors: -10% and (unscored) +50%. */
     res[0].error = -0.10;
     res[1].error = 0.50;
-    struct dp_val_stats s = dp_val_stats(runs, res, n, -1, NULL, NULL);
+    struct dp_val_stats s = dp_val_stats(runs, res, n, -1, NULL, NULL, NULL);
     CHECK_EQ(s.n, 1);
     CHECK_NEAR(s.mean, 0.10, 1e-12);
     CHECK_STR(s.worst_id, "ok");
-    s = dp_val_stats(runs, res, n, 1, NULL, NULL);
+    s = dp_val_stats(runs, res, n, 1, NULL, NULL, NULL);
     CHECK_EQ(s.n, 0);
+    /* per framework profile: the run names none, so it is Megatron's */
+    CHECK_EQ(dp_val_stats(runs, res, n, -1, NULL, NULL, "megatron").n, 1);
+    CHECK_EQ(dp_val_stats(runs, res, n, -1, NULL, NULL, "torchtitan").n, 0);
     free(runs);
 }
 
