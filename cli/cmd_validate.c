@@ -6,6 +6,7 @@
  * GPU and per framework profile. tests/validation/ is the shipped data set.
  */
 #include "cli.h"
+#include "svg_charts.h"
 #include "validate/validate.h"
 
 #include <cjson/cJSON.h>
@@ -14,7 +15,7 @@
 #include <string.h>
 
 static const char help[] =
-    "usage: dplan validate [RUNS.json|DIR ...] [--json] [--verbose] [bars]\n\n"
+    "usage: dplan validate [RUNS.json|DIR ...] [--json] [--verbose] [--svg FILE] [bars]\n\n"
     "Compare the step-time model with measured training runs. Each run names a\n"
     "model, a system and node count (or a cluster object), the layout it used\n"
     "(GEMM precision and overlap knobs included), and what was measured:\n"
@@ -39,6 +40,10 @@ static const char help[] =
     "                            the bars then apply to these errors\n"
     "  --json                    machine-readable results\n"
     "  --verbose                 the predicted breakdown of each run\n"
+    "  --svg FILE                also draw each scored run's error against its measured step\n"
+    "                            time, held-out and fitted runs apart, lines at 0 and +-the\n"
+    "                            held-out worst bar (15% without one), the worst held-out\n"
+    "                            runs marked; \"-\" for stdout (then nothing else is printed)\n"
     "bars (exit 1 when exceeded, percent):\n"
     "  --max-mean-error PCT      mean |error| of all scored runs\n"
     "  --max-fitted-mean PCT     mean |error| of the runs the curves were fitted on\n"
@@ -313,9 +318,11 @@ int cmd_validate(int argc, char **argv)
                                          {"max-held-out-worst", required_argument, 0, O_HWORST},
                                          {"verbose", no_argument, 0, 'v'},
                                          {"memory", no_argument, 0, 'm'},
+                                         {"svg", required_argument, 0, 'S'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     bool json = false, verbose = false, memory = false;
+    const char *svg = NULL;
     double bar_all = -1, bar_fit = -1, bar_hmean = -1, bar_hworst = -1;
     int ch;
     optind = 1;
@@ -326,6 +333,7 @@ int cmd_validate(int argc, char **argv)
         case 'j': json = true; break;
         case 'v': verbose = true; break;
         case 'm': memory = true; break;
+        case 'S': svg = optarg; break;
         case O_MEAN: rc = parse_pct("max-mean-error", optarg, &bar_all); break;
         case O_FIT: rc = parse_pct("max-fitted-mean", optarg, &bar_fit); break;
         case O_HMEAN: rc = parse_pct("max-held-out-mean", optarg, &bar_hmean); break;
@@ -336,6 +344,11 @@ int cmd_validate(int argc, char **argv)
         if (rc)
             return rc;
     }
+    if (svg && memory)
+        return cli_usage_error("validate", "--svg draws the step-time errors, not --memory's");
+    bool svg_stdout = svg && strcmp(svg, "-") == 0;
+    if (svg_stdout && json)
+        return cli_usage_error("validate", "--svg - and --json both want stdout");
     struct dp_err err = {0};
     struct dp_run *runs = NULL;
     int n = 0;
@@ -370,7 +383,21 @@ int cmd_validate(int argc, char **argv)
     struct dp_val_stats all = dp_val_stats(runs, res, n, -1, NULL, NULL, NULL);
     struct dp_val_stats fit = dp_val_stats(runs, res, n, 0, NULL, NULL, NULL);
     struct dp_val_stats held = dp_val_stats(runs, res, n, 1, NULL, NULL, NULL);
-    if (json) {
+    if (svg) {
+        struct dp_buf b = {0};
+        int src = cli_svg_validate(runs, res, n, bar_hworst >= 0 ? bar_hworst : 15, &b, &err);
+        if (!src)
+            src = cli_write_text(svg, &b, &err);
+        dp_buf_release(&b);
+        if (src) {
+            free(res);
+            free(runs);
+            return cli_fail(&err);
+        }
+    }
+    if (svg_stdout) {
+        /* the picture is the output */
+    } else if (json) {
         cJSON *o = cJSON_CreateObject();
         cJSON *a = cJSON_AddArrayToObject(o, "runs");
         for (int i = 0; i < n; i++) {

@@ -1,5 +1,5 @@
 /*
- * `--svg` for memory, suggest and whatif: each report's numbers arranged for
+ * `--svg` for memory, suggest, whatif and validate: each report's numbers arranged for
  * viz/'s charts (labels, units, titles), then written out. The drawing itself
  * is viz/'s; this file decides what is shown.
  */
@@ -244,5 +244,96 @@ out:
     free(why);
     free(labels);
     free(cat);
+    return rc;
+}
+
+int cli_svg_validate(const struct dp_run *runs, const struct dp_run_result *res, int n,
+                     double band_pct, struct dp_buf *out, struct dp_err *err)
+{
+    static const char *const groups[] = {"held out (fitted nothing)", "used to fit the GPU curves"};
+    struct dp_viz_point *pt = malloc((size_t)(n > 0 ? n : 1) * sizeof *pt);
+    if (!pt)
+        return dp_err_set(err, DP_ENOMEM, "out of memory for the validation picture");
+    size_t np = 0;
+    int sources = 0;
+    const char *seen[64];
+    for (int i = 0; i < n; i++) {
+        if (!dp_run_scored(&runs[i]) || !(res[i].measured_s > 0))
+            continue;
+        pt[np++] = (struct dp_viz_point){(float)res[i].measured_s, (float)(100 * res[i].error),
+                                         runs[i].held_out ? 0 : 1};
+        int j = 0;
+        while (j < sources && strcmp(seen[j], runs[i].source_key) != 0)
+            j++;
+        if (j == sources && sources < 64)
+            seen[sources++] = runs[i].source_key;
+    }
+    if (np == 0) {
+        free(pt);
+        return dp_err_set(err, DP_EUSAGE, "--svg: no scored run to draw");
+    }
+    /* The worst held-out runs, marked and listed (the worst filled). */
+    enum { MARKS = 5 };
+    int worst[MARKS], nm = 0;
+    for (int i = 0; i < n; i++) {
+        if (!dp_run_scored(&runs[i]) || !runs[i].held_out)
+            continue;
+        int at = nm < MARKS ? nm++ : MARKS;
+        while (at > 0 && fabs(res[i].error) > fabs(res[worst[at - 1]].error)) {
+            if (at < MARKS)
+                worst[at] = worst[at - 1];
+            at--;
+        }
+        if (at < MARKS)
+            worst[at] = i;
+    }
+    struct dp_viz_mark marks[MARKS];
+    for (int k = 0; k < nm; k++) {
+        const struct dp_run *r = &runs[worst[k]];
+        const struct dp_run_result *e = &res[worst[k]];
+        marks[k] = (struct dp_viz_mark){.x = e->measured_s, .y = 100 * e->error, .primary = k == 0};
+        snprintf(marks[k].tag, sizeof marks[k].tag, "#%d", k + 1);
+        snprintf(marks[k].text, sizeof marks[k].text,
+                 "#%d  %s (%s): measured %.3f s, predicted %.3f s, %+.1f%%", k + 1, r->id,
+                 r->source_key, e->measured_s, e->predicted_s, 100 * e->error);
+    }
+    struct dp_val_stats held = dp_val_stats(runs, res, n, 1, NULL, NULL, NULL);
+    struct dp_val_stats fit = dp_val_stats(runs, res, n, 0, NULL, NULL, NULL);
+    char title[160], sub[256], hs[64] = "", fs[64] = "", up[32], dn[32];
+    snprintf(title, sizeof title, "Step-time model against %zu measured run%s from %d source%s", np,
+             np == 1 ? "" : "s", sources, sources == 1 ? "" : "s");
+    if (held.n)
+        snprintf(hs, sizeof hs, "held out: %d runs, mean |error| %.2f%%", held.n, 100 * held.mean);
+    if (fit.n)
+        snprintf(fs, sizeof fs, "%sused to fit: %d runs, %.2f%%", held.n ? "; " : "", fit.n,
+                 100 * fit.mean);
+    snprintf(sub, sizeof sub, "error = predicted / measured - 1 per run; %s%s", hs, fs);
+    snprintf(up, sizeof up, "+%g%%", band_pct);
+    snprintf(dn, sizeof dn, "-%g%%", band_pct);
+    const double refs[3] = {band_pct, 0, -band_pct};
+    const char *const ref_labels[3] = {up, NULL, dn};
+    char note[96];
+    snprintf(note, sizeof note, "the %d held-out runs farthest from their measurement are marked",
+             nm);
+    struct dp_viz_scatter c = {
+        .title = title,
+        .subtitle = sub,
+        .x_label = "measured step time (s, log scale)",
+        .y_label = "error (%)",
+        .x_log = true,
+        .ngroups = 2,
+        .group = groups,
+        .pt = pt,
+        .npt = np,
+        .mark = marks,
+        .nmark = nm,
+        .note = nm ? note : NULL,
+        .y_ref = refs,
+        .y_ref_label = ref_labels,
+        .ny_ref = 3,
+        .mark_label = {"worst held out", "next worst"},
+    };
+    int rc = dp_viz_scatter(&c, out, err);
+    free(pt);
     return rc;
 }

@@ -8,6 +8,7 @@
 
 #include "costmodel/costmodel.h"
 #include "planner/planner.h"
+#include "validate/validate.h"
 #include "viz/viz.h"
 
 /* Write `b` to `file` (tmp + rename), or to stdout when file is "-". */
@@ -45,5 +46,13 @@ int cli_svg_whatif(const struct dp_model *m, double tokens, const struct dp_sear
                    char *const *systems, int nsys, const int *nodes, int nnodes,
                    const struct cli_whatif_row *rows, bool priced, struct dp_buf *out,
                    struct dp_err *err);
+
+/*
+ * `dplan validate --svg`: each scored run's error against its measured step time (log
+ * scale), held-out and fitted runs in two colours, reference lines at 0 and +-band
+ * percent, the worst held-out runs marked and listed.
+ */
+int cli_svg_validate(const struct dp_run *runs, const struct dp_run_result *res, int n,
+                     double band_pct, struct dp_buf *out, struct dp_err *err);
 
 #endif

@@ -69,6 +69,12 @@ static void data_range(const struct dp_viz_scatter *c, bool along_x, double *lo,
     }
     if (along_x && c->x_limit > 0 && c->x_limit > *hi)
         *hi = c->x_limit;
+    for (int i = 0; i < c->ny_ref && !along_x; i++) {
+        if (c->y_ref[i] < *lo)
+            *lo = c->y_ref[i];
+        if (c->y_ref[i] > *hi)
+            *hi = c->y_ref[i];
+    }
     if (!(*hi >= *lo)) {
         *lo = 0;
         *hi = 1;
@@ -230,12 +236,25 @@ int dp_viz_scatter(const struct dp_viz_scatter *c, struct dp_buf *out, struct dp
     double xlo, xhi, ylo, yhi;
     data_range(c, true, &xlo, &xhi);
     data_range(c, false, &ylo, &yhi);
-    double xt[32], xstep, ylin[32], ystep = 0, a, b;
-    /* Pad the low end; the high end is the limit line when there is one (no point lies
-     * beyond it). */
-    double pad = (xhi - xlo) * 0.04;
-    int nxt = dp_viz_ticks(xlo - pad, c->x_limit > 0 ? xhi : xhi + pad, 7, xt, 32, &xstep, &a, &b);
-    struct dp_viz_scale xs = {a, b, f.x, f.x + f.w, false};
+    double xt[32], xstep = 0, ylin[32], ystep = 0, a, b;
+    struct dp_viz_scale xs;
+    int nxt;
+    bool x_log = c->x_log && xlo > 0;
+    if (x_log) {
+        double lo = xlo / 1.15, hi = xhi * 1.15;
+        nxt = dp_viz_log_ticks(lo, hi, xt, 32);
+        if (nxt < 3)
+            nxt = dp_viz_ticks(lo, hi, 7, xt, 32, &xstep, &a, &b);
+        xs = (struct dp_viz_scale){lo, hi, f.x, f.x + f.w, true};
+        if (xstep == 0)
+            xstep = xt[0] > 0 ? pow(10.0, floor(log10(xt[0]))) : 1;
+    } else {
+        /* Pad the low end; the high end is the limit line when there is one (no point lies
+         * beyond it). */
+        double pad = (xhi - xlo) * 0.04;
+        nxt = dp_viz_ticks(xlo - pad, c->x_limit > 0 ? xhi : xhi + pad, 7, xt, 32, &xstep, &a, &b);
+        xs = (struct dp_viz_scale){a, b, f.x, f.x + f.w, false};
+    }
     struct dp_viz_scale ys;
     int nyt;
     bool y_log = c->y_log && ylo > 0;
@@ -265,15 +284,17 @@ int dp_viz_scatter(const struct dp_viz_scatter *c, struct dp_buf *out, struct dp
         colors[j] = dp_viz_color(j);
     const double ly = 68 + extra;
     double lx = dp_viz_legend(&s, left, ly, c->group, colors, c->ngroups, true);
+    const char *primary = c->mark_label[0] ? c->mark_label[0] : "chosen";
+    const char *others = c->mark_label[1] ? c->mark_label[1] : "runners-up";
     if (c->nmark > 0) {
         draw_mark(&s, lx + 5.5, ly - 4, true);
-        dp_svg_text(&s, lx + 16, ly, DP_SVG_START, 12, TEXT_COLOR, false, 0, "chosen");
-        lx += 16 + dp_svg_text_width("chosen", 12) + 18;
+        dp_svg_text(&s, lx + 16, ly, DP_SVG_START, 12, TEXT_COLOR, false, 0, primary);
+        lx += 16 + dp_svg_text_width(primary, 12) + 18;
     }
     if (c->nmark > 1) {
         draw_mark(&s, lx + 5.5, ly - 4, false);
-        dp_svg_text(&s, lx + 16, ly, DP_SVG_START, 12, TEXT_COLOR, false, 0, "runners-up");
-        lx += 16 + dp_svg_text_width("runners-up", 12) + 18;
+        dp_svg_text(&s, lx + 16, ly, DP_SVG_START, 12, TEXT_COLOR, false, 0, others);
+        lx += 16 + dp_svg_text_width(others, 12) + 18;
     }
     if (c->frontier && c->frontier_label) {
         dp_svg_line(&s, lx, ly - 4, lx + 18, ly - 4, FRONT_COLOR, 1.3, NULL);
@@ -282,6 +303,13 @@ int dp_viz_scatter(const struct dp_viz_scatter *c, struct dp_buf *out, struct dp
 
     dp_viz_axis_left(&s, &f, &ys, ylin, nyt, ystep, false, c->y_label);
     dp_viz_axis_bottom(&s, &f, &xs, xt, nxt, xstep, false, c->x_label);
+    for (int i = 0; i < c->ny_ref; i++) {
+        double y = dp_viz_map(&ys, c->y_ref[i]);
+        dp_svg_line(&s, f.x, y, f.x + f.w, y, FRONT_COLOR, 1.2, "5 4");
+        if (c->y_ref_label && c->y_ref_label[i])
+            dp_svg_text(&s, f.x + f.w - 4, y - 4, DP_SVG_END, 11, FRONT_COLOR, false, 0,
+                        c->y_ref_label[i]);
+    }
     int rc = 0;
     draw_points(&s, c, &xs, &ys, err, &rc);
     if (c->frontier && !rc)

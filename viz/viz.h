@@ -149,7 +149,7 @@ struct dp_viz_mark {
 struct dp_viz_scatter {
     const char *title, *subtitle;
     const char *x_label, *y_label;
-    bool y_log;
+    bool x_log, y_log; /* logarithmic axes (used when every value is > 0) */
     int ngroups;
     const char *const *group; /* legend names, colour i = dp_viz_color(i) */
     const struct dp_viz_point *pt;
@@ -161,6 +161,13 @@ struct dp_viz_scatter {
     bool frontier; /* draw the lower envelope: the fastest point at or below each x */
     const char *frontier_label;
     const char *note; /* a line under the plot ("16606 out-of-memory layouts not shown") */
+    /* Horizontal reference lines (a target band, zero), dashed grey, each with its label
+     * (y_ref_label[i], or none) at the right end of the plot. */
+    const double *y_ref;
+    const char *const *y_ref_label;
+    int ny_ref;
+    /* The legend's words for the primary mark and the others; NULL: "chosen", "runners-up". */
+    const char *mark_label[2];
 };
 /* Points are thinned to one per 1.5 px cell and group before drawing (the picture is
  * unchanged; the file stays small), so any number may be passed. Group 0 is drawn last

@@ -147,6 +147,43 @@ static void test_scatter_thinning(void)
     free(pt);
 }
 
+/* The validation picture's options: a log x axis over 1 .. 100 puts 10 in the middle of the
+ * 640 px plot (x = 84 + 320 = 404 px, the axis padded by 1.15 each way, so exactly the
+ * middle); three dashed reference lines across the plot, two labelled; the legend's mark
+ * words replaced. */
+static void test_scatter_refs(void)
+{
+    struct dp_viz_point pt[3] = {{1, -5, 0}, {10, 0, 1}, {100, 5, 1}};
+    static const char *const groups[] = {"held out", "fitted"};
+    static const double refs[3] = {15, 0, -15};
+    static const char *const labels[3] = {"+15%", NULL, "-15%"};
+    struct dp_viz_mark mark = {.x = 1, .y = -5, .tag = "#1", .text = "worst", .primary = true};
+    struct dp_viz_scatter c = {.title = "t",
+                               .x_label = "x",
+                               .y_label = "y",
+                               .x_log = true,
+                               .ngroups = 2,
+                               .group = groups,
+                               .pt = pt,
+                               .npt = 3,
+                               .mark = &mark,
+                               .nmark = 1,
+                               .y_ref = refs,
+                               .y_ref_label = labels,
+                               .ny_ref = 3,
+                               .mark_label = {"worst held out", "next"}};
+    struct dp_buf b = {0};
+    struct dp_err err = {0};
+    CHECK_EQ(dp_viz_scatter(&c, &b, &err), 0);
+    CHECK_EQ(count(b.data, "stroke-dasharray=\"5 4\""), 3);
+    CHECK_EQ(count(b.data, ">+15%<"), 1);
+    CHECK_EQ(count(b.data, ">-15%<"), 1);
+    CHECK_EQ(count(b.data, ">worst held out<"), 1);
+    CHECK_EQ(count(b.data, ">chosen<"), 0);
+    CHECK(count(b.data, "<circle cx=\"404.0\"") >= 1); /* the point at x = 10 */
+    dp_buf_release(&b);
+}
+
 int main(void)
 {
     test_ticks();
@@ -154,5 +191,6 @@ int main(void)
     test_scales();
     test_stacked_geometry();
     test_scatter_thinning();
+    test_scatter_refs();
     return check_failures ? 1 : 0;
 }
