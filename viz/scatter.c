@@ -81,6 +81,24 @@ static void data_range(const struct dp_viz_scatter *c, bool along_x, double *lo,
     }
 }
 
+/* A logarithmic axis over [lo, hi] (> 0) onto pixels [p0, p1]: 1-2-5 ticks, or linear
+ * steps (about `target` of them) when the range spans less than a decade or so. *step
+ * sets the labels' decimals: the linear step, or for 1-2-5 ticks the decimals the
+ * smallest one needs. */
+static int log_axis(double lo, double hi, double p0, double p1, int target, double *ticks,
+                    double *step, struct dp_viz_scale *sc)
+{
+    double a, b;
+    *step = 0;
+    int n = dp_viz_log_ticks(lo, hi, ticks, 32);
+    if (n < 3)
+        n = dp_viz_ticks(lo, hi, target, ticks, 32, step, &a, &b);
+    *sc = (struct dp_viz_scale){lo, hi, p0, p1, true};
+    if (*step == 0)
+        *step = ticks[0] > 0 ? pow(10.0, floor(log10(ticks[0]))) : 1;
+    return n;
+}
+
 static void draw_points(struct dp_svg *s, const struct dp_viz_scatter *c,
                         const struct dp_viz_scale *xs, const struct dp_viz_scale *ys,
                         struct dp_err *err, int *rc)
@@ -239,15 +257,8 @@ int dp_viz_scatter(const struct dp_viz_scatter *c, struct dp_buf *out, struct dp
     double xt[32], xstep = 0, ylin[32], ystep = 0, a, b;
     struct dp_viz_scale xs;
     int nxt;
-    bool x_log = c->x_log && xlo > 0;
-    if (x_log) {
-        double lo = xlo / 1.15, hi = xhi * 1.15;
-        nxt = dp_viz_log_ticks(lo, hi, xt, 32);
-        if (nxt < 3)
-            nxt = dp_viz_ticks(lo, hi, 7, xt, 32, &xstep, &a, &b);
-        xs = (struct dp_viz_scale){lo, hi, f.x, f.x + f.w, true};
-        if (xstep == 0)
-            xstep = xt[0] > 0 ? pow(10.0, floor(log10(xt[0]))) : 1;
+    if (c->x_log && xlo > 0) {
+        nxt = log_axis(xlo / 1.15, xhi * 1.15, f.x, f.x + f.w, 7, xt, &xstep, &xs);
     } else {
         /* Pad the low end; the high end is the limit line when there is one (no point lies
          * beyond it). */
@@ -257,23 +268,14 @@ int dp_viz_scatter(const struct dp_viz_scatter *c, struct dp_buf *out, struct dp
     }
     struct dp_viz_scale ys;
     int nyt;
-    bool y_log = c->y_log && ylo > 0;
-    if (y_log) {
-        double lo = ylo / 1.12, hi = yhi * 1.08;
-        nyt = dp_viz_log_ticks(lo, hi, ylin, 32);
-        if (nyt < 3) /* less than a decade or so: linear steps read better */
-            nyt = dp_viz_ticks(lo, hi, 6, ylin, 32, &ystep, &a, &b);
-        ys = (struct dp_viz_scale){lo, hi, f.y + f.h, f.y, true};
+    if (c->y_log && ylo > 0) {
+        nyt = log_axis(ylo / 1.12, yhi * 1.08, f.y + f.h, f.y, 6, ylin, &ystep, &ys);
     } else {
         double p = (yhi - ylo) * 0.05, lo = ylo - p;
         if (lo < 0 && ylo >= 0)
             lo = 0;
         nyt = dp_viz_ticks(lo, yhi + p, 6, ylin, 32, &ystep, &a, &b);
         ys = (struct dp_viz_scale){a, b, f.y + f.h, f.y, false};
-    }
-    if (y_log && ystep == 0) {
-        /* log ticks mix 1, 2, 5: label with the decimals the smallest one needs */
-        ystep = ylin[0] > 0 ? pow(10.0, floor(log10(ylin[0]))) : 1;
     }
 
     struct dp_svg s;
