@@ -385,7 +385,12 @@ int cmd_validate(int argc, char **argv)
     struct dp_val_stats held = dp_val_stats(runs, res, n, 1, NULL, NULL, NULL);
     if (svg) {
         struct dp_buf b = {0};
-        int src = cli_svg_validate(runs, res, n, bar_hworst >= 0 ? bar_hworst : 15, &b, &err);
+        const char **keys = malloc((size_t)(n > 0 ? n : 1) * sizeof *keys);
+        int src = keys ? 0 : dp_err_set(&err, DP_ENOMEM, "out of memory");
+        if (!src)
+            src = cli_svg_validate(runs, res, n, held, fit, distinct(runs, n, BY_SOURCE, keys),
+                                   bar_hworst >= 0 ? bar_hworst : 15, &b, &err);
+        free(keys);
         if (!src)
             src = cli_write_text(svg, &b, &err);
         dp_buf_release(&b);

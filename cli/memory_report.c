@@ -138,9 +138,8 @@ void cli_mem_tight_note(FILE *f, double margin)
 {
     fprintf(f,
             "tight: under %g%% headroom (--memory-margin), within the memory model's measured "
-            "error (`dplan "
-            "validate --memory`): the run may go out of memory or thrash the caching "
-            "allocator\n",
+            "error (`dplan validate --memory`): the run may go out of memory or thrash the "
+            "caching allocator\n",
             100 * margin);
 }
 

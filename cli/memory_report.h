@@ -15,7 +15,6 @@ struct cJSON *cli_mem_json(const struct dp_mem_report *r, const struct dp_layout
 /* One row per stage, labelled with its layers; columns as wide as their content. */
 void cli_mem_table(FILE *f, const struct dp_mem_report *r, const struct dp_layout *l,
                    const struct dp_model *m);
-/* "FITS: ..." or "OOM: ...", one line. */
 /* FITS (tight under `margin` of the capacity free), or OOM, with the peak and headroom. */
 void cli_mem_verdict(FILE *f, const struct dp_mem_report *r, double margin);
 /* One line on what a tight layout (costmodel.h dp_mem_tight) risks. */

@@ -248,6 +248,7 @@ out:
 }
 
 int cli_svg_validate(const struct dp_run *runs, const struct dp_run_result *res, int n,
+                     struct dp_val_stats held, struct dp_val_stats fit, int sources,
                      double band_pct, struct dp_buf *out, struct dp_err *err)
 {
     static const char *const groups[] = {"held out (fitted nothing)", "used to fit the GPU curves"};
@@ -255,19 +256,10 @@ int cli_svg_validate(const struct dp_run *runs, const struct dp_run_result *res,
     if (!pt)
         return dp_err_set(err, DP_ENOMEM, "out of memory for the validation picture");
     size_t np = 0;
-    int sources = 0;
-    const char *seen[64];
-    for (int i = 0; i < n; i++) {
-        if (!dp_run_scored(&runs[i]) || !(res[i].measured_s > 0))
-            continue;
-        pt[np++] = (struct dp_viz_point){(float)res[i].measured_s, (float)(100 * res[i].error),
-                                         runs[i].held_out ? 0 : 1};
-        int j = 0;
-        while (j < sources && strcmp(seen[j], runs[i].source_key) != 0)
-            j++;
-        if (j == sources && sources < 64)
-            seen[sources++] = runs[i].source_key;
-    }
+    for (int i = 0; i < n; i++)
+        if (dp_run_scored(&runs[i]) && res[i].measured_s > 0)
+            pt[np++] = (struct dp_viz_point){(float)res[i].measured_s, (float)(100 * res[i].error),
+                                             runs[i].held_out ? 0 : 1};
     if (np == 0) {
         free(pt);
         return dp_err_set(err, DP_EUSAGE, "--svg: no scored run to draw");
@@ -297,8 +289,6 @@ int cli_svg_validate(const struct dp_run *runs, const struct dp_run_result *res,
                  "#%d  %s (%s): measured %.3f s, predicted %.3f s, %+.1f%%", k + 1, r->id,
                  r->source_key, e->measured_s, e->predicted_s, 100 * e->error);
     }
-    struct dp_val_stats held = dp_val_stats(runs, res, n, 1, NULL, NULL, NULL);
-    struct dp_val_stats fit = dp_val_stats(runs, res, n, 0, NULL, NULL, NULL);
     char title[160], sub[256], hs[64] = "", fs[64] = "", up[32], dn[32];
     snprintf(title, sizeof title, "Step-time model against %zu measured run%s from %d source%s", np,
              np == 1 ? "" : "s", sources, sources == 1 ? "" : "s");

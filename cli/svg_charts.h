@@ -50,9 +50,11 @@ int cli_svg_whatif(const struct dp_model *m, double tokens, const struct dp_sear
 /*
  * `dplan validate --svg`: each scored run's error against its measured step time (log
  * scale), held-out and fitted runs in two colours, reference lines at 0 and +-band
- * percent, the worst held-out runs marked and listed.
+ * percent, the worst held-out runs marked and listed. `held` and `fit` are the summary's
+ * statistics, `sources` the number of sources, as `dplan validate` counted them.
  */
 int cli_svg_validate(const struct dp_run *runs, const struct dp_run_result *res, int n,
+                     struct dp_val_stats held, struct dp_val_stats fit, int sources,
                      double band_pct, struct dp_buf *out, struct dp_err *err);
 
 #endif

@@ -225,11 +225,8 @@ void dp_pf_check_ckpt_every(int64_t every_steps, double step_time_s,
 /* ------------------------------------------------------------------ memory */
 
 /*
- * 5%: what the model does not size exactly. PyTorch's caching allocator
- * rounds blocks and fragments (its expandable_segments option exists to win
- * this back), NCCL allocates its own buffers per communicator, and the
- * cost model's activation bytes follow the framework's kernels, which
- * change between releases. A layout that fits with less is a gamble.
+ * The margin: what the model does not size exactly (costmodel.h DP_MEM_TIGHT_FRACTION,
+ * the planner's default, says why 5%). A layout that fits with less is a gamble.
  */
 void dp_pf_check_memory(const struct dp_mem_report *rep, double margin, struct dp_pf_report *r)
 {
@@ -247,7 +244,7 @@ void dp_pf_check_memory(const struct dp_mem_report *rep, double margin, struct d
                   "%d of %d stages do not fit: stage %d needs %.1f GiB of %.1f GiB usable (%.1f "
                   "GiB over; `dplan memory` lists fixes)",
                   over, rep->nstages, w->stage, gib(w->total_bytes), gib(cap), gib(-room));
-    else if ((double)room < margin * (double)cap)
+    else if (dp_mem_tight(w->total_bytes, cap, margin))
         dp_pf_add(r, "memory", DP_PF_WARN,
                   "stage %d: %.1f GiB of %.1f GiB usable, %.1f GiB (%.1f%%) headroom, under %.0f%%",
                   w->stage, gib(w->total_bytes), gib(cap), gib(room),
