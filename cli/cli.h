@@ -297,6 +297,15 @@ void cli_capacity_words(const struct dp_cluster *cl, double margin, char *out, s
  * on its GPU (whatif, over several systems, passes NULL). */
 void cli_describe_margin(FILE *f, const struct cli_common *c, const struct dp_cluster *cl);
 /*
+ * An output the command will write (`what`: "-o", "--svg", "--trace"; "-" is stdout) must
+ * not be one of its inputs: the --plan, --cluster and --calibration files and `paths`
+ * (the MODEL argument, validate's run files; names that are no file are skipped).
+ * ckpt/ckpt.h dp_output_check decides (the same file through any link, or inside a
+ * checkpoint); 0, or DP_EINVAL in err naming both.
+ */
+int cli_output_check(const struct cli_common *c, const char *out, const char *what,
+                     char *const *paths, int npaths, struct dp_err *err);
+/*
  * The planning commands' one default global batch (estimate, memory, suggest, whatif):
  * ~4M tokens, 2^k sequences. `unit` > 1 rounds it to the nearest multiple of unit
  * (mbs x dp, times pp when interleaving), at least one unit.

@@ -91,6 +91,8 @@ int cmd_export(int argc, char **argv)
     enum dp_export_format f;
     if (dp_export_format_parse(format, &f, &err))
         return cli_usage_error("export", "%s", err.msg);
+    if (cli_output_check(NULL, outfile, "-o", argv + optind, 1, &err))
+        return cli_fail(&err);
     eo.plan_file = argv[optind];
     struct dp_plan *plan = malloc(sizeof *plan);
     if (!plan)

@@ -103,6 +103,8 @@ int cmd_memory(int argc, char **argv)
     struct dp_model m;
     struct dp_cluster cl;
     struct dp_layout l;
+    if (cli_output_check(&c, svg, "--svg", argv + optind, argc - optind, &err))
+        return cli_fail(&err);
     if (min_gpus) {
         if (c.plan)
             return cli_usage_error("memory", "--min-gpus takes MODEL and a cluster, not --plan");

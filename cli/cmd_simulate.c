@@ -91,6 +91,9 @@ int cmd_simulate(int argc, char **argv)
     if (to_stdout > 1)
         return cli_usage_error("simulate", "only one of --json, --trace - and --svg - can use "
                                            "stdout");
+    if (cli_output_check(&c, trace, "--trace", argv + optind, argc - optind, &err) ||
+        cli_output_check(&c, svg, "--svg", argv + optind, argc - optind, &err))
+        return cli_fail(&err);
     long *ranks = NULL;
     size_t nranks = 0;
     if (ranks_arg && cli_parse_ranks(ranks_arg, &ranks, &nranks, &err))

@@ -199,7 +199,9 @@ int cmd_suggest(int argc, char **argv)
     struct dp_err err = {0};
     struct dp_model m;
     struct dp_cluster cl;
-    if (dp_model_load(argv[optind], &m, &err) || cli_cluster(&c, &cl, &err) ||
+    if (cli_output_check(&c, outfile, "-o", argv + optind, 1, &err) ||
+        cli_output_check(&c, svg, "--svg", argv + optind, 1, &err) ||
+        dp_model_load(argv[optind], &m, &err) || cli_cluster(&c, &cl, &err) ||
         cli_check_knobs(&c, NULL, &cl.gpu, &err))
         return cli_fail(&err);
     struct dp_search_opts so;

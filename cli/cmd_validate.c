@@ -350,6 +350,8 @@ int cmd_validate(int argc, char **argv)
     if (svg_stdout && json)
         return cli_usage_error("validate", "--svg - and --json both want stdout");
     struct dp_err err = {0};
+    if (cli_output_check(NULL, svg, "--svg", argv + optind, argc - optind, &err))
+        return cli_fail(&err);
     struct dp_run *runs = NULL;
     int n = 0;
     if (optind == argc) {

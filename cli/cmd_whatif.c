@@ -157,7 +157,8 @@ int cmd_whatif(int argc, char **argv)
         return 2;
     struct dp_err err = {0};
     struct dp_model m;
-    if (dp_model_load(argv[optind], &m, &err))
+    if (cli_output_check(&c, svg, "--svg", argv + optind, 1, &err) ||
+        dp_model_load(argv[optind], &m, &err))
         return cli_fail(&err);
     /* The defaults: every shipped system, node counts doubling from 1 to 128. */
     const bool all_systems = !systems_buf[0], default_nodes = nn == 0;

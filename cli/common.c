@@ -4,6 +4,7 @@
  * knobs, the defaults taken, and small printing helpers. The knob help texts
  * and option parsing are in knobs.c.
  */
+#include "ckpt/ckpt.h"
 #include "cli.h"
 #include "executor/executor.h"
 #include "fit/fit.h"
@@ -610,6 +611,25 @@ void cli_describe_margin(FILE *f, const struct cli_common *c, const struct dp_cl
     if (c->memory_margin < 0)
         fprintf(f, " (--memory-margin not given: " CLI_MARGIN_WHY ")");
     fputc('\n', f);
+}
+
+int cli_output_check(const struct cli_common *c, const char *out, const char *what,
+                     char *const *paths, int npaths, struct dp_err *err)
+{
+    if (!out || strcmp(out, "-") == 0)
+        return 0;
+    struct dp_io in[64];
+    int n = 0;
+    if (c) {
+        const struct dp_io named[] = {
+            {c->plan, "--plan"}, {c->cluster, "--cluster"}, {c->calibration, "--calibration"}};
+        for (size_t i = 0; i < sizeof named / sizeof named[0]; i++)
+            if (named[i].path)
+                in[n++] = named[i];
+    }
+    for (int i = 0; i < npaths && n < (int)(sizeof in / sizeof in[0]); i++)
+        in[n++] = (struct dp_io){paths[i], NULL};
+    return dp_output_check(out, what, in, n, err);
 }
 
 void cli_mem_opts(const struct cli_common *c, struct dp_mem_opts *o)
