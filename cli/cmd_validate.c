@@ -15,7 +15,8 @@
 #include <string.h>
 
 static const char help[] =
-    "usage: dplan validate [RUNS.json|DIR ...] [--json] [--verbose] [--svg FILE] [bars]\n\n"
+    "usage: dplan validate [RUNS.json|DIR ...] [--json] [--verbose] [--svg FILE] [bars]\n"
+    "       dplan validate [RUNS.json|DIR ...] --memory|--pairs [--json] [bars]\n\n"
     "Compare the step-time model with measured training runs. Each run names a\n"
     "model, a system and node count (or a cluster object), the layout it used\n"
     "(GEMM precision and overlap knobs included), and what was measured:\n"
@@ -38,6 +39,13 @@ static const char help[] =
     "                            same quantity; mean and worst per source and per framework,\n"
     "                            and the allocator slack that fits the fitted reserved peaks;\n"
     "                            the bars then apply to these errors\n"
+    "  --pairs                   GPU against GPU: every two scored runs of the same model\n"
+    "                            architecture, layout and GPU count on two GPU profiles (a\n"
+    "                            source's table measured on two machines), the measured speed\n"
+    "                            ratio against the predicted one; mean and worst per GPU pair.\n"
+    "                            The framework's own efficiency cancels in a ratio, so this\n"
+    "                            tests what the model says of one GPU against another;\n"
+    "                            --max-mean-error then applies to the pairs' errors\n"
     "  --json                    machine-readable results\n"
     "  --verbose                 the predicted breakdown of each run\n"
     "  --svg FILE                also draw each scored run's error against its measured step\n"
@@ -308,6 +316,90 @@ static int validate_memory(struct dp_run *runs, int n, bool json, double bars[4]
     return rc;
 }
 
+/* `dplan validate --pairs`: measured against predicted speed ratios of the same runs on
+ * two GPUs. */
+static int validate_pairs(const struct dp_run *runs, const struct dp_run_result *res, int n,
+                          bool json, double bar_mean)
+{
+    struct dp_err err = {0};
+    struct dp_run_pair *p = NULL;
+    int np = 0;
+    if (dp_run_pairs(runs, res, n, &p, &np, &err))
+        return cli_fail(&err);
+    /* The distinct GPU pairs, in first-seen order. */
+    int *first = malloc((size_t)(np > 0 ? np : 1) * sizeof *first), k = 0;
+    if (!first) {
+        free(p);
+        return cli_fail(&(struct dp_err){DP_ENOMEM, "out of memory"});
+    }
+    for (int i = 0; i < np; i++) {
+        int j = 0;
+        while (j < k &&
+               !(strcmp(runs[p[first[j]].a].cluster.gpu.name, runs[p[i].a].cluster.gpu.name) == 0 &&
+                 strcmp(runs[p[first[j]].b].cluster.gpu.name, runs[p[i].b].cluster.gpu.name) == 0))
+            j++;
+        if (j == k)
+            first[k++] = i;
+    }
+    struct dp_val_stats all = dp_pair_stats(runs, p, np, NULL, NULL);
+    if (json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON *a = cJSON_AddArrayToObject(o, "pairs");
+        for (int i = 0; i < np; i++) {
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "first", runs[p[i].a].id);
+            cJSON_AddStringToObject(e, "second", runs[p[i].b].id);
+            cJSON_AddStringToObject(e, "first_gpu", runs[p[i].a].cluster.gpu.name);
+            cJSON_AddStringToObject(e, "second_gpu", runs[p[i].b].cluster.gpu.name);
+            cJSON_AddNumberToObject(e, "measured_ratio", p[i].measured);
+            cJSON_AddNumberToObject(e, "predicted_ratio", p[i].predicted);
+            cJSON_AddNumberToObject(e, "error", p[i].error);
+            cJSON_AddItemToArray(a, e);
+        }
+        cJSON_AddItemToObject(o, "all", stats_json(all));
+        cJSON *g = cJSON_AddObjectToObject(o, "per_gpu_pair");
+        for (int j = 0; j < k; j++) {
+            const char *ga = runs[p[first[j]].a].cluster.gpu.name;
+            const char *gb = runs[p[first[j]].b].cluster.gpu.name;
+            char name[160];
+            snprintf(name, sizeof name, "%s/%s", ga, gb);
+            cJSON_AddItemToObject(g, name, stats_json(dp_pair_stats(runs, p, np, ga, gb)));
+        }
+        cli_print_json(o);
+    } else {
+        printf("GPU against GPU: the same model, layout and GPU count measured on two GPUs;\n"
+               "speed of the second over the first (time on the first / time on the second)\n\n");
+        printf("%-40s %-40s %8s %9s %8s\n", "run on the first GPU", "run on the second GPU",
+               "measured", "predicted", "error");
+        for (int i = 0; i < np; i++)
+            printf("%-40s %-40s %7.3fx %8.3fx %+7.2f%%\n", runs[p[i].a].id, runs[p[i].b].id,
+                   p[i].measured, p[i].predicted, 100 * p[i].error);
+        if (np == 0)
+            printf("(no two scored runs share a model, layout and GPU count on different GPUs)\n");
+        printf("\n");
+        if (all.n)
+            printf("%-28s %3d pairs: mean |error| %5.2f%%, worst %5.2f%% (%s)\n", "all pairs",
+                   all.n, 100 * all.mean, 100 * all.worst, all.worst_id);
+        if (k)
+            printf("\nper GPU pair%*s pairs  mean    worst\n", 38, "");
+        for (int j = 0; j < k; j++) {
+            const char *ga = runs[p[first[j]].a].cluster.gpu.name;
+            const char *gb = runs[p[first[j]].b].cluster.gpu.name;
+            char name[160];
+            snprintf(name, sizeof name, "%s -> %s", ga, gb);
+            struct dp_val_stats s = dp_pair_stats(runs, p, np, ga, gb);
+            printf("  %-46s %5d %6.2f%% %6.2f%%\n", name, s.n, 100 * s.mean, 100 * s.worst);
+        }
+    }
+    free(first);
+    free(p);
+    if (bar_mean >= 0 && all.n == 0) {
+        fprintf(stderr, "dplan: error: --max-mean-error given, but no two runs pair\n");
+        return 1;
+    }
+    return over_bar("GPU pairs: mean absolute error of the speed ratios", all.mean, bar_mean);
+}
+
 int cmd_validate(int argc, char **argv)
 {
     enum { O_MEAN = 'e', O_FIT = 1, O_HMEAN, O_HWORST };
@@ -318,10 +410,11 @@ int cmd_validate(int argc, char **argv)
                                          {"max-held-out-worst", required_argument, 0, O_HWORST},
                                          {"verbose", no_argument, 0, 'v'},
                                          {"memory", no_argument, 0, 'm'},
+                                         {"pairs", no_argument, 0, 'p'},
                                          {"svg", required_argument, 0, 'S'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    bool json = false, verbose = false, memory = false;
+    bool json = false, verbose = false, memory = false, pairs = false;
     const char *svg = NULL;
     double bar_all = -1, bar_fit = -1, bar_hmean = -1, bar_hworst = -1;
     int ch;
@@ -333,6 +426,7 @@ int cmd_validate(int argc, char **argv)
         case 'j': json = true; break;
         case 'v': verbose = true; break;
         case 'm': memory = true; break;
+        case 'p': pairs = true; break;
         case 'S': svg = optarg; break;
         case O_MEAN: rc = parse_pct("max-mean-error", optarg, &bar_all); break;
         case O_FIT: rc = parse_pct("max-fitted-mean", optarg, &bar_fit); break;
@@ -346,6 +440,13 @@ int cmd_validate(int argc, char **argv)
     }
     if (svg && memory)
         return cli_usage_error("validate", "--svg draws the step-time errors, not --memory's");
+    if (pairs && (memory || svg))
+        return cli_usage_error("validate", "--pairs compares GPUs' step times: not with %s",
+                               memory ? "--memory" : "--svg");
+    if (pairs && (bar_fit >= 0 || bar_hmean >= 0 || bar_hworst >= 0))
+        return cli_usage_error("validate",
+                               "--pairs takes --max-mean-error only (a pair has no fitted or "
+                               "held-out side)");
     bool svg_stdout = svg && strcmp(svg, "-") == 0;
     if (svg_stdout && json)
         return cli_usage_error("validate", "--svg - and --json both want stdout");
@@ -382,6 +483,12 @@ int cmd_validate(int argc, char **argv)
             free(runs);
             return cli_fail(&err);
         }
+    if (pairs) {
+        int prc = validate_pairs(runs, res, n, json, bar_all);
+        free(res);
+        free(runs);
+        return prc;
+    }
     struct dp_val_stats all = dp_val_stats(runs, res, n, -1, NULL, NULL, NULL);
     struct dp_val_stats fit = dp_val_stats(runs, res, n, 0, NULL, NULL, NULL);
     struct dp_val_stats held = dp_val_stats(runs, res, n, 1, NULL, NULL, NULL);

@@ -41,6 +41,24 @@ struct dp_val_stats dp_val_stats(const struct dp_run *runs, const struct dp_run_
                                  const char *framework);
 
 /*
+ * GPU against GPU: the pairs of scored runs with the same model architecture, layout and
+ * GPU count on two different GPU profiles (one source's table measured on two machines).
+ * `a` is the run whose GPU name sorts first; the ratios are time on a's GPU over time on
+ * b's (b's speed-up), measured and predicted. *out is malloc'ed (free it); none is fine.
+ */
+struct dp_run_pair {
+    int a, b;                   /* indices into the runs */
+    double measured, predicted; /* t_a / t_b */
+    double error;               /* predicted / measured - 1 */
+};
+int dp_run_pairs(const struct dp_run *runs, const struct dp_run_result *res, int n,
+                 struct dp_run_pair **out, int *npairs, struct dp_err *err);
+/* Statistics over the pairs; gpu_a, gpu_b NULL = every pair, else only those pairs (worst_id
+ * names the pair's second run). */
+struct dp_val_stats dp_pair_stats(const struct dp_run *runs, const struct dp_run_pair *pairs, int n,
+                                  const char *gpu_a, const char *gpu_b);
+
+/*
  * Memory: the predicted peak of a run with a measured one, read as the run measured it:
  * the quantity (allocated, reserved, device total) on the stage it was read on (the
  * fullest, or the last for Megatron's rank world_size - 1).

@@ -2,7 +2,7 @@
  * Measured-runs files and the layout fields of issue 11: the every-third held-out
  * rule and "fitted": false, throughput turned into time, runs waiting for a feature, the JSON
  * spelling of the precision and overlap knobs and the knobs that need another knob, and the error
- * statistics validate/ computes.
+ * statistics validate/ computes, and the runs it pairs across GPUs.
  */
 #include "check.h"
 #include "core/core.h"
@@ -276,6 +276,70 @@ static void test_memory_peaks(void)
     free(runs);
 }
 
+/* One run of Llama 2 7B on one node of a system, ZeRO-3 over its 8 GPUs. */
+static void add_node_run(char *buf, size_t cap, const char *id, const char *system, int mbs,
+                         double seconds, const char *extra)
+{
+    size_t n = strlen(buf);
+    snprintf(buf + n, cap - n,
+             "%s{\"id\": \"%s\", \"source\": \"test\", \"model\": \"llama2-7b\", "
+             "\"system\": \"%s\", \"nodes\": 1, \"layout\": {\"tp\": 1, \"pp\": 1, "
+             "\"dp\": 8, \"mbs\": %d, \"gbs\": %d, \"seq_len\": 4096, \"zero\": 3}, "
+             "\"measured\": {\"iteration_time_s\": %g}%s}",
+             n && buf[n - 1] != '[' ? ", " : "", id, system, mbs, 8 * mbs, seconds, extra);
+}
+
+static void test_gpu_pairs(void)
+{
+    /* Pairs are runs of one configuration on two GPUs: a100 with each H100 run of the same
+     * layout (not the two H100 runs with each other, not the other micro-batch size, not the
+     * unscored run). */
+    char text[4096] = "{\"dplan_runs\": 1, \"runs\": [";
+    add_node_run(text, sizeof text, "h100", "dgx-h100", 1, 4, "");
+    add_node_run(text, sizeof text, "a100", "dgx-a100-80gb", 1, 10, "");
+    add_node_run(text, sizeof text, "h100-again", "dgx-h100", 1, 5, "");
+    add_node_run(text, sizeof text, "h100-mbs2", "dgx-h100", 2, 7, "");
+    add_node_run(text, sizeof text, "a100-unscored", "dgx-a100-80gb", 1, 9,
+                 ", \"underspecified\": true");
+    strcat(text, "]}");
+    const char *file = write_file("pairs.json", text);
+    struct dp_run *runs;
+    int n;
+    struct dp_err err = {0};
+    CHECK_EQ(dp_runs_load(file, &runs, &n, &err), 0);
+    if (err.code) {
+        fprintf(stderr, "%s\n", err.msg);
+        return;
+    }
+    struct dp_run_result res[5];
+    for (int i = 0; i < n; i++)
+        CHECK_EQ(dp_run_predict(&runs[i], &res[i], &err), 0);
+    struct dp_run_pair *p = NULL;
+    int np = 0;
+    CHECK_EQ(dp_run_pairs(runs, res, n, &p, &np, &err), 0);
+    CHECK_EQ(np, 2);
+    if (np == 2) {
+        /* The A100 comes first (its profile's name sorts first): 10 s / 4 s and 10 s / 5 s. */
+        CHECK_STR(runs[p[0].a].id, "a100");
+        CHECK_STR(runs[p[0].b].id, "h100");
+        CHECK_STR(runs[p[1].b].id, "h100-again");
+        CHECK_NEAR(p[0].measured, 2.5, 1e-12);
+        CHECK_NEAR(p[1].measured, 2.0, 1e-12);
+        CHECK_NEAR(p[0].error, p[0].predicted / 2.5 - 1, 1e-12);
+        /* The same step on the two GPUs: an H100 SXM5 is faster than an A100 80GB by no less
+         * than its slowest hardware ratio (NVLink 4 over 3: 450 / 300 GB/s per direction)
+         * and by no more than its largest (dense bf16 peak: 989.4 / 312 TFLOP/s). */
+        CHECK(p[0].predicted > 1.5 && p[0].predicted < 989.4 / 312);
+        CHECK_NEAR(p[0].predicted, p[1].predicted, 1e-12);
+        struct dp_val_stats s = dp_pair_stats(runs, p, np, "a100-sxm4-80gb", "h100-sxm5-80gb");
+        CHECK_EQ(s.n, 2);
+        CHECK_EQ(dp_pair_stats(runs, p, np, "h100-sxm5-80gb", "a100-sxm4-80gb").n, 0);
+        CHECK_EQ(dp_pair_stats(runs, p, np, NULL, NULL).n, 2);
+    }
+    free(p);
+    free(runs);
+}
+
 int main(void)
 {
     if (!mkdtemp(tmpdir))
@@ -284,6 +348,7 @@ int main(void)
     test_waiting_and_stats();
     test_layout_knobs();
     test_memory_peaks();
+    test_gpu_pairs();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0)
