@@ -524,6 +524,10 @@ int cmd_validate(int argc, char **argv)
             cJSON_AddNumberToObject(e, "measured_s", res[i].measured_s);
             cJSON_AddNumberToObject(e, "predicted_s", res[i].predicted_s);
             cJSON_AddNumberToObject(e, "error", res[i].error);
+            /* The memory model's peak for the layout (it ran, so it fit): how tight it was. */
+            cJSON_AddNumberToObject(e, "predicted_peak_gib", cli_gib(res[i].peak_bytes));
+            cJSON_AddNumberToObject(e, "usable_gib",
+                                    cli_gib(dp_gpu_usable_bytes(&runs[i].cluster.gpu)));
             cJSON_AddBoolToObject(e, "held_out", runs[i].held_out);
             cJSON_AddBoolToObject(e, "underspecified", runs[i].underspecified);
             if (runs[i].waiting_for[0])

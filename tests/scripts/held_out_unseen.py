@@ -6,7 +6,8 @@
 The GEMM curves of the GPU profiles are fitted by `dplan calibrate` on the scored runs
 that are not held out (every third scored run of a file with "held_out_rule":
 "every-third" is held out). This script checks, on copies of the dense runs files
-(every file but moe.json and sc21-table2-zero3.json, which have gates of their own):
+(every file but moe.json, sc21-table2-zero3.json and mosaicml-a100-40gb.json, which have
+gates of their own: OWN_GATE below, as tests/CMakeLists.txt lists them):
   1. there are held-out runs, on every GPU that has a fit, and the shipped profiles'
      curves are what `dplan calibrate` fits on the shipped runs, within a relative 2e-3:
      they were fitted so, and later changes of the step-time model move that fit a
@@ -31,7 +32,8 @@ import sys
 import tempfile
 
 dplan, vdir, mean_bar, worst_bar = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-dense = sorted(f for f in glob.glob(os.path.join(vdir, "*.json")) if os.path.basename(f) not in ("moe.json", "sc21-table2-zero3.json"))
+OWN_GATE = ("moe.json", "sc21-table2-zero3.json", "mosaicml-a100-40gb.json")
+dense = sorted(f for f in glob.glob(os.path.join(vdir, "*.json")) if os.path.basename(f) not in OWN_GATE)
 # Where each kind of measurement says "slower": a time grows, a throughput shrinks.
 SLOWER = {"iteration_time_s": 2.0, "tokens_per_s": 0.5, "tokens_per_s_per_gpu": 0.5,
           "tflops_per_gpu": 0.5}
