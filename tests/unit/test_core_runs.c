@@ -26,6 +26,16 @@ static const char *write_file(const char *name, const char *text)
     return path;
 }
 
+/* Load a runs file that must load; false (with the reason on stderr) when it does not. */
+static bool load_ok(const char *file, struct dp_run **runs, int *n)
+{
+    struct dp_err err = {0};
+    CHECK_EQ(dp_runs_load(file, runs, n, &err), 0);
+    if (err.code)
+        fprintf(stderr, "%s\n", err.msg);
+    return err.code == 0;
+}
+
 /* One run on 8 tiny-gpt GPUs (dgx-h100: one node of 8); gbs 16 x seq 64 = 1024 tokens. */
 static void add_run(char *buf, size_t cap, const char *id, const char *meas, const char *extra)
 {
@@ -53,11 +63,8 @@ static void test_held_out_rule(void)
     struct dp_run *runs;
     int n;
     struct dp_err err = {0};
-    CHECK_EQ(dp_runs_load(file, &runs, &n, &err), 0);
-    if (err.code) {
-        fprintf(stderr, "%s\n", err.msg);
+    if (!load_ok(file, &runs, &n))
         return;
-    }
     CHECK_EQ(n, 7);
     /* Scored runs a, b, c, d, e, f: the 3rd (c) and the 6th (f) are held out; the
      * underspecified u does not count. */
@@ -88,11 +95,8 @@ static void test_held_out_rule(void)
     strcat(nofit, "]}");
     file = write_file("nofit.json", nofit);
     dp_err_clear(&err);
-    CHECK_EQ(dp_runs_load(file, &runs, &n, &err), 0);
-    if (err.code) {
-        fprintf(stderr, "%s\n", err.msg);
+    if (!load_ok(file, &runs, &n))
         return;
-    }
     CHECK(runs[0].held_out && runs[1].held_out);
     CHECK(dp_run_scored(&runs[0]) && !dp_run_scored(&runs[1]));
     CHECK_STR(runs[1].needs, "hsdp");
@@ -114,11 +118,8 @@ static void test_waiting_and_stats(void)
     struct dp_run *runs;
     int n;
     struct dp_err err = {0};
-    CHECK_EQ(dp_runs_load(file, &runs, &n, &err), 0);
-    if (err.code) {
-        fprintf(stderr, "%s\n", err.msg);
+    if (!load_ok(file, &runs, &n))
         return;
-    }
     CHECK_EQ(n, 2);
     CHECK(!dp_run_scored(&runs[1]));
     struct dp_run_result res[2];
@@ -228,11 +229,8 @@ static void test_memory_peaks(void)
     struct dp_run *runs;
     int n;
     struct dp_err err = {0};
-    CHECK_EQ(dp_runs_load(file, &runs, &n, &err), 0);
-    if (err.code) {
-        fprintf(stderr, "%s\n", err.msg);
+    if (!load_ok(file, &runs, &n))
         return;
-    }
     CHECK_EQ(n, 5);
     CHECK(!runs[0].has_time && !dp_run_scored(&runs[0]) && dp_run_mem_scored(&runs[0]));
     CHECK(runs[1].has_time && !dp_run_mem_scored(&runs[1]));
@@ -306,11 +304,8 @@ static void test_gpu_pairs(void)
     struct dp_run *runs;
     int n;
     struct dp_err err = {0};
-    CHECK_EQ(dp_runs_load(file, &runs, &n, &err), 0);
-    if (err.code) {
-        fprintf(stderr, "%s\n", err.msg);
+    if (!load_ok(file, &runs, &n))
         return;
-    }
     struct dp_run_result res[5];
     for (int i = 0; i < n; i++)
         CHECK_EQ(dp_run_predict(&runs[i], &res[i], &err), 0);
