@@ -39,12 +39,15 @@ static const char help[] =
     "                            same quantity; mean and worst per source and per framework,\n"
     "                            and the allocator slack that fits the fitted reserved peaks;\n"
     "                            the bars then apply to these errors\n"
-    "  --pairs                   GPU against GPU: every two scored runs of the same model\n"
-    "                            architecture, layout and GPU count on two GPU profiles (a\n"
-    "                            source's table measured on two machines), the measured speed\n"
-    "                            ratio against the predicted one; mean and worst per GPU pair.\n"
-    "                            The framework's own efficiency cancels in a ratio, so this\n"
-    "                            tests what the model says of one GPU against another;\n"
+    "  --pairs                   one choice against another: the measured time ratio of two\n"
+    "                            scored runs that differ in one thing against the predicted\n"
+    "                            one. GPU pairs: the same model architecture, layout and GPU\n"
+    "                            count on two GPU profiles (what whatif compares). Layout\n"
+    "                            pairs: one source's runs of the same model on the same GPUs\n"
+    "                            with the same work per step (gbs x seq) under two layouts\n"
+    "                            (what suggest ranks), and how often the faster one is\n"
+    "                            predicted faster where they are measured more than 3% apart.\n"
+    "                            The framework's own efficiency cancels in a ratio.\n"
     "                            --max-mean-error then applies to the pairs' errors\n"
     "  --json                    machine-readable results\n"
     "  --verbose                 the predicted breakdown of each run\n"
@@ -56,7 +59,10 @@ static const char help[] =
     "  --max-mean-error PCT      mean |error| of all scored runs\n"
     "  --max-fitted-mean PCT     mean |error| of the runs the curves were fitted on\n"
     "  --max-held-out-mean PCT   mean |error| of the held-out runs\n"
-    "  --max-held-out-worst PCT  worst |error| of the held-out runs\n";
+    "  --max-held-out-worst PCT  worst |error| of the held-out runs\n"
+    "  --min-rank-agreement PCT  with --pairs: the share of the layout pairs measured more\n"
+    "                            than 3% apart whose faster run is predicted faster (exit 1\n"
+    "                            below it)\n";
 
 const char *cli_default_runs(void)
 {
@@ -316,22 +322,12 @@ static int validate_memory(struct dp_run *runs, int n, bool json, double bars[4]
     return rc;
 }
 
-/* `dplan validate --pairs`: measured against predicted speed ratios of the same runs on
- * two GPUs. */
-static int validate_pairs(const struct dp_run *runs, const struct dp_run_result *res, int n,
-                          bool json, double bar_mean)
+/* The distinct (first GPU, second GPU) of the GPU pairs, as the index of a pair of each, in
+ * first-seen order. */
+static int gpu_pair_kinds(const struct dp_run *runs, const struct dp_run_pair *p, int np,
+                          int *first)
 {
-    struct dp_err err = {0};
-    struct dp_run_pair *p = NULL;
-    int np = 0;
-    if (dp_run_pairs(runs, res, n, &p, &np, &err))
-        return cli_fail(&err);
-    /* The distinct GPU pairs, in first-seen order. */
-    int *first = malloc((size_t)(np > 0 ? np : 1) * sizeof *first), k = 0;
-    if (!first) {
-        free(p);
-        return cli_fail(&(struct dp_err){DP_ENOMEM, "out of memory"});
-    }
+    int k = 0;
     for (int i = 0; i < np; i++) {
         int j = 0;
         while (j < k &&
@@ -341,73 +337,168 @@ static int validate_pairs(const struct dp_run *runs, const struct dp_run_result 
         if (j == k)
             first[k++] = i;
     }
-    struct dp_val_stats all = dp_pair_stats(runs, p, np, NULL, NULL);
-    if (json) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON *a = cJSON_AddArrayToObject(o, "pairs");
-        for (int i = 0; i < np; i++) {
-            cJSON *e = cJSON_CreateObject();
-            cJSON_AddStringToObject(e, "first", runs[p[i].a].id);
-            cJSON_AddStringToObject(e, "second", runs[p[i].b].id);
+    return k;
+}
+
+static cJSON *pairs_json(const struct dp_run *runs, const struct dp_run_pair *p, int np)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < np; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "first", runs[p[i].a].id);
+        cJSON_AddStringToObject(e, "second", runs[p[i].b].id);
+        if (p[i].kind == DP_PAIR_GPU) {
             cJSON_AddStringToObject(e, "first_gpu", runs[p[i].a].cluster.gpu.name);
             cJSON_AddStringToObject(e, "second_gpu", runs[p[i].b].cluster.gpu.name);
-            cJSON_AddNumberToObject(e, "measured_ratio", p[i].measured);
-            cJSON_AddNumberToObject(e, "predicted_ratio", p[i].predicted);
-            cJSON_AddNumberToObject(e, "error", p[i].error);
-            cJSON_AddItemToArray(a, e);
+        } else {
+            cJSON_AddStringToObject(e, "source", runs[p[i].a].source_key);
+            cJSON_AddBoolToObject(e, "decided", dp_pair_decided(&p[i]));
+            cJSON_AddBoolToObject(e, "misranked", dp_pair_misranked(&p[i]));
         }
-        cJSON_AddItemToObject(o, "all", stats_json(all));
+        cJSON_AddNumberToObject(e, "measured_ratio", p[i].measured);
+        cJSON_AddNumberToObject(e, "predicted_ratio", p[i].predicted);
+        cJSON_AddNumberToObject(e, "error", p[i].error);
+        cJSON_AddItemToArray(a, e);
+    }
+    return a;
+}
+
+static void print_pairs(const struct dp_run *runs, const struct dp_run_pair *p, int np)
+{
+    printf("%-50s %-50s %8s %9s %8s\n", "first run", "second run", "measured", "predicted",
+           "error");
+    for (int i = 0; i < np; i++)
+        printf("%-50s %-50s %7.3fx %8.3fx %+7.2f%%%s\n", runs[p[i].a].id, runs[p[i].b].id,
+               p[i].measured, p[i].predicted, 100 * p[i].error,
+               dp_pair_misranked(&p[i]) ? "  misranked" : "");
+    if (np == 0)
+        printf("(no two scored runs pair)\n");
+}
+
+/* `dplan validate --pairs`: measured against predicted time ratios of the same step with one
+ * thing changed, the GPU or the layout. */
+static int validate_pairs(const struct dp_run *runs, const struct dp_run_result *res, int n,
+                          bool json, double bar_mean, double bar_rank)
+{
+    struct dp_err err = {0};
+    struct dp_run_pair *pg = NULL, *pl = NULL, *all = NULL;
+    int ng = 0, nl = 0;
+    if (dp_run_pairs(runs, res, n, DP_PAIR_GPU, &pg, &ng, &err) ||
+        dp_run_pairs(runs, res, n, DP_PAIR_LAYOUT, &pl, &nl, &err)) {
+        free(pg);
+        return cli_fail(&err);
+    }
+    int *first = malloc((size_t)(ng > 0 ? ng : 1) * sizeof *first);
+    all = malloc((size_t)(ng + nl > 0 ? ng + nl : 1) * sizeof *all);
+    if (!first || !all) {
+        free(first);
+        free(all);
+        free(pg);
+        free(pl);
+        return cli_fail(&(struct dp_err){DP_ENOMEM, "out of memory"});
+    }
+    if (ng)
+        memcpy(all, pg, (size_t)ng * sizeof *all);
+    if (nl)
+        memcpy(all + ng, pl, (size_t)nl * sizeof *all);
+    int k = gpu_pair_kinds(runs, pg, ng, first);
+    int decided = 0, right = 0;
+    for (int i = 0; i < nl; i++)
+        if (dp_pair_decided(&pl[i])) {
+            decided++;
+            right += !dp_pair_misranked(&pl[i]);
+        }
+    double rank = decided ? (double)right / decided : 0;
+    struct dp_val_stats sg = dp_pair_stats(runs, pg, ng, NULL, NULL);
+    struct dp_val_stats sl = dp_pair_stats(runs, pl, nl, NULL, NULL);
+    struct dp_val_stats sa = dp_pair_stats(runs, all, ng + nl, NULL, NULL);
+    if (json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToObject(o, "gpu_pairs", pairs_json(runs, pg, ng));
+        cJSON_AddItemToObject(o, "gpu", stats_json(sg));
         cJSON *g = cJSON_AddObjectToObject(o, "per_gpu_pair");
         for (int j = 0; j < k; j++) {
-            const char *ga = runs[p[first[j]].a].cluster.gpu.name;
-            const char *gb = runs[p[first[j]].b].cluster.gpu.name;
+            const char *ga = runs[pg[first[j]].a].cluster.gpu.name;
+            const char *gb = runs[pg[first[j]].b].cluster.gpu.name;
             char name[160];
             snprintf(name, sizeof name, "%s/%s", ga, gb);
-            cJSON_AddItemToObject(g, name, stats_json(dp_pair_stats(runs, p, np, ga, gb)));
+            cJSON_AddItemToObject(g, name, stats_json(dp_pair_stats(runs, pg, ng, ga, gb)));
         }
+        cJSON_AddItemToObject(o, "layout_pairs", pairs_json(runs, pl, nl));
+        cJSON_AddItemToObject(o, "layout", stats_json(sl));
+        cJSON *r = cJSON_AddObjectToObject(o, "layout_ranking");
+        cJSON_AddNumberToObject(r, "noise", DP_PAIR_NOISE);
+        cJSON_AddNumberToObject(r, "decided", decided);
+        cJSON_AddNumberToObject(r, "right", right);
+        cJSON_AddNumberToObject(r, "fraction", rank);
+        cJSON_AddItemToObject(o, "all", stats_json(sa));
         cli_print_json(o);
     } else {
         printf("GPU against GPU: the same model, layout and GPU count measured on two GPUs;\n"
-               "speed of the second over the first (time on the first / time on the second)\n\n");
-        printf("%-40s %-40s %8s %9s %8s\n", "run on the first GPU", "run on the second GPU",
-               "measured", "predicted", "error");
-        for (int i = 0; i < np; i++)
-            printf("%-40s %-40s %7.3fx %8.3fx %+7.2f%%\n", runs[p[i].a].id, runs[p[i].b].id,
-                   p[i].measured, p[i].predicted, 100 * p[i].error);
-        if (np == 0)
-            printf("(no two scored runs share a model, layout and GPU count on different GPUs)\n");
+               "time on the first over time on the second (the second's speed-up)\n\n");
+        print_pairs(runs, pg, ng);
         printf("\n");
-        if (all.n)
-            printf("%-28s %3d pairs: mean |error| %5.2f%%, worst %5.2f%% (%s)\n", "all pairs",
-                   all.n, 100 * all.mean, 100 * all.worst, all.worst_id);
-        if (k)
-            printf("\nper GPU pair%*s pairs  mean    worst\n", 38, "");
+        if (sg.n)
+            printf("%-28s %3d pairs: mean |error| %5.2f%%, worst %5.2f%% (%s)\n", "GPU pairs", sg.n,
+                   100 * sg.mean, 100 * sg.worst, sg.worst_id);
         for (int j = 0; j < k; j++) {
-            const char *ga = runs[p[first[j]].a].cluster.gpu.name;
-            const char *gb = runs[p[first[j]].b].cluster.gpu.name;
+            const char *ga = runs[pg[first[j]].a].cluster.gpu.name;
+            const char *gb = runs[pg[first[j]].b].cluster.gpu.name;
             char name[160];
             snprintf(name, sizeof name, "%s -> %s", ga, gb);
-            struct dp_val_stats s = dp_pair_stats(runs, p, np, ga, gb);
-            printf("  %-46s %5d %6.2f%% %6.2f%%\n", name, s.n, 100 * s.mean, 100 * s.worst);
+            struct dp_val_stats s = dp_pair_stats(runs, pg, ng, ga, gb);
+            printf("  %-46s %5d pairs: mean |error| %5.2f%%, worst %5.2f%%\n", name, s.n,
+                   100 * s.mean, 100 * s.worst);
         }
+        printf("\nLayout against layout: one source's runs of the same model on the same GPUs\n"
+               "with the same work per step (gbs x seq) under two layouts; time of the first\n"
+               "over time of the second\n\n");
+        print_pairs(runs, pl, nl);
+        printf("\n");
+        if (sl.n)
+            printf("%-28s %3d pairs: mean |error| %5.2f%%, worst %5.2f%% (%s)\n", "layout pairs",
+                   sl.n, 100 * sl.mean, 100 * sl.worst, sl.worst_id);
+        if (decided)
+            printf("the faster layout predicted faster in %d of the %d pairs measured more than "
+                   "%.0f%% apart (%.1f%%)\n",
+                   right, decided, 100 * DP_PAIR_NOISE, 100 * rank);
     }
     free(first);
-    free(p);
-    if (bar_mean >= 0 && all.n == 0) {
+    free(all);
+    free(pg);
+    free(pl);
+    if (bar_mean >= 0 && sa.n == 0) {
         fprintf(stderr, "dplan: error: --max-mean-error given, but no two runs pair\n");
         return 1;
     }
-    return over_bar("GPU pairs: mean absolute error of the speed ratios", all.mean, bar_mean);
+    if (bar_rank >= 0 && decided == 0) {
+        fprintf(stderr,
+                "dplan: error: --min-rank-agreement given, but no two layouts of a source "
+                "differ by more than %.0f%%\n",
+                100 * DP_PAIR_NOISE);
+        return 1;
+    }
+    if (over_bar("pairs: mean absolute error of the time ratios", sa.mean, bar_mean))
+        return 1;
+    if (bar_rank >= 0 && 100 * rank < bar_rank) {
+        fprintf(stderr,
+                "dplan: error: pairs: the faster layout predicted faster in %.2f%% of the "
+                "decided pairs, under the bar of %.2f%%\n",
+                100 * rank, bar_rank);
+        return 1;
+    }
+    return 0;
 }
 
 int cmd_validate(int argc, char **argv)
 {
-    enum { O_MEAN = 'e', O_FIT = 1, O_HMEAN, O_HWORST };
+    enum { O_MEAN = 'e', O_FIT = 1, O_HMEAN, O_HWORST, O_RANK };
     static const struct option opts[] = {{"json", no_argument, 0, 'j'},
                                          {"max-mean-error", required_argument, 0, O_MEAN},
                                          {"max-fitted-mean", required_argument, 0, O_FIT},
                                          {"max-held-out-mean", required_argument, 0, O_HMEAN},
                                          {"max-held-out-worst", required_argument, 0, O_HWORST},
+                                         {"min-rank-agreement", required_argument, 0, O_RANK},
                                          {"verbose", no_argument, 0, 'v'},
                                          {"memory", no_argument, 0, 'm'},
                                          {"pairs", no_argument, 0, 'p'},
@@ -416,7 +507,7 @@ int cmd_validate(int argc, char **argv)
                                          {0, 0, 0, 0}};
     bool json = false, verbose = false, memory = false, pairs = false;
     const char *svg = NULL;
-    double bar_all = -1, bar_fit = -1, bar_hmean = -1, bar_hworst = -1;
+    double bar_all = -1, bar_fit = -1, bar_hmean = -1, bar_hworst = -1, bar_rank = -1;
     int ch;
     optind = 1;
     opterr = 0;
@@ -432,6 +523,7 @@ int cmd_validate(int argc, char **argv)
         case O_FIT: rc = parse_pct("max-fitted-mean", optarg, &bar_fit); break;
         case O_HMEAN: rc = parse_pct("max-held-out-mean", optarg, &bar_hmean); break;
         case O_HWORST: rc = parse_pct("max-held-out-worst", optarg, &bar_hworst); break;
+        case O_RANK: rc = parse_pct("min-rank-agreement", optarg, &bar_rank); break;
         case 'h': fputs(help, stdout); return 0;
         default: return 2;
         }
@@ -441,12 +533,15 @@ int cmd_validate(int argc, char **argv)
     if (svg && memory)
         return cli_usage_error("validate", "--svg draws the step-time errors, not --memory's");
     if (pairs && (memory || svg))
-        return cli_usage_error("validate", "--pairs compares GPUs' step times: not with %s",
+        return cli_usage_error("validate", "--pairs compares step times: not with %s",
                                memory ? "--memory" : "--svg");
     if (pairs && (bar_fit >= 0 || bar_hmean >= 0 || bar_hworst >= 0))
         return cli_usage_error("validate",
-                               "--pairs takes --max-mean-error only (a pair has no fitted or "
-                               "held-out side)");
+                               "--pairs takes --max-mean-error and --min-rank-agreement only (a "
+                               "pair has no fitted or held-out side)");
+    if (!pairs && bar_rank >= 0)
+        return cli_usage_error("validate", "--min-rank-agreement ranks the layout pairs: it needs "
+                                           "--pairs");
     bool svg_stdout = svg && strcmp(svg, "-") == 0;
     if (svg_stdout && json)
         return cli_usage_error("validate", "--svg - and --json both want stdout");
@@ -484,7 +579,7 @@ int cmd_validate(int argc, char **argv)
             return cli_fail(&err);
         }
     if (pairs) {
-        int prc = validate_pairs(runs, res, n, json, bar_all);
+        int prc = validate_pairs(runs, res, n, json, bar_all, bar_rank);
         free(res);
         free(runs);
         return prc;

@@ -1,23 +1,26 @@
 /*
- * GPU against GPU: two runs of the same model under the same layout on the same number of
- * GPUs of two kinds, measured by one source with one software stack, differ only in the
- * hardware. Their measured speed ratio tests what the step-time model says of one GPU
- * against another (the question `dplan whatif` answers), apart from the framework's own
- * efficiency, which the ratio cancels.
+ * One choice against another, as published: the same training step measured twice by
+ * one source with one thing changed. Two runs of the same model under the same layout on
+ * the same number of GPUs of two kinds test what the model says of one GPU against another
+ * (the question `dplan whatif` answers); two runs of one source on the same GPUs doing the
+ * same work per step under two layouts test what it says of one layout against another
+ * (the ranking `dplan suggest` makes). In a ratio the framework's own efficiency, which
+ * both runs share, cancels.
  */
 #include "validate.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* What must agree for two runs to pair: the model's architecture (not its name) and the
- * layout, as their JSON, and the GPU count. NULL when out of memory. */
-static char *config_key(const struct dp_run *r)
+/* The JSON of the model's architecture (not its name) and, for GPU pairs, the layout. NULL
+ * when out of memory. */
+static char *key_json(const struct dp_run *r, bool with_layout)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON *m = dp_model_to_json(&r->model);
-    cJSON *l = dp_layout_to_json(&r->layout);
+    cJSON *l = with_layout ? dp_layout_to_json(&r->layout) : cJSON_CreateNull();
     if (!o || !m || !l) {
         cJSON_Delete(o);
         cJSON_Delete(m);
@@ -27,30 +30,59 @@ static char *config_key(const struct dp_run *r)
     cJSON_DeleteItemFromObjectCaseSensitive(m, "name");
     cJSON_AddItemToObject(o, "model", m);
     cJSON_AddItemToObject(o, "layout", l);
-    cJSON_AddNumberToObject(o, "gpus", dp_cluster_gpus(&r->cluster));
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return s;
 }
 
+static char *layout_json(const struct dp_run *r)
+{
+    cJSON *l = dp_layout_to_json(&r->layout);
+    char *s = l ? cJSON_PrintUnformatted(l) : NULL;
+    cJSON_Delete(l);
+    return s;
+}
+
+/* Whether runs i and j (scored, keys set) make a pair of this kind; *swap when j's GPU
+ * name sorts before i's (GPU pairs put that one first). */
+static bool pairs_with(const struct dp_run *a, const struct dp_run *b, const char *ka,
+                       const char *kb, const char *la, const char *lb, enum dp_pair_kind kind,
+                       bool *swap)
+{
+    *swap = false;
+    if (dp_cluster_gpus(&a->cluster) != dp_cluster_gpus(&b->cluster) || strcmp(ka, kb) != 0)
+        return false;
+    int c = strcmp(a->cluster.gpu.name, b->cluster.gpu.name);
+    if (kind == DP_PAIR_GPU) {
+        *swap = c > 0;
+        return c != 0;
+    }
+    return c == 0 && strcmp(a->source_key, b->source_key) == 0 &&
+           (double)a->layout.gbs * a->layout.seq_len == (double)b->layout.gbs * b->layout.seq_len &&
+           strcmp(la, lb) != 0;
+}
+
 int dp_run_pairs(const struct dp_run *runs, const struct dp_run_result *res, int n,
-                 struct dp_run_pair **out, int *npairs, struct dp_err *err)
+                 enum dp_pair_kind kind, struct dp_run_pair **out, int *npairs, struct dp_err *err)
 {
     *out = NULL;
     *npairs = 0;
-    char **key = calloc((size_t)(n > 0 ? n : 1), sizeof *key);
-    if (!key)
-        return dp_err_set(err, DP_ENOMEM, "out of memory");
-    int rc = 0, cap = 0;
-    for (int i = 0; i < n && !rc; i++)
-        if (dp_run_scored(&runs[i]) && !(key[i] = config_key(&runs[i])))
+    size_t cnt = (size_t)(n > 0 ? n : 1);
+    char **key = calloc(cnt, sizeof *key), **lay = calloc(cnt, sizeof *lay);
+    int rc = key && lay ? 0 : dp_err_set(err, DP_ENOMEM, "out of memory"), cap = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        if (!dp_run_scored(&runs[i]))
+            continue;
+        key[i] = key_json(&runs[i], kind == DP_PAIR_GPU);
+        lay[i] = layout_json(&runs[i]);
+        if (!key[i] || !lay[i])
             rc = dp_err_set(err, DP_ENOMEM, "out of memory");
+    }
     for (int i = 0; i < n && !rc; i++) {
         for (int j = i + 1; j < n && key[i] && !rc; j++) {
-            if (!key[j] || strcmp(key[i], key[j]) != 0)
-                continue;
-            int c = strcmp(runs[i].cluster.gpu.name, runs[j].cluster.gpu.name);
-            if (c == 0)
+            bool swap;
+            if (!key[j] ||
+                !pairs_with(&runs[i], &runs[j], key[i], key[j], lay[i], lay[j], kind, &swap))
                 continue;
             if (*npairs == cap) {
                 int ncap = cap ? 2 * cap : 16;
@@ -63,16 +95,20 @@ int dp_run_pairs(const struct dp_run *runs, const struct dp_run_result *res, int
                 cap = ncap;
             }
             struct dp_run_pair *p = &(*out)[(*npairs)++];
-            p->a = c < 0 ? i : j;
-            p->b = c < 0 ? j : i;
+            p->kind = kind;
+            p->a = swap ? j : i;
+            p->b = swap ? i : j;
             p->measured = res[p->a].measured_s / res[p->b].measured_s;
             p->predicted = res[p->a].predicted_s / res[p->b].predicted_s;
             p->error = p->predicted / p->measured - 1;
         }
     }
-    for (int i = 0; i < n; i++)
+    for (int i = 0; key && lay && i < n; i++) {
         cJSON_free(key[i]);
+        cJSON_free(lay[i]);
+    }
     free(key);
+    free(lay);
     if (rc) {
         free(*out);
         *out = NULL;
@@ -90,7 +126,7 @@ struct dp_val_stats dp_pair_stats(const struct dp_run *runs, const struct dp_run
         if (gpu_a && (strcmp(runs[p->a].cluster.gpu.name, gpu_a) != 0 ||
                       strcmp(runs[p->b].cluster.gpu.name, gpu_b) != 0))
             continue;
-        double e = p->error < 0 ? -p->error : p->error;
+        double e = fabs(p->error);
         s.mean += e;
         s.n++;
         if (e > s.worst || s.n == 1) {
@@ -101,4 +137,14 @@ struct dp_val_stats dp_pair_stats(const struct dp_run *runs, const struct dp_run
     if (s.n)
         s.mean /= s.n;
     return s;
+}
+
+bool dp_pair_decided(const struct dp_run_pair *p)
+{
+    return fabs(log(p->measured)) > log(1 + DP_PAIR_NOISE);
+}
+
+bool dp_pair_misranked(const struct dp_run_pair *p)
+{
+    return dp_pair_decided(p) && (p->measured > 1) != (p->predicted > 1);
 }

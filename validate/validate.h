@@ -41,22 +41,35 @@ struct dp_val_stats dp_val_stats(const struct dp_run *runs, const struct dp_run_
                                  const char *framework);
 
 /*
- * GPU against GPU: the pairs of scored runs with the same model architecture, layout and
- * GPU count on two different GPU profiles (one source's table measured on two machines).
- * `a` is the run whose GPU name sorts first; the ratios are time on a's GPU over time on
- * b's (b's speed-up), measured and predicted. *out is malloc'ed (free it); none is fine.
+ * One choice against another: pairs of scored runs that differ in one thing.
+ * DP_PAIR_GPU: the same model architecture, layout and GPU count on two GPU profiles (one
+ * source's table measured on two machines); `a` is the run whose GPU name sorts first.
+ * DP_PAIR_LAYOUT: one source's runs of the same model on the same GPUs (profile and count)
+ * doing the same work per step (gbs x seq) under two different layouts; `a` comes first in
+ * the runs. The ratios are time of a over time of b, measured and predicted. *out is
+ * malloc'ed (free it); none is fine.
  */
+enum dp_pair_kind { DP_PAIR_GPU, DP_PAIR_LAYOUT };
 struct dp_run_pair {
+    enum dp_pair_kind kind;
     int a, b;                   /* indices into the runs */
     double measured, predicted; /* t_a / t_b */
     double error;               /* predicted / measured - 1 */
 };
 int dp_run_pairs(const struct dp_run *runs, const struct dp_run_result *res, int n,
-                 struct dp_run_pair **out, int *npairs, struct dp_err *err);
+                 enum dp_pair_kind kind, struct dp_run_pair **out, int *npairs, struct dp_err *err);
 /* Statistics over the pairs; gpu_a, gpu_b NULL = every pair, else only those pairs (worst_id
  * names the pair's second run). */
 struct dp_val_stats dp_pair_stats(const struct dp_run *runs, const struct dp_run_pair *pairs, int n,
                                   const char *gpu_a, const char *gpu_b);
+/* The spread of a published step time measured again: Megatron-Bridge's containers 25.09 to
+ * 26.06 on one layout spread by 2-3% on Llama 3 8B and 70B (5% on 405B). A pair measured
+ * closer than this has no faster side to rank. */
+#define DP_PAIR_NOISE 0.03
+/* The measured times differ by more than DP_PAIR_NOISE. */
+bool dp_pair_decided(const struct dp_run_pair *p);
+/* Decided, and the prediction puts the other run first. */
+bool dp_pair_misranked(const struct dp_run_pair *p);
 
 /*
  * Memory: the predicted peak of a run with a measured one, read as the run measured it:

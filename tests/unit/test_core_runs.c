@@ -311,7 +311,7 @@ static void test_gpu_pairs(void)
         CHECK_EQ(dp_run_predict(&runs[i], &res[i], &err), 0);
     struct dp_run_pair *p = NULL;
     int np = 0;
-    CHECK_EQ(dp_run_pairs(runs, res, n, &p, &np, &err), 0);
+    CHECK_EQ(dp_run_pairs(runs, res, n, DP_PAIR_GPU, &p, &np, &err), 0);
     CHECK_EQ(np, 2);
     if (np == 2) {
         /* The A100 comes first (its profile's name sorts first): 10 s / 4 s and 10 s / 5 s. */
@@ -335,6 +335,56 @@ static void test_gpu_pairs(void)
     free(runs);
 }
 
+static void test_layout_pairs(void)
+{
+    /* Layout pairs: one source's runs of Llama 2 7B on the same 8 H100s with the same work per
+     * step (8 x 4096 tokens) under two layouts. zero 3 vs zero 1 pair; the ZeRO-3 run of
+     * another source does not, nor the run with twice the batch, nor the A100 one. */
+    char text[4096] = "{\"dplan_runs\": 1, \"runs\": [";
+    add_node_run(text, sizeof text, "z3", "dgx-h100", 1, 10, "");
+    add_node_run(text, sizeof text, "z3-other-source", "dgx-h100", 1, 11,
+                 ", \"source_key\": \"other\"");
+    add_node_run(text, sizeof text, "z3-mbs2", "dgx-h100", 2, 19, "");
+    add_node_run(text, sizeof text, "z3-a100", "dgx-a100-80gb", 1, 25, "");
+    size_t len = strlen(text);
+    snprintf(text + len, sizeof text - len,
+             ", {\"id\": \"z1\", \"source\": \"test\", \"model\": \"llama2-7b\", \"system\": "
+             "\"dgx-h100\", \"nodes\": 1, \"layout\": {\"tp\": 1, \"pp\": 1, \"dp\": 8, "
+             "\"mbs\": 1, \"gbs\": 8, \"seq_len\": 4096, \"zero\": 1}, \"measured\": "
+             "{\"iteration_time_s\": 8}}]}");
+    const char *file = write_file("layouts.json", text);
+    struct dp_run *runs;
+    int n;
+    if (!load_ok(file, &runs, &n))
+        return;
+    struct dp_err err = {0};
+    struct dp_run_result res[5];
+    for (int i = 0; i < n; i++)
+        CHECK_EQ(dp_run_predict(&runs[i], &res[i], &err), 0);
+    struct dp_run_pair *p = NULL;
+    int np = 0;
+    CHECK_EQ(dp_run_pairs(runs, res, n, DP_PAIR_LAYOUT, &p, &np, &err), 0);
+    CHECK_EQ(np, 1);
+    if (np == 1) {
+        CHECK_STR(runs[p[0].a].id, "z3");
+        CHECK_STR(runs[p[0].b].id, "z1");
+        CHECK_NEAR(p[0].measured, 10.0 / 8.0, 1e-12);
+        /* ZeRO-1 keeps the parameters gathered: on one NVLink node it is not slower than
+         * ZeRO-3, which gathers them again every micro-batch, so the pair is ranked right. */
+        CHECK(p[0].predicted >= 1);
+        CHECK(dp_pair_decided(&p[0]) && !dp_pair_misranked(&p[0]));
+        /* A pair measured within the noise has no faster side; one measured the other way
+         * round is misranked. */
+        struct dp_run_pair q = p[0];
+        q.measured = 1.02;
+        CHECK(!dp_pair_decided(&q) && !dp_pair_misranked(&q));
+        q.measured = 0.9;
+        CHECK(dp_pair_misranked(&q));
+    }
+    free(p);
+    free(runs);
+}
+
 int main(void)
 {
     if (!mkdtemp(tmpdir))
@@ -344,6 +394,7 @@ int main(void)
     test_layout_knobs();
     test_memory_peaks();
     test_gpu_pairs();
+    test_layout_pairs();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0)
