@@ -57,9 +57,8 @@ static bool pairs_with(const struct dp_run *a, const struct dp_run *b, const cha
         *swap = c > 0;
         return c != 0;
     }
-    return c == 0 && strcmp(a->source_key, b->source_key) == 0 &&
-           (double)a->layout.gbs * a->layout.seq_len == (double)b->layout.gbs * b->layout.seq_len &&
-           strcmp(la, lb) != 0;
+    return c == 0 && strcmp(a->source_key, b->source_key) == 0 && a->layout.gbs == b->layout.gbs &&
+           a->layout.seq_len == b->layout.seq_len && strcmp(la, lb) != 0;
 }
 
 int dp_run_pairs(const struct dp_run *runs, const struct dp_run_result *res, int n,

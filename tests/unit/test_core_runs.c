@@ -338,9 +338,10 @@ static void test_gpu_pairs(void)
 static void test_layout_pairs(void)
 {
     /* Layout pairs: one source's runs of Llama 2 7B on the same 8 H100s with the same work per
-     * step (8 x 4096 tokens) under two layouts. zero 3 vs zero 1 pair; the ZeRO-3 run of
-     * another source does not, nor the run with twice the batch, nor the A100 one. */
-    char text[4096] = "{\"dplan_runs\": 1, \"runs\": [";
+     * step (8 sequences of 4096 tokens) under two layouts. zero 3 vs zero 1 pair; the ZeRO-3
+     * run of another source does not, nor the run with twice the batch, nor the A100 one, nor
+     * the one with as many tokens in sequences half as long (less attention work). */
+    char text[8192] = "{\"dplan_runs\": 1, \"runs\": [";
     add_node_run(text, sizeof text, "z3", "dgx-h100", 1, 10, "");
     add_node_run(text, sizeof text, "z3-other-source", "dgx-h100", 1, 11,
                  ", \"source_key\": \"other\"");
@@ -351,14 +352,17 @@ static void test_layout_pairs(void)
              ", {\"id\": \"z1\", \"source\": \"test\", \"model\": \"llama2-7b\", \"system\": "
              "\"dgx-h100\", \"nodes\": 1, \"layout\": {\"tp\": 1, \"pp\": 1, \"dp\": 8, "
              "\"mbs\": 1, \"gbs\": 8, \"seq_len\": 4096, \"zero\": 1}, \"measured\": "
-             "{\"iteration_time_s\": 8}}]}");
+             "{\"iteration_time_s\": 8}}, {\"id\": \"z3-half-seq\", \"source\": \"test\", "
+             "\"model\": \"llama2-7b\", \"system\": \"dgx-h100\", \"nodes\": 1, \"layout\": "
+             "{\"tp\": 1, \"pp\": 1, \"dp\": 8, \"mbs\": 2, \"gbs\": 16, \"seq_len\": 2048, "
+             "\"zero\": 3}, \"measured\": {\"iteration_time_s\": 9}}]}");
     const char *file = write_file("layouts.json", text);
     struct dp_run *runs;
     int n;
     if (!load_ok(file, &runs, &n))
         return;
     struct dp_err err = {0};
-    struct dp_run_result res[5];
+    struct dp_run_result res[6];
     for (int i = 0; i < n; i++)
         CHECK_EQ(dp_run_predict(&runs[i], &res[i], &err), 0);
     struct dp_run_pair *p = NULL;
