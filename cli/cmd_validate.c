@@ -44,7 +44,7 @@ static const char help[] =
     "                            one. GPU pairs: the same model architecture, layout and GPU\n"
     "                            count on two GPU profiles (what whatif compares). Layout\n"
     "                            pairs: one source's runs of the same model on the same GPUs\n"
-    "                            with the same work per step (gbs x seq) under two layouts\n"
+    "                            with the same batch (gbs, sequence length) under two layouts\n"
     "                            (what suggest ranks), and how often the faster one is\n"
     "                            predicted faster where they are measured more than 3% apart.\n"
     "                            The framework's own efficiency cancels in a ratio.\n"
@@ -451,7 +451,7 @@ static int validate_pairs(const struct dp_run *runs, const struct dp_run_result 
                    100 * s.mean, 100 * s.worst);
         }
         printf("\nLayout against layout: one source's runs of the same model on the same GPUs\n"
-               "with the same work per step (gbs x seq) under two layouts; time of the first\n"
+               "with the same batch (gbs, sequence length) under two layouts; time of the first\n"
                "over time of the second\n\n");
         print_pairs(runs, pl, nl);
         printf("\n");

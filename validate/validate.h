@@ -45,7 +45,7 @@ struct dp_val_stats dp_val_stats(const struct dp_run *runs, const struct dp_run_
  * DP_PAIR_GPU: the same model architecture, layout and GPU count on two GPU profiles (one
  * source's table measured on two machines); `a` is the run whose GPU name sorts first.
  * DP_PAIR_LAYOUT: one source's runs of the same model on the same GPUs (profile and count)
- * doing the same work per step (gbs x seq) under two different layouts; `a` comes first in
+ * with the same batch (gbs and sequence length) under two different layouts; `a` comes first in
  * the runs. The ratios are time of a over time of b, measured and predicted. *out is
  * malloc'ed (free it); none is fine.
  */
