@@ -375,6 +375,36 @@ static void print_pairs(const struct dp_run *runs, const struct dp_run_pair *p, 
         printf("(no two scored runs pair)\n");
 }
 
+/* The layout pairs per source, in first-seen order: pairs, mean |error|, and of those measured
+ * more than DP_PAIR_NOISE apart, how many are ranked right. */
+static void print_layout_sources(const struct dp_run *runs, const struct dp_run_pair *p, int np)
+{
+    if (np == 0)
+        return;
+    printf("\nper source%*s pairs  mean    ranked right\n", 20, "");
+    for (int i = 0; i < np; i++) {
+        const char *src = runs[p[i].a].source_key;
+        int j = 0;
+        while (j < i && strcmp(runs[p[j].a].source_key, src) != 0)
+            j++;
+        if (j < i)
+            continue; /* printed with its first pair */
+        int cnt = 0, dec = 0, ok = 0;
+        double sum = 0;
+        for (int k = i; k < np; k++) {
+            if (strcmp(runs[p[k].a].source_key, src) != 0)
+                continue;
+            cnt++;
+            sum += fabs(p[k].error);
+            if (dp_pair_decided(&p[k])) {
+                dec++;
+                ok += !dp_pair_misranked(&p[k]);
+            }
+        }
+        printf("  %-26s %5d %6.2f%%   %d of %d\n", src, cnt, 100 * sum / cnt, ok, dec);
+    }
+}
+
 /* `dplan validate --pairs`: measured against predicted time ratios of the same step with one
  * thing changed, the GPU or the layout. */
 static int validate_pairs(const struct dp_run *runs, const struct dp_run_result *res, int n,
@@ -462,6 +492,7 @@ static int validate_pairs(const struct dp_run *runs, const struct dp_run_result 
             printf("the faster layout predicted faster in %d of the %d pairs measured more than "
                    "%.0f%% apart (%.1f%%)\n",
                    right, decided, 100 * DP_PAIR_NOISE, 100 * rank);
+        print_layout_sources(runs, pl, nl);
     }
     free(first);
     free(all);
