@@ -322,20 +322,31 @@ static int validate_memory(struct dp_run *runs, int n, bool json, double bars[4]
     return rc;
 }
 
-/* The distinct (first GPU, second GPU) of the GPU pairs, as the index of a pair of each, in
- * first-seen order. */
-static int gpu_pair_kinds(const struct dp_run *runs, const struct dp_run_pair *p, int np,
-                          int *first)
+static bool same_str(const char *a, const char *b)
+{
+    return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+/* The groups the pairs fall into, in first-seen order, each as the filter that selects it:
+ * GPU pairs by (first GPU, second GPU), layout pairs by source. *out has room for np. */
+static int pair_groups(const struct dp_run *runs, const struct dp_run_pair *p, int np,
+                       struct dp_pair_filter *out)
 {
     int k = 0;
     for (int i = 0; i < np; i++) {
+        struct dp_pair_filter f = {0};
+        if (p[i].kind == DP_PAIR_GPU) {
+            f.gpu_a = runs[p[i].a].cluster.gpu.name;
+            f.gpu_b = runs[p[i].b].cluster.gpu.name;
+        } else {
+            f.source = runs[p[i].a].source_key;
+        }
         int j = 0;
-        while (j < k &&
-               !(strcmp(runs[p[first[j]].a].cluster.gpu.name, runs[p[i].a].cluster.gpu.name) == 0 &&
-                 strcmp(runs[p[first[j]].b].cluster.gpu.name, runs[p[i].b].cluster.gpu.name) == 0))
+        while (j < k && !(same_str(out[j].gpu_a, f.gpu_a) && same_str(out[j].gpu_b, f.gpu_b) &&
+                          same_str(out[j].source, f.source)))
             j++;
         if (j == k)
-            first[k++] = i;
+            out[k++] = f;
     }
     return k;
 }
@@ -375,34 +386,20 @@ static void print_pairs(const struct dp_run *runs, const struct dp_run_pair *p, 
         printf("(no two scored runs pair)\n");
 }
 
-/* The layout pairs per source, in first-seen order: pairs, mean |error|, and of those measured
- * more than DP_PAIR_NOISE apart, how many are ranked right. */
-static void print_layout_sources(const struct dp_run *runs, const struct dp_run_pair *p, int np)
+static void print_pair_stats(const char *label, struct dp_pair_stats s)
 {
-    if (np == 0)
-        return;
-    printf("\nper source%*s pairs  mean    ranked right\n", 20, "");
-    for (int i = 0; i < np; i++) {
-        const char *src = runs[p[i].a].source_key;
-        int j = 0;
-        while (j < i && strcmp(runs[p[j].a].source_key, src) != 0)
-            j++;
-        if (j < i)
-            continue; /* printed with its first pair */
-        int cnt = 0, dec = 0, ok = 0;
-        double sum = 0;
-        for (int k = i; k < np; k++) {
-            if (strcmp(runs[p[k].a].source_key, src) != 0)
-                continue;
-            cnt++;
-            sum += fabs(p[k].error);
-            if (dp_pair_decided(&p[k])) {
-                dec++;
-                ok += !dp_pair_misranked(&p[k]);
-            }
-        }
-        printf("  %-26s %5d %6.2f%%   %d of %d\n", src, cnt, 100 * sum / cnt, ok, dec);
-    }
+    if (s.err.n)
+        printf("%-28s %3d pairs: mean |error| %5.2f%%, worst %5.2f%% (%s)\n", label, s.err.n,
+               100 * s.err.mean, 100 * s.err.worst, s.err.worst_id);
+}
+
+/* The pairs of both kinds together: the mean weighted by count, the worst of the two. */
+static struct dp_val_stats both_kinds(struct dp_val_stats g, struct dp_val_stats l)
+{
+    struct dp_val_stats s = l.worst > g.worst ? l : g;
+    s.n = g.n + l.n;
+    s.mean = s.n ? (g.mean * g.n + l.mean * l.n) / s.n : 0;
+    return s;
 }
 
 /* `dplan validate --pairs`: measured against predicted time ratios of the same step with one
@@ -411,55 +408,43 @@ static int validate_pairs(const struct dp_run *runs, const struct dp_run_result 
                           bool json, double bar_mean, double bar_rank)
 {
     struct dp_err err = {0};
-    struct dp_run_pair *pg = NULL, *pl = NULL, *all = NULL;
+    struct dp_run_pair *pg = NULL, *pl = NULL;
     int ng = 0, nl = 0;
     if (dp_run_pairs(runs, res, n, DP_PAIR_GPU, &pg, &ng, &err) ||
         dp_run_pairs(runs, res, n, DP_PAIR_LAYOUT, &pl, &nl, &err)) {
         free(pg);
         return cli_fail(&err);
     }
-    int *first = malloc((size_t)(ng > 0 ? ng : 1) * sizeof *first);
-    all = malloc((size_t)(ng + nl > 0 ? ng + nl : 1) * sizeof *all);
-    if (!first || !all) {
-        free(first);
-        free(all);
+    struct dp_pair_filter *gg = malloc((size_t)(ng > 0 ? ng : 1) * sizeof *gg);
+    struct dp_pair_filter *lg = malloc((size_t)(nl > 0 ? nl : 1) * sizeof *lg);
+    if (!gg || !lg) {
+        free(gg);
+        free(lg);
         free(pg);
         free(pl);
         return cli_fail(&(struct dp_err){DP_ENOMEM, "out of memory"});
     }
-    if (ng)
-        memcpy(all, pg, (size_t)ng * sizeof *all);
-    if (nl)
-        memcpy(all + ng, pl, (size_t)nl * sizeof *all);
-    int k = gpu_pair_kinds(runs, pg, ng, first);
-    int decided = 0, right = 0;
-    for (int i = 0; i < nl; i++)
-        if (dp_pair_decided(&pl[i])) {
-            decided++;
-            right += !dp_pair_misranked(&pl[i]);
-        }
-    double rank = decided ? (double)right / decided : 0;
-    struct dp_val_stats sg = dp_pair_stats(runs, pg, ng, NULL, NULL);
-    struct dp_val_stats sl = dp_pair_stats(runs, pl, nl, NULL, NULL);
-    struct dp_val_stats sa = dp_pair_stats(runs, all, ng + nl, NULL, NULL);
+    int kg = pair_groups(runs, pg, ng, gg), kl = pair_groups(runs, pl, nl, lg);
+    struct dp_pair_stats sg = dp_pair_stats(runs, pg, ng, NULL);
+    struct dp_pair_stats sl = dp_pair_stats(runs, pl, nl, NULL);
+    struct dp_val_stats sa = both_kinds(sg.err, sl.err);
+    double rank = sl.decided ? (double)sl.right / sl.decided : 0;
     if (json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddItemToObject(o, "gpu_pairs", pairs_json(runs, pg, ng));
-        cJSON_AddItemToObject(o, "gpu", stats_json(sg));
+        cJSON_AddItemToObject(o, "gpu", stats_json(sg.err));
         cJSON *g = cJSON_AddObjectToObject(o, "per_gpu_pair");
-        for (int j = 0; j < k; j++) {
-            const char *ga = runs[pg[first[j]].a].cluster.gpu.name;
-            const char *gb = runs[pg[first[j]].b].cluster.gpu.name;
+        for (int j = 0; j < kg; j++) {
             char name[160];
-            snprintf(name, sizeof name, "%s/%s", ga, gb);
-            cJSON_AddItemToObject(g, name, stats_json(dp_pair_stats(runs, pg, ng, ga, gb)));
+            snprintf(name, sizeof name, "%s/%s", gg[j].gpu_a, gg[j].gpu_b);
+            cJSON_AddItemToObject(g, name, stats_json(dp_pair_stats(runs, pg, ng, &gg[j]).err));
         }
         cJSON_AddItemToObject(o, "layout_pairs", pairs_json(runs, pl, nl));
-        cJSON_AddItemToObject(o, "layout", stats_json(sl));
+        cJSON_AddItemToObject(o, "layout", stats_json(sl.err));
         cJSON *r = cJSON_AddObjectToObject(o, "layout_ranking");
         cJSON_AddNumberToObject(r, "noise", DP_PAIR_NOISE);
-        cJSON_AddNumberToObject(r, "decided", decided);
-        cJSON_AddNumberToObject(r, "right", right);
+        cJSON_AddNumberToObject(r, "decided", sl.decided);
+        cJSON_AddNumberToObject(r, "right", sl.right);
         cJSON_AddNumberToObject(r, "fraction", rank);
         cJSON_AddItemToObject(o, "all", stats_json(sa));
         cli_print_json(o);
@@ -468,15 +453,11 @@ static int validate_pairs(const struct dp_run *runs, const struct dp_run_result 
                "time on the first over time on the second (the second's speed-up)\n\n");
         print_pairs(runs, pg, ng);
         printf("\n");
-        if (sg.n)
-            printf("%-28s %3d pairs: mean |error| %5.2f%%, worst %5.2f%% (%s)\n", "GPU pairs", sg.n,
-                   100 * sg.mean, 100 * sg.worst, sg.worst_id);
-        for (int j = 0; j < k; j++) {
-            const char *ga = runs[pg[first[j]].a].cluster.gpu.name;
-            const char *gb = runs[pg[first[j]].b].cluster.gpu.name;
+        print_pair_stats("GPU pairs", sg);
+        for (int j = 0; j < kg; j++) {
             char name[160];
-            snprintf(name, sizeof name, "%s -> %s", ga, gb);
-            struct dp_val_stats s = dp_pair_stats(runs, pg, ng, ga, gb);
+            snprintf(name, sizeof name, "%s -> %s", gg[j].gpu_a, gg[j].gpu_b);
+            struct dp_val_stats s = dp_pair_stats(runs, pg, ng, &gg[j]).err;
             printf("  %-46s %5d pairs: mean |error| %5.2f%%, worst %5.2f%%\n", name, s.n,
                    100 * s.mean, 100 * s.worst);
         }
@@ -485,24 +466,28 @@ static int validate_pairs(const struct dp_run *runs, const struct dp_run_result 
                "over time of the second\n\n");
         print_pairs(runs, pl, nl);
         printf("\n");
-        if (sl.n)
-            printf("%-28s %3d pairs: mean |error| %5.2f%%, worst %5.2f%% (%s)\n", "layout pairs",
-                   sl.n, 100 * sl.mean, 100 * sl.worst, sl.worst_id);
-        if (decided)
+        print_pair_stats("layout pairs", sl);
+        if (sl.decided)
             printf("the faster layout predicted faster in %d of the %d pairs measured more than "
                    "%.0f%% apart (%.1f%%)\n",
-                   right, decided, 100 * DP_PAIR_NOISE, 100 * rank);
-        print_layout_sources(runs, pl, nl);
+                   sl.right, sl.decided, 100 * DP_PAIR_NOISE, 100 * rank);
+        if (kl)
+            printf("\nper source%*s pairs  mean    ranked right\n", 20, "");
+        for (int j = 0; j < kl; j++) {
+            struct dp_pair_stats s = dp_pair_stats(runs, pl, nl, &lg[j]);
+            printf("  %-26s %5d %6.2f%%   %d of %d\n", lg[j].source, s.err.n, 100 * s.err.mean,
+                   s.right, s.decided);
+        }
     }
-    free(first);
-    free(all);
+    free(gg);
+    free(lg);
     free(pg);
     free(pl);
     if (bar_mean >= 0 && sa.n == 0) {
         fprintf(stderr, "dplan: error: --max-mean-error given, but no two runs pair\n");
         return 1;
     }
-    if (bar_rank >= 0 && decided == 0) {
+    if (bar_rank >= 0 && sl.decided == 0) {
         fprintf(stderr,
                 "dplan: error: --min-rank-agreement given, but no two layouts of a source "
                 "differ by more than %.0f%%\n",

@@ -433,8 +433,8 @@ static void stage_with(const struct mem_ctx *x, int r, const int64_t *act, struc
             /* FSDP2 per block (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py):
              * backward holds the block's bf16 parameters, the next block's (prefetched one
              * ahead, _backward_prefetch), its bf16 gradients, their reduce-scatter input
-             * in reduce_dtype (fp32 in torchtitan), and the previous block's until the next
-             * reduce starts (reduce_scatter_state): (2 + 2 + 2 + 4 + 4) B per parameter. The
+             * in reduce_dtype, r bytes (4 in torchtitan), and the previous block's until the
+             * next reduce starts (reduce_scatter_state): (2 + 2 + 2 + r + r) B per parameter. The
              * output layer's group is never resharded (torchtitan apply_fsdp), nor (zero 2,
              * reshard_after_forward False) any block between its forward and backward. */
             per_layer = (3 * p + 2 * (int64_t)dp_fsdp_reduce_bytes(l)) * big;

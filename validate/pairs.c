@@ -116,25 +116,35 @@ int dp_run_pairs(const struct dp_run *runs, const struct dp_run_result *res, int
     return rc;
 }
 
-struct dp_val_stats dp_pair_stats(const struct dp_run *runs, const struct dp_run_pair *pairs, int n,
-                                  const char *gpu_a, const char *gpu_b)
+static bool matches(const char *want, const char *have)
 {
-    struct dp_val_stats s = {0, 0, 0, ""};
+    return !want || strcmp(want, have) == 0;
+}
+
+struct dp_pair_stats dp_pair_stats(const struct dp_run *runs, const struct dp_run_pair *pairs,
+                                   int n, const struct dp_pair_filter *f)
+{
+    struct dp_pair_stats s = {{0, 0, 0, ""}, 0, 0};
     for (int i = 0; i < n; i++) {
         const struct dp_run_pair *p = &pairs[i];
-        if (gpu_a && (strcmp(runs[p->a].cluster.gpu.name, gpu_a) != 0 ||
-                      strcmp(runs[p->b].cluster.gpu.name, gpu_b) != 0))
+        const struct dp_run *a = &runs[p->a], *b = &runs[p->b];
+        if (f && !(matches(f->gpu_a, a->cluster.gpu.name) &&
+                   matches(f->gpu_b, b->cluster.gpu.name) && matches(f->source, a->source_key)))
             continue;
         double e = fabs(p->error);
-        s.mean += e;
-        s.n++;
-        if (e > s.worst || s.n == 1) {
-            s.worst = e;
-            s.worst_id = runs[p->b].id;
+        s.err.mean += e;
+        s.err.n++;
+        if (e > s.err.worst || s.err.n == 1) {
+            s.err.worst = e;
+            s.err.worst_id = b->id;
+        }
+        if (dp_pair_decided(p)) {
+            s.decided++;
+            s.right += !dp_pair_misranked(p);
         }
     }
-    if (s.n)
-        s.mean /= s.n;
+    if (s.err.n)
+        s.err.mean /= s.err.n;
     return s;
 }
 

@@ -58,10 +58,19 @@ struct dp_run_pair {
 };
 int dp_run_pairs(const struct dp_run *runs, const struct dp_run_result *res, int n,
                  enum dp_pair_kind kind, struct dp_run_pair **out, int *npairs, struct dp_err *err);
-/* Statistics over the pairs; gpu_a, gpu_b NULL = every pair, else only those pairs (worst_id
- * names the pair's second run). */
-struct dp_val_stats dp_pair_stats(const struct dp_run *runs, const struct dp_run_pair *pairs, int n,
-                                  const char *gpu_a, const char *gpu_b);
+/* Which pairs a statistic takes: NULL fields match any. */
+struct dp_pair_filter {
+    const char *gpu_a, *gpu_b; /* the first and second run's GPU profiles */
+    const char *source;        /* the runs' source (layout pairs) */
+};
+/* Mean and worst |error| of the filtered pairs (worst_id names the pair's second run), and,
+ * of those measured more than DP_PAIR_NOISE apart, how many the prediction orders right. */
+struct dp_pair_stats {
+    struct dp_val_stats err;
+    int decided, right;
+};
+struct dp_pair_stats dp_pair_stats(const struct dp_run *runs, const struct dp_run_pair *pairs,
+                                   int n, const struct dp_pair_filter *f);
 /* The spread of a published step time measured again: Megatron-Bridge's containers 25.09 to
  * 26.06 on one layout spread by 2-3% on Llama 3 8B and 70B (5% on 405B). A pair measured
  * closer than this has no faster side to rank. */

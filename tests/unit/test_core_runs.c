@@ -274,6 +274,22 @@ static void test_memory_peaks(void)
     free(runs);
 }
 
+/* Load a runs file, predict each run (into res, room for cap) and pair them: the number of
+ * pairs, or -1 when the file does not load. */
+static int load_pairs(const char *file, enum dp_pair_kind kind, struct dp_run **runs,
+                      struct dp_run_result *res, int cap, struct dp_run_pair **p)
+{
+    int n, np = 0;
+    if (!load_ok(file, runs, &n))
+        return -1;
+    struct dp_err err = {0};
+    CHECK(n <= cap);
+    for (int i = 0; i < n && i < cap; i++)
+        CHECK_EQ(dp_run_predict(&(*runs)[i], &res[i], &err), 0);
+    CHECK_EQ(dp_run_pairs(*runs, res, n < cap ? n : cap, kind, p, &np, &err), 0);
+    return np;
+}
+
 /* One run of Llama 2 7B on one node of a system, ZeRO-3 over its 8 GPUs. */
 static void add_node_run(char *buf, size_t cap, const char *id, const char *system, int mbs,
                          double seconds, const char *extra)
@@ -300,18 +316,12 @@ static void test_gpu_pairs(void)
     add_node_run(text, sizeof text, "a100-unscored", "dgx-a100-80gb", 1, 9,
                  ", \"underspecified\": true");
     strcat(text, "]}");
-    const char *file = write_file("pairs.json", text);
     struct dp_run *runs;
-    int n;
-    struct dp_err err = {0};
-    if (!load_ok(file, &runs, &n))
-        return;
     struct dp_run_result res[5];
-    for (int i = 0; i < n; i++)
-        CHECK_EQ(dp_run_predict(&runs[i], &res[i], &err), 0);
     struct dp_run_pair *p = NULL;
-    int np = 0;
-    CHECK_EQ(dp_run_pairs(runs, res, n, DP_PAIR_GPU, &p, &np, &err), 0);
+    int np = load_pairs(write_file("pairs.json", text), DP_PAIR_GPU, &runs, res, 5, &p);
+    if (np < 0)
+        return;
     CHECK_EQ(np, 2);
     if (np == 2) {
         /* The A100 comes first (its profile's name sorts first): 10 s / 4 s and 10 s / 5 s. */
@@ -326,10 +336,11 @@ static void test_gpu_pairs(void)
          * and by no more than its largest (dense bf16 peak: 989.4 / 312 TFLOP/s). */
         CHECK(p[0].predicted > 1.5 && p[0].predicted < 989.4 / 312);
         CHECK_NEAR(p[0].predicted, p[1].predicted, 1e-12);
-        struct dp_val_stats s = dp_pair_stats(runs, p, np, "a100-sxm4-80gb", "h100-sxm5-80gb");
-        CHECK_EQ(s.n, 2);
-        CHECK_EQ(dp_pair_stats(runs, p, np, "h100-sxm5-80gb", "a100-sxm4-80gb").n, 0);
-        CHECK_EQ(dp_pair_stats(runs, p, np, NULL, NULL).n, 2);
+        struct dp_pair_filter f = {"a100-sxm4-80gb", "h100-sxm5-80gb", NULL};
+        CHECK_EQ(dp_pair_stats(runs, p, np, &f).err.n, 2);
+        f = (struct dp_pair_filter){"h100-sxm5-80gb", "a100-sxm4-80gb", NULL};
+        CHECK_EQ(dp_pair_stats(runs, p, np, &f).err.n, 0);
+        CHECK_EQ(dp_pair_stats(runs, p, np, NULL).err.n, 2);
     }
     free(p);
     free(runs);
@@ -356,18 +367,12 @@ static void test_layout_pairs(void)
              "\"model\": \"llama2-7b\", \"system\": \"dgx-h100\", \"nodes\": 1, \"layout\": "
              "{\"tp\": 1, \"pp\": 1, \"dp\": 8, \"mbs\": 2, \"gbs\": 16, \"seq_len\": 2048, "
              "\"zero\": 3}, \"measured\": {\"iteration_time_s\": 9}}]}");
-    const char *file = write_file("layouts.json", text);
     struct dp_run *runs;
-    int n;
-    if (!load_ok(file, &runs, &n))
-        return;
-    struct dp_err err = {0};
     struct dp_run_result res[6];
-    for (int i = 0; i < n; i++)
-        CHECK_EQ(dp_run_predict(&runs[i], &res[i], &err), 0);
     struct dp_run_pair *p = NULL;
-    int np = 0;
-    CHECK_EQ(dp_run_pairs(runs, res, n, DP_PAIR_LAYOUT, &p, &np, &err), 0);
+    int np = load_pairs(write_file("layouts.json", text), DP_PAIR_LAYOUT, &runs, res, 6, &p);
+    if (np < 0)
+        return;
     CHECK_EQ(np, 1);
     if (np == 1) {
         CHECK_STR(runs[p[0].a].id, "z3");
