@@ -47,8 +47,10 @@ static const char help[] =
     "                            with the same batch (gbs, sequence length) under two layouts\n"
     "                            (what suggest ranks), and how often the faster one is\n"
     "                            predicted faster where they are measured more than 3% apart.\n"
-    "                            The framework's own efficiency cancels in a ratio.\n"
-    "                            --max-mean-error then applies to the pairs' errors\n"
+    "                            The framework's own efficiency cancels in a ratio; the pairs\n"
+    "                            whose two runs are both held out are summarised apart.\n"
+    "                            --max-mean-error then applies to all pairs' errors,\n"
+    "                            --max-held-out-mean to those held-out pairs'\n"
     "  --json                    machine-readable results\n"
     "  --verbose                 the predicted breakdown of each run\n"
     "  --svg FILE                also draw each scored run's error against its measured step\n"
@@ -405,7 +407,7 @@ static struct dp_val_stats both_kinds(struct dp_val_stats g, struct dp_val_stats
 /* `dplan validate --pairs`: measured against predicted time ratios of the same step with one
  * thing changed, the GPU or the layout. */
 static int validate_pairs(const struct dp_run *runs, const struct dp_run_result *res, int n,
-                          bool json, double bar_mean, double bar_rank)
+                          bool json, double bar_mean, double bar_hmean, double bar_rank)
 {
     struct dp_err err = {0};
     struct dp_run_pair *pg = NULL, *pl = NULL;
@@ -428,6 +430,11 @@ static int validate_pairs(const struct dp_run *runs, const struct dp_run_result 
     struct dp_pair_stats sg = dp_pair_stats(runs, pg, ng, NULL);
     struct dp_pair_stats sl = dp_pair_stats(runs, pl, nl, NULL);
     struct dp_val_stats sa = both_kinds(sg.err, sl.err);
+    /* The pairs whose two runs no fit has seen. */
+    const struct dp_pair_filter held = {.held_out = true};
+    struct dp_pair_stats hg = dp_pair_stats(runs, pg, ng, &held);
+    struct dp_pair_stats hl = dp_pair_stats(runs, pl, nl, &held);
+    struct dp_val_stats ha = both_kinds(hg.err, hl.err);
     double rank = sl.decided ? (double)sl.right / sl.decided : 0;
     if (json) {
         cJSON *o = cJSON_CreateObject();
@@ -447,6 +454,12 @@ static int validate_pairs(const struct dp_run *runs, const struct dp_run_result 
         cJSON_AddNumberToObject(r, "right", sl.right);
         cJSON_AddNumberToObject(r, "fraction", rank);
         cJSON_AddItemToObject(o, "all", stats_json(sa));
+        cJSON *h = cJSON_AddObjectToObject(o, "held_out");
+        cJSON_AddItemToObject(h, "gpu", stats_json(hg.err));
+        cJSON_AddItemToObject(h, "layout", stats_json(hl.err));
+        cJSON_AddNumberToObject(h, "layout_decided", hl.decided);
+        cJSON_AddNumberToObject(h, "layout_right", hl.right);
+        cJSON_AddItemToObject(h, "all", stats_json(ha));
         cli_print_json(o);
     } else {
         printf("GPU against GPU: the same model, layout and GPU count measured on two GPUs;\n"
@@ -454,6 +467,7 @@ static int validate_pairs(const struct dp_run *runs, const struct dp_run_result 
         print_pairs(runs, pg, ng);
         printf("\n");
         print_pair_stats("GPU pairs", sg);
+        print_pair_stats("  both runs held out", hg);
         for (int j = 0; j < kg; j++) {
             char name[160];
             snprintf(name, sizeof name, "%s -> %s", gg[j].gpu_a, gg[j].gpu_b);
@@ -467,10 +481,11 @@ static int validate_pairs(const struct dp_run *runs, const struct dp_run_result 
         print_pairs(runs, pl, nl);
         printf("\n");
         print_pair_stats("layout pairs", sl);
+        print_pair_stats("  both runs held out", hl);
         if (sl.decided)
             printf("the faster layout predicted faster in %d of the %d pairs measured more than "
-                   "%.0f%% apart (%.1f%%)\n",
-                   sl.right, sl.decided, 100 * DP_PAIR_NOISE, 100 * rank);
+                   "%.0f%% apart (%.1f%%); in %d of %d with both runs held out\n",
+                   sl.right, sl.decided, 100 * DP_PAIR_NOISE, 100 * rank, hl.right, hl.decided);
         if (kl)
             printf("\nper source%*s pairs  mean    ranked right\n", 20, "");
         for (int j = 0; j < kl; j++) {
@@ -494,7 +509,14 @@ static int validate_pairs(const struct dp_run *runs, const struct dp_run_result 
                 100 * DP_PAIR_NOISE);
         return 1;
     }
-    if (over_bar("pairs: mean absolute error of the time ratios", sa.mean, bar_mean))
+    if (bar_hmean >= 0 && ha.n == 0) {
+        fprintf(stderr, "dplan: error: --max-held-out-mean given, but no pair has both runs held "
+                        "out\n");
+        return 1;
+    }
+    if (over_bar("pairs: mean absolute error of the time ratios", sa.mean, bar_mean) ||
+        over_bar("pairs: mean absolute error of the time ratios of held-out runs", ha.mean,
+                 bar_hmean))
         return 1;
     if (bar_rank >= 0 && 100 * rank < bar_rank) {
         fprintf(stderr,
@@ -551,10 +573,10 @@ int cmd_validate(int argc, char **argv)
     if (pairs && (memory || svg))
         return cli_usage_error("validate", "--pairs compares step times: not with %s",
                                memory ? "--memory" : "--svg");
-    if (pairs && (bar_fit >= 0 || bar_hmean >= 0 || bar_hworst >= 0))
-        return cli_usage_error("validate",
-                               "--pairs takes --max-mean-error and --min-rank-agreement only (a "
-                               "pair has no fitted or held-out side)");
+    if (pairs && (bar_fit >= 0 || bar_hworst >= 0))
+        return cli_usage_error("validate", "--pairs takes --max-mean-error, --max-held-out-mean "
+                                           "(pairs of two held-out runs) and --min-rank-agreement "
+                                           "only");
     if (!pairs && bar_rank >= 0)
         return cli_usage_error("validate", "--min-rank-agreement ranks the layout pairs: it needs "
                                            "--pairs");
@@ -595,7 +617,7 @@ int cmd_validate(int argc, char **argv)
             return cli_fail(&err);
         }
     if (pairs) {
-        int prc = validate_pairs(runs, res, n, json, bar_all, bar_rank);
+        int prc = validate_pairs(runs, res, n, json, bar_all, bar_hmean, bar_rank);
         free(res);
         free(runs);
         return prc;

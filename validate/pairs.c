@@ -128,8 +128,9 @@ struct dp_pair_stats dp_pair_stats(const struct dp_run *runs, const struct dp_ru
     for (int i = 0; i < n; i++) {
         const struct dp_run_pair *p = &pairs[i];
         const struct dp_run *a = &runs[p->a], *b = &runs[p->b];
-        if (f && !(matches(f->gpu_a, a->cluster.gpu.name) &&
-                   matches(f->gpu_b, b->cluster.gpu.name) && matches(f->source, a->source_key)))
+        if (f &&
+            !(matches(f->gpu_a, a->cluster.gpu.name) && matches(f->gpu_b, b->cluster.gpu.name) &&
+              matches(f->source, a->source_key) && (!f->held_out || (a->held_out && b->held_out))))
             continue;
         double e = fabs(p->error);
         s.err.mean += e;

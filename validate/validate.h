@@ -62,6 +62,7 @@ int dp_run_pairs(const struct dp_run *runs, const struct dp_run_result *res, int
 struct dp_pair_filter {
     const char *gpu_a, *gpu_b; /* the first and second run's GPU profiles */
     const char *source;        /* the runs' source (layout pairs) */
+    bool held_out;             /* only the pairs whose two runs are both held out */
 };
 /* Mean and worst |error| of the filtered pairs (worst_id names the pair's second run), and,
  * of those measured more than DP_PAIR_NOISE apart, how many the prediction orders right. */

@@ -336,11 +336,14 @@ static void test_gpu_pairs(void)
          * and by no more than its largest (dense bf16 peak: 989.4 / 312 TFLOP/s). */
         CHECK(p[0].predicted > 1.5 && p[0].predicted < 989.4 / 312);
         CHECK_NEAR(p[0].predicted, p[1].predicted, 1e-12);
-        struct dp_pair_filter f = {"a100-sxm4-80gb", "h100-sxm5-80gb", NULL};
+        struct dp_pair_filter f = {.gpu_a = "a100-sxm4-80gb", .gpu_b = "h100-sxm5-80gb"};
         CHECK_EQ(dp_pair_stats(runs, p, np, &f).err.n, 2);
-        f = (struct dp_pair_filter){"h100-sxm5-80gb", "a100-sxm4-80gb", NULL};
+        f = (struct dp_pair_filter){.gpu_a = "h100-sxm5-80gb", .gpu_b = "a100-sxm4-80gb"};
         CHECK_EQ(dp_pair_stats(runs, p, np, &f).err.n, 0);
         CHECK_EQ(dp_pair_stats(runs, p, np, NULL).err.n, 2);
+        /* The file holds nothing out, so no pair has two held-out runs. */
+        f = (struct dp_pair_filter){.held_out = true};
+        CHECK_EQ(dp_pair_stats(runs, p, np, &f).err.n, 0);
     }
     free(p);
     free(runs);
@@ -352,7 +355,7 @@ static void test_layout_pairs(void)
      * step (8 sequences of 4096 tokens) under two layouts. zero 3 vs zero 1 pair; the ZeRO-3
      * run of another source does not, nor the run with twice the batch, nor the A100 one, nor
      * the one with as many tokens in sequences half as long (less attention work). */
-    char text[8192] = "{\"dplan_runs\": 1, \"runs\": [";
+    char text[8192] = "{\"dplan_runs\": 1, \"fitted\": false, \"runs\": [";
     add_node_run(text, sizeof text, "z3", "dgx-h100", 1, 10, "");
     add_node_run(text, sizeof text, "z3-other-source", "dgx-h100", 1, 11,
                  ", \"source_key\": \"other\"");
@@ -382,6 +385,11 @@ static void test_layout_pairs(void)
          * ZeRO-3, which gathers them again every micro-batch, so the pair is ranked right. */
         CHECK(p[0].predicted >= 1);
         CHECK(dp_pair_decided(&p[0]) && !dp_pair_misranked(&p[0]));
+        /* "fitted": false holds out both runs: the pair counts among the held-out ones, ranked
+         * right. */
+        struct dp_pair_filter held = {.held_out = true};
+        struct dp_pair_stats hs = dp_pair_stats(runs, p, np, &held);
+        CHECK(hs.err.n == 1 && hs.decided == 1 && hs.right == 1);
         /* A pair measured within the noise has no faster side; one measured the other way
          * round is misranked. */
         struct dp_run_pair q = p[0];
