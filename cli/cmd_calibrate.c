@@ -12,7 +12,7 @@
 
 static const char help[] =
     "usage: dplan calibrate --gpu NAME [RUNS.json|DIR ...] [--curve all|bf16|fp8] [--fit-half]\n"
-    "                       [-o PROFILE.json]\n"
+    "                       [--attention KERNEL[,KERNEL...]] [-o PROFILE.json]\n"
     "       dplan calibrate --backend cpu [--np N] [MODEL|plan.json] [-o PROFILE.json]\n"
     "                       (measure this machine; `dplan calibrate --backend cpu --help`)\n\n"
     "Fit the GEMM efficiency curves of GPU profile NAME, eff(x) = eff_max * x /\n"
@@ -26,6 +26,11 @@ static const char help[] =
     "  --gpu NAME       the GPU profile to fit (as runs name it)\n"
     "  --curve WHICH    all (default: each curve that has runs), bf16 or fp8 only\n"
     "  --fit-half       also fit half_flops (needs runs with small GEMMs)\n"
+    "  --attention K    also fit fused attention kernel K's speed relative to a GEMM\n"
+    "                   (the profile's \"attention\" figure; flash2, flash3, cudnn,\n"
+    "                   triton or flash1, comma-separated for several) on the runs\n"
+    "                   using it, jointly with the curves: what sets how a run's time\n"
+    "                   grows with its sequence length\n"
     "  -o FILE          write the updated profile JSON\n";
 
 static void set_curve(cJSON *root, const char *key, const struct dp_gemm_curve *c)
@@ -46,13 +51,13 @@ int cmd_calibrate(int argc, char **argv)
     for (int i = 1; i < argc; i++)
         if (strncmp(argv[i], "--backend", 9) == 0 || strncmp(argv[i], "--coll-worker", 13) == 0)
             return cli_calibrate_cpu(argc, argv);
-    static const struct option opts[] = {{"gpu", required_argument, 0, 'g'},
-                                         {"curve", required_argument, 0, 'c'},
-                                         {"fit-half", no_argument, 0, 'f'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"gpu", required_argument, 0, 'g'}, {"curve", required_argument, 0, 'c'},
+        {"fit-half", no_argument, 0, 'f'},  {"attention", required_argument, 0, 'a'},
+        {"help", no_argument, 0, 'h'},      {0, 0, 0, 0}};
     const char *gpu = NULL, *outfile = NULL;
     bool fit_half = false;
+    unsigned attn_mask = 0;
     enum dp_fit_curves which = DP_FIT_ALL;
     int ch;
     optind = 1;
@@ -61,6 +66,24 @@ int cmd_calibrate(int argc, char **argv)
         switch (ch) {
         case 'g': gpu = optarg; break;
         case 'f': fit_half = true; break;
+        case 'a': {
+            char list[256];
+            snprintf(list, sizeof list, "%s", optarg);
+            for (char *save = NULL, *t = strtok_r(list, ",", &save); t;
+                 t = strtok_r(NULL, ",", &save)) {
+                int a = dp_attn_parse(t);
+                if (a < 0)
+                    return cli_usage_error("calibrate",
+                                           "--attention: expected flash2, flash3, cudnn, triton "
+                                           "or flash1 (comma-separated), got \"%s\"",
+                                           t);
+                attn_mask |= 1u << a;
+            }
+            if (!attn_mask)
+                return cli_usage_error("calibrate",
+                                       "--attention: expected a kernel name, got \"%s\"", optarg);
+            break;
+        }
         case 'o': outfile = optarg; break;
         case 'c':
             if (strcmp(optarg, "all") == 0)
@@ -97,9 +120,10 @@ int cmd_calibrate(int argc, char **argv)
         if (strcmp(runs[i].cluster.gpu.name, g.name) == 0) {
             runs[i].cluster.gpu.gemm = g.gemm;
             runs[i].cluster.gpu.gemm_fp8 = g.gemm_fp8;
+            memcpy(runs[i].cluster.gpu.attn_rel, g.attn_rel, sizeof g.attn_rel);
         }
     struct dp_fit fit;
-    int rc = dp_calibrate_gemm(runs, n, g.name, which, fit_half, &fit, &err);
+    int rc = dp_calibrate_gemm(runs, n, g.name, which, fit_half, attn_mask, &fit, &err);
     free(runs);
     if (rc)
         return cli_fail(&err);
@@ -114,6 +138,11 @@ int cmd_calibrate(int argc, char **argv)
         printf("  gemm_fp8  eff_max %.4f (profile %.4f), half_flops %.4g (profile %.4g)%s\n",
                fit.fp8.eff_max, g.gemm_fp8.eff_max, fit.fp8.half_flops, g.gemm_fp8.half_flops,
                fit_half ? "" : ", kept");
+    for (int a = 1; a < DP_ATTNS; a++)
+        if (fit.attn_mask & (1u << a))
+            printf("  attention %-7s %.4f (profile %.4f), on the %d of them using it\n",
+                   dp_attn_name((enum dp_attn)a), fit.attn_rel[a], fit.attn_prior[a],
+                   fit.attn_runs[a]);
     printf("  mean |error| on those runs: %.2f%% -> %.2f%%\n", 100 * fit.mean_abs_before,
            100 * fit.mean_abs_after);
     if (outfile) {
@@ -126,7 +155,40 @@ int cmd_calibrate(int argc, char **argv)
             set_curve(root, "gemm", &fit.bf16);
         if (fit.fit_fp8)
             set_curve(root, "gemm_fp8", &fit.fp8);
+        cJSON *at = cJSON_GetObjectItemCaseSensitive(root, "attention");
+        if (fit.attn_mask && !at) {
+            at = cJSON_AddObjectToObject(root, "attention");
+            cJSON_AddStringToObject(at, "default", dp_attn_name(g.attn_default));
+        }
+        for (int a = 1; a < DP_ATTNS; a++)
+            if (fit.attn_mask & (1u << a)) {
+                cJSON_DeleteItemFromObjectCaseSensitive(at, dp_attn_name((enum dp_attn)a));
+                cJSON_AddNumberToObject(at, dp_attn_name((enum dp_attn)a), fit.attn_rel[a]);
+            }
         cJSON *src = cJSON_GetObjectItemCaseSensitive(root, "sources");
+        if (src && fit.attn_mask) {
+            /* The kernels' priors keep their derivation; the fit is said after it. */
+            const cJSON *old = cJSON_GetObjectItemCaseSensitive(src, "attention");
+            char *note = malloc(8192);
+            if (!note) {
+                cJSON_Delete(root);
+                dp_err_set(&err, DP_ENOMEM, "out of memory");
+                return cli_fail(&err);
+            }
+            int len = snprintf(note, 8192, "%s", cJSON_IsString(old) ? old->valuestring : "");
+            for (int a = 1; a < DP_ATTNS && len < 8192; a++)
+                if (fit.attn_mask & (1u << a))
+                    len += snprintf(note + len, 8192 - (size_t)len,
+                                    "%s%s fitted by `dplan calibrate --gpu %s --attention %s` on "
+                                    "the %d scored, not held-out runs of tests/validation on this "
+                                    "GPU using it (of %d): %.4f -> %.4f",
+                                    len ? "; " : "", dp_attn_name((enum dp_attn)a), g.name,
+                                    dp_attn_name((enum dp_attn)a), fit.attn_runs[a], fit.nruns,
+                                    fit.attn_prior[a], fit.attn_rel[a]);
+            cJSON_DeleteItemFromObjectCaseSensitive(src, "attention");
+            cJSON_AddStringToObject(src, "attention", note);
+            free(note);
+        }
         if (src) {
             char note[512];
             const char *keys[2] = {fit.fit_bf16 ? "gemm" : NULL, fit.fit_fp8 ? "gemm_fp8" : NULL};

@@ -266,6 +266,8 @@ enum dp_attn {
     DP_ATTNS = 6,
 };
 const char *dp_attn_name(enum dp_attn a);
+/* A kernel by name ("flash2" ... "flash1", not "default"); -1 if unknown. */
+int dp_attn_parse(const char *s);
 
 /* hybrid: E4M3 forward, E5M2 gradients (TE Format.HYBRID); e4m3 everywhere. */
 enum dp_fp8_format { DP_FP8_HYBRID = 0, DP_FP8_E4M3 = 1 };

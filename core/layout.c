@@ -74,6 +74,14 @@ const char *dp_attn_name(enum dp_attn a)
     return (unsigned)a < DP_ATTNS ? attn_names[a] : "?";
 }
 
+int dp_attn_parse(const char *s)
+{
+    for (int i = 1; i < DP_ATTNS; i++)
+        if (strcmp(s, attn_names[i]) == 0)
+            return i;
+    return -1;
+}
+
 const char *dp_gemm_name(enum dp_gemm g)
 {
     return (unsigned)g < DP_GEMMS ? gemm_names[g] : "?";

@@ -12,7 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The parameters, in order: bf16 eff_max, [bf16 log10 half], fp8 eff_max, [fp8 log10 half]. */
+/* The parameters, in order: bf16 eff_max, [bf16 log10 half], fp8 eff_max, [fp8 log10 half],
+ * then the attention figure of each kernel in attn_mask, by kernel number. */
 struct fit_ctx {
     struct dp_run *runs;
     int *idx;
@@ -20,11 +21,26 @@ struct fit_ctx {
     int n;
     bool fit_bf16, fit_fp8, fit_half;
     struct dp_gemm_curve bf16, fp8; /* current values */
+    unsigned attn_mask;
+    double attn_rel[DP_ATTNS]; /* current values */
 };
 
 static double clamp_eff(double e)
 {
     return e < 0.01 ? 0.01 : e > 1.0 ? 1.0 : e;
+}
+
+/* The range the GPU profile reader accepts for an attention figure. */
+static double clamp_attn(double e)
+{
+    return e < 0.01 ? 0.01 : e > 2.0 ? 2.0 : e;
+}
+
+enum dp_attn dp_run_attn(const struct dp_run *r)
+{
+    if (!r->layout.flash_attn)
+        return DP_ATTN_DEFAULT;
+    return r->layout.attn != DP_ATTN_DEFAULT ? r->layout.attn : r->cluster.gpu.attn_default;
 }
 
 static void apply(struct fit_ctx *c, const gsl_vector *x)
@@ -40,9 +56,16 @@ static void apply(struct fit_ctx *c, const gsl_vector *x)
         if (c->fit_half)
             c->fp8.half_flops = pow(10.0, gsl_vector_get(x, k++));
     }
+    for (int a = 0; a < DP_ATTNS; a++)
+        if (c->attn_mask & (1u << a))
+            c->attn_rel[a] = clamp_attn(gsl_vector_get(x, k++));
     for (int i = 0; i < c->n; i++) {
-        c->runs[c->idx[i]].cluster.gpu.gemm = c->bf16;
-        c->runs[c->idx[i]].cluster.gpu.gemm_fp8 = c->fp8;
+        struct dp_gpu *g = &c->runs[c->idx[i]].cluster.gpu;
+        g->gemm = c->bf16;
+        g->gemm_fp8 = c->fp8;
+        for (int a = 0; a < DP_ATTNS; a++)
+            if (c->attn_mask & (1u << a))
+                g->attn_rel[a] = c->attn_rel[a];
     }
 }
 
@@ -71,7 +94,7 @@ static double mean_abs(struct fit_ctx *c)
 }
 
 int dp_calibrate_gemm(struct dp_run *runs, int n, const char *gpu, enum dp_fit_curves which,
-                      bool fit_half, struct dp_fit *out, struct dp_err *err)
+                      bool fit_half, unsigned attn_mask, struct dp_fit *out, struct dp_err *err)
 {
     memset(out, 0, sizeof *out);
     int *idx = malloc((size_t)(n > 0 ? n : 1) * sizeof *idx);
@@ -90,7 +113,24 @@ int dp_calibrate_gemm(struct dp_run *runs, int n, const char *gpu, enum dp_fit_c
         if ((which == DP_FIT_BF16 && fp8) || (which == DP_FIT_FP8 && !fp8))
             continue;
         k8 += fp8;
+        out->attn_runs[dp_run_attn(&runs[i])]++;
         idx[k++] = i;
+    }
+    out->attn_runs[DP_ATTN_DEFAULT] = 0;
+    attn_mask &= ~1u; /* bit 0 is "default", not a kernel */
+    int nattn = 0;
+    for (int a = 1; a < DP_ATTNS; a++) {
+        if (!(attn_mask & (1u << a)))
+            continue;
+        if (out->attn_runs[a] == 0) {
+            free(idx);
+            free(measured);
+            return dp_err_set(err, DP_EINVAL,
+                              "attention kernel \"%s\": none of the %d calibration run(s) on GPU "
+                              "\"%s\" (scored, not held out) uses it",
+                              dp_attn_name((enum dp_attn)a), k, gpu);
+        }
+        nattn++;
     }
     struct fit_ctx c = {.runs = runs,
                         .idx = idx,
@@ -98,8 +138,9 @@ int dp_calibrate_gemm(struct dp_run *runs, int n, const char *gpu, enum dp_fit_c
                         .n = k,
                         .fit_half = fit_half,
                         .fit_bf16 = k - k8 > 0,
-                        .fit_fp8 = k8 > 0};
-    int np = ((int)c.fit_bf16 + (int)c.fit_fp8) * (fit_half ? 2 : 1);
+                        .fit_fp8 = k8 > 0,
+                        .attn_mask = attn_mask};
+    int np = ((int)c.fit_bf16 + (int)c.fit_fp8) * (fit_half ? 2 : 1) + nattn;
     if (np == 0) /* no runs: the least a fit needs is one curve's parameters */
         np = fit_half ? 2 : 1;
     int rc = 0;
@@ -118,6 +159,14 @@ int dp_calibrate_gemm(struct dp_run *runs, int n, const char *gpu, enum dp_fit_c
         measured[i] = dp_run_measured_s(&runs[idx[i]]);
     c.bf16 = runs[idx[0]].cluster.gpu.gemm;
     c.fp8 = runs[idx[0]].cluster.gpu.gemm_fp8;
+    for (int a = 0; a < DP_ATTNS; a++) {
+        /* A kernel the profile has no figure for starts at one half (the model's default
+         * then applies to it before the fit). */
+        double r = runs[idx[0]].cluster.gpu.attn_rel[a];
+        out->attn_prior[a] = r;
+        c.attn_rel[a] = r > 0 ? r : (attn_mask & (1u << a)) ? 0.5 : 0;
+    }
+    out->attn_mask = attn_mask;
     out->nruns = k;
     out->nruns_fp8 = k8;
     out->fit_bf16 = c.fit_bf16;
@@ -141,6 +190,9 @@ int dp_calibrate_gemm(struct dp_run *runs, int n, const char *gpu, enum dp_fit_c
         if (fit_half)
             gsl_vector_set(x, j++, log10(c.fp8.half_flops > 0 ? c.fp8.half_flops : 1e9));
     }
+    for (int a = 0; a < DP_ATTNS; a++)
+        if (attn_mask & (1u << a))
+            gsl_vector_set(x, j++, c.attn_rel[a]);
     int info = 0;
     gsl_error_handler_t *prev = gsl_set_error_handler_off();
     int status = gsl_multifit_nlinear_init(x, &fdf, w);
@@ -161,6 +213,7 @@ int dp_calibrate_gemm(struct dp_run *runs, int n, const char *gpu, enum dp_fit_c
         apply(&c, gsl_multifit_nlinear_position(w));
         out->bf16 = c.bf16;
         out->fp8 = c.fp8;
+        memcpy(out->attn_rel, c.attn_rel, sizeof out->attn_rel);
         out->iterations = (int)gsl_multifit_nlinear_niter(w);
         out->mean_abs_after = mean_abs(&c);
     }

@@ -113,6 +113,12 @@ double dp_fit_alloc_slack(const struct dp_run *runs, const struct dp_mem_result 
  * bf16), and each half_flops too with fit_half. Least squares on
  * log(predicted / measured), GSL's trust-region solver. The runs' clusters are
  * updated in place with the fitted curves.
+ *
+ * attn_mask (bit k for enum dp_attn k; 0: none) also fits those fused attention
+ * kernels' speed relative to a GEMM (the profile's "attention" figures), each on the
+ * fitted runs whose attention runs that kernel on this GPU, jointly with the curves: the
+ * curves set the level of every run, a kernel's figure how its runs' time grows with
+ * the sequence length. DP_EINVAL when no fitted run uses a kernel asked for.
  */
 enum dp_fit_curves { DP_FIT_ALL = 0, DP_FIT_BF16 = 1, DP_FIT_FP8 = 2 };
 struct dp_fit {
@@ -121,12 +127,19 @@ struct dp_fit {
     bool fit_bf16, fit_fp8;
     struct dp_gemm_curve bf16, fp8;         /* the fitted (or kept) curves */
     double mean_abs_before, mean_abs_after; /* over the fitted runs */
+    unsigned attn_mask;                     /* the kernels fitted */
+    double attn_rel[DP_ATTNS];              /* their fitted figures (else the profile's) */
+    double attn_prior[DP_ATTNS];            /* the profile's figures the fit started from */
+    int attn_runs[DP_ATTNS];                /* fitted runs using each kernel */
     int iterations;
     bool stalled; /* stopped at the iteration limit or without progress (the start is at or
                      near the optimum, within the model's non-smooth terms): the best
                      position reached is reported */
 };
 int dp_calibrate_gemm(struct dp_run *runs, int n, const char *gpu, enum dp_fit_curves which,
-                      bool fit_half, struct dp_fit *out, struct dp_err *err);
+                      bool fit_half, unsigned attn_mask, struct dp_fit *out, struct dp_err *err);
+/* The fused attention kernel a run's layout uses on its GPU (DP_ATTN_DEFAULT: none, the
+ * attention is not fused). */
+enum dp_attn dp_run_attn(const struct dp_run *r);
 
 #endif

@@ -3,7 +3,8 @@
 
     held_out_unseen.py DPLAN MEAN_BAR WORST_BAR RUNS.json...
 
-The GEMM curves of the GPU profiles are fitted by `dplan calibrate` on the scored runs
+The GEMM curves of the GPU profiles (and the attention figures a profile says were fitted
+with them, `--attention KERNEL`) are fitted by `dplan calibrate` on the scored runs
 that are not held out (every third scored run of a file with "held_out_rule":
 "every-third" is held out). This script checks, on copies of the dense runs files (the
 RUNS.json the ctest gate reads, tests/CMakeLists.txt's DPLAN_DENSE_RUNS: every file but
@@ -25,6 +26,7 @@ Exit 1 on the first failed check. Standard library only.
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -57,13 +59,26 @@ def validate(files):
     return json.loads(run(["validate", "--json"] + files).stdout)
 
 
+def fitted_kernels(gpu):
+    """The attention kernels whose figure the shipped profile says `dplan calibrate` fitted
+    (its sources.attention names the command: "--attention KERNEL`")."""
+    prof = json.load(open(os.path.join(vdir, "..", "..", "profiles", "gpu", gpu + ".json")))
+    return sorted(set(re.findall(r"--attention (\w+)`", prof.get("sources", {}).get("attention", ""))))
+
+
 def curves(gpu, files, tmp, tag):
-    """eff_max and half_flops of each curve that `dplan calibrate` fits for gpu."""
+    """eff_max and half_flops of each curve that `dplan calibrate` fits for gpu, and the
+    figure of each attention kernel it fits with them."""
     out = os.path.join(tmp, "%s-%s.json" % (gpu, tag))
-    run(["calibrate", "--gpu", gpu] + files + ["-o", out])
+    kernels = fitted_kernels(gpu)
+    run(["calibrate", "--gpu", gpu] + files + (["--attention", ",".join(kernels)] if kernels else [])
+        + ["-o", out])
     prof = json.load(open(out))
-    return {c: (prof[c]["eff_max"], prof[c]["half_flops"]) for c in ("gemm", "gemm_fp8")
-            if c in prof}
+    got = {c: (prof[c]["eff_max"], prof[c]["half_flops"]) for c in ("gemm", "gemm_fp8")
+           if c in prof}
+    for k in kernels:
+        got["attention." + k] = (prof["attention"][k], 1.0)
+    return got
 
 
 def slowed(files, tmp, tag, which):
@@ -107,8 +122,13 @@ try:
     for g in gpus:
         prof = json.load(open(os.path.join(vdir, "..", "..", "profiles", "gpu", g + ".json")))
         for c, (e, h) in orig[g].items():
-            pe, ph = prof[c]["eff_max"], prof[c]["half_flops"]
+            if c.startswith("attention."):
+                pe, ph = prof["attention"][c.split(".", 1)[1]], 1.0
+            else:
+                pe, ph = prof[c]["eff_max"], prof[c]["half_flops"]
             if abs(e - pe) > 2e-3 * pe or abs(h - ph) > 2e-3 * ph:
+                if c.startswith("attention."):
+                    fail("%s %s: calibrate fits %.10g, the profile has %.10g" % (g, c, e, pe))
                 fail("%s %s: calibrate fits eff_max %.10g half_flops %.6g, the profile has "
                      "%.10g %.6g" % (g, c, e, h, pe, ph))
 

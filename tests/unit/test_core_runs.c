@@ -402,6 +402,101 @@ static void test_layout_pairs(void)
     free(runs);
 }
 
+/* One run of Llama 3 8B on one node of DGX A100 80GB, ZeRO-1 over its 8 GPUs, with full
+ * recompute and the fused attention kernel `attn` ("" for the GPU's default). */
+static void add_attn_run(char *buf, size_t cap, const char *id, int seq, const char *attn)
+{
+    size_t n = strlen(buf);
+    snprintf(buf + n, cap - n,
+             "%s{\"id\": \"%s\", \"source\": \"test\", \"model\": \"llama3-8b\", "
+             "\"system\": \"dgx-a100-80gb\", \"nodes\": 1, \"layout\": {\"tp\": 1, \"pp\": 1, "
+             "\"dp\": 8, \"mbs\": 1, \"gbs\": 8, \"seq_len\": %d, \"recompute\": \"full\"%s%s%s}, "
+             "\"measured\": {\"iteration_time_s\": 1}}",
+             n && buf[n - 1] != '[' ? ", " : "", id, seq, *attn ? ", \"attention\": \"" : "", attn,
+             *attn ? "\"" : "");
+}
+
+static double predicted_s(const struct dp_run *r)
+{
+    struct dp_run_result res;
+    struct dp_err err = {0};
+    return dp_run_predict(r, &res, &err) == 0 ? res.predicted_s : -1;
+}
+
+static void test_calibrate_attention(void)
+{
+    /* Parameter recovery: runs under the Triton kernel at 2k to 32k tokens (attention's share
+     * of the step grows with the sequence) and two under the default FlashAttention-2, whose
+     * "measured" times are the model's on an A100 whose GEMMs sustain eff_max 0.62 and whose
+     * Triton kernel runs at 0.40 of a GEMM's speed; the fit starts from the profile's figures
+     * (0.70, 0.50). With the kernel's figure free it lands on both; with the curve alone it
+     * cannot follow how the Triton runs' time grows with the sequence. */
+    char text[8192] = "{\"dplan_runs\": 1, \"runs\": [";
+    static const int seqs[] = {2048, 4096, 8192, 16384, 32768};
+    char id[32];
+    for (int i = 0; i < 5; i++) {
+        snprintf(id, sizeof id, "triton-%d", seqs[i]);
+        add_attn_run(text, sizeof text, id, seqs[i], "triton");
+    }
+    add_attn_run(text, sizeof text, "flash2-4096", 4096, "");
+    add_attn_run(text, sizeof text, "flash2-16384", 16384, "");
+    strcat(text, "]}");
+    const char *file = write_file("attn.json", text);
+    struct dp_run *runs;
+    int n;
+    if (!load_ok(file, &runs, &n))
+        return;
+    CHECK_EQ(n, 7);
+    CHECK_EQ(dp_run_attn(&runs[0]), DP_ATTN_TRITON);
+    CHECK_EQ(dp_run_attn(&runs[5]), DP_ATTN_FLASH2);
+    const double prior_eff = runs[0].cluster.gpu.gemm.eff_max;
+    const double prior_tr = runs[0].cluster.gpu.attn_rel[DP_ATTN_TRITON];
+    for (int i = 0; i < n; i++) {
+        struct dp_run r = runs[i];
+        r.cluster.gpu.gemm.eff_max = 0.62;
+        r.cluster.gpu.attn_rel[DP_ATTN_TRITON] = 0.40;
+        runs[i].iteration_time_s = predicted_s(&r);
+        CHECK(runs[i].iteration_time_s > 0);
+    }
+    /* The Triton runs' time grows faster than the FlashAttention-2 runs' with the sequence. */
+    CHECK(runs[3].iteration_time_s / runs[1].iteration_time_s >
+          runs[6].iteration_time_s / runs[5].iteration_time_s);
+
+    struct dp_fit fit;
+    struct dp_err err = {0};
+    CHECK_EQ(dp_calibrate_gemm(runs, n, "a100-sxm4-80gb", DP_FIT_ALL, false, 1u << DP_ATTN_TRITON,
+                               &fit, &err),
+             0);
+    CHECK_EQ(fit.nruns, 7);
+    CHECK_EQ(fit.attn_runs[DP_ATTN_TRITON], 5);
+    CHECK_EQ(fit.attn_runs[DP_ATTN_FLASH2], 2);
+    CHECK_NEAR(fit.attn_prior[DP_ATTN_TRITON], prior_tr, 1e-12);
+    CHECK_NEAR(fit.bf16.eff_max, 0.62, 1e-4);
+    CHECK_NEAR(fit.attn_rel[DP_ATTN_TRITON], 0.40, 1e-4);
+    CHECK(fit.mean_abs_after < 1e-4 && fit.mean_abs_before > 0.02);
+    /* The untouched kernel keeps the profile's figure. */
+    CHECK_NEAR(fit.attn_rel[DP_ATTN_FLASH2], runs[0].cluster.gpu.attn_rel[DP_ATTN_FLASH2], 1e-12);
+
+    /* The curve alone: the runs' clusters got the fitted figures above, so start again from
+     * the profile's. */
+    for (int i = 0; i < n; i++) {
+        runs[i].cluster.gpu.gemm.eff_max = prior_eff;
+        runs[i].cluster.gpu.attn_rel[DP_ATTN_TRITON] = prior_tr;
+    }
+    struct dp_fit curve_only;
+    CHECK_EQ(dp_calibrate_gemm(runs, n, "a100-sxm4-80gb", DP_FIT_ALL, false, 0, &curve_only, &err),
+             0);
+    CHECK(curve_only.mean_abs_after > 10 * fit.mean_abs_after + 0.005);
+
+    /* A kernel no calibration run uses: one line naming it and the GPU. */
+    err = (struct dp_err){0};
+    CHECK_EQ(dp_calibrate_gemm(runs, n, "a100-sxm4-80gb", DP_FIT_ALL, false, 1u << DP_ATTN_FLASH1,
+                               &fit, &err),
+             DP_EINVAL);
+    CHECK(strstr(err.msg, "\"flash1\"") && strstr(err.msg, "a100-sxm4-80gb"));
+    free(runs);
+}
+
 int main(void)
 {
     if (!mkdtemp(tmpdir))
@@ -412,6 +507,7 @@ int main(void)
     test_memory_peaks();
     test_gpu_pairs();
     test_layout_pairs();
+    test_calibrate_attention();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0)
