@@ -20,9 +20,10 @@ static const char help[] =
     "the measured runs on that GPU that are scored and not held out: the bf16\n"
     "curve (\"gemm\") on the runs whose linear layers compute in bf16/fp16, the FP8\n"
     "curve (\"gemm_fp8\") on those computing in FP8, both at once (least squares on\n"
-    "log(predicted/measured), GSL trust region). Prints the fit; -o writes the GPU\n"
-    "profile with the fitted curves and their provenance. Default RUNS: the shipped\n"
-    "tests/validation/.\n\n"
+    "log(predicted/measured), GSL trust region). Prints the fit and the mean error of\n"
+    "the GPU's held-out runs before and after it (the check the fit never reads); -o\n"
+    "writes the GPU profile with the fitted curves and their provenance. Default\n"
+    "RUNS: the shipped tests/validation/.\n\n"
     "  --gpu NAME       the GPU profile to fit (as runs name it)\n"
     "  --curve WHICH    all (default: each curve that has runs), bf16 or fp8 only\n"
     "  --fit-half       also fit half_flops (needs runs with small GEMMs)\n"
@@ -145,6 +146,11 @@ int cmd_calibrate(int argc, char **argv)
                    fit.attn_runs[a]);
     printf("  mean |error| on those runs: %.2f%% -> %.2f%%\n", 100 * fit.mean_abs_before,
            100 * fit.mean_abs_after);
+    if (fit.nheld)
+        printf("  held out (%d runs on this GPU, not fitted): %.2f%% -> %.2f%%\n", fit.nheld,
+               100 * fit.held_before, 100 * fit.held_after);
+    else
+        printf("  held out: none on this GPU (nothing checks the fit)\n");
     if (outfile) {
         char path[4096];
         snprintf(path, sizeof path, "%s/gpu/%s.json", dp_profiles_dir(), g.name);

@@ -85,6 +85,39 @@ static int residuals(const gsl_vector *x, void *params, gsl_vector *f)
     return GSL_SUCCESS;
 }
 
+/* The held-out runs the fit is checked on: scored, on this GPU, of the curves asked for. */
+static bool held_for(const struct dp_run *r, const char *gpu, enum dp_fit_curves which)
+{
+    if (!r->held_out || !dp_run_scored(r) || strcmp(r->cluster.gpu.name, gpu) != 0)
+        return false;
+    bool fp8 = dp_layout_gemm(&r->layout) == DP_GEMM_FP8;
+    return !((which == DP_FIT_BF16 && fp8) || (which == DP_FIT_FP8 && !fp8));
+}
+
+/* Mean |error| over the held-out runs of this GPU; with c, after giving them its values. */
+static double held_mean_abs(struct dp_run *runs, int n, const char *gpu, enum dp_fit_curves which,
+                            const struct fit_ctx *c, int *count)
+{
+    double sum = 0;
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (!held_for(&runs[i], gpu, which))
+            continue;
+        if (c) {
+            struct dp_gpu *g = &runs[i].cluster.gpu;
+            g->gemm = c->bf16;
+            g->gemm_fp8 = c->fp8;
+            for (int a = 0; a < DP_ATTNS; a++)
+                if (c->attn_mask & (1u << a))
+                    g->attn_rel[a] = c->attn_rel[a];
+        }
+        sum += fabs(predicted(&runs[i]) / dp_run_measured_s(&runs[i]) - 1);
+        k++;
+    }
+    *count = k;
+    return k ? sum / k : 0;
+}
+
 static double mean_abs(struct fit_ctx *c)
 {
     double sum = 0;
@@ -172,6 +205,7 @@ int dp_calibrate_gemm(struct dp_run *runs, int n, const char *gpu, enum dp_fit_c
     out->fit_bf16 = c.fit_bf16;
     out->fit_fp8 = c.fit_fp8;
     out->mean_abs_before = mean_abs(&c);
+    out->held_before = held_mean_abs(runs, n, gpu, which, NULL, &out->nheld);
 
     gsl_multifit_nlinear_fdf fdf = {
         .f = residuals, .df = NULL, .fvv = NULL, .n = (size_t)k, .p = (size_t)np, .params = &c};
@@ -216,6 +250,8 @@ int dp_calibrate_gemm(struct dp_run *runs, int n, const char *gpu, enum dp_fit_c
         memcpy(out->attn_rel, c.attn_rel, sizeof out->attn_rel);
         out->iterations = (int)gsl_multifit_nlinear_niter(w);
         out->mean_abs_after = mean_abs(&c);
+        int nh;
+        out->held_after = held_mean_abs(runs, n, gpu, which, &c, &nh);
     }
     gsl_vector_free(x);
     gsl_multifit_nlinear_free(w);

@@ -112,7 +112,8 @@ double dp_fit_alloc_slack(const struct dp_run *runs, const struct dp_mem_result 
  * from those that run FP8 GEMMs (both at once: FP8 runs keep their attention in
  * bf16), and each half_flops too with fit_half. Least squares on
  * log(predicted / measured), GSL's trust-region solver. The runs' clusters are
- * updated in place with the fitted curves.
+ * updated in place with the fitted curves, the held-out runs' too: their mean |error|
+ * before and after is reported, not fitted.
  *
  * attn_mask (bit k for enum dp_attn k; 0: none) also fits those fused attention
  * kernels' speed relative to a GEMM (the profile's "attention" figures), each on the
@@ -127,6 +128,8 @@ struct dp_fit {
     bool fit_bf16, fit_fp8;
     struct dp_gemm_curve bf16, fp8;         /* the fitted (or kept) curves */
     double mean_abs_before, mean_abs_after; /* over the fitted runs */
+    int nheld;                              /* held-out runs of this GPU (and curves) */
+    double held_before, held_after;         /* their mean |error|, which the fit never reads */
     unsigned attn_mask;                     /* the kernels fitted */
     double attn_rel[DP_ATTNS];              /* their fitted figures (else the profile's) */
     double attn_prior[DP_ATTNS];            /* the profile's figures the fit started from */
