@@ -3,8 +3,8 @@
 
     held_out_unseen.py DPLAN MEAN_BAR WORST_BAR RUNS.json...
 
-The GEMM curves of the GPU profiles (and the attention figures a profile says were fitted
-with them, `--attention KERNEL`) are fitted by `dplan calibrate` on the scored runs
+The GEMM curves of the GPU profiles (with half_flops where a profile says `--fit-half`, and
+the attention figures a profile says were fitted with them, `--attention KERNEL`) are fitted by `dplan calibrate` on the scored runs
 that are not held out (every third scored run of a file with "held_out_rule":
 "every-third" is held out). This script checks, on copies of the dense runs files (the
 RUNS.json the ctest gate reads, tests/CMakeLists.txt's DPLAN_DENSE_RUNS: every file but
@@ -59,11 +59,21 @@ def validate(files):
     return json.loads(run(["validate", "--json"] + files).stdout)
 
 
+def shipped(gpu):
+    return json.load(open(os.path.join(vdir, "..", "..", "profiles", "gpu", gpu + ".json")))
+
+
 def fitted_kernels(gpu):
     """The attention kernels whose figure the shipped profile says `dplan calibrate` fitted
-    (its sources.attention names the command: "--attention KERNEL`")."""
-    prof = json.load(open(os.path.join(vdir, "..", "..", "profiles", "gpu", gpu + ".json")))
-    return sorted(set(re.findall(r"--attention (\w+)`", prof.get("sources", {}).get("attention", ""))))
+    (its sources.attention names the command: "--attention KERNEL`" or "--attention KERNEL
+    --fit-half`")."""
+    src = shipped(gpu).get("sources", {}).get("attention", "")
+    return sorted(set(re.findall(r"--attention (\w+)(?: --fit-half)?`", src)))
+
+
+def fits_half(gpu):
+    """Whether the shipped profile says its curves' half_flops were fitted (--fit-half)."""
+    return "--fit-half" in shipped(gpu).get("sources", {}).get("gemm", "")
 
 
 def curves(gpu, files, tmp, tag):
@@ -72,7 +82,7 @@ def curves(gpu, files, tmp, tag):
     out = os.path.join(tmp, "%s-%s.json" % (gpu, tag))
     kernels = fitted_kernels(gpu)
     run(["calibrate", "--gpu", gpu] + files + (["--attention", ",".join(kernels)] if kernels else [])
-        + ["-o", out])
+        + (["--fit-half"] if fits_half(gpu) else []) + ["-o", out])
     prof = json.load(open(out))
     got = {c: (prof[c]["eff_max"], prof[c]["half_flops"]) for c in ("gemm", "gemm_fp8")
            if c in prof}

@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
 # The same H100 node with and without NVLink (cluster files that `dplan topo`
-# wrote from the tests/topology XML fixtures): without NVLink, data-parallel
-# gradient traffic crosses PCIe, and the planner moves parallelism into the
-# pipeline instead: fewer ranks in the gradient group (dp x cp: context-parallel
-# ranks reduce gradients with the data-parallel ones), more stages.
+# wrote from the tests/topology XML fixtures): without NVLink, tensor- and
+# data-parallel traffic crosses PCIe, so the layouts without a pipeline (pp=1:
+# all eight GPUs in TP and DP groups) lose far more against the planner's choice
+# than they do with NVLink, and the choice itself is a pipeline (pp > 1).
 set -eu
 dplan=$1
 dir=$2
-best() { "$dplan" suggest llama2-13b --cluster "$dir/$1.json" --nodes 1 --top 1 --json |
-         grep -E "\"$2\":[[:space:]]*[0-9]+" | head -1 | tr -dc '0-9'; }
-grad() { echo $(( $(best "$1" dp) * $(best "$1" cp) )); }
-dp_nv=$(grad dgx-h100); pp_nv=$(best dgx-h100 pp)
-dp_pcie=$(grad dgx-h100-no-nvlink); pp_pcie=$(best dgx-h100-no-nvlink pp)
-echo "NVLink: dp*cp=$dp_nv pp=$pp_nv; PCIe only: dp*cp=$dp_pcie pp=$pp_pcie"
-[ "$dp_pcie" -lt "$dp_nv" ] && [ "$pp_pcie" -gt "$pp_nv" ]
+# field CLUSTER KEY [suggest options...]: the winner's number for "KEY".
+field() {
+  local c=$1 k=$2; shift 2
+  "$dplan" suggest llama2-13b --cluster "$dir/$c.json" --nodes 1 --top 1 --json "$@" |
+    grep -E "\"$k\":[[:space:]]*[0-9.]+" | head -1 | sed -E 's/.*:[[:space:]]*([0-9.]+).*/\1/'
+}
+for c in dgx-h100 dgx-h100-no-nvlink; do
+  best=$(field "$c" step_time_s); flat=$(field "$c" step_time_s --pp 1); pp=$(field "$c" pp)
+  loss=$(awk -v a="$flat" -v b="$best" 'BEGIN { printf "%.4f", a / b - 1 }')
+  echo "$c: choice pp=$pp, ${best} s; best with pp=1 ${flat} s (+${loss})"
+  eval "loss_${c//-/_}=$loss pp_${c//-/_}=$pp"
+done
+awk -v nv="$loss_dgx_h100" -v pcie="$loss_dgx_h100_no_nvlink" -v pp="$pp_dgx_h100_no_nvlink" \
+  'BEGIN { exit !(pcie > nv + 0.10 && pp > 1) }'
