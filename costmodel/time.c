@@ -94,6 +94,10 @@ static double tileq(double d)
     return d / (tiles * 128.0);
 }
 
+/* A GEMM kernel's own fixed cost: launch, prologue and epilogue, the partial last wave of
+ * tiles; the curves' prior half_flops (eff_max x peak x 5 us, profiles/README.md). */
+#define GEMM_KERNEL_S 5e-6
+
 /* A GEMM takes the longer of its compute time (FLOPs over the efficiency curve)
  * and its memory time (A, B read and C written once): the roofline. The
  * attention-score GEMMs (k = head_dim) are memory-bound on every GPU here. */
@@ -184,7 +188,32 @@ static double lin(const struct dp__time_ctx *c, struct dp_layer_time *o, double 
     o->cast_f += groups * mm * kk;
     o->cast_b += groups * mm * nn;
     o->cast_w += groups * kk * nn;
-    return groups * gemm_lin(c, mm, nn, kk, 1);
+    double one = gemm_lin(c, mm, nn, kk, 1);
+    if (groups <= 1)
+        return groups * one;
+    /*
+     * A grouped GEMM is one module call launching one GEMM per local expert. Each expert's
+     * GEMM pays a kernel's fixed cost (GEMM_KERNEL_S: launch, prologue and epilogue, the
+     * last wave); the call's host and framework time beyond that, what the bf16 curve's
+     * fitted fixed cost holds above a kernel's (the H100's: 31 us per GEMM,
+     * profiles/README.md), is paid once. What an FP8 GEMM's fixed cost holds above the bf16
+     * one (125 us on the H100: the quantizers' amax, scale and cast work) stays per expert:
+     * Transformer Engine's GroupedLinear keeps one input, weight and gradient quantizer per
+     * GEMM (transformer_engine/pytorch/module/grouped_linear.py).
+     */
+    const struct dp_gemm_curve *g = c->curve_lin, *gb = &c->cl->gpu.gemm;
+    double q = tileq(mm) * tileq(nn) * tileq(kk);
+    double fixed = g->eff_max > 0 && q > 0 ? g->half_flops / (c->peak_lin * g->eff_max * q) : 0;
+    double fixed_bf16 =
+        gb->eff_max > 0 && q > 0 ? gb->half_flops / (c->peak * gb->eff_max * q) : fixed;
+    if (fixed_bf16 > fixed)
+        fixed_bf16 = fixed;
+    double once = fixed_bf16 > GEMM_KERNEL_S ? fixed_bf16 - GEMM_KERNEL_S : 0;
+    double compute = 2.0 * mm * nn * kk / (c->peak_lin * g->eff_max * q) + fixed;
+    /* Only a compute-bound GEMM's time holds the fixed cost (gemm_at's roofline). */
+    if (compute < one * (1 - 1e-9))
+        once = 0;
+    return groups * one - (groups - 1) * once;
 }
 
 /*

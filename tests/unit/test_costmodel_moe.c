@@ -389,11 +389,15 @@ static void test_moe_layer_time(void)
      *   experts 4 x fc1 512 x 2048 x 1024 (2.147 GFLOP) + 4 x fc2 512 x 1024 x 1024
      *   dense   fc1 1024 x 2048 x 1024 (4.295 GFLOP) + fc2 1024 x 1024 x 1024
      * One GEMM of all 2048 rows would run at 4.295/(4.295 + 1) efficiency; four of 512
-     * rows run at 2.147/(2.147 + 1) each.
+     * rows run at 2.147/(2.147 + 1) each. The four of fc1 (and of fc2) are one grouped call:
+     * of each GEMM's fixed cost, half / peak = 10 us, a kernel's 5 us (launch, prologue,
+     * epilogue) is paid per expert and the other 5 us, the call's host time, once: 3 x 5 us
+     * less than four separate GEMMs, per grouped call.
      */
+    const double shared = 3 * (half / 100e12 - 5e-6);
     double router = gemm_time(2.0 * 1024 * 8 * 1024, half, 8.0 / 128);
     double experts = 4 * gemm_time(2.0 * 512 * 2048 * 1024, half, 1) +
-                     4 * gemm_time(2.0 * 512 * 1024 * 1024, half, 1);
+                     4 * gemm_time(2.0 * 512 * 1024 * 1024, half, 1) - 2 * shared;
     double dense =
         gemm_time(2.0 * 1024 * 2048 * 1024, half, 1) + gemm_time(2.0 * 1024 * 1024 * 1024, half, 1);
     CHECK_NEAR(lt[DP_LAYER_MOE].gemm_f - lt[DP_LAYER_DENSE].gemm_f, router + experts - dense, 1e-9);
@@ -412,8 +416,28 @@ static void test_moe_layer_time(void)
     l.moe_pad = true;
     dp_time_layer(&m, &c, &l, lt);
     double padded = 4 * gemm_time(2.0 * 768 * 2048 * 1024, half, 1) +
-                    4 * gemm_time(2.0 * 768 * 1024 * 1024, half, 1);
+                    4 * gemm_time(2.0 * 768 * 1024 * 1024, half, 1) - 2 * shared;
     CHECK_NEAR(lt[DP_LAYER_MOE].gemm_f - lt[DP_LAYER_DENSE].gemm_f, router + padded - dense, 1e-9);
+
+    /* FP8 GEMMs at 200 TFLOP/s with a 20 us fixed cost (half 4e9): the expert GEMMs pay it
+     * per expert but for the bf16 call's 5 us above a kernel, which they share as before;
+     * the router stays a bf16 GEMM. */
+    l.moe_capacity = 0;
+    l.moe_pad = false;
+    l.moe_imbalance = 1;
+    l.gemm = DP_GEMM_FP8;
+    c.gpu.fp8_tflops = 200;
+    c.gpu.gemm_fp8 = (struct dp_gemm_curve){1.0, 4e9};
+    dp_time_layer(&m, &c, &l, lt);
+    double t8 = 4 * (2.0 * 512 * 2048 * 1024 + 4e9) / 200e12 +
+                4 * (2.0 * 512 * 1024 * 1024 + 4e9) / 200e12 - 2 * shared;
+    double d8 =
+        (2.0 * 1024 * 2048 * 1024 + 4e9) / 200e12 + (2.0 * 1024 * 1024 * 1024 + 4e9) / 200e12;
+    CHECK_NEAR(lt[DP_LAYER_MOE].gemm_f - lt[DP_LAYER_DENSE].gemm_f, router + t8 - d8, 1e-9);
+    l.gemm = DP_GEMM_DEFAULT;
+    c.gpu.fp8_tflops = 0;
+    c.gpu.gemm_fp8 = (struct dp_gemm_curve){0, 0};
+    dp_time_layer(&m, &c, &l, lt);
 
     /* DeepEP-style dispatch: one copy per destination GPU. A token's 2 of 8 experts miss
      * the peer's 4 with probability C(4,2)/C(8,2) = 6/28, so it sends 22/28 copies (not
