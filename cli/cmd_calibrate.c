@@ -7,8 +7,10 @@
 #include "validate/validate.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char help[] =
     "usage: dplan calibrate --gpu NAME [RUNS.json|DIR ...] [--curve all|bf16|fp8] [--fit-half]\n"
@@ -43,6 +45,43 @@ static void set_curve(cJSON *root, const char *key, const struct dp_gemm_curve *
     cJSON_DeleteItemFromObjectCaseSensitive(gm, "half_flops");
     cJSON_AddNumberToObject(gm, "eff_max", c->eff_max);
     cJSON_AddNumberToObject(gm, "half_flops", c->half_flops);
+}
+
+/*
+ * -o must not be one of the runs files read (a directory's *.json files, as dp_runs_load
+ * reads them): the fit would replace the measurements it was made from. The GPU profile
+ * itself may be the output (it is read whole before the atomic write).
+ */
+static int check_output(const char *out, char *const *paths, int npaths, struct dp_err *err)
+{
+    char *list[256];
+    int n = 0, rc = 0;
+    for (int i = 0; i < npaths && n < 256; i++) {
+        struct stat st;
+        DIR *d = stat(paths[i], &st) == 0 && S_ISDIR(st.st_mode) ? opendir(paths[i]) : NULL;
+        if (!d) {
+            list[n++] = strdup(paths[i]);
+            continue;
+        }
+        for (struct dirent *e; n < 256 && (e = readdir(d));) {
+            size_t len = strlen(e->d_name);
+            if (len > 5 && strcmp(e->d_name + len - 5, ".json") == 0) {
+                char *f = malloc(strlen(paths[i]) + len + 2);
+                if (f)
+                    sprintf(f, "%s/%s", paths[i], e->d_name);
+                list[n++] = f;
+            }
+        }
+        closedir(d);
+    }
+    for (int i = 0; i < n; i++)
+        if (!list[i])
+            rc = dp_err_set(err, DP_ENOMEM, "out of memory");
+    if (!rc)
+        rc = cli_output_check(NULL, out, "-o", list, n, err);
+    for (int i = 0; i < n; i++)
+        free(list[i]);
+    return rc;
 }
 
 int cmd_calibrate(int argc, char **argv)
@@ -104,6 +143,10 @@ int cmd_calibrate(int argc, char **argv)
     if (!gpu)
         return cli_usage_error("calibrate", "--gpu NAME is required");
     struct dp_err err = {0};
+    char *defaults[1] = {(char *)cli_default_runs()};
+    if (outfile && check_output(outfile, optind == argc ? defaults : argv + optind,
+                                optind == argc ? 1 : argc - optind, &err))
+        return cli_fail(&err);
     struct dp_gpu g;
     if (dp_gpu_load(gpu, &g, &err))
         return cli_fail(&err);
