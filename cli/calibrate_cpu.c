@@ -733,6 +733,10 @@ int cli_calibrate_cpu(int argc, char **argv)
                                argv[optind + 1]);
     const char *target = optind < argc ? argv[optind] : "tiny-gpt";
     struct dp_err err = {0};
+    /* Before minutes of measuring: -o must not be the MODEL or plan file read. */
+    char *inputs[1] = {(char *)target};
+    if (cli_output_check(&c, outfile, "-o", inputs, 1, &err))
+        return cli_fail(&err);
     struct dp_model m;
     struct dp_layout l;
     struct dp_plan *plan = malloc(sizeof *plan);
