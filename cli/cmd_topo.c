@@ -325,6 +325,10 @@ int cmd_topo(int argc, char **argv)
         return cli_usage_error("topo", "unexpected argument \"%s\"", argv[optind]);
 
     struct dp_err err = {0};
+    /* -o must not be the --topology XML it is made from. */
+    char *inputs[1] = {(char *)xml};
+    if (output && xml && cli_output_check(NULL, output, "-o", inputs, 1, &err))
+        return cli_fail(&err);
     /* Names the user gave must exist, whatever the topology turns out to be. */
     struct dp_gpu gp;
     struct dp_link net;
