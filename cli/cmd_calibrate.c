@@ -7,10 +7,8 @@
 #include "validate/validate.h"
 
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 static const char help[] =
     "usage: dplan calibrate --gpu NAME [RUNS.json|DIR ...] [--curve all|bf16|fp8] [--fit-half]\n"
@@ -48,39 +46,21 @@ static void set_curve(cJSON *root, const char *key, const struct dp_gemm_curve *
 }
 
 /*
- * -o must not be one of the runs files read (a directory's *.json files, as dp_runs_load
- * reads them): the fit would replace the measurements it was made from. The GPU profile
- * itself may be the output (it is read whole before the atomic write).
+ * -o must not be one of the runs files read (each run records its file, a directory's
+ * *.json as dp_runs_append read them): the fit would replace the measurements it was made
+ * from. The GPU profile itself may be the output (it is read whole before the atomic write).
  */
-static int check_output(const char *out, char *const *paths, int npaths, struct dp_err *err)
+static int check_output(const char *out, const struct dp_run *runs, int n, struct dp_err *err)
 {
-    char *list[256];
-    int n = 0, rc = 0;
-    for (int i = 0; i < npaths && n < 256; i++) {
-        struct stat st;
-        DIR *d = stat(paths[i], &st) == 0 && S_ISDIR(st.st_mode) ? opendir(paths[i]) : NULL;
-        if (!d) {
-            list[n++] = strdup(paths[i]);
-            continue;
-        }
-        for (struct dirent *e; n < 256 && (e = readdir(d));) {
-            size_t len = strlen(e->d_name);
-            if (len > 5 && strcmp(e->d_name + len - 5, ".json") == 0) {
-                char *f = malloc(strlen(paths[i]) + len + 2);
-                if (f)
-                    sprintf(f, "%s/%s", paths[i], e->d_name);
-                list[n++] = f;
-            }
-        }
-        closedir(d);
-    }
+    char **files = malloc((size_t)(n > 0 ? n : 1) * sizeof *files);
+    if (!files)
+        return dp_err_set(err, DP_ENOMEM, "out of memory");
+    int nf = 0;
     for (int i = 0; i < n; i++)
-        if (!list[i])
-            rc = dp_err_set(err, DP_ENOMEM, "out of memory");
-    if (!rc)
-        rc = cli_output_check(NULL, out, "-o", list, n, err);
-    for (int i = 0; i < n; i++)
-        free(list[i]);
+        if (i == 0 || strcmp(runs[i].file, runs[i - 1].file) != 0)
+            files[nf++] = (char *)runs[i].file;
+    int rc = cli_output_check(NULL, out, "-o", files, nf, err);
+    free(files);
     return rc;
 }
 
@@ -143,10 +123,6 @@ int cmd_calibrate(int argc, char **argv)
     if (!gpu)
         return cli_usage_error("calibrate", "--gpu NAME is required");
     struct dp_err err = {0};
-    char *defaults[1] = {(char *)cli_default_runs()};
-    if (outfile && check_output(outfile, optind == argc ? defaults : argv + optind,
-                                optind == argc ? 1 : argc - optind, &err))
-        return cli_fail(&err);
     struct dp_gpu g;
     if (dp_gpu_load(gpu, &g, &err))
         return cli_fail(&err);
@@ -159,6 +135,10 @@ int cmd_calibrate(int argc, char **argv)
             free(runs);
             return cli_fail(&err);
         }
+    if (outfile && check_output(outfile, runs, n, &err)) {
+        free(runs);
+        return cli_fail(&err);
+    }
     /* Fit from the profile's own curves (the runs' clusters may carry older copies). */
     for (int i = 0; i < n; i++)
         if (strcmp(runs[i].cluster.gpu.name, g.name) == 0) {

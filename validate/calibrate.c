@@ -43,6 +43,26 @@ enum dp_attn dp_run_attn(const struct dp_run *r)
     return r->layout.attn != DP_ATTN_DEFAULT ? r->layout.attn : r->cluster.gpu.attn_default;
 }
 
+/* The runs a fit of `which` on `gpu` reads or checks: scored, on that GPU, computing their
+ * linear GEMMs in the precision of a curve asked for. */
+static bool on_curves(const struct dp_run *r, const char *gpu, enum dp_fit_curves which)
+{
+    if (!dp_run_scored(r) || strcmp(r->cluster.gpu.name, gpu) != 0)
+        return false;
+    bool fp8 = dp_layout_gemm(&r->layout) == DP_GEMM_FP8;
+    return !((which == DP_FIT_BF16 && fp8) || (which == DP_FIT_FP8 && !fp8));
+}
+
+/* The current curves and fitted attention figures, into a run's GPU. */
+static void give(const struct fit_ctx *c, struct dp_gpu *g)
+{
+    g->gemm = c->bf16;
+    g->gemm_fp8 = c->fp8;
+    for (int a = 0; a < DP_ATTNS; a++)
+        if (c->attn_mask & (1u << a))
+            g->attn_rel[a] = c->attn_rel[a];
+}
+
 static void apply(struct fit_ctx *c, const gsl_vector *x)
 {
     size_t k = 0;
@@ -59,14 +79,8 @@ static void apply(struct fit_ctx *c, const gsl_vector *x)
     for (int a = 0; a < DP_ATTNS; a++)
         if (c->attn_mask & (1u << a))
             c->attn_rel[a] = clamp_attn(gsl_vector_get(x, k++));
-    for (int i = 0; i < c->n; i++) {
-        struct dp_gpu *g = &c->runs[c->idx[i]].cluster.gpu;
-        g->gemm = c->bf16;
-        g->gemm_fp8 = c->fp8;
-        for (int a = 0; a < DP_ATTNS; a++)
-            if (c->attn_mask & (1u << a))
-                g->attn_rel[a] = c->attn_rel[a];
-    }
+    for (int i = 0; i < c->n; i++)
+        give(c, &c->runs[c->idx[i]].cluster.gpu);
 }
 
 static double predicted(const struct dp_run *r)
@@ -85,15 +99,6 @@ static int residuals(const gsl_vector *x, void *params, gsl_vector *f)
     return GSL_SUCCESS;
 }
 
-/* The held-out runs the fit is checked on: scored, on this GPU, of the curves asked for. */
-static bool held_for(const struct dp_run *r, const char *gpu, enum dp_fit_curves which)
-{
-    if (!r->held_out || !dp_run_scored(r) || strcmp(r->cluster.gpu.name, gpu) != 0)
-        return false;
-    bool fp8 = dp_layout_gemm(&r->layout) == DP_GEMM_FP8;
-    return !((which == DP_FIT_BF16 && fp8) || (which == DP_FIT_FP8 && !fp8));
-}
-
 /* Mean |error| over the held-out runs of this GPU; with c, after giving them its values. */
 static double held_mean_abs(struct dp_run *runs, int n, const char *gpu, enum dp_fit_curves which,
                             const struct fit_ctx *c, int *count)
@@ -101,16 +106,10 @@ static double held_mean_abs(struct dp_run *runs, int n, const char *gpu, enum dp
     double sum = 0;
     int k = 0;
     for (int i = 0; i < n; i++) {
-        if (!held_for(&runs[i], gpu, which))
+        if (!runs[i].held_out || !on_curves(&runs[i], gpu, which))
             continue;
-        if (c) {
-            struct dp_gpu *g = &runs[i].cluster.gpu;
-            g->gemm = c->bf16;
-            g->gemm_fp8 = c->fp8;
-            for (int a = 0; a < DP_ATTNS; a++)
-                if (c->attn_mask & (1u << a))
-                    g->attn_rel[a] = c->attn_rel[a];
-        }
+        if (c)
+            give(c, &runs[i].cluster.gpu);
         sum += fabs(predicted(&runs[i]) / dp_run_measured_s(&runs[i]) - 1);
         k++;
     }
@@ -139,13 +138,9 @@ int dp_calibrate_gemm(struct dp_run *runs, int n, const char *gpu, enum dp_fit_c
     }
     int k = 0, k8 = 0;
     for (int i = 0; i < n; i++) {
-        if (runs[i].held_out || !dp_run_scored(&runs[i]) ||
-            strcmp(runs[i].cluster.gpu.name, gpu) != 0)
+        if (runs[i].held_out || !on_curves(&runs[i], gpu, which))
             continue;
-        bool fp8 = dp_layout_gemm(&runs[i].layout) == DP_GEMM_FP8;
-        if ((which == DP_FIT_BF16 && fp8) || (which == DP_FIT_FP8 && !fp8))
-            continue;
-        k8 += fp8;
+        k8 += dp_layout_gemm(&runs[i].layout) == DP_GEMM_FP8;
         out->attn_runs[dp_run_attn(&runs[i])]++;
         idx[k++] = i;
     }
