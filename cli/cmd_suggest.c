@@ -31,6 +31,8 @@ static const char help_head[] =
     "  --gbs N         global batch in sequences [about 4M tokens: 2^k sequences]\n"
     "  --top K         rows in the ranking (1..64) [10]\n"
     "  --no-uneven     do not try uneven first/last pipeline stages\n"
+    "  --all-splits    rank every pipeline split of a layout [one row per layout, at\n"
+    "                  its best split]\n"
     "  --timing        also print how long the search took\n"
     "  --tokens T      training tokens for the days to train (2e12, 300B, 15T) [1T]\n"
     "  --json          machine-readable output\n"
@@ -141,6 +143,7 @@ int cmd_suggest(int argc, char **argv)
                                          {"json", no_argument, 0, OPT_JSON},
                                          {"top", required_argument, 0, 'k'},
                                          {"no-uneven", no_argument, 0, 'u'},
+                                         {"all-splits", no_argument, 0, 'A'},
                                          {"timing", no_argument, 0, 'T'},
                                          {"tokens", required_argument, 0, 'n'},
                                          {"svg", required_argument, 0, 'S'},
@@ -150,7 +153,7 @@ int cmd_suggest(int argc, char **argv)
     struct cli_common c;
     cli_common_init(&c);
     int top = 10;
-    bool no_uneven = false, timing = false;
+    bool no_uneven = false, all_splits = false, timing = false;
     const char *outfile = NULL, *svg = NULL;
     double tokens = 1e12;
     const char *tokens_default = "1T";
@@ -171,6 +174,7 @@ int cmd_suggest(int argc, char **argv)
             break;
         }
         case 'u': no_uneven = true; break;
+        case 'A': all_splits = true; break;
         case 'T': timing = true; break;
         case 'o': outfile = optarg; break;
         case 'S': svg = optarg; break;
@@ -210,6 +214,7 @@ int cmd_suggest(int argc, char **argv)
         return 2;
     so.top_k = top;
     so.no_uneven = no_uneven;
+    so.all_splits = all_splits;
     /* Only --svg collects the evaluated layouts: without it the search pays nothing. */
     struct cli_scatter pts = {0};
     if (svg) {
@@ -317,6 +322,7 @@ int cmd_suggest(int argc, char **argv)
         cJSON_AddNumberToObject(se, "evaluated", (double)r->evaluated);
         cJSON_AddNumberToObject(se, "fitting", (double)r->fitting);
         cJSON_AddNumberToObject(se, "out_of_memory", (double)r->oom);
+        cJSON_AddBoolToObject(se, "one_row_per_layout", !all_splits);
         if (timing)
             cJSON_AddNumberToObject(se, "seconds", secs);
         cJSON *pr = cJSON_AddArrayToObject(se, "pruned");
@@ -385,6 +391,9 @@ int cmd_suggest(int argc, char **argv)
                    cd->cost.step_time_s, cd->cost.tokens_per_s, 100 * cd->cost.mfu,
                    cli_gib(cd->peak_bytes), cli_gib(cap - cd->peak_bytes));
         }
+        if (r->folded_splits)
+            printf("(one row per layout, at its best pipeline split; --all-splits ranks each "
+                   "split)\n");
         printf("\nwhy #1: the fastest of %lld layouts that fit; its step goes to %s; MFU %.1f%%; "
                "fullest stage %d at %.2f GiB (%.2f GiB headroom), stages within %.1f%%\n",
                r->fitting, shares, 100 * w->cost.mfu, w->peak_stage, cli_gib(w->peak_bytes),

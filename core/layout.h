@@ -275,6 +275,8 @@ void dp_layout_reset_split(struct dp_layout *l);
 int dp_layout_make_explicit(struct dp_layout *l, const struct dp_model *m);
 /* The same layout: every field (the GEMM type as resolved), the split up to nchunks. */
 bool dp_layout_equal(const struct dp_layout *a, const struct dp_layout *b);
+/* The same layout but for the pipeline split (first/last_stage_layers, the chunk list). */
+bool dp_layout_same_but_split(const struct dp_layout *a, const struct dp_layout *b);
 /*
  * The layer kinds held by stage `stage`, over all its model chunks (with
  * interleaving, chunk c of stage r holds the layers of virtual stage c pp + r).

@@ -169,13 +169,29 @@ static bool better(const struct dp_candidate *a, const struct dp_candidate *b)
     return score(a) < score(b);
 }
 
+/*
+ * The ranking keeps the k best, one row per layout up to its pipeline split unless
+ * o->all_splits: the uneven splits of one layout differ by a few ms of a step, well
+ * under the model's error, and listing each would fill the ranking with one layout.
+ */
 static void keep_top(struct search *s, const struct dp_candidate *c)
 {
     struct dp_search_result *r = s->r;
     int k = s->o->top_k;
     if (r->n == k && !better(c, &r->top[k - 1]))
         return;
-    int i = r->n < k ? r->n++ : k - 1;
+    int i = -1; /* the row c takes before it moves up */
+    if (!s->o->all_splits)
+        for (int j = 0; j < r->n; j++)
+            if (dp_layout_same_but_split(&c->layout, &r->top[j].layout)) {
+                r->folded_splits = true;
+                if (!better(c, &r->top[j]))
+                    return;
+                i = j;
+                break;
+            }
+    if (i < 0)
+        i = r->n < k ? r->n++ : k - 1;
     while (i > 0 && better(c, &r->top[i - 1])) {
         r->top[i] = r->top[i - 1];
         i--;

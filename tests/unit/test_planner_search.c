@@ -661,6 +661,55 @@ static void test_uneven(void)
     CHECK(any <= even * (1 + 1e-12));
 }
 
+/*
+ * The ranking's one row per layout: with every split ranked (all_splits), keeping the first
+ * row of each layout in rank order gives the folded ranking, row for row; the folded one
+ * holds no layout twice and the unfolded one does (10 layers on 4 stages split many ways).
+ */
+static void test_fold_splits(void)
+{
+    struct dp_cluster cl = cluster(1, 8, 80);
+    struct dp_model m = model();
+    m.layers = 10;
+    struct dp_search_opts o;
+    dp_search_opts_default(&o);
+    o.gbs = 64;
+    o.seq_len = m.seq_len;
+    o.tp = 1;
+    o.cp = 1;
+    o.pp = 4;
+    struct dp_search_result *all = malloc(sizeof *all), *one = malloc(sizeof *one);
+    struct dp_err err = {0};
+    o.all_splits = true;
+    o.top_k = DP_MAX_TOP;
+    CHECK_EQ(dp_plan_search(&m, &cl, &o, all, &err), 0);
+    CHECK(!all->folded_splits);
+    o.all_splits = false;
+    o.top_k = 6;
+    CHECK_EQ(dp_plan_search(&m, &cl, &o, one, &err), 0);
+    CHECK(one->folded_splits);
+    int first[DP_MAX_TOP], nf = 0;
+    bool twice = false;
+    for (int i = 0; i < all->n; i++) {
+        bool seen = false;
+        for (int j = 0; j < nf; j++)
+            seen = seen || dp_layout_same_but_split(&all->top[i].layout, &all->top[first[j]].layout);
+        twice = twice || seen;
+        if (!seen)
+            first[nf++] = i;
+    }
+    CHECK(twice);
+    CHECK(nf >= o.top_k);
+    CHECK_EQ(one->n, o.top_k);
+    for (int i = 0; i < one->n && i < nf; i++) {
+        CHECK(dp_layout_equal(&one->top[i].layout, &all->top[first[i]].layout));
+        for (int j = 0; j < i; j++)
+            CHECK(!dp_layout_same_but_split(&one->top[i].layout, &one->top[j].layout));
+    }
+    free(all);
+    free(one);
+}
+
 /* Per framework (issue 12): the search over each framework's space (its ZeRO stages,
  * recompute policies and HSDP shard groups) against a brute force that asks the
  * layout's own framework check (cp 1, even splits). */
@@ -789,6 +838,7 @@ static struct fw_brute compare_fw(const struct dp_model *m, const struct dp_clus
 int main(void)
 {
     test_uneven();
+    test_fold_splits();
     struct dp_model m = model();
     /* Plenty of memory, one node of 8: cp (seq 2048), interleaving. */
     struct dp_cluster a = cluster(1, 8, 80);
