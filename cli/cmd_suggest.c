@@ -409,20 +409,35 @@ int cmd_suggest(int argc, char **argv)
         printf("best layout for other choices (what each loses against #1):\n");
         int idx[32];
         int na = pick_alternatives(r, w, idx);
-        int aw = 0, dw = 0;
+        /* Choices whose best layout is the same one share a line: "zero=1, pp=2". */
+        char labels[32][128];
+        int nl = 0, first[32];
         for (int k = 0; k < na; k++) {
             const struct dp_alternative *al = &r->alt[idx[k]];
-            dp_explain_delta(w, &al->best, buf, sizeof buf);
-            if ((int)strlen(al->label) > aw)
-                aw = (int)strlen(al->label);
+            int j = 0;
+            while (j < nl && !dp_layout_equal(&r->alt[idx[first[j]]].best.layout, &al->best.layout))
+                j++;
+            if (j == nl) {
+                first[nl] = k;
+                snprintf(labels[nl++], sizeof labels[0], "%s", al->label);
+            } else {
+                size_t used = strlen(labels[j]);
+                snprintf(labels[j] + used, sizeof labels[0] - used, ", %s", al->label);
+            }
+        }
+        int aw = 0, dw = 0;
+        for (int j = 0; j < nl; j++) {
+            dp_explain_delta(w, &r->alt[idx[first[j]]].best, buf, sizeof buf);
+            if ((int)strlen(labels[j]) > aw)
+                aw = (int)strlen(labels[j]);
             if ((int)strlen(buf) > dw)
                 dw = (int)strlen(buf);
         }
-        for (int k = 0; k < na; k++) {
-            const struct dp_alternative *al = &r->alt[idx[k]];
+        for (int j = 0; j < nl; j++) {
+            const struct dp_alternative *al = &r->alt[idx[first[j]]];
             dp_explain_delta(w, &al->best, buf, sizeof buf);
             dp_layout_format_model(&al->best.layout, &m, lay, sizeof lay);
-            printf("  %-*s  %-*s  [%s]\n", aw, al->label, dw, buf, lay);
+            printf("  %-*s  %-*s  [%s]\n", aw, labels[j], dw, buf, lay);
         }
         printf("\n");
         cli_placement_text(stdout, &w->cost, &w->layout);
