@@ -72,6 +72,30 @@ struct dp_val_stats dp_val_stats(const struct dp_run *runs, const struct dp_run_
     return s;
 }
 
+struct dp_val_stats dp_val_stats_margin(const struct dp_run *runs, const struct dp_run_result *res,
+                                        int n, int held, double margin, bool inside)
+{
+    struct dp_val_stats s = {0, 0, 0, ""};
+    for (int i = 0; i < n; i++) {
+        const struct dp_run *r = &runs[i];
+        if (!dp_run_scored(r) || (held >= 0 && r->held_out != (held == 1)))
+            continue;
+        int64_t bound = dp_mem_within_margin(dp_gpu_usable_bytes(&r->cluster.gpu), margin);
+        if ((res[i].peak_bytes > bound) != inside)
+            continue;
+        double e = fabs(res[i].error);
+        s.mean += e;
+        s.n++;
+        if (e > s.worst || s.n == 1) {
+            s.worst = e;
+            s.worst_id = r->id;
+        }
+    }
+    if (s.n)
+        s.mean /= s.n;
+    return s;
+}
+
 int dp_run_predict_memory(const struct dp_run *r, struct dp_mem_result *out, struct dp_err *err)
 {
     memset(out, 0, sizeof *out);

@@ -41,6 +41,14 @@ struct dp_val_stats dp_val_stats(const struct dp_run *runs, const struct dp_run_
                                  const char *framework);
 
 /*
+ * dp_val_stats over the scored runs whose predicted peak is (inside true) or is not (false)
+ * above the planner's fitting bound, dp_mem_within_margin(usable, margin): the runs `suggest`
+ * would not have counted as fitting, the model's out-of-memory verdicts among them.
+ */
+struct dp_val_stats dp_val_stats_margin(const struct dp_run *runs, const struct dp_run_result *res,
+                                        int n, int held, double margin, bool inside);
+
+/*
  * One choice against another: pairs of scored runs that differ in one thing.
  * DP_PAIR_GPU: the same model architecture, layout and GPU count on two GPU profiles (one
  * source's table measured on two machines); `a` is the run whose GPU name sorts first.

@@ -137,6 +137,21 @@ static void test_waiting_and_stats(void)
     /* per framework profile: the run names none, so it is Megatron's */
     CHECK_EQ(dp_val_stats(runs, res, n, -1, NULL, NULL, "megatron").n, 1);
     CHECK_EQ(dp_val_stats(runs, res, n, -1, NULL, NULL, "torchtitan").n, 0);
+    /* By the memory margin: the run's peak set just inside and just outside 5% of the
+     * usable bytes (a dgx-h100 GPU's). */
+    int64_t usable = dp_gpu_usable_bytes(&runs[0].cluster.gpu);
+    CHECK(usable > 0);
+    res[0].peak_bytes = (int64_t)(0.96 * (double)usable);
+    CHECK_EQ(dp_val_stats_margin(runs, res, n, -1, 0.05, true).n, 1);
+    CHECK_EQ(dp_val_stats_margin(runs, res, n, -1, 0.05, false).n, 0);
+    CHECK_NEAR(dp_val_stats_margin(runs, res, n, -1, 0.05, true).mean, 0.10, 1e-12);
+    CHECK_EQ(dp_val_stats_margin(runs, res, n, 1, 0.05, true).n, 0);
+    res[0].peak_bytes = (int64_t)(0.94 * (double)usable);
+    CHECK_EQ(dp_val_stats_margin(runs, res, n, -1, 0.05, true).n, 0);
+    CHECK_EQ(dp_val_stats_margin(runs, res, n, -1, 0.05, false).n, 1);
+    /* Over the limit (the model's out-of-memory verdict) counts as inside. */
+    res[0].peak_bytes = usable + 1;
+    CHECK_EQ(dp_val_stats_margin(runs, res, n, -1, 0.05, true).n, 1);
     free(runs);
 }
 
