@@ -31,8 +31,8 @@ static const char help_head[] =
     "  --gbs N         global batch in sequences [about 4M tokens: 2^k sequences]\n"
     "  --top K         rows in the ranking (1..64) [10]\n"
     "  --no-uneven     do not try uneven first/last pipeline stages\n"
-    "  --all-splits    rank every pipeline split of a layout [one row per layout, at\n"
-    "                  its best split]\n"
+    "  --all-splits    rank every pipeline split and interleaving degree (vpp) of a\n"
+    "                  layout [one row per layout, at its best split and vpp]\n"
     "  --timing        also print how long the search took\n"
     "  --tokens T      training tokens for the days to train (2e12, 300B, 15T) [1T]\n"
     "  --json          machine-readable output\n"
@@ -392,8 +392,8 @@ int cmd_suggest(int argc, char **argv)
                    cli_gib(cd->peak_bytes), cli_gib(cap - cd->peak_bytes));
         }
         if (r->folded_splits)
-            printf("(one row per layout, at its best pipeline split; --all-splits ranks each "
-                   "split)\n");
+            printf("(one row per layout, at its best pipeline split and interleaving; "
+                   "--all-splits ranks each)\n");
         printf("\nwhy #1: the fastest of %lld layouts that fit; its step goes to %s; MFU %.1f%%; "
                "fullest stage %d at %.2f GiB (%.2f GiB headroom), stages within %.1f%%\n",
                r->fitting, shares, 100 * w->cost.mfu, w->peak_stage, cli_gib(w->peak_bytes),

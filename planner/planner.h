@@ -62,7 +62,7 @@ struct dp_search_opts {
     int recompute;               /* -1 = search none/selective/full */
     int sp;                      /* -1 = search, 0 off, 1 on */
     bool no_uneven;              /* do not try uneven first/last stage splits */
-    bool all_splits;             /* rank each split of a layout; default: its best one only */
+    bool all_splits;             /* rank each split and vpp of a layout; default: the best */
     int64_t gbs, seq_len;
     enum dp_precision precision;
     int gemm;                      /* enum dp_gemm; -1 = search bf16 and, if the GPU has it, fp8 */
@@ -137,7 +137,7 @@ struct dp_search_result {
     struct dp_candidate top[DP_MAX_TOP];
     long long evaluated; /* layouts whose memory (and time, if they fit) was computed */
     long long fitting, oom;
-    bool folded_splits; /* a layout's other splits were left out of top (!all_splits) */
+    bool folded_splits; /* a layout's other splits or vpp were left out of top (!all_splits) */
     int64_t lowest_peak; /* when nothing fits: the smallest peak seen */
     struct dp_layout lowest_layout;
     /*

@@ -170,9 +170,24 @@ static bool better(const struct dp_candidate *a, const struct dp_candidate *b)
 }
 
 /*
- * The ranking keeps the k best, one row per layout up to its pipeline split unless
- * o->all_splits: the uneven splits of one layout differ by a few ms of a step, well
- * under the model's error, and listing each would fill the ranking with one layout.
+ * One layout up to its pipeline schedule's details: the split and the interleaving
+ * degree (vpp), which, among layouts that are otherwise the same, move the step by
+ * tenths of a percent when the batch has many micro-batches.
+ */
+static bool same_family(const struct dp_layout *a, const struct dp_layout *b)
+{
+    if (a->vpp == b->vpp)
+        return dp_layout_same_but_split(a, b);
+    struct dp_layout x = *a;
+    x.vpp = b->vpp;
+    x.pp_overlap = b->pp_overlap; /* on with interleaving, as the search sets it */
+    return dp_layout_same_but_split(&x, b);
+}
+
+/*
+ * The ranking keeps the k best, one row per layout family (same_family) unless
+ * o->all_splits: listing each split and interleaving degree of one layout would fill the
+ * ranking with it.
  */
 static void keep_top(struct search *s, const struct dp_candidate *c)
 {
@@ -183,7 +198,7 @@ static void keep_top(struct search *s, const struct dp_candidate *c)
     int i = -1; /* the row c takes before it moves up */
     if (!s->o->all_splits)
         for (int j = 0; j < r->n; j++)
-            if (dp_layout_same_but_split(&c->layout, &r->top[j].layout)) {
+            if (same_family(&c->layout, &r->top[j].layout)) {
                 r->folded_splits = true;
                 if (!better(c, &r->top[j]))
                     return;
