@@ -703,17 +703,12 @@ int cmd_validate(int argc, char **argv)
         cJSON_AddItemToObject(o, "held_out", stats_json(held));
         cJSON *mg = cJSON_AddObjectToObject(o, "memory_margin");
         cJSON_AddNumberToObject(mg, "margin", DP_MEM_TIGHT_FRACTION);
-        cJSON_AddItemToObject(
-            mg, "inside", stats_json(dp_val_stats_margin(runs, res, n, -1, DP_MEM_TIGHT_FRACTION, true)));
-        cJSON_AddItemToObject(mg, "inside_held_out",
-                              stats_json(dp_val_stats_margin(runs, res, n, 1, DP_MEM_TIGHT_FRACTION,
-                                                             true)));
-        cJSON_AddItemToObject(mg, "outside",
-                              stats_json(dp_val_stats_margin(runs, res, n, -1,
-                                                             DP_MEM_TIGHT_FRACTION, false)));
-        cJSON_AddItemToObject(mg, "outside_held_out",
-                              stats_json(dp_val_stats_margin(runs, res, n, 1, DP_MEM_TIGHT_FRACTION,
-                                                             false)));
+        static const char *const mg_keys[] = {"inside", "inside_held_out", "outside",
+                                              "outside_held_out"};
+        for (int k = 0; k < 4; k++)
+            cJSON_AddItemToObject(mg, mg_keys[k],
+                                  stats_json(dp_val_stats_margin(runs, res, n, k % 2 ? 1 : -1,
+                                                                 DP_MEM_TIGHT_FRACTION, k < 2)));
         for (enum group g = BY_SOURCE; g <= BY_FRAMEWORK; g++)
             cJSON_AddItemToObject(o, group_json[g], groups_json(runs, res, n, g));
         cli_print_json(o);
