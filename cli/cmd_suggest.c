@@ -322,6 +322,8 @@ int cmd_suggest(int argc, char **argv)
         cJSON_AddNumberToObject(se, "evaluated", (double)r->evaluated);
         cJSON_AddNumberToObject(se, "fitting", (double)r->fitting);
         cJSON_AddNumberToObject(se, "out_of_memory", (double)r->oom);
+        if (r->bad_time)
+            cJSON_AddNumberToObject(se, "skipped_model_bug", (double)r->bad_time);
         cJSON_AddBoolToObject(se, "one_row_per_layout", !all_splits);
         if (timing)
             cJSON_AddNumberToObject(se, "seconds", secs);
@@ -366,8 +368,11 @@ int cmd_suggest(int argc, char **argv)
         cli_describe_batch(stdout, so.gbs, so.seq_len, &d);
         cli_describe_search_framework(stdout, &so, c.framework >= 0);
         cli_describe_margin(stdout, &c, &cl);
-        printf("search   %lld layouts evaluated: %lld fit, %lld out of memory\n", r->evaluated,
+        printf("search   %lld layouts evaluated: %lld fit, %lld out of memory", r->evaluated,
                r->fitting, r->oom);
+        if (r->bad_time)
+            printf(", %lld skipped (the cost model gave no positive time: a bug)", r->bad_time);
+        printf("\n");
         if (timing)
             printf("time     %.3f s, %.2f M layouts/s\n", secs, (double)r->evaluated / secs / 1e6);
         if (r->nnotes) {

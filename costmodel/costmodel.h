@@ -470,6 +470,11 @@ void dp_time_step_reuse(const struct dp_model *m, const struct dp_cluster *cl,
 void dp_time_describe_paths(const struct dp_cluster *cl, const struct dp_layout *l,
                             struct dp_step_cost *out);
 
+/* The model's own invariant: a finite, positive step time made of terms none of which is
+ * negative. A result that breaks it is a bug of the model (dp_time_step reports it; the
+ * planner skips and counts such layouts instead of ranking them). */
+bool dp_step_cost_sane(const struct dp_step_cost *c);
+
 /* Validates the layout (DP_EINFEASIBLE with the reason) and fills *out. */
 int dp_time_step(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
                  struct dp_step_cost *out, struct dp_err *err);

@@ -225,11 +225,13 @@ void dp_shard_unit(const struct dp_layout *l, const struct dp_shard_groups *g, d
                 coll(l, DP_ALLGATHER, ag_expert_bytes, g->esg, &g->pe);
     /* HSDP: the reduce-scattered shard is all-reduced across the replicas (FSDP2
      * foreach_reduce on its all_reduce stream; Megatron param_and_grad_buffer.py with
-     * num_distributed_optimizer_instances > 1). */
+     * num_distributed_optimizer_instances > 1). The experts have replicas only where their
+     * data-parallel group splits into R (dp_shard_groups: esg < edpn); else they are
+     * sharded over all of it and have none to all-reduce with. */
     *reduce_s = coll(l, DP_REDUCE_SCATTER, dense * g->rb, g->sg, &g->ps) +
                 coll(l, DP_REDUCE_SCATTER, expert * g->rb, g->esg, &g->pe) +
                 coll(l, DP_ALLREDUCE, dense * g->rb / g->sg, g->R, &g->pr) +
-                coll(l, DP_ALLREDUCE, expert * g->rb / g->esg, g->R, &g->per);
+                coll(l, DP_ALLREDUCE, expert * g->rb / g->esg, g->edpn / g->esg, &g->per);
 }
 
 void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,

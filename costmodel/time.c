@@ -210,9 +210,13 @@ static double lin(const struct dp__time_ctx *c, struct dp_layer_time *o, double 
         fixed_bf16 = fixed;
     double once = fixed_bf16 > GEMM_KERNEL_S ? fixed_bf16 - GEMM_KERNEL_S : 0;
     double compute = 2.0 * mm * nn * kk / (c->peak_lin * g->eff_max * q) + fixed;
-    /* Only a compute-bound GEMM's time holds the fixed cost (gemm_at's roofline). */
+    /* Only a compute-bound GEMM's time holds the fixed cost (gemm_at's roofline), and each
+     * expert's GEMM keeps at least a kernel's: a memory-bound one (few tokens reading the
+     * expert's weights) holds less than the host time, so it gives none back. */
     if (compute < one * (1 - 1e-9))
         once = 0;
+    if (once > one - GEMM_KERNEL_S)
+        once = one > GEMM_KERNEL_S ? one - GEMM_KERNEL_S : 0;
     return groups * one - (groups - 1) * once;
 }
 
@@ -859,8 +863,26 @@ int dp_time_step(const struct dp_model *m, const struct dp_cluster *cl, const st
         return dp_err_set(err, DP_EINFEASIBLE,
                           "%d nodes but no network interfaces per node in the cluster", cl->nodes);
     dp_time_step_fast(m, cl, l, out);
+    if (!dp_step_cost_sane(out))
+        return dp_err_set(err, DP_EINVAL,
+                          "internal: the step-time model gave %g s (compute %g, communication "
+                          "%g) for this layout; a bug of dplan's cost model, please report it",
+                          out->step_time_s, out->compute_s,
+                          out->tp_comm_s + out->cp_comm_s + out->ep_comm_s + out->dp_comm_s);
     dp_time_describe_paths(cl, l, out);
     return 0;
+}
+
+bool dp_step_cost_sane(const struct dp_step_cost *c)
+{
+    const double t[] = {c->compute_s, c->recompute_s, c->tp_comm_s, c->cp_comm_s,   c->ep_comm_s,
+                        c->pp_comm_s, c->bubble_s,    c->dp_comm_s, c->optimizer_s, c->other_s};
+    if (!(c->step_time_s > 0) || !isfinite(c->step_time_s))
+        return false;
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (!(t[i] >= 0) || !isfinite(t[i]))
+            return false;
+    return true;
 }
 
 void dp_time_describe_paths(const struct dp_cluster *cl, const struct dp_layout *l,

@@ -137,6 +137,7 @@ struct dp_search_result {
     struct dp_candidate top[DP_MAX_TOP];
     long long evaluated; /* layouts whose memory (and time, if they fit) was computed */
     long long fitting, oom;
+    long long bad_time;  /* fitting layouts skipped: dp_step_cost_sane failed (a model bug) */
     bool folded_splits;  /* a layout's other splits or vpp were left out of top (!all_splits) */
     int64_t lowest_peak; /* when nothing fits: the smallest peak seen */
     struct dp_layout lowest_layout;

@@ -266,6 +266,14 @@ static void evaluate(struct search *s, const struct dp_layout *l,
     r->fitting++;
     c.layout = *l;
     dp_time_step_reuse(s->m, s->cl, l, lt, ru, &c.cost);
+    if (!dp_step_cost_sane(&c.cost)) {
+        /* A bug of the cost model: never rank it (a negative time would win). */
+        r->fitting--;
+        r->bad_time++;
+        note(s, "layouts whose predicted step time is not a positive number were skipped "
+                "(a bug of dplan's cost model; please report it)");
+        return;
+    }
     if (s->o->on_fit)
         s->o->on_fit(&c, s->o->on_fit_ctx);
     keep_top(s, &c);

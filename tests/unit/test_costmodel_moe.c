@@ -715,8 +715,83 @@ static void test_validate_rules(void)
     CHECK_CONTAINS(err.msg, "moe_pad needs a capacity factor");
 }
 
+/*
+ * The model's invariant (dp_step_cost_sane) over DeepSeek-V3's layouts on 32 DGX H100 nodes.
+ * Two bugs broke it there (session 14), and since a negative time is the fastest, `suggest`
+ * ranked such layouts first: an expert's grouped GEMM gave back more host time than a
+ * memory-bound GEMM holds (cp 64 leaves two tokens per expert: compute -89499 s), and HSDP
+ * all-reduced expert gradients across replicas the experts do not have (an expert
+ * data-parallel group of one under a shard group of 8: a path of no bandwidth, dp comm
+ * infinite).
+ */
+static void test_deepseek_sane(void)
+{
+    struct dp_model m;
+    struct dp_cluster cl;
+    struct dp_err err = {0};
+    if (dp_model_load("deepseek-v3", &m, &err) ||
+        dp_cluster_from_system("dgx-h100", 32, NULL, &cl, &err)) {
+        CHECK_STR(err.msg, "");
+        return;
+    }
+    static const int tps[] = {1, 4, 8}, cps[] = {1, 2, 8, 64}, eps[] = {1, 8, 16, 64},
+                     pps[] = {1, 16}, zeros[] = {1, 3}, sgs[] = {0, 8};
+    int n = 0, bad = 0;
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 4; b++)
+            for (int e = 0; e < 4; e++)
+                for (int p = 0; p < 2; p++)
+                    for (int z = 0; z < 2; z++)
+                        for (int g = 0; g < 2; g++) {
+                            struct dp_layout l;
+                            dp_layout_default(&l);
+                            l.tp = tps[a];
+                            l.sp = l.tp > 1;
+                            l.cp = cps[b];
+                            l.ep = eps[e];
+                            l.pp = pps[p];
+                            l.dp = 256 / (l.tp * l.cp * l.pp);
+                            l.zero = zeros[z];
+                            l.shard_group = sgs[g];
+                            l.recompute = DP_RECOMPUTE_FULL;
+                            l.mbs = 1;
+                            l.gbs = 1024;
+                            l.seq_len = 4096;
+                            dp_err_clear(&err);
+                            if (dp_layout_validate(&l, &m, 256, &err) ||
+                                dp_layout_check_framework(&l, NULL, &err))
+                                continue;
+                            struct dp_step_cost c;
+                            dp_time_step_fast(&m, &cl, &l, &c);
+                            n++;
+                            bad += !dp_step_cost_sane(&c);
+                        }
+    CHECK(n > 100);
+    CHECK_EQ(bad, 0);
+    /* The first bug's layout: every expert GEMM keeps at least a kernel's fixed cost (5 us),
+     * two GEMMs per expert forward (fused gate/up, down) over its 256 local experts. */
+    struct dp_layout l;
+    dp_layout_default(&l);
+    l.tp = 4;
+    l.sp = true;
+    l.cp = 64;
+    l.dp = 1;
+    l.zero = 3;
+    l.mbs = 1;
+    l.gbs = 1024;
+    l.seq_len = 4096;
+    CHECK_EQ(dp_layout_validate(&l, &m, 256, &err), 0);
+    struct dp_layer_time t[DP_LAYER_KINDS];
+    dp_time_layer(&m, &cl, &l, t);
+    CHECK(t[DP_LAYER_MOE].moe_f >= 2 * 256 * 5e-6);
+    struct dp_step_cost c;
+    CHECK_EQ(dp_time_step(&m, &cl, &l, &c, &err), 0);
+    CHECK(c.compute_s > 0);
+}
+
 int main(void)
 {
+    test_deepseek_sane();
     test_layer_kinds();
     test_param_count();
     test_stage_params();

@@ -723,6 +723,36 @@ static void test_fold_splits(void)
     free(one);
 }
 
+/* DeepSeek-V3 on 32 DGX H100 nodes at tp 1, pp 16 (61 layers: uneven splits; cp, ep, HSDP,
+ * ZeRO and recompute searched): no layout gets a time the cost model's invariant rejects (before
+ * session 14 some did, and the planner ranked their negative or infinite times), and the ranking
+ * holds sane costs. */
+static void test_no_bad_time(void)
+{
+    struct dp_model m;
+    struct dp_cluster cl;
+    struct dp_err err = {0};
+    if (dp_model_load("deepseek-v3", &m, &err) ||
+        dp_cluster_from_system("dgx-h100", 32, NULL, &cl, &err)) {
+        CHECK_STR(err.msg, "");
+        return;
+    }
+    struct dp_search_opts o;
+    dp_search_opts_default(&o);
+    o.gbs = 1024;
+    o.seq_len = 4096;
+    o.tp = 1;
+    o.pp = 16;
+    o.top_k = 5;
+    struct dp_search_result *r = malloc(sizeof *r);
+    CHECK_EQ(dp_plan_search(&m, &cl, &o, r, &err), 0);
+    CHECK(r->fitting > 0);
+    CHECK_EQ(r->bad_time, 0);
+    for (int i = 0; i < r->n; i++)
+        CHECK(dp_step_cost_sane(&r->top[i].cost));
+    free(r);
+}
+
 /* Per framework (issue 12): the search over each framework's space (its ZeRO stages,
  * recompute policies and HSDP shard groups) against a brute force that asks the
  * layout's own framework check (cp 1, even splits). */
@@ -852,6 +882,7 @@ int main(void)
 {
     test_uneven();
     test_fold_splits();
+    test_no_bad_time();
     struct dp_model m = model();
     /* Plenty of memory, one node of 8: cp (seq 2048), interleaving. */
     struct dp_cluster a = cluster(1, 8, 80);
