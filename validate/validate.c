@@ -44,6 +44,31 @@ int dp_run_predict(const struct dp_run *r, struct dp_run_result *out, struct dp_
     return 0;
 }
 
+/* The runs a statistic takes: scored, and of the held-out subset asked for (-1 any). */
+static bool in_subset(const struct dp_run *r, int held)
+{
+    return dp_run_scored(r) && (held < 0 || r->held_out == (held == 1));
+}
+
+/* One run's |error| into a statistic; val_mean turns the sum into the mean. */
+static void val_add(struct dp_val_stats *s, double error, const char *id)
+{
+    double e = fabs(error);
+    s->mean += e;
+    s->n++;
+    if (e > s->worst || s->n == 1) {
+        s->worst = e;
+        s->worst_id = id;
+    }
+}
+
+static struct dp_val_stats val_mean(struct dp_val_stats s)
+{
+    if (s.n)
+        s.mean /= s.n;
+    return s;
+}
+
 struct dp_val_stats dp_val_stats(const struct dp_run *runs, const struct dp_run_result *res, int n,
                                  int held, const char *source, const char *gpu,
                                  const char *framework)
@@ -51,25 +76,13 @@ struct dp_val_stats dp_val_stats(const struct dp_run *runs, const struct dp_run_
     struct dp_val_stats s = {0, 0, 0, ""};
     for (int i = 0; i < n; i++) {
         const struct dp_run *r = &runs[i];
-        if (!dp_run_scored(r) || (held >= 0 && r->held_out != (held == 1)))
+        if (!in_subset(r, held) || (source && strcmp(r->source_key, source) != 0) ||
+            (gpu && strcmp(r->cluster.gpu.name, gpu) != 0) ||
+            (framework && strcmp(dp_framework_name(r->layout.framework), framework) != 0))
             continue;
-        if (source && strcmp(r->source_key, source) != 0)
-            continue;
-        if (gpu && strcmp(r->cluster.gpu.name, gpu) != 0)
-            continue;
-        if (framework && strcmp(dp_framework_name(r->layout.framework), framework) != 0)
-            continue;
-        double e = fabs(res[i].error);
-        s.mean += e;
-        s.n++;
-        if (e > s.worst || s.n == 1) {
-            s.worst = e;
-            s.worst_id = r->id;
-        }
+        val_add(&s, res[i].error, r->id);
     }
-    if (s.n)
-        s.mean /= s.n;
-    return s;
+    return val_mean(s);
 }
 
 struct dp_val_stats dp_val_stats_margin(const struct dp_run *runs, const struct dp_run_result *res,
@@ -78,22 +91,11 @@ struct dp_val_stats dp_val_stats_margin(const struct dp_run *runs, const struct 
     struct dp_val_stats s = {0, 0, 0, ""};
     for (int i = 0; i < n; i++) {
         const struct dp_run *r = &runs[i];
-        if (!dp_run_scored(r) || (held >= 0 && r->held_out != (held == 1)))
-            continue;
         int64_t bound = dp_mem_within_margin(dp_gpu_usable_bytes(&r->cluster.gpu), margin);
-        if ((res[i].peak_bytes > bound) != inside)
-            continue;
-        double e = fabs(res[i].error);
-        s.mean += e;
-        s.n++;
-        if (e > s.worst || s.n == 1) {
-            s.worst = e;
-            s.worst_id = r->id;
-        }
+        if (in_subset(r, held) && (res[i].peak_bytes > bound) == inside)
+            val_add(&s, res[i].error, r->id);
     }
-    if (s.n)
-        s.mean /= s.n;
-    return s;
+    return val_mean(s);
 }
 
 int dp_run_predict_memory(const struct dp_run *r, struct dp_mem_result *out, struct dp_err *err)
