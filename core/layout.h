@@ -275,8 +275,6 @@ void dp_layout_reset_split(struct dp_layout *l);
 int dp_layout_make_explicit(struct dp_layout *l, const struct dp_model *m);
 /* The same layout: every field (the GEMM type as resolved), the split up to nchunks. */
 bool dp_layout_equal(const struct dp_layout *a, const struct dp_layout *b);
-/* The same layout but for the pipeline split (first/last_stage_layers, the chunk list). */
-bool dp_layout_same_but_split(const struct dp_layout *a, const struct dp_layout *b);
 /*
  * The layer kinds held by stage `stage`, over all its model chunks (with
  * interleaving, chunk c of stage r holds the layers of virtual stage c pp + r).
@@ -295,6 +293,19 @@ static inline int dp_layout_edp(const struct dp_layout *l)
 {
     int d = l->ep * dp_layout_etp(l);
     return d > 0 ? l->tp * l->cp * l->dp / d : 1;
+}
+/* The ranks an expert parameter's ZeRO/FSDP shard spans, and the replicas of each shard: its
+ * data-parallel group divided among the dense shards' replicas (HSDP) where it divides,
+ * else all of that group, unreplicated. */
+static inline int dp_layout_expert_shard(const struct dp_layout *l)
+{
+    int edp = dp_layout_edp(l), rep = dp_layout_replicas(l);
+    return edp % rep == 0 ? edp / rep : edp;
+}
+static inline int dp_layout_expert_replicas(const struct dp_layout *l)
+{
+    int s = dp_layout_expert_shard(l);
+    return s > 0 ? dp_layout_edp(l) / s : 1;
 }
 /*
  * Check that `l` can run `m` on `gpus` GPUs (gpus_per_node for tp locality is

@@ -146,15 +146,6 @@ bool dp_layout_equal(const struct dp_layout *a, const struct dp_layout *b)
                   (size_t)a->nchunks * sizeof a->chunk_layers[0]) == 0;
 }
 
-bool dp_layout_same_but_split(const struct dp_layout *a, const struct dp_layout *b)
-{
-    struct dp_layout x = *a, y = *b;
-    x.first_stage_layers = y.first_stage_layers = 0;
-    x.last_stage_layers = y.last_stage_layers = 0;
-    x.nchunks = y.nchunks = 0;
-    return dp_layout_equal(&x, &y);
-}
-
 int dp_split_check(const int *c, int n, int64_t L, int pp, int vpp, const char *what, int code,
                    struct dp_err *err)
 {

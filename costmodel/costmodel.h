@@ -378,7 +378,7 @@ void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const 
  */
 struct dp_shard_groups {
     struct dp_path dpcp, edp, ps, pr, pe, per;
-    int ndp, sg, R, edpn, esg, gb;
+    int ndp, sg, R, edpn, esg, eR, gb;
     double rb;
 };
 void dp_shard_groups(const struct dp_cluster *cl, const struct dp_layout *l,

@@ -238,9 +238,8 @@ static void mem_ctx_init(struct mem_ctx *x, const struct dp_model *m, const stru
     x->M = dp_layout_microbatches(l);
     /* ZeRO/FSDP shard the dense part over dp x cp, or the shard group under HSDP; the
      * experts over their data-parallel group, divided among the same replicas. */
-    const int rep = dp_layout_replicas(l), edp = dp_layout_edp(l);
     x->shard_d = dp_layout_shard(l);
-    x->shard_e = edp % rep == 0 ? edp / rep : edp;
+    x->shard_e = dp_layout_expert_shard(l);
     dp_mem_bytes_per_param(l, &x->pb, &x->gb, &x->ob);
 }
 

@@ -186,7 +186,8 @@ void dp_shard_groups(const struct dp_cluster *cl, const struct dp_layout *l,
     g->sg = dp_layout_shard(l);
     g->R = dp_layout_replicas(l);
     g->edpn = dp_layout_edp(l);
-    g->esg = g->edpn % g->R == 0 ? g->edpn / g->R : g->edpn;
+    g->esg = dp_layout_expert_shard(l);
+    g->eR = dp_layout_expert_replicas(l);
     int pb, ob;
     dp_mem_bytes_per_param(l, &pb, &g->gb, &ob);
     /* Reduce in the gradient dtype (Megatron: fp32 main grads with
@@ -203,10 +204,10 @@ void dp_shard_groups(const struct dp_cluster *cl, const struct dp_layout *l,
     if (g->R > 1) {
         dp_group_path_fast(cl, g->sg, l->tp, &g->ps);
         dp_group_path_fast(cl, g->R, (long)l->tp * g->sg, &g->pr);
-        if (g->esg != g->edpn) {
+        if (g->eR > 1) {
             int etp = dp_layout_etp(l);
             dp_group_path_fast(cl, g->esg, (long)etp * l->ep, &g->pe);
-            dp_group_path_fast(cl, g->R, (long)etp * l->ep * g->esg, &g->per);
+            dp_group_path_fast(cl, g->eR, (long)etp * l->ep * g->esg, &g->per);
         }
     }
 }
@@ -225,13 +226,12 @@ void dp_shard_unit(const struct dp_layout *l, const struct dp_shard_groups *g, d
                 coll(l, DP_ALLGATHER, ag_expert_bytes, g->esg, &g->pe);
     /* HSDP: the reduce-scattered shard is all-reduced across the replicas (FSDP2
      * foreach_reduce on its all_reduce stream; Megatron param_and_grad_buffer.py with
-     * num_distributed_optimizer_instances > 1). The experts have replicas only where their
-     * data-parallel group splits into R (dp_shard_groups: esg < edpn); else they are
-     * sharded over all of it and have none to all-reduce with. */
+     * num_distributed_optimizer_instances > 1); the experts' over their own replicas
+     * (dp_layout_expert_replicas: none where their group does not divide among R). */
     *reduce_s = coll(l, DP_REDUCE_SCATTER, dense * g->rb, g->sg, &g->ps) +
                 coll(l, DP_REDUCE_SCATTER, expert * g->rb, g->esg, &g->pe) +
                 coll(l, DP_ALLREDUCE, dense * g->rb / g->sg, g->R, &g->pr) +
-                coll(l, DP_ALLREDUCE, expert * g->rb / g->esg, g->edpn / g->esg, &g->per);
+                coll(l, DP_ALLREDUCE, expert * g->rb / g->esg, g->eR, &g->per);
 }
 
 void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,

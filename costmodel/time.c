@@ -211,12 +211,11 @@ static double lin(const struct dp__time_ctx *c, struct dp_layer_time *o, double 
     double once = fixed_bf16 > GEMM_KERNEL_S ? fixed_bf16 - GEMM_KERNEL_S : 0;
     double compute = 2.0 * mm * nn * kk / (c->peak_lin * g->eff_max * q) + fixed;
     /* Only a compute-bound GEMM's time holds the fixed cost (gemm_at's roofline), and each
-     * expert's GEMM keeps at least a kernel's: a memory-bound one (few tokens reading the
-     * expert's weights) holds less than the host time, so it gives none back. */
+     * expert's GEMM keeps at least a kernel's (a few tokens reading an expert's weights
+     * take less than the host time). */
     if (compute < one * (1 - 1e-9))
         once = 0;
-    if (once > one - GEMM_KERNEL_S)
-        once = one > GEMM_KERNEL_S ? one - GEMM_KERNEL_S : 0;
+    once = fmin(once, fmax(one - GEMM_KERNEL_S, 0));
     return groups * one - (groups - 1) * once;
 }
 

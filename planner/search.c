@@ -176,12 +176,12 @@ static bool better(const struct dp_candidate *a, const struct dp_candidate *b)
  */
 static bool same_family(const struct dp_layout *a, const struct dp_layout *b)
 {
-    if (a->vpp == b->vpp)
-        return dp_layout_same_but_split(a, b);
-    struct dp_layout x = *a;
-    x.vpp = b->vpp;
-    x.pp_overlap = b->pp_overlap; /* on with interleaving, as the search sets it */
-    return dp_layout_same_but_split(&x, b);
+    struct dp_layout x = *a, y = *b;
+    x.vpp = y.vpp = 1;
+    x.pp_overlap = y.pp_overlap = false; /* on with interleaving, as the search sets it */
+    dp_layout_reset_split(&x);
+    dp_layout_reset_split(&y);
+    return dp_layout_equal(&x, &y);
 }
 
 /*
