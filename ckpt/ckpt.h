@@ -282,12 +282,18 @@ struct dp_io {
  * written: refused (DP_EINVAL, err naming both) when it is the same file as one of the
  * `nin` inputs (same st_dev and st_ino, so also through symbolic and hard links), or
  * when it is or lies inside a checkpoint directory (one holding manifest.json or named
- * step_%08d[.tmp|.superseded|.trash], by the path as given or with links resolved).
- * `what` names the option for the message ("-o", "--out"). Inputs that do not exist are
- * skipped. Every writer of dplan also writes to a temporary name and renames.
+ * step_%08d[.tmp|.superseded|.trash], by the path as given or with links resolved), or
+ * when it is an existing file of the profiles directory (dp_profiles_dir(), links
+ * resolved): every command reads profiles, some through others (a system names its GPU,
+ * links and network). `what` names the option for the message ("-o", "--out"). Inputs
+ * that do not exist are skipped. Every writer of dplan also writes to a temporary name and
+ * renames.
  */
 int dp_output_check(const char *out, const char *what, const struct dp_io *in, int nin,
                     struct dp_err *err);
+/* Whether two paths name the same existing file (same st_dev and st_ino), as dp_output_check
+ * compares an output with its inputs. */
+bool dp_output_same_file(const char *a, const char *b);
 
 /* ------------------------------------------------------------------ the manifest */
 

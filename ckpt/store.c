@@ -325,6 +325,13 @@ static bool real_prefix(const char *path, char *out, size_t cap)
     }
 }
 
+bool dp_output_same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
 int dp_output_check(const char *out, const char *what, const struct dp_io *in, int nin,
                     struct dp_err *err)
 {
@@ -337,11 +344,19 @@ int dp_output_check(const char *out, const char *what, const struct dp_io *in, i
                           "%s: output (%s) lies inside the checkpoint %s: writing there would "
                           "damage it; choose a path outside the checkpoint",
                           out, what, ck);
-    struct stat so, si;
+    char dir[PATH_MAX];
+    size_t nd = realpath(dp_profiles_dir(), dir) ? strlen(dir) : 0;
+    if (nd && real_prefix(out, real, sizeof real) && strncmp(real, dir, nd) == 0 &&
+        real[nd] == '/' && access(out, F_OK) == 0)
+        return dp_err_set(err, DP_EINVAL,
+                          "%s: output (%s) is a profile dplan reads ($DPLAN_PROFILES or the "
+                          "shipped profiles/): writing it would replace the profile; choose a "
+                          "path outside the profiles directory",
+                          out, what);
+    struct stat so;
     if (stat(out, &so) == 0 && S_ISREG(so.st_mode))
         for (int i = 0; i < nin; i++)
-            if (in[i].path && stat(in[i].path, &si) == 0 && si.st_dev == so.st_dev &&
-                si.st_ino == so.st_ino)
+            if (in[i].path && dp_output_same_file(out, in[i].path))
                 return dp_err_set(err, DP_EINVAL,
                                   "%s: output (%s) and input %s%s%s%s are the same file: writing "
                                   "it would destroy the input",

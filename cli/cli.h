@@ -305,6 +305,11 @@ void cli_describe_margin(FILE *f, const struct cli_common *c, const struct dp_cl
  */
 int cli_output_check(const struct cli_common *c, const char *out, const char *what,
                      char *const *paths, int npaths, struct dp_err *err);
+/* The same, but `allow` (NULL: none) may be the output whatever it is: calibrate --gpu
+ * rewrites the profile of the GPU it fits, which dp_output_check refuses as a profile. */
+int cli_output_check_allowing(const struct cli_common *c, const char *out, const char *what,
+                              char *const *paths, int npaths, const char *allow,
+                              struct dp_err *err);
 /*
  * The planning commands' one default global batch (estimate, memory, suggest, whatif):
  * ~4M tokens, 2^k sequences. `unit` > 1 rounds it to the nearest multiple of unit

@@ -48,9 +48,11 @@ static void set_curve(cJSON *root, const char *key, const struct dp_gemm_curve *
 /*
  * -o must not be one of the runs files read (each run records its file, a directory's
  * *.json as dp_runs_append read them): the fit would replace the measurements it was made
- * from. The GPU profile itself may be the output (it is read whole before the atomic write).
+ * from; nor another profile. The GPU's own profile, `gpu_profile`, may be the output (it is
+ * read whole before the atomic write).
  */
-static int check_output(const char *out, const struct dp_run *runs, int n, struct dp_err *err)
+static int check_output(const char *out, const char *gpu_profile, const struct dp_run *runs, int n,
+                        struct dp_err *err)
 {
     char **files = malloc((size_t)(n > 0 ? n : 1) * sizeof *files);
     if (!files)
@@ -59,7 +61,7 @@ static int check_output(const char *out, const struct dp_run *runs, int n, struc
     for (int i = 0; i < n; i++)
         if (i == 0 || strcmp(runs[i].file, runs[i - 1].file) != 0)
             files[nf++] = (char *)runs[i].file;
-    int rc = cli_output_check(NULL, out, "-o", files, nf, err);
+    int rc = cli_output_check_allowing(NULL, out, "-o", files, nf, gpu_profile, err);
     free(files);
     return rc;
 }
@@ -135,7 +137,11 @@ int cmd_calibrate(int argc, char **argv)
             free(runs);
             return cli_fail(&err);
         }
-    if (outfile && check_output(outfile, runs, n, &err)) {
+    /* The GPU profile -o rewrites: the one named by path, else the shipped one. */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/gpu/%s.json", dp_profiles_dir(), g.name);
+    const char *gpu_file = strchr(gpu, '/') ? gpu : path;
+    if (outfile && check_output(outfile, gpu_file, runs, n, &err)) {
         free(runs);
         return cli_fail(&err);
     }
@@ -175,10 +181,8 @@ int cmd_calibrate(int argc, char **argv)
     else
         printf("  held out: none on this GPU (nothing checks the fit)\n");
     if (outfile) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/gpu/%s.json", dp_profiles_dir(), g.name);
         cJSON *root;
-        if (dp_json_load_file(strchr(gpu, '/') ? gpu : path, &root, &err))
+        if (dp_json_load_file(gpu_file, &root, &err))
             return cli_fail(&err);
         if (fit.fit_bf16)
             set_curve(root, "gemm", &fit.bf16);

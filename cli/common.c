@@ -613,10 +613,10 @@ void cli_describe_margin(FILE *f, const struct cli_common *c, const struct dp_cl
     fputc('\n', f);
 }
 
-int cli_output_check(const struct cli_common *c, const char *out, const char *what,
-                     char *const *paths, int npaths, struct dp_err *err)
+int cli_output_check_allowing(const struct cli_common *c, const char *out, const char *what,
+                              char *const *paths, int npaths, const char *allow, struct dp_err *err)
 {
-    if (!out || strcmp(out, "-") == 0)
+    if (!out || strcmp(out, "-") == 0 || (allow && dp_output_same_file(out, allow)))
         return 0;
     struct dp_io in[64];
     int n = 0;
@@ -630,6 +630,12 @@ int cli_output_check(const struct cli_common *c, const char *out, const char *wh
     for (int i = 0; i < npaths && n < (int)(sizeof in / sizeof in[0]); i++)
         in[n++] = (struct dp_io){paths[i], NULL};
     return dp_output_check(out, what, in, n, err);
+}
+
+int cli_output_check(const struct cli_common *c, const char *out, const char *what,
+                     char *const *paths, int npaths, struct dp_err *err)
+{
+    return cli_output_check_allowing(c, out, what, paths, npaths, NULL, err);
 }
 
 void cli_mem_opts(const struct cli_common *c, struct dp_mem_opts *o)
