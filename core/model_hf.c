@@ -70,6 +70,8 @@ enum family {
     FAM_QWEN3_MOE,
     FAM_DEEPSEEK_V2,
     FAM_DEEPSEEK_V3,
+    FAM_QWEN3,
+    FAM_PHI3,
 };
 
 /*
@@ -88,6 +90,7 @@ static const struct hf_defaults {
     int64_t max_pos;
     int64_t kv_heads; /* 0: the head count */
     double dropout;   /* the dropout probabilities' default */
+    int64_t head_dim; /* 0: hidden / heads (the modelling code's getattr fallback) */
 } hf_defaults[] = {
     [FAM_LLAMA] = {"LlamaConfig", 2048, 0, 0.0},
     [FAM_MISTRAL] = {"MistralConfig", 4096 * 32, 8, 0.0},
@@ -102,6 +105,11 @@ static const struct hf_defaults {
      * which MLA ignores (one K/V head per query head): dplan takes the head count. */
     [FAM_DEEPSEEK_V2] = {"DeepseekV2Config", 2048, 0, 0.0},
     [FAM_DEEPSEEK_V3] = {"DeepseekV3Config", 4096, 0, 0.0},
+    /* Qwen3Config (dense): num_key_value_heads 32 and head_dim 128 as class defaults
+     * (Qwen3MoeConfig has no head_dim field: hidden / heads). Phi3Config:
+     * num_key_value_heads None, resid/embd/attention dropout 0.0. */
+    [FAM_QWEN3] = {"Qwen3Config", 32768, 32, 0.0, 128},
+    [FAM_PHI3] = {"Phi3Config", 4096, 0, 0.0, 0},
 };
 
 static const struct {
@@ -121,11 +129,13 @@ static const struct {
     {"qwen3_moe", FAM_QWEN3_MOE},
     {"deepseek_v2", FAM_DEEPSEEK_V2},
     {"deepseek_v3", FAM_DEEPSEEK_V3},
+    {"qwen3", FAM_QWEN3},
+    {"phi3", FAM_PHI3},
 };
 
 #define SUPPORTED_TYPES                                                                            \
-    "llama, mistral, mixtral, qwen2, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, gpt2, "       \
-    "gpt_neox, falcon"
+    "llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, deepseek_v2, deepseek_v3, "      \
+    "phi3, gpt2, gpt_neox, falcon"
 
 /* Infer the family when model_type is absent: from "architectures" or the key style. */
 static int detect_family(struct dp_jr *jr, const cJSON *root, enum family *fam, char *type,
@@ -163,6 +173,8 @@ static int detect_family(struct dp_jr *jr, const cJSON *root, enum family *fam, 
                      {"Qwen2Moe", FAM_QWEN2_MOE, "qwen2_moe"},
                      {"Qwen3Moe", FAM_QWEN3_MOE, "qwen3_moe"},
                      {"Qwen2", FAM_QWEN2, "qwen2"},
+                     {"Qwen3For", FAM_QWEN3, "qwen3"},
+                     {"Phi3For", FAM_PHI3, "phi3"},
                      {"DeepseekV2", FAM_DEEPSEEK_V2, "deepseek_v2"},
                      {"DeepseekV3", FAM_DEEPSEEK_V3, "deepseek_v3"},
                      {"GPT2", FAM_GPT2, "gpt2"},
@@ -399,7 +411,7 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
         const char *const *req[5] = {k_layers, k_hidden, k_heads, k_vocab, NULL};
         int nreq = 4;
         if (fam == FAM_LLAMA || fam == FAM_MISTRAL || fam == FAM_QWEN2 || fam == FAM_MIXTRAL ||
-            fam == FAM_NEOX)
+            fam == FAM_NEOX || fam == FAM_QWEN3 || fam == FAM_PHI3)
             req[nreq++] = k_inter;
         char list[256] = "";
         size_t n = 0;
@@ -421,6 +433,8 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
     static const char *const k_headdim[] = {"head_dim", NULL};
     if (hf_int(jr, root, k_headdim, false, &m->head_dim))
         return jr->err->code;
+    if (m->head_dim == 0)
+        m->head_dim = def->head_dim;
     if (m->head_dim == 0 && m->hidden % m->heads == 0)
         m->head_dim = m->hidden / m->heads;
     bool tie = false;
@@ -462,7 +476,9 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
     case FAM_LLAMA:
     case FAM_MISTRAL:
     case FAM_QWEN2:
-    case FAM_MIXTRAL: {
+    case FAM_MIXTRAL:
+    case FAM_QWEN3:
+    case FAM_PHI3: {
         static const char *const k_kv[] = {"num_key_value_heads", NULL};
         if (hf_int(jr, root, k_kv, false, &m->kv_heads) ||
             hf_int(jr, root, k_inter, true, &m->ffn_hidden))
@@ -477,8 +493,14 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
         if (fam == FAM_QWEN2) {
             /* Qwen2Attention: q/k/v_proj have bias=True, o_proj bias=False. */
             m->qkv_bias = true;
-        } else if (fam == FAM_MISTRAL || fam == FAM_MIXTRAL) {
-            /* MistralAttention / MixtralAttention: no biases, no attention_bias key. */
+        } else if (fam == FAM_MISTRAL || fam == FAM_MIXTRAL || fam == FAM_PHI3) {
+            /* MistralAttention / MixtralAttention / Phi3Attention (fused qkv_proj and
+             * gate_up_proj, the same weights as Llama's): no biases, no attention_bias key. */
+        } else if (fam == FAM_QWEN3) {
+            /* Qwen3Attention: attention_bias on q, k, v and o; q_norm and k_norm are
+             * RMSNorm(head_dim). */
+            m->qkv_bias = m->out_bias = attn_bias;
+            m->qk_norm = true;
         } else {
             /* LlamaAttention: attention_bias applies to q, k, v and o. */
             m->qkv_bias = m->out_bias = attn_bias;
@@ -494,6 +516,25 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
             m->moe_ffn_hidden = m->ffn_hidden;
         }
         original_seq_len(root, maxpos, m);
+        if (fam == FAM_PHI3) {
+            /* Phi3Config keeps the pre-training length at the top level
+             * (original_max_position_embeddings, class default 4096), LongRoPE's base. */
+            const cJSON *o =
+                cJSON_GetObjectItemCaseSensitive(root, "original_max_position_embeddings");
+            double orig = cJSON_IsNumber(o) ? o->valuedouble : 4096;
+            if (orig >= 1 && orig < (double)maxpos && orig < (double)m->seq_len) {
+                m->seq_len = (int64_t)orig;
+                snprintf(m->seq_len_from, sizeof m->seq_len_from, "%s",
+                         cJSON_IsNumber(o)
+                             ? "the config's original_max_position_embeddings"
+                             : "Phi3Config's default original_max_position_embeddings "
+                               "4096");
+            }
+            static const char *const drop[] = {"resid_pdrop", "embd_pdrop", "attention_dropout",
+                                               NULL};
+            m->dropout = any_positive(root, drop, def->dropout);
+            break;
+        }
         static const char *const drop[] = {"attention_dropout", NULL};
         m->dropout = any_positive(root, drop, def->dropout);
         break;

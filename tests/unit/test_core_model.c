@@ -119,6 +119,27 @@ static void test_hf_details(void)
     CHECK_EQ(q3.kv_heads, 4);
     CHECK(q3.qk_norm && !q3.qkv_bias);
     CHECK_EQ(q3.moe_shared_experts, 0);
+    /* Dense Qwen3: q/k norms and the explicit head_dim (Qwen3-4B: 32 x 128 != 2560), tied
+     * embeddings in the 4B only; max_position_embeddings 40960 is a limit, not the
+     * training length. */
+    struct dp_model q34 = load("tests/fixtures/hf/qwen3-4b.json");
+    CHECK_STR(q34.format, "hf:qwen3");
+    CHECK_EQ(q34.head_dim, 128);
+    CHECK_EQ(q34.kv_heads, 8);
+    CHECK(q34.qk_norm && !q34.qkv_bias && !q34.out_bias && q34.tied_embeddings);
+    CHECK_EQ(q34.seq_len, 8192);
+    CHECK(!load("tests/fixtures/hf/qwen3-8b.json").tied_embeddings);
+    /* Phi-3: no biases, head_dim 3072 / 32 = 96; Phi-3.5-mini trains at its top-level
+     * original_max_position_embeddings 4096 of 131072; Phi-4 has GQA (10 KV heads). */
+    struct dp_model p35 = load("tests/fixtures/hf/phi-3.5-mini.json");
+    CHECK_STR(p35.format, "hf:phi3");
+    CHECK_EQ(p35.head_dim, 96);
+    CHECK_EQ(p35.seq_len, 4096);
+    CHECK_CONTAINS(p35.seq_len_from, "original_max_position_embeddings");
+    CHECK(!p35.qkv_bias && !p35.out_bias && !p35.mlp_bias && !p35.qk_norm && !p35.dropout);
+    struct dp_model p4 = load("tests/fixtures/hf/phi-4.json");
+    CHECK_EQ(p4.kv_heads, 10);
+    CHECK_EQ(p4.seq_len, 8192);
     /* DeepSeek-V3: MLA, 3 dense layers, 1 shared expert, noaux_tc router bias; YaRN's
      * original_max_position_embeddings is the training length. */
     struct dp_model d3 = load("tests/fixtures/hf/deepseek-v3.json");
@@ -239,6 +260,11 @@ static void test_hf_seq_len(void)
  *    (head_dim 128 + 64 = 192), v_head_dim 128, max_position_embeddings 2048,
  *    topk_method greedy (no router bias); num_experts_per_tok None, so the fixture
  *    gives it;
+ *  - Qwen3Config (dense): num_key_value_heads 32, head_dim 128 (32 heads of a 1024 hidden
+ *    would be 32 wide), max_position_embeddings 32768 (above 8192: 8192 assumed),
+ *    attention_bias False, untied; q/k norms always;
+ *  - Phi3Config: num_key_value_heads None (= 16 heads), original_max_position_embeddings
+ *    4096 (the fixture's 131072 limit is LongRoPE's), resid/embd/attention dropout 0.0;
  *  - DeepseekV3Config: n_routed_experts 256, n_shared_experts 1, num_experts_per_tok
  *    8, first_k_dense_replace 3, the same MLA ranks, max 4096, noaux_tc (router bias).
  */
@@ -291,6 +317,18 @@ static void test_hf_defaults(void)
     CHECK_EQ(q3.experts, 128);
     CHECK_EQ(q3.top_k, 8);
     CHECK(q3.qk_norm && !q3.qkv_bias && !q3.dropout);
+    struct dp_model q3d = load("tests/fixtures/hf/defaults/qwen3.json");
+    CHECK_EQ(q3d.kv_heads, 32);
+    CHECK_EQ(q3d.head_dim, 128);
+    CHECK_EQ(q3d.seq_len, 8192);
+    CHECK_CONTAINS(q3d.seq_len_from, "Qwen3Config's default 32768");
+    CHECK(q3d.qk_norm && !q3d.qkv_bias && !q3d.tied_embeddings && !q3d.dropout);
+    struct dp_model p3d = load("tests/fixtures/hf/defaults/phi3.json");
+    CHECK_EQ(p3d.kv_heads, 16);
+    CHECK_EQ(p3d.head_dim, 64);
+    CHECK_EQ(p3d.seq_len, 4096);
+    CHECK_CONTAINS(p3d.seq_len_from, "Phi3Config's default original_max_position_embeddings");
+    CHECK(!p3d.qkv_bias && !p3d.tied_embeddings && !p3d.dropout);
     struct dp_model d2 = load("tests/fixtures/hf/defaults/deepseek_v2.json");
     CHECK(d2.mla);
     CHECK_EQ(d2.experts, 64);
