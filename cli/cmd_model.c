@@ -149,6 +149,12 @@ int cmd_model(int argc, char **argv)
     }
     printf("vocab             %lld\n", (long long)m.vocab);
     printf("seq_len           %lld\n", (long long)m.seq_len);
+    if (m.window > 0)
+        printf(
+            "attention         sliding window %lld on %lld of %lld layers (%.0f%% of full causal "
+            "attention's work at seq_len %lld)\n",
+            (long long)m.window, (long long)m.window_layers, (long long)m.layers,
+            100 * dp_model_attn_pair_ratio(&m, m.seq_len), (long long)m.seq_len);
     printf("norm              %s x%d per layer\n", dp_norm_name(m.norm), m.norms_per_layer);
     printf("position          %s", dp_pos_name(m.pos));
     if (m.pos == DP_POS_LEARNED)

@@ -143,6 +143,10 @@ struct dp_model {
     int64_t moe_dense_layers;      /* the first k layers are dense MLPs of ffn_hidden
                                       (DeepSeek first_k_dense_replace) */
     bool qk_norm;                  /* Qwen3: RMSNorm(head_dim) on queries and keys */
+    /* Sliding-window attention (Mistral 7B, Phi-3, Gemma 2/3): window_layers of the
+     * layers attend to the last `window` tokens only (0: every layer attends fully). */
+    int64_t window;
+    int64_t window_layers;
     /* Multi-head latent attention (DeepSeek-V2/V3): Q and K heads are head_dim =
      * mla_nope_dim + mla_rope_dim wide, V heads mla_v_dim; kv_heads == heads. */
     bool mla;
@@ -179,6 +183,10 @@ static inline bool dp_model_mixed_layers(const struct dp_model *m)
 
 /* DP_EINFEASIBLE when the model cannot take sequences of seq_len tokens: learned
  * position embeddings stop at max_position. */
+/* Attention-score work of an average layer at sequence length s against full causal
+ * attention's s(s+1)/2 query-key pairs: 1 without a sliding window, less with one
+ * (a window of w < s keeps w s - w(w-1)/2 pairs). */
+double dp_model_attn_pair_ratio(const struct dp_model *m, int64_t s);
 int dp_model_check_seq_len(const struct dp_model *m, int64_t seq_len, struct dp_err *err);
 
 /* Parameter counts of the model as published (unpadded vocabulary). */

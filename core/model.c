@@ -130,12 +130,33 @@ static int mla_from_json(struct dp_jr *jr, const cJSON *obj, const cJSON *mla, s
 
 int dp_model_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_model *m)
 {
-    static const char *const keys[] = {
-        "name",       "layers",       "hidden",   "heads",    "kv_heads",        "head_dim",
-        "ffn_hidden", "ffn",          "vocab",    "seq_len",  "tied_embeddings", "norm",
-        "position",   "max_position", "qkv_bias", "out_bias", "mlp_bias",        "norms_per_layer",
-        "dropout",    "moe",          "qk_norm",  "mla",      "source",          "notes",
-        NULL};
+    static const char *const keys[] = {"name",
+                                       "layers",
+                                       "hidden",
+                                       "heads",
+                                       "kv_heads",
+                                       "head_dim",
+                                       "ffn_hidden",
+                                       "ffn",
+                                       "vocab",
+                                       "seq_len",
+                                       "tied_embeddings",
+                                       "norm",
+                                       "position",
+                                       "max_position",
+                                       "qkv_bias",
+                                       "out_bias",
+                                       "mlp_bias",
+                                       "norms_per_layer",
+                                       "dropout",
+                                       "moe",
+                                       "qk_norm",
+                                       "mla",
+                                       "sliding_window",
+                                       "sliding_window_layers",
+                                       "source",
+                                       "notes",
+                                       NULL};
     /* The ten required fields, all reported at once when several are missing. */
     static const char *const required[] = {
         "name",  "layers",  "hidden",          "heads", "ffn_hidden", "ffn",
@@ -168,8 +189,19 @@ int dp_model_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_model *m)
         dp_jr_bool(jr, obj, "mlp_bias", false, &m->mlp_bias) ||
         dp_jr_int(jr, obj, "norms_per_layer", false, 1, 2, &npl) ||
         dp_jr_bool(jr, obj, "dropout", false, &m->dropout) ||
-        dp_jr_bool(jr, obj, "qk_norm", false, &m->qk_norm))
+        dp_jr_bool(jr, obj, "qk_norm", false, &m->qk_norm) ||
+        dp_jr_int(jr, obj, "sliding_window", false, 1, MAXDIM, &m->window) ||
+        dp_jr_int(jr, obj, "sliding_window_layers", false, 0, m->layers, &m->window_layers))
         return jr->err->code;
+    if (cJSON_GetObjectItemCaseSensitive(obj, "sliding_window_layers") && m->window == 0) {
+        char w[256];
+        field_path(jr, "sliding_window_layers", w, sizeof w);
+        return dp_err_set(jr->err, DP_EINVAL,
+                          "%s: %s: needs sliding_window (the window's width in tokens)", jr->file,
+                          w);
+    }
+    if (m->window > 0 && !cJSON_GetObjectItemCaseSensitive(obj, "sliding_window_layers"))
+        m->window_layers = m->layers;
     snprintf(m->seq_len_from, sizeof m->seq_len_from, "the model's seq_len");
     m->ffn = (enum dp_ffn_kind)ffn;
     m->norm = (enum dp_norm_kind)norm;
@@ -219,6 +251,12 @@ int dp_model_validate(const struct dp_model *m, const char *file, struct dp_err 
     if (m->experts == 0 && (m->moe_dense_layers || m->moe_shared_experts))
         return dp_err_set(err, DP_EINVAL, "%s: moe: shared or dense-first layers need experts",
                           file);
+    if (m->window < 0 || m->window_layers < 0 || m->window_layers > m->layers ||
+        (m->window_layers > 0 && m->window == 0))
+        return dp_err_set(err, DP_EINVAL,
+                          "%s: sliding_window_layers: expected integer in [0, %lld] with a "
+                          "sliding_window, got %lld",
+                          file, (long long)m->layers, (long long)m->window_layers);
     if (m->mla && (m->mla_kv_rank < 1 || m->mla_nope_dim < 1 || m->mla_rope_dim < 1 ||
                    m->mla_v_dim < 1 || m->mla_q_rank < 0 || m->kv_heads != m->heads))
         return dp_err_set(err, DP_EINVAL, "%s: mla: ranks and head sizes must be positive", file);
@@ -227,6 +265,16 @@ int dp_model_validate(const struct dp_model *m, const char *file, struct dp_err 
         1e16)
         return dp_err_set(err, DP_EINVAL, "%s: model has more than 10^16 parameters", file);
     return 0;
+}
+
+double dp_model_attn_pair_ratio(const struct dp_model *m, int64_t s)
+{
+    if (m->window <= 0 || m->window_layers <= 0 || m->window >= s || s < 1 || m->layers < 1)
+        return 1.0;
+    double w = (double)m->window, n = (double)s;
+    double windowed = (w * n - w * (w - 1) / 2) / (n * (n + 1) / 2);
+    double f = (double)m->window_layers / (double)m->layers;
+    return (1 - f) + f * windowed;
 }
 
 int dp_model_check_seq_len(const struct dp_model *m, int64_t seq_len, struct dp_err *err)
@@ -364,6 +412,10 @@ cJSON *dp_model_to_json(const struct dp_model *m)
     cJSON_AddBoolToObject(o, "dropout", m->dropout);
     if (m->qk_norm)
         cJSON_AddBoolToObject(o, "qk_norm", true);
+    if (m->window > 0) {
+        cJSON_AddNumberToObject(o, "sliding_window", (double)m->window);
+        cJSON_AddNumberToObject(o, "sliding_window_layers", (double)m->window_layers);
+    }
     if (m->experts > 0) {
         cJSON *moe = cJSON_AddObjectToObject(o, "moe");
         cJSON_AddNumberToObject(moe, "experts", (double)m->experts);

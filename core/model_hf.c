@@ -371,6 +371,59 @@ static int deepseek(struct dp_jr *jr, const cJSON *root, enum family fam, struct
     return 0;
 }
 
+/*
+ * Sliding-window attention as transformers' classes apply it: MistralConfig's
+ * sliding_window (class default 4096, null: none) and Mixtral's and Phi-3's (default
+ * None) on every layer; Qwen2's and Qwen3's only with use_sliding_window, on the layers
+ * from max_window_layers on (class default 28), or on the layer_types entries that say
+ * "sliding_attention" where the config lists them.
+ */
+static int hf_window(struct dp_jr *jr, const cJSON *root, enum family fam, struct dp_model *m)
+{
+    static const char *const k_w[] = {"sliding_window", NULL};
+    const bool qwen = fam == FAM_QWEN2 || fam == FAM_QWEN3;
+    if (fam != FAM_MISTRAL && fam != FAM_MIXTRAL && fam != FAM_PHI3 && !qwen)
+        return 0;
+    int64_t w = fam == FAM_MISTRAL || qwen ? 4096 : 0;
+    const cJSON *wv = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
+    if (cJSON_IsNull(wv))
+        w = 0;
+    else if (hf_int(jr, root, k_w, false, &w))
+        return jr->err->code;
+    int64_t layers = m->layers;
+    if (qwen) {
+        bool use = false;
+        int64_t from = 28;
+        static const char *const k_from[] = {"max_window_layers", NULL};
+        if (dp_jr_bool(jr, root, "use_sliding_window", false, &use))
+            return jr->err->code;
+        if (!use)
+            return 0;
+        const cJSON *fv = cJSON_GetObjectItemCaseSensitive(root, "max_window_layers");
+        if (cJSON_IsNumber(fv) && fv->valuedouble == 0)
+            from = 0;
+        else if (hf_int(jr, root, k_from, false, &from))
+            return jr->err->code;
+        layers = from < m->layers ? m->layers - from : 0;
+    }
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (cJSON_IsArray(lt)) {
+        if (cJSON_GetArraySize(lt) != m->layers)
+            return dp_err_set(jr->err, DP_EINVAL,
+                              "%s: layer_types: expected %lld entries (num_hidden_layers), got %d",
+                              jr->file, (long long)m->layers, cJSON_GetArraySize(lt));
+        layers = 0;
+        for (const cJSON *e = lt->child; e; e = e->next)
+            if (cJSON_IsString(e) && strcmp(e->valuestring, "sliding_attention") == 0)
+                layers++;
+    }
+    if (w > 0 && layers > 0) {
+        m->window = w;
+        m->window_layers = layers;
+    }
+    return 0;
+}
+
 int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
 {
     memset(m, 0, sizeof *m);
@@ -516,6 +569,8 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
             m->moe_ffn_hidden = m->ffn_hidden;
         }
         original_seq_len(root, maxpos, m);
+        if (hf_window(jr, root, fam, m))
+            return jr->err->code;
         if (fam == FAM_PHI3) {
             /* Phi3Config keeps the pre-training length at the top level
              * (original_max_position_embeddings, class default 4096), LongRoPE's base. */

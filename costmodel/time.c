@@ -365,7 +365,10 @@ static void attention(const struct dp__time_ctx *c, struct dp_layer_time *o)
         /* With context parallelism the attention runs as cp separate kernels, one per
          * K/V chunk of the ring, each on s_loc x s_loc blocks: the efficiency curve
          * applies to each step's FLOPs. */
-        double flops = 2.0 * b * heads * s_loc * s_full * (d + dv) / 2.0; /* causal half */
+        /* The causal half; FlashAttention's sliding window skips the tiles left of the
+         * window (flash_attn window_size, TE's sliding-window masks). */
+        double flops = 2.0 * b * heads * s_loc * s_full * (d + dv) / 2.0 *
+                       dp_model_attn_pair_ratio(m, l->seq_len);
         double step = flops / l->cp;
         const struct dp_gemm_curve *gc = &c->cl->gpu.gemm;
         double eff = attn_rel(&c->cl->gpu, l) * gc->eff_max * step / (step + gc->half_flops);

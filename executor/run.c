@@ -240,6 +240,11 @@ int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world
                           "model %s: multi-head latent attention (mla) is not supported by the CPU "
                           "executor",
                           m->name);
+    if (m->window > 0 && m->window_layers > 0 && m->window < l->seq_len)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "model %s: sliding-window attention (sliding_window=%lld) is not "
+                          "supported by the CPU executor (full causal attention only)",
+                          m->name, (long long)m->window);
     if (m->norms_per_layer != 2)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "model %s: norms_per_layer=%d (parallel attention) is not supported by "

@@ -414,6 +414,38 @@ static void test_shipped_by_name(void)
     CHECK_CONTAINS(e2.msg, "no such file or shipped model");
 }
 
+/*
+ * Sliding windows read from configs (transformers' rules, hf_window in model_hf.c) and
+ * from model.json. Mistral-7B-v0.1: sliding_window 4096 on all 32 layers, and at its
+ * 8192 tokens 4096 x 8192 - 4096 x 4095 / 2 = 25,167,872 of 8192 x 8193 / 2 =
+ * 33,558,528 causal pairs; Mixtral's null: none; Qwen2 only with use_sliding_window,
+ * from max_window_layers on (the fixture: 28 layers from 21, 7 windowed), or where
+ * layer_types says so (2 of 4).
+ */
+static void test_sliding_window(void)
+{
+    struct dp_model mi = load("tests/fixtures/hf/mistral-7b-v0.1.json");
+    CHECK_EQ(mi.window, 4096);
+    CHECK_EQ(mi.window_layers, 32);
+    CHECK_NEAR(dp_model_attn_pair_ratio(&mi, 8192), 25167872.0 / 33558528.0, 1e-12);
+    CHECK_NEAR(dp_model_attn_pair_ratio(&mi, 4096), 1.0, 0);
+    CHECK_EQ(load("tests/fixtures/hf/mixtral-8x7b-v0.1.json").window, 0);
+    CHECK_EQ(load("tests/fixtures/hf/qwen2-7b.json").window, 0); /* use_sliding_window false */
+    struct dp_model p3 = load("tests/fixtures/hf/phi-3-mini-4k.json");
+    CHECK_EQ(p3.window, 2047);
+    CHECK_EQ(p3.window_layers, 32);
+    struct dp_model qw = load("tests/fixtures/hf/defaults/qwen2-window.json");
+    CHECK_EQ(qw.window, 4096); /* Qwen2Config's default sliding_window */
+    CHECK_EQ(qw.window_layers, 7);
+    struct dp_model lt = load("tests/fixtures/hf/defaults/qwen3-layer-types.json");
+    CHECK_EQ(lt.window, 1024);
+    CHECK_EQ(lt.window_layers, 2);
+    /* The shipped Mistral 7B carries its window (Jiang et al. 2023, Table 1). */
+    struct dp_model sm = load("profiles/models/mistral-7b.json");
+    CHECK_EQ(sm.window, 4096);
+    CHECK_EQ(sm.window_layers, 32);
+}
+
 int main(void)
 {
     test_published_counts();
@@ -423,5 +455,6 @@ int main(void)
     test_hf_defaults();
     test_layer_ranges();
     test_shipped_by_name();
+    test_sliding_window();
     return check_done("test_core_model");
 }

@@ -384,6 +384,48 @@ static void test_flop_rates(void)
     CHECK_NEAR(a.mfu, 5382.0 / 6156.0, 1e-6);
 }
 
+/*
+ * Sliding-window attention: the attention core's work is the query-key pairs it keeps.
+ * Counted here pair by pair (query i sees keys max(0, i - w + 1) .. i), not from the
+ * closed form the model uses: s = 1024, w = 300 on 6 of 8 layers. FlashAttention's time
+ * (flash on, a GPU whose GEMM curve is flat) and the FLOP count's score term both scale
+ * by the average layer's share of causal attention's pairs; eager attention computes the
+ * whole score matrix and masks it, so its time does not change.
+ */
+static void test_sliding_window(void)
+{
+    struct dp_model m = model(), w = model();
+    w.window = 300;
+    w.window_layers = 6;
+    double full = 0, kept = 0;
+    for (int i = 0; i < 1024; i++)
+        for (int j = 0; j <= i; j++) {
+            full += 1;
+            kept += i - j < 300;
+        }
+    double ratio = (2.0 + 6.0 * kept / full) / 8.0;
+    CHECK_NEAR(dp_model_attn_pair_ratio(&w, 1024), ratio, 1e-12);
+    CHECK_NEAR(dp_model_attn_pair_ratio(&w, 300), 1.0, 0); /* the window covers s */
+    struct dp_cluster c = cluster(1, 1);
+    struct dp_layout l = layout();
+    l.flash_attn = true;
+    struct dp_layer_time a[DP_LAYER_KINDS], b[DP_LAYER_KINDS];
+    dp_time_layer(&m, &c, &l, a);
+    dp_time_layer(&w, &c, &l, b);
+    CHECK_NEAR(b[DP_LAYER_DENSE].attn_f, ratio * a[DP_LAYER_DENSE].attn_f, 1e-15);
+    CHECK_NEAR(b[DP_LAYER_DENSE].attn_b, ratio * a[DP_LAYER_DENSE].attn_b, 1e-15);
+    CHECK_NEAR(b[DP_LAYER_DENSE].gemm_f, a[DP_LAYER_DENSE].gemm_f, 0);
+    struct dp_flops fa, fb;
+    dp_flops_step(&m, &l, &fa);
+    dp_flops_step(&w, &l, &fb);
+    CHECK_NEAR(fb.scores_fwd, ratio * fa.scores_fwd, 1e-3);
+    CHECK_NEAR(fa.scores_fwd, 2.0 * 4 * 8 * 1024 * 1024 * 256, 0);
+    l.flash_attn = false;
+    dp_time_layer(&m, &c, &l, a);
+    dp_time_layer(&w, &c, &l, b);
+    CHECK_NEAR(b[DP_LAYER_DENSE].attn_f, a[DP_LAYER_DENSE].attn_f, 0);
+}
+
 int main(void)
 {
     test_collectives();
@@ -394,5 +436,6 @@ int main(void)
     test_paths_by_reach();
     test_flop_rates();
     test_recompute_early_stop();
+    test_sliding_window();
     return check_done("test_costmodel_time");
 }
