@@ -130,7 +130,8 @@ struct dp_model {
     bool qkv_bias;          /* biases on the Q, K, V projections */
     bool out_bias;          /* bias on the attention output projection */
     bool mlp_bias;          /* biases on the MLP linears */
-    int norms_per_layer;    /* 2, or 1 for Falcon-7B's parallel attention */
+    int norms_per_layer;    /* 2; 1 for Falcon-7B's parallel attention; 4 for Gemma 2/3's
+                               pre- and post-norms around both blocks */
     bool dropout;           /* dropout layers present in training (GPT-2/3 style) */
     int64_t experts;        /* 0 for dense models */
     int64_t top_k;          /* experts per token */

@@ -187,7 +187,7 @@ int dp_model_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_model *m)
         dp_jr_bool(jr, obj, "qkv_bias", false, &m->qkv_bias) ||
         dp_jr_bool(jr, obj, "out_bias", false, &m->out_bias) ||
         dp_jr_bool(jr, obj, "mlp_bias", false, &m->mlp_bias) ||
-        dp_jr_int(jr, obj, "norms_per_layer", false, 1, 2, &npl) ||
+        dp_jr_int(jr, obj, "norms_per_layer", false, 1, 4, &npl) ||
         dp_jr_bool(jr, obj, "dropout", false, &m->dropout) ||
         dp_jr_bool(jr, obj, "qk_norm", false, &m->qk_norm) ||
         dp_jr_int(jr, obj, "sliding_window", false, 1, MAXDIM, &m->window) ||
@@ -251,6 +251,11 @@ int dp_model_validate(const struct dp_model *m, const char *file, struct dp_err 
     if (m->experts == 0 && (m->moe_dense_layers || m->moe_shared_experts))
         return dp_err_set(err, DP_EINVAL, "%s: moe: shared or dense-first layers need experts",
                           file);
+    if (m->norms_per_layer != 1 && m->norms_per_layer != 2 && m->norms_per_layer != 4)
+        return dp_err_set(err, DP_EINVAL,
+                          "%s: norms_per_layer: expected 1 (parallel attention), 2 or 4 (pre- and "
+                          "post-norms, Gemma 2/3), got %d",
+                          file, m->norms_per_layer);
     if (m->window < 0 || m->window_layers < 0 || m->window_layers > m->layers ||
         (m->window_layers > 0 && m->window == 0))
         return dp_err_set(err, DP_EINVAL,

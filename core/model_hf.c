@@ -72,6 +72,9 @@ enum family {
     FAM_DEEPSEEK_V3,
     FAM_QWEN3,
     FAM_PHI3,
+    FAM_GEMMA,
+    FAM_GEMMA2,
+    FAM_GEMMA3,
 };
 
 /*
@@ -110,6 +113,11 @@ static const struct hf_defaults {
      * num_key_value_heads None, resid/embd/attention dropout 0.0. */
     [FAM_QWEN3] = {"Qwen3Config", 32768, 32, 0.0, 128},
     [FAM_PHI3] = {"Phi3Config", 4096, 0, 0.0, 0},
+    /* GemmaConfig: 16 KV heads, head_dim 256, 8192 positions; Gemma2Config: 4 KV heads,
+     * head_dim 256, 8192; Gemma3TextConfig: 4 and 256, 131072. All tie their embeddings. */
+    [FAM_GEMMA] = {"GemmaConfig", 8192, 16, 0.0, 256},
+    [FAM_GEMMA2] = {"Gemma2Config", 8192, 4, 0.0, 256},
+    [FAM_GEMMA3] = {"Gemma3TextConfig", 131072, 4, 0.0, 256},
 };
 
 static const struct {
@@ -131,11 +139,14 @@ static const struct {
     {"deepseek_v3", FAM_DEEPSEEK_V3},
     {"qwen3", FAM_QWEN3},
     {"phi3", FAM_PHI3},
+    {"gemma", FAM_GEMMA},
+    {"gemma2", FAM_GEMMA2},
+    {"gemma3_text", FAM_GEMMA3},
 };
 
 #define SUPPORTED_TYPES                                                                            \
     "llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, deepseek_v2, deepseek_v3, "      \
-    "phi3, gpt2, gpt_neox, falcon"
+    "phi3, gemma, gemma2, gemma3_text, gpt2, gpt_neox, falcon"
 
 /* Infer the family when model_type is absent: from "architectures" or the key style. */
 static int detect_family(struct dp_jr *jr, const cJSON *root, enum family *fam, char *type,
@@ -149,6 +160,12 @@ static int detect_family(struct dp_jr *jr, const cJSON *root, enum family *fam, 
             return dp_err_set(jr->err, DP_EINVAL, "%s: model_type: expected string, got %s",
                               jr->file, got);
         }
+        if (strcmp(mt->valuestring, "gemma3") == 0)
+            return dp_err_set(jr->err, DP_EINVAL,
+                              "%s: model_type: \"gemma3\" is Gemma 3's image-text model (a SigLIP "
+                              "vision tower besides the decoder): give its text_config as a "
+                              "gemma3_text config.json, or write a dplan model.json",
+                              jr->file);
         for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
             if (strcmp(mt->valuestring, types[i].type) == 0) {
                 *fam = types[i].fam;
@@ -175,6 +192,9 @@ static int detect_family(struct dp_jr *jr, const cJSON *root, enum family *fam, 
                      {"Qwen2", FAM_QWEN2, "qwen2"},
                      {"Qwen3For", FAM_QWEN3, "qwen3"},
                      {"Phi3For", FAM_PHI3, "phi3"},
+                     {"GemmaFor", FAM_GEMMA, "gemma"},
+                     {"Gemma2For", FAM_GEMMA2, "gemma2"},
+                     {"Gemma3ForCausalLM", FAM_GEMMA3, "gemma3_text"},
                      {"DeepseekV2", FAM_DEEPSEEK_V2, "deepseek_v2"},
                      {"DeepseekV3", FAM_DEEPSEEK_V3, "deepseek_v3"},
                      {"GPT2", FAM_GPT2, "gpt2"},
@@ -424,6 +444,67 @@ static int hf_window(struct dp_jr *jr, const cJSON *root, enum family fam, struc
     return 0;
 }
 
+/*
+ * Gemma (transformers GemmaConfig, Gemma2Config, Gemma3TextConfig). GemmaMLP is
+ * down_proj(gelu_tanh(gate_proj(x)) * up_proj(x)): the gated three-matrix MLP dplan
+ * calls swiglu (the same weights and GEMMs). Gemma 2 and 3 wrap both blocks in
+ * pre- and post-norms (input_layernorm, post_attention_layernorm,
+ * pre_feedforward_layernorm, post_feedforward_layernorm: four RMSNorms a layer);
+ * Gemma 3 adds q_norm and k_norm, RMSNorm(head_dim). Sliding windows: Gemma2Config's
+ * sliding_window (default 4096) on every other layer (layer i slides when (i + 1) % 2),
+ * Gemma3TextConfig's on five of six (sliding_window_pattern, default 6), or as
+ * layer_types lists them. Embedding scaling and logit soft-capping are element-wise
+ * work dplan does not charge.
+ */
+static int gemma(struct dp_jr *jr, const cJSON *root, enum family fam, struct dp_model *m)
+{
+    static const char *const k_kv[] = {"num_key_value_heads", NULL};
+    static const char *const k_ffn[] = {"intermediate_size", NULL};
+    static const char *const k_w[] = {"sliding_window", NULL};
+    static const char *const k_pat[] = {"sliding_window_pattern", NULL};
+    if (hf_int(jr, root, k_kv, false, &m->kv_heads) ||
+        hf_int(jr, root, k_ffn, true, &m->ffn_hidden))
+        return jr->err->code;
+    m->ffn = DP_FFN_SWIGLU;
+    m->norm = DP_NORM_RMSNORM;
+    m->pos = DP_POS_ROPE;
+    m->norms_per_layer = fam == FAM_GEMMA ? 2 : 4;
+    m->qk_norm = fam == FAM_GEMMA3;
+    bool bias = false;
+    if (dp_jr_bool(jr, root, "attention_bias", false, &bias))
+        return jr->err->code;
+    m->qkv_bias = m->out_bias = bias;
+    static const char *const drop[] = {"attention_dropout", NULL};
+    m->dropout = any_positive(root, drop, hf_defaults[fam].dropout);
+    if (fam == FAM_GEMMA)
+        return 0;
+    int64_t w = 4096, pattern = fam == FAM_GEMMA2 ? 2 : 6;
+    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(root, "sliding_window")))
+        w = 0;
+    else if (hf_int(jr, root, k_w, false, &w))
+        return jr->err->code;
+    if (fam == FAM_GEMMA3 && hf_int(jr, root, k_pat, false, &pattern))
+        return jr->err->code;
+    int64_t sliding = 0;
+    for (int64_t i = 0; i < m->layers; i++)
+        sliding += (i + 1) % pattern != 0;
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (cJSON_IsArray(lt)) {
+        if (cJSON_GetArraySize(lt) != m->layers)
+            return dp_err_set(jr->err, DP_EINVAL,
+                              "%s: layer_types: expected %lld entries (num_hidden_layers), got %d",
+                              jr->file, (long long)m->layers, cJSON_GetArraySize(lt));
+        sliding = 0;
+        for (const cJSON *e = lt->child; e; e = e->next)
+            sliding += cJSON_IsString(e) && strcmp(e->valuestring, "sliding_attention") == 0;
+    }
+    if (w > 0 && sliding > 0) {
+        m->window = w;
+        m->window_layers = sliding;
+    }
+    return 0;
+}
+
 int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
 {
     memset(m, 0, sizeof *m);
@@ -464,7 +545,8 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
         const char *const *req[5] = {k_layers, k_hidden, k_heads, k_vocab, NULL};
         int nreq = 4;
         if (fam == FAM_LLAMA || fam == FAM_MISTRAL || fam == FAM_QWEN2 || fam == FAM_MIXTRAL ||
-            fam == FAM_NEOX || fam == FAM_QWEN3 || fam == FAM_PHI3)
+            fam == FAM_NEOX || fam == FAM_QWEN3 || fam == FAM_PHI3 || fam == FAM_GEMMA ||
+            fam == FAM_GEMMA2 || fam == FAM_GEMMA3)
             req[nreq++] = k_inter;
         char list[256] = "";
         size_t n = 0;
@@ -594,6 +676,14 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
         m->dropout = any_positive(root, drop, def->dropout);
         break;
     }
+    case FAM_GEMMA:
+    case FAM_GEMMA2:
+    case FAM_GEMMA3:
+        if (gemma(jr, root, fam, m))
+            return jr->err->code;
+        original_seq_len(root, maxpos, m);
+        tie = true;
+        break;
     case FAM_QWEN2_MOE:
     case FAM_QWEN3_MOE:
         if (qwen_moe(jr, root, fam, m))

@@ -197,7 +197,7 @@ int dp_act_layer(const struct dp_model *m, const struct dp_layout *l, enum dp_la
 
     struct act_parts pa = {0};
     pa.norm_out_attn = q * sbh / gathered_u(l, u);
-    pa.norm_out_mlp = m->norms_per_layer == 2
+    pa.norm_out_mlp = m->norms_per_layer >= 2
                           ? (kind == DP_LAYER_DENSE ? q * sbh / gathered_u(l, u) : p * sbh / u)
                           : 0;
     const int64_t mask = m->dropout ? T * h / u : 0; /* the MLP's output dropout mask */

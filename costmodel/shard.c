@@ -148,7 +148,7 @@ static void ds_persistent(const struct dp_model *m, const struct dp_layout *l,
     const int per_norm = m->norm == DP_NORM_LAYERNORM ? 2 : 1;
     double layer[12];
     int k = 0;
-    for (int i = 0; i < (m->norms_per_layer == 1 ? 1 : 2) * per_norm; i++)
+    for (int i = 0; i < m->norms_per_layer * per_norm; i++)
         layer[k++] = h;
     if (m->qkv_bias)
         layer[k++] = (double)((m->heads + 2 * m->kv_heads) * m->head_dim) / t;

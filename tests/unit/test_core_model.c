@@ -265,6 +265,10 @@ static void test_hf_seq_len(void)
  *    attention_bias False, untied; q/k norms always;
  *  - Phi3Config: num_key_value_heads None (= 16 heads), original_max_position_embeddings
  *    4096 (the fixture's 131072 limit is LongRoPE's), resid/embd/attention dropout 0.0;
+ *  - Gemma2Config: num_key_value_heads 4, head_dim 256, max_position_embeddings 8192,
+ *    sliding_window 4096 on layers i with (i + 1) % 2 (3 of 6), tied;
+ *  - Gemma3TextConfig: the same heads, 131072 positions (8192 assumed), sliding_window
+ *    4096 on five of six layers (sliding_window_pattern 6: 10 of 12), q/k norms, tied;
  *  - DeepseekV3Config: n_routed_experts 256, n_shared_experts 1, num_experts_per_tok
  *    8, first_k_dense_replace 3, the same MLA ranks, max 4096, noaux_tc (router bias).
  */
@@ -329,6 +333,19 @@ static void test_hf_defaults(void)
     CHECK_EQ(p3d.seq_len, 4096);
     CHECK_CONTAINS(p3d.seq_len_from, "Phi3Config's default original_max_position_embeddings");
     CHECK(!p3d.qkv_bias && !p3d.tied_embeddings && !p3d.dropout);
+    struct dp_model g2d = load("tests/fixtures/hf/defaults/gemma2.json");
+    CHECK_EQ(g2d.kv_heads, 4);
+    CHECK_EQ(g2d.head_dim, 256);
+    CHECK_EQ(g2d.seq_len, 8192);
+    CHECK_EQ(g2d.window, 4096);
+    CHECK_EQ(g2d.window_layers, 3);
+    CHECK(g2d.tied_embeddings && !g2d.qkv_bias && !g2d.dropout);
+    struct dp_model g3d = load("tests/fixtures/hf/defaults/gemma3_text.json");
+    CHECK_EQ(g3d.window, 4096);
+    CHECK_EQ(g3d.window_layers, 10);
+    CHECK_EQ(g3d.seq_len, 8192);
+    CHECK_CONTAINS(g3d.seq_len_from, "Gemma3TextConfig's default 131072");
+    CHECK(g3d.qk_norm && g3d.tied_embeddings);
     struct dp_model d2 = load("tests/fixtures/hf/defaults/deepseek_v2.json");
     CHECK(d2.mla);
     CHECK_EQ(d2.experts, 64);
@@ -440,6 +457,23 @@ static void test_sliding_window(void)
     struct dp_model lt = load("tests/fixtures/hf/defaults/qwen3-layer-types.json");
     CHECK_EQ(lt.window, 1024);
     CHECK_EQ(lt.window_layers, 2);
+    /* Gemma 2: four norms a layer, window 4096 on layers 0, 2, 4, ... (13 of 26);
+     * Gemma 3 1B: q/k norms, window 512 except on every sixth layer (22 of 26);
+     * Gemma 1: two norms, no window; all tied. */
+    struct dp_model g2 = load("tests/fixtures/hf/gemma-2-2b.json");
+    CHECK_EQ(g2.norms_per_layer, 4);
+    CHECK_EQ(g2.window, 4096);
+    CHECK_EQ(g2.window_layers, 13);
+    CHECK(g2.tied_embeddings && !g2.qk_norm && g2.ffn == DP_FFN_SWIGLU);
+    struct dp_model g3 = load("tests/fixtures/hf/gemma-3-1b.json");
+    CHECK_EQ(g3.window, 512);
+    CHECK_EQ(g3.window_layers, 22);
+    CHECK(g3.qk_norm && g3.tied_embeddings);
+    CHECK_EQ(g3.kv_heads, 1);
+    struct dp_model g1 = load("tests/fixtures/hf/gemma-7b.json");
+    CHECK_EQ(g1.norms_per_layer, 2);
+    CHECK_EQ(g1.window, 0);
+    CHECK_EQ(g1.head_dim, 256);
     /* The shipped Mistral 7B carries its window (Jiang et al. 2023, Table 1). */
     struct dp_model sm = load("profiles/models/mistral-7b.json");
     CHECK_EQ(sm.window, 4096);
