@@ -164,6 +164,11 @@ static void test_gqa_swiglu(void)
     struct dp_act_layer al;
     dp_act_layer(&m, &l, DP_LAYER_DENSE, &al);
     CHECK_EQ(al.stored_bytes, expect);
+    /* Gemma 2/3's sandwich norms: the post-norms after attention and after the MLP
+     * save their inputs too (the attention and MLP outputs), 2 x 2sbh/t more. */
+    m.norms_per_layer = 4;
+    dp_act_layer(&m, &l, DP_LAYER_DENSE, &al);
+    CHECK_EQ(al.stored_bytes, expect + 2 * 2 * s * b * h / t);
 }
 
 /* Stage placement and in-flight micro-batches on a small dense model. */
