@@ -125,12 +125,13 @@ int cmd_model(int argc, char **argv)
             printf("latents           q none (plain q projection), kv %lld\n",
                    (long long)m.mla_kv_rank);
     } else {
-        printf("heads             %lld (kv %lld%s, head_dim %lld%s)\n", (long long)m.heads,
+        printf("heads             %lld (kv %lld%s, head_dim %lld%s%s)\n", (long long)m.heads,
                (long long)m.kv_heads,
                m.kv_heads == m.heads ? ": MHA"
                : m.kv_heads == 1     ? ": MQA"
                                      : ": GQA",
-               (long long)m.head_dim, m.qk_norm ? ", q/k norm" : "");
+               (long long)m.head_dim, m.qk_norm ? ", q/k norm" : "",
+               m.attn_sinks ? ", attention sinks" : "");
     }
     if (m.experts == 0 || m.moe_dense_layers > 0)
         printf("ffn               %s, %lld%s\n", dp_ffn_name(m.ffn), (long long)m.ffn_hidden,

@@ -148,6 +148,7 @@ struct dp_model {
      * layers attend to the last `window` tokens only (0: every layer attends fully). */
     int64_t window;
     int64_t window_layers;
+    bool attn_sinks; /* gpt-oss: one learned logit per head and layer joins the softmax */
     /* Multi-head latent attention (DeepSeek-V2/V3): Q and K heads are head_dim =
      * mla_nope_dim + mla_rope_dim wide, V heads mla_v_dim; kv_heads == heads. */
     bool mla;

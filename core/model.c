@@ -154,6 +154,7 @@ int dp_model_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_model *m)
                                        "mla",
                                        "sliding_window",
                                        "sliding_window_layers",
+                                       "attention_sinks",
                                        "source",
                                        "notes",
                                        NULL};
@@ -190,6 +191,7 @@ int dp_model_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_model *m)
         dp_jr_int(jr, obj, "norms_per_layer", false, 1, 4, &npl) ||
         dp_jr_bool(jr, obj, "dropout", false, &m->dropout) ||
         dp_jr_bool(jr, obj, "qk_norm", false, &m->qk_norm) ||
+        dp_jr_bool(jr, obj, "attention_sinks", false, &m->attn_sinks) ||
         dp_jr_int(jr, obj, "sliding_window", false, 1, MAXDIM, &m->window) ||
         dp_jr_int(jr, obj, "sliding_window_layers", false, 0, m->layers, &m->window_layers))
         return jr->err->code;
@@ -330,6 +332,8 @@ static int64_t attn_params(const struct dp_model *m)
         attn += h;
     if (m->qk_norm) /* Qwen3Attention: q_norm and k_norm, RMSNorm(head_dim) each */
         attn += 2 * d;
+    if (m->attn_sinks) /* GptOssAttention.sinks: one logit per head */
+        attn += a;
     return attn;
 }
 
@@ -417,6 +421,8 @@ cJSON *dp_model_to_json(const struct dp_model *m)
     cJSON_AddBoolToObject(o, "dropout", m->dropout);
     if (m->qk_norm)
         cJSON_AddBoolToObject(o, "qk_norm", true);
+    if (m->attn_sinks)
+        cJSON_AddBoolToObject(o, "attention_sinks", true);
     if (m->window > 0) {
         cJSON_AddNumberToObject(o, "sliding_window", (double)m->window);
         cJSON_AddNumberToObject(o, "sliding_window_layers", (double)m->window_layers);

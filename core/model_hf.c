@@ -75,6 +75,7 @@ enum family {
     FAM_GEMMA,
     FAM_GEMMA2,
     FAM_GEMMA3,
+    FAM_GPT_OSS,
 };
 
 /*
@@ -118,6 +119,8 @@ static const struct hf_defaults {
     [FAM_GEMMA] = {"GemmaConfig", 8192, 16, 0.0, 256},
     [FAM_GEMMA2] = {"Gemma2Config", 8192, 4, 0.0, 256},
     [FAM_GEMMA3] = {"Gemma3TextConfig", 131072, 4, 0.0, 256},
+    /* GptOssConfig: 8 KV heads, head_dim 64, 131072 positions (YaRN over 4096). */
+    [FAM_GPT_OSS] = {"GptOssConfig", 131072, 8, 0.0, 64},
 };
 
 static const struct {
@@ -142,11 +145,12 @@ static const struct {
     {"gemma", FAM_GEMMA},
     {"gemma2", FAM_GEMMA2},
     {"gemma3_text", FAM_GEMMA3},
+    {"gpt_oss", FAM_GPT_OSS},
 };
 
 #define SUPPORTED_TYPES                                                                            \
     "llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, deepseek_v2, deepseek_v3, "      \
-    "phi3, gemma, gemma2, gemma3_text, gpt2, gpt_neox, falcon"
+    "phi3, gemma, gemma2, gemma3_text, gpt_oss, gpt2, gpt_neox, falcon"
 
 /* Infer the family when model_type is absent: from "architectures" or the key style. */
 static int detect_family(struct dp_jr *jr, const cJSON *root, enum family *fam, char *type,
@@ -195,6 +199,7 @@ static int detect_family(struct dp_jr *jr, const cJSON *root, enum family *fam, 
                      {"GemmaFor", FAM_GEMMA, "gemma"},
                      {"Gemma2For", FAM_GEMMA2, "gemma2"},
                      {"Gemma3ForCausalLM", FAM_GEMMA3, "gemma3_text"},
+                     {"GptOssFor", FAM_GPT_OSS, "gpt_oss"},
                      {"DeepseekV2", FAM_DEEPSEEK_V2, "deepseek_v2"},
                      {"DeepseekV3", FAM_DEEPSEEK_V3, "deepseek_v3"},
                      {"GPT2", FAM_GPT2, "gpt2"},
@@ -505,6 +510,66 @@ static int gemma(struct dp_jr *jr, const cJSON *root, enum family fam, struct dp
     return 0;
 }
 
+/*
+ * gpt-oss (transformers GptOssConfig): every layer MoE, num_local_experts (default 128)
+ * of intermediate_size, num_experts_per_tok (4) per token, the router a Linear with a
+ * bias (E values a layer, counted as dplan's router bias), each expert's fused gate/up
+ * and down projections with biases (gate_up_proj_bias, down_proj_bias: mlp_bias);
+ * attention_bias (default true) on q, k, v and o, one learned sink logit per head
+ * (GptOssAttention.sinks), and sliding_window (default 128) on every other layer
+ * (layer i slides when (i + 1) % 2, or as layer_types lists them). The clamped
+ * SwiGLU (swiglu_limit, swiglu_alpha) is element-wise work like SwiGLU's.
+ */
+static int gpt_oss(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
+{
+    static const char *const k_kv[] = {"num_key_value_heads", NULL};
+    static const char *const k_ffn[] = {"intermediate_size", NULL};
+    static const char *const k_e[] = {"num_local_experts", NULL};
+    static const char *const k_k[] = {"num_experts_per_tok", NULL};
+    static const char *const k_w[] = {"sliding_window", NULL};
+    m->experts = 128;
+    m->top_k = 4;
+    m->ffn_hidden = 2880;
+    if (hf_int(jr, root, k_kv, false, &m->kv_heads) ||
+        hf_int(jr, root, k_ffn, false, &m->ffn_hidden) ||
+        hf_int(jr, root, k_e, false, &m->experts) || hf_int(jr, root, k_k, false, &m->top_k))
+        return jr->err->code;
+    m->moe_ffn_hidden = m->ffn_hidden;
+    m->moe_router_bias = true;
+    m->mlp_bias = true;
+    m->attn_sinks = true;
+    m->ffn = DP_FFN_SWIGLU;
+    m->norm = DP_NORM_RMSNORM;
+    m->pos = DP_POS_ROPE;
+    bool bias = true;
+    if (dp_jr_bool(jr, root, "attention_bias", false, &bias))
+        return jr->err->code;
+    m->qkv_bias = m->out_bias = bias;
+    static const char *const drop[] = {"attention_dropout", NULL};
+    m->dropout = any_positive(root, drop, 0.0);
+    int64_t w = 128;
+    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(root, "sliding_window")))
+        w = 0;
+    else if (hf_int(jr, root, k_w, false, &w))
+        return jr->err->code;
+    int64_t sliding = (m->layers + 1) / 2;
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (cJSON_IsArray(lt)) {
+        if (cJSON_GetArraySize(lt) != m->layers)
+            return dp_err_set(jr->err, DP_EINVAL,
+                              "%s: layer_types: expected %lld entries (num_hidden_layers), got %d",
+                              jr->file, (long long)m->layers, cJSON_GetArraySize(lt));
+        sliding = 0;
+        for (const cJSON *e = lt->child; e; e = e->next)
+            sliding += cJSON_IsString(e) && strcmp(e->valuestring, "sliding_attention") == 0;
+    }
+    if (w > 0 && sliding > 0) {
+        m->window = w;
+        m->window_layers = sliding;
+    }
+    return 0;
+}
+
 int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
 {
     memset(m, 0, sizeof *m);
@@ -683,6 +748,11 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
             return jr->err->code;
         original_seq_len(root, maxpos, m);
         tie = true;
+        break;
+    case FAM_GPT_OSS:
+        if (gpt_oss(jr, root, m))
+            return jr->err->code;
+        original_seq_len(root, maxpos, m);
         break;
     case FAM_QWEN2_MOE:
     case FAM_QWEN3_MOE:

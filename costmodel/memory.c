@@ -88,6 +88,8 @@ static void layer_params(const struct dp_model *m, const struct dp_layout *l,
             n += h;
         if (m->qk_norm)
             n += 2 * d;
+        if (m->attn_sinks) /* split by head like Q */
+            n += a / t;
     }
     n += m->norms_per_layer * (m->norm == DP_NORM_LAYERNORM ? 2 * h : h);
     *expert = 0;

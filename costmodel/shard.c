@@ -146,7 +146,7 @@ static void ds_persistent(const struct dp_model *m, const struct dp_layout *l,
 {
     const double t = l->tp, h = (double)m->hidden, up = m->ffn == DP_FFN_SWIGLU ? 2 : 1;
     const int per_norm = m->norm == DP_NORM_LAYERNORM ? 2 : 1;
-    double layer[12];
+    double layer[16]; /* 4 norms x 2 (LayerNorm), 4 biases, 2 q/k norms, the sinks */
     int k = 0;
     for (int i = 0; i < m->norms_per_layer * per_norm; i++)
         layer[k++] = h;
@@ -162,6 +162,8 @@ static void ds_persistent(const struct dp_model *m, const struct dp_layout *l,
         layer[k++] = (double)m->head_dim;
         layer[k++] = (double)m->head_dim;
     }
+    if (m->attn_sinks)
+        layer[k++] = (double)m->heads / t;
     double c = 0, e = 0;
     for (int i = 0; i < k; i++) {
         c += ds_persist_copies(layer[i], n);

@@ -245,6 +245,10 @@ int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world
                           "model %s: sliding-window attention (sliding_window=%lld) is not "
                           "supported by the CPU executor (full causal attention only)",
                           m->name, (long long)m->window);
+    if (m->attn_sinks)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "model %s: attention sinks are not supported by the CPU executor",
+                          m->name);
     if (m->norms_per_layer != 2)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "model %s: norms_per_layer=%d (parallel attention) is not supported by "

@@ -102,8 +102,26 @@ int dp__refuse(const struct dp__ctx *c, const char *knob, const char *fmt, ...)
                       knob, what);
 }
 
+/* Architecture dplan models but no export writes: the launched run would train another
+ * model (full attention, no sinks) than the plan estimated. */
+static int model_exportable(const struct dp__ctx *c)
+{
+    if (c->m->window > 0 && c->m->window_layers > 0)
+        return dp__refuse(c, "model.sliding_window",
+                          "sliding-window attention (%lld tokens on %lld layers) is not written "
+                          "by the exports: the launched model would attend fully",
+                          (long long)c->m->window, (long long)c->m->window_layers);
+    if (c->m->attn_sinks)
+        return dp__refuse(c, "model.attention_sinks",
+                          "attention sinks (gpt-oss) are not written by the exports");
+    return 0;
+}
+
 int dp__run_checks(const struct dp__ctx *c, const dp__check_fn *checks, int n)
 {
+    int rc0 = model_exportable(c);
+    if (rc0)
+        return rc0;
     for (int i = 0; i < n; i++) {
         int rc = checks[i](c);
         if (rc)

@@ -474,6 +474,21 @@ static void test_sliding_window(void)
     CHECK_EQ(g1.norms_per_layer, 2);
     CHECK_EQ(g1.window, 0);
     CHECK_EQ(g1.head_dim, 256);
+    /* gpt-oss-120b: a 128-token window on 18 of 36 layers, sinks, every bias; trains at
+     * YaRN's original 4096 positions. */
+    struct dp_model go = load("tests/fixtures/hf/gpt-oss-120b.json");
+    CHECK_EQ(go.window, 128);
+    CHECK_EQ(go.window_layers, 18);
+    CHECK(go.attn_sinks && go.qkv_bias && go.out_bias && go.mlp_bias && go.moe_router_bias);
+    CHECK_EQ(go.experts, 128);
+    CHECK_EQ(go.top_k, 4);
+    CHECK_EQ(go.seq_len, 4096);
+    CHECK(!go.tied_embeddings);
+    struct dp_model god = load("tests/fixtures/hf/defaults/gpt_oss.json");
+    CHECK_EQ(god.experts, 128);
+    CHECK_EQ(god.moe_ffn_hidden, 2880);
+    CHECK_EQ(god.kv_heads, 8);
+    CHECK_EQ(god.window_layers, 2);
     /* The shipped Mistral 7B carries its window (Jiang et al. 2023, Table 1). */
     struct dp_model sm = load("profiles/models/mistral-7b.json");
     CHECK_EQ(sm.window, 4096);
