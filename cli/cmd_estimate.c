@@ -195,6 +195,12 @@ int cmd_estimate(int argc, char **argv)
                    "breakdown; analytic estimate %.4f s (%+.2f%%)\n",
                    analytic_s, 100 * (sc.step_time_s - analytic_s) / analytic_s);
         cli_time_text(stdout, &sc, &l, &cl);
+        if (dp_model_attn_pair_ratio(&m, l.seq_len) < 1)
+            printf("sliding window: %lld of %lld layers attend to the last %lld tokens; the "
+                   "attention's time and FLOPs count the query-key pairs kept, %.1f%% of full "
+                   "causal attention's\n",
+                   (long long)m.window_layers, (long long)m.layers, (long long)m.window,
+                   100 * dp_model_attn_pair_ratio(&m, l.seq_len));
         printf("\n");
         cli_placement_text(stdout, &sc, &l);
         printf("\n");

@@ -134,8 +134,11 @@ int cmd_model(int argc, char **argv)
                m.attn_sinks ? ", attention sinks" : "");
     }
     if (m.experts == 0 || m.moe_dense_layers > 0)
-        printf("ffn               %s, %lld%s\n", dp_ffn_name(m.ffn), (long long)m.ffn_hidden,
-               m.experts ? " (dense layers)" : "");
+        printf("ffn               %s, %lld%s%s\n", dp_ffn_name(m.ffn), (long long)m.ffn_hidden,
+               m.experts ? " (dense layers)" : "",
+               strncmp(m.format, "hf:gemma", 8) == 0
+                   ? " (Gemma's gated GELU: the same three matrices)"
+                   : "");
     if (m.experts) {
         if (m.moe_dense_layers > 0)
             printf("layer kinds       %lld dense (0-%lld), then %lld MoE\n",
