@@ -396,6 +396,44 @@ static int deepseek(struct dp_jr *jr, const cJSON *root, enum family fam, struct
     return 0;
 }
 
+/* sliding_window's width: the class default `dflt` when absent, none when null. */
+static int window_width(struct dp_jr *jr, const cJSON *root, int64_t dflt, int64_t *w)
+{
+    static const char *const k_w[] = {"sliding_window", NULL};
+    *w = dflt;
+    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(root, "sliding_window"))) {
+        *w = 0;
+        return 0;
+    }
+    return hf_int(jr, root, k_w, false, w);
+}
+
+/* The layers a config's layer_types list marks "sliding_attention", when it has one
+ * (it then overrides the class's pattern); *sliding is left alone otherwise. */
+static int layer_types_sliding(struct dp_jr *jr, const cJSON *root, const struct dp_model *m,
+                               int64_t *sliding)
+{
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (!cJSON_IsArray(lt))
+        return 0;
+    if (cJSON_GetArraySize(lt) != m->layers)
+        return dp_err_set(jr->err, DP_EINVAL,
+                          "%s: layer_types: expected %lld entries (num_hidden_layers), got %d",
+                          jr->file, (long long)m->layers, cJSON_GetArraySize(lt));
+    *sliding = 0;
+    for (const cJSON *e = lt->child; e; e = e->next)
+        *sliding += cJSON_IsString(e) && strcmp(e->valuestring, "sliding_attention") == 0;
+    return 0;
+}
+
+static void set_window(struct dp_model *m, int64_t w, int64_t sliding)
+{
+    if (w > 0 && sliding > 0) {
+        m->window = w;
+        m->window_layers = sliding;
+    }
+}
+
 /*
  * Sliding-window attention as transformers' classes apply it: MistralConfig's
  * sliding_window (class default 4096, null: none) and Mixtral's and Phi-3's (default
@@ -405,17 +443,13 @@ static int deepseek(struct dp_jr *jr, const cJSON *root, enum family fam, struct
  */
 static int hf_window(struct dp_jr *jr, const cJSON *root, enum family fam, struct dp_model *m)
 {
-    static const char *const k_w[] = {"sliding_window", NULL};
-    const bool qwen = fam == FAM_QWEN2 || fam == FAM_QWEN3;
+    const bool qwen =
+        fam == FAM_QWEN2 || fam == FAM_QWEN3 || fam == FAM_QWEN2_MOE || fam == FAM_QWEN3_MOE;
     if (fam != FAM_MISTRAL && fam != FAM_MIXTRAL && fam != FAM_PHI3 && !qwen)
         return 0;
-    int64_t w = fam == FAM_MISTRAL || qwen ? 4096 : 0;
-    const cJSON *wv = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
-    if (cJSON_IsNull(wv))
-        w = 0;
-    else if (hf_int(jr, root, k_w, false, &w))
+    int64_t w = 0, sliding = m->layers;
+    if (window_width(jr, root, fam == FAM_MISTRAL || qwen ? 4096 : 0, &w))
         return jr->err->code;
-    int64_t layers = m->layers;
     if (qwen) {
         bool use = false;
         int64_t from = 28;
@@ -429,23 +463,16 @@ static int hf_window(struct dp_jr *jr, const cJSON *root, enum family fam, struc
             from = 0;
         else if (hf_int(jr, root, k_from, false, &from))
             return jr->err->code;
-        layers = from < m->layers ? m->layers - from : 0;
+        if (fam == FAM_QWEN2 || fam == FAM_QWEN3) /* layers from max_window_layers on */
+            sliding = from < m->layers ? m->layers - from : 0;
+        else if (fam == FAM_QWEN2_MOE) /* every other layer below max_window_layers */
+            for (int64_t i = sliding = 0; i < m->layers; i++)
+                sliding += (i + 1) % 2 && i < from;
+        /* Qwen3-MoE: every layer */
     }
-    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
-    if (cJSON_IsArray(lt)) {
-        if (cJSON_GetArraySize(lt) != m->layers)
-            return dp_err_set(jr->err, DP_EINVAL,
-                              "%s: layer_types: expected %lld entries (num_hidden_layers), got %d",
-                              jr->file, (long long)m->layers, cJSON_GetArraySize(lt));
-        layers = 0;
-        for (const cJSON *e = lt->child; e; e = e->next)
-            if (cJSON_IsString(e) && strcmp(e->valuestring, "sliding_attention") == 0)
-                layers++;
-    }
-    if (w > 0 && layers > 0) {
-        m->window = w;
-        m->window_layers = layers;
-    }
+    if (layer_types_sliding(jr, root, m, &sliding))
+        return jr->err->code;
+    set_window(m, w, sliding);
     return 0;
 }
 
@@ -465,7 +492,6 @@ static int gemma(struct dp_jr *jr, const cJSON *root, enum family fam, struct dp
 {
     static const char *const k_kv[] = {"num_key_value_heads", NULL};
     static const char *const k_ffn[] = {"intermediate_size", NULL};
-    static const char *const k_w[] = {"sliding_window", NULL};
     static const char *const k_pat[] = {"sliding_window_pattern", NULL};
     if (hf_int(jr, root, k_kv, false, &m->kv_heads) ||
         hf_int(jr, root, k_ffn, true, &m->ffn_hidden))
@@ -483,30 +509,16 @@ static int gemma(struct dp_jr *jr, const cJSON *root, enum family fam, struct dp
     m->dropout = any_positive(root, drop, hf_defaults[fam].dropout);
     if (fam == FAM_GEMMA)
         return 0;
-    int64_t w = 4096, pattern = fam == FAM_GEMMA2 ? 2 : 6;
-    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(root, "sliding_window")))
-        w = 0;
-    else if (hf_int(jr, root, k_w, false, &w))
-        return jr->err->code;
-    if (fam == FAM_GEMMA3 && hf_int(jr, root, k_pat, false, &pattern))
+    int64_t w = 0, pattern = fam == FAM_GEMMA2 ? 2 : 6;
+    if (window_width(jr, root, 4096, &w) ||
+        (fam == FAM_GEMMA3 && hf_int(jr, root, k_pat, false, &pattern)))
         return jr->err->code;
     int64_t sliding = 0;
     for (int64_t i = 0; i < m->layers; i++)
         sliding += (i + 1) % pattern != 0;
-    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
-    if (cJSON_IsArray(lt)) {
-        if (cJSON_GetArraySize(lt) != m->layers)
-            return dp_err_set(jr->err, DP_EINVAL,
-                              "%s: layer_types: expected %lld entries (num_hidden_layers), got %d",
-                              jr->file, (long long)m->layers, cJSON_GetArraySize(lt));
-        sliding = 0;
-        for (const cJSON *e = lt->child; e; e = e->next)
-            sliding += cJSON_IsString(e) && strcmp(e->valuestring, "sliding_attention") == 0;
-    }
-    if (w > 0 && sliding > 0) {
-        m->window = w;
-        m->window_layers = sliding;
-    }
+    if (layer_types_sliding(jr, root, m, &sliding))
+        return jr->err->code;
+    set_window(m, w, sliding);
     return 0;
 }
 
@@ -526,7 +538,6 @@ static int gpt_oss(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
     static const char *const k_ffn[] = {"intermediate_size", NULL};
     static const char *const k_e[] = {"num_local_experts", NULL};
     static const char *const k_k[] = {"num_experts_per_tok", NULL};
-    static const char *const k_w[] = {"sliding_window", NULL};
     m->experts = 128;
     m->top_k = 4;
     m->ffn_hidden = 2880;
@@ -547,26 +558,10 @@ static int gpt_oss(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
     m->qkv_bias = m->out_bias = bias;
     static const char *const drop[] = {"attention_dropout", NULL};
     m->dropout = any_positive(root, drop, 0.0);
-    int64_t w = 128;
-    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(root, "sliding_window")))
-        w = 0;
-    else if (hf_int(jr, root, k_w, false, &w))
+    int64_t w = 0, sliding = (m->layers + 1) / 2; /* layers 0, 2, 4, ... */
+    if (window_width(jr, root, 128, &w) || layer_types_sliding(jr, root, m, &sliding))
         return jr->err->code;
-    int64_t sliding = (m->layers + 1) / 2;
-    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
-    if (cJSON_IsArray(lt)) {
-        if (cJSON_GetArraySize(lt) != m->layers)
-            return dp_err_set(jr->err, DP_EINVAL,
-                              "%s: layer_types: expected %lld entries (num_hidden_layers), got %d",
-                              jr->file, (long long)m->layers, cJSON_GetArraySize(lt));
-        sliding = 0;
-        for (const cJSON *e = lt->child; e; e = e->next)
-            sliding += cJSON_IsString(e) && strcmp(e->valuestring, "sliding_attention") == 0;
-    }
-    if (w > 0 && sliding > 0) {
-        m->window = w;
-        m->window_layers = sliding;
-    }
+    set_window(m, w, sliding);
     return 0;
 }
 
@@ -756,7 +751,7 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
         break;
     case FAM_QWEN2_MOE:
     case FAM_QWEN3_MOE:
-        if (qwen_moe(jr, root, fam, m))
+        if (qwen_moe(jr, root, fam, m) || hf_window(jr, root, fam, m))
             return jr->err->code;
         original_seq_len(root, maxpos, m);
         break;

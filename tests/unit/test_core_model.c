@@ -457,6 +457,15 @@ static void test_sliding_window(void)
     struct dp_model lt = load("tests/fixtures/hf/defaults/qwen3-layer-types.json");
     CHECK_EQ(lt.window, 1024);
     CHECK_EQ(lt.window_layers, 2);
+    /* Qwen2-MoE slides every other layer below max_window_layers (0, 2, 4 of 8 below 5);
+     * Qwen3-MoE every layer. */
+    struct dp_model q2w = load("tests/fixtures/hf/defaults/qwen2_moe-window.json");
+    CHECK_EQ(q2w.window, 4096);
+    CHECK_EQ(q2w.window_layers, 3);
+    struct dp_model q3w = load("tests/fixtures/hf/defaults/qwen3_moe-window.json");
+    CHECK_EQ(q3w.window, 2048);
+    CHECK_EQ(q3w.window_layers, 4);
+    CHECK_EQ(load("tests/fixtures/hf/qwen3-30b-a3b.json").window, 0);
     /* Gemma 2: four norms a layer, window 4096 on layers 0, 2, 4, ... (13 of 26);
      * Gemma 3 1B: q/k norms, window 512 except on every sixth layer (22 of 26);
      * Gemma 1: two norms, no window; all tied. */
