@@ -323,10 +323,36 @@ static void test_paths_against_walk(void)
     CHECK(cases > 1000);
 }
 
+/* A GB200 NVL72 rack is one NVLink domain of 72 GPUs (profiles/system/gb200-nvl72.json):
+ * an expert-parallel group of 24 (ranks 0-23 with tp = cp = 1) stays on NVLink 5 there,
+ * where on DGX H100 nodes of 8 the same group's all-to-all spans 3 nodes and their NICs. */
+static void test_nvl72(void)
+{
+    struct dp_cluster rack, dgx;
+    struct dp_err err = {0};
+    CHECK_EQ(dp_cluster_from_system("gb200-nvl72", 2, NULL, &rack, &err), 0);
+    CHECK_EQ(dp_cluster_from_system("dgx-h100", 18, NULL, &dgx, &err), 0);
+    CHECK_EQ(rack.gpus_per_node, 72);
+    CHECK_EQ(rack.nics_per_node, 72);
+    struct dp_layout l = lay(1, 1, 72, 2, 24);
+    struct dp_path p;
+    dp_place_path(&rack, &l, DP_PLACE_EP, &p);
+    CHECK(!p.inter_node);
+    CHECK_EQ(p.members_per_node, 24);
+    CHECK_STR(p.link, "nvlink5");
+    dp_place_path(&dgx, &l, DP_PLACE_EP, &p);
+    CHECK(p.inter_node);
+    CHECK_EQ(p.nodes, 3);
+    /* The pipeline's two stages sit 72 ranks apart: one rack each, across the NICs. */
+    dp_place_path(&rack, &l, DP_PLACE_PP, &p);
+    CHECK(p.inter_node);
+}
+
 int main(void)
 {
     test_rank_maps();
     test_paths_by_reach();
     test_paths_against_walk();
+    test_nvl72();
     return check_done("test_costmodel_place");
 }
