@@ -14,7 +14,7 @@
 #include <string.h>
 
 #define NMODELS  11
-#define NSYSTEMS 6
+#define NSYSTEMS 7
 #define NNODES   4
 
 /* A small LCG of our own, so that the draws are the same on every libc. */
@@ -67,8 +67,9 @@ int main(void)
                                                 "tests/fixtures/hf/gemma-3-1b.json",
                                                 "mistral-7b"};
     const char *src = getenv("DPLAN_SOURCE_DIR");
-    static const char *const systems[NSYSTEMS] = {"dgx-h100",  "hgx-b200",     "dgx-a100-80gb",
-                                                  "8x-mi300x", "8x-h100-pcie", "8x-l40s"};
+    static const char *const systems[NSYSTEMS] = {"dgx-h100",   "hgx-b200",     "dgx-a100-80gb",
+                                                  "8x-mi300x",  "8x-h100-pcie", "8x-l40s",
+                                                  "gb200-nvl72"};
     static const int nodes[NNODES] = {1, 2, 16, 64};
     static const int p2[] = {1, 2, 4, 8, 16, 32, 64};
     static const int seqs[] = {512, 2048, 4096, 8192, 32768};
