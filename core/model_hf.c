@@ -96,19 +96,19 @@ static const struct hf_defaults {
     double dropout;   /* the dropout probabilities' default */
     int64_t head_dim; /* 0: hidden / heads (the modelling code's getattr fallback) */
 } hf_defaults[] = {
-    [FAM_LLAMA] = {"LlamaConfig", 2048, 0, 0.0},
-    [FAM_MISTRAL] = {"MistralConfig", 4096 * 32, 8, 0.0},
-    [FAM_QWEN2] = {"Qwen2Config", 32768, 32, 0.0},
-    [FAM_MIXTRAL] = {"MixtralConfig", 4096 * 32, 8, 0.0},
-    [FAM_GPT2] = {"GPT2Config", 1024, 0, 0.1},
-    [FAM_NEOX] = {"GPTNeoXConfig", 2048, 0, 0.0},
-    [FAM_FALCON] = {"FalconConfig", 2048, 0, 0.0},
-    [FAM_QWEN2_MOE] = {"Qwen2MoeConfig", 32768, 16, 0.0},
-    [FAM_QWEN3_MOE] = {"Qwen3MoeConfig", 32768, 4, 0.0},
+    [FAM_LLAMA] = {"LlamaConfig", 2048, 0, 0.0, 0},
+    [FAM_MISTRAL] = {"MistralConfig", 4096 * 32, 8, 0.0, 0},
+    [FAM_QWEN2] = {"Qwen2Config", 32768, 32, 0.0, 0},
+    [FAM_MIXTRAL] = {"MixtralConfig", 4096 * 32, 8, 0.0, 0},
+    [FAM_GPT2] = {"GPT2Config", 1024, 0, 0.1, 0},
+    [FAM_NEOX] = {"GPTNeoXConfig", 2048, 0, 0.0, 0},
+    [FAM_FALCON] = {"FalconConfig", 2048, 0, 0.0, 0},
+    [FAM_QWEN2_MOE] = {"Qwen2MoeConfig", 32768, 16, 0.0, 0},
+    [FAM_QWEN3_MOE] = {"Qwen3MoeConfig", 32768, 4, 0.0, 0},
     /* DeepseekV2Config: num_key_value_heads None (= the heads); DeepseekV3Config: 128,
      * which MLA ignores (one K/V head per query head): dplan takes the head count. */
-    [FAM_DEEPSEEK_V2] = {"DeepseekV2Config", 2048, 0, 0.0},
-    [FAM_DEEPSEEK_V3] = {"DeepseekV3Config", 4096, 0, 0.0},
+    [FAM_DEEPSEEK_V2] = {"DeepseekV2Config", 2048, 0, 0.0, 0},
+    [FAM_DEEPSEEK_V3] = {"DeepseekV3Config", 4096, 0, 0.0, 0},
     /* Qwen3Config (dense): num_key_value_heads 32 and head_dim 128 as class defaults
      * (Qwen3MoeConfig has no head_dim field: hidden / heads). Phi3Config:
      * num_key_value_heads None, resid/embd/attention dropout 0.0. */
