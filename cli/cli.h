@@ -316,6 +316,9 @@ int cli_output_check_allowing(const struct cli_common *c, const char *out, const
  * (mbs x dp, times pp when interleaving), at least one unit.
  */
 int64_t cli_default_gbs(int64_t seq_len, int64_t unit);
+/* suggest's and whatif's default on `gpus` GPUs: odd x 2^k sequences, odd the GPU count's
+ * odd factor; `why` gets the description printed after "--gbs not given:". */
+int64_t cli_default_gbs_on(int64_t seq_len, int gpus, char *why, size_t cap);
 /* Fill d->nodes and d->seq for what c leaves out (d->gbs is the caller's). */
 void cli_defaults_fill(const struct cli_common *c, const struct dp_model *m,
                        struct cli_defaults *d);

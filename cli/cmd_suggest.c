@@ -28,7 +28,8 @@ static const char help_head[] =
     "--zero 1, --recompute full, ...) fix that dimension instead of searching it.\n"
     "For the winner it also prices in failures: the checkpoint interval that\n"
     "maximises goodput, the goodput there and the days to train T tokens.\n\n"
-    "  --gbs N         global batch in sequences [about 4M tokens: 2^k sequences]\n"
+    "  --gbs N         global batch in sequences [about 4M tokens: 2^k sequences, times the\n"
+    "                  GPU count's odd factor (72 GPUs: 9 x 2^k)]\n"
     "  --top K         rows in the ranking (1..64) [10]\n"
     "  --no-uneven     do not try uneven first/last pipeline stages\n"
     "  --all-splits    rank every pipeline split and interleaving degree (vpp) of a\n"
@@ -212,6 +213,8 @@ int cmd_suggest(int argc, char **argv)
     struct cli_defaults d;
     if (cli_search_opts(&c, &m, &so, &d))
         return 2;
+    if (!c.gbs)
+        so.gbs = cli_default_gbs_on(so.seq_len, dp_cluster_gpus(&cl), d.gbs, sizeof d.gbs);
     so.top_k = top;
     so.no_uneven = no_uneven;
     so.all_splits = all_splits;

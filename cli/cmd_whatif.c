@@ -224,6 +224,7 @@ int cmd_whatif(int argc, char **argv)
     }
     cJSON *rows = cJSON_CreateArray();
     int rc = 0, nt = 0;
+    bool odd_batch = false;
     /* A search per system and size: say where it is when a person is watching. */
     const bool progress = isatty(STDERR_FILENO) && ns * nn > 8;
     for (int si = 0; si < ns && !rc; si++) {
@@ -237,6 +238,10 @@ int cmd_whatif(int argc, char **argv)
                 break;
             }
             dp_err_clear(&err);
+            if (!c.gbs) { /* each size's default: a multiple of its GPU count's odd factor */
+                so.gbs = cli_default_gbs_on(so.seq_len, dp_cluster_gpus(&cl), NULL, 0);
+                odd_batch |= so.gbs != cli_default_gbs(so.seq_len, 1);
+            }
             int s = dp_plan_search(&m, &cl, &so, r, &err);
             double price = -1;
             for (int i = 0; i < np; i++)
@@ -247,6 +252,7 @@ int cmd_whatif(int argc, char **argv)
             cJSON_AddStringToObject(e, "system", systems[si]);
             cJSON_AddNumberToObject(e, "nodes", nodes[ni]);
             cJSON_AddNumberToObject(e, "gpus", gpus);
+            cJSON_AddNumberToObject(e, "gbs", (double)so.gbs);
             bool fits = s == 0 && r->n > 0;
             cJSON_AddBoolToObject(e, "fits", fits);
             struct cli_whatif_row *cr = &chart[nt];
@@ -334,6 +340,15 @@ int cmd_whatif(int argc, char **argv)
         free(tab);
         cJSON_Delete(rows);
         return rc;
+    }
+    if (!c.gbs) {
+        /* The header's batch: that of power-of-two sizes; each result carries its own. */
+        so.gbs = cli_default_gbs(so.seq_len, 1);
+    }
+    if (odd_batch) {
+        snprintf(d.gbs, sizeof d.gbs,
+                 "~4M tokens; on GPU counts with an odd factor (a 72-GPU rack: 9) the nearest "
+                 "multiple of it");
     }
     if (c.json) {
         cJSON *o = cJSON_CreateObject();

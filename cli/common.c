@@ -663,6 +663,26 @@ int64_t cli_default_gbs(int64_t seq_len, int64_t unit)
     return g;
 }
 
+/*
+ * The default batch on `gpus` GPUs: ~4M tokens as odd x 2^k sequences, `odd` the GPU
+ * count's odd factor (1 on power-of-two clusters, where this is cli_default_gbs; 9 on a
+ * 72-GPU NVL72 rack), so that data parallelism over every GPU can divide it. A power of
+ * two alone would leave a 72-GPU rack only layouts that put the factor 9 into pipeline or
+ * tensor parallelism.
+ */
+int64_t cli_default_gbs_on(int64_t seq_len, int gpus, char *why, size_t cap)
+{
+    int64_t odd = gpus > 0 ? gpus : 1;
+    while (odd % 2 == 0)
+        odd /= 2;
+    if (why && cap)
+        snprintf(why, cap,
+                 odd > 1 ? "~4M tokens, a multiple of %lld (the odd factor of %d GPUs)"
+                         : "~4M tokens",
+                 (long long)odd, gpus);
+    return odd * cli_default_gbs(seq_len * odd, 1);
+}
+
 void cli_defaults_fill(const struct cli_common *c, const struct dp_model *m, struct cli_defaults *d)
 {
     memset(d, 0, sizeof *d);
@@ -799,10 +819,12 @@ int cli_resolve(const struct cli_common *c, const char *model_arg, struct dp_mod
         if (!c->gbs) {
             /* suggest's default batch, rounded so that this layout divides it */
             int64_t unit = l->mbs * l->dp * (l->vpp > 1 ? l->pp : 1);
-            int64_t want = cli_default_gbs(l->seq_len, 1);
-            l->gbs = cli_default_gbs(l->seq_len, unit);
+            char why[sizeof d->gbs];
+            int64_t want = cli_default_gbs_on(l->seq_len, dp_cluster_gpus(cl), why, sizeof why);
+            int64_t k = (want + unit / 2) / unit;
+            l->gbs = (k < 1 ? 1 : k) * unit;
             if (l->gbs == want)
-                snprintf(d->gbs, sizeof d->gbs, "~4M tokens");
+                snprintf(d->gbs, sizeof d->gbs, "%s", why);
             else
                 snprintf(d->gbs, sizeof d->gbs,
                          "~4M tokens, %lld rounded to the nearest multiple of mbs x dp%s = %lld",
