@@ -311,20 +311,21 @@ int cli_output_check_allowing(const struct cli_common *c, const char *out, const
                               char *const *paths, int npaths, const char *allow,
                               struct dp_err *err);
 /*
- * The planning commands' one default global batch (estimate, memory, suggest, whatif):
- * ~4M tokens, 2^k sequences. `unit` > 1 rounds it to the nearest multiple of unit
- * (mbs x dp, times pp when interleaving), at least one unit.
+ * The planning commands' one default global batch (estimate, memory, suggest, whatif) on
+ * `gpus` GPUs: ~4M tokens, odd x 2^k sequences, odd the GPU count's odd factor (1 when
+ * gpus <= 0). `why` (when not NULL) gets the description printed after "--gbs not given:".
+ * estimate and memory take its nearest multiple of their layout's mbs x dp (x pp when
+ * interleaving).
  */
-int64_t cli_default_gbs(int64_t seq_len, int64_t unit);
-/* suggest's and whatif's default on `gpus` GPUs: odd x 2^k sequences, odd the GPU count's
- * odd factor; `why` gets the description printed after "--gbs not given:". */
-int64_t cli_default_gbs_on(int64_t seq_len, int gpus, char *why, size_t cap);
+int64_t cli_default_gbs(int64_t seq_len, int gpus, char *why, size_t cap);
 /* Fill d->nodes and d->seq for what c leaves out (d->gbs is the caller's). */
 void cli_defaults_fill(const struct cli_common *c, const struct dp_model *m,
                        struct cli_defaults *d);
 struct dp_search_opts;
-int cli_search_opts(const struct cli_common *c, const struct dp_model *m, struct dp_search_opts *o,
-                    struct cli_defaults *d);
+/* The search options the flags give; without --gbs the default batch on `gpus` GPUs
+ * (gpus <= 0: a count that varies, whatif's header). */
+int cli_search_opts(const struct cli_common *c, const struct dp_model *m, int gpus,
+                    struct dp_search_opts *o, struct cli_defaults *d);
 /* "batch    1024 sequences x 4096 tokens (--gbs not given: ...)" and, when --seq-len was
  * not given, "seq      4096 (--seq-len not given: ...)". */
 void cli_describe_batch(FILE *f, int64_t gbs, int64_t seq_len, const struct cli_defaults *d);

@@ -127,7 +127,7 @@ int cmd_memory(int argc, char **argv)
         /* Knobs given fix their dimension, as in suggest; dp is what the count leaves,
          * and without --gbs the batch follows the count. */
         struct dp_search_opts so;
-        if (cli_search_opts(&c, &m, &so, NULL))
+        if (cli_search_opts(&c, &m, dp_cluster_gpus(&cl), &so, NULL))
             return 2;
         so.gbs = c.gbs;
         if (dp_model_check_seq_len(&m, so.seq_len, &err)) {

@@ -211,10 +211,8 @@ int cmd_suggest(int argc, char **argv)
         return cli_fail(&err);
     struct dp_search_opts so;
     struct cli_defaults d;
-    if (cli_search_opts(&c, &m, &so, &d))
+    if (cli_search_opts(&c, &m, dp_cluster_gpus(&cl), &so, &d))
         return 2;
-    if (!c.gbs)
-        so.gbs = cli_default_gbs_on(so.seq_len, dp_cluster_gpus(&cl), d.gbs, sizeof d.gbs);
     so.top_k = top;
     so.no_uneven = no_uneven;
     so.all_splits = all_splits;

@@ -205,8 +205,9 @@ int cmd_whatif(int argc, char **argv)
         return cli_fail(&err);
     struct dp_search_opts so;
     struct cli_defaults d;
-    if (cli_search_opts(&c, &m, &so, &d))
+    if (cli_search_opts(&c, &m, 0, &so, &d))
         return 2;
+    const int64_t header_gbs = so.gbs; /* power-of-two sizes' batch; each result has its own */
     so.top_k = 1;
     if (dp_model_check_seq_len(&m, so.seq_len, &err)) {
         dp_err_prefix(&err, "%s", m.name);
@@ -239,8 +240,8 @@ int cmd_whatif(int argc, char **argv)
             }
             dp_err_clear(&err);
             if (!c.gbs) { /* each size's default: a multiple of its GPU count's odd factor */
-                so.gbs = cli_default_gbs_on(so.seq_len, dp_cluster_gpus(&cl), NULL, 0);
-                odd_batch |= so.gbs != cli_default_gbs(so.seq_len, 1);
+                so.gbs = cli_default_gbs(so.seq_len, dp_cluster_gpus(&cl), NULL, 0);
+                odd_batch |= so.gbs != header_gbs;
             }
             int s = dp_plan_search(&m, &cl, &so, r, &err);
             double price = -1;
@@ -341,10 +342,7 @@ int cmd_whatif(int argc, char **argv)
         cJSON_Delete(rows);
         return rc;
     }
-    if (!c.gbs) {
-        /* The header's batch: that of power-of-two sizes; each result carries its own. */
-        so.gbs = cli_default_gbs(so.seq_len, 1);
-    }
+    so.gbs = header_gbs;
     if (odd_batch) {
         snprintf(d.gbs, sizeof d.gbs,
                  "~4M tokens; on GPU counts with an odd factor (a 72-GPU rack: 9) the nearest "

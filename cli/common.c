@@ -647,30 +647,13 @@ void cli_mem_opts(const struct cli_common *c, struct dp_mem_opts *o)
 
 /*
  * The global batch when none is given: ~4M tokens (Llama 2 and Llama 3 405B's initial
- * batch, Touvron et al. 2023 Sec. 2.2, Dubey et al. 2024 Sec. 3.4.1), a power of two in
- * sequences; then the nearest multiple of `unit`.
+ * batch, Touvron et al. 2023 Sec. 2.2, Dubey et al. 2024 Sec. 3.4.1) as odd x 2^k
+ * sequences, `odd` the GPU count's odd factor (1 on power-of-two clusters and when the
+ * count varies, gpus <= 0; 9 on a 72-GPU NVL72 rack), so that data parallelism over every
+ * GPU can divide it: a power of two alone would leave a 72-GPU rack only layouts that put
+ * the factor 9 into pipeline or tensor parallelism.
  */
-int64_t cli_default_gbs(int64_t seq_len, int64_t unit)
-{
-    double want = 4.0 * 1024 * 1024 / (double)seq_len;
-    int64_t g = 1;
-    while ((double)(g * 2) <= want * 1.42)
-        g *= 2;
-    if (unit > 1) {
-        int64_t k = (g + unit / 2) / unit;
-        g = (k < 1 ? 1 : k) * unit;
-    }
-    return g;
-}
-
-/*
- * The default batch on `gpus` GPUs: ~4M tokens as odd x 2^k sequences, `odd` the GPU
- * count's odd factor (1 on power-of-two clusters, where this is cli_default_gbs; 9 on a
- * 72-GPU NVL72 rack), so that data parallelism over every GPU can divide it. A power of
- * two alone would leave a 72-GPU rack only layouts that put the factor 9 into pipeline or
- * tensor parallelism.
- */
-int64_t cli_default_gbs_on(int64_t seq_len, int gpus, char *why, size_t cap)
+int64_t cli_default_gbs(int64_t seq_len, int gpus, char *why, size_t cap)
 {
     int64_t odd = gpus > 0 ? gpus : 1;
     while (odd % 2 == 0)
@@ -680,7 +663,11 @@ int64_t cli_default_gbs_on(int64_t seq_len, int gpus, char *why, size_t cap)
                  odd > 1 ? "~4M tokens, a multiple of %lld (the odd factor of %d GPUs)"
                          : "~4M tokens",
                  (long long)odd, gpus);
-    return odd * cli_default_gbs(seq_len * odd, 1);
+    double want = 4.0 * 1024 * 1024 / ((double)seq_len * (double)odd);
+    int64_t g = 1;
+    while ((double)(g * 2) <= want * 1.42)
+        g *= 2;
+    return odd * g;
 }
 
 void cli_defaults_fill(const struct cli_common *c, const struct dp_model *m, struct cli_defaults *d)
@@ -714,8 +701,8 @@ void cli_defaults_json(cJSON *o, const struct cli_defaults *d)
         cJSON_AddStringToObject(e, "gbs", d->gbs);
 }
 
-int cli_search_opts(const struct cli_common *c, const struct dp_model *m, struct dp_search_opts *o,
-                    struct cli_defaults *d)
+int cli_search_opts(const struct cli_common *c, const struct dp_model *m, int gpus,
+                    struct dp_search_opts *o, struct cli_defaults *d)
 {
     dp_search_opts_default(o);
     o->tp = c->tp;
@@ -743,12 +730,9 @@ int cli_search_opts(const struct cli_common *c, const struct dp_model *m, struct
                                           "each framework's named policies");
     o->sp = c->sp ? 1 : -1;
     o->seq_len = c->seq_len ? c->seq_len : m->seq_len;
-    o->gbs = c->gbs ? c->gbs : cli_default_gbs(o->seq_len, 1);
-    if (d) {
+    if (d)
         cli_defaults_fill(c, m, d);
-        if (!c->gbs)
-            snprintf(d->gbs, sizeof d->gbs, "~4M tokens");
-    }
+    o->gbs = c->gbs ? c->gbs : cli_default_gbs(o->seq_len, gpus, d ? d->gbs : NULL, sizeof d->gbs);
     if (c->precision >= 0)
         o->precision = (enum dp_precision)c->precision;
     o->gemm = c->gemm == -2 ? -1 : c->gemm >= 0 ? c->gemm : DP_GEMM_DEFAULT;
@@ -820,7 +804,7 @@ int cli_resolve(const struct cli_common *c, const char *model_arg, struct dp_mod
             /* suggest's default batch, rounded so that this layout divides it */
             int64_t unit = l->mbs * l->dp * (l->vpp > 1 ? l->pp : 1);
             char why[sizeof d->gbs];
-            int64_t want = cli_default_gbs_on(l->seq_len, dp_cluster_gpus(cl), why, sizeof why);
+            int64_t want = cli_default_gbs(l->seq_len, dp_cluster_gpus(cl), why, sizeof why);
             int64_t k = (want + unit / 2) / unit;
             l->gbs = (k < 1 ? 1 : k) * unit;
             if (l->gbs == want)

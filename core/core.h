@@ -183,12 +183,12 @@ static inline bool dp_model_mixed_layers(const struct dp_model *m)
  */
 #define DP_HF_TRAIN_SEQ 8192
 
-/* DP_EINFEASIBLE when the model cannot take sequences of seq_len tokens: learned
- * position embeddings stop at max_position. */
 /* Attention-score work of an average layer at sequence length s against full causal
  * attention's s(s+1)/2 query-key pairs: 1 without a sliding window, less with one
  * (a window of w < s keeps w s - w(w-1)/2 pairs). */
 double dp_model_attn_pair_ratio(const struct dp_model *m, int64_t s);
+/* DP_EINFEASIBLE when the model cannot take sequences of seq_len tokens: learned
+ * position embeddings stop at max_position. */
 int dp_model_check_seq_len(const struct dp_model *m, int64_t seq_len, struct dp_err *err);
 
 /* Parameter counts of the model as published (unpadded vocabulary). */

@@ -426,6 +426,13 @@ static int layer_types_sliding(struct dp_jr *jr, const cJSON *root, const struct
     return 0;
 }
 
+/* Layers i of `layers` that slide when every `period`-th one attends fully ((i + 1) %
+ * period != 0): Gemma 2's and gpt-oss's every other layer, Gemma 3's five of six. */
+static int64_t sliding_but_every(int64_t layers, int64_t period)
+{
+    return layers - layers / period;
+}
+
 static void set_window(struct dp_model *m, int64_t w, int64_t sliding)
 {
     if (w > 0 && sliding > 0) {
@@ -513,9 +520,7 @@ static int gemma(struct dp_jr *jr, const cJSON *root, enum family fam, struct dp
     if (window_width(jr, root, 4096, &w) ||
         (fam == FAM_GEMMA3 && hf_int(jr, root, k_pat, false, &pattern)))
         return jr->err->code;
-    int64_t sliding = 0;
-    for (int64_t i = 0; i < m->layers; i++)
-        sliding += (i + 1) % pattern != 0;
+    int64_t sliding = sliding_but_every(m->layers, pattern);
     if (layer_types_sliding(jr, root, m, &sliding))
         return jr->err->code;
     set_window(m, w, sliding);
@@ -558,7 +563,7 @@ static int gpt_oss(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
     m->qkv_bias = m->out_bias = bias;
     static const char *const drop[] = {"attention_dropout", NULL};
     m->dropout = any_positive(root, drop, 0.0);
-    int64_t w = 0, sliding = (m->layers + 1) / 2; /* layers 0, 2, 4, ... */
+    int64_t w = 0, sliding = sliding_but_every(m->layers, 2);
     if (window_width(jr, root, 128, &w) || layer_types_sliding(jr, root, m, &sliding))
         return jr->err->code;
     set_window(m, w, sliding);
@@ -727,13 +732,11 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
                              : "Phi3Config's default original_max_position_embeddings "
                                "4096");
             }
-            static const char *const drop[] = {"resid_pdrop", "embd_pdrop", "attention_dropout",
-                                               NULL};
-            m->dropout = any_positive(root, drop, def->dropout);
-            break;
         }
         static const char *const drop[] = {"attention_dropout", NULL};
-        m->dropout = any_positive(root, drop, def->dropout);
+        static const char *const phi3_drop[] = {"resid_pdrop", "embd_pdrop", "attention_dropout",
+                                                NULL};
+        m->dropout = any_positive(root, fam == FAM_PHI3 ? phi3_drop : drop, def->dropout);
         break;
     }
     case FAM_GEMMA:
