@@ -20,7 +20,9 @@ static const char help[] =
     "the measured runs on that GPU that are scored and not held out: the bf16\n"
     "curve (\"gemm\") on the runs whose linear layers compute in bf16/fp16, the FP8\n"
     "curve (\"gemm_fp8\") on those computing in FP8, both at once (least squares on\n"
-    "log(predicted/measured), GSL trust region). Prints the fit and the mean error of\n"
+    "log(predicted/measured), GSL trust region). Where the FP8 runs mix MXFP8 with\n"
+    "per-tensor recipes, what an MXFP8 GEMM costs per call beyond a per-tensor one is\n"
+    "fitted with them (\"mxfp8_gemm_us\"). Prints the fit and the mean error of\n"
     "the GPU's held-out runs before and after it (the check the fit never reads); -o\n"
     "writes the GPU profile with the fitted curves and their provenance. Default\n"
     "RUNS: the shipped tests/validation/.\n\n"
@@ -150,6 +152,7 @@ int cmd_calibrate(int argc, char **argv)
         if (strcmp(runs[i].cluster.gpu.name, g.name) == 0) {
             runs[i].cluster.gpu.gemm = g.gemm;
             runs[i].cluster.gpu.gemm_fp8 = g.gemm_fp8;
+            runs[i].cluster.gpu.mxfp8_fixed_s = g.mxfp8_fixed_s;
             memcpy(runs[i].cluster.gpu.attn_rel, g.attn_rel, sizeof g.attn_rel);
         }
     struct dp_fit fit;
@@ -168,6 +171,10 @@ int cmd_calibrate(int argc, char **argv)
         printf("  gemm_fp8  eff_max %.4f (profile %.4f), half_flops %.4g (profile %.4g)%s\n",
                fit.fp8.eff_max, g.gemm_fp8.eff_max, fit.fp8.half_flops, g.gemm_fp8.half_flops,
                fit_half ? "" : ", kept");
+    if (fit.fit_mx)
+        printf("  mxfp8     %.1f us a GEMM beyond per-tensor FP8's (profile %.1f), on the %d "
+               "MXFP8 runs\n",
+               fit.mxfp8_us, fit.mxfp8_prior, fit.nruns_mx);
     for (int a = 1; a < DP_ATTNS; a++)
         if (fit.attn_mask & (1u << a))
             printf("  attention %-7s %.4f (profile %.4f), on the %d of them using it\n",
@@ -188,6 +195,10 @@ int cmd_calibrate(int argc, char **argv)
             set_curve(root, "gemm", &fit.bf16);
         if (fit.fit_fp8)
             set_curve(root, "gemm_fp8", &fit.fp8);
+        if (fit.fit_mx) {
+            cJSON_DeleteItemFromObjectCaseSensitive(root, "mxfp8_gemm_us");
+            cJSON_AddNumberToObject(root, "mxfp8_gemm_us", fit.mxfp8_us);
+        }
         cJSON *at = cJSON_GetObjectItemCaseSensitive(root, "attention");
         if (fit.attn_mask && !at) {
             at = cJSON_AddObjectToObject(root, "attention");
@@ -224,8 +235,9 @@ int cmd_calibrate(int argc, char **argv)
         }
         if (src) {
             char note[512];
-            const char *keys[2] = {fit.fit_bf16 ? "gemm" : NULL, fit.fit_fp8 ? "gemm_fp8" : NULL};
-            for (int k = 0; k < 2; k++) {
+            const char *keys[3] = {fit.fit_bf16 ? "gemm" : NULL, fit.fit_fp8 ? "gemm_fp8" : NULL,
+                                   fit.fit_mx ? "mxfp8_gemm_us" : NULL};
+            for (int k = 0; k < 3; k++) {
                 if (!keys[k])
                     continue;
                 snprintf(note, sizeof note,

@@ -305,6 +305,7 @@ struct dp_gpu {
     double fp8_tflops;                 /* 0 if none */
     double tf32_tflops;                /* 0 if none */
     bool fp8_block_scaling;            /* MXFP8 block-scaled tensor cores (Blackwell) */
+    double mxfp8_fixed_s;              /* an MXFP8 GEMM call's extra cost, s (mxfp8_gemm_us) */
     int64_t mem_bytes;                 /* physical memory */
     double usable_fraction;            /* of mem_bytes that training can use */
     double mem_bw_gbps;                /* GB/s (1e9) */
@@ -326,6 +327,9 @@ double dp_gpu_peak_tflops(const struct dp_gpu *gpu, enum dp_gemm g, enum dp_prec
 /* The compute type a layout's GEMMs run in (DP_GEMM_DEFAULT resolved). */
 struct dp_layout;
 enum dp_gemm dp_layout_gemm(const struct dp_layout *l);
+/* Whether the data-parallel all-gather moves the linear layers' weights in FP8: FP8 weights
+ * (fp8_params) of a per-tensor or blockwise recipe. MXFP8 weights are gathered in bf16. */
+bool dp_layout_fp8_gather(const struct dp_layout *l);
 /* 0 if `gpu` can run the layout's GEMM compute type and FP8 recipe; else DP_EUSAGE with
  * err naming what is missing ("a100-sxm4-80gb has no FP8 tensor cores ..."), prefixed by
  * `field` (the option or JSON path that asked for it). */

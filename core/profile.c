@@ -132,6 +132,7 @@ static int gpu_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_gpu *g)
                                        "gemm",
                                        "gemm_fp8",
                                        "fp8_block_scaling",
+                                       "mxfp8_gemm_us",
                                        "attention",
                                        "sources",
                                        "notes",
@@ -198,6 +199,16 @@ static int gpu_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_gpu *g)
                           "%s: gemm_fp8: expected no FP8 curve without a peak_tflops.fp8 (this "
                           "GPU has no FP8 tensor cores), got one",
                           jr->file);
+    const cJSON *mx = cJSON_GetObjectItemCaseSensitive(obj, "mxfp8_gemm_us");
+    if (mx && !g->fp8_block_scaling)
+        return dp_err_set(jr->err, DP_EINVAL,
+                          "%s: mxfp8_gemm_us: expected none without \"fp8_block_scaling\": "
+                          "true (no MXFP8 tensor cores), got one",
+                          jr->file);
+    double mx_us = 0;
+    if (dp_jr_number(jr, obj, "mxfp8_gemm_us", false, 0, 1000, &mx_us))
+        return jr->err->code;
+    g->mxfp8_fixed_s = mx_us * 1e-6;
     if (!g8 && g->fp8_tflops > 0) {
         /* A profile (or a cluster file written before FP8 curves existed) without one: the
          * bf16 curve's efficiency and fixed time per GEMM, half_flops / (eff_max x peak),
@@ -571,6 +582,8 @@ static cJSON *gpu_to_json(const struct dp_gpu *g)
     }
     if (g->fp8_block_scaling)
         cJSON_AddBoolToObject(o, "fp8_block_scaling", true);
+    if (g->fp8_block_scaling && g->mxfp8_fixed_s > 0)
+        cJSON_AddNumberToObject(o, "mxfp8_gemm_us", g->mxfp8_fixed_s * 1e6);
     if (g->attn_default != DP_ATTN_DEFAULT) {
         cJSON *at = cJSON_AddObjectToObject(o, "attention");
         cJSON_AddStringToObject(at, "default", dp_attn_name(g->attn_default));

@@ -38,17 +38,19 @@ void dp_mem_opts_default(struct dp_mem_opts *o)
  * layout), cached from the first micro-batch; block-scaled recipes add their scales
  * (one per 32 values for MXFP8, per 128 for blockwise) to each copy. With FP8
  * weights (fp8_params: TE fp8_model_init, Megatron --fp8-param-gather) the FP8
- * weight replaces the half-precision one, whose bytes params_bytes already counts,
- * so nothing is added.
+ * weight and its transpose replace the half-precision one, whose bytes params_bytes
+ * already counts, so only their scales are added. Megatron's MXFP8 weights have no bf16
+ * copy either: their all-gather runs through the gradient buffer
+ * (--reuse-grad-buf-for-mxfp8-param-ag, dp_layout_fp8_gather).
  */
 static double fp8_weight_copy_bytes(const struct dp_layout *l)
 {
-    if (dp_layout_gemm(l) != DP_GEMM_FP8 || l->fp8_params)
+    if (dp_layout_gemm(l) != DP_GEMM_FP8)
         return 0;
     double scale = l->fp8_recipe == DP_FP8_MXFP8       ? 1.0 / 32
                    : l->fp8_recipe == DP_FP8_BLOCKWISE ? 1.0 / 128
                                                        : 0;
-    return 2.0 * (1.0 + scale);
+    return 2.0 * ((l->fp8_params ? 0 : 1.0) + scale);
 }
 
 static int64_t mlp_params(const struct dp_model *m, int64_t f, int64_t split)

@@ -246,7 +246,7 @@ int dp_time_dp_units(const struct dp_model *m, const struct dp_cluster *cl,
     dp_place_path_fast(cl, l, DP_PLACE_DPCP, &pd);
     dp_place_path_fast(cl, l, DP_PLACE_EDP, &pe);
     dp_shard_groups(cl, l, &pd, &pe, &x.g);
-    x.fp8_gather = dp_layout_gemm(l) == DP_GEMM_FP8 && cl->gpu.fp8_tflops > 0 && l->fp8_params;
+    x.fp8_gather = cl->gpu.fp8_tflops > 0 && dp_layout_fp8_gather(l);
     x.lin_per_layer = dp__linear_weights_per_layer(m, l);
     end_params(m, l, &x.emb, &x.head);
     for (int k = 0; k < DP_LAYER_KINDS; k++)

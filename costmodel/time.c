@@ -31,15 +31,11 @@ static double attn_rel(const struct dp_gpu *g, const struct dp_layout *l)
 
 /*
  * A TP collective pipelined with the GEMM it feeds or drains (Megatron
- * --tp-comm-overlap with Transformer Engine userbuffers; torchtitan async TP):
- * the GEMM and the collective are split into `chunks` pieces (the all-gather ring
- * exchange moves one of tp shards per step; the reduce-scatter pipeline uses 4
- * splits in NeMo's userbuffers configs), piece i's communication runs during piece
- * i+1's compute, so one piece of communication stays exposed, plus whatever does
- * not fit under the GEMM, plus the contention of the hidden part (the reduce-scatter
- * pipeline runs on 24 of 132 SMs in those configs, the ring exchange on copy
- * engines). Source of the configs: NVIDIA/NeMo nemo/collections/llm/recipes/
- * tp_overlap_configs/userbuffers.py.
+ * --tp-comm-overlap with Transformer Engine userbuffers; torchtitan async TP). A
+ * reduce-scatter pipelined in `chunks` splits (userbuffers "pipeline", 4 splits in
+ * NeMo's configs) runs split i's reduction during split i+1's GEMM, so the last split
+ * stays exposed, plus whatever does not fit under the GEMM, plus the contention of the
+ * hidden part (that pipeline runs on 8-32 of the SMs in those configs).
  */
 static double pipelined(double comm, double gemm, double chunks)
 {
@@ -49,6 +45,24 @@ static double pipelined(double comm, double gemm, double chunks)
     return (comm - hidden) + comm / chunks + OVERLAP_CONTENTION * hidden;
 }
 #define UB_RS_SPLITS 4.0
+
+/*
+ * An all-gather by ring exchange into the GEMM it feeds (userbuffers "ring_exchange",
+ * Transformer Engine CommOverlapP2PBase::split_overlap_ag; PyTorch's fused all-gather
+ * matmul of async TP): step 0 multiplies the rank's own chunk while it is sent on, each
+ * later step the chunk received during the step before. The tp - 1 chunk transfers hide
+ * under the tp - 1 later GEMM chunks: exposed is what does not fit under (tp - 1)/tp of
+ * the GEMM, plus the contention of the hidden part (copy engines share HBM, the GEMM runs
+ * in tp smaller pieces).
+ */
+static double ring_exchange(double comm, double gemm, double tp)
+{
+    if (comm <= 0)
+        return 0;
+    double room = gemm * (tp - 1) / tp;
+    double hidden = comm < room ? comm : room;
+    return (comm - hidden) + OVERLAP_CONTENTION * hidden;
+}
 
 /*
  * Bytes moved per element by the FP8 quantization of one GEMM input, the
@@ -139,7 +153,8 @@ static double gemm_lin(const struct dp__time_ctx *c, double mm, double nn, doubl
  * 1.096x, dgrad 1.029x, wgrad 1.032x; NVIDIA/TransformerEngine
  * docs/examples/gemm_profiling/gemm_profiling.rst). The quantization each recipe adds is
  * fp8_cast_bytes' (the same guide's autocast times: 2.34 ms of current scaling's, 1.82 ms
- * of MXFP8's).
+ * of MXFP8's). What training adds to each MXFP8 GEMM call beyond both is the GPU
+ * profile's mxfp8_gemm_us (lin()).
  */
 #define MXFP8_GEMM_TIME 1.051
 
@@ -203,6 +218,10 @@ static double lin(const struct dp__time_ctx *c, struct dp_layer_time *o, double 
     o->cast_b += groups * mm * nn;
     o->cast_w += groups * kk * nn;
     double one = gemm_lin(c, mm, nn, kk, 1);
+    /* Each MXFP8 GEMM call, an expert's too, pays the profile's fixed cost beyond a
+     * per-tensor one's (mxfp8_gemm_us, fitted by `dplan calibrate`). */
+    if (c->fp8 && c->l->fp8_recipe == DP_FP8_MXFP8)
+        one += c->cl->gpu.mxfp8_fixed_s;
     if (groups <= 1)
         return groups * one;
     /*
@@ -250,10 +269,10 @@ static double lin(const struct dp__time_ctx *c, struct dp_layer_time *o, double 
  * issue 845, "ensure rowwise scaling uses bf16 all_gather"; the float8 rowwise
  * all-gather, pytorch/ao PR 2145 and torchtitan PR 1157, was never merged).
  *
- * With tp_overlap each collective is pipelined with its GEMM (see pipelined()):
- * forward, the all-gather feeds g_in (ring exchange, tp chunks) and the reduce-scatter
- * drains g_out (4 splits); backward, g_out's input-gradient GEMM takes the gathered
- * output gradient (ring exchange), g_in's input-gradient reduce-scatter runs under its
+ * With tp_overlap each collective is pipelined with its GEMM: forward, the all-gather
+ * feeds g_in (ring_exchange()) and the reduce-scatter drains g_out (pipelined(), 4
+ * splits); backward, g_out's input-gradient GEMM takes the gathered output gradient
+ * (ring exchange), g_in's input-gradient reduce-scatter runs under its
  * weight-gradient GEMM and the re-gather of its input under the input-gradient GEMM
  * (userbuffers "bulk" overlap: one collective beside one GEMM, no chunking). Backward
  * GEMMs take as long as the forward one each (dgrad and wgrad have its FLOPs).
@@ -278,15 +297,23 @@ static void tp_region(const struct dp__time_ctx *c, double in_width, double out_
         double rs_in = dp_coll_time_s(DP_REDUCE_SCATTER, p * T * in_width, l->tp, &c->tp);
         double rs_out = dp_coll_time_s(DP_REDUCE_SCATTER, p * T * out_width, l->tp, &c->tp);
         double ag_out = dp_coll_time_s(DP_ALLGATHER, pg * T * out_width, l->tp, &c->tp);
+        /* MXFP8 scales 32-element blocks along one axis, so the row-parallel GEMM's gathered
+         * output gradient cannot be transposed for the weight gradient as a per-tensor one
+         * is: Transformer Engine gathers its columnwise copy too, the second all-gather beside
+         * the input-gradient GEMM under userbuffers, both copies in one gather without
+         * (module/linear.py backward, "we can't convert row-scaled MXFP8 to column-scaled";
+         * distributed.py _all_gather_mxfp8). */
+        if (c->fp8 && l->fp8_recipe == DP_FP8_MXFP8)
+            ag_out *= 2;
         o->tp_raw_f += ag_in + rs_out;
         o->tp_raw_b += ag_out + rs_in + ag_in;
         if (l->tp_overlap && rowwise) {
             o->tp_f += ag_in + pipelined(rs_out, g_out, UB_RS_SPLITS);
             o->tp_b += ag_out + overlapped(rs_in, g_in) + ag_in;
         } else if (l->tp_overlap) {
-            o->tp_f += pipelined(ag_in, g_in, l->tp) + pipelined(rs_out, g_out, UB_RS_SPLITS);
-            o->tp_b +=
-                pipelined(ag_out, g_out, l->tp) + overlapped(rs_in, g_in) + overlapped(ag_in, g_in);
+            o->tp_f += ring_exchange(ag_in, g_in, l->tp) + pipelined(rs_out, g_out, UB_RS_SPLITS);
+            o->tp_b += ring_exchange(ag_out, g_out, l->tp) + overlapped(rs_in, g_in) +
+                       overlapped(ag_in, g_in);
         } else {
             o->tp_f += ag_in + rs_out;
             o->tp_b += ag_out + rs_in + ag_in;
@@ -618,10 +645,11 @@ static void layer(const struct dp__time_ctx *c, enum dp_layer_kind kind, struct 
     a.op_tp_f = l->sp ? 0.5 * a.tp_f : a.tp_f;
     /* FP8 quantization: lin() counted the elements; fp8_cast_bytes moves per element. */
     if (c->fp8) {
-        double wb = (l->fp8_params ? 2.0 : c->cast_b) / c->membw;
+        /* FP8 weights gathered in FP8 need only the transposed copy (read and write 1 byte);
+         * MXFP8 weights are quantized from the gathered bf16 in both orientations. */
+        double wb = (dp_layout_fp8_gather(l) ? 2.0 : c->cast_b) / c->membw;
         o->cast_f *= c->cast_b / c->membw;
         o->cast_b *= c->cast_b / c->membw;
-        /* FP8 weights (fp8_params) need only the transposed copy: read and write 1 byte. */
         o->cast_w *= wb;
         a.cast_f *= c->cast_b / c->membw;
         a.cast_b *= c->cast_b / c->membw;
@@ -825,7 +853,7 @@ void dp_time_step_reuse(const struct dp_model *m, const struct dp_cluster *cl,
                                 .bwd_s = o->stage_bwd_s[0],
                                 .ag_dense_bytes = pdense * pg,
                                 .ag_expert_bytes = pexpert * pg};
-    if (c.fp8 && l->fp8_params) {
+    if (c.fp8 && dp_layout_fp8_gather(l)) {
         double wlin = linear_weights_per_layer(m, l) * Lp;
         if (wlin > pdense)
             wlin = pdense;

@@ -518,6 +518,17 @@ static int fp8_param_gather(const struct dp__ctx *c, struct dp__val *v)
 {
     return dp_layout_gemm(c->l) == DP_GEMM_FP8 && c->l->fp8_params ? dp__flag(v) : 0;
 }
+/* MXFP8 weights cannot be mapped into the parameter buffer: Megatron gathers them through the
+ * gradient buffer (DistributedDataParallelConfig.reuse_grad_buf_for_mxfp8_param_ag; without it
+ * the optimizer warns of "a significant amount of additional GPU memory"), as dplan's memory
+ * model assumes (dp_layout_fp8_gather). */
+static int mxfp8_reuse_grad_buf(const struct dp__ctx *c, struct dp__val *v)
+{
+    return dp_layout_gemm(c->l) == DP_GEMM_FP8 && c->l->fp8_params &&
+                   c->l->fp8_recipe == DP_FP8_MXFP8
+               ? dp__flag(v)
+               : 0;
+}
 static int grads_fp32(const struct dp__ctx *c, struct dp__val *v)
 {
     /* DDP keeps main_grad in fp32 when accumulate_allreduce_grads_in_fp32 (validate_args
@@ -616,14 +627,15 @@ static const struct dp__opt opts[] = {
     {"TRAINING_ARGS", "--attention-backend", attention},              /* TC */
     {"TRAINING_ARGS", "--optimizer", optimizer},                      /* ARG */
 
-    {"PRECISION_ARGS", "--bf16", bf16},                                     /* MPC */
-    {"PRECISION_ARGS", "--fp16", fp16},                                     /* MPC */
-    {"PRECISION_ARGS", "--fp8-format", fp8_format},                         /* ARG */
-    {"PRECISION_ARGS", "--fp8-recipe", fp8_recipe},                         /* ARG */
-    {"PRECISION_ARGS", "--fp8-param-gather", fp8_param_gather},             /* ARG */
-    {"PRECISION_ARGS", "--accumulate-allreduce-grads-in-fp32", grads_fp32}, /* ARG */
-    {"PRECISION_ARGS", "--grad-reduce-in-bf16", grads_bf16},                /* ARG */
-    {"PRECISION_ARGS", "--megatron-fsdp-main-grads-dtype", fsdp_grads},     /* ARG */
+    {"PRECISION_ARGS", "--bf16", bf16},                                              /* MPC */
+    {"PRECISION_ARGS", "--fp16", fp16},                                              /* MPC */
+    {"PRECISION_ARGS", "--fp8-format", fp8_format},                                  /* ARG */
+    {"PRECISION_ARGS", "--fp8-recipe", fp8_recipe},                                  /* ARG */
+    {"PRECISION_ARGS", "--fp8-param-gather", fp8_param_gather},                      /* ARG */
+    {"PRECISION_ARGS", "--reuse-grad-buf-for-mxfp8-param-ag", mxfp8_reuse_grad_buf}, /* ARG */
+    {"PRECISION_ARGS", "--accumulate-allreduce-grads-in-fp32", grads_fp32},          /* ARG */
+    {"PRECISION_ARGS", "--grad-reduce-in-bf16", grads_bf16},                         /* ARG */
+    {"PRECISION_ARGS", "--megatron-fsdp-main-grads-dtype", fsdp_grads},              /* ARG */
 };
 
 int dp__export_megatron(const struct dp__ctx *c0, struct dp_buf *b)

@@ -13,14 +13,16 @@
 #include <string.h>
 
 /* The parameters, in order: bf16 eff_max, [bf16 log10 half], fp8 eff_max, [fp8 log10 half],
- * then the attention figure of each kernel in attn_mask, by kernel number. */
+ * [MXFP8's fixed cost per GEMM beyond per-tensor FP8's, us], then the attention figure of each
+ * kernel in attn_mask, by kernel number. */
 struct fit_ctx {
     struct dp_run *runs;
     int *idx;
     double *measured; /* dp_run_measured_s of runs[idx[i]]: the fit does not change it */
     int n;
-    bool fit_bf16, fit_fp8, fit_half;
+    bool fit_bf16, fit_fp8, fit_half, fit_mx;
     struct dp_gemm_curve bf16, fp8; /* current values */
+    double mx;                      /* current mxfp8_gemm_us */
     unsigned attn_mask;
     double attn_rel[DP_ATTNS]; /* current values */
 };
@@ -34,6 +36,17 @@ static double clamp_eff(double e)
 static double clamp_attn(double e)
 {
     return e < 0.01 ? 0.01 : e > 2.0 ? 2.0 : e;
+}
+
+/* The range the GPU profile reader accepts for mxfp8_gemm_us. */
+static double clamp_mx(double e)
+{
+    return e < 0.0 ? 0.0 : e > 1000.0 ? 1000.0 : e;
+}
+
+static bool is_mxfp8(const struct dp_run *r)
+{
+    return dp_layout_gemm(&r->layout) == DP_GEMM_FP8 && r->layout.fp8_recipe == DP_FP8_MXFP8;
 }
 
 enum dp_attn dp_run_attn(const struct dp_run *r)
@@ -58,6 +71,8 @@ static void give(const struct fit_ctx *c, struct dp_gpu *g)
 {
     g->gemm = c->bf16;
     g->gemm_fp8 = c->fp8;
+    if (c->fit_mx)
+        g->mxfp8_fixed_s = c->mx * 1e-6;
     for (int a = 0; a < DP_ATTNS; a++)
         if (c->attn_mask & (1u << a))
             g->attn_rel[a] = c->attn_rel[a];
@@ -76,6 +91,8 @@ static void apply(struct fit_ctx *c, const gsl_vector *x)
         if (c->fit_half)
             c->fp8.half_flops = pow(10.0, gsl_vector_get(x, k++));
     }
+    if (c->fit_mx)
+        c->mx = clamp_mx(gsl_vector_get(x, k++));
     for (int a = 0; a < DP_ATTNS; a++)
         if (c->attn_mask & (1u << a))
             c->attn_rel[a] = clamp_attn(gsl_vector_get(x, k++));
@@ -136,11 +153,12 @@ int dp_calibrate_gemm(struct dp_run *runs, int n, const char *gpu, enum dp_fit_c
         free(measured);
         return dp_err_set(err, DP_ENOMEM, "out of memory");
     }
-    int k = 0, k8 = 0;
+    int k = 0, k8 = 0, kmx = 0;
     for (int i = 0; i < n; i++) {
         if (runs[i].held_out || !on_curves(&runs[i], gpu, which))
             continue;
         k8 += dp_layout_gemm(&runs[i].layout) == DP_GEMM_FP8;
+        kmx += is_mxfp8(&runs[i]);
         out->attn_runs[dp_run_attn(&runs[i])]++;
         idx[k++] = i;
     }
@@ -167,8 +185,11 @@ int dp_calibrate_gemm(struct dp_run *runs, int n, const char *gpu, enum dp_fit_c
                         .fit_half = fit_half,
                         .fit_bf16 = k - k8 > 0,
                         .fit_fp8 = k8 > 0,
+                        /* MXFP8's fixed cost per GEMM, where runs of both FP8 kinds tell it
+                         * apart from the FP8 curve */
+                        .fit_mx = kmx > 0 && kmx < k8,
                         .attn_mask = attn_mask};
-    int np = ((int)c.fit_bf16 + (int)c.fit_fp8) * (fit_half ? 2 : 1) + nattn;
+    int np = ((int)c.fit_bf16 + (int)c.fit_fp8) * (fit_half ? 2 : 1) + (int)c.fit_mx + nattn;
     if (np == 0) /* no runs: the least a fit needs is one curve's parameters */
         np = fit_half ? 2 : 1;
     int rc = 0;
@@ -187,6 +208,11 @@ int dp_calibrate_gemm(struct dp_run *runs, int n, const char *gpu, enum dp_fit_c
         measured[i] = dp_run_measured_s(&runs[idx[i]]);
     c.bf16 = runs[idx[0]].cluster.gpu.gemm;
     c.fp8 = runs[idx[0]].cluster.gpu.gemm_fp8;
+    c.mx = clamp_mx(runs[idx[0]].cluster.gpu.mxfp8_fixed_s * 1e6);
+    out->mxfp8_prior = c.mx;
+    out->mxfp8_us = c.mx;
+    out->fit_mx = c.fit_mx;
+    out->nruns_mx = kmx;
     for (int a = 0; a < DP_ATTNS; a++) {
         /* A kernel the profile has no figure for starts at one half (the model's default
          * then applies to it before the fit). */
@@ -219,6 +245,8 @@ int dp_calibrate_gemm(struct dp_run *runs, int n, const char *gpu, enum dp_fit_c
         if (fit_half)
             gsl_vector_set(x, j++, log10(c.fp8.half_flops > 0 ? c.fp8.half_flops : 1e9));
     }
+    if (c.fit_mx) /* from a few us, not the bound at 0 where the clamp flattens it */
+        gsl_vector_set(x, j++, c.mx > 1.0 ? c.mx : 10.0);
     for (int a = 0; a < DP_ATTNS; a++)
         if (attn_mask & (1u << a))
             gsl_vector_set(x, j++, c.attn_rel[a]);
@@ -242,6 +270,7 @@ int dp_calibrate_gemm(struct dp_run *runs, int n, const char *gpu, enum dp_fit_c
         apply(&c, gsl_multifit_nlinear_position(w));
         out->bf16 = c.bf16;
         out->fp8 = c.fp8;
+        out->mxfp8_us = c.mx;
         memcpy(out->attn_rel, c.attn_rel, sizeof out->attn_rel);
         out->iterations = (int)gsl_multifit_nlinear_niter(w);
         out->mean_abs_after = mean_abs(&c);

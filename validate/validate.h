@@ -135,6 +135,10 @@ struct dp_fit {
     int nruns_fp8; /* of which FP8 */
     bool fit_bf16, fit_fp8;
     struct dp_gemm_curve bf16, fp8;         /* the fitted (or kept) curves */
+    bool fit_mx;                            /* MXFP8's fixed cost per GEMM fitted (runs of
+                                               both FP8 kinds among the fitted) */
+    int nruns_mx;                           /* fitted runs with MXFP8 GEMMs */
+    double mxfp8_us, mxfp8_prior;           /* fitted (or kept) and the profile's, us */
     double mean_abs_before, mean_abs_after; /* over the fitted runs */
     int nheld;                              /* held-out runs of this GPU (and curves) */
     double held_before, held_after;         /* their mean |error|, which the fit never reads */

@@ -4,7 +4,9 @@
     held_out_unseen.py DPLAN MEAN_BAR WORST_BAR RUNS.json...
 
 The GEMM curves of the GPU profiles (with half_flops where a profile says `--fit-half`, and
-the attention figures a profile says were fitted with them, `--attention KERNEL`) are fitted by `dplan calibrate` on the scored runs
+the attention figures a profile says were fitted with them, `--attention KERNEL`, and MXFP8's
+fixed cost per GEMM, mxfp8_gemm_us, where runs of both FP8 kinds are fitted) are fitted by
+`dplan calibrate` on the scored runs
 that are not held out (every third scored run of a file with "held_out_rule":
 "every-third" is held out). This script checks, on copies of the dense runs files (the
 RUNS.json the ctest gate reads, tests/CMakeLists.txt's DPLAN_DENSE_RUNS: every file but
@@ -88,6 +90,8 @@ def curves(gpu, files, tmp, tag):
            if c in prof}
     for k in kernels:
         got["attention." + k] = (prof["attention"][k], 1.0)
+    if "mxfp8_gemm_us" in prof:
+        got["mxfp8_gemm_us"] = (prof["mxfp8_gemm_us"], 1.0)
     return got
 
 
@@ -134,10 +138,12 @@ try:
         for c, (e, h) in orig[g].items():
             if c.startswith("attention."):
                 pe, ph = prof["attention"][c.split(".", 1)[1]], 1.0
+            elif c == "mxfp8_gemm_us":
+                pe, ph = prof.get(c, 0.0), 1.0
             else:
                 pe, ph = prof[c]["eff_max"], prof[c]["half_flops"]
             if abs(e - pe) > 2e-3 * pe or abs(h - ph) > 2e-3 * ph:
-                if c.startswith("attention."):
+                if c.startswith("attention.") or c == "mxfp8_gemm_us":
                     fail("%s %s: calibrate fits %.10g, the profile has %.10g" % (g, c, e, pe))
                 fail("%s %s: calibrate fits eff_max %.10g half_flops %.6g, the profile has "
                      "%.10g %.6g" % (g, c, e, h, pe, ph))

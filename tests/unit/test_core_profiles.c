@@ -100,5 +100,34 @@ int main(void)
     CHECK_STR(c2.inter.name, "roce-400");
     CHECK_NEAR(c2.gpu.mem_bw_gbps, c.gpu.mem_bw_gbps, 0);
     CHECK_NEAR(c2.intra.bw_gbps, c.intra.bw_gbps, 0);
+    CHECK_EQ(c2.gpu.mxfp8_fixed_s, 0); /* Hopper: no MXFP8 */
+
+    /* MXFP8's fixed cost per GEMM: a fitted figure kept through the cluster's JSON form,
+     * none where a profile has none, refused on a GPU without block scaling or out of its
+     * range. */
+    struct dp_gpu b;
+    CHECK_EQ(dp_gpu_load("gb300-279gb", &b, &err), 0);
+    CHECK(b.fp8_block_scaling && b.mxfp8_fixed_s > 0);
+    struct dp_cluster g3, g3b;
+    CHECK_EQ(dp_cluster_from_system("gb300-nvl72", 1, NULL, &g3, &err), 0);
+    o = dp_cluster_to_json(&g3);
+    CHECK_EQ(dp_cluster_from_json(&jr, o, &g3b), 0);
+    CHECK_NEAR(g3b.gpu.mxfp8_fixed_s, b.mxfp8_fixed_s, 1e-15);
+    cJSON *gj = cJSON_GetObjectItemCaseSensitive(o, "gpu");
+    CHECK(gj != NULL);
+    cJSON_DeleteItemFromObjectCaseSensitive(gj, "mxfp8_gemm_us");
+    CHECK_EQ(dp_cluster_from_json(&jr, o, &g3b), 0);
+    CHECK_EQ(g3b.gpu.mxfp8_fixed_s, 0);
+    cJSON_AddNumberToObject(gj, "mxfp8_gemm_us", -1);
+    CHECK(dp_cluster_from_json(&jr, o, &g3b) != 0);
+    CHECK_CONTAINS(err.msg, "mxfp8_gemm_us");
+    dp_err_clear(&err);
+    cJSON_Delete(o);
+    o = dp_cluster_to_json(&c);
+    gj = cJSON_GetObjectItemCaseSensitive(o, "gpu");
+    cJSON_AddNumberToObject(gj, "mxfp8_gemm_us", 10);
+    CHECK(dp_cluster_from_json(&jr, o, &c2) != 0);
+    CHECK_CONTAINS(err.msg, "mxfp8_gemm_us: expected none without \"fp8_block_scaling\"");
+    cJSON_Delete(o);
     return check_done("test_core_profiles");
 }

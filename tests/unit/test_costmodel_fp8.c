@@ -115,6 +115,16 @@ static void test_fp8_gemms_and_casts(void)
     layer_time(&m, &c, &l, &f);
     CHECK_NEAR(f.gemm_f, 24 * T * h * h / 200e12 * (7.161 / 6.812), 2e-3);
     CHECK_NEAR(f.cast_f, 4096.0 * 7168 * 4 / MEMBW, 1e-12);
+    /* A profile's fixed cost per MXFP8 GEMM call (mxfp8_gemm_us), on each of the layer's
+     * four forward GEMMs. */
+    c.gpu.mxfp8_fixed_s = 50e-6;
+    layer_time(&m, &c, &l, &f);
+    CHECK_NEAR(f.gemm_f, 24 * T * h * h / 200e12 * (7.161 / 6.812) + 4 * 50e-6, 2e-3);
+    /* MXFP8 weights are quantized from their bf16 all-gather in both orientations each
+     * step: 4 bytes an element, where per-tensor FP8 weights only need their transpose. */
+    l.fp8_params = true;
+    layer_time(&m, &c, &l, &f);
+    CHECK_NEAR(f.cast_w, 1024.0 * 12288 * 4 / MEMBW, 1e-12);
 }
 
 static void test_fp8_step_and_mfu(void)
@@ -168,10 +178,13 @@ static void test_gpu_support(void)
  * LL128 1.9; this test link has no other latency): c = 22.47 us for all-gather and
  * reduce-scatter alike. The GEMMs it pairs with (tp = 2): QKV 2 T (3h/2)
  * h / 100e12 = 128.8 us, out-projection 42.9 us, fc1 and fc2 171.8 us each, all longer
- * than c. Pipelined, a collective costs one chunk plus 15% of its hidden part:
- * all-gathers in tp = 2 chunks: c/2 + 0.15 c = 0.65 c; reduce-scatters in 4 splits:
- * c/4 + 0.15 c = 0.40 c. Forward: 2 all-gathers + 2 reduce-scatters = 2.1 c. Backward:
- * 2 pipelined all-gathers (1.3 c) + 4 collectives beside a GEMM (0.15 c each) = 1.9 c.
+ * than c. A reduce-scatter pipelined in 4 splits costs its last split plus 15% of its
+ * hidden part, c/4 + 0.15 c = 0.40 c. An all-gather by ring exchange starts the GEMM on
+ * the local chunk, so it hides under the (tp - 1)/tp of the GEMM that waits for the other
+ * chunks: 0.15 c where that is longer than c (QKV, fc1 forward; fc2's input gradient,
+ * 85.9 us), and for the out-projection's input gradient (room r = 42.9 / 2 = 21.47 us,
+ * less than c) c - r exposed plus 0.15 r. Forward: 2 x 0.15 c + 2 x 0.40 c = 1.1 c.
+ * Backward: (c - r + 0.15 r) + 0.15 c + 4 collectives beside a GEMM (0.15 c each).
  * Without overlap: forward 2 (c + c) = 4 c, backward 4 c + 2 c = 6 c.
  */
 static void test_tp_overlap(void)
@@ -189,8 +202,10 @@ static void test_tp_overlap(void)
     CHECK_NEAR(a.tp_b, 6 * cc, 1e-9);
     l.tp_overlap = true;
     layer_time(&m, &c, &l, &b);
-    CHECK_NEAR(b.tp_f, 2.1 * cc, 1e-9);
-    CHECK_NEAR(b.tp_b, 1.9 * cc, 1e-9);
+    const double r = 2.0 * 4096 * 1024 * 512 / 100e12 / 2;
+    CHECK(r < cc);
+    CHECK_NEAR(b.tp_f, 1.1 * cc, 1e-9);
+    CHECK_NEAR(b.tp_b, (cc - r + 0.15 * r) + 0.15 * cc + 4 * 0.15 * cc, 1e-9);
     /* With FP8 GEMMs the all-gathers move 1-byte elements: vol/2, where LL128 wins
      * (10.49 / 0.92 = 11.40 us against 11.99). Forward without overlap: 2 (ag + c). */
     l.tp_overlap = false;
@@ -319,6 +334,18 @@ static void test_fp8_memory(void)
     l.fp8_params = true;
     dp_mem_stage(&m, &c, &l, NULL, 0, &f);
     CHECK_EQ(f.fp8_copy_bytes, 0);
+    /* MXFP8: without FP8 weights both copies carry an E8M0 scale per 32 values,
+     * 2 x (1 + 1/32) bytes a weight = 207,618,048; Megatron's MXFP8 weights (fp8_params,
+     * no bf16 copy, gathered through the gradient buffer) add only the scales, 2/32 bytes
+     * a weight = 6,291,456. */
+    c.gpu.fp8_block_scaling = true;
+    l.fp8_recipe = DP_FP8_MXFP8;
+    l.fp8_params = false;
+    dp_mem_stage(&m, &c, &l, NULL, 0, &f);
+    CHECK_EQ(f.fp8_copy_bytes, 207618048LL);
+    l.fp8_params = true;
+    dp_mem_stage(&m, &c, &l, NULL, 0, &f);
+    CHECK_EQ(f.fp8_copy_bytes, 6291456LL);
 }
 
 /* Full recompute of 2 of the 8 layers (recompute_layers): a quarter of the full

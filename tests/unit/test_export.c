@@ -385,6 +385,26 @@ static void test_framework_knobs(void)
     CHECK_CONTAINS(err.msg, "Megatron-LM");
     dp_buf_release(&b);
 
+    /* Megatron's FP8 weights: gathered in FP8, or, for MXFP8, through the gradient buffer
+     * (Megatron-Core asserts --reuse-grad-buf-for-mxfp8-param-ag needs --fp8-param-gather). */
+    p = base_plan(32, 1, 1, 8, 1);
+    p.layout.zero = 1;
+    p.layout.gemm = DP_GEMM_FP8;
+    p.layout.fp8_recipe = DP_FP8_CURRENT;
+    p.layout.fp8_params = true;
+    CHECK_EQ(export_text(&p, DP_EXPORT_MEGATRON, &b, &err), 0);
+    CHECK_CONTAINS(b.data, "    --fp8-param-gather\n");
+    CHECK(strstr(b.data, "--reuse-grad-buf-for-mxfp8-param-ag") == NULL);
+    dp_buf_release(&b);
+    p.layout.fp8_recipe = DP_FP8_MXFP8;
+    CHECK_EQ(export_text(&p, DP_EXPORT_MEGATRON, &b, &err), 0);
+    CHECK_CONTAINS(b.data, "    --fp8-param-gather\n    --reuse-grad-buf-for-mxfp8-param-ag\n");
+    dp_buf_release(&b);
+    p.layout.fp8_params = false;
+    CHECK_EQ(export_text(&p, DP_EXPORT_MEGATRON, &b, &err), 0);
+    CHECK(strstr(b.data, "--reuse-grad-buf-for-mxfp8-param-ag") == NULL);
+    dp_buf_release(&b);
+
     /* DeepSpeed: MiCS groups of 8 under ZeRO-3 */
     p = base_plan(32, 1, 1, 16, 1);
     p.layout.framework = DP_FW_DEEPSPEED;
