@@ -218,12 +218,12 @@ static double lin(const struct dp__time_ctx *c, struct dp_layer_time *o, double 
     o->cast_b += groups * mm * nn;
     o->cast_w += groups * kk * nn;
     double one = gemm_lin(c, mm, nn, kk, 1);
-    /* Each MXFP8 GEMM call, an expert's too, pays the profile's fixed cost beyond a
-     * per-tensor one's (mxfp8_gemm_us, fitted by `dplan calibrate`). */
-    if (c->fp8 && c->l->fp8_recipe == DP_FP8_MXFP8)
-        one += c->cl->gpu.mxfp8_fixed_s;
+    /* Each MXFP8 module call pays the profile's fixed cost beyond a per-tensor FP8 one's
+     * (mxfp8_gemm_us, fitted by `dplan calibrate` on dense runs) once: Transformer Engine's
+     * GroupedLinear quantizes all its experts' inputs in one call (split_quantize). */
+    const double mx = c->fp8 && c->l->fp8_recipe == DP_FP8_MXFP8 ? c->cl->gpu.mxfp8_fixed_s : 0;
     if (groups <= 1)
-        return groups * one;
+        return groups * one + (groups > 0 ? mx : 0);
     /*
      * A grouped GEMM is one module call launching one GEMM per local expert. Each expert's
      * GEMM pays a kernel's fixed cost (GEMM_KERNEL_S: launch, prologue and epilogue, the
@@ -249,7 +249,7 @@ static double lin(const struct dp__time_ctx *c, struct dp_layer_time *o, double 
     if (compute < one * (1 - 1e-9))
         once = 0;
     once = fmin(once, fmax(one - GEMM_KERNEL_S, 0));
-    return groups * one - (groups - 1) * once;
+    return groups * one - (groups - 1) * once + mx;
 }
 
 /*

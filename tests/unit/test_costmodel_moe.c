@@ -434,6 +434,20 @@ static void test_moe_layer_time(void)
     double d8 =
         (2.0 * 1024 * 2048 * 1024 + 4e9) / 200e12 + (2.0 * 1024 * 1024 * 1024 + 4e9) / 200e12;
     CHECK_NEAR(lt[DP_LAYER_MOE].gemm_f - lt[DP_LAYER_DENSE].gemm_f, router + t8 - d8, 1e-9);
+    /* MXFP8 with a fixed cost of 50 us per module call (mxfp8_gemm_us): the grouped expert
+     * GEMMs pay it once per call, as the dense MLP's two GEMMs do, not once per expert: four
+     * calls a layer forward (QKV, out-projection, fc1, fc2) in either kind. */
+    l.fp8_recipe = DP_FP8_MXFP8;
+    c.gpu.fp8_block_scaling = true;
+    struct dp_layer_time mx0[DP_LAYER_KINDS];
+    dp_time_layer(&m, &c, &l, mx0);
+    c.gpu.mxfp8_fixed_s = 50e-6;
+    dp_time_layer(&m, &c, &l, lt);
+    CHECK_NEAR(lt[DP_LAYER_MOE].gemm_f - mx0[DP_LAYER_MOE].gemm_f, 4 * 50e-6, 1e-12);
+    CHECK_NEAR(lt[DP_LAYER_DENSE].gemm_f - mx0[DP_LAYER_DENSE].gemm_f, 4 * 50e-6, 1e-12);
+    c.gpu.mxfp8_fixed_s = 0;
+    c.gpu.fp8_block_scaling = false;
+    l.fp8_recipe = DP_FP8_DELAYED;
     l.gemm = DP_GEMM_DEFAULT;
     c.gpu.fp8_tflops = 0;
     c.gpu.gemm_fp8 = (struct dp_gemm_curve){0, 0};
