@@ -198,7 +198,12 @@ void cli_mem_derivation(FILE *f, const struct dp_layout *l, const struct dp_mem_
             pb == 4 && l->precision != DP_FP32 ? "fp32, the master copy (FSDP2)"
                                                : dp_precision_name(l->precision),
             l->zero >= 3 ? ", sharded over dp" : "");
-    if (s->fp8_copy_bytes > 0)
+    if (s->fp8_copy_bytes > 0 && l->fp8_params)
+        fprintf(f,
+                "               + %.2f GiB block scales of the FP8 weights (their FP8 copy and "
+                "its transpose stand in for the %s bytes above)\n",
+                cli_gib(s->fp8_copy_bytes), dp_precision_name(l->precision));
+    else if (s->fp8_copy_bytes > 0)
         fprintf(f,
                 "               + %.2f GiB FP8 copies of the linear weights (the FP8 weight and "
                 "its transpose, cached for the step; --fp8-params stores the weights in FP8)\n",
