@@ -499,8 +499,7 @@ int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus, s
     l->dp_overlap = !c->no_dp_overlap;
     if (c->gemm >= 0)
         l->gemm = (enum dp_gemm)c->gemm;
-    if (c->fp8_recipe >= 0)
-        l->fp8_recipe = (enum dp_fp8_recipe)c->fp8_recipe;
+    l->fp8_recipe = cli_fp8_recipe(c, l->framework);
     l->fp8_params = c->fp8_params;
     l->etp = c->etp;
     l->moe_capacity = c->moe_capacity;
@@ -518,6 +517,16 @@ int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus, s
         return rc;
     cli_overlap_defaults(c, l);
     return 0;
+}
+
+/* --fp8-recipe, else the framework's default: Megatron-LM's and Transformer Engine's
+ * delayed scaling (arguments.py --fp8-recipe default), torchtitan's rowwise (its
+ * Float8LinearConverter takes rowwise recipes only, torchtitan/components/quantization). */
+enum dp_fp8_recipe cli_fp8_recipe(const struct cli_common *c, enum dp_framework fw)
+{
+    if (c->fp8_recipe >= 0)
+        return (enum dp_fp8_recipe)c->fp8_recipe;
+    return fw == DP_FW_TORCHTITAN ? DP_FP8_ROWWISE : DP_FP8_DELAYED;
 }
 
 void cli_overlap_defaults(const struct cli_common *c, struct dp_layout *l)
@@ -548,7 +557,6 @@ int cli_check_knobs(const struct cli_common *c, const struct dp_layout *l, const
         struct dp_layout p;
         dp_layout_default(&p);
         p.gemm = c->gemm >= 0 ? (enum dp_gemm)c->gemm : DP_GEMM_DEFAULT;
-        p.fp8_recipe = c->fp8_recipe >= 0 ? (enum dp_fp8_recipe)c->fp8_recipe : DP_FP8_DELAYED;
         if (c->tp_overlap == 1 && !c->sp)
             return dp_err_set(err, DP_EUSAGE,
                               "--tp-overlap: expected --sp as well (TP communication overlap "
@@ -557,6 +565,7 @@ int cli_check_knobs(const struct cli_common *c, const struct dp_layout *l, const
         /* The fixed knobs against the framework (what the search leaves free is searched
          * within what the framework offers). */
         p.framework = c->framework >= 0 ? (enum dp_framework)c->framework : DP_FW_MEGATRON;
+        p.fp8_recipe = cli_fp8_recipe(c, p.framework);
         p.zero = c->zero >= 0 ? c->zero : p.framework == DP_FW_TORCHTITAN ? 3 : 1;
         p.pp = c->pp ? c->pp : 1;
         p.cp = c->cp ? c->cp : 1;
@@ -736,7 +745,7 @@ int cli_search_opts(const struct cli_common *c, const struct dp_model *m, int gp
     if (c->precision >= 0)
         o->precision = (enum dp_precision)c->precision;
     o->gemm = c->gemm == -2 ? -1 : c->gemm >= 0 ? c->gemm : DP_GEMM_DEFAULT;
-    o->fp8_recipe = c->fp8_recipe >= 0 ? (enum dp_fp8_recipe)c->fp8_recipe : DP_FP8_DELAYED;
+    o->fp8_recipe = cli_fp8_recipe(c, o->framework);
     o->fp8_params = c->fp8_params;
     o->grad_fp32 = c->grad_fp32;
     o->flash_attn = !c->no_flash;

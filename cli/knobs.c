@@ -76,7 +76,8 @@ const char cli_cluster_help[] =
     "  --precision {bf16,fp16,fp32,fp8} [bf16]: fp8 = bf16 weights and activations with the\n"     \
     "                              linear layers' GEMMs in FP8 (attention, norms and the output\n" \
     "                              layer stay bf16); `suggest --precision auto` also tries fp8\n"  \
-    "  --fp8-recipe {delayed,current,rowwise,blockwise,mxfp8}  FP8 scaling [delayed];\n"           \
+    "  --fp8-recipe {delayed,current,rowwise,blockwise,mxfp8}  FP8 scaling [delayed;\n"            \
+    "                              rowwise under --framework torchtitan];\n"                       \
     "                              current = per-tensor current scaling (torchao tensorwise)\n"    \
     "  --fp8-params                weights kept and gathered in FP8 (--fp8-param-gather)\n"        \
     "  --grad-dtype {fp32,half}    gradient accumulation [fp32; half for fp16 and deepspeed];\n"   \

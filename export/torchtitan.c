@@ -97,6 +97,29 @@ static int ep_mesh(const struct dp__ctx *c)
     return 0;
 }
 
+/* torchtitan's FP8 is a model converter (torchtitan/components/quantization at the
+ * TORCHTITAN_VERSION): Float8LinearConverter takes the rowwise recipes only (tensorwise,
+ * delayed and its float8 all-gather are gone: "for float8 with rowwise scaling, all
+ * distributed communication is done in high precision", float8.md) and
+ * MXFP8LinearConverter runs MXFP8. */
+static int fp8_expressible(const struct dp__ctx *c)
+{
+    const struct dp_layout *l = c->l;
+    if (dp_layout_gemm(l) != DP_GEMM_FP8)
+        return 0;
+    if (l->fp8_recipe != DP_FP8_ROWWISE && l->fp8_recipe != DP_FP8_MXFP8)
+        return dp__refuse(c, "layout.fp8_recipe",
+                          "%s scaling has no torchtitan converter: Float8LinearConverter takes "
+                          "rowwise, MXFP8LinearConverter mxfp8",
+                          dp_fp8_recipe_name(l->fp8_recipe));
+    if (l->fp8_params)
+        return dp__refuse(c, "layout.fp8_params",
+                          "FP8 weights gathered in FP8: torchtitan's %s converter keeps bf16 "
+                          "weights and gathers them in bf16",
+                          l->fp8_recipe == DP_FP8_MXFP8 ? "MXFP8" : "float8 rowwise");
+    return 0;
+}
+
 static int split_expressible(const struct dp__ctx *c);
 static int ac_expressible(const struct dp__ctx *c)
 {
@@ -122,9 +145,9 @@ static int ac_expressible(const struct dp__ctx *c)
                           l->shard_group, l->dp);
     return 0;
 }
-static const dp__check_fn checks[] = {no_fp16,       sharding,   fp32_grads, fused_attention,
-                                      adam,          overlapped, ep_mesh,    split_expressible,
-                                      ac_expressible};
+static const dp__check_fn checks[] = {no_fp16,        sharding,       fp32_grads, fused_attention,
+                                      adam,           overlapped,     ep_mesh,    split_expressible,
+                                      ac_expressible, fp8_expressible};
 
 /* ------------------------------------------------------------------ options */
 
@@ -406,6 +429,15 @@ int dp__export_torchtitan(const struct dp__ctx *c0, struct dp_buf *b)
                        "ops and recomputes\n#   the rest, not exactly the attention core dplan's "
                        "memory model recomputes\n");
     dp_buf_puts(b, "\n");
+    const bool fp8 = dp_layout_gemm(l) == DP_GEMM_FP8;
+    const bool mx = fp8 && l->fp8_recipe == DP_FP8_MXFP8;
+    /* The decoder layers' linears only: dplan costs the output layer in bf16. */
+    const char *conv_cls = mx ? "MXFP8LinearConverter" : "Float8LinearConverter";
+    const char *conv_args = mx ? "fqns=[\"layers\"], model_compile_enabled=compiled"
+                               : "recipe_name=\"rowwise\", filter_fqns=[\"lm_head\"], "
+                                 "model_compile_enabled=compiled";
+    if (fp8)
+        dp_buf_printf(b, "from torchtitan.components.quantization import %s\n", conv_cls);
     if (ac_cls)
         dp_buf_printf(b, "from torchtitan.distributed.activation_checkpoint import %s\n", ac_cls);
     if (base) {
@@ -426,12 +458,32 @@ int dp__export_torchtitan(const struct dp__ctx *c0, struct dp_buf *b)
                       m->name, (long long)m->layers, (long long)m->hidden, (long long)m->heads,
                       (long long)m->kv_heads, (long long)m->ffn_hidden, dp_ffn_name(m->ffn),
                       (long long)m->vocab);
+        if (fp8)
+            dp_buf_printf(b,
+                          "    # the plan's linears compute in FP8: build the model_spec with\n"
+                          "    # converters=[%s.Config(%s)]\n",
+                          conv_cls, conv_args);
         dp_buf_printf(b, "    raise NotImplementedError(\"a Trainer.Config for %s\")\n\n\n",
                       m->name);
     }
     dp_buf_printf(b, "def %s() -> Trainer.Config:\n", fn);
     dp_buf_printf(b, "    config = %s()\n", base ? base->function : "base_config");
-    if (base)
+    if (base && fp8)
+        dp_buf_printf(b,
+                      "    # the plan's linears compute in FP8 (%s), the output layer in %s\n"
+                      "    compiled = config.compile.enable and \"model\" in "
+                      "config.compile.components\n"
+                      "    config.model_spec = model_registry(\n"
+                      "        \"%s\",\n"
+                      "        converters=[\n"
+                      "            %s.Config(\n"
+                      "                %s\n"
+                      "            ),\n"
+                      "        ],\n"
+                      "    )\n",
+                      mx ? "MXFP8" : "rowwise scaling", dp_precision_name(l->precision),
+                      base->flavor, conv_cls, conv_args);
+    else if (base)
         dp_buf_printf(b,
                       "    # the model without %s's converters (float8 and the like): the plan "
                       "is %s\n"
@@ -464,9 +516,10 @@ int dp__export_torchtitan(const struct dp__ctx *c0, struct dp_buf *b)
     dp_buf_printf(b,
                   "#\n# Or the same settings as command-line overrides of %s (the CLI is "
                   "frozen; it takes\n"
-                  "# precedence over the function but cannot change the model):\n"
+                  "# precedence over the function but cannot change the model%s):\n"
                   "#   torchrun ... -m torchtitan.train --module %s --config %s%s \\\n#     %s\n",
-                  base ? base->function : "your base config", base ? "llama3" : "<your module>",
+                  base ? base->function : "your base config",
+                  fp8 ? ", its FP8 converter included" : "", base ? "llama3" : "<your module>",
                   base ? base->function : "<your base config>",
                   cli.failed || !cli.data ? "" : cli.data, ac_cli);
     bool failed = cli.failed;

@@ -405,6 +405,46 @@ static void test_framework_knobs(void)
     CHECK(strstr(b.data, "--reuse-grad-buf-for-mxfp8-param-ag") == NULL);
     dp_buf_release(&b);
 
+    /* torchtitan's FP8 is a model converter: rowwise -> Float8LinearConverter, MXFP8 ->
+     * MXFP8LinearConverter, on Llama 3 8B's shape (torchtitan's llama3_8b); the other
+     * recipes and FP8 weights have none and are refused, naming the field. */
+    p = base_plan(32, 1, 1, 8, 1);
+    p.model.hidden = 4096;
+    p.model.heads = 32;
+    p.model.kv_heads = 8;
+    p.model.head_dim = 128;
+    p.model.ffn_hidden = 14336;
+    p.model.vocab = 128256;
+    p.layout.framework = DP_FW_TORCHTITAN;
+    p.layout.zero = 3;
+    p.layout.gemm = DP_GEMM_FP8;
+    p.layout.fp8_recipe = DP_FP8_ROWWISE;
+    CHECK_EQ(export_text(&p, DP_EXPORT_TORCHTITAN, &b, &err), 0);
+    CHECK_CONTAINS(b.data,
+                   "from torchtitan.components.quantization import Float8LinearConverter\n");
+    CHECK_CONTAINS(b.data, "    config = llama3_8b()\n");
+    CHECK_CONTAINS(b.data, "recipe_name=\"rowwise\", filter_fqns=[\"lm_head\"]");
+    dp_buf_release(&b);
+    p.layout.fp8_recipe = DP_FP8_MXFP8;
+    CHECK_EQ(export_text(&p, DP_EXPORT_TORCHTITAN, &b, &err), 0);
+    CHECK_CONTAINS(b.data, "MXFP8LinearConverter.Config(\n                fqns=[\"layers\"]");
+    dp_buf_release(&b);
+    p.layout.fp8_params = true;
+    CHECK_EQ(export_text(&p, DP_EXPORT_TORCHTITAN, &b, &err), DP_EUSAGE);
+    CHECK_CONTAINS(err.msg, "layout.fp8_params");
+    dp_buf_release(&b);
+    p.layout.fp8_params = false;
+    p.layout.fp8_recipe = DP_FP8_CURRENT;
+    CHECK_EQ(export_text(&p, DP_EXPORT_TORCHTITAN, &b, &err), DP_EUSAGE);
+    CHECK_CONTAINS(err.msg, "layout.fp8_recipe: current scaling has no torchtitan converter");
+    dp_buf_release(&b);
+    /* bf16: the model without converters, as before */
+    p.layout.gemm = DP_GEMM_DEFAULT;
+    CHECK_EQ(export_text(&p, DP_EXPORT_TORCHTITAN, &b, &err), 0);
+    CHECK(strstr(b.data, "Converter") == NULL);
+    CHECK_CONTAINS(b.data, "    config.model_spec = model_registry(\"8B\")\n");
+    dp_buf_release(&b);
+
     /* DeepSpeed: MiCS groups of 8 under ZeRO-3 */
     p = base_plan(32, 1, 1, 16, 1);
     p.layout.framework = DP_FW_DEEPSPEED;
