@@ -360,6 +360,24 @@ int dp__export_deepspeed(const struct dp__ctx *c0, struct dp_buf *b, bool json_o
     if (l->recompute == DP_RECOMPUTE_FULL && l->pp == 1)
         dp_buf_puts(b, "# full recompute: wrap each layer in deepspeed.checkpointing.checkpoint "
                        "(configured below)\n");
+    if (dp_layout_gemm(l) == DP_GEMM_FP8) {
+        /* Transformer Engine's recipe classes (transformer_engine/common/recipe); rowwise is
+         * torchao's. */
+        static const char *const te[] = {"DelayedScaling()", "Float8CurrentScaling()", NULL,
+                                         "Float8BlockScaling()", "MXFP8BlockScaling()"};
+        const char *r =
+            (unsigned)l->fp8_recipe < sizeof te / sizeof te[0] ? te[l->fp8_recipe] : NULL;
+        if (r)
+            dp_buf_printf(b,
+                          "# FP8 GEMMs are set in the model code, not the config: build the "
+                          "linears as\n#   Transformer Engine modules and run them under "
+                          "te.fp8_autocast(fp8_recipe=%s)%s\n",
+                          r, l->fp8_params ? " with te.fp8_model_init() (FP8 weights)" : "");
+        else
+            dp_buf_puts(b, "# FP8 GEMMs are set in the model code, not the config: torchao's\n"
+                           "#   convert_to_float8_training(model, config=Float8LinearConfig."
+                           "from_recipe_name(\"rowwise\"))\n");
+    }
     dp_buf_puts(b, "\ncat > ds_config.json <<'EOF'\n");
     json_print(b, root, 0);
     cJSON_Delete(root);

@@ -445,6 +445,17 @@ static void test_framework_knobs(void)
     CHECK_CONTAINS(b.data, "    config.model_spec = model_registry(\"8B\")\n");
     dp_buf_release(&b);
 
+    /* DeepSpeed's config has no FP8 switch: the script says what the model code sets. */
+    p = base_plan(32, 1, 1, 8, 1);
+    set_cluster(&p, 1, 8);
+    p.layout.framework = DP_FW_DEEPSPEED;
+    p.layout.zero = 3;
+    p.layout.gemm = DP_GEMM_FP8;
+    p.layout.fp8_recipe = DP_FP8_MXFP8;
+    CHECK_EQ(export_text(&p, DP_EXPORT_DEEPSPEED, &b, &err), 0);
+    CHECK_CONTAINS(b.data, "te.fp8_autocast(fp8_recipe=MXFP8BlockScaling())\n");
+    dp_buf_release(&b);
+
     /* DeepSpeed: MiCS groups of 8 under ZeRO-3 */
     p = base_plan(32, 1, 1, 16, 1);
     p.layout.framework = DP_FW_DEEPSPEED;
