@@ -271,12 +271,12 @@ const char *cli_split_option(const struct cli_common *c);
  * MODEL or --plan. 0, or cli_usage_error's exit status 2 with the line printed. */
 int cli_search_args(const char *cmd, int argc, int optind_, const struct cli_common *c);
 int cli_layout_args(const char *cmd, int argc, int optind_, const struct cli_common *c);
-/* The overlap knobs the user left unset, as NeMo's and Megatron-Bridge's pretraining recipes
- * set them: TP overlap with sequence parallelism, the parameter all-gather overlap with the
- * gradient one, pipeline send/recv overlap with interleaving. */
 /* The FP8 recipe: --fp8-recipe, else framework fw's default (rowwise under torchtitan,
  * delayed elsewhere). */
 enum dp_fp8_recipe cli_fp8_recipe(const struct cli_common *c, enum dp_framework fw);
+/* The overlap knobs the user left unset, as NeMo's and Megatron-Bridge's pretraining recipes
+ * set them: TP overlap with sequence parallelism, the parameter all-gather overlap with the
+ * gradient one, pipeline send/recv overlap with interleaving. */
 void cli_overlap_defaults(const struct cli_common *c, struct dp_layout *l);
 /* Check the knobs that need another knob and the GPU's support of the GEMM precision. */
 int cli_check_knobs(const struct cli_common *c, const struct dp_layout *l, const struct dp_gpu *g,

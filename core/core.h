@@ -327,6 +327,8 @@ double dp_gpu_peak_tflops(const struct dp_gpu *gpu, enum dp_gemm g, enum dp_prec
 /* The compute type a layout's GEMMs run in (DP_GEMM_DEFAULT resolved). */
 struct dp_layout;
 enum dp_gemm dp_layout_gemm(const struct dp_layout *l);
+/* Whether the layout's linears compute in MXFP8 (FP8 GEMMs under the mxfp8 recipe). */
+bool dp_layout_mxfp8(const struct dp_layout *l);
 /* Whether the data-parallel all-gather moves the linear layers' weights in FP8: FP8 weights
  * (fp8_params) of a per-tensor or blockwise recipe. MXFP8 weights are gathered in bf16. */
 bool dp_layout_fp8_gather(const struct dp_layout *l);

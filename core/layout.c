@@ -123,6 +123,11 @@ enum dp_gemm dp_layout_gemm(const struct dp_layout *l)
     }
 }
 
+bool dp_layout_mxfp8(const struct dp_layout *l)
+{
+    return dp_layout_gemm(l) == DP_GEMM_FP8 && l->fp8_recipe == DP_FP8_MXFP8;
+}
+
 /* Megatron keeps MXFP8 weights (--fp8-param-gather with the mxfp8 recipe) as Transformer
  * Engine MXFP8 tensors but gathers them in bf16: the distributed optimizer copies its main
  * parameters into the gradient buffer, all-gathers that, and quantizes the result into the
@@ -131,7 +136,7 @@ enum dp_gemm dp_layout_gemm(const struct dp_layout *l)
  * cannot give the columnwise copy. */
 bool dp_layout_fp8_gather(const struct dp_layout *l)
 {
-    return dp_layout_gemm(l) == DP_GEMM_FP8 && l->fp8_params && l->fp8_recipe != DP_FP8_MXFP8;
+    return dp_layout_gemm(l) == DP_GEMM_FP8 && l->fp8_params && !dp_layout_mxfp8(l);
 }
 
 double dp_gpu_peak_tflops(const struct dp_gpu *gpu, enum dp_gemm g, enum dp_precision p)

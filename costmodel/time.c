@@ -175,7 +175,8 @@ static void ctx_init(struct dp__time_ctx *c, const struct dp_model *m, const str
     if (c->peak_lin <= 0) /* unsupported compute type: callers check; fall back to storage */
         c->peak_lin = c->peak;
     c->curve_lin = c->fp8 ? &cl->gpu.gemm_fp8 : &cl->gpu.gemm;
-    if (c->fp8 && l->fp8_recipe == DP_FP8_MXFP8)
+    c->mxfp8 = c->fp8 && dp_layout_mxfp8(l);
+    if (c->mxfp8)
         c->peak_lin /= MXFP8_GEMM_TIME;
     c->p_lin = c->fp8 ? 1.0 : (g == DP_GEMM_TF32 || g == DP_GEMM_FP32) ? 4.0 : c->p;
     c->cast_b = c->fp8 ? fp8_cast_bytes(l->fp8_recipe, c->p) : 0;
@@ -221,7 +222,7 @@ static double lin(const struct dp__time_ctx *c, struct dp_layer_time *o, double 
     /* Each MXFP8 module call pays the profile's fixed cost beyond a per-tensor FP8 one's
      * (mxfp8_gemm_us, fitted by `dplan calibrate` on dense runs) once: Transformer Engine's
      * GroupedLinear quantizes all its experts' inputs in one call (split_quantize). */
-    const double mx = c->fp8 && c->l->fp8_recipe == DP_FP8_MXFP8 ? c->cl->gpu.mxfp8_fixed_s : 0;
+    const double mx = c->mxfp8 ? c->cl->gpu.mxfp8_fixed_s : 0;
     if (groups <= 1)
         return groups * one + (groups > 0 ? mx : 0);
     /*
@@ -303,7 +304,7 @@ static void tp_region(const struct dp__time_ctx *c, double in_width, double out_
          * the input-gradient GEMM under userbuffers, both copies in one gather without
          * (module/linear.py backward, "we can't convert row-scaled MXFP8 to column-scaled";
          * distributed.py _all_gather_mxfp8). */
-        if (c->fp8 && l->fp8_recipe == DP_FP8_MXFP8)
+        if (c->mxfp8)
             ag_out *= 2;
         o->tp_raw_f += ag_in + rs_out;
         o->tp_raw_b += ag_out + rs_in + ag_in;

@@ -22,6 +22,7 @@ struct dp__time_ctx {
     const struct dp_gemm_curve *curve_lin;
     double p_lin;
     bool fp8;
+    bool mxfp8;    /* FP8 GEMMs under the mxfp8 recipe (dp_layout_mxfp8) */
     double cast_b; /* FP8: bytes moved per quantized element (fp8_cast_bytes) */
     double t, u;   /* tp, and the sequence-parallel divisor */
     double T;      /* GEMM rows: tokens of one micro-batch on this CP rank */

@@ -524,10 +524,7 @@ static int fp8_param_gather(const struct dp__ctx *c, struct dp__val *v)
  * model assumes (dp_layout_fp8_gather). */
 static int mxfp8_reuse_grad_buf(const struct dp__ctx *c, struct dp__val *v)
 {
-    return dp_layout_gemm(c->l) == DP_GEMM_FP8 && c->l->fp8_params &&
-                   c->l->fp8_recipe == DP_FP8_MXFP8
-               ? dp__flag(v)
-               : 0;
+    return dp_layout_mxfp8(c->l) && c->l->fp8_params ? dp__flag(v) : 0;
 }
 static int grads_fp32(const struct dp__ctx *c, struct dp__val *v)
 {

@@ -430,7 +430,7 @@ int dp__export_torchtitan(const struct dp__ctx *c0, struct dp_buf *b)
                        "memory model recomputes\n");
     dp_buf_puts(b, "\n");
     const bool fp8 = dp_layout_gemm(l) == DP_GEMM_FP8;
-    const bool mx = fp8 && l->fp8_recipe == DP_FP8_MXFP8;
+    const bool mx = dp_layout_mxfp8(l);
     /* The decoder layers' linears only: dplan costs the output layer in bf16. */
     const char *conv_cls = mx ? "MXFP8LinearConverter" : "Float8LinearConverter";
     const char *conv_args = mx ? "fqns=[\"layers\"], model_compile_enabled=compiled"

@@ -44,11 +44,6 @@ static double clamp_mx(double e)
     return e < 0.0 ? 0.0 : e > 1000.0 ? 1000.0 : e;
 }
 
-static bool is_mxfp8(const struct dp_run *r)
-{
-    return dp_layout_gemm(&r->layout) == DP_GEMM_FP8 && r->layout.fp8_recipe == DP_FP8_MXFP8;
-}
-
 enum dp_attn dp_run_attn(const struct dp_run *r)
 {
     if (!r->layout.flash_attn)
@@ -158,7 +153,7 @@ int dp_calibrate_gemm(struct dp_run *runs, int n, const char *gpu, enum dp_fit_c
         if (runs[i].held_out || !on_curves(&runs[i], gpu, which))
             continue;
         k8 += dp_layout_gemm(&runs[i].layout) == DP_GEMM_FP8;
-        kmx += is_mxfp8(&runs[i]);
+        kmx += dp_layout_mxfp8(&runs[i].layout);
         out->attn_runs[dp_run_attn(&runs[i])]++;
         idx[k++] = i;
     }
