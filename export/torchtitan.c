@@ -433,9 +433,8 @@ int dp__export_torchtitan(const struct dp__ctx *c0, struct dp_buf *b)
     const bool mx = dp_layout_mxfp8(l);
     /* The decoder layers' linears only: dplan costs the output layer in bf16. */
     const char *conv_cls = mx ? "MXFP8LinearConverter" : "Float8LinearConverter";
-    const char *conv_args = mx ? "fqns=[\"layers\"], model_compile_enabled=compiled"
-                               : "recipe_name=\"rowwise\", filter_fqns=[\"lm_head\"], "
-                                 "model_compile_enabled=compiled";
+    const char *conv_args =
+        mx ? "fqns=[\"layers\"]" : "recipe_name=\"rowwise\", filter_fqns=[\"lm_head\"]";
     if (fp8)
         dp_buf_printf(b, "from torchtitan.components.quantization import %s\n", conv_cls);
     if (ac_cls)
@@ -461,7 +460,7 @@ int dp__export_torchtitan(const struct dp__ctx *c0, struct dp_buf *b)
         if (fp8)
             dp_buf_printf(b,
                           "    # the plan's linears compute in FP8: build the model_spec with\n"
-                          "    # converters=[%s.Config(%s)]\n",
+                          "    # converters=[%s.Config(%s, model_compile_enabled=compiled)]\n",
                           conv_cls, conv_args);
         dp_buf_printf(b, "    raise NotImplementedError(\"a Trainer.Config for %s\")\n\n\n",
                       m->name);
@@ -477,7 +476,7 @@ int dp__export_torchtitan(const struct dp__ctx *c0, struct dp_buf *b)
                       "        \"%s\",\n"
                       "        converters=[\n"
                       "            %s.Config(\n"
-                      "                %s\n"
+                      "                %s, model_compile_enabled=compiled\n"
                       "            ),\n"
                       "        ],\n"
                       "    )\n",
