@@ -94,6 +94,7 @@ enum {
     OPT_RECOMPUTE_LAYERS,
     OPT_RECOMPUTE_MODULES,
     OPT_LOSS,
+    OPT_LOSS_CHUNKS,
     OPT_COMMON_END,
 };
 
@@ -159,6 +160,7 @@ enum {
         {"recompute-layers", required_argument, 0, OPT_RECOMPUTE_LAYERS},                          \
         {"recompute-modules", required_argument, 0, OPT_RECOMPUTE_MODULES},                        \
         {"loss", required_argument, 0, OPT_LOSS},                                                  \
+        {"loss-chunks", required_argument, 0, OPT_LOSS_CHUNKS},                                    \
         {"overhead-gib", required_argument, 0, OPT_OVERHEAD},                                      \
     {                                                                                              \
         "memory-margin", required_argument, 0, OPT_MEMORY_MARGIN                                   \
@@ -181,6 +183,7 @@ struct cli_common {
     int recompute, precision, grad_fp32, optimizer, dispatcher, routing; /* -1 = unset */
     int framework, recompute_method, loss;                               /* -1 = unset */
     int shard_group;      /* 0 = unset (full sharding; the search tries HSDP) */
+    int loss_chunks;      /* 0 = unset (all tokens at once) */
     int instances;        /* --num-distributed-optimizer-instances: shard = dp*cp / it */
     int recompute_layers; /* 0 = unset */
     unsigned recompute_modules;

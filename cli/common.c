@@ -476,6 +476,8 @@ int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus, s
     l->recompute_modules = c->recompute_modules;
     if (c->loss >= 0)
         l->loss = (enum dp_loss)c->loss;
+    if (c->loss_chunks > 0)
+        l->loss_chunks = c->loss_chunks;
     l->shard_group = c->shard_group;
     if (c->instances > 0) {
         int n = l->dp * l->cp;
@@ -727,6 +729,7 @@ int cli_search_opts(const struct cli_common *c, const struct dp_model *m, int gp
         o->framework = (enum dp_framework)c->framework;
     if (c->loss >= 0)
         o->loss = (enum dp_loss)c->loss;
+    o->loss_chunks = c->loss_chunks;
     if (c->shard_group > 0)
         o->shard_group = c->shard_group;
     if (c->instances > 0)

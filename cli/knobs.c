@@ -69,7 +69,9 @@ const char cli_cluster_help[] =
     "  --loss {vocab-parallel,fused,unfused,fused-native,compiled}  cross entropy: fused =\n"      \
     "                              TE's in-place kernel, fused-native = Megatron's native\n"       \
     "                              fusion, compiled = torchtitan's under torch.compile\n"          \
-    "                              [megatron: vocab-parallel; torchtitan, deepspeed: unfused]\n"
+    "                              [megatron: vocab-parallel; torchtitan, deepspeed: unfused]\n"   \
+    "  --loss-chunks N             torchtitan: the output layer and loss on N equal slices\n"      \
+    "                              of the tokens in turn (ChunkedLossWrapper) [1]\n"
 
 /* Precision, overlap and mixture-of-experts options. */
 #define CLI_PRECISION_HELP                                                                         \
@@ -300,6 +302,9 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
         }
         break;
     }
+    case OPT_LOSS_CHUNKS:
+        r = parse_int(cmd, "loss-chunks", arg, 1, 1 << 16, &c->loss_chunks);
+        break;
     case OPT_LOSS: {
         int v = -1;
         r = parse_choice(cmd, "loss", arg, loss_names, 5, &v);

@@ -226,9 +226,13 @@ void cli_mem_derivation(FILE *f, const struct dp_layout *l, const struct dp_mem_
     fprintf(f, "  activations  %.2f micro-batches in flight x %d layers x %.1f MiB/layer (%s)",
             s->inflight, s->layers, (double)s->act_layer_bytes / 1048576.0,
             dp_recompute_name(l->recompute));
-    if (s->act_head_bytes)
-        fprintf(f, " + output layer and loss %.2f GiB (%s cross entropy)",
+    if (s->act_head_bytes) {
+        fprintf(f, " + output layer and loss %.2f GiB (%s cross entropy",
                 cli_gib(s->act_head_bytes), dp_loss_name(dp_layout_loss(l)));
+        if (l->loss_chunks > 1)
+            fprintf(f, ", one of %d slices at a time", l->loss_chunks);
+        fputc(')', f);
+    }
     if (s->act_working_bytes >= 10 << 20)
         fprintf(f, " + recompute working set %.2f GiB", cli_gib(s->act_working_bytes));
     fputc('\n', f);

@@ -424,6 +424,14 @@ int dp_layout_validate(const struct dp_layout *l, const struct dp_model *m, int 
                           l->shard_group, l->dp * l->cp);
     if (l->zero < 0 || l->zero > 3)
         return dp_err_set(err, DP_EINFEASIBLE, "zero=%d: expected 0, 1, 2 or 3", l->zero);
+    /* ChunkedLossWrapper splits the local tokens into equal slices (torch._check
+     * "sequence length must be divisible by num_chunks"). */
+    if (l->loss_chunks < 0 || l->loss_chunks > (1 << 16) ||
+        (l->loss_chunks > 1 && l->cp > 0 && (l->mbs * l->seq_len / l->cp) % l->loss_chunks))
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "loss_chunks=%d: expected a count that divides the micro-batch's "
+                          "%lld local tokens (mbs x seq_len / cp) into equal slices",
+                          l->loss_chunks, (long long)(l->cp > 0 ? l->mbs * l->seq_len / l->cp : 0));
     /* ZeRO-2/3 with pipeline parallelism: DeepSpeed's pipeline engine refuses it, but
      * torchtitan (FSDP2 + PP) and Megatron-FSDP run it; the cost model follows them
      * (costmodel/memory.c dp_mem_states). The planner does not search it. */
@@ -580,6 +588,8 @@ cJSON *dp_layout_to_json(const struct dp_layout *l)
     }
     if (l->loss != DP_LOSS_DEFAULT)
         cJSON_AddStringToObject(o, "loss", loss_names[l->loss]);
+    if (l->loss_chunks > 1)
+        cJSON_AddNumberToObject(o, "loss_chunks", l->loss_chunks);
     if (l->framework != DP_FW_MEGATRON)
         cJSON_AddStringToObject(o, "framework", framework_names[l->framework]);
     if (l->shard_group > 0)
@@ -729,6 +739,7 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
                                        "recompute_method",
                                        "recompute_modules",
                                        "loss",
+                                       "loss_chunks",
                                        "framework",
                                        "shard_group",
                                        NULL};
@@ -737,7 +748,7 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
             etp = 0;
     int rc_ = 0, prec = 0, opt = 0, gemm = DP_GEMM_DEFAULT, fmt = 0, attn = 0, disp = 0, route = 0;
     int method = 0, loss = 0, fw = 0, odt = DP_FP32;
-    int64_t sg = 0;
+    int64_t sg = 0, lc = 0;
     /* "precision": "fp8" is shorthand for bf16 storage with FP8 GEMMs. */
     const cJSON *pv = cJSON_GetObjectItemCaseSensitive(obj, "precision");
     bool fp8_shorthand = cJSON_IsString(pv) && strcmp(pv->valuestring, "fp8") == 0;
@@ -758,6 +769,7 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
         dp_jr_enum(jr, obj, "loss", false, loss_names + 1, DP_LOSSES - 1, &loss) ||
         dp_jr_enum(jr, obj, "framework", false, framework_names, DP_FRAMEWORKS, &fw) ||
         dp_jr_int(jr, obj, "shard_group", false, 1, 1 << 24, &sg) ||
+        dp_jr_int(jr, obj, "loss_chunks", false, 1, 1 << 16, &lc) ||
         dp_jr_bool(jr, obj, "sp", false, &out->sp) ||
         dp_jr_bool(jr, obj, "flash_attn", false, &out->flash_attn) ||
         dp_jr_enum(jr, obj, "precision", false, prec_in, 4, &prec) ||
@@ -790,6 +802,7 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
     out->recompute_method = (enum dp_recompute_method)method;
     out->framework = (enum dp_framework)fw;
     out->shard_group = (int)sg;
+    out->loss_chunks = (int)lc;
     if (cJSON_GetObjectItemCaseSensitive(obj, "loss"))
         out->loss = (enum dp_loss)(loss + 1); /* the enum read skipped "default" */
     /* DeepSpeed accumulates gradients in the model's dtype unless data_types.grad_accum_dtype

@@ -166,6 +166,11 @@ struct dp_layout {
     enum dp_recompute_method recompute_method;
     unsigned recompute_modules; /* selective: DP_RCM_* bits; 0 = core_attn */
     enum dp_loss loss;          /* DP_LOSS_DEFAULT: the framework's (dp_layout_loss) */
+    /* The output layer and loss run on this many equal slices of the micro-batch's local
+     * tokens, one after the other, each slice's backward before the next slice's forward
+     * (torchtitan components/loss.py ChunkedLossWrapper, num_chunks 8 in its Qwen3
+     * configs): the loss's buffers at its peak are one slice's. 0 or 1: all tokens at once. */
+    int loss_chunks;
     enum dp_framework framework;
     /* Hybrid sharded data parallelism (HSDP): ZeRO/FSDP shards within groups of
      * shard_group of the dp x cp ranks and replicates across the groups, whose gradients

@@ -47,6 +47,14 @@ int dp_layout_check_framework(const struct dp_layout *l, const char *where, stru
         field_name(where, "recompute_modules", NULL, f, sizeof f);
         return dp_err_set(err, DP_EUSAGE, "%s: unknown module bits 0x%x", f, l->recompute_modules);
     }
+    if (l->loss_chunks > 1 && l->framework != DP_FW_TORCHTITAN) {
+        field_name(where, "loss_chunks", NULL, f, sizeof f);
+        return dp_err_set(err, DP_EUSAGE,
+                          "%s: a loss over slices of the tokens is torchtitan's "
+                          "(ChunkedLossWrapper); %s computes it over all tokens at once, got %d "
+                          "chunks",
+                          f, fw, l->loss_chunks);
+    }
     switch (l->framework) {
     case DP_FW_MEGATRON:
         /* Megatron-LM shards gradients and parameters only with Megatron-FSDP

@@ -127,8 +127,21 @@ struct act_parts {
  * kernel's output and log-sum-exp and, under TP, the reduce-scatters' outputs (wo's and
  * w2's); the block input is the checkpoint's. A row-parallel mm's output is the partial
  * sum of all T rows before its reduce-scatter. Everything else (norms, wk, wo, w3, rotary,
- * the activation) is recomputed in backward. MoE layers keep their MoE block as without
- * recompute (torchtitan saves the grouped expert GEMMs' outputs).
+ * the activation) is recomputed in backward.
+ *
+ * MoE layers (torchtitan models/common/moe.py, distributed/activation_checkpoint.py of
+ * 2026-08, b5bcd76): the save set is PyTorch's compute-intensive ops (torch/_functorch/
+ * partitioners.py get_default_op_list: mm, bmm, addmm, _scaled_mm, the SDPA kernels) with
+ * linear, max, topk and the reduce-scatter and all-to-all outputs; aten._grouped_mm is not
+ * in it (torchtitan's graph_trainer adds it, "for fair baseline comparison", only in an
+ * experiment), so the routed experts' GEMMs, their activation and the token permutations
+ * are recomputed in backward. The router's gate is force-recomputed without counting in
+ * the mm alternation (force_recompute_mm_shapes_by_fqns "moe.router.gate"). What a MoE
+ * block keeps: top-k's fp32 weights and int64 indices, under EP the dispatch and combine
+ * all-to-alls' outputs (the routed copies, each way), and the shared experts' w1 output
+ * (the block's fifth mm; w3 the sixth is recomputed, w2's output is dropped like the
+ * dense w2's). Before session 18 dplan kept the whole MoE block: 5998 MiB a layer for
+ * Qwen3-30B-A3B at 65536 tokens, where the block's kept tensors are 1368 MiB.
  *
  * Eager, the policy's outputs are cached whether or not backward reads them
  * (torch/utils/checkpoint.py _CachingTorchDispatchMode stores every MUST_SAVE output for
@@ -144,7 +157,7 @@ struct act_parts {
  * 18% slack.
  */
 static int64_t op_sac_stored(const struct dp_model *m, const struct dp_layout *l,
-                             enum dp_layer_kind kind, int64_t T, int64_t u, int64_t mlp_full)
+                             enum dp_layer_kind kind, int64_t T, int64_t u)
 {
     const int64_t t = l->tp, h = m->hidden, a = m->heads, g = m->kv_heads, d = m->head_dim;
     const int64_t p = dp_precision_bytes(l->precision);
@@ -153,8 +166,13 @@ static int64_t op_sac_stored(const struct dp_model *m, const struct dp_layout *l
     st += p * T * a * d / t + (l->flash_attn ? 4 * T * a / t : 0); /* attention out, lse */
     if (t > 1)
         st += p * T * h / u; /* wo's reduce-scatter output */
-    if (kind == DP_LAYER_MOE)
-        return st + mlp_full;
+    if (kind == DP_LAYER_MOE) {
+        st += 12 * T * m->top_k / u; /* top-k weights (fp32) and indices (int64) */
+        if (l->ep > 1)
+            st += (int64_t)(2.0 * dp_moe_rows(m, l) * (double)(p * h) + 0.5); /* all-to-alls */
+        st += p * T * m->moe_shared_experts * m->moe_shared_ffn_hidden / t;   /* shared w1 */
+        return st;
+    }
     st += p * T * m->ffn_hidden / t; /* w1 (fc1) output */
     if (l->eager || l->framework != DP_FW_TORCHTITAN) {
         if (m->ffn == DP_FFN_SWIGLU)
@@ -276,7 +294,7 @@ int dp_act_layer(const struct dp_model *m, const struct dp_layout *l, enum dp_la
         break;
     case DP_RECOMPUTE_OP:
     default:
-        out->stored_bytes = op_sac_stored(m, l, kind, T, u, mlp);
+        out->stored_bytes = op_sac_stored(m, l, kind, T, u);
         if (out->stored_bytes > out->full_bytes)
             out->stored_bytes = out->full_bytes;
         out->work_bytes = out->full_bytes - out->stored_bytes;

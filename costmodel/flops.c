@@ -97,13 +97,16 @@ void dp_flops_step(const struct dp_model *m, const struct dp_layout *l, struct d
         out->recompute_flops = micro * r;
     } else if (l->recompute == DP_RECOMPUTE_OP) {
         /* torchtitan per-op SAC (every second matmul of a block): wk, wo and SwiGLU's w3
-         * or GELU's fc2 (MoE layers: the shared experts' w3 and the router). */
+         * or GELU's fc2 (MoE layers: the shared experts' w3, the router, and the routed
+         * experts' grouped GEMMs, which its save set does not hold: activations.c
+         * op_sac_stored). */
         double att = m->mla ? 0.5 * attn : 2 * tokens * (h * g * d + a * d * h);
         double f = (double)m->ffn_hidden;
         double mlp_d = 2 * tokens * h * f;
         double mlp_m =
             (double)m->moe_shared_experts * 2 * tokens * h * (double)m->moe_shared_ffn_hidden +
-            2 * tokens * h * (double)m->experts;
+            2 * tokens * h * (double)m->experts +
+            (double)m->top_k * 2 * mult * tokens * h * (double)m->moe_ffn_hidden;
         out->recompute_flops =
             micro * (k.n[DP_LAYER_DENSE] * (att + mlp_d) + k.n[DP_LAYER_MOE] * (att + mlp_m));
     }

@@ -235,6 +235,13 @@ static void mem_ctx_init(struct mem_ctx *x, const struct dp_model *m, const stru
      * F.cross_entropy on up-cast logits); the last stage holds one micro-batch at a time. */
     x->emb_mask = m->dropout ? s * b * h / u : 0;
     x->loss_bytes = (int64_t)(dp_fw_loss_bytes(l) * (double)(s * b * vpad / t));
+    /* torchtitan's ChunkedLossWrapper (components/loss.py): the output layer and the loss
+     * run on one of loss_chunks slices of the tokens at a time, each slice's backward
+     * before the next forward, so one slice's buffers are live; the hidden states'
+     * gradient is gathered slice by slice into an fp32 buffer of all tokens
+     * (GradAccumulator, dtype float32), replicated over TP. */
+    if (l->loss_chunks > 1)
+        x->loss_bytes = x->loss_bytes / l->loss_chunks + 4 * s * b * h;
     x->head_act = 2 * p * s * b * h / u + x->loss_bytes;
     /* one forward-receive and one backward-receive activation buffer */
     x->recv_bytes = l->pp > 1 ? 2 * p * s * b * h / u : 0;

@@ -492,8 +492,10 @@ static void moe_mlp(const struct dp__time_ctx *c, struct dp_layer_time *o)
     o->ew_f += (router + perm + act) / c->membw;
     o->moe_f = gate + experts + shared + (router + perm + act) / c->membw;
     /* Per-op SAC: the router's gate is always recomputed (torchtitan
-     * per_op_sac_force_recompute_mm_shapes_by_fqns), with the element-wise passes. */
-    o->op_f += gate + (router + perm + act) / c->membw;
+     * per_op_sac_force_recompute_mm_shapes_by_fqns), with the element-wise passes, and so
+     * are the routed experts' grouped GEMMs (no _grouped_mm in its save set:
+     * activations.c op_sac_stored); the dispatch is not (its all-to-all outputs are). */
+    o->op_f += gate + experts + (router + perm + act) / c->membw;
 
     /* Dispatch and combine: an all-to-all of this GPU's tokens (its share rows / (etp k)
      * of the routed copies' tokens) over EP, each way, forward and again in backward,

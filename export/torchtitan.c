@@ -437,6 +437,8 @@ int dp__export_torchtitan(const struct dp__ctx *c0, struct dp_buf *b)
         mx ? "fqns=[\"layers\"]" : "recipe_name=\"rowwise\", filter_fqns=[\"lm_head\"]";
     if (fp8)
         dp_buf_printf(b, "from torchtitan.components.quantization import %s\n", conv_cls);
+    if (l->loss_chunks > 1)
+        dp_buf_puts(b, "from torchtitan.components.loss import ChunkedLossWrapper\n");
     if (ac_cls)
         dp_buf_printf(b, "from torchtitan.distributed.activation_checkpoint import %s\n", ac_cls);
     if (base) {
@@ -504,6 +506,17 @@ int dp__export_torchtitan(const struct dp__ctx *c0, struct dp_buf *b)
         dp_buf_puts(b, "\n");
         cli_override(&cli, &opts[i], &v);
     }
+    /* The chunked loss (components/loss.py ChunkedLossWrapper: num_chunks, loss_fn); a
+     * base config whose loss is already one (the Qwen3 ones) keeps its inner loss. */
+    if (l->loss_chunks > 1)
+        dp_buf_printf(b,
+                      "    # the output layer and loss on %d slices of the tokens in turn\n"
+                      "    if isinstance(config.loss, ChunkedLossWrapper.Config):\n"
+                      "        config.loss.num_chunks = %d\n"
+                      "    else:\n"
+                      "        config.loss = ChunkedLossWrapper.Config(num_chunks=%d, "
+                      "loss_fn=config.loss)\n",
+                      l->loss_chunks, l->loss_chunks, l->loss_chunks);
     dp_buf_printf(b, "    config.activation_checkpoint = %s\n    return config\n", ac_py);
     dp_buf_printf(b,
                   "\n\n# Run it: put this function in a module of yours (torchtitan_recipes/ is "
@@ -515,11 +528,12 @@ int dp__export_torchtitan(const struct dp__ctx *c0, struct dp_buf *b)
     dp_buf_printf(b,
                   "#\n# Or the same settings as command-line overrides of %s (the CLI is "
                   "frozen; it takes\n"
-                  "# precedence over the function but cannot change the model%s):\n"
+                  "# precedence over the function but cannot change the model%s%s):\n"
                   "#   torchrun ... -m torchtitan.train --module %s --config %s%s \\\n#     %s\n",
                   base ? base->function : "your base config",
-                  fp8 ? ", its FP8 converter included" : "", base ? "llama3" : "<your module>",
-                  base ? base->function : "<your base config>",
+                  fp8 ? ", its FP8 converter included" : "",
+                  l->loss_chunks > 1 ? " or make its loss a ChunkedLossWrapper" : "",
+                  base ? "llama3" : "<your module>", base ? base->function : "<your base config>",
                   cli.failed || !cli.data ? "" : cli.data, ac_cli);
     bool failed = cli.failed;
     dp_buf_release(&cli);

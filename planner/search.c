@@ -652,6 +652,7 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
     if (o->grad_fp32 < 0 && o->framework == DP_FW_DEEPSPEED)
         base.grad_fp32 = false; /* the model dtype: DeepSpeed's default */
     base.loss = o->loss;
+    base.loss_chunks = o->loss_chunks;
     base.overlap_param_gather =
         o->overlap_param_gather >= 0 ? o->overlap_param_gather == 1 : o->dp_overlap;
     s.gemms[0] = (enum dp_gemm)(o->gemm >= 0 ? o->gemm : DP_GEMM_DEFAULT);

@@ -186,6 +186,7 @@ static bool scan_all(struct scan *s, int64_t mbs)
     base.optimizer = o->optimizer;
     base.framework = o->framework;
     base.loss = o->loss;
+    base.loss_chunks = o->loss_chunks;
     if (o->grad_fp32 < 0 && o->framework == DP_FW_DEEPSPEED)
         base.grad_fp32 = false;
     int rcs[DP_RECOMPUTES];

@@ -98,6 +98,11 @@ static const struct knob_case cases[] = {
     {"framework", "{\"framework\": \"deepspeed\"}", RUNS, NULL},
     {"loss", "{\"loss\": \"vocab-parallel\"}", RUNS, NULL},
     {"loss", "{\"loss\": \"unfused\", \"framework\": \"torchtitan\", \"zero\": 3}", RUNS, NULL},
+    /* torchtitan's chunked loss shapes the cost model's memory; the executor's loss is its own */
+    {"loss_chunks",
+     "{\"loss_chunks\": 8, \"loss\": \"compiled\", \"framework\": \"torchtitan\", \"zero\": 3}",
+     RUNS, NULL},
+    {"loss_chunks", "{\"loss_chunks\": 8}", REFUSED, "megatron"},
     {"list_collectives", "{\"list_collectives\": true}", RUNS, NULL},
     {"recompute_layers", "{\"recompute\": \"full\", \"recompute_layers\": 2}", RUNS, NULL},
     {"recompute_layers", "{\"pp\": 1, \"recompute\": \"full\", \"recompute_layers\": 1}", REFUSED,

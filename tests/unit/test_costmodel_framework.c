@@ -697,6 +697,81 @@ static void test_hsdp(void)
 }
 
 /* Combinations a framework does not offer: one line naming the field, exit 2 (usage). */
+/*
+ * torchtitan's per-op SAC on a MoE block (activations.c op_sac_stored): its save set has no
+ * aten._grouped_mm, so the routed experts are recomputed. tiny as 8 experts of f = 512,
+ * top-2, one shared expert of 512, T = 2048, bf16, compiled, EP 1: kept are the block input
+ * 2h = 2048, wq and wv outputs 2ad + 2gd = 4096, the attention output 2ad = 2048 and lse
+ * 4a = 32, top-k's fp32 weights and int64 indices 12k = 24, the shared expert's w1 output
+ * 2 x 512 = 1024: 9272 T. Without recompute the block keeps (mlp_act) the router's fp32
+ * scores 4E = 32 and top-k 12k = 24, its input 2h = 2048, the 4096 routed copies' inputs
+ * 2h and SwiGLU's three intermediates 3 x 2f (2 x (2048 + 3072) per token = 10240) and the
+ * shared expert's 3 x 2 x 512 = 3072: 15416 T of MLP.
+ */
+static void test_op_sac_moe(void)
+{
+    struct dp_model m = tiny();
+    m.experts = 8;
+    m.top_k = 2;
+    m.moe_ffn_hidden = 512;
+    m.moe_shared_experts = 1;
+    m.moe_shared_ffn_hidden = 512;
+    const int64_t T = 2048;
+    struct dp_layout l = layout(DP_FW_TORCHTITAN, 3);
+    l.moe_imbalance = 1;
+    struct dp_act_layer al;
+    dp_act_layer(&m, &l, DP_LAYER_MOE, &al);
+    CHECK_EQ(al.mlp_bytes, 15416 * T);
+    l.recompute = DP_RECOMPUTE_OP;
+    dp_act_layer(&m, &l, DP_LAYER_MOE, &al);
+    CHECK_EQ(al.stored_bytes, 9272 * T);
+    CHECK_EQ(al.work_bytes, al.full_bytes - 9272 * T);
+    /* The recompute redoes the routed experts' forward, top-2 x 3 matrices of h x f:
+     * 2 x 3 x 2 x T x 1024 x 512 a layer, beside wk and wo (2T x (h gd + ad h) = 2T x 2 x
+     * 1024 x 1024), the shared expert's w3 (2T x 1024 x 512) and the router (2T x 1024 x 8),
+     * 4 layers, one micro-batch (gbs = mbs = 1). */
+    struct dp_flops fl;
+    dp_flops_step(&m, &l, &fl);
+    const double t = (double)T;
+    double per = 2 * 3 * 2 * t * 1024 * 512 + 2 * t * 2 * 1024 * 1024 + 2 * t * 1024 * 512 +
+                 2 * t * 1024 * 8;
+    CHECK_NEAR(fl.recompute_flops, 4 * per, 1e-6 * per);
+}
+
+/* torchtitan's ChunkedLossWrapper (memory.c): the compiled loss's 4 B per logit for one of
+ * loss_chunks slices of the tokens, plus the fp32 gradient of all hidden states it gathers
+ * the slices' gradients into: tiny, s = 2048, vocab 32000 (a multiple of 128), 8 slices:
+ * 4 x 2048 x 32000 / 8 + 4 x 2048 x 1024 B; refused where the slices are not equal, and
+ * under Megatron. */
+static void test_loss_chunks(void)
+{
+    struct dp_model m = tiny();
+    struct dp_cluster c = {0};
+    c.nodes = 1;
+    c.gpus_per_node = 1;
+    c.gpu.mem_bytes = 80LL << 30;
+    c.gpu.usable_fraction = 1;
+    struct dp_layout l = layout(DP_FW_TORCHTITAN, 0);
+    l.gbs = 1;
+    l.loss = DP_LOSS_COMPILED;
+    struct dp_mem_stage st;
+    dp_mem_stage(&m, &c, &l, NULL, 0, &st);
+    CHECK_EQ(st.act_loss_bytes, 4LL * 2048 * 32000);
+    l.loss_chunks = 8;
+    dp_mem_stage(&m, &c, &l, NULL, 0, &st);
+    CHECK_EQ(st.act_loss_bytes, 4LL * 2048 * 32000 / 8 + 4LL * 2048 * 1024);
+    struct dp_err err = {0};
+    l.loss_chunks = 3;
+    CHECK_EQ(dp_layout_validate(&l, &m, 1, &err) != 0, 1);
+    CHECK_CONTAINS(err.msg, "loss_chunks=3");
+    l.loss_chunks = 8;
+    dp_err_clear(&err);
+    CHECK_EQ(dp_layout_check_framework(&l, NULL, &err), 0);
+    l.framework = DP_FW_MEGATRON;
+    CHECK_EQ(dp_layout_check_framework(&l, NULL, &err), DP_EUSAGE);
+    CHECK_CONTAINS(err.msg, "--loss-chunks: a loss over slices");
+}
+
 static void test_framework_checks(void)
 {
     struct dp_err err = {0};
@@ -754,6 +829,8 @@ int main(void)
 {
     test_bytes_per_param();
     test_loss_bytes();
+    test_op_sac_moe();
+    test_loss_chunks();
     test_recompute_policies();
     test_recompute_methods();
     test_runtime_buffers();

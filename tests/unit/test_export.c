@@ -361,7 +361,17 @@ static void test_framework_knobs(void)
     CHECK_EQ(field(b.data, "data_parallel_replicate_degree"), 2);
     CHECK_EQ(field(b.data, "data_parallel_shard_degree"), 8);
     CHECK_CONTAINS(b.data, "SelectiveAC");
+    CHECK(strstr(b.data, "ChunkedLossWrapper") == NULL);
     dp_buf_release(&b);
+    /* the chunked loss: torchtitan's ChunkedLossWrapper with the plan's slice count, set in
+     * the function (the frozen CLI cannot change the loss's type) */
+    p.layout.loss_chunks = 8;
+    CHECK_EQ(export_text(&p, DP_EXPORT_TORCHTITAN, &b, &err), 0);
+    CHECK_CONTAINS(b.data, "from torchtitan.components.loss import ChunkedLossWrapper\n");
+    CHECK_CONTAINS(b.data, "        config.loss.num_chunks = 8\n");
+    CHECK_CONTAINS(b.data, "ChunkedLossWrapper.Config(num_chunks=8, loss_fn=config.loss)");
+    dp_buf_release(&b);
+    p.layout.loss_chunks = 0;
     /* HSDP needs FSDP2: with DDP (zero 0) there is nothing to shard */
     p.layout.zero = 0;
     CHECK_EQ(export_text(&p, DP_EXPORT_TORCHTITAN, &b, &err), DP_EUSAGE);
