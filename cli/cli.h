@@ -95,6 +95,7 @@ enum {
     OPT_RECOMPUTE_MODULES,
     OPT_LOSS,
     OPT_LOSS_CHUNKS,
+    OPT_LOCAL_BATCH,
     OPT_COMMON_END,
 };
 
@@ -161,6 +162,7 @@ enum {
         {"recompute-modules", required_argument, 0, OPT_RECOMPUTE_MODULES},                        \
         {"loss", required_argument, 0, OPT_LOSS},                                                  \
         {"loss-chunks", required_argument, 0, OPT_LOSS_CHUNKS},                                    \
+        {"local-batch", required_argument, 0, OPT_LOCAL_BATCH},                                    \
         {"overhead-gib", required_argument, 0, OPT_OVERHEAD},                                      \
     {                                                                                              \
         "memory-margin", required_argument, 0, OPT_MEMORY_MARGIN                                   \
@@ -182,10 +184,11 @@ struct cli_common {
     long long mbs, gbs, seq_len;
     int recompute, precision, grad_fp32, optimizer, dispatcher, routing; /* -1 = unset */
     int framework, recompute_method, loss;                               /* -1 = unset */
-    int shard_group;      /* 0 = unset (full sharding; the search tries HSDP) */
-    int loss_chunks;      /* 0 = unset (all tokens at once) */
-    int instances;        /* --num-distributed-optimizer-instances: shard = dp*cp / it */
-    int recompute_layers; /* 0 = unset */
+    int shard_group;       /* 0 = unset (full sharding; the search tries HSDP) */
+    int loss_chunks;       /* 0 = unset (all tokens at once) */
+    long long local_batch; /* 0 = unset (one pipeline schedule a step) */
+    int instances;         /* --num-distributed-optimizer-instances: shard = dp*cp / it */
+    int recompute_layers;  /* 0 = unset */
     unsigned recompute_modules;
     int gemm;                        /* enum dp_gemm, -1 unset, -2 auto */
     int fp8_recipe;                  /* -1 = unset */

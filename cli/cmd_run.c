@@ -146,7 +146,7 @@ static const char run_knob_help[] =
     "--first-stage-less-layers, --last-stage-less-layers), --shard-group's aliases\n"
     "(--data-parallel-shard-degree, --num-distributed-optimizer-instances,\n"
     "--mics-shard-size), --recompute-method, --recompute-layers, --recompute-modules,\n"
-    "--framework, --loss, --loss-chunks, --[no-]tp-overlap, --[no-]pp-overlap,\n"
+    "--framework, --loss, --loss-chunks, --local-batch, --[no-]tp-overlap, --[no-]pp-overlap,\n"
     "--[no-]overlap-param-gather, --moe-pad, --moe-imbalance, --moe-dispatcher,\n"
     "--moe-routing and --ep-overlap.\n";
 
@@ -192,6 +192,7 @@ static void note_planning_knobs(const struct cli_common *c)
         {OPT_FRAMEWORK, 0, "framework", "it is its own stack"},
         {OPT_LOSS, 0, "loss", "its cross entropy is its own"},
         {OPT_LOSS_CHUNKS, 0, "loss-chunks", "its loss runs on all tokens at once"},
+        {OPT_LOCAL_BATCH, 0, "local-batch", "one pipeline schedule runs the step"},
         {OPT_MOE_DISPATCHER, 0, "moe-dispatcher", "it sends one copy per (token, expert)"},
         {OPT_MOE_ROUTING, 0, "moe-routing", "its router picks the experts"},
         {OPT_MOE_IMBALANCE, 0, "moe-imbalance", "the router's load is what it is"},

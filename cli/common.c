@@ -478,6 +478,8 @@ int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus, s
         l->loss = (enum dp_loss)c->loss;
     if (c->loss_chunks > 0)
         l->loss_chunks = c->loss_chunks;
+    if (c->local_batch > 0)
+        l->local_batch = c->local_batch;
     l->shard_group = c->shard_group;
     if (c->instances > 0) {
         int n = l->dp * l->cp;
@@ -730,6 +732,7 @@ int cli_search_opts(const struct cli_common *c, const struct dp_model *m, int gp
     if (c->loss >= 0)
         o->loss = (enum dp_loss)c->loss;
     o->loss_chunks = c->loss_chunks;
+    o->local_batch = c->local_batch;
     if (c->shard_group > 0)
         o->shard_group = c->shard_group;
     if (c->instances > 0)
@@ -979,9 +982,14 @@ void cli_describe_layout(FILE *f, const struct dp_layout *l, const struct dp_mod
                  dp_gemm_name(g));
     else
         snprintf(prec, sizeof prec, "%s", dp_precision_name(l->precision));
-    fprintf(f, "layout   %s gbs=%lld seq=%lld %s, %lld micro-batch%s per step\n", buf,
+    fprintf(f, "layout   %s gbs=%lld seq=%lld %s, %lld micro-batch%s per step", buf,
             (long long)l->gbs, (long long)l->seq_len, prec, (long long)dp_layout_microbatches(l),
             dp_layout_microbatches(l) == 1 ? "" : "es");
+    if (dp_layout_schedules(l) > 1)
+        fprintf(f, " in %lld pipeline schedules of %lld (local batch %lld)",
+                (long long)dp_layout_schedules(l), (long long)dp_layout_schedule_microbatches(l),
+                (long long)l->local_batch);
+    fputc('\n', f);
     char ov[256] = "";
     size_t n = 0;
     if (l->tp > 1 && l->sp)

@@ -71,7 +71,10 @@ const char cli_cluster_help[] =
     "                              fusion, compiled = torchtitan's under torch.compile\n"          \
     "                              [megatron: vocab-parallel; torchtitan, deepspeed: unfused]\n"   \
     "  --loss-chunks N             torchtitan: the output layer and loss on N equal slices\n"      \
-    "                              of the tokens in turn (ChunkedLossWrapper) [1]\n"
+    "                              of the tokens in turn (ChunkedLossWrapper) [1]\n"               \
+    "  --local-batch N             torchtitan with pp > 1: one pipeline schedule per N\n"          \
+    "                              sequences of a data-parallel rank, each a gradient-\n"          \
+    "                              accumulation step with its own fill and drain [gbs / dp]\n"
 
 /* Precision, overlap and mixture-of-experts options. */
 #define CLI_PRECISION_HELP                                                                         \
@@ -302,6 +305,9 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
         }
         break;
     }
+    case OPT_LOCAL_BATCH:
+        r = parse_long(cmd, "local-batch", arg, 1, 1LL << 40, &c->local_batch);
+        break;
     case OPT_LOSS_CHUNKS:
         r = parse_int(cmd, "loss-chunks", arg, 1, 1 << 16, &c->loss_chunks);
         break;

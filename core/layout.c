@@ -338,13 +338,25 @@ int dp_layout_validate(const struct dp_layout *l, const struct dp_model *m, int 
                           "gbs=%lld is not a multiple of mbs*dp = %lld*%d = %lld",
                           (long long)l->gbs, (long long)l->mbs, l->dp, (long long)(l->mbs * l->dp));
     int64_t M = dp_layout_microbatches(l);
+    if (l->local_batch < 0)
+        return dp_err_set(err, DP_EINFEASIBLE, "local_batch=%lld: expected sequences, >= 1",
+                          (long long)l->local_batch);
+    if (l->local_batch > 0 && l->pp > 1) { /* with pp 1 every micro-batch is a pass anyway */
+        if (l->local_batch % l->mbs || (M * l->mbs) % l->local_batch)
+            return dp_err_set(err, DP_EINFEASIBLE,
+                              "local_batch=%lld: expected a multiple of mbs=%lld that divides "
+                              "the %lld sequences per data-parallel rank (gbs / dp)",
+                              (long long)l->local_batch, (long long)l->mbs,
+                              (long long)(M * l->mbs));
+        M = l->local_batch / l->mbs; /* what one schedule runs */
+    }
     if (l->vpp > 1) {
         if (l->pp == 1)
             return dp_err_set(err, DP_EINFEASIBLE, "vpp=%d needs pp > 1", l->vpp);
         if (M % l->pp)
             return dp_err_set(err, DP_EINFEASIBLE,
-                              "interleaving (vpp=%d) needs micro-batches (%lld) to be a multiple "
-                              "of pp=%d",
+                              "interleaving (vpp=%d) needs the micro-batches of a schedule "
+                              "(%lld) to be a multiple of pp=%d",
                               l->vpp, (long long)M, l->pp);
     }
     if (l->cp > 1 && l->seq_len % (2 * l->cp))
@@ -590,6 +602,8 @@ cJSON *dp_layout_to_json(const struct dp_layout *l)
         cJSON_AddStringToObject(o, "loss", loss_names[l->loss]);
     if (l->loss_chunks > 1)
         cJSON_AddNumberToObject(o, "loss_chunks", l->loss_chunks);
+    if (l->local_batch > 0)
+        cJSON_AddNumberToObject(o, "local_batch", (double)l->local_batch);
     if (l->framework != DP_FW_MEGATRON)
         cJSON_AddStringToObject(o, "framework", framework_names[l->framework]);
     if (l->shard_group > 0)
@@ -740,6 +754,7 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
                                        "recompute_modules",
                                        "loss",
                                        "loss_chunks",
+                                       "local_batch",
                                        "framework",
                                        "shard_group",
                                        NULL};
@@ -770,6 +785,7 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
         dp_jr_enum(jr, obj, "framework", false, framework_names, DP_FRAMEWORKS, &fw) ||
         dp_jr_int(jr, obj, "shard_group", false, 1, 1 << 24, &sg) ||
         dp_jr_int(jr, obj, "loss_chunks", false, 1, 1 << 16, &lc) ||
+        dp_jr_int(jr, obj, "local_batch", false, 1, INT64_C(1) << 40, &out->local_batch) ||
         dp_jr_bool(jr, obj, "sp", false, &out->sp) ||
         dp_jr_bool(jr, obj, "flash_attn", false, &out->flash_attn) ||
         dp_jr_enum(jr, obj, "precision", false, prec_in, 4, &prec) ||

@@ -171,6 +171,14 @@ struct dp_layout {
      * (torchtitan components/loss.py ChunkedLossWrapper, num_chunks 8 in its Qwen3
      * configs): the loss's buffers at its peak are one slice's. 0 or 1: all tokens at once. */
     int loss_chunks;
+    /* Sequences per data-parallel rank that one pipeline schedule runs (torchtitan's and
+     * NeMo Automodel's local batch; no effect with pp 1, where every micro-batch is its own
+     * forward and backward already): with pp > 1 a step of gbs / dp sequences runs as
+     * (gbs / dp) / local_batch gradient-accumulation steps, each a whole schedule with
+     * its own fill and drain and FSDP's gather and reduce-scatter around it (torchtitan
+     * trainer.py train_step calls forward_backward_step, hence pp_schedule.step, once per
+     * accumulation step). 0: all of the step's micro-batches in one schedule. */
+    int64_t local_batch;
     enum dp_framework framework;
     /* Hybrid sharded data parallelism (HSDP): ZeRO/FSDP shards within groups of
      * shard_group of the dp x cp ranks and replicates across the groups, whose gradients
@@ -230,6 +238,17 @@ void dp_layout_default(struct dp_layout *l);
 static inline int64_t dp_layout_microbatches(const struct dp_layout *l)
 {
     return l->gbs / (l->mbs * l->dp);
+}
+/* Micro-batches one pipeline schedule runs: local_batch / mbs, or all of the step's. */
+static inline int64_t dp_layout_schedule_microbatches(const struct dp_layout *l)
+{
+    return l->local_batch > 0 && l->pp > 1 ? l->local_batch / l->mbs : dp_layout_microbatches(l);
+}
+/* Pipeline schedules per step (1 unless local_batch splits the step). */
+static inline int64_t dp_layout_schedules(const struct dp_layout *l)
+{
+    int64_t m = dp_layout_schedule_microbatches(l);
+    return m > 0 ? dp_layout_microbatches(l) / m : 1;
 }
 /* Layers of a stage of `layers` that recompute fully under the layout (recompute_method
  * and recompute_layers). */

@@ -47,6 +47,15 @@ int dp_layout_check_framework(const struct dp_layout *l, const char *where, stru
         field_name(where, "recompute_modules", NULL, f, sizeof f);
         return dp_err_set(err, DP_EUSAGE, "%s: unknown module bits 0x%x", f, l->recompute_modules);
     }
+    if (dp_layout_schedules(l) > 1 && l->framework != DP_FW_TORCHTITAN) {
+        field_name(where, "local_batch", NULL, f, sizeof f);
+        return dp_err_set(err, DP_EUSAGE,
+                          "%s: %s runs all of a step's micro-batches in one pipeline schedule; "
+                          "a schedule per gradient-accumulation step (%lld of the %lld "
+                          "sequences per data-parallel rank) is torchtitan's",
+                          f, fw, (long long)l->local_batch,
+                          (long long)(dp_layout_microbatches(l) * l->mbs));
+    }
     if (l->loss_chunks > 1 && l->framework != DP_FW_TORCHTITAN) {
         field_name(where, "loss_chunks", NULL, f, sizeof f);
         return dp_err_set(err, DP_EUSAGE,

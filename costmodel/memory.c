@@ -246,7 +246,7 @@ static void mem_ctx_init(struct mem_ctx *x, const struct dp_model *m, const stru
     /* one forward-receive and one backward-receive activation buffer */
     x->recv_bytes = l->pp > 1 ? 2 * p * s * b * h / u : 0;
     x->runtime = o && o->overhead_bytes >= 0 ? o->overhead_bytes : cl->gpu.runtime_overhead_bytes;
-    x->M = dp_layout_microbatches(l);
+    x->M = dp_layout_schedule_microbatches(l); /* in flight: one schedule's at most */
     /* ZeRO/FSDP shard the dense part over dp x cp, or the shard group under HSDP; the
      * experts over their data-parallel group, divided among the same replicas. */
     x->shard_d = dp_layout_shard(l);

@@ -780,10 +780,57 @@ void dp_time_step_with(const struct dp_model *m, const struct dp_cluster *cl,
     dp_time_step_reuse(m, cl, l, lt, NULL, o);
 }
 
+/* Tokens, FLOP rates and MFU of a step whose time o holds. */
+static void derive_rates(const struct dp_model *m, const struct dp_layout *l, double peak_lin,
+                         struct dp_step_cost *o)
+{
+    struct dp_flops fl;
+    dp_flops_step(m, l, &fl);
+    double gpus = (double)l->tp * l->pp * l->dp * l->cp;
+    o->tokens_per_s = (double)l->gbs * (double)l->seq_len / o->step_time_s;
+    o->model_tflops_per_gpu = fl.model_flops / o->step_time_s / gpus / 1e12;
+    o->hardware_tflops_per_gpu = fl.hardware_flops / o->step_time_s / gpus / 1e12;
+    /* MFU and HFU against the dense peak of the GEMMs' compute type: for FP8 runs the FP8
+     * peak, as MosaicML (llm-foundry benchmarks: 1979 TFLOP/s for amp_fp8) and NVIDIA's DGX
+     * Cloud recipes (989 bf16 / 1979 fp8) report it. */
+    o->peak_tflops = peak_lin / 1e12;
+    o->mfu = o->model_tflops_per_gpu * 1e12 / peak_lin;
+    o->hfu = o->hardware_tflops_per_gpu * 1e12 / peak_lin;
+}
+
+/*
+ * A step of S pipeline schedules (layout local_batch, torchtitan): each accumulation step
+ * is the step of its own local batch, fill, drain, parameter gather and gradient
+ * reduce-scatter included, run S times; the optimizer steps once.
+ */
+static void schedules_step(const struct dp_model *m, const struct dp_cluster *cl,
+                           const struct dp_layout *l, int64_t S, struct dp_step_cost *o)
+{
+    struct dp_layout one = *l;
+    one.gbs = l->gbs / S;
+    one.local_batch = 0;
+    struct dp_layer_time lt[DP_LAYER_KINDS];
+    dp_time_layer(m, cl, &one, lt);
+    dp_time_step_reuse(m, cl, &one, lt, NULL, o);
+    const double s = (double)S;
+    double *each[] = {&o->compute_s,       &o->recompute_s, &o->tp_comm_s, &o->cp_comm_s,
+                      &o->ep_comm_s,       &o->pp_comm_s,   &o->bubble_s,  &o->dp_comm_s,
+                      &o->dp_comm_total_s, &o->other_s};
+    for (size_t i = 0; i < sizeof each / sizeof each[0]; i++)
+        *each[i] *= s;
+    o->step_time_s = s * (o->step_time_s - o->optimizer_s) + o->optimizer_s;
+    derive_rates(m, l, o->peak_tflops * 1e12, o);
+}
+
 void dp_time_step_reuse(const struct dp_model *m, const struct dp_cluster *cl,
                         const struct dp_layout *l, const struct dp_layer_time lt[DP_LAYER_KINDS],
                         struct dp_reuse *ru, struct dp_step_cost *o)
 {
+    const int64_t S = dp_layout_schedules(l);
+    if (S > 1) {
+        schedules_step(m, cl, l, S, o);
+        return;
+    }
     memset(o, 0, sizeof *o);
     struct dp__time_ctx c;
     ctx_init(&c, m, cl, l, true);
@@ -880,18 +927,7 @@ void dp_time_step_reuse(const struct dp_model *m, const struct dp_cluster *cl,
     o->optimizer_s = local * optimizer_bytes_per_param(l) / c.membw;
 
     o->step_time_s = pipe + o->dp_comm_s + o->other_s + o->optimizer_s;
-    struct dp_flops fl;
-    dp_flops_step(m, l, &fl);
-    double gpus = (double)l->tp * l->pp * l->dp * l->cp;
-    o->tokens_per_s = (double)l->gbs * (double)l->seq_len / o->step_time_s;
-    o->model_tflops_per_gpu = fl.model_flops / o->step_time_s / gpus / 1e12;
-    o->hardware_tflops_per_gpu = fl.hardware_flops / o->step_time_s / gpus / 1e12;
-    /* MFU and HFU against the dense peak of the GEMMs' compute type: for FP8 runs the FP8
-     * peak, as MosaicML (llm-foundry benchmarks: 1979 TFLOP/s for amp_fp8) and NVIDIA's DGX
-     * Cloud recipes (989 bf16 / 1979 fp8) report it. */
-    o->peak_tflops = c.peak_lin / 1e12;
-    o->mfu = o->model_tflops_per_gpu * 1e12 / c.peak_lin;
-    o->hfu = o->hardware_tflops_per_gpu * 1e12 / c.peak_lin;
+    derive_rates(m, l, c.peak_lin, o);
 }
 
 int dp_time_step(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,

@@ -269,8 +269,9 @@ static int last_less(const struct dp__ctx *c, struct dp__val *v)
 }
 static int microbatches(const struct dp__ctx *c, struct dp__val *v)
 {
-    /* all of a step's micro-batches go through the pipeline: no extra accumulation */
-    return c->l->pp > 1 ? dp__int(v, dp_layout_microbatches(c->l)) : 0;
+    /* one schedule's micro-batches (the local batch's; all of a step's by default) go
+     * through the pipeline; torchtitan accumulates over the schedules of a step */
+    return c->l->pp > 1 ? dp__int(v, dp_layout_schedule_microbatches(c->l)) : 0;
 }
 static int cp(const struct dp__ctx *c, struct dp__val *v)
 {

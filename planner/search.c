@@ -544,6 +544,13 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                                 continue; /* evaluated in the first pass */
                             }
                             int64_t M = gbs / (mbs * dp);
+                            /* a fixed local batch: whole micro-batches per schedule, whole
+                             * schedules per step (dp_layout_validate) */
+                            if (o->local_batch > 0 && pp > 1) {
+                                if (o->local_batch % mbs || (M * mbs) % o->local_batch)
+                                    continue;
+                                M = o->local_batch / mbs; /* one schedule's */
+                            }
                             int vmax = pp == 1 ? 1 : (L + 2) / pp;
                             if (vmax > DP_MAX_CHUNKS / pp)
                                 vmax = DP_MAX_CHUNKS / pp;
@@ -653,6 +660,7 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
         base.grad_fp32 = false; /* the model dtype: DeepSpeed's default */
     base.loss = o->loss;
     base.loss_chunks = o->loss_chunks;
+    base.local_batch = o->local_batch;
     base.overlap_param_gather =
         o->overlap_param_gather >= 0 ? o->overlap_param_gather == 1 : o->dp_overlap;
     s.gemms[0] = (enum dp_gemm)(o->gemm >= 0 ? o->gemm : DP_GEMM_DEFAULT);

@@ -187,6 +187,7 @@ static bool scan_all(struct scan *s, int64_t mbs)
     base.framework = o->framework;
     base.loss = o->loss;
     base.loss_chunks = o->loss_chunks;
+    base.local_batch = o->local_batch;
     if (o->grad_fp32 < 0 && o->framework == DP_FW_DEEPSPEED)
         base.grad_fp32 = false;
     int rcs[DP_RECOMPUTES];

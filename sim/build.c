@@ -42,6 +42,11 @@ int dp_sim_build(const struct dp_model *m, const struct dp_cluster *cl, const st
                           "tp=%d crosses nodes (%d GPUs per node): tensor parallelism needs the "
                           "intra-node link",
                           l->tp, cl->gpus_per_node);
+    if (dp_layout_schedules(l) > 1)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "local_batch=%lld: the simulator runs one pipeline schedule a step, "
+                          "not %lld (`dplan estimate` prices them)",
+                          (long long)l->local_batch, (long long)dp_layout_schedules(l));
     in->pp = l->pp;
     in->vpp = l->vpp;
     in->M = dp_layout_microbatches(l);

@@ -103,6 +103,12 @@ static const struct knob_case cases[] = {
      "{\"loss_chunks\": 8, \"loss\": \"compiled\", \"framework\": \"torchtitan\", \"zero\": 3}",
      RUNS, NULL},
     {"loss_chunks", "{\"loss_chunks\": 8}", REFUSED, "megatron"},
+    /* a pipeline schedule per local batch (torchtitan): the executor runs one schedule of
+     * all the step's micro-batches, whose summed gradients are the same */
+    {"local_batch", "{\"local_batch\": 1, \"framework\": \"torchtitan\", \"zero\": 3}", RUNS, NULL},
+    {"local_batch", "{\"local_batch\": 1}", REFUSED, "megatron"},
+    {"local_batch", "{\"local_batch\": 3, \"framework\": \"torchtitan\", \"zero\": 3}", REFUSED,
+     "local_batch=3"},
     {"list_collectives", "{\"list_collectives\": true}", RUNS, NULL},
     {"recompute_layers", "{\"recompute\": \"full\", \"recompute_layers\": 2}", RUNS, NULL},
     {"recompute_layers", "{\"pp\": 1, \"recompute\": \"full\", \"recompute_layers\": 1}", REFUSED,

@@ -70,6 +70,11 @@ def main():
     put("layout", "pipeline-layout", json.dumps({
         "tp": 1, "pp": 4, "dp": 1, "mbs": 1, "gbs": 8, "seq_len": 4096,
         "pipeline_layout": "Et|(tt|)*6,tL"}).encode())
+    # torchtitan's chunked loss and a pipeline schedule per local batch (session 18).
+    put("layout", "torchtitan-chunks", json.dumps({
+        "tp": 1, "pp": 4, "dp": 8, "mbs": 1, "gbs": 256, "seq_len": 8192, "zero": 3,
+        "framework": "torchtitan", "recompute": "op", "loss": "compiled",
+        "loss_chunks": 8, "local_batch": 8}).encode())
     xdir = os.path.join(ROOT, "tests", "topology", "xml")
     for f in sorted(os.listdir(xdir)):
         p = os.path.join(xdir, f)

@@ -189,6 +189,45 @@ static void test_step_structure(void)
     dp_time_step_fast(&m2, &c, &l, &b);
     double emb_fb = 9.0 * 2 * 1024 * 1024 / (1000e9 * DP_MEM_EFFICIENCY);
     CHECK_NEAR(a.bubble_s - b.bubble_s, 3 * layer_fb - 3 * emb_fb, 1e-6); /* p2p ~free */
+
+    /* The 16 micro-batches as 4 schedules of 4 (local_batch 4: torchtitan's pipeline
+     * schedule per gradient-accumulation step): the same work, each schedule with its
+     * own fill and drain of p - 1 = 3 stage-steps: 4 x 3 instead of 3, one optimizer step. */
+    l.vpp = 1;
+    l.framework = DP_FW_TORCHTITAN;
+    dp_time_step_fast(&m, &c, &l, &a);
+    l.local_batch = 4;
+    dp_time_step_fast(&m, &c, &l, &b);
+    CHECK_NEAR(b.compute_s, a.compute_s, 1e-9);
+    CHECK_NEAR(b.bubble_s, 4 * a.bubble_s, 1e-9);
+    CHECK_NEAR(b.bubble_s, 12 * a.compute_s / 16, 0.02);
+    CHECK_NEAR(b.optimizer_s, a.optimizer_s, 0);
+    CHECK_NEAR(b.step_time_s - a.step_time_s, b.bubble_s - a.bubble_s, 1e-6);
+    CHECK_NEAR(b.tokens_per_s, 16.0 * 1024 / b.step_time_s, 1e-9);
+    /* local_batch 16 is the whole step: one schedule, the same step */
+    l.local_batch = 16;
+    dp_time_step_fast(&m, &c, &l, &b);
+    CHECK_NEAR(b.step_time_s, a.step_time_s, 0);
+    /* refused: not a multiple of mbs dividing gbs / dp, without a pipeline, or Megatron */
+    struct dp_err err = {0};
+    l.local_batch = 3;
+    CHECK(dp_layout_validate(&l, &m, 4, &err) != 0);
+    CHECK_CONTAINS(err.msg, "local_batch=3");
+    l.local_batch = 4;
+    l.framework = DP_FW_MEGATRON;
+    dp_err_clear(&err);
+    CHECK_EQ(dp_layout_check_framework(&l, NULL, &err), DP_EUSAGE);
+    CHECK_CONTAINS(err.msg, "--local-batch: megatron runs all of a step's micro-batches");
+    /* without a pipeline every micro-batch is its own pass already: no effect */
+    l.framework = DP_FW_TORCHTITAN;
+    l.pp = 1;
+    dp_err_clear(&err);
+    CHECK_EQ(dp_layout_validate(&l, &m, 1, &err), 0);
+    CHECK_EQ(dp_layout_schedules(&l), 1);
+    dp_time_step_fast(&m, &c, &l, &b);
+    l.local_batch = 0;
+    dp_time_step_fast(&m, &c, &l, &a);
+    CHECK_NEAR(b.step_time_s, a.step_time_s, 0);
 }
 
 static void test_dp_exposure(void)
