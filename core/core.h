@@ -263,8 +263,10 @@ enum dp_fp8_recipe {
  * The fused attention kernel (with flash_attn): FlashAttention-2 (written for
  * Ampere; PyTorch SDPA's flash backend), FlashAttention-3 (Hopper: wgmma, TMA),
  * cuDNN fused attention (Transformer Engine's FusedAttention on Hopper and
- * Blackwell), the Triton kernels of 2023 (flash_attn_triton.py), FlashAttention (1).
- * DP_ATTN_DEFAULT is the GPU profile's default kernel.
+ * Blackwell), the Triton kernels of 2023 (flash_attn_triton.py), FlashAttention (1),
+ * FlexAttention (torch.nn.attention.flex_attention: a Triton kernel Inductor generates
+ * from the mask; torchtitan's default attention backend for its Qwen3 and DeepSeek-V3
+ * models). DP_ATTN_DEFAULT is the GPU profile's default kernel.
  */
 enum dp_attn {
     DP_ATTN_DEFAULT = 0,
@@ -273,7 +275,8 @@ enum dp_attn {
     DP_ATTN_CUDNN = 3,
     DP_ATTN_TRITON = 4,
     DP_ATTN_FLASH1 = 5,
-    DP_ATTNS = 6,
+    DP_ATTN_FLEX = 6,
+    DP_ATTNS = 7,
 };
 const char *dp_attn_name(enum dp_attn a);
 /* A kernel by name ("flash2" ... "flash1", not "default"); -1 if unknown. */

@@ -66,8 +66,8 @@ static const char *const optimizer_names[] = {"adam", "sgd"};
 static const char *const gemm_names[] = {"default", "bf16", "fp16", "tf32", "fp32", "fp8"};
 static const char *const recipe_names[] = {"delayed", "current", "rowwise", "blockwise", "mxfp8"};
 static const char *const format_names[] = {"hybrid", "e4m3"};
-static const char *const attn_names[] = {"default", "flash2", "flash3",
-                                         "cudnn",   "triton", "flash1"};
+static const char *const attn_names[] = {"default", "flash2", "flash3", "cudnn",
+                                         "triton",  "flash1", "flex"};
 
 const char *dp_attn_name(enum dp_attn a)
 {

@@ -219,14 +219,15 @@ static int gpu_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_gpu *g)
     const cJSON *at = cJSON_GetObjectItemCaseSensitive(obj, "attention");
     if (at) {
         static const char *const akeys[] = {"default", "flash2", "flash3", "cudnn",
-                                            "triton",  "flash1", NULL};
-        static const char *const anames[] = {"flash2", "flash3", "cudnn", "triton", "flash1"};
+                                            "triton",  "flash1", "flex",   NULL};
+        static const char *const anames[] = {"flash2", "flash3", "cudnn",
+                                             "triton", "flash1", "flex"};
         int def = 0;
         old = dp_jr_push(jr, "attention", 0);
         if (dp_jr_expect_object(jr, at, "an object {default, flash2, flash3, cudnn, ...}") ||
-            dp_jr_check_keys(jr, at, akeys) || dp_jr_enum(jr, at, "default", true, anames, 5, &def))
+            dp_jr_check_keys(jr, at, akeys) || dp_jr_enum(jr, at, "default", true, anames, 6, &def))
             return jr->err->code;
-        for (int k = 0; k < 5; k++)
+        for (int k = 0; k < 6; k++)
             if (dp_jr_number(jr, at, anames[k], false, 0.01, 2.0, &g->attn_rel[k + 1]))
                 return jr->err->code;
         g->attn_default = (enum dp_attn)(def + 1);

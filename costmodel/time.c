@@ -17,6 +17,7 @@
  * mask the kernels skip the masked half of the s x s blocks. */
 #define FLASH_FWD_EFF      0.75
 #define FLASH_BWD_OVER_FWD 3.0
+#define FLEX_OVER_FLASH2   0.875
 
 /* The attention kernel's forward speed relative to a GEMM of the same FLOPs: the GPU
  * profile's figure for the layout's kernel (profiles/README.md, attention: FlashAttention-2
@@ -26,6 +27,12 @@ static double attn_rel(const struct dp_gpu *g, const struct dp_layout *l)
 {
     enum dp_attn k = l->attn != DP_ATTN_DEFAULT ? l->attn : g->attn_default;
     double r = (unsigned)k < DP_ATTNS ? g->attn_rel[k] : 0;
+    /* FlexAttention where the profile has no figure of its own: 90% of FlashAttention-2's
+     * speed forward and 85% backward (the PyTorch blog "FlexAttention: The Flexibility of
+     * PyTorch with the Performance of FlashAttention", Aug 2024, A100), 0.875 of it for a
+     * step's forward and backward together. */
+    if (k == DP_ATTN_FLEX && r <= 0 && g->attn_rel[DP_ATTN_FLASH2] > 0)
+        r = FLEX_OVER_FLASH2 * g->attn_rel[DP_ATTN_FLASH2];
     return r > 0 ? r : FLASH_FWD_EFF;
 }
 

@@ -417,6 +417,14 @@ static void test_attention_kernel(void)
     l.attn = DP_ATTN_TRITON;
     layer_time(&m, &c, &l, &b);
     CHECK_NEAR(b.attn_f, 2 * a.attn_f, 1e-12);
+    /* FlexAttention: the profile's figure, else 0.875 of FlashAttention-2's (90% forward,
+     * 85% backward: the PyTorch blog's A100 measurement) */
+    l.attn = DP_ATTN_FLEX;
+    layer_time(&m, &c, &l, &b);
+    CHECK_NEAR(b.attn_f, a.attn_f / 0.875, 1e-12);
+    c.gpu.attn_rel[DP_ATTN_FLEX] = 0.2;
+    layer_time(&m, &c, &l, &b);
+    CHECK_NEAR(b.attn_f, 4 * a.attn_f, 1e-12);
 }
 
 int main(void)
