@@ -746,11 +746,7 @@ static void test_op_sac_moe(void)
 static void test_loss_chunks(void)
 {
     struct dp_model m = tiny();
-    struct dp_cluster c = {0};
-    c.nodes = 1;
-    c.gpus_per_node = 1;
-    c.gpu.mem_bytes = 80LL << 30;
-    c.gpu.usable_fraction = 1;
+    struct dp_cluster c = one_gpu();
     struct dp_layout l = layout(DP_FW_TORCHTITAN, 0);
     l.gbs = 1;
     l.loss = DP_LOSS_COMPILED;
