@@ -322,24 +322,31 @@ static const struct dp__opt opts[] = {
 };
 
 /* torchtitan's own configurations of dplan's shipped architectures, matched by shape:
- * torchtitan/models/llama3/__init__.py (_8b, _70b, _405b) and config_registry.py. */
+ * torchtitan/models/llama3/__init__.py (_8b, _70b, _405b) and config_registry.py; the
+ * mixture of experts by its experts (ffn: the routed experts' width, top_k):
+ * torchtitan/models/qwen3/__init__.py _30b_a3b and config_registry.py qwen3_30b_a3b, whose
+ * loss is a ChunkedLossWrapper (chunked_loss). */
 static const struct base {
-    int64_t layers, hidden, heads, kv_heads, ffn, vocab;
-    const char *flavor, *function;
+    int64_t layers, hidden, heads, kv_heads, ffn, vocab, experts, top_k;
+    const char *module, *flavor, *function;
+    bool chunked_loss;
 } bases[] = {
-    {32, 4096, 32, 8, 14336, 128256, "8B", "llama3_8b"},
-    {80, 8192, 64, 8, 28672, 128256, "70B", "llama3_70b"},
-    {126, 16384, 128, 8, 53248, 128256, "405B", "llama3_405b"},
+    {32, 4096, 32, 8, 14336, 128256, 0, 0, "llama3", "8B", "llama3_8b", false},
+    {80, 8192, 64, 8, 28672, 128256, 0, 0, "llama3", "70B", "llama3_70b", false},
+    {126, 16384, 128, 8, 53248, 128256, 0, 0, "llama3", "405B", "llama3_405b", false},
+    {48, 2048, 32, 4, 768, 151936, 128, 8, "qwen3", "30B-A3B", "qwen3_30b_a3b", true},
 };
 
 static const struct base *find_base(const struct dp_model *m)
 {
     for (size_t i = 0; i < sizeof bases / sizeof bases[0]; i++) {
         const struct base *b = &bases[i];
+        int64_t ffn = b->experts ? m->moe_ffn_hidden : m->ffn_hidden;
         if (m->layers == b->layers && m->hidden == b->hidden && m->heads == b->heads &&
-            m->kv_heads == b->kv_heads && m->ffn_hidden == b->ffn && m->vocab == b->vocab &&
+            m->kv_heads == b->kv_heads && ffn == b->ffn && m->vocab == b->vocab &&
             m->ffn == DP_FFN_SWIGLU && m->norm == DP_NORM_RMSNORM && m->pos == DP_POS_ROPE &&
-            !m->tied_embeddings && !m->experts)
+            !m->tied_embeddings && m->experts == b->experts &&
+            (!b->experts || (m->top_k == b->top_k && !m->moe_shared_experts && m->qk_norm)))
             return b;
     }
     return NULL;
@@ -438,13 +445,14 @@ int dp__export_torchtitan(const struct dp__ctx *c0, struct dp_buf *b)
         mx ? "fqns=[\"layers\"]" : "recipe_name=\"rowwise\", filter_fqns=[\"lm_head\"]";
     if (fp8)
         dp_buf_printf(b, "from torchtitan.components.quantization import %s\n", conv_cls);
-    if (l->loss_chunks > 1)
+    const bool chunks = l->loss_chunks > 1 || (base && base->chunked_loss);
+    if (chunks)
         dp_buf_puts(b, "from torchtitan.components.loss import ChunkedLossWrapper\n");
     if (ac_cls)
         dp_buf_printf(b, "from torchtitan.distributed.activation_checkpoint import %s\n", ac_cls);
     if (base) {
-        dp_buf_puts(b, "from torchtitan.models.llama3 import model_registry\n");
-        dp_buf_printf(b, "from torchtitan.models.llama3.config_registry import %s\n",
+        dp_buf_printf(b, "from torchtitan.models.%s import model_registry\n", base->module);
+        dp_buf_printf(b, "from torchtitan.models.%s.config_registry import %s\n", base->module,
                       base->function);
     }
     dp_buf_puts(b, "from torchtitan.trainer import Trainer\n\n\n");
@@ -518,6 +526,12 @@ int dp__export_torchtitan(const struct dp__ctx *c0, struct dp_buf *b)
                       "        config.loss = ChunkedLossWrapper.Config(num_chunks=%d, "
                       "loss_fn=config.loss)\n",
                       l->loss_chunks, l->loss_chunks, l->loss_chunks);
+    else if (chunks)
+        dp_buf_printf(
+            b,
+            "    # the plan's loss runs on all tokens at once: %s's chunked loss unwrapped\n"
+            "    config.loss = config.loss.loss_fn\n",
+            base->function);
     dp_buf_printf(b, "    config.activation_checkpoint = %s\n    return config\n", ac_py);
     dp_buf_printf(b,
                   "\n\n# Run it: put this function in a module of yours (torchtitan_recipes/ is "
@@ -526,16 +540,16 @@ int dp__export_torchtitan(const struct dp__ctx *c0, struct dp_buf *b)
                   "torchrun):\n"
                   "#   torchrun ... -m torchtitan.train --module <your module> --config %s\n",
                   fn);
-    dp_buf_printf(b,
-                  "#\n# Or the same settings as command-line overrides of %s (the CLI is "
-                  "frozen; it takes\n"
-                  "# precedence over the function but cannot change the model%s%s):\n"
-                  "#   torchrun ... -m torchtitan.train --module %s --config %s%s \\\n#     %s\n",
-                  base ? base->function : "your base config",
-                  fp8 ? ", its FP8 converter included" : "",
-                  l->loss_chunks > 1 ? " or make its loss a ChunkedLossWrapper" : "",
-                  base ? "llama3" : "<your module>", base ? base->function : "<your base config>",
-                  cli.failed || !cli.data ? "" : cli.data, ac_cli);
+    dp_buf_printf(
+        b,
+        "#\n# Or the same settings as command-line overrides of %s (the CLI is "
+        "frozen; it takes\n"
+        "# precedence over the function but cannot change the model%s%s):\n"
+        "#   torchrun ... -m torchtitan.train --module %s --config %s%s \\\n#     %s\n",
+        base ? base->function : "your base config", fp8 ? ", its FP8 converter included" : "",
+        l->loss_chunks > 1 ? " or make its loss a ChunkedLossWrapper" : "",
+        base ? base->module : "<your module>", base ? base->function : "<your base config>",
+        cli.failed || !cli.data ? "" : cli.data, ac_cli);
     bool failed = cli.failed;
     dp_buf_release(&cli);
     if (failed)

@@ -455,6 +455,38 @@ static void test_framework_knobs(void)
     CHECK_CONTAINS(b.data, "    config.model_spec = model_registry(\"8B\")\n");
     dp_buf_release(&b);
 
+    /* Qwen3-30B-A3B's shape is torchtitan's qwen3_30b_a3b (models/qwen3), whose loss is a
+     * ChunkedLossWrapper: a plan without loss_chunks unwraps it, one with them sets them */
+    p = base_plan(48, 1, 1, 8, 1);
+    p.model.hidden = 2048;
+    p.model.heads = 32;
+    p.model.kv_heads = 4;
+    p.model.head_dim = 128;
+    p.model.ffn_hidden = 6144;
+    p.model.vocab = 151936;
+    p.model.qk_norm = true;
+    p.model.experts = 128;
+    p.model.top_k = 8;
+    p.model.moe_ffn_hidden = 768;
+    p.layout.framework = DP_FW_TORCHTITAN;
+    p.layout.zero = 3;
+    CHECK_EQ(export_text(&p, DP_EXPORT_TORCHTITAN, &b, &err), 0);
+    CHECK_CONTAINS(b.data, "from torchtitan.models.qwen3.config_registry import qwen3_30b_a3b\n");
+    CHECK_CONTAINS(b.data, "    config.model_spec = model_registry(\"30B-A3B\")\n");
+    CHECK_CONTAINS(b.data, "    config.loss = config.loss.loss_fn\n");
+    CHECK_CONTAINS(b.data, "-m torchtitan.train --module qwen3 --config qwen3_30b_a3b");
+    dp_buf_release(&b);
+    p.layout.loss_chunks = 8;
+    CHECK_EQ(export_text(&p, DP_EXPORT_TORCHTITAN, &b, &err), 0);
+    CHECK_CONTAINS(b.data, "        config.loss.num_chunks = 8\n");
+    CHECK(strstr(b.data, "config.loss = config.loss.loss_fn") == NULL);
+    dp_buf_release(&b);
+    /* another expert count is not torchtitan's model: no base */
+    p.model.experts = 64;
+    CHECK_EQ(export_text(&p, DP_EXPORT_TORCHTITAN, &b, &err), 0);
+    CHECK_CONTAINS(b.data, "def base_config() -> Trainer.Config:");
+    dp_buf_release(&b);
+
     /* DeepSpeed's config has no FP8 switch: the script says what the model code sets. */
     p = base_plan(32, 1, 1, 8, 1);
     set_cluster(&p, 1, 8);
