@@ -19,6 +19,8 @@ enum change_kind {
     CH_TP2,
     CH_PP2,
     CH_MBS_HALF,
+    CH_LOSS_COMPILED, /* torchtitan: the loss under torch.compile (4 B per logit, not 12) */
+    CH_LOSS_CHUNKS,   /* torchtitan: ChunkedLossWrapper, num_chunks 8 (its Qwen3 configs') */
     CH_COUNT
 };
 
@@ -78,6 +80,19 @@ static bool apply(enum change_kind k, const struct dp_cluster *cl, struct dp_lay
         l->mbs /= 2;
         snprintf(opt, cap, "--mbs %lld", (long long)l->mbs);
         return true;
+    case CH_LOSS_COMPILED:
+        if (l->framework != DP_FW_TORCHTITAN || dp_layout_loss(l) != DP_LOSS_UNFUSED)
+            return false;
+        l->loss = DP_LOSS_COMPILED;
+        snprintf(opt, cap, "--loss compiled");
+        return true;
+    case CH_LOSS_CHUNKS:
+        if (l->framework != DP_FW_TORCHTITAN || l->loss_chunks > 1 ||
+            (l->mbs * l->seq_len / l->cp) % 8)
+            return false;
+        l->loss_chunks = 8;
+        snprintf(opt, cap, "--loss-chunks 8");
+        return true;
     default: return false;
     }
 }
@@ -118,6 +133,9 @@ static void describe_cost(const struct dp_model *m, const struct dp_layout *from
     }
     if (to->sp != from->sp && np < 4)
         snprintf(parts[np++], sizeof parts[0], "same traffic (reduce-scatter + all-gather)");
+    if (to->loss_chunks != from->loss_chunks && np < 4)
+        snprintf(parts[np++], sizeof parts[0], "the output layer and loss in %d slices",
+                 to->loss_chunks);
     fx->cost[0] = '\0';
     size_t len = 0;
     for (int i = 0; i < np; i++)
