@@ -31,9 +31,9 @@ static const char help[] =
     "  --fit-half       also fit half_flops (needs runs with small GEMMs)\n"
     "  --attention K    also fit fused attention kernel K's speed relative to a GEMM\n"
     "                   (the profile's \"attention\" figure; flash2, flash3, cudnn,\n"
-    "                   triton or flash1, comma-separated for several) on the runs\n"
-    "                   using it, jointly with the curves: what sets how a run's time\n"
-    "                   grows with its sequence length\n"
+    "                   triton, flash1 or flex, comma-separated for several) on the\n"
+    "                   runs using it, jointly with the curves: what sets how a run's\n"
+    "                   time grows with its sequence length\n"
     "  -o FILE          write the updated profile JSON\n";
 
 static void set_curve(cJSON *root, const char *key, const struct dp_gemm_curve *c)
@@ -98,8 +98,8 @@ int cmd_calibrate(int argc, char **argv)
                 int a = dp_attn_parse(t);
                 if (a < 0)
                     return cli_usage_error("calibrate",
-                                           "--attention: expected flash2, flash3, cudnn, triton "
-                                           "or flash1 (comma-separated), got \"%s\"",
+                                           "--attention: expected flash2, flash3, cudnn, triton, "
+                                           "flash1 or flex (comma-separated), got \"%s\"",
                                            t);
                 attn_mask |= 1u << a;
             }
