@@ -129,12 +129,15 @@ static int nothing_fits(const struct dp_model *m, const struct dp_cluster *cl,
                           m->name, dp_cluster_gpus(cl), cl->gpu.name, (long long)gbs,
                           cli_gib(r->lowest_peak), lay, against, (long long)r->alt_gbs, alt);
     }
-    return dp_err_set(err, DP_EINFEASIBLE,
-                      "%s fits no layout on %d x %s: the smallest peak is %.2f GiB per GPU (%s) "
-                      "against %s; try more GPUs (`dplan memory %s ... --min-gpus`), a GPU "
-                      "with more memory, or a shorter --seq-len",
-                      m->name, dp_cluster_gpus(cl), cl->gpu.name, cli_gib(r->lowest_peak), lay,
-                      against, m->name);
+    /* torchtitan's own remedies for the loss's buffers (planner/fixes.c offers them too) */
+    const bool tt = o->framework == DP_FW_TORCHTITAN && o->loss_chunks <= 1;
+    return dp_err_set(
+        err, DP_EINFEASIBLE,
+        "%s fits no layout on %d x %s: the smallest peak is %.2f GiB per GPU (%s) "
+        "against %s; try more GPUs (`dplan memory %s ... --min-gpus`), a GPU "
+        "with more memory, %sor a shorter --seq-len",
+        m->name, dp_cluster_gpus(cl), cl->gpu.name, cli_gib(r->lowest_peak), lay, against, m->name,
+        tt ? "torchtitan's chunked loss (--loss-chunks 8, with --loss compiled), " : "");
 }
 
 int cmd_suggest(int argc, char **argv)
