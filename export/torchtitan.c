@@ -436,6 +436,16 @@ int dp__export_torchtitan(const struct dp__ctx *c0, struct dp_buf *b)
         dp_buf_puts(b, "# selective: torchtitan's SelectiveAC saves the outputs of compute-heavy "
                        "ops and recomputes\n#   the rest, not exactly the attention core dplan's "
                        "memory model recomputes\n");
+    /* torchtitan's language-model registries build FlexAttention unless told otherwise
+     * (attn_backend "flex" in each model's model_registry, the default since PR 3571 of
+     * 2026-06-09, which deprecated SDPA for them); a plan priced with another kernel says so. */
+    if (l->attn != DP_ATTN_FLEX)
+        dp_buf_printf(
+            b,
+            "# attention: this recipe's model runs FlexAttention (torchtitan's default "
+            "attn_backend \"flex\");\n#   the plan was priced with %s: put \"attention\": "
+            "\"flex\" in its layout to price what runs\n",
+            l->attn == DP_ATTN_DEFAULT ? "the GPU's default kernel" : dp_attn_name(l->attn));
     dp_buf_puts(b, "\n");
     const bool fp8 = dp_layout_gemm(l) == DP_GEMM_FP8;
     const bool mx = dp_layout_mxfp8(l);

@@ -475,10 +475,13 @@ static void test_framework_knobs(void)
     CHECK_CONTAINS(b.data, "    config.model_spec = model_registry(\"30B-A3B\")\n");
     CHECK_CONTAINS(b.data, "    config.loss = config.loss.loss_fn\n");
     CHECK_CONTAINS(b.data, "-m torchtitan.train --module qwen3 --config qwen3_30b_a3b");
+    CHECK_CONTAINS(b.data, "the plan was priced with the GPU's default kernel");
     dp_buf_release(&b);
     p.layout.loss_chunks = 8;
+    p.layout.attn = DP_ATTN_FLEX;
     CHECK_EQ(export_text(&p, DP_EXPORT_TORCHTITAN, &b, &err), 0);
     CHECK_CONTAINS(b.data, "        config.loss.num_chunks = 8\n");
+    CHECK(strstr(b.data, "# attention:") == NULL);
     CHECK(strstr(b.data, "config.loss = config.loss.loss_fn") == NULL);
     dp_buf_release(&b);
     /* another expert count is not torchtitan's model: no base */
