@@ -342,7 +342,7 @@ int dp_layout_validate(const struct dp_layout *l, const struct dp_model *m, int 
         return dp_err_set(err, DP_EINFEASIBLE, "local_batch=%lld: expected sequences, >= 1",
                           (long long)l->local_batch);
     if (l->local_batch > 0 && l->pp > 1) { /* with pp 1 every micro-batch is a pass anyway */
-        if (l->local_batch % l->mbs || (M * l->mbs) % l->local_batch)
+        if (!dp_local_batch_fits(l->local_batch, l->mbs, M * l->mbs))
             return dp_err_set(err, DP_EINFEASIBLE,
                               "local_batch=%lld: expected a multiple of mbs=%lld that divides "
                               "the %lld sequences per data-parallel rank (gbs / dp)",

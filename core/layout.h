@@ -244,6 +244,12 @@ static inline int64_t dp_layout_schedule_microbatches(const struct dp_layout *l)
 {
     return l->local_batch > 0 && l->pp > 1 ? l->local_batch / l->mbs : dp_layout_microbatches(l);
 }
+/* Whether local_batch sequences make whole micro-batches of mbs and whole schedules of the
+ * per_rank (gbs / dp) sequences of a step (dp_layout_validate's rule; the planner's too). */
+static inline bool dp_local_batch_fits(int64_t local_batch, int64_t mbs, int64_t per_rank)
+{
+    return local_batch > 0 && local_batch % mbs == 0 && per_rank % local_batch == 0;
+}
 /* Pipeline schedules per step (1 unless local_batch splits the step). */
 static inline int64_t dp_layout_schedules(const struct dp_layout *l)
 {

@@ -87,9 +87,8 @@ static bool apply(enum change_kind k, const struct dp_cluster *cl, struct dp_lay
         snprintf(opt, cap, "--loss compiled");
         return true;
     case CH_LOSS_CHUNKS:
-        if (l->framework != DP_FW_TORCHTITAN || l->loss_chunks > 1 ||
-            (l->mbs * l->seq_len / l->cp) % 8)
-            return false;
+        if (l->framework != DP_FW_TORCHTITAN || l->loss_chunks > 1)
+            return false; /* slices that do not divide the tokens: evaluate() drops it */
         l->loss_chunks = 8;
         snprintf(opt, cap, "--loss-chunks 8");
         return true;

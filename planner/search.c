@@ -547,7 +547,7 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                             /* a fixed local batch: whole micro-batches per schedule, whole
                              * schedules per step (dp_layout_validate) */
                             if (o->local_batch > 0 && pp > 1) {
-                                if (o->local_batch % mbs || (M * mbs) % o->local_batch)
+                                if (!dp_local_batch_fits(o->local_batch, mbs, M * mbs))
                                     continue;
                                 M = o->local_batch / mbs; /* one schedule's */
                             }

@@ -44,6 +44,18 @@ static struct dp_plan base_plan(int layers, int tp, int pp, int dp, int cp)
     return p;
 }
 
+/* A Llama-like decoder's shape (torchtitan's bases are matched on it). */
+static void set_shape(struct dp_model *m, int64_t hidden, int heads, int kv_heads, int head_dim,
+                      int64_t ffn, int64_t vocab)
+{
+    m->hidden = hidden;
+    m->heads = heads;
+    m->kv_heads = kv_heads;
+    m->head_dim = head_dim;
+    m->ffn_hidden = ffn;
+    m->vocab = vocab;
+}
+
 static void set_cluster(struct dp_plan *p, int nodes, int gpn)
 {
     p->has_cluster = true;
@@ -419,12 +431,7 @@ static void test_framework_knobs(void)
      * MXFP8LinearConverter, on Llama 3 8B's shape (torchtitan's llama3_8b); the other
      * recipes and FP8 weights have none and are refused, naming the field. */
     p = base_plan(32, 1, 1, 8, 1);
-    p.model.hidden = 4096;
-    p.model.heads = 32;
-    p.model.kv_heads = 8;
-    p.model.head_dim = 128;
-    p.model.ffn_hidden = 14336;
-    p.model.vocab = 128256;
+    set_shape(&p.model, 4096, 32, 8, 128, 14336, 128256);
     p.layout.framework = DP_FW_TORCHTITAN;
     p.layout.zero = 3;
     p.layout.gemm = DP_GEMM_FP8;
@@ -458,12 +465,7 @@ static void test_framework_knobs(void)
     /* Qwen3-30B-A3B's shape is torchtitan's qwen3_30b_a3b (models/qwen3), whose loss is a
      * ChunkedLossWrapper: a plan without loss_chunks unwraps it, one with them sets them */
     p = base_plan(48, 1, 1, 8, 1);
-    p.model.hidden = 2048;
-    p.model.heads = 32;
-    p.model.kv_heads = 4;
-    p.model.head_dim = 128;
-    p.model.ffn_hidden = 6144;
-    p.model.vocab = 151936;
+    set_shape(&p.model, 2048, 32, 4, 128, 6144, 151936);
     p.model.qk_norm = true;
     p.model.experts = 128;
     p.model.top_k = 8;
