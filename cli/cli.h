@@ -68,6 +68,7 @@ enum {
     OPT_LAST_LESS,
     OPT_FP8_RECIPE,
     OPT_FP8_PARAMS,
+    OPT_FP8_OUTPUT,
     OPT_TP_OVERLAP,
     OPT_NO_TP_OVERLAP,
     OPT_OPG,
@@ -96,6 +97,7 @@ enum {
     OPT_LOSS,
     OPT_LOSS_CHUNKS,
     OPT_LOCAL_BATCH,
+    OPT_MTP_LAYERS,
     OPT_COMMON_END,
 };
 
@@ -139,6 +141,7 @@ enum {
         {"last-stage-less-layers", required_argument, 0, OPT_LAST_LESS},                           \
         {"fp8-recipe", required_argument, 0, OPT_FP8_RECIPE},                                      \
         {"fp8-params", no_argument, 0, OPT_FP8_PARAMS},                                            \
+        {"fp8-output-proj", no_argument, 0, OPT_FP8_OUTPUT},                                       \
         {"tp-overlap", no_argument, 0, OPT_TP_OVERLAP},                                            \
         {"no-tp-overlap", no_argument, 0, OPT_NO_TP_OVERLAP},                                      \
         {"overlap-param-gather", no_argument, 0, OPT_OPG},                                         \
@@ -163,6 +166,8 @@ enum {
         {"loss", required_argument, 0, OPT_LOSS},                                                  \
         {"loss-chunks", required_argument, 0, OPT_LOSS_CHUNKS},                                    \
         {"local-batch", required_argument, 0, OPT_LOCAL_BATCH},                                    \
+        {"mtp-layers", required_argument, 0, OPT_MTP_LAYERS},                                      \
+        {"mtp-num-layers", required_argument, 0, OPT_MTP_LAYERS},                                  \
         {"overhead-gib", required_argument, 0, OPT_OVERHEAD},                                      \
     {                                                                                              \
         "memory-margin", required_argument, 0, OPT_MEMORY_MARGIN                                   \
@@ -187,13 +192,14 @@ struct cli_common {
     int shard_group;       /* 0 = unset (full sharding; the search tries HSDP) */
     int loss_chunks;       /* 0 = unset (all tokens at once) */
     long long local_batch; /* 0 = unset (one pipeline schedule a step) */
+    int mtp_layers;        /* -1 = unset (none) */
     int instances;         /* --num-distributed-optimizer-instances: shard = dp*cp / it */
     int recompute_layers;  /* 0 = unset */
     unsigned recompute_modules;
     int gemm;                        /* enum dp_gemm, -1 unset, -2 auto */
     int fp8_recipe;                  /* -1 = unset */
     int tp_overlap, opg, pp_overlap; /* -1 = framework default, 0 off, 1 on */
-    bool sp, no_flash, no_dp_overlap, fp8_params, json, moe_pad, ep_overlap;
+    bool sp, no_flash, no_dp_overlap, fp8_params, fp8_output, json, moe_pad, ep_overlap;
     double overhead_gib;  /* < 0 = unset */
     double memory_margin; /* fraction of the usable bytes; < 0 = unset (DP_MEM_TIGHT_FRACTION) */
     double moe_capacity;  /* 0 = dropless */

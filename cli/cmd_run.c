@@ -133,7 +133,8 @@ static const char run_knob_help[] =
     "biases with etp < tp;\n"
     "ALiBi, MLA and parallel-attention (one-norm) models; a plan's recompute_layers below\n"
     "the stage's layers; --precision auto, fp8 recipes other than current, --fp8-params,\n"
-    "and bf16/fp16/fp8 with MoE models;\n"
+    "--fp8-output-proj, and bf16/fp16/fp8 with MoE models; multi-token prediction\n"
+    "(--mtp-layers, --mtp-num-layers: it trains the next-token loss only);\n"
     "and the planning-only knobs --grad-dtype (other than fp32),\n"
     "--no-flash-attn and --overhead-gib: it keeps fp32 gradients, and its attention is\n"
     "--attention's (a plan file's values for these, and its overlap and kernel knobs,\n"
@@ -160,6 +161,9 @@ static int refuse_planning_knobs(const struct cli_common *c)
     if (c->fp8_params)
         return cli_usage_error("run", "--fp8-params: the executor keeps bf16 weights and "
                                       "quantises them per GEMM");
+    if (c->fp8_output)
+        return cli_usage_error("run", "--fp8-output-proj: the executor runs its output layer in "
+                                      "the storage precision");
     if (c->fp8_recipe >= 0 && c->fp8_recipe != DP_FP8_CURRENT)
         return cli_usage_error("run", "--fp8-recipe: the executor runs current (per-tensor "
                                       "current scaling) only");

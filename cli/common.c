@@ -397,14 +397,24 @@ static int cli_split(const struct cli_common *c, const struct dp_model *m, struc
     if (l->pp < 2)
         return dp_err_set(err, DP_EUSAGE, "%s: a pipeline split needs --pp > 1, got pp=%d", what,
                           l->pp);
-    int counts[DP_MAX_CHUNKS], n = 0, rc;
+    int counts[DP_MAX_CHUNKS], n = 0, rc, mtp = 0;
     if (c->stage_layers || c->pipeline_layout) {
         rc = c->stage_layers
                  ? dp_split_parse_list(c->stage_layers, counts, DP_MAX_CHUNKS, &n, what, err)
                  : dp_split_parse_megatron(c->pipeline_layout, l->pp, counts, DP_MAX_CHUNKS, &n,
-                                           what, DP_EUSAGE, err);
+                                           &mtp, what, DP_EUSAGE, err);
         if (rc)
             return rc;
+        /* Megatron checks the string's 'm's against --mtp-num-layers; without it the
+         * string gives it. */
+        if (c->pipeline_layout) {
+            if (c->mtp_layers >= 0 && c->mtp_layers != mtp)
+                return dp_err_set(err, DP_EUSAGE,
+                                  "%s: expected --mtp-layers %d multi-token-prediction layers m "
+                                  "in the string, got %d",
+                                  what, c->mtp_layers, mtp);
+            l->mtp_layers = mtp;
+        }
         if (!c->vpp) {
             if (n % l->pp)
                 return dp_err_set(err, DP_EUSAGE,
@@ -480,6 +490,8 @@ int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus, s
         l->loss_chunks = c->loss_chunks;
     if (c->local_batch > 0)
         l->local_batch = c->local_batch;
+    if (c->mtp_layers >= 0)
+        l->mtp_layers = c->mtp_layers;
     l->shard_group = c->shard_group;
     if (c->instances > 0) {
         int n = l->dp * l->cp;
@@ -505,6 +517,7 @@ int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus, s
         l->gemm = (enum dp_gemm)c->gemm;
     l->fp8_recipe = cli_fp8_recipe(c, l->framework);
     l->fp8_params = c->fp8_params;
+    l->fp8_output = c->fp8_output;
     l->etp = c->etp;
     l->moe_capacity = c->moe_capacity;
     l->moe_pad = c->moe_pad;
@@ -554,9 +567,16 @@ int cli_check_knobs(const struct cli_common *c, const struct dp_layout *l, const
         if (rc)
             return rc;
     }
-    if ((c->fp8_recipe >= 0 || c->fp8_params) && c->gemm != DP_GEMM_FP8 && c->gemm != -2)
+    if ((c->fp8_recipe >= 0 || c->fp8_params || c->fp8_output) && c->gemm != DP_GEMM_FP8 &&
+        c->gemm != -2)
         return dp_err_set(err, DP_EUSAGE, "--%s: expected --precision fp8 as well",
-                          c->fp8_params ? "fp8-params" : "fp8-recipe");
+                          c->fp8_params   ? "fp8-params"
+                          : c->fp8_output ? "fp8-output-proj"
+                                          : "fp8-recipe");
+    if (c->fp8_output && c->fp8_recipe != DP_FP8_MXFP8)
+        return dp_err_set(err, DP_EUSAGE,
+                          "--fp8-output-proj: expected --fp8-recipe mxfp8 as well (Megatron-Core "
+                          "runs the output layer in FP8 only under MXFP8)");
     if (!l) { /* a search: check the fixed GEMM precision against the GPU */
         struct dp_layout p;
         dp_layout_default(&p);
@@ -578,6 +598,7 @@ int cli_check_knobs(const struct cli_common *c, const struct dp_layout *l, const
         if (c->precision >= 0)
             p.precision = (enum dp_precision)c->precision;
         p.grad_fp32 = c->grad_fp32 != 0;
+        p.mtp_layers = c->mtp_layers > 0 ? c->mtp_layers : 0;
         int frc = dp_layout_check_framework(&p, NULL, err);
         if (frc)
             return frc;
@@ -733,6 +754,7 @@ int cli_search_opts(const struct cli_common *c, const struct dp_model *m, int gp
         o->loss = (enum dp_loss)c->loss;
     o->loss_chunks = c->loss_chunks;
     o->local_batch = c->local_batch;
+    o->mtp_layers = c->mtp_layers > 0 ? c->mtp_layers : 0;
     if (c->shard_group > 0)
         o->shard_group = c->shard_group;
     if (c->instances > 0)
@@ -753,6 +775,7 @@ int cli_search_opts(const struct cli_common *c, const struct dp_model *m, int gp
     o->gemm = c->gemm == -2 ? -1 : c->gemm >= 0 ? c->gemm : DP_GEMM_DEFAULT;
     o->fp8_recipe = cli_fp8_recipe(c, o->framework);
     o->fp8_params = c->fp8_params;
+    o->fp8_output = c->fp8_output;
     o->grad_fp32 = c->grad_fp32;
     o->flash_attn = !c->no_flash;
     o->dp_overlap = !c->no_dp_overlap;
@@ -971,12 +994,12 @@ void cli_describe_layout(FILE *f, const struct dp_layout *l, const struct dp_mod
 {
     char buf[256];
     dp_layout_format_model(l, m, buf, sizeof buf);
-    char prec[96];
+    char prec[128];
     enum dp_gemm g = dp_layout_gemm(l);
     if (g == DP_GEMM_FP8)
-        snprintf(prec, sizeof prec, "%s with fp8 GEMMs (%s scaling%s)",
+        snprintf(prec, sizeof prec, "%s with fp8 GEMMs (%s scaling%s%s)",
                  dp_precision_name(l->precision), dp_fp8_recipe_name(l->fp8_recipe),
-                 l->fp8_params ? ", fp8 weights" : "");
+                 l->fp8_params ? ", fp8 weights" : "", l->fp8_output ? ", fp8 output layer" : "");
     else if (l->gemm != DP_GEMM_DEFAULT)
         snprintf(prec, sizeof prec, "%s with %s GEMMs", dp_precision_name(l->precision),
                  dp_gemm_name(g));
@@ -989,6 +1012,9 @@ void cli_describe_layout(FILE *f, const struct dp_layout *l, const struct dp_mod
         fprintf(f, " in %lld pipeline schedules of %lld (local batch %lld)",
                 (long long)dp_layout_schedules(l), (long long)dp_layout_schedule_microbatches(l),
                 (long long)l->local_batch);
+    if (l->mtp_layers > 0)
+        fprintf(f, ", %d multi-token-prediction layer%s on the last stage", l->mtp_layers,
+                l->mtp_layers == 1 ? "" : "s");
     fputc('\n', f);
     char ov[256] = "";
     size_t n = 0;

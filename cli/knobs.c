@@ -74,7 +74,11 @@ const char cli_cluster_help[] =
     "                              of the tokens in turn (ChunkedLossWrapper) [1]\n"               \
     "  --local-batch N             torchtitan with pp > 1: one pipeline schedule per N\n"          \
     "                              sequences of a data-parallel rank, each a gradient-\n"          \
-    "                              accumulation step with its own fill and drain [gbs / dp]\n"
+    "                              accumulation step with its own fill and drain [gbs / dp]\n"     \
+    "  --mtp-layers N              Megatron: N multi-token-prediction layers on the loss's\n"      \
+    "                              stage (--mtp-num-layers; DeepSeek-V3 trains with 1),\n"         \
+    "                              each a 2h -> h projection, one more layer, the output\n"        \
+    "                              layer and a loss again [0]\n"
 
 /* Precision, overlap and mixture-of-experts options. */
 #define CLI_PRECISION_HELP                                                                         \
@@ -85,6 +89,7 @@ const char cli_cluster_help[] =
     "                              rowwise under --framework torchtitan];\n"                       \
     "                              current = per-tensor current scaling (torchao tensorwise)\n"    \
     "  --fp8-params                weights kept and gathered in FP8 (--fp8-param-gather)\n"        \
+    "  --fp8-output-proj           with mxfp8: the output layer's GEMMs in FP8 too\n"              \
     "  --grad-dtype {fp32,half}    gradient accumulation [fp32; half for fp16 and deepspeed];\n"   \
     "                              torchtitan: FSDP2's reduce_dtype (half: bf16, as Automodel)\n"  \
     "  --optimizer {adam,sgd}      [adam]\n"                                                       \
@@ -165,6 +170,7 @@ void cli_common_init(struct cli_common *c)
     c->moe_imbalance = -1;
     c->zero = -1;
     c->first_less = c->last_less = -1;
+    c->mtp_layers = -1;
 }
 
 static int parse_double(const char *cmd, const char *opt, const char *arg, double lo, double hi,
@@ -311,6 +317,9 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
     case OPT_LOSS_CHUNKS:
         r = parse_int(cmd, "loss-chunks", arg, 1, 1 << 16, &c->loss_chunks);
         break;
+    case OPT_MTP_LAYERS:
+        r = parse_int(cmd, "mtp-layers", arg, 0, DP_MAX_MTP, &c->mtp_layers);
+        break;
     case OPT_LOSS: {
         int v = -1;
         r = parse_choice(cmd, "loss", arg, loss_names, 5, &v);
@@ -342,6 +351,7 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
         break;
     }
     case OPT_FP8_PARAMS: c->fp8_params = true; break;
+    case OPT_FP8_OUTPUT: c->fp8_output = true; break;
     case OPT_TP_OVERLAP: c->tp_overlap = 1; break;
     case OPT_NO_TP_OVERLAP: c->tp_overlap = 0; break;
     case OPT_OPG: c->opg = 1; break;

@@ -104,11 +104,14 @@ static void stage_label(const struct dp_mem_report *r, int i, const struct dp_la
     const struct dp_mem_stage *s = &r->stage[i];
     char ranges[64];
     dp_layout_stage_ranges(l, m, s->stage, ranges, sizeof ranges);
+    char mtp[16] = "";
+    if (l->mtp_layers > 0 && s->has_head)
+        snprintf(mtp, sizeof mtp, " + %d MTP", l->mtp_layers);
     if (dp_model_mixed_layers(m) && s->kind_layers[DP_LAYER_DENSE] > 0)
-        snprintf(out, cap, "stage %d (%dL: %s, %d dense)", s->stage, s->layers, ranges,
-                 s->kind_layers[DP_LAYER_DENSE]);
+        snprintf(out, cap, "stage %d (%dL: %s, %d dense%s)", s->stage, s->layers, ranges,
+                 s->kind_layers[DP_LAYER_DENSE], mtp);
     else
-        snprintf(out, cap, "stage %d (%dL: %s)", s->stage, s->layers, ranges);
+        snprintf(out, cap, "stage %d (%dL: %s%s)", s->stage, s->layers, ranges, mtp);
 }
 
 void cli_mem_table(FILE *f, const struct dp_mem_report *r, const struct dp_layout *l,

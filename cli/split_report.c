@@ -48,7 +48,7 @@ void cli_split_text(FILE *f, const struct dp_layout *l, const struct dp_model *m
     if (n < 1)
         return;
     char meg[512];
-    dp_split_format_megatron(c, n, meg, sizeof meg);
+    dp_split_format_megatron(c, n, l->mtp_layers, meg, sizeof meg);
     fprintf(f, "pipeline split: %lld layers over pp=%d", (long long)m->layers, l->pp);
     if (l->vpp > 1)
         fprintf(f, " x vpp=%d model chunks", l->vpp);
@@ -94,7 +94,7 @@ cJSON *cli_split_json(const struct dp_layout *l, const struct dp_model *m)
     for (int s = 0; s < n; s++)
         cJSON_AddItemToArray(a, cJSON_CreateNumber(c[s]));
     char meg[4096];
-    dp_split_format_megatron(c, n, meg, sizeof meg);
+    dp_split_format_megatron(c, n, l->mtp_layers, meg, sizeof meg);
     cJSON_AddStringToObject(o, "megatron_layout", meg);
     return o;
 }

@@ -436,6 +436,10 @@ int dp_layout_validate(const struct dp_layout *l, const struct dp_model *m, int 
                           l->shard_group, l->dp * l->cp);
     if (l->zero < 0 || l->zero > 3)
         return dp_err_set(err, DP_EINFEASIBLE, "zero=%d: expected 0, 1, 2 or 3", l->zero);
+    if (l->mtp_layers < 0 || l->mtp_layers > DP_MAX_MTP)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "mtp_layers=%d: expected 0 to %d multi-token-prediction layers",
+                          l->mtp_layers, DP_MAX_MTP);
     /* ChunkedLossWrapper splits the local tokens into equal slices (torch._check
      * "sequence length must be divisible by num_chunks"). */
     if (l->loss_chunks < 0 || l->loss_chunks > (1 << 16) ||
@@ -577,6 +581,8 @@ cJSON *dp_layout_to_json(const struct dp_layout *l)
         cJSON_AddStringToObject(o, "fp8_recipe", recipe_names[l->fp8_recipe]);
         cJSON_AddStringToObject(o, "fp8_format", format_names[l->fp8_format]);
         cJSON_AddBoolToObject(o, "fp8_params", l->fp8_params);
+        if (l->fp8_output)
+            cJSON_AddBoolToObject(o, "fp8_output", true);
     }
     cJSON_AddBoolToObject(o, "tp_overlap", l->tp_overlap);
     cJSON_AddBoolToObject(o, "overlap_param_gather", l->overlap_param_gather);
@@ -604,6 +610,8 @@ cJSON *dp_layout_to_json(const struct dp_layout *l)
         cJSON_AddNumberToObject(o, "loss_chunks", l->loss_chunks);
     if (l->local_batch > 0)
         cJSON_AddNumberToObject(o, "local_batch", (double)l->local_batch);
+    if (l->mtp_layers > 0)
+        cJSON_AddNumberToObject(o, "mtp_layers", l->mtp_layers);
     if (l->framework != DP_FW_MEGATRON)
         cJSON_AddStringToObject(o, "framework", framework_names[l->framework]);
     if (l->shard_group > 0)
@@ -687,10 +695,19 @@ static int read_split(struct dp_jr *jr, const cJSON *obj, struct dp_layout *out,
                               "got %s",
                               what, got);
         }
-        int rc = dp_split_parse_megatron(str->valuestring, out->pp, c, DP_MAX_CHUNKS, &n, what,
-                                         DP_EINVAL, jr->err);
+        int mtp = 0;
+        int rc = dp_split_parse_megatron(str->valuestring, out->pp, c, DP_MAX_CHUNKS, &n, &mtp,
+                                         what, DP_EINVAL, jr->err);
         if (rc)
             return rc;
+        /* Megatron checks the string's 'm's against --mtp-num-layers; without mtp_layers
+         * the string gives it. */
+        if (cJSON_GetObjectItemCaseSensitive(obj, "mtp_layers") && mtp != out->mtp_layers)
+            return dp_err_set(jr->err, DP_EINVAL,
+                              "%s: expected mtp_layers=%d multi-token-prediction layers m in the "
+                              "string, got %d",
+                              what, out->mtp_layers, mtp);
+        out->mtp_layers = mtp;
     }
     if (n < 1 || n % out->pp)
         return dp_err_set(jr->err, DP_EINVAL,
@@ -736,6 +753,7 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
                                        "fp8_recipe",
                                        "fp8_format",
                                        "fp8_params",
+                                       "fp8_output",
                                        "tp_overlap",
                                        "overlap_param_gather",
                                        "pp_overlap",
@@ -755,6 +773,7 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
                                        "loss",
                                        "loss_chunks",
                                        "local_batch",
+                                       "mtp_layers",
                                        "framework",
                                        "shard_group",
                                        NULL};
@@ -763,7 +782,7 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
             etp = 0;
     int rc_ = 0, prec = 0, opt = 0, gemm = DP_GEMM_DEFAULT, fmt = 0, attn = 0, disp = 0, route = 0;
     int method = 0, loss = 0, fw = 0, odt = DP_FP32;
-    int64_t sg = 0, lc = 0;
+    int64_t sg = 0, lc = 0, mtp = 0;
     /* "precision": "fp8" is shorthand for bf16 storage with FP8 GEMMs. */
     const cJSON *pv = cJSON_GetObjectItemCaseSensitive(obj, "precision");
     bool fp8_shorthand = cJSON_IsString(pv) && strcmp(pv->valuestring, "fp8") == 0;
@@ -786,6 +805,7 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
         dp_jr_int(jr, obj, "shard_group", false, 1, 1 << 24, &sg) ||
         dp_jr_int(jr, obj, "loss_chunks", false, 1, 1 << 16, &lc) ||
         dp_jr_int(jr, obj, "local_batch", false, 1, INT64_C(1) << 40, &out->local_batch) ||
+        dp_jr_int(jr, obj, "mtp_layers", false, 0, DP_MAX_MTP, &mtp) ||
         dp_jr_bool(jr, obj, "sp", false, &out->sp) ||
         dp_jr_bool(jr, obj, "flash_attn", false, &out->flash_attn) ||
         dp_jr_enum(jr, obj, "precision", false, prec_in, 4, &prec) ||
@@ -798,6 +818,7 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
         dp_jr_enum(jr, obj, "gemm_precision", false, gemm_names + 1, DP_GEMMS - 1, &gemm) ||
         dp_jr_enum(jr, obj, "fp8_format", false, format_names, 2, &fmt) ||
         dp_jr_bool(jr, obj, "fp8_params", false, &out->fp8_params) ||
+        dp_jr_bool(jr, obj, "fp8_output", false, &out->fp8_output) ||
         dp_jr_bool(jr, obj, "tp_overlap", false, &out->tp_overlap) ||
         dp_jr_bool(jr, obj, "pp_overlap", false, &out->pp_overlap) ||
         dp_jr_enum(jr, obj, "attention", false, attn_names, DP_ATTNS, &attn) ||
@@ -819,6 +840,7 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
     out->framework = (enum dp_framework)fw;
     out->shard_group = (int)sg;
     out->loss_chunks = (int)lc;
+    out->mtp_layers = (int)mtp;
     if (cJSON_GetObjectItemCaseSensitive(obj, "loss"))
         out->loss = (enum dp_loss)(loss + 1); /* the enum read skipped "default" */
     /* DeepSpeed accumulates gradients in the model's dtype unless data_types.grad_accum_dtype
@@ -919,6 +941,11 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
     } else if (out->fp8_params && dp_layout_gemm(out) != DP_GEMM_FP8) {
         field = "fp8_params";
         need = "false without gemm_precision fp8 (FP8 weights need FP8 GEMMs)";
+        got = "true";
+    } else if (out->fp8_output && !dp_layout_mxfp8(out)) {
+        field = "fp8_output";
+        need = "false without gemm_precision fp8 and fp8_recipe mxfp8 (Megatron-Core runs the "
+               "output layer in FP8 only under MXFP8: is_mxfp8_output_proj_active)";
         got = "true";
     }
     if (field) {

@@ -150,6 +150,10 @@ struct dp_layout {
     enum dp_fp8_format fp8_format;
     bool fp8_params; /* weights kept (and gathered) in FP8: Megatron --fp8-param-gather,
                         NeMo fp8_params, torchao float8 FSDP all-gather */
+    /* The output layer (LM head) in MXFP8 too: Megatron-Core fp8_output_proj
+     * (TELMHeadColumnParallelLinear, active only with the mxfp8 recipe:
+     * fp8_utils.is_mxfp8_output_proj_active). */
+    bool fp8_output;
     /* Communication overlap beyond dp_overlap (all default off in dp_layout_default,
      * which is what a plan or runs file that does not name them means): */
     bool tp_overlap;           /* TP collectives pipelined with the GEMMs they feed (Megatron
@@ -179,6 +183,13 @@ struct dp_layout {
      * trainer.py train_step calls forward_backward_step, hence pp_schedule.step, once per
      * accumulation step). 0: all of the step's micro-batches in one schedule. */
     int64_t local_batch;
+    /* Multi-token prediction depth (DeepSeek-V3 technical report Sec. 2.2; Megatron-Core's
+     * MultiTokenPredictionBlock, --mtp-num-layers): each of the mtp_layers modules on the
+     * loss's model chunk joins the previous depth's hidden states with the embedding of the
+     * next token (two RMSNorms and a 2h -> h projection, eh_proj), runs one transformer
+     * layer of the kind the model's last layer is, and the shared output layer and a loss
+     * of its own. Megatron only; 0: none. */
+    int mtp_layers;
     enum dp_framework framework;
     /* Hybrid sharded data parallelism (HSDP): ZeRO/FSDP shards within groups of
      * shard_group of the dp x cp ranks and replicates across the groups, whose gradients
@@ -368,6 +379,9 @@ void dp_layout_format(const struct dp_layout *l, char *out, size_t cap);
 struct cJSON *dp_layout_to_json(const struct dp_layout *l);
 int dp_layout_from_json(struct dp_jr *jr, const struct cJSON *obj, struct dp_layout *out);
 
+/* The deepest multi-token prediction dplan takes (DeepSeek-V3 trains with 1). */
+#define DP_MAX_MTP 8
+
 /*
  * Split rules (core/split.c). Each writes pp * vpp counts in model order into out (room for
  * DP_MAX_CHUNKS) or fails with `code` and "what: expected ..." in err:
@@ -378,7 +392,9 @@ int dp_layout_from_json(struct dp_jr *jr, const struct cJSON *obj, struct dp_lay
  *  - dp_split_check: n == pp * vpp counts summing to L, none empty but the first and last.
  * Text forms: "7,8*14,7" (--stage-layers, N*K = N repeated K times) and Megatron's
  * --pipeline-model-parallel-layout strings ("Et|(tt|)*62,tL"); the parsers set *n to the
- * count of virtual stages. The formatters truncate at cap.
+ * count of virtual stages (and *mtp to the count of MTP layers 'm', which must sit in the
+ * loss's stage; NULL refuses them). The formatters truncate at cap; the Megatron one writes
+ * mtp layers 'm' before the loss.
  */
 int dp_split_first_last(int64_t L, int pp, int vpp, int first, int last, int *out, const char *what,
                         int code, struct dp_err *err);
@@ -391,10 +407,10 @@ int dp_split_check(const int *c, int n, int64_t L, int pp, int vpp, const char *
                    struct dp_err *err);
 int dp_split_parse_list(const char *str, int *out, int cap, int *n, const char *what,
                         struct dp_err *err);
-int dp_split_parse_megatron(const char *str, int pp, int *out, int cap, int *n, const char *what,
-                            int code, struct dp_err *err);
+int dp_split_parse_megatron(const char *str, int pp, int *out, int cap, int *n, int *mtp,
+                            const char *what, int code, struct dp_err *err);
 void dp_split_format_list(const int *c, int n, char *buf, size_t cap);
-void dp_split_format_megatron(const int *c, int n, char *buf, size_t cap);
+void dp_split_format_megatron(const int *c, int n, int mtp, char *buf, size_t cap);
 
 /* Megatron pads the vocabulary to a multiple of 128 * tp (--make-vocab-size-divisible-by). */
 int64_t dp_padded_vocab(int64_t vocab, int tp);

@@ -64,6 +64,15 @@ int dp_layout_check_framework(const struct dp_layout *l, const char *where, stru
                           "chunks",
                           f, fw, l->loss_chunks);
     }
+    /* Megatron-Core builds MTP layers (MultiTokenPredictionBlock); torchtitan's DeepSeek-V3
+     * and DeepSpeed train without them. */
+    if (l->mtp_layers > 0 && l->framework != DP_FW_MEGATRON) {
+        field_name(where, "mtp_layers", NULL, f, sizeof f);
+        return dp_err_set(err, DP_EUSAGE,
+                          "%s: multi-token prediction is Megatron-Core's (--mtp-num-layers); %s "
+                          "trains the next-token loss only, got %d MTP layers",
+                          f, fw, l->mtp_layers);
+    }
     switch (l->framework) {
     case DP_FW_MEGATRON:
         /* Megatron-LM shards gradients and parameters only with Megatron-FSDP

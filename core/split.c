@@ -390,8 +390,8 @@ static bool repeat_count(const char *s, long *n, size_t *len)
     return i > 0;
 }
 
-int dp_split_parse_megatron(const char *str, int pp, int *out, int cap, int *n, const char *what,
-                            int code, struct dp_err *err)
+int dp_split_parse_megatron(const char *str, int pp, int *out, int cap, int *n, int *mtp,
+                            const char *what, int code, struct dp_err *err)
 {
     /*
      * Megatron-LM PipelineParallelLayerLayout.parse_str_to_list
@@ -400,7 +400,10 @@ int dp_split_parse_megatron(const char *str, int pp, int *out, int cap, int *n, 
      * then "c*n" repeats the character c; '|' separates virtual stages, listed in
      * model order (vpp = stages / pp); 'E' is the embedding, 't' a decoder layer, 'L'
      * the loss, 'm' a multi-token-prediction layer. validate_layer_layout requires
-     * E first and L last, once each, and the model's count of t.
+     * E first and L last, once each, and the model's count of t. dplan prices the MTP
+     * layers on the loss's virtual stage (*mtp: their count), as Megatron-Bridge's
+     * DeepSeek-V3 layouts place them ([..., "mtp", "loss"]); Megatron's standalone MTP
+     * stage ("...|m|L") is refused.
      */
     char *a = malloc(LAYOUT_MAX), *b = malloc(LAYOUT_MAX);
     int rc = 0;
@@ -457,8 +460,8 @@ int dp_split_parse_megatron(const char *str, int pp, int *out, int cap, int *n, 
     }
     a[la] = '\0';
     /* Stages. */
-    int S = 0, nE = 0, nL = 0, sE = -1, sL = -1;
-    bool t_before_E = false, t_after_L = false;
+    int S = 0, nE = 0, nL = 0, nm = 0, sE = -1, sL = -1, sm = -1;
+    bool t_before_E = false, t_after_L = false, m_after_L = false;
     out[0] = 0;
     for (size_t i = 0; i <= la; i++) {
         char ch = a[i];
@@ -491,10 +494,18 @@ int dp_split_parse_megatron(const char *str, int pp, int *out, int cap, int *n, 
             sL = S;
             break;
         case 'm':
-            rc = dp_err_set(err, code,
-                            "%s: 'm' (a multi-token-prediction layer) is not modelled by dplan",
-                            what);
-            goto out;
+            nm++;
+            if (sm >= 0 && sm != S) {
+                rc = dp_err_set(err, code,
+                                "%s: expected the multi-token-prediction layers m together in "
+                                "one virtual stage, got them in stages %d and %d",
+                                what, sm, S);
+                goto out;
+            }
+            sm = S;
+            if (nL > 0)
+                m_after_L = true;
+            break;
         default:
             rc = dp_err_set(err, code,
                             "%s: unknown layer character '%c' (expected E embedding, t decoder "
@@ -512,12 +523,22 @@ int dp_split_parse_megatron(const char *str, int pp, int *out, int cap, int *n, 
                         what);
     else if (sL != S - 1 || t_after_L)
         rc = dp_err_set(err, code, "%s: expected the loss L last, in the last virtual stage", what);
+    else if (nm > 0 && (!mtp || sm != S - 1 || m_after_L))
+        rc = dp_err_set(err, code,
+                        mtp ? "%s: expected the multi-token-prediction layers m in the last "
+                              "virtual stage, before the loss L (dplan prices them on the loss's "
+                              "stage; a stage of their own is not modelled)"
+                            : "%s: multi-token-prediction layers m are not expected here",
+                        what);
     else if (pp < 1 || S % pp)
         rc = dp_err_set(err, code,
                         "%s: expected a multiple of pp=%d virtual stages (pp x vpp), got %d", what,
                         pp, S);
-    else
+    else {
         *n = S;
+        if (mtp)
+            *mtp = nm;
+    }
     goto out;
 too_long:
     rc = dp_err_set(err, code, "%s: expands to more than %d characters", what, LAYOUT_MAX - 1);
@@ -565,7 +586,7 @@ void dp_split_format_list(const int *c, int n, char *buf, size_t cap)
 }
 
 /* One virtual stage in Megatron's notation: [E] t... [L]. */
-static void stage_token(int s, int S, int layers, char *out, size_t cap)
+static void stage_token(int s, int S, int layers, int mtp, char *out, size_t cap)
 {
     size_t at = 0;
     out[0] = '\0';
@@ -577,21 +598,24 @@ static void stage_token(int s, int S, int layers, char *out, size_t cap)
         app(out, cap, &at, "tt");
     else if (layers > 2)
         app(out, cap, &at, "t*%d", layers);
-    if (s == S - 1)
+    if (s == S - 1) {
+        for (int i = 0; i < mtp && i < DP_MAX_MTP; i++)
+            app(out, cap, &at, "m");
         app(out, cap, &at, "L");
+    }
 }
 
-void dp_split_format_megatron(const int *c, int n, char *buf, size_t cap)
+void dp_split_format_megatron(const int *c, int n, int mtp, char *buf, size_t cap)
 {
     size_t at = 0;
     if (cap)
         buf[0] = '\0';
     for (int s = 0; s < n;) {
         char tok[32], next[32];
-        stage_token(s, n, c[s], tok, sizeof tok);
+        stage_token(s, n, c[s], mtp, tok, sizeof tok);
         int k = 1;
         for (; s + k < n; k++) {
-            stage_token(s + k, n, c[s + k], next, sizeof next);
+            stage_token(s + k, n, c[s + k], mtp, next, sizeof next);
             if (strcmp(next, tok) != 0)
                 break;
         }

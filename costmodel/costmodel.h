@@ -244,8 +244,11 @@ struct dp_flops {
     double kind_fwd[DP_LAYER_KINDS]; /* the same for a dense and a MoE layer */
     double scores_fwd;               /* its attention-score part (QK^T and attention x V) */
     double head_fwd;                 /* output layer (logits), one micro-batch, forward */
-    double model_flops;              /* per step: 3 x forward (forward + 2x backward) */
-    double hardware_flops;           /* per step, plus the recomputed forwards */
+    /* multi-token prediction beyond its layers: eh_proj and the output layer again, all
+     * depths, one micro-batch, forward */
+    double mtp_fwd;
+    double model_flops;    /* per step: 3 x forward (forward + 2x backward) */
+    double hardware_flops; /* per step, plus the recomputed forwards */
     double recompute_flops;
 };
 void dp_flops_step(const struct dp_model *m, const struct dp_layout *l, struct dp_flops *out);
@@ -456,6 +459,10 @@ struct dp_layer_time {
      * kind's entry). */
     double emb_f, emb_b, emb_tp_f;
     double head_f, head_b, head_tp_f, head_tp_b;
+    /* One multi-token-prediction depth (layout mtp_layers) beyond its transformer layer:
+     * the next tokens' embedding, two norms, the 2h -> h projection, the output layer and
+     * loss again (time_pipe.c adds the layer, of the last layer's kind). */
+    double mtp_f, mtp_b;
 };
 /* out[DP_LAYER_DENSE] and out[DP_LAYER_MOE]: a dense and a MoE layer's costs. */
 void dp_time_layer(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,

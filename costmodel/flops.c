@@ -52,9 +52,18 @@ void dp_flops_step(const struct dp_model *m, const struct dp_layout *l, struct d
     double micro = (double)l->gbs / (double)l->mbs; /* micro-batches summed over DP ranks */
     struct dp_layer_kinds k;
     dp_model_layer_kinds(m, 0, m->layers, &k);
+    /* Multi-token prediction (layout mtp_layers): per depth one more layer of the last
+     * layer's kind, counted with the model's layers below (recompute included), plus its
+     * 2h -> h projection and the output layer again (Megatron-LM training.py
+     * num_floating_point_operations counts the same: "MTP norms and proj" and the logits
+     * (mtp_num_layers + 1) times). */
+    const double D = l->mtp_layers > 0 ? l->mtp_layers : 0;
+    const enum dp_layer_kind K = dp_model_layer_kind(m, m->layers - 1);
+    k.n[K] += (int64_t)D;
+    out->mtp_fwd = D * (2 * tokens * 2 * h * h + out->head_fwd);
     double layers_fwd = k.n[DP_LAYER_DENSE] * out->kind_fwd[DP_LAYER_DENSE] +
                         k.n[DP_LAYER_MOE] * out->kind_fwd[DP_LAYER_MOE];
-    double fwd = micro * (layers_fwd + out->head_fwd);
+    double fwd = micro * (layers_fwd + out->head_fwd + out->mtp_fwd);
     out->model_flops = 3 * fwd;
     /* What full recompute redoes of a layer: all of its forward, or without its fc2
      * (2 T h f) where the checkpoint stops early (dp_recompute_early_stop). */
@@ -75,6 +84,10 @@ void dp_flops_step(const struct dp_model *m, const struct dp_layout *l, struct d
             dp_layout_stage_kinds(l, m, st, &sk);
             double fwd_st = sk.n[DP_LAYER_DENSE] * redo[DP_LAYER_DENSE] +
                             sk.n[DP_LAYER_MOE] * redo[DP_LAYER_MOE];
+            if (st == l->pp - 1) { /* the MTP layers, recomputed as the stage's */
+                fwd_st += D * redo[K];
+                n += (int)D;
+            }
             if (n > 0)
                 r += fwd_st * dp_layout_recomputed(l, n) / n;
         }
@@ -86,7 +99,7 @@ void dp_flops_step(const struct dp_model *m, const struct dp_layout *l, struct d
         double per = mods & DP_RCM_CORE_ATTN ? scores : 0, r = 0;
         if (mods & DP_RCM_MLA_UP_PROJ && m->mla)
             per += 2 * tokens * (double)m->mla_kv_rank * a * ((double)m->mla_nope_dim + dv);
-        r = (double)m->layers * per;
+        r = ((double)m->layers + D) * per;
         if (mods & DP_RCM_MLP)
             r += k.n[DP_LAYER_DENSE] * dense;
         if (mods & DP_RCM_MOE)

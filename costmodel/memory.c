@@ -131,8 +131,30 @@ static void kind_params(const struct dp_model *m, const struct dp_layout *l, str
     }
 }
 
+/* Multi-token prediction (layout mtp_layers) on the last stage, Megatron-Core's
+ * MultiTokenPredictionLayer per depth: enorm and hnorm, eh_proj (2h -> h, column-parallel,
+ * no bias), one transformer layer of the last layer's kind and its final norm. The output
+ * layer is the main model's; the input embedding is too, but with pp > 1 the last stage
+ * keeps a copy of it (GPTModel builds the embedding where mtp_process is set), unless the
+ * tied LM head already is one. DeepSeek-V3's MTP module: 11.61B parameters on top of the
+ * 671B main model, the published 685B with the checkpoint's own embedding and head. */
+static void mtp_params(const struct dp_model *m, const struct dp_layout *l,
+                       const struct kind_params *kp, int64_t *dense, int64_t *expert)
+{
+    if (l->mtp_layers <= 0)
+        return;
+    const int64_t t = l->tp, h = m->hidden, D = l->mtp_layers;
+    const int64_t norm = m->norm == DP_NORM_LAYERNORM ? 2 * h : h;
+    const enum dp_layer_kind K = dp_model_layer_kind(m, m->layers - 1);
+    *dense += D * (3 * norm + 2 * h * h / t + kp->dense[K]);
+    *expert += D * kp->expert[K];
+    if (l->pp > 1 && !m->tied_embeddings)
+        *dense += dp_padded_vocab(m->vocab, l->tp) * h / t;
+}
+
 /* Parameters held by one GPU of stage r: its layers by kind, plus the embedding (first
- * stage), the final norm and the LM head (last stage), all in the dense part. */
+ * stage), the final norm and the LM head (last stage) and any MTP layers, all in the
+ * dense part but the MTP layers' experts. */
 static void stage_params(const struct dp_model *m, const struct dp_layout *l, int r,
                          const struct dp_layer_kinds *kinds, const struct kind_params *kp,
                          int64_t *dense, int64_t *expert)
@@ -156,6 +178,7 @@ static void stage_params(const struct dp_model *m, const struct dp_layout *l, in
          * (Megatron _allreduce_word_embedding_grads). */
         if (!m->tied_embeddings || l->pp > 1)
             d += vpad * h / t;
+        mtp_params(m, l, kp, &d, &e);
     }
     *dense = d;
     *expert = e;
@@ -321,8 +344,22 @@ static void stage_activations(const struct mem_ctx *x, int r, const struct dp_la
         out->act_layers_bytes = peak;
     }
     out->inflight = stored > 0 ? (double)out->act_layers_bytes / (double)stored : (double)live[0];
-    if (out->has_head)
+    if (out->has_head) {
         out->act_head_bytes = x->head_act;
+        /* Multi-token prediction: per depth its layer's kept activations (the last layer's
+         * kind, under the stage's recompute), the concatenated normed inputs (2h) it
+         * keeps for eh_proj, and a loss of its own, whose buffers live until its backward
+         * (Megatron-Core process_mtp_loss computes each depth's loss in the forward). */
+        if (l->mtp_layers > 0) {
+            const struct dp_model *m = x->m;
+            const enum dp_layer_kind K = dp_model_layer_kind(m, m->layers - 1);
+            const int64_t u = (l->sp && l->tp > 1) ? l->tp : 1;
+            const int64_t tok = l->seq_len / l->cp * l->mbs;
+            const int64_t p = dp_precision_bytes(l->precision);
+            out->act_head_bytes +=
+                l->mtp_layers * (per[K] + 2 * p * tok * m->hidden / u + x->head_act);
+        }
+    }
     out->activations_bytes =
         out->act_layers_bytes + out->act_embed_bytes + out->act_head_bytes + out->act_working_bytes;
 }
@@ -387,6 +424,8 @@ static void stage_with(const struct mem_ctx *x, int r, const int64_t *act, struc
         dense += out->kind_layers[k] * x->kp.dense[k];
         expert += out->kind_layers[k] * x->kp.expert[k];
     }
+    if (out->has_head)
+        mtp_params(m, l, &x->kp, &dense, &expert);
     out->params = dense + expert;
     struct dp_states sd, se = {0, 0, 0};
     dp_mem_states(dense, x->shard_d, l, &sd);

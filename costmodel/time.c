@@ -715,8 +715,18 @@ static void ends(const struct dp__time_ctx *c, struct dp_layer_time *o)
     double head = gemm_s(c, T, vpad / t, h, 1);
     double ce = T * vpad / t * 4.0;
     double norm = 2.0 * p * T * h / u;
-    o->head_f = head + (5 * ce + norm) / c->membw;
-    o->head_b = 2 * head + (3 * ce + 2 * norm) / c->membw;
+    /* fp8_output (Megatron-Core fp8_output_proj, MXFP8 only): the output layer is a TE
+     * linear under the recipe, its GEMMs at the FP8 rate with the module's fixed cost,
+     * its input quantized forward and the logits' gradient backward (the weight's cast
+     * is once per step, under TE's per-step weight cache, and left out). */
+    double qf = 0, qb = 0;
+    if (l->fp8_output && c->mxfp8) {
+        head = gemm_lin(c, T, vpad / t, h, 1) + c->cl->gpu.mxfp8_fixed_s;
+        qf = T * h * c->cast_b;
+        qb = T * vpad / t * c->cast_b;
+    }
+    o->head_f = head + (5 * ce + norm + qf) / c->membw;
+    o->head_b = 2 * head + (3 * ce + 2 * norm + qb) / c->membw;
     o->head_tp_f = o->head_tp_b = 0;
     if (l->tp > 1) {
         o->head_tp_f = 3 * dp_coll_time_s(DP_ALLREDUCE, 4.0 * T, l->tp, &c->tp);
@@ -725,6 +735,24 @@ static void ends(const struct dp__time_ctx *c, struct dp_layer_time *o)
             o->head_tp_f += ag;
             o->head_tp_b = ag + dp_coll_time_s(DP_REDUCE_SCATTER, p * T * h, l->tp, &c->tp);
         }
+    }
+    /* A multi-token-prediction depth (Megatron-Core multi_token_prediction.py
+     * MultiTokenPredictionLayer): the embedding of the tokens shifted by one more
+     * position, RMSNorm of it and of the previous depth's hidden states (enorm, hnorm),
+     * their concatenation projected 2h -> h (eh_proj, column-parallel), then, after its
+     * transformer layer, the final norm, the shared output layer and a cross entropy of
+     * its own: the head's cost again. */
+    o->mtp_f = o->mtp_b = 0;
+    if (l->mtp_layers > 0) {
+        double proj = gemm_s(c, T, h / t, 2 * h, 1);
+        double norms = 2 * 2.0 * p * T * h / u;
+        /* eh_proj's output is gathered over TP (gather_from_tensor_model_parallel_region)
+         * and the output layer's collectives are the head's: counted here with the rest. */
+        double tp_f = l->tp > 1 ? dp_coll_time_s(DP_ALLGATHER, p * T * h, l->tp, &c->tp) : 0;
+        o->mtp_f =
+            ew + proj + (norms + 2 * p * T * h / u) / c->membw + o->head_f + tp_f + o->head_tp_f;
+        o->mtp_b = 2 * ew + 2 * proj + 2 * (norms + 2 * p * T * h / u) / c->membw + o->head_b +
+                   tp_f + o->head_tp_b;
     }
 }
 
@@ -769,6 +797,8 @@ void dp_time_layer(const struct dp_model *m, const struct dp_cluster *cl, const 
         out[k].head_b = out[0].head_b;
         out[k].head_tp_f = out[0].head_tp_f;
         out[k].head_tp_b = out[0].head_tp_b;
+        out[k].mtp_f = out[0].mtp_f;
+        out[k].mtp_b = out[0].mtp_b;
     }
 }
 
@@ -923,8 +953,10 @@ void dp_time_step_reuse(const struct dp_model *m, const struct dp_cluster *cl,
     int ndp = dp_layout_shard(l), ndpe = dp_layout_edp(l);
 
     /* Tied embeddings across stages: the first and last stage sum their copies'
-     * gradients (Megatron _allreduce_word_embedding_grads). */
-    if (pp > 1 && m->tied_embeddings) {
+     * gradients (Megatron _allreduce_word_embedding_grads); so do they for the copy of the
+     * input embedding the last stage keeps for multi-token prediction (Megatron-Core
+     * GPTModel builds its embedding where mtp_process is set, in the embedding group). */
+    if (pp > 1 && (m->tied_embeddings || l->mtp_layers > 0)) {
         double vpad = (double)dp_padded_vocab(m->vocab, l->tp);
         o->other_s = dp_coll_time_s(DP_ALLREDUCE, vpad * m->hidden / l->tp * gb, 2, &c.emb);
     }

@@ -222,6 +222,11 @@ int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world
                               "layout: stage %d holds no transformer layer (the embedding or the "
                               "loss alone): the CPU executor needs at least one per stage",
                               r);
+    if (l->mtp_layers > 0)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "layout: mtp_layers=%d: the CPU executor trains the next-token loss "
+                          "only (no multi-token prediction)",
+                          l->mtp_layers);
     if (l->optimizer != DP_OPT_ADAM)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "layout: optimizer=sgd: the CPU executor trains with AdamW only");

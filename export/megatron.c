@@ -71,7 +71,7 @@ static int layout_fits(const struct dp__ctx *c)
     for (int s = 0; s < n && s < DP_MAX_CHUNKS; s++)
         ch[s] = c->l->chunk_layers[s];
     char buf[1024];
-    dp_split_format_megatron(ch, n, buf, sizeof buf);
+    dp_split_format_megatron(ch, n, c->l->mtp_layers, buf, sizeof buf);
     if (strlen(buf) >= sizeof((struct dp__val *)0)->s)
         return dp__refuse(c, "layout.stage_layers",
                           "the split's --pipeline-model-parallel-layout string is %zu characters, "
@@ -267,6 +267,12 @@ static int router_bias(const struct dp__ctx *c, struct dp__val *v)
 {
     return c->m->experts && c->m->moe_router_bias ? dp__flag(v) : 0;
 }
+/* Multi-token prediction (layout mtp_layers): Megatron-Core puts the MTP block on the
+ * last pipeline stage, or where the layout string's 'm's are (written with it). */
+static int mtp_layers(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->l->mtp_layers > 0 ? dp__int(v, c->l->mtp_layers) : 0;
+}
 static int vocab_divisible(const struct dp__ctx *c, struct dp__val *v)
 {
     /* dplan's memory model pads the vocabulary to a multiple of 128 x tp, Megatron's
@@ -299,7 +305,7 @@ static int pp_layout(const struct dp__ctx *c, struct dp__val *v)
     for (int s = 0; s < n && s < DP_MAX_CHUNKS; s++)
         ch[s] = c->l->chunk_layers[s];
     char buf[sizeof v->s];
-    dp_split_format_megatron(ch, n, buf, sizeof buf);
+    dp_split_format_megatron(ch, n, c->l->mtp_layers, buf, sizeof buf);
     return dp__str(v, buf);
 }
 static int first_layers(const struct dp__ctx *c, struct dp__val *v)
@@ -514,6 +520,10 @@ static int fp8_recipe(const struct dp__ctx *c, struct dp__val *v)
         return 0;
     return dp__str(v, names[c->l->fp8_recipe]);
 }
+static int fp8_output_proj(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->l->fp8_output && dp_layout_mxfp8(c->l) ? dp__flag(v) : 0;
+}
 static int fp8_param_gather(const struct dp__ctx *c, struct dp__val *v)
 {
     return dp_layout_gemm(c->l) == DP_GEMM_FP8 && c->l->fp8_params ? dp__flag(v) : 0;
@@ -584,6 +594,7 @@ static const struct dp__opt opts[] = {
     {"MODEL_ARGS", "--qk-pos-emb-head-dim", qk_pos_emb_head_dim},         /* ARG */
     {"MODEL_ARGS", "--v-head-dim", v_head_dim},                           /* ARG */
     {"MODEL_ARGS", "--make-vocab-size-divisible-by", vocab_divisible},    /* ARG */
+    {"MODEL_ARGS", "--mtp-num-layers", mtp_layers},                       /* TC */
 
     {"PARALLEL_ARGS", "--tensor-model-parallel-size", tp},                          /* MPC */
     {"PARALLEL_ARGS", "--pipeline-model-parallel-size", pp},                        /* MPC */
@@ -629,6 +640,7 @@ static const struct dp__opt opts[] = {
     {"PRECISION_ARGS", "--fp8-format", fp8_format},                                  /* ARG */
     {"PRECISION_ARGS", "--fp8-recipe", fp8_recipe},                                  /* ARG */
     {"PRECISION_ARGS", "--fp8-param-gather", fp8_param_gather},                      /* ARG */
+    {"PRECISION_ARGS", "--fp8-output-proj", fp8_output_proj},                        /* TC */
     {"PRECISION_ARGS", "--reuse-grad-buf-for-mxfp8-param-ag", mxfp8_reuse_grad_buf}, /* ARG */
     {"PRECISION_ARGS", "--accumulate-allreduce-grads-in-fp32", grads_fp32},          /* ARG */
     {"PRECISION_ARGS", "--grad-reduce-in-bf16", grads_bf16},                         /* ARG */

@@ -145,9 +145,20 @@ static int ac_expressible(const struct dp__ctx *c)
                           l->shard_group, l->dp);
     return 0;
 }
-static const dp__check_fn checks[] = {no_fp16,        sharding,       fp32_grads, fused_attention,
-                                      adam,           overlapped,     ep_mesh,    split_expressible,
-                                      ac_expressible, fp8_expressible};
+/* torchtitan's models (its DeepSeek-V3 too) train the next-token loss only. */
+static int no_mtp(const struct dp__ctx *c)
+{
+    if (c->l->mtp_layers > 0)
+        return dp__refuse(c, "layout.mtp_layers",
+                          "%d multi-token-prediction layers have no torchtitan equivalent: its "
+                          "models train the next-token loss only (Megatron-Core's "
+                          "--mtp-num-layers: --format megatron)",
+                          c->l->mtp_layers);
+    return 0;
+}
+static const dp__check_fn checks[] = {
+    no_fp16, sharding,          fp32_grads,     fused_attention, adam,  overlapped,
+    ep_mesh, split_expressible, ac_expressible, fp8_expressible, no_mtp};
 
 /* ------------------------------------------------------------------ options */
 

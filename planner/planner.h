@@ -68,7 +68,8 @@ struct dp_search_opts {
     int gemm;                      /* enum dp_gemm; -1 = search bf16 and, if the GPU has it, fp8 */
     enum dp_fp8_recipe fp8_recipe; /* for FP8 layouts */
     bool fp8_params;
-    int grad_fp32; /* -1 = fp32 unless fp16 */
+    bool fp8_output; /* the output layer in MXFP8 too (dp_layout fp8_output) */
+    int grad_fp32;   /* -1 = fp32 unless fp16 */
     bool flash_attn;
     bool dp_overlap;
     /* -1 = on where the layout allows it, as Megatron-Core's recipes run (TP overlap with
@@ -81,6 +82,7 @@ struct dp_search_opts {
     enum dp_loss loss;
     int loss_chunks;     /* fixed: the framework's chunked loss (dp_layout loss_chunks) */
     int64_t local_batch; /* fixed: sequences per pipeline schedule (dp_layout local_batch) */
+    int mtp_layers;      /* fixed: multi-token-prediction depth (dp_layout mtp_layers) */
     int shard_group;     /* -1 = search full sharding and node-sized HSDP groups, 0 = full
                             sharding only, > 0 = that group */
     /* Mixture of experts, fixed (never searched): expert tensor parallelism (0 = tp),

@@ -496,6 +496,7 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                         struct dp_layout l = *base;
                         l.gemm = s->gemms[gi];
                         l.fp8_params = l.gemm == DP_GEMM_FP8 && o->fp8_params;
+                        l.fp8_output = o->fp8_output && dp_layout_mxfp8(&l);
                         l.tp = tp;
                         l.cp = cp;
                         l.mbs = mbs;
@@ -513,7 +514,8 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                         double layer_fb = 3 * lt->gemm_f + lt->attn_f + lt->attn_b + 3 * lt->ew_f +
                                           lt->cast_f + lt->cast_b + lt->tp_f + lt->tp_b + lt->cp_f +
                                           lt->cp_b + lt->ep_f + lt->ep_b;
-                        double head_fb = lt->head_f + lt->head_b + lt->head_tp_f + lt->head_tp_b;
+                        double head_fb = lt->head_f + lt->head_b + lt->head_tp_f + lt->head_tp_b +
+                                         o->mtp_layers * (layer_fb + lt->mtp_f + lt->mtp_b);
                         int head_w = layer_fb > 0 ? (int)(head_fb / layer_fb) : 0;
                         if (head_w > 64)
                             head_w = 64;
@@ -661,6 +663,7 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
     base.loss = o->loss;
     base.loss_chunks = o->loss_chunks;
     base.local_batch = o->local_batch;
+    base.mtp_layers = o->mtp_layers;
     base.overlap_param_gather =
         o->overlap_param_gather >= 0 ? o->overlap_param_gather == 1 : o->dp_overlap;
     s.gemms[0] = (enum dp_gemm)(o->gemm >= 0 ? o->gemm : DP_GEMM_DEFAULT);

@@ -47,6 +47,11 @@ int dp_sim_build(const struct dp_model *m, const struct dp_cluster *cl, const st
                           "local_batch=%lld: the simulator runs one pipeline schedule a step, "
                           "not %lld (`dplan estimate` prices them)",
                           (long long)l->local_batch, (long long)dp_layout_schedules(l));
+    if (l->mtp_layers > 0)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "mtp_layers=%d: the simulator has no multi-token-prediction layers "
+                          "(`dplan estimate` prices them)",
+                          l->mtp_layers);
     in->pp = l->pp;
     in->vpp = l->vpp;
     in->M = dp_layout_microbatches(l);

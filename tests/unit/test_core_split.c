@@ -132,16 +132,48 @@ static void test_text(void)
     CHECK_EQ(dp_split_parse_list("8*0", c, DP_MAX_CHUNKS, &n, "x", &err), DP_EUSAGE);
     dp_err_clear(&err);
     /* Megatron's own example (pipeline_parallel_layer_layout.py): "Ettt|(tt|)*29,m|L" is
-     * E+3 layers, 29 x 2, then MTP and the loss: dplan refuses the MTP layer. */
-    CHECK_EQ(dp_split_parse_megatron("Ettt|(tt|)*29,m|L", 16, c, DP_MAX_CHUNKS, &n, "x", DP_EUSAGE,
-                                     &err),
+     * E+3 layers, 29 x 2, then MTP in a stage of its own and the loss: dplan prices MTP on
+     * the loss's stage only and refuses that placement, in one line. */
+    int mtp = -1;
+    CHECK_EQ(dp_split_parse_megatron("Ettt|(tt|)*29,m|L", 16, c, DP_MAX_CHUNKS, &n, &mtp, "x",
+                                     DP_EUSAGE, &err),
              DP_EUSAGE);
-    CHECK_CONTAINS(err.msg, "multi-token-prediction");
+    CHECK_CONTAINS(err.msg, "multi-token-prediction layers m in the last virtual stage");
+    dp_err_clear(&err);
+    /* Megatron-Bridge's DeepSeek-V3 layout for pp 4 x vp 4 (recipes/deepseek/h100/
+     * deepseek_v3.py): E + 4 layers, 14 x 4, then one layer, the MTP layer and the loss. */
+    CHECK_EQ(dp_split_parse_megatron("Etttt|(tttt|)*14,tmL", 4, c, DP_MAX_CHUNKS, &n, &mtp, "x",
+                                     DP_EUSAGE, &err),
+             0);
+    CHECK_EQ(n, 16);
+    CHECK_EQ(mtp, 1);
+    CHECK_EQ(c[0], 4);
+    CHECK_EQ(c[15], 1);
+    dp_split_format_megatron(c, 16, 1, buf, sizeof buf);
+    CHECK_STR(buf, "Et*4|(t*4|)*14,tmL");
+    /* written back and read again: the same counts and MTP depth */
+    CHECK_EQ(dp_split_parse_megatron(buf, 4, c, DP_MAX_CHUNKS, &n, &mtp, "x", DP_EUSAGE, &err), 0);
+    CHECK_EQ(mtp, 1);
+    CHECK_EQ(c[15], 1);
+    /* where MTP is not expected (NULL), or after the loss, or split over stages */
+    CHECK_EQ(dp_split_parse_megatron("Etttt|(tttt|)*14,tmL", 4, c, DP_MAX_CHUNKS, &n, NULL, "x",
+                                     DP_EUSAGE, &err),
+             DP_EUSAGE);
+    CHECK_CONTAINS(err.msg, "not expected here");
+    dp_err_clear(&err);
+    CHECK_EQ(dp_split_parse_megatron("Et|tLm", 2, c, DP_MAX_CHUNKS, &n, &mtp, "x", DP_EUSAGE, &err),
+             DP_EUSAGE);
+    CHECK_CONTAINS(err.msg, "before the loss L");
+    dp_err_clear(&err);
+    CHECK_EQ(
+        dp_split_parse_megatron("Etm|tmL", 2, c, DP_MAX_CHUNKS, &n, &mtp, "x", DP_EUSAGE, &err),
+        DP_EUSAGE);
+    CHECK_CONTAINS(err.msg, "together in one virtual stage");
     dp_err_clear(&err);
     /* Without it: 32 virtual stages on pp = 16 (vpp = 2): 3, 29 x 2, 0 + loss, 0. */
-    CHECK_EQ(
-        dp_split_parse_megatron("Et*3|(tt|)*29,|L", 16, c, DP_MAX_CHUNKS, &n, "x", DP_EUSAGE, &err),
-        0);
+    CHECK_EQ(dp_split_parse_megatron("Et*3|(tt|)*29,|L", 16, c, DP_MAX_CHUNKS, &n, NULL, "x",
+                                     DP_EUSAGE, &err),
+             0);
     CHECK_EQ(n, 32);
     CHECK_EQ(c[0], 3);
     CHECK_EQ(c[1], 2);
@@ -149,21 +181,21 @@ static void test_text(void)
     CHECK_EQ(c[30], 0);
     CHECK_EQ(c[31], 0);
     /* Llama 3.1 405B's 64 chunks, formatted and read back */
-    dp_split_format_megatron(w, 64, buf, sizeof buf);
+    dp_split_format_megatron(w, 64, 0, buf, sizeof buf);
     CHECK_STR(buf, "Et|(tt|)*62,tL");
-    CHECK_EQ(dp_split_parse_megatron(buf, 8, c, DP_MAX_CHUNKS, &n, "x", DP_EUSAGE, &err), 0);
+    CHECK_EQ(dp_split_parse_megatron(buf, 8, c, DP_MAX_CHUNKS, &n, NULL, "x", DP_EUSAGE, &err), 0);
     CHECK_EQ(n, 64);
     expect(c, w, 64);
     /* own embedding and loss stages */
     int own[16] = {0, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 0};
-    dp_split_format_megatron(own, 16, buf, sizeof buf);
+    dp_split_format_megatron(own, 16, 0, buf, sizeof buf);
     CHECK_STR(buf, "E|(t*9|)*14,L");
-    CHECK_EQ(dp_split_parse_megatron(buf, 16, c, DP_MAX_CHUNKS, &n, "x", DP_EUSAGE, &err), 0);
+    CHECK_EQ(dp_split_parse_megatron(buf, 16, c, DP_MAX_CHUNKS, &n, NULL, "x", DP_EUSAGE, &err), 0);
     expect(c, own, 16);
     /* irregular counts survive the round trip too */
     int odd[8] = {3, 1, 4, 1, 5, 9, 2, 6};
-    dp_split_format_megatron(odd, 8, buf, sizeof buf);
-    CHECK_EQ(dp_split_parse_megatron(buf, 4, c, DP_MAX_CHUNKS, &n, "x", DP_EUSAGE, &err), 0);
+    dp_split_format_megatron(odd, 8, 0, buf, sizeof buf);
+    CHECK_EQ(dp_split_parse_megatron(buf, 4, c, DP_MAX_CHUNKS, &n, NULL, "x", DP_EUSAGE, &err), 0);
     CHECK_EQ(n, 8);
     expect(c, odd, 8);
     /* the errors Megatron's validate_layer_layout would raise, one line each */
@@ -181,8 +213,8 @@ static void test_text(void)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         dp_err_clear(&err);
-        CHECK_EQ(dp_split_parse_megatron(bad[i].s, 2, c, DP_MAX_CHUNKS, &n, "--pipeline-layout",
-                                         DP_EUSAGE, &err),
+        CHECK_EQ(dp_split_parse_megatron(bad[i].s, 2, c, DP_MAX_CHUNKS, &n, NULL,
+                                         "--pipeline-layout", DP_EUSAGE, &err),
                  DP_EUSAGE);
         CHECK_CONTAINS(err.msg, bad[i].msg);
         CHECK(strchr(err.msg, '\n') == NULL);

@@ -427,6 +427,41 @@ static void test_attention_kernel(void)
     CHECK_NEAR(b.attn_f, 4 * a.attn_f, 1e-12);
 }
 
+/*
+ * The output layer in MXFP8 (fp8_output, Megatron-Core fp8_output_proj): its GEMMs (2 T V h
+ * forward, twice that backward) at the FP8 rate x 1.051 (MXFP8_GEMM_TIME) plus the module's
+ * fixed cost, its input quantized forward (T h elements) and the logits' gradient backward
+ * (T V), 4 bytes an element under MXFP8; the cross entropy is unchanged. The test model's
+ * vocabulary is 128 x 64 = 8192 (a multiple of Megatron's padding, so V is exact).
+ */
+static void test_fp8_output(void)
+{
+    struct dp_model m = model();
+    m.vocab = 8192;
+    struct dp_cluster c = cluster(1, 1);
+    c.gpu.fp8_block_scaling = true;
+    c.gpu.mxfp8_fixed_s = 50e-6;
+    struct dp_layout l = layout();
+    l.gemm = DP_GEMM_FP8;
+    l.fp8_recipe = DP_FP8_MXFP8;
+    struct dp_layer_time b, f;
+    layer_time(&m, &c, &l, &b);
+    l.fp8_output = true;
+    layer_time(&m, &c, &l, &f);
+    const double T = 4096, h = 1024, V = 8192;
+    const double bf16 = 2 * T * V * h / 100e12, fp8 = 2 * T * V * h / 200e12 * 1.051 + 50e-6;
+    CHECK_NEAR(b.head_f - f.head_f, bf16 - fp8 - T * h * 4 / MEMBW, 1e-9);
+    CHECK_NEAR(b.head_b - f.head_b, 2 * bf16 - 2 * fp8 - T * V * 4 / MEMBW, 1e-9);
+    /* and only under MXFP8 (is_mxfp8_output_proj_active): a plan with another recipe is
+     * refused by dp_layout_from_json (tests/errors/plan_fp8_output_not_mxfp8) */
+    l.fp8_recipe = DP_FP8_CURRENT;
+    c.gpu.fp8_block_scaling = false;
+    layer_time(&m, &c, &l, &f);
+    l.fp8_output = false;
+    layer_time(&m, &c, &l, &b);
+    CHECK_NEAR(f.head_f, b.head_f, 1e-15);
+}
+
 int main(void)
 {
     test_fp8_gemms_and_casts();
@@ -440,5 +475,6 @@ int main(void)
     test_recompute_layers();
     test_eager();
     test_attention_kernel();
+    test_fp8_output();
     return check_done("test_costmodel_fp8");
 }

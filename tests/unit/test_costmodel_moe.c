@@ -803,6 +803,111 @@ static void test_deepseek_sane(void)
     CHECK(c.compute_s > 0);
 }
 
+/*
+ * Multi-token prediction (layout mtp_layers). Parameters: DeepSeek-V3's MTP module as its
+ * technical report (Sec. 2.2) and config.json describe it, counted by hand here: two
+ * RMSNorms (enorm, hnorm) and the final norm, eh_proj 2h x h, and one MoE layer (MLA:
+ * q_a h x 1536 + its norm, q_b 1536 x 128 x 192, kv_a h x 576 + its norm, kv_b
+ * 512 x 128 x 256, o 128 x 128 x h; 256 routed experts and one shared of 3 x h x 2048;
+ * the router h x 256 and its bias; two norms). With the checkpoint's own embedding and
+ * head (2 x 129280 x h) on top of the 671.03B main model that is the published 685B
+ * ("671B of the Main Model weights and 14B of the MTP Module weights", DeepSeek-V3
+ * README). FLOPs: the same layer's forward, eh_proj and the output layer again. Time: on
+ * the last pipeline stage only, one more MoE layer's passes and the module's rest.
+ */
+static void test_mtp(void)
+{
+    struct dp_model m;
+    struct dp_cluster cl;
+    struct dp_err err = {0};
+    if (dp_model_load("deepseek-v3", &m, &err) ||
+        dp_cluster_from_system("dgx-h100", 32, NULL, &cl, &err)) {
+        CHECK_STR(err.msg, "");
+        return;
+    }
+    const int64_t h = 7168;
+    const int64_t mla =
+        h * 1536 + 1536 + 1536 * 128 * 192 + h * 576 + 512 + 512 * 128 * 256 + 128 * 128 * h;
+    const int64_t moe = 256 * 3 * h * 2048 + 3 * h * 2048 + 256 * h + 256;
+    const int64_t module = 3 * h + 2 * h * h + mla + moe + 2 * h;
+    struct dp_layout l;
+    dp_layout_default(&l);
+    l.dp = 256;
+    l.mbs = 1;
+    l.gbs = 1024;
+    l.seq_len = 4096;
+    int64_t d0, e0, d1, e1;
+    dp_mem_stage_params(&m, &l, 0, &d0, &e0);
+    l.mtp_layers = 1;
+    dp_mem_stage_params(&m, &l, 0, &d1, &e1);
+    CHECK_EQ((d1 + e1) - (d0 + e0), module);
+    CHECK_EQ(e1 - e0, 256 * 3 * h * 2048); /* the routed experts are expert parameters */
+    struct dp_param_count pc;
+    dp_model_count(&m, &pc);
+    CHECK_EQ(pc.total, 671026419200LL);
+    double published = (double)pc.total + (double)module + 2.0 * 129280 * h;
+    CHECK_NEAR(published, 685e9, 0.002);
+    /* pp 2: the last stage holds the module and a copy of the input embedding (the
+     * untied head does not serve), the first stage nothing more. */
+    l.pp = 2;
+    l.dp = 128;
+    l.first_stage_layers = 31;
+    int64_t f0, fe0, f1, fe1, s0, se0, s1, se1;
+    l.mtp_layers = 0;
+    dp_mem_stage_params(&m, &l, 0, &f0, &fe0);
+    dp_mem_stage_params(&m, &l, 1, &s0, &se0);
+    l.mtp_layers = 1;
+    dp_mem_stage_params(&m, &l, 0, &f1, &fe1);
+    dp_mem_stage_params(&m, &l, 1, &s1, &se1);
+    CHECK_EQ(f1 + fe1, f0 + fe0);
+    CHECK_EQ((s1 + se1) - (s0 + se0), module + 129280 * h);
+
+    /* FLOPs per micro-batch of 4096 tokens: one more MoE layer forward (MLA projections,
+     * full s x s scores over q/k 192 and v 128, 9 experts' SwiGLU, the router),
+     * eh_proj and the output layer; x 3 for the backward, x gbs / mbs micro-batches. */
+    l.pp = 1;
+    l.dp = 256;
+    l.first_stage_layers = 0;
+    struct dp_flops a, b;
+    l.mtp_layers = 0;
+    dp_flops_step(&m, &l, &a);
+    l.mtp_layers = 1;
+    dp_flops_step(&m, &l, &b);
+    const double T = 4096, s = 4096;
+    const double proj =
+        2 * T * (h * 1536.0 + 1536.0 * 128 * 192 + h * 576.0 + 512.0 * 128 * 256 + 128.0 * 128 * h);
+    const double scores = 2 * 128.0 * s * s * (192 + 128);
+    const double experts = 9 * 2 * 3 * T * h * 2048.0 + 2 * T * h * 256.0;
+    const double extra = 2 * T * 2 * h * h + 2 * T * h * 129280.0;
+    CHECK_NEAR(b.model_flops - a.model_flops, 3 * 1024 * (proj + scores + experts + extra), 1e-9);
+
+    /* Time, pp 2: stage 1 (the last) gains one MoE layer's forward and the module's rest;
+     * stage 0 is unchanged. tp 1, so the module's collectives are the layer's all-to-alls. */
+    l.pp = 2;
+    l.dp = 128;
+    l.ep = 8;
+    l.first_stage_layers = 31;
+    struct dp_step_cost c0, c1;
+    struct dp_layer_time lt[DP_LAYER_KINDS];
+    l.mtp_layers = 0;
+    CHECK_EQ(dp_time_step(&m, &cl, &l, &c0, &err), 0);
+    l.mtp_layers = 1;
+    CHECK_EQ(dp_time_step(&m, &cl, &l, &c1, &err), 0);
+    dp_time_layer(&m, &cl, &l, lt);
+    const struct dp_layer_time *x = &lt[DP_LAYER_MOE];
+    /* stage_fwd_s: compute and TP collectives (the all-to-alls are apart, in ep_comm_s) */
+    double layer_f = x->gemm_f + x->attn_f + x->ew_f + x->cast_f + x->tp_f;
+    CHECK(x->mtp_f > x->head_f);
+    CHECK_NEAR(c1.stage_fwd_s[0], c0.stage_fwd_s[0], 1e-12);
+    CHECK_NEAR(c1.stage_fwd_s[2] - c0.stage_fwd_s[2], layer_f + x->mtp_f, 1e-9);
+    CHECK(c1.step_time_s > c0.step_time_s);
+    /* Megatron only: torchtitan's DeepSeek-V3 trains without it. */
+    l.framework = DP_FW_TORCHTITAN;
+    CHECK_EQ(dp_layout_check_framework(&l, NULL, &err), DP_EUSAGE);
+    CHECK_CONTAINS(err.msg, "--mtp-layers");
+    dp_err_clear(&err);
+}
+
 int main(void)
 {
     test_deepseek_sane();
@@ -819,5 +924,6 @@ int main(void)
     test_ep_overlap();
     test_mixed_stages();
     test_validate_rules();
+    test_mtp();
     return check_done("test_costmodel_moe");
 }
