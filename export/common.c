@@ -102,6 +102,16 @@ int dp__refuse(const struct dp__ctx *c, const char *knob, const char *fmt, ...)
                       knob, what);
 }
 
+int dp__refuse_mtp(const struct dp__ctx *c, const char *fw, const char *why)
+{
+    if (c->l->mtp_layers <= 0)
+        return 0;
+    return dp__refuse(c, "layout.mtp_layers",
+                      "%d multi-token-prediction layers have no %s equivalent: %s (Megatron-Core's "
+                      "--mtp-num-layers: --format megatron)",
+                      c->l->mtp_layers, fw, why);
+}
+
 /* Architecture dplan models but no export writes: the launched run would train another
  * model (full attention, no sinks) than the plan estimated. */
 static int model_exportable(const struct dp__ctx *c)

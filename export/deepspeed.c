@@ -148,13 +148,7 @@ static int autoep_zero3_tp(const struct dp__ctx *c)
 
 static int no_mtp(const struct dp__ctx *c)
 {
-    if (c->l->mtp_layers > 0)
-        return dp__refuse(c, "layout.mtp_layers",
-                          "%d multi-token-prediction layers have no DeepSpeed equivalent: the "
-                          "model and its loss are the caller's (Megatron-Core's "
-                          "--mtp-num-layers: --format megatron)",
-                          c->l->mtp_layers);
-    return 0;
+    return dp__refuse_mtp(c, "DeepSpeed", "the model and its loss are the caller's");
 }
 static const dp__check_fn checks[] = {
     no_cp,   no_vpp,          no_uneven,  no_sp, no_selective, zero0_overlap, zero0_fp32_grads,

@@ -62,6 +62,10 @@ int dp__run_checks(const struct dp__ctx *c, const dp__check_fn *checks, int n);
 int dp__refuse(const struct dp__ctx *c, const char *knob, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Refuse a plan with multi-token prediction (layout mtp_layers), which only Megatron-Core
+ * builds: `fw` names the format's framework, `why` what it does instead. */
+int dp__refuse_mtp(const struct dp__ctx *c, const char *fw, const char *why);
+
 /* "# "-prefixed header lines shared by the formats: what the plan is. */
 void dp__header(const struct dp__ctx *c, struct dp_buf *b, const char *comment);
 /* The plan's cluster or a DP_EINVAL naming what is missing (launch formats need it). */

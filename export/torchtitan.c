@@ -145,16 +145,10 @@ static int ac_expressible(const struct dp__ctx *c)
                           l->shard_group, l->dp);
     return 0;
 }
-/* torchtitan's models (its DeepSeek-V3 too) train the next-token loss only. */
 static int no_mtp(const struct dp__ctx *c)
 {
-    if (c->l->mtp_layers > 0)
-        return dp__refuse(c, "layout.mtp_layers",
-                          "%d multi-token-prediction layers have no torchtitan equivalent: its "
-                          "models train the next-token loss only (Megatron-Core's "
-                          "--mtp-num-layers: --format megatron)",
-                          c->l->mtp_layers);
-    return 0;
+    return dp__refuse_mtp(c, "torchtitan",
+                          "its models (DeepSeek-V3 too) train the next-token loss only");
 }
 static const dp__check_fn checks[] = {
     no_fp16, sharding,          fp32_grads,     fused_attention, adam,  overlapped,
