@@ -17,7 +17,9 @@ static void chunk_text(const struct dp_layout *l, const struct dp_model *m, int 
     size_t at = strlen(buf);
     if (at >= cap)
         return;
-    const char *e = s == 0 ? (n ? "E " : "E") : "", *lo = s == S - 1 ? (n ? " L" : "L") : "";
+    const char *e = s == 0 ? (n ? "E " : "E") : "", *lo = "";
+    if (s == S - 1) /* the loss's chunk, its MTP layers (Megatron's 'm') before the loss */
+        lo = l->mtp_layers > 0 ? (n ? " MTP L" : "MTP L") : (n ? " L" : "L");
     if (n == 0)
         snprintf(buf + at, cap - at, "%s%s", e, lo);
     else if (n == 1)
