@@ -98,6 +98,7 @@ enum {
     OPT_LOSS_CHUNKS,
     OPT_LOCAL_BATCH,
     OPT_MTP_LAYERS,
+    OPT_FSDP_PER_MICROBATCH,
     OPT_COMMON_END,
 };
 
@@ -168,6 +169,7 @@ enum {
         {"local-batch", required_argument, 0, OPT_LOCAL_BATCH},                                    \
         {"mtp-layers", required_argument, 0, OPT_MTP_LAYERS},                                      \
         {"mtp-num-layers", required_argument, 0, OPT_MTP_LAYERS},                                  \
+        {"fsdp-per-microbatch", no_argument, 0, OPT_FSDP_PER_MICROBATCH},                          \
         {"overhead-gib", required_argument, 0, OPT_OVERHEAD},                                      \
     {                                                                                              \
         "memory-margin", required_argument, 0, OPT_MEMORY_MARGIN                                   \
@@ -193,8 +195,9 @@ struct cli_common {
     int loss_chunks;       /* 0 = unset (all tokens at once) */
     long long local_batch; /* 0 = unset (one pipeline schedule a step) */
     int mtp_layers;        /* -1 = unset (none) */
-    int instances;         /* --num-distributed-optimizer-instances: shard = dp*cp / it */
-    int recompute_layers;  /* 0 = unset */
+    bool fsdp_per_microbatch;
+    int instances;        /* --num-distributed-optimizer-instances: shard = dp*cp / it */
+    int recompute_layers; /* 0 = unset */
     unsigned recompute_modules;
     int gemm;                        /* enum dp_gemm, -1 unset, -2 auto */
     int fp8_recipe;                  /* -1 = unset */

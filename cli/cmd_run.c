@@ -147,7 +147,8 @@ static const char run_knob_help[] =
     "--first-stage-less-layers, --last-stage-less-layers), --shard-group's aliases\n"
     "(--data-parallel-shard-degree, --num-distributed-optimizer-instances,\n"
     "--mics-shard-size), --recompute-method, --recompute-layers, --recompute-modules,\n"
-    "--framework, --loss, --loss-chunks, --local-batch, --[no-]tp-overlap, --[no-]pp-overlap,\n"
+    "--framework, --loss, --loss-chunks, --local-batch, --fsdp-per-microbatch,\n"
+    "--[no-]tp-overlap, --[no-]pp-overlap,\n"
     "--[no-]overlap-param-gather, --moe-pad, --moe-imbalance, --moe-dispatcher,\n"
     "--moe-routing and --ep-overlap.\n";
 
@@ -197,6 +198,8 @@ static void note_planning_knobs(const struct cli_common *c)
         {OPT_LOSS, 0, "loss", "its cross entropy is its own"},
         {OPT_LOSS_CHUNKS, 0, "loss-chunks", "its loss runs on all tokens at once"},
         {OPT_LOCAL_BATCH, 0, "local-batch", "one pipeline schedule runs the step"},
+        {OPT_FSDP_PER_MICROBATCH, 0, "fsdp-per-microbatch",
+         "its sharded data parallelism syncs as its zero stage does"},
         {OPT_MOE_DISPATCHER, 0, "moe-dispatcher", "it sends one copy per (token, expert)"},
         {OPT_MOE_ROUTING, 0, "moe-routing", "its router picks the experts"},
         {OPT_MOE_IMBALANCE, 0, "moe-imbalance", "the router's load is what it is"},

@@ -492,6 +492,8 @@ int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus, s
         l->local_batch = c->local_batch;
     if (c->mtp_layers >= 0)
         l->mtp_layers = c->mtp_layers;
+    if (c->fsdp_per_microbatch)
+        l->fsdp_per_microbatch = true;
     l->shard_group = c->shard_group;
     if (c->instances > 0) {
         int n = l->dp * l->cp;
@@ -599,6 +601,7 @@ int cli_check_knobs(const struct cli_common *c, const struct dp_layout *l, const
             p.precision = (enum dp_precision)c->precision;
         p.grad_fp32 = c->grad_fp32 != 0;
         p.mtp_layers = c->mtp_layers > 0 ? c->mtp_layers : 0;
+        p.fsdp_per_microbatch = c->fsdp_per_microbatch;
         int frc = dp_layout_check_framework(&p, NULL, err);
         if (frc)
             return frc;
@@ -755,6 +758,7 @@ int cli_search_opts(const struct cli_common *c, const struct dp_model *m, int gp
     o->loss_chunks = c->loss_chunks;
     o->local_batch = c->local_batch;
     o->mtp_layers = c->mtp_layers > 0 ? c->mtp_layers : 0;
+    o->fsdp_per_microbatch = c->fsdp_per_microbatch;
     if (c->shard_group > 0)
         o->shard_group = c->shard_group;
     if (c->instances > 0)

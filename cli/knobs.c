@@ -78,7 +78,10 @@ const char cli_cluster_help[] =
     "  --mtp-layers N              Megatron: N multi-token-prediction layers on the loss's\n"      \
     "                              stage (--mtp-num-layers; DeepSeek-V3 trains with 1),\n"         \
     "                              each a 2h -> h projection, one more layer, the output\n"        \
-    "                              layer and a loss again [0]\n"
+    "                              layer and a loss again [0]\n"                                   \
+    "  --fsdp-per-microbatch       torchtitan with pp > 1: FSDP gathers and reduce-scatters\n"     \
+    "                              every micro-batch, as NeMo Automodel's pipeline stages do\n"    \
+    "                              (their root is not the FSDP module) [once per schedule]\n"
 
 /* Precision, overlap and mixture-of-experts options. */
 #define CLI_PRECISION_HELP                                                                         \
@@ -317,6 +320,7 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
     case OPT_LOSS_CHUNKS:
         r = parse_int(cmd, "loss-chunks", arg, 1, 1 << 16, &c->loss_chunks);
         break;
+    case OPT_FSDP_PER_MICROBATCH: c->fsdp_per_microbatch = true; break;
     case OPT_MTP_LAYERS:
         r = parse_int(cmd, "mtp-layers", arg, 0, DP_MAX_MTP, &c->mtp_layers);
         break;

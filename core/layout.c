@@ -612,6 +612,8 @@ cJSON *dp_layout_to_json(const struct dp_layout *l)
         cJSON_AddNumberToObject(o, "local_batch", (double)l->local_batch);
     if (l->mtp_layers > 0)
         cJSON_AddNumberToObject(o, "mtp_layers", l->mtp_layers);
+    if (l->fsdp_per_microbatch)
+        cJSON_AddBoolToObject(o, "fsdp_per_microbatch", true);
     if (l->framework != DP_FW_MEGATRON)
         cJSON_AddStringToObject(o, "framework", framework_names[l->framework]);
     if (l->shard_group > 0)
@@ -774,6 +776,7 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
                                        "loss_chunks",
                                        "local_batch",
                                        "mtp_layers",
+                                       "fsdp_per_microbatch",
                                        "framework",
                                        "shard_group",
                                        NULL};
@@ -806,6 +809,7 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
         dp_jr_int(jr, obj, "loss_chunks", false, 1, 1 << 16, &lc) ||
         dp_jr_int(jr, obj, "local_batch", false, 1, INT64_C(1) << 40, &out->local_batch) ||
         dp_jr_int(jr, obj, "mtp_layers", false, 0, DP_MAX_MTP, &mtp) ||
+        dp_jr_bool(jr, obj, "fsdp_per_microbatch", false, &out->fsdp_per_microbatch) ||
         dp_jr_bool(jr, obj, "sp", false, &out->sp) ||
         dp_jr_bool(jr, obj, "flash_attn", false, &out->flash_attn) ||
         dp_jr_enum(jr, obj, "precision", false, prec_in, 4, &prec) ||

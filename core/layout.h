@@ -183,6 +183,13 @@ struct dp_layout {
      * trainer.py train_step calls forward_backward_step, hence pp_schedule.step, once per
      * accumulation step). 0: all of the step's micro-batches in one schedule. */
     int64_t local_batch;
+    /* FSDP (torchtitan framework) with pp > 1 gathers each block before and reduce-scatters
+     * it after every micro-batch, as without pipelining: PyTorch's pipeline stage turns off
+     * gradient sync and resharding but for the last micro-batch only when the stage's root
+     * module is the FSDP module (pipelining/stage.py backward_maybe_with_nosync), which
+     * torchtitan's apply_fsdp makes it and NeMo Automodel's (@89e3a9fdd) does not: it builds
+     * the PipelineStage first and fully_shard-s the inner model. false: torchtitan's. */
+    bool fsdp_per_microbatch;
     /* Multi-token prediction depth (DeepSeek-V3 technical report Sec. 2.2; Megatron-Core's
      * MultiTokenPredictionBlock, --mtp-num-layers): each of the mtp_layers modules on the
      * loss's model chunk joins the previous depth's hidden states with the embedding of the

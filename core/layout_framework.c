@@ -64,6 +64,14 @@ int dp_layout_check_framework(const struct dp_layout *l, const char *where, stru
                           "chunks",
                           f, fw, l->loss_chunks);
     }
+    /* (with zero 0-1 there is no FSDP, and with pp 1 every micro-batch syncs anyway: no-ops) */
+    if (l->fsdp_per_microbatch && l->framework != DP_FW_TORCHTITAN) {
+        field_name(where, "fsdp_per_microbatch", NULL, f, sizeof f);
+        return dp_err_set(err, DP_EUSAGE,
+                          "%s: FSDP's per-micro-batch gather and reduce-scatter under pipeline "
+                          "parallelism is a torchtitan-framework (FSDP2) behaviour, got %s",
+                          f, fw);
+    }
     /* Megatron-Core builds MTP layers (MultiTokenPredictionBlock); torchtitan's DeepSeek-V3
      * and DeepSpeed train without them. */
     if (l->mtp_layers > 0 && l->framework != DP_FW_MEGATRON) {

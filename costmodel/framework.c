@@ -93,9 +93,13 @@ void dp_mem_states(int64_t n, int64_t shard, const struct dp_layout *l, struct d
              * FSDP2 accumulates each unsharded gradient in reduce_dtype
              * (to_accumulated_grad_if_needed): the stage's bf16 parameters and its
              * gradients (fp32 in torchtitan) stay whole for the step, beside the shards.
+             * With fsdp_per_microbatch each micro-batch's gradients are reduce-scattered
+             * into the shards as they come: the parameters stay whole (some micro-batch is
+             * always between its forward and backward), the gradients do not.
              */
             out->params_bytes += n * p;
-            out->grads_bytes = n * dp_fsdp_reduce_bytes(l);
+            if (!l->fsdp_per_microbatch)
+                out->grads_bytes = n * dp_fsdp_reduce_bytes(l);
         }
         return;
     }

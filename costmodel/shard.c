@@ -304,7 +304,11 @@ void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const 
         *exposed_s = ovl ? (U - 1) * overlapped(ar, bw) + ar : U * ar;
         return;
     }
-    if (!sharded || (l->pp > 1 && l->framework != DP_FW_DEEPSPEED)) {
+    /* FSDP under pp whose stages do not defer its sync (fsdp_per_microbatch, NeMo Automodel):
+     * gathered and reduce-scattered every micro-batch, below, but kept whole from a
+     * micro-batch's forward to its backward (reshard_after_forward = not pp_enabled). */
+    const bool per_mb = l->fsdp_per_microbatch && l->framework == DP_FW_TORCHTITAN;
+    if (!sharded || (l->pp > 1 && l->framework != DP_FW_DEEPSPEED && !per_mb)) {
         /*
          * Once per step: ZeRO-1 (Megatron's distributed optimizer, DeepSpeed stage 1)
          * reduce-scatters the accumulated gradients during the last micro-batch's backward
@@ -333,7 +337,7 @@ void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const 
     /* Gathered for every micro-batch: forward, and backward unless the unsharded
      * parameters stay until then (zero 2: FSDP2 reshard_after_forward False,
      * Megatron-FSDP optim_grads). */
-    double gathers_b = l->zero >= 3 ? 1 : 0;
+    double gathers_b = l->zero >= 3 && !(per_mb && l->pp > 1) ? 1 : 0;
     int gunits = units;
     double gag = ps_.ag;
     bool prefetch = true;

@@ -145,14 +145,25 @@ static int ac_expressible(const struct dp__ctx *c)
                           l->shard_group, l->dp);
     return 0;
 }
+/* torchtitan fully_shard-s each pipeline part's root, so its schedule defers FSDP's sync to
+ * the last micro-batch: a plan priced with a sync every micro-batch is another stack's. */
+static int schedule_sync(const struct dp__ctx *c)
+{
+    if (c->l->fsdp_per_microbatch && c->l->pp > 1 && c->l->zero >= 2)
+        return dp__refuse(c, "layout.fsdp_per_microbatch",
+                          "FSDP gathering and reduce-scattering every micro-batch under pipeline "
+                          "parallelism (NeMo Automodel's stages) is not torchtitan's: its "
+                          "schedule syncs once per step; re-plan without it");
+    return 0;
+}
 static int no_mtp(const struct dp__ctx *c)
 {
     return dp__refuse_mtp(c, "torchtitan",
                           "its models (DeepSeek-V3 too) train the next-token loss only");
 }
 static const dp__check_fn checks[] = {
-    no_fp16, sharding,          fp32_grads,     fused_attention, adam,  overlapped,
-    ep_mesh, split_expressible, ac_expressible, fp8_expressible, no_mtp};
+    no_fp16, sharding,          fp32_grads,     fused_attention, adam,   overlapped,
+    ep_mesh, split_expressible, ac_expressible, fp8_expressible, no_mtp, schedule_sync};
 
 /* ------------------------------------------------------------------ options */
 

@@ -80,11 +80,12 @@ struct dp_search_opts {
     enum dp_optimizer optimizer;
     enum dp_framework framework; /* fixed: what its checks allow is searched (zero, recompute) */
     enum dp_loss loss;
-    int loss_chunks;     /* fixed: the framework's chunked loss (dp_layout loss_chunks) */
-    int64_t local_batch; /* fixed: sequences per pipeline schedule (dp_layout local_batch) */
-    int mtp_layers;      /* fixed: multi-token-prediction depth (dp_layout mtp_layers) */
-    int shard_group;     /* -1 = search full sharding and node-sized HSDP groups, 0 = full
-                            sharding only, > 0 = that group */
+    int loss_chunks;          /* fixed: the framework's chunked loss (dp_layout loss_chunks) */
+    int64_t local_batch;      /* fixed: sequences per pipeline schedule (dp_layout local_batch) */
+    int mtp_layers;           /* fixed: multi-token-prediction depth (dp_layout mtp_layers) */
+    bool fsdp_per_microbatch; /* fixed: FSDP's collectives every micro-batch under pp */
+    int shard_group;          /* -1 = search full sharding and node-sized HSDP groups, 0 = full
+                                 sharding only, > 0 = that group */
     /* Mixture of experts, fixed (never searched): expert tensor parallelism (0 = tp),
      * capacity factor (0 = dropless), padding, load imbalance, token dispatcher and the
      * routing's expert placement. */

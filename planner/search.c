@@ -664,6 +664,7 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
     base.loss_chunks = o->loss_chunks;
     base.local_batch = o->local_batch;
     base.mtp_layers = o->mtp_layers;
+    base.fsdp_per_microbatch = o->fsdp_per_microbatch;
     base.overlap_param_gather =
         o->overlap_param_gather >= 0 ? o->overlap_param_gather == 1 : o->dp_overlap;
     s.gemms[0] = (enum dp_gemm)(o->gemm >= 0 ? o->gemm : DP_GEMM_DEFAULT);

@@ -189,6 +189,7 @@ static bool scan_all(struct scan *s, int64_t mbs)
     base.loss_chunks = o->loss_chunks;
     base.local_batch = o->local_batch;
     base.mtp_layers = o->mtp_layers;
+    base.fsdp_per_microbatch = o->fsdp_per_microbatch;
     if (o->grad_fp32 < 0 && o->framework == DP_FW_DEEPSPEED)
         base.grad_fp32 = false;
     int rcs[DP_RECOMPUTES];

@@ -84,6 +84,13 @@ static void test_bytes_per_param(void)
     CHECK_EQ(s.grads_bytes, 4 * n);
     CHECK_EQ(s.optimizer_bytes, 8 * n / N);
     CHECK_EQ(states_total(&s), 7500000000LL);
+    /* per-micro-batch sync (fsdp_per_microbatch): the gradients are reduce-scattered into
+     * their 0.5 GB shard as they come; the bf16 parameters stay whole */
+    l.fsdp_per_microbatch = true;
+    dp_mem_states(n, N, &l, &s);
+    CHECK_EQ(s.params_bytes, 4 * n / N + 2 * n);
+    CHECK_EQ(s.grads_bytes, 4 * n / N);
+    l.fsdp_per_microbatch = false;
     /* with reduce_dtype bf16 (half gradients) the accumulators are bf16: 2 GB */
     l.grad_fp32 = false;
     dp_mem_states(n, N, &l, &s);
@@ -456,6 +463,13 @@ static void test_sharded_granularity(void)
     l.gbs = 16;
     dp_shard_comm(&m, &c, &l, &st, &p, &p, &total, &exposed);
     CHECK_NEAR(total, 6 * ag8(2 * P / 6) + 6 * ag8(4 * P / 6), 1e-12);
+    /* ... unless the stage's root is not the FSDP module (fsdp_per_microbatch, NeMo
+     * Automodel): each of the M = 2 micro-batches gathers once (kept whole until its
+     * backward) and reduce-scatters once */
+    l.fsdp_per_microbatch = true;
+    dp_shard_comm(&m, &c, &l, &st, &p, &p, &total, &exposed);
+    CHECK_NEAR(total, 2 * (6 * ag8(2 * P / 6) + 6 * ag8(4 * P / 6)), 1e-12);
+    l.fsdp_per_microbatch = false;
 
     /* DeepSpeed ZeRO-3: gathers per sub-module, 4 linears x 4 layers + embedding + output
      * = 18, forward and backward; gradients (bf16) in one 5e8 bucket */
@@ -771,7 +785,12 @@ static void test_loss_chunks(void)
 static void test_framework_checks(void)
 {
     struct dp_err err = {0};
-    struct dp_layout l = layout(DP_FW_DEEPSPEED, 3);
+    struct dp_layout l = layout(DP_FW_MEGATRON, 1);
+    l.fsdp_per_microbatch = true;
+    CHECK_EQ(dp_layout_check_framework(&l, NULL, &err), DP_EUSAGE);
+    CHECK_CONTAINS(err.msg, "--fsdp-per-microbatch: FSDP's per-micro-batch");
+    dp_err_clear(&err);
+    l = layout(DP_FW_DEEPSPEED, 3);
     l.pp = 2;
     l.dp = 4;
     CHECK_EQ(dp_layout_check_framework(&l, NULL, &err), DP_EUSAGE);
