@@ -1020,6 +1020,12 @@ void cli_describe_layout(FILE *f, const struct dp_layout *l, const struct dp_mod
         fprintf(f, ", %d multi-token-prediction layer%s on the last stage", l->mtp_layers,
                 l->mtp_layers == 1 ? "" : "s");
     fputc('\n', f);
+    if (m->mtp_layers > 0 && l->mtp_layers == 0 && l->framework == DP_FW_MEGATRON)
+        fprintf(f,
+                "note     %s has %lld multi-token-prediction module%s, not trained here: "
+                "--mtp-layers %lld prices %s (Megatron --mtp-num-layers)\n",
+                m->name, (long long)m->mtp_layers, m->mtp_layers == 1 ? "" : "s",
+                (long long)m->mtp_layers, m->mtp_layers == 1 ? "it" : "them");
     char ov[256] = "";
     size_t n = 0;
     if (l->tp > 1 && l->sp)

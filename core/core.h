@@ -149,6 +149,9 @@ struct dp_model {
     int64_t window;
     int64_t window_layers;
     bool attn_sinks; /* gpt-oss: one learned logit per head and layer joins the softmax */
+    /* Multi-token-prediction modules the published model has (DeepSeek-V3: 1, config.json
+     * num_nextn_predict_layers); whether a run trains them is the layout's mtp_layers. */
+    int64_t mtp_layers;
     /* Multi-head latent attention (DeepSeek-V2/V3): Q and K heads are head_dim =
      * mla_nope_dim + mla_rope_dim wide, V heads mla_v_dim; kv_heads == heads. */
     bool mla;

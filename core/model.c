@@ -155,6 +155,7 @@ int dp_model_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_model *m)
                                        "sliding_window",
                                        "sliding_window_layers",
                                        "attention_sinks",
+                                       "mtp_layers",
                                        "source",
                                        "notes",
                                        NULL};
@@ -192,6 +193,7 @@ int dp_model_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_model *m)
         dp_jr_bool(jr, obj, "dropout", false, &m->dropout) ||
         dp_jr_bool(jr, obj, "qk_norm", false, &m->qk_norm) ||
         dp_jr_bool(jr, obj, "attention_sinks", false, &m->attn_sinks) ||
+        dp_jr_int(jr, obj, "mtp_layers", false, 0, DP_MAX_MTP, &m->mtp_layers) ||
         dp_jr_int(jr, obj, "sliding_window", false, 1, MAXDIM, &m->window) ||
         dp_jr_int(jr, obj, "sliding_window_layers", false, 0, m->layers, &m->window_layers))
         return jr->err->code;
@@ -423,6 +425,8 @@ cJSON *dp_model_to_json(const struct dp_model *m)
         cJSON_AddBoolToObject(o, "qk_norm", true);
     if (m->attn_sinks)
         cJSON_AddBoolToObject(o, "attention_sinks", true);
+    if (m->mtp_layers > 0)
+        cJSON_AddNumberToObject(o, "mtp_layers", (double)m->mtp_layers);
     if (m->window > 0) {
         cJSON_AddNumberToObject(o, "sliding_window", (double)m->window);
         cJSON_AddNumberToObject(o, "sliding_window_layers", (double)m->window_layers);

@@ -356,7 +356,8 @@ static int deepseek(struct dp_jr *jr, const cJSON *root, enum family fam, struct
         dp_jr_int(jr, root, "q_lora_rank", false, 1, 10000000, &qr) ||
         dp_jr_int(jr, root, "moe_layer_freq", false, 1, 1000000, &freq) ||
         dp_jr_int(jr, root, "n_shared_experts", false, 0, 1024, &shared) ||
-        dp_jr_int(jr, root, "first_k_dense_replace", false, 0, m->layers - 1, &dense))
+        dp_jr_int(jr, root, "first_k_dense_replace", false, 0, m->layers - 1, &dense) ||
+        dp_jr_int(jr, root, "num_nextn_predict_layers", false, 0, DP_MAX_MTP, &m->mtp_layers))
         return jr->err->code;
     if (kv != m->heads)
         return dp_err_set(jr->err, DP_EINVAL,

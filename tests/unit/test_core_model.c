@@ -148,6 +148,7 @@ static void test_hf_details(void)
     CHECK_EQ(d3.mla_kv_rank, 512);
     CHECK_EQ(d3.head_dim, 192);
     CHECK_EQ(d3.mla_v_dim, 128);
+    CHECK_EQ(d3.mtp_layers, 1); /* num_nextn_predict_layers */
     CHECK_EQ(d3.kv_heads, 128);
     CHECK_EQ(d3.moe_dense_layers, 3);
     CHECK_EQ(d3.moe_shared_experts, 1);
@@ -172,6 +173,7 @@ static void test_hf_details(void)
     dp_model_count(&d3, &a);
     dp_model_count(&back, &b);
     CHECK_EQ(b.total, 671026419200LL);
+    CHECK_EQ(back.mtp_layers, 1);
     CHECK_EQ(b.active, a.active);
     cJSON_Delete(o);
 }
