@@ -170,6 +170,9 @@ struct dp_layer_kinds {
 };
 /* The kind of layer i (0-based). */
 enum dp_layer_kind dp_model_layer_kind(const struct dp_model *m, int64_t i);
+/* The kind of a multi-token-prediction layer (layout mtp_layers): the last layer's, as
+ * Megatron-Core builds it from the decoder's last layer spec. */
+enum dp_layer_kind dp_model_mtp_kind(const struct dp_model *m);
 /* Counts per kind of the layers [first, first + count). */
 void dp_model_layer_kinds(const struct dp_model *m, int64_t first, int64_t count,
                           struct dp_layer_kinds *out);

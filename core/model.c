@@ -344,6 +344,11 @@ enum dp_layer_kind dp_model_layer_kind(const struct dp_model *m, int64_t i)
     return m->experts > 0 && i >= m->moe_dense_layers ? DP_LAYER_MOE : DP_LAYER_DENSE;
 }
 
+enum dp_layer_kind dp_model_mtp_kind(const struct dp_model *m)
+{
+    return dp_model_layer_kind(m, m->layers - 1);
+}
+
 void dp_model_layer_kinds(const struct dp_model *m, int64_t first, int64_t count,
                           struct dp_layer_kinds *out)
 {

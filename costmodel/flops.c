@@ -58,7 +58,7 @@ void dp_flops_step(const struct dp_model *m, const struct dp_layout *l, struct d
      * num_floating_point_operations counts the same: "MTP norms and proj" and the logits
      * (mtp_num_layers + 1) times). */
     const double D = l->mtp_layers > 0 ? l->mtp_layers : 0;
-    const enum dp_layer_kind K = dp_model_layer_kind(m, m->layers - 1);
+    const enum dp_layer_kind K = dp_model_mtp_kind(m);
     k.n[K] += (int64_t)D;
     out->mtp_fwd = D * (2 * tokens * 2 * h * h + out->head_fwd);
     double layers_fwd = k.n[DP_LAYER_DENSE] * out->kind_fwd[DP_LAYER_DENSE] +

@@ -145,7 +145,7 @@ static void mtp_params(const struct dp_model *m, const struct dp_layout *l,
         return;
     const int64_t t = l->tp, h = m->hidden, D = l->mtp_layers;
     const int64_t norm = m->norm == DP_NORM_LAYERNORM ? 2 * h : h;
-    const enum dp_layer_kind K = dp_model_layer_kind(m, m->layers - 1);
+    const enum dp_layer_kind K = dp_model_mtp_kind(m);
     *dense += D * (3 * norm + 2 * h * h / t + kp->dense[K]);
     *expert += D * kp->expert[K];
     if (l->pp > 1 && !m->tied_embeddings)
@@ -221,6 +221,7 @@ struct mem_ctx {
     int64_t head_params;           /* the last stage's final norm and LM head (or its copy) */
     int64_t emb_mask;              /* the embedding dropout mask per micro-batch in flight */
     int64_t head_act;              /* the last stage's output-layer activations */
+    int64_t mtp_act;               /* per MTP depth beyond its layer's (stage_activations) */
     int64_t loss_bytes;            /* of which the loss's buffers at its peak */
     int64_t recv_bytes;            /* pipeline receive buffers */
     int64_t runtime;               /* runtime overhead */
@@ -266,6 +267,11 @@ static void mem_ctx_init(struct mem_ctx *x, const struct dp_model *m, const stru
     if (l->loss_chunks > 1)
         x->loss_bytes = x->loss_bytes / l->loss_chunks + 4 * s * b * h;
     x->head_act = 2 * p * s * b * h / u + x->loss_bytes;
+    /* Multi-token prediction, per depth: the concatenated normed inputs (2h) it keeps for
+     * eh_proj, and the output layer's activations and a loss of its own, whose buffers live
+     * until its backward (Megatron-Core process_mtp_loss computes each depth's loss in the
+     * forward); its layer's are added per stage, under the stage's recompute. */
+    x->mtp_act = 2 * p * s * b * h / u + x->head_act;
     /* one forward-receive and one backward-receive activation buffer */
     x->recv_bytes = l->pp > 1 ? 2 * p * s * b * h / u : 0;
     x->runtime = o && o->overhead_bytes >= 0 ? o->overhead_bytes : cl->gpu.runtime_overhead_bytes;
@@ -346,19 +352,10 @@ static void stage_activations(const struct mem_ctx *x, int r, const struct dp_la
     out->inflight = stored > 0 ? (double)out->act_layers_bytes / (double)stored : (double)live[0];
     if (out->has_head) {
         out->act_head_bytes = x->head_act;
-        /* Multi-token prediction: per depth its layer's kept activations (the last layer's
-         * kind, under the stage's recompute), the concatenated normed inputs (2h) it
-         * keeps for eh_proj, and a loss of its own, whose buffers live until its backward
-         * (Megatron-Core process_mtp_loss computes each depth's loss in the forward). */
-        if (l->mtp_layers > 0) {
-            const struct dp_model *m = x->m;
-            const enum dp_layer_kind K = dp_model_layer_kind(m, m->layers - 1);
-            const int64_t u = (l->sp && l->tp > 1) ? l->tp : 1;
-            const int64_t tok = l->seq_len / l->cp * l->mbs;
-            const int64_t p = dp_precision_bytes(l->precision);
-            out->act_head_bytes +=
-                l->mtp_layers * (per[K] + 2 * p * tok * m->hidden / u + x->head_act);
-        }
+        /* Multi-token prediction: per depth its layer's kept activations and the rest
+         * (mem_ctx_init) */
+        if (l->mtp_layers > 0)
+            out->act_head_bytes += l->mtp_layers * (per[dp_model_mtp_kind(x->m)] + x->mtp_act);
     }
     out->activations_bytes =
         out->act_layers_bytes + out->act_embed_bytes + out->act_head_bytes + out->act_working_bytes;

@@ -205,11 +205,10 @@ void dp__time_pipeline(const struct dp__time_ctx *c, const struct dp_layer_time 
     embed_part(&lt[0], &emb);
     head_part(&lt[0], &head);
     /* Multi-token prediction (layout mtp_layers) on the loss's chunk, after the output
-     * layer: per depth one more transformer layer of the kind the model's last layer is
-     * (Megatron-Core builds the MTP layer from the decoder's last layer spec), with the
-     * last stage's share of recompute, and the rest of the module (time.c ends). */
+     * layer: per depth one more transformer layer (dp_model_mtp_kind), with the last
+     * stage's share of recompute, and the rest of the module (time.c ends). */
     if (l->mtp_layers > 0) {
-        const enum dp_layer_kind K = dp_model_layer_kind(m, m->layers - 1);
+        const enum dp_layer_kind K = dp_model_mtp_kind(m);
         const double q = recompute_share(l, m, pp - 1);
         add_scaled(&head, &one[K], l->mtp_layers);
         add_scaled(&head, &re[K], q * l->mtp_layers);

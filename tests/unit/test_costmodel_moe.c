@@ -738,16 +738,26 @@ static void test_validate_rules(void)
  * data-parallel group of one under a shard group of 8: a path of no bandwidth, dp comm
  * infinite).
  */
+/* The shipped DeepSeek-V3 on 32 DGX H100 nodes; false (and a failed check) if either fails
+ * to load. */
+static bool load_deepseek_v3(struct dp_model *m, struct dp_cluster *cl)
+{
+    struct dp_err err = {0};
+    if (dp_model_load("deepseek-v3", m, &err) ||
+        dp_cluster_from_system("dgx-h100", 32, NULL, cl, &err)) {
+        CHECK_STR(err.msg, "");
+        return false;
+    }
+    return true;
+}
+
 static void test_deepseek_sane(void)
 {
     struct dp_model m;
     struct dp_cluster cl;
     struct dp_err err = {0};
-    if (dp_model_load("deepseek-v3", &m, &err) ||
-        dp_cluster_from_system("dgx-h100", 32, NULL, &cl, &err)) {
-        CHECK_STR(err.msg, "");
+    if (!load_deepseek_v3(&m, &cl))
         return;
-    }
     static const int tps[] = {1, 4, 8}, cps[] = {1, 2, 8, 64}, eps[] = {1, 8, 16, 64},
                      pps[] = {1, 16}, zeros[] = {1, 3}, sgs[] = {0, 8};
     int n = 0, bad = 0;
@@ -820,11 +830,8 @@ static void test_mtp(void)
     struct dp_model m;
     struct dp_cluster cl;
     struct dp_err err = {0};
-    if (dp_model_load("deepseek-v3", &m, &err) ||
-        dp_cluster_from_system("dgx-h100", 32, NULL, &cl, &err)) {
-        CHECK_STR(err.msg, "");
+    if (!load_deepseek_v3(&m, &cl))
         return;
-    }
     const int64_t h = 7168;
     const int64_t mla =
         h * 1536 + 1536 + 1536 * 128 * 192 + h * 576 + 512 + 512 * 128 * 256 + 128 * 128 * h;
