@@ -69,6 +69,7 @@ enum {
     OPT_FP8_RECIPE,
     OPT_FP8_PARAMS,
     OPT_FP8_OUTPUT,
+    OPT_FP8_ATTENTION,
     OPT_TP_OVERLAP,
     OPT_NO_TP_OVERLAP,
     OPT_OPG,
@@ -143,6 +144,8 @@ enum {
         {"fp8-recipe", required_argument, 0, OPT_FP8_RECIPE},                                      \
         {"fp8-params", no_argument, 0, OPT_FP8_PARAMS},                                            \
         {"fp8-output-proj", no_argument, 0, OPT_FP8_OUTPUT},                                       \
+        {"fp8-attention", no_argument, 0, OPT_FP8_ATTENTION},                                      \
+        {"fp8-dot-product-attention", no_argument, 0, OPT_FP8_ATTENTION},                          \
         {"tp-overlap", no_argument, 0, OPT_TP_OVERLAP},                                            \
         {"no-tp-overlap", no_argument, 0, OPT_NO_TP_OVERLAP},                                      \
         {"overlap-param-gather", no_argument, 0, OPT_OPG},                                         \
@@ -202,7 +205,8 @@ struct cli_common {
     int gemm;                        /* enum dp_gemm, -1 unset, -2 auto */
     int fp8_recipe;                  /* -1 = unset */
     int tp_overlap, opg, pp_overlap; /* -1 = framework default, 0 off, 1 on */
-    bool sp, no_flash, no_dp_overlap, fp8_params, fp8_output, json, moe_pad, ep_overlap;
+    bool sp, no_flash, no_dp_overlap, fp8_params, fp8_output, fp8_attention, json, moe_pad,
+        ep_overlap;
     double overhead_gib;  /* < 0 = unset */
     double memory_margin; /* fraction of the usable bytes; < 0 = unset (DP_MEM_TIGHT_FRACTION) */
     double moe_capacity;  /* 0 = dropless */

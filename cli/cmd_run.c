@@ -133,8 +133,9 @@ static const char run_knob_help[] =
     "biases with etp < tp;\n"
     "ALiBi, MLA and parallel-attention (one-norm) models; a plan's recompute_layers below\n"
     "the stage's layers; --precision auto, fp8 recipes other than current, --fp8-params,\n"
-    "--fp8-output-proj, and bf16/fp16/fp8 with MoE models; multi-token prediction\n"
-    "(--mtp-layers, --mtp-num-layers: it trains the next-token loss only);\n"
+    "--fp8-output-proj, --fp8-attention (--fp8-dot-product-attention), and bf16/fp16/fp8 with\n"
+    "MoE models; multi-token prediction (--mtp-layers, --mtp-num-layers: it trains the\n"
+    "next-token loss only);\n"
     "and the planning-only knobs --grad-dtype (other than fp32),\n"
     "--no-flash-attn and --overhead-gib: it keeps fp32 gradients, and its attention is\n"
     "--attention's (a plan file's values for these, and its overlap and kernel knobs,\n"
@@ -165,6 +166,9 @@ static int refuse_planning_knobs(const struct cli_common *c)
     if (c->fp8_output)
         return cli_usage_error("run", "--fp8-output-proj: the executor runs its output layer in "
                                       "the storage precision");
+    if (c->fp8_attention)
+        return cli_usage_error("run", "--fp8-attention: the executor runs its attention in the "
+                                      "storage precision");
     if (c->fp8_recipe >= 0 && c->fp8_recipe != DP_FP8_CURRENT)
         return cli_usage_error("run", "--fp8-recipe: the executor runs current (per-tensor "
                                       "current scaling) only");
@@ -564,6 +568,8 @@ static int resolve(struct cli_run *r, int *world, struct dp_err *err)
     if (fp8)
         r->l.fp8_recipe = DP_FP8_CURRENT;
     r->l.fp8_params = false;
+    if (!fp8) /* the plan's FP8 knobs go with its FP8 GEMMs; with them, checked below */
+        r->l.fp8_attention = false;
     r->l.grad_fp32 = true;
     *world = r->l.tp * r->l.pp * r->l.dp * r->l.cp;
     if (r->np && r->np != *world)

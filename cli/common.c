@@ -520,6 +520,7 @@ int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus, s
     l->fp8_recipe = cli_fp8_recipe(c, l->framework);
     l->fp8_params = c->fp8_params;
     l->fp8_output = c->fp8_output;
+    l->fp8_attention = c->fp8_attention;
     l->etp = c->etp;
     l->moe_capacity = c->moe_capacity;
     l->moe_pad = c->moe_pad;
@@ -569,12 +570,23 @@ int cli_check_knobs(const struct cli_common *c, const struct dp_layout *l, const
         if (rc)
             return rc;
     }
-    if ((c->fp8_recipe >= 0 || c->fp8_params || c->fp8_output) && c->gemm != DP_GEMM_FP8 &&
-        c->gemm != -2)
+    if ((c->fp8_recipe >= 0 || c->fp8_params || c->fp8_output || c->fp8_attention) &&
+        c->gemm != DP_GEMM_FP8 && c->gemm != -2)
         return dp_err_set(err, DP_EUSAGE, "--%s: expected --precision fp8 as well",
-                          c->fp8_params   ? "fp8-params"
-                          : c->fp8_output ? "fp8-output-proj"
-                                          : "fp8-recipe");
+                          c->fp8_params      ? "fp8-params"
+                          : c->fp8_output    ? "fp8-output-proj"
+                          : c->fp8_attention ? "fp8-attention"
+                                             : "fp8-recipe");
+    if (c->fp8_attention && c->fp8_recipe >= 0 && c->fp8_recipe != DP_FP8_DELAYED &&
+        c->fp8_recipe != DP_FP8_CURRENT && c->fp8_recipe != DP_FP8_MXFP8)
+        return dp_err_set(err, DP_EUSAGE,
+                          "--fp8-attention: expected --fp8-recipe delayed, current or mxfp8 "
+                          "(Megatron-Core passes fp8_dpa to those recipes only), got %s",
+                          dp_fp8_recipe_name((enum dp_fp8_recipe)c->fp8_recipe));
+    if (c->fp8_attention && c->no_flash)
+        return dp_err_set(err, DP_EUSAGE,
+                          "--fp8-attention: expected flash attention (FP8 attention is cuDNN's "
+                          "fused kernel), got --no-flash-attn");
     if (c->fp8_output && c->fp8_recipe != DP_FP8_MXFP8)
         return dp_err_set(err, DP_EUSAGE,
                           "--fp8-output-proj: expected --fp8-recipe mxfp8 as well (Megatron-Core "
@@ -602,6 +614,7 @@ int cli_check_knobs(const struct cli_common *c, const struct dp_layout *l, const
         p.grad_fp32 = c->grad_fp32 != 0;
         p.mtp_layers = c->mtp_layers > 0 ? c->mtp_layers : 0;
         p.fsdp_per_microbatch = c->fsdp_per_microbatch;
+        p.fp8_attention = c->fp8_attention;
         int frc = dp_layout_check_framework(&p, NULL, err);
         if (frc)
             return frc;
@@ -780,6 +793,7 @@ int cli_search_opts(const struct cli_common *c, const struct dp_model *m, int gp
     o->fp8_recipe = cli_fp8_recipe(c, o->framework);
     o->fp8_params = c->fp8_params;
     o->fp8_output = c->fp8_output;
+    o->fp8_attention = c->fp8_attention;
     o->grad_fp32 = c->grad_fp32;
     o->flash_attn = !c->no_flash;
     o->dp_overlap = !c->no_dp_overlap;
@@ -1001,9 +1015,10 @@ void cli_describe_layout(FILE *f, const struct dp_layout *l, const struct dp_mod
     char prec[128];
     enum dp_gemm g = dp_layout_gemm(l);
     if (g == DP_GEMM_FP8)
-        snprintf(prec, sizeof prec, "%s with fp8 GEMMs (%s scaling%s%s)",
+        snprintf(prec, sizeof prec, "%s with fp8 GEMMs (%s scaling%s%s%s)",
                  dp_precision_name(l->precision), dp_fp8_recipe_name(l->fp8_recipe),
-                 l->fp8_params ? ", fp8 weights" : "", l->fp8_output ? ", fp8 output layer" : "");
+                 l->fp8_params ? ", fp8 weights" : "", l->fp8_output ? ", fp8 output layer" : "",
+                 l->fp8_attention ? ", fp8 attention" : "");
     else if (l->gemm != DP_GEMM_DEFAULT)
         snprintf(prec, sizeof prec, "%s with %s GEMMs", dp_precision_name(l->precision),
                  dp_gemm_name(g));

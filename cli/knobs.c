@@ -93,6 +93,8 @@ const char cli_cluster_help[] =
     "                              current = per-tensor current scaling (torchao tensorwise)\n"    \
     "  --fp8-params                weights kept and gathered in FP8 (--fp8-param-gather)\n"        \
     "  --fp8-output-proj           with mxfp8: the output layer's GEMMs in FP8 too\n"              \
+    "  --fp8-attention             with fp8 (megatron, cudnn attention): the attention's dot\n"    \
+    "                              products in FP8 too (--fp8-dot-product-attention)\n"            \
     "  --grad-dtype {fp32,half}    gradient accumulation [fp32; half for fp16 and deepspeed];\n"   \
     "                              torchtitan: FSDP2's reduce_dtype (half: bf16, as Automodel)\n"  \
     "  --optimizer {adam,sgd}      [adam]\n"                                                       \
@@ -356,6 +358,7 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
     }
     case OPT_FP8_PARAMS: c->fp8_params = true; break;
     case OPT_FP8_OUTPUT: c->fp8_output = true; break;
+    case OPT_FP8_ATTENTION: c->fp8_attention = true; break;
     case OPT_TP_OVERLAP: c->tp_overlap = 1; break;
     case OPT_NO_TP_OVERLAP: c->tp_overlap = 0; break;
     case OPT_OPG: c->opg = 1; break;

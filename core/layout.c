@@ -184,6 +184,22 @@ int dp_layout_check_gpu(const struct dp_layout *l, const struct dp_gpu *gpu, con
                           "got %s",
                           rf, gpu->name);
     }
+    /* Transformer Engine's FP8 attention is cuDNN's fused kernel (FusedAttention backend). */
+    enum dp_attn k = l->attn != DP_ATTN_DEFAULT ? l->attn : gpu->attn_default;
+    if (l->fp8_attention && k != DP_ATTN_CUDNN) {
+        char af[256];
+        const char *q = strstr(field, "gemm_precision");
+        if (strcmp(field, "--precision") == 0)
+            snprintf(af, sizeof af, "--fp8-attention");
+        else if (q)
+            snprintf(af, sizeof af, "%.*sfp8_attention", (int)(q - field), field);
+        else
+            snprintf(af, sizeof af, "%s", field);
+        return dp_err_set(err, DP_EUSAGE,
+                          "%s: expected cuDNN's fused attention (Transformer Engine runs FP8 "
+                          "attention on it), got %s's %s",
+                          af, gpu->name, dp_attn_name(k));
+    }
     return 0;
 }
 
@@ -583,6 +599,8 @@ cJSON *dp_layout_to_json(const struct dp_layout *l)
         cJSON_AddBoolToObject(o, "fp8_params", l->fp8_params);
         if (l->fp8_output)
             cJSON_AddBoolToObject(o, "fp8_output", true);
+        if (l->fp8_attention)
+            cJSON_AddBoolToObject(o, "fp8_attention", true);
     }
     cJSON_AddBoolToObject(o, "tp_overlap", l->tp_overlap);
     cJSON_AddBoolToObject(o, "overlap_param_gather", l->overlap_param_gather);
@@ -756,6 +774,7 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
                                        "fp8_format",
                                        "fp8_params",
                                        "fp8_output",
+                                       "fp8_attention",
                                        "tp_overlap",
                                        "overlap_param_gather",
                                        "pp_overlap",
@@ -823,6 +842,7 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
         dp_jr_enum(jr, obj, "fp8_format", false, format_names, 2, &fmt) ||
         dp_jr_bool(jr, obj, "fp8_params", false, &out->fp8_params) ||
         dp_jr_bool(jr, obj, "fp8_output", false, &out->fp8_output) ||
+        dp_jr_bool(jr, obj, "fp8_attention", false, &out->fp8_attention) ||
         dp_jr_bool(jr, obj, "tp_overlap", false, &out->tp_overlap) ||
         dp_jr_bool(jr, obj, "pp_overlap", false, &out->pp_overlap) ||
         dp_jr_enum(jr, obj, "attention", false, attn_names, DP_ATTNS, &attn) ||
@@ -951,6 +971,26 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
         need = "false without gemm_precision fp8 and fp8_recipe mxfp8 (Megatron-Core runs the "
                "output layer in FP8 only under MXFP8: is_mxfp8_output_proj_active)";
         got = "true";
+    } else if (out->fp8_attention && dp_layout_gemm(out) != DP_GEMM_FP8) {
+        field = "fp8_attention";
+        need = "false without gemm_precision fp8 (Transformer Engine's FP8 attention runs "
+               "under an FP8 recipe)";
+        got = "true";
+    } else if (out->fp8_attention && out->fp8_recipe != DP_FP8_DELAYED &&
+               out->fp8_recipe != DP_FP8_CURRENT && out->fp8_recipe != DP_FP8_MXFP8) {
+        field = "fp8_attention";
+        need = "false with fp8_recipe blockwise or rowwise (Megatron-Core passes fp8_dpa to "
+               "the delayed, current and mxfp8 recipes only: fp8_utils.py)";
+        got = "true";
+    } else if (out->fp8_attention && !out->flash_attn) {
+        field = "fp8_attention";
+        need = "false without flash_attn true (FP8 attention is cuDNN's fused kernel)";
+        got = "true with flash_attn false";
+    } else if (out->fp8_attention && out->attn != DP_ATTN_DEFAULT && out->attn != DP_ATTN_CUDNN) {
+        field = "fp8_attention";
+        need = "false with an attention kernel other than cudnn (Transformer Engine runs FP8 "
+               "attention on cuDNN's fused attention only)";
+        got = dp_attn_name(out->attn);
     }
     if (field) {
         size_t o = dp_jr_push(jr, field, 0);

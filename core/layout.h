@@ -154,6 +154,11 @@ struct dp_layout {
      * (TELMHeadColumnParallelLinear, active only with the mxfp8 recipe:
      * fp8_utils.is_mxfp8_output_proj_active). */
     bool fp8_output;
+    /* The attention's dot products in FP8 too: Transformer Engine's FP8 dot-product
+     * attention on cuDNN's fused kernel (Megatron --fp8-dot-product-attention, TE
+     * DotProductAttention fp8_dpa): Q, K, V quantized in, dQ/dK/dV out, and saved for
+     * backward in FP8. */
+    bool fp8_attention;
     /* Communication overlap beyond dp_overlap (all default off in dp_layout_default,
      * which is what a plan or runs file that does not name them means): */
     bool tp_overlap;           /* TP collectives pipelined with the GEMMs they feed (Megatron

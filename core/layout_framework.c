@@ -81,6 +81,15 @@ int dp_layout_check_framework(const struct dp_layout *l, const char *where, stru
                           "trains the next-token loss only, got %d MTP layers",
                           f, fw, l->mtp_layers);
     }
+    /* FP8 attention is Transformer Engine's (fp8_dpa); torchtitan's float8 (torchao) and
+     * DeepSpeed quantize the linear layers only. */
+    if (l->fp8_attention && l->framework != DP_FW_MEGATRON) {
+        field_name(where, "fp8_attention", NULL, f, sizeof f);
+        return dp_err_set(err, DP_EUSAGE,
+                          "%s: FP8 attention is Transformer Engine's under Megatron-Core "
+                          "(--fp8-dot-product-attention); %s runs the attention in bf16, got true",
+                          f, fw);
+    }
     switch (l->framework) {
     case DP_FW_MEGATRON:
         /* Megatron-LM shards gradients and parameters only with Megatron-FSDP

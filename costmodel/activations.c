@@ -43,8 +43,12 @@ static int64_t attn_act(const struct dp_model *m, const struct dp_layout *l, int
 {
     const int64_t t = l->tp, h = m->hidden, a = m->heads, g = m->kv_heads, d = m->head_dim;
     const int64_t p = dp_precision_bytes(l->precision);
-    const int64_t q = fp8_saved_bytes(l);        /* a linear layer's saved input */
-    const int64_t mask = m->dropout ? 1 : 0;     /* dropout masks are 1 byte per element */
+    const int64_t q = fp8_saved_bytes(l);    /* a linear layer's saved input */
+    const int64_t mask = m->dropout ? 1 : 0; /* dropout masks are 1 byte per element */
+    /* Q, K and V as the attention kernel saves them: with FP8 attention the quantized
+     * copies, 1 byte (TE FusedAttnFunc saves q, k, v in FP8 under fp8_dpa; the bf16 ones
+     * feed nothing else that saves them: Megatron's fused rotary backward needs none). */
+    const int64_t pa = l->fp8_attention && dp_layout_gemm(l) == DP_GEMM_FP8 ? 1 : p;
     int64_t attn = q * T * h / gathered_u(l, u); /* the down/QKV projections' input (norm output) */
     attn += mask * T * h / u;                    /* output dropout mask */
     if (m->mla) {
@@ -58,14 +62,14 @@ static int64_t attn_act(const struct dp_model *m, const struct dp_layout *l, int
         int64_t rq = m->mla_q_rank, rkv = m->mla_kv_rank, dv = m->mla_v_dim;
         attn += (p + q) * T * rq / u; /* q latent, its norm output (the up projection's input) */
         attn += (p * (rkv + m->mla_rope_dim) + q * rkv) * T / u;
-        attn += 2 * p * T * a * d / t;    /* Q, K */
-        attn += (p + q) * T * a * dv / t; /* V, out-projection input */
+        attn += 2 * pa * T * a * d / t;    /* Q, K */
+        attn += (pa + q) * T * a * dv / t; /* V, out-projection input */
         return attn;
     }
-    attn += p * T * (a + g) * d / t; /* Q, K */
-    attn += p * T * g * d / t;       /* V */
-    attn += q * T * a * d / t;       /* out-projection input */
-    if (m->qk_norm)                  /* q_norm and k_norm inputs (their outputs are Q and K) */
+    attn += pa * T * (a + g) * d / t; /* Q, K */
+    attn += pa * T * g * d / t;       /* V */
+    attn += q * T * a * d / t;        /* out-projection input */
+    if (m->qk_norm)                   /* q_norm and k_norm inputs (their outputs are Q and K) */
         attn += p * T * (a + g) * d / t;
     return attn;
 }
@@ -230,8 +234,10 @@ int dp_act_layer(const struct dp_model *m, const struct dp_layout *l, enum dp_la
         pa.shared_inner =
             ((im - 1) * p + q) * T * m->moe_shared_experts * m->moe_shared_ffn_hidden / t;
     }
-    if (m->mla)
-        pa.qkv_up = 2 * p * T * a * m->head_dim / t + p * T * a * m->mla_v_dim / t;
+    if (m->mla) { /* as attn_act keeps them (FP8 attention: 1 byte) */
+        const int64_t pk = l->fp8_attention && dp_layout_gemm(l) == DP_GEMM_FP8 ? 1 : p;
+        pa.qkv_up = 2 * pk * T * a * m->head_dim / t + pk * T * a * m->mla_v_dim / t;
+    }
 
     /* Eager PyTorch (no torch.compile, no fused norm/activation kernels) keeps more:
      * RMSNorm as written in Llama and torchtitan saves the fp32 up-cast input for pow and

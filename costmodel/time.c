@@ -362,6 +362,33 @@ static double ew_rope_bytes(const struct dp__time_ctx *c)
     return c->l->eager ? 2.0 * c->p + 16.0 : 2.0 * c->p;
 }
 
+/*
+ * FP8 attention (fp8_attention: Transformer Engine's FP8 dot-product attention on cuDNN's
+ * fused kernel, Megatron --fp8-dot-product-attention). The kernel's FLOPs run at the FP8
+ * peak with the same fraction of it as in bf16: Shah et al. 2024 (FlashAttention-3, arXiv
+ * 2407.08608) measure cuDNN's forward on an H100 (head dim 256, 16k tokens) at 1139 TFLOP/s
+ * in FP8 and 581 in bf16 without the causal mask, 1099 and 509 with it: 0.576 and 0.555 of
+ * the 1979 FP8 peak against 0.587 and 0.515 of the 989 bf16 one. Its fixed cost per call
+ * (the curve's half_flops) stays the bf16 kernel's. The backward (no published FP8 figure)
+ * is taken at the forward's ratio, FLASH_BWD_OVER_FWD. Around the kernel, memory-bound:
+ * forward Q, K and V quantized in (the recipe's cast bytes per element, `qkv` elements) and
+ * the output dequantized out (1 + p bytes, `out` elements); backward the output gradient
+ * quantized in and dQ, dK, dV dequantized out (TE FusedAttnFunc with fp8_dpa, not fp8_mha:
+ * the module's inputs and outputs stay bf16). `bf16_f`: the bf16 kernel's forward time on
+ * `step` FLOPs per call. Returns the forward, the backward in *bwd.
+ */
+static double fp8_attention(const struct dp__time_ctx *c, double bf16_f, double step, double qkv,
+                            double out, double *bwd)
+{
+    const struct dp_gemm_curve *gc = &c->cl->gpu.gemm;
+    double peak8 = dp_gpu_peak_tflops(&c->cl->gpu, DP_GEMM_FP8, c->l->precision) * 1e12;
+    double fixed = bf16_f * gc->half_flops / (step + gc->half_flops);
+    double kernel = (bf16_f - fixed) * (peak8 > 0 ? c->peak / peak8 : 1.0) + fixed;
+    double deq = 1.0 + c->p;
+    *bwd = FLASH_BWD_OVER_FWD * kernel + (c->cast_b * out + deq * qkv) / c->membw;
+    return kernel + (c->cast_b * qkv + deq * out) / c->membw;
+}
+
 /* The attention block: projections, core attention, its element-wise work and TP. */
 static void attention(const struct dp__time_ctx *c, struct dp_layer_time *o)
 {
@@ -422,7 +449,11 @@ static void attention(const struct dp__time_ctx *c, struct dp_layer_time *o)
         const struct dp_gemm_curve *gc = &c->cl->gpu.gemm;
         double eff = attn_rel(&c->cl->gpu, l) * gc->eff_max * step / (step + gc->half_flops);
         o->attn_f = flops / (c->peak * eff);
-        o->attn_b = FLASH_BWD_OVER_FWD * o->attn_f;
+        if (l->fp8_attention && c->fp8)
+            o->attn_f = fp8_attention(c, o->attn_f, step, T * (a * d + g * d + g * dv) / t,
+                                      T * a * dv / t, &o->attn_b);
+        else
+            o->attn_b = FLASH_BWD_OVER_FWD * o->attn_f;
     } else {
         o->attn_f =
             gemm_s(c, s_loc, s_full, d, b * heads) + gemm_s(c, s_loc, dv, s_full, b * heads);

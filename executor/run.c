@@ -130,6 +130,10 @@ int dp_exec_check_precision(const struct dp_model *m, const struct dp_layout *l,
             return dp_err_set(err, DP_EINFEASIBLE,
                               "fp8 params: the executor keeps bf16 weights (FP8 copies are made "
                               "per GEMM)");
+        if (l->fp8_attention)
+            return dp_err_set(err, DP_EINFEASIBLE,
+                              "fp8 attention: the executor runs its attention in the storage "
+                              "precision (fp8_attention false)");
     }
     if (p == DP_FP32)
         return 0;

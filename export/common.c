@@ -112,6 +112,16 @@ int dp__refuse_mtp(const struct dp__ctx *c, const char *fw, const char *why)
                       c->l->mtp_layers, fw, why);
 }
 
+int dp__refuse_fp8_attention(const struct dp__ctx *c, const char *fw)
+{
+    if (!c->l->fp8_attention)
+        return 0;
+    return dp__refuse(c, "layout.fp8_attention",
+                      "FP8 attention has no %s equivalent: it is Transformer Engine's fp8_dpa "
+                      "under Megatron-Core (--fp8-dot-product-attention: --format megatron)",
+                      fw);
+}
+
 /* Architecture dplan models but no export writes: the launched run would train another
  * model (full attention, no sinks) than the plan estimated. */
 static int model_exportable(const struct dp__ctx *c)

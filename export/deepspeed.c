@@ -146,13 +146,14 @@ static int autoep_zero3_tp(const struct dp__ctx *c)
     return 0;
 }
 
-static int no_mtp(const struct dp__ctx *c)
+static int megatron_only(const struct dp__ctx *c)
 {
-    return dp__refuse_mtp(c, "DeepSpeed", "the model and its loss are the caller's");
+    int rc = dp__refuse_mtp(c, "DeepSpeed", "the model and its loss are the caller's");
+    return rc ? rc : dp__refuse_fp8_attention(c, "DeepSpeed");
 }
-static const dp__check_fn checks[] = {
-    no_cp,   no_vpp,          no_uneven,  no_sp, no_selective, zero0_overlap, zero0_fp32_grads,
-    zero_pp, autoep_zero3_tp, hsdp_zero3, no_mtp};
+static const dp__check_fn checks[] = {no_cp,           no_vpp,        no_uneven,        no_sp,
+                                      no_selective,    zero0_overlap, zero0_fp32_grads, zero_pp,
+                                      autoep_zero3_tp, hsdp_zero3,    megatron_only};
 
 /* ------------------------------------------------------------------ options */
 

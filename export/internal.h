@@ -65,6 +65,8 @@ int dp__refuse(const struct dp__ctx *c, const char *knob, const char *fmt, ...)
 /* Refuse a plan with multi-token prediction (layout mtp_layers), which only Megatron-Core
  * builds: `fw` names the format's framework, `why` what it does instead. */
 int dp__refuse_mtp(const struct dp__ctx *c, const char *fw, const char *why);
+/* A plan with FP8 attention (layout.fp8_attention) refused by an export that cannot write it. */
+int dp__refuse_fp8_attention(const struct dp__ctx *c, const char *fw);
 
 /* "# "-prefixed header lines shared by the formats: what the plan is. */
 void dp__header(const struct dp__ctx *c, struct dp_buf *b, const char *comment);

@@ -524,6 +524,10 @@ static int fp8_output_proj(const struct dp__ctx *c, struct dp__val *v)
 {
     return c->l->fp8_output && dp_layout_mxfp8(c->l) ? dp__flag(v) : 0;
 }
+static int fp8_dot_product_attention(const struct dp__ctx *c, struct dp__val *v)
+{
+    return c->l->fp8_attention && dp_layout_gemm(c->l) == DP_GEMM_FP8 ? dp__flag(v) : 0;
+}
 static int fp8_param_gather(const struct dp__ctx *c, struct dp__val *v)
 {
     return dp_layout_gemm(c->l) == DP_GEMM_FP8 && c->l->fp8_params ? dp__flag(v) : 0;
@@ -641,6 +645,7 @@ static const struct dp__opt opts[] = {
     {"PRECISION_ARGS", "--fp8-recipe", fp8_recipe},                                  /* ARG */
     {"PRECISION_ARGS", "--fp8-param-gather", fp8_param_gather},                      /* ARG */
     {"PRECISION_ARGS", "--fp8-output-proj", fp8_output_proj},                        /* TC */
+    {"PRECISION_ARGS", "--fp8-dot-product-attention", fp8_dot_product_attention},    /* TC */
     {"PRECISION_ARGS", "--reuse-grad-buf-for-mxfp8-param-ag", mxfp8_reuse_grad_buf}, /* ARG */
     {"PRECISION_ARGS", "--accumulate-allreduce-grads-in-fp32", grads_fp32},          /* ARG */
     {"PRECISION_ARGS", "--grad-reduce-in-bf16", grads_bf16},                         /* ARG */

@@ -156,14 +156,15 @@ static int schedule_sync(const struct dp__ctx *c)
                           "schedule syncs once per step; re-plan without it");
     return 0;
 }
-static int no_mtp(const struct dp__ctx *c)
+static int megatron_only(const struct dp__ctx *c)
 {
-    return dp__refuse_mtp(c, "torchtitan",
-                          "its models (DeepSeek-V3 too) train the next-token loss only");
+    int rc = dp__refuse_mtp(c, "torchtitan",
+                            "its models (DeepSeek-V3 too) train the next-token loss only");
+    return rc ? rc : dp__refuse_fp8_attention(c, "torchtitan");
 }
 static const dp__check_fn checks[] = {
-    no_fp16, sharding,          fp32_grads,     fused_attention, adam,   overlapped,
-    ep_mesh, split_expressible, ac_expressible, fp8_expressible, no_mtp, schedule_sync};
+    no_fp16, sharding,          fp32_grads,     fused_attention, adam,          overlapped,
+    ep_mesh, split_expressible, ac_expressible, fp8_expressible, megatron_only, schedule_sync};
 
 /* ------------------------------------------------------------------ options */
 

@@ -68,8 +68,9 @@ struct dp_search_opts {
     int gemm;                      /* enum dp_gemm; -1 = search bf16 and, if the GPU has it, fp8 */
     enum dp_fp8_recipe fp8_recipe; /* for FP8 layouts */
     bool fp8_params;
-    bool fp8_output; /* the output layer in MXFP8 too (dp_layout fp8_output) */
-    int grad_fp32;   /* -1 = fp32 unless fp16 */
+    bool fp8_output;    /* the output layer in MXFP8 too (dp_layout fp8_output) */
+    bool fp8_attention; /* FP8 attention on the FP8 layouts (dp_layout fp8_attention) */
+    int grad_fp32;      /* -1 = fp32 unless fp16 */
     bool flash_attn;
     bool dp_overlap;
     /* -1 = on where the layout allows it, as Megatron-Core's recipes run (TP overlap with

@@ -497,6 +497,7 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                         l.gemm = s->gemms[gi];
                         l.fp8_params = l.gemm == DP_GEMM_FP8 && o->fp8_params;
                         l.fp8_output = o->fp8_output && dp_layout_mxfp8(&l);
+                        l.fp8_attention = o->fp8_attention && l.gemm == DP_GEMM_FP8;
                         l.tp = tp;
                         l.cp = cp;
                         l.mbs = mbs;
