@@ -97,7 +97,8 @@ const char cli_cluster_help[] =
     "                              products in FP8 too (--fp8-dot-product-attention)\n"            \
     "  --grad-dtype {fp32,half}    gradient accumulation [fp32; half for fp16 and deepspeed];\n"   \
     "                              torchtitan: FSDP2's reduce_dtype (half: bf16, as Automodel)\n"  \
-    "  --optimizer {adam,sgd}      [adam]\n"                                                       \
+    "  --optimizer {adam,sgd,muon} [adam]; muon: Newton-Schulz-orthogonalized momentum for the\n"  \
+    "                              layers' matrices, Adam for embedding and output layer\n"        \
     "  --no-flash-attn             attention stores the s^2 score matrices\n"
 
 #define CLI_OVERLAP_HELP                                                                           \
@@ -242,7 +243,7 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
     static const char *const recipe_names[] = {"delayed",   "current", "rowwise",
                                                "blockwise", "mxfp8",   "tensorwise"};
     static const char *const grad_names[] = {"half", "fp32"};
-    static const char *const opt_names[] = {"adam", "sgd"};
+    static const char *const opt_names[] = {"adam", "sgd", "muon"};
     static const char *const disp_names[] = {"alltoall", "dedup"};
     static const char *const routing_names[] = {"random", "round-robin"};
     if (opt < OPT_SYSTEM || opt >= OPT_COMMON_END)
@@ -368,7 +369,7 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
     case OPT_GRAD_DTYPE:
         r = parse_choice(cmd, "grad-dtype", arg, grad_names, 2, &c->grad_fp32);
         break;
-    case OPT_OPTIMIZER: r = parse_choice(cmd, "optimizer", arg, opt_names, 2, &c->optimizer); break;
+    case OPT_OPTIMIZER: r = parse_choice(cmd, "optimizer", arg, opt_names, 3, &c->optimizer); break;
     case OPT_NO_FLASH: c->no_flash = true; break;
     case OPT_NO_DP_OVERLAP: c->no_dp_overlap = true; break;
     case OPT_FIRST_LAYERS:

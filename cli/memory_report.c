@@ -219,7 +219,9 @@ void cli_mem_derivation(FILE *f, const struct dp_layout *l, const struct dp_mem_
                          : l->optimizer_dtype != l->precision ? "master + "
                                                               : "";
     fprintf(f, "  optimizer    x %d B (%s%s%s)%s\n", ob, master,
-            l->optimizer == DP_OPT_ADAM ? "Adam m, v" : "SGD momentum",
+            l->optimizer == DP_OPT_ADAM   ? "Adam m, v"
+            : l->optimizer == DP_OPT_MUON ? "Muon momentum; Adam m, v for the ends"
+                                          : "SGD momentum",
             half_states ? (l->optimizer_dtype == DP_BF16 ? " in bf16" : " in fp16") : "",
             l->zero >= 1 ? "" : ", not sharded");
     if (l->zero >= 1)

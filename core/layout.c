@@ -62,7 +62,12 @@ enum dp_loss dp_layout_loss(const struct dp_layout *l)
     return l->framework == DP_FW_MEGATRON ? DP_LOSS_VOCAB_PARALLEL : DP_LOSS_UNFUSED;
 }
 static const char *const precision_names[] = {"bf16", "fp16", "fp32"};
-static const char *const optimizer_names[] = {"adam", "sgd"};
+static const char *const optimizer_names[] = {"adam", "sgd", "muon"};
+
+const char *dp_optimizer_name(enum dp_optimizer o)
+{
+    return optimizer_names[o];
+}
 static const char *const gemm_names[] = {"default", "bf16", "fp16", "tf32", "fp32", "fp8"};
 static const char *const recipe_names[] = {"delayed", "current", "rowwise", "blockwise", "mxfp8"};
 static const char *const format_names[] = {"hybrid", "e4m3"};
@@ -833,7 +838,7 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
         dp_jr_bool(jr, obj, "flash_attn", false, &out->flash_attn) ||
         dp_jr_enum(jr, obj, "precision", false, prec_in, 4, &prec) ||
         dp_jr_bool(jr, obj, "grad_fp32", false, &out->grad_fp32) ||
-        dp_jr_enum(jr, obj, "optimizer", false, optimizer_names, 2, &opt) ||
+        dp_jr_enum(jr, obj, "optimizer", false, optimizer_names, 3, &opt) ||
         dp_jr_enum(jr, obj, "optimizer_dtype", false, precision_names, DP_PRECISIONS, &odt) ||
         dp_jr_bool(jr, obj, "dp_overlap", false, &out->dp_overlap) ||
         dp_jr_int(jr, obj, "first_stage_layers", false, 0, 100000, &first) ||

@@ -116,7 +116,11 @@ const char *dp_dispatcher_name(enum dp_moe_dispatcher d);
  * but a token's experts are neighbours, so they sit on one or two GPUs. */
 enum dp_moe_routing { DP_ROUTING_RANDOM = 0, DP_ROUTING_ROUND_ROBIN = 1 };
 const char *dp_routing_name(enum dp_moe_routing r);
-enum dp_optimizer { DP_OPT_ADAM = 0, DP_OPT_SGD = 1 };
+/* muon: Muon (Jordan et al. 2024; Megatron-Core --optimizer muon): SGD momentum, the update
+ * of each 2-D weight orthogonalized by 5 Newton-Schulz iterations; the embedding, the output
+ * layer, norms and biases stepped by Adam. */
+enum dp_optimizer { DP_OPT_ADAM = 0, DP_OPT_SGD = 1, DP_OPT_MUON = 2 };
+const char *dp_optimizer_name(enum dp_optimizer o);
 const char *dp_recompute_name(enum dp_recompute r);
 
 /*

@@ -81,6 +81,24 @@ int dp_layout_check_framework(const struct dp_layout *l, const char *where, stru
                           "trains the next-token loss only, got %d MTP layers",
                           f, fw, l->mtp_layers);
     }
+    /* Muon: Megatron-Core's emerging optimizers run with DDP or the layer-wise distributed
+     * optimizer, not with Megatron-FSDP (arguments.py: "Emerging optimizer does not support
+     * Megatron-FSDP"); FSDP2's is PithTrain's and torchtitan's kind; DeepSpeed's is not
+     * modelled. */
+    if (l->optimizer == DP_OPT_MUON && l->framework == DP_FW_DEEPSPEED) {
+        field_name(where, "optimizer", NULL, f, sizeof f);
+        return dp_err_set(err, DP_EUSAGE,
+                          "%s: muon is priced as Megatron-Core (zero 0-1) and FSDP2 (torchtitan "
+                          "framework) run it; DeepSpeed's is not modelled, got deepspeed",
+                          f);
+    }
+    if (l->optimizer == DP_OPT_MUON && l->framework == DP_FW_MEGATRON && l->zero >= 2) {
+        field_name(where, "optimizer", NULL, f, sizeof f);
+        return dp_err_set(err, DP_EUSAGE,
+                          "%s: megatron runs muon with DDP or its layer-wise distributed optimizer "
+                          "(zero 0-1), not Megatron-FSDP, got zero %d",
+                          f, l->zero);
+    }
     /* FP8 attention is Transformer Engine's (fp8_dpa); torchtitan's float8 (torchao) and
      * DeepSpeed quantize the linear layers only. */
     if (l->fp8_attention && l->framework != DP_FW_MEGATRON) {

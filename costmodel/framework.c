@@ -15,7 +15,9 @@ void dp_mem_bytes_per_param(const struct dp_layout *l, int *param_b, int *grad_b
 {
     int p = dp_precision_bytes(l->precision);
     bool mixed = l->precision != DP_FP32;
-    int moments = l->optimizer == DP_OPT_ADAM ? 8 : 4; /* Adam m and v; SGD momentum */
+    /* Adam m and v; SGD's and Muon's momentum (Muon's parameters beyond the layers' matrices,
+     * Adam's, are memory.c's). */
+    int moments = l->optimizer == DP_OPT_ADAM ? 8 : 4;
     if (l->framework == DP_FW_TORCHTITAN) {
         /*
          * FSDP2 (torch.distributed.fsdp fully_shard, MixedPrecisionPolicy): param_dtype

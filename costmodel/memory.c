@@ -428,6 +428,19 @@ static void stage_with(const struct mem_ctx *x, int r, const int64_t *act, struc
     dp_mem_states(dense, x->shard_d, l, &sd);
     if (expert)
         dp_mem_states(expert, x->shard_e, l, &se);
+    /* Muon steps the layers' matrices; the embedding and the output layer go to Adam
+     * (Megatron-Core is_managed_by_layer_wise_optimizer: 2-D and not embedding or output;
+     * PithTrain's make_muon_optimizer the same), one more fp32 moment each. The layers' norms
+     * and biases (Adam too) are left at Muon's: under 0.1% of a layer. */
+    int64_t ends = (out->has_embedding ? x->emb_params : 0) + (out->has_head ? x->head_params : 0);
+    if (l->optimizer == DP_OPT_MUON && ends > 0) {
+        struct dp_states m4;
+        dp_mem_states(ends, x->shard_d, l, &m4);
+        int pb, gb, ob;
+        dp_mem_bytes_per_param(l, &pb, &gb, &ob);
+        /* the shard's elements, each one more moment in the optimizer's dtype */
+        sd.optimizer_bytes += m4.optimizer_bytes / ob * dp_precision_bytes(l->optimizer_dtype);
+    }
     double copy = fp8_weight_copy_bytes(l);
     if (copy > 0 && l->zero < 3) {
         /* Linear weights of the stage's layers (the norms, embedding and output layer

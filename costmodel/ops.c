@@ -96,7 +96,7 @@ void dp_time_ops(const struct dp_model *m, const struct dp_cluster *cl, const st
         int64_t d, x;
         dp_mem_stage_params(m, l, r, &d, &x);
         double local = (double)d / (l->zero >= 1 ? ndp : 1) + (double)x / (l->zero >= 1 ? ndpe : 1);
-        o->optimizer_s[r] = local * bpp / cs.membw;
+        o->optimizer_s[r] = local * bpp / cs.membw + dp__time_muon_s(&cs, r);
         o->recompute_share[r] = dp__time_recompute_share(l, m, r);
     }
 }

@@ -800,6 +800,119 @@ static double linear_weights_per_layer(const struct dp_model *m, const struct dp
     return n;
 }
 
+/*
+ * Muon's orthogonalization (Jordan et al. 2024, "Muon: An optimizer for hidden layers in
+ * neural networks"): each step, the momentum-updated gradient X of every 2-D weight (a x b
+ * with a <= b, transposed if tall) goes through 5 quintic Newton-Schulz iterations, each
+ * A = X X^T (a x a, inner b), A A, and (bA + cA^2) X: 4 a^2 b + 2 a^3 FLOPs, on the whole
+ * matrix, in the storage precision (PithTrain's and the reference's bf16; Megatron-Core's
+ * fp32 at "medium" matmul precision, bf16 tensor cores). Per layer the matrices Megatron-Core
+ * and PithTrain give Muon: Q, K, V apart (--muon-split-qkv, the default), the output
+ * projection, fc1 (gate and up fused in Megatron's linear_fc1) and fc2, MLA's projections,
+ * the router, each expert's fc1 and fc2 (batched), the shared experts'. The work is split
+ * across the ranks that share a weight's optimizer state: Megatron-Core's layer-wise
+ * distributed optimizer gives each rank of the data-parallel shard group whole weights
+ * (layer_wise_optimizer.py), PithTrain's FSDP2 round-robins them over the 1-D mesh
+ * (orthogonalized_updates) but on an HSDP 2-D mesh every rank does all of them; without a
+ * sharded optimizer every rank does all. Tensor parallel weights are gathered whole first
+ * (Megatron --muon-tp-mode duplicated, the default): each TP rank orthogonalizes the full
+ * matrix and receives the other ranks' fp32 shards. `kinds`: a stage's layers.
+ */
+#define MUON_NS_STEPS 5.0
+static double ns_time(const struct dp__time_ctx *c, double rows, double cols, double count)
+{
+    double a = rows < cols ? rows : cols, b = rows < cols ? cols : rows;
+    if (count <= 0 || a <= 0)
+        return 0;
+    return MUON_NS_STEPS *
+           (gemm_s(c, a, a, b, count) + gemm_s(c, a, a, a, count) + gemm_s(c, a, b, a, count));
+}
+
+static double muon_s(const struct dp__time_ctx *c, const struct dp_layer_kinds *kinds)
+{
+    const struct dp_model *m = c->m;
+    const struct dp_layout *l = c->l;
+    const double h = (double)m->hidden, a = (double)m->heads, g = (double)m->kv_heads;
+    const double d = (double)m->head_dim, up = m->ffn == DP_FFN_SWIGLU ? 2 : 1;
+    /* The attention's matrices (whole) and their elements. */
+    double attn = 0, attn_n = 0;
+    if (m->mla) {
+        double rq = (double)m->mla_q_rank, rkv = (double)m->mla_kv_rank;
+        double rope = (double)m->mla_rope_dim, nope = (double)m->mla_nope_dim;
+        double dv = (double)m->mla_v_dim;
+        if (rq > 0) {
+            attn += ns_time(c, rq, h, 1) + ns_time(c, a * d, rq, 1);
+            attn_n += rq * h + a * d * rq;
+        } else {
+            attn += ns_time(c, a * d, h, 1);
+            attn_n += a * d * h;
+        }
+        attn += ns_time(c, rkv + rope, h, 1) + ns_time(c, a * (nope + dv), rkv, 1) +
+                ns_time(c, h, a * dv, 1);
+        attn_n += (rkv + rope) * h + a * (nope + dv) * rkv + h * a * dv;
+    } else {
+        attn = ns_time(c, a * d, h, 1) + 2 * ns_time(c, g * d, h, 1) + ns_time(c, h, a * d, 1);
+        attn_n = 2 * a * d * h + 2 * g * d * h;
+    }
+    double dense_mlp =
+        ns_time(c, up * (double)m->ffn_hidden, h, 1) + ns_time(c, h, (double)m->ffn_hidden, 1);
+    double dense_mlp_n = (up + 1) * (double)m->ffn_hidden * h;
+    double dense = 0, dense_n = 0, expert = 0, expert_n = 0;
+    for (int k = 0; k < DP_LAYER_KINDS; k++) {
+        double n = kinds->n[k];
+        if (n <= 0)
+            continue;
+        dense += n * attn;
+        dense_n += n * attn_n;
+        if (k == DP_LAYER_DENSE) {
+            dense += n * dense_mlp;
+            dense_n += n * dense_mlp_n;
+            continue;
+        }
+        double E = (double)m->experts, fe = (double)m->moe_ffn_hidden;
+        double fs = (double)m->moe_shared_experts * (double)m->moe_shared_ffn_hidden;
+        dense += n * ns_time(c, E, h, 1);
+        dense_n += n * E * h;
+        if (fs > 0) {
+            dense += n * (ns_time(c, up * fs, h, 1) + ns_time(c, h, fs, 1));
+            dense_n += n * (up + 1) * fs * h;
+        }
+        double local = E / l->ep; /* this EP rank's experts, whole under ETP duplicated */
+        expert += n * (ns_time(c, up * fe, h, local) + ns_time(c, h, fe, local));
+        expert_n += n * (up + 1) * fe * h * local;
+    }
+    /* The ranks that split the work (see above). */
+    const bool titan_hsdp = l->framework == DP_FW_TORCHTITAN && dp_layout_replicas(l) > 1;
+    double sd = l->zero >= 1 && !titan_hsdp ? dp_layout_shard(l) : 1;
+    double se = l->zero >= 1 && !titan_hsdp ? dp_layout_edp(l) : 1;
+    double t = dense / sd + expert / se;
+    if (l->tp > 1) /* the other TP ranks' fp32 shards of the weights this rank owns */
+        t += dp_coll_time_s(DP_ALLGATHER, 4.0 * dense_n / sd, l->tp, &c->tp);
+    /* FSDP2 (PithTrain): each weight's fp32 update gathered whole over its shard group
+     * (DTensor full_tensor), then on a 1-D mesh the owners' results broadcast back (the
+     * sharded parameters' fp32): 8 B a parameter through the group, 4 B on an HSDP mesh.
+     * Megatron's layer-wise optimizer reduce-scatters gradients and gathers parameters as
+     * its distributed optimizer does (shard.c), nothing more. */
+    if (l->framework == DP_FW_TORCHTITAN && l->zero >= 2) {
+        double b = titan_hsdp ? 4.0 : 8.0;
+        int gd = dp_layout_shard(l), ge = dp_layout_edp(l);
+        if (gd > 1)
+            t += dp_coll_time_s(DP_ALLGATHER, b * dense_n / l->tp, gd, &c->dp);
+        if (ge > 1 && expert_n > 0)
+            t += dp_coll_time_s(DP_ALLGATHER, b * expert_n / dp_layout_etp(l), ge, &c->dpe);
+    }
+    return t;
+}
+
+double dp__time_muon_s(const struct dp__time_ctx *c, int r)
+{
+    if (c->l->optimizer != DP_OPT_MUON)
+        return 0;
+    struct dp_layer_kinds kinds;
+    dp_layout_stage_kinds(c->l, c->m, r, &kinds);
+    return muon_s(c, &kinds);
+}
+
 /* Parameters per GPU of a stage (dense part and expert part), as the memory model
  * places them. */
 static void stage_params(const struct dp_model *m, const struct dp_layout *l, int r, double *dense,
@@ -994,7 +1107,7 @@ void dp_time_step_reuse(const struct dp_model *m, const struct dp_cluster *cl,
 
     /* Optimizer step over this GPU's shard. */
     double local = pdense / (l->zero >= 1 ? ndp : 1) + pexpert / (l->zero >= 1 ? ndpe : 1);
-    o->optimizer_s = local * optimizer_bytes_per_param(l) / c.membw;
+    o->optimizer_s = local * optimizer_bytes_per_param(l) / c.membw + dp__time_muon_s(&c, rp);
 
     o->step_time_s = pipe + o->dp_comm_s + o->other_s + o->optimizer_s;
     derive_rates(m, l, c.peak_lin, o);

@@ -57,6 +57,8 @@ void dp__time_redo(const struct dp_layout *l, const struct dp_layer_time *lc,
                    enum dp_layer_kind kind, struct dp__redo *re);
 double dp__time_recompute_share(const struct dp_layout *l, const struct dp_model *m, int r);
 double dp__optimizer_bytes_per_param(const struct dp_layout *l);
+/* Muon's Newton-Schulz orthogonalization on stage r per step (0 for the other optimizers). */
+double dp__time_muon_s(const struct dp__time_ctx *c, int r);
 double dp__linear_weights_per_layer(const struct dp_model *m, const struct dp_layout *l);
 
 #endif

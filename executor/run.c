@@ -233,7 +233,8 @@ int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world
                           l->mtp_layers);
     if (l->optimizer != DP_OPT_ADAM)
         return dp_err_set(err, DP_EINFEASIBLE,
-                          "layout: optimizer=sgd: the CPU executor trains with AdamW only");
+                          "layout: optimizer=%s: the CPU executor trains with AdamW only",
+                          dp_optimizer_name(l->optimizer));
     if (l->optimizer_dtype != DP_FP32)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "layout: optimizer_dtype=%s: the CPU executor keeps fp32 optimizer "

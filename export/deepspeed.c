@@ -149,6 +149,10 @@ static int autoep_zero3_tp(const struct dp__ctx *c)
 static int megatron_only(const struct dp__ctx *c)
 {
     int rc = dp__refuse_mtp(c, "DeepSpeed", "the model and its loss are the caller's");
+    if (!rc && c->l->optimizer == DP_OPT_MUON)
+        return dp__refuse(c, "layout.optimizer",
+                          "muon: dplan prices Megatron-Core's layer-wise Muon and FSDP2's; "
+                          "DeepSpeed's is not modelled");
     return rc ? rc : dp__refuse_fp8_attention(c, "DeepSpeed");
 }
 static const dp__check_fn checks[] = {no_cp,           no_vpp,        no_uneven,        no_sp,

@@ -494,7 +494,7 @@ static int capacity_pad(const struct dp__ctx *c, struct dp__val *v)
 }
 static int optimizer(const struct dp__ctx *c, struct dp__val *v)
 {
-    return dp__str(v, c->l->optimizer == DP_OPT_SGD ? "sgd" : "adam");
+    return dp__str(v, dp_optimizer_name(c->l->optimizer));
 }
 
 /* ------------------------------------------------------------------ options: precision */

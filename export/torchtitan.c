@@ -72,6 +72,10 @@ static int adam(const struct dp__ctx *c)
         return dp__refuse(c, "layout.optimizer",
                           "sgd: torchtitan's optimizers are Adam, AdamW and DistMuon "
                           "(torchtitan/components/optimizer/optimizer.py)");
+    if (c->l->optimizer == DP_OPT_MUON)
+        return dp__refuse(c, "layout.optimizer",
+                          "muon: torchtitan's DistMuon runs on its flex_shard data parallelism, "
+                          "not the FSDP2 the plan was priced with");
     return 0;
 }
 

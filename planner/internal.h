@@ -62,9 +62,9 @@ bool dp__tp_divides(const struct dp_model *m, int tp, int etp);
 /* The layout fields the searches fix from the options (MoE routing, etp). */
 void dp__apply_moe_opts(const struct dp_search_opts *o, struct dp_layout *l);
 
-/* Whether a framework runs ZeRO stage `zero` with pp and cp, as dp_layout_check_framework
- * rules it (the searches never build a layout the framework refuses). */
-bool dp__zero_offered(enum dp_framework fw, int zero, int pp, int cp);
+/* Whether a framework runs ZeRO stage `zero` with pp, cp and the optimizer, as
+ * dp_layout_check_framework rules it (the searches never build a layout the framework refuses). */
+bool dp__zero_offered(enum dp_framework fw, int zero, int pp, int cp, enum dp_optimizer opt);
 /*
  * Shard-group sizes to try for a layout of `dpcp` data-parallel ranks (x cp) at ZeRO stage
  * `zero` (0 = full sharding): the fixed o->shard_group, or full sharding and the HSDP

@@ -66,8 +66,11 @@ int dp_recompute_choices(enum dp_framework fw, int out[DP_RECOMPUTES])
     return n;
 }
 
-bool dp__zero_offered(enum dp_framework fw, int zero, int pp, int cp)
+bool dp__zero_offered(enum dp_framework fw, int zero, int pp, int cp, enum dp_optimizer opt)
 {
+    /* Megatron-Core's Muon: DDP or the layer-wise distributed optimizer, no Megatron-FSDP */
+    if (opt == DP_OPT_MUON && fw == DP_FW_MEGATRON && zero >= 2)
+        return false;
     switch (fw) {
     case DP_FW_TORCHTITAN: return zero != 1 && !(zero == 0 && cp > 1);
     default: return !(zero >= 2 && pp > 1);
@@ -588,7 +591,7 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                                     for (int zero = 0; zero <= 3; zero++) {
                                         if (o->zero >= 0 && zero != o->zero)
                                             continue;
-                                        if (!dp__zero_offered(fw, zero, pp, cp))
+                                        if (!dp__zero_offered(fw, zero, pp, cp, o->optimizer))
                                             continue;
                                         if (zero > 0 && dp * cp == 1)
                                             break;

@@ -238,7 +238,7 @@ static bool scan_all(struct scan *s, int64_t mbs)
                             for (int si = 0; si < nsplit; si++) {
                                 for (int zero = 0; zero <= 3; zero++) {
                                     if ((o->zero >= 0 && zero != o->zero) ||
-                                        !dp__zero_offered(o->framework, zero, pp, cp))
+                                        !dp__zero_offered(o->framework, zero, pp, cp, o->optimizer))
                                         continue;
                                     for (int i = 0; i < nrc; i++) {
                                         int rc = rcs[i];
