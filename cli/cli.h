@@ -99,6 +99,7 @@ enum {
     OPT_LOSS_CHUNKS,
     OPT_LOCAL_BATCH,
     OPT_MTP_LAYERS,
+    OPT_PP_SCHEDULE,
     OPT_FSDP_PER_MICROBATCH,
     OPT_COMMON_END,
 };
@@ -172,6 +173,7 @@ enum {
         {"local-batch", required_argument, 0, OPT_LOCAL_BATCH},                                    \
         {"mtp-layers", required_argument, 0, OPT_MTP_LAYERS},                                      \
         {"mtp-num-layers", required_argument, 0, OPT_MTP_LAYERS},                                  \
+        {"pipeline-schedule", required_argument, 0, OPT_PP_SCHEDULE},                              \
         {"fsdp-per-microbatch", no_argument, 0, OPT_FSDP_PER_MICROBATCH},                          \
         {"overhead-gib", required_argument, 0, OPT_OVERHEAD},                                      \
     {                                                                                              \
@@ -198,6 +200,7 @@ struct cli_common {
     int loss_chunks;       /* 0 = unset (all tokens at once) */
     long long local_batch; /* 0 = unset (one pipeline schedule a step) */
     int mtp_layers;        /* -1 = unset (none) */
+    int schedule;          /* enum dp_pp_schedule, -1 = unset (1f1b) */
     bool fsdp_per_microbatch;
     int instances;        /* --num-distributed-optimizer-instances: shard = dp*cp / it */
     int recompute_layers; /* 0 = unset */

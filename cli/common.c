@@ -492,6 +492,8 @@ int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus, s
         l->local_batch = c->local_batch;
     if (c->mtp_layers >= 0)
         l->mtp_layers = c->mtp_layers;
+    if (c->schedule >= 0)
+        l->schedule = (enum dp_pp_schedule)c->schedule;
     if (c->fsdp_per_microbatch)
         l->fsdp_per_microbatch = true;
     l->shard_group = c->shard_group;
@@ -615,6 +617,12 @@ int cli_check_knobs(const struct cli_common *c, const struct dp_layout *l, const
         p.mtp_layers = c->mtp_layers > 0 ? c->mtp_layers : 0;
         p.fsdp_per_microbatch = c->fsdp_per_microbatch;
         p.fp8_attention = c->fp8_attention;
+        if (c->schedule == DP_SCHED_DUALPIPEV)
+            return dp_err_set(err, DP_EUSAGE,
+                              "--pipeline-schedule dualpipev: the search builds 1F1B layouts; "
+                              "estimate a DualPipeV one with `dplan estimate` or `dplan memory` "
+                              "(--framework torchtitan --pp N --vpp 2 --pipeline-schedule "
+                              "dualpipev)");
         if (c->optimizer >= 0)
             p.optimizer = (enum dp_optimizer)c->optimizer;
         if (p.optimizer == DP_OPT_MUON && p.framework == DP_FW_MEGATRON && c->zero < 0)
@@ -1038,6 +1046,10 @@ void cli_describe_layout(FILE *f, const struct dp_layout *l, const struct dp_mod
     if (l->mtp_layers > 0)
         fprintf(f, ", %d multi-token-prediction layer%s on the last stage", l->mtp_layers,
                 l->mtp_layers == 1 ? "" : "s");
+    if (l->optimizer != DP_OPT_ADAM)
+        fprintf(f, ", %s optimizer", dp_optimizer_name(l->optimizer));
+    if (l->schedule != DP_SCHED_1F1B)
+        fprintf(f, ", %s schedule", dp_pp_schedule_name(l->schedule));
     fputc('\n', f);
     if (m->mtp_layers > 0 && l->mtp_layers == 0 && l->framework == DP_FW_MEGATRON)
         fprintf(f,

@@ -79,6 +79,10 @@ const char cli_cluster_help[] =
     "                              stage (--mtp-num-layers; DeepSeek-V3 trains with 1),\n"         \
     "                              each a 2h -> h projection, one more layer, the output\n"        \
     "                              layer and a loss again [0]\n"                                   \
+    "  --pipeline-schedule {1f1b,dualpipev}  [1f1b: Megatron's, interleaved with --vpp];\n"        \
+    "                              dualpipev (torchtitan, PithTrain): --vpp 2 in a V, the\n"       \
+    "                              embedding and loss on rank 0, overlapped forward-backward\n"    \
+    "                              pairs hiding the expert all-to-alls; not searched\n"            \
     "  --fsdp-per-microbatch       torchtitan with pp > 1: FSDP gathers and reduce-scatters\n"     \
     "                              every micro-batch, as NeMo Automodel's pipeline stages do\n"    \
     "                              (their root is not the FSDP module) [once per schedule]\n"
@@ -177,6 +181,7 @@ void cli_common_init(struct cli_common *c)
     c->zero = -1;
     c->first_less = c->last_less = -1;
     c->mtp_layers = -1;
+    c->schedule = -1;
 }
 
 static int parse_double(const char *cmd, const char *opt, const char *arg, double lo, double hi,
@@ -324,6 +329,11 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
         r = parse_int(cmd, "loss-chunks", arg, 1, 1 << 16, &c->loss_chunks);
         break;
     case OPT_FSDP_PER_MICROBATCH: c->fsdp_per_microbatch = true; break;
+    case OPT_PP_SCHEDULE: {
+        static const char *const sched_names[] = {"1f1b", "dualpipev"};
+        r = parse_choice(cmd, "pipeline-schedule", arg, sched_names, 2, &c->schedule);
+        break;
+    }
     case OPT_MTP_LAYERS:
         r = parse_int(cmd, "mtp-layers", arg, 0, DP_MAX_MTP, &c->mtp_layers);
         break;

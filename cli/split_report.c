@@ -12,7 +12,7 @@
 static void chunk_text(const struct dp_layout *l, const struct dp_model *m, int r, int c, char *buf,
                        size_t cap)
 {
-    int S = l->pp * l->vpp, s = c * l->pp + r, a, n;
+    int S = l->pp * l->vpp, s = dp_layout_global_stage(l, r, c), a, n;
     dp_layout_chunk_layers(l, m, r, c, &a, &n);
     size_t at = strlen(buf);
     if (at >= cap)
@@ -54,7 +54,11 @@ void cli_split_text(FILE *f, const struct dp_layout *l, const struct dp_model *m
     fprintf(f, "pipeline split: %lld layers over pp=%d", (long long)m->layers, l->pp);
     if (l->vpp > 1)
         fprintf(f, " x vpp=%d model chunks", l->vpp);
-    fprintf(f, " (Megatron --pipeline-model-parallel-layout \"%s\")\n", meg);
+    if (l->schedule == DP_SCHED_DUALPIPEV)
+        fprintf(f, " in a V (DualPipeV: rank r holds stages r and %d - r, the loss on rank 0)\n",
+                2 * l->pp - 1);
+    else
+        fprintf(f, " (Megatron --pipeline-model-parallel-layout \"%s\")\n", meg);
     if (l->vpp == 1)
         return; /* the memory table's stage labels give the ranges */
     for (int r = 0; r < l->pp; r++) {
@@ -97,6 +101,9 @@ cJSON *cli_split_json(const struct dp_layout *l, const struct dp_model *m)
         cJSON_AddItemToArray(a, cJSON_CreateNumber(c[s]));
     char meg[4096];
     dp_split_format_megatron(c, n, l->mtp_layers, meg, sizeof meg);
-    cJSON_AddStringToObject(o, "megatron_layout", meg);
+    if (l->schedule == DP_SCHED_DUALPIPEV)
+        cJSON_AddStringToObject(o, "schedule", "dualpipev"); /* stages r and 2 pp - 1 - r a rank */
+    else
+        cJSON_AddStringToObject(o, "megatron_layout", meg);
     return o;
 }

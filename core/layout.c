@@ -63,6 +63,12 @@ enum dp_loss dp_layout_loss(const struct dp_layout *l)
 }
 static const char *const precision_names[] = {"bf16", "fp16", "fp32"};
 static const char *const optimizer_names[] = {"adam", "sgd", "muon"};
+static const char *const schedule_names[] = {"1f1b", "dualpipev"};
+
+const char *dp_pp_schedule_name(enum dp_pp_schedule s)
+{
+    return schedule_names[s];
+}
 
 const char *dp_optimizer_name(enum dp_optimizer o)
 {
@@ -457,6 +463,29 @@ int dp_layout_validate(const struct dp_layout *l, const struct dp_model *m, int 
                           l->shard_group, l->dp * l->cp);
     if (l->zero < 0 || l->zero > 3)
         return dp_err_set(err, DP_EINFEASIBLE, "zero=%d: expected 0, 1, 2 or 3", l->zero);
+    if (l->schedule == DP_SCHED_DUALPIPEV) {
+        /* ScheduleDualPipeV: two stages a rank in a V, at least 2 pp micro-batches
+         * (DualPipeV.step asserts num_chunks >= pp_size * 2); dplan places the layers evenly
+         * (PithTrain's layer_partition for a count 2 pp divides). */
+        int64_t nmb = dp_layout_schedule_microbatches(l);
+        if (l->vpp != 2 || l->pp < 2)
+            return dp_err_set(err, DP_EINFEASIBLE,
+                              "pipeline_schedule dualpipev: expected pp >= 2 and vpp 2 (two "
+                              "stages a rank in a V), got pp=%d vpp=%d",
+                              l->pp, l->vpp);
+        if (nmb < 2LL * l->pp)
+            return dp_err_set(err, DP_EINFEASIBLE,
+                              "pipeline_schedule dualpipev: expected at least 2 x pp = %d "
+                              "micro-batches a step, got %lld",
+                              2 * l->pp, (long long)nmb);
+        if (l->nchunks > 0 || l->first_stage_layers || l->last_stage_layers ||
+            m->layers % (2 * l->pp) || l->mtp_layers > 0)
+            return dp_err_set(err, DP_EINFEASIBLE,
+                              "pipeline_schedule dualpipev: expected the %lld layers split "
+                              "evenly over the 2 x pp = %d stages (no stage list, layout string "
+                              "or multi-token prediction)",
+                              (long long)m->layers, 2 * l->pp);
+    }
     if (l->mtp_layers < 0 || l->mtp_layers > DP_MAX_MTP)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "mtp_layers=%d: expected 0 to %d multi-token-prediction layers",
@@ -635,6 +664,8 @@ cJSON *dp_layout_to_json(const struct dp_layout *l)
         cJSON_AddNumberToObject(o, "local_batch", (double)l->local_batch);
     if (l->mtp_layers > 0)
         cJSON_AddNumberToObject(o, "mtp_layers", l->mtp_layers);
+    if (l->schedule != DP_SCHED_1F1B)
+        cJSON_AddStringToObject(o, "pipeline_schedule", schedule_names[l->schedule]);
     if (l->fsdp_per_microbatch)
         cJSON_AddBoolToObject(o, "fsdp_per_microbatch", true);
     if (l->framework != DP_FW_MEGATRON)
@@ -800,6 +831,7 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
                                        "loss_chunks",
                                        "local_batch",
                                        "mtp_layers",
+                                       "pipeline_schedule",
                                        "fsdp_per_microbatch",
                                        "framework",
                                        "shard_group",
@@ -807,7 +839,8 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
     dp_layout_default(out);
     int64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1, zero = 0, first = 0, last = 0, rl = 0,
             etp = 0;
-    int rc_ = 0, prec = 0, opt = 0, gemm = DP_GEMM_DEFAULT, fmt = 0, attn = 0, disp = 0, route = 0;
+    int rc_ = 0, prec = 0, opt = 0, gemm = DP_GEMM_DEFAULT, fmt = 0, attn = 0, disp = 0, route = 0,
+        sched = 0;
     int method = 0, loss = 0, fw = 0, odt = DP_FP32;
     int64_t sg = 0, lc = 0, mtp = 0;
     /* "precision": "fp8" is shorthand for bf16 storage with FP8 GEMMs. */
@@ -833,6 +866,7 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
         dp_jr_int(jr, obj, "loss_chunks", false, 1, 1 << 16, &lc) ||
         dp_jr_int(jr, obj, "local_batch", false, 1, INT64_C(1) << 40, &out->local_batch) ||
         dp_jr_int(jr, obj, "mtp_layers", false, 0, DP_MAX_MTP, &mtp) ||
+        dp_jr_enum(jr, obj, "pipeline_schedule", false, schedule_names, 2, &sched) ||
         dp_jr_bool(jr, obj, "fsdp_per_microbatch", false, &out->fsdp_per_microbatch) ||
         dp_jr_bool(jr, obj, "sp", false, &out->sp) ||
         dp_jr_bool(jr, obj, "flash_attn", false, &out->flash_attn) ||
@@ -870,6 +904,7 @@ int dp_layout_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_layout *ou
     out->shard_group = (int)sg;
     out->loss_chunks = (int)lc;
     out->mtp_layers = (int)mtp;
+    out->schedule = (enum dp_pp_schedule)sched;
     if (cJSON_GetObjectItemCaseSensitive(obj, "loss"))
         out->loss = (enum dp_loss)(loss + 1); /* the enum read skipped "default" */
     /* DeepSpeed accumulates gradients in the model's dtype unless data_types.grad_accum_dtype

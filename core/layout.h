@@ -120,6 +120,8 @@ const char *dp_routing_name(enum dp_moe_routing r);
  * of each 2-D weight orthogonalized by 5 Newton-Schulz iterations; the embedding, the output
  * layer, norms and biases stepped by Adam. */
 enum dp_optimizer { DP_OPT_ADAM = 0, DP_OPT_SGD = 1, DP_OPT_MUON = 2 };
+enum dp_pp_schedule { DP_SCHED_1F1B = 0, DP_SCHED_DUALPIPEV = 1 };
+const char *dp_pp_schedule_name(enum dp_pp_schedule s);
 const char *dp_optimizer_name(enum dp_optimizer o);
 const char *dp_recompute_name(enum dp_recompute r);
 
@@ -206,6 +208,12 @@ struct dp_layout {
      * layer of the kind the model's last layer is, and the shared output layer and a loss
      * of its own. Megatron only; 0: none. */
     int mtp_layers;
+    /* The pipeline schedule: Megatron's 1F1B (interleaved with vpp > 1), or DualPipeV
+     * (DeepSeek's DualPipe cut in half; PyTorch ScheduleDualPipeV, torchtitan's
+     * pipeline_parallel_schedule "DualPipeV", PithTrain): vpp 2 in a V, rank r holding
+     * stages r and 2 pp - 1 - r, so the embedding and the loss on rank 0 (costmodel/
+     * pipeline_dualpipev.c). */
+    enum dp_pp_schedule schedule;
     enum dp_framework framework;
     /* Hybrid sharded data parallelism (HSDP): ZeRO/FSDP shards within groups of
      * shard_group of the dp x cp ranks and replicates across the groups, whose gradients
@@ -341,6 +349,17 @@ bool dp_layout_equal(const struct dp_layout *a, const struct dp_layout *b);
 void dp_layout_stage_kinds(const struct dp_layout *l, const struct dp_model *m, int stage,
                            struct dp_layer_kinds *out);
 /* Expert tensor parallelism in effect: l->etp, or tp when 0 (Megatron's default). */
+/* The model-order index of rank r's chunk c: c pp + r (Megatron's loop), or in DualPipeV's
+ * V, 2 pp - 1 - r for chunk 1. */
+static inline int dp_layout_global_stage(const struct dp_layout *l, int r, int c)
+{
+    return l->schedule == DP_SCHED_DUALPIPEV && c == 1 ? 2 * l->pp - 1 - r : c * l->pp + r;
+}
+/* The rank that holds the output layer and the loss: the last, or rank 0 in DualPipeV's V. */
+static inline int dp_layout_head_rank(const struct dp_layout *l)
+{
+    return l->schedule == DP_SCHED_DUALPIPEV ? 0 : l->pp - 1;
+}
 static inline int dp_layout_etp(const struct dp_layout *l)
 {
     return l->etp > 0 ? l->etp : l->tp;

@@ -81,6 +81,15 @@ int dp_layout_check_framework(const struct dp_layout *l, const char *where, stru
                           "trains the next-token loss only, got %d MTP layers",
                           f, fw, l->mtp_layers);
     }
+    /* DualPipeV is PyTorch's ScheduleDualPipeV (torchtitan, PithTrain's own); Megatron-Core
+     * and DeepSpeed have no DualPipe schedule. */
+    if (l->schedule == DP_SCHED_DUALPIPEV && l->framework != DP_FW_TORCHTITAN) {
+        field_name(where, "pipeline_schedule", NULL, f, sizeof f);
+        return dp_err_set(err, DP_EUSAGE,
+                          "%s: dualpipev is PyTorch's ScheduleDualPipeV (torchtitan framework); "
+                          "%s runs 1F1B, got dualpipev",
+                          f, fw);
+    }
     /* Muon: Megatron-Core's emerging optimizers run with DDP or the layer-wise distributed
      * optimizer, not with Megatron-FSDP (arguments.py: "Emerging optimizer does not support
      * Megatron-FSDP"); FSDP2's is PithTrain's and torchtitan's kind; DeepSpeed's is not

@@ -73,8 +73,8 @@ void dp_layout_chunk_layers(const struct dp_layout *l, const struct dp_model *m,
     /* The layers of the virtual stages before it in model order (Megatron's
      * get_transformer_layer_offset, transformer_layer.py, for any split). */
     int n = 0, pp = l->pp > 0 ? l->pp : 1;
-    for (int s = 0; s < chunk * pp + stage; s++)
-        n += dp_layout_chunk_count(l, m, s % pp, s / pp);
+    for (int s = 0; s < dp_layout_global_stage(l, stage, chunk); s++)
+        n += dp_layout_chunk_count(l, m, s % pp, s / pp); /* (DualPipeV: even, any order) */
     *first = n;
     *count = dp_layout_chunk_count(l, m, stage, chunk);
 }

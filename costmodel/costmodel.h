@@ -442,9 +442,10 @@ struct dp_layer_time {
     double tp_raw_f, tp_raw_b; /* the TP collectives' own duration, before any overlap */
     double cp_raw_f, cp_raw_b; /* the context-parallel ring's exchanges, before overlap */
     double ep_f, ep_b;         /* expert dispatch/combine: all-to-all, expert-TP gather/scatter */
-    double cast_f;             /* FP8 quantization of the linears' inputs, forward */
-    double cast_b;             /* FP8 quantization of the output gradients, backward */
-    double cast_w;             /* FP8 casts of the layer's weights, once per step */
+    double ep_pair; /* per pass, inside an overlapped forward-backward pair (ep_overlapped) */
+    double cast_f;  /* FP8 quantization of the linears' inputs, forward */
+    double cast_b;  /* FP8 quantization of the output gradients, backward */
+    double cast_w;  /* FP8 casts of the layer's weights, once per step */
     /* Forward work the selective policies redo in backward: torchtitan's per-op SAC
      * (op_f, and its TP collectives op_tp_f) and Megatron's recompute_modules. */
     double op_f, op_tp_f;
@@ -596,6 +597,16 @@ int dp_time_dp_units(const struct dp_model *m, const struct dp_cluster *cl,
  */
 double dp_pipe_time_s(int p, int v, int64_t M, const double *F, const double *B, int *crit);
 int64_t dp_pipe_peak_live(int p, int v, int64_t M, int r, const int64_t *w, int64_t *live);
+/*
+ * DualPipeV (costmodel/pipeline_dualpipev.c): P ranks, 2P stages in a V (rank r: stages r and
+ * 2P - 1 - r), M >= 2P micro-batches. F, B: each stage's forward and full backward; Fp, Bp:
+ * the same inside an overlapped forward-backward pair; Wt: the weight-gradient part of B.
+ * Returns the step's pipeline time (-1 if M < 2P). The peak-live twin counts rank r's
+ * micro-batches in flight per phase (w: bytes per micro-batch of phase 0 and 1).
+ */
+double dp_pipe_dualpipev_time_s(int P, int64_t M, const double *F, const double *B,
+                                const double *Fp, const double *Bp, const double *Wt);
+int64_t dp_pipe_dualpipev_peak_live(int P, int64_t M, int r, const int64_t *w, int64_t *live);
 
 /* ------------------------------------------------------------------ failures and goodput */
 

@@ -171,12 +171,12 @@ static void stage_params(const struct dp_model *m, const struct dp_layout *l, in
         if (m->pos == DP_POS_LEARNED)
             d += m->max_pos * h;
     }
-    if (r == l->pp - 1) {
+    if (r == dp_layout_head_rank(l)) {
         d += m->norm == DP_NORM_LAYERNORM ? 2 * h : h;
         /* The LM head: its own weight when untied; when tied and pp > 1 the last
          * stage keeps a copy of the embedding, kept in sync by an all-reduce
-         * (Megatron _allreduce_word_embedding_grads). */
-        if (!m->tied_embeddings || l->pp > 1)
+         * (Megatron _allreduce_word_embedding_grads); DualPipeV's rank 0 holds both. */
+        if (!m->tied_embeddings || (l->pp > 1 && dp_layout_head_rank(l) != 0))
             d += vpad * h / t;
         mtp_params(m, l, kp, &d, &e);
     }
@@ -250,8 +250,9 @@ static void mem_ctx_init(struct mem_ctx *x, const struct dp_model *m, const stru
      * last stage keeps a copy of the embedding, kept in sync by an all-reduce (Megatron
      * _allreduce_word_embedding_grads). */
     x->emb_params = vpad * h / t + (m->pos == DP_POS_LEARNED ? m->max_pos * h : 0);
-    x->head_params = (m->norm == DP_NORM_LAYERNORM ? 2 * h : h) +
-                     ((!m->tied_embeddings || l->pp > 1) ? vpad * h / t : 0);
+    x->head_params =
+        (m->norm == DP_NORM_LAYERNORM ? 2 * h : h) +
+        ((!m->tied_embeddings || (l->pp > 1 && dp_layout_head_rank(l) != 0)) ? vpad * h / t : 0);
     /* Korthikanti Sec. 4.3: the embedding's dropout mask, one per micro-batch in flight
      * in the first chunk; the final norm input and output-layer input (4sbh/t with SP);
      * the loss's buffers at its peak, per logit element as its implementation holds them
@@ -341,7 +342,9 @@ static void stage_activations(const struct mem_ctx *x, int r, const struct dp_la
     }
     /* The split by kind needs the counts only where the embedding's mask is in it. */
     bool by_chunk = emb > 0 || out->layers == 0;
-    int64_t peak = dp_pipe_peak_live(l->pp, v, x->M, r, w, by_chunk ? live : NULL);
+    int64_t peak = l->schedule == DP_SCHED_DUALPIPEV
+                       ? dp_pipe_dualpipev_peak_live(l->pp, x->M, r, w, by_chunk ? live : NULL)
+                       : dp_pipe_peak_live(l->pp, v, x->M, r, w, by_chunk ? live : NULL);
     if (by_chunk) {
         for (int c = 0; c < v && c < DP_MAX_CHUNKS; c++)
             out->act_layers_bytes += live[c] * lw[c];
@@ -411,7 +414,7 @@ static void stage_with(const struct mem_ctx *x, int r, const int64_t *act, struc
             out->kind_layers[k] += kn[c].n[k];
     }
     out->has_embedding = r == 0;
-    out->has_head = r == l->pp - 1;
+    out->has_head = r == dp_layout_head_rank(l);
 
     /* Parameters: the dense part sharded over dp x cp, the experts over the expert
      * data-parallel group (Megatron _EXPERT_DATA_PARALLEL_GROUP). */

@@ -597,6 +597,13 @@ static void ep_overlapped(const struct dp__time_ctx *c, const struct dp_layer_ti
     double exposed = p1 + p2 + p3 - (af + ab + mf + mdg + mw);
     double hidden = 4 * x - exposed;
     double pair = exposed + OVERLAP_CONTENTION * (hidden > 0 ? hidden : 0);
+    o->ep_pair = pair / 2;
+    /* DualPipeV pairs its passes itself (pipeline_dualpipev.c): each pass keeps its own
+     * all-to-alls, ep_pair is what one costs inside a pair. PithTrain's overlapped
+     * forward-backward runs the same five phases a layer (attention, dispatch, MLP,
+     * combine, aggregate: pithtrain/dualpipe/overlap.py). */
+    if (l->schedule == DP_SCHED_DUALPIPEV)
+        return;
     double M = (double)dp_layout_microbatches(l), v = l->vpp, p = l->pp;
     double passes = M * v, alone = p > 1 ? (p - 1) + (v - 1) * p : 1;
     double merged = passes > alone ? (passes - alone) / passes : 0;
@@ -718,7 +725,7 @@ static void layer(const struct dp__time_ctx *c, enum dp_layer_kind kind, struct 
         a.cp_raw_f = o->cp_raw_f;
         a.cp_raw_b = o->cp_raw_b;
     }
-    if (kind == DP_LAYER_MOE && l->ep_overlap)
+    if (kind == DP_LAYER_MOE && (l->ep_overlap || l->schedule == DP_SCHED_DUALPIPEV))
         ep_overlapped(c, &a, o);
     if (blk) {
         blk[0] = a;
@@ -1079,7 +1086,7 @@ void dp_time_step_reuse(const struct dp_model *m, const struct dp_cluster *cl,
                                 .expert = pexpert,
                                 .layers = Lp,
                                 .first = rp == 0,
-                                .last = rp == pp - 1,
+                                .last = rp == dp_layout_head_rank(l),
                                 .fwd_s = o->stage_fwd_s[0],
                                 .bwd_s = o->stage_bwd_s[0],
                                 .ag_dense_bytes = pdense * pg,
@@ -1100,7 +1107,7 @@ void dp_time_step_reuse(const struct dp_model *m, const struct dp_cluster *cl,
      * gradients (Megatron _allreduce_word_embedding_grads); so do they for the copy of the
      * input embedding the last stage keeps for multi-token prediction (Megatron-Core
      * GPTModel builds its embedding where mtp_process is set, in the embedding group). */
-    if (pp > 1 && (m->tied_embeddings || l->mtp_layers > 0)) {
+    if (pp > 1 && dp_layout_head_rank(l) != 0 && (m->tied_embeddings || l->mtp_layers > 0)) {
         double vpad = (double)dp_padded_vocab(m->vocab, l->tp);
         o->other_s = dp_coll_time_s(DP_ALLREDUCE, vpad * m->hidden / l->tp * gb, 2, &c.emb);
     }

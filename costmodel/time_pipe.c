@@ -172,10 +172,10 @@ static void device_cost(const struct dp_layout *l, const struct dp_model *m, int
         }
     if (d == 0)
         add_scaled(acc, emb, 1);
-    if (d == l->pp - 1)
+    if (d == dp_layout_head_rank(l))
         add_scaled(acc, head, 1);
     for (int k = d; k < l->pp * l->vpp && k < DP_MAX_CHUNKS; k += l->pp)
-        acc->pp += 2 * P[k];
+        acc->pp += 2 * P[k]; /* (DualPipeV's other stage sends as much: even splits) */
 }
 
 /* The pipeline: each chunk's passes, the schedule, the slowest rank's breakdown;
@@ -222,26 +222,31 @@ void dp__time_pipeline(const struct dp__time_ctx *c, const struct dp_layer_time 
     for (int d = 0; d < pp && d < DP_MAX_PP; d++)
         fr[d] = recompute_share(l, m, d);
     double F[DP_MAX_CHUNKS], B[DP_MAX_CHUNKS], P[DP_MAX_CHUNKS];
+    /* DualPipeV: the passes inside an overlapped pair (the expert all-to-alls priced as
+     * ep_pair) and the weight-gradient GEMMs its zero-bubble passes defer. */
+    double Fp[DP_MAX_CHUNKS], Bp[DP_MAX_CHUNKS], Wg[DP_MAX_CHUNKS];
+    const bool dpv = l->schedule == DP_SCHED_DUALPIPEV;
     double wcast = 0; /* per step: FP8 casts of every stage's weights */
     int first = 0;
     for (int k = 0; k < S && k < DP_MAX_CHUNKS; k++) {
         int n = l->nchunks > 0 ? l->chunk_layers[k] : dp_layout_chunk_count(l, m, k % pp, k / pp);
         double q = fr[k % pp], cc = 0;
-        F[k] = B[k] = 0;
-        if (!mixed) {
-            F[k] += n * f1[only];
-            B[k] += n * (b1[only] + q * r1[only]);
-            wcast += n * w1[only];
-            cc = n * (cc1[only] + q * cr1[only]);
-        } else {
-            struct dp_layer_kinds kk;
+        F[k] = B[k] = Fp[k] = Bp[k] = Wg[k] = 0;
+        struct dp_layer_kinds kk = {{0}};
+        if (!mixed)
+            kk.n[only] = n;
+        else
             dp_model_layer_kinds(m, first, n, &kk);
-            for (int i = 0; i < DP_LAYER_KINDS; i++) {
-                F[k] += kk.n[i] * f1[i];
-                B[k] += kk.n[i] * (b1[i] + q * r1[i]);
-                wcast += kk.n[i] * w1[i];
-                cc += kk.n[i] * (cc1[i] + q * cr1[i]);
-            }
+        for (int i = 0; i < DP_LAYER_KINDS; i++) {
+            if (!kk.n[i])
+                continue; /* (a kind the model lacks may cost NaN) */
+            F[k] += kk.n[i] * f1[i];
+            B[k] += kk.n[i] * (b1[i] + q * r1[i]);
+            wcast += kk.n[i] * w1[i];
+            cc += kk.n[i] * (cc1[i] + q * cr1[i]);
+            Fp[k] += kk.n[i] * (f1[i] - one[i].ep_f + lt[i].ep_pair);
+            Bp[k] += kk.n[i] * (b1[i] + q * r1[i] - one[i].ep_b + lt[i].ep_pair);
+            Wg[k] += kk.n[i] * lt[i].gemm_f; /* the weight gradients' GEMMs */
         }
         /* overlap_p2p_comm (interleaved schedule; on by default in Megatron, which
          * defines only --no-overlap-p2p-communication): each chunk's send/receive runs
@@ -251,17 +256,29 @@ void dp__time_pipeline(const struct dp__time_ctx *c, const struct dp_layer_time 
         P[k] = l->pp_overlap && v > 1 ? overlapped(p2p, cc / 2) : p2p;
         F[k] += P[k];
         B[k] += P[k];
+        Fp[k] += P[k];
+        Bp[k] += P[k];
         first += n;
     }
     F[0] += fwd_of(&emb);
     B[0] += bwd_of(&emb);
     F[S - 1] += fwd_of(&head);
     B[S - 1] += bwd_of(&head);
+    Fp[0] += fwd_of(&emb);
+    Bp[0] += bwd_of(&emb);
+    Fp[S - 1] += fwd_of(&head);
+    Bp[S - 1] += bwd_of(&head);
     double M = (double)dp_layout_microbatches(l);
     /* FP8 weight casts: each stage's first forward of the step, in turn along the
      * pipeline fill. */
-    double pipe = dp_pipe_time_s(pp, v, (int64_t)M, F, B, NULL) + wcast;
+    double pipe = (dpv ? dp_pipe_dualpipev_time_s(pp, (int64_t)M, F, B, Fp, Bp, Wg)
+                       : dp_pipe_time_s(pp, v, (int64_t)M, F, B, NULL)) +
+                  wcast;
     r->pipe_s = pipe;
+    /* The breakdown below takes DualPipeV's passes as paired (all but its warm-up and
+     * cool-down are). */
+    for (int k = 0; dpv && k < DP_LAYER_KINDS; k++)
+        one[k].ep_f = one[k].ep_b = lt[k].ep_pair;
 
     /* The slowest rank's work per micro-batch, for the breakdown. */
     int slow = 0;
@@ -269,7 +286,8 @@ void dp__time_pipeline(const struct dp__time_ctx *c, const struct dp_layer_time 
     for (int d = 0; d < pp; d++) {
         double D = 0;
         for (int k = d; k < S; k += pp)
-            D += F[k] + B[k];
+            D += dpv ? F[k < pp ? k : S - 1 - (k - pp)] + B[k < pp ? k : S - 1 - (k - pp)]
+                     : F[k] + B[k];
         if (D > dmax) {
             dmax = D;
             slow = d;

@@ -112,6 +112,16 @@ int dp__refuse_mtp(const struct dp__ctx *c, const char *fw, const char *why)
                       c->l->mtp_layers, fw, why);
 }
 
+int dp__refuse_dualpipev(const struct dp__ctx *c, const char *fw)
+{
+    if (c->l->schedule != DP_SCHED_DUALPIPEV)
+        return 0;
+    return dp__refuse(c, "layout.pipeline_schedule",
+                      "dualpipev has no %s equivalent: it is PyTorch's ScheduleDualPipeV "
+                      "(--format torchtitan)",
+                      fw);
+}
+
 int dp__refuse_fp8_attention(const struct dp__ctx *c, const char *fw)
 {
     if (!c->l->fp8_attention)

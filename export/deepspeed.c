@@ -153,6 +153,8 @@ static int megatron_only(const struct dp__ctx *c)
         return dp__refuse(c, "layout.optimizer",
                           "muon: dplan prices Megatron-Core's layer-wise Muon and FSDP2's; "
                           "DeepSpeed's is not modelled");
+    if (!rc)
+        rc = dp__refuse_dualpipev(c, "DeepSpeed");
     return rc ? rc : dp__refuse_fp8_attention(c, "DeepSpeed");
 }
 static const dp__check_fn checks[] = {no_cp,           no_vpp,        no_uneven,        no_sp,

@@ -67,6 +67,8 @@ int dp__refuse(const struct dp__ctx *c, const char *knob, const char *fmt, ...)
 int dp__refuse_mtp(const struct dp__ctx *c, const char *fw, const char *why);
 /* A plan with FP8 attention (layout.fp8_attention) refused by an export that cannot write it. */
 int dp__refuse_fp8_attention(const struct dp__ctx *c, const char *fw);
+/* A DualPipeV plan (layout.pipeline_schedule) refused by an export without the schedule. */
+int dp__refuse_dualpipev(const struct dp__ctx *c, const char *fw);
 
 /* "# "-prefixed header lines shared by the formats: what the plan is. */
 void dp__header(const struct dp__ctx *c, struct dp_buf *b, const char *comment);

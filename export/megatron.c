@@ -116,9 +116,13 @@ static int hsdp_sharding(const struct dp__ctx *c)
     return 0;
 }
 
-static const dp__check_fn checks[] = {no_alibi,        two_norms,        biases,
-                                      fsdp_without_pp, fp8_recipe_known, recompute_policy,
-                                      hsdp_sharding,   layout_fits};
+static int no_dualpipev(const struct dp__ctx *c)
+{
+    return dp__refuse_dualpipev(c, "Megatron-LM");
+}
+static const dp__check_fn checks[] = {no_dualpipev,     no_alibi,        two_norms,
+                                      biases,           fsdp_without_pp, fp8_recipe_known,
+                                      recompute_policy, hsdp_sharding,   layout_fits};
 
 /* ------------------------------------------------------------------ options: model */
 

@@ -207,6 +207,8 @@ static int schedule(const struct dp__ctx *c, struct dp__val *v)
 {
     if (c->l->pp == 1)
         return 0;
+    if (c->l->schedule == DP_SCHED_DUALPIPEV) /* its V placement ("v" stage style) */
+        return dp__str(v, "DualPipeV");
     return dp__str(v, c->l->vpp > 1 ? "Interleaved1F1B" : "1F1B");
 }
 /*

@@ -47,6 +47,11 @@ int dp_sim_build(const struct dp_model *m, const struct dp_cluster *cl, const st
                           "local_batch=%lld: the simulator runs one pipeline schedule a step, "
                           "not %lld (`dplan estimate` prices them)",
                           (long long)l->local_batch, (long long)dp_layout_schedules(l));
+    if (l->schedule != DP_SCHED_1F1B)
+        return dp_err_set(err, DP_EINFEASIBLE,
+                          "pipeline_schedule=%s: the simulator runs Megatron's 1F1B (`dplan "
+                          "estimate` prices DualPipeV)",
+                          dp_pp_schedule_name(l->schedule));
     if (l->mtp_layers > 0)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "mtp_layers=%d: the simulator has no multi-token-prediction layers "

@@ -74,8 +74,9 @@ static void test_muon_time(void)
     CHECK(dp_time_step(&m, &c, &l, &a, &err) == 0);
     l.optimizer = DP_OPT_MUON;
     CHECK(dp_time_step(&m, &c, &l, &u, &err) == 0);
-    const double ns = 8 * (4 * 30.0 * 1024 * 1024 * 1024 +
-                           2 * 5 * (4.0 * 1024 * 1024 * 4096 + 2.0 * 1024 * 1024 * 1024)) /
+    const double ns = 8 *
+                      (4 * 30.0 * 1024 * 1024 * 1024 +
+                       2 * 5 * (4.0 * 1024 * 1024 * 4096 + 2.0 * 1024 * 1024 * 1024)) /
                       100e12;
     CHECK_NEAR(ns, 25.77e-3, 1e-5);
     /* the difference is the orthogonalization less the 12 B a parameter Adam moves more */

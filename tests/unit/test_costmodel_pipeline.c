@@ -279,8 +279,46 @@ static void test_live(void)
     }
 }
 
+/*
+ * DualPipeV (costmodel/pipeline_dualpipev.c) against the bubble the DualPipe README
+ * publishes for it: (PP/2 - 1)(F&B + B - 3W) over PP stages, here PP = 2P on P ranks, on top
+ * of the 2M (F + B) each rank computes. With F = 1, B = 2 (full backward), W = 1 (its weight
+ * half) and no overlap gain (F&B = F + B) the schedule's step is exactly 2M x 3 + (P - 1) x 2,
+ * for every P and M >= 2P. With a gain (an overlapped pair costing 2.5, not 3) the steady
+ * pairs shorten the step and the warm-up/cool-down passes do not. Activations: every rank
+ * holds 2P + 1 stage-micro-batches at its peak, the README's PP + 1.
+ */
+static void test_dualpipev(void)
+{
+    double F[64], B[64], W[64], Fp[64], Bp[64];
+    for (int P = 2; P <= 16; P *= 2)
+        for (int M = 2 * P; M <= 6 * P; M += P) {
+            for (int s = 0; s < 2 * P; s++) {
+                F[s] = Fp[s] = 1.0;
+                B[s] = Bp[s] = 2.0;
+                W[s] = 1.0;
+            }
+            double t = dp_pipe_dualpipev_time_s(P, M, F, B, Fp, Bp, W);
+            CHECK_NEAR(t, 2.0 * M * 3 + (P - 1) * 2.0, 1e-9);
+            for (int s = 0; s < 2 * P; s++) {
+                Fp[s] = 0.75;
+                Bp[s] = 1.75;
+            }
+            double u = dp_pipe_dualpipev_time_s(P, M, F, B, Fp, Bp, W);
+            CHECK(u < t && u > 2.0 * M * 2.5);
+        }
+    /* too few micro-batches: DualPipeV asserts M >= 2P */
+    CHECK(dp_pipe_dualpipev_time_s(4, 7, F, B, F, B, W) < 0);
+    int64_t w[2] = {1, 1}, live[2];
+    for (int r = 0; r < 4; r++) {
+        CHECK_EQ(dp_pipe_dualpipev_peak_live(4, 16, r, w, live), 9);
+        CHECK_EQ(live[0] + live[1], 9);
+    }
+}
+
 int main(void)
 {
+    test_dualpipev();
     test_equal_chunks();
     test_two_by_two();
     test_real_splits();
