@@ -163,6 +163,20 @@ double dp_gpu_peak_tflops(const struct dp_gpu *gpu, enum dp_gemm g, enum dp_prec
     }
 }
 
+/* The field an error names beside `field` (the GEMM precision's): on the command line (field
+ * "--precision") `option`, in JSON the same path with `key` for gemm_precision. */
+static void sibling_field(const char *field, const char *option, const char *key, char *buf,
+                          size_t cap)
+{
+    const char *k = strstr(field, "gemm_precision");
+    if (strcmp(field, "--precision") == 0)
+        snprintf(buf, cap, "%s", option);
+    else if (k)
+        snprintf(buf, cap, "%.*s%s", (int)(k - field), field, key);
+    else
+        snprintf(buf, cap, "%s", field);
+}
+
 int dp_layout_check_gpu(const struct dp_layout *l, const struct dp_gpu *gpu, const char *field,
                         struct dp_err *err)
 {
@@ -181,15 +195,8 @@ int dp_layout_check_gpu(const struct dp_layout *l, const struct dp_gpu *gpu, con
      * MMA); Hopper has no such instruction (Transformer Engine: MXFP8 needs compute
      * capability 10.0). */
     if (g == DP_GEMM_FP8 && l->fp8_recipe == DP_FP8_MXFP8 && !gpu->fp8_block_scaling) {
-        /* Name the recipe's own field: --fp8-recipe, or the JSON path's fp8_recipe. */
         char rf[256];
-        const char *k = strstr(field, "gemm_precision");
-        if (strcmp(field, "--precision") == 0)
-            snprintf(rf, sizeof rf, "--fp8-recipe mxfp8");
-        else if (k)
-            snprintf(rf, sizeof rf, "%.*sfp8_recipe", (int)(k - field), field);
-        else
-            snprintf(rf, sizeof rf, "%s", field);
+        sibling_field(field, "--fp8-recipe mxfp8", "fp8_recipe", rf, sizeof rf);
         return dp_err_set(err, DP_EUSAGE,
                           "%s: expected a GPU with block-scaled FP8 tensor cores (Blackwell), "
                           "got %s",
@@ -199,16 +206,10 @@ int dp_layout_check_gpu(const struct dp_layout *l, const struct dp_gpu *gpu, con
     enum dp_attn k = l->attn != DP_ATTN_DEFAULT ? l->attn : gpu->attn_default;
     if (l->fp8_attention && k != DP_ATTN_CUDNN) {
         char af[256];
-        const char *q = strstr(field, "gemm_precision");
-        if (strcmp(field, "--precision") == 0)
-            snprintf(af, sizeof af, "--fp8-attention");
-        else if (q)
-            snprintf(af, sizeof af, "%.*sfp8_attention", (int)(q - field), field);
-        else
-            snprintf(af, sizeof af, "%s", field);
+        sibling_field(field, "--fp8-attention", "fp8_attention", af, sizeof af);
         return dp_err_set(err, DP_EUSAGE,
                           "%s: expected cuDNN's fused attention (Transformer Engine runs FP8 "
-                          "attention on it), got %s's %s",
+                          "attention on it), got %s's %s kernel",
                           af, gpu->name, dp_attn_name(k));
     }
     return 0;
