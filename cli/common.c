@@ -625,8 +625,6 @@ int cli_check_knobs(const struct cli_common *c, const struct dp_layout *l, const
                               "dualpipev)");
         if (c->optimizer >= 0)
             p.optimizer = (enum dp_optimizer)c->optimizer;
-        if (p.optimizer == DP_OPT_MUON && p.framework == DP_FW_MEGATRON && c->zero < 0)
-            p.zero = 1; /* the search keeps to zero 0-1 under megatron */
         int frc = dp_layout_check_framework(&p, NULL, err);
         if (frc)
             return frc;

@@ -19,6 +19,16 @@ static int64_t fp8_saved_bytes(const struct dp_layout *l)
     return dp_layout_gemm(l) == DP_GEMM_FP8 ? 1 : dp_precision_bytes(l->precision);
 }
 
+/* Bytes per element of Q, K and V as the attention kernel saves them: with FP8 attention
+ * the quantized copies, 1 byte (TE FusedAttnFunc saves q, k, v in FP8 under fp8_dpa; the
+ * bf16 ones feed nothing else that saves them: Megatron's fused rotary backward needs
+ * none). */
+static int64_t attn_saved_bytes(const struct dp_layout *l)
+{
+    return l->fp8_attention && dp_layout_gemm(l) == DP_GEMM_FP8 ? 1
+                                                                : dp_precision_bytes(l->precision);
+}
+
 /*
  * The sequence-parallel divisor of the column-parallel linears' saved input (the norm
  * output they all-gather). Megatron-Core saves its own shard and gathers it again for the
@@ -43,12 +53,9 @@ static int64_t attn_act(const struct dp_model *m, const struct dp_layout *l, int
 {
     const int64_t t = l->tp, h = m->hidden, a = m->heads, g = m->kv_heads, d = m->head_dim;
     const int64_t p = dp_precision_bytes(l->precision);
-    const int64_t q = fp8_saved_bytes(l);    /* a linear layer's saved input */
-    const int64_t mask = m->dropout ? 1 : 0; /* dropout masks are 1 byte per element */
-    /* Q, K and V as the attention kernel saves them: with FP8 attention the quantized
-     * copies, 1 byte (TE FusedAttnFunc saves q, k, v in FP8 under fp8_dpa; the bf16 ones
-     * feed nothing else that saves them: Megatron's fused rotary backward needs none). */
-    const int64_t pa = l->fp8_attention && dp_layout_gemm(l) == DP_GEMM_FP8 ? 1 : p;
+    const int64_t q = fp8_saved_bytes(l);        /* a linear layer's saved input */
+    const int64_t mask = m->dropout ? 1 : 0;     /* dropout masks are 1 byte per element */
+    const int64_t pa = attn_saved_bytes(l);      /* Q, K and V as the kernel saves them */
     int64_t attn = q * T * h / gathered_u(l, u); /* the down/QKV projections' input (norm output) */
     attn += mask * T * h / u;                    /* output dropout mask */
     if (m->mla) {
@@ -234,8 +241,8 @@ int dp_act_layer(const struct dp_model *m, const struct dp_layout *l, enum dp_la
         pa.shared_inner =
             ((im - 1) * p + q) * T * m->moe_shared_experts * m->moe_shared_ffn_hidden / t;
     }
-    if (m->mla) { /* as attn_act keeps them (FP8 attention: 1 byte) */
-        const int64_t pk = l->fp8_attention && dp_layout_gemm(l) == DP_GEMM_FP8 ? 1 : p;
+    if (m->mla) { /* as attn_act keeps them */
+        const int64_t pk = attn_saved_bytes(l);
         pa.qkv_up = 2 * pk * T * a * m->head_dim / t + pk * T * a * m->mla_v_dim / t;
     }
 

@@ -244,9 +244,11 @@ void dp__time_pipeline(const struct dp__time_ctx *c, const struct dp_layer_time 
             B[k] += kk.n[i] * (b1[i] + q * r1[i]);
             wcast += kk.n[i] * w1[i];
             cc += kk.n[i] * (cc1[i] + q * cr1[i]);
-            Fp[k] += kk.n[i] * (f1[i] - one[i].ep_f + lt[i].ep_pair);
-            Bp[k] += kk.n[i] * (b1[i] + q * r1[i] - one[i].ep_b + lt[i].ep_pair);
-            Wg[k] += kk.n[i] * lt[i].gemm_f; /* the weight gradients' GEMMs */
+            if (dpv) { /* (the searches' 1F1B layouts skip this) */
+                Fp[k] += kk.n[i] * (f1[i] - one[i].ep_f + lt[i].ep_pair);
+                Bp[k] += kk.n[i] * (b1[i] + q * r1[i] - one[i].ep_b + lt[i].ep_pair);
+                Wg[k] += kk.n[i] * lt[i].gemm_f; /* the weight gradients' GEMMs */
+            }
         }
         /* overlap_p2p_comm (interleaved schedule; on by default in Megatron, which
          * defines only --no-overlap-p2p-communication): each chunk's send/receive runs
@@ -264,10 +266,12 @@ void dp__time_pipeline(const struct dp__time_ctx *c, const struct dp_layer_time 
     B[0] += bwd_of(&emb);
     F[S - 1] += fwd_of(&head);
     B[S - 1] += bwd_of(&head);
-    Fp[0] += fwd_of(&emb);
-    Bp[0] += bwd_of(&emb);
-    Fp[S - 1] += fwd_of(&head);
-    Bp[S - 1] += bwd_of(&head);
+    if (dpv) {
+        Fp[0] += fwd_of(&emb);
+        Bp[0] += bwd_of(&emb);
+        Fp[S - 1] += fwd_of(&head);
+        Bp[S - 1] += bwd_of(&head);
+    }
     double M = (double)dp_layout_microbatches(l);
     /* FP8 weight casts: each stage's first forward of the step, in turn along the
      * pipeline fill. */
@@ -285,9 +289,10 @@ void dp__time_pipeline(const struct dp__time_ctx *c, const struct dp_layer_time 
     double dmax = -1;
     for (int d = 0; d < pp; d++) {
         double D = 0;
-        for (int k = d; k < S; k += pp)
-            D += dpv ? F[k < pp ? k : S - 1 - (k - pp)] + B[k < pp ? k : S - 1 - (k - pp)]
-                     : F[k] + B[k];
+        for (int ch = 0; ch < v; ch++) {
+            int k = dp_layout_global_stage(l, d, ch);
+            D += F[k] + B[k];
+        }
         if (D > dmax) {
             dmax = D;
             slow = d;

@@ -7,6 +7,7 @@
  */
 #include "check.h"
 #include "costmodel/costmodel.h"
+#include "hand.h"
 
 #include <stdlib.h>
 
@@ -19,46 +20,6 @@ static void layer_time(const struct dp_model *m, const struct dp_cluster *c,
     struct dp_layer_time t[DP_LAYER_KINDS];
     dp_time_layer(m, c, l, t);
     *out = t[DP_LAYER_DENSE];
-}
-
-static struct dp_cluster cluster(int nodes, int gpn)
-{
-    struct dp_cluster c = {0};
-    snprintf(c.gpu.name, sizeof c.gpu.name, "test-gpu");
-    for (int i = 0; i < DP_PRECISIONS; i++)
-        c.gpu.peak_tflops[i] = 100;
-    c.gpu.fp8_tflops = 200;
-    c.gpu.mem_bytes = 80LL << 30;
-    c.gpu.usable_fraction = 1;
-    c.gpu.mem_bw_gbps = 1000;
-    c.gpu.gemm = (struct dp_gemm_curve){1.0, 0};
-    c.gpu.gemm_fp8 = (struct dp_gemm_curve){1.0, 0};
-    c.nodes = nodes;
-    c.gpus_per_node = gpn;
-    c.intra = (struct dp_link){"nvl", DP_LINK_NVLINK, 200, 0, 1.0, 0};
-    c.inter = (struct dp_link){"net", DP_LINK_NET, 25, 0, 1.0, 0};
-    c.nics_per_node = gpn;
-    return c;
-}
-
-/* h = 1024, a = g = 8 heads of 128, f = 4096 GELU, no biases, 8 layers. */
-static struct dp_model model(void)
-{
-    struct dp_model m = {0};
-    snprintf(m.name, sizeof m.name, "hand");
-    m.layers = 8;
-    m.hidden = 1024;
-    m.heads = m.kv_heads = 8;
-    m.head_dim = 128;
-    m.ffn_hidden = 4096;
-    m.vocab = 128;
-    m.seq_len = 1024;
-    m.ffn = DP_FFN_GELU;
-    m.norm = DP_NORM_LAYERNORM;
-    m.pos = DP_POS_LEARNED;
-    m.max_pos = 1024;
-    m.norms_per_layer = 2;
-    return m;
 }
 
 /* T = mbs x seq = 4 x 1024 = 4096 tokens per micro-batch. */
@@ -75,8 +36,8 @@ static struct dp_layout layout(void)
 
 static void test_fp8_gemms_and_casts(void)
 {
-    struct dp_model m = model();
-    struct dp_cluster c = cluster(1, 1);
+    struct dp_model m = hand_model();
+    struct dp_cluster c = hand_cluster(1, 1);
     struct dp_layout l = layout();
     struct dp_layer_time b, f;
     layer_time(&m, &c, &l, &b);
@@ -129,8 +90,8 @@ static void test_fp8_gemms_and_casts(void)
 
 static void test_fp8_step_and_mfu(void)
 {
-    struct dp_model m = model();
-    struct dp_cluster c = cluster(1, 1);
+    struct dp_model m = hand_model();
+    struct dp_cluster c = hand_cluster(1, 1);
     struct dp_layout l = layout();
     l.gemm = DP_GEMM_FP8;
     struct dp_step_cost a;
@@ -152,7 +113,7 @@ static void test_fp8_step_and_mfu(void)
 
 static void test_gpu_support(void)
 {
-    struct dp_cluster c = cluster(1, 1);
+    struct dp_cluster c = hand_cluster(1, 1);
     struct dp_layout l = layout();
     struct dp_err e = {0};
     l.gemm = DP_GEMM_FP8;
@@ -189,8 +150,8 @@ static void test_gpu_support(void)
  */
 static void test_tp_overlap(void)
 {
-    struct dp_model m = model();
-    struct dp_cluster c = cluster(1, 2);
+    struct dp_model m = hand_model();
+    struct dp_cluster c = hand_cluster(1, 2);
     struct dp_layout l = layout();
     l.tp = 2;
     l.sp = true;
@@ -232,8 +193,8 @@ static void test_tp_overlap(void)
  */
 static void test_rowwise_tp(void)
 {
-    struct dp_model m = model();
-    struct dp_cluster c = cluster(1, 2);
+    struct dp_model m = hand_model();
+    struct dp_cluster c = hand_cluster(1, 2);
     struct dp_layout l = layout();
     l.tp = 2;
     l.sp = true;
@@ -264,8 +225,8 @@ static void test_rowwise_tp(void)
  */
 static void test_param_gather_overlap(void)
 {
-    struct dp_model m = model();
-    struct dp_cluster c = cluster(2, 1);
+    struct dp_model m = hand_model();
+    struct dp_cluster c = hand_cluster(2, 1);
     struct dp_layout l = layout();
     l.dp = 2;
     l.gbs = 8;
@@ -296,8 +257,8 @@ static void test_param_gather_overlap(void)
  * far shorter than a chunk's compute, so with pp_overlap only 15% of it is exposed. */
 static void test_pp_overlap(void)
 {
-    struct dp_model m = model();
-    struct dp_cluster c = cluster(2, 1);
+    struct dp_model m = hand_model();
+    struct dp_cluster c = hand_cluster(2, 1);
     struct dp_layout l = layout();
     l.pp = 2;
     l.vpp = 2;
@@ -320,8 +281,8 @@ static void test_pp_overlap(void)
  */
 static void test_fp8_memory(void)
 {
-    struct dp_model m = model();
-    struct dp_cluster c = cluster(1, 1);
+    struct dp_model m = hand_model();
+    struct dp_cluster c = hand_cluster(1, 1);
     struct dp_layout l = layout();
     struct dp_mem_stage b, f;
     dp_mem_stage(&m, &c, &l, NULL, 0, &b);
@@ -352,8 +313,8 @@ static void test_fp8_memory(void)
  * recompute's time and FLOPs; the other 6 layers keep all their activations. */
 static void test_recompute_layers(void)
 {
-    struct dp_model m = model();
-    struct dp_cluster c = cluster(1, 1);
+    struct dp_model m = hand_model();
+    struct dp_cluster c = hand_cluster(1, 1);
     struct dp_layout l = layout();
     l.recompute = DP_RECOMPUTE_FULL;
     struct dp_step_cost a, b;
@@ -382,12 +343,12 @@ static void test_recompute_layers(void)
  */
 static void test_eager(void)
 {
-    struct dp_model m = model();
+    struct dp_model m = hand_model();
     m.norm = DP_NORM_RMSNORM;
     m.ffn = DP_FFN_SWIGLU;
     m.pos = DP_POS_ROPE;
     m.max_pos = 0;
-    struct dp_cluster c = cluster(1, 1);
+    struct dp_cluster c = hand_cluster(1, 1);
     struct dp_layout l = layout();
     struct dp_layer_time a, b;
     layer_time(&m, &c, &l, &a);
@@ -402,8 +363,8 @@ static void test_eager(void)
  * GEMM curve; halving the speed doubles the time, backward 3x forward. */
 static void test_attention_kernel(void)
 {
-    struct dp_model m = model();
-    struct dp_cluster c = cluster(1, 1);
+    struct dp_model m = hand_model();
+    struct dp_cluster c = hand_cluster(1, 1);
     struct dp_layout l = layout();
     l.flash_attn = true;
     c.gpu.attn_rel[DP_ATTN_FLASH2] = 0.8;
@@ -436,9 +397,9 @@ static void test_attention_kernel(void)
  */
 static void test_fp8_output(void)
 {
-    struct dp_model m = model();
+    struct dp_model m = hand_model();
     m.vocab = 8192;
-    struct dp_cluster c = cluster(1, 1);
+    struct dp_cluster c = hand_cluster(1, 1);
     c.gpu.fp8_block_scaling = true;
     c.gpu.mxfp8_fixed_s = 50e-6;
     struct dp_layout l = layout();
@@ -474,8 +435,8 @@ static void test_fp8_output(void)
  */
 static void test_fp8_attention(void)
 {
-    struct dp_model m = model();
-    struct dp_cluster c = cluster(1, 1);
+    struct dp_model m = hand_model();
+    struct dp_cluster c = hand_cluster(1, 1);
     c.gpu.attn_rel[DP_ATTN_CUDNN] = 0.8;
     c.gpu.attn_default = DP_ATTN_CUDNN;
     struct dp_layout l = layout();

@@ -1,50 +1,12 @@
 /*
  * Muon (layout optimizer muon) in the step-time and memory models, against values worked
- * out by hand. The test GPU: 100 TFLOP/s at every precision, a flat GEMM curve (no size
- * dependence), 1000 GB/s HBM; the model: h = 1024, 8 heads of 128 (MHA), f = 4096 GELU,
- * 8 layers, no biases.
+ * out by hand, on hand.h's test GPU and model.
  */
 #include "check.h"
 #include "costmodel/costmodel.h"
+#include "hand.h"
 
 #include <stdlib.h>
-
-static struct dp_cluster cluster(int gpn)
-{
-    struct dp_cluster c = {0};
-    snprintf(c.gpu.name, sizeof c.gpu.name, "test-gpu");
-    for (int i = 0; i < DP_PRECISIONS; i++)
-        c.gpu.peak_tflops[i] = 100;
-    c.gpu.mem_bytes = 80LL << 30;
-    c.gpu.usable_fraction = 1;
-    c.gpu.mem_bw_gbps = 1000;
-    c.gpu.gemm = (struct dp_gemm_curve){1.0, 0};
-    c.nodes = 1;
-    c.gpus_per_node = gpn;
-    c.intra = (struct dp_link){"nvl", DP_LINK_NVLINK, 200, 0, 1.0, 0};
-    c.inter = (struct dp_link){"net", DP_LINK_NET, 25, 0, 1.0, 0};
-    c.nics_per_node = gpn;
-    return c;
-}
-
-static struct dp_model model(void)
-{
-    struct dp_model m = {0};
-    snprintf(m.name, sizeof m.name, "hand");
-    m.layers = 8;
-    m.hidden = 1024;
-    m.heads = m.kv_heads = 8;
-    m.head_dim = 128;
-    m.ffn_hidden = 4096;
-    m.vocab = 128;
-    m.seq_len = 1024;
-    m.ffn = DP_FFN_GELU;
-    m.norm = DP_NORM_LAYERNORM;
-    m.pos = DP_POS_LEARNED;
-    m.max_pos = 1024;
-    m.norms_per_layer = 2;
-    return m;
-}
 
 static struct dp_layout layout(int dp)
 {
@@ -66,8 +28,8 @@ static struct dp_layout layout(int dp)
  */
 static void test_muon_time(void)
 {
-    struct dp_model m = model();
-    struct dp_cluster c = cluster(1);
+    struct dp_model m = hand_model();
+    struct dp_cluster c = hand_cluster(1, 1);
     struct dp_layout l = layout(1);
     struct dp_step_cost a, u;
     struct dp_err err = {0};
@@ -87,7 +49,7 @@ static void test_muon_time(void)
     /* With the layer-wise distributed optimizer over dp = 4 each rank orthogonalizes a
      * quarter of the weights; without it (zero 0) every rank all of them. */
     l = layout(4);
-    c = cluster(4);
+    c = hand_cluster(1, 4);
     l.optimizer = DP_OPT_MUON;
     l.zero = 1;
     CHECK(dp_time_step(&m, &c, &l, &u, &err) == 0);
@@ -123,8 +85,8 @@ static void test_muon_time(void)
  */
 static void test_muon_memory(void)
 {
-    struct dp_model m = model();
-    struct dp_cluster c = cluster(1);
+    struct dp_model m = hand_model();
+    struct dp_cluster c = hand_cluster(1, 1);
     struct dp_layout l = layout(1);
     struct dp_mem_stage a, u;
     dp_mem_stage(&m, &c, &l, NULL, 0, &a);
@@ -135,7 +97,7 @@ static void test_muon_memory(void)
     /* sharded over dp = 4 by the distributed optimizer: a quarter (the flat buffer's
      * padding aside) */
     l = layout(4);
-    c = cluster(4);
+    c = hand_cluster(1, 4);
     l.zero = 1;
     dp_mem_stage(&m, &c, &l, NULL, 0, &a);
     l.optimizer = DP_OPT_MUON;
