@@ -79,7 +79,8 @@ static int pick_alternatives(const struct dp_search_result *r, const struct dp_c
         case DP_ALT_RECOMPUTE:
         case DP_ALT_ZERO:
         case DP_ALT_VPP:
-        case DP_ALT_GEMM: show = true; break;
+        case DP_ALT_GEMM:
+        case DP_ALT_SCHEDULE: show = true; break;
         case DP_ALT_PP:
             if (npp < 3) {
                 show = true;

@@ -617,12 +617,8 @@ int cli_check_knobs(const struct cli_common *c, const struct dp_layout *l, const
         p.mtp_layers = c->mtp_layers > 0 ? c->mtp_layers : 0;
         p.fsdp_per_microbatch = c->fsdp_per_microbatch;
         p.fp8_attention = c->fp8_attention;
-        if (c->schedule == DP_SCHED_DUALPIPEV)
-            return dp_err_set(err, DP_EUSAGE,
-                              "--pipeline-schedule dualpipev: the search builds 1F1B layouts; "
-                              "estimate a DualPipeV one with `dplan estimate` or `dplan memory` "
-                              "(--framework torchtitan --pp N --vpp 2 --pipeline-schedule "
-                              "dualpipev)");
+        if (c->schedule >= 0)
+            p.schedule = (enum dp_pp_schedule)c->schedule;
         if (c->optimizer >= 0)
             p.optimizer = (enum dp_optimizer)c->optimizer;
         int frc = dp_layout_check_framework(&p, NULL, err);
@@ -782,6 +778,7 @@ int cli_search_opts(const struct cli_common *c, const struct dp_model *m, int gp
     o->local_batch = c->local_batch;
     o->mtp_layers = c->mtp_layers > 0 ? c->mtp_layers : 0;
     o->fsdp_per_microbatch = c->fsdp_per_microbatch;
+    o->schedule = c->schedule;
     if (c->shard_group > 0)
         o->shard_group = c->shard_group;
     if (c->instances > 0)

@@ -47,7 +47,7 @@ const char cli_cluster_help[] =
 
 /* The framework and sharding options. */
 #define CLI_FRAMEWORK_HELP                                                                         \
-    "Framework and sharding (never searched but --shard-group):\n"                                 \
+    "Framework and sharding (never searched but --shard-group and --pipeline-schedule):\n"         \
     "  --framework {megatron,torchtitan,deepspeed}  the stack that runs the plan: its bytes\n"     \
     "                              per parameter, collectives, recompute policies, loss and\n"     \
     "                              allocator [megatron]\n"                                         \
@@ -82,7 +82,8 @@ const char cli_cluster_help[] =
     "  --pipeline-schedule {1f1b,dualpipev}  [1f1b: Megatron's, interleaved with --vpp];\n"        \
     "                              dualpipev (torchtitan, PithTrain): --vpp 2 in a V, the\n"       \
     "                              embedding and loss on rank 0, overlapped forward-backward\n"    \
-    "                              pairs hiding the expert all-to-alls; not searched\n"            \
+    "                              pairs hiding the expert all-to-alls; `suggest` tries both\n"    \
+    "                              under torchtitan unless one is given\n"                         \
     "  --fsdp-per-microbatch       torchtitan with pp > 1: FSDP gathers and reduce-scatters\n"     \
     "                              every micro-batch, as NeMo Automodel's pipeline stages do\n"    \
     "                              (their root is not the FSDP module) [once per schedule]\n"

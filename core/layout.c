@@ -581,6 +581,8 @@ void dp_layout_format_model(const struct dp_layout *l, const struct dp_model *m,
         n += snprintf(out + n, cap - (size_t)n, " etp=%d", l->etp);
     if (l->vpp > 1)
         n += snprintf(out + n, cap - (size_t)n, " vpp=%d", l->vpp);
+    if (l->schedule != DP_SCHED_1F1B)
+        n += snprintf(out + n, cap - (size_t)n, " %s", schedule_names[l->schedule]);
     n += snprintf(out + n, cap - (size_t)n, " mbs=%lld", (long long)l->mbs);
     if (l->zero)
         n += snprintf(out + n, cap - (size_t)n, " zero=%d", l->zero);

@@ -678,7 +678,10 @@ void dp_mem_peak_reuse(const struct dp_model *m, const struct dp_cluster *cl,
     if (ru)
         ru->nact = 0;
     for (int r = 0; r < pp; r++) {
-        bool eval = r == 0 || r == pp - 1 || r == 1 || r == pp - 2 || x.mixed;
+        /* DualPipeV: every rank holds two stages and peaks at its own count (pipeline_dualpipev.c)
+         */
+        bool eval = r == 0 || r == pp - 1 || r == 1 || r == pp - 2 || x.mixed ||
+                    l->schedule == DP_SCHED_DUALPIPEV;
         if (!eval && l->nchunks > 0) {
             /* a run starts at r or ends at r */
             bool same_prev = true, same_next = true;

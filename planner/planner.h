@@ -85,8 +85,11 @@ struct dp_search_opts {
     int64_t local_batch;      /* fixed: sequences per pipeline schedule (dp_layout local_batch) */
     int mtp_layers;           /* fixed: multi-token-prediction depth (dp_layout mtp_layers) */
     bool fsdp_per_microbatch; /* fixed: FSDP's collectives every micro-batch under pp */
-    int shard_group;          /* -1 = search full sharding and node-sized HSDP groups, 0 = full
-                                 sharding only, > 0 = that group */
+    /* -1 = 1F1B (interleaved with vpp > 1) and, where the framework runs it (torchtitan),
+     * DualPipeV; otherwise that enum dp_pp_schedule only */
+    int schedule;
+    int shard_group; /* -1 = search full sharding and node-sized HSDP groups, 0 = full
+                        sharding only, > 0 = that group */
     /* Mixture of experts, fixed (never searched): expert tensor parallelism (0 = tp),
      * capacity factor (0 = dropless), padding, load imbalance, token dispatcher and the
      * routing's expert placement. */
@@ -127,7 +130,8 @@ enum dp_alt_dim {
     DP_ALT_ZERO,
     DP_ALT_CP,
     DP_ALT_VPP,
-    DP_ALT_GEMM, /* the GEMM precision, when searched (--precision auto) */
+    DP_ALT_GEMM,     /* the GEMM precision, when searched (--precision auto) */
+    DP_ALT_SCHEDULE, /* the pipeline schedule (enum dp_pp_schedule), when DualPipeV is searched */
 };
 
 struct dp_alternative {

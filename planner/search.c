@@ -35,6 +35,7 @@ void dp_search_opts_default(struct dp_search_opts *o)
     o->optimizer = DP_OPT_ADAM;
     o->moe_imbalance = DP_MOE_IMBALANCE_DEFAULT;
     o->shard_group = -1;
+    o->schedule = -1;
     dp_mem_opts_default(&o->mem);
 }
 
@@ -124,6 +125,9 @@ struct search {
      * cores that run the recipe) fp8. */
     enum dp_gemm gemms[2];
     int ngemm;
+    /* DualPipeV tried beside 1F1B (dpv), or alone (dpv_only): dp_search_opts schedule. */
+    bool dpv, dpv_only;
+    int rcs[DP_RECOMPUTES], nrc; /* the framework's recompute policies */
 };
 
 static void note(struct search *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -173,15 +177,17 @@ static bool better(const struct dp_candidate *a, const struct dp_candidate *b)
 }
 
 /*
- * One layout up to its pipeline schedule's details: the split and the interleaving
- * degree (vpp), which, among layouts that are otherwise the same, move the step by
- * tenths of a percent when the batch has many micro-batches.
+ * One layout up to its pipeline schedule's details: the split, the interleaving degree
+ * (vpp) and the schedule, which, among layouts that are otherwise the same, move the step
+ * by tenths of a percent when the batch has many micro-batches (the schedule by more with
+ * experts: DualPipeV's best and 1F1B's each keep a row under the alternatives).
  */
 static bool same_family(const struct dp_layout *a, const struct dp_layout *b)
 {
     struct dp_layout x = *a, y = *b;
     x.vpp = y.vpp = 1;
     x.pp_overlap = y.pp_overlap = false; /* on with interleaving, as the search sets it */
+    x.schedule = y.schedule = DP_SCHED_1F1B;
     dp_layout_reset_split(&x);
     dp_layout_reset_split(&y);
     return dp_layout_equal(&x, &y);
@@ -243,6 +249,10 @@ static void keep_alt(struct search *s, enum dp_alt_dim dim, int value, const str
         case DP_ALT_GEMM:
             snprintf(a->label, sizeof a->label, "precision=%s", dp_gemm_name((enum dp_gemm)value));
             break;
+        case DP_ALT_SCHEDULE:
+            snprintf(a->label, sizeof a->label, "schedule=%s",
+                     dp_pp_schedule_name((enum dp_pp_schedule)value));
+            break;
         }
         a->found = true;
         a->best = *c;
@@ -287,6 +297,8 @@ static void evaluate(struct search *s, const struct dp_layout *l,
     if (l->cp > 1 || s->o->cp == 0)
         keep_alt(s, DP_ALT_CP, l->cp, &c);
     keep_alt(s, DP_ALT_VPP, l->vpp > 1, &c);
+    if (s->dpv && !s->dpv_only)
+        keep_alt(s, DP_ALT_SCHEDULE, (int)l->schedule, &c);
     if (s->ngemm > 1)
         keep_alt(s, DP_ALT_GEMM, (int)dp_layout_gemm(l), &c);
 }
@@ -413,6 +425,47 @@ static void evaluate_other_batch(struct search *s, const struct dp_layout *l,
     }
 }
 
+/*
+ * One pipeline layout (its split and schedule set) under every ZeRO stage, shard group and
+ * recompute policy the framework offers. The schedule's time and the activations do not
+ * depend on ZeRO: ru keeps them per recompute policy, reset here for each pipeline layout.
+ */
+static void evaluate_state(struct search *s, struct dp_layout *l, bool other_batch,
+                           const struct dp_layer_time lts[DP_LAYER_KINDS],
+                           struct dp_act_layer act[DP_RECOMPUTES][DP_LAYER_KINDS],
+                           struct dp_reuse ru[DP_RECOMPUTES])
+{
+    const struct dp_search_opts *o = s->o;
+    const enum dp_framework fw = o->framework;
+    for (int k = 0; k < DP_RECOMPUTES; k++)
+        ru[k].have_pipe = ru[k].have_act = false;
+    for (int zero = 0; zero <= 3; zero++) {
+        if (o->zero >= 0 && zero != o->zero)
+            continue;
+        if (!dp__zero_offered(fw, zero, l->pp, l->cp, o->optimizer))
+            continue;
+        if (zero > 0 && l->dp * l->cp == 1)
+            break;
+        int sgs[12];
+        int nsg = dp__shard_groups(o, s->cl, l->tp, l->dp * l->cp, zero, fw, sgs, 12);
+        for (int gi = 0; gi < nsg; gi++)
+            for (int i = 0; i < s->nrc; i++) {
+                int rc = s->rcs[i];
+                if (o->recompute >= 0 && rc != o->recompute)
+                    continue;
+                if (o->ep_overlap && rc == DP_RECOMPUTE_FULL)
+                    continue;
+                l->zero = zero;
+                l->shard_group = sgs[gi];
+                l->recompute = (enum dp_recompute)rc;
+                if (other_batch)
+                    evaluate_other_batch(s, l, act[rc]);
+                else
+                    evaluate(s, l, lts, act[rc], &ru[rc]);
+            }
+    }
+}
+
 /* Every layout of the search space; `other_batch` selects the second pass. */
 static void enumerate(struct search *s, const struct dp_layout *base, bool other_batch,
                       char *nosplit)
@@ -422,8 +475,7 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
     const struct dp_search_opts *o = s->o;
     const int gpus = s->gpus, gpn = cl->gpus_per_node, L = (int)m->layers;
     const enum dp_framework fw = o->framework;
-    int rcs[DP_RECOMPUTES];
-    const int nrc = dp_recompute_choices(fw, rcs);
+    const int nrc = s->nrc, *rcs = s->rcs;
     /* A fixed degree is tried as given (any integer); free ones as powers of two. */
     for (int tp = o->tp ? o->tp : 1; tp <= (o->tp ? o->tp : gpus); tp *= 2) {
         if (tp > gpn) {
@@ -509,8 +561,16 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                         l.tp_overlap = o->tp_overlap != 0 && sp && tp > 1;
                         l.dp = rest; /* for the paths; fixed below per pp */
                         l.pp = 1;
-                        struct dp_layer_time lts[DP_LAYER_KINDS];
+                        struct dp_layer_time lts[DP_LAYER_KINDS], lts_dpv[DP_LAYER_KINDS];
                         dp_time_layer(m, cl, &l, lts);
+                        /* DualPipeV's MoE layers pair their passes' all-to-alls (ep_pair) */
+                        if (s->dpv && m->experts > 0) {
+                            l.schedule = DP_SCHED_DUALPIPEV;
+                            dp_time_layer(m, cl, &l, lts_dpv);
+                            l.schedule = DP_SCHED_1F1B;
+                        } else if (s->dpv) {
+                            memcpy(lts_dpv, lts, sizeof lts_dpv);
+                        }
                         /* The output layer and loss in layers (of the last layer's kind) of
                          * forward + backward time, for the splits that unload the last
                          * stage. */
@@ -572,8 +632,10 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                                 if (vpp > 1 && fw == DP_FW_DEEPSPEED)
                                     continue;
                                 struct dp__split sp_[DP_MAX_SPLITS];
-                                int nsplit =
-                                    dp__pipeline_splits(L, pp, vpp, o->no_uneven, head_w, fw, sp_);
+                                int nsplit = s->dpv_only
+                                                 ? 0
+                                                 : dp__pipeline_splits(L, pp, vpp, o->no_uneven,
+                                                                       head_w, fw, sp_);
                                 any |= nsplit > 0;
                                 for (int si = 0; si < nsplit; si++) {
                                     l.pp = pp;
@@ -584,37 +646,22 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                                     l.nchunks = sp_[si].nchunks;
                                     memcpy(l.chunk_layers, sp_[si].c,
                                            sizeof l.chunk_layers[0] * (size_t)sp_[si].nchunks);
-                                    /* ZeRO changes neither the schedule nor the
-                                     * activations: computed once per recompute mode */
-                                    for (int k = 0; k < DP_RECOMPUTES; k++)
-                                        ru[k].have_pipe = ru[k].have_act = false;
-                                    for (int zero = 0; zero <= 3; zero++) {
-                                        if (o->zero >= 0 && zero != o->zero)
-                                            continue;
-                                        if (!dp__zero_offered(fw, zero, pp, cp, o->optimizer))
-                                            continue;
-                                        if (zero > 0 && dp * cp == 1)
-                                            break;
-                                        int sgs[12];
-                                        int nsg =
-                                            dp__shard_groups(o, cl, tp, dp * cp, zero, fw, sgs, 12);
-                                        for (int gi2 = 0; gi2 < nsg; gi2++)
-                                            for (int i = 0; i < nrc; i++) {
-                                                int rc = rcs[i];
-                                                if (o->recompute >= 0 && rc != o->recompute)
-                                                    continue;
-                                                if (o->ep_overlap && rc == DP_RECOMPUTE_FULL)
-                                                    continue;
-                                                l.zero = zero;
-                                                l.shard_group = sgs[gi2];
-                                                l.recompute = (enum dp_recompute)rc;
-                                                if (other_batch)
-                                                    evaluate_other_batch(s, &l, act[rc]);
-                                                else
-                                                    evaluate(s, &l, lts, act[rc], &ru[rc]);
-                                            }
-                                    }
+                                    evaluate_state(s, &l, other_batch, lts, act, ru);
                                 }
+                            }
+                            /* DualPipeV: two stages a rank in a V over an even split, at least
+                             * 2 pp micro-batches (core/layout.c's checks). */
+                            any |= s->dpv && pp >= 2 && L % (2 * pp) == 0;
+                            if (s->dpv && pp >= 2 && L % (2 * pp) == 0 && M >= 2LL * pp) {
+                                l.pp = pp;
+                                l.dp = dp;
+                                l.vpp = 2;
+                                l.pp_overlap = o->pp_overlap != 0;
+                                l.gbs = gbs;
+                                dp_layout_reset_split(&l);
+                                l.schedule = DP_SCHED_DUALPIPEV;
+                                evaluate_state(s, &l, other_batch, lts_dpv, act, ru);
+                                l.schedule = DP_SCHED_1F1B;
                             }
                             if (!any && pp < DP_MAX_PP + 1)
                                 nosplit[pp] = 1;
@@ -647,6 +694,31 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
                        .gpus = dp_cluster_gpus(cl),
                        .cap = dp_search_capacity(cl, o)};
     const int gpus = s.gpus, L = (int)m->layers;
+    s.nrc = dp_recompute_choices(o->framework, s.rcs);
+    if (o->schedule == DP_SCHED_DUALPIPEV && o->framework != DP_FW_TORCHTITAN)
+        return dp_err_set(err, DP_EUSAGE,
+                          "--pipeline-schedule dualpipev: PyTorch's ScheduleDualPipeV (torchtitan "
+                          "framework); %s runs 1F1B",
+                          dp_framework_name(o->framework));
+    /* DualPipeV under torchtitan, unless a knob it cannot run with is fixed: MTP (Megatron's),
+     * Megatron's EP overlap, or an interleaving degree other than its 2. */
+    s.dpv = o->framework == DP_FW_TORCHTITAN && o->schedule != DP_SCHED_1F1B &&
+            o->mtp_layers == 0 && !o->ep_overlap && (!o->vpp || o->vpp == 2) &&
+            (!o->pp || o->pp >= 2);
+    s.dpv_only = o->schedule == DP_SCHED_DUALPIPEV;
+    if (s.dpv_only && !s.dpv) {
+        if (o->vpp && o->vpp != 2)
+            return dp_err_set(err, DP_EUSAGE,
+                              "--pipeline-schedule dualpipev: expected vpp 2 (two stages a rank "
+                              "in a V), got --vpp %d",
+                              o->vpp);
+        if (o->pp == 1)
+            return dp_err_set(err, DP_EUSAGE,
+                              "--pipeline-schedule dualpipev: expected pp >= 2, got --pp 1");
+        return dp_err_set(err, DP_EUSAGE, "--pipeline-schedule dualpipev: expected %s",
+                          o->mtp_layers ? "no multi-token prediction (Megatron's --mtp-layers)"
+                                        : "no --ep-overlap (Megatron's pairing)");
+    }
     if (cl->nodes > 1 && cl->nics_per_node < 1)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "%d nodes but no network interfaces per node in the cluster", cl->nodes);
@@ -698,8 +770,9 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
         if (nosplit[pp] && shown++ < 8)
             len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", len ? "," : "", pp);
     if (shown)
-        note(&s, "pp=%s%s: %d layers do not split evenly into that many stages%s", list,
-             shown > 8 ? ",..." : "", L, o->no_uneven ? " (--no-uneven)" : "");
+        note(&s, "pp=%s%s: %d layers do not split evenly into %s%s", list, shown > 8 ? ",..." : "",
+             L, s.dpv_only ? "2 x pp stages (dualpipev)" : "that many stages",
+             o->no_uneven ? " (--no-uneven)" : "");
     if (r->evaluated == 0 && r->alt_gbs) {
         char lay[160], lack[64] = "";
         dp_layout_format_model(&r->alt_layout, m, lay, sizeof lay);

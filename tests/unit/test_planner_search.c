@@ -785,62 +785,71 @@ static void fw_brute_force(const struct dp_model *m, const struct dp_cluster *cl
                         for (int rc = 0; rc < DP_RECOMPUTES; rc++)
                             for (int sp = 0; sp <= 1; sp++)
                                 for (int ep = 1; ep <= emax; ep++)
-                                    for (int sg = 0; sg <= gpus; sg = sg ? 2 * sg : 1) {
-                                        if (gpus % (tp * pp) || (sp && tp == 1) || emax % ep)
-                                            continue;
-                                        struct dp_layout l;
-                                        dp_layout_default(&l);
-                                        l.tp = tp;
-                                        l.ep = ep;
-                                        l.pp = pp;
-                                        l.dp = gpus / (tp * pp);
-                                        l.vpp = vpp;
-                                        l.mbs = mbs;
-                                        l.gbs = gbs;
-                                        l.seq_len = m->seq_len;
-                                        l.zero = zero;
-                                        l.recompute = (enum dp_recompute)rc;
-                                        l.sp = sp;
-                                        l.framework = fw;
-                                        l.shard_group = sg;
-                                        /* DeepSpeed's gradients: the model dtype by default */
-                                        l.grad_fp32 = fw != DP_FW_DEEPSPEED;
-                                        struct dp_err e = {0};
-                                        if (dp_layout_validate(&l, m, gpus, &e))
-                                            continue;
-                                        /* What the framework offers (its recompute policies
-                                         * and ZeRO stages), by the layout's own check. */
-                                        if (dp_layout_check_framework(&l, NULL, &e))
-                                            continue;
-                                        /* HSDP groups: full sharding (0), else powers of two
-                                         * from a node's worth of data-parallel ranks below dp. */
-                                        int node =
-                                            cl->gpus_per_node / tp < 2 ? 2 : cl->gpus_per_node / tp;
-                                        if (sg && (zero == 0 || sg < node || sg >= l.dp ||
-                                                   (fw == DP_FW_DEEPSPEED && zero < 3)))
-                                            continue;
-                                        /* The documented space: ZeRO only with something
-                                         * to shard, ZeRO-2/3 only without pipeline
-                                         * parallelism; the overlaps on where the layout
-                                         * allows them (TP overlap with sequence
-                                         * parallelism, pipeline overlap with interleaving). */
-                                        if (zero > 0 && l.dp == 1)
-                                            continue;
+                                    for (int sg = 0; sg <= gpus; sg = sg ? 2 * sg : 1)
+                                        for (int sch = 0; sch < 2; sch++) {
+                                            if (gpus % (tp * pp) || (sp && tp == 1) || emax % ep)
+                                                continue;
+                                            struct dp_layout l;
+                                            dp_layout_default(&l);
+                                            l.tp = tp;
+                                            l.ep = ep;
+                                            l.pp = pp;
+                                            l.dp = gpus / (tp * pp);
+                                            l.vpp = vpp;
+                                            l.mbs = mbs;
+                                            l.gbs = gbs;
+                                            l.seq_len = m->seq_len;
+                                            l.zero = zero;
+                                            l.recompute = (enum dp_recompute)rc;
+                                            l.sp = sp;
+                                            l.framework = fw;
+                                            l.shard_group = sg;
+                                            /* 1F1B, and DualPipeV where the framework runs it
+                                             * (its own check; the layout's: vpp 2, an even
+                                             * split, 2 pp micro-batches) */
+                                            l.schedule = (enum dp_pp_schedule)sch;
+                                            /* DeepSpeed's gradients: the model dtype by default */
+                                            l.grad_fp32 = fw != DP_FW_DEEPSPEED;
+                                            struct dp_err e = {0};
+                                            if (dp_layout_validate(&l, m, gpus, &e))
+                                                continue;
+                                            /* What the framework offers (its recompute policies
+                                             * and ZeRO stages), by the layout's own check. */
+                                            if (dp_layout_check_framework(&l, NULL, &e))
+                                                continue;
+                                            /* HSDP groups: full sharding (0), else powers of two
+                                             * from a node's worth of data-parallel ranks below dp.
+                                             */
+                                            int node = cl->gpus_per_node / tp < 2
+                                                           ? 2
+                                                           : cl->gpus_per_node / tp;
+                                            if (sg && (zero == 0 || sg < node || sg >= l.dp ||
+                                                       (fw == DP_FW_DEEPSPEED && zero < 3)))
+                                                continue;
+                                            /* The documented space: ZeRO only with something
+                                             * to shard, ZeRO-2/3 only without pipeline
+                                             * parallelism; the overlaps on where the layout
+                                             * allows them (TP overlap with sequence
+                                             * parallelism, pipeline overlap with interleaving). */
+                                            if (zero > 0 && l.dp == 1)
+                                                continue;
 
-                                        l.tp_overlap = sp && tp > 1;
-                                        l.pp_overlap = vpp > 1;
-                                        b->valid++;
-                                        if (dp_mem_estimate(m, cl, &l, &mo, rep, &e) || !rep->fits)
-                                            continue;
-                                        struct dp_step_cost c;
-                                        dp_time_step_fast(m, cl, &l, &c);
-                                        double s = fw_score(&c, rep->peak_bytes, rep->min_bytes);
-                                        if (!b->found || s < b->best) {
-                                            b->found = true;
-                                            b->best = s;
-                                            b->best_l = l;
+                                            l.tp_overlap = sp && tp > 1;
+                                            l.pp_overlap = vpp > 1;
+                                            b->valid++;
+                                            if (dp_mem_estimate(m, cl, &l, &mo, rep, &e) ||
+                                                !rep->fits)
+                                                continue;
+                                            struct dp_step_cost c;
+                                            dp_time_step_fast(m, cl, &l, &c);
+                                            double s =
+                                                fw_score(&c, rep->peak_bytes, rep->min_bytes);
+                                            if (!b->found || s < b->best) {
+                                                b->found = true;
+                                                b->best = s;
+                                                b->best_l = l;
+                                            }
                                         }
-                                    }
     free(rep);
 }
 
@@ -878,8 +887,93 @@ static struct fw_brute compare_fw(const struct dp_model *m, const struct dp_clus
     return b;
 }
 
+/*
+ * DualPipeV in the search (torchtitan): the layouts it ranks are priced as the full
+ * estimate prices them (step time by dp_time_step, peak by dp_mem_estimate, every rank
+ * of the V), and where the expert all-to-alls cross the network the schedule that
+ * hides them behind the paired passes wins (pp and ep fixed), with less exposed EP time
+ * than the best 1F1B layout of the same search.
+ */
+static void test_dualpipev(void)
+{
+    struct dp_model m = moe_model();
+    m.moe_dense_layers = 0; /* 8 MoE layers: even over 2 x pp = 4 or 8 stages */
+    /* eight nodes of one GPU: every expert all-to-all crosses the 25 GB/s network */
+    struct dp_cluster cl = cluster(8, 1, 80);
+    struct dp_search_opts o;
+    dp_search_opts_default(&o);
+    o.framework = DP_FW_TORCHTITAN;
+    o.gbs = 64;
+    o.seq_len = m.seq_len;
+    o.cp = 1;
+    o.pp = 2;
+    o.ep = 4; /* the experts over the 4 data-parallel ranks of a stage, across nodes */
+    o.top_k = 10;
+    struct dp_search_result *r = malloc(sizeof *r);
+    struct dp_mem_report *rep = malloc(sizeof *rep);
+    struct dp_err err = {0};
+    o.schedule = DP_SCHED_DUALPIPEV;
+    CHECK_EQ(dp_plan_search(&m, &cl, &o, r, &err), 0);
+    CHECK(r->n > 0);
+    struct dp_mem_opts mo;
+    dp_mem_opts_default(&mo);
+    for (int i = 0; i < r->n; i++) {
+        const struct dp_candidate *c = &r->top[i];
+        CHECK_EQ(c->layout.schedule, DP_SCHED_DUALPIPEV);
+        CHECK(c->layout.pp >= 2 && c->layout.vpp == 2);
+        struct dp_step_cost full;
+        CHECK_EQ(dp_time_step(&m, &cl, &c->layout, &full, &err), 0);
+        CHECK_NEAR(c->cost.step_time_s, full.step_time_s, 1e-12 * full.step_time_s);
+        CHECK_EQ(dp_mem_estimate(&m, &cl, &c->layout, &mo, rep, &err), 0);
+        CHECK_EQ(c->peak_bytes, rep->peak_bytes);
+        CHECK_EQ(c->min_bytes, rep->min_bytes);
+    }
+    double dpv_best = r->n ? r->top[0].cost.step_time_s : 0;
+    double dpv_ep = r->n ? r->top[0].cost.ep_comm_s : 0;
+
+    o.schedule = DP_SCHED_1F1B;
+    CHECK_EQ(dp_plan_search(&m, &cl, &o, r, &err), 0);
+    CHECK(r->n > 0);
+    for (int i = 0; i < r->n; i++)
+        CHECK_EQ(r->top[i].layout.schedule, DP_SCHED_1F1B);
+    double f1b_best = r->n ? r->top[0].cost.step_time_s : 0;
+    double f1b_ep = r->n ? r->top[0].cost.ep_comm_s : 0;
+    printf("dualpipev: best %.4f s (ep %.4f s), 1f1b: best %.4f s (ep %.4f s)\n", dpv_best, dpv_ep,
+           f1b_best, f1b_ep);
+    CHECK(dpv_best < f1b_best);
+    CHECK(dpv_ep < f1b_ep);
+
+    /* Both tried by default: the faster wins, the other is the schedule's alternative. */
+    o.schedule = -1;
+    CHECK_EQ(dp_plan_search(&m, &cl, &o, r, &err), 0);
+    CHECK(r->n > 0);
+    if (r->n) {
+        CHECK_EQ(r->top[0].layout.schedule, DP_SCHED_DUALPIPEV);
+        CHECK_NEAR(r->top[0].cost.step_time_s, dpv_best, 1e-12 * dpv_best);
+    }
+    bool alt = false;
+    for (int i = 0; i < r->nalt; i++)
+        if (r->alt[i].dim == DP_ALT_SCHEDULE && r->alt[i].value == DP_SCHED_1F1B) {
+            alt = true;
+            CHECK_NEAR(r->alt[i].best.cost.step_time_s, f1b_best, 1e-12 * f1b_best);
+        }
+    CHECK(alt);
+
+    /* Megatron has no DualPipe schedule: refused when asked, never searched. */
+    o.framework = DP_FW_MEGATRON;
+    o.schedule = DP_SCHED_DUALPIPEV;
+    CHECK_EQ(dp_plan_search(&m, &cl, &o, r, &err), DP_EUSAGE);
+    o.schedule = -1;
+    CHECK_EQ(dp_plan_search(&m, &cl, &o, r, &err), 0);
+    for (int i = 0; i < r->n; i++)
+        CHECK_EQ(r->top[i].layout.schedule, DP_SCHED_1F1B);
+    free(rep);
+    free(r);
+}
+
 int main(void)
 {
+    test_dualpipev();
     test_uneven();
     test_fold_splits();
     test_no_bad_time();
