@@ -466,8 +466,10 @@ int dp_layout_validate(const struct dp_layout *l, const struct dp_model *m, int 
         return dp_err_set(err, DP_EINFEASIBLE, "zero=%d: expected 0, 1, 2 or 3", l->zero);
     if (l->schedule == DP_SCHED_DUALPIPEV) {
         /* ScheduleDualPipeV: two stages a rank in a V, at least 2 pp micro-batches
-         * (DualPipeV.step asserts num_chunks >= pp_size * 2); dplan places the layers evenly
-         * (PithTrain's layer_partition for a count 2 pp divides). */
+         * (DualPipeV.step asserts num_chunks >= pp_size * 2). The split is any list of 2 pp
+         * counts in model order (torchtitan's module_names_per_stage, stage s on rank s or
+         * 2 pp - 1 - s: pipeline_parallel.py _get_pp_rank_to_stage_indices_mapping, style
+         * "v"), or even; not Megatron's first/last stage counts. */
         int64_t nmb = dp_layout_schedule_microbatches(l);
         if (l->vpp != 2 || l->pp < 2)
             return dp_err_set(err, DP_EINFEASIBLE,
@@ -479,12 +481,12 @@ int dp_layout_validate(const struct dp_layout *l, const struct dp_model *m, int 
                               "pipeline_schedule dualpipev: expected at least 2 x pp = %d "
                               "micro-batches a step, got %lld",
                               2 * l->pp, (long long)nmb);
-        if (l->nchunks > 0 || l->first_stage_layers || l->last_stage_layers ||
-            m->layers % (2 * l->pp) || l->mtp_layers > 0)
+        if (l->first_stage_layers || l->last_stage_layers || l->mtp_layers > 0 ||
+            (l->nchunks == 0 && m->layers % (2 * l->pp)))
             return dp_err_set(err, DP_EINFEASIBLE,
-                              "pipeline_schedule dualpipev: expected the %lld layers split "
-                              "evenly over the 2 x pp = %d stages (no stage list, layout string "
-                              "or multi-token prediction)",
+                              "pipeline_schedule dualpipev: expected the %lld layers split over "
+                              "the 2 x pp = %d stages evenly or by a stage list (no first/last "
+                              "stage counts or multi-token prediction)",
                               (long long)m->layers, 2 * l->pp);
     }
     if (l->mtp_layers < 0 || l->mtp_layers > DP_MAX_MTP)

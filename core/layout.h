@@ -355,6 +355,12 @@ static inline int dp_layout_global_stage(const struct dp_layout *l, int r, int c
 {
     return l->schedule == DP_SCHED_DUALPIPEV && c == 1 ? 2 * l->pp - 1 - r : c * l->pp + r;
 }
+/* The rank that holds model-order stage s: s mod pp, or in DualPipeV's V s for the first pp
+ * and 2 pp - 1 - s after them (dp_layout_global_stage's inverse). */
+static inline int dp_layout_stage_rank(const struct dp_layout *l, int s)
+{
+    return l->schedule == DP_SCHED_DUALPIPEV && s >= l->pp ? 2 * l->pp - 1 - s : s % l->pp;
+}
 /* The rank that holds the output layer and the loss: the last, or rank 0 in DualPipeV's V. */
 static inline int dp_layout_head_rank(const struct dp_layout *l)
 {

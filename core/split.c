@@ -40,7 +40,7 @@ int dp_layout_chunk_count(const struct dp_layout *l, const struct dp_model *m, i
 {
     int pp = l->pp > 0 ? l->pp : 1, v = l->vpp > 0 ? l->vpp : 1;
     if (l->nchunks > 0) {
-        int s = chunk * pp + stage;
+        int s = dp_layout_global_stage(l, stage, chunk);
         return s >= 0 && s < l->nchunks && s < DP_MAX_CHUNKS ? l->chunk_layers[s] : 0;
     }
     int L = (int)m->layers;
@@ -74,7 +74,7 @@ void dp_layout_chunk_layers(const struct dp_layout *l, const struct dp_model *m,
      * get_transformer_layer_offset, transformer_layer.py, for any split). */
     int n = 0, pp = l->pp > 0 ? l->pp : 1;
     for (int s = 0; s < dp_layout_global_stage(l, stage, chunk); s++)
-        n += dp_layout_chunk_count(l, m, s % pp, s / pp); /* (DualPipeV: even, any order) */
+        n += dp_layout_chunk_count(l, m, dp_layout_stage_rank(l, s), s / pp);
     *first = n;
     *count = dp_layout_chunk_count(l, m, stage, chunk);
 }
@@ -85,7 +85,7 @@ int dp_layout_expand(const struct dp_layout *l, const struct dp_model *m, int *o
     if (l->pp < 1 || l->vpp < 1 || S > cap)
         return -1;
     for (int s = 0; s < (int)S; s++)
-        out[s] = dp_layout_chunk_count(l, m, s % l->pp, s / l->pp);
+        out[s] = dp_layout_chunk_count(l, m, dp_layout_stage_rank(l, s), s / l->pp);
     return (int)S;
 }
 

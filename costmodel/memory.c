@@ -403,7 +403,7 @@ static void stage_with(const struct mem_ctx *x, int r, const int64_t *act, struc
         if (x->mixed)
             dp_layout_chunk_layers(l, m, r, c, &first, &n);
         else
-            n = l->nchunks > 0 ? l->chunk_layers[c * l->pp + r] : dp_layout_chunk_count(l, m, r, c);
+            n = dp_layout_chunk_count(l, m, r, c);
         memset(&kn[c], 0, sizeof kn[c]);
         if (x->mixed)
             dp_model_layer_kinds(m, first, n, &kn[c]);
@@ -678,8 +678,7 @@ void dp_mem_peak_reuse(const struct dp_model *m, const struct dp_cluster *cl,
     if (ru)
         ru->nact = 0;
     for (int r = 0; r < pp; r++) {
-        /* DualPipeV: every rank holds two stages and peaks at its own count (pipeline_dualpipev.c)
-         */
+        /* DualPipeV: each rank's two stages peak at its own count (pipeline_dualpipev.c) */
         bool eval = r == 0 || r == pp - 1 || r == 1 || r == pp - 2 || x.mixed ||
                     l->schedule == DP_SCHED_DUALPIPEV;
         if (!eval && l->nchunks > 0) {

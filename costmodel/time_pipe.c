@@ -230,7 +230,7 @@ void dp__time_pipeline(const struct dp__time_ctx *c, const struct dp_layer_time 
     int first = 0;
     for (int k = 0; k < S && k < DP_MAX_CHUNKS; k++) {
         int n = l->nchunks > 0 ? l->chunk_layers[k] : dp_layout_chunk_count(l, m, k % pp, k / pp);
-        double q = fr[k % pp], cc = 0;
+        double q = fr[dp_layout_stage_rank(l, k)], cc = 0;
         F[k] = B[k] = Fp[k] = Bp[k] = Wg[k] = 0;
         struct dp_layer_kinds kk = {{0}};
         if (!mixed)

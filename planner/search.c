@@ -649,18 +649,27 @@ static void enumerate(struct search *s, const struct dp_layout *base, bool other
                                     evaluate_state(s, &l, other_batch, lts, act, ru);
                                 }
                             }
-                            /* DualPipeV: two stages a rank in a V over an even split, at least
-                             * 2 pp micro-batches (core/layout.c's checks). */
-                            any |= s->dpv && pp >= 2 && L % (2 * pp) == 0;
-                            if (s->dpv && pp >= 2 && L % (2 * pp) == 0 && M >= 2LL * pp) {
-                                l.pp = pp;
-                                l.dp = dp;
-                                l.vpp = 2;
-                                l.pp_overlap = o->pp_overlap != 0;
-                                l.gbs = gbs;
-                                dp_layout_reset_split(&l);
+                            /* DualPipeV: two stages a rank in a V, over the splits the
+                             * 1F1B search tries at vpp 2 (model order: stage 0 has the
+                             * embedding, stage 2 pp - 1 the loss, both on rank 0), at least
+                             * 2 pp micro-batches and a multiple of pp (core/layout.c). */
+                            if (s->dpv && pp >= 2 && 2 * pp <= DP_MAX_CHUNKS) {
+                                struct dp__split sv[DP_MAX_SPLITS];
+                                int nv =
+                                    dp__pipeline_splits(L, pp, 2, o->no_uneven, head_w, fw, sv);
+                                any |= nv > 0;
                                 l.schedule = DP_SCHED_DUALPIPEV;
-                                evaluate_state(s, &l, other_batch, lts_dpv, act, ru);
+                                for (int si = 0; M >= 2LL * pp && M % pp == 0 && si < nv; si++) {
+                                    l.pp = pp;
+                                    l.dp = dp;
+                                    l.vpp = 2;
+                                    l.pp_overlap = o->pp_overlap != 0;
+                                    l.gbs = gbs;
+                                    l.nchunks = sv[si].nchunks;
+                                    memcpy(l.chunk_layers, sv[si].c,
+                                           sizeof l.chunk_layers[0] * (size_t)sv[si].nchunks);
+                                    evaluate_state(s, &l, other_batch, lts_dpv, act, ru);
+                                }
                                 l.schedule = DP_SCHED_1F1B;
                             }
                             if (!any && pp < DP_MAX_PP + 1)

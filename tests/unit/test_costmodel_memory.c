@@ -254,8 +254,65 @@ static void test_flops_narayanan(void)
     CHECK_NEAR(f.model_flops, expect - B * L * (24 * s * h * h + 4 * s * s * h), 1e-12);
 }
 
+/*
+ * DualPipeV with an uneven stage list (torchtitan: stages in model order, stage s on rank s
+ * or 2 pp - 1 - s): Llama 3 8B, 32 layers as 7,9,9,7 over pp 2. Rank 0 holds stages 0 and 3
+ * (14 layers, the embedding, the final norm and the output layer), rank 1 stages 1 and 2
+ * (18 layers); under interleaved 1F1B the same list gives each rank 16. Parameters by hand:
+ * a layer 4096 (2 x 4096 + 2 x 1024) + 3 x 4096 x 14336 + 2 x 4096 = 218,112,000; the
+ * embedding and the untied output layer 128256 x 4096 = 525,336,576 each.
+ */
+static void test_dualpipev_uneven(void)
+{
+    struct dp_model m;
+    struct dp_err err = {0};
+    if (dp_model_load("llama3-8b", &m, &err)) {
+        CHECK_STR(err.msg, "");
+        return;
+    }
+    struct dp_layout l;
+    dp_layout_default(&l);
+    l.framework = DP_FW_TORCHTITAN;
+    l.pp = 2;
+    l.vpp = 2;
+    l.dp = 4;
+    l.mbs = 1;
+    l.gbs = 64;
+    l.seq_len = 8192;
+    l.zero = 3;
+    const int split[4] = {7, 9, 9, 7};
+    CHECK_EQ(dp_layout_set_chunks(&l, split, 4), 0);
+    l.schedule = DP_SCHED_DUALPIPEV;
+    CHECK_EQ(dp_layout_validate(&l, &m, 8, &err), 0);
+    CHECK_EQ(dp_layout_stage_layers(&l, &m, 0), 14);
+    CHECK_EQ(dp_layout_stage_layers(&l, &m, 1), 18);
+    int first, n;
+    dp_layout_chunk_layers(&l, &m, 0, 1, &first, &n); /* stage 3: layers 25..31 */
+    CHECK_EQ(first, 25);
+    CHECK_EQ(n, 7);
+    dp_layout_chunk_layers(&l, &m, 1, 1, &first, &n); /* stage 2: layers 16..24 */
+    CHECK_EQ(first, 16);
+    CHECK_EQ(n, 9);
+    int back[4];
+    CHECK_EQ(dp_layout_expand(&l, &m, back, 4), 4);
+    for (int s = 0; s < 4; s++)
+        CHECK_EQ(back[s], split[s]);
+    const int64_t layer = 4096LL * (2 * 4096 + 2 * 1024) + 3LL * 4096 * 14336 + 2 * 4096;
+    const int64_t emb = 128256LL * 4096;
+    int64_t dense, expert;
+    dp_mem_stage_params(&m, &l, 0, &dense, &expert);
+    CHECK_EQ(dense, 14 * layer + 2 * emb + 4096);
+    CHECK_EQ(expert, 0);
+    dp_mem_stage_params(&m, &l, 1, &dense, &expert);
+    CHECK_EQ(dense, 18 * layer);
+    l.schedule = DP_SCHED_1F1B;
+    CHECK_EQ(dp_layout_stage_layers(&l, &m, 0), 16);
+    CHECK_EQ(dp_layout_stage_layers(&l, &m, 1), 16);
+}
+
 int main(void)
 {
+    test_dualpipev_uneven();
     test_zero_paper();
     test_megatron_dist_opt();
     test_korthikanti_layer();

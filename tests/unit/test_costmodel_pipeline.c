@@ -316,9 +316,59 @@ static void test_dualpipev(void)
     }
 }
 
+/*
+ * Uneven DualPipeV stages (a stage list in model order, stage s on rank s or 2P - 1 - s):
+ * the simulation is a fixed-order schedule with dependencies, so its step can be no
+ * shorter than the busiest rank's own passes (M forwards and backwards of each of its two
+ * stages) and no longer than the same schedule with every stage at the slowest stage's
+ * times (a max-plus system is monotone in its durations).
+ */
+static void test_dualpipev_uneven(void)
+{
+    double F[32], B[32], W[32], Fp[32], Bp[32], Fm[32], Bm[32], Wm[32], Fpm[32], Bpm[32];
+    unsigned seed = 12345;
+    for (int trial = 0; trial < 200; trial++) {
+        int P = 2 << (trial % 3); /* 2, 4, 8 */
+        int M = 2 * P + (trial % 5) * P;
+        double fmax = 0, bmax = 0, wmax = 0, fpmax = 0, bpmax = 0;
+        for (int s = 0; s < 2 * P; s++) {
+            seed = seed * 1103515245u + 12345u;
+            double n = 1 + (seed >> 16) % 4; /* 1..4 layers */
+            F[s] = n;
+            B[s] = 2 * n;
+            W[s] = n;
+            Fp[s] = 0.9 * n;
+            Bp[s] = 1.9 * n;
+            fmax = F[s] > fmax ? F[s] : fmax;
+            bmax = B[s] > bmax ? B[s] : bmax;
+            wmax = W[s] > wmax ? W[s] : wmax;
+            fpmax = Fp[s] > fpmax ? Fp[s] : fpmax;
+            bpmax = Bp[s] > bpmax ? Bp[s] : bpmax;
+        }
+        for (int s = 0; s < 2 * P; s++) {
+            Fm[s] = fmax;
+            Bm[s] = bmax;
+            Wm[s] = wmax;
+            Fpm[s] = fpmax;
+            Bpm[s] = bpmax;
+        }
+        double t = dp_pipe_dualpipev_time_s(P, M, F, B, Fp, Bp, W);
+        double busiest = 0;
+        for (int r = 0; r < P; r++) {
+            int a = r, b = 2 * P - 1 - r;
+            /* paired passes may run a forward and a backward together (Fp + Bp) */
+            double own = M * (Fp[a] + Bp[a] + Fp[b] + Bp[b]);
+            busiest = own > busiest ? own : busiest;
+        }
+        CHECK(t >= busiest - 1e-9);
+        CHECK(t <= dp_pipe_dualpipev_time_s(P, M, Fm, Bm, Fpm, Bpm, Wm) + 1e-9);
+    }
+}
+
 int main(void)
 {
     test_dualpipev();
+    test_dualpipev_uneven();
     test_equal_chunks();
     test_two_by_two();
     test_real_splits();

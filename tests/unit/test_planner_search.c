@@ -888,11 +888,11 @@ static struct fw_brute compare_fw(const struct dp_model *m, const struct dp_clus
 }
 
 /*
- * DualPipeV in the search (torchtitan): the layouts it ranks are priced as the full
- * estimate prices them (step time by dp_time_step, peak by dp_mem_estimate, every rank
- * of the V), and where the expert all-to-alls cross the network the schedule that
- * hides them behind the paired passes wins (pp and ep fixed), with less exposed EP time
- * than the best 1F1B layout of the same search.
+ * DualPipeV in the search (torchtitan): the layouts it ranks, over an even split and over
+ * stage lists for a layer count 2 pp does not divide, are priced as the full estimate prices
+ * them (step time by dp_time_step, peak by dp_mem_estimate, every rank of the V), and where the
+ * expert all-to-alls cross the network the schedule that hides them behind the paired passes wins
+ * (pp and ep fixed), with less exposed EP time than the best 1F1B layout of the same search.
  */
 static void test_dualpipev(void)
 {
@@ -913,20 +913,26 @@ static void test_dualpipev(void)
     struct dp_mem_report *rep = malloc(sizeof *rep);
     struct dp_err err = {0};
     o.schedule = DP_SCHED_DUALPIPEV;
-    CHECK_EQ(dp_plan_search(&m, &cl, &o, r, &err), 0);
-    CHECK(r->n > 0);
     struct dp_mem_opts mo;
     dp_mem_opts_default(&mo);
-    for (int i = 0; i < r->n; i++) {
-        const struct dp_candidate *c = &r->top[i];
-        CHECK_EQ(c->layout.schedule, DP_SCHED_DUALPIPEV);
-        CHECK(c->layout.pp >= 2 && c->layout.vpp == 2);
-        struct dp_step_cost full;
-        CHECK_EQ(dp_time_step(&m, &cl, &c->layout, &full, &err), 0);
-        CHECK_NEAR(c->cost.step_time_s, full.step_time_s, 1e-12 * full.step_time_s);
-        CHECK_EQ(dp_mem_estimate(&m, &cl, &c->layout, &mo, rep, &err), 0);
-        CHECK_EQ(c->peak_bytes, rep->peak_bytes);
-        CHECK_EQ(c->min_bytes, rep->min_bytes);
+    /* 8 layers split evenly over the 4 stages, and 10 (uneven stage lists only) */
+    for (int layers = 10; layers >= 8; layers -= 2) {
+        struct dp_model mu = m;
+        mu.layers = layers;
+        CHECK_EQ(dp_plan_search(&mu, &cl, &o, r, &err), 0);
+        CHECK(r->n > 0);
+        for (int i = 0; i < r->n; i++) {
+            const struct dp_candidate *c = &r->top[i];
+            CHECK_EQ(c->layout.schedule, DP_SCHED_DUALPIPEV);
+            CHECK(c->layout.pp >= 2 && c->layout.vpp == 2);
+            CHECK(layers == 8 || c->layout.nchunks == 4);
+            struct dp_step_cost full;
+            CHECK_EQ(dp_time_step(&mu, &cl, &c->layout, &full, &err), 0);
+            CHECK_NEAR(c->cost.step_time_s, full.step_time_s, 1e-12 * full.step_time_s);
+            CHECK_EQ(dp_mem_estimate(&mu, &cl, &c->layout, &mo, rep, &err), 0);
+            CHECK_EQ(c->peak_bytes, rep->peak_bytes);
+            CHECK_EQ(c->min_bytes, rep->min_bytes);
+        }
     }
     double dpv_best = r->n ? r->top[0].cost.step_time_s : 0;
     double dpv_ep = r->n ? r->top[0].cost.ep_comm_s : 0;
