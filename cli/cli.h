@@ -181,6 +181,9 @@ enum {
     }
 
 /* What the user typed; unset values are 0 / NULL / -1 so defaults can be derived. */
+/* --pipeline-schedule auto: the searches try 1F1B and DualPipeV (suggest, whatif). */
+#define CLI_SCHEDULE_AUTO 2
+
 struct cli_common {
     /* cluster */
     const char *system, *gpu, *intra, *network, *cluster, *plan;
@@ -200,7 +203,7 @@ struct cli_common {
     int loss_chunks;       /* 0 = unset (all tokens at once) */
     long long local_batch; /* 0 = unset (one pipeline schedule a step) */
     int mtp_layers;        /* -1 = unset (none) */
-    int schedule;          /* enum dp_pp_schedule, -1 = unset (1f1b) */
+    int schedule;          /* enum dp_pp_schedule, CLI_SCHEDULE_AUTO, -1 = unset (1f1b) */
     bool fsdp_per_microbatch;
     int instances;        /* --num-distributed-optimizer-instances: shard = dp*cp / it */
     int recompute_layers; /* 0 = unset */

@@ -456,6 +456,10 @@ int cli_layout(const struct cli_common *c, const struct dp_model *m, int gpus, s
         return dp_err_set(err, DP_EUSAGE,
                           "--precision auto: expected bf16, fp16, fp32 or fp8 (only `dplan "
                           "suggest` and `dplan whatif` search the precision)");
+    if (c->schedule == CLI_SCHEDULE_AUTO)
+        return dp_err_set(err, DP_EUSAGE,
+                          "--pipeline-schedule auto: expected 1f1b or dualpipev (only the "
+                          "searches, `suggest`, `whatif` and `memory --min-gpus`, try both)");
     l->tp = c->tp ? c->tp : 1;
     l->pp = c->pp ? c->pp : 1;
     l->cp = c->cp ? c->cp : 1;
@@ -617,8 +621,8 @@ int cli_check_knobs(const struct cli_common *c, const struct dp_layout *l, const
         p.mtp_layers = c->mtp_layers > 0 ? c->mtp_layers : 0;
         p.fsdp_per_microbatch = c->fsdp_per_microbatch;
         p.fp8_attention = c->fp8_attention;
-        if (c->schedule >= 0)
-            p.schedule = (enum dp_pp_schedule)c->schedule;
+        if (c->schedule == DP_SCHED_DUALPIPEV)
+            p.schedule = DP_SCHED_DUALPIPEV;
         if (c->optimizer >= 0)
             p.optimizer = (enum dp_optimizer)c->optimizer;
         int frc = dp_layout_check_framework(&p, NULL, err);
@@ -778,7 +782,10 @@ int cli_search_opts(const struct cli_common *c, const struct dp_model *m, int gp
     o->local_batch = c->local_batch;
     o->mtp_layers = c->mtp_layers > 0 ? c->mtp_layers : 0;
     o->fsdp_per_microbatch = c->fsdp_per_microbatch;
-    o->schedule = c->schedule;
+    /* 1F1B unless asked: `dplan run` does not run DualPipeV, and a suggested plan should run */
+    o->schedule = c->schedule == CLI_SCHEDULE_AUTO ? -1
+                  : c->schedule >= 0               ? c->schedule
+                                                   : DP_SCHED_1F1B;
     if (c->shard_group > 0)
         o->shard_group = c->shard_group;
     if (c->instances > 0)
@@ -1010,9 +1017,17 @@ void cli_describe_search_framework(FILE *f, const struct dp_search_opts *o, bool
     dp_layout_default(&l);
     l.framework = o->framework;
     l.loss = o->loss;
-    fprintf(f, "framework %s%s: recompute searched over %s; %s; %s loss\n",
+    /* the schedules searched: DualPipeV is torchtitan's, and only when asked */
+    const char *sched = "";
+    if (o->framework == DP_FW_TORCHTITAN)
+        sched = o->schedule < 0                     ? "; pipeline schedules 1f1b and dualpipev"
+                : o->schedule == DP_SCHED_DUALPIPEV ? "; pipeline schedule dualpipev"
+                                                    : "; pipeline schedule 1f1b (`--pipeline-"
+                                                      "schedule auto` also tries dualpipev, which "
+                                                      "`dplan run` does not run)";
+    fprintf(f, "framework %s%s: recompute searched over %s; %s; %s loss%s\n",
             dp_framework_name(o->framework), given ? "" : " (--framework not given)", rc, sg,
-            dp_loss_name(dp_layout_loss(&l)));
+            dp_loss_name(dp_layout_loss(&l)), sched);
 }
 
 void cli_describe_layout(FILE *f, const struct dp_layout *l, const struct dp_model *m)

@@ -47,7 +47,7 @@ const char cli_cluster_help[] =
 
 /* The framework and sharding options. */
 #define CLI_FRAMEWORK_HELP                                                                         \
-    "Framework and sharding (never searched but --shard-group and --pipeline-schedule):\n"         \
+    "Framework and sharding (never searched but --shard-group, --pipeline-schedule auto):\n"       \
     "  --framework {megatron,torchtitan,deepspeed}  the stack that runs the plan: its bytes\n"     \
     "                              per parameter, collectives, recompute policies, loss and\n"     \
     "                              allocator [megatron]\n"                                         \
@@ -79,11 +79,11 @@ const char cli_cluster_help[] =
     "                              stage (--mtp-num-layers; DeepSeek-V3 trains with 1),\n"         \
     "                              each a 2h -> h projection, one more layer, the output\n"        \
     "                              layer and a loss again [0]\n"                                   \
-    "  --pipeline-schedule {1f1b,dualpipev}  [1f1b: Megatron's, interleaved with --vpp];\n"        \
+    "  --pipeline-schedule {1f1b,dualpipev,auto}  [1f1b: Megatron's, interleaved with --vpp];\n"   \
     "                              dualpipev (torchtitan, PithTrain): --vpp 2 in a V, the\n"       \
     "                              embedding and loss on rank 0, overlapped forward-backward\n"    \
-    "                              pairs hiding the expert all-to-alls; `suggest` tries both\n"    \
-    "                              under torchtitan unless one is given\n"                         \
+    "                              pairs hiding the expert all-to-alls (`dplan run` runs\n"        \
+    "                              1F1B); auto: `suggest`, `whatif` try both (torchtitan)\n"       \
     "  --fsdp-per-microbatch       torchtitan with pp > 1: FSDP gathers and reduce-scatters\n"     \
     "                              every micro-batch, as NeMo Automodel's pipeline stages do\n"    \
     "                              (their root is not the FSDP module) [once per schedule]\n"
@@ -331,8 +331,8 @@ int cli_common_opt(const char *cmd, int opt, const char *arg, struct cli_common 
         break;
     case OPT_FSDP_PER_MICROBATCH: c->fsdp_per_microbatch = true; break;
     case OPT_PP_SCHEDULE: {
-        static const char *const sched_names[] = {"1f1b", "dualpipev"};
-        r = parse_choice(cmd, "pipeline-schedule", arg, sched_names, 2, &c->schedule);
+        static const char *const sched_names[] = {"1f1b", "dualpipev", "auto"};
+        r = parse_choice(cmd, "pipeline-schedule", arg, sched_names, 3, &c->schedule);
         break;
     }
     case OPT_MTP_LAYERS:
