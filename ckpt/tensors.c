@@ -227,7 +227,7 @@ int dp_ckpt_stage_slices_ep(const struct dp_model *m, const struct dp_layout *l,
     const int e0 = ep_rank >= 0 ? (int)(ep_rank * m->experts / ep) : 0;
     const int e1 = ep_rank >= 0 ? (int)((ep_rank + 1) * m->experts / ep) : (int)m->experts;
     const int tp = l->tp;
-    const bool first = stage == 0, last = stage == l->pp - 1;
+    const bool first = stage == 0, last = stage == dp_layout_head_rank(l); /* DualPipeV: 0 */
     const bool ln = m->norm == DP_NORM_LAYERNORM;
     const int64_t h = m->hidden, d = m->head_dim, tr = tp_rank;
     const int64_t qd = m->heads / tp * d, kvd = m->kv_heads / tp * d, f = m->ffn_hidden / tp;

@@ -135,7 +135,7 @@ static const char run_knob_help[] =
     "the stage's layers; --precision auto, fp8 recipes other than current, --fp8-params,\n"
     "--fp8-output-proj, --fp8-attention (--fp8-dot-product-attention), and bf16/fp16/fp8 with\n"
     "MoE models; multi-token prediction (--mtp-layers, --mtp-num-layers: it trains the\n"
-    "next-token loss only); --pipeline-schedule dualpipev (it runs 1F1B);\n"
+    "next-token loss only); --pipeline-schedule auto (it takes a layout);\n"
     "and the planning-only knobs --grad-dtype (other than fp32),\n"
     "--no-flash-attn and --overhead-gib: it keeps fp32 gradients, and its attention is\n"
     "--attention's (a plan file's values for these, and its overlap and kernel knobs,\n"

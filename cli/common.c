@@ -782,7 +782,8 @@ int cli_search_opts(const struct cli_common *c, const struct dp_model *m, int gp
     o->local_batch = c->local_batch;
     o->mtp_layers = c->mtp_layers > 0 ? c->mtp_layers : 0;
     o->fsdp_per_microbatch = c->fsdp_per_microbatch;
-    /* 1F1B unless asked: `dplan run` does not run DualPipeV, and a suggested plan should run */
+    /* 1F1B unless asked: DualPipeV's price has no scored measured run yet (PithTrain's lack
+     * their network), 1F1B's has hundreds */
     o->schedule = c->schedule == CLI_SCHEDULE_AUTO ? -1
                   : c->schedule >= 0               ? c->schedule
                                                    : DP_SCHED_1F1B;
@@ -1023,8 +1024,8 @@ void cli_describe_search_framework(FILE *f, const struct dp_search_opts *o, bool
         sched = o->schedule < 0                     ? "; pipeline schedules 1f1b and dualpipev"
                 : o->schedule == DP_SCHED_DUALPIPEV ? "; pipeline schedule dualpipev"
                                                     : "; pipeline schedule 1f1b (`--pipeline-"
-                                                      "schedule auto` also tries dualpipev, which "
-                                                      "`dplan run` does not run)";
+                                                      "schedule auto` also tries dualpipev, priced "
+                                                      "but not yet checked against measured runs)";
     fprintf(f, "framework %s%s: recompute searched over %s; %s; %s loss%s\n",
             dp_framework_name(o->framework), given ? "" : " (--framework not given)", rc, sg,
             dp_loss_name(dp_layout_loss(&l)), sched);

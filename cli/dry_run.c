@@ -140,7 +140,12 @@ int cli_run_dry(const struct dp_model *m, const struct dp_layout *l, bool flash)
                   : "attention probabilities kept",
            l->precision != DP_FP32 ? " (not the plan's precision)" : "");
 
-    if (l->vpp > 1)
+    if (l->schedule == DP_SCHED_DUALPIPEV)
+        printf("\nschedule per stage (DualPipeV: stage s holds model chunks s and 2 pp - 1 - s; "
+               "Fm.c / Bm.c: forward / backward of micro-batch m through the stage's chunk c; "
+               "an overlapped pair runs as its forward then its backward; "
+               "core/schedule_dualpipev.c's order):\n");
+    else if (l->vpp > 1)
         printf("\nschedule per stage (interleaved 1F1B, %d model chunks per stage; Fm.c / Bm.c: "
                "forward / backward of micro-batch m through the stage's chunk c, model chunk "
                "c pp + stage; sim/'s order):\n",

@@ -82,8 +82,8 @@ const char cli_cluster_help[] =
     "  --pipeline-schedule {1f1b,dualpipev,auto}  [1f1b: Megatron's, interleaved with --vpp];\n"   \
     "                              dualpipev (torchtitan, PithTrain): --vpp 2 in a V, the\n"       \
     "                              embedding and loss on rank 0, overlapped forward-backward\n"    \
-    "                              pairs hiding the expert all-to-alls (`dplan run` runs\n"        \
-    "                              1F1B); auto: `suggest`, `whatif` try both (torchtitan)\n"       \
+    "                              pairs hiding the expert all-to-alls; auto: `suggest`,\n"        \
+    "                              `whatif` try both (torchtitan)\n"                               \
     "  --fsdp-per-microbatch       torchtitan with pp > 1: FSDP gathers and reduce-scatters\n"     \
     "                              every micro-batch, as NeMo Automodel's pipeline stages do\n"    \
     "                              (their root is not the FSDP module) [once per schedule]\n"

@@ -355,6 +355,19 @@ static inline int dp_layout_global_stage(const struct dp_layout *l, int r, int c
 {
     return l->schedule == DP_SCHED_DUALPIPEV && c == 1 ? 2 * l->pp - 1 - r : c * l->pp + r;
 }
+/*
+ * DualPipeV's passes on rank r of P with M >= 2P micro-batches, in order
+ * (core/schedule_dualpipev.c): a forward (F) or backward (B) of phase ph (0: stage r,
+ * 1: stage 2P - 1 - r), a backward for the inputs only whose weight gradients a later W
+ * runs (BZ), a forward of ph overlapped with a backward of ph2 (FB). Each phase's forwards,
+ * and its backwards, take the micro-batches in order. ops needs room for 8 (M + P); returns
+ * the count, -1 for a bad shape.
+ */
+enum { DP_DPV_F, DP_DPV_B, DP_DPV_BZ, DP_DPV_FB, DP_DPV_W };
+struct dp_dpv_op {
+    unsigned char kind, ph, ph2;
+};
+int64_t dp_dualpipev_ops(int P, int64_t M, int r, struct dp_dpv_op *ops);
 /* The rank that holds model-order stage s: s mod pp, or in DualPipeV's V s for the first pp
  * and 2 pp - 1 - s after them (dp_layout_global_stage's inverse). */
 static inline int dp_layout_stage_rank(const struct dp_layout *l, int s)

@@ -4,81 +4,25 @@
  * deepseek-ai/DualPipe README: Sea AI Lab's "cut-in-half"), as PyTorch's ScheduleDualPipeV,
  * torchtitan and PithTrain run it. P ranks hold 2P stages in a V: rank r runs stage r
  * (phase 0) and stage 2P - 1 - r (phase 1), so rank 0 holds the embedding and the loss.
- * Each rank runs its passes in the order of PithTrain's DualPipeV.step
- * (pithtrain/dualpipe/dualpipev.py, from DualPipe's dualpipev.py), eight steps:
- *   1. 2 (P - r - 1) forwards of phase 0
- *   2. r + 1 x (forward 0, forward 1)
- *   3. P - r - 1 x (backward 1 for inputs only, its weight gradients, forward 1)
- *   4. M - 2P + r + 1 x (forward 0 overlapped with backward 1, forward 1 with backward 0);
- *      the last rank runs its first pair apart
- *   5. P - r - 1 x (backward 1, forward 1 overlapped with backward 0)
- *   6. r + 1 x (backward 1, backward 0), the second half for inputs only
- *   7. P - r - 1 x (a deferred weight gradient, backward 0 for inputs only)
- *   8. r + 1 deferred weight gradients
- * A pass waits for its input from the neighbouring rank (phase 0 flows up the ranks
- * forward, phase 1 down; the last rank turns phase 0 into phase 1, rank 0 the loss into
- * the backward). The step is the last rank to finish. F, B: a stage's forward and full
- * backward (its sends included); Fp, Bp: the same inside an overlapped pair, where one
- * micro-batch's expert all-to-alls run under the other's compute (time.c ep_overlapped);
- * Wt: the weight-gradient part of B, deferred by the zero-bubble passes.
+ * Each rank runs its passes in the order of PithTrain's DualPipeV.step, eight steps
+ * (core/schedule_dualpipev.c, shared with the executor). A pass waits for its input from the
+ * neighbouring rank (phase 0 flows up the ranks forward, phase 1 down; the last rank turns phase 0
+ * into phase 1, rank 0 the loss into the backward). The step is the last rank to finish. F, B: a
+ * stage's forward and full backward (its sends included); Fp, Bp: the same inside an overlapped
+ * pair, where one micro-batch's expert all-to-alls run under the other's compute (time.c
+ * ep_overlapped); Wt: the weight-gradient part of B, deferred by the zero-bubble passes.
  */
 #include "costmodel.h"
 
 #include <stdlib.h>
 
-enum { OP_F, OP_B, OP_BZ, OP_FB, OP_W };
-struct op {
-    unsigned char kind, ph, ph2; /* OP_FB: forward of ph, backward of ph2 */
-};
+enum { OP_F = DP_DPV_F, OP_B = DP_DPV_B, OP_BZ = DP_DPV_BZ, OP_FB = DP_DPV_FB, OP_W = DP_DPV_W };
+#define op dp_dpv_op
 
-/* Rank r's passes into ops (room for 8 M + 8 P); returns their count. */
+/* Rank r's passes (room for 8 M + 8 P): core/schedule_dualpipev.c. */
 static int64_t ops_of(int P, int64_t M, int r, struct op *ops)
 {
-    int64_t n = 0;
-#define PUT(k, a, b)                                                                               \
-    (ops[n++] = (struct op){(unsigned char)(k), (unsigned char)(a), (unsigned char)(b)})
-    for (int64_t i = 0; i < 2 * (int64_t)(P - r - 1); i++)
-        PUT(OP_F, 0, 0);
-    for (int64_t i = 0; i < r + 1; i++) {
-        PUT(OP_F, 0, 0);
-        PUT(OP_F, 1, 0);
-    }
-    for (int64_t i = 0; i < P - r - 1; i++) {
-        PUT(OP_BZ, 1, 0);
-        PUT(OP_W, 0, 0);
-        PUT(OP_F, 1, 0);
-    }
-    for (int64_t i = 0; i < M - 2 * (int64_t)P + r + 1; i++) {
-        if (i == 0 && r == P - 1) {
-            PUT(OP_F, 0, 0);
-            PUT(OP_B, 1, 0);
-        } else {
-            PUT(OP_FB, 0, 1);
-        }
-        PUT(OP_FB, 1, 0);
-    }
-    for (int64_t i = 0; i < P - r - 1; i++) {
-        PUT(OP_B, 1, 0);
-        PUT(OP_FB, 1, 0);
-    }
-    const int64_t s6 = r + 1;
-    bool zb = false;
-    for (int64_t i = 0; i < s6; i++) {
-        if (i == s6 / 2 && r % 2 == 1)
-            zb = true;
-        PUT(zb ? OP_BZ : OP_B, 1, 0);
-        if (i == s6 / 2 && r % 2 == 0)
-            zb = true;
-        PUT(zb ? OP_BZ : OP_B, 0, 0);
-    }
-    for (int64_t i = 0; i < P - r - 1; i++) {
-        PUT(OP_W, 0, 0);
-        PUT(OP_BZ, 0, 0);
-    }
-    for (int64_t i = 0; i < r + 1; i++)
-        PUT(OP_W, 0, 0);
-#undef PUT
-    return n;
+    return dp_dualpipev_ops(P, M, r, ops);
 }
 
 static int stage_of(int P, int r, int ph)

@@ -26,6 +26,14 @@
  * with inputs arriving as soon as produced some stage can always run its next
  * pass (Megatron runs it, sim/ simulates it), so at most 2 M v p steps.
  *
+ * DualPipeV (layout pipeline_schedule dualpipev) runs on the same timeline: stage r holds
+ * model-order stages r and 2 pp - 1 - r (chunks 0 and 1; core/layout.h
+ * dp_layout_global_stage), so rank 0 has the embedding and the loss and rank pp - 1 passes
+ * its chunk 0's output to its own chunk 1 (a message to itself). Its passes are DualPipeV's
+ * (core/schedule_dualpipev.c): an overlapped pair runs as its forward then its backward,
+ * a backward for the inputs only as the whole backward, and the deferred weight gradients
+ * are then nothing more to run; every stage may receive from both neighbours in one step.
+ *
  * Memory follows from the same timeline: a slot of chunk c is taken when its
  * input arrives (or at the forward, for the embedding's chunk) and given back
  * after its backward; a received gradient waits in a buffer until its backward.
@@ -74,35 +82,111 @@ void dp__vsched_pass(int p, int v, int64_t M, int r, int64_t k, int *mb, int *ch
 void dp__vsched_free(struct dp__vsched *vs)
 {
     free(vs->t);
+    free(vs->pmb);
+    free(vs->pch);
+    free(vs->pfw);
     vs->t = NULL;
+    vs->pmb = NULL;
+    vs->pch = NULL;
+    vs->pfw = NULL;
+}
+
+/* Model-order stage of stage r's chunk c, and its inverse (core/layout.h). */
+static int gstage(int p, bool dpv, int r, int c)
+{
+    return dpv && c == 1 ? 2 * p - 1 - r : c * p + r;
+}
+
+static int grank(int p, bool dpv, int g, int *c)
+{
+    *c = g / p;
+    return dpv && g >= p ? 2 * p - 1 - g : g % p;
 }
 
 /* Where a pass's output goes: the next stage's forward input / the previous stage's
  * output gradient (chunk there), or -1 (the loss's forward, the embedding's backward). */
-static int fwd_dest(int p, int v, int r, int c, int *dc)
+static int fwd_dest(int p, int v, bool dpv, int r, int c, int *dc)
 {
-    if (r == p - 1 && c == v - 1)
-        return -1;
-    *dc = r == p - 1 ? c + 1 : c;
-    return (r + 1) % p;
+    int g = gstage(p, dpv, r, c);
+    return g == p * v - 1 ? -1 : grank(p, dpv, g + 1, dc);
 }
 
-static int bwd_dest(int p, int r, int c, int *dc)
+static int bwd_dest(int p, bool dpv, int r, int c, int *dc)
 {
-    if (r == 0 && c == 0)
-        return -1;
-    *dc = r == 0 ? c - 1 : c;
-    return (r + p - 1) % p;
+    int g = gstage(p, dpv, r, c);
+    return g == 0 ? -1 : grank(p, dpv, g - 1, dc);
 }
 
-int dp__vsched_build(int p, int v, int64_t M, int r, const size_t *slot_bytes, bool keep_steps,
-                     struct dp__vsched *out, struct dp_err *err)
+/* Where chunk c of stage r receives its forward input / its output gradient from. */
+static int fwd_src(int p, bool dpv, int r, int c)
+{
+    int dc;
+    return grank(p, dpv, gstage(p, dpv, r, c) - 1, &dc);
+}
+
+static int bwd_src(int p, bool dpv, int r, int c)
+{
+    int dc;
+    return grank(p, dpv, gstage(p, dpv, r, c) + 1, &dc);
+}
+
+/* DualPipeV: stage r's passes (4 M: a forward and a backward of each micro-batch through
+ * each chunk) from its order, into mb/ch/fw; returns the count or -1. */
+static int64_t dpv_passes(int p, int64_t M, int r, int *mb, unsigned char *ch, bool *fw)
+{
+    struct dp_dpv_op *ops = malloc((size_t)(8 * (M + p)) * sizeof *ops);
+    if (!ops)
+        return -1;
+    int64_t nops = dp_dualpipev_ops(p, M, r, ops), n = 0, next[2][2] = {{0, 0}, {0, 0}};
+    for (int64_t i = 0; i < nops; i++) {
+        const struct dp_dpv_op o = ops[i];
+        if (o.kind == DP_DPV_W)
+            continue; /* its weight gradients ran with the backward */
+        bool f[2] = {o.kind == DP_DPV_F || o.kind == DP_DPV_FB, o.kind != DP_DPV_F};
+        int phs[2] = {o.ph, o.kind == DP_DPV_FB ? o.ph2 : o.ph};
+        for (int d = 0; d < 2; d++) {
+            if (!f[d])
+                continue;
+            mb[n] = (int)next[phs[d]][d]++;
+            ch[n] = (unsigned char)phs[d];
+            fw[n] = d == 0;
+            n++;
+        }
+    }
+    free(ops);
+    return nops < 0 ? -1 : n;
+}
+
+/* Stage q's pass k: DualPipeV's from the table built for every stage, else Megatron's. */
+struct passes {
+    int p, v;
+    int64_t M, n;
+    int *mb; /* DualPipeV: p x n */
+    unsigned char *ch;
+    bool *fw;
+};
+
+static void pass_of(const struct passes *ps, int q, int64_t k, int *mb, int *c, bool *fwd)
+{
+    if (!ps->mb) {
+        dp__vsched_pass(ps->p, ps->v, ps->M, q, k, mb, c, fwd);
+        return;
+    }
+    size_t at = (size_t)q * (size_t)ps->n + (size_t)k;
+    *mb = ps->mb[at];
+    *c = ps->ch[at];
+    *fwd = ps->fw[at];
+}
+
+int dp__vsched_build(int p, int v, int64_t M, int r, bool dpv, const size_t *slot_bytes,
+                     bool keep_steps, struct dp__vsched *out, struct dp_err *err)
 {
     memset(out, 0, sizeof *out);
     const int64_t tot = M * v, n = 2 * tot, cap = n * p + 1;
-    if (p < 2 || v < 2 || M < p || M % p || M > INT32_MAX / v)
-        return dp_err_set(err, DP_EINVAL, "interleaved 1F1B: bad shape pp=%d vpp=%d M=%lld", p, v,
-                          (long long)M);
+    if (dpv ? (v != 2 || p < 2 || M < 2 * (int64_t)p || M > INT32_MAX / 2)
+            : (p < 2 || v < 2 || M < p || M % p || M > INT32_MAX / v))
+        return dp_err_set(err, DP_EINVAL, "%s: bad shape pp=%d vpp=%d M=%lld",
+                          dpv ? "DualPipeV" : "interleaved 1F1B", p, v, (long long)M);
     /* Per stage: the next pass; per (stage, micro-batch, chunk): the step at whose end its
      * forward input / output gradient arrived (-1: not yet). */
     int64_t *next = calloc((size_t)p, sizeof *next);
@@ -111,21 +195,37 @@ int dp__vsched_build(int p, int v, int64_t M, int r, const size_t *slot_bytes, b
     int64_t *ran = malloc((size_t)p * sizeof *ran); /* pass run at this step, or -1 */
     int *held = calloc((size_t)v, sizeof *held);
     struct dp__vstep *steps = keep_steps ? malloc((size_t)cap * sizeof *steps) : NULL;
+    struct passes ps = {p, v, M, n, NULL, NULL, NULL};
     int rc = 0;
-    if (!next || !fin || !bin || !ran || !held || (keep_steps && !steps)) {
+    if (dpv) {
+        ps.mb = malloc((size_t)(p * n) * sizeof *ps.mb);
+        ps.ch = malloc((size_t)(p * n) * sizeof *ps.ch);
+        ps.fw = malloc((size_t)(p * n) * sizeof *ps.fw);
+    }
+    if (!next || !fin || !bin || !ran || !held || (keep_steps && !steps) ||
+        (dpv && (!ps.mb || !ps.ch || !ps.fw))) {
         rc = dp_err_set(err, DP_ENOMEM, "out of memory");
         goto done;
+    }
+    for (int q = 0; dpv && q < p; q++) {
+        size_t at = (size_t)q * (size_t)n;
+        if (dpv_passes(p, M, q, ps.mb + at, ps.ch + at, ps.fw + at) != n) {
+            rc = dp_err_set(err, DP_ERUNTIME, "internal: DualPipeV's order of stage %d", q);
+            goto done;
+        }
     }
     for (int64_t i = 0; i < p * tot; i++)
         fin[i] = bin[i] = -1;
     int64_t done_all = 0, t = 0, bytes = 0, nwait = 0;
     int chmax_now[DP_MAX_CHUNKS] = {0};
+    const int last_g = p * v - 1;
     for (; done_all < (int64_t)p * n; t++) {
         if (t >= cap) {
-            rc = dp_err_set(err, DP_ERUNTIME, "internal: the interleaved schedule stalls");
+            rc = dp_err_set(err, DP_ERUNTIME, "internal: the pipeline timeline stalls");
             goto done;
         }
-        struct dp__vstep st = {-1, -1, -1, -1, -1};
+        struct dp__vstep st = {-1, {-1, -1}, {-1, -1}, {-1, -1}, {-1, -1}};
+        int nrf = 0, nrb = 0;
         /* The passes of step t, each on inputs that arrived before it. */
         for (int q = 0; q < p; q++) {
             ran[q] = -1;
@@ -133,10 +233,11 @@ int dp__vsched_build(int p, int v, int64_t M, int r, const size_t *slot_bytes, b
                 continue;
             int mb, c;
             bool fwd;
-            dp__vsched_pass(p, v, M, q, next[q], &mb, &c, &fwd);
+            pass_of(&ps, q, next[q], &mb, &c, &fwd);
             int64_t at = (int64_t)q * tot + (int64_t)mb * v + c;
-            bool ready = fwd ? (q == 0 && c == 0) || (fin[at] >= 0 && fin[at] < t)
-                             : (q == p - 1 && c == v - 1) || (bin[at] >= 0 && bin[at] < t);
+            const int g = gstage(p, dpv, q, c);
+            bool ready = fwd ? g == 0 || (fin[at] >= 0 && fin[at] < t)
+                             : g == last_g || (bin[at] >= 0 && bin[at] < t);
             if (!ready)
                 continue;
             ran[q] = next[q]++;
@@ -144,12 +245,12 @@ int dp__vsched_build(int p, int v, int64_t M, int r, const size_t *slot_bytes, b
             if (q != r)
                 continue;
             st.pass = ran[q];
-            if (fwd && r == 0 && c == 0) {
+            if (fwd && g == 0) {
                 bytes += (int64_t)slot_bytes[c]; /* taken at the forward */
                 held[c]++;
             }
             if (!fwd) {
-                if (!(r == p - 1 && c == v - 1))
+                if (g != last_g)
                     nwait--; /* its gradient buffer is free again */
                 bytes -= (int64_t)slot_bytes[c];
                 held[c]--;
@@ -165,8 +266,8 @@ int dp__vsched_build(int p, int v, int64_t M, int r, const size_t *slot_bytes, b
                 continue;
             int mb, c, dc = 0;
             bool fwd;
-            dp__vsched_pass(p, v, M, q, ran[q], &mb, &c, &fwd);
-            int to = fwd ? fwd_dest(p, v, q, c, &dc) : bwd_dest(p, q, c, &dc);
+            pass_of(&ps, q, ran[q], &mb, &c, &fwd);
+            int to = fwd ? fwd_dest(p, v, dpv, q, c, &dc) : bwd_dest(p, dpv, q, c, &dc);
             if (to < 0)
                 continue;
             int64_t at = (int64_t)to * tot + (int64_t)mb * v + dc;
@@ -174,13 +275,13 @@ int dp__vsched_build(int p, int v, int64_t M, int r, const size_t *slot_bytes, b
             if (to != r)
                 continue;
             if (fwd) {
-                st.rf_mb = mb;
-                st.rf_ch = dc;
+                st.rf_mb[nrf] = mb;
+                st.rf_ch[nrf++] = dc;
                 bytes += (int64_t)slot_bytes[dc]; /* the slot its input lands in */
                 held[dc]++;
             } else {
-                st.rb_mb = mb;
-                st.rb_ch = dc;
+                st.rb_mb[nrb] = mb;
+                st.rb_ch[nrb++] = dc;
                 nwait++;
             }
         }
@@ -194,13 +295,27 @@ int dp__vsched_build(int p, int v, int64_t M, int r, const size_t *slot_bytes, b
             steps[t] = st;
     }
     /* Trailing idle steps of this stage carry nothing: cut them. */
-    while (t > 0 && steps && steps[t - 1].pass < 0 && steps[t - 1].rf_mb < 0 &&
-           steps[t - 1].rb_mb < 0)
+    while (t > 0 && steps && steps[t - 1].pass < 0 && steps[t - 1].rf_mb[0] < 0 &&
+           steps[t - 1].rb_mb[0] < 0)
         t--;
     out->nt = t;
     memcpy(out->ch_max, chmax_now, sizeof chmax_now);
     out->t = steps;
     steps = NULL;
+    if (dpv && keep_steps) { /* this stage's passes, for the run */
+        out->pmb = malloc((size_t)n * sizeof *out->pmb);
+        out->pch = malloc((size_t)n * sizeof *out->pch);
+        out->pfw = malloc((size_t)n * sizeof *out->pfw);
+        if (!out->pmb || !out->pch || !out->pfw) {
+            dp__vsched_free(out);
+            rc = dp_err_set(err, DP_ENOMEM, "out of memory");
+            goto done;
+        }
+        size_t at = (size_t)r * (size_t)n;
+        memcpy(out->pmb, ps.mb + at, (size_t)n * sizeof *out->pmb);
+        memcpy(out->pch, ps.ch + at, (size_t)n * sizeof *out->pch);
+        memcpy(out->pfw, ps.fw + at, (size_t)n * sizeof *out->pfw);
+    }
 done:
     free(next);
     free(fin);
@@ -208,6 +323,9 @@ done:
     free(ran);
     free(held);
     free(steps);
+    free(ps.mb);
+    free(ps.ch);
+    free(ps.fw);
     return rc;
 }
 
@@ -233,25 +351,34 @@ static int grecv_find(struct dp_exec *ex, int mb, int c)
 int dp__pipeline_interleaved(struct dp_exec *ex, int step)
 {
     const int p = ex->l.pp, v = ex->nch, r = ex->c.pp_rank;
+    const bool dpv = ex->l.schedule == DP_SCHED_DUALPIPEV;
     const int64_t Nlh = ex->dm.Nl * ex->dm.h;
     const struct dp__vsched *vs = ex->vs;
     /* The head's activations (hd) are one set: the loss's chunk must run each
-     * micro-batch's backward right after its forward, as the order does on stage pp - 1
-     * (its warm-up (vpp - 1) pp ends where forward W + k and backward k are the same
-     * micro-batch's last chunk). */
+     * micro-batch's backward right after its forward, as the order does on the loss's
+     * stage (Megatron's: its warm-up (vpp - 1) pp ends where forward W + k and backward k
+     * are the same micro-batch's last chunk; DualPipeV's on rank 0: each phase-1 forward
+     * is followed by that micro-batch's phase-1 backward before the next). */
     int loss_mb = -1;
     if (!vs || !vs->t)
         return dp_err_set(ex->err, DP_ERUNTIME, "internal: no interleaved timeline");
     for (int64_t t = 0; t < vs->nt; t++) {
         const struct dp__vstep *e = &vs->t[t];
-        struct dp_p2p msg[3];
+        struct dp_p2p msg[5];
         int nm = 0;
         if (e->pass >= 0) {
             int mb, c;
             bool fwd;
-            dp__vsched_pass(p, v, ex->M, r, e->pass, &mb, &c, &fwd);
-            struct dp_slot *s = fwd && r == 0 && c == 0 ? dp__slot_acquire_chunk(ex, mb, c)
-                                                        : dp__slot_find(ex, mb, c);
+            if (vs->pmb) {
+                mb = vs->pmb[e->pass];
+                c = vs->pch[e->pass];
+                fwd = vs->pfw[e->pass];
+            } else {
+                dp__vsched_pass(p, v, ex->M, r, e->pass, &mb, &c, &fwd);
+            }
+            const bool emb = ex->first && c == 0, loss = ex->last && c == v - 1;
+            struct dp_slot *s =
+                fwd && emb ? dp__slot_acquire_chunk(ex, mb, c) : dp__slot_find(ex, mb, c);
             if (!s)
                 return ex->err->code
                            ? ex->err->code
@@ -263,7 +390,7 @@ int dp__pipeline_interleaved(struct dp_exec *ex, int step)
                     trace(ex, 'F', mb, c);
                 if (s->inputs || s->targets)
                     dp__load_batch(ex, s, step, mb);
-                if (ex->last && c == v - 1) {
+                if (loss) {
                     if (loss_mb >= 0)
                         return dp_err_set(ex->err, DP_ERUNTIME,
                                           "internal: two forwards through the loss in a row");
@@ -271,13 +398,13 @@ int dp__pipeline_interleaved(struct dp_exec *ex, int step)
                 }
                 dp__beat("forward");
                 TRY(dp__stage_forward(ex, s));
-                int to = fwd_dest(p, v, r, c, &dc);
+                int to = fwd_dest(p, v, dpv, r, c, &dc);
                 if (to >= 0)
                     msg[nm++] = (struct dp_p2p){to, ex->send_fwd, Nlh, TAG_FWD, true};
             } else {
                 if (ex->trace)
                     trace(ex, 'B', mb, c);
-                if (ex->last && c == v - 1) {
+                if (loss) {
                     if (loss_mb != mb)
                         return dp_err_set(ex->err, DP_ERUNTIME,
                                           "internal: the loss's backward of micro-batch %d "
@@ -296,26 +423,28 @@ int dp__pipeline_interleaved(struct dp_exec *ex, int step)
                 dp__beat("backward");
                 TRY(dp__stage_backward(ex, s));
                 dp__slot_release(ex, s);
-                int to = bwd_dest(p, r, c, &dc);
+                int to = bwd_dest(p, dpv, r, c, &dc);
                 if (to >= 0)
                     msg[nm++] = (struct dp_p2p){to, ex->w.dres, Nlh, TAG_BWD, true};
             }
             dp__beat(NULL);
         }
-        if (e->rf_mb >= 0) {
-            struct dp_slot *s = dp__slot_acquire_chunk(ex, e->rf_mb, e->rf_ch);
+        for (int k = 0; k < 2 && e->rf_mb[k] >= 0; k++) {
+            struct dp_slot *s = dp__slot_acquire_chunk(ex, e->rf_mb[k], e->rf_ch[k]);
             if (!s)
                 return ex->err->code;
-            msg[nm++] = (struct dp_p2p){(r + p - 1) % p, s->layers[0].x, Nlh, TAG_FWD, false};
+            msg[nm++] = (struct dp_p2p){fwd_src(p, dpv, r, e->rf_ch[k]), s->layers[0].x, Nlh,
+                                        TAG_FWD, false};
         }
-        if (e->rb_mb >= 0) {
+        for (int k = 0; k < 2 && e->rb_mb[k] >= 0; k++) {
             int g = grecv_find(ex, -1, -1);
             if (g < 0)
                 return dp_err_set(ex->err, DP_ERUNTIME, "internal: more than %d gradients waiting",
                                   ex->ngrecv);
-            ex->grecv_mb[g] = e->rb_mb;
-            ex->grecv_ch[g] = e->rb_ch;
-            msg[nm++] = (struct dp_p2p){(r + 1) % p, ex->grecv + g * Nlh, Nlh, TAG_BWD, false};
+            ex->grecv_mb[g] = e->rb_mb[k];
+            ex->grecv_ch[g] = e->rb_ch[k];
+            msg[nm++] = (struct dp_p2p){bwd_src(p, dpv, r, e->rb_ch[k]), ex->grecv + g * Nlh, Nlh,
+                                        TAG_BWD, false};
         }
         if (nm) {
             dp__beat("pipeline send/receive");

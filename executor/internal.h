@@ -343,6 +343,14 @@ struct dp_exec {
 
 /* ZeRO: the part [*lo, *hi) of segment sg's flat range [off, off + rows cols) that lies in
  * this rank's shard of its group (ex->zk); false when they do not overlap. */
+/* The embedding and the output layer on two ranks of the pipeline (pp > 1, not DualPipeV's
+ * rank 0, which holds both): a tied embedding's two copies sum their gradients over
+ * DP_GROUP_EMB. */
+static inline bool dp__emb_pair(const struct dp_exec *ex)
+{
+    return ex->l.pp > 1 && ex->first != ex->last;
+}
+
 static inline bool dp__seg_in_shard(const struct dp_exec *ex, const struct dp_seg *sg, size_t *lo,
                                     size_t *hi)
 {
@@ -589,20 +597,29 @@ void dp__vsched_pass(int p, int v, int64_t M, int r, int64_t k, int *mb, int *ch
 /* One time step of a stage's timeline: the pass it runs (-1: none), then the messages
  * it receives at the step's end: a forward input for (rf_mb, rf_ch) from the previous
  * stage, an output gradient for (rb_mb, rb_ch) from the next (-1: none). */
+/* One step of a stage's timeline: its pass (or -1) and the forward inputs and output
+ * gradients that arrive at its end (up to two each: DualPipeV's stages hear from both
+ * neighbours; -1 for none). */
 struct dp__vstep {
     int64_t pass;
-    int rf_mb, rf_ch, rb_mb, rb_ch;
+    int rf_mb[2], rf_ch[2], rb_mb[2], rb_ch[2];
 };
 struct dp__vsched {
     struct dp__vstep *t; /* NULL when only the counts were asked for */
+    /* DualPipeV: this stage's passes in order (micro-batch, chunk, forward); NULL for
+     * interleaved 1F1B (dp__vsched_pass) */
+    int *pmb;
+    unsigned char *pch;
+    bool *pfw;
     int64_t nt;
     int ch_max[DP_MAX_CHUNKS]; /* most slots of each chunk held at once */
     int64_t peak_bytes;        /* most slot bytes held at once */
     int grecv_max;             /* most received gradients waiting at once */
 };
-/* Stage r's timeline (keep_steps) and its memory counts; slot_bytes[c] per chunk. */
-int dp__vsched_build(int p, int v, int64_t M, int r, const size_t *slot_bytes, bool keep_steps,
-                     struct dp__vsched *out, struct dp_err *err);
+/* Stage r's timeline (keep_steps) and its memory counts; slot_bytes[c] per chunk; dpv:
+ * DualPipeV's V and order (v 2) instead of Megatron's interleaving. */
+int dp__vsched_build(int p, int v, int64_t M, int r, bool dpv, const size_t *slot_bytes,
+                     bool keep_steps, struct dp__vsched *out, struct dp_err *err);
 void dp__vsched_free(struct dp__vsched *vs);
 /* The step's passes on this stage in that order, with the pipeline messages. */
 int dp__pipeline_interleaved(struct dp_exec *ex, int step);

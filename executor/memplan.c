@@ -363,7 +363,8 @@ void dp__memplan(const struct dp_exec *ex, struct dp__memplan *p)
         struct dp__vsched vs;
         struct dp_err err = {0};
         p->slots = 0;
-        if (!dp__vsched_build(l->pp, ex->nch, ex->M, ex->c.pp_rank, sb, false, &vs, &err)) {
+        if (!dp__vsched_build(l->pp, ex->nch, ex->M, ex->c.pp_rank,
+                              l->schedule == DP_SCHED_DUALPIPEV, sb, false, &vs, &err)) {
             for (int c = 0; c < ex->nch; c++)
                 p->slots += vs.ch_max[c];
             slots_bytes = vs.peak_bytes;
@@ -438,8 +439,9 @@ int dp__mem_build(struct dp_exec *ex)
     if (ex->nch > 1) {
         if (!(ex->vs = calloc(1, sizeof *ex->vs)))
             return dp_err_set(ex->err, DP_ENOMEM, "rank %d: out of memory", ex->rank);
-        TRY(dp__vsched_build(ex->l.pp, ex->nch, ex->M, ex->c.pp_rank, ex->ch_slot_bytes, true,
-                             ex->vs, ex->err));
+        TRY(dp__vsched_build(ex->l.pp, ex->nch, ex->M, ex->c.pp_rank,
+                             ex->l.schedule == DP_SCHED_DUALPIPEV, ex->ch_slot_bytes, true, ex->vs,
+                             ex->err));
         ex->ngrecv = ex->vs->grecv_max;
         ex->grecv_mb = malloc((size_t)(ex->ngrecv ? ex->ngrecv : 1) * sizeof(int));
         ex->grecv_ch = malloc((size_t)(ex->ngrecv ? ex->ngrecv : 1) * sizeof(int));

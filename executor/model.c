@@ -707,7 +707,7 @@ int dp__stage_backward(struct dp_exec *ex, struct dp_slot *s)
 void dp__stage_place(struct dp_exec *ex, int stage)
 {
     ex->first = stage == 0;
-    ex->last = stage == ex->l.pp - 1;
+    ex->last = stage == dp_layout_head_rank(&ex->l); /* DualPipeV: rank 0 */
     /* With interleaving stage r holds model chunks r, r + pp, ...: its layers are the
      * chunks' in model order, not one range (core/layout.h dp_layout_chunk_layers). */
     ex->nch = ex->l.vpp > 1 ? ex->l.vpp : 1;

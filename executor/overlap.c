@@ -230,7 +230,7 @@ int dp__overlap_reduce(struct dp_exec *ex)
 {
     /* Tied embeddings over a pipeline (Megatron _allreduce_word_embedding_grads), as
      * reduce_grads: the edge's copies summed between first and last stage first. */
-    if (ex->l.pp > 1 && ex->m->tied_embeddings && (ex->first || ex->last)) {
+    if (ex->m->tied_embeddings && dp__emb_pair(ex)) {
         size_t off = ex->first ? ex->wte : ex->head;
         TRY(OPS->allreduce(ex->be, DP_GROUP_EMB, ex->grads + off, ex->dm.Vl * ex->dm.h, DP_OP_SUM,
                            ex->err));

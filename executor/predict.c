@@ -116,7 +116,7 @@ static int price_stage(struct pricer *c, const struct dp_model *m, const struct 
     ex->M = dp_layout_microbatches(l);
     ex->gbs_tokens = l->gbs * l->seq_len;
     c->rank[DP_GROUP_PP] = st;
-    c->size[DP_GROUP_EMB] = l->pp > 1 && (ex->first || ex->last) ? 2 : 0;
+    c->size[DP_GROUP_EMB] = dp__emb_pair(ex) ? 2 : 0;
     c->rank[DP_GROUP_EMB] = ex->last && l->pp > 1 ? 1 : 0;
     int rc = dp__model_build(ex);
     if (!rc && (rc = dp__mem_build(ex)) == DP_ENOMEM)
@@ -349,7 +349,7 @@ int dp_exec_schedule(const struct dp_model *m, const struct dp_layout *l, int st
     ex->M = dp_layout_microbatches(l);
     ex->gbs_tokens = l->gbs * l->seq_len;
     c.rank[DP_GROUP_PP] = stage;
-    c.size[DP_GROUP_EMB] = l->pp > 1 && (ex->first || ex->last) ? 2 : 0;
+    c.size[DP_GROUP_EMB] = dp__emb_pair(ex) ? 2 : 0;
     c.rank[DP_GROUP_EMB] = ex->last && l->pp > 1 ? 1 : 0;
     ex->trace = out;
     ex->trace_cap = cap;

@@ -226,11 +226,6 @@ int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world
                               "layout: stage %d holds no transformer layer (the embedding or the "
                               "loss alone): the CPU executor needs at least one per stage",
                               r);
-    if (l->schedule != DP_SCHED_1F1B)
-        return dp_err_set(err, DP_EINFEASIBLE,
-                          "layout: pipeline_schedule=%s: the CPU executor runs Megatron's 1F1B "
-                          "(interleaved with vpp > 1)",
-                          dp_pp_schedule_name(l->schedule));
     if (l->mtp_layers > 0)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "layout: mtp_layers=%d: the CPU executor trains the next-token loss "

@@ -205,7 +205,7 @@ static int reduce_grads(struct dp_exec *ex)
     }
     /* Tied embeddings over a pipeline: first and last stage each hold a copy and add
      * their gradients (Megatron _allreduce_word_embedding_grads). */
-    if (ex->l.pp > 1 && ex->m->tied_embeddings && (ex->first || ex->last)) {
+    if (ex->m->tied_embeddings && dp__emb_pair(ex)) {
         size_t off = ex->first ? ex->wte : ex->head;
         TRY(OPS->allreduce(ex->be, DP_GROUP_EMB, ex->grads + off, ex->dm.Vl * ex->dm.h, DP_OP_SUM,
                            ex->err));

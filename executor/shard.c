@@ -364,7 +364,7 @@ int dp__shard_step_reduce(struct dp_exec *ex)
     if (ex->l.zero >= 2) {
         TRY(dp__tp_partial(ex, 0, ex->edge_lo));
         TRY(dp__tp_partial(ex, ex->edge_hi, ex->nparams));
-        if (ex->l.pp > 1 && ex->m->tied_embeddings && (ex->first || ex->last))
+        if (ex->m->tied_embeddings && dp__emb_pair(ex))
             TRY(OPS->allreduce(ex->be, DP_GROUP_EMB, dp__grad(ex, ex->first ? ex->wte : ex->head),
                                ex->dm.Vl * ex->dm.h, DP_OP_SUM, ex->err));
         TRY(reduce_range(ex, 0, ex->edge_lo, ex->gedge));

@@ -6,7 +6,10 @@
  *    several pp, vpp and micro-batch counts;
  *  - the stage timeline behind the messages ends (no stall) with every pass once, in
  *    that order;
- *  - its memory counts on a case worked out by hand.
+ *  - its memory counts on a case worked out by hand;
+ *  - DualPipeV on the same runtime: its order on pp 2, M 4 written out by hand from the
+ *    eight steps of DualPipeV.step (core/schedule_dualpipev.c's comment), and its timeline
+ *    complete for other shapes.
  */
 #include "check.h"
 #include "executor/executor.h"
@@ -77,7 +80,7 @@ static void test_timeline_complete(void)
                 for (int r = 0; r < p; r++) {
                     struct dp__vsched vs;
                     struct dp_err err = {0};
-                    CHECK_EQ(dp__vsched_build(p, v, M, r, sb, true, &vs, &err), 0);
+                    CHECK_EQ(dp__vsched_build(p, v, M, r, false, sb, true, &vs, &err), 0);
                     int64_t next = 0;
                     for (int64_t t = 0; t < vs.nt; t++)
                         if (vs.t[t].pass >= 0) {
@@ -108,7 +111,7 @@ static void test_counts_by_hand(void)
     for (int r = 0; r < 2; r++) {
         struct dp__vsched vs;
         struct dp_err err = {0};
-        CHECK_EQ(dp__vsched_build(2, 2, 2, r, sb, true, &vs, &err), 0);
+        CHECK_EQ(dp__vsched_build(2, 2, 2, r, false, sb, true, &vs, &err), 0);
         CHECK_EQ(vs.ch_max[0], 2);
         CHECK_EQ(vs.ch_max[1], 2);
         CHECK_EQ(vs.peak_bytes, 22);
@@ -118,8 +121,78 @@ static void test_counts_by_hand(void)
     }
 }
 
+/*
+ * DualPipeV, pp 2, M 4, from the eight steps by hand (an overlapped pair as its forward then
+ * its backward, a backward for inputs only as the backward, weight-gradient passes nothing).
+ * Stage 0: 2 forwards of chunk 0; (F0, F1); (B1, W, F1); one pair of pairs (F0 B1, F1 B0);
+ * (B1, F1 B0); (B1, B0); (W, B0); W. Stage 1 (the last): (F0, F1) twice; two pairs of pairs,
+ * the first split (F0, B1); (B1, B0) twice.
+ */
+static void test_dualpipev_order_by_hand(void)
+{
+    struct dp_model m;
+    struct dp_err err = {0};
+    CHECK_EQ(dp_model_load("tiny-gpt", &m, &err), 0);
+    m.layers = 4;
+    struct dp_layout l;
+    dp_layout_default(&l);
+    l.pp = 2;
+    l.vpp = 2;
+    l.mbs = 1;
+    l.gbs = 4;
+    l.seq_len = 32;
+    l.precision = DP_FP32;
+    l.framework = DP_FW_TORCHTITAN;
+    l.schedule = DP_SCHED_DUALPIPEV;
+    static const char *const want[2] = {
+        "F0.0 F1.0 F2.0 F0.1 B0.1 F1.1 F3.0 B1.1 F2.1 B0.0 B2.1 F3.1 B1.0 B3.1 B2.0 B3.0",
+        "F0.0 F0.1 F1.0 F1.1 F2.0 B0.1 F2.1 B0.0 F3.0 B1.1 F3.1 B1.0 B2.1 B2.0 B3.1 B3.0"};
+    char got[1024];
+    for (int r = 0; r < 2; r++) {
+        err = (struct dp_err){0};
+        CHECK_EQ(dp_exec_schedule(&m, &l, r, got, sizeof got, &err), 0);
+        if (strcmp(got, want[r]) != 0)
+            fprintf(stderr, "DualPipeV stage %d:\n  executor %s\n  by hand  %s\n", r, got, want[r]);
+        CHECK(strcmp(got, want[r]) == 0);
+    }
+}
+
+/* DualPipeV's timeline: every pass once, in its order, and it ends; a stage hears from
+ * at most two neighbours a step; the loss's chunk (stage 0's chunk 1) never holds two
+ * micro-batches. */
+static void test_dualpipev_timeline(void)
+{
+    size_t sb[2] = {1, 1};
+    for (int p = 2; p <= 6; p++)
+        for (int64_t M = 2 * p; M <= 4 * p; M += p - 1)
+            for (int r = 0; r < p; r++) {
+                struct dp__vsched vs;
+                struct dp_err err = {0};
+                CHECK_EQ(dp__vsched_build(p, 2, M, r, true, sb, true, &vs, &err), 0);
+                CHECK(vs.pmb != NULL);
+                int64_t next = 0;
+                for (int64_t t = 0; t < vs.nt; t++)
+                    if (vs.t[t].pass >= 0) {
+                        CHECK_EQ(vs.t[t].pass, next);
+                        next++;
+                    }
+                CHECK_EQ(next, 4 * M);
+                for (int c = 0; c < 2; c++)
+                    CHECK(vs.ch_max[c] >= 1 && vs.ch_max[c] <= M);
+                if (r == 0)
+                    CHECK_EQ(vs.ch_max[1], 1);
+                dp__vsched_free(&vs);
+            }
+    /* fewer than 2 pp micro-batches: refused */
+    struct dp__vsched vs;
+    struct dp_err err = {0};
+    CHECK(dp__vsched_build(4, 2, 7, 0, true, sb, true, &vs, &err) != 0);
+}
+
 int main(void)
 {
+    test_dualpipev_order_by_hand();
+    test_dualpipev_timeline();
     test_order_matches_simulator();
     test_timeline_complete();
     test_counts_by_hand();
