@@ -237,6 +237,20 @@ vpp)
     bad "pp2 vpp2 -> pp1 weights"
   run vsame 0 "${V[@]}" --pp 2 --vpp 2 --resume vsrc/ck/step_00000010
   identical vsame vsrc "pp2 vpp2 resumed on the same layout"
+  # DualPipeV's V (stage 0 holds layers 0-1 and 6-7 with the embedding and the loss, stage 1
+  # layers 2-5): its checkpoint resumes at pp1 and under interleaved 1F1B (other layers per
+  # stage) within 1e-5 of the uninterrupted run, and on its own layout bit-identically.
+  D=(--pp 2 --vpp 2 --framework torchtitan --pipeline-schedule dualpipev)
+  run dsrc 0 "${V[@]}" "${D[@]}" --ckpt-dir dsrc/ck --ckpt-every 10
+  run drs-pp1 0 "${V[@]}" --resume dsrc/ck/step_00000010
+  "$tool" losses dsrc/log.jsonl drs-pp1/log.jsonl 11 1e-5 || bad "dualpipev -> pp1 losses"
+  "$tool" close dsrc/model.safetensors drs-pp1/model.safetensors 1e-5 ||
+    bad "dualpipev -> pp1 weights"
+  run drs-vpp 0 "${V[@]}" --pp 2 --vpp 2 --resume dsrc/ck/step_00000010
+  "$tool" close dsrc/model.safetensors drs-vpp/model.safetensors 1e-5 ||
+    bad "dualpipev -> pp2 vpp2 1f1b weights"
+  run dsame 0 "${V[@]}" "${D[@]}" --resume dsrc/ck/step_00000010
+  identical dsame dsrc "dualpipev resumed on the same layout"
   ;;
 
 zero)
