@@ -441,7 +441,8 @@ static int cli_split(const struct cli_common *c, const struct dp_model *m, struc
         if (rc)
             return rc;
     }
-    rc = dp_split_check(counts, n, m->layers, l->pp, l->vpp, what, DP_EUSAGE, err);
+    rc = dp_split_check_v(counts, n, m->layers, l->pp, l->vpp, c->schedule == DP_SCHED_DUALPIPEV,
+                          what, DP_EUSAGE, err);
     if (rc)
         return rc;
     dp_layout_set_chunks(l, counts, n);

@@ -334,8 +334,9 @@ int dp_layout_validate(const struct dp_layout *l, const struct dp_model *m, int 
         int c[DP_MAX_CHUNKS];
         for (int s = 0; s < l->nchunks && s < DP_MAX_CHUNKS; s++)
             c[s] = l->chunk_layers[s];
-        int rc = dp_split_check(c, l->nchunks, m->layers, l->pp, l->vpp, "stage_layers",
-                                DP_EINFEASIBLE, err);
+        int rc = dp_split_check_v(c, l->nchunks, m->layers, l->pp, l->vpp,
+                                  l->schedule == DP_SCHED_DUALPIPEV, "stage_layers", DP_EINFEASIBLE,
+                                  err);
         if (rc)
             return rc;
     } else if (l->first_stage_layers || l->last_stage_layers) {

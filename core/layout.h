@@ -459,6 +459,9 @@ int dp_split_torchtitan(int64_t L, int pp, int vpp, int in_w, int out_w, int *ou
 int dp_split_balanced(int64_t L, int pp, int vpp, int a, int b, bool early, int *out);
 int dp_split_check(const int *c, int n, int64_t L, int pp, int vpp, const char *what, int code,
                    struct dp_err *err);
+/* The same with the ranks named as DualPipeV's V places the stages (v_style). */
+int dp_split_check_v(const int *c, int n, int64_t L, int pp, int vpp, bool v_style,
+                     const char *what, int code, struct dp_err *err);
 int dp_split_parse_list(const char *str, int *out, int cap, int *n, const char *what,
                         struct dp_err *err);
 int dp_split_parse_megatron(const char *str, int pp, int *out, int cap, int *n, int *mtp,

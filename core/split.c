@@ -149,6 +149,12 @@ bool dp_layout_equal(const struct dp_layout *a, const struct dp_layout *b)
 int dp_split_check(const int *c, int n, int64_t L, int pp, int vpp, const char *what, int code,
                    struct dp_err *err)
 {
+    return dp_split_check_v(c, n, L, pp, vpp, false, what, code, err);
+}
+
+int dp_split_check_v(const int *c, int n, int64_t L, int pp, int vpp, bool v_style,
+                     const char *what, int code, struct dp_err *err)
+{
     int64_t S = (int64_t)pp * vpp;
     if (S > DP_MAX_CHUNKS)
         return dp_err_set(err, code,
@@ -176,7 +182,7 @@ int dp_split_check(const int *c, int n, int64_t L, int pp, int vpp, const char *
                               "%s: entry %d (stage %d, chunk %d): expected >= 1 layer (only the "
                               "first virtual stage, with the embedding, and the last, with the "
                               "loss, may hold none), got 0",
-                              what, s, s % pp, s / pp);
+                              what, s, v_style && s >= pp ? 2 * pp - 1 - s : s % pp, s / pp);
     return 0;
 }
 
