@@ -348,12 +348,22 @@ bool dp_layout_equal(const struct dp_layout *a, const struct dp_layout *b);
  */
 void dp_layout_stage_kinds(const struct dp_layout *l, const struct dp_model *m, int stage,
                            struct dp_layer_kinds *out);
-/* Expert tensor parallelism in effect: l->etp, or tp when 0 (Megatron's default). */
-/* The model-order index of rank r's chunk c: c pp + r (Megatron's loop), or in DualPipeV's
- * V, 2 pp - 1 - r for chunk 1. */
+/* The model-order index of rank r's chunk c among pp ranks: c pp + r (Megatron's loop), or
+ * in DualPipeV's V (v_style) 2 pp - 1 - r for chunk 1; and its inverse, the rank that holds
+ * model-order stage s (its chunk is s / pp either way). The one place for the V's mapping:
+ * the layout's, the cost model's and the executor's. */
+static inline int dp_pipe_global_stage(int pp, bool v_style, int r, int c)
+{
+    return v_style && c == 1 ? 2 * pp - 1 - r : c * pp + r;
+}
+static inline int dp_pipe_stage_rank(int pp, bool v_style, int s)
+{
+    return v_style && s >= pp ? 2 * pp - 1 - s : s % pp;
+}
+/* The same under a layout's schedule. */
 static inline int dp_layout_global_stage(const struct dp_layout *l, int r, int c)
 {
-    return l->schedule == DP_SCHED_DUALPIPEV && c == 1 ? 2 * l->pp - 1 - r : c * l->pp + r;
+    return dp_pipe_global_stage(l->pp, l->schedule == DP_SCHED_DUALPIPEV, r, c);
 }
 /*
  * DualPipeV's passes on rank r of P with M >= 2P micro-batches, in order
@@ -368,17 +378,16 @@ struct dp_dpv_op {
     unsigned char kind, ph, ph2;
 };
 int64_t dp_dualpipev_ops(int P, int64_t M, int r, struct dp_dpv_op *ops);
-/* The rank that holds model-order stage s: s mod pp, or in DualPipeV's V s for the first pp
- * and 2 pp - 1 - s after them (dp_layout_global_stage's inverse). */
 static inline int dp_layout_stage_rank(const struct dp_layout *l, int s)
 {
-    return l->schedule == DP_SCHED_DUALPIPEV && s >= l->pp ? 2 * l->pp - 1 - s : s % l->pp;
+    return dp_pipe_stage_rank(l->pp, l->schedule == DP_SCHED_DUALPIPEV, s);
 }
 /* The rank that holds the output layer and the loss: the last, or rank 0 in DualPipeV's V. */
 static inline int dp_layout_head_rank(const struct dp_layout *l)
 {
     return l->schedule == DP_SCHED_DUALPIPEV ? 0 : l->pp - 1;
 }
+/* Expert tensor parallelism in effect: l->etp, or tp when 0 (Megatron's default). */
 static inline int dp_layout_etp(const struct dp_layout *l)
 {
     return l->etp > 0 ? l->etp : l->tp;

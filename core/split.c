@@ -182,7 +182,7 @@ int dp_split_check_v(const int *c, int n, int64_t L, int pp, int vpp, bool v_sty
                               "%s: entry %d (stage %d, chunk %d): expected >= 1 layer (only the "
                               "first virtual stage, with the embedding, and the last, with the "
                               "loss, may hold none), got 0",
-                              what, s, v_style && s >= pp ? 2 * pp - 1 - s : s % pp, s / pp);
+                              what, s, dp_pipe_stage_rank(pp, v_style, s), s / pp);
     return 0;
 }
 

@@ -16,27 +16,13 @@
 
 #include <stdlib.h>
 
-enum { OP_F = DP_DPV_F, OP_B = DP_DPV_B, OP_BZ = DP_DPV_BZ, OP_FB = DP_DPV_FB, OP_W = DP_DPV_W };
-#define op dp_dpv_op
-
-/* Rank r's passes (room for 8 M + 8 P): core/schedule_dualpipev.c. */
-static int64_t ops_of(int P, int64_t M, int r, struct op *ops)
-{
-    return dp_dualpipev_ops(P, M, r, ops);
-}
-
-static int stage_of(int P, int r, int ph)
-{
-    return ph == 0 ? r : 2 * P - 1 - r;
-}
-
 double dp_pipe_dualpipev_time_s(int P, int64_t M, const double *F, const double *B,
                                 const double *Fp, const double *Bp, const double *Wt)
 {
     if (P < 1 || M < 2 * (int64_t)P)
         return -1;
     const int64_t cap = 8 * M + 8 * (int64_t)P;
-    struct op *ops = malloc(sizeof *ops * (size_t)cap * (size_t)P);
+    struct dp_dpv_op *ops = malloc(sizeof *ops * (size_t)cap * (size_t)P);
     int64_t *len = calloc((size_t)P, sizeof *len), *at = calloc((size_t)P, sizeof *at);
     /* done[((r * 2 + ph) * 2 + dir) * M + i]: when rank r finished micro-batch i's
      * forward (dir 0) or backward (dir 1) of phase ph; < 0 until then */
@@ -51,7 +37,7 @@ double dp_pipe_dualpipev_time_s(int P, int64_t M, const double *F, const double 
     for (int64_t i = 0; i < (int64_t)P * 4 * M; i++)
         done[i] = -1;
     for (int r = 0; r < P; r++)
-        len[r] = ops_of(P, M, r, ops + (size_t)r * (size_t)cap);
+        len[r] = dp_dualpipev_ops(P, M, r, ops + (size_t)r * (size_t)cap);
 #define DONE(r, ph, dir, i) done[(((int64_t)(r)*2 + (ph)) * 2 + (dir)) * M + (i)]
 #define CNT(r, ph, dir)     cnt[((r)*2 + (ph)) * 2 + (dir)]
         /* When micro-batch i's pass of phase ph, direction dir, may start on rank r (its input
@@ -64,20 +50,20 @@ double dp_pipe_dualpipev_time_s(int P, int64_t M, const double *F, const double 
     for (bool moved = true; moved;) {
         moved = false;
         for (int r = 0; r < P; r++) {
-            const struct op *o = ops + (size_t)r * (size_t)cap;
+            const struct dp_dpv_op *o = ops + (size_t)r * (size_t)cap;
             while (at[r] < len[r]) {
-                struct op x = o[at[r]];
+                struct dp_dpv_op x = o[at[r]];
                 double t = clock[r];
-                if (x.kind == OP_W) {
+                if (x.kind == DP_DPV_W) {
                     t += wh[r] < wt[r] ? wq[(size_t)r * (size_t)(2 * M) + (size_t)wh[r]++] : 0;
                     clock[r] = t;
                     at[r]++;
                     moved = true;
                     continue;
                 }
-                const int fph = x.ph, bph = x.kind == OP_FB ? x.ph2 : x.ph;
-                const bool fwd = x.kind == OP_F || x.kind == OP_FB;
-                const bool bwd = x.kind != OP_F;
+                const int fph = x.ph, bph = x.kind == DP_DPV_FB ? x.ph2 : x.ph;
+                const bool fwd = x.kind == DP_DPV_F || x.kind == DP_DPV_FB;
+                const bool bwd = x.kind != DP_DPV_F;
                 int64_t fi = CNT(r, fph, 0), bi = CNT(r, bph, 1);
                 double rf = fwd ? READY(r, fph, 0, fi) : 0, rb = bwd ? READY(r, bph, 1, bi) : 0;
                 if (rf < 0 || rb < 0)
@@ -86,12 +72,13 @@ double dp_pipe_dualpipev_time_s(int P, int64_t M, const double *F, const double 
                     t = rf;
                 if (rb > t)
                     t = rb;
-                const int sf = stage_of(P, r, fph), sb = stage_of(P, r, bph);
+                const int sf = dp_pipe_global_stage(P, true, r, fph),
+                          sb = dp_pipe_global_stage(P, true, r, bph);
                 double d;
                 switch (x.kind) {
-                case OP_F: d = F[sf]; break;
-                case OP_B: d = B[sb]; break;
-                case OP_BZ:
+                case DP_DPV_F: d = F[sf]; break;
+                case DP_DPV_B: d = B[sb]; break;
+                case DP_DPV_BZ:
                     d = B[sb] - Wt[sb];
                     wq[(size_t)r * (size_t)(2 * M) + (size_t)wt[r]++] = Wt[sb];
                     break;
@@ -139,15 +126,15 @@ int64_t dp_pipe_dualpipev_peak_live(int P, int64_t M, int r, const int64_t *w, i
      * it (the zero-bubble passes' deferred weight gradients keep only the layers' inputs,
      * left out). An overlapped pair's forward runs before its backward has freed. */
     const int64_t cap = 8 * M + 8 * (int64_t)P;
-    struct op *ops = malloc(sizeof *ops * (size_t)cap);
+    struct dp_dpv_op *ops = malloc(sizeof *ops * (size_t)cap);
     if (!ops || P < 1 || r < 0 || r >= P || M < 2 * (int64_t)P) {
         free(ops);
         return 0;
     }
-    int64_t n = ops_of(P, M, r, ops), cur[2] = {0, 0}, best = -1, at[2] = {0, 0};
+    int64_t n = dp_dualpipev_ops(P, M, r, ops), cur[2] = {0, 0}, best = -1, at[2] = {0, 0};
     for (int64_t k = 0; k < n; k++) {
-        const struct op x = ops[k];
-        if (x.kind == OP_F || x.kind == OP_FB)
+        const struct dp_dpv_op x = ops[k];
+        if (x.kind == DP_DPV_F || x.kind == DP_DPV_FB)
             cur[x.ph]++;
         int64_t b = cur[0] * w[0] + cur[1] * w[1];
         if (b > best) {
@@ -155,9 +142,9 @@ int64_t dp_pipe_dualpipev_peak_live(int P, int64_t M, int r, const int64_t *w, i
             at[0] = cur[0];
             at[1] = cur[1];
         }
-        if (x.kind == OP_B || x.kind == OP_BZ)
+        if (x.kind == DP_DPV_B || x.kind == DP_DPV_BZ)
             cur[x.ph]--;
-        else if (x.kind == OP_FB)
+        else if (x.kind == DP_DPV_FB)
             cur[x.ph2]--;
     }
     free(ops);

@@ -91,29 +91,24 @@ void dp__vsched_free(struct dp__vsched *vs)
     vs->pfw = NULL;
 }
 
-/* Model-order stage of stage r's chunk c, and its inverse (core/layout.h). */
-static int gstage(int p, bool dpv, int r, int c)
-{
-    return dpv && c == 1 ? 2 * p - 1 - r : c * p + r;
-}
-
+/* Model-order stage g's rank, its chunk there in *c (core/layout.h dp_pipe_stage_rank). */
 static int grank(int p, bool dpv, int g, int *c)
 {
     *c = g / p;
-    return dpv && g >= p ? 2 * p - 1 - g : g % p;
+    return dp_pipe_stage_rank(p, dpv, g);
 }
 
 /* Where a pass's output goes: the next stage's forward input / the previous stage's
  * output gradient (chunk there), or -1 (the loss's forward, the embedding's backward). */
 static int fwd_dest(int p, int v, bool dpv, int r, int c, int *dc)
 {
-    int g = gstage(p, dpv, r, c);
+    int g = dp_pipe_global_stage(p, dpv, r, c);
     return g == p * v - 1 ? -1 : grank(p, dpv, g + 1, dc);
 }
 
 static int bwd_dest(int p, bool dpv, int r, int c, int *dc)
 {
-    int g = gstage(p, dpv, r, c);
+    int g = dp_pipe_global_stage(p, dpv, r, c);
     return g == 0 ? -1 : grank(p, dpv, g - 1, dc);
 }
 
@@ -121,13 +116,13 @@ static int bwd_dest(int p, bool dpv, int r, int c, int *dc)
 static int fwd_src(int p, bool dpv, int r, int c)
 {
     int dc;
-    return grank(p, dpv, gstage(p, dpv, r, c) - 1, &dc);
+    return grank(p, dpv, dp_pipe_global_stage(p, dpv, r, c) - 1, &dc);
 }
 
 static int bwd_src(int p, bool dpv, int r, int c)
 {
     int dc;
-    return grank(p, dpv, gstage(p, dpv, r, c) + 1, &dc);
+    return grank(p, dpv, dp_pipe_global_stage(p, dpv, r, c) + 1, &dc);
 }
 
 /* DualPipeV: stage r's passes (4 M: a forward and a backward of each micro-batch through
@@ -235,7 +230,7 @@ int dp__vsched_build(int p, int v, int64_t M, int r, bool dpv, const size_t *slo
             bool fwd;
             pass_of(&ps, q, next[q], &mb, &c, &fwd);
             int64_t at = (int64_t)q * tot + (int64_t)mb * v + c;
-            const int g = gstage(p, dpv, q, c);
+            const int g = dp_pipe_global_stage(p, dpv, q, c);
             bool ready = fwd ? g == 0 || (fin[at] >= 0 && fin[at] < t)
                              : g == last_g || (bin[at] >= 0 && bin[at] < t);
             if (!ready)

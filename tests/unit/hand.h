@@ -1,10 +1,10 @@
 /*
  * The hand-worked test GPU and model the cost-model unit tests compute expectations for
- * (test_costmodel_fp8.c, test_costmodel_optimizer.c): 100 TFLOP/s at every storage
- * precision and 200 TFLOP/s FP8, both GEMM curves flat at 1.0 (no size dependence), 1000
- * GB/s HBM of which DP_MEM_EFFICIENCY is achievable, 200 GB/s NVLink and 25 GB/s network
- * links without latency; the model h = 1024, a = g = 8 heads of 128, f = 4096 GELU, no
- * biases, 8 layers, learned positions, a 128-token vocabulary.
+ * (test_costmodel_time.c, test_costmodel_fp8.c, test_costmodel_optimizer.c): 100 TFLOP/s at
+ * every storage precision and 200 TFLOP/s FP8, both GEMM curves flat at 1.0 (no size
+ * dependence), 1000 GB/s HBM of which DP_MEM_EFFICIENCY is achievable, 200 GB/s NVLink and
+ * 25 GB/s network links without latency; the model h = 1024, a = g = 8 heads of 128,
+ * f = 4096 GELU, no biases, 8 layers, learned positions, a 128-token vocabulary.
  */
 #ifndef DPLAN_TESTS_HAND_H
 #define DPLAN_TESTS_HAND_H

@@ -6,26 +6,14 @@
  */
 #include "check.h"
 #include "costmodel/costmodel.h"
+#include "hand.h"
 
 #include <stdlib.h>
 
+/* The hand-worked GPU and model (hand.h); FP8 is not used here. */
 static struct dp_cluster cluster(int nodes, int gpn)
 {
-    struct dp_cluster c = {0};
-    snprintf(c.gpu.name, sizeof c.gpu.name, "test-gpu");
-    for (int i = 0; i < DP_PRECISIONS; i++)
-        c.gpu.peak_tflops[i] = 100;
-    c.gpu.mem_bytes = 80LL << 30;
-    c.gpu.usable_fraction = 1;
-    c.gpu.mem_bw_gbps = 1000;
-    c.gpu.gemm.eff_max = 1.0;
-    c.gpu.gemm.half_flops = 0;
-    c.nodes = nodes;
-    c.gpus_per_node = gpn;
-    c.intra = (struct dp_link){"nvl", DP_LINK_NVLINK, 200, 0, 1.0, 0};
-    c.inter = (struct dp_link){"net", DP_LINK_NET, 25, 0, 1.0, 0};
-    c.nics_per_node = gpn;
-    return c;
+    return hand_cluster(nodes, gpn);
 }
 
 static void test_collectives(void)
@@ -83,25 +71,10 @@ static void test_paths(void)
     CHECK_NEAR(p.busbw_gbps, 8, 1e-12);
 }
 
-/* A GPT-style model whose step time can be worked out by hand. */
+/* A GPT-style model whose step time can be worked out by hand (hand.h). */
 static struct dp_model model(void)
 {
-    struct dp_model m = {0};
-    snprintf(m.name, sizeof m.name, "hand");
-    m.layers = 8;
-    m.hidden = 1024;
-    m.heads = m.kv_heads = 8;
-    m.head_dim = 128;
-    m.ffn_hidden = 4096;
-    m.vocab = 128;
-    m.seq_len = 1024;
-    m.ffn = DP_FFN_GELU;
-    m.norm = DP_NORM_LAYERNORM;
-    m.pos = DP_POS_LEARNED;
-    m.max_pos = 1024;
-    m.tied_embeddings = false;
-    m.norms_per_layer = 2;
-    return m;
+    return hand_model();
 }
 
 static struct dp_layout layout(void)
