@@ -147,7 +147,7 @@ cJSON *cli_sim_json(const struct dp_sim_result *r, const struct dp_step_cost *es
 
 /* ------------------------------------------------------------------ the Gantt */
 
-enum { G_FWD, G_BWD, G_OPT, G_SEND, G_DP, G_FWD_ODD, G_BWD_ODD, G_COLORS };
+enum { G_FWD, G_BWD, G_OPT, G_SEND, G_DP, G_FWD_ODD, G_BWD_ODD, G_W, G_COLORS };
 
 int cli_svg_gantt(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
                   const struct dp_sim_result *r, struct dp_buf *out, struct dp_err *err)
@@ -158,12 +158,14 @@ int cli_svg_gantt(const struct dp_model *m, const struct dp_cluster *cl, const s
                                                 "pp send (lane)",
                                                 "dp comm (lane)",
                                                 "forward, odd chunks",
-                                                "backward, odd chunks"};
+                                                "backward, odd chunks",
+                                                "weight gradients (W)"};
     /* Okabe and Ito's blue, vermillion, bluish green, orange, reddish purple and sky blue,
-     * and a light vermillion: with interleaving, the odd model chunks' passes lighter (the
-     * micro-batch is printed in the bar). */
+     * a light vermillion and a grey: with interleaving (and DualPipeV's second stage) the
+     * odd model chunks' passes lighter (the micro-batch is printed in the bar); DualPipeV's
+     * deferred weight-gradient passes grey. */
     static const char *const colors[G_COLORS] = {"#0072b2", "#d55e00", "#009e73", "#e69f00",
-                                                 "#cc79a7", "#56b4e9", "#f4a582"};
+                                                 "#cc79a7", "#56b4e9", "#f4a582", "#8c8c8c"};
     size_t nb = 0;
     for (int i = 0; i < r->nstages; i++)
         nb += r->stage[i].npass + r->stage[i].ncomm;
@@ -184,14 +186,13 @@ int cli_svg_gantt(const struct dp_model *m, const struct dp_cluster *cl, const s
         const struct dp_sim_stage *s = &r->stage[i];
         snprintf(rows[i], sizeof rows[i], "stage %d", i);
         rowp[i] = rows[i];
-        for (size_t j = 0; j < s->npass; j++)
-            bar[n++] = (struct dp_viz_bar){s->pass[j].t0 * k,
-                                           s->pass[j].t1 * k,
-                                           i,
-                                           (s->pass[j].fwd ? G_FWD : G_BWD) +
-                                               (s->pass[j].chunk % 2 ? G_FWD_ODD : 0),
-                                           (int)s->pass[j].mb,
-                                           false};
+        for (size_t j = 0; j < s->npass; j++) {
+            const struct dp_sim_pass *ps = &s->pass[j];
+            int color = ps->kind == DP_SIM_PASS_W
+                            ? G_W
+                            : (ps->fwd ? G_FWD : G_BWD) + (ps->chunk % 2 ? G_FWD_ODD : 0);
+            bar[n++] = (struct dp_viz_bar){ps->t0 * k, ps->t1 * k, i, color, (int)ps->mb, false};
+        }
         for (size_t j = 0; j < s->ncomm; j++) {
             const struct dp_sim_slice *c = &s->comm[j];
             bool opt = c->op == DP_SIM_OP_OPTIMIZER;
@@ -226,7 +227,7 @@ int cli_svg_gantt(const struct dp_model *m, const struct dp_cluster *cl, const s
                              .row = rowp,
                              .bar = bar,
                              .nbar = n,
-                             .ncolors = r->vpp > 1 ? G_COLORS : G_DP + 1,
+                             .ncolors = G_COLORS, /* the legend shows those used */
                              .color_name = names,
                              .colors = colors,
                              .x_max = r->step_s * k,

@@ -514,6 +514,8 @@ struct dp_block_cost {
     double tp_raw_f, tp_raw_b;             /* ... and their own duration */
     double cp_f, cp_b, cp_raw_f, cp_raw_b; /* the CP ring (attention block) */
     double ep_f, ep_b, ep_re;              /* all-to-alls, expert TP (MoE MLP block) */
+    double ep_pair; /* one pass's all-to-alls inside DualPipeV's overlapped pair, exposed */
+    double wgrad_s; /* the weight-gradient GEMMs within bwd_s (as many as the forward's) */
 };
 struct dp_layer_cost {
     struct dp_block_cost blk[DP_BLOCKS];

@@ -32,6 +32,8 @@ static void block_cost(const struct dp_layout *l, const struct dp_layer_time *b,
     o->cp_raw_b = b->cp_raw_b;
     o->ep_f = b->ep_f;
     o->ep_b = b->ep_b;
+    o->ep_pair = b->ep_pair;
+    o->wgrad_s = b->gemm_f;
     struct dp__redo re;
     dp__time_redo(l, b, kind, &re);
     o->re_s = re.compute_s;
@@ -42,14 +44,15 @@ static void block_cost(const struct dp_layout *l, const struct dp_layer_time *b,
 /* Parameters of the ends per GPU, as memory.c places them: the vocabulary-parallel
  * embedding (+ learned positions) on the first stage; the final norm and the LM head
  * (its own weight, or with tied embeddings and pp > 1 the last stage's copy) on the
- * last. */
+ * last (DualPipeV's V holds both ends on rank 0: one tied weight, no sync). */
 static void end_params(const struct dp_model *m, const struct dp_layout *l, int64_t *emb,
                        int64_t *head)
 {
     const int64_t t = l->tp, h = m->hidden, vpad = dp_padded_vocab(m->vocab, l->tp);
     *emb = vpad * h / t + (m->pos == DP_POS_LEARNED ? m->max_pos * h : 0);
-    *head = (m->norm == DP_NORM_LAYERNORM ? 2 * h : h) +
-            ((!m->tied_embeddings || l->pp > 1) ? vpad * h / t : 0);
+    *head =
+        (m->norm == DP_NORM_LAYERNORM ? 2 * h : h) +
+        ((!m->tied_embeddings || (l->pp > 1 && dp_layout_head_rank(l) != 0)) ? vpad * h / t : 0);
 }
 
 void dp_time_ops(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
@@ -85,7 +88,7 @@ void dp_time_ops(const struct dp_model *m, const struct dp_cluster *cl, const st
     dp_mem_bytes_per_param(l, &pb, &gb, &ob);
     /* Tied embeddings across stages (Megatron _allreduce_word_embedding_grads), as
      * dp_time_step charges it. */
-    if (l->pp > 1 && m->tied_embeddings) {
+    if (l->pp > 1 && dp_layout_head_rank(l) != 0 && m->tied_embeddings) {
         double vpad = (double)dp_padded_vocab(m->vocab, l->tp);
         o->emb_sync_s = dp_coll_time_s(DP_ALLREDUCE, vpad * m->hidden / l->tp * gb, 2, &cs.emb);
     }
@@ -266,8 +269,9 @@ int dp_time_dp_units(const struct dp_model *m, const struct dp_cluster *cl,
     for (int c = 0; c < l->vpp; c++) {
         struct chunk_items ci = {.c = c};
         dp_layout_chunk_layers(l, m, r, c, &ci.first, &ci.cnt);
-        ci.emb = r == 0 && c == 0;
-        ci.head = r == l->pp - 1 && c == l->vpp - 1;
+        const int gs = dp_layout_global_stage(l, r, c); /* DualPipeV: both ends on rank 0 */
+        ci.emb = gs == 0;
+        ci.head = gs == l->pp * l->vpp - 1;
         ci.n = ci.cnt + (ci.emb ? 1 : 0) + (ci.head ? 1 : 0);
         if (ci.n == 0)
             continue;

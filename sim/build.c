@@ -47,11 +47,15 @@ int dp_sim_build(const struct dp_model *m, const struct dp_cluster *cl, const st
                           "local_batch=%lld: the simulator runs one pipeline schedule a step, "
                           "not %lld (`dplan estimate` prices them)",
                           (long long)l->local_batch, (long long)dp_layout_schedules(l));
-    if (l->schedule != DP_SCHED_1F1B)
+    const bool dpv = l->schedule == DP_SCHED_DUALPIPEV;
+    if ((o->schedule == DP_SIM_SCHED_DUALPIPEV) != dpv && o->schedule != DP_SIM_SCHED_AUTO)
         return dp_err_set(err, DP_EINFEASIBLE,
-                          "pipeline_schedule=%s: the simulator runs Megatron's 1F1B (`dplan "
-                          "estimate` prices DualPipeV)",
-                          dp_pp_schedule_name(l->schedule));
+                          dpv ? "--schedule %s: the layout's pipeline_schedule is dualpipev, "
+                                "whose stages sit in a V (use --schedule auto or dualpipev)"
+                              : "--schedule %s: DualPipeV needs a layout with pipeline_schedule "
+                                "dualpipev and vpp 2 (`--pipeline-schedule dualpipev --vpp 2`: "
+                                "its stages sit in a V)",
+                          dp_sim_schedule_name(o->schedule));
     if (l->mtp_layers > 0)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "mtp_layers=%d: the simulator has no multi-token-prediction layers "
@@ -64,6 +68,7 @@ int dp_sim_build(const struct dp_model *m, const struct dp_cluster *cl, const st
     /* Megatron overlaps sends with compute only in the interleaved schedule
      * (overlap_p2p_comm), as the cost model does. */
     in->pp_overlap = l->pp_overlap && l->vpp > 1;
+    in->v_style = dpv;
     in->zero = l->zero;
     in->layers = (int)m->layers;
     in->moe_from = m->experts > 0 ? (int)m->moe_dense_layers : (int)m->layers;
@@ -73,9 +78,10 @@ int dp_sim_build(const struct dp_model *m, const struct dp_cluster *cl, const st
     in->ranks_per_stage = (long)l->tp * l->cp * l->dp;
     in->stage_rank_stride = in->ranks_per_stage; /* Megatron's order: pp outermost */
     for (int r = 0; r < l->pp; r++)
-        for (int c = 0; c < l->vpp; c++)
-            dp_layout_chunk_layers(l, m, r, c, &in->chunk_first[c * l->pp + r],
-                                   &in->chunk_count[c * l->pp + r]);
+        for (int c = 0; c < l->vpp; c++) {
+            const int s = dp_layout_global_stage(l, r, c);
+            dp_layout_chunk_layers(l, m, r, c, &in->chunk_first[s], &in->chunk_count[s]);
+        }
     dp_time_ops(m, cl, l, &in->ops);
     for (int r = 0; r < l->pp; r++) {
         dp_mem_terms(m, cl, l, &o->mem, r, &in->mem[r]);
@@ -92,9 +98,13 @@ int dp_sim_build(const struct dp_model *m, const struct dp_cluster *cl, const st
     /* a schedule that does not apply is refused before anything runs */
     enum dp_sim_schedule s = o->schedule;
     if (s == DP_SIM_SCHED_AUTO)
-        s = l->vpp > 1 ? DP_SIM_SCHED_INTERLEAVED : DP_SIM_SCHED_1F1B;
+        s = dpv          ? DP_SIM_SCHED_DUALPIPEV
+            : l->vpp > 1 ? DP_SIM_SCHED_INTERLEAVED
+                         : DP_SIM_SCHED_1F1B;
     rc = 0;
-    if (s == DP_SIM_SCHED_INTERLEAVED && l->vpp < 2)
+    if (s == DP_SIM_SCHED_DUALPIPEV)
+        rc = 0; /* the layout's validation checked vpp 2 and the micro-batches */
+    else if (s == DP_SIM_SCHED_INTERLEAVED && l->vpp < 2)
         rc = dp_err_set(err, DP_EINFEASIBLE,
                         "the interleaved schedule needs vpp > 1 (model chunks per rank)");
     else if (s != DP_SIM_SCHED_INTERLEAVED && l->vpp > 1)

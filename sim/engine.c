@@ -22,6 +22,12 @@
  *    gathers run at the step's start (the first forward of each layer waits for
  *    its unit) or after the optimizer, or for ZeRO-3 before each pass's units with
  *    `prefetch` units ahead;
+ *  - DualPipeV (v_style): chunk 1 of rank r is stage 2 pp - 1 - r, and an output for a
+ *    stage the same rank holds is there at once (the V's turn on the last rank); a pair's
+ *    forward starts once its own and its partner backward's inputs are there, and their
+ *    MoE all-to-alls expose only ep_pair; a backward for the inputs only leaves each
+ *    layer's weight-gradient GEMMs (wgrad_s) to a later W pass, which then is the one
+ *    that completes the gradients for the data-parallel reductions;
  *  - the first and last stage then sum their tied embeddings' gradients, every
  *    stage waits for the slowest (the global gradient norm), and each runs its
  *    optimizer step.
@@ -289,6 +295,16 @@ static enum dp_layer_kind kind_of(const struct dp_sim_input *in, int layer)
     return layer >= in->moe_from ? DP_LAYER_MOE : DP_LAYER_DENSE;
 }
 
+/* The virtual stage of rank r's chunk c, and the rank of stage s (core/layout.h). */
+static int gstage(const struct dp_sim_input *in, int r, int c)
+{
+    return dp_pipe_global_stage(in->pp, in->v_style, r, c);
+}
+static int gstage_rank(const struct dp_sim_input *in, int s)
+{
+    return dp_pipe_stage_rank(in->pp, in->v_style, s);
+}
+
 /* Items of chunk c on rank r: [embedding] layers [head]; item i -> chunk-local layer
  * (-1 embedding, count head). */
 static int item_layer(bool emb, int i)
@@ -335,8 +351,21 @@ static void ring(struct eng *E, struct rank *R, double raw, double exposed, cons
         collective(E, R, DP_SIM_CP, DP_SIM_OP_CP, raw / steps, exposed / steps, w, cat, cp);
 }
 
+/* A block's expert all-to-all (one of the two a pass has), on its stream: alone it blocks
+ * the compute stream; inside DualPipeV's overlapped pair it runs under the partner pass's
+ * compute and the stream waits for what the cost model leaves exposed (ep_pair). */
+static void a2a(struct eng *E, struct rank *R, const struct dp_block_cost *bc, double ep,
+                bool paired, const struct where *w, double *cat, struct caps *cp)
+{
+    if (paired)
+        collective(E, R, DP_SIM_EP, DP_SIM_OP_EP, ep / 2, bc->ep_pair / 2, w, cat, cp);
+    else
+        collective(E, R, DP_SIM_EP, DP_SIM_OP_EP, ep / 2, ep / 2, w, cat, cp);
+}
+
 static void block_fwd(struct eng *E, struct rank *R, const struct dp_block_cost *bc,
-                      enum dp_sim_op op, const struct where *w0, bool re, struct caps *cp)
+                      enum dp_sim_op op, const struct where *w0, bool re, bool paired,
+                      struct caps *cp)
 {
     struct where wb = *w0, *w = &wb;
     wb.blk = (uint8_t)op;
@@ -348,26 +377,30 @@ static void block_fwd(struct eng *E, struct rank *R, const struct dp_block_cost 
     double tp = re ? bc->tp_re * share : bc->tp_f;
     if (re && work <= 0)
         return;
-    collective(E, R, DP_SIM_EP, DP_SIM_OP_EP, ep / 2, ep / 2, w, re ? &b->recompute : &b->ep, cp);
+    paired = paired && !re; /* the cost model pairs the forward's and backward's own */
+    a2a(E, R, bc, ep, paired, w, re ? &b->recompute : &b->ep, cp);
     compute(E, R, op, work, w, cat, cp);
     if (!re)
         ring(E, R, bc->cp_raw_f, bc->cp_f, w, &b->cp, cp);
-    collective(E, R, DP_SIM_EP, DP_SIM_OP_EP, ep / 2, ep / 2, w, re ? &b->recompute : &b->ep, cp);
+    a2a(E, R, bc, ep, paired, w, re ? &b->recompute : &b->ep, cp);
     double raw = re ? tp : bc->tp_raw_f;
     collective(E, R, DP_SIM_TP, DP_SIM_OP_TP, raw > tp ? raw : tp, tp, w,
                re ? &b->recompute : &b->tp, cp);
 }
 
+/* A block's backward; inputs_only: DualPipeV's BI pass, its weight gradients left for
+ * a W pass (block_wgrad). */
 static void block_bwd(struct eng *E, struct rank *R, const struct dp_block_cost *bc,
-                      enum dp_sim_op op, const struct where *w0, struct caps *cp)
+                      enum dp_sim_op op, const struct where *w0, bool paired, bool inputs_only,
+                      struct caps *cp)
 {
     struct where wb = *w0, *w = &wb;
     wb.blk = (uint8_t)op;
     struct dp_sim_breakdown *b = &R->b;
-    collective(E, R, DP_SIM_EP, DP_SIM_OP_EP, bc->ep_b / 2, bc->ep_b / 2, w, &b->ep, cp);
-    compute(E, R, op, bc->bwd_s, w, &b->compute, cp);
+    a2a(E, R, bc, bc->ep_b, paired, w, &b->ep, cp);
+    compute(E, R, op, inputs_only ? bc->bwd_s - bc->wgrad_s : bc->bwd_s, w, &b->compute, cp);
     ring(E, R, bc->cp_raw_b, bc->cp_b, w, &b->cp, cp);
-    collective(E, R, DP_SIM_EP, DP_SIM_OP_EP, bc->ep_b / 2, bc->ep_b / 2, w, &b->ep, cp);
+    a2a(E, R, bc, bc->ep_b, paired, w, &b->ep, cp);
     collective(E, R, DP_SIM_TP, DP_SIM_OP_TP, bc->tp_raw_b > bc->tp_b ? bc->tp_raw_b : bc->tp_b,
                bc->tp_b, w, &b->tp, cp);
 }
@@ -377,8 +410,13 @@ static void run_pass(struct eng *E, struct rank *R, const struct dp_sim_step *st
 {
     const struct dp_sim_input *in = E->in;
     const struct dp_step_ops *ops = &in->ops;
-    const int p = in->pp, r = R->r, c = st->chunk;
-    const int s = c * p + r, S = E->S;
+    const int r = R->r, c = st->chunk;
+    const int s = gstage(in, r, c), S = E->S;
+    /* a W pass computes its layers' weight gradients only: no parameters to gather (the
+     * weight gradient needs the layer's input and output gradient), no activations */
+    const bool wpass = st->kind == DP_SIM_PASS_W, bi = st->kind == DP_SIM_PASS_BI;
+    /* the gradients of a unit are complete after a whole backward or after its W */
+    const bool grads = !st->fwd && !bi;
     const int first = in->chunk_first[s], cnt = in->chunk_count[s];
     const bool emb = s == 0, head = s == S - 1;
     const int n = cnt + (emb ? 1 : 0) + (head ? 1 : 0);
@@ -388,8 +426,8 @@ static void run_pass(struct eng *E, struct rank *R, const struct dp_sim_step *st
     wait_until(R, t_in, &b->bubble);
     struct where w = {st->mb, (int16_t)c, -1, st->fwd ? DP_SIM_FWD : DP_SIM_BWD, 0};
     const bool first_fwd = st->fwd && R->pi == R->first_fwd[c];
-    const bool last_bwd = !st->fwd && R->pi == R->last_bwd[c];
-    const bool g_each = R->nunit > 0 && ds->gather_each_mb;
+    const bool last_bwd = grads && st->reduce;
+    const bool g_each = R->nunit > 0 && ds->gather_each_mb && !wpass;
     const int U = R->ucount[c], P = ds->prefetch;
     /* ZeRO-3: the k-th unit of the pass (forward order forward, reversed backward) */
 #define UNIT_K(k) (st->fwd ? R->ufirst[c] + (k) : R->ufirst[c] + U - 1 - (k))
@@ -418,7 +456,18 @@ static void run_pass(struct eng *E, struct rank *R, const struct dp_sim_step *st
         }
         if (pass_start < 0)
             pass_start = R->t;
-        if (j < 0) {
+        if (wpass && (j < 0 || j >= cnt)) {
+            /* the ends' gradients came with the backward (the cost model defers only the
+             * layers' weight-gradient GEMMs) */
+        } else if (wpass) {
+            int L = first + j;
+            const struct dp_layer_cost *lc = &ops->layer[kind_of(in, L)];
+            w.layer = (int16_t)L;
+            w.blk = DP_SIM_OP_MLP;
+            compute(E, R, DP_SIM_OP_MLP, lc->blk[DP_BLOCK_MLP].wgrad_s, &w, &b->compute, cp);
+            w.blk = DP_SIM_OP_ATTN;
+            compute(E, R, DP_SIM_OP_ATTN, lc->blk[DP_BLOCK_ATTN].wgrad_s, &w, &b->compute, cp);
+        } else if (j < 0) {
             w.layer = -1;
             w.blk = DP_SIM_OP_EMBED;
             if (st->fwd) {
@@ -455,16 +504,16 @@ static void run_pass(struct eng *E, struct rank *R, const struct dp_sim_step *st
                  * (Transformer Engine is_first_microbatch) */
                 if (first_fwd)
                     compute(E, R, DP_SIM_OP_CAST, lc->cast_w_s, &w, &b->compute, cp);
-                block_fwd(E, R, &lc->blk[DP_BLOCK_ATTN], DP_SIM_OP_ATTN, &w, false, cp);
-                block_fwd(E, R, &lc->blk[DP_BLOCK_MLP], DP_SIM_OP_MLP, &w, false, cp);
+                block_fwd(E, R, &lc->blk[DP_BLOCK_ATTN], DP_SIM_OP_ATTN, &w, false, st->paired, cp);
+                block_fwd(E, R, &lc->blk[DP_BLOCK_MLP], DP_SIM_OP_MLP, &w, false, st->paired, cp);
             } else {
                 mem_add(R, R->t, mt->working_bytes, true);
                 w.phase = DP_SIM_RECOMPUTE;
-                block_fwd(E, R, &lc->blk[DP_BLOCK_ATTN], DP_SIM_OP_ATTN, &w, true, cp);
-                block_fwd(E, R, &lc->blk[DP_BLOCK_MLP], DP_SIM_OP_MLP, &w, true, cp);
+                block_fwd(E, R, &lc->blk[DP_BLOCK_ATTN], DP_SIM_OP_ATTN, &w, true, false, cp);
+                block_fwd(E, R, &lc->blk[DP_BLOCK_MLP], DP_SIM_OP_MLP, &w, true, false, cp);
                 w.phase = DP_SIM_BWD;
-                block_bwd(E, R, &lc->blk[DP_BLOCK_MLP], DP_SIM_OP_MLP, &w, cp);
-                block_bwd(E, R, &lc->blk[DP_BLOCK_ATTN], DP_SIM_OP_ATTN, &w, cp);
+                block_bwd(E, R, &lc->blk[DP_BLOCK_MLP], DP_SIM_OP_MLP, &w, st->paired, bi, cp);
+                block_bwd(E, R, &lc->blk[DP_BLOCK_ATTN], DP_SIM_OP_ATTN, &w, st->paired, bi, cp);
                 mem_add(R, R->t, -mt->layer_bytes[k] - mt->working_bytes, true);
             }
         }
@@ -473,16 +522,16 @@ static void run_pass(struct eng *E, struct rank *R, const struct dp_sim_step *st
          * starts their reduction. */
         if (finishes && g_each)
             mem_add(R, R->t, -R->unit[u].gather_bytes, false);
-        if (finishes && !st->fwd && ds->reduce_each_mb)
+        if (finishes && grads && ds->reduce_each_mb)
             wait_until(R, R->t + R->unit[u].copy_in_s, &b->dp); /* FSDP2 copy-in */
-        if (finishes && !st->fwd && ds->reduce_overlap && (ds->reduce_each_mb || last_bwd)) {
+        if (finishes && grads && ds->reduce_overlap && (ds->reduce_each_mb || last_bwd)) {
             struct where ww = w;
             ww.layer = -1;
             dp_coll(E, R, DP_SIM_REDUCE, DP_SIM_OP_REDUCE, R->t, R->unit[u].reduce_s, &ww, cp);
         }
     }
 #undef UNIT_K
-    if (!st->fwd && R->nunit > 0 && ds->reduce_each_mb && !ds->reduce_overlap) {
+    if (grads && R->nunit > 0 && ds->reduce_each_mb && !ds->reduce_overlap) {
         /* ZeRO-2/3 without overlap: this micro-batch's reductions after its backward */
         for (int u = R->ufirst[c] + U - 1; u >= R->ufirst[c]; u--) {
             struct where ww = w;
@@ -495,16 +544,24 @@ static void run_pass(struct eng *E, struct rank *R, const struct dp_sim_step *st
     if (pass_start < 0)
         pass_start = R->t;
     /* the pass as the Gantt shows it */
-    struct dp_sim_pass ps = {pass_start, R->t, st->mb, (int16_t)c, st->fwd};
+    struct dp_sim_pass ps = {pass_start, R->t, st->mb, (int16_t)c, st->fwd, st->kind};
     if (!grow((void **)&R->out->pass, &cp->pass, R->out->npass, sizeof ps))
         R->failed = true;
     else
         R->out->pass[R->out->npass++] = ps;
 
     /* Its output to the neighbour: activations to virtual stage s + 1, gradients to
-     * s - 1; the loss's gradient is the last stage's own. */
+     * s - 1; the loss's gradient is the last stage's own; a stage held by the same rank
+     * (the V's turn on rank pp - 1) has it at once. A W pass has no output. */
     const int64_t M = in->M;
     double *dst = NULL;
+    if (wpass)
+        return;
+    const int to = st->fwd ? s + 1 : s - 1;
+    if (to >= 0 && to < S && gstage_rank(in, to) == r) {
+        (st->fwd ? E->act_arr : E->grad_arr)[(size_t)to * M + st->mb] = R->t;
+        return;
+    }
     if (st->fwd && s < S - 1)
         dst = &E->act_arr[(size_t)(s + 1) * M + st->mb];
     else if (!st->fwd && s > 0)
@@ -527,14 +584,35 @@ static void run_pass(struct eng *E, struct rank *R, const struct dp_sim_step *st
 
 /* ------------------------------------------------------------------ the step */
 
+/* The schedule the engine runs: auto resolved as each framework does (Megatron's
+ * interleaving with vpp > 1, else 1F1B; the layout's V). */
+static enum dp_sim_schedule sim_schedule(const struct dp_sim_input *in)
+{
+    if (in->schedule != DP_SIM_SCHED_AUTO)
+        return in->schedule;
+    return in->v_style   ? DP_SIM_SCHED_DUALPIPEV
+           : in->vpp > 1 ? DP_SIM_SCHED_INTERLEAVED
+                         : DP_SIM_SCHED_1F1B;
+}
+
+/* When the input of rank r's pass st has arrived; < 0 not yet. A W pass needs only its
+ * own backward, run before it on the same rank. */
+static double input_at(const struct eng *E, int r, const struct dp_sim_step *st)
+{
+    if (st->kind == DP_SIM_PASS_W)
+        return 0;
+    size_t i = (size_t)gstage(E->in, r, st->chunk) * (size_t)E->in->M + (size_t)st->mb;
+    return st->fwd ? E->act_arr[i] : E->grad_arr[i];
+}
+
 static int rank_init(struct eng *E, struct rank *R, int r, struct dp_err *err)
 {
     const struct dp_sim_input *in = E->in;
     const int v = in->vpp;
     memset(R, 0, sizeof *R);
     R->r = r;
-    R->nprog = 2 * in->M * v;
-    R->prog = malloc((size_t)R->nprog * sizeof *R->prog);
+    R->nprog = dp_sim_schedule_passes(sim_schedule(in), in->pp, v, in->M, r);
+    R->prog = malloc((size_t)(R->nprog > 0 ? R->nprog : 1) * sizeof *R->prog);
     R->ufirst = calloc((size_t)v, sizeof *R->ufirst);
     R->ucount = calloc((size_t)v, sizeof *R->ucount);
     R->last_bwd = malloc((size_t)v * sizeof *R->last_bwd);
@@ -549,7 +627,7 @@ static int rank_init(struct eng *E, struct rank *R, int r, struct dp_err *err)
         return dp_err_set(err, DP_ENOMEM, "out of memory");
     /* items per chunk: [embedding] layers [head] */
     for (int c = 0; c < v; c++) {
-        int s = c * in->pp + r;
+        int s = gstage(in, r, c);
         int n = in->chunk_count[s] + (s == 0 ? 1 : 0) + (s == in->pp * v - 1 ? 1 : 0);
         R->ioff[c + 1] = R->ioff[c] + n;
     }
@@ -558,18 +636,23 @@ static int rank_init(struct eng *E, struct rank *R, int r, struct dp_err *err)
         return dp_err_set(err, DP_ENOMEM, "out of memory");
     for (int i = 0; i < R->ioff[v]; i++)
         R->imap[i] = -1;
-    int rc = dp_sim_schedule(in->schedule, in->pp, v, in->M, r, R->prog, err);
+    int rc = dp_sim_schedule(sim_schedule(in), in->pp, v, in->M, r, R->prog, err);
     if (rc)
         return rc;
     for (int c = 0; c < v; c++)
         R->last_bwd[c] = R->first_fwd[c] = -1;
+    /* the pass that completes a chunk's gradients: its last backward, or the W pass that
+     * finishes a backward for the inputs only */
     for (int64_t i = 0; i < R->nprog; i++) {
         int c = R->prog[i].chunk;
         if (R->prog[i].fwd && R->first_fwd[c] < 0)
             R->first_fwd[c] = i;
-        if (!R->prog[i].fwd)
+        if (!R->prog[i].fwd && R->prog[i].kind != DP_SIM_PASS_BI)
             R->last_bwd[c] = i;
     }
+    for (int c = 0; c < v; c++)
+        if (R->last_bwd[c] >= 0)
+            R->prog[R->last_bwd[c]].reduce = true;
     for (int u = R->nunit - 1; u >= 0; u--) {
         int c = R->unit[u].chunk;
         if (c < 0 || c >= v)
@@ -579,7 +662,7 @@ static int rank_init(struct eng *E, struct rank *R, int r, struct dp_err *err)
         R->ucount[c]++;
         /* the items it holds */
         const struct dp_dp_unit *U = &R->unit[u];
-        int s = c * in->pp + r;
+        int s = gstage(in, r, c);
         bool emb = s == 0;
         int cnt = in->chunk_count[s], n = R->ioff[c + 1] - R->ioff[c];
         for (int i = 0; i < n; i++) {
@@ -656,9 +739,7 @@ int dp_sim_engine(const struct dp_sim_input *in, const struct dp_sim_opts *o,
         return dp_err_set(err, DP_EINVAL, "simulate: pp=%d vpp=%d with %lld micro-batches", p, v,
                           (long long)M);
     struct eng E = {.in = in, .o = o, .S = S};
-    out->schedule = in->schedule == DP_SIM_SCHED_AUTO
-                        ? (v > 1 ? DP_SIM_SCHED_INTERLEAVED : DP_SIM_SCHED_1F1B)
-                        : in->schedule;
+    out->schedule = sim_schedule(in);
     out->pp = p;
     out->vpp = v;
     out->microbatches = M;
@@ -702,9 +783,12 @@ int dp_sim_engine(const struct dp_sim_input *in, const struct dp_sim_opts *o,
             struct rank *R = &E.rk[r];
             while (R->pi < R->nprog && !R->failed) {
                 const struct dp_sim_step *st = &R->prog[R->pi];
-                int s = st->chunk * p + r;
-                double t_in = st->fwd ? E.act_arr[(size_t)s * M + st->mb]
-                                      : E.grad_arr[(size_t)s * M + st->mb];
+                double t_in = input_at(&E, r, st);
+                /* an overlapped pair starts once both its passes' inputs are there */
+                if (t_in >= 0 && st->paired && st->fwd && R->pi + 1 < R->nprog) {
+                    double t2 = input_at(&E, r, st + 1);
+                    t_in = t2 < 0 ? -1 : t2 > t_in ? t2 : t_in;
+                }
                 if (t_in < 0)
                     break;
                 run_pass(&E, R, st, t_in, &caps[r]);

@@ -5,6 +5,7 @@
  */
 #include "sim.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 const char *dp_sim_schedule_name(enum dp_sim_schedule s)
@@ -13,6 +14,7 @@ const char *dp_sim_schedule_name(enum dp_sim_schedule s)
     case DP_SIM_SCHED_GPIPE: return "gpipe";
     case DP_SIM_SCHED_1F1B: return "1f1b";
     case DP_SIM_SCHED_INTERLEAVED: return "interleaved";
+    case DP_SIM_SCHED_DUALPIPEV: return "dualpipev";
     default: return "auto";
     }
 }
@@ -20,14 +22,17 @@ const char *dp_sim_schedule_name(enum dp_sim_schedule s)
 int dp_sim_schedule_parse(const char *s, enum dp_sim_schedule *out, struct dp_err *err)
 {
     static const enum dp_sim_schedule all[] = {DP_SIM_SCHED_AUTO, DP_SIM_SCHED_GPIPE,
-                                               DP_SIM_SCHED_1F1B, DP_SIM_SCHED_INTERLEAVED};
+                                               DP_SIM_SCHED_1F1B, DP_SIM_SCHED_INTERLEAVED,
+                                               DP_SIM_SCHED_DUALPIPEV};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (strcmp(s, dp_sim_schedule_name(all[i])) == 0) {
             *out = all[i];
             return 0;
         }
     return dp_err_set(err, DP_EUSAGE,
-                      "--schedule: expected one of auto, gpipe, 1f1b, interleaved, got \"%s\"", s);
+                      "--schedule: expected one of auto, gpipe, 1f1b, interleaved, dualpipev, got "
+                      "\"%s\"",
+                      s);
 }
 
 const char *dp_sim_stream_name(enum dp_sim_stream s)
@@ -71,6 +76,76 @@ static void table(int p, int v, int64_t k, int32_t *mb, int16_t *chunk)
     *mb = (int32_t)(g * p + in % p);
 }
 
+/*
+ * DualPipeV's passes on rank r (core/schedule_dualpipev.c, the order the cost model and
+ * the executor run), as steps: an overlapped pair becomes its forward then its backward,
+ * both marked paired; a backward for the inputs only (BI) queues its weight gradients,
+ * which the next W runs (first in, first out; a W with none queued is no pass). Writes
+ * the steps to out when out is not NULL; returns their count, -1 without memory.
+ */
+static int64_t dualpipev(int p, int64_t M, int r, struct dp_sim_step *out)
+{
+    const int64_t cap = 8 * (M + p);
+    struct dp_dpv_op *ops = malloc((size_t)cap * sizeof *ops);
+    struct dp_sim_step *wq = malloc((size_t)(2 * M) * sizeof *wq);
+    if (!ops || !wq) {
+        free(ops);
+        free(wq);
+        return -1;
+    }
+    const int64_t nops = dp_dualpipev_ops(p, M, r, ops);
+    int32_t next[2][2] = {{0, 0}, {0, 0}}; /* per phase, per direction: its next micro-batch */
+    int64_t n = 0, wh = 0, wt = 0;
+#define PUT(x)                                                                                     \
+    do {                                                                                           \
+        if (out)                                                                                   \
+            out[n] = (x);                                                                          \
+        n++;                                                                                       \
+    } while (0)
+    for (int64_t k = 0; k < nops; k++) {
+        const struct dp_dpv_op o = ops[k];
+        struct dp_sim_step st = {0};
+        switch (o.kind) {
+        case DP_DPV_F:
+            st = (struct dp_sim_step){.mb = next[o.ph][0]++, .chunk = o.ph, .fwd = true};
+            PUT(st);
+            break;
+        case DP_DPV_B:
+        case DP_DPV_BZ:
+            st = (struct dp_sim_step){.mb = next[o.ph][1]++, .chunk = o.ph};
+            if (o.kind == DP_DPV_BZ) {
+                st.kind = DP_SIM_PASS_BI;
+                wq[wt++] =
+                    (struct dp_sim_step){.mb = st.mb, .chunk = st.chunk, .kind = DP_SIM_PASS_W};
+            }
+            PUT(st);
+            break;
+        case DP_DPV_FB:
+            st = (struct dp_sim_step){
+                .mb = next[o.ph][0]++, .chunk = o.ph, .fwd = true, .paired = true};
+            PUT(st);
+            st = (struct dp_sim_step){.mb = next[o.ph2][1]++, .chunk = o.ph2, .paired = true};
+            PUT(st);
+            break;
+        default: /* DP_DPV_W */
+            if (wh < wt)
+                PUT(wq[wh++]);
+            break;
+        }
+    }
+#undef PUT
+    free(ops);
+    free(wq);
+    return n;
+}
+
+int64_t dp_sim_schedule_passes(enum dp_sim_schedule s, int p, int v, int64_t M, int r)
+{
+    if (s == DP_SIM_SCHED_DUALPIPEV)
+        return v == 2 && M >= 2 * (int64_t)p && r >= 0 && r < p ? dualpipev(p, M, r, NULL) : 0;
+    return 2 * M * v;
+}
+
 int dp_sim_schedule(enum dp_sim_schedule s, int p, int v, int64_t M, int r, struct dp_sim_step *out,
                     struct dp_err *err)
 {
@@ -79,6 +154,14 @@ int dp_sim_schedule(enum dp_sim_schedule s, int p, int v, int64_t M, int r, stru
                           (long long)M, r);
     if (s == DP_SIM_SCHED_AUTO)
         s = v > 1 ? DP_SIM_SCHED_INTERLEAVED : DP_SIM_SCHED_1F1B;
+    if (s == DP_SIM_SCHED_DUALPIPEV) {
+        if (v != 2 || M < 2 * (int64_t)p)
+            return dp_err_set(err, DP_EINFEASIBLE,
+                              "the dualpipev schedule needs vpp=2 (the V's two stages a rank) and "
+                              "at least 2 pp = %d micro-batches, got vpp=%d and %lld",
+                              2 * p, v, (long long)M);
+        return dualpipev(p, M, r, out) < 0 ? dp_err_set(err, DP_ENOMEM, "out of memory") : 0;
+    }
     if (s != DP_SIM_SCHED_INTERLEAVED && v > 1)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "the %s schedule runs one model chunk per rank, the layout has vpp=%d",
@@ -97,9 +180,9 @@ int dp_sim_schedule(enum dp_sim_schedule s, int p, int v, int64_t M, int r, stru
     int64_t n = 0, tot = M * v;
     if (s == DP_SIM_SCHED_GPIPE) {
         for (int64_t i = 0; i < M; i++)
-            out[n++] = (struct dp_sim_step){(int32_t)i, 0, true};
+            out[n++] = (struct dp_sim_step){.mb = (int32_t)i, .fwd = true};
         for (int64_t i = 0; i < M; i++)
-            out[n++] = (struct dp_sim_step){(int32_t)i, 0, false};
+            out[n++] = (struct dp_sim_step){.mb = (int32_t)i};
         return 0;
     }
     /* Warm-up forwards (get_pp_rank_microbatches): p - r - 1 without interleaving, 2 (p - r
@@ -108,7 +191,7 @@ int dp_sim_schedule(enum dp_sim_schedule s, int p, int v, int64_t M, int r, stru
     int64_t W = v == 1 ? p - r - 1 : 2 * (int64_t)(p - r - 1) + (int64_t)(v - 1) * p;
     if (W > tot)
         W = tot;
-    struct dp_sim_step st;
+    struct dp_sim_step st = {0};
     for (int64_t k = 0; k < W; k++) {
         table(p, v, k, &st.mb, &st.chunk);
         st.fwd = true;

@@ -6,7 +6,7 @@
  * The costs are the cost model's own terms, operation by operation
  * (dp_time_ops, dp_time_dp_units, dp_mem_terms in costmodel/): the simulator
  * decides only when each operation runs. Pipeline passes run in the order
- * Megatron-Core runs them (schedule.c); a pass starts when its rank is free and
+ * Megatron-Core runs them, or DualPipeV's (schedule.c); a pass starts when its rank is free and
  * its input has arrived; sends, data-parallel collectives and the optimizer
  * follow the rules in engine.c. Where the cost model sums (pipeline fill and
  * drain from a critical path, data-parallel overlap against one window), the
@@ -29,17 +29,28 @@ enum dp_sim_schedule {
     DP_SIM_SCHED_GPIPE,       /* all forwards, then all backwards (vpp 1) */
     DP_SIM_SCHED_1F1B,        /* one-forward-one-backward (vpp 1) */
     DP_SIM_SCHED_INTERLEAVED, /* interleaved 1F1B (vpp > 1) */
+    DP_SIM_SCHED_DUALPIPEV,   /* DualPipeV's V (layout pipeline_schedule dualpipev, vpp 2) */
 };
 const char *dp_sim_schedule_name(enum dp_sim_schedule s);
-/* "gpipe", "1f1b", "interleaved", "auto"; DP_EUSAGE otherwise. */
+/* "gpipe", "1f1b", "interleaved", "dualpipev", "auto"; DP_EUSAGE otherwise. */
 int dp_sim_schedule_parse(const char *s, enum dp_sim_schedule *out, struct dp_err *err);
 
+/* What a pass computes: the whole forward or backward; DualPipeV's zero-bubble split of
+ * a backward into the input gradients (BI, now) and the weight gradients (W, a later
+ * pass of its own). */
+enum dp_sim_pass_kind { DP_SIM_PASS_FULL, DP_SIM_PASS_BI, DP_SIM_PASS_W };
+
 /* One pass of a rank's schedule: forward or backward of micro-batch mb through its
- * model chunk `chunk`. */
+ * model chunk `chunk` (DualPipeV: chunk 0 is stage r, chunk 1 stage 2 pp - 1 - r).
+ * paired: one of DualPipeV's overlapped forward-backward pairs (the forward, then its
+ * partner backward as the next entry), each pass's expert all-to-alls under the other's
+ * compute. reduce: the engine's mark for the pass that completes the chunk's gradients. */
 struct dp_sim_step {
     int32_t mb;
     int16_t chunk;
     bool fwd;
+    uint8_t kind; /* enum dp_sim_pass_kind */
+    bool paired, reduce;
 };
 /*
  * Rank r's passes in the order the schedule runs them, 2 M v entries into out.
@@ -47,11 +58,16 @@ struct dp_sim_step {
  * schedules.py: get_pp_rank_microbatches, get_schedule_table with groups of pp
  * micro-batches, forward_backward_pipelining_with/without_interleaving); GPipe runs
  * all forwards, then the backwards in micro-batch order (torch.distributed.pipelining
- * ScheduleGPipe). DP_EINFEASIBLE when the schedule does not apply (interleaving
- * needs v > 1 and M a multiple of p, at least p; GPipe and 1F1B need v = 1).
+ * ScheduleGPipe); DualPipeV the eight steps of core's dp_dualpipev_ops, each phase's
+ * passes taking the micro-batches in order and each W the oldest deferred weight
+ * gradients. out needs dp_sim_schedule_passes entries. DP_EINFEASIBLE when the schedule
+ * does not apply (interleaving needs v > 1 and M a multiple of p, at least p; GPipe and
+ * 1F1B need v = 1; DualPipeV v = 2 and M >= 2 p).
  */
 int dp_sim_schedule(enum dp_sim_schedule s, int p, int v, int64_t M, int r, struct dp_sim_step *out,
                     struct dp_err *err);
+/* Entries dp_sim_schedule writes for rank r: 2 M v, and DualPipeV's W passes beside. */
+int64_t dp_sim_schedule_passes(enum dp_sim_schedule s, int p, int v, int64_t M, int r);
 
 enum dp_sim_stream {
     DP_SIM_COMPUTE,
@@ -103,6 +119,7 @@ struct dp_sim_pass {
     int32_t mb;
     int16_t chunk;
     bool fwd;
+    uint8_t kind; /* enum dp_sim_pass_kind */
 };
 
 /* Memory of the stage's GPU after a change at t: all of it, and its activations. */
@@ -174,9 +191,11 @@ struct dp_sim_input {
     int64_t M;
     enum dp_sim_schedule schedule;
     bool pp_overlap; /* sends run beside compute (Megatron overlap_p2p_comm); else block */
+    bool v_style;    /* DualPipeV's V: chunk 1 of rank r is stage 2 pp - 1 - r */
     int zero;
     int layers, moe_from;
-    int chunk_first[DP_MAX_CHUNKS], chunk_count[DP_MAX_CHUNKS]; /* per virtual stage c pp + r */
+    int chunk_first[DP_MAX_CHUNKS], chunk_count[DP_MAX_CHUNKS]; /* per virtual stage
+                                                                   (dp_pipe_global_stage) */
     int tp, cp, dp;                                             /* to name the GPUs */
     long ranks_per_stage;                                       /* tp x cp x dp */
     long stage_rank_stride;                                     /* global ranks between stages */

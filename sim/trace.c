@@ -104,10 +104,20 @@ static void stage_events(struct dp_buf *b, bool *first, const struct dp_sim_stag
     const double gib = 1024.0 * 1024.0 * 1024.0;
     for (size_t i = 0; i < st->npass; i++) {
         const struct dp_sim_pass *ps = &st->pass[i];
-        snprintf(name, sizeof name, "%s mb%d c%d", ps->fwd ? "F" : "B", (int)ps->mb,
-                 (int)ps->chunk);
+        /* DualPipeV's zero-bubble split: Bi the input gradients, W the weight gradients */
+        const bool w = ps->kind == DP_SIM_PASS_W, bi = ps->kind == DP_SIM_PASS_BI;
+        snprintf(name, sizeof name, "%s mb%d c%d",
+                 ps->fwd ? "F"
+                 : w     ? "W"
+                 : bi    ? "Bi"
+                         : "B",
+                 (int)ps->mb, (int)ps->chunk);
         snprintf(args, sizeof args, "\"phase\":\"%s\",\"microbatch\":%d,\"chunk\":%d",
-                 ps->fwd ? "forward" : "backward", (int)ps->mb, (int)ps->chunk);
+                 ps->fwd ? "forward"
+                 : w     ? "weight gradients"
+                 : bi    ? "input gradients"
+                         : "backward",
+                 (int)ps->mb, (int)ps->chunk);
         event_x(b, first, pid, DP_SIM_COMPUTE, name, "pass", ps->t0, ps->t1, args);
     }
     /* every operation, or with passes_only the communication lane's and the optimizer */

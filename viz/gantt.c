@@ -29,7 +29,29 @@ int dp_viz_gantt(const struct dp_viz_gantt *c, struct dp_buf *out, struct dp_err
     const double lane_h = row_h >= 22 ? 6 : 0, gap = row_h >= 22 ? 8 : 2;
     const double pitch = row_h + lane_h + gap;
     const double left = 96, right = 28, bottom = 76, W = 1040;
-    const double extra = 17.0 * (dp_viz_title_lines(c->subtitle, W) - 1), top = 96 + extra;
+    /* the legend names the colours the bars use, in as many lines as the width needs */
+    const char *lname[DP_VIZ_MAX_SERIES], *lcolor[DP_VIZ_MAX_SERIES];
+    int nl = 0, lstart[DP_VIZ_MAX_SERIES + 1], nlines = 0;
+    double lx = 0;
+    for (int k = 0; k < c->ncolors; k++) {
+        bool used = false;
+        for (size_t i = 0; i < c->nbar && !used; i++)
+            used = c->bar[i].color == k;
+        if (!used)
+            continue;
+        double w = 16 + dp_svg_text_width(c->color_name[k], 12) + 18; /* axis.c LABEL_FONT */
+        if (nl == 0 || lx + w > W - left - right + 18) {
+            lstart[nlines++] = nl;
+            lx = 0;
+        }
+        lx += w;
+        lname[nl] = c->color_name[k];
+        lcolor[nl++] = c->colors[k];
+    }
+    lstart[nlines] = nl;
+    const double legend_h = 18.0 * (nlines > 1 ? nlines - 1 : 0);
+    const double extra = 17.0 * (dp_viz_title_lines(c->subtitle, W) - 1),
+                 top = 96 + extra + legend_h;
     const double plot_h = c->nrows * pitch;
     const double H = top + plot_h + bottom + (c->note ? 16 : 0);
     struct dp_viz_frame f = {left, top, W - left - right, plot_h};
@@ -42,7 +64,9 @@ int dp_viz_gantt(const struct dp_viz_gantt *c, struct dp_buf *out, struct dp_err
     struct dp_svg s;
     dp_svg_begin(&s, out, W, H, c->title);
     dp_viz_title(&s, c->title, c->subtitle);
-    dp_viz_legend(&s, left, 70 + extra, c->color_name, c->colors, c->ncolors, false);
+    for (int i = 0; i < nlines; i++)
+        dp_viz_legend(&s, left, 70 + extra + 18.0 * i, lname + lstart[i], lcolor + lstart[i],
+                      lstart[i + 1] - lstart[i], false);
     dp_viz_axis_bottom(&s, &f, &xs, ticks, nt, step, false, c->x_label);
 
     /* row labels, top to bottom */

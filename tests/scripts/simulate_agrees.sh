@@ -2,8 +2,9 @@
 # `dplan simulate` against `dplan estimate` (issue 15 item 1): both price every operation
 # with the cost model's per-operation terms, so on stages of equal layers the event
 # simulation and the analytic step agree within 2%, whatever the layout: 1F1B, GPipe,
-# interleaved, tensor/context/expert parallel, ZeRO-1/2/3 with and without overlapped
-# gathers, FP8, full recompute, torchtitan FSDP2, HSDP, per-op and per-module recompute. `estimate --simulate` reports the simulation's step.
+# interleaved, DualPipeV, tensor/context/expert parallel, ZeRO-1/2/3 with and without
+# overlapped gathers, FP8, full recompute, torchtitan FSDP2, HSDP, per-op and per-module
+# recompute. `estimate --simulate` reports the simulation's step.
 set -eu
 dplan=$1
 fail=0
@@ -41,6 +42,15 @@ check llama2-7b --system dgx-h100 --nodes 2 --tp 1 --pp 1 --zero 3 --framework t
 check llama2-7b --system dgx-h100 --nodes 4 --tp 1 --pp 1 --zero 3 --framework torchtitan --shard-group 8 --gbs 128
 check llama2-7b --system dgx-h100 --tp 2 --pp 4 --gbs 64 --framework torchtitan --recompute op
 check llama2-7b --system dgx-h100 --tp 2 --pp 4 --gbs 64 --recompute selective --recompute-modules core_attn,mlp
+# DualPipeV (torchtitan): the V's stages, the overlapped pairs (a MoE layer's all-to-alls
+# priced as ep_pair inside one), the deferred weight-gradient passes; dense and MoE, even and
+# uneven stage lists, FSDP with full recompute, per-op SAC, DeepSeek-V3's 61 layers with CP
+check llama2-7b --system dgx-h100 --tp 2 --pp 4 --vpp 2 --gbs 64 --framework torchtitan --pipeline-schedule dualpipev
+check llama2-7b --system dgx-h100 --nodes 2 --tp 1 --pp 2 --vpp 2 --gbs 64 --framework torchtitan --pipeline-schedule dualpipev --zero 3 --recompute full
+check llama3-8b --system dgx-h100 --nodes 2 --tp 2 --pp 4 --vpp 2 --gbs 128 --framework torchtitan --pipeline-schedule dualpipev --stage-layers 3,4,5,4,4,4,4,4
+check qwen3-30b-a3b --system dgx-h100 --nodes 2 --ep 8 --pp 2 --vpp 2 --gbs 128 --framework torchtitan --pipeline-schedule dualpipev
+check qwen3-30b-a3b --system dgx-h100 --nodes 8 --ep 8 --pp 8 --vpp 2 --gbs 256 --framework torchtitan --pipeline-schedule dualpipev --recompute op
+check deepseek-v3 --system dgx-h100 --nodes 128 --pp 16 --vpp 2 --cp 4 --ep 32 --zero 2 --gbs 4096 --framework torchtitan --pipeline-schedule dualpipev --stage-layers 1,2*30,0
 
 # estimate --simulate reports the simulation's step and the analytic one beside it
 est=$("$dplan" estimate llama2-7b --system dgx-h100 --tp 2 --pp 4 --gbs 64 --simulate --json)

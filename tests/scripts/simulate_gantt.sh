@@ -2,7 +2,8 @@
 # The Gantt chart of `dplan simulate --svg` (issue 15 item 3) shows the bubble the
 # simulation reports: inside the pipeline span (the dashed lines), the rows' area not
 # covered by pass bars, over the rows' whole area, is the --json "bubble", to the 0.1 px
-# rounding of the bars' ends. For 1F1B, interleaved and GPipe, uniform and uneven stages.
+# rounding of the bars' ends. For 1F1B, interleaved, GPipe and DualPipeV (its weight-
+# gradient passes are bars too), uniform and uneven stages.
 set -eu
 dplan=$1
 tmp=$(mktemp -d)
@@ -35,4 +36,5 @@ check llama2-7b --system dgx-h100 --tp 2 --pp 4 --gbs 16
 check llama2-7b --system dgx-h100 --tp 2 --pp 4 --vpp 2 --gbs 16
 check llama2-7b --system dgx-h100 --tp 2 --pp 4 --gbs 16 --schedule gpipe
 check llama2-7b --system dgx-h100 --tp 2 --pp 4 --stage-layers 6,9,9,8 --gbs 16
+check qwen3-30b-a3b --system dgx-h100 --nodes 8 --ep 8 --pp 4 --vpp 2 --gbs 128 --framework torchtitan --pipeline-schedule dualpipev --stage-layers 3,7,7,7,7,7,7,3
 exit $fail

@@ -17,6 +17,8 @@ trap 'rm -rf "$tmp"' EXIT
 "$dplan" suggest llama2-7b --system dgx-h100 --top 3 --svg "$tmp/suggest.svg" > /dev/null || exit 1
 "$dplan" whatif llama2-7b --systems dgx-h100 --nodes 1,2 --svg "$tmp/whatif.svg" > /dev/null || exit 1
 "$dplan" simulate llama2-7b --system dgx-h100 --tp 2 --pp 4 --vpp 2 --gbs 16 --svg "$tmp/gantt.svg" > /dev/null || exit 1
+"$dplan" simulate llama2-7b --system dgx-h100 --tp 2 --pp 4 --vpp 2 --gbs 16 --framework torchtitan \
+  --pipeline-schedule dualpipev --svg "$tmp/gantt-dualpipev.svg" > /dev/null || exit 1
 "$dplan" validate --svg "$tmp/validate.svg" > /dev/null || exit 1
 ls "$tmp"/*.tmp.* > /dev/null 2>&1 && { echo "svg_check: a temporary file was left behind"; exit 1; }
 fail=0 n=0
@@ -36,6 +38,6 @@ for svg in "$golden"/svg_*/expected_stdout "$tmp"/*.svg; do
     echo "$svg: rendered $dims px, the SVG says $want"; fail=1
   fi
 done
-[ "$n" -ge 11 ] || { echo "svg_check: only $n SVGs checked"; exit 1; }
+[ "$n" -ge 12 ] || { echo "svg_check: only $n SVGs checked"; exit 1; }
 [ $fail = 0 ] && echo "svg_check: $n SVGs well-formed and rendered"
 exit $fail

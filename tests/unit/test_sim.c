@@ -7,12 +7,17 @@
  * bubble time shrinks by v), Megatron-Core's warm-up counts, the activations
  * in flight (p micro-batches on stage 0 in 1F1B, all m in GPipe), a blocking
  * send on the critical path, and the Gantt chart's idle area, read back from
- * its SVG, against the bubble.
+ * its SVG, against the bubble. DualPipeV: its order on pp 2, M 4 as worked out by hand
+ * (the executor's test has the same string), its passes' invariants on pp 2-6, and its
+ * timeline against the cost model's own list scheduler (costmodel/pipeline_dualpipev.c, a
+ * separate walk of the same eight steps) on uneven stages with paired all-to-alls and
+ * deferred weight gradients: the two must agree to rounding.
  */
 #include "check.h"
 #include "sim/sim.h"
 #include "viz/viz.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 /* p stages of v chunks of `per` layers; each layer's attention and MLP block take f/2
@@ -297,6 +302,157 @@ static void test_zero3_prefetch(void)
     free(in);
 }
 
+/* DualPipeV on pp 2, M 4: the passes as F<mb>.<chunk> / B<mb>.<chunk> (an overlapped pair its
+ * forward then its backward, a backward for the inputs only as B, W passes left out), worked
+ * out by hand from the eight steps (tests/executor/test_executor_interleave.c derives the
+ * same strings); and the W passes: as many as the backwards for inputs only, each after its
+ * own. */
+static void test_dualpipev_order(void)
+{
+    static const char *const want[2] = {
+        "F0.0 F1.0 F2.0 F0.1 B0.1 F1.1 F3.0 B1.1 F2.1 B0.0 B2.1 F3.1 B1.0 B3.1 B2.0 B3.0",
+        "F0.0 F0.1 F1.0 F1.1 F2.0 B0.1 F2.1 B0.0 F3.0 B1.1 F3.1 B1.0 B2.1 B2.0 B3.1 B3.0"};
+    struct dp_err err = {0};
+    for (int r = 0; r < 2; r++) {
+        int64_t n = dp_sim_schedule_passes(DP_SIM_SCHED_DUALPIPEV, 2, 2, 4, r);
+        struct dp_sim_step *st = calloc((size_t)n, sizeof *st);
+        CHECK_EQ(dp_sim_schedule(DP_SIM_SCHED_DUALPIPEV, 2, 2, 4, r, st, &err), 0);
+        char got[512] = "";
+        size_t len = 0;
+        int bi = 0, w = 0;
+        for (int64_t i = 0; i < n; i++) {
+            if (st[i].kind == DP_SIM_PASS_W) {
+                w++;
+                continue;
+            }
+            bi += st[i].kind == DP_SIM_PASS_BI;
+            len += (size_t)snprintf(got + len, sizeof got - len, "%s%c%d.%d", len ? " " : "",
+                                    st[i].fwd ? 'F' : 'B', (int)st[i].mb, (int)st[i].chunk);
+        }
+        if (strcmp(got, want[r]) != 0)
+            fprintf(stderr, "DualPipeV stage %d:\n  sim     %s\n  by hand %s\n", r, got, want[r]);
+        CHECK(strcmp(got, want[r]) == 0);
+        CHECK_EQ(w, bi);
+        free(st);
+    }
+    CHECK_EQ(dp_sim_schedule(DP_SIM_SCHED_DUALPIPEV, 4, 2, 7, 0, NULL, &err), DP_EINFEASIBLE);
+    CHECK_EQ(dp_sim_schedule(DP_SIM_SCHED_DUALPIPEV, 4, 1, 8, 0, NULL, &err), DP_EINFEASIBLE);
+}
+
+/* Every rank's DualPipeV passes, pp 2-6 and M 2 pp to 4 pp: each (micro-batch, chunk) once
+ * forward and once backward, each phase's forwards and backwards in micro-batch order, a
+ * backward after its forward, each W after the backward for inputs only it finishes (first
+ * in, first out), and pairs as a forward then a backward. */
+static void test_dualpipev_passes(void)
+{
+    struct dp_err err = {0};
+    for (int p = 2; p <= 6; p++)
+        for (int64_t M = 2 * p; M <= 4 * p; M += p)
+            for (int r = 0; r < p; r++) {
+                int64_t n = dp_sim_schedule_passes(DP_SIM_SCHED_DUALPIPEV, p, 2, M, r);
+                CHECK(n >= 4 * M);
+                struct dp_sim_step *st = calloc((size_t)n, sizeof *st);
+                int *fwd = calloc((size_t)(2 * M), sizeof *fwd), *bwd = calloc(2 * M, sizeof *bwd);
+                int next[2][2] = {{0, 0}, {0, 0}};
+                int64_t wq[256], wh = 0, wt = 0;
+                CHECK_EQ(dp_sim_schedule(DP_SIM_SCHED_DUALPIPEV, p, 2, M, r, st, &err), 0);
+                bool ok = true;
+                for (int64_t i = 0; i < n; i++) {
+                    const struct dp_sim_step *x = &st[i];
+                    const int k = x->chunk * (int)M + x->mb;
+                    if (x->kind == DP_SIM_PASS_W) {
+                        ok &= wh < wt && wq[wh++] == k;
+                        continue;
+                    }
+                    if (x->fwd) {
+                        ok &= fwd[k]++ == 0 && x->mb == next[x->chunk][0]++;
+                        ok &= !x->paired || (i + 1 < n && st[i + 1].paired && !st[i + 1].fwd);
+                    } else {
+                        ok &= fwd[k] == 1 && bwd[k]++ == 0 && x->mb == next[x->chunk][1]++;
+                        ok &= !x->paired || (i > 0 && st[i - 1].paired && st[i - 1].fwd);
+                        if (x->kind == DP_SIM_PASS_BI && wt < 256)
+                            wq[wt++] = k;
+                    }
+                }
+                ok &= wh == wt && next[0][0] == M && next[1][0] == M && next[0][1] == M &&
+                      next[1][1] == M;
+                if (!ok)
+                    fprintf(stderr, "DualPipeV p=%d M=%lld rank %d: bad pass list\n", p,
+                            (long long)M, r);
+                CHECK(ok);
+                free(st);
+                free(fwd);
+                free(bwd);
+            }
+}
+
+/* The cost model's DualPipeV timeline (its own walk of the eight steps) against the
+ * engine's, on the same per-stage costs: pp = 3 with uneven stages (model order 1, 3, 2, 2,
+ * 3, 1 layers), MoE layers whose two all-to-alls cost 0.2 s a pass alone and 0.05 s inside a
+ * pair, F 1, B 2 (of which W 0.7) per layer. */
+static void test_dualpipev_against_costmodel(void)
+{
+    const int p = 3, S = 2 * p, count[6] = {1, 3, 2, 2, 3, 1};
+    const double f = 1, b = 2, w = 0.7, ep = 0.2, ep_pair = 0.05;
+    struct dp_sim_input *in = malloc(sizeof *in);
+    memset(in, 0, sizeof *in);
+    in->pp = p;
+    in->vpp = 2;
+    in->v_style = true;
+    in->schedule = DP_SIM_SCHED_AUTO;
+    in->tp = in->cp = in->dp = 1;
+    in->ranks_per_stage = in->stage_rank_stride = 1;
+    int first = 0;
+    for (int s = 0; s < S; s++) {
+        in->chunk_first[s] = first;
+        in->chunk_count[s] = count[s];
+        first += count[s];
+    }
+    in->layers = first;
+    in->moe_from = 0;
+    for (int k = 0; k < DP_BLOCKS; k++) {
+        struct dp_block_cost *bc = &in->ops.layer[DP_LAYER_MOE].blk[k];
+        bc->fwd_s = f / 2;
+        bc->bwd_s = b / 2;
+        bc->wgrad_s = w / 2;
+    }
+    struct dp_block_cost *mlp = &in->ops.layer[DP_LAYER_MOE].blk[DP_BLOCK_MLP];
+    mlp->ep_f = mlp->ep_b = ep;
+    mlp->ep_pair = ep_pair;
+    for (int r = 0; r < p; r++) {
+        in->mem[r].static_bytes = 1000000;
+        in->mem[r].layer_bytes[DP_LAYER_MOE] = 1000;
+    }
+    double F[DP_MAX_CHUNKS], B[DP_MAX_CHUNKS], Fp[DP_MAX_CHUNKS], Bp[DP_MAX_CHUNKS],
+        W[DP_MAX_CHUNKS];
+    for (int s = 0; s < S; s++) {
+        F[s] = count[s] * (f + ep);
+        B[s] = count[s] * (b + ep);
+        Fp[s] = count[s] * (f + ep_pair);
+        Bp[s] = count[s] * (b + ep_pair);
+        W[s] = count[s] * w;
+    }
+    for (int64_t M = 2 * p; M <= 4 * p; M += p) {
+        in->M = M;
+        struct dp_sim_result r;
+        CHECK_EQ(run(in, false, &r), 0);
+        double want = dp_pipe_dualpipev_time_s(p, M, F, B, Fp, Bp, W);
+        if (fabs(r.pipe_s - want) > 1e-9)
+            fprintf(stderr, "DualPipeV M=%lld: sim %.9f, cost model %.9f\n", (long long)M, r.pipe_s,
+                    want);
+        CHECK_NEAR(r.pipe_s, want, 1e-9);
+        CHECK_EQ(r.schedule, DP_SIM_SCHED_DUALPIPEV);
+        /* the work is all there: each rank's two stages' passes, M times */
+        for (int k = 0; k < p; k++) {
+            const int s0 = k, s1 = S - 1 - k;
+            double alone = M * (count[s0] + count[s1]) * (f + b);
+            CHECK(r.stage[k].b.compute > alone - 1e-9 && r.stage[k].b.compute < alone + 1e-9);
+        }
+        dp_sim_result_release(&r);
+    }
+    free(in);
+}
+
 int main(void)
 {
     test_schedule_orders();
@@ -305,5 +461,8 @@ int main(void)
     test_blocking_send();
     test_dp_overlap();
     test_zero3_prefetch();
+    test_dualpipev_order();
+    test_dualpipev_passes();
+    test_dualpipev_against_costmodel();
     return check_failures ? 1 : 0;
 }
