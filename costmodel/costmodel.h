@@ -205,6 +205,10 @@ void dp_mem_stage(const struct dp_model *m, const struct dp_cluster *cl, const s
  * data-parallel group, dp_layout_edp). */
 void dp_mem_stage_params(const struct dp_model *m, const struct dp_layout *l, int stage,
                          int64_t *dense, int64_t *expert);
+/* Of those, the multi-token-prediction module's on the loss's stage (layout mtp_layers),
+ * with the copy of the input embedding it keeps; 0 without MTP. */
+void dp_mem_mtp_params(const struct dp_model *m, const struct dp_layout *l, int64_t *dense,
+                       int64_t *expert);
 
 /* One layer's parameters per GPU of a kind (unsharded): the dense part (attention, norms,
  * dense MLP, router, shared experts) and the routed experts. */
@@ -533,6 +537,11 @@ struct dp_step_ops {
     struct dp_end_cost emb, head;
     double p2p_s;      /* one activation or gradient to the neighbouring stage */
     double emb_sync_s; /* tied embeddings with pp > 1: the first and last stage's all-reduce */
+    /* Multi-token prediction (layout mtp_layers) after the output layer on the loss's chunk:
+     * per depth one layer of kind mtp_kind, then mtp_f / mtp_b, the rest of the module with
+     * its TP collectives (time.c ends: projection, norms, the output layer and loss again) */
+    int mtp_layers, mtp_kind;
+    double mtp_f, mtp_b;
     double recompute_share[DP_MAX_PP]; /* of each stage's layers (recompute_layers) */
     double optimizer_s[DP_MAX_PP];     /* each stage's optimizer step over its shard */
     double contention;                 /* overlapped communication slows compute by this

@@ -194,6 +194,15 @@ void dp_mem_stage_params(const struct dp_model *m, const struct dp_layout *l, in
     stage_params(m, l, r, &kinds, &kp, dense, expert);
 }
 
+void dp_mem_mtp_params(const struct dp_model *m, const struct dp_layout *l, int64_t *dense,
+                       int64_t *expert)
+{
+    struct kind_params kp;
+    kind_params(m, l, &kp);
+    *dense = *expert = 0;
+    mtp_params(m, l, &kp, dense, expert);
+}
+
 /* The largest linear weight of a layer per GPU (TP-split): the unit DeepSpeed ZeRO-3
  * gathers per sub-module; Megatron-style fused QKV and gate/up projections. */
 static int64_t largest_linear(const struct dp_model *m, const struct dp_layout *l)

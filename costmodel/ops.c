@@ -81,14 +81,19 @@ void dp_time_ops(const struct dp_model *m, const struct dp_cluster *cl, const st
     o->head.tp_f = e.head_tp_f;
     o->head.tp_b = e.head_tp_b;
     end_params(m, l, &o->emb.params, &o->head.params);
+    o->mtp_layers = l->mtp_layers;
+    o->mtp_kind = dp_model_mtp_kind(m);
+    o->mtp_f = e.mtp_f;
+    o->mtp_b = e.mtp_b;
     o->p2p_s = dp__time_p2p(&cs);
     o->contention = OVERLAP_CONTENTION;
 
     int pb, gb, ob;
     dp_mem_bytes_per_param(l, &pb, &gb, &ob);
-    /* Tied embeddings across stages (Megatron _allreduce_word_embedding_grads), as
-     * dp_time_step charges it. */
-    if (l->pp > 1 && dp_layout_head_rank(l) != 0 && m->tied_embeddings) {
+    /* Tied embeddings across stages (Megatron _allreduce_word_embedding_grads), and the
+     * embedding copy multi-token prediction keeps on the last stage, as dp_time_step
+     * charges them. */
+    if (l->pp > 1 && dp_layout_head_rank(l) != 0 && (m->tied_embeddings || l->mtp_layers > 0)) {
         double vpad = (double)dp_padded_vocab(m->vocab, l->tp);
         o->emb_sync_s = dp_coll_time_s(DP_ALLREDUCE, vpad * m->hidden / l->tp * gb, 2, &cs.emb);
     }
@@ -129,6 +134,7 @@ struct unit_ctx {
     double lin_per_layer; /* linear weights of one layer (FP8 when gathered in FP8) */
     double hbm;           /* sustained HBM bandwidth, B/s (FSDP's copies) */
     int64_t emb, head;
+    int64_t mtp_dense, mtp_expert; /* the MTP module, with the output layer's unit */
     int64_t dense[DP_LAYER_KINDS], expert[DP_LAYER_KINDS];
 };
 
@@ -193,7 +199,8 @@ static void item_params(const struct unit_ctx *x, const struct chunk_items *ci, 
         *d = x->emb;
         *layer = -1;
     } else if (j >= ci->cnt) {
-        *d = x->head;
+        *d = x->head + x->mtp_dense;
+        *e = x->mtp_expert;
         *layer = ci->cnt;
     } else {
         layers_params(x, ci->first + j, 1, d, e);
@@ -252,6 +259,7 @@ int dp_time_dp_units(const struct dp_model *m, const struct dp_cluster *cl,
     x.fp8_gather = cl->gpu.fp8_tflops > 0 && dp_layout_fp8_gather(l);
     x.lin_per_layer = dp__linear_weights_per_layer(m, l);
     end_params(m, l, &x.emb, &x.head);
+    dp_mem_mtp_params(m, l, &x.mtp_dense, &x.mtp_expert);
     for (int k = 0; k < DP_LAYER_KINDS; k++)
         dp_mem_layer_params(m, l, (enum dp_layer_kind)k, &x.dense[k], &x.expert[k]);
 

@@ -56,11 +56,6 @@ int dp_sim_build(const struct dp_model *m, const struct dp_cluster *cl, const st
                                 "dualpipev and vpp 2 (`--pipeline-schedule dualpipev --vpp 2`: "
                                 "its stages sit in a V)",
                           dp_sim_schedule_name(o->schedule));
-    if (l->mtp_layers > 0)
-        return dp_err_set(err, DP_EINFEASIBLE,
-                          "mtp_layers=%d: the simulator has no multi-token-prediction layers "
-                          "(`dplan estimate` prices them)",
-                          l->mtp_layers);
     in->pp = l->pp;
     in->vpp = l->vpp;
     in->M = dp_layout_microbatches(l);

@@ -405,6 +405,38 @@ static void block_bwd(struct eng *E, struct rank *R, const struct dp_block_cost 
                bc->tp_b, w, &b->tp, cp);
 }
 
+/*
+ * Multi-token prediction's depth d after the output layer (Megatron-Core
+ * MultiTokenPredictionLayer): forward its transformer layer (model layer `layers + d`,
+ * of the model's last layer's kind), then the rest of the module (mtp_f: next-token
+ * embedding, norms, projection, output layer and loss again); backward the reverse, the
+ * layer recomputed by the last stage's share as the cost model charges it.
+ */
+static void mtp_depth(struct eng *E, struct rank *R, int d, const struct where *w0, bool fwd,
+                      struct caps *cp)
+{
+    const struct dp_step_ops *ops = &E->in->ops;
+    const struct dp_layer_cost *lc = &ops->layer[ops->mtp_kind];
+    struct where w = *w0;
+    w.layer = (int16_t)(E->in->layers + d);
+    if (fwd) {
+        block_fwd(E, R, &lc->blk[DP_BLOCK_ATTN], DP_SIM_OP_ATTN, &w, false, false, cp);
+        block_fwd(E, R, &lc->blk[DP_BLOCK_MLP], DP_SIM_OP_MLP, &w, false, false, cp);
+        w.blk = DP_SIM_OP_HEAD;
+        compute(E, R, DP_SIM_OP_HEAD, ops->mtp_f, &w, &R->b.compute, cp);
+        return;
+    }
+    w.blk = DP_SIM_OP_HEAD;
+    w.phase = DP_SIM_BWD;
+    compute(E, R, DP_SIM_OP_HEAD, ops->mtp_b, &w, &R->b.compute, cp);
+    w.phase = DP_SIM_RECOMPUTE;
+    block_fwd(E, R, &lc->blk[DP_BLOCK_ATTN], DP_SIM_OP_ATTN, &w, true, false, cp);
+    block_fwd(E, R, &lc->blk[DP_BLOCK_MLP], DP_SIM_OP_MLP, &w, true, false, cp);
+    w.phase = DP_SIM_BWD;
+    block_bwd(E, R, &lc->blk[DP_BLOCK_MLP], DP_SIM_OP_MLP, &w, false, false, cp);
+    block_bwd(E, R, &lc->blk[DP_BLOCK_ATTN], DP_SIM_OP_ATTN, &w, false, false, cp);
+}
+
 static void run_pass(struct eng *E, struct rank *R, const struct dp_sim_step *st, double t_in,
                      struct caps *cp)
 {
@@ -483,11 +515,18 @@ static void run_pass(struct eng *E, struct rank *R, const struct dp_sim_step *st
             w.layer = -1;
             w.blk = DP_SIM_OP_HEAD;
             if (st->fwd) {
-                mem_add(R, R->t, mt->head_bytes, true);
+                mem_add(R, R->t, mt->head_bytes, true); /* MTP's activations included */
                 compute(E, R, DP_SIM_OP_HEAD, ops->head.fwd_s, &w, &b->compute, cp);
                 collective(E, R, DP_SIM_TP, DP_SIM_OP_TP, ops->head.tp_f, ops->head.tp_f, &w,
                            &b->tp, cp);
+                for (int d = 0; d < ops->mtp_layers; d++)
+                    mtp_depth(E, R, d, &w, true, cp);
             } else {
+                for (int d = ops->mtp_layers - 1; d >= 0; d--)
+                    mtp_depth(E, R, d, &w, false, cp);
+                w.layer = -1;
+                w.blk = DP_SIM_OP_HEAD;
+                w.phase = DP_SIM_BWD;
                 compute(E, R, DP_SIM_OP_HEAD, ops->head.bwd_s, &w, &b->compute, cp);
                 collective(E, R, DP_SIM_TP, DP_SIM_OP_TP, ops->head.tp_b, ops->head.tp_b, &w,
                            &b->tp, cp);

@@ -453,6 +453,38 @@ static void test_dualpipev_against_costmodel(void)
     free(in);
 }
 
+/* Multi-token prediction after the output layer, by hand: one stage, one micro-batch, one
+ * layer (F 1 s, B 2 s), two MTP depths each one more such layer plus 0.5 s forward and 1 s
+ * backward of the rest of the module, full recompute of its layers (their forward again in
+ * backward): the step is 3 + 2 (3 + 1.5) + 3 x 1 = 15 s, the recompute 3 s, and the head's
+ * activations (MTP's included) held from the forward to the backward. */
+static void test_mtp(void)
+{
+    struct dp_sim_input *in = malloc(sizeof *in);
+    uniform(in, 1, 1, 1, 1, 1.0, 2.0, DP_SIM_SCHED_1F1B);
+    in->ops.mtp_layers = 2;
+    in->ops.mtp_kind = DP_LAYER_DENSE;
+    in->ops.mtp_f = 0.5;
+    in->ops.mtp_b = 1.0;
+    in->ops.recompute_share[0] = 1;
+    for (int k = 0; k < DP_BLOCKS; k++)
+        in->ops.layer[DP_LAYER_DENSE].blk[k].re_s = 0.5;
+    in->mem[0].head_bytes = 7000;
+    struct dp_sim_result r;
+    CHECK_EQ(run(in, true, &r), 0);
+    CHECK_NEAR(r.step_s, 15.0, 1e-12);
+    CHECK_NEAR(r.stage[0].b.recompute, 3.0, 1e-12);
+    CHECK_NEAR(r.stage[0].b.compute, 12.0, 1e-12);
+    CHECK_EQ(r.stage[0].peak_bytes, 1000000 + 1000 + 7000);
+    /* the MTP layers are named after the model's: layers 1 and 2 */
+    int seen = 0;
+    for (size_t i = 0; i < r.stage[0].nslice; i++)
+        seen |= r.stage[0].slice[i].layer == 1 ? 1 : r.stage[0].slice[i].layer == 2 ? 2 : 0;
+    CHECK_EQ(seen, 3);
+    dp_sim_result_release(&r);
+    free(in);
+}
+
 int main(void)
 {
     test_schedule_orders();
@@ -464,5 +496,6 @@ int main(void)
     test_dualpipev_order();
     test_dualpipev_passes();
     test_dualpipev_against_costmodel();
+    test_mtp();
     return check_failures ? 1 : 0;
 }
