@@ -76,6 +76,7 @@ enum family {
     FAM_GEMMA2,
     FAM_GEMMA3,
     FAM_GPT_OSS,
+    FAM_GLM4_MOE,
 };
 
 /*
@@ -121,6 +122,8 @@ static const struct hf_defaults {
     [FAM_GEMMA3] = {"Gemma3TextConfig", 131072, 4, 0.0, 256},
     /* GptOssConfig: 8 KV heads, head_dim 64, 131072 positions (YaRN over 4096). */
     [FAM_GPT_OSS] = {"GptOssConfig", 131072, 8, 0.0, 64},
+    /* Glm4MoeConfig: 8 KV heads, 131072 positions; no head_dim field (hidden / heads). */
+    [FAM_GLM4_MOE] = {"Glm4MoeConfig", 131072, 8, 0.0, 0},
 };
 
 static const struct {
@@ -146,11 +149,12 @@ static const struct {
     {"gemma2", FAM_GEMMA2},
     {"gemma3_text", FAM_GEMMA3},
     {"gpt_oss", FAM_GPT_OSS},
+    {"glm4_moe", FAM_GLM4_MOE},
 };
 
 #define SUPPORTED_TYPES                                                                            \
     "llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, deepseek_v2, deepseek_v3, "      \
-    "phi3, gemma, gemma2, gemma3_text, gpt_oss, gpt2, gpt_neox, falcon"
+    "phi3, gemma, gemma2, gemma3_text, gpt_oss, glm4_moe, gpt2, gpt_neox, falcon"
 
 /* Infer the family when model_type is absent: from "architectures" or the key style. */
 static int detect_family(struct dp_jr *jr, const cJSON *root, enum family *fam, char *type,
@@ -202,6 +206,7 @@ static int detect_family(struct dp_jr *jr, const cJSON *root, enum family *fam, 
                      {"GptOssFor", FAM_GPT_OSS, "gpt_oss"},
                      {"DeepseekV2", FAM_DEEPSEEK_V2, "deepseek_v2"},
                      {"DeepseekV3", FAM_DEEPSEEK_V3, "deepseek_v3"},
+                     {"Glm4Moe", FAM_GLM4_MOE, "glm4_moe"},
                      {"GPT2", FAM_GPT2, "gpt2"},
                      {"GPTNeoX", FAM_NEOX, "gpt_neox"},
                      {"Falcon", FAM_FALCON, "falcon"},
@@ -394,6 +399,54 @@ static int deepseek(struct dp_jr *jr, const cJSON *root, enum family fam, struct
                           "%s: attention_bias: true is not supported with MLA attention", jr->file);
     static const char *const drop[] = {"attention_dropout", NULL};
     m->dropout = any_positive(root, drop, hf_defaults[fam].dropout);
+    return 0;
+}
+
+/*
+ * GLM-4.5 (transformers Glm4MoeConfig, model_type glm4_moe; modeling_glm4_moe.py):
+ * grouped-query attention of head_dim (absent: hidden / heads), biases on q, k and v with
+ * attention_bias and none on o_proj (Glm4MoeAttention), q_norm and k_norm RMSNorm(head_dim)
+ * with use_qk_norm; rotary on partial_rotary_factor of each head (element-wise work, not
+ * charged). first_k_dense_replace dense layers of intermediate_size, then MoE layers of
+ * n_routed_experts and one shared MLP of n_shared_experts x moe_intermediate_size behind
+ * DeepSeek-V3's router (Glm4MoeTopkRouter: its weight and e_score_correction_bias);
+ * num_nextn_predict_layers multi-token-prediction layers as DeepSeek-V3's. Class defaults:
+ * n_routed_experts 128, num_experts_per_tok 8, n_shared_experts 1, first_k_dense_replace
+ * 1, attention_bias and use_qk_norm False.
+ */
+static int glm4_moe(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
+{
+    static const char *const k_kv[] = {"num_key_value_heads", NULL};
+    static const char *const k_ffn[] = {"intermediate_size", NULL};
+    static const char *const k_e[] = {"n_routed_experts", NULL};
+    static const char *const k_k[] = {"num_experts_per_tok", NULL};
+    static const char *const k_mf[] = {"moe_intermediate_size", NULL};
+    int64_t shared = 1, dense = 1;
+    m->experts = 128;
+    m->top_k = 8;
+    if (hf_int(jr, root, k_kv, false, &m->kv_heads) ||
+        hf_int(jr, root, k_ffn, true, &m->ffn_hidden) ||
+        hf_int(jr, root, k_e, false, &m->experts) || hf_int(jr, root, k_k, false, &m->top_k) ||
+        hf_int(jr, root, k_mf, true, &m->moe_ffn_hidden) ||
+        dp_jr_int(jr, root, "n_shared_experts", false, 0, 1024, &shared) ||
+        dp_jr_int(jr, root, "first_k_dense_replace", false, 0, m->layers - 1, &dense) ||
+        dp_jr_int(jr, root, "num_nextn_predict_layers", false, 0, DP_MAX_MTP, &m->mtp_layers))
+        return jr->err->code;
+    m->moe_dense_layers = dense;
+    m->moe_shared_experts = shared;
+    m->moe_shared_ffn_hidden = shared ? m->moe_ffn_hidden : 0;
+    m->moe_router_bias = true; /* gate.e_score_correction_bias, in the checkpoint */
+    m->ffn = DP_FFN_SWIGLU;
+    m->norm = DP_NORM_RMSNORM;
+    m->pos = DP_POS_ROPE;
+    bool bias = false, qk = false;
+    if (dp_jr_bool(jr, root, "attention_bias", false, &bias) ||
+        dp_jr_bool(jr, root, "use_qk_norm", false, &qk))
+        return jr->err->code;
+    m->qkv_bias = bias;
+    m->qk_norm = qk;
+    static const char *const drop[] = {"attention_dropout", NULL};
+    m->dropout = any_positive(root, drop, hf_defaults[FAM_GLM4_MOE].dropout);
     return 0;
 }
 
@@ -612,7 +665,7 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
         int nreq = 4;
         if (fam == FAM_LLAMA || fam == FAM_MISTRAL || fam == FAM_QWEN2 || fam == FAM_MIXTRAL ||
             fam == FAM_NEOX || fam == FAM_QWEN3 || fam == FAM_PHI3 || fam == FAM_GEMMA ||
-            fam == FAM_GEMMA2 || fam == FAM_GEMMA3)
+            fam == FAM_GEMMA2 || fam == FAM_GEMMA3 || fam == FAM_GLM4_MOE)
             req[nreq++] = k_inter;
         char list[256] = "";
         size_t n = 0;
@@ -762,6 +815,11 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
     case FAM_DEEPSEEK_V2:
     case FAM_DEEPSEEK_V3:
         if (deepseek(jr, root, fam, m))
+            return jr->err->code;
+        original_seq_len(root, maxpos, m);
+        break;
+    case FAM_GLM4_MOE:
+        if (glm4_moe(jr, root, m))
             return jr->err->code;
         original_seq_len(root, maxpos, m);
         break;

@@ -348,6 +348,25 @@ static void test_hf_defaults(void)
     CHECK_EQ(g3d.seq_len, 8192);
     CHECK_CONTAINS(g3d.seq_len_from, "Gemma3TextConfig's default 131072");
     CHECK(g3d.qk_norm && g3d.tied_embeddings);
+    /* Glm4MoeConfig: 8 KV heads, head_dim hidden / heads (no class field), 128 routed
+     * experts, top 8, one shared expert, first_k_dense_replace 1, attention_bias and
+     * use_qk_norm False, untied, 131072 positions; the router's score-correction bias. */
+    struct dp_model glm = load("tests/fixtures/hf/defaults/glm4_moe.json");
+    CHECK_EQ(glm.kv_heads, 8);
+    CHECK_EQ(glm.head_dim, 128);
+    CHECK_EQ(glm.experts, 128);
+    CHECK_EQ(glm.top_k, 8);
+    CHECK_EQ(glm.moe_shared_experts, 1);
+    CHECK_EQ(glm.moe_shared_ffn_hidden, 512);
+    CHECK_EQ(glm.moe_dense_layers, 1);
+    CHECK_EQ(glm.seq_len, 8192);
+    CHECK_CONTAINS(glm.seq_len_from, "Glm4MoeConfig's default 131072");
+    CHECK(glm.moe_router_bias && !glm.qkv_bias && !glm.out_bias && !glm.qk_norm);
+    CHECK(!glm.tied_embeddings && !glm.dropout && glm.mtp_layers == 0);
+    /* GLM-4.5's own: biases on q, k, v only, q/k norms, one MTP layer */
+    struct dp_model g45 = load("tests/fixtures/hf/glm-4.5.json");
+    CHECK(g45.qkv_bias && !g45.out_bias && g45.qk_norm && g45.mtp_layers == 1);
+    CHECK_EQ(g45.moe_dense_layers, 3);
     struct dp_model d2 = load("tests/fixtures/hf/defaults/deepseek_v2.json");
     CHECK(d2.mla);
     CHECK_EQ(d2.experts, 64);
