@@ -130,7 +130,10 @@ int cmd_model(int argc, char **argv)
                m.kv_heads == m.heads ? ": MHA"
                : m.kv_heads == 1     ? ": MQA"
                                      : ": GQA",
-               (long long)m.head_dim, m.qk_norm ? ", q/k norm" : "",
+               (long long)m.head_dim,
+               m.qk_norm_full ? ", q/k norm over all heads"
+               : m.qk_norm    ? ", q/k norm"
+                              : "",
                m.attn_sinks ? ", attention sinks" : "");
     }
     if (m.experts == 0 || m.moe_dense_layers > 0)

@@ -144,6 +144,8 @@ struct dp_model {
     int64_t moe_dense_layers;      /* the first k layers are dense MLPs of ffn_hidden
                                       (DeepSeek first_k_dense_replace) */
     bool qk_norm;                  /* Qwen3: RMSNorm(head_dim) on queries and keys */
+    bool qk_norm_full;             /* OLMo 2: the q/k norms over all heads at once,
+                                      RMSNorm(heads head_dim) and RMSNorm(kv_heads head_dim) */
     /* Sliding-window attention (Mistral 7B, Phi-3, Gemma 2/3): window_layers of the
      * layers attend to the last `window` tokens only (0: every layer attends fully). */
     int64_t window;

@@ -151,6 +151,7 @@ int dp_model_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_model *m)
                                        "dropout",
                                        "moe",
                                        "qk_norm",
+                                       "qk_norm_full",
                                        "mla",
                                        "sliding_window",
                                        "sliding_window_layers",
@@ -192,11 +193,19 @@ int dp_model_from_json(struct dp_jr *jr, const cJSON *obj, struct dp_model *m)
         dp_jr_int(jr, obj, "norms_per_layer", false, 1, 4, &npl) ||
         dp_jr_bool(jr, obj, "dropout", false, &m->dropout) ||
         dp_jr_bool(jr, obj, "qk_norm", false, &m->qk_norm) ||
+        dp_jr_bool(jr, obj, "qk_norm_full", false, &m->qk_norm_full) ||
         dp_jr_bool(jr, obj, "attention_sinks", false, &m->attn_sinks) ||
         dp_jr_int(jr, obj, "mtp_layers", false, 0, DP_MAX_MTP, &m->mtp_layers) ||
         dp_jr_int(jr, obj, "sliding_window", false, 1, MAXDIM, &m->window) ||
         dp_jr_int(jr, obj, "sliding_window_layers", false, 0, m->layers, &m->window_layers))
         return jr->err->code;
+    if (m->qk_norm_full && !m->qk_norm) {
+        char w[256];
+        field_path(jr, "qk_norm_full", w, sizeof w);
+        return dp_err_set(jr->err, DP_EINVAL,
+                          "%s: %s: needs qk_norm true (it says how wide the q/k norms are)",
+                          jr->file, w);
+    }
     if (cJSON_GetObjectItemCaseSensitive(obj, "sliding_window_layers") && m->window == 0) {
         char w[256];
         field_path(jr, "sliding_window_layers", w, sizeof w);
@@ -332,8 +341,9 @@ static int64_t attn_params(const struct dp_model *m)
         attn += (a + 2 * g) * d;
     if (m->out_bias)
         attn += h;
-    if (m->qk_norm) /* Qwen3Attention: q_norm and k_norm, RMSNorm(head_dim) each */
-        attn += 2 * d;
+    if (m->qk_norm) /* Qwen3Attention: q_norm and k_norm, RMSNorm(head_dim) each; OLMo 2's
+                       Olmo2Attention RMSNorm(a d) and RMSNorm(g d) */
+        attn += m->qk_norm_full ? (a + g) * d : 2 * d;
     if (m->attn_sinks) /* GptOssAttention.sinks: one logit per head */
         attn += a;
     return attn;
@@ -428,6 +438,8 @@ cJSON *dp_model_to_json(const struct dp_model *m)
     cJSON_AddBoolToObject(o, "dropout", m->dropout);
     if (m->qk_norm)
         cJSON_AddBoolToObject(o, "qk_norm", true);
+    if (m->qk_norm_full)
+        cJSON_AddBoolToObject(o, "qk_norm_full", true);
     if (m->attn_sinks)
         cJSON_AddBoolToObject(o, "attention_sinks", true);
     if (m->mtp_layers > 0)

@@ -77,6 +77,7 @@ enum family {
     FAM_GEMMA3,
     FAM_GPT_OSS,
     FAM_GLM4_MOE,
+    FAM_OLMO2,
 };
 
 /*
@@ -124,6 +125,8 @@ static const struct hf_defaults {
     [FAM_GPT_OSS] = {"GptOssConfig", 131072, 8, 0.0, 64},
     /* Glm4MoeConfig: 8 KV heads, 131072 positions; no head_dim field (hidden / heads). */
     [FAM_GLM4_MOE] = {"Glm4MoeConfig", 131072, 8, 0.0, 0},
+    /* Olmo2Config: num_key_value_heads None (the heads), 2048 positions. */
+    [FAM_OLMO2] = {"Olmo2Config", 2048, 0, 0.0, 0},
 };
 
 static const struct {
@@ -150,11 +153,12 @@ static const struct {
     {"gemma3_text", FAM_GEMMA3},
     {"gpt_oss", FAM_GPT_OSS},
     {"glm4_moe", FAM_GLM4_MOE},
+    {"olmo2", FAM_OLMO2},
 };
 
 #define SUPPORTED_TYPES                                                                            \
     "llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, deepseek_v2, deepseek_v3, "      \
-    "phi3, gemma, gemma2, gemma3_text, gpt_oss, glm4_moe, gpt2, gpt_neox, falcon"
+    "phi3, gemma, gemma2, gemma3_text, gpt_oss, glm4_moe, olmo2, gpt2, gpt_neox, falcon"
 
 /* Infer the family when model_type is absent: from "architectures" or the key style. */
 static int detect_family(struct dp_jr *jr, const cJSON *root, enum family *fam, char *type,
@@ -207,6 +211,7 @@ static int detect_family(struct dp_jr *jr, const cJSON *root, enum family *fam, 
                      {"DeepseekV2", FAM_DEEPSEEK_V2, "deepseek_v2"},
                      {"DeepseekV3", FAM_DEEPSEEK_V3, "deepseek_v3"},
                      {"Glm4Moe", FAM_GLM4_MOE, "glm4_moe"},
+                     {"Olmo2For", FAM_OLMO2, "olmo2"},
                      {"GPT2", FAM_GPT2, "gpt2"},
                      {"GPTNeoX", FAM_NEOX, "gpt_neox"},
                      {"Falcon", FAM_FALCON, "falcon"},
@@ -665,7 +670,7 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
         int nreq = 4;
         if (fam == FAM_LLAMA || fam == FAM_MISTRAL || fam == FAM_QWEN2 || fam == FAM_MIXTRAL ||
             fam == FAM_NEOX || fam == FAM_QWEN3 || fam == FAM_PHI3 || fam == FAM_GEMMA ||
-            fam == FAM_GEMMA2 || fam == FAM_GEMMA3 || fam == FAM_GLM4_MOE)
+            fam == FAM_GEMMA2 || fam == FAM_GEMMA3 || fam == FAM_GLM4_MOE || fam == FAM_OLMO2)
             req[nreq++] = k_inter;
         char list[256] = "";
         size_t n = 0;
@@ -823,6 +828,29 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
             return jr->err->code;
         original_seq_len(root, maxpos, m);
         break;
+    case FAM_OLMO2: {
+        /* OLMo 2 (transformers Olmo2Config; modeling_olmo2.py): Llama's SwiGLU MLP and
+         * RoPE; the two RMSNorms after attention and after the MLP inside the residual
+         * (post_attention_layernorm, post_feedforward_layernorm: the same two norms, the
+         * same costs); q_norm RMSNorm(heads head_dim) and k_norm RMSNorm(kv_heads head_dim)
+         * over all heads at once; attention_bias on q, k, v and o (default False). */
+        static const char *const k_kv[] = {"num_key_value_heads", NULL};
+        if (hf_int(jr, root, k_kv, false, &m->kv_heads) ||
+            hf_int(jr, root, k_inter, true, &m->ffn_hidden))
+            return jr->err->code;
+        m->ffn = DP_FFN_SWIGLU;
+        m->norm = DP_NORM_RMSNORM;
+        m->pos = DP_POS_ROPE;
+        m->qk_norm = m->qk_norm_full = true;
+        bool bias = false;
+        if (dp_jr_bool(jr, root, "attention_bias", false, &bias))
+            return jr->err->code;
+        m->qkv_bias = m->out_bias = bias;
+        static const char *const drop[] = {"attention_dropout", NULL};
+        m->dropout = any_positive(root, drop, def->dropout);
+        original_seq_len(root, maxpos, m);
+        break;
+    }
     case FAM_GPT2: {
         /* n_inner: null means 4 * n_embd (GPT2MLP). */
         static const char *const k_ffn[] = {"n_inner", NULL};

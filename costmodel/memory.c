@@ -88,8 +88,8 @@ static void layer_params(const struct dp_model *m, const struct dp_layout *l,
             n += (a + 2 * g) * d / t;
         if (m->out_bias)
             n += h;
-        if (m->qk_norm)
-            n += 2 * d;
+        if (m->qk_norm) /* OLMo 2's full-width norms split with the heads they normalise */
+            n += m->qk_norm_full ? (a + g) * d / t : 2 * d;
         if (m->attn_sinks) /* split by head like Q */
             n += a / t;
     }

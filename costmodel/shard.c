@@ -158,9 +158,11 @@ static void ds_persistent(const struct dp_model *m, const struct dp_layout *l,
         layer[k++] = up * (double)m->ffn_hidden / t;
         layer[k++] = h;
     }
-    if (m->qk_norm) {
-        layer[k++] = (double)m->head_dim;
-        layer[k++] = (double)m->head_dim;
+    if (m->qk_norm) { /* per head, or OLMo 2's over the TP rank's heads */
+        layer[k++] = (double)(m->qk_norm_full ? m->heads : 1) * (double)m->head_dim /
+                     (m->qk_norm_full ? t : 1);
+        layer[k++] = (double)(m->qk_norm_full ? m->kv_heads : 1) * (double)m->head_dim /
+                     (m->qk_norm_full ? t : 1);
     }
     if (m->attn_sinks)
         layer[k++] = (double)m->heads / t;

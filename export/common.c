@@ -144,6 +144,10 @@ static int model_exportable(const struct dp__ctx *c)
     if (c->m->attn_sinks)
         return dp__refuse(c, "model.attention_sinks",
                           "attention sinks (gpt-oss) are not written by the exports");
+    if (c->m->qk_norm_full)
+        return dp__refuse(c, "model.qk_norm_full",
+                          "q/k norms over all heads (OLMo 2) are not written by the exports: "
+                          "Megatron's --qk-layernorm and the frameworks' q/k norms are per head");
     return 0;
 }
 

@@ -367,6 +367,14 @@ static void test_hf_defaults(void)
     struct dp_model g45 = load("tests/fixtures/hf/glm-4.5.json");
     CHECK(g45.qkv_bias && !g45.out_bias && g45.qk_norm && g45.mtp_layers == 1);
     CHECK_EQ(g45.moe_dense_layers, 3);
+    /* Olmo2Config: num_key_value_heads None (the heads), 2048 positions, no biases, untied;
+     * q/k norms over all heads always (Olmo2Attention) */
+    struct dp_model ol = load("tests/fixtures/hf/defaults/olmo2.json");
+    CHECK_EQ(ol.kv_heads, 8);
+    CHECK_EQ(ol.seq_len, 2048);
+    CHECK_CONTAINS(ol.seq_len_from, "Olmo2Config's default 2048");
+    CHECK(ol.qk_norm && ol.qk_norm_full && !ol.qkv_bias && !ol.out_bias);
+    CHECK(!ol.tied_embeddings && !ol.dropout && ol.ffn == DP_FFN_SWIGLU);
     struct dp_model d2 = load("tests/fixtures/hf/defaults/deepseek_v2.json");
     CHECK(d2.mla);
     CHECK_EQ(d2.experts, 64);

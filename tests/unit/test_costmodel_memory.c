@@ -310,6 +310,40 @@ static void test_dualpipev_uneven(void)
     CHECK_EQ(dp_layout_stage_layers(&l, &m, 1), 16);
 }
 
+/* A layer's parameters per GPU with tensor parallelism, by hand (OLMo 2 32B's shape: h
+ * 5120, 40 query and 8 KV heads of 128, SwiGLU 27648, two RMSNorms): Q, K, V and the
+ * output split by t = 4, the MLP too, the layer norms replicated; Qwen3's per-head q/k
+ * norms replicated (2 d), OLMo 2's over all heads split with their heads ((a + g) d / t). */
+static void test_layer_params_tp(void)
+{
+    struct dp_model m = {0};
+    m.layers = 64;
+    m.hidden = 5120;
+    m.heads = 40;
+    m.kv_heads = 8;
+    m.head_dim = 128;
+    m.ffn_hidden = 27648;
+    m.vocab = 100352;
+    m.seq_len = 4096;
+    m.ffn = DP_FFN_SWIGLU;
+    m.norm = DP_NORM_RMSNORM;
+    m.norms_per_layer = 2;
+    m.qk_norm = true;
+    struct dp_layout l;
+    dp_layout_default(&l);
+    l.tp = 4;
+    const int64_t h = 5120, a = 40, g = 8, d = 128, f = 27648, t = 4;
+    const int64_t base = (h * a * d + 2 * h * g * d + a * d * h + 3 * h * f) / t + 2 * h;
+    int64_t dense, expert;
+    dp_mem_layer_params(&m, &l, DP_LAYER_DENSE, &dense, &expert);
+    CHECK_EQ(dense, base + 2 * d);
+    CHECK_EQ(expert, 0);
+    m.qk_norm_full = true;
+    dp_mem_layer_params(&m, &l, DP_LAYER_DENSE, &dense, &expert);
+    CHECK_EQ(dense, base + (a + g) * d / t);
+    CHECK_EQ(dense, 121908736); /* 487,587,840 / 4 + 1,536 + 10,240 */
+}
+
 int main(void)
 {
     test_dualpipev_uneven();
@@ -317,6 +351,7 @@ int main(void)
     test_megatron_dist_opt();
     test_korthikanti_layer();
     test_gqa_swiglu();
+    test_layer_params_tp();
     test_stages();
     test_flops_narayanan();
     return check_done("test_costmodel_memory");
