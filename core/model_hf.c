@@ -78,6 +78,7 @@ enum family {
     FAM_GPT_OSS,
     FAM_GLM4_MOE,
     FAM_OLMO2,
+    FAM_GRANITE,
 };
 
 /*
@@ -127,6 +128,9 @@ static const struct hf_defaults {
     [FAM_GLM4_MOE] = {"Glm4MoeConfig", 131072, 8, 0.0, 0},
     /* Olmo2Config: num_key_value_heads None (the heads), 2048 positions. */
     [FAM_OLMO2] = {"Olmo2Config", 2048, 0, 0.0, 0},
+    /* GraniteConfig: LlamaConfig's defaults (KV heads None = the heads, 2048 positions,
+     * untied, no biases) plus four scalar multipliers. */
+    [FAM_GRANITE] = {"GraniteConfig", 2048, 0, 0.0, 0},
 };
 
 static const struct {
@@ -154,11 +158,13 @@ static const struct {
     {"gpt_oss", FAM_GPT_OSS},
     {"glm4_moe", FAM_GLM4_MOE},
     {"olmo2", FAM_OLMO2},
+    {"granite", FAM_GRANITE},
 };
 
 #define SUPPORTED_TYPES                                                                            \
     "llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, deepseek_v2, deepseek_v3, "      \
-    "phi3, gemma, gemma2, gemma3_text, gpt_oss, glm4_moe, olmo2, gpt2, gpt_neox, falcon"
+    "phi3, gemma, gemma2, gemma3_text, gpt_oss, glm4_moe, olmo2, granite, gpt2, gpt_neox, "        \
+    "falcon"
 
 /* Infer the family when model_type is absent: from "architectures" or the key style. */
 static int detect_family(struct dp_jr *jr, const cJSON *root, enum family *fam, char *type,
@@ -212,6 +218,7 @@ static int detect_family(struct dp_jr *jr, const cJSON *root, enum family *fam, 
                      {"DeepseekV3", FAM_DEEPSEEK_V3, "deepseek_v3"},
                      {"Glm4Moe", FAM_GLM4_MOE, "glm4_moe"},
                      {"Olmo2For", FAM_OLMO2, "olmo2"},
+                     {"GraniteFor", FAM_GRANITE, "granite"},
                      {"GPT2", FAM_GPT2, "gpt2"},
                      {"GPTNeoX", FAM_NEOX, "gpt_neox"},
                      {"Falcon", FAM_FALCON, "falcon"},
@@ -669,8 +676,9 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
         const char *const *req[5] = {k_layers, k_hidden, k_heads, k_vocab, NULL};
         int nreq = 4;
         if (fam == FAM_LLAMA || fam == FAM_MISTRAL || fam == FAM_QWEN2 || fam == FAM_MIXTRAL ||
-            fam == FAM_NEOX || fam == FAM_QWEN3 || fam == FAM_PHI3 || fam == FAM_GEMMA ||
-            fam == FAM_GEMMA2 || fam == FAM_GEMMA3 || fam == FAM_GLM4_MOE || fam == FAM_OLMO2)
+            fam == FAM_NEOX || fam == FAM_QWEN3 || fam == FAM_PHI3 || fam == FAM_GRANITE ||
+            fam == FAM_GEMMA || fam == FAM_GEMMA2 || fam == FAM_GEMMA3 || fam == FAM_GLM4_MOE ||
+            fam == FAM_OLMO2)
             req[nreq++] = k_inter;
         char list[256] = "";
         size_t n = 0;
@@ -737,7 +745,8 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
     case FAM_QWEN2:
     case FAM_MIXTRAL:
     case FAM_QWEN3:
-    case FAM_PHI3: {
+    case FAM_PHI3:
+    case FAM_GRANITE: {
         static const char *const k_kv[] = {"num_key_value_heads", NULL};
         if (hf_int(jr, root, k_kv, false, &m->kv_heads) ||
             hf_int(jr, root, k_inter, true, &m->ffn_hidden))
@@ -761,7 +770,10 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
             m->qkv_bias = m->out_bias = attn_bias;
             m->qk_norm = true;
         } else {
-            /* LlamaAttention: attention_bias applies to q, k, v and o. */
+            /* LlamaAttention: attention_bias applies to q, k, v and o; GraniteAttention
+             * and GraniteMLP are Llama's (its embedding, residual, attention and logit
+             * multipliers are scalars: element-wise work not charged, and `dplan run`
+             * trains the Llama form). */
             m->qkv_bias = m->out_bias = attn_bias;
             m->mlp_bias = mlp_bias;
         }

@@ -375,6 +375,12 @@ static void test_hf_defaults(void)
     CHECK_CONTAINS(ol.seq_len_from, "Olmo2Config's default 2048");
     CHECK(ol.qk_norm && ol.qk_norm_full && !ol.qkv_bias && !ol.out_bias);
     CHECK(!ol.tied_embeddings && !ol.dropout && ol.ffn == DP_FFN_SWIGLU);
+    /* GraniteConfig: LlamaConfig's defaults (KV heads = the heads, 2048, untied, no biases) */
+    struct dp_model gr = load("tests/fixtures/hf/defaults/granite.json");
+    CHECK_EQ(gr.kv_heads, 8);
+    CHECK_EQ(gr.seq_len, 2048);
+    CHECK_CONTAINS(gr.seq_len_from, "GraniteConfig's default 2048");
+    CHECK(!gr.tied_embeddings && !gr.qkv_bias && !gr.mlp_bias && !gr.qk_norm && !gr.dropout);
     struct dp_model d2 = load("tests/fixtures/hf/defaults/deepseek_v2.json");
     CHECK(d2.mla);
     CHECK_EQ(d2.experts, 64);
