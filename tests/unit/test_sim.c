@@ -387,13 +387,13 @@ static void test_dualpipev_passes(void)
 }
 
 /* The cost model's DualPipeV timeline (its own walk of the eight steps) against the
- * engine's, on the same per-stage costs: pp = 3 with uneven stages (model order 1, 3, 2, 2,
- * 3, 1 layers), MoE layers whose two all-to-alls cost 0.2 s a pass alone and 0.05 s inside a
- * pair, F 1, B 2 (of which W 0.7) per layer. */
-static void test_dualpipev_against_costmodel(void)
+ * engine's, on the same per-stage costs: pp stages with the given layers each (model
+ * order), MoE layers whose two all-to-alls cost `ep` a pass alone and `ep_pair` inside a
+ * pair, F 1, B 2 (of which W 0.7) per layer, for M = 2 pp to 4 pp. */
+static void dualpipev_case(int p, const int *count, double ep, double ep_pair)
 {
-    const int p = 3, S = 2 * p, count[6] = {1, 3, 2, 2, 3, 1};
-    const double f = 1, b = 2, w = 0.7, ep = 0.2, ep_pair = 0.05;
+    const int S = 2 * p;
+    const double f = 1, b = 2, w = 0.7;
     struct dp_sim_input *in = malloc(sizeof *in);
     memset(in, 0, sizeof *in);
     in->pp = p;
@@ -451,6 +451,25 @@ static void test_dualpipev_against_costmodel(void)
         dp_sim_result_release(&r);
     }
     free(in);
+}
+
+/* pp = 3 with uneven stages (1, 3, 2, 2, 3, 1 layers), all-to-alls 0.2 s alone and 0.05 s
+ * paired; then 40 random shapes, pp 2-6, 1-4 layers a stage, dense or MoE. */
+static void test_dualpipev_against_costmodel(void)
+{
+    const int count[6] = {1, 3, 2, 2, 3, 1};
+    dualpipev_case(3, count, 0.2, 0.05);
+    unsigned seed = 12345;
+    for (int k = 0; k < 40; k++) {
+        seed = seed * 1103515245u + 12345u;
+        const int p = 2 + (int)(seed >> 16) % 5;
+        int c[12];
+        for (int s = 0; s < 2 * p; s++) {
+            seed = seed * 1103515245u + 12345u;
+            c[s] = 1 + (int)(seed >> 16) % 4;
+        }
+        dualpipev_case(p, c, k % 2 ? 0.3 : 0, k % 2 ? 0.1 : 0);
+    }
 }
 
 /* Multi-token prediction after the output layer, by hand: one stage, one micro-batch, one
