@@ -37,11 +37,14 @@ void cli_sim_text(FILE *f, const struct dp_sim_result *r, const struct dp_layout
 {
     const double T = r->step_s;
     const struct unit u = unit_for(T);
-    fprintf(f,
-            "simulated step %.*f %s: %s schedule, pp=%d, vpp=%d, %lld micro-batches, %zu "
-            "operations\n",
-            u.prec, T * u.k, u.name, dp_sim_schedule_name(r->schedule), r->pp, r->vpp,
-            (long long)r->microbatches, r->ops);
+    char mbs[64];
+    if (r->schedules > 1) /* local_batch: gradient-accumulation steps, one schedule each */
+        snprintf(mbs, sizeof mbs, "%lld schedules of %lld micro-batches", (long long)r->schedules,
+                 (long long)r->microbatches);
+    else
+        snprintf(mbs, sizeof mbs, "%lld micro-batches", (long long)r->microbatches);
+    fprintf(f, "simulated step %.*f %s: %s schedule, pp=%d, vpp=%d, %s, %zu operations\n", u.prec,
+            T * u.k, u.name, dp_sim_schedule_name(r->schedule), r->pp, r->vpp, mbs, r->ops);
     if (est)
         fprintf(f, "  analytic estimate %.*f %s (`dplan estimate`): simulation %+.2f%%\n", u.prec,
                 est->step_time_s * u.k, u.name, pct(T - est->step_time_s, est->step_time_s));
@@ -111,6 +114,7 @@ cJSON *cli_sim_json(const struct dp_sim_result *r, const struct dp_step_cost *es
     cJSON_AddNumberToObject(o, "pp", r->pp);
     cJSON_AddNumberToObject(o, "vpp", r->vpp);
     cJSON_AddNumberToObject(o, "microbatches", (double)r->microbatches);
+    cJSON_AddNumberToObject(o, "schedules", (double)r->schedules);
     cJSON_AddNumberToObject(o, "step_s", r->step_s);
     if (est)
         cJSON_AddNumberToObject(o, "estimate_step_s", est->step_time_s);
@@ -204,11 +208,14 @@ int cli_svg_gantt(const struct dp_model *m, const struct dp_cluster *cl, const s
     char sub[512], title[256], note[256];
     snprintf(title, sizeof title, "Simulated training step: %s on %d x %s", m->name,
              dp_cluster_gpus(cl), cl->gpu.name);
+    char sched[64] = "";
+    if (r->schedules > 1)
+        snprintf(sched, sizeof sched, "%lld schedules of ", (long long)r->schedules);
     snprintf(sub, sizeof sub,
-             "tp=%d pp=%d vpp=%d dp=%d cp=%d, %lld micro-batches of %lld, %s schedule; step %.4g "
-             "s, bubble %.1f%% of the pipeline span",
-             l->tp, l->pp, l->vpp, l->dp, l->cp, (long long)r->microbatches, (long long)l->mbs,
-             dp_sim_schedule_name(r->schedule), r->step_s, 100 * r->bubble);
+             "tp=%d pp=%d vpp=%d dp=%d cp=%d, %s%lld micro-batches of %lld, %s schedule; step "
+             "%.4g s, bubble %.1f%% of the pipeline span",
+             l->tp, l->pp, l->vpp, l->dp, l->cp, sched, (long long)r->microbatches,
+             (long long)l->mbs, dp_sim_schedule_name(r->schedule), r->step_s, 100 * r->bubble);
     snprintf(note, sizeof note,
              "numbers in the bars: micro-batch; dashed lines: the pipeline span (its idle area "
              "is the bubble)");

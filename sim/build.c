@@ -26,13 +26,23 @@ void dp_sim_input_release(struct dp_sim_input *in)
     }
 }
 
-int dp_sim_build(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
+int dp_sim_build(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *lay,
                  const struct dp_sim_opts *o, struct dp_sim_input *in, struct dp_err *err)
 {
     memset(in, 0, sizeof *in);
-    int rc = dp_layout_validate(l, m, dp_cluster_gpus(cl), err);
+    int rc = dp_layout_validate(lay, m, dp_cluster_gpus(cl), err);
     if (rc)
         return rc;
+    /* local_batch: the step is that many schedules of one local batch each, simulated one
+     * after another on the layout of one (the cost model's schedules_step) */
+    const int64_t nsched = dp_layout_schedules(lay);
+    struct dp_layout one = *lay;
+    if (nsched > 1) {
+        one.gbs = lay->gbs / nsched;
+        one.local_batch = 0;
+    }
+    const struct dp_layout *l = &one;
+    in->schedules = nsched;
     if (l->pp > DP_MAX_PP || l->pp * l->vpp > DP_MAX_CHUNKS)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "pp=%d x vpp=%d exceeds the %d model chunks simulated", l->pp, l->vpp,
@@ -42,11 +52,6 @@ int dp_sim_build(const struct dp_model *m, const struct dp_cluster *cl, const st
                           "tp=%d crosses nodes (%d GPUs per node): tensor parallelism needs the "
                           "intra-node link",
                           l->tp, cl->gpus_per_node);
-    if (dp_layout_schedules(l) > 1)
-        return dp_err_set(err, DP_EINFEASIBLE,
-                          "local_batch=%lld: the simulator runs one pipeline schedule a step, "
-                          "not %lld (`dplan estimate` prices them)",
-                          (long long)l->local_batch, (long long)dp_layout_schedules(l));
     const bool dpv = l->schedule == DP_SCHED_DUALPIPEV;
     if ((o->schedule == DP_SIM_SCHED_DUALPIPEV) != dpv && o->schedule != DP_SIM_SCHED_AUTO)
         return dp_err_set(err, DP_EINFEASIBLE,

@@ -93,6 +93,7 @@ struct eng {
     const struct dp_sim_opts *o;
     int S;
     double *act_arr, *grad_arr; /* [S][M]: arrival of a pass's input; < 0 not yet */
+    int64_t mb_base;            /* the schedule's first micro-batch in the step */
     struct rank *rk;
     size_t ops;
 };
@@ -456,7 +457,8 @@ static void run_pass(struct eng *E, struct rank *R, const struct dp_sim_step *st
     const struct dp_dp_sched *ds = R->ds;
     struct dp_sim_breakdown *b = &R->b;
     wait_until(R, t_in, &b->bubble);
-    struct where w = {st->mb, (int16_t)c, -1, st->fwd ? DP_SIM_FWD : DP_SIM_BWD, 0};
+    const int32_t mb = (int32_t)(E->mb_base + st->mb); /* the step's micro-batch */
+    struct where w = {mb, (int16_t)c, -1, st->fwd ? DP_SIM_FWD : DP_SIM_BWD, 0};
     const bool first_fwd = st->fwd && R->pi == R->first_fwd[c];
     const bool last_bwd = grads && st->reduce;
     const bool g_each = R->nunit > 0 && ds->gather_each_mb && !wpass;
@@ -583,7 +585,7 @@ static void run_pass(struct eng *E, struct rank *R, const struct dp_sim_step *st
     if (pass_start < 0)
         pass_start = R->t;
     /* the pass as the Gantt shows it */
-    struct dp_sim_pass ps = {pass_start, R->t, st->mb, (int16_t)c, st->fwd, st->kind};
+    struct dp_sim_pass ps = {pass_start, R->t, mb, (int16_t)c, st->fwd, st->kind};
     if (!grow((void **)&R->out->pass, &cp->pass, R->out->npass, sizeof ps))
         R->failed = true;
     else
@@ -613,7 +615,7 @@ static void run_pass(struct eng *E, struct rank *R, const struct dp_sim_step *st
         R->free[DP_SIM_PP] = t1;
         if (in->pp_overlap && ops->p2p_s > 0)
             dyn_push(R, DP_SIM_PP, t0, t1);
-        struct where ww = {st->mb, (int16_t)c, -1, st->fwd ? DP_SIM_FWD : DP_SIM_BWD, 0};
+        struct where ww = {mb, (int16_t)c, -1, st->fwd ? DP_SIM_FWD : DP_SIM_BWD, 0};
         record(E, R, t0, t1, DP_SIM_PP, DP_SIM_OP_SEND, &ww, st->fwd ? 0 : 1, cp);
         *dst = t1;
         if (!in->pp_overlap)
@@ -768,6 +770,99 @@ static int memory(struct rank *R, const struct dp_sim_input *in, struct dp_err *
     return 0;
 }
 
+/* Pipeline schedules a step (layout local_batch), at least one. */
+static int64_t in_schedules(const struct dp_sim_input *in)
+{
+    return in->schedules > 1 ? in->schedules : 1;
+}
+
+/* Parameters gathered once a schedule, at its start (t), in forward order. */
+static void gathers_at_start(struct eng *E, struct rank *R, double t, struct caps *cp)
+{
+    if (R->nunit <= 0 || !R->ds->gather_at_start)
+        return;
+    for (int u = 0; u < R->nunit; u++) {
+        struct where w = {-1, (int16_t)R->unit[u].chunk, -1, DP_SIM_STEP, 0};
+        R->gather_end[u] =
+            dp_coll(E, R, DP_SIM_GATHER, DP_SIM_OP_GATHER, t, R->unit[u].gather_s, &w, cp);
+    }
+}
+
+/* One pipeline schedule: every GPU runs as far as its inputs allow, in turn, until all
+ * are done. */
+static int run_schedule(struct eng *E, struct caps *caps, struct dp_err *err)
+{
+    const int p = E->in->pp;
+    for (;;) {
+        bool progressed = false, all = true;
+        for (int r = 0; r < p; r++) {
+            struct rank *R = &E->rk[r];
+            while (R->pi < R->nprog && !R->failed) {
+                const struct dp_sim_step *st = &R->prog[R->pi];
+                double t_in = input_at(E, r, st);
+                /* an overlapped pair starts once both its passes' inputs are there */
+                if (t_in >= 0 && st->paired && st->fwd && R->pi + 1 < R->nprog) {
+                    double t2 = input_at(E, r, st + 1);
+                    t_in = t2 < 0 ? -1 : t2 > t_in ? t2 : t_in;
+                }
+                if (t_in < 0)
+                    break;
+                run_pass(E, R, st, t_in, &caps[r]);
+                R->pi++;
+                progressed = true;
+            }
+            if (R->failed)
+                return dp_err_set(err, DP_ENOMEM, "out of memory");
+            all &= R->pi == R->nprog;
+        }
+        if (all)
+            return 0;
+        if (!progressed)
+            return dp_err_set(err, DP_EINVAL, "simulate: the schedule deadlocked");
+    }
+}
+
+/* After a schedule's passes: the remaining reductions, the tied embeddings' sync and the
+ * wait for the slowest stage (*bar: when every stage is done). */
+static int finish_schedule(struct eng *E, struct caps *caps, double *bar, struct dp_err *err)
+{
+    const struct dp_sim_input *in = E->in;
+    const int p = in->pp;
+    double *ready = calloc((size_t)p, sizeof *ready);
+    if (!ready)
+        return dp_err_set(err, DP_ENOMEM, "out of memory");
+    for (int r = 0; r < p; r++) {
+        struct rank *R = &E->rk[r];
+        if (R->nunit > 0 && !R->ds->reduce_overlap && !R->ds->reduce_each_mb)
+            for (int u = R->nunit - 1; u >= 0; u--) {
+                struct where w = {-1, (int16_t)R->unit[u].chunk, -1, DP_SIM_STEP, 0};
+                dp_coll(E, R, DP_SIM_REDUCE, DP_SIM_OP_REDUCE, R->t, R->unit[u].reduce_s, &w,
+                        &caps[r]);
+            }
+        wait_until(R, R->free[DP_SIM_REDUCE], &R->b.dp);
+        ready[r] = R->t;
+    }
+    if (p > 1 && in->ops.emb_sync_s > 0) {
+        double t0 = ready[0] > ready[p - 1] ? ready[0] : ready[p - 1];
+        int ends[2] = {0, p - 1};
+        for (int i = 0; i < 2; i++) {
+            struct rank *R = &E->rk[ends[i]];
+            struct where w = {-1, -1, -1, DP_SIM_STEP, 0};
+            wait_until(R, t0, &R->b.bubble);
+            record(E, R, t0, t0 + in->ops.emb_sync_s, DP_SIM_REDUCE, DP_SIM_OP_EMB_SYNC, &w, 0,
+                   &caps[ends[i]]);
+            R->free[DP_SIM_REDUCE] = t0 + in->ops.emb_sync_s;
+            wait_until(R, t0 + in->ops.emb_sync_s, &R->b.other);
+            ready[ends[i]] = R->t;
+        }
+    }
+    *bar = 0;
+    for (int r = 0; r < p; r++)
+        *bar = ready[r] > *bar ? ready[r] : *bar;
+    free(ready);
+    return 0;
+}
+
 int dp_sim_engine(const struct dp_sim_input *in, const struct dp_sim_opts *o,
                   struct dp_sim_result *out, struct dp_err *err)
 {
@@ -782,6 +877,7 @@ int dp_sim_engine(const struct dp_sim_input *in, const struct dp_sim_opts *o,
     out->pp = p;
     out->vpp = v;
     out->microbatches = M;
+    out->schedules = in_schedules(in);
     out->nstages = p;
     out->stage = calloc((size_t)p, sizeof *out->stage);
     E.rk = calloc((size_t)p, sizeof *E.rk);
@@ -807,47 +903,31 @@ int dp_sim_engine(const struct dp_sim_input *in, const struct dp_sim_opts *o,
         R->out->rank = (long)r * in->stage_rank_stride;
         R->out->ranks = in->ranks_per_stage;
         R->out->model_peak_bytes = in->mem[r].model_peak_bytes;
-        /* parameters gathered once a step, at its start, in forward order */
-        if (R->nunit > 0 && R->ds->gather_at_start)
-            for (int u = 0; u < R->nunit; u++) {
-                struct where w = {-1, (int16_t)R->unit[u].chunk, -1, DP_SIM_STEP, 0};
-                R->gather_end[u] = dp_coll(&E, R, DP_SIM_GATHER, DP_SIM_OP_GATHER, 0,
-                                           R->unit[u].gather_s, &w, &caps[r]);
-            }
+        gathers_at_start(&E, R, 0, &caps[r]);
     }
-    /* Every GPU runs as far as its inputs allow, in turn, until all are done. */
-    for (;;) {
-        bool progressed = false, all = true;
-        for (int r = 0; r < p; r++) {
-            struct rank *R = &E.rk[r];
-            while (R->pi < R->nprog && !R->failed) {
-                const struct dp_sim_step *st = &R->prog[R->pi];
-                double t_in = input_at(&E, r, st);
-                /* an overlapped pair starts once both its passes' inputs are there */
-                if (t_in >= 0 && st->paired && st->fwd && R->pi + 1 < R->nprog) {
-                    double t2 = input_at(&E, r, st + 1);
-                    t_in = t2 < 0 ? -1 : t2 > t_in ? t2 : t_in;
-                }
-                if (t_in < 0)
-                    break;
-                run_pass(&E, R, st, t_in, &caps[r]);
-                R->pi++;
-                progressed = true;
+    /* The step's pipeline schedules, one after another (layout local_batch: torchtitan's
+     * gradient-accumulation steps, each with its fill, drain, gathers and reductions, as
+     * the cost model's schedules_step prices them): every GPU runs as far as its inputs
+     * allow, in turn, until all are done; then each schedule's remaining reductions, the
+     * tied embeddings' sync and the wait for the slowest stage. */
+    double bar = 0;
+    for (int64_t k = 0; k < in_schedules(in); k++) {
+        E.mb_base = k * M;
+        if (k > 0) {
+            for (size_t i = 0; i < (size_t)S * (size_t)M; i++) {
+                E.act_arr[i] = i < (size_t)M ? bar : -1;
+                E.grad_arr[i] = -1;
             }
-            if (R->failed) {
-                rc = dp_err_set(err, DP_ENOMEM, "out of memory");
-                goto done;
+            for (int r = 0; r < p; r++) {
+                struct rank *R = &E.rk[r];
+                R->pi = 0;
+                wait_until(R, bar, &R->b.bubble);
+                gathers_at_start(&E, R, bar, &caps[r]);
             }
-            all &= R->pi == R->nprog;
         }
-        if (all)
-            break;
-        if (!progressed) {
-            rc = dp_err_set(err, DP_EINVAL, "simulate: the schedule deadlocked");
+        if ((rc = run_schedule(&E, caps, err)) || (rc = finish_schedule(&E, caps, &bar, err)))
             goto done;
-        }
     }
-
     /* The pipeline span and each stage's passes. */
     double span0 = INFINITY, span1 = 0;
     for (int r = 0; r < p; r++) {
@@ -866,42 +946,6 @@ int dp_sim_engine(const struct dp_sim_input *in, const struct dp_sim_opts *o,
     }
     out->pipe_s = span1 - span0;
 
-    /* After the passes: the remaining reductions, the tied embeddings' sync, the wait for
-     * the slowest stage, the optimizer, the gathers that did not overlap. */
-    double *ready = calloc((size_t)p, sizeof *ready);
-    if (!ready) {
-        rc = dp_err_set(err, DP_ENOMEM, "out of memory");
-        goto done;
-    }
-    for (int r = 0; r < p; r++) {
-        struct rank *R = &E.rk[r];
-        if (R->nunit > 0 && !R->ds->reduce_overlap && !R->ds->reduce_each_mb)
-            for (int u = R->nunit - 1; u >= 0; u--) {
-                struct where w = {-1, (int16_t)R->unit[u].chunk, -1, DP_SIM_STEP, 0};
-                dp_coll(&E, R, DP_SIM_REDUCE, DP_SIM_OP_REDUCE, R->t, R->unit[u].reduce_s, &w,
-                        &caps[r]);
-            }
-        wait_until(R, R->free[DP_SIM_REDUCE], &R->b.dp);
-        ready[r] = R->t;
-    }
-    if (p > 1 && in->ops.emb_sync_s > 0) {
-        double t0 = ready[0] > ready[p - 1] ? ready[0] : ready[p - 1];
-        int ends[2] = {0, p - 1};
-        for (int i = 0; i < 2; i++) {
-            struct rank *R = &E.rk[ends[i]];
-            struct where w = {-1, -1, -1, DP_SIM_STEP, 0};
-            wait_until(R, t0, &R->b.bubble);
-            record(&E, R, t0, t0 + in->ops.emb_sync_s, DP_SIM_REDUCE, DP_SIM_OP_EMB_SYNC, &w, 0,
-                   &caps[ends[i]]);
-            R->free[DP_SIM_REDUCE] = t0 + in->ops.emb_sync_s;
-            wait_until(R, t0 + in->ops.emb_sync_s, &R->b.other);
-            ready[ends[i]] = R->t;
-        }
-    }
-    double bar = 0;
-    for (int r = 0; r < p; r++)
-        bar = ready[r] > bar ? ready[r] : bar;
-    free(ready);
     for (int r = 0; r < p; r++) {
         struct rank *R = &E.rk[r];
         struct where w = {-1, -1, -1, DP_SIM_STEP, 0};

@@ -160,7 +160,8 @@ struct dp_sim_stage {
 struct dp_sim_result {
     enum dp_sim_schedule schedule; /* resolved */
     int pp, vpp;
-    int64_t microbatches;
+    int64_t microbatches; /* a schedule's */
+    int64_t schedules;    /* a step's (local_batch), at least 1 */
     double step_s; /* until every stage's optimizer step (and gathers) is done */
     double pipe_s; /* the pipeline span: the first pass's start to the last pass's end */
     double bubble; /* idle over span, all stages together: sum idle_s / (pp x pipe_s) */
@@ -188,7 +189,9 @@ void dp_sim_opts_default(struct dp_sim_opts *o);
  */
 struct dp_sim_input {
     int pp, vpp;
-    int64_t M;
+    int64_t M;         /* micro-batches a schedule */
+    int64_t schedules; /* pipeline schedules a step, one after another (layout local_batch:
+                          gradient-accumulation steps); 0 or 1: one */
     enum dp_sim_schedule schedule;
     bool pp_overlap; /* sends run beside compute (Megatron overlap_p2p_comm); else block */
     bool v_style;    /* DualPipeV's V: chunk 1 of rank r is stage 2 pp - 1 - r */

@@ -42,6 +42,10 @@ check llama2-7b --system dgx-h100 --nodes 2 --tp 1 --pp 1 --zero 3 --framework t
 check llama2-7b --system dgx-h100 --nodes 4 --tp 1 --pp 1 --zero 3 --framework torchtitan --shard-group 8 --gbs 128
 check llama2-7b --system dgx-h100 --tp 2 --pp 4 --gbs 64 --framework torchtitan --recompute op
 check llama2-7b --system dgx-h100 --tp 2 --pp 4 --gbs 64 --recompute selective --recompute-modules core_attn,mlp
+# torchtitan's gradient accumulation with PP (--local-batch): schedules one after another,
+# each with its fill, drain, FSDP gathers and reduce-scatters
+check llama3-8b --system dgx-h100 --nodes 2 --tp 1 --pp 4 --gbs 128 --framework torchtitan --zero 2 --local-batch 8
+check llama3-70b --system dgx-h100 --nodes 4 --tp 8 --pp 4 --dp 1 --mbs 1 --gbs 32 --framework torchtitan --zero 3 --local-batch 8
 # multi-token prediction (Megatron-Core --mtp-num-layers) on DeepSeek-V3's last stage, with
 # the embedding copy's sync, Megatron-Bridge 25.09's 1024-GPU layout (tests/validation/moe.json)
 check deepseek-v3 --system dgx-h100 --nodes 128 --tp 2 --pp 8 --sp --ep 64 --etp 1 --gbs 8192 --zero 1 --first-stage-layers 7 --last-stage-layers 6 --mtp-layers 1 --moe-imbalance 1

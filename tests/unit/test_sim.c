@@ -174,6 +174,25 @@ static void test_uniform_1f1b(void)
     CHECK(fabs(idle - 3.0 / 11) < 64 * 0.05 / (4 * px) + 1e-9);
     dp_sim_result_release(&r);
 
+    /* Two schedules a step (local_batch): the second starts when the first is done, at 33
+     * s, and runs the same way: 66 s, each stage busy 48 s, the micro-batches numbered on
+     * through the step (8-15 in the second). */
+    in->schedules = 2;
+    CHECK_EQ(run(in, false, &r), 0);
+    CHECK_NEAR(r.step_s, 66.0, 1e-12);
+    CHECK_NEAR(r.pipe_s, 66.0, 1e-12);
+    CHECK_EQ(r.schedules, 2);
+    CHECK_EQ(r.microbatches, 8);
+    for (int i = 0; i < 4; i++) {
+        CHECK_NEAR(r.stage[i].busy_s, 48.0, 1e-12);
+        CHECK_EQ((long long)r.stage[i].npass, 32);
+        CHECK_EQ(r.stage[i].pass[r.stage[i].npass - 1].mb, 15);
+        CHECK(r.stage[i].pass[16].t0 >= 33.0 - 1e-12);
+    }
+    CHECK_EQ(r.stage[0].peak_bytes, 1000000 + 4 * 2 * 1000);
+    dp_sim_result_release(&r);
+    in->schedules = 0;
+
     /* GPipe, same pipeline: the same bubble, but all m micro-batches in flight on stage 0. */
     uniform(in, 4, 1, 8, 2, 0.5, 1.0, DP_SIM_SCHED_GPIPE);
     CHECK_EQ(run(in, false, &r), 0);
