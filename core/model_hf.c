@@ -33,16 +33,24 @@ static const char *first_key(const cJSON *root, const char *const *aliases)
     return NULL;
 }
 
-static int hf_int(struct dp_jr *jr, const cJSON *root, const char *const *aliases, bool required,
-                  int64_t *out)
+/* A positive integer field under its first present alias, at most `max`. */
+static int hf_int_max(struct dp_jr *jr, const cJSON *root, const char *const *aliases,
+                      bool required, int64_t max, int64_t *out)
 {
     const char *k = first_key(root, aliases);
     if (!k) {
         if (!required)
             return 0;
-        return dp_jr_int(jr, root, aliases[0], true, 1, 10000000, out);
+        return dp_jr_int(jr, root, aliases[0], true, 1, max, out);
     }
-    return dp_jr_int(jr, root, k, true, 1, 10000000, out);
+    return dp_jr_int(jr, root, k, true, 1, max, out);
+}
+
+/* Shapes: at most 10^7 (context limits may be larger: hf_int_max). */
+static int hf_int(struct dp_jr *jr, const cJSON *root, const char *const *aliases, bool required,
+                  int64_t *out)
+{
+    return hf_int_max(jr, root, aliases, required, 10000000, out);
 }
 
 /* Dropout is on when any of the probabilities is positive, an absent (or null) one
@@ -79,6 +87,7 @@ enum family {
     FAM_GLM4_MOE,
     FAM_OLMO2,
     FAM_GRANITE,
+    FAM_LLAMA4,
 };
 
 /*
@@ -131,6 +140,8 @@ static const struct hf_defaults {
     /* GraniteConfig: LlamaConfig's defaults (KV heads None = the heads, 2048 positions,
      * untied, no biases) plus four scalar multipliers. */
     [FAM_GRANITE] = {"GraniteConfig", 2048, 0, 0.0, 0},
+    /* Llama4TextConfig: 8 KV heads, head_dim 128, 131072 positions. */
+    [FAM_LLAMA4] = {"Llama4TextConfig", 4096 * 32, 8, 0.0, 128},
 };
 
 static const struct {
@@ -159,12 +170,13 @@ static const struct {
     {"glm4_moe", FAM_GLM4_MOE},
     {"olmo2", FAM_OLMO2},
     {"granite", FAM_GRANITE},
+    {"llama4_text", FAM_LLAMA4},
 };
 
 #define SUPPORTED_TYPES                                                                            \
     "llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, deepseek_v2, deepseek_v3, "      \
-    "phi3, gemma, gemma2, gemma3_text, gpt_oss, glm4_moe, olmo2, granite, gpt2, gpt_neox, "        \
-    "falcon"
+    "phi3, gemma, gemma2, gemma3_text, gpt_oss, glm4_moe, olmo2, granite, llama4_text, gpt2, "     \
+    "gpt_neox, falcon"
 
 /* Infer the family when model_type is absent: from "architectures" or the key style. */
 static int detect_family(struct dp_jr *jr, const cJSON *root, enum family *fam, char *type,
@@ -178,6 +190,12 @@ static int detect_family(struct dp_jr *jr, const cJSON *root, enum family *fam, 
             return dp_err_set(jr->err, DP_EINVAL, "%s: model_type: expected string, got %s",
                               jr->file, got);
         }
+        if (strcmp(mt->valuestring, "llama4") == 0)
+            return dp_err_set(jr->err, DP_EINVAL,
+                              "%s: model_type: \"llama4\" is Llama 4's image-text model (a vision "
+                              "encoder besides the decoder): give its text_config as a "
+                              "llama4_text config.json, or write a dplan model.json",
+                              jr->file);
         if (strcmp(mt->valuestring, "gemma3") == 0)
             return dp_err_set(jr->err, DP_EINVAL,
                               "%s: model_type: \"gemma3\" is Gemma 3's image-text model (a SigLIP "
@@ -219,6 +237,7 @@ static int detect_family(struct dp_jr *jr, const cJSON *root, enum family *fam, 
                      {"Glm4Moe", FAM_GLM4_MOE, "glm4_moe"},
                      {"Olmo2For", FAM_OLMO2, "olmo2"},
                      {"GraniteFor", FAM_GRANITE, "granite"},
+                     {"Llama4ForCausalLM", FAM_LLAMA4, "llama4_text"},
                      {"GPT2", FAM_GPT2, "gpt2"},
                      {"GPTNeoX", FAM_NEOX, "gpt_neox"},
                      {"Falcon", FAM_FALCON, "falcon"},
@@ -550,6 +569,92 @@ static int hf_window(struct dp_jr *jr, const cJSON *root, enum family fam, struc
 }
 
 /*
+ * Llama 4's text model (transformers Llama4TextConfig, model_type llama4_text;
+ * modeling_llama4.py): grouped-query attention of head_dim with an L2 q/k norm (no
+ * weights) and no biases; the layers in moe_layers (default every
+ * interleave_moe_layer_step-th from step - 1) are MoE: num_local_experts SwiGLU experts of
+ * intermediate_size (gate_up_proj and down_proj), top num_experts_per_tok, a router
+ * without bias and one shared expert of intermediate_size; the others dense of
+ * intermediate_size_mlp. Only a dense-first prefix is expressible: Scout (every layer MoE)
+ * reads, Maverick's alternation is refused. The layers with RoPE (no_rope_layers 1:
+ * default all but every no_rope_layer_interval-th) attend in chunks of
+ * attention_chunk_size, priced as a sliding window of that width: equal to chunked
+ * attention up to one chunk of sequence, above it an upper bound (a chunk's queries see
+ * half a chunk on average, a window's a whole one).
+ */
+static int llama4(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
+{
+    static const char *const k_kv[] = {"num_key_value_heads", NULL};
+    static const char *const k_ffn[] = {"intermediate_size", NULL};
+    static const char *const k_dense[] = {"intermediate_size_mlp", NULL};
+    static const char *const k_e[] = {"num_local_experts", NULL};
+    static const char *const k_k[] = {"num_experts_per_tok", NULL};
+    static const char *const k_chunk[] = {"attention_chunk_size", NULL};
+    int64_t step = 1, interval = 4, chunk = 8192;
+    m->experts = 16;
+    m->top_k = 1;
+    m->ffn_hidden = 16384;
+    if (hf_int(jr, root, k_kv, false, &m->kv_heads) ||
+        hf_int(jr, root, k_ffn, true, &m->moe_ffn_hidden) ||
+        hf_int(jr, root, k_dense, false, &m->ffn_hidden) ||
+        hf_int(jr, root, k_e, false, &m->experts) || hf_int(jr, root, k_k, false, &m->top_k) ||
+        dp_jr_int(jr, root, "interleave_moe_layer_step", false, 1, 1000000, &step) ||
+        dp_jr_int(jr, root, "no_rope_layer_interval", false, 1, 1000000, &interval))
+        return jr->err->code;
+    /* the MoE layers: the config's list, or every step-th from step - 1 */
+    int64_t first = step - 1, n = 0;
+    const cJSON *ml = cJSON_GetObjectItemCaseSensitive(root, "moe_layers");
+    if (cJSON_IsArray(ml)) {
+        first = m->layers;
+        for (const cJSON *e = ml->child; e; e = e->next, n++) {
+            if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble >= (double)m->layers)
+                return dp_err_set(jr->err, DP_EINVAL,
+                                  "%s: moe_layers[%lld]: expected a layer index 0-%lld", jr->file,
+                                  (long long)n, (long long)m->layers - 1);
+            if ((int64_t)e->valuedouble < first)
+                first = (int64_t)e->valuedouble;
+        }
+        if (n > 0 && n != m->layers - first)
+            return unsupported_sparsity(jr, "moe_layers",
+                                        "a list other than every layer from one on");
+        if (n == 0)
+            m->experts = 0;
+    } else if (step != 1)
+        return unsupported_sparsity(jr, "interleave_moe_layer_step",
+                                    "MoE on every step-th layer, step > 1");
+    if (m->experts > 0) {
+        m->moe_dense_layers = first;
+        m->moe_shared_experts = 1;
+        m->moe_shared_ffn_hidden = m->moe_ffn_hidden;
+    }
+    m->ffn = DP_FFN_SWIGLU;
+    m->norm = DP_NORM_RMSNORM;
+    m->pos = DP_POS_ROPE;
+    /* chunked attention on the RoPE layers */
+    const cJSON *cv = cJSON_GetObjectItemCaseSensitive(root, "attention_chunk_size");
+    if (cJSON_IsNull(cv))
+        chunk = 0;
+    else if (hf_int(jr, root, k_chunk, false, &chunk))
+        return jr->err->code;
+    int64_t rope_layers = m->layers - m->layers / interval;
+    const cJSON *nr = cJSON_GetObjectItemCaseSensitive(root, "no_rope_layers");
+    if (cJSON_IsArray(nr) && cJSON_GetArraySize(nr) > 0) {
+        if (cJSON_GetArraySize(nr) != m->layers)
+            return dp_err_set(jr->err, DP_EINVAL,
+                              "%s: no_rope_layers: expected %lld entries (num_hidden_layers), "
+                              "got %d",
+                              jr->file, (long long)m->layers, cJSON_GetArraySize(nr));
+        rope_layers = 0;
+        for (const cJSON *e = nr->child; e; e = e->next)
+            rope_layers += cJSON_IsNumber(e) && e->valuedouble != 0;
+    }
+    set_window(m, chunk, rope_layers);
+    static const char *const drop[] = {"attention_dropout", NULL};
+    m->dropout = any_positive(root, drop, hf_defaults[FAM_LLAMA4].dropout);
+    return 0;
+}
+
+/*
  * Gemma (transformers GemmaConfig, Gemma2Config, Gemma3TextConfig). GemmaMLP is
  * down_proj(gelu_tanh(gate_proj(x)) * up_proj(x)): the gated three-matrix MLP dplan
  * calls swiglu (the same weights and GEMMs). Gemma 2 and 3 wrap both blocks in
@@ -707,7 +812,8 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
     bool tie = false;
     static const char *const k_maxpos[] = {"max_position_embeddings", "n_positions", NULL};
     int64_t maxpos = def->max_pos;
-    if (hf_int(jr, root, k_maxpos, false, &maxpos))
+    /* context limits run past the shapes' bound: Llama 4 Scout's is 10,485,760 */
+    if (hf_int_max(jr, root, k_maxpos, false, 1000000000, &maxpos))
         return jr->err->code;
     /*
      * A config states a context limit, which is the training length only for models
@@ -837,6 +943,11 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
         break;
     case FAM_GLM4_MOE:
         if (glm4_moe(jr, root, m))
+            return jr->err->code;
+        original_seq_len(root, maxpos, m);
+        break;
+    case FAM_LLAMA4:
+        if (llama4(jr, root, m))
             return jr->err->code;
         original_seq_len(root, maxpos, m);
         break;

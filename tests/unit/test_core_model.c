@@ -381,6 +381,22 @@ static void test_hf_defaults(void)
     CHECK_EQ(gr.seq_len, 2048);
     CHECK_CONTAINS(gr.seq_len_from, "GraniteConfig's default 2048");
     CHECK(!gr.tied_embeddings && !gr.qkv_bias && !gr.mlp_bias && !gr.qk_norm && !gr.dropout);
+    /* Llama4TextConfig: 8 KV heads, head_dim 128, 16 experts, top 1, MoE on every layer
+     * (interleave_moe_layer_step 1) with one shared expert, chunked attention of 8192 on the
+     * RoPE layers (all but every 4th: 6 of 8), 131072 positions, untied */
+    struct dp_model l4 = load("tests/fixtures/hf/defaults/llama4_text.json");
+    CHECK_EQ(l4.kv_heads, 8);
+    CHECK_EQ(l4.head_dim, 128);
+    CHECK_EQ(l4.experts, 16);
+    CHECK_EQ(l4.top_k, 1);
+    CHECK_EQ(l4.moe_dense_layers, 0);
+    CHECK_EQ(l4.moe_shared_experts, 1);
+    CHECK_EQ(l4.moe_shared_ffn_hidden, 256);
+    CHECK_EQ(l4.window, 8192);
+    CHECK_EQ(l4.window_layers, 6);
+    CHECK_EQ(l4.seq_len, 8192);
+    CHECK_CONTAINS(l4.seq_len_from, "Llama4TextConfig's default 131072");
+    CHECK(!l4.tied_embeddings && !l4.qkv_bias && !l4.qk_norm && !l4.moe_router_bias);
     struct dp_model d2 = load("tests/fixtures/hf/defaults/deepseek_v2.json");
     CHECK(d2.mla);
     CHECK_EQ(d2.experts, 64);
