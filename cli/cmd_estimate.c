@@ -61,6 +61,12 @@ static int use_simulation(const struct dp_model *m, const struct dp_cluster *cl,
     int rc = dp_sim_run(m, cl, l, &so, &r, err);
     if (rc)
         return rc;
+    if (r.caveat) { /* the analytic step is the one that prices what the simulation lacks */
+        rc = dp_err_set(err, DP_EINFEASIBLE, "--simulate: %s (drop --simulate for the estimate)",
+                        r.caveat);
+        dp_sim_result_release(&r);
+        return rc;
+    }
     const struct dp_sim_breakdown *b = &r.stage[r.busiest].b;
     double k = r.step_s > 0 ? sc->step_time_s / r.step_s : 1;
     sc->step_time_s = r.step_s;

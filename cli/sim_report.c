@@ -89,6 +89,8 @@ void cli_sim_text(FILE *f, const struct dp_sim_result *r, const struct dp_layout
                 "OOM: the peak exceeds the %.2f GiB usable per GPU; the times are what it would "
                 "take if it fit (`dplan memory` lists fixes)\n",
                 cli_gib(capacity));
+    if (r->caveat)
+        fprintf(f, "note: %s\n", r->caveat);
 }
 
 static cJSON *breakdown_json(const struct dp_sim_breakdown *b)
@@ -115,6 +117,8 @@ cJSON *cli_sim_json(const struct dp_sim_result *r, const struct dp_step_cost *es
     cJSON_AddNumberToObject(o, "vpp", r->vpp);
     cJSON_AddNumberToObject(o, "microbatches", (double)r->microbatches);
     cJSON_AddNumberToObject(o, "schedules", (double)r->schedules);
+    if (r->caveat)
+        cJSON_AddStringToObject(o, "caveat", r->caveat);
     cJSON_AddNumberToObject(o, "step_s", r->step_s);
     if (est)
         cJSON_AddNumberToObject(o, "estimate_step_s", est->step_time_s);

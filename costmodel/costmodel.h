@@ -373,6 +373,10 @@ struct dp_shard_stage {
 void dp_shard_comm(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
                    const struct dp_shard_stage *st, const struct dp_path *dpcp,
                    const struct dp_path *edp, double *total_s, double *exposed_s);
+/* DeepSpeed ZeRO-3 with full recompute: the share of a layer's sub-module gathers done
+ * again for its backward (those beyond stage3_max_reuse_distance of their recomputed
+ * forward; shard.c). 0 for small layers. */
+double dp_ds_regather_share(const struct dp_model *m, const struct dp_layout *l);
 
 /*
  * The data-parallel groups of a layout (shard.c): dp x cp and the expert data-parallel

@@ -181,6 +181,11 @@ static void ds_persistent(const struct dp_model *m, const struct dp_layout *l,
     *elems = e;
 }
 
+double dp_ds_regather_share(const struct dp_model *m, const struct dp_layout *l)
+{
+    return ds_regather_share(m, l);
+}
+
 void dp_shard_groups(const struct dp_cluster *cl, const struct dp_layout *l,
                      const struct dp_path *dpcp, const struct dp_path *edp,
                      struct dp_shard_groups *g)

@@ -43,6 +43,18 @@ int dp_sim_build(const struct dp_model *m, const struct dp_cluster *cl, const st
     }
     const struct dp_layout *l = &one;
     in->schedules = nsched;
+    /* The units come from dp_time_dp_units at FSDP's granularity (a layer, the ends);
+     * DeepSpeed's ZeRO-3 gathers per sub-module, re-gathers part of a recomputed layer for
+     * its backward, waits for each fetch and copies through the list API on the host
+     * (costmodel/shard.c), which the estimate prices and the units do not carry. */
+    if (l->framework == DP_FW_DEEPSPEED && l->zero == 3 && l->dp * l->cp > 1 &&
+        (l->list_collectives ||
+         (l->recompute == DP_RECOMPUTE_FULL && dp_ds_regather_share(m, l) > 0)))
+        in->caveat = "DeepSpeed ZeRO-3's sub-module gathers, their re-gathers under recompute "
+                     "and the list API's host copies are priced by the estimate only: the "
+                     "simulation issues FSDP's per-layer gathers and reductions, so its "
+                     "data-parallel timing is FSDP's";
+
     if (l->pp > DP_MAX_PP || l->pp * l->vpp > DP_MAX_CHUNKS)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "pp=%d x vpp=%d exceeds the %d model chunks simulated", l->pp, l->vpp,

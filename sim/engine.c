@@ -878,6 +878,7 @@ int dp_sim_engine(const struct dp_sim_input *in, const struct dp_sim_opts *o,
     out->vpp = v;
     out->microbatches = M;
     out->schedules = in_schedules(in);
+    out->caveat = in->caveat;
     out->nstages = p;
     out->stage = calloc((size_t)p, sizeof *out->stage);
     E.rk = calloc((size_t)p, sizeof *E.rk);

@@ -162,13 +162,16 @@ struct dp_sim_result {
     int pp, vpp;
     int64_t microbatches; /* a schedule's */
     int64_t schedules;    /* a step's (local_batch), at least 1 */
-    double step_s; /* until every stage's optimizer step (and gathers) is done */
-    double pipe_s; /* the pipeline span: the first pass's start to the last pass's end */
-    double bubble; /* idle over span, all stages together: sum idle_s / (pp x pipe_s) */
-    int busiest;   /* the stage with the most busy_s (its breakdown is the step's) */
+    double step_s;        /* until every stage's optimizer step (and gathers) is done */
+    double pipe_s;        /* the pipeline span: the first pass's start to the last pass's end */
+    double bubble;        /* idle over span, all stages together: sum idle_s / (pp x pipe_s) */
+    int busiest;          /* the stage with the most busy_s (its breakdown is the step's) */
     int64_t peak_bytes;
     int peak_stage;
     size_t ops; /* operations simulated */
+    /* What the estimate prices that the simulation does not issue as priced (static text),
+     * NULL when nothing: DeepSpeed ZeRO-3's sub-module collectives (dp_sim_build's). */
+    const char *caveat;
     int nstages;
     struct dp_sim_stage *stage;
 };
@@ -206,6 +209,7 @@ struct dp_sim_input {
     struct dp_mem_terms mem[DP_MAX_PP];
     struct dp_dp_sched dsched[DP_MAX_PP];
     struct dp_dp_unit *units[DP_MAX_PP]; /* borrowed (dp_sim_input_release frees dp_sim_build's) */
+    const char *caveat;                  /* copied to the result (struct dp_sim_result) */
     int nunits[DP_MAX_PP];
 };
 /* Fill *in for m, cl, l (validated here: DP_EINFEASIBLE with the reason). */
