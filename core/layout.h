@@ -378,6 +378,20 @@ struct dp_dpv_op {
     unsigned char kind, ph, ph2;
 };
 int64_t dp_dualpipev_ops(int P, int64_t M, int r, struct dp_dpv_op *ops);
+/*
+ * The same as the passes a runtime runs, each with its micro-batch (each phase's forwards,
+ * and its backwards, take them in order): an FB op as its forward then its backward, both
+ * `paired`; a W with the micro-batch and phase of the backward for inputs only (BZ) it
+ * finishes, the oldest still waiting (a W with none waiting is left out). kind is DP_DPV_F,
+ * _B, _BZ or _W. out needs room for 16 (M + P); NULL counts. Returns the count, -1 for a
+ * bad shape or without memory. The one numbering of the simulator's and the executor's.
+ */
+struct dp_dpv_pass {
+    int32_t mb;
+    unsigned char ph, kind;
+    bool paired;
+};
+int64_t dp_dualpipev_passes(int P, int64_t M, int r, struct dp_dpv_pass *out);
 static inline int dp_layout_stage_rank(const struct dp_layout *l, int s)
 {
     return dp_pipe_stage_rank(l->pp, l->schedule == DP_SCHED_DUALPIPEV, s);

@@ -1,7 +1,8 @@
 /*
  * DualPipeV's pass order (layout pipeline_schedule dualpipev), one place for the cost
- * model's simulation (costmodel/pipeline_dualpipev.c) and the executor's run
- * (executor/interleave.c). P ranks hold 2P stages in a V: rank r runs stage r (phase 0)
+ * model's simulation (costmodel/pipeline_dualpipev.c), and, numbered into passes
+ * (dp_dualpipev_passes), for the executor's run (executor/interleave.c) and the event
+ * simulation (sim/schedule.c). P ranks hold 2P stages in a V: rank r runs stage r (phase 0)
  * and stage 2P - 1 - r (phase 1). Rank r's passes are the eight steps of PithTrain's
  * DualPipeV.step (pithtrain/dualpipe/dualpipev.py, from deepseek-ai/DualPipe's
  * dualpipev.py):
@@ -17,6 +18,8 @@
  * Each phase's forwards take its micro-batches in order, and so do its backwards.
  */
 #include "core.h"
+
+#include <stdlib.h>
 
 int64_t dp_dualpipev_ops(int P, int64_t M, int r, struct dp_dpv_op *ops)
 {
@@ -67,4 +70,44 @@ int64_t dp_dualpipev_ops(int P, int64_t M, int r, struct dp_dpv_op *ops)
         PUT(DP_DPV_W, 0, 0);
 #undef PUT
     return n;
+}
+
+int64_t dp_dualpipev_passes(int P, int64_t M, int r, struct dp_dpv_pass *out)
+{
+    if (P < 1 || r < 0 || r >= P || M < 2 * (int64_t)P)
+        return -1;
+    struct dp_dpv_op *ops = malloc((size_t)(8 * (M + P)) * sizeof *ops);
+    struct dp_dpv_pass *wq = malloc((size_t)(2 * M) * sizeof *wq); /* BZs waiting for a W */
+    int64_t nops = ops && wq ? dp_dualpipev_ops(P, M, r, ops) : -1, n = 0, wh = 0, wt = 0;
+    int32_t next[2][2] = {{0, 0}, {0, 0}}; /* per phase, forward and backward */
+    for (int64_t i = 0; i < nops; i++) {
+        const struct dp_dpv_op o = ops[i];
+        struct dp_dpv_pass x = {0};
+        if (o.kind == DP_DPV_W) {
+            if (wh < wt && out)
+                out[n] = wq[wh];
+            n += wh < wt;
+            wh += wh < wt;
+            continue;
+        }
+        if (o.kind == DP_DPV_F || o.kind == DP_DPV_FB) {
+            x = (struct dp_dpv_pass){next[o.ph][0]++, o.ph, DP_DPV_F, o.kind == DP_DPV_FB};
+            if (out)
+                out[n] = x;
+            n++;
+        }
+        if (o.kind != DP_DPV_F) {
+            const unsigned char ph = o.kind == DP_DPV_FB ? o.ph2 : o.ph;
+            x = (struct dp_dpv_pass){next[ph][1]++, ph, o.kind == DP_DPV_BZ ? DP_DPV_BZ : DP_DPV_B,
+                                     o.kind == DP_DPV_FB};
+            if (o.kind == DP_DPV_BZ)
+                wq[wt++] = (struct dp_dpv_pass){x.mb, ph, DP_DPV_W, false};
+            if (out)
+                out[n] = x;
+            n++;
+        }
+    }
+    free(ops);
+    free(wq);
+    return nops < 0 ? -1 : n;
 }

@@ -205,6 +205,12 @@ void dp_mem_stage(const struct dp_model *m, const struct dp_cluster *cl, const s
  * data-parallel group, dp_layout_edp). */
 void dp_mem_stage_params(const struct dp_model *m, const struct dp_layout *l, int stage,
                          int64_t *dense, int64_t *expert);
+/* Of those, the ends' per GPU: the vocabulary-parallel embedding (+ learned positions) on
+ * the first stage; the final norm and the LM head on the loss's (its own weight when untied;
+ * tied with pp > 1 the last stage's copy, kept in sync by an all-reduce, Megatron
+ * _allreduce_word_embedding_grads; DualPipeV's V holds both ends on rank 0, one weight). */
+void dp_mem_end_params(const struct dp_model *m, const struct dp_layout *l, int64_t *emb,
+                       int64_t *head);
 /* Of those, the multi-token-prediction module's on the loss's stage (layout mtp_layers),
  * with the copy of the input embedding it keeps; 0 without MTP. */
 void dp_mem_mtp_params(const struct dp_model *m, const struct dp_layout *l, int64_t *dense,

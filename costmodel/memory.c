@@ -159,25 +159,16 @@ static void stage_params(const struct dp_model *m, const struct dp_layout *l, in
                          const struct dp_layer_kinds *kinds, const struct kind_params *kp,
                          int64_t *dense, int64_t *expert)
 {
-    const int64_t t = l->tp, h = m->hidden;
-    const int64_t vpad = dp_padded_vocab(m->vocab, l->tp);
-    int64_t d = 0, e = 0;
+    int64_t d = 0, e = 0, emb, head;
     for (int k = 0; k < DP_LAYER_KINDS; k++) {
         d += kinds->n[k] * kp->dense[k];
         e += kinds->n[k] * kp->expert[k];
     }
-    if (r == 0) {
-        d += vpad * h / t; /* vocabulary-parallel embedding */
-        if (m->pos == DP_POS_LEARNED)
-            d += m->max_pos * h;
-    }
+    dp_mem_end_params(m, l, &emb, &head);
+    if (r == 0)
+        d += emb;
     if (r == dp_layout_head_rank(l)) {
-        d += m->norm == DP_NORM_LAYERNORM ? 2 * h : h;
-        /* The LM head: its own weight when untied; when tied and pp > 1 the last
-         * stage keeps a copy of the embedding, kept in sync by an all-reduce
-         * (Megatron _allreduce_word_embedding_grads); DualPipeV's rank 0 holds both. */
-        if (!m->tied_embeddings || (l->pp > 1 && dp_layout_head_rank(l) != 0))
-            d += vpad * h / t;
+        d += head;
         mtp_params(m, l, kp, &d, &e);
     }
     *dense = d;
@@ -192,6 +183,16 @@ void dp_mem_stage_params(const struct dp_model *m, const struct dp_layout *l, in
     dp_layout_stage_kinds(l, m, r, &kinds);
     kind_params(m, l, &kp);
     stage_params(m, l, r, &kinds, &kp, dense, expert);
+}
+
+void dp_mem_end_params(const struct dp_model *m, const struct dp_layout *l, int64_t *emb,
+                       int64_t *head)
+{
+    const int64_t t = l->tp, h = m->hidden, vpad = dp_padded_vocab(m->vocab, l->tp);
+    *emb = vpad * h / t + (m->pos == DP_POS_LEARNED ? m->max_pos * h : 0);
+    *head =
+        (m->norm == DP_NORM_LAYERNORM ? 2 * h : h) +
+        ((!m->tied_embeddings || (l->pp > 1 && dp_layout_head_rank(l) != 0)) ? vpad * h / t : 0);
 }
 
 void dp_mem_mtp_params(const struct dp_model *m, const struct dp_layout *l, int64_t *dense,
@@ -254,14 +255,7 @@ static void mem_ctx_init(struct mem_ctx *x, const struct dp_model *m, const stru
     x->al = al;
     kind_params(m, l, &x->kp);
     x->mixed = dp_model_mixed_layers(m);
-    /* Parameters of the ends (stage_params): the vocabulary-parallel embedding; the
-     * final norm and the LM head: its own weight when untied; when tied and pp > 1 the
-     * last stage keeps a copy of the embedding, kept in sync by an all-reduce (Megatron
-     * _allreduce_word_embedding_grads). */
-    x->emb_params = vpad * h / t + (m->pos == DP_POS_LEARNED ? m->max_pos * h : 0);
-    x->head_params =
-        (m->norm == DP_NORM_LAYERNORM ? 2 * h : h) +
-        ((!m->tied_embeddings || (l->pp > 1 && dp_layout_head_rank(l) != 0)) ? vpad * h / t : 0);
+    dp_mem_end_params(m, l, &x->emb_params, &x->head_params);
     /* Korthikanti Sec. 4.3: the embedding's dropout mask, one per micro-batch in flight
      * in the first chunk; the final norm input and output-layer input (4sbh/t with SP);
      * the loss's buffers at its peak, per logit element as its implementation holds them

@@ -41,20 +41,6 @@ static void block_cost(const struct dp_layout *l, const struct dp_layer_time *b,
     o->ep_re = re.ep_s;
 }
 
-/* Parameters of the ends per GPU, as memory.c places them: the vocabulary-parallel
- * embedding (+ learned positions) on the first stage; the final norm and the LM head
- * (its own weight, or with tied embeddings and pp > 1 the last stage's copy) on the
- * last (DualPipeV's V holds both ends on rank 0: one tied weight, no sync). */
-static void end_params(const struct dp_model *m, const struct dp_layout *l, int64_t *emb,
-                       int64_t *head)
-{
-    const int64_t t = l->tp, h = m->hidden, vpad = dp_padded_vocab(m->vocab, l->tp);
-    *emb = vpad * h / t + (m->pos == DP_POS_LEARNED ? m->max_pos * h : 0);
-    *head =
-        (m->norm == DP_NORM_LAYERNORM ? 2 * h : h) +
-        ((!m->tied_embeddings || (l->pp > 1 && dp_layout_head_rank(l) != 0)) ? vpad * h / t : 0);
-}
-
 void dp_time_ops(const struct dp_model *m, const struct dp_cluster *cl, const struct dp_layout *l,
                  struct dp_step_ops *o)
 {
@@ -80,7 +66,7 @@ void dp_time_ops(const struct dp_model *m, const struct dp_cluster *cl, const st
     o->head.bwd_s = e.head_b;
     o->head.tp_f = e.head_tp_f;
     o->head.tp_b = e.head_tp_b;
-    end_params(m, l, &o->emb.params, &o->head.params);
+    dp_mem_end_params(m, l, &o->emb.params, &o->head.params);
     o->mtp_layers = l->mtp_layers;
     o->mtp_kind = dp_model_mtp_kind(m);
     o->mtp_f = e.mtp_f;
@@ -258,7 +244,7 @@ int dp_time_dp_units(const struct dp_model *m, const struct dp_cluster *cl,
     dp_shard_groups(cl, l, &pd, &pe, &x.g);
     x.fp8_gather = cl->gpu.fp8_tflops > 0 && dp_layout_fp8_gather(l);
     x.lin_per_layer = dp__linear_weights_per_layer(m, l);
-    end_params(m, l, &x.emb, &x.head);
+    dp_mem_end_params(m, l, &x.emb, &x.head);
     dp_mem_mtp_params(m, l, &x.mtp_dense, &x.mtp_expert);
     for (int k = 0; k < DP_LAYER_KINDS; k++)
         dp_mem_layer_params(m, l, (enum dp_layer_kind)k, &x.dense[k], &x.expert[k]);

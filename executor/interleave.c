@@ -126,30 +126,26 @@ static int bwd_src(int p, bool dpv, int r, int c)
 }
 
 /* DualPipeV: stage r's passes (4 M: a forward and a backward of each micro-batch through
- * each chunk) from its order, into mb/ch/fw; returns the count or -1. */
+ * each chunk) as core numbers them, into mb/ch/fw; returns the count or -1. The W passes
+ * have nothing to do here: a backward for the inputs only runs as the whole backward. */
 static int64_t dpv_passes(int p, int64_t M, int r, int *mb, unsigned char *ch, bool *fw)
 {
-    struct dp_dpv_op *ops = malloc((size_t)(8 * (M + p)) * sizeof *ops);
-    if (!ops)
+    int64_t nps = dp_dualpipev_passes(p, M, r, NULL), n = 0;
+    struct dp_dpv_pass *ps = nps > 0 ? malloc((size_t)nps * sizeof *ps) : NULL;
+    if (!ps || dp_dualpipev_passes(p, M, r, ps) != nps) {
+        free(ps);
         return -1;
-    int64_t nops = dp_dualpipev_ops(p, M, r, ops), n = 0, next[2][2] = {{0, 0}, {0, 0}};
-    for (int64_t i = 0; i < nops; i++) {
-        const struct dp_dpv_op o = ops[i];
-        if (o.kind == DP_DPV_W)
-            continue; /* its weight gradients ran with the backward */
-        bool f[2] = {o.kind == DP_DPV_F || o.kind == DP_DPV_FB, o.kind != DP_DPV_F};
-        int phs[2] = {o.ph, o.kind == DP_DPV_FB ? o.ph2 : o.ph};
-        for (int d = 0; d < 2; d++) {
-            if (!f[d])
-                continue;
-            mb[n] = (int)next[phs[d]][d]++;
-            ch[n] = (unsigned char)phs[d];
-            fw[n] = d == 0;
-            n++;
-        }
     }
-    free(ops);
-    return nops < 0 ? -1 : n;
+    for (int64_t i = 0; i < nps; i++) {
+        if (ps[i].kind == DP_DPV_W)
+            continue;
+        mb[n] = ps[i].mb;
+        ch[n] = ps[i].ph;
+        fw[n] = ps[i].kind == DP_DPV_F;
+        n++;
+    }
+    free(ps);
+    return n;
 }
 
 /* Stage q's pass k: DualPipeV's from the table built for every stage, else Megatron's. */

@@ -77,65 +77,30 @@ static void table(int p, int v, int64_t k, int32_t *mb, int16_t *chunk)
 }
 
 /*
- * DualPipeV's passes on rank r (core/schedule_dualpipev.c, the order the cost model and
- * the executor run), as steps: an overlapped pair becomes its forward then its backward,
- * both marked paired; a backward for the inputs only (BI) queues its weight gradients,
- * which the next W runs (first in, first out; a W with none queued is no pass). Writes
- * the steps to out when out is not NULL; returns their count, -1 without memory.
+ * DualPipeV's passes on rank r as core numbers them (dp_dualpipev_passes: the order the cost
+ * model and the executor run), as steps: a backward for the inputs only is BI, the weight
+ * gradients that finish it W. Writes them to out when out is not NULL; returns their count,
+ * -1 without memory.
  */
 static int64_t dualpipev(int p, int64_t M, int r, struct dp_sim_step *out)
 {
-    const int64_t cap = 8 * (M + p);
-    struct dp_dpv_op *ops = malloc((size_t)cap * sizeof *ops);
-    struct dp_sim_step *wq = malloc((size_t)(2 * M) * sizeof *wq);
-    if (!ops || !wq) {
-        free(ops);
-        free(wq);
+    int64_t n = dp_dualpipev_passes(p, M, r, NULL);
+    if (n <= 0 || !out)
+        return n;
+    struct dp_dpv_pass *ps = malloc((size_t)n * sizeof *ps);
+    if (!ps || dp_dualpipev_passes(p, M, r, ps) != n) {
+        free(ps);
         return -1;
     }
-    const int64_t nops = dp_dualpipev_ops(p, M, r, ops);
-    int32_t next[2][2] = {{0, 0}, {0, 0}}; /* per phase, per direction: its next micro-batch */
-    int64_t n = 0, wh = 0, wt = 0;
-#define PUT(x)                                                                                     \
-    do {                                                                                           \
-        if (out)                                                                                   \
-            out[n] = (x);                                                                          \
-        n++;                                                                                       \
-    } while (0)
-    for (int64_t k = 0; k < nops; k++) {
-        const struct dp_dpv_op o = ops[k];
-        struct dp_sim_step st = {0};
-        switch (o.kind) {
-        case DP_DPV_F:
-            st = (struct dp_sim_step){.mb = next[o.ph][0]++, .chunk = o.ph, .fwd = true};
-            PUT(st);
-            break;
-        case DP_DPV_B:
-        case DP_DPV_BZ:
-            st = (struct dp_sim_step){.mb = next[o.ph][1]++, .chunk = o.ph};
-            if (o.kind == DP_DPV_BZ) {
-                st.kind = DP_SIM_PASS_BI;
-                wq[wt++] =
-                    (struct dp_sim_step){.mb = st.mb, .chunk = st.chunk, .kind = DP_SIM_PASS_W};
-            }
-            PUT(st);
-            break;
-        case DP_DPV_FB:
-            st = (struct dp_sim_step){
-                .mb = next[o.ph][0]++, .chunk = o.ph, .fwd = true, .paired = true};
-            PUT(st);
-            st = (struct dp_sim_step){.mb = next[o.ph2][1]++, .chunk = o.ph2, .paired = true};
-            PUT(st);
-            break;
-        default: /* DP_DPV_W */
-            if (wh < wt)
-                PUT(wq[wh++]);
-            break;
-        }
-    }
-#undef PUT
-    free(ops);
-    free(wq);
+    for (int64_t i = 0; i < n; i++)
+        out[i] = (struct dp_sim_step){.mb = ps[i].mb,
+                                      .chunk = ps[i].ph,
+                                      .fwd = ps[i].kind == DP_DPV_F,
+                                      .kind = ps[i].kind == DP_DPV_BZ  ? DP_SIM_PASS_BI
+                                              : ps[i].kind == DP_DPV_W ? DP_SIM_PASS_W
+                                                                       : DP_SIM_PASS_FULL,
+                                      .paired = ps[i].paired};
+    free(ps);
     return n;
 }
 

@@ -105,18 +105,15 @@ static void stage_events(struct dp_buf *b, bool *first, const struct dp_sim_stag
     for (size_t i = 0; i < st->npass; i++) {
         const struct dp_sim_pass *ps = &st->pass[i];
         /* DualPipeV's zero-bubble split: Bi the input gradients, W the weight gradients */
-        const bool w = ps->kind == DP_SIM_PASS_W, bi = ps->kind == DP_SIM_PASS_BI;
-        snprintf(name, sizeof name, "%s mb%d c%d",
-                 ps->fwd ? "F"
-                 : w     ? "W"
-                 : bi    ? "Bi"
-                         : "B",
-                 (int)ps->mb, (int)ps->chunk);
-        snprintf(args, sizeof args, "\"phase\":\"%s\",\"microbatch\":%d,\"chunk\":%d",
-                 ps->fwd ? "forward"
-                 : w     ? "weight gradients"
-                 : bi    ? "input gradients"
-                         : "backward",
+        static const char *const tag[] = {"F", "B", "Bi", "W"},
+                                 *phase[] = {"forward", "backward", "input gradients",
+                                             "weight gradients"};
+        const int k = ps->fwd                      ? 0
+                      : ps->kind == DP_SIM_PASS_BI ? 2
+                      : ps->kind == DP_SIM_PASS_W  ? 3
+                                                   : 1;
+        snprintf(name, sizeof name, "%s mb%d c%d", tag[k], (int)ps->mb, (int)ps->chunk);
+        snprintf(args, sizeof args, "\"phase\":\"%s\",\"microbatch\":%d,\"chunk\":%d", phase[k],
                  (int)ps->mb, (int)ps->chunk);
         event_x(b, first, pid, DP_SIM_COMPUTE, name, "pass", ps->t0, ps->t1, args);
     }
