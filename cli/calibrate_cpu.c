@@ -169,13 +169,16 @@ static int coll_worker(const char *file, int64_t max_bytes)
         }
         fflush(stdout);
     }
-    /* Ranks in lock step: segments of about 0.03, 0.1 and 0.4 ms between synchronisations
-     * (tensor parallelism's are a layer's fraction of a step; data parallelism's a step). */
-    static const int passes[] = {2, 8, 32};
+    /* Ranks in lock step: segments of about 0.02, 0.07, 0.3, 1.2 and 5 ms between
+     * synchronisations (tensor parallelism's are a layer's fraction of a step; data
+     * parallelism's a step: tiny-gpt's is 5 ms here), the longest in fewer rounds (the last
+     * two about 0.7 s each, the first three 0.25 s together). How the wait grows with the segment
+     * is what the executor's prediction reads off them (predict_ops.c sync_wait). */
+    static const int passes[] = {2, 8, 32, 128, 512}, rounds[] = {600, 600, 600, 600, 150};
     cJSON *ls = mpi.rank == 0 ? cJSON_AddArrayToObject(root, "lockstep") : NULL;
-    for (int i = 0; i < 3 && !rc; i++) {
+    for (int i = 0; i < 5 && !rc; i++) {
         double seg = 0, wait = 0;
-        if ((rc = dp_pf_mpi_bench_lockstep(&mpi, passes[i], 600, &seg, &wait, &err)))
+        if ((rc = dp_pf_mpi_bench_lockstep(&mpi, passes[i], rounds[i], &seg, &wait, &err)))
             break;
         if (ls) {
             cJSON *e = cJSON_CreateObject();
@@ -273,9 +276,10 @@ static int measure_colls(int np, int64_t max_bytes, struct dp_calibration *cal, 
                 o->point_us[o->npoints++] = s[i].seconds * 1e6;
             }
     }
-    /* Lock step: wait = e_n jitter sqrt(segment) (executor.h struct dp_exec_machine
-     * lockstep_jitter); each segment length gives jitter = wait / (e_n sqrt(segment)), and
-     * the median of them is kept (one length's burst does not decide it). */
+    /* Lock step: the measured waits are what the executor's prediction reads (executor.h
+     * struct dp_exec_machine lockstep_*); jitter, the sqrt law's constant (wait = e_n jitter
+     * sqrt(segment)), is each length's wait / (e_n sqrt(segment)), their median: a one-number
+     * summary, and the law a profile without points is priced by. */
     const cJSON *ls = cJSON_GetObjectItemCaseSensitive(root, "lockstep");
     double k[DP_CAL_LOCKSTEP_POINTS];
     int nl = 0;
@@ -854,8 +858,9 @@ int cli_calibrate_cpu(int argc, char **argv)
         for (int i = 0; i < cal->lockstep.n; i++)
             printf("%s %.1f us after %.0f us", i ? "," : "", cal->lockstep.wait_s[i] * 1e6,
                    cal->lockstep.seg_s[i] * 1e6);
-        printf("; jitter %.2g s^0.5 (wait = %.2f jitter sqrt(segment))\n", cal->lockstep.jitter,
-               dp_max_normal(cal->lockstep.ranks));
+        printf("; jitter %.2g s^0.5 (the sqrt law wait = %.2f jitter sqrt(segment); the "
+               "prediction reads the waits)\n",
+               cal->lockstep.jitter, dp_max_normal(cal->lockstep.ranks));
     }
     if (outfile) {
         if ((rc = dp_calibration_save(outfile, cal, &err)))

@@ -220,6 +220,15 @@ bool cli_calibration_machine(const struct dp_calibration *cal, int threads, int 
     }
     mc->costs = o;
     mc->lockstep_jitter = cal->has_lockstep ? cal->lockstep.jitter : 0;
+    if (cal->has_lockstep) {
+        mc->lockstep_ranks = cal->lockstep.ranks;
+        mc->lockstep_n =
+            cal->lockstep.n < DP_EXEC_LOCKSTEP_POINTS ? cal->lockstep.n : DP_EXEC_LOCKSTEP_POINTS;
+        for (int i = 0; i < mc->lockstep_n; i++) {
+            mc->lockstep_seg_s[i] = cal->lockstep.seg_s[i];
+            mc->lockstep_wait_s[i] = cal->lockstep.wait_s[i];
+        }
+    }
     /* dp_exec_machine's order: all-reduce, reduce-scatter, all-gather, send/recv. */
     static const enum dp_nccl_coll kind[4] = {DP_NCCL_ALL_REDUCE, DP_NCCL_REDUCE_SCATTER,
                                               DP_NCCL_ALL_GATHER, DP_NCCL_SENDRECV};

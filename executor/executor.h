@@ -360,7 +360,8 @@ struct dp_exec_reuse_samples {
         norm_bwd, ce, adamw, sumsq;
 };
 
-#define DP_EXEC_COLL_POINTS 32
+#define DP_EXEC_COLL_POINTS     32
+#define DP_EXEC_LOCKSTEP_POINTS 8 /* fit.h DP_CAL_LOCKSTEP_POINTS */
 
 /* How a run ran, besides its model and layout. */
 struct dp_exec_machine {
@@ -383,9 +384,13 @@ struct dp_exec_machine {
     double coll_point_bytes[4][DP_EXEC_COLL_POINTS], coll_point_s[4][DP_EXEC_COLL_POINTS];
     bool flash; /* the run's attention was flash (attn_flash_*), else the math one */
     /* Ranks in lock step (`dplan calibrate`'s measurement, 0: none): each synchronisation
-     * with a group of n waits dp_max_normal(n) lockstep_jitter sqrt(t) for the slowest, t
-     * the work since the rank's last one (predict_ops.c). */
+     * with a group of n waits for the slowest, after t seconds of work since the rank's last
+     * one: lockstep_wait_s at t (lockstep_seg_s ascending, measured over lockstep_ranks
+     * ranks) scaled by dp_max_normal(n) / dp_max_normal(lockstep_ranks); without points,
+     * dp_max_normal(n) lockstep_jitter sqrt(t) (predict_ops.c sync_wait). */
     double lockstep_jitter;
+    int lockstep_ranks, lockstep_n;
+    double lockstep_seg_s[DP_EXEC_LOCKSTEP_POINTS], lockstep_wait_s[DP_EXEC_LOCKSTEP_POINTS];
 };
 
 /* One step, split by kind (seconds, the slowest stage's share; they add up to step_s). */

@@ -141,6 +141,11 @@ static int price_stage(struct pricer *c, const struct dp_model *m, const struct 
      * DIR/optime.pred.stageS.tsv, as run.c splits the measured one. */
     const bool optime = !rc && dp__optime_dir() && !dp__optime_wrap(&c->base, bill_s);
     if (!rc) {
+        /* The bill starts again at 0; the work since the warm-up step's last synchronisation
+         * (its optimizer) is what the first one of this step waits after, with this step's
+         * forward and backward (it was dropped with the bill, pricing DP's one wait a step,
+         * the gradients' all-reduce after the backward, at nothing). */
+        c->last_sync -= total(&c->bill);
         memset(&c->bill, 0, sizeof c->bill);
         if (optime)
             dp__optime_begin(&c->base);
@@ -217,6 +222,8 @@ int dp_exec_predict(const struct dp_model *m, const struct dp_layout *l,
     c.shared = per_node > 1;
     c.per_node = per_node;
     c.lockstep_jitter = run->lockstep_jitter > 0 ? run->lockstep_jitter : 0;
+    dp__lockstep_table(&c, run->lockstep_ranks, run->lockstep_n, run->lockstep_seg_s,
+                       run->lockstep_wait_s);
     c.flash = run->flash;
     struct dp_probe_shape sh = {.threads = c.nt,
                                 .concurrent = c.nt * per_node,

@@ -56,10 +56,18 @@ struct pricer {
     double *fen, *fen_val, fen_total;
     int64_t fen_cap;
     int per_node;
-    /* Ranks in lock step (executor.h struct dp_exec_machine): the jitter, and the bill's
-     * total at this rank's last synchronisation with others. */
+    /* Ranks in lock step (executor.h struct dp_exec_machine): the jitter, the measured
+     * waits, and the bill's total at this rank's last synchronisation with others. */
     double lockstep_jitter, last_sync;
+    int ls_ranks, ls_n;
+    double ls_seg[DP_EXEC_LOCKSTEP_POINTS], ls_wait[DP_EXEC_LOCKSTEP_POINTS];
 };
+
+/* The measured waits of ranks in lock step into the pricer (predict_ops.c): points with a
+ * positive segment, ascending, each wait at least the one before (the expected wait for
+ * the slowest never shrinks with more work; a noisy point below its neighbour is raised). */
+void dp__lockstep_table(struct pricer *c, int ranks, int n, const double *seg_s,
+                        const double *wait_s);
 
 /* Every operation of backend.h priced on this machine (predict_ops.c). */
 extern const struct dp_backend_ops dp__pricing_ops;

@@ -958,20 +958,70 @@ static double bill_total(const struct pricer *c)
  * Ranks in lock step: each works on its own between synchronisations, and each
  * synchronisation waits for the slowest of its group. On a shared machine the same work
  * varies from rank to rank (interrupts, timer ticks, other guests on the host's cores and
- * caches), so a group of n waits, on average, the expected largest of n such deviations:
- * dp_max_normal(n) jitter sqrt(t) for t seconds of work since the last synchronisation, the
- * noise amplification of bulk-synchronous programs (Petrini et al., SC'03, "The Case of the
- * Missing Supercomputer Performance"; Hoefler et al., SC'10, "Characterizing the Influence
- * of System Noise on Large-Scale Applications by Simulation"). `dplan calibrate` measures
- * jitter with its ranks in lock step (preflight.h dp_pf_mpi_bench_lockstep): on this VM a
- * 0.28 ms segment waited 11-27 us a synchronisation, and tiny-gpt's 13 all-reduces a step
- * under TP 2 took 180 us more than the collectives alone (DPLAN_OPTIME).
+ * caches), so a group of n waits, on average, the expected largest of n such deviations,
+ * the noise amplification of bulk-synchronous programs (Petrini et al., SC'03, "The Case of
+ * the Missing Supercomputer Performance"; Hoefler et al., SC'10, "Characterizing the
+ * Influence of System Noise on Large-Scale Applications by Simulation").
+ *
+ * How that wait grows with the work t since the last synchronisation is the machine's:
+ * independent per-tick noise gives sqrt(t), a slowdown that lasts longer than t (another
+ * guest on the host's caches, for milliseconds to seconds) gives t. `dplan calibrate`
+ * measures it at segment lengths from 0.02 to about 5 ms (preflight.h
+ * dp_pf_mpi_bench_lockstep), and the wait is read off those points, linear between two;
+ * before the first as sqrt(t) through it, past the last as sqrt(t) through it (what was
+ * not measured is assumed to decorrelate), scaled from the measured group to n ranks by
+ * dp_max_normal(n) / dp_max_normal(ranks). On this VM two ranks waited 6-27% of the segment
+ * from 0.02 to 6 ms (near-linear), 4-18% at 17-80 ms: the sqrt law through the points up
+ * to 0.4 ms alone priced tiny-gpt's DP 2 step, one 5 ms span, 0.2 ms of waiting where the
+ * step took 1.0 ms more than one rank's (CI, 2026-12: the loop's DP 2 layout 0.77 of its
+ * measured step). A profile without points: dp_max_normal(n) jitter sqrt(t).
  */
+void dp__lockstep_table(struct pricer *c, int ranks, int n, const double *seg_s,
+                        const double *wait_s)
+{
+    c->ls_n = 0;
+    c->ls_ranks = ranks >= 2 ? ranks : 2;
+    for (int i = 0; i < n && i < DP_EXEC_LOCKSTEP_POINTS; i++) {
+        if (!(seg_s[i] > 0) || !(wait_s[i] >= 0))
+            continue;
+        int k = c->ls_n++;
+        while (k > 0 && c->ls_seg[k - 1] > seg_s[i]) {
+            c->ls_seg[k] = c->ls_seg[k - 1];
+            c->ls_wait[k] = c->ls_wait[k - 1];
+            k--;
+        }
+        c->ls_seg[k] = seg_s[i];
+        c->ls_wait[k] = wait_s[i];
+    }
+    for (int i = 1; i < c->ls_n; i++)
+        c->ls_wait[i] = fmax(c->ls_wait[i], c->ls_wait[i - 1]);
+}
+
+static double lockstep_wait(const struct pricer *c, int n, double t)
+{
+    if (c->ls_n == 0)
+        return c->lockstep_jitter > 0 ? dp_max_normal(n) * c->lockstep_jitter * sqrt(t) : 0;
+    const double *s = c->ls_seg, *w = c->ls_wait;
+    int m = c->ls_n;
+    double at;
+    if (t <= s[0])
+        at = w[0] * sqrt(t / s[0]);
+    else if (t >= s[m - 1])
+        at = w[m - 1] * sqrt(t / s[m - 1]);
+    else {
+        int i = 1;
+        while (s[i] < t)
+            i++;
+        at = w[i - 1] + (w[i] - w[i - 1]) * (t - s[i - 1]) / (s[i] - s[i - 1]);
+    }
+    return at * dp_max_normal(n) / dp_max_normal(c->ls_ranks);
+}
+
 static void sync_wait(struct pricer *c, int n)
 {
     double now = bill_total(c), span = now - c->last_sync;
-    if (c->lockstep_jitter > 0 && n > 1 && span > 0)
-        c->bill.comm += dp_max_normal(n) * c->lockstep_jitter * sqrt(span);
+    if (n > 1 && span > 0)
+        c->bill.comm += lockstep_wait(c, n, span);
 }
 
 static void coll_price(struct pricer *c, enum coll k, double bytes, int n);

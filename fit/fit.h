@@ -283,8 +283,10 @@ int dp_fit_reuse(const struct dp_reuse_samples *s, struct dp_cal_reuse *out, dou
 
 /*
  * Ranks in lock step (preflight.h dp_pf_mpi_bench_lockstep): with `ranks` ranks doing the
- * same work, each synchronisation waits on average e_n jitter sqrt(segment) for the slowest
- * (e_n = dp_max_normal(ranks)); `measured` holds [segment s, wait s] pairs.
+ * same work, each synchronisation waits on average wait_s for the slowest after seg_s of
+ * work (`measured`: [segment s, wait s] pairs, what the executor's prediction reads);
+ * jitter summarises them in the sqrt law wait = e_n jitter sqrt(segment) (e_n =
+ * dp_max_normal(ranks)).
  */
 #define DP_CAL_LOCKSTEP_POINTS 8
 struct dp_cal_lockstep {

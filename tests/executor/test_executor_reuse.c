@@ -139,6 +139,39 @@ int main(void)
     t = PRICE(&c, o->allreduce(be, DP_GROUP_DP, out, 16, DP_OP_SUM, NULL));
     CHECK_NEAR(t, 1.0294 * 1e-3 * sqrt(work), 1e-12);
 
+    /* Measured waits (calibrate's lock-step points over 2 ranks) replace the sqrt law: read
+     * off them, linear between two, sqrt(t) through the first before it and through the
+     * last past it, scaled to a group of 4 by 1.0294 / 0.5642. Given out of order and with
+     * a noisy point below its neighbour: sorted, and that wait raised to the one before. The
+     * points bracket the residual's time w: 0.1 w waits 0.02 w, 1.5 w waits 0.3 w, 4 w
+     * waits 0.2 w (raised to 0.3 w). */
+    {
+        double seg[3] = {4 * work, 0.1 * work, 1.5 * work},
+               wait[3] = {0.2 * work, 0.02 * work, 0.3 * work};
+        dp__lockstep_table(&c, 2, 3, seg, wait);
+        CHECK(c.ls_n == 3 && c.ls_seg[0] == 0.1 * work && c.ls_wait[2] == 0.3 * work);
+        double w = PRICE(&c, o->residual(be, out, a, b, NULL, N, C));
+        t = PRICE(&c, o->allreduce(be, DP_GROUP_TP, out, 16, DP_OP_SUM, NULL));
+        CHECK_NEAR(t, (0.02 + 0.28 * (w / work - 0.1) / 1.4) * work, 1e-12);
+        w = PRICE(&c, o->residual(be, out, a, b, NULL, N, C));
+        t = PRICE(&c, o->allreduce(be, DP_GROUP_DP, out, 16, DP_OP_SUM, NULL));
+        CHECK_NEAR(t, (0.02 + 0.28 * (w / work - 0.1) / 1.4) * work * 1.0294 / 0.5642, 1e-9);
+        /* past the last (8 residuals of work, 4 w measured) and before the first */
+        for (int i = 0; i < 8; i++)
+            o->residual(be, out, a, b, NULL, N, C);
+        w = c.bill.gemm + c.bill.attn + c.bill.ew + c.bill.fork + c.bill.comm + c.bill.opt -
+            c.last_sync;
+        t = PRICE(&c, o->allreduce(be, DP_GROUP_TP, out, 16, DP_OP_SUM, NULL));
+        CHECK(w > 4 * work);
+        CHECK_NEAR(t, 0.3 * work * sqrt(w / (4 * work)), 1e-12);
+        double seg1[1] = {100 * work}, wait1[1] = {5 * work};
+        dp__lockstep_table(&c, 2, 1, seg1, wait1);
+        w = PRICE(&c, o->residual(be, out, a, b, NULL, N, C));
+        t = PRICE(&c, o->allreduce(be, DP_GROUP_TP, out, 16, DP_OP_SUM, NULL));
+        CHECK_NEAR(t, 5 * work * sqrt(w / (100 * work)), 1e-12);
+        c.ls_n = 0;
+    }
+
     /* A collective's result sits in another core's cache: its next touch is priced from the
      * shared cache, 4x the private L2 (2 MiB) away: 8 MiB, read 55 GB/s, write 27.5. The
      * all-reduce above covered out's first 64 bytes (one 4 KiB granule); a group of one

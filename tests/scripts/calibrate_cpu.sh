@@ -55,9 +55,12 @@ assert 1 < h["gflops"] < 1e4 and h["quality"]["samples"] == 24 and h["quality"][
 assert all(r[k] >= 0 for k in ("attn_fwd", "act_fwd", "norm_fwd", "ce", "adamw", "sumsq"))
 assert r["sgemm_cold"]["factor"] >= 0 and r["sumsq_ns"] > 0
 assert all("sweep_bytes" not in c for c in p["cpu"]), "kernels swept though the reuse curve prices distance"
-# Ranks in lock step: three segment lengths, each waiting >= 0; the jitter their median.
+# Ranks in lock step: five segment lengths, each longer than the one before (2, 8, 32,
+# 128, 512 passes over the same buffer: 4x the work each), each waiting >= 0.
 ls = p["lockstep"]
-assert ls["ranks"] == 2 and len(ls["measured"]) == 3 and ls["jitter"] >= 0, ls
+assert ls["ranks"] == 2 and len(ls["measured"]) == 5 and ls["jitter"] >= 0, ls
+seg = [s for s, _ in ls["measured"]]
+assert all(2 < b / a < 8 for a, b in zip(seg, seg[1:])) and all(w >= 0 for _, w in ls["measured"]), ls
 PY
 grep -q '^reuse .*read / write GB/s' "$out/cal.txt" || fail "no reuse line"
 grep -q '^lock step   2 ranks' "$out/cal.txt" || fail "no lock-step line"
