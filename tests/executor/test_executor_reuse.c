@@ -62,8 +62,84 @@ static void release(struct pricer *c)
     free(c->fen_val);
 }
 
+/*
+ * The lock-step wait over a whole predicted step (dp_exec_predict, with a reuse curve: its
+ * warm-up step first, whose bill is dropped). With waits measured proportional to the work
+ * (wait = 0.1 t: the points (1 us, 0.1 us) and (10 s, 1 s), linear between), the waits of
+ * a DP 2 step add up to 0.1 of the work between its synchronisations: the step's work
+ * outside its collectives, give or take the gradient all-reduce's own price and wait,
+ * which are billed at its wait and so fall inside the next span: 0.1 (step - comm) <=
+ * added <= 0.1 (step + added). (Before session 23 the priced step's first synchronisation, DP's
+ * gradient all-reduce after the whole forward and backward, kept the warm-up step's clock and
+ * waited nothing: 0.1 of the optimizer's work alone.)
+ */
+static void step_waits(void)
+{
+    struct dp_model m;
+    memset(&m, 0, sizeof m);
+    snprintf(m.name, sizeof m.name, "wait-gpt");
+    m.layers = 2;
+    m.hidden = 16;
+    m.heads = m.kv_heads = 4;
+    m.head_dim = 4;
+    m.ffn_hidden = 32;
+    m.vocab = 40;
+    m.seq_len = m.max_pos = 16;
+    m.ffn = DP_FFN_GELU;
+    m.norm = DP_NORM_LAYERNORM;
+    m.pos = DP_POS_LEARNED;
+    m.tied_embeddings = m.qkv_bias = m.out_bias = m.mlp_bias = true;
+    m.norms_per_layer = 2;
+    struct dp_layout l;
+    dp_layout_default(&l);
+    l.dp = 2;
+    l.mbs = 2;
+    l.gbs = 4;
+    l.seq_len = 16;
+    struct dp_exec_costs k = {.threads = 1,
+                              .concurrent = 1,
+                              .seq_len = 16,
+                              .head_dim = 4,
+                              .ffn = m.ffn,
+                              .norm = m.norm,
+                              .gemm_gflops = 1,
+                              .conc_eff = 1,
+                              .bw_gbps = {10, 10, 10},
+                              .cache_bytes = {1 << 20, 32 << 20}};
+    k.reuse.n = 2;
+    k.reuse.bytes[0] = MIB;
+    k.reuse.bytes[1] = 64 * MIB;
+    k.reuse.read_gbps[0] = 100;
+    k.reuse.read_gbps[1] = 10;
+    k.reuse.write_gbps[0] = 50;
+    k.reuse.write_gbps[1] = 5;
+    k.reuse.gemm_gflops = 1;
+    struct dp_exec_machine run = {.world = 2,
+                                  .ranks_per_node = 1,
+                                  .threads = 1,
+                                  .costs = &k,
+                                  .allreduce_small_s = 1e-5,
+                                  .allreduce_1mib_s = 1e-4};
+    struct dp_exec_prediction p0, p1;
+    struct dp_err err = {0};
+    CHECK_EQ(dp_exec_predict(&m, &l, &run, &p0, &err), 0);
+    run.lockstep_ranks = 2;
+    run.lockstep_n = 2;
+    run.lockstep_seg_s[0] = 1e-6;
+    run.lockstep_wait_s[0] = 1e-7;
+    run.lockstep_seg_s[1] = 10;
+    run.lockstep_wait_s[1] = 1;
+    CHECK_EQ(dp_exec_predict(&m, &l, &run, &p1, &err), 0);
+    double added = p1.step_s - p0.step_s;
+    CHECK(p0.step_s > 0 && p0.comm_s > 0 && p0.comm_s < 0.5 * p0.step_s);
+    CHECK(added >= 0.1 * (p0.step_s - p0.comm_s) * (1 - 1e-9));
+    CHECK(added <= 0.1 * (p0.step_s + added) * (1 + 1e-9));
+    CHECK_NEAR(p1.comm_s - p0.comm_s, added, 1e-12); /* the waits are communication */
+}
+
 int main(void)
 {
+    step_waits();
     struct pricer c;
     init(&c, 1);
     const struct dp_backend_ops *o = c.base.ops;
