@@ -171,14 +171,14 @@ static int coll_worker(const char *file, int64_t max_bytes)
     }
     /* Ranks in lock step: segments of about 0.02, 0.07, 0.3, 1.2 and 5 ms between
      * synchronisations (tensor parallelism's are a layer's fraction of a step; data
-     * parallelism's a step: tiny-gpt's is 5 ms here), the longest in fewer rounds (the last
-     * two about 0.7 s each, the first three 0.25 s together). How the wait grows with the segment
-     * is what the executor's prediction reads off them (predict_ops.c sync_wait). */
-    static const int passes[] = {2, 8, 32, 128, 512}, rounds[] = {600, 600, 600, 600, 150};
+     * parallelism's a step: tiny-gpt's is 5 ms here), each length up to 600 rounds or 0.7 s
+     * (the first three take 0.25 s together, the last two 0.7 s each). How the wait grows with the
+     * segment is what the executor's prediction reads off them (predict_ops.c sync_wait). */
+    static const int passes[] = {2, 8, 32, 128, 512};
     cJSON *ls = mpi.rank == 0 ? cJSON_AddArrayToObject(root, "lockstep") : NULL;
     for (int i = 0; i < 5 && !rc; i++) {
         double seg = 0, wait = 0;
-        if ((rc = dp_pf_mpi_bench_lockstep(&mpi, passes[i], rounds[i], &seg, &wait, &err)))
+        if ((rc = dp_pf_mpi_bench_lockstep(&mpi, passes[i], 600, 0.7, &seg, &wait, &err)))
             break;
         if (ls) {
             cJSON *e = cJSON_CreateObject();

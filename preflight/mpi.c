@@ -262,8 +262,8 @@ int dp_pf_mpi_bench_coll(const struct dp_pf_mpi *m, enum dp_nccl_coll k, int64_t
     return 0;
 }
 
-int dp_pf_mpi_bench_lockstep(const struct dp_pf_mpi *m, int passes, int iters, double *seg_s,
-                             double *wait_s, struct dp_err *err)
+int dp_pf_mpi_bench_lockstep(const struct dp_pf_mpi *m, int passes, int iters, double budget_s,
+                             double *seg_s, double *wait_s, struct dp_err *err)
 {
     *seg_s = *wait_s = 0;
     if (!m->active || m->size < 2 || passes < 1 || iters < 3)
@@ -298,7 +298,12 @@ int dp_pf_mpi_bench_lockstep(const struct dp_pf_mpi *m, int passes, int iters, d
             ts[j - 1] = t;
         }
     double floor_s = ts[iters / 2], seg = 0, wait = 0;
+    /* Up to iters rounds, fewer once a rank has spent budget_s in them: the one double each
+     * round all-reduces is that rank's "stop" (MAX), so every rank stops after the same
+     * round (a sanitizer build streams 10x slower). */
+    int done = 0;
     MPI_Barrier(MPI_COMM_WORLD);
+    double start = MPI_Wtime();
     for (int i = -3; i < iters; i++) {
         double t0 = MPI_Wtime();
         for (int p = 0; p < passes; p++) {
@@ -306,15 +311,20 @@ int dp_pf_mpi_bench_lockstep(const struct dp_pf_mpi *m, int passes, int iters, d
                 y[j] = 0.999f * y[j] + 0.5f * x[j];
             __asm__ volatile("" : : "r"(y) : "memory");
         }
-        double t1 = MPI_Wtime(), v = 1;
-        MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        double t1 = MPI_Wtime(), stop = budget_s > 0 && t1 - start > budget_s ? 1 : 0;
+        MPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         double t2 = MPI_Wtime();
         if (i >= 0) {
             seg += t1 - t0;
             wait += t2 - t1;
+            done++;
         }
+        if (stop > 0 && done >= 1)
+            break;
     }
-    double sum[2] = {seg / iters, fmax(0, wait / iters - floor_s)};
+    if (done < 1)
+        done = 1;
+    double sum[2] = {seg / done, fmax(0, wait / done - floor_s)};
     MPI_Allreduce(MPI_IN_PLACE, sum, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     *seg_s = sum[0] / m->size;
     *wait_s = sum[1] / m->size;

@@ -65,10 +65,10 @@ int dp_pf_mpi_bench_coll(const struct dp_pf_mpi *m, enum dp_nccl_coll k, int64_t
     return dp_err_set(err, DP_EINVAL, "collective benchmark: dplan was built without MPI");
 }
 
-int dp_pf_mpi_bench_lockstep(const struct dp_pf_mpi *m, int passes, int iters, double *seg_s,
-                             double *wait_s, struct dp_err *err)
+int dp_pf_mpi_bench_lockstep(const struct dp_pf_mpi *m, int passes, int iters, double budget_s,
+                             double *seg_s, double *wait_s, struct dp_err *err)
 {
-    (void)m, (void)passes, (void)iters;
+    (void)m, (void)passes, (void)iters, (void)budget_s;
     *seg_s = *wait_s = 0;
     return dp_err_set(err, DP_EINVAL, "lock-step benchmark: dplan was built without MPI");
 }

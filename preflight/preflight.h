@@ -226,10 +226,12 @@ int dp_pf_mpi_bcast_int(const struct dp_pf_mpi *m, int *v);
  * all-reduce of one double: *seg_s gets the segment's mean time, *wait_s the all-reduce's
  * mean time beyond what it takes when the ranks arrive together (its median from a
  * barrier), both averaged over the ranks: what each rank waits, on average, for the
- * slowest of its group when all do the same work on a shared machine. Collective.
+ * slowest of its group when all do the same work on a shared machine. Up to `iters`
+ * rounds, fewer once a rank has spent budget_s seconds in them (0: no limit; at least one).
+ * Collective.
  */
-int dp_pf_mpi_bench_lockstep(const struct dp_pf_mpi *m, int passes, int iters, double *seg_s,
-                             double *wait_s, struct dp_err *err);
+int dp_pf_mpi_bench_lockstep(const struct dp_pf_mpi *m, int passes, int iters, double budget_s,
+                             double *seg_s, double *wait_s, struct dp_err *err);
 int dp_pf_mpi_bench_coll(const struct dp_pf_mpi *m, enum dp_nccl_coll k, int64_t bytes, int iters,
                          double *seconds, struct dp_err *err);
 
