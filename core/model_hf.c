@@ -86,6 +86,7 @@ enum family {
     FAM_GPT_OSS,
     FAM_GLM4_MOE,
     FAM_OLMO2,
+    FAM_OLMOE,
     FAM_GRANITE,
     FAM_LLAMA4,
 };
@@ -137,6 +138,8 @@ static const struct hf_defaults {
     [FAM_GLM4_MOE] = {"Glm4MoeConfig", 131072, 8, 0.0, 0},
     /* Olmo2Config: num_key_value_heads None (the heads), 2048 positions. */
     [FAM_OLMO2] = {"Olmo2Config", 2048, 0, 0.0, 0},
+    /* OlmoeConfig: num_key_value_heads None (the heads), 4096 positions. */
+    [FAM_OLMOE] = {"OlmoeConfig", 4096, 0, 0.0, 0},
     /* GraniteConfig: LlamaConfig's defaults (KV heads None = the heads, 2048 positions,
      * untied, no biases) plus four scalar multipliers. */
     [FAM_GRANITE] = {"GraniteConfig", 2048, 0, 0.0, 0},
@@ -169,14 +172,15 @@ static const struct {
     {"gpt_oss", FAM_GPT_OSS},
     {"glm4_moe", FAM_GLM4_MOE},
     {"olmo2", FAM_OLMO2},
+    {"olmoe", FAM_OLMOE},
     {"granite", FAM_GRANITE},
     {"llama4_text", FAM_LLAMA4},
 };
 
 #define SUPPORTED_TYPES                                                                            \
     "llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, deepseek_v2, deepseek_v3, "      \
-    "phi3, gemma, gemma2, gemma3_text, gpt_oss, glm4_moe, olmo2, granite, llama4_text, gpt2, "     \
-    "gpt_neox, falcon"
+    "phi3, gemma, gemma2, gemma3_text, gpt_oss, glm4_moe, olmo2, olmoe, granite, llama4_text, "    \
+    "gpt2, gpt_neox, falcon"
 
 /* Infer the family when model_type is absent: from "architectures" or the key style. */
 static int detect_family(struct dp_jr *jr, const cJSON *root, enum family *fam, char *type,
@@ -236,6 +240,7 @@ static int detect_family(struct dp_jr *jr, const cJSON *root, enum family *fam, 
                      {"DeepseekV3", FAM_DEEPSEEK_V3, "deepseek_v3"},
                      {"Glm4Moe", FAM_GLM4_MOE, "glm4_moe"},
                      {"Olmo2For", FAM_OLMO2, "olmo2"},
+                     {"OlmoeFor", FAM_OLMOE, "olmoe"},
                      {"GraniteFor", FAM_GRANITE, "granite"},
                      {"Llama4ForCausalLM", FAM_LLAMA4, "llama4_text"},
                      {"GPT2", FAM_GPT2, "gpt2"},
@@ -783,7 +788,7 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
         if (fam == FAM_LLAMA || fam == FAM_MISTRAL || fam == FAM_QWEN2 || fam == FAM_MIXTRAL ||
             fam == FAM_NEOX || fam == FAM_QWEN3 || fam == FAM_PHI3 || fam == FAM_GRANITE ||
             fam == FAM_GEMMA || fam == FAM_GEMMA2 || fam == FAM_GEMMA3 || fam == FAM_GLM4_MOE ||
-            fam == FAM_OLMO2)
+            fam == FAM_OLMO2 || fam == FAM_OLMOE)
             req[nreq++] = k_inter;
         char list[256] = "";
         size_t n = 0;
@@ -961,6 +966,38 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
         if (hf_int(jr, root, k_kv, false, &m->kv_heads) ||
             hf_int(jr, root, k_inter, true, &m->ffn_hidden))
             return jr->err->code;
+        m->ffn = DP_FFN_SWIGLU;
+        m->norm = DP_NORM_RMSNORM;
+        m->pos = DP_POS_ROPE;
+        m->qk_norm = m->qk_norm_full = true;
+        bool bias = false;
+        if (dp_jr_bool(jr, root, "attention_bias", false, &bias))
+            return jr->err->code;
+        m->qkv_bias = m->out_bias = bias;
+        static const char *const drop[] = {"attention_dropout", NULL};
+        m->dropout = any_positive(root, drop, def->dropout);
+        original_seq_len(root, maxpos, m);
+        break;
+    }
+    case FAM_OLMOE: {
+        /* OLMoE (transformers OlmoeConfig; modeling_olmoe.py; Muennighoff et al. 2024):
+         * Llama's pre-norm layer (input_layernorm, post_attention_layernorm) and RoPE;
+         * q_norm RMSNorm(hidden) and k_norm RMSNorm(kv_heads head_dim) over all heads at
+         * once, as OLMo 2's; every layer's MLP sparse: a router Linear(hidden, num_experts)
+         * without bias over num_experts SwiGLU experts of intermediate_size, the top
+         * num_experts_per_tok, no shared expert; attention_bias on q, k, v and o. Class
+         * defaults: 64 experts, top 8, attention_bias False, untied. clip_qkv and
+         * norm_topk_prob change values, not shapes or work. */
+        static const char *const k_kv[] = {"num_key_value_heads", NULL};
+        static const char *const k_e[] = {"num_experts", "num_local_experts", NULL};
+        static const char *const k_k[] = {"num_experts_per_tok", NULL};
+        m->experts = 64;
+        m->top_k = 8;
+        if (hf_int(jr, root, k_kv, false, &m->kv_heads) ||
+            hf_int(jr, root, k_inter, true, &m->moe_ffn_hidden) ||
+            hf_int(jr, root, k_e, false, &m->experts) || hf_int(jr, root, k_k, false, &m->top_k))
+            return jr->err->code;
+        m->ffn_hidden = m->moe_ffn_hidden;
         m->ffn = DP_FFN_SWIGLU;
         m->norm = DP_NORM_RMSNORM;
         m->pos = DP_POS_ROPE;

@@ -260,10 +260,11 @@ int dp_exec_check(const struct dp_model *m, const struct dp_layout *l, int world
                           "model %s: attention sinks are not supported by the CPU executor",
                           m->name);
     if (m->qk_norm_full)
-        return dp_err_set(err, DP_EINFEASIBLE,
-                          "model %s: q/k norms over all heads (qk_norm_full, OLMo 2) are not "
-                          "supported by the CPU executor (per-head q/k norms only)",
-                          m->name);
+        return dp_err_set(
+            err, DP_EINFEASIBLE,
+            "model %s: q/k norms over all heads (qk_norm_full: OLMo 2, OLMoE) are not "
+            "supported by the CPU executor (per-head q/k norms only)",
+            m->name);
     if (m->norms_per_layer != 2)
         return dp_err_set(err, DP_EINFEASIBLE,
                           "model %s: norms_per_layer=%d (parallel attention) is not supported by "

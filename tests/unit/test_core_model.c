@@ -397,6 +397,21 @@ static void test_hf_defaults(void)
     CHECK_EQ(l4.seq_len, 8192);
     CHECK_CONTAINS(l4.seq_len_from, "Llama4TextConfig's default 131072");
     CHECK(!l4.tied_embeddings && !l4.qkv_bias && !l4.qk_norm && !l4.moe_router_bias);
+    /* OlmoeConfig: num_key_value_heads None (the heads), 64 experts of intermediate_size,
+     * top 8, on every layer, no shared expert, q/k norms over all heads, 4096 positions,
+     * untied, no attention bias */
+    struct dp_model oe = load("tests/fixtures/hf/defaults/olmoe.json");
+    CHECK_EQ(oe.kv_heads, 8);
+    CHECK_EQ(oe.experts, 64);
+    CHECK_EQ(oe.top_k, 8);
+    CHECK_EQ(oe.moe_ffn_hidden, 256);
+    CHECK_EQ(oe.moe_dense_layers, 0);
+    CHECK_EQ(oe.moe_shared_experts, 0);
+    CHECK_EQ(oe.seq_len, 4096);
+    CHECK_CONTAINS(oe.seq_len_from, "OlmoeConfig's default 4096");
+    CHECK(oe.qk_norm && oe.qk_norm_full);
+    CHECK(!oe.tied_embeddings && !oe.qkv_bias && !oe.out_bias && !oe.moe_router_bias &&
+          !oe.dropout);
     struct dp_model d2 = load("tests/fixtures/hf/defaults/deepseek_v2.json");
     CHECK(d2.mla);
     CHECK_EQ(d2.experts, 64);
