@@ -956,48 +956,33 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
             return jr->err->code;
         original_seq_len(root, maxpos, m);
         break;
-    case FAM_OLMO2: {
+    case FAM_OLMO2:
+    case FAM_OLMOE: {
         /* OLMo 2 (transformers Olmo2Config; modeling_olmo2.py): Llama's SwiGLU MLP and
          * RoPE; the two RMSNorms after attention and after the MLP inside the residual
          * (post_attention_layernorm, post_feedforward_layernorm: the same two norms, the
          * same costs); q_norm RMSNorm(heads head_dim) and k_norm RMSNorm(kv_heads head_dim)
-         * over all heads at once; attention_bias on q, k, v and o (default False). */
-        static const char *const k_kv[] = {"num_key_value_heads", NULL};
-        if (hf_int(jr, root, k_kv, false, &m->kv_heads) ||
-            hf_int(jr, root, k_inter, true, &m->ffn_hidden))
-            return jr->err->code;
-        m->ffn = DP_FFN_SWIGLU;
-        m->norm = DP_NORM_RMSNORM;
-        m->pos = DP_POS_ROPE;
-        m->qk_norm = m->qk_norm_full = true;
-        bool bias = false;
-        if (dp_jr_bool(jr, root, "attention_bias", false, &bias))
-            return jr->err->code;
-        m->qkv_bias = m->out_bias = bias;
-        static const char *const drop[] = {"attention_dropout", NULL};
-        m->dropout = any_positive(root, drop, def->dropout);
-        original_seq_len(root, maxpos, m);
-        break;
-    }
-    case FAM_OLMOE: {
-        /* OLMoE (transformers OlmoeConfig; modeling_olmoe.py; Muennighoff et al. 2024):
-         * Llama's pre-norm layer (input_layernorm, post_attention_layernorm) and RoPE;
-         * q_norm RMSNorm(hidden) and k_norm RMSNorm(kv_heads head_dim) over all heads at
-         * once, as OLMo 2's; every layer's MLP sparse: a router Linear(hidden, num_experts)
-         * without bias over num_experts SwiGLU experts of intermediate_size, the top
-         * num_experts_per_tok, no shared expert; attention_bias on q, k, v and o. Class
-         * defaults: 64 experts, top 8, attention_bias False, untied. clip_qkv and
-         * norm_topk_prob change values, not shapes or work. */
+         * over all heads at once; attention_bias on q, k, v and o (default False).
+         * OLMoE (OlmoeConfig; modeling_olmoe.py; Muennighoff et al. 2024): the same
+         * attention and q/k norms in Llama's pre-norm layer, and every layer's MLP sparse:
+         * a router Linear(hidden, num_experts) without bias over num_experts SwiGLU experts
+         * of intermediate_size, the top num_experts_per_tok, no shared expert (class
+         * defaults 64 and 8); clip_qkv and norm_topk_prob change values, not shapes or
+         * work. */
         static const char *const k_kv[] = {"num_key_value_heads", NULL};
         static const char *const k_e[] = {"num_experts", "num_local_experts", NULL};
         static const char *const k_k[] = {"num_experts_per_tok", NULL};
-        m->experts = 64;
-        m->top_k = 8;
         if (hf_int(jr, root, k_kv, false, &m->kv_heads) ||
-            hf_int(jr, root, k_inter, true, &m->moe_ffn_hidden) ||
-            hf_int(jr, root, k_e, false, &m->experts) || hf_int(jr, root, k_k, false, &m->top_k))
+            hf_int(jr, root, k_inter, true, &m->ffn_hidden))
             return jr->err->code;
-        m->ffn_hidden = m->moe_ffn_hidden;
+        if (fam == FAM_OLMOE) {
+            m->experts = 64;
+            m->top_k = 8;
+            if (hf_int(jr, root, k_e, false, &m->experts) ||
+                hf_int(jr, root, k_k, false, &m->top_k))
+                return jr->err->code;
+            m->moe_ffn_hidden = m->ffn_hidden;
+        }
         m->ffn = DP_FFN_SWIGLU;
         m->norm = DP_NORM_RMSNORM;
         m->pos = DP_POS_ROPE;
