@@ -382,6 +382,36 @@ static double mem(struct pricer *c, const struct opnd *o, int n, double *extra)
     return t;
 }
 
+/* A write-only pass moves each line twice: a store to a line not in the cache first
+ * reads it (write-allocate, the read for ownership), then writes it back; the probe's
+ * bandwidths are of y = a x + b y, whose stored lines were just read. Measured here: a
+ * bias fill of 256 KiB took 5.27 us hot, 2.2 at the triad's 121 GB/s for its bytes once,
+ * 4.3 for them twice. */
+#define WRITE_ALLOCATE 2.0
+
+/*
+ * A ceiling on what the reuse curve charges: the roofline from memory, the slower of the
+ * hot compute `hot` and the operands' bytes streamed at the triad's rate (stream_gbps:
+ * y = a x + b y over more than the last-level cache), a line read once and a line written
+ * twice (write-allocate, then the write-back). The curve's far rates come from 256 KiB
+ * passes after a sweep of dirty lines (read ~21 GB/s, write ~10 on this VM, the triad 43)
+ * and the kernels' cold factors from the probe's small tensors; the longer streams of a
+ * larger model run at the triad's rate. bench-gpt, one rank (DPLAN_OPTIME): its 100 AdamW
+ * calls took 3.1-3.2 ms a step, the curve priced 7.3, this ceiling 3.2; its 6 attention
+ * forwards 3.0-3.4 ms, priced 5.4, ceiling 3.4; its step 96-98 ms, priced 101 and 93.
+ * Per thread: both at one thread's share.
+ */
+static double roof(const struct pricer *c, double hot, const struct opnd *o, int n)
+{
+    const double dram = c->pr.bw_gbps[2] * 1e9;
+    if (!(dram > 0))
+        return INFINITY;
+    double b = 0;
+    for (int i = 0; i < n; i++)
+        b += o[i].bytes * (o[i].rw == RD ? 1 : WRITE_ALLOCATE);
+    return fmax(hot, b / dram);
+}
+
 /* A dense operand of n elements at p. */
 static struct opnd dense(const void *p, double n, int rw)
 {
@@ -412,7 +442,8 @@ static void ewo(struct pricer *c, double elems, double bytes, double ns, double 
     }
     region(c);
     double x, m = mem(c, o, n, &x);
-    double t = (ns > 0 ? elems * ns * 1e-9 + cold * x : m) / c->nt;
+    double t =
+        fmin(ns > 0 ? elems * ns * 1e-9 + cold * x : m, roof(c, elems * ns * 1e-9, o, n)) / c->nt;
     *(c->optimizer ? &c->bill.opt : &c->bill.ew) += t;
     c->bill.core_s += c->nt * t;
 }
@@ -424,7 +455,7 @@ static void serialo(struct pricer *c, double *bucket, double bytes, const struct
         serial(c, bucket, bytes);
         return;
     }
-    double t = mem(c, o, n, NULL);
+    double t = fmin(mem(c, o, n, NULL), roof(c, 0, o, n));
     *bucket += t;
     c->bill.core_s += t;
 }
@@ -434,13 +465,6 @@ static void serialo(struct pricer *c, double *bucket, double bytes, const struct
         (int)(sizeof((const struct opnd[]){__VA_ARGS__}) / sizeof(struct opnd))
 
 static void p_none(struct dp_backend *be, void *dst, const void *src, size_t bytes) {}
-
-/* A write-only pass moves each line twice: a store to a line not in the cache first
- * reads it (write-allocate, the read for ownership), then writes it back; the probe's
- * bandwidths are of y = a x + b y, whose stored lines were just read. Measured here: a
- * bias fill of 256 KiB took 5.27 us hot, 2.2 at the triad's 121 GB/s for its bytes once,
- * 4.3 for them twice. */
-#define WRITE_ALLOCATE 2.0
 
 static void p_zero(struct dp_backend *be, void *dst, size_t bytes)
 {
@@ -623,9 +647,10 @@ static void p_attn_fwd(struct dp_backend *be, real *ctx, real *probs, const real
     double tasks = (double)(B * a), pb = R * tasks * T * T;
     double t = ceil(tasks / c->nt) * c->pr.attn_fwd_s, x;
     if (reuse(c)) {
-        mem(c, OPND(dense(qkv, N * qkvd, RD), dense(probs, pb / R, WR), dense(ctx, N * qd, RW)),
-            &x);
-        t += c->pr.reuse.attn_fwd * x / c->nt;
+        const struct opnd o[] = {dense(qkv, N * qkvd, RD), dense(probs, pb / R, WR),
+                                 dense(ctx, N * qd, RW)};
+        mem(c, o, 3, &x);
+        t = fmin(t + c->pr.reuse.attn_fwd * x / c->nt, fmax(t, roof(c, 0, o, 3) / c->nt));
     } else {
         t = fmax(t, (pb + R * N * (qkvd + qd)) / c->nt / bw(c, (pb + R * N * qkvd) / c->nt));
     }
@@ -641,8 +666,10 @@ static void p_attn_probs(struct dp_backend *be, real *probs, const real *qkv, in
     double t = ceil((double)(B * a) / c->nt) * c->pr.attn_probs_s;
     if (reuse(c)) {
         double N = (double)(B * T), qkvd = (double)(a + 2 * g) * d, x;
-        mem(c, OPND(dense(qkv, N * qkvd, RD), dense(probs, (double)(B * a) * T * T, WR)), &x);
-        t += c->pr.reuse.attn_probs * x / c->nt;
+        const struct opnd o[] = {dense(qkv, N * qkvd, RD),
+                                 dense(probs, (double)(B * a) * T * T, WR)};
+        mem(c, o, 2, &x);
+        t = fmin(t + c->pr.reuse.attn_probs * x / c->nt, fmax(t, roof(c, 0, o, 2) / c->nt));
     }
     c->bill.attn += t;
     c->bill.core_s += c->nt * t;
@@ -660,11 +687,11 @@ static void p_attn_bwd(struct dp_backend *be, real *dqkv, real *dprobs, const re
     region(c);
     double t = ceil((double)(B * g) / c->nt) * ((double)a / g) * c->pr.attn_bwd_s, x;
     if (reuse(c)) {
-        mem(c,
-            OPND(dense(dctx, N * qd, RD), dense(qkv, N * qkvd, RD), dense(probs, pb / R, RD),
-                 dense(dprobs, pb / R, WR), dense(dqkv, N * qkvd, RW)),
-            &x);
-        t += c->pr.reuse.attn_bwd * x / c->nt;
+        const struct opnd o[] = {dense(dctx, N * qd, RD), dense(qkv, N * qkvd, RD),
+                                 dense(probs, pb / R, RD), dense(dprobs, pb / R, WR),
+                                 dense(dqkv, N * qkvd, RW)};
+        mem(c, o, 5, &x);
+        t = fmin(t + c->pr.reuse.attn_bwd * x / c->nt, fmax(t, roof(c, 0, o, 5) / c->nt));
     } else {
         t = fmax(t, (2 * pb + R * N * (2 * qkvd + qd)) / c->nt / bw(c, 2 * pb / c->nt));
     }
@@ -910,8 +937,11 @@ static void p_adamw(struct dp_backend *be, real *p, const real *grad, real *m, r
     double e = (double)n;
     double t = e * c->pr.adamw_ns * 1e-9 / c->nt, x;
     if (reuse(c)) {
-        mem(c, OPND(dense(grad, e, RD), dense(p, e, RW), dense(m, e, RW), dense(v, e, RW)), &x);
-        t += c->pr.reuse.adamw * x / c->nt;
+        const struct opnd o[] = {dense(grad, e, RD), dense(p, e, RW), dense(m, e, RW),
+                                 dense(v, e, RW)};
+        mem(c, o, 4, &x);
+        t = fmin(t + c->pr.reuse.adamw * x / c->nt,
+                 roof(c, e * c->pr.adamw_ns * 1e-9, o, 4) / c->nt);
     } else {
         t = fmax(t, 7 * R * e / c->nt / bw(c, 4 * R * e / c->nt));
     }

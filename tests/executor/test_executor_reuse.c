@@ -182,6 +182,47 @@ int main(void)
 
     release(&c);
 
+    /* AdamW: its hot cost per element plus the cold factor times its operands' extra over
+     * hot, but no more than its roofline from memory, 7 x 4 bytes an element at the triad's
+     * rate. 1 Mi parameters never touched (grad read at 10 GB/s, p m v written at 5: extra
+     * 4 MiB (1/10 - 1/100) + 12 MiB (1/5 - 1/50) GB/s), factor 1, 0.5 ns hot. */
+    init(&c, 1);
+    c.pr.adamw_ns = 0.5;
+    c.pr.reuse.adamw = 1;
+    real *p = o->alloc(be, (size_t)(4 * MIB)), *g = o->alloc(be, (size_t)(4 * MIB)),
+         *m1 = o->alloc(be, (size_t)(4 * MIB)), *v1 = o->alloc(be, (size_t)(4 * MIB));
+    CHECK(p && g && m1 && v1);
+    const double E = MIB, curve = 0.5e-9 * E + 4 * MIB * (1 / 10e9 - 1 / 100e9) +
+                                  12 * MIB * (1 / 5e9 - 1 / 50e9);
+    /* A triad of 1 GB/s (init's): the roofline, 28 MiB / 1e9, is far slower; the curve. */
+    t = PRICE(&c, o->adamw(be, p, g, m1, v1, (int64_t)E, 1e-3, 0.9, 0.95, 1e-8, 0, 1, 1, 1));
+    CHECK_NEAR(t, curve, 1e-12);
+    /* A triad of 40 GB/s: 28 MiB at 40 GB/s (0.73 ms) is under the curve's 2.9 ms. The
+     * operands are hot now; free them for cold ones. */
+    o->free(be, p), o->free(be, g), o->free(be, m1), o->free(be, v1);
+    c.pr.bw_gbps[2] = 40;
+    p = o->alloc(be, (size_t)(4 * MIB)), g = o->alloc(be, (size_t)(4 * MIB)),
+    m1 = o->alloc(be, (size_t)(4 * MIB)), v1 = o->alloc(be, (size_t)(4 * MIB));
+    t = PRICE(&c, o->adamw(be, p, g, m1, v1, (int64_t)E, 1e-3, 0.9, 0.95, 1e-8, 0, 1, 1, 1));
+    CHECK_NEAR(t, 28 * MIB / 40e9, 1e-12);
+    /* Compute-bound roofline: 5 ns an element (5.2 ms) is over 28 MiB at 40 GB/s but the
+     * curve's hot 5.2 ms plus its extra is more still: the roofline, 5 ns x E. */
+    c.pr.adamw_ns = 5;
+    o->free(be, p), o->free(be, g), o->free(be, m1), o->free(be, v1);
+    p = o->alloc(be, (size_t)(4 * MIB)), g = o->alloc(be, (size_t)(4 * MIB)),
+    m1 = o->alloc(be, (size_t)(4 * MIB)), v1 = o->alloc(be, (size_t)(4 * MIB));
+    t = PRICE(&c, o->adamw(be, p, g, m1, v1, (int64_t)E, 1e-3, 0.9, 0.95, 1e-8, 0, 1, 1, 1));
+    CHECK_NEAR(t, 5e-9 * E, 1e-12);
+    /* A plain pass under the same ceiling: a residual add over never-touched 1 MiB operands,
+     * 2 MiB read at 10 GB/s and 1 MiB written at 5 on the curve (0.42 ms), is 2 MiB read
+     * once and 1 MiB written twice at the triad's 40 GB/s (0.10 ms). */
+    real *ra = o->alloc(be, (size_t)MIB), *rb = o->alloc(be, (size_t)MIB),
+         *ro = o->alloc(be, (size_t)MIB);
+    CHECK(ra && rb && ro);
+    t = PRICE(&c, o->residual(be, ro, ra, rb, NULL, N, C));
+    CHECK_NEAR(t, 4 * MIB / 40e9, 1e-12);
+    release(&c);
+
     /* Two ranks on the node share its last-level cache: past the private L2, what the other
      * touches meanwhile doubles the distance, 8 MiB -> 16 MiB. */
     init(&c, 2);
