@@ -432,6 +432,20 @@ out:
     return rc;
 }
 
+int dp_coll_keep_faster(struct dp_coll_sample *s, int n, const struct dp_coll_sample *other, int m)
+{
+    int faster = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < m; j++)
+            if (other[j].bytes == s[i].bytes && other[j].ranks == s[i].ranks &&
+                isfinite(other[j].seconds) && other[j].seconds > 0 &&
+                !(other[j].seconds >= s[i].seconds)) {
+                s[i].seconds = other[j].seconds;
+                faster++;
+            }
+    return faster;
+}
+
 /* ------------------------------------------------------------------ nccl-tests output */
 
 void dp_nccl_header(char *buf, size_t cap)

@@ -122,6 +122,11 @@ struct dp_alpha_beta_fit {
  */
 int dp_fit_alpha_beta(enum dp_nccl_coll k, const struct dp_coll_sample *s, int n,
                       struct dp_alpha_beta_fit *out, double *resid, struct dp_err *err);
+/* Repeats of one measurement (launches of the same sweep): each sample of s that `other`
+ * timed too (the same size and group) keeps the faster time, noise (or a launch's slow
+ * mode) only adding time; a non-positive or non-finite time in `other` is ignored. The
+ * number of samples made faster. */
+int dp_coll_keep_faster(struct dp_coll_sample *s, int n, const struct dp_coll_sample *other, int m);
 
 /* ------------------------------------------------------------------ memory bandwidth */
 

@@ -240,6 +240,27 @@ static void test_alpha_beta_degenerate(void)
     CHECK_CONTAINS(err.msg, "the fitted bandwidth is not positive");
 }
 
+/* Two launches of one sweep: each size keeps the faster launch's time; a size the other
+ * launch did not time, another group size, and a bad time there leave a sample as it was. */
+static void test_coll_keep_faster(void)
+{
+    struct dp_coll_sample s[4] = {
+        {1024, 2, 2e-6}, {131072, 2, 100e-6}, {262144, 2, 60e-6}, {524288, 2, 90e-6}};
+    const struct dp_coll_sample o[5] = {{131072, 2, 38e-6}, /* faster: kept */
+                                        {262144, 2, 65e-6}, /* slower: not */
+                                        {1024, 4, 1e-6},    /* another group */
+                                        {524288, 2, -1},    /* no time */
+                                        {2048, 2, 1e-9}};   /* not in s */
+    CHECK_EQ(dp_coll_keep_faster(s, 4, o, 5), 1);
+    CHECK_NEAR(s[0].seconds, 2e-6, 0);
+    CHECK_NEAR(s[1].seconds, 38e-6, 0);
+    CHECK_NEAR(s[2].seconds, 60e-6, 0);
+    CHECK_NEAR(s[3].seconds, 90e-6, 0);
+    const struct dp_coll_sample nan1 = {1024, 2, NAN};
+    CHECK_EQ(dp_coll_keep_faster(s, 4, &nan1, 1), 0);
+    CHECK_NEAR(s[0].seconds, 2e-6, 0);
+}
+
 /* ---------------------------------------------------------------- memory bandwidth */
 
 /* 20 GB/s streaming with 2 us per pass, 30 sizes from 1e4 to 1e10 bytes, 2% noise. */
@@ -418,6 +439,7 @@ int main(void)
     test_gemm_degenerate();
     test_alpha_beta();
     test_alpha_beta_degenerate();
+    test_coll_keep_faster();
     test_mem_bw();
     test_nccl_format();
     return check_done("test_fit_curves");
