@@ -399,7 +399,7 @@ static double mem(struct pricer *c, const struct opnd *o, int n, double *extra)
  * larger model run at the triad's rate. bench-gpt, one rank (DPLAN_OPTIME): its 100 AdamW
  * calls took 3.1-3.2 ms a step, the curve priced 7.3, this ceiling 3.2; its 6 attention
  * forwards 3.0-3.4 ms, priced 5.4, ceiling 3.4; its step 96-98 ms, priced 101 and 93.
- * Per thread: both at one thread's share.
+ * Seconds of one thread (`hot` too), the triad's rate being one thread's share.
  */
 static double roof(const struct pricer *c, double hot, const struct opnd *o, int n)
 {
@@ -410,6 +410,14 @@ static double roof(const struct pricer *c, double hot, const struct opnd *o, int
     for (int i = 0; i < n; i++)
         b += o[i].bytes * (o[i].rw == RD ? 1 : WRITE_ALLOCATE);
     return fmax(hot, b / dram);
+}
+
+/* A cold-priced operation split over the rank's threads: `hot` seconds (each thread's) of
+ * compute and `extra` more for its operands where the step left them, capped by the
+ * roofline from memory of its whole work. */
+static double capped(const struct pricer *c, double hot, double extra, const struct opnd *o, int n)
+{
+    return fmin(hot + extra, roof(c, hot * c->nt, o, n) / c->nt);
 }
 
 /* A dense operand of n elements at p. */
@@ -442,8 +450,8 @@ static void ewo(struct pricer *c, double elems, double bytes, double ns, double 
     }
     region(c);
     double x, m = mem(c, o, n, &x);
-    double t =
-        fmin(ns > 0 ? elems * ns * 1e-9 + cold * x : m, roof(c, elems * ns * 1e-9, o, n)) / c->nt;
+    double hot = elems * ns * 1e-9 / c->nt;
+    double t = capped(c, hot, (ns > 0 ? cold * x : m) / c->nt, o, n);
     *(c->optimizer ? &c->bill.opt : &c->bill.ew) += t;
     c->bill.core_s += c->nt * t;
 }
@@ -650,7 +658,7 @@ static void p_attn_fwd(struct dp_backend *be, real *ctx, real *probs, const real
         const struct opnd o[] = {dense(qkv, N * qkvd, RD), dense(probs, pb / R, WR),
                                  dense(ctx, N * qd, RW)};
         mem(c, o, 3, &x);
-        t = fmin(t + c->pr.reuse.attn_fwd * x / c->nt, fmax(t, roof(c, 0, o, 3) / c->nt));
+        t = capped(c, t, c->pr.reuse.attn_fwd * x / c->nt, o, 3);
     } else {
         t = fmax(t, (pb + R * N * (qkvd + qd)) / c->nt / bw(c, (pb + R * N * qkvd) / c->nt));
     }
@@ -669,7 +677,7 @@ static void p_attn_probs(struct dp_backend *be, real *probs, const real *qkv, in
         const struct opnd o[] = {dense(qkv, N * qkvd, RD),
                                  dense(probs, (double)(B * a) * T * T, WR)};
         mem(c, o, 2, &x);
-        t = fmin(t + c->pr.reuse.attn_probs * x / c->nt, fmax(t, roof(c, 0, o, 2) / c->nt));
+        t = capped(c, t, c->pr.reuse.attn_probs * x / c->nt, o, 2);
     }
     c->bill.attn += t;
     c->bill.core_s += c->nt * t;
@@ -691,7 +699,7 @@ static void p_attn_bwd(struct dp_backend *be, real *dqkv, real *dprobs, const re
                                  dense(probs, pb / R, RD), dense(dprobs, pb / R, WR),
                                  dense(dqkv, N * qkvd, RW)};
         mem(c, o, 5, &x);
-        t = fmin(t + c->pr.reuse.attn_bwd * x / c->nt, fmax(t, roof(c, 0, o, 5) / c->nt));
+        t = capped(c, t, c->pr.reuse.attn_bwd * x / c->nt, o, 5);
     } else {
         t = fmax(t, (2 * pb + R * N * (2 * qkvd + qd)) / c->nt / bw(c, 2 * pb / c->nt));
     }
@@ -940,8 +948,7 @@ static void p_adamw(struct dp_backend *be, real *p, const real *grad, real *m, r
         const struct opnd o[] = {dense(grad, e, RD), dense(p, e, RW), dense(m, e, RW),
                                  dense(v, e, RW)};
         mem(c, o, 4, &x);
-        t = fmin(t + c->pr.reuse.adamw * x / c->nt,
-                 roof(c, e * c->pr.adamw_ns * 1e-9, o, 4) / c->nt);
+        t = capped(c, t, c->pr.reuse.adamw * x / c->nt, o, 4);
     } else {
         t = fmax(t, 7 * R * e / c->nt / bw(c, 4 * R * e / c->nt));
     }
