@@ -977,8 +977,40 @@ static void test_dualpipev(void)
     free(r);
 }
 
+/*
+ * The runner-up explanation: what a slower layout loses and what it wins back, by hand.
+ * #1: compute 10 s, bubble 2 s = 12 s. The other: compute 9 s, tp comm 3.5 s, bubble 0.02 s
+ * = 12.52 s, +4.3%: it loses tp comm +3.5 s, gains compute -1 s and bubble -1.98 s (both
+ * above 0.5% of #1's step, 0.06 s); listing only the loss would read as a 29% gap.
+ */
+static void test_explain_delta(void)
+{
+    struct dp_candidate w = {0}, c = {0};
+    w.cost.compute_s = 10;
+    w.cost.bubble_s = 2;
+    w.cost.step_time_s = 12;
+    c.cost.compute_s = 9;
+    c.cost.tp_comm_s = 3.5;
+    c.cost.bubble_s = 0.02;
+    c.cost.step_time_s = 12.52;
+    char buf[256];
+    dp_explain_delta(&w, &c, buf, sizeof buf);
+    CHECK_STR(buf, "+4.3%: tp comm +3.5 s; gains bubble -1.98 s, compute -1 s");
+    /* only gains above the 0.5% floor: compute -0.04 s is below 0.06 s */
+    c = w;
+    c.cost.tp_comm_s = 0.5;
+    c.cost.compute_s = 9.96;
+    c.cost.step_time_s = 12.46;
+    dp_explain_delta(&w, &c, buf, sizeof buf);
+    CHECK_STR(buf, "+3.8%: tp comm +0.5 s");
+    /* equal terms: a tie on time */
+    dp_explain_delta(&w, &w, buf, sizeof buf);
+    CHECK_STR(buf, "+0.0% (ties on time; memory balance decides)");
+}
+
 int main(void)
 {
+    test_explain_delta();
     test_dualpipev();
     test_uneven();
     test_fold_splits();
