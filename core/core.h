@@ -112,7 +112,8 @@ enum dp_pos_kind { DP_POS_ROPE = 0, DP_POS_LEARNED = 1, DP_POS_ALIBI = 2 };
  */
 struct dp_model {
     char name[64];
-    char format[32];        /* "dplan" or "hf:<model_type>" */
+    char format[64];        /* "dplan", "hf:<model_type>", or "hf:<family> (model_type <t>)"
+                               for a model with its own code read by its architectures */
     int64_t layers;         /* L */
     int64_t hidden;         /* h */
     int64_t heads;          /* a */

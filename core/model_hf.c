@@ -182,7 +182,62 @@ static const struct {
     "phi3, gemma, gemma2, gemma3_text, gpt_oss, glm4_moe, olmo2, olmoe, granite, llama4_text, "    \
     "gpt2, gpt_neox, falcon"
 
-/* Infer the family when model_type is absent: from "architectures" or the key style. */
+/* transformers' model classes: by name prefix, what "architectures" says when model_type
+ * is absent; the exact causal-LM class, what it must name when model_type is a config
+ * transformers does not have (remote code that reuses a transformers architecture). */
+static const struct {
+    const char *prefix;
+    const char *causal_lm;
+    enum family fam;
+    const char *type;
+} archs[] = {{"Llama", "LlamaForCausalLM", FAM_LLAMA, "llama"},
+             {"Mistral", "MistralForCausalLM", FAM_MISTRAL, "mistral"},
+             {"Mixtral", "MixtralForCausalLM", FAM_MIXTRAL, "mixtral"},
+             {"Qwen2Moe", "Qwen2MoeForCausalLM", FAM_QWEN2_MOE, "qwen2_moe"},
+             {"Qwen3Moe", "Qwen3MoeForCausalLM", FAM_QWEN3_MOE, "qwen3_moe"},
+             {"Qwen2", "Qwen2ForCausalLM", FAM_QWEN2, "qwen2"},
+             {"Qwen3For", "Qwen3ForCausalLM", FAM_QWEN3, "qwen3"},
+             {"Phi3For", "Phi3ForCausalLM", FAM_PHI3, "phi3"},
+             {"GemmaFor", "GemmaForCausalLM", FAM_GEMMA, "gemma"},
+             {"Gemma2For", "Gemma2ForCausalLM", FAM_GEMMA2, "gemma2"},
+             {"Gemma3ForCausalLM", "Gemma3ForCausalLM", FAM_GEMMA3, "gemma3_text"},
+             {"GptOssFor", "GptOssForCausalLM", FAM_GPT_OSS, "gpt_oss"},
+             {"DeepseekV2", "DeepseekV2ForCausalLM", FAM_DEEPSEEK_V2, "deepseek_v2"},
+             {"DeepseekV3", "DeepseekV3ForCausalLM", FAM_DEEPSEEK_V3, "deepseek_v3"},
+             {"Glm4Moe", "Glm4MoeForCausalLM", FAM_GLM4_MOE, "glm4_moe"},
+             {"Olmo2For", "Olmo2ForCausalLM", FAM_OLMO2, "olmo2"},
+             {"OlmoeFor", "OlmoeForCausalLM", FAM_OLMOE, "olmoe"},
+             {"GraniteFor", "GraniteForCausalLM", FAM_GRANITE, "granite"},
+             {"Llama4ForCausalLM", "Llama4ForCausalLM", FAM_LLAMA4, "llama4_text"},
+             {"GPT2", "GPT2LMHeadModel", FAM_GPT2, "gpt2"},
+             {"GPTNeoX", "GPTNeoXForCausalLM", FAM_NEOX, "gpt_neox"},
+             {"Falcon", "FalconForCausalLM", FAM_FALCON, "falcon"},
+             {"RW", NULL, FAM_FALCON, "falcon"}};
+
+/* The entry architectures[0] names: by prefix, or with `exact` only a text-only causal-LM
+ * class of transformers' own (not an image-text "...ForConditionalGeneration", nor a
+ * "DeepseekV32ForCausalLM" whose attention differs from the class it starts like).
+ * -1: none. */
+static int family_from_arch(const cJSON *root, bool exact)
+{
+    const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
+    const cJSON *a0 = cJSON_IsArray(arch) ? cJSON_GetArrayItem(arch, 0) : NULL;
+    if (!cJSON_IsString(a0))
+        return -1;
+    for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
+        if (exact ? archs[i].causal_lm && strcmp(a0->valuestring, archs[i].causal_lm) == 0
+                  : strncmp(a0->valuestring, archs[i].prefix, strlen(archs[i].prefix)) == 0)
+            return (int)i;
+    return -1;
+}
+
+/*
+ * The family: from model_type; when model_type names no transformers config (a model
+ * shipped with its own code, e.g. Kimi K2's "kimi_k2", whose config.json names
+ * DeepseekV3ForCausalLM), from architectures naming a transformers causal-LM class, reported in
+ * `type` as "deepseek_v3 (model_type kimi_k2)"; when model_type is absent, from "architectures" or
+ * the key style.
+ */
 static int detect_family(struct dp_jr *jr, const cJSON *root, enum family *fam, char *type,
                          size_t cap)
 {
@@ -212,47 +267,24 @@ static int detect_family(struct dp_jr *jr, const cJSON *root, enum family *fam, 
                 snprintf(type, cap, "%s", types[i].type);
                 return 0;
             }
+        int a = family_from_arch(root, true);
+        if (a >= 0) {
+            *fam = archs[a].fam;
+            snprintf(type, cap, "%s (model_type %.24s)", archs[a].type, mt->valuestring);
+            return 0;
+        }
         return dp_err_set(jr->err, DP_EINVAL,
                           "%s: model_type: unsupported \"%.40s\" (supported: " SUPPORTED_TYPES
-                          "; or write a dplan model.json)",
+                          ", or any model_type whose \"architectures\" names one of their "
+                          "causal-LM classes, e.g. DeepseekV3ForCausalLM; or write a dplan "
+                          "model.json)",
                           jr->file, mt->valuestring);
     }
-    const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
-    const cJSON *a0 = cJSON_IsArray(arch) ? cJSON_GetArrayItem(arch, 0) : NULL;
-    if (cJSON_IsString(a0)) {
-        static const struct {
-            const char *prefix;
-            enum family fam;
-            const char *type;
-        } archs[] = {{"Llama", FAM_LLAMA, "llama"},
-                     {"Mistral", FAM_MISTRAL, "mistral"},
-                     {"Mixtral", FAM_MIXTRAL, "mixtral"},
-                     {"Qwen2Moe", FAM_QWEN2_MOE, "qwen2_moe"},
-                     {"Qwen3Moe", FAM_QWEN3_MOE, "qwen3_moe"},
-                     {"Qwen2", FAM_QWEN2, "qwen2"},
-                     {"Qwen3For", FAM_QWEN3, "qwen3"},
-                     {"Phi3For", FAM_PHI3, "phi3"},
-                     {"GemmaFor", FAM_GEMMA, "gemma"},
-                     {"Gemma2For", FAM_GEMMA2, "gemma2"},
-                     {"Gemma3ForCausalLM", FAM_GEMMA3, "gemma3_text"},
-                     {"GptOssFor", FAM_GPT_OSS, "gpt_oss"},
-                     {"DeepseekV2", FAM_DEEPSEEK_V2, "deepseek_v2"},
-                     {"DeepseekV3", FAM_DEEPSEEK_V3, "deepseek_v3"},
-                     {"Glm4Moe", FAM_GLM4_MOE, "glm4_moe"},
-                     {"Olmo2For", FAM_OLMO2, "olmo2"},
-                     {"OlmoeFor", FAM_OLMOE, "olmoe"},
-                     {"GraniteFor", FAM_GRANITE, "granite"},
-                     {"Llama4ForCausalLM", FAM_LLAMA4, "llama4_text"},
-                     {"GPT2", FAM_GPT2, "gpt2"},
-                     {"GPTNeoX", FAM_NEOX, "gpt_neox"},
-                     {"Falcon", FAM_FALCON, "falcon"},
-                     {"RW", FAM_FALCON, "falcon"}};
-        for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
-            if (strncmp(a0->valuestring, archs[i].prefix, strlen(archs[i].prefix)) == 0) {
-                *fam = archs[i].fam;
-                snprintf(type, cap, "%s", archs[i].type);
-                return 0;
-            }
+    int a = family_from_arch(root, false);
+    if (a >= 0) {
+        *fam = archs[a].fam;
+        snprintf(type, cap, "%s", archs[a].type);
+        return 0;
     }
     if (cJSON_GetObjectItemCaseSensitive(root, "n_embd")) {
         *fam = FAM_GPT2;
@@ -750,7 +782,7 @@ int dp__model_from_hf(struct dp_jr *jr, const cJSON *root, struct dp_model *m)
 {
     memset(m, 0, sizeof *m);
     enum family fam = FAM_LLAMA;
-    char type[24] = "";
+    char type[64] = "";
     if (detect_family(jr, root, &fam, type, sizeof type))
         return jr->err->code;
     snprintf(m->format, sizeof m->format, "hf:%s", type);

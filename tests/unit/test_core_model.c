@@ -434,6 +434,32 @@ static void test_hf_defaults(void)
 }
 
 /*
+ * A model with its own code (trust_remote_code) whose model_type transformers does not
+ * know, read by the transformers class its architectures names: Kimi K2 ships
+ * model_type "kimi_k2" on DeepseekV3ForCausalLM (Moonshot's deployment guide: the
+ * DeepSeek-V3 architecture reused, model_type changed so engines can tell them apart).
+ * Every DeepSeek-V3 field comes from the config as for deepseek_v3; the format says how it
+ * was read. Its parameter count is in param_counts.json (hand count). Classes that only
+ * start like a known one, and image-text classes, are refused (tests/errors/hf_remote_*).
+ */
+static void test_hf_remote_code(void)
+{
+    struct dp_model k = load("tests/fixtures/hf/kimi-k2.json");
+    CHECK_STR(k.format, "hf:deepseek_v3 (model_type kimi_k2)");
+    CHECK(k.mla);
+    CHECK_EQ(k.heads, 64);
+    CHECK_EQ(k.experts, 384);
+    CHECK_EQ(k.top_k, 8);
+    CHECK_EQ(k.moe_shared_experts, 1);
+    CHECK_EQ(k.moe_dense_layers, 1);
+    CHECK_EQ(k.moe_ffn_hidden, 2048);
+    CHECK_EQ(k.vocab, 163840);
+    CHECK(k.moe_router_bias);  /* topk_method noaux_tc */
+    CHECK_EQ(k.seq_len, 4096); /* rope_scaling's original length, not 131072 */
+    CHECK(!k.tied_embeddings);
+}
+
+/*
  * Stage and chunk layer ranges, and the split as printed (issue 10, item 13). By hand:
  * 80 layers on pp=4 with first/last 19: middle stages get (80-38)/2 = 21, so stages
  * hold 0-18, 19-39, 40-60, 61-79 and print as 19/21x2/19. Interleaved, 80 layers on
@@ -577,6 +603,7 @@ int main(void)
     test_layer_kinds();
     test_hf_seq_len();
     test_hf_defaults();
+    test_hf_remote_code();
     test_layer_ranges();
     test_shipped_by_name();
     test_sliding_window();
