@@ -5,6 +5,7 @@
  * what that costs. Without --systems every shipped system, without --nodes
  * 1, 2, 4, ... 128 nodes (said in the output).
  */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT: the CPUs this process may use */
 #include "cli.h"
 #include "goodput_report.h"
 #include "planner/planner.h"
@@ -12,6 +13,8 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +41,8 @@ static const char help_head[] =
     "  --calibration FILE        a `dplan calibrate` profile: its fitted GEMM curve on the\n"
     "                            systems with its GPU, its all-reduce busbw and latency on\n"
     "                            the links it measured (\"intra\", \"inter\" or by name)\n"
+    "  --jobs N                  searches run at once, one per thread [the CPUs this\n"
+    "                            process may use]; the results do not depend on it\n"
     "  --json                    machine-readable output\n"
     "  --svg FILE                also draw tokens/s and the cost (days with failures without\n"
     "                            prices) per system and size as grouped bars, as SVG (\"-\": the\n"
@@ -81,6 +86,91 @@ struct row {
     char why[sizeof((struct dp_err *)0)->msg]; /* no valid layout: the planner's reason */
 };
 
+/* One search: a system at a node count, and what the table needs of its result. */
+struct job {
+    struct dp_cluster cl;
+    struct dp_search_opts so;
+    int rc; /* dp_plan_search's */
+    struct dp_err err;
+    int n; /* layouts that fit in the result (0 or 1: top_k 1) */
+    struct dp_candidate best;
+    int64_t lowest_peak, alt_gbs;
+};
+
+/* The searches share nothing but the model (read only) and the next job's index; each
+ * thread has its own result buffer (dp_search_result is large). */
+struct pool {
+    const struct dp_model *m;
+    struct job *jobs;
+    int njobs, next, done;
+    bool progress;
+    pthread_mutex_t lock;
+};
+
+static void *search_worker(void *arg)
+{
+    struct pool *p = arg;
+    struct dp_search_result *r = malloc(sizeof *r);
+    for (;;) {
+        pthread_mutex_lock(&p->lock);
+        int i = p->next < p->njobs ? p->next++ : -1;
+        pthread_mutex_unlock(&p->lock);
+        if (i < 0)
+            break;
+        struct job *j = &p->jobs[i];
+        if (!r) {
+            j->rc = dp_err_set(&j->err, DP_ENOMEM, "out of memory for a search result (%zu bytes)",
+                               sizeof *r);
+        } else {
+            j->rc = dp_plan_search(p->m, &j->cl, &j->so, r, &j->err);
+            j->n = r->n;
+            if (r->n > 0)
+                j->best = r->top[0];
+            j->lowest_peak = r->lowest_peak;
+            j->alt_gbs = r->alt_gbs;
+        }
+        pthread_mutex_lock(&p->lock);
+        p->done++;
+        if (p->progress)
+            fprintf(stderr, "\rwhatif: %d of %d searches (%s x%d done)\033[K", p->done, p->njobs,
+                    j->cl.system, j->cl.nodes);
+        pthread_mutex_unlock(&p->lock);
+    }
+    free(r);
+    return NULL;
+}
+
+/* The CPUs this process may run on (its affinity mask: a container's or taskset's share). */
+static int usable_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* Run every job on `threads` threads (fewer when there are fewer jobs). */
+static void run_jobs(const struct dp_model *m, struct job *jobs, int njobs, int threads,
+                     bool progress)
+{
+    struct pool p = {.m = m, .jobs = jobs, .njobs = njobs, .progress = progress};
+    pthread_mutex_init(&p.lock, NULL);
+    if (threads > njobs)
+        threads = njobs;
+    pthread_t tid[256];
+    int started = 0;
+    for (int t = 1; t < threads && t < 256; t++)
+        if (pthread_create(&tid[started], NULL, search_worker, &p) == 0)
+            started++;
+    search_worker(&p); /* this thread works too; with no thread started, it does all */
+    for (int t = 0; t < started; t++)
+        pthread_join(tid[t], NULL);
+    pthread_mutex_destroy(&p.lock);
+    if (progress)
+        fputs("\r\033[K", stderr);
+}
+
 int cmd_whatif(int argc, char **argv)
 {
     static const struct option opts[] = {CLI_KNOB_OPTIONS,
@@ -92,6 +182,7 @@ int cmd_whatif(int argc, char **argv)
                                          {"tokens", required_argument, 0, 't'},
                                          {"price-per-gpu-hour", required_argument, 0, 'p'},
                                          {"svg", required_argument, 0, 'S'},
+                                         {"jobs", required_argument, 0, 'j'},
                                          CLI_GOODPUT_OPTIONS,
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -103,6 +194,7 @@ int cmd_whatif(int argc, char **argv)
     struct price prices[32];
     int np = 0;
     const char *svg = NULL;
+    int threads = usable_cpus();
     struct cli_goodput_opts go;
     cli_goodput_opts_init(&go);
     int ch;
@@ -144,6 +236,15 @@ int cmd_whatif(int argc, char **argv)
                                        optarg);
             break;
         case 'S': svg = optarg; break;
+        case 'j': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (end == optarg || *end || v < 1 || v > 256)
+                return cli_usage_error("whatif", "--jobs: expected a count in [1, 256], got \"%s\"",
+                                       optarg);
+            threads = (int)v;
+            break;
+        }
         case 'h': printf("%s%s\n%s", help_head, cli_plan_knob_help, cli_goodput_help); return 0;
         default: {
             int g = cli_goodput_opt("whatif", ch, optarg, &go);
@@ -213,48 +314,58 @@ int cmd_whatif(int argc, char **argv)
         dp_err_prefix(&err, "%s", m.name);
         return cli_fail(&err);
     }
-    struct dp_search_result *r = malloc(sizeof *r);
+    struct job *jobs = calloc((size_t)(ns * nn), sizeof *jobs);
     struct row *tab = calloc((size_t)(ns * nn), sizeof *tab);
     struct cli_whatif_row *chart = calloc((size_t)(ns * nn), sizeof *chart);
-    if (!r || !tab || !chart) {
-        free(r);
+    if (!jobs || !tab || !chart) {
+        free(jobs);
         free(tab);
         free(chart);
-        dp_err_set(&err, DP_ENOMEM, "out of memory for the search results (%zu bytes)", sizeof *r);
+        dp_err_set(&err, DP_ENOMEM, "out of memory for %d searches", ns * nn);
         return cli_fail(&err);
     }
-    cJSON *rows = cJSON_CreateArray();
-    int rc = 0, nt = 0;
+    /* The clusters and each size's batch first (profiles are read here, on one thread),
+     * then the searches on `threads` threads, then the table in order. */
     bool odd_batch = false;
-    /* A search per system and size: say where it is when a person is watching. */
-    const bool progress = isatty(STDERR_FILENO) && ns * nn > 8;
-    for (int si = 0; si < ns && !rc; si++) {
-        if (progress)
-            fprintf(stderr, "\rwhatif: %s (%d of %d systems)\033[K", systems[si], si + 1, ns);
+    for (int si = 0; si < ns; si++)
         for (int ni = 0; ni < nn; ni++) {
-            struct dp_cluster cl;
-            if (dp_cluster_from_system(systems[si], nodes[ni], c.network, &cl, &err) ||
-                cli_apply_calibration(&c, &cl, &err)) {
-                rc = cli_fail(&err);
-                break;
+            struct job *j = &jobs[si * nn + ni];
+            if (dp_cluster_from_system(systems[si], nodes[ni], c.network, &j->cl, &err) ||
+                cli_apply_calibration(&c, &j->cl, &err)) {
+                free(jobs);
+                free(tab);
+                free(chart);
+                return cli_fail(&err);
             }
             dp_err_clear(&err);
+            j->so = so;
             if (!c.gbs) { /* each size's default: a multiple of its GPU count's odd factor */
-                so.gbs = cli_default_gbs(so.seq_len, dp_cluster_gpus(&cl), NULL, 0);
-                odd_batch |= so.gbs != header_gbs;
+                j->so.gbs = cli_default_gbs(so.seq_len, dp_cluster_gpus(&j->cl), NULL, 0);
+                odd_batch |= j->so.gbs != header_gbs;
             }
-            int s = dp_plan_search(&m, &cl, &so, r, &err);
+        }
+    /* Where it is when a person is watching. */
+    run_jobs(&m, jobs, ns * nn, threads, isatty(STDERR_FILENO) && ns * nn > 8);
+    cJSON *rows = cJSON_CreateArray();
+    int rc = 0, nt = 0;
+    for (int si = 0; si < ns && !rc; si++) {
+        for (int ni = 0; ni < nn; ni++) {
+            struct job *j = &jobs[si * nn + ni];
+            const struct dp_cluster *cl = &j->cl;
+            so.gbs = j->so.gbs;
+            err = j->err;
+            const int s = j->rc;
             double price = -1;
             for (int i = 0; i < np; i++)
                 if (strcmp(prices[i].system, systems[si]) == 0)
                     price = prices[i].usd;
-            int gpus = dp_cluster_gpus(&cl);
+            int gpus = dp_cluster_gpus(cl);
             cJSON *e = cJSON_CreateObject();
             cJSON_AddStringToObject(e, "system", systems[si]);
             cJSON_AddNumberToObject(e, "nodes", nodes[ni]);
             cJSON_AddNumberToObject(e, "gpus", gpus);
             cJSON_AddNumberToObject(e, "gbs", (double)so.gbs);
-            bool fits = s == 0 && r->n > 0;
+            bool fits = s == 0 && j->n > 0;
             cJSON_AddBoolToObject(e, "fits", fits);
             struct cli_whatif_row *cr = &chart[nt];
             cr->fits = fits;
@@ -271,11 +382,11 @@ int cmd_whatif(int argc, char **argv)
             snprintf(t->fdays, sizeof t->fdays, "-");
             snprintf(t->cost, sizeof t->cost, "-");
             if (fits) {
-                const struct dp_candidate *w = &r->top[0];
+                const struct dp_candidate *w = &j->best;
                 dp_layout_format_model(&w->layout, &m, t->layout, sizeof t->layout);
                 double days = tokens / w->cost.tokens_per_s / 86400.0;
                 struct cli_goodput gp;
-                if (cli_goodput_eval(&go, &m, &cl, &w->layout, w->cost.step_time_s, &gp, &err)) {
+                if (cli_goodput_eval(&go, &m, cl, &w->layout, w->cost.step_time_s, &gp, &err)) {
                     cJSON_Delete(e);
                     rc = cli_fail(&err);
                     break;
@@ -314,21 +425,19 @@ int cmd_whatif(int argc, char **argv)
                 snprintf(t->layout, sizeof t->layout, "no valid layout (see below)");
                 snprintf(t->why, sizeof t->why, "%s", err.msg);
             } else {
-                cJSON_AddNumberToObject(e, "lowest_peak_bytes", (double)r->lowest_peak);
+                cJSON_AddNumberToObject(e, "lowest_peak_bytes", (double)j->lowest_peak);
                 snprintf(t->layout, sizeof t->layout, "nothing fits (best peak %.1f GiB > %.1f)",
-                         cli_gib(r->lowest_peak), cli_gib(dp_search_capacity(&cl, &so)));
-                if (r->alt_gbs) {
-                    cJSON_AddNumberToObject(e, "fits_with_gbs", (double)r->alt_gbs);
+                         cli_gib(j->lowest_peak), cli_gib(dp_search_capacity(cl, &so)));
+                if (j->alt_gbs) {
+                    cJSON_AddNumberToObject(e, "fits_with_gbs", (double)j->alt_gbs);
                     snprintf(t->layout, sizeof t->layout,
-                             "nothing fits at this batch (--gbs %lld fits)", (long long)r->alt_gbs);
+                             "nothing fits at this batch (--gbs %lld fits)", (long long)j->alt_gbs);
                 }
             }
             cJSON_AddItemToArray(rows, e);
         }
     }
-    if (progress)
-        fputs("\r\033[K", stderr);
-    free(r);
+    free(jobs);
     if (!rc && svg) {
         struct dp_buf b = {0};
         if (cli_svg_whatif(&m, tokens, &so, systems, ns, nodes, nn, chart, np > 0, &b, &err) ||
