@@ -13,7 +13,6 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
-#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,60 +85,6 @@ struct row {
     char why[sizeof((struct dp_err *)0)->msg]; /* no valid layout: the planner's reason */
 };
 
-/* One search: a system at a node count, and what the table needs of its result. */
-struct job {
-    struct dp_cluster cl;
-    struct dp_search_opts so;
-    int rc; /* dp_plan_search's */
-    struct dp_err err;
-    int n; /* layouts that fit in the result (0 or 1: top_k 1) */
-    struct dp_candidate best;
-    int64_t lowest_peak, alt_gbs;
-};
-
-/* The searches share nothing but the model (read only) and the next job's index; each
- * thread has its own result buffer (dp_search_result is large). */
-struct pool {
-    const struct dp_model *m;
-    struct job *jobs;
-    int njobs, next, done;
-    bool progress;
-    pthread_mutex_t lock;
-};
-
-static void *search_worker(void *arg)
-{
-    struct pool *p = arg;
-    struct dp_search_result *r = malloc(sizeof *r);
-    for (;;) {
-        pthread_mutex_lock(&p->lock);
-        int i = p->next < p->njobs ? p->next++ : -1;
-        pthread_mutex_unlock(&p->lock);
-        if (i < 0)
-            break;
-        struct job *j = &p->jobs[i];
-        if (!r) {
-            j->rc = dp_err_set(&j->err, DP_ENOMEM, "out of memory for a search result (%zu bytes)",
-                               sizeof *r);
-        } else {
-            j->rc = dp_plan_search(p->m, &j->cl, &j->so, r, &j->err);
-            j->n = r->n;
-            if (r->n > 0)
-                j->best = r->top[0];
-            j->lowest_peak = r->lowest_peak;
-            j->alt_gbs = r->alt_gbs;
-        }
-        pthread_mutex_lock(&p->lock);
-        p->done++;
-        if (p->progress)
-            fprintf(stderr, "\rwhatif: %d of %d searches (%s x%d done)\033[K", p->done, p->njobs,
-                    j->cl.system, j->cl.nodes);
-        pthread_mutex_unlock(&p->lock);
-    }
-    free(r);
-    return NULL;
-}
-
 /* The CPUs this process may run on (its affinity mask: a container's or taskset's share). */
 static int usable_cpus(void)
 {
@@ -150,25 +95,12 @@ static int usable_cpus(void)
     return n > 0 ? (int)n : 1;
 }
 
-/* Run every job on `threads` threads (fewer when there are fewer jobs). */
-static void run_jobs(const struct dp_model *m, struct job *jobs, int njobs, int threads,
-                     bool progress)
+/* On a terminal, the searches done so far. */
+static void search_done(const struct dp_search_job *j, int ndone, int njobs, void *ctx)
 {
-    struct pool p = {.m = m, .jobs = jobs, .njobs = njobs, .progress = progress};
-    pthread_mutex_init(&p.lock, NULL);
-    if (threads > njobs)
-        threads = njobs;
-    pthread_t tid[256];
-    int started = 0;
-    for (int t = 1; t < threads && t < 256; t++)
-        if (pthread_create(&tid[started], NULL, search_worker, &p) == 0)
-            started++;
-    search_worker(&p); /* this thread works too; with no thread started, it does all */
-    for (int t = 0; t < started; t++)
-        pthread_join(tid[t], NULL);
-    pthread_mutex_destroy(&p.lock);
-    if (progress)
-        fputs("\r\033[K", stderr);
+    (void)ctx;
+    fprintf(stderr, "\rwhatif: %d of %d searches (%s x%d done)\033[K", ndone, njobs, j->cl.system,
+            j->cl.nodes);
 }
 
 int cmd_whatif(int argc, char **argv)
@@ -314,7 +246,7 @@ int cmd_whatif(int argc, char **argv)
         dp_err_prefix(&err, "%s", m.name);
         return cli_fail(&err);
     }
-    struct job *jobs = calloc((size_t)(ns * nn), sizeof *jobs);
+    struct dp_search_job *jobs = calloc((size_t)(ns * nn), sizeof *jobs);
     struct row *tab = calloc((size_t)(ns * nn), sizeof *tab);
     struct cli_whatif_row *chart = calloc((size_t)(ns * nn), sizeof *chart);
     if (!jobs || !tab || !chart) {
@@ -329,7 +261,7 @@ int cmd_whatif(int argc, char **argv)
     bool odd_batch = false;
     for (int si = 0; si < ns; si++)
         for (int ni = 0; ni < nn; ni++) {
-            struct job *j = &jobs[si * nn + ni];
+            struct dp_search_job *j = &jobs[si * nn + ni];
             if (dp_cluster_from_system(systems[si], nodes[ni], c.network, &j->cl, &err) ||
                 cli_apply_calibration(&c, &j->cl, &err)) {
                 free(jobs);
@@ -345,12 +277,15 @@ int cmd_whatif(int argc, char **argv)
             }
         }
     /* Where it is when a person is watching. */
-    run_jobs(&m, jobs, ns * nn, threads, isatty(STDERR_FILENO) && ns * nn > 8);
+    const bool progress = isatty(STDERR_FILENO) && ns * nn > 8;
+    dp_plan_search_batch(&m, jobs, ns * nn, threads, progress ? search_done : NULL, NULL);
+    if (progress)
+        fputs("\r\033[K", stderr);
     cJSON *rows = cJSON_CreateArray();
     int rc = 0, nt = 0;
     for (int si = 0; si < ns && !rc; si++) {
         for (int ni = 0; ni < nn; ni++) {
-            struct job *j = &jobs[si * nn + ni];
+            struct dp_search_job *j = &jobs[si * nn + ni];
             const struct dp_cluster *cl = &j->cl;
             so.gbs = j->so.gbs;
             err = j->err;

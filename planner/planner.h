@@ -183,6 +183,30 @@ int dp_plan_search(const struct dp_model *m, const struct dp_cluster *cl,
                    const struct dp_search_opts *o, struct dp_search_result *out,
                    struct dp_err *err);
 
+/*
+ * One search of a batch: its cluster and options in, what a table of best layouts needs
+ * out (the full dp_search_result is large and stays with the thread that searched).
+ */
+struct dp_search_job {
+    struct dp_cluster cl;
+    struct dp_search_opts so;
+    int rc; /* dp_plan_search's, its message in err */
+    struct dp_err err;
+    int n;                    /* layouts in the result's top (0: nothing fits) */
+    struct dp_candidate best; /* top[0] when n > 0 */
+    int64_t lowest_peak, alt_gbs;
+};
+
+/*
+ * dp_plan_search for each job, `threads` at once (the searches share only the read-only
+ * model; each thread has its own result). The results do not depend on `threads`.
+ * `done`, when given, is called after each search, one call at a time, from the thread
+ * that ran it. 0, or DP_ENOMEM when no result buffer could be had (jobs' rc say which).
+ */
+int dp_plan_search_batch(
+    const struct dp_model *m, struct dp_search_job *jobs, int njobs, int threads,
+    void (*done)(const struct dp_search_job *j, int ndone, int njobs, void *ctx), void *ctx);
+
 /* The smallest GPU count of `cl`'s node type on which some layout fits. */
 struct dp_min_gpus {
     bool found;
