@@ -287,7 +287,6 @@ int cmd_whatif(int argc, char **argv)
         for (int ni = 0; ni < nn; ni++) {
             struct dp_search_job *j = &jobs[si * nn + ni];
             const struct dp_cluster *cl = &j->cl;
-            so.gbs = j->so.gbs;
             err = j->err;
             const int s = j->rc;
             double price = -1;
@@ -299,7 +298,7 @@ int cmd_whatif(int argc, char **argv)
             cJSON_AddStringToObject(e, "system", systems[si]);
             cJSON_AddNumberToObject(e, "nodes", nodes[ni]);
             cJSON_AddNumberToObject(e, "gpus", gpus);
-            cJSON_AddNumberToObject(e, "gbs", (double)so.gbs);
+            cJSON_AddNumberToObject(e, "gbs", (double)j->so.gbs);
             bool fits = s == 0 && j->n > 0;
             cJSON_AddBoolToObject(e, "fits", fits);
             struct cli_whatif_row *cr = &chart[nt];
@@ -362,7 +361,7 @@ int cmd_whatif(int argc, char **argv)
             } else {
                 cJSON_AddNumberToObject(e, "lowest_peak_bytes", (double)j->lowest_peak);
                 snprintf(t->layout, sizeof t->layout, "nothing fits (best peak %.1f GiB > %.1f)",
-                         cli_gib(j->lowest_peak), cli_gib(dp_search_capacity(cl, &so)));
+                         cli_gib(j->lowest_peak), cli_gib(dp_search_capacity(cl, &j->so)));
                 if (j->alt_gbs) {
                     cJSON_AddNumberToObject(e, "fits_with_gbs", (double)j->alt_gbs);
                     snprintf(t->layout, sizeof t->layout,
@@ -386,7 +385,6 @@ int cmd_whatif(int argc, char **argv)
         cJSON_Delete(rows);
         return rc;
     }
-    so.gbs = header_gbs;
     if (odd_batch) {
         snprintf(d.gbs, sizeof d.gbs,
                  "~4M tokens; on GPU counts with an odd factor (a 72-GPU rack: 9) the nearest "
